@@ -1,0 +1,480 @@
+//! Owned, JSON-shaped dissection of a frame: what `intscope dump` prints (schema:
+//! `docs/dump-json.md`). Built on the zero-copy decoders; allocates, so it stays off hot paths.
+
+use serde_json::{Map, Value, json};
+
+use crate::domain::{Mode, Registry};
+use crate::error::Error;
+use crate::int::{AnyShim, IntBlock, IntHeader};
+use crate::locate::{DetectConfig, FlowKey, Packet, Start};
+use crate::metadata::{Format, HopMetadata};
+use crate::report::{InType, IndividualReport, RepType, Report, drop_reason_name};
+use crate::shim::Shim;
+use crate::warning::Warnings;
+
+/// Dissects one frame (starting with Ethernet). `frame` is its 1-based number.
+pub fn frame(frame: u64, bytes: &[u8], cfg: &DetectConfig, registry: Option<&Registry>) -> Value {
+    let mut out = Map::new();
+    out.insert("frame".into(), json!(frame));
+    out.insert("len".into(), json!(bytes.len()));
+    let mut warnings = Warnings::default();
+    match packet_value(bytes, Start::Ethernet, cfg, registry, &mut warnings, &mut out) {
+        Ok(()) => {}
+        Err(e) => {
+            out.insert("error".into(), error_value(&e));
+        }
+    }
+    if !warnings.is_empty() {
+        out.insert("warnings".into(), warnings_value(warnings));
+    }
+    Value::Object(out)
+}
+
+/// An error as JSON: message, layer, offset and the typed details.
+pub fn error_value(e: &Error) -> Value {
+    let mut v = serde_json::to_value(e).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut v {
+        m.insert("message".into(), json!(e.to_string()));
+    }
+    v
+}
+
+fn warnings_value(w: Warnings) -> Value {
+    Value::Array(w.iter().map(|w| json!({"code": w.code(), "message": w.message()})).collect())
+}
+
+fn flow_value(f: &FlowKey) -> Value {
+    json!({"src": f.src.to_string(), "dst": f.dst.to_string(), "proto": f.proto, "src_port": f.src_port, "dst_port": f.dst_port})
+}
+
+/// Fills `out` with the layers, INT and report of a packet.
+fn packet_value(
+    bytes: &[u8],
+    start: Start,
+    cfg: &DetectConfig,
+    registry: Option<&Registry>,
+    warnings: &mut Warnings,
+    out: &mut Map<String, Value>,
+) -> Result<(), Error> {
+    let p = Packet::parse(bytes, start, cfg)?;
+    warnings.merge(p.warnings);
+    if p.vlan_count > 0 {
+        let n = usize::from(p.vlan_count).min(2);
+        out.insert("vlans".into(), json!(p.vlans[..n]));
+    }
+    if let Some(ip) = p.ip {
+        out.insert(
+            "ip".into(),
+            json!({"version": if ip.src.is_ipv4() {4} else {6}, "src": ip.src.to_string(), "dst": ip.dst.to_string(),
+                   "proto": ip.proto, "dscp": ip.dscp, "ttl": ip.ttl}),
+        );
+    }
+    if let Some(l4) = p.l4 {
+        out.insert(
+            "l4".into(),
+            json!({"proto": if l4.proto == 6 {"tcp"} else {"udp"}, "src_port": l4.src_port, "dst_port": l4.dst_port, "checksum": l4.checksum}),
+        );
+    }
+    if let Some(f) = &p.flow {
+        out.insert("flow".into(), flow_value(f));
+    }
+    if let Some(f) = &p.inner_flow {
+        out.insert("inner_flow".into(), flow_value(f));
+    }
+    if let Some((offset, block)) = &p.int {
+        let mut v = int_value(block, registry, warnings);
+        if let Value::Object(m) = &mut v {
+            m.insert("offset".into(), json!(offset));
+        }
+        out.insert("int".into(), v);
+    }
+    if let Some((offset, block)) = &p.int2 {
+        let mut v = int_value(block, registry, warnings);
+        if let Value::Object(m) = &mut v {
+            m.insert("offset".into(), json!(offset));
+        }
+        out.insert("int_stacked".into(), v);
+    }
+    if let (Some(l4), Some(_)) = (p.l4, p.ip) {
+        if l4.proto == 17 && cfg.report_ports.contains(&l4.dst_port) && p.int.is_none() {
+            let payload = &bytes[(l4.offset + 8).min(bytes.len())..];
+            let mut inner_cfg = cfg.clone();
+            inner_cfg.heuristic = true;
+            inner_cfg.verify_checksums = false;
+            let r = report_value(payload, &inner_cfg, registry).map_err(|e| e.shifted(l4.offset + 8))?;
+            out.insert("report".into(), r);
+        }
+    }
+    Ok(())
+}
+
+fn shim_value(shim: &AnyShim) -> Value {
+    match shim {
+        AnyShim::V2(Shim::TcpUdp(s)) => {
+            let mut m = json!({"type": s.int_type, "npt": s.npt, "length": s.length});
+            let o = m.as_object_mut().expect("object");
+            match s.npt {
+                0 => o.insert("dscp".into(), json!(s.dscp())),
+                1 => o.insert("udp_port".into(), json!(s.udp_port())),
+                2 => o.insert("ip_proto".into(), json!(s.ip_proto())),
+                _ => o.insert("content".into(), json!(s.content)),
+            };
+            if s.reserved != 0 {
+                o.insert("reserved".into(), json!(s.reserved));
+            }
+            m
+        }
+        AnyShim::V2(Shim::Gre(s)) => {
+            json!({"type": s.int_type, "g": s.g, "length": s.length, "next_protocol": s.next_protocol})
+        }
+        AnyShim::V2(Shim::Gpe(s)) => {
+            json!({"type": s.int_type, "length": s.length, "g": s.g, "next_protocol": s.next_protocol})
+        }
+        AnyShim::V2(Shim::Geneve(s)) => {
+            json!({"type": s.option_type, "length": s.length, "option_class": s.option_class})
+        }
+        AnyShim::Legacy(s) => json!({"type": s.int_type, "length": s.length, "dscp": s.dscp(), "reserved": s.reserved}),
+    }
+}
+
+fn raw_domain(bytes: &[u8]) -> Value {
+    match bytes.len() {
+        4 => json!(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
+        _ => json!(hex(bytes)),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(2 + bytes.len() * 2);
+    s.push_str("0x");
+    for b in bytes {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// Domain metadata of one hop or report: named when the registry knows the domain.
+fn domain_value(ds_id: u16, bits: u16, bytes: &[u8], registry: Option<&Registry>, modes: &[Mode]) -> Value {
+    if bytes.is_empty() {
+        return Value::Null;
+    }
+    let Some(d) = registry.and_then(|r| r.get(ds_id)) else {
+        return json!({"raw": hex(bytes)});
+    };
+    let mut m = Map::new();
+    let mut rest = bytes;
+    for &mode in modes {
+        let len = d.len_of(bits, mode).unwrap_or(0).min(rest.len());
+        for (name, b) in d.split(bits, mode, &rest[..len]) {
+            m.insert(name.to_string(), raw_domain(b));
+        }
+        rest = &rest[len..];
+    }
+    if !rest.is_empty() {
+        m.insert("unparsed".into(), json!(hex(rest)));
+    }
+    Value::Object(m)
+}
+
+fn hop_value(h: &HopMetadata<'_>, format: Format) -> Map<String, Value> {
+    let mut m = Map::new();
+    for (name, v) in h.fields(format) {
+        m.insert(name.into(), v.map_or(Value::Null, |v| json!(v)));
+    }
+    m
+}
+
+fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut Warnings) -> Value {
+    let mut m = Map::new();
+    m.insert("encap".into(), json!(block.encap.name()));
+    m.insert("type".into(), json!(block.int_type().name()));
+    m.insert("version".into(), json!(block.version()));
+    m.insert("shim".into(), shim_value(&block.shim));
+    warnings.merge(block.warnings);
+    let (stack, w) = block.stack(registry);
+    warnings.merge(w);
+    let (format, ds_id, ds_bits) = match block.header {
+        IntHeader::Md(h) => {
+            for (k, v) in [
+                ("d", json!(h.d)),
+                ("e", json!(h.e)),
+                ("m", json!(h.m)),
+                ("hop_ml", json!(h.hop_ml)),
+                ("remaining_hop_count", json!(h.remaining_hop_count)),
+                ("instruction_bitmap", json!(h.instructions)),
+                ("ds_id", json!(h.ds_id)),
+                ("ds_instruction", json!(h.ds_instruction)),
+                ("ds_flags", json!(h.ds_flags)),
+            ] {
+                m.insert(k.into(), v);
+            }
+            if h.reserved != 0 {
+                m.insert("reserved".into(), json!(h.reserved));
+            }
+            (Format::IntV2, h.ds_id, h.ds_instruction)
+        }
+        IntHeader::Mx(h) => {
+            for (k, v) in [
+                ("d", json!(h.d)),
+                ("instruction_bitmap", json!(h.instructions)),
+                ("ds_id", json!(h.ds_id)),
+                ("ds_instruction", json!(h.ds_instruction)),
+                ("ds_flags", json!(h.ds_flags)),
+            ] {
+                m.insert(k.into(), v);
+            }
+            if h.reserved != 0 {
+                m.insert("reserved".into(), json!(h.reserved));
+            }
+            let dv = domain_value(h.ds_id, h.ds_instruction, block.body, registry, &[Mode::SourceInserted]);
+            if !dv.is_null() {
+                m.insert("domain".into(), dv);
+            }
+            (Format::IntV2, h.ds_id, h.ds_instruction)
+        }
+        IntHeader::V1(h) => {
+            for (k, v) in [
+                ("rep", json!(h.rep)),
+                ("c", json!(h.c)),
+                ("e", json!(h.e)),
+                ("m", json!(h.m)),
+                ("hop_ml", json!(h.hop_ml)),
+                ("remaining_hop_count", json!(h.remaining_hop_count)),
+                ("instruction_bitmap", json!(h.instructions)),
+            ] {
+                m.insert(k.into(), v);
+            }
+            (Format::IntV1, 0, 0)
+        }
+        IntHeader::V05(h, tail) => {
+            for (k, v) in [
+                ("rep", json!(h.rep)),
+                ("c", json!(h.c)),
+                ("e", json!(h.e)),
+                ("ins_cnt", json!(h.ins_cnt)),
+                ("max_hop_count", json!(h.max_hop_count)),
+                ("total_hop_count", json!(h.total_hop_count)),
+                ("instruction_bitmap", json!(h.instructions)),
+                ("tail", json!({"next_proto": tail.next_proto, "dest_port": tail.dest_port, "dscp": tail.dscp})),
+            ] {
+                m.insert(k.into(), v);
+            }
+            (Format::IntV05, 0, 0)
+        }
+        IntHeader::Opaque => {
+            m.insert("data".into(), json!(hex(block.body)));
+            return Value::Object(m);
+        }
+    };
+    if !matches!(block.header, IntHeader::Mx(_)) {
+        let mut hops = Vec::new();
+        for hop in stack {
+            match hop {
+                Ok(h) => {
+                    let mut hv = hop_value(&h, format);
+                    let dv = domain_value(ds_id, ds_bits, h.domain, registry, &[Mode::Export, Mode::SourceInserted]);
+                    if !dv.is_null() {
+                        hv.insert("domain".into(), dv);
+                    }
+                    hops.push(Value::Object(hv));
+                }
+                Err(e) => {
+                    m.insert("stack_error".into(), error_value(&e));
+                    break;
+                }
+            }
+        }
+        m.insert("hops".into(), Value::Array(hops));
+    }
+    Value::Object(m)
+}
+
+fn report_value(payload: &[u8], cfg: &DetectConfig, registry: Option<&Registry>) -> Result<Value, Error> {
+    let report = Report::parse(payload)?;
+    let mut m = Map::new();
+    m.insert("version".into(), json!(report.version_name()));
+    let mut warnings = Warnings::default();
+    match report {
+        Report::V2 { group, .. } => {
+            m.insert("hw_id".into(), json!(group.hw_id));
+            m.insert("seq".into(), json!(group.sequence));
+            m.insert("node_id".into(), json!(group.node_id));
+            let mut reports = Vec::new();
+            for r in report.individual_reports() {
+                match r {
+                    Ok(r) => reports.push(individual_value(&r, cfg, registry)),
+                    Err(e) => {
+                        m.insert("error".into(), error_value(&e));
+                        break;
+                    }
+                }
+            }
+            m.insert("reports".into(), Value::Array(reports));
+        }
+        Report::V1 { header: h, inner, warnings: w } => {
+            warnings.merge(w);
+            for (k, v) in [
+                ("len", json!(h.len)),
+                ("nproto", json!(h.nproto)),
+                ("rep_md_bits", json!(h.rep_md_bits)),
+                ("d", json!(h.d)),
+                ("q", json!(h.q)),
+                ("f", json!(h.f)),
+                ("hw_id", json!(h.hw_id)),
+                ("node_id", json!(h.switch_id)),
+                ("seq", json!(h.sequence)),
+                ("ingress_ts", json!(h.ingress_ts)),
+            ] {
+                m.insert(k.into(), v);
+            }
+            let start = match h.nproto {
+                1 => Start::Ipv4,
+                2 => Start::Ipv6,
+                _ => Start::Ethernet,
+            };
+            if !inner.is_empty() {
+                m.insert("inner".into(), inner_value(inner, start, cfg, registry));
+            }
+        }
+        Report::V05 { fixed: f, switch, inner, warnings: w } => {
+            warnings.merge(w);
+            for (k, v) in [
+                ("nproto", json!(f.nproto)),
+                ("d", json!(f.d)),
+                ("q", json!(f.q)),
+                ("f", json!(f.f)),
+                ("hw_id", json!(f.hw_id)),
+                ("seq", json!(f.sequence)),
+                ("ingress_ts", json!(f.ingress_ts)),
+            ] {
+                m.insert(k.into(), v);
+            }
+            if let Some(s) = switch {
+                let mut sm = json!({"node_id": s.switch_id, "l1_ingress_if": s.ingress_port, "l1_egress_if": s.egress_port, "queue_id": s.queue_id});
+                let o = sm.as_object_mut().expect("object");
+                if let Some(r) = s.drop_reason {
+                    o.insert("drop_reason".into(), json!(r));
+                    if let Some(n) = drop_reason_name(r) {
+                        o.insert("drop_reason_name".into(), json!(n));
+                    }
+                }
+                if let Some(q) = s.queue_occupancy {
+                    o.insert("queue_occupancy".into(), json!(q));
+                }
+                if let Some(t) = s.egress_ts {
+                    o.insert("egress_ts".into(), json!(t));
+                }
+                m.insert(if s.drop_reason.is_some() { "drop" } else { "local" }.into(), sm);
+            }
+            if !inner.is_empty() {
+                m.insert("inner".into(), inner_value(inner, Start::Ethernet, cfg, registry));
+            }
+        }
+    }
+    if !warnings.is_empty() {
+        m.insert("warnings".into(), warnings_value(warnings));
+    }
+    Ok(Value::Object(m))
+}
+
+fn inner_value(bytes: &[u8], start: Start, cfg: &DetectConfig, registry: Option<&Registry>) -> Value {
+    let mut m = Map::new();
+    m.insert("len".into(), json!(bytes.len()));
+    let mut w = Warnings::default();
+    if let Err(e) = packet_value(bytes, start, cfg, registry, &mut w, &mut m) {
+        m.insert("error".into(), error_value(&e));
+    }
+    if !w.is_empty() {
+        m.insert("warnings".into(), warnings_value(w));
+    }
+    Value::Object(m)
+}
+
+fn individual_value(r: &IndividualReport<'_>, cfg: &DetectConfig, registry: Option<&Registry>) -> Value {
+    let h = r.header;
+    let mut m = Map::new();
+    for (k, v) in [
+        ("offset", json!(r.offset)),
+        ("rep_type", json!(RepType::from_raw(h.rep_type).name())),
+        ("in_type", json!(InType::from_raw(h.in_type).name())),
+        ("report_length", json!(h.report_length)),
+        ("md_length", json!(h.md_length)),
+        ("d", json!(h.d)),
+        ("q", json!(h.q)),
+        ("f", json!(h.f)),
+        ("i", json!(h.i)),
+    ] {
+        m.insert(k.into(), v);
+    }
+    if let Some(main) = r.main {
+        m.insert("rep_md_bits".into(), json!(main.rep_md_bits));
+        m.insert("ds_id".into(), json!(main.ds_id));
+        m.insert("ds_md_bits".into(), json!(main.ds_md_bits));
+        m.insert("ds_md_status".into(), json!(main.ds_md_status));
+        match r.hop() {
+            Some(Ok(hop)) => {
+                let mut md = hop_value(&hop, Format::ReportV2);
+                if let Some(reason) = hop.drop_reason.and_then(drop_reason_name) {
+                    md.insert("drop_reason_name".into(), json!(reason));
+                }
+                let dv = domain_value(main.ds_id, main.ds_md_bits, hop.domain, registry, &[Mode::Export, Mode::SourceInserted]);
+                if !dv.is_null() {
+                    md.insert("domain".into(), dv);
+                }
+                m.insert("metadata".into(), Value::Object(md));
+            }
+            Some(Err(e)) => {
+                m.insert("metadata_error".into(), error_value(&e));
+            }
+            None => {}
+        }
+    }
+    match r.inner_type {
+        InType::Ethernet | InType::Ipv4 | InType::Ipv6 if !r.inner.is_empty() => {
+            let start = match r.inner_type {
+                InType::Ipv4 => Start::Ipv4,
+                InType::Ipv6 => Start::Ipv6,
+                _ => Start::Ethernet,
+            };
+            m.insert("inner".into(), inner_value(r.inner, start, cfg, registry));
+        }
+        InType::Tlv => {
+            let mut tlvs = Vec::new();
+            for t in r.tlvs() {
+                match t {
+                    Ok(t) => {
+                        let mut tv = json!({"type": t.header.tlv_type, "length": t.header.length, "template": t.header.template});
+                        let o = tv.as_object_mut().expect("object");
+                        match t.header.in_type() {
+                            it @ (InType::Ethernet | InType::Ipv4 | InType::Ipv6) => {
+                                let start = match it {
+                                    InType::Ipv4 => Start::Ipv4,
+                                    InType::Ipv6 => Start::Ipv6,
+                                    _ => Start::Ethernet,
+                                };
+                                o.insert("inner".into(), inner_value(t.data, start, cfg, registry));
+                            }
+                            _ => {
+                                o.insert("data".into(), json!(hex(t.data)));
+                            }
+                        }
+                        tlvs.push(tv);
+                    }
+                    Err(e) => {
+                        m.insert("tlv_error".into(), error_value(&e));
+                        break;
+                    }
+                }
+            }
+            m.insert("tlvs".into(), Value::Array(tlvs));
+        }
+        _ if !r.inner.is_empty() => {
+            m.insert("inner_data".into(), json!(hex(r.inner)));
+        }
+        _ => {}
+    }
+    if !r.warnings.is_empty() {
+        m.insert("warnings".into(), warnings_value(r.warnings));
+    }
+    Value::Object(m)
+}

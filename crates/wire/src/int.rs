@@ -1,0 +1,292 @@
+//! One INT header block — shim, INT-MD / INT-MX / legacy header, and its metadata — located in
+//! any encapsulation, decoded zero-copy.
+//!
+//! The version is read from the bytes, so one decoder reads every generation:
+//! * TCP/UDP shim whose first nibble is 0 and second non-zero → INT v1.0 / v0.5 shim
+//!   ([`crate::legacy`]); the metadata header then tells v1.0 (version nibble 1, or Hop ML
+//!   consistent with the bitmap) from v0.5 (instruction count consistent with the bitmap).
+//! * otherwise the v2.x shim of the encapsulation, whose Length excludes the shim
+//!   (INT v2.1 §"INT over TCP/UDP": "The length of the shim header (1 word) is NOT counted since
+//!   INT version 2.0").
+
+use crate::domain::{Mode, Registry};
+use crate::error::{Error, Layer, Result, check_len};
+use crate::legacy::{LEGACY_HEADER_LEN, LegacyShimRepr, V05_TAIL_LEN, V05HeaderRepr, V05TailRepr, V1HeaderRepr};
+use crate::md::{MD_HEADER_LEN, MdHeader, MdHeaderRepr};
+use crate::metadata::{Format, Stack};
+use crate::mx::{MX_HEADER_LEN, MxHeader, MxHeaderRepr};
+use crate::shim::{
+    GeneveOption, GpeShim, GreShim, IntType, SHIM_LEN, Shim, TcpUdpShim, TcpUdpShimRepr, check_shim_length,
+};
+use crate::warning::{Warning, Warnings};
+
+/// Where the INT block sits (INT v2.1 §"Header Location").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Encap {
+    /// After the TCP header (DSCP or probe marking).
+    Tcp,
+    /// After the UDP header of the original packet (DSCP / probe marking, or INT UDP port, NPT=1).
+    Udp,
+    /// In a new UDP header inserted before the original L4 header (NPT=2).
+    UdpNew,
+    /// In VXLAN-GPE, after a header with next protocol 0x82.
+    VxlanGpe,
+    /// As a Geneve option of class 0x0103.
+    Geneve,
+    /// After a GRE header with protocol type `TBD_INT`.
+    Gre,
+}
+
+impl Encap {
+    /// Name used in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Encap::Tcp => "tcp",
+            Encap::Udp => "udp",
+            Encap::UdpNew => "udp-new",
+            Encap::VxlanGpe => "vxlan-gpe",
+            Encap::Geneve => "geneve",
+            Encap::Gre => "gre",
+        }
+    }
+}
+
+/// The shim of a block, of either generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnyShim {
+    /// INT v2.x shim.
+    V2(Shim),
+    /// INT v1.0 / v0.5 shim.
+    Legacy(LegacyShimRepr),
+}
+
+/// The INT header of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntHeader {
+    /// INT-MD (v2.x).
+    Md(MdHeaderRepr),
+    /// INT-MX (v2.x).
+    Mx(MxHeaderRepr),
+    /// INT v1.0 hop-by-hop header.
+    V1(V1HeaderRepr),
+    /// INT v0.5 hop-by-hop header and its tail.
+    V05(V05HeaderRepr, V05TailRepr),
+    /// Destination or unknown type: not decoded (the spec defines no format yet).
+    Opaque,
+}
+
+/// A decoded INT block. `body` is the metadata stack (MD, v1.0, v0.5), the source-inserted
+/// metadata (MX) or the undecoded option data (destination / unknown types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntBlock<'a> {
+    /// Where it was found.
+    pub encap: Encap,
+    /// Its shim.
+    pub shim: AnyShim,
+    /// Its header.
+    pub header: IntHeader,
+    /// Stack, source-inserted metadata or opaque data.
+    pub body: &'a [u8],
+    /// Bytes from the first shim byte to the end of the block (v0.5: tail included).
+    pub len: usize,
+    /// Tolerated deviations.
+    pub warnings: Warnings,
+}
+
+/// How to read a v2 shim's Length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LengthSemantics {
+    /// INT v2.x: Length excludes the shim (the spec).
+    Spec,
+    /// INT v1.0 style: Length includes the shim (tolerated for v2 headers, with a warning).
+    CountsShim,
+}
+
+impl<'a> IntBlock<'a> {
+    /// Decodes the block starting at `bytes[0]` (the shim, or the Geneve option header).
+    pub fn parse(bytes: &'a [u8], encap: Encap) -> Result<Self> {
+        Self::parse_with(bytes, encap, LengthSemantics::Spec)
+    }
+
+    /// As [`IntBlock::parse`], reading a v2 shim's Length with the given semantics.
+    pub fn parse_with(bytes: &'a [u8], encap: Encap, semantics: LengthSemantics) -> Result<Self> {
+        check_len(Layer::IntShim, bytes, SHIM_LEN)?;
+        let shim = match encap {
+            Encap::Tcp | Encap::Udp | Encap::UdpNew => {
+                if bytes[0] >> 4 == 0 && bytes[0] != 0 {
+                    return Self::parse_legacy(bytes, encap);
+                }
+                Shim::TcpUdp(TcpUdpShimRepr::parse(&TcpUdpShim::new_checked(bytes)?))
+            }
+            Encap::Gre => Shim::Gre(GreShim::new_checked(bytes)?.repr()),
+            Encap::VxlanGpe => Shim::Gpe(GpeShim::new_checked(bytes)?.repr()),
+            Encap::Geneve => Shim::Geneve(GeneveOption::new_checked(bytes)?.repr()),
+        };
+        let mut warnings = Warnings::default();
+        let words = match semantics {
+            LengthSemantics::Spec => shim.length_words(),
+            LengthSemantics::CountsShim => {
+                warnings.add(Warning::ShimLengthCountsShim);
+                shim.length_words().checked_sub(1).ok_or(Error::bad_value(
+                    Layer::IntShim,
+                    1,
+                    "Length",
+                    "at least 1 when it counts the shim",
+                    0,
+                ))?
+            }
+        };
+        let after = &bytes[SHIM_LEN..];
+        check_shim_length(words, after.len())?;
+        let data = &after[..words * 4];
+        let (header, body) = match shim.int_type() {
+            IntType::Md => {
+                let v = MdHeader::new_checked(data).map_err(|e| e.shifted(SHIM_LEN))?;
+                let r = MdHeaderRepr::parse(&v);
+                if r.version != 2 {
+                    return Err(Error::bad_value(Layer::IntMd, SHIM_LEN, "Ver", "2", u64::from(r.version)));
+                }
+                (IntHeader::Md(r), &data[MD_HEADER_LEN..])
+            }
+            IntType::Mx => {
+                let v = MxHeader::new_checked(data).map_err(|e| e.shifted(SHIM_LEN))?;
+                let r = MxHeaderRepr::parse(&v);
+                if r.version != 2 {
+                    return Err(Error::bad_value(Layer::IntMx, SHIM_LEN, "Ver", "2", u64::from(r.version)));
+                }
+                (IntHeader::Mx(r), &data[MX_HEADER_LEN..])
+            }
+            IntType::Destination | IntType::Unknown(_) => (IntHeader::Opaque, data),
+        };
+        Ok(IntBlock { encap, shim: AnyShim::V2(shim), header, body, len: SHIM_LEN + data.len(), warnings })
+    }
+
+    fn parse_legacy(bytes: &'a [u8], encap: Encap) -> Result<Self> {
+        let shim = LegacyShimRepr::parse(bytes)?;
+        let hdr = bytes.get(SHIM_LEN..SHIM_LEN + LEGACY_HEADER_LEN).ok_or(Error::truncated(
+            Layer::IntLegacy,
+            SHIM_LEN,
+            LEGACY_HEADER_LEN,
+            bytes.len().saturating_sub(SHIM_LEN),
+        ))?;
+        let bitmap = u16::from_be_bytes([hdr[4], hdr[5]]);
+        let count = bitmap.count_ones() as u8;
+        let mut warnings = Warnings::default();
+        let v05_consistent = hdr[0] >> 6 == 0 && hdr[1] & 0x1f == count && count > 0;
+        let v1_consistent = hdr[2] & 0x1f == count;
+        let start = SHIM_LEN + LEGACY_HEADER_LEN;
+        if hdr[0] >> 4 == 1 || (!v05_consistent && v1_consistent) {
+            let h = V1HeaderRepr::parse(hdr)?;
+            if h.version == 0 {
+                warnings.add(Warning::V1HeaderVersion0);
+            }
+            let total = usize::from(shim.length) * 4;
+            if total < start {
+                return Err(Error::bad_value(Layer::IntShim, 2, "len (v1.0, words incl. shim)", "at least 3", u64::from(shim.length)));
+            }
+            if total > bytes.len() {
+                return Err(Error::bad_length(Layer::IntShim, 2, "len", total, bytes.len()));
+            }
+            return Ok(IntBlock { encap, shim: AnyShim::Legacy(shim), header: IntHeader::V1(h), body: &bytes[start..total], len: total, warnings });
+        }
+        if !v05_consistent {
+            return Err(Error::bad_value(
+                Layer::IntLegacy,
+                SHIM_LEN,
+                "metadata header",
+                "a v1.0 or v0.5 header consistent with its instruction bitmap",
+                u64::from(u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]])),
+            ));
+        }
+        let h = V05HeaderRepr::parse(hdr)?;
+        let stack_len = usize::from(h.total_hop_count) * usize::from(h.ins_cnt) * 4;
+        let total = start + stack_len + V05_TAIL_LEN;
+        if total > bytes.len() {
+            return Err(Error::bad_length(Layer::IntLegacy, SHIM_LEN + 3, "total_hop_count", total, bytes.len()));
+        }
+        if usize::from(shim.length) * 4 != total {
+            warnings.add(Warning::LegacyShimLength);
+        }
+        let tail = V05TailRepr::parse(&bytes[start + stack_len..])?;
+        Ok(IntBlock {
+            encap,
+            shim: AnyShim::Legacy(shim),
+            header: IntHeader::V05(h, tail),
+            body: &bytes[start..start + stack_len],
+            len: total,
+            warnings,
+        })
+    }
+
+    /// INT version of the block: 2 (v2.x), 1 (v1.0) or 0 (v0.5).
+    pub fn version(&self) -> u8 {
+        match self.header {
+            IntHeader::V1(_) => 1,
+            IntHeader::V05(..) => 0,
+            _ => 2,
+        }
+    }
+
+    /// The INT header type.
+    pub fn int_type(&self) -> IntType {
+        match self.shim {
+            AnyShim::V2(s) => s.int_type(),
+            AnyShim::Legacy(s) => IntType::from_raw(s.int_type),
+        }
+    }
+
+    /// The metadata stack (empty for MX / opaque blocks), with the warnings its layout raised.
+    /// `registry` supplies domain-specific sizes; without it 'source-only' metadata is inferred
+    /// from the stack length.
+    pub fn stack(&self, registry: Option<&Registry>) -> (Stack<'a>, Warnings) {
+        let mut w = Warnings::default();
+        match self.header {
+            IntHeader::Md(h) => {
+                let hop_len = usize::from(h.hop_ml) * 4;
+                let base = Format::IntV2.baseline_len(h.instructions);
+                if base > hop_len {
+                    w.add(Warning::HopTooShort);
+                    return (Stack::new(self.body, h.instructions, Format::IntV2, 0, 0, 0), w);
+                }
+                let domain_len = hop_len - base;
+                let inferred = if hop_len == 0 { self.body.len() } else { self.body.len() % hop_len };
+                let mut source_only = inferred;
+                if h.ds_id != 0 && h.ds_instruction != 0 {
+                    let known = registry.and_then(|r| r.get(h.ds_id)).and_then(|d| {
+                        let export = d.len_of(h.ds_instruction, Mode::Export)?;
+                        let source = d.len_of(h.ds_instruction, Mode::SourceInserted)?;
+                        (export == domain_len && self.body.len() >= source).then_some(source)
+                    });
+                    match known {
+                        Some(s) => source_only = s,
+                        None => w.add(Warning::UnknownDomain),
+                    }
+                } else if inferred != 0 {
+                    w.add(Warning::StackLeftover);
+                }
+                let stack = Stack::new(self.body, h.instructions, Format::IntV2, hop_len, domain_len, source_only);
+                if stack.leftover() != 0 {
+                    w.add(Warning::StackLeftover);
+                }
+                (stack, w)
+            }
+            IntHeader::V1(h) => self.legacy_stack(h.instructions, Format::IntV1, usize::from(h.hop_ml) * 4, w),
+            IntHeader::V05(h, _) => self.legacy_stack(h.instructions, Format::IntV05, usize::from(h.ins_cnt) * 4, w),
+            IntHeader::Mx(h) => (Stack::new(&[], h.instructions, Format::IntV2, 0, 0, 0), w),
+            IntHeader::Opaque => (Stack::new(&[], 0, Format::IntV2, 0, 0, 0), w),
+        }
+    }
+
+    fn legacy_stack(&self, bitmap: u16, format: Format, hop_len: usize, mut w: Warnings) -> (Stack<'a>, Warnings) {
+        let base = format.baseline_len(bitmap);
+        if base > hop_len {
+            w.add(Warning::HopTooShort);
+            return (Stack::new(self.body, bitmap, format, 0, 0, 0), w);
+        }
+        let stack = Stack::new(self.body, bitmap, format, hop_len, hop_len - base, 0);
+        if stack.leftover() != 0 {
+            w.add(Warning::StackLeftover);
+        }
+        (stack, w)
+    }
+}

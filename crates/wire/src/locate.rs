@@ -1,0 +1,542 @@
+//! Finding INT in a frame: walks Ethernet / VLAN / IPv4 / IPv6 / UDP / TCP (etherparse's checked
+//! slices) and the tunnels INT rides in, decodes the INT block zero-copy, and derives the flow
+//! key of the *original* packet (destination port from an NPT=1 shim, L4 header after an NPT=2
+//! shim, v0.5 tail), plus the innermost flow through VXLAN-GPE / Geneve / GRE / IP-in-UDP.
+//!
+//! How INT is recognised is configuration ([`DetectConfig`]), because the spec leaves the
+//! codepoints open (INT v2.1 §"INT over TCP/UDP": INT_TBD port, DSCP value or bit, probe
+//! marker; §"INT over IPv4/GRE": TBD_INT).
+
+use core::net::IpAddr;
+
+use etherparse::{Ethernet2HeaderSlice, Ipv4HeaderSlice, Ipv6ExtensionsSlice, Ipv6HeaderSlice, TcpHeaderSlice, UdpHeaderSlice};
+
+use crate::checksum;
+use crate::encap::{ETHERTYPE_TEB, GENEVE_PORT, GPE_NEXT_PROTO_INT, GeneveRepr, GreRepr, VXLAN_GPE_PORT, VxlanGpeRepr};
+use crate::error::{Error, Layer, Result};
+use crate::int::{AnyShim, Encap, IntBlock, IntHeader, LengthSemantics};
+use crate::metadata::Format;
+use crate::shim::{GENEVE_INT_OPTION_CLASS, IntType, Shim};
+use crate::warning::{Warning, Warnings};
+
+/// A DSCP value and the bits of it that mark INT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DscpMatch {
+    /// The marking value (6 bits).
+    pub value: u8,
+    /// Which DSCP bits are compared (0x3F: the whole value; one bit: a flag).
+    pub mask: u8,
+}
+
+impl DscpMatch {
+    /// Whether `dscp` carries the marking.
+    pub fn matches(&self, dscp: u8) -> bool {
+        dscp & self.mask == self.value & self.mask
+    }
+}
+
+/// How INT and telemetry reports are recognised. Defaults: DSCP 0x17 (the spec examples, BMv2
+/// and AmLight), no INT UDP port (the spec assigns none), no probe marker, no GRE protocol type,
+/// VXLAN-GPE on 4790, Geneve on 6081, reports on UDP 32766 (SD-Fabric).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetectConfig {
+    /// UDP destination ports meaning "INT follows" (INT_TBD).
+    pub int_udp_ports: Vec<u16>,
+    /// DSCP marking of INT after TCP/UDP.
+    pub dscp: Option<DscpMatch>,
+    /// 64-bit probe marker before the shim.
+    pub probe_marker: Option<u64>,
+    /// GRE protocol type of INT (TBD_INT).
+    pub gre_proto: Option<u16>,
+    /// VXLAN-GPE UDP port.
+    pub vxlan_gpe_port: u16,
+    /// Geneve UDP port.
+    pub geneve_port: u16,
+    /// UDP destination ports of telemetry reports.
+    pub report_ports: Vec<u16>,
+    /// Look for unmarked INT after TCP/UDP (used inside report inner packets; strict checks).
+    pub heuristic: bool,
+    /// Verify IPv4 and L4 checksums (costs a pass over the packet; off on hot paths).
+    pub verify_checksums: bool,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        DetectConfig {
+            int_udp_ports: Vec::new(),
+            dscp: Some(DscpMatch { value: 0x17, mask: 0x3f }),
+            probe_marker: None,
+            gre_proto: None,
+            vxlan_gpe_port: VXLAN_GPE_PORT,
+            geneve_port: GENEVE_PORT,
+            report_ports: vec![crate::report::DEFAULT_REPORT_PORT],
+            heuristic: false,
+            verify_checksums: false,
+        }
+    }
+}
+
+/// A 5-tuple.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// IP protocol.
+    pub proto: u8,
+    /// L4 source port (0 when the protocol has none).
+    pub src_port: u16,
+    /// L4 destination port.
+    pub dst_port: u16,
+}
+
+/// What a packet starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Ethernet II.
+    Ethernet,
+    /// IPv4 header.
+    Ipv4,
+    /// IPv6 header.
+    Ipv6,
+}
+
+/// The IP layer of a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpInfo {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Protocol (IPv6: after extension headers).
+    pub proto: u8,
+    /// DSCP.
+    pub dscp: u8,
+    /// TTL / hop limit.
+    pub ttl: u8,
+    /// Offset of the IP header in the buffer.
+    pub offset: usize,
+    /// IP header length (IPv6: with extension headers).
+    pub header_len: usize,
+    /// Length the header declares for the whole IP packet.
+    pub declared_len: usize,
+}
+
+/// The L4 layer of a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct L4Info {
+    /// IP protocol (6 or 17).
+    pub proto: u8,
+    /// Source port.
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
+    /// Offset of the L4 header.
+    pub offset: usize,
+    /// L4 header length.
+    pub header_len: usize,
+    /// Checksum field.
+    pub checksum: u16,
+}
+
+/// A located packet: its layers, INT blocks and flow keys. Nothing is copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packet<'a> {
+    /// The bytes the packet was located in.
+    pub bytes: &'a [u8],
+    /// VLAN IDs, outermost first (up to two; `vlan_count` tells how many tags there were).
+    pub vlans: [u16; 2],
+    /// Number of VLAN tags.
+    pub vlan_count: u8,
+    /// Outer IP layer.
+    pub ip: Option<IpInfo>,
+    /// Outer L4 layer.
+    pub l4: Option<L4Info>,
+    /// First INT block, and its offset in `bytes`.
+    pub int: Option<(usize, IntBlock<'a>)>,
+    /// A second INT block stacked behind the first (VXLAN-GPE next protocol 0x82).
+    pub int2: Option<(usize, IntBlock<'a>)>,
+    /// The original packet's flow (INT fields restored).
+    pub flow: Option<FlowKey>,
+    /// The innermost flow, through tunnels; `None` when there is no tunnel.
+    pub inner_flow: Option<FlowKey>,
+    /// Tolerated deviations.
+    pub warnings: Warnings,
+}
+
+const MAX_DEPTH: u8 = 4;
+
+impl<'a> Packet<'a> {
+    /// Locates layers and INT in `bytes`, which start with `start`.
+    pub fn parse(bytes: &'a [u8], start: Start, cfg: &DetectConfig) -> Result<Self> {
+        parse_at(bytes, start, cfg, 0)
+    }
+
+    /// The INT-MD/MX block if any, else the first block.
+    pub fn int_block(&self) -> Option<&IntBlock<'a>> {
+        self.int.as_ref().map(|(_, b)| b)
+    }
+}
+
+fn ip_addr4(a: [u8; 4]) -> IpAddr {
+    IpAddr::from(a)
+}
+
+fn ip_addr6(a: [u8; 16]) -> IpAddr {
+    IpAddr::from(a)
+}
+
+fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) -> Result<Packet<'a>> {
+    let mut p = Packet {
+        bytes,
+        vlans: [0; 2],
+        vlan_count: 0,
+        ip: None,
+        l4: None,
+        int: None,
+        int2: None,
+        flow: None,
+        inner_flow: None,
+        warnings: Warnings::default(),
+    };
+    let mut at = 0;
+    let mut ethertype = match start {
+        Start::Ethernet => {
+            let eth = Ethernet2HeaderSlice::from_slice(bytes).map_err(|e| Error::truncated(Layer::Ethernet, 0, e.required_len, e.len))?;
+            at = 14;
+            let mut et = eth.ether_type().0;
+            while matches!(et, 0x8100 | 0x88a8 | 0x9100) {
+                let tag = bytes.get(at..at + 4).ok_or(Error::truncated(Layer::Vlan, at, 4, bytes.len().saturating_sub(at)))?;
+                if usize::from(p.vlan_count) < p.vlans.len() {
+                    p.vlans[usize::from(p.vlan_count)] = u16::from_be_bytes([tag[0], tag[1]]) & 0x0fff;
+                }
+                p.vlan_count = p.vlan_count.saturating_add(1);
+                et = u16::from_be_bytes([tag[2], tag[3]]);
+                at += 4;
+            }
+            et
+        }
+        Start::Ipv4 => 0x0800,
+        Start::Ipv6 => 0x86dd,
+    };
+    // MPLS (SD-Fabric spines forward MPLS): skip the label stack, guess the payload from the nibble.
+    if matches!(ethertype, 0x8847 | 0x8848) {
+        loop {
+            let l = bytes.get(at..at + 4).ok_or(Error::truncated(Layer::Ethernet, at, 4, bytes.len().saturating_sub(at)))?;
+            at += 4;
+            if l[2] & 1 == 1 {
+                break;
+            }
+        }
+        ethertype = match bytes.get(at).map(|b| b >> 4) {
+            Some(4) => 0x0800,
+            Some(6) => 0x86dd,
+            _ => return Ok(p),
+        };
+    }
+    let ip = match ethertype {
+        0x0800 => {
+            let s = Ipv4HeaderSlice::from_slice(&bytes[at..]).map_err(|e| ip_error(Layer::Ipv4, at, e))?;
+            let header_len = s.slice().len();
+            if cfg.verify_checksums && checksum::internet_checksum(s.slice()) != 0 {
+                p.warnings.add(Warning::BadIpChecksum);
+            }
+            IpInfo {
+                src: ip_addr4(s.source()),
+                dst: ip_addr4(s.destination()),
+                proto: s.protocol().0,
+                dscp: s.dcp().value(),
+                ttl: s.ttl(),
+                offset: at,
+                header_len,
+                declared_len: usize::from(s.total_len()),
+            }
+        }
+        0x86dd => {
+            let s = Ipv6HeaderSlice::from_slice(&bytes[at..]).map_err(|e| ip_error(Layer::Ipv6, at, e))?;
+            let (exts, next, _) = Ipv6ExtensionsSlice::from_slice(s.next_header(), &bytes[at + 40..])
+                .map_err(|e| ip_error(Layer::Ipv6, at + 40, e))?;
+            IpInfo {
+                src: ip_addr6(s.source()),
+                dst: ip_addr6(s.destination()),
+                proto: next.0,
+                dscp: s.dscp().value(),
+                ttl: s.hop_limit(),
+                offset: at,
+                header_len: 40 + exts.slice().len(),
+                declared_len: 40 + usize::from(s.payload_length()),
+            }
+        }
+        _ => return Ok(p),
+    };
+    p.ip = Some(ip);
+    // The IP payload: what the header declares, cut to what was captured (truncated reports).
+    let l4_at = at + ip.header_len;
+    let ip_end = (at + ip.declared_len).min(bytes.len()).max(l4_at.min(bytes.len()));
+    let payload = &bytes[l4_at.min(bytes.len())..ip_end];
+    let declared_payload = ip.declared_len.saturating_sub(ip.header_len);
+    let mut flow = FlowKey { src: ip.src, dst: ip.dst, proto: ip.proto, src_port: 0, dst_port: 0 };
+    let dscp_marked = cfg.dscp.is_some_and(|m| m.matches(ip.dscp));
+    match ip.proto {
+        17 => {
+            let u = UdpHeaderSlice::from_slice(payload).map_err(|e| Error::truncated(Layer::Udp, l4_at, e.required_len, e.len))?;
+            let l4 = L4Info { proto: 17, src_port: u.source_port(), dst_port: u.destination_port(), offset: l4_at, header_len: 8, checksum: u.checksum() };
+            p.l4 = Some(l4);
+            flow.src_port = l4.src_port;
+            flow.dst_port = l4.dst_port;
+            if cfg.verify_checksums && u.checksum() != 0 && payload.len() == declared_payload && !l4_checksum_ok(&ip, bytes, payload) {
+                p.warnings.add(Warning::BadL4Checksum);
+            }
+            let data = &payload[8..];
+            let dport = l4.dst_port;
+            // A report's outer header may carry any DSCP (GEANT sends 0x17): reports win.
+            if cfg.report_ports.contains(&dport) {
+            } else if cfg.int_udp_ports.contains(&dport) || dscp_marked {
+                let block = parse_l4_int(data, Encap::Udp, cfg, &mut p, l4_at + 8)?;
+                restore_flow(&block, &data[block.len..], &mut flow, &mut p, cfg, depth)?;
+            } else if let Some(off) = probe(cfg, data) {
+                let block = parse_l4_int(&data[off..], Encap::Udp, cfg, &mut p, l4_at + 8 + off)?;
+                restore_flow(&block, &data[off + block.len..], &mut flow, &mut p, cfg, depth)?;
+            } else if dport == cfg.vxlan_gpe_port {
+                vxlan_gpe(data, l4_at + 8, cfg, &mut p, depth)?;
+            } else if dport == cfg.geneve_port {
+                geneve(data, l4_at + 8, cfg, &mut p, depth)?;
+            } else if cfg.heuristic {
+                heuristic(data, Encap::Udp, l4_at + 8, cfg, &mut p, &mut flow, depth);
+            }
+        }
+        6 => {
+            let t = TcpHeaderSlice::from_slice(payload).map_err(|e| ip_error(Layer::Tcp, l4_at, e))?;
+            let hl = t.slice().len();
+            let l4 = L4Info { proto: 6, src_port: t.source_port(), dst_port: t.destination_port(), offset: l4_at, header_len: hl, checksum: t.checksum() };
+            p.l4 = Some(l4);
+            flow.src_port = l4.src_port;
+            flow.dst_port = l4.dst_port;
+            if cfg.verify_checksums && payload.len() == declared_payload && !l4_checksum_ok(&ip, bytes, payload) {
+                p.warnings.add(Warning::BadL4Checksum);
+            }
+            let data = &payload[hl..];
+            if dscp_marked {
+                let block = parse_l4_int(data, Encap::Tcp, cfg, &mut p, l4_at + hl)?;
+                restore_flow(&block, &data[block.len..], &mut flow, &mut p, cfg, depth)?;
+            } else if let Some(off) = probe(cfg, data) {
+                let block = parse_l4_int(&data[off..], Encap::Tcp, cfg, &mut p, l4_at + hl + off)?;
+                restore_flow(&block, &data[off + block.len..], &mut flow, &mut p, cfg, depth)?;
+            } else if cfg.heuristic {
+                heuristic(data, Encap::Tcp, l4_at + hl, cfg, &mut p, &mut flow, depth);
+            }
+        }
+        47 => gre(payload, l4_at, cfg, &mut p, depth)?,
+        4 | 41 if depth < MAX_DEPTH => {
+            let start = if ip.proto == 4 { Start::Ipv4 } else { Start::Ipv6 };
+            p.inner_flow = innermost(payload, start, cfg, depth);
+        }
+        _ => {}
+    }
+    p.flow = Some(flow);
+    Ok(p)
+}
+
+fn ip_error(layer: Layer, at: usize, e: impl core::fmt::Debug) -> Error {
+    // etherparse's errors carry a length or a bad field; keep the first number as `found`.
+    let text = format!("{e:?}");
+    let found = text.split(|c: char| !c.is_ascii_digit()).find(|t| !t.is_empty()).and_then(|t| t.parse().ok()).unwrap_or(0);
+    Error::bad_value(layer, at, "header", "a valid header (version, header length)", found)
+}
+
+fn l4_checksum_ok(ip: &IpInfo, bytes: &[u8], segment: &[u8]) -> bool {
+    let pseudo = match (ip.src, ip.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => checksum::ipv4_pseudo_header_sum(s.octets(), d.octets(), ip.proto, segment.len() as u16),
+        (IpAddr::V6(s), IpAddr::V6(d)) => checksum::ipv6_pseudo_header_sum(s.octets(), d.octets(), ip.proto, segment.len() as u32),
+        _ => return true,
+    };
+    let _ = bytes;
+    checksum::ones_complement_sum(pseudo, segment) == 0xffff
+}
+
+fn probe(cfg: &DetectConfig, data: &[u8]) -> Option<usize> {
+    let marker = cfg.probe_marker?;
+    let w = data.get(..8)?;
+    (u64::from_be_bytes(w.try_into().ok()?) == marker).then_some(8)
+}
+
+/// Parses an INT block after TCP/UDP, recording it in `p`.
+fn parse_l4_int<'a>(data: &'a [u8], encap: Encap, _cfg: &DetectConfig, p: &mut Packet<'a>, offset: usize) -> Result<IntBlock<'a>> {
+    let mut block = IntBlock::parse(data, encap).map_err(|e| e.shifted(offset))?;
+    if let AnyShim::V2(Shim::TcpUdp(s)) = block.shim {
+        if s.npt == 2 && encap == Encap::Udp {
+            block.encap = Encap::UdpNew;
+            // Tolerate producers whose v2 shim Length counts the shim (CableLabs): prefer the
+            // reading after which the original L4 header is plausible.
+            if !plausible_l4(&data[block.len..], s.ip_proto()) {
+                if let Ok(mut alt) = IntBlock::parse_with(data, Encap::UdpNew, LengthSemantics::CountsShim) {
+                    if plausible_l4(&data[alt.len..], s.ip_proto()) {
+                        alt.encap = Encap::UdpNew;
+                        block = alt;
+                    }
+                }
+            }
+        }
+    }
+    p.warnings.merge(block.warnings);
+    p.int = Some((offset, block));
+    Ok(block)
+}
+
+fn plausible_l4(b: &[u8], proto: u8) -> bool {
+    match proto {
+        6 => b.len() >= 20 && (5..=15).contains(&(b[12] >> 4)) && b[0..2] != [0, 0] && b[2..4] != [0, 0],
+        17 => b.len() >= 8 && b[2..4] != [0, 0] && usize::from(u16::from_be_bytes([b[4], b[5]])) == b.len(),
+        _ => true,
+    }
+}
+
+/// Sets the original flow's fields from what INT saved, and follows what comes after the block.
+fn restore_flow<'a>(
+    block: &IntBlock<'a>,
+    after: &'a [u8],
+    flow: &mut FlowKey,
+    p: &mut Packet<'a>,
+    cfg: &DetectConfig,
+    depth: u8,
+) -> Result<()> {
+    match (block.shim, block.header) {
+        (AnyShim::V2(Shim::TcpUdp(s)), _) if s.npt == 1 => flow.dst_port = s.udp_port(),
+        (AnyShim::V2(Shim::TcpUdp(s)), _) if s.npt == 2 => {
+            flow.proto = s.ip_proto();
+            match s.ip_proto() {
+                6 | 17 if after.len() >= 4 => {
+                    flow.src_port = u16::from_be_bytes([after[0], after[1]]);
+                    flow.dst_port = u16::from_be_bytes([after[2], after[3]]);
+                }
+                4 if depth < MAX_DEPTH => p.inner_flow = innermost(after, Start::Ipv4, cfg, depth),
+                41 if depth < MAX_DEPTH => p.inner_flow = innermost(after, Start::Ipv6, cfg, depth),
+                _ => {}
+            }
+        }
+        (_, IntHeader::V05(_, tail)) => flow.dst_port = tail.dest_port,
+        _ => {}
+    }
+    Ok(())
+}
+
+fn innermost(bytes: &[u8], start: Start, cfg: &DetectConfig, depth: u8) -> Option<FlowKey> {
+    let inner = parse_at(bytes, start, cfg, depth + 1).ok()?;
+    inner.inner_flow.or(inner.flow)
+}
+
+fn vxlan_gpe<'a>(data: &'a [u8], offset: usize, cfg: &DetectConfig, p: &mut Packet<'a>, depth: u8) -> Result<()> {
+    let gpe = VxlanGpeRepr::parse(data).map_err(|e| e.shifted(offset))?;
+    let mut next = gpe.next_protocol;
+    let mut at = crate::encap::VXLAN_GPE_LEN;
+    let mut blocks = 0;
+    while next == GPE_NEXT_PROTO_INT {
+        let block = IntBlock::parse(&data[at..], Encap::VxlanGpe).map_err(|e| e.shifted(offset + at))?;
+        p.warnings.merge(block.warnings);
+        if blocks == 0 {
+            p.int = Some((offset + at, block));
+        } else if blocks == 1 {
+            p.int2 = Some((offset + at, block));
+        }
+        blocks += 1;
+        next = match block.shim {
+            AnyShim::V2(Shim::Gpe(s)) => s.next_protocol,
+            _ => 0,
+        };
+        at += block.len;
+        if blocks > 8 {
+            return Err(Error::bad_value(Layer::IntShim, offset + at, "Next Protocol", "at most 8 stacked INT headers", blocks));
+        }
+    }
+    let start = match next {
+        1 => Start::Ipv4,
+        2 => Start::Ipv6,
+        3 => Start::Ethernet,
+        _ => return Ok(()),
+    };
+    if depth < MAX_DEPTH {
+        p.inner_flow = innermost(&data[at..], start, cfg, depth);
+    }
+    Ok(())
+}
+
+fn geneve<'a>(data: &'a [u8], offset: usize, cfg: &DetectConfig, p: &mut Packet<'a>, depth: u8) -> Result<()> {
+    let g = GeneveRepr::parse(data).map_err(|e| e.shifted(offset))?;
+    let mut at = crate::encap::GENEVE_LEN;
+    let end = g.total_len();
+    while at + 4 <= end {
+        let opt = crate::shim::GeneveOption::new_checked(&data[at..end])?.repr();
+        let olen = 4 + usize::from(opt.length) * 4;
+        if at + olen > end {
+            return Err(Error::bad_length(Layer::Geneve, offset + at + 3, "option Length", olen, end - at));
+        }
+        if opt.option_class == GENEVE_INT_OPTION_CLASS && p.int.is_none() {
+            let block = IntBlock::parse(&data[at..at + olen], Encap::Geneve).map_err(|e| e.shifted(offset + at))?;
+            p.warnings.merge(block.warnings);
+            p.int = Some((offset + at, block));
+        }
+        at += olen;
+    }
+    let start = match g.protocol_type {
+        ETHERTYPE_TEB => Start::Ethernet,
+        0x0800 => Start::Ipv4,
+        0x86dd => Start::Ipv6,
+        _ => return Ok(()),
+    };
+    if depth < MAX_DEPTH {
+        p.inner_flow = innermost(&data[end..], start, cfg, depth);
+    }
+    Ok(())
+}
+
+fn gre<'a>(data: &'a [u8], offset: usize, cfg: &DetectConfig, p: &mut Packet<'a>, depth: u8) -> Result<()> {
+    let g = GreRepr::parse(data).map_err(|e| e.shifted(offset))?;
+    let mut at = g.header_len();
+    let mut proto = g.protocol_type;
+    if Some(proto) == cfg.gre_proto {
+        let block = IntBlock::parse(&data[at..], Encap::Gre).map_err(|e| e.shifted(offset + at))?;
+        p.warnings.merge(block.warnings);
+        p.int = Some((offset + at, block));
+        at += block.len;
+        proto = match block.shim {
+            AnyShim::V2(Shim::Gre(s)) => s.next_protocol,
+            _ => 0,
+        };
+    }
+    let start = match proto {
+        ETHERTYPE_TEB => Start::Ethernet,
+        0x0800 => Start::Ipv4,
+        0x86dd => Start::Ipv6,
+        _ => return Ok(()),
+    };
+    if depth < MAX_DEPTH {
+        p.inner_flow = innermost(&data[at..], start, cfg, depth);
+    }
+    Ok(())
+}
+
+/// Accepts unmarked INT only when the block is self-consistent.
+fn heuristic<'a>(data: &'a [u8], encap: Encap, offset: usize, cfg: &DetectConfig, p: &mut Packet<'a>, flow: &mut FlowKey, depth: u8) {
+    let Ok(block) = IntBlock::parse(data, encap) else { return };
+    let consistent = match block.header {
+        IntHeader::Md(h) => {
+            let hop_len = usize::from(h.hop_ml) * 4;
+            h.instructions != 0 && hop_len >= Format::IntV2.baseline_len(h.instructions) && (h.ds_id != 0 || block.body.len() % hop_len == 0)
+        }
+        IntHeader::Mx(h) => h.instructions != 0 && block.int_type() == IntType::Mx,
+        IntHeader::V1(h) => h.instructions != 0 && h.hop_ml > 0 && block.body.len() % (usize::from(h.hop_ml) * 4) == 0,
+        IntHeader::V05(h, _) => h.instructions != 0,
+        IntHeader::Opaque => false,
+    };
+    if !consistent {
+        return;
+    }
+    let mut w = block.warnings;
+    w.add(Warning::UnmarkedInt);
+    p.warnings.merge(w);
+    let mut block = block;
+    block.warnings = w;
+    p.int = Some((offset, block));
+    let _ = restore_flow(&block, &data[block.len..], flow, p, cfg, depth);
+}

@@ -1,0 +1,399 @@
+//! Per-hop INT metadata: the instruction bitmap, metadata sizes, and decoding/encoding of one
+//! hop's metadata (INT v2.1 §"INT-MD Metadata Header Format", Instruction Bitmap; Report v2.0
+//! §"Individual Report Main Contents for RepType 1", RepMdBits).
+//!
+//! Bit 0 is the MSB. Baseline bits request 4 bytes each, except bits 4–6 (8 bytes). Reserved
+//! bits 9–14 request 4 bytes (a newer minor version may define them). In an INT-MD stack bit 15
+//! is the Checksum Complement and comes *after* the domain-specific metadata; in a report bit 15
+//! is Queue ID + Drop Reason and is baseline. A value of all ones means "unavailable": it decodes
+//! as `None` for every field of that word.
+
+use crate::error::{Error, Layer, Result};
+use crate::field::{be32, be64, put32, put64};
+
+/// The bit for instruction `n` (0 = MSB).
+pub const fn bit(n: u32) -> u16 {
+    0x8000 >> n
+}
+
+/// Bit 0: Node ID.
+pub const NODE_ID: u16 = bit(0);
+/// Bit 1: Level 1 ingress + egress interface IDs (16 bits each).
+pub const L1_INTERFACES: u16 = bit(1);
+/// Bit 2: hop latency.
+pub const HOP_LATENCY: u16 = bit(2);
+/// Bit 3: queue ID (8 bits) + queue occupancy (24 bits).
+pub const QUEUE: u16 = bit(3);
+/// Bit 4: ingress timestamp (8 bytes in v2.x).
+pub const INGRESS_TS: u16 = bit(4);
+/// Bit 5: egress timestamp (8 bytes in v2.x).
+pub const EGRESS_TS: u16 = bit(5);
+/// Bit 6: level 2 ingress + egress interface IDs (4 bytes each in v2.x).
+pub const L2_INTERFACES: u16 = bit(6);
+/// Bit 7: egress interface Tx utilization.
+pub const EGRESS_TX_UTIL: u16 = bit(7);
+/// Bit 8: buffer ID (8 bits) + buffer occupancy (24 bits).
+pub const BUFFER: u16 = bit(8);
+/// Bits 9–14: reserved in v2.1 (4 bytes each).
+pub const RESERVED_BITS: u16 = 0x007e;
+/// Bit 15: Checksum Complement (INT-MD) or Queue ID + Drop Reason (report RepMdBits).
+pub const BIT15: u16 = bit(15);
+
+/// Which generation's meaning the bits have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// INT v2.x metadata stack: bits 4–6 are 8 bytes, bit 15 is the Checksum Complement (last).
+    IntV2,
+    /// Telemetry Report v2.0 RepMdBits: as INT v2.x, but bit 15 is Queue ID + Drop Reason.
+    ReportV2,
+    /// INT v1.0 stack: every bit is 4 bytes (timestamps are 32-bit).
+    IntV1,
+    /// INT v0.5 stack: every bit is 4 bytes; bit 6 is queue ID + congestion status.
+    IntV05,
+}
+
+impl Format {
+    /// Size in bytes of the metadata for bit `n` (0 = MSB).
+    pub const fn size_of_bit(self, n: u32) -> usize {
+        match self {
+            Format::IntV2 | Format::ReportV2 if n >= 4 && n <= 6 => 8,
+            _ => 4,
+        }
+    }
+
+    /// Bytes of baseline metadata `bitmap` requests (domain-specific metadata excluded).
+    pub fn baseline_len(self, bitmap: u16) -> usize {
+        let wide = match self {
+            Format::IntV2 | Format::ReportV2 => (bitmap & (INGRESS_TS | EGRESS_TS | L2_INTERFACES)).count_ones(),
+            _ => 0,
+        };
+        (bitmap.count_ones() + wide) as usize * 4
+    }
+}
+
+/// The metadata one node added (or reported), decoded. `None` means requested but unavailable
+/// (all ones on the wire) or not requested; [`HopMetadata::present`] tells which bits were requested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HopMetadata<'a> {
+    /// The instruction bits this hop's metadata covers.
+    pub present: u16,
+    /// Node ID (bit 0).
+    pub node_id: Option<u32>,
+    /// Level 1 ingress interface ID (bit 1).
+    pub l1_ingress_if: Option<u16>,
+    /// Level 1 egress interface ID (bit 1).
+    pub l1_egress_if: Option<u16>,
+    /// Hop latency (bit 2), in the device's unit (nanoseconds by the spec's YANG model).
+    pub hop_latency: Option<u32>,
+    /// Queue ID (bit 3; in reports also from bit 15).
+    pub queue_id: Option<u8>,
+    /// Queue occupancy (bit 3, 24 bits).
+    pub queue_occupancy: Option<u32>,
+    /// Ingress timestamp (bit 4).
+    pub ingress_ts: Option<u64>,
+    /// Egress timestamp (bit 5).
+    pub egress_ts: Option<u64>,
+    /// Level 2 ingress interface ID (bit 6).
+    pub l2_ingress_if: Option<u32>,
+    /// Level 2 egress interface ID (bit 6).
+    pub l2_egress_if: Option<u32>,
+    /// Egress interface Tx utilization (bit 7).
+    pub egress_tx_util: Option<u32>,
+    /// Buffer ID (bit 8).
+    pub buffer_id: Option<u8>,
+    /// Buffer occupancy (bit 8, 24 bits).
+    pub buffer_occupancy: Option<u32>,
+    /// Words of reserved bits 9–14, by bit (index 0 = bit 9).
+    pub reserved: [Option<u32>; 6],
+    /// INT v0.5 bit 6: queue ID + congestion status word.
+    pub queue_congestion: Option<u32>,
+    /// Checksum Complement (INT-MD bit 15). `None` also for the reserved "not used" 0xFFFFFFFF.
+    pub checksum_complement: Option<u32>,
+    /// Drop reason (report bit 15).
+    pub drop_reason: Option<u8>,
+    /// This hop's domain-specific metadata, raw (decode with [`crate::domain::Registry`]).
+    pub domain: &'a [u8],
+}
+
+#[inline]
+fn word(b: &[u8], at: usize) -> Option<u32> {
+    let w = be32(b, at);
+    (w != u32::MAX).then_some(w)
+}
+
+#[inline]
+fn dword(b: &[u8], at: usize) -> Option<u64> {
+    let w = be64(b, at);
+    (w != u64::MAX).then_some(w)
+}
+
+impl<'a> HopMetadata<'a> {
+    /// Decodes one hop: baseline metadata in bit order, then `domain_len` bytes of domain-specific
+    /// metadata, then (INT v2 only) the Checksum Complement. Returns the hop and the bytes used.
+    pub fn decode(bitmap: u16, format: Format, buf: &'a [u8], domain_len: usize) -> Result<(Self, usize)> {
+        let total = format.baseline_len(bitmap) + domain_len;
+        if buf.len() < total {
+            return Err(Error::truncated(Layer::IntStack, 0, total, buf.len()));
+        }
+        let mut h = HopMetadata { present: bitmap, ..Default::default() };
+        let mut at = 0;
+        for n in 0..16u32 {
+            if bitmap & bit(n) == 0 || (n == 15 && format == Format::IntV2) {
+                continue;
+            }
+            let size = format.size_of_bit(n);
+            match (n, format) {
+                (0, _) => h.node_id = word(buf, at),
+                (1, _) => {
+                    if let Some(w) = word(buf, at) {
+                        h.l1_ingress_if = Some((w >> 16) as u16);
+                        h.l1_egress_if = Some(w as u16);
+                    }
+                }
+                (2, _) => h.hop_latency = word(buf, at),
+                (3, _) => {
+                    if let Some(w) = word(buf, at) {
+                        h.queue_id = Some((w >> 24) as u8);
+                        h.queue_occupancy = Some(w & 0x00ff_ffff);
+                    }
+                }
+                (4, Format::IntV2 | Format::ReportV2) => h.ingress_ts = dword(buf, at),
+                (5, Format::IntV2 | Format::ReportV2) => h.egress_ts = dword(buf, at),
+                (4, _) => h.ingress_ts = word(buf, at).map(u64::from),
+                (5, _) => h.egress_ts = word(buf, at).map(u64::from),
+                (6, Format::IntV2 | Format::ReportV2) => {
+                    if let Some(w) = dword(buf, at) {
+                        h.l2_ingress_if = Some((w >> 32) as u32);
+                        h.l2_egress_if = Some(w as u32);
+                    }
+                }
+                (6, Format::IntV1) => {
+                    if let Some(w) = word(buf, at) {
+                        h.l2_ingress_if = Some(w >> 16);
+                        h.l2_egress_if = Some(w & 0xffff);
+                    }
+                }
+                (6, _) => h.queue_congestion = word(buf, at),
+                (7, _) => h.egress_tx_util = word(buf, at),
+                (8, _) => {
+                    if let Some(w) = word(buf, at) {
+                        h.buffer_id = Some((w >> 24) as u8);
+                        h.buffer_occupancy = Some(w & 0x00ff_ffff);
+                    }
+                }
+                (15, Format::ReportV2) => {
+                    if let Some(w) = word(buf, at) {
+                        h.queue_id.get_or_insert((w >> 24) as u8);
+                        h.drop_reason = Some((w >> 16) as u8);
+                    }
+                }
+                (n, _) => h.reserved[(n - 9).min(5) as usize] = word(buf, at),
+            }
+            at += size;
+        }
+        h.domain = &buf[at..at + domain_len];
+        at += domain_len;
+        if format == Format::IntV2 && bitmap & BIT15 != 0 {
+            h.checksum_complement = word(buf, at);
+            at += 4;
+        }
+        Ok((h, at))
+    }
+
+    /// Encodes this hop for `bitmap` into `out` (which must hold [`Format::baseline_len`] plus
+    /// `domain.len()` bytes); `None` values are written as all ones. Returns the bytes written.
+    pub fn encode(&self, bitmap: u16, format: Format, out: &mut [u8]) -> usize {
+        let ones32 = u32::MAX;
+        let mut at = 0;
+        let pair16 = |a: Option<u16>, b: Option<u16>| match (a, b) {
+            (Some(a), Some(b)) => (u32::from(a) << 16) | u32::from(b),
+            _ => ones32,
+        };
+        let id24 = |id: Option<u8>, v: Option<u32>| match (id, v) {
+            (Some(id), Some(v)) => (u32::from(id) << 24) | (v & 0x00ff_ffff),
+            _ => ones32,
+        };
+        for n in 0..16u32 {
+            if bitmap & bit(n) == 0 || (n == 15 && format == Format::IntV2) {
+                continue;
+            }
+            let wide = format.size_of_bit(n) == 8;
+            match n {
+                0 => put32(out, at, self.node_id.unwrap_or(ones32)),
+                1 => put32(out, at, pair16(self.l1_ingress_if, self.l1_egress_if)),
+                2 => put32(out, at, self.hop_latency.unwrap_or(ones32)),
+                3 => put32(out, at, id24(self.queue_id, self.queue_occupancy)),
+                4 | 5 => {
+                    let ts = if n == 4 { self.ingress_ts } else { self.egress_ts };
+                    if wide {
+                        put64(out, at, ts.unwrap_or(u64::MAX));
+                    } else {
+                        put32(out, at, ts.map_or(ones32, |t| t as u32));
+                    }
+                }
+                6 if wide => match (self.l2_ingress_if, self.l2_egress_if) {
+                    (Some(i), Some(e)) => put64(out, at, (u64::from(i) << 32) | u64::from(e)),
+                    _ => put64(out, at, u64::MAX),
+                },
+                6 if format == Format::IntV1 => put32(
+                    out,
+                    at,
+                    pair16(self.l2_ingress_if.map(|v| v as u16), self.l2_egress_if.map(|v| v as u16)),
+                ),
+                6 => put32(out, at, self.queue_congestion.unwrap_or(ones32)),
+                7 => put32(out, at, self.egress_tx_util.unwrap_or(ones32)),
+                8 => put32(out, at, id24(self.buffer_id, self.buffer_occupancy)),
+                15 => {
+                    let w = match (self.queue_id, self.drop_reason) {
+                        (Some(q), Some(r)) => (u32::from(q) << 24) | (u32::from(r) << 16),
+                        _ => ones32,
+                    };
+                    put32(out, at, w)
+                }
+                n => put32(out, at, self.reserved[(n - 9).min(5) as usize].unwrap_or(ones32)),
+            }
+            at += if wide { 8 } else { 4 };
+        }
+        out[at..at + self.domain.len()].copy_from_slice(self.domain);
+        at += self.domain.len();
+        if format == Format::IntV2 && bitmap & BIT15 != 0 {
+            put32(out, at, self.checksum_complement.unwrap_or(ones32));
+            at += 4;
+        }
+        at
+    }
+
+    /// The requested fields in wire order as `(name, value)`; `None` = unavailable. Names are the
+    /// ones `intscope dump --format json` uses.
+    pub fn fields(&self, format: Format) -> impl Iterator<Item = (&'static str, Option<u64>)> + '_ {
+        let p = self.present;
+        let has = move |m: u16| p & m != 0;
+        let report = format == Format::ReportV2;
+        let r = |i: usize| (has(bit(9 + i as u32)), RESERVED_NAMES[i], self.reserved[i].map(u64::from));
+        let items: [(bool, &'static str, Option<u64>); 24] = [
+            (has(NODE_ID), "node_id", self.node_id.map(u64::from)),
+            (has(L1_INTERFACES), "l1_ingress_if", self.l1_ingress_if.map(u64::from)),
+            (has(L1_INTERFACES), "l1_egress_if", self.l1_egress_if.map(u64::from)),
+            (has(HOP_LATENCY), "hop_latency", self.hop_latency.map(u64::from)),
+            (has(QUEUE) || (report && has(BIT15)), "queue_id", self.queue_id.map(u64::from)),
+            (has(QUEUE), "queue_occupancy", self.queue_occupancy.map(u64::from)),
+            (has(INGRESS_TS), "ingress_ts", self.ingress_ts),
+            (has(EGRESS_TS), "egress_ts", self.egress_ts),
+            (has(L2_INTERFACES) && format != Format::IntV05, "l2_ingress_if", self.l2_ingress_if.map(u64::from)),
+            (has(L2_INTERFACES) && format != Format::IntV05, "l2_egress_if", self.l2_egress_if.map(u64::from)),
+            (has(L2_INTERFACES) && format == Format::IntV05, "queue_congestion", self.queue_congestion.map(u64::from)),
+            (has(EGRESS_TX_UTIL), "egress_tx_util", self.egress_tx_util.map(u64::from)),
+            (has(BUFFER), "buffer_id", self.buffer_id.map(u64::from)),
+            (has(BUFFER), "buffer_occupancy", self.buffer_occupancy.map(u64::from)),
+            r(0),
+            r(1),
+            r(2),
+            r(3),
+            r(4),
+            r(5),
+            (report && has(BIT15), "drop_reason", self.drop_reason.map(u64::from)),
+            (!report && has(BIT15), "checksum_complement", self.checksum_complement.map(u64::from)),
+            (false, "", None),
+            (false, "", None),
+        ];
+        items.into_iter().filter(|(on, _, _)| *on).map(|(_, n, v)| (n, v))
+    }
+}
+
+/// JSON names of the reserved bits 9–14.
+const RESERVED_NAMES: [&str; 6] =
+    ["reserved_bit9", "reserved_bit10", "reserved_bit11", "reserved_bit12", "reserved_bit13", "reserved_bit14"];
+
+/// Lazy iterator over an INT-MD metadata stack, top (most recent hop) first.
+///
+/// Each hop is `hop_len` bytes; the bottom hop (the source's) may carry `source_only_len` more
+/// bytes of 'source-only' domain-specific metadata (INT v2.1: excluded from Hop ML, counted in the
+/// shim Length).
+#[derive(Debug, Clone)]
+pub struct Stack<'a> {
+    bytes: &'a [u8],
+    bitmap: u16,
+    format: Format,
+    hop_len: usize,
+    domain_len: usize,
+    source_only_len: usize,
+    at: usize,
+    failed: bool,
+}
+
+impl<'a> Stack<'a> {
+    /// A stack of hops of `hop_len` bytes each (`domain_len` of them domain-specific) in `bytes`,
+    /// whose last hop carries `source_only_len` extra bytes.
+    pub fn new(bytes: &'a [u8], bitmap: u16, format: Format, hop_len: usize, domain_len: usize, source_only_len: usize) -> Self {
+        Stack { bytes, bitmap, format, hop_len, domain_len, source_only_len, at: 0, failed: false }
+    }
+
+    /// Number of hops the stack holds (a partial trailing hop is not counted).
+    pub fn hop_count(&self) -> usize {
+        match self.bytes.len().checked_sub(self.source_only_len) {
+            Some(n) if self.hop_len > 0 => n / self.hop_len,
+            _ => 0,
+        }
+    }
+
+    /// Bytes that do not form whole hops (non-zero means a malformed stack or unknown layout).
+    pub fn leftover(&self) -> usize {
+        if self.hop_len == 0 {
+            return self.bytes.len();
+        }
+        match self.bytes.len().checked_sub(self.source_only_len) {
+            Some(n) => n % self.hop_len,
+            None => self.bytes.len(),
+        }
+    }
+}
+
+impl<'a> Iterator for Stack<'a> {
+    type Item = Result<HopMetadata<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.hop_len == 0 || self.at >= self.bytes.len() {
+            return None;
+        }
+        let remaining = &self.bytes[self.at..];
+        let is_last = remaining.len() < 2 * self.hop_len + self.source_only_len;
+        let domain_len = if is_last { self.domain_len + self.source_only_len } else { self.domain_len };
+        match HopMetadata::decode(self.bitmap, self.format, remaining, domain_len) {
+            Ok((hop, used)) => {
+                // Guard against layouts that do not advance (bitmap/length mismatch).
+                let used = used.max(self.hop_len.min(remaining.len()));
+                self.at += used;
+                Some(Ok(hop))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e.shifted(self.at)))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(Format::IntV2.baseline_len(0xff00), 44);
+        assert_eq!(Format::IntV1.baseline_len(0xff00), 32);
+        assert_eq!(Format::IntV2.baseline_len(NODE_ID | QUEUE), 8);
+    }
+
+    #[test]
+    fn all_ones_is_unavailable() {
+        let b = [0xff; 8];
+        let (h, used) = HopMetadata::decode(NODE_ID | QUEUE, Format::IntV2, &b, 0).unwrap();
+        assert_eq!(used, 8);
+        assert_eq!(h.node_id, None);
+        assert_eq!((h.queue_id, h.queue_occupancy), (None, None));
+        // An occupancy of 0xFFFFFF inside a valid word is a number (spec README errata).
+        let b = [0, 0, 0, 1, 0x02, 0xff, 0xff, 0xff];
+        let (h, _) = HopMetadata::decode(NODE_ID | QUEUE, Format::IntV2, &b, 0).unwrap();
+        assert_eq!((h.queue_id, h.queue_occupancy), (Some(2), Some(0xff_ffff)));
+    }
+}
