@@ -1,0 +1,95 @@
+//! Frame builders for tests: outer headers from etherparse (checksums computed), INT bytes from
+//! the crate's own `emit` functions.
+#![allow(dead_code)]
+
+use etherparse::{IpNumber, Ipv4Header, TcpHeader, UdpHeader};
+use intscope_wire::md::MdHeaderRepr;
+use intscope_wire::metadata::{Format, HopMetadata};
+use intscope_wire::mx::MxHeaderRepr;
+use intscope_wire::shim::Shim;
+
+pub const SRC: [u8; 4] = [10, 0, 1, 1];
+pub const DST: [u8; 4] = [10, 0, 3, 3];
+
+/// Ethernet + IPv4 (`proto`, `dscp`) + `payload`.
+pub fn eth_ipv4(proto: u8, dscp: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0x08, 0x00];
+    out.extend(ipv4(proto, dscp, payload));
+    out
+}
+
+/// IPv4 header (checksum computed) + payload.
+pub fn ipv4(proto: u8, dscp: u8, payload: &[u8]) -> Vec<u8> {
+    let mut ip = Ipv4Header::new(payload.len() as u16, 64, IpNumber(proto), SRC, DST).unwrap();
+    ip.dscp = etherparse::IpDscp::try_new(dscp).unwrap();
+    ip.header_checksum = ip.calc_header_checksum();
+    let mut out = ip.to_bytes().to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// UDP header (checksum over IPv4 SRC→DST) + payload.
+pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let h = UdpHeader::with_ipv4_checksum(sport, dport, &Ipv4Header::new(0, 64, IpNumber::UDP, SRC, DST).unwrap(), payload).unwrap();
+    let mut out = h.to_bytes().to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// UDP header with a zero checksum + payload.
+pub fn udp_no_checksum(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let h = UdpHeader { source_port: sport, destination_port: dport, length: (8 + payload.len()) as u16, checksum: 0 };
+    let mut out = h.to_bytes().to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// TCP header (SYN-ACK-less data segment, checksum over IPv4 SRC→DST with protocol 6) + payload.
+pub fn tcp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut h = TcpHeader::new(sport, dport, 1000, 8192);
+    h.psh = true;
+    h.ack = true;
+    h.acknowledgment_number = 77;
+    h.checksum = h.calc_checksum_ipv4_raw(SRC, DST, payload).unwrap();
+    let mut out = h.to_bytes().to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// An INT-MD block: shim (its length set), header, hops (top first) + extra bytes (source-only).
+pub fn md_block(mut shim: Shim, header: MdHeaderRepr, hops: &[HopMetadata<'_>], source_only: &[u8]) -> Vec<u8> {
+    let mut body = vec![0u8; 256];
+    let mut at = 0;
+    for h in hops {
+        at += h.encode(header.instructions, Format::IntV2, &mut body[at..]);
+    }
+    body.truncate(at);
+    body.extend_from_slice(source_only);
+    shim.set_length_words(((12 + body.len()) / 4) as u8);
+    let mut out = vec![0u8; 16];
+    shim.emit(&mut out[..4]);
+    header.emit(&mut out[4..16]);
+    out.extend(body);
+    out
+}
+
+/// An INT-MX block with source-inserted metadata.
+pub fn mx_block(mut shim: Shim, header: MxHeaderRepr, source_inserted: &[u8]) -> Vec<u8> {
+    shim.set_length_words(((12 + source_inserted.len()) / 4) as u8);
+    let mut out = vec![0u8; 16];
+    shim.emit(&mut out[..4]);
+    header.emit(&mut out[4..16]);
+    out.extend_from_slice(source_inserted);
+    out
+}
+
+/// A hop with node id and queue occupancy (queue id 0), as in the spec examples.
+pub fn node_q(node: u32, occupancy: u32) -> HopMetadata<'static> {
+    HopMetadata { present: 0x9000, node_id: Some(node), queue_id: Some(0), queue_occupancy: Some(occupancy), ..Default::default() }
+}
+
+/// Decodes a hex string (whitespace ignored).
+pub fn unhex(s: &str) -> Vec<u8> {
+    let clean: String = s.chars().filter(|c| c.is_ascii_hexdigit()).collect();
+    hex::decode(clean).unwrap()
+}
