@@ -278,7 +278,15 @@ fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) ->
     let declared_payload = ip.declared_len.saturating_sub(ip.header_len);
     let mut flow = FlowKey { src: ip.src, dst: ip.dst, proto: ip.proto, src_port: 0, dst_port: 0 };
     let dscp_marked = cfg.dscp.is_some_and(|m| m.matches(ip.dscp));
-    match ip.proto {
+    let mut proto = ip.proto;
+    if proto == 6 && cfg.heuristic && TcpHeaderSlice::from_slice(payload).is_err() && plausible_l4(payload, 17) {
+        // A producer that inserted a UDP header but left the IP protocol at TCP (CableLabs
+        // IPv6 reports): read what is there.
+        p.warnings.add(Warning::L4ProtocolMismatch);
+        proto = 17;
+        flow.proto = 17;
+    }
+    match proto {
         17 => {
             let u = UdpHeaderSlice::from_slice(payload).map_err(|e| Error::truncated(Layer::Udp, l4_at, e.required_len, e.len))?;
             let l4 = L4Info { proto: 17, src_port: u.source_port(), dst_port: u.destination_port(), offset: l4_at, header_len: 8, checksum: u.checksum() };

@@ -409,17 +409,34 @@ impl<'a> IndividualReports<'a> {
     fn decode_one(&self, rest: &'a [u8]) -> Result<(IndividualReport<'a>, usize)> {
         let header = IndividualHeaderRepr::parse(rest)?;
         let mut warnings = Warnings::default();
-        let mut end = if header.report_length == 0xff { rest.len() } else { INDIVIDUAL_LEN + usize::from(header.report_length) * 4 };
-        if end > rest.len() {
-            return Err(Error::bad_length(Layer::ReportIndividual, 1, "Report Length", end, rest.len()));
+        let declared_end = if header.report_length == 0xff { rest.len() } else { INDIVIDUAL_LEN + usize::from(header.report_length) * 4 };
+        if declared_end > rest.len() {
+            return Err(Error::bad_length(Layer::ReportIndividual, 1, "Report Length", declared_end, rest.len()));
         }
+        let (mut report, inner_at) = Self::layout(header, rest, declared_end, &mut warnings)?;
+        let mut end = declared_end;
         if end < rest.len() {
+            // Bytes remain: either coalesced reports, or a producer whose Report Length is too
+            // short. Tolerate the latter when the rest is no report, or when the inner packet's
+            // own length field ends exactly at the end of the datagram.
             let next_ok = IndividualHeaderRepr::parse(&rest[end..]).is_ok_and(|h| h.plausible_in(rest.len() - end));
-            if !next_ok {
+            let inner_fills = declared_packet_len(&rest[inner_at..], report.inner_type).is_some_and(|l| inner_at + l == rest.len());
+            if !next_ok || inner_fills {
                 warnings.add(Warning::ReportLengthExtended);
                 end = rest.len();
+                report.inner = &rest[inner_at..];
             }
         }
+        report.warnings = warnings;
+        report.offset = self.base + self.at;
+        Ok((report, end))
+    }
+
+    /// Main contents and inner contents of a report occupying `body_with_header`; returns the
+    /// report and where its inner contents start (from the report's first byte).
+    fn layout(header: IndividualHeaderRepr, rest: &'a [u8], end: usize, warnings: &mut Warnings) -> Result<(IndividualReport<'a>, usize)> {
+        // Resynchronising looks at everything that follows (the length may be the wrong part).
+        let lookahead = &rest[INDIVIDUAL_LEN..];
         let body = &rest[INDIVIDUAL_LEN..end];
         let declared = InType::from_raw(header.in_type);
         let md_len = usize::from(header.md_length) * 4;
@@ -432,7 +449,7 @@ impl<'a> IndividualReports<'a> {
                 }
                 (Some(main), &body[INT_MAIN_LEN..md_end], md_end)
             }
-            RepType::InnerOnly if md_len != 0 && body.len() >= INT_MAIN_LEN && !plausible_packet(body, declared) => {
+            RepType::InnerOnly if md_len != 0 && body.len() >= INT_MAIN_LEN && !plausible_packet(lookahead, declared) => {
                 // Tolerated: some producers (CableLabs Transparent Security) fill INT main
                 // contents into Inner-Only reports. Find where the inner packet really starts.
                 warnings.add(Warning::MainContentsInInnerOnly);
@@ -441,7 +458,7 @@ impl<'a> IndividualReports<'a> {
                 let inner_at = if declared.is_packet() {
                     (INT_MAIN_LEN..=limit)
                         .step_by(4)
-                        .find(|&k| plausible_packet(&body[k..], declared) || plausible_packet(&body[k..], InType::Ethernet))
+                        .find(|&k| plausible_packet(&lookahead[k..], declared) || plausible_packet(&lookahead[k..], InType::Ethernet))
                         .unwrap_or(limit)
                 } else {
                     (INT_MAIN_LEN + Format::ReportV2.baseline_len(main.rep_md_bits)).min(limit)
@@ -452,11 +469,34 @@ impl<'a> IndividualReports<'a> {
         };
         let inner = &body[inner_at..];
         let mut inner_type = declared;
-        if declared.is_packet() && !plausible_packet(inner, declared) && plausible_packet(inner, InType::Ethernet) {
+        let ahead = &lookahead[inner_at..];
+        if declared.is_packet() && !plausible_packet(ahead, declared) && plausible_packet(ahead, InType::Ethernet) {
             warnings.add(Warning::InnerTypeMismatch);
             inner_type = InType::Ethernet;
         }
-        Ok((IndividualReport { offset: self.base + self.at, header, main, metadata, inner, inner_type, warnings }, end))
+        let report = IndividualReport { offset: 0, header, main, metadata, inner, inner_type, warnings: Warnings::default() };
+        Ok((report, INDIVIDUAL_LEN + inner_at))
+    }
+}
+
+/// The length a packet's own headers declare (Ethernet + VLANs + IP length), if readable.
+fn declared_packet_len(b: &[u8], t: InType) -> Option<usize> {
+    match t {
+        InType::Ipv4 if b.len() >= 4 && b[0] >> 4 == 4 => Some(usize::from(be16(b, 2))),
+        InType::Ipv6 if b.len() >= 6 && b[0] >> 4 == 6 => Some(40 + usize::from(be16(b, 4))),
+        InType::Ethernet if b.len() >= 14 => {
+            let mut at = 12;
+            while matches!(be16(b, at), 0x8100 | 0x88a8 | 0x9100) && b.len() >= at + 6 {
+                at += 4;
+            }
+            let t = match be16(b, at) {
+                0x0800 => InType::Ipv4,
+                0x86dd => InType::Ipv6,
+                _ => return None,
+            };
+            declared_packet_len(&b[at + 2..], t).map(|l| l + at + 2)
+        }
+        _ => None,
     }
 }
 

@@ -36,10 +36,12 @@ pub enum Warning {
     V1HeaderVersion0,
     /// A reserved field was non-zero.
     ReservedSet,
+    /// The IP protocol says TCP but a UDP header follows (inner packet of a report).
+    L4ProtocolMismatch,
 }
 
 impl Warning {
-    const ALL: [Warning; 15] = [
+    const ALL: [Warning; 16] = [
         Warning::ShimLengthCountsShim,
         Warning::LegacyShimLength,
         Warning::StackLeftover,
@@ -55,6 +57,7 @@ impl Warning {
         Warning::V1ReportLength,
         Warning::V1HeaderVersion0,
         Warning::ReservedSet,
+        Warning::L4ProtocolMismatch,
     ];
 
     /// A one-line explanation.
@@ -77,6 +80,7 @@ impl Warning {
             Warning::V1ReportLength => "v1.0 telemetry report Len field is not 4",
             Warning::V1HeaderVersion0 => "INT v1.0 metadata header carries version 0",
             Warning::ReservedSet => "a reserved field is non-zero",
+            Warning::L4ProtocolMismatch => "IP protocol says TCP but a UDP header follows; read as UDP",
         }
     }
 
@@ -98,6 +102,7 @@ impl Warning {
             Warning::V1ReportLength => "v1-report-length",
             Warning::V1HeaderVersion0 => "v1-header-version-0",
             Warning::ReservedSet => "reserved-set",
+            Warning::L4ProtocolMismatch => "l4-protocol-mismatch",
         }
     }
 }
