@@ -42,27 +42,49 @@ fn parse_num(s: &str, what: &str) -> Result<u64> {
 impl DetectArgs {
     /// The wire crate's detection config.
     pub fn config(&self) -> Result<DetectConfig> {
-        let mut cfg = DetectConfig { int_udp_ports: self.int_udp_ports.clone(), verify_checksums: true, ..DetectConfig::default() };
+        let mut cfg = DetectConfig {
+            int_udp_ports: self.int_udp_ports.clone(),
+            verify_checksums: true,
+            ..DetectConfig::default()
+        };
         if !self.report_ports.is_empty() {
             cfg.report_ports = self.report_ports.clone();
         }
         cfg.dscp = if self.int_dscp.eq_ignore_ascii_case("none") {
             None
         } else {
-            let (v, m) = self.int_dscp.split_once('/').unwrap_or((&self.int_dscp, "0x3f"));
-            let (value, mask) = (parse_num(v, "--int-dscp")?, parse_num(m, "--int-dscp mask")?);
+            let (v, m) = self
+                .int_dscp
+                .split_once('/')
+                .unwrap_or((&self.int_dscp, "0x3f"));
+            let (value, mask) = (
+                parse_num(v, "--int-dscp")?,
+                parse_num(m, "--int-dscp mask")?,
+            );
             if value > 0x3f || mask > 0x3f {
-                bail!("--int-dscp: DSCP values are 6 bits (0..=0x3f), got {}", self.int_dscp);
+                bail!(
+                    "--int-dscp: DSCP values are 6 bits (0..=0x3f), got {}",
+                    self.int_dscp
+                );
             }
-            Some(DscpMatch { value: value as u8, mask: mask as u8 })
+            Some(DscpMatch {
+                value: value as u8,
+                mask: mask as u8,
+            })
         };
         if let Some(p) = &self.probe_marker {
             let h = p.trim_start_matches("0x");
-            cfg.probe_marker = Some(u64::from_str_radix(h, 16).with_context(|| format!("--probe-marker: '{p}' is not 64-bit hex"))?);
+            cfg.probe_marker = Some(
+                u64::from_str_radix(h, 16)
+                    .with_context(|| format!("--probe-marker: '{p}' is not 64-bit hex"))?,
+            );
         }
         if let Some(g) = &self.int_gre_proto {
             let v = parse_num(g, "--int-gre-proto")?;
-            cfg.gre_proto = Some(u16::try_from(v).with_context(|| format!("--int-gre-proto: {g} exceeds 16 bits"))?);
+            cfg.gre_proto = Some(
+                u16::try_from(v)
+                    .with_context(|| format!("--int-gre-proto: {g} exceeds 16 bits"))?,
+            );
         }
         Ok(cfg)
     }

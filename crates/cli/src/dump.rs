@@ -70,6 +70,9 @@ pub fn run(args: &DumpArgs, out: &mut dyn Write) -> Result<u64> {
 /// Loads the registry file, if one was given.
 pub fn load_registry(path: Option<&PathBuf>) -> Result<Option<Registry>> {
     let Some(p) = path else { return Ok(None) };
-    let text = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
-    Ok(Some(Registry::from_toml(&text).with_context(|| p.display().to_string())?))
+    let text =
+        std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
+    Ok(Some(
+        Registry::from_toml(&text).with_context(|| p.display().to_string())?,
+    ))
 }

@@ -29,7 +29,10 @@ fn main() {
     };
     if let Err(e) = result {
         // Broken pipe (e.g. `| head`) is not an error worth reporting.
-        if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
+        if e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        }) {
             std::process::exit(0);
         }
         eprintln!("intscope: {e:#}");

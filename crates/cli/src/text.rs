@@ -6,7 +6,15 @@ use std::fmt::Write;
 use serde_json::Value;
 
 /// Metadata fields shown in hex as well as decimal.
-const HEX_KEYS: [&str; 7] = ["instruction_bitmap", "ds_id", "ds_instruction", "ds_flags", "rep_md_bits", "ds_md_bits", "ds_md_status"];
+const HEX_KEYS: [&str; 7] = [
+    "instruction_bitmap",
+    "ds_id",
+    "ds_instruction",
+    "ds_flags",
+    "rep_md_bits",
+    "ds_md_bits",
+    "ds_md_status",
+];
 
 /// The text block for one frame.
 pub fn render(v: &Value) -> String {
@@ -50,7 +58,10 @@ fn node(out: &mut String, k: &str, v: &Value, depth: usize) {
     match v {
         Value::Object(m) => {
             if k == "error" || k.ends_with("_error") {
-                let msg = m.get("message").and_then(Value::as_str).unwrap_or("malformed");
+                let msg = m
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("malformed");
                 let _ = writeln!(out, "{pad}[Malformed: {msg}]");
                 return;
             }

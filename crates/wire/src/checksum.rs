@@ -131,7 +131,9 @@ mod tests {
 
     #[test]
     fn incremental_update_matches_recompute() {
-        let mut d = vec![0x45u8, 0x00, 0x00, 0x54, 0x12, 0x34, 0x40, 0x00, 0x40, 0x11, 0, 0];
+        let mut d = vec![
+            0x45u8, 0x00, 0x00, 0x54, 0x12, 0x34, 0x40, 0x00, 0x40, 0x11, 0, 0,
+        ];
         let c = internet_checksum(&d);
         let old = [d[8], d[9]];
         d[8] = 0x3f; // TTL decrement

@@ -18,7 +18,14 @@ pub fn frame(frame: u64, bytes: &[u8], cfg: &DetectConfig, registry: Option<&Reg
     out.insert("frame".into(), json!(frame));
     out.insert("len".into(), json!(bytes.len()));
     let mut warnings = Warnings::default();
-    match packet_value(bytes, Start::Ethernet, cfg, registry, &mut warnings, &mut out) {
+    match packet_value(
+        bytes,
+        Start::Ethernet,
+        cfg,
+        registry,
+        &mut warnings,
+        &mut out,
+    ) {
         Ok(()) => {}
         Err(e) => {
             out.insert("error".into(), error_value(&e));
@@ -40,7 +47,11 @@ pub fn error_value(e: &Error) -> Value {
 }
 
 fn warnings_value(w: Warnings) -> Value {
-    Value::Array(w.iter().map(|w| json!({"code": w.code(), "message": w.message()})).collect())
+    Value::Array(
+        w.iter()
+            .map(|w| json!({"code": w.code(), "message": w.message()}))
+            .collect(),
+    )
 }
 
 fn flow_value(f: &FlowKey) -> Value {
@@ -95,15 +106,18 @@ fn packet_value(
         }
         out.insert("int_stacked".into(), v);
     }
-    if let (Some(l4), Some(_)) = (p.l4, p.ip) {
-        if l4.proto == 17 && cfg.report_ports.contains(&l4.dst_port) && p.int.is_none() {
-            let payload = &bytes[(l4.offset + 8).min(bytes.len())..];
-            let mut inner_cfg = cfg.clone();
-            inner_cfg.heuristic = true;
-            inner_cfg.verify_checksums = false;
-            let r = report_value(payload, &inner_cfg, registry).map_err(|e| e.shifted(l4.offset + 8))?;
-            out.insert("report".into(), r);
-        }
+    if let (Some(l4), Some(_)) = (p.l4, p.ip)
+        && l4.proto == 17
+        && cfg.report_ports.contains(&l4.dst_port)
+        && p.int.is_none()
+    {
+        let payload = &bytes[(l4.offset + 8).min(bytes.len())..];
+        let mut inner_cfg = cfg.clone();
+        inner_cfg.heuristic = true;
+        inner_cfg.verify_checksums = false;
+        let r =
+            report_value(payload, &inner_cfg, registry).map_err(|e| e.shifted(l4.offset + 8))?;
+        out.insert("report".into(), r);
     }
     Ok(())
 }
@@ -133,7 +147,9 @@ fn shim_value(shim: &AnyShim) -> Value {
         AnyShim::V2(Shim::Geneve(s)) => {
             json!({"type": s.option_type, "length": s.length, "option_class": s.option_class})
         }
-        AnyShim::Legacy(s) => json!({"type": s.int_type, "length": s.length, "dscp": s.dscp(), "reserved": s.reserved}),
+        AnyShim::Legacy(s) => {
+            json!({"type": s.int_type, "length": s.length, "dscp": s.dscp(), "reserved": s.reserved})
+        }
     }
 }
 
@@ -154,7 +170,13 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Domain metadata of one hop or report: named when the registry knows the domain.
-fn domain_value(ds_id: u16, bits: u16, bytes: &[u8], registry: Option<&Registry>, modes: &[Mode]) -> Value {
+fn domain_value(
+    ds_id: u16,
+    bits: u16,
+    bytes: &[u8],
+    registry: Option<&Registry>,
+    modes: &[Mode],
+) -> Value {
     if bytes.is_empty() {
         return Value::Null;
     }
@@ -226,7 +248,13 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
             if h.reserved != 0 {
                 m.insert("reserved".into(), json!(h.reserved));
             }
-            let dv = domain_value(h.ds_id, h.ds_instruction, block.body, registry, &[Mode::SourceInserted]);
+            let dv = domain_value(
+                h.ds_id,
+                h.ds_instruction,
+                block.body,
+                registry,
+                &[Mode::SourceInserted],
+            );
             if !dv.is_null() {
                 m.insert("domain".into(), dv);
             }
@@ -255,7 +283,10 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
                 ("max_hop_count", json!(h.max_hop_count)),
                 ("total_hop_count", json!(h.total_hop_count)),
                 ("instruction_bitmap", json!(h.instructions)),
-                ("tail", json!({"next_proto": tail.next_proto, "dest_port": tail.dest_port, "dscp": tail.dscp})),
+                (
+                    "tail",
+                    json!({"next_proto": tail.next_proto, "dest_port": tail.dest_port, "dscp": tail.dscp}),
+                ),
             ] {
                 m.insert(k.into(), v);
             }
@@ -272,7 +303,13 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
             match hop {
                 Ok(h) => {
                     let mut hv = hop_value(&h, format);
-                    let dv = domain_value(ds_id, ds_bits, h.domain, registry, &[Mode::Export, Mode::SourceInserted]);
+                    let dv = domain_value(
+                        ds_id,
+                        ds_bits,
+                        h.domain,
+                        registry,
+                        &[Mode::Export, Mode::SourceInserted],
+                    );
                     if !dv.is_null() {
                         hv.insert("domain".into(), dv);
                     }
@@ -289,7 +326,11 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
     Value::Object(m)
 }
 
-fn report_value(payload: &[u8], cfg: &DetectConfig, registry: Option<&Registry>) -> Result<Value, Error> {
+fn report_value(
+    payload: &[u8],
+    cfg: &DetectConfig,
+    registry: Option<&Registry>,
+) -> Result<Value, Error> {
     let report = Report::parse(payload)?;
     let mut m = Map::new();
     m.insert("version".into(), json!(report.version_name()));
@@ -311,7 +352,11 @@ fn report_value(payload: &[u8], cfg: &DetectConfig, registry: Option<&Registry>)
             }
             m.insert("reports".into(), Value::Array(reports));
         }
-        Report::V1 { header: h, inner, warnings: w } => {
+        Report::V1 {
+            header: h,
+            inner,
+            warnings: w,
+        } => {
             warnings.merge(w);
             for (k, v) in [
                 ("len", json!(h.len)),
@@ -336,7 +381,12 @@ fn report_value(payload: &[u8], cfg: &DetectConfig, registry: Option<&Registry>)
                 m.insert("inner".into(), inner_value(inner, start, cfg, registry));
             }
         }
-        Report::V05 { fixed: f, switch, inner, warnings: w } => {
+        Report::V05 {
+            fixed: f,
+            switch,
+            inner,
+            warnings: w,
+        } => {
             warnings.merge(w);
             for (k, v) in [
                 ("nproto", json!(f.nproto)),
@@ -364,10 +414,21 @@ fn report_value(payload: &[u8], cfg: &DetectConfig, registry: Option<&Registry>)
                 if let Some(t) = s.egress_ts {
                     o.insert("egress_ts".into(), json!(t));
                 }
-                m.insert(if s.drop_reason.is_some() { "drop" } else { "local" }.into(), sm);
+                m.insert(
+                    if s.drop_reason.is_some() {
+                        "drop"
+                    } else {
+                        "local"
+                    }
+                    .into(),
+                    sm,
+                );
             }
             if !inner.is_empty() {
-                m.insert("inner".into(), inner_value(inner, Start::Ethernet, cfg, registry));
+                m.insert(
+                    "inner".into(),
+                    inner_value(inner, Start::Ethernet, cfg, registry),
+                );
             }
         }
     }
@@ -377,7 +438,12 @@ fn report_value(payload: &[u8], cfg: &DetectConfig, registry: Option<&Registry>)
     Ok(Value::Object(m))
 }
 
-fn inner_value(bytes: &[u8], start: Start, cfg: &DetectConfig, registry: Option<&Registry>) -> Value {
+fn inner_value(
+    bytes: &[u8],
+    start: Start,
+    cfg: &DetectConfig,
+    registry: Option<&Registry>,
+) -> Value {
     let mut m = Map::new();
     m.insert("len".into(), json!(bytes.len()));
     let mut w = Warnings::default();
@@ -390,7 +456,11 @@ fn inner_value(bytes: &[u8], start: Start, cfg: &DetectConfig, registry: Option<
     Value::Object(m)
 }
 
-fn individual_value(r: &IndividualReport<'_>, cfg: &DetectConfig, registry: Option<&Registry>) -> Value {
+fn individual_value(
+    r: &IndividualReport<'_>,
+    cfg: &DetectConfig,
+    registry: Option<&Registry>,
+) -> Value {
     let h = r.header;
     let mut m = Map::new();
     for (k, v) in [
@@ -417,7 +487,13 @@ fn individual_value(r: &IndividualReport<'_>, cfg: &DetectConfig, registry: Opti
                 if let Some(reason) = hop.drop_reason.and_then(drop_reason_name) {
                     md.insert("drop_reason_name".into(), json!(reason));
                 }
-                let dv = domain_value(main.ds_id, main.ds_md_bits, hop.domain, registry, &[Mode::Export, Mode::SourceInserted]);
+                let dv = domain_value(
+                    main.ds_id,
+                    main.ds_md_bits,
+                    hop.domain,
+                    registry,
+                    &[Mode::Export, Mode::SourceInserted],
+                );
                 if !dv.is_null() {
                     md.insert("domain".into(), dv);
                 }

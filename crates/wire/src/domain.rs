@@ -91,12 +91,18 @@ pub struct Domain {
 
 impl Domain {
     fn defs(&self, bits: u16, mode: Mode) -> impl Iterator<Item = &MetadataDef> {
-        self.metadata.iter().filter(move |m| bits & (0x8000 >> m.bit) != 0 && m.mode == mode)
+        self.metadata
+            .iter()
+            .filter(move |m| bits & (0x8000 >> m.bit) != 0 && m.mode == mode)
     }
 
     /// `Some(bytes)` of `mode` metadata `bits` requests, or `None` if a set bit is undefined.
     pub fn len_of(&self, bits: u16, mode: Mode) -> Option<usize> {
-        let defined: u16 = self.metadata.iter().map(|m| 0x8000u16 >> m.bit).fold(0, |a, b| a | b);
+        let defined: u16 = self
+            .metadata
+            .iter()
+            .map(|m| 0x8000u16 >> m.bit)
+            .fold(0, |a, b| a | b);
         if bits & !defined != 0 {
             return None;
         }
@@ -161,19 +167,30 @@ impl Registry {
             let id = d.id;
             let bad = |problem: String| RegistryError::Invalid { id, problem };
             if id == 0 {
-                return Err(bad("id 0 is the default domain; its DS bits are reserved".into()));
+                return Err(bad(
+                    "id 0 is the default domain; its DS bits are reserved".into()
+                ));
             }
             let mut seen = 0u16;
             for m in &d.metadata {
                 if m.bit > 15 {
-                    return Err(bad(format!("metadata '{}': bit = {} (expected 0..=15)", m.name, m.bit)));
+                    return Err(bad(format!(
+                        "metadata '{}': bit = {} (expected 0..=15)",
+                        m.name, m.bit
+                    )));
                 }
                 if m.size == 0 || m.size % 4 != 0 {
-                    return Err(bad(format!("metadata '{}': size = {} (expected a multiple of 4)", m.name, m.size)));
+                    return Err(bad(format!(
+                        "metadata '{}': size = {} (expected a multiple of 4)",
+                        m.name, m.size
+                    )));
                 }
                 let b = 0x8000u16 >> m.bit;
                 if seen & b != 0 {
-                    return Err(bad(format!("metadata '{}': bit {} defined twice", m.name, m.bit)));
+                    return Err(bad(format!(
+                        "metadata '{}': bit {} defined twice",
+                        m.name, m.bit
+                    )));
                 }
                 seen |= b;
             }
@@ -216,8 +233,10 @@ mod tests {
 
     #[test]
     fn invalid_size_names_the_key() {
-        let e = Registry::from_toml("[[domain]]\nid = 5\nname = 'x'\n[[domain.metadata]]\nbit = 1\nname = 'y'\nsize = 6\n")
-            .unwrap_err();
+        let e = Registry::from_toml(
+            "[[domain]]\nid = 5\nname = 'x'\n[[domain.metadata]]\nbit = 1\nname = 'y'\nsize = 6\n",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("size = 6"), "{e}");
     }
 }

@@ -37,9 +37,21 @@ impl VxlanGpeRepr {
     pub fn parse(b: &[u8]) -> Result<Self> {
         check_len(Layer::VxlanGpe, b, VXLAN_GPE_LEN)?;
         if b[0] & 0x04 == 0 {
-            return Err(Error::bad_value(Layer::VxlanGpe, 0, "P bit", "1 (next protocol present)", 0));
+            return Err(Error::bad_value(
+                Layer::VxlanGpe,
+                0,
+                "P bit",
+                "1 (next protocol present)",
+                0,
+            ));
         }
-        Ok(VxlanGpeRepr { flags: b[0], reserved: be16(b, 1), next_protocol: b[3], vni: be24(b, 4), reserved2: b[7] })
+        Ok(VxlanGpeRepr {
+            flags: b[0],
+            reserved: be16(b, 1),
+            next_protocol: b[3],
+            vni: be24(b, 4),
+            reserved2: b[7],
+        })
     }
     /// Writes the header.
     pub fn emit(&self, b: &mut [u8]) {
@@ -85,11 +97,23 @@ impl GeneveRepr {
             reserved: b[7],
         };
         if r.version != 0 {
-            return Err(Error::bad_value(Layer::Geneve, 0, "Ver", "0", u64::from(r.version)));
+            return Err(Error::bad_value(
+                Layer::Geneve,
+                0,
+                "Ver",
+                "0",
+                u64::from(r.version),
+            ));
         }
         let total = GENEVE_LEN + usize::from(r.opt_len) * 4;
         if total > b.len() {
-            return Err(Error::bad_length(Layer::Geneve, 0, "Opt Len", total, b.len()));
+            return Err(Error::bad_length(
+                Layer::Geneve,
+                0,
+                "Opt Len",
+                total,
+                b.len(),
+            ));
         }
         Ok(r)
     }
@@ -139,9 +163,21 @@ impl GreRepr {
         }
         let version = fv & 7;
         if version != 0 {
-            return Err(Error::bad_value(Layer::Gre, 0, "Ver", "0", u64::from(version)));
+            return Err(Error::bad_value(
+                Layer::Gre,
+                0,
+                "Ver",
+                "0",
+                u64::from(version),
+            ));
         }
-        let mut r = GreRepr { flags_version: fv, protocol_type: be16(b, 2), checksum: None, key: None, sequence: None };
+        let mut r = GreRepr {
+            flags_version: fv,
+            protocol_type: be16(b, 2),
+            checksum: None,
+            key: None,
+            sequence: None,
+        };
         let need = r.header_len();
         check_len(Layer::Gre, b, need)?;
         let mut at = 4;
@@ -162,7 +198,9 @@ impl GreRepr {
     /// Header length including optional fields.
     pub fn header_len(&self) -> usize {
         let f = self.flags_version;
-        4 + 4 * usize::from(f & (Self::C | Self::R) != 0) + 4 * usize::from(f & Self::K != 0) + 4 * usize::from(f & Self::S != 0)
+        4 + 4 * usize::from(f & (Self::C | Self::R) != 0)
+            + 4 * usize::from(f & Self::K != 0)
+            + 4 * usize::from(f & Self::S != 0)
     }
 
     /// Writes the header (optional fields as flagged; checksum as given, offset zero).

@@ -128,7 +128,11 @@ pub struct Error {
 impl Error {
     /// `needed` bytes were required at `offset`, only `available` were there.
     pub const fn truncated(layer: Layer, offset: usize, needed: usize, available: usize) -> Self {
-        Error { layer, offset, kind: ErrorKind::Truncated { needed, available } }
+        Error {
+            layer,
+            offset,
+            kind: ErrorKind::Truncated { needed, available },
+        }
     }
 
     /// `field` held `found`, the decoder accepts `expected`.
@@ -139,7 +143,15 @@ impl Error {
         expected: &'static str,
         found: u64,
     ) -> Self {
-        Error { layer, offset, kind: ErrorKind::BadValue { field, expected, found } }
+        Error {
+            layer,
+            offset,
+            kind: ErrorKind::BadValue {
+                field,
+                expected,
+                found,
+            },
+        }
     }
 
     /// `field` claimed `claimed` bytes, only `available` fit.
@@ -150,12 +162,23 @@ impl Error {
         claimed: usize,
         available: usize,
     ) -> Self {
-        Error { layer, offset, kind: ErrorKind::BadLength { field, claimed, available } }
+        Error {
+            layer,
+            offset,
+            kind: ErrorKind::BadLength {
+                field,
+                claimed,
+                available,
+            },
+        }
     }
 
     /// The same error seen from a buffer in which this one starts at `base`.
     pub const fn shifted(self, base: usize) -> Self {
-        Error { offset: self.offset + base, ..self }
+        Error {
+            offset: self.offset + base,
+            ..self
+        }
     }
 }
 
@@ -167,12 +190,20 @@ impl fmt::Display for Error {
                 "{} at byte {}: expected {} bytes, found {}",
                 self.layer, self.offset, needed, available
             ),
-            ErrorKind::BadValue { field, expected, found } => write!(
+            ErrorKind::BadValue {
+                field,
+                expected,
+                found,
+            } => write!(
                 f,
                 "{} at byte {}: {} expected {}, found {} (0x{:x})",
                 self.layer, self.offset, field, expected, found, found
             ),
-            ErrorKind::BadLength { field, claimed, available } => write!(
+            ErrorKind::BadLength {
+                field,
+                claimed,
+                available,
+            } => write!(
                 f,
                 "{} at byte {}: {} claims {} bytes, only {} available",
                 self.layer, self.offset, field, claimed, available

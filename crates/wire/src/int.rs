@@ -11,12 +11,15 @@
 
 use crate::domain::{Mode, Registry};
 use crate::error::{Error, Layer, Result, check_len};
-use crate::legacy::{LEGACY_HEADER_LEN, LegacyShimRepr, V05_TAIL_LEN, V05HeaderRepr, V05TailRepr, V1HeaderRepr};
+use crate::legacy::{
+    LEGACY_HEADER_LEN, LegacyShimRepr, V1HeaderRepr, V05_TAIL_LEN, V05HeaderRepr, V05TailRepr,
+};
 use crate::md::{MD_HEADER_LEN, MdHeader, MdHeaderRepr};
 use crate::metadata::{Format, Stack};
 use crate::mx::{MX_HEADER_LEN, MxHeader, MxHeaderRepr};
 use crate::shim::{
-    GeneveOption, GpeShim, GreShim, IntType, SHIM_LEN, Shim, TcpUdpShim, TcpUdpShimRepr, check_shim_length,
+    GeneveOption, GpeShim, GreShim, IntType, SHIM_LEN, Shim, TcpUdpShim, TcpUdpShimRepr,
+    check_shim_length,
 };
 use crate::warning::{Warning, Warnings};
 
@@ -144,7 +147,13 @@ impl<'a> IntBlock<'a> {
                 let v = MdHeader::new_checked(data).map_err(|e| e.shifted(SHIM_LEN))?;
                 let r = MdHeaderRepr::parse(&v);
                 if r.version != 2 {
-                    return Err(Error::bad_value(Layer::IntMd, SHIM_LEN, "Ver", "2", u64::from(r.version)));
+                    return Err(Error::bad_value(
+                        Layer::IntMd,
+                        SHIM_LEN,
+                        "Ver",
+                        "2",
+                        u64::from(r.version),
+                    ));
                 }
                 (IntHeader::Md(r), &data[MD_HEADER_LEN..])
             }
@@ -152,23 +161,38 @@ impl<'a> IntBlock<'a> {
                 let v = MxHeader::new_checked(data).map_err(|e| e.shifted(SHIM_LEN))?;
                 let r = MxHeaderRepr::parse(&v);
                 if r.version != 2 {
-                    return Err(Error::bad_value(Layer::IntMx, SHIM_LEN, "Ver", "2", u64::from(r.version)));
+                    return Err(Error::bad_value(
+                        Layer::IntMx,
+                        SHIM_LEN,
+                        "Ver",
+                        "2",
+                        u64::from(r.version),
+                    ));
                 }
                 (IntHeader::Mx(r), &data[MX_HEADER_LEN..])
             }
             IntType::Destination | IntType::Unknown(_) => (IntHeader::Opaque, data),
         };
-        Ok(IntBlock { encap, shim: AnyShim::V2(shim), header, body, len: SHIM_LEN + data.len(), warnings })
+        Ok(IntBlock {
+            encap,
+            shim: AnyShim::V2(shim),
+            header,
+            body,
+            len: SHIM_LEN + data.len(),
+            warnings,
+        })
     }
 
     fn parse_legacy(bytes: &'a [u8], encap: Encap) -> Result<Self> {
         let shim = LegacyShimRepr::parse(bytes)?;
-        let hdr = bytes.get(SHIM_LEN..SHIM_LEN + LEGACY_HEADER_LEN).ok_or(Error::truncated(
-            Layer::IntLegacy,
-            SHIM_LEN,
-            LEGACY_HEADER_LEN,
-            bytes.len().saturating_sub(SHIM_LEN),
-        ))?;
+        let hdr = bytes
+            .get(SHIM_LEN..SHIM_LEN + LEGACY_HEADER_LEN)
+            .ok_or(Error::truncated(
+                Layer::IntLegacy,
+                SHIM_LEN,
+                LEGACY_HEADER_LEN,
+                bytes.len().saturating_sub(SHIM_LEN),
+            ))?;
         let bitmap = u16::from_be_bytes([hdr[4], hdr[5]]);
         let count = bitmap.count_ones() as u8;
         let mut warnings = Warnings::default();
@@ -182,12 +206,31 @@ impl<'a> IntBlock<'a> {
             }
             let total = usize::from(shim.length) * 4;
             if total < start {
-                return Err(Error::bad_value(Layer::IntShim, 2, "len (v1.0, words incl. shim)", "at least 3", u64::from(shim.length)));
+                return Err(Error::bad_value(
+                    Layer::IntShim,
+                    2,
+                    "len (v1.0, words incl. shim)",
+                    "at least 3",
+                    u64::from(shim.length),
+                ));
             }
             if total > bytes.len() {
-                return Err(Error::bad_length(Layer::IntShim, 2, "len", total, bytes.len()));
+                return Err(Error::bad_length(
+                    Layer::IntShim,
+                    2,
+                    "len",
+                    total,
+                    bytes.len(),
+                ));
             }
-            return Ok(IntBlock { encap, shim: AnyShim::Legacy(shim), header: IntHeader::V1(h), body: &bytes[start..total], len: total, warnings });
+            return Ok(IntBlock {
+                encap,
+                shim: AnyShim::Legacy(shim),
+                header: IntHeader::V1(h),
+                body: &bytes[start..total],
+                len: total,
+                warnings,
+            });
         }
         if !v05_consistent {
             return Err(Error::bad_value(
@@ -202,7 +245,13 @@ impl<'a> IntBlock<'a> {
         let stack_len = usize::from(h.total_hop_count) * usize::from(h.ins_cnt) * 4;
         let total = start + stack_len + V05_TAIL_LEN;
         if total > bytes.len() {
-            return Err(Error::bad_length(Layer::IntLegacy, SHIM_LEN + 3, "total_hop_count", total, bytes.len()));
+            return Err(Error::bad_length(
+                Layer::IntLegacy,
+                SHIM_LEN + 3,
+                "total_hop_count",
+                total,
+                bytes.len(),
+            ));
         }
         if usize::from(shim.length) * 4 != total {
             warnings.add(Warning::LegacyShimLength);
@@ -246,10 +295,17 @@ impl<'a> IntBlock<'a> {
                 let base = Format::IntV2.baseline_len(h.instructions);
                 if base > hop_len {
                     w.add(Warning::HopTooShort);
-                    return (Stack::new(self.body, h.instructions, Format::IntV2, 0, 0, 0), w);
+                    return (
+                        Stack::new(self.body, h.instructions, Format::IntV2, 0, 0, 0),
+                        w,
+                    );
                 }
                 let domain_len = hop_len - base;
-                let inferred = if hop_len == 0 { self.body.len() } else { self.body.len() % hop_len };
+                let inferred = if hop_len == 0 {
+                    self.body.len()
+                } else {
+                    self.body.len() % hop_len
+                };
                 let mut source_only = inferred;
                 if h.ds_id != 0 && h.ds_instruction != 0 {
                     let known = registry.and_then(|r| r.get(h.ds_id)).and_then(|d| {
@@ -264,20 +320,40 @@ impl<'a> IntBlock<'a> {
                 } else if inferred != 0 {
                     w.add(Warning::StackLeftover);
                 }
-                let stack = Stack::new(self.body, h.instructions, Format::IntV2, hop_len, domain_len, source_only);
+                let stack = Stack::new(
+                    self.body,
+                    h.instructions,
+                    Format::IntV2,
+                    hop_len,
+                    domain_len,
+                    source_only,
+                );
                 if stack.leftover() != 0 {
                     w.add(Warning::StackLeftover);
                 }
                 (stack, w)
             }
-            IntHeader::V1(h) => self.legacy_stack(h.instructions, Format::IntV1, usize::from(h.hop_ml) * 4, w),
-            IntHeader::V05(h, _) => self.legacy_stack(h.instructions, Format::IntV05, usize::from(h.ins_cnt) * 4, w),
+            IntHeader::V1(h) => {
+                self.legacy_stack(h.instructions, Format::IntV1, usize::from(h.hop_ml) * 4, w)
+            }
+            IntHeader::V05(h, _) => self.legacy_stack(
+                h.instructions,
+                Format::IntV05,
+                usize::from(h.ins_cnt) * 4,
+                w,
+            ),
             IntHeader::Mx(h) => (Stack::new(&[], h.instructions, Format::IntV2, 0, 0, 0), w),
             IntHeader::Opaque => (Stack::new(&[], 0, Format::IntV2, 0, 0, 0), w),
         }
     }
 
-    fn legacy_stack(&self, bitmap: u16, format: Format, hop_len: usize, mut w: Warnings) -> (Stack<'a>, Warnings) {
+    fn legacy_stack(
+        &self,
+        bitmap: u16,
+        format: Format,
+        hop_len: usize,
+        mut w: Warnings,
+    ) -> (Stack<'a>, Warnings) {
         let base = format.baseline_len(bitmap);
         if base > hop_len {
             w.add(Warning::HopTooShort);

@@ -38,7 +38,12 @@ impl LegacyShimRepr {
     /// Reads the shim at the start of `b`.
     pub fn parse(b: &[u8]) -> Result<Self> {
         check_len(Layer::IntShim, b, 4)?;
-        Ok(LegacyShimRepr { int_type: b[0], reserved: b[1], length: b[2], last: b[3] })
+        Ok(LegacyShimRepr {
+            int_type: b[0],
+            reserved: b[1],
+            length: b[2],
+            last: b[3],
+        })
     }
     /// Writes the shim.
     pub fn emit(&self, b: &mut [u8]) {
@@ -94,7 +99,10 @@ impl V1HeaderRepr {
     }
     /// Writes the header.
     pub fn emit(&self, b: &mut [u8]) {
-        b[0] = (self.version << 4) | ((self.rep & 3) << 2) | (u8::from(self.c) << 1) | u8::from(self.e);
+        b[0] = (self.version << 4)
+            | ((self.rep & 3) << 2)
+            | (u8::from(self.c) << 1)
+            | u8::from(self.e);
         b[1] = u8::from(self.m) << 7;
         b[2] = self.hop_ml & 0x1f;
         b[3] = self.remaining_hop_count;
@@ -144,7 +152,10 @@ impl V05HeaderRepr {
     }
     /// Writes the header.
     pub fn emit(&self, b: &mut [u8]) {
-        b[0] = (self.version << 6) | ((self.rep & 3) << 4) | (u8::from(self.c) << 3) | (u8::from(self.e) << 2);
+        b[0] = (self.version << 6)
+            | ((self.rep & 3) << 4)
+            | (u8::from(self.c) << 3)
+            | (u8::from(self.e) << 2);
         b[1] = self.ins_cnt & 0x1f;
         b[2] = self.max_hop_count;
         b[3] = self.total_hop_count;
@@ -168,7 +179,11 @@ impl V05TailRepr {
     /// Reads the tail at the start of `b`.
     pub fn parse(b: &[u8]) -> Result<Self> {
         check_len(Layer::IntLegacy, b, V05_TAIL_LEN)?;
-        Ok(V05TailRepr { next_proto: b[0], dest_port: be16(b, 1), dscp: b[3] })
+        Ok(V05TailRepr {
+            next_proto: b[0],
+            dest_port: be16(b, 1),
+            dscp: b[3],
+        })
     }
     /// Writes the tail.
     pub fn emit(&self, b: &mut [u8]) {

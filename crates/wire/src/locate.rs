@@ -9,10 +9,16 @@
 
 use core::net::IpAddr;
 
-use etherparse::{Ethernet2HeaderSlice, Ipv4HeaderSlice, Ipv6ExtensionsSlice, Ipv6HeaderSlice, TcpHeaderSlice, UdpHeaderSlice};
+use etherparse::{
+    Ethernet2HeaderSlice, Ipv4HeaderSlice, Ipv6ExtensionsSlice, Ipv6HeaderSlice, TcpHeaderSlice,
+    UdpHeaderSlice,
+};
 
 use crate::checksum;
-use crate::encap::{ETHERTYPE_TEB, GENEVE_PORT, GPE_NEXT_PROTO_INT, GeneveRepr, GreRepr, VXLAN_GPE_PORT, VxlanGpeRepr};
+use crate::encap::{
+    ETHERTYPE_TEB, GENEVE_PORT, GPE_NEXT_PROTO_INT, GeneveRepr, GreRepr, VXLAN_GPE_PORT,
+    VxlanGpeRepr,
+};
 use crate::error::{Error, Layer, Result};
 use crate::int::{AnyShim, Encap, IntBlock, IntHeader, LengthSemantics};
 use crate::metadata::Format;
@@ -64,7 +70,10 @@ impl Default for DetectConfig {
     fn default() -> Self {
         DetectConfig {
             int_udp_ports: Vec::new(),
-            dscp: Some(DscpMatch { value: 0x17, mask: 0x3f }),
+            dscp: Some(DscpMatch {
+                value: 0x17,
+                mask: 0x3f,
+            }),
             probe_marker: None,
             gre_proto: None,
             vxlan_gpe_port: VXLAN_GPE_PORT,
@@ -187,7 +196,12 @@ fn ip_addr6(a: [u8; 16]) -> IpAddr {
     IpAddr::from(a)
 }
 
-fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) -> Result<Packet<'a>> {
+fn parse_at<'a>(
+    bytes: &'a [u8],
+    start: Start,
+    cfg: &DetectConfig,
+    depth: u8,
+) -> Result<Packet<'a>> {
     let mut p = Packet {
         bytes,
         vlans: [0; 2],
@@ -203,13 +217,20 @@ fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) ->
     let mut at = 0;
     let mut ethertype = match start {
         Start::Ethernet => {
-            let eth = Ethernet2HeaderSlice::from_slice(bytes).map_err(|e| Error::truncated(Layer::Ethernet, 0, e.required_len, e.len))?;
+            let eth = Ethernet2HeaderSlice::from_slice(bytes)
+                .map_err(|e| Error::truncated(Layer::Ethernet, 0, e.required_len, e.len))?;
             at = 14;
             let mut et = eth.ether_type().0;
             while matches!(et, 0x8100 | 0x88a8 | 0x9100) {
-                let tag = bytes.get(at..at + 4).ok_or(Error::truncated(Layer::Vlan, at, 4, bytes.len().saturating_sub(at)))?;
+                let tag = bytes.get(at..at + 4).ok_or(Error::truncated(
+                    Layer::Vlan,
+                    at,
+                    4,
+                    bytes.len().saturating_sub(at),
+                ))?;
                 if usize::from(p.vlan_count) < p.vlans.len() {
-                    p.vlans[usize::from(p.vlan_count)] = u16::from_be_bytes([tag[0], tag[1]]) & 0x0fff;
+                    p.vlans[usize::from(p.vlan_count)] =
+                        u16::from_be_bytes([tag[0], tag[1]]) & 0x0fff;
                 }
                 p.vlan_count = p.vlan_count.saturating_add(1);
                 et = u16::from_be_bytes([tag[2], tag[3]]);
@@ -223,7 +244,12 @@ fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) ->
     // MPLS (SD-Fabric spines forward MPLS): skip the label stack, guess the payload from the nibble.
     if matches!(ethertype, 0x8847 | 0x8848) {
         loop {
-            let l = bytes.get(at..at + 4).ok_or(Error::truncated(Layer::Ethernet, at, 4, bytes.len().saturating_sub(at)))?;
+            let l = bytes.get(at..at + 4).ok_or(Error::truncated(
+                Layer::Ethernet,
+                at,
+                4,
+                bytes.len().saturating_sub(at),
+            ))?;
             at += 4;
             if l[2] & 1 == 1 {
                 break;
@@ -237,7 +263,8 @@ fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) ->
     }
     let ip = match ethertype {
         0x0800 => {
-            let s = Ipv4HeaderSlice::from_slice(&bytes[at..]).map_err(|e| ip_error(Layer::Ipv4, at, e))?;
+            let s = Ipv4HeaderSlice::from_slice(&bytes[at..])
+                .map_err(|e| ip_error(Layer::Ipv4, at, e))?;
             let header_len = s.slice().len();
             if cfg.verify_checksums && checksum::internet_checksum(s.slice()) != 0 {
                 p.warnings.add(Warning::BadIpChecksum);
@@ -254,9 +281,11 @@ fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) ->
             }
         }
         0x86dd => {
-            let s = Ipv6HeaderSlice::from_slice(&bytes[at..]).map_err(|e| ip_error(Layer::Ipv6, at, e))?;
-            let (exts, next, _) = Ipv6ExtensionsSlice::from_slice(s.next_header(), &bytes[at + 40..])
-                .map_err(|e| ip_error(Layer::Ipv6, at + 40, e))?;
+            let s = Ipv6HeaderSlice::from_slice(&bytes[at..])
+                .map_err(|e| ip_error(Layer::Ipv6, at, e))?;
+            let (exts, next, _) =
+                Ipv6ExtensionsSlice::from_slice(s.next_header(), &bytes[at + 40..])
+                    .map_err(|e| ip_error(Layer::Ipv6, at + 40, e))?;
             IpInfo {
                 src: ip_addr6(s.source()),
                 dst: ip_addr6(s.destination()),
@@ -273,13 +302,25 @@ fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) ->
     p.ip = Some(ip);
     // The IP payload: what the header declares, cut to what was captured (truncated reports).
     let l4_at = at + ip.header_len;
-    let ip_end = (at + ip.declared_len).min(bytes.len()).max(l4_at.min(bytes.len()));
+    let ip_end = (at + ip.declared_len)
+        .min(bytes.len())
+        .max(l4_at.min(bytes.len()));
     let payload = &bytes[l4_at.min(bytes.len())..ip_end];
     let declared_payload = ip.declared_len.saturating_sub(ip.header_len);
-    let mut flow = FlowKey { src: ip.src, dst: ip.dst, proto: ip.proto, src_port: 0, dst_port: 0 };
+    let mut flow = FlowKey {
+        src: ip.src,
+        dst: ip.dst,
+        proto: ip.proto,
+        src_port: 0,
+        dst_port: 0,
+    };
     let dscp_marked = cfg.dscp.is_some_and(|m| m.matches(ip.dscp));
     let mut proto = ip.proto;
-    if proto == 6 && cfg.heuristic && TcpHeaderSlice::from_slice(payload).is_err() && plausible_l4(payload, 17) {
+    if proto == 6
+        && cfg.heuristic
+        && TcpHeaderSlice::from_slice(payload).is_err()
+        && plausible_l4(payload, 17)
+    {
         // A producer that inserted a UDP header but left the IP protocol at TCP (CableLabs
         // IPv6 reports): read what is there.
         p.warnings.add(Warning::L4ProtocolMismatch);
@@ -288,12 +329,24 @@ fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) ->
     }
     match proto {
         17 => {
-            let u = UdpHeaderSlice::from_slice(payload).map_err(|e| Error::truncated(Layer::Udp, l4_at, e.required_len, e.len))?;
-            let l4 = L4Info { proto: 17, src_port: u.source_port(), dst_port: u.destination_port(), offset: l4_at, header_len: 8, checksum: u.checksum() };
+            let u = UdpHeaderSlice::from_slice(payload)
+                .map_err(|e| Error::truncated(Layer::Udp, l4_at, e.required_len, e.len))?;
+            let l4 = L4Info {
+                proto: 17,
+                src_port: u.source_port(),
+                dst_port: u.destination_port(),
+                offset: l4_at,
+                header_len: 8,
+                checksum: u.checksum(),
+            };
             p.l4 = Some(l4);
             flow.src_port = l4.src_port;
             flow.dst_port = l4.dst_port;
-            if cfg.verify_checksums && u.checksum() != 0 && payload.len() == declared_payload && !l4_checksum_ok(&ip, bytes, payload) {
+            if cfg.verify_checksums
+                && u.checksum() != 0
+                && payload.len() == declared_payload
+                && !l4_checksum_ok(&ip, bytes, payload)
+            {
                 p.warnings.add(Warning::BadL4Checksum);
             }
             let data = &payload[8..];
@@ -305,7 +358,14 @@ fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) ->
                 restore_flow(&block, &data[block.len..], &mut flow, &mut p, cfg, depth)?;
             } else if let Some(off) = probe(cfg, data) {
                 let block = parse_l4_int(&data[off..], Encap::Udp, cfg, &mut p, l4_at + 8 + off)?;
-                restore_flow(&block, &data[off + block.len..], &mut flow, &mut p, cfg, depth)?;
+                restore_flow(
+                    &block,
+                    &data[off + block.len..],
+                    &mut flow,
+                    &mut p,
+                    cfg,
+                    depth,
+                )?;
             } else if dport == cfg.vxlan_gpe_port {
                 vxlan_gpe(data, l4_at + 8, cfg, &mut p, depth)?;
             } else if dport == cfg.geneve_port {
@@ -315,13 +375,24 @@ fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) ->
             }
         }
         6 => {
-            let t = TcpHeaderSlice::from_slice(payload).map_err(|e| ip_error(Layer::Tcp, l4_at, e))?;
+            let t =
+                TcpHeaderSlice::from_slice(payload).map_err(|e| ip_error(Layer::Tcp, l4_at, e))?;
             let hl = t.slice().len();
-            let l4 = L4Info { proto: 6, src_port: t.source_port(), dst_port: t.destination_port(), offset: l4_at, header_len: hl, checksum: t.checksum() };
+            let l4 = L4Info {
+                proto: 6,
+                src_port: t.source_port(),
+                dst_port: t.destination_port(),
+                offset: l4_at,
+                header_len: hl,
+                checksum: t.checksum(),
+            };
             p.l4 = Some(l4);
             flow.src_port = l4.src_port;
             flow.dst_port = l4.dst_port;
-            if cfg.verify_checksums && payload.len() == declared_payload && !l4_checksum_ok(&ip, bytes, payload) {
+            if cfg.verify_checksums
+                && payload.len() == declared_payload
+                && !l4_checksum_ok(&ip, bytes, payload)
+            {
                 p.warnings.add(Warning::BadL4Checksum);
             }
             let data = &payload[hl..];
@@ -330,14 +401,25 @@ fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) ->
                 restore_flow(&block, &data[block.len..], &mut flow, &mut p, cfg, depth)?;
             } else if let Some(off) = probe(cfg, data) {
                 let block = parse_l4_int(&data[off..], Encap::Tcp, cfg, &mut p, l4_at + hl + off)?;
-                restore_flow(&block, &data[off + block.len..], &mut flow, &mut p, cfg, depth)?;
+                restore_flow(
+                    &block,
+                    &data[off + block.len..],
+                    &mut flow,
+                    &mut p,
+                    cfg,
+                    depth,
+                )?;
             } else if cfg.heuristic {
                 heuristic(data, Encap::Tcp, l4_at + hl, cfg, &mut p, &mut flow, depth);
             }
         }
         47 => gre(payload, l4_at, cfg, &mut p, depth)?,
         4 | 41 if depth < MAX_DEPTH => {
-            let start = if ip.proto == 4 { Start::Ipv4 } else { Start::Ipv6 };
+            let start = if ip.proto == 4 {
+                Start::Ipv4
+            } else {
+                Start::Ipv6
+            };
             p.inner_flow = innermost(payload, start, cfg, depth);
         }
         _ => {}
@@ -349,14 +431,28 @@ fn parse_at<'a>(bytes: &'a [u8], start: Start, cfg: &DetectConfig, depth: u8) ->
 fn ip_error(layer: Layer, at: usize, e: impl core::fmt::Debug) -> Error {
     // etherparse's errors carry a length or a bad field; keep the first number as `found`.
     let text = format!("{e:?}");
-    let found = text.split(|c: char| !c.is_ascii_digit()).find(|t| !t.is_empty()).and_then(|t| t.parse().ok()).unwrap_or(0);
-    Error::bad_value(layer, at, "header", "a valid header (version, header length)", found)
+    let found = text
+        .split(|c: char| !c.is_ascii_digit())
+        .find(|t| !t.is_empty())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    Error::bad_value(
+        layer,
+        at,
+        "header",
+        "a valid header (version, header length)",
+        found,
+    )
 }
 
 fn l4_checksum_ok(ip: &IpInfo, bytes: &[u8], segment: &[u8]) -> bool {
     let pseudo = match (ip.src, ip.dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => checksum::ipv4_pseudo_header_sum(s.octets(), d.octets(), ip.proto, segment.len() as u16),
-        (IpAddr::V6(s), IpAddr::V6(d)) => checksum::ipv6_pseudo_header_sum(s.octets(), d.octets(), ip.proto, segment.len() as u32),
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            checksum::ipv4_pseudo_header_sum(s.octets(), d.octets(), ip.proto, segment.len() as u16)
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            checksum::ipv6_pseudo_header_sum(s.octets(), d.octets(), ip.proto, segment.len() as u32)
+        }
         _ => return true,
     };
     let _ = bytes;
@@ -370,21 +466,28 @@ fn probe(cfg: &DetectConfig, data: &[u8]) -> Option<usize> {
 }
 
 /// Parses an INT block after TCP/UDP, recording it in `p`.
-fn parse_l4_int<'a>(data: &'a [u8], encap: Encap, _cfg: &DetectConfig, p: &mut Packet<'a>, offset: usize) -> Result<IntBlock<'a>> {
+fn parse_l4_int<'a>(
+    data: &'a [u8],
+    encap: Encap,
+    _cfg: &DetectConfig,
+    p: &mut Packet<'a>,
+    offset: usize,
+) -> Result<IntBlock<'a>> {
     let mut block = IntBlock::parse(data, encap).map_err(|e| e.shifted(offset))?;
-    if let AnyShim::V2(Shim::TcpUdp(s)) = block.shim {
-        if s.npt == 2 && encap == Encap::Udp {
-            block.encap = Encap::UdpNew;
-            // Tolerate producers whose v2 shim Length counts the shim (CableLabs): prefer the
-            // reading after which the original L4 header is plausible.
-            if !plausible_l4(&data[block.len..], s.ip_proto()) {
-                if let Ok(mut alt) = IntBlock::parse_with(data, Encap::UdpNew, LengthSemantics::CountsShim) {
-                    if plausible_l4(&data[alt.len..], s.ip_proto()) {
-                        alt.encap = Encap::UdpNew;
-                        block = alt;
-                    }
-                }
-            }
+    if let AnyShim::V2(Shim::TcpUdp(s)) = block.shim
+        && s.npt == 2
+        && encap == Encap::Udp
+    {
+        block.encap = Encap::UdpNew;
+        // Tolerate producers whose v2 shim Length counts the shim (CableLabs): prefer the
+        // reading after which the original L4 header is plausible.
+        if !plausible_l4(&data[block.len..], s.ip_proto())
+            && let Ok(mut alt) =
+                IntBlock::parse_with(data, Encap::UdpNew, LengthSemantics::CountsShim)
+            && plausible_l4(&data[alt.len..], s.ip_proto())
+        {
+            alt.encap = Encap::UdpNew;
+            block = alt;
         }
     }
     p.warnings.merge(block.warnings);
@@ -394,8 +497,17 @@ fn parse_l4_int<'a>(data: &'a [u8], encap: Encap, _cfg: &DetectConfig, p: &mut P
 
 fn plausible_l4(b: &[u8], proto: u8) -> bool {
     match proto {
-        6 => b.len() >= 20 && (5..=15).contains(&(b[12] >> 4)) && b[0..2] != [0, 0] && b[2..4] != [0, 0],
-        17 => b.len() >= 8 && b[2..4] != [0, 0] && usize::from(u16::from_be_bytes([b[4], b[5]])) == b.len(),
+        6 => {
+            b.len() >= 20
+                && (5..=15).contains(&(b[12] >> 4))
+                && b[0..2] != [0, 0]
+                && b[2..4] != [0, 0]
+        }
+        17 => {
+            b.len() >= 8
+                && b[2..4] != [0, 0]
+                && usize::from(u16::from_be_bytes([b[4], b[5]])) == b.len()
+        }
         _ => true,
     }
 }
@@ -434,13 +546,20 @@ fn innermost(bytes: &[u8], start: Start, cfg: &DetectConfig, depth: u8) -> Optio
     inner.inner_flow.or(inner.flow)
 }
 
-fn vxlan_gpe<'a>(data: &'a [u8], offset: usize, cfg: &DetectConfig, p: &mut Packet<'a>, depth: u8) -> Result<()> {
+fn vxlan_gpe<'a>(
+    data: &'a [u8],
+    offset: usize,
+    cfg: &DetectConfig,
+    p: &mut Packet<'a>,
+    depth: u8,
+) -> Result<()> {
     let gpe = VxlanGpeRepr::parse(data).map_err(|e| e.shifted(offset))?;
     let mut next = gpe.next_protocol;
     let mut at = crate::encap::VXLAN_GPE_LEN;
     let mut blocks = 0;
     while next == GPE_NEXT_PROTO_INT {
-        let block = IntBlock::parse(&data[at..], Encap::VxlanGpe).map_err(|e| e.shifted(offset + at))?;
+        let block =
+            IntBlock::parse(&data[at..], Encap::VxlanGpe).map_err(|e| e.shifted(offset + at))?;
         p.warnings.merge(block.warnings);
         if blocks == 0 {
             p.int = Some((offset + at, block));
@@ -454,7 +573,13 @@ fn vxlan_gpe<'a>(data: &'a [u8], offset: usize, cfg: &DetectConfig, p: &mut Pack
         };
         at += block.len;
         if blocks > 8 {
-            return Err(Error::bad_value(Layer::IntShim, offset + at, "Next Protocol", "at most 8 stacked INT headers", blocks));
+            return Err(Error::bad_value(
+                Layer::IntShim,
+                offset + at,
+                "Next Protocol",
+                "at most 8 stacked INT headers",
+                blocks,
+            ));
         }
     }
     let start = match next {
@@ -469,7 +594,13 @@ fn vxlan_gpe<'a>(data: &'a [u8], offset: usize, cfg: &DetectConfig, p: &mut Pack
     Ok(())
 }
 
-fn geneve<'a>(data: &'a [u8], offset: usize, cfg: &DetectConfig, p: &mut Packet<'a>, depth: u8) -> Result<()> {
+fn geneve<'a>(
+    data: &'a [u8],
+    offset: usize,
+    cfg: &DetectConfig,
+    p: &mut Packet<'a>,
+    depth: u8,
+) -> Result<()> {
     let g = GeneveRepr::parse(data).map_err(|e| e.shifted(offset))?;
     let mut at = crate::encap::GENEVE_LEN;
     let end = g.total_len();
@@ -477,10 +608,17 @@ fn geneve<'a>(data: &'a [u8], offset: usize, cfg: &DetectConfig, p: &mut Packet<
         let opt = crate::shim::GeneveOption::new_checked(&data[at..end])?.repr();
         let olen = 4 + usize::from(opt.length) * 4;
         if at + olen > end {
-            return Err(Error::bad_length(Layer::Geneve, offset + at + 3, "option Length", olen, end - at));
+            return Err(Error::bad_length(
+                Layer::Geneve,
+                offset + at + 3,
+                "option Length",
+                olen,
+                end - at,
+            ));
         }
         if opt.option_class == GENEVE_INT_OPTION_CLASS && p.int.is_none() {
-            let block = IntBlock::parse(&data[at..at + olen], Encap::Geneve).map_err(|e| e.shifted(offset + at))?;
+            let block = IntBlock::parse(&data[at..at + olen], Encap::Geneve)
+                .map_err(|e| e.shifted(offset + at))?;
             p.warnings.merge(block.warnings);
             p.int = Some((offset + at, block));
         }
@@ -498,7 +636,13 @@ fn geneve<'a>(data: &'a [u8], offset: usize, cfg: &DetectConfig, p: &mut Packet<
     Ok(())
 }
 
-fn gre<'a>(data: &'a [u8], offset: usize, cfg: &DetectConfig, p: &mut Packet<'a>, depth: u8) -> Result<()> {
+fn gre<'a>(
+    data: &'a [u8],
+    offset: usize,
+    cfg: &DetectConfig,
+    p: &mut Packet<'a>,
+    depth: u8,
+) -> Result<()> {
     let g = GreRepr::parse(data).map_err(|e| e.shifted(offset))?;
     let mut at = g.header_len();
     let mut proto = g.protocol_type;
@@ -525,15 +669,31 @@ fn gre<'a>(data: &'a [u8], offset: usize, cfg: &DetectConfig, p: &mut Packet<'a>
 }
 
 /// Accepts unmarked INT only when the block is self-consistent.
-fn heuristic<'a>(data: &'a [u8], encap: Encap, offset: usize, cfg: &DetectConfig, p: &mut Packet<'a>, flow: &mut FlowKey, depth: u8) {
-    let Ok(block) = IntBlock::parse(data, encap) else { return };
+fn heuristic<'a>(
+    data: &'a [u8],
+    encap: Encap,
+    offset: usize,
+    cfg: &DetectConfig,
+    p: &mut Packet<'a>,
+    flow: &mut FlowKey,
+    depth: u8,
+) {
+    let Ok(block) = IntBlock::parse(data, encap) else {
+        return;
+    };
     let consistent = match block.header {
         IntHeader::Md(h) => {
             let hop_len = usize::from(h.hop_ml) * 4;
-            h.instructions != 0 && hop_len >= Format::IntV2.baseline_len(h.instructions) && (h.ds_id != 0 || block.body.len() % hop_len == 0)
+            h.instructions != 0
+                && hop_len >= Format::IntV2.baseline_len(h.instructions)
+                && (h.ds_id != 0 || block.body.len() % hop_len == 0)
         }
         IntHeader::Mx(h) => h.instructions != 0 && block.int_type() == IntType::Mx,
-        IntHeader::V1(h) => h.instructions != 0 && h.hop_ml > 0 && block.body.len() % (usize::from(h.hop_ml) * 4) == 0,
+        IntHeader::V1(h) => {
+            h.instructions != 0
+                && h.hop_ml > 0
+                && block.body.len() % (usize::from(h.hop_ml) * 4) == 0
+        }
         IntHeader::V05(h, _) => h.instructions != 0,
         IntHeader::Opaque => false,
     };

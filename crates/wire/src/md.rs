@@ -169,7 +169,10 @@ mod tests {
         // INT v2.1 §"Example with INT-MD over TCP": Ver=2, HopML=2, RHC=6, bitmap bits 0 and 3.
         let bytes = [0x20, 0x00, 0x02, 0x06, 0x90, 0x00, 0, 0, 0, 0, 0, 0];
         let r = MdHeaderRepr::parse(&MdHeader::new_checked(&bytes[..]).unwrap());
-        assert_eq!((r.version, r.hop_ml, r.remaining_hop_count, r.instructions), (2, 2, 6, 0x9000));
+        assert_eq!(
+            (r.version, r.hop_ml, r.remaining_hop_count, r.instructions),
+            (2, 2, 6, 0x9000)
+        );
         let mut out = [0xa5; 12];
         r.emit(&mut out);
         assert_eq!(out, bytes);

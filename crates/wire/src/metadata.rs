@@ -64,7 +64,9 @@ impl Format {
     /// Bytes of baseline metadata `bitmap` requests (domain-specific metadata excluded).
     pub fn baseline_len(self, bitmap: u16) -> usize {
         let wide = match self {
-            Format::IntV2 | Format::ReportV2 => (bitmap & (INGRESS_TS | EGRESS_TS | L2_INTERFACES)).count_ones(),
+            Format::IntV2 | Format::ReportV2 => {
+                (bitmap & (INGRESS_TS | EGRESS_TS | L2_INTERFACES)).count_ones()
+            }
             _ => 0,
         };
         (bitmap.count_ones() + wide) as usize * 4
@@ -130,12 +132,20 @@ fn dword(b: &[u8], at: usize) -> Option<u64> {
 impl<'a> HopMetadata<'a> {
     /// Decodes one hop: baseline metadata in bit order, then `domain_len` bytes of domain-specific
     /// metadata, then (INT v2 only) the Checksum Complement. Returns the hop and the bytes used.
-    pub fn decode(bitmap: u16, format: Format, buf: &'a [u8], domain_len: usize) -> Result<(Self, usize)> {
+    pub fn decode(
+        bitmap: u16,
+        format: Format,
+        buf: &'a [u8],
+        domain_len: usize,
+    ) -> Result<(Self, usize)> {
         let total = format.baseline_len(bitmap) + domain_len;
         if buf.len() < total {
             return Err(Error::truncated(Layer::IntStack, 0, total, buf.len()));
         }
-        let mut h = HopMetadata { present: bitmap, ..Default::default() };
+        let mut h = HopMetadata {
+            present: bitmap,
+            ..Default::default()
+        };
         let mut at = 0;
         for n in 0..16u32 {
             if bitmap & bit(n) == 0 || (n == 15 && format == Format::IntV2) {
@@ -224,7 +234,11 @@ impl<'a> HopMetadata<'a> {
                 2 => put32(out, at, self.hop_latency.unwrap_or(ones32)),
                 3 => put32(out, at, id24(self.queue_id, self.queue_occupancy)),
                 4 | 5 => {
-                    let ts = if n == 4 { self.ingress_ts } else { self.egress_ts };
+                    let ts = if n == 4 {
+                        self.ingress_ts
+                    } else {
+                        self.egress_ts
+                    };
                     if wide {
                         put64(out, at, ts.unwrap_or(u64::MAX));
                     } else {
@@ -238,7 +252,10 @@ impl<'a> HopMetadata<'a> {
                 6 if format == Format::IntV1 => put32(
                     out,
                     at,
-                    pair16(self.l2_ingress_if.map(|v| v as u16), self.l2_egress_if.map(|v| v as u16)),
+                    pair16(
+                        self.l2_ingress_if.map(|v| v as u16),
+                        self.l2_egress_if.map(|v| v as u16),
+                    ),
                 ),
                 6 => put32(out, at, self.queue_congestion.unwrap_or(ones32)),
                 7 => put32(out, at, self.egress_tx_util.unwrap_or(ones32)),
@@ -250,7 +267,11 @@ impl<'a> HopMetadata<'a> {
                     };
                     put32(out, at, w)
                 }
-                n => put32(out, at, self.reserved[(n - 9).min(5) as usize].unwrap_or(ones32)),
+                n => put32(
+                    out,
+                    at,
+                    self.reserved[(n - 9).min(5) as usize].unwrap_or(ones32),
+                ),
             }
             at += if wide { 8 } else { 4 };
         }
@@ -269,40 +290,103 @@ impl<'a> HopMetadata<'a> {
         let p = self.present;
         let has = move |m: u16| p & m != 0;
         let report = format == Format::ReportV2;
-        let r = |i: usize| (has(bit(9 + i as u32)), RESERVED_NAMES[i], self.reserved[i].map(u64::from));
+        let r = |i: usize| {
+            (
+                has(bit(9 + i as u32)),
+                RESERVED_NAMES[i],
+                self.reserved[i].map(u64::from),
+            )
+        };
         let items: [(bool, &'static str, Option<u64>); 24] = [
             (has(NODE_ID), "node_id", self.node_id.map(u64::from)),
-            (has(L1_INTERFACES), "l1_ingress_if", self.l1_ingress_if.map(u64::from)),
-            (has(L1_INTERFACES), "l1_egress_if", self.l1_egress_if.map(u64::from)),
-            (has(HOP_LATENCY), "hop_latency", self.hop_latency.map(u64::from)),
-            (has(QUEUE) || (report && has(BIT15)), "queue_id", self.queue_id.map(u64::from)),
-            (has(QUEUE), "queue_occupancy", self.queue_occupancy.map(u64::from)),
+            (
+                has(L1_INTERFACES),
+                "l1_ingress_if",
+                self.l1_ingress_if.map(u64::from),
+            ),
+            (
+                has(L1_INTERFACES),
+                "l1_egress_if",
+                self.l1_egress_if.map(u64::from),
+            ),
+            (
+                has(HOP_LATENCY),
+                "hop_latency",
+                self.hop_latency.map(u64::from),
+            ),
+            (
+                has(QUEUE) || (report && has(BIT15)),
+                "queue_id",
+                self.queue_id.map(u64::from),
+            ),
+            (
+                has(QUEUE),
+                "queue_occupancy",
+                self.queue_occupancy.map(u64::from),
+            ),
             (has(INGRESS_TS), "ingress_ts", self.ingress_ts),
             (has(EGRESS_TS), "egress_ts", self.egress_ts),
-            (has(L2_INTERFACES) && format != Format::IntV05, "l2_ingress_if", self.l2_ingress_if.map(u64::from)),
-            (has(L2_INTERFACES) && format != Format::IntV05, "l2_egress_if", self.l2_egress_if.map(u64::from)),
-            (has(L2_INTERFACES) && format == Format::IntV05, "queue_congestion", self.queue_congestion.map(u64::from)),
-            (has(EGRESS_TX_UTIL), "egress_tx_util", self.egress_tx_util.map(u64::from)),
+            (
+                has(L2_INTERFACES) && format != Format::IntV05,
+                "l2_ingress_if",
+                self.l2_ingress_if.map(u64::from),
+            ),
+            (
+                has(L2_INTERFACES) && format != Format::IntV05,
+                "l2_egress_if",
+                self.l2_egress_if.map(u64::from),
+            ),
+            (
+                has(L2_INTERFACES) && format == Format::IntV05,
+                "queue_congestion",
+                self.queue_congestion.map(u64::from),
+            ),
+            (
+                has(EGRESS_TX_UTIL),
+                "egress_tx_util",
+                self.egress_tx_util.map(u64::from),
+            ),
             (has(BUFFER), "buffer_id", self.buffer_id.map(u64::from)),
-            (has(BUFFER), "buffer_occupancy", self.buffer_occupancy.map(u64::from)),
+            (
+                has(BUFFER),
+                "buffer_occupancy",
+                self.buffer_occupancy.map(u64::from),
+            ),
             r(0),
             r(1),
             r(2),
             r(3),
             r(4),
             r(5),
-            (report && has(BIT15), "drop_reason", self.drop_reason.map(u64::from)),
-            (!report && has(BIT15), "checksum_complement", self.checksum_complement.map(u64::from)),
+            (
+                report && has(BIT15),
+                "drop_reason",
+                self.drop_reason.map(u64::from),
+            ),
+            (
+                !report && has(BIT15),
+                "checksum_complement",
+                self.checksum_complement.map(u64::from),
+            ),
             (false, "", None),
             (false, "", None),
         ];
-        items.into_iter().filter(|(on, _, _)| *on).map(|(_, n, v)| (n, v))
+        items
+            .into_iter()
+            .filter(|(on, _, _)| *on)
+            .map(|(_, n, v)| (n, v))
     }
 }
 
 /// JSON names of the reserved bits 9–14.
-const RESERVED_NAMES: [&str; 6] =
-    ["reserved_bit9", "reserved_bit10", "reserved_bit11", "reserved_bit12", "reserved_bit13", "reserved_bit14"];
+const RESERVED_NAMES: [&str; 6] = [
+    "reserved_bit9",
+    "reserved_bit10",
+    "reserved_bit11",
+    "reserved_bit12",
+    "reserved_bit13",
+    "reserved_bit14",
+];
 
 /// Lazy iterator over an INT-MD metadata stack, top (most recent hop) first.
 ///
@@ -324,8 +408,24 @@ pub struct Stack<'a> {
 impl<'a> Stack<'a> {
     /// A stack of hops of `hop_len` bytes each (`domain_len` of them domain-specific) in `bytes`,
     /// whose last hop carries `source_only_len` extra bytes.
-    pub fn new(bytes: &'a [u8], bitmap: u16, format: Format, hop_len: usize, domain_len: usize, source_only_len: usize) -> Self {
-        Stack { bytes, bitmap, format, hop_len, domain_len, source_only_len, at: 0, failed: false }
+    pub fn new(
+        bytes: &'a [u8],
+        bitmap: u16,
+        format: Format,
+        hop_len: usize,
+        domain_len: usize,
+        source_only_len: usize,
+    ) -> Self {
+        Stack {
+            bytes,
+            bitmap,
+            format,
+            hop_len,
+            domain_len,
+            source_only_len,
+            at: 0,
+            failed: false,
+        }
     }
 
     /// Number of hops the stack holds (a partial trailing hop is not counted).
@@ -357,7 +457,11 @@ impl<'a> Iterator for Stack<'a> {
         }
         let remaining = &self.bytes[self.at..];
         let is_last = remaining.len() < 2 * self.hop_len + self.source_only_len;
-        let domain_len = if is_last { self.domain_len + self.source_only_len } else { self.domain_len };
+        let domain_len = if is_last {
+            self.domain_len + self.source_only_len
+        } else {
+            self.domain_len
+        };
         match HopMetadata::decode(self.bitmap, self.format, remaining, domain_len) {
             Ok((hop, used)) => {
                 // Guard against layouts that do not advance (bitmap/length mismatch).

@@ -93,7 +93,9 @@ impl MxHeaderRepr {
 
     /// Writes the header into the first 12 bytes of `buf`.
     pub fn emit(&self, buf: &mut [u8]) {
-        let w0 = (u32::from(self.version & 0xf) << 28) | (u32::from(self.d) << 27) | (self.reserved & 0x07ff_ffff);
+        let w0 = (u32::from(self.version & 0xf) << 28)
+            | (u32::from(self.d) << 27)
+            | (self.reserved & 0x07ff_ffff);
         put32(buf, 0, w0);
         put16(buf, 4, self.instructions);
         put16(buf, 6, self.ds_id);

@@ -64,11 +64,18 @@ impl GroupHeaderRepr {
     pub fn parse(b: &[u8]) -> Result<Self> {
         check_len(Layer::ReportGroup, b, GROUP_LEN)?;
         let w = be32(b, 0);
-        Ok(GroupHeaderRepr { version: (w >> 28) as u8, hw_id: ((w >> 22) & 0x3f) as u8, sequence: w & 0x003f_ffff, node_id: be32(b, 4) })
+        Ok(GroupHeaderRepr {
+            version: (w >> 28) as u8,
+            hw_id: ((w >> 22) & 0x3f) as u8,
+            sequence: w & 0x003f_ffff,
+            node_id: be32(b, 4),
+        })
     }
     /// Writes the header.
     pub fn emit(&self, b: &mut [u8]) {
-        let w = (u32::from(self.version & 0xf) << 28) | (u32::from(self.hw_id & 0x3f) << 22) | (self.sequence & 0x003f_ffff);
+        let w = (u32::from(self.version & 0xf) << 28)
+            | (u32::from(self.hw_id & 0x3f) << 22)
+            | (self.sequence & 0x003f_ffff);
         put32(b, 0, w);
         put32(b, 4, self.node_id);
     }
@@ -213,14 +220,19 @@ impl IndividualHeaderRepr {
         b[0] = (self.rep_type << 4) | (self.in_type & 0xf);
         b[1] = self.report_length;
         b[2] = self.md_length;
-        b[3] = (u8::from(self.d) << 7) | (u8::from(self.q) << 6) | (u8::from(self.f) << 5) | (u8::from(self.i) << 4) | (self.reserved & 0xf);
+        b[3] = (u8::from(self.d) << 7)
+            | (u8::from(self.q) << 6)
+            | (u8::from(self.f) << 5)
+            | (u8::from(self.i) << 4)
+            | (self.reserved & 0xf);
     }
     /// Whether this header could start a report in `remaining` bytes (used to tell coalesced
     /// reports from trailing bytes of a report whose length field is wrong).
     fn plausible_in(&self, remaining: usize) -> bool {
         self.rep_type <= 2
             && self.in_type <= 5
-            && (self.report_length == 0xff || INDIVIDUAL_LEN + usize::from(self.report_length) * 4 <= remaining)
+            && (self.report_length == 0xff
+                || INDIVIDUAL_LEN + usize::from(self.report_length) * 4 <= remaining)
     }
 }
 
@@ -241,7 +253,12 @@ impl IntMainRepr {
     /// Reads the fixed main contents at the start of `b`.
     pub fn parse(b: &[u8]) -> Result<Self> {
         check_len(Layer::ReportIndividual, b, INT_MAIN_LEN)?;
-        Ok(IntMainRepr { rep_md_bits: be16(b, 0), ds_id: be16(b, 2), ds_md_bits: be16(b, 4), ds_md_status: be16(b, 6) })
+        Ok(IntMainRepr {
+            rep_md_bits: be16(b, 0),
+            ds_id: be16(b, 2),
+            ds_md_bits: be16(b, 4),
+            ds_md_status: be16(b, 6),
+        })
     }
     /// Writes them.
     pub fn emit(&self, b: &mut [u8]) {
@@ -269,7 +286,12 @@ impl TlvHeaderRepr {
     /// Reads a TLV header at the start of `b`.
     pub fn parse(b: &[u8]) -> Result<Self> {
         check_len(Layer::ReportTlv, b, TLV_LEN)?;
-        Ok(TlvHeaderRepr { tlv_type: b[0] >> 4, reserved: b[0] & 0xf, length: b[1], template: be16(b, 2) })
+        Ok(TlvHeaderRepr {
+            tlv_type: b[0] >> 4,
+            reserved: b[0] & 0xf,
+            length: b[1],
+            template: be16(b, 2),
+        })
     }
     /// Writes it.
     pub fn emit(&self, b: &mut [u8]) {
@@ -316,14 +338,23 @@ impl<'a> Iterator for Tlvs<'a> {
         let r = TlvHeaderRepr::parse(rest).and_then(|h| {
             let end = TLV_LEN + usize::from(h.length) * 4;
             if end > rest.len() {
-                return Err(Error::bad_length(Layer::ReportTlv, 1, "TLVLength", end, rest.len()));
+                return Err(Error::bad_length(
+                    Layer::ReportTlv,
+                    1,
+                    "TLVLength",
+                    end,
+                    rest.len(),
+                ));
             }
             Ok((h, end))
         });
         match r {
             Ok((header, end)) => {
                 self.at += end;
-                Some(Ok(Tlv { header, data: &rest[TLV_LEN..end] }))
+                Some(Ok(Tlv {
+                    header,
+                    data: &rest[TLV_LEN..end],
+                }))
             }
             Err(e) => {
                 self.failed = true;
@@ -358,13 +389,29 @@ impl<'a> IndividualReport<'a> {
         let main = self.main?;
         let base = Format::ReportV2.baseline_len(main.rep_md_bits);
         let domain_len = self.metadata.len().saturating_sub(base);
-        Some(HopMetadata::decode(main.rep_md_bits, Format::ReportV2, self.metadata, domain_len).map(|(h, _)| h))
+        Some(
+            HopMetadata::decode(
+                main.rep_md_bits,
+                Format::ReportV2,
+                self.metadata,
+                domain_len,
+            )
+            .map(|(h, _)| h),
+        )
     }
 
     /// The TLVs of an InType-1 report.
     pub fn tlvs(&self) -> Tlvs<'a> {
-        let bytes = if self.inner_type == InType::Tlv { self.inner } else { &[] };
-        Tlvs { bytes, at: 0, failed: false }
+        let bytes = if self.inner_type == InType::Tlv {
+            self.inner
+        } else {
+            &[]
+        };
+        Tlvs {
+            bytes,
+            at: 0,
+            failed: false,
+        }
     }
 }
 
@@ -409,9 +456,19 @@ impl<'a> IndividualReports<'a> {
     fn decode_one(&self, rest: &'a [u8]) -> Result<(IndividualReport<'a>, usize)> {
         let header = IndividualHeaderRepr::parse(rest)?;
         let mut warnings = Warnings::default();
-        let declared_end = if header.report_length == 0xff { rest.len() } else { INDIVIDUAL_LEN + usize::from(header.report_length) * 4 };
+        let declared_end = if header.report_length == 0xff {
+            rest.len()
+        } else {
+            INDIVIDUAL_LEN + usize::from(header.report_length) * 4
+        };
         if declared_end > rest.len() {
-            return Err(Error::bad_length(Layer::ReportIndividual, 1, "Report Length", declared_end, rest.len()));
+            return Err(Error::bad_length(
+                Layer::ReportIndividual,
+                1,
+                "Report Length",
+                declared_end,
+                rest.len(),
+            ));
         }
         let (mut report, inner_at) = Self::layout(header, rest, declared_end, &mut warnings)?;
         let mut end = declared_end;
@@ -419,8 +476,10 @@ impl<'a> IndividualReports<'a> {
             // Bytes remain: either coalesced reports, or a producer whose Report Length is too
             // short. Tolerate the latter when the rest is no report, or when the inner packet's
             // own length field ends exactly at the end of the datagram.
-            let next_ok = IndividualHeaderRepr::parse(&rest[end..]).is_ok_and(|h| h.plausible_in(rest.len() - end));
-            let inner_fills = declared_packet_len(&rest[inner_at..], report.inner_type).is_some_and(|l| inner_at + l == rest.len());
+            let next_ok = IndividualHeaderRepr::parse(&rest[end..])
+                .is_ok_and(|h| h.plausible_in(rest.len() - end));
+            let inner_fills = declared_packet_len(&rest[inner_at..], report.inner_type)
+                .is_some_and(|l| inner_at + l == rest.len());
             if !next_ok || inner_fills {
                 warnings.add(Warning::ReportLengthExtended);
                 end = rest.len();
@@ -434,7 +493,12 @@ impl<'a> IndividualReports<'a> {
 
     /// Main contents and inner contents of a report occupying `body_with_header`; returns the
     /// report and where its inner contents start (from the report's first byte).
-    fn layout(header: IndividualHeaderRepr, rest: &'a [u8], end: usize, warnings: &mut Warnings) -> Result<(IndividualReport<'a>, usize)> {
+    fn layout(
+        header: IndividualHeaderRepr,
+        rest: &'a [u8],
+        end: usize,
+        warnings: &mut Warnings,
+    ) -> Result<(IndividualReport<'a>, usize)> {
         // Resynchronising looks at everything that follows (the length may be the wrong part).
         let lookahead = &rest[INDIVIDUAL_LEN..];
         let body = &rest[INDIVIDUAL_LEN..end];
@@ -445,11 +509,21 @@ impl<'a> IndividualReports<'a> {
                 let main = IntMainRepr::parse(body).map_err(|e| e.shifted(INDIVIDUAL_LEN))?;
                 let md_end = INT_MAIN_LEN + md_len;
                 if md_end > body.len() {
-                    return Err(Error::bad_length(Layer::ReportIndividual, 2, "MD Length", md_end, body.len()));
+                    return Err(Error::bad_length(
+                        Layer::ReportIndividual,
+                        2,
+                        "MD Length",
+                        md_end,
+                        body.len(),
+                    ));
                 }
                 (Some(main), &body[INT_MAIN_LEN..md_end], md_end)
             }
-            RepType::InnerOnly if md_len != 0 && body.len() >= INT_MAIN_LEN && !plausible_packet(lookahead, declared) => {
+            RepType::InnerOnly
+                if md_len != 0
+                    && body.len() >= INT_MAIN_LEN
+                    && !plausible_packet(lookahead, declared) =>
+            {
                 // Tolerated: some producers (CableLabs Transparent Security) fill INT main
                 // contents into Inner-Only reports. Find where the inner packet really starts.
                 warnings.add(Warning::MainContentsInInnerOnly);
@@ -458,7 +532,10 @@ impl<'a> IndividualReports<'a> {
                 let inner_at = if declared.is_packet() {
                     (INT_MAIN_LEN..=limit)
                         .step_by(4)
-                        .find(|&k| plausible_packet(&lookahead[k..], declared) || plausible_packet(&lookahead[k..], InType::Ethernet))
+                        .find(|&k| {
+                            plausible_packet(&lookahead[k..], declared)
+                                || plausible_packet(&lookahead[k..], InType::Ethernet)
+                        })
                         .unwrap_or(limit)
                 } else {
                     (INT_MAIN_LEN + Format::ReportV2.baseline_len(main.rep_md_bits)).min(limit)
@@ -470,11 +547,22 @@ impl<'a> IndividualReports<'a> {
         let inner = &body[inner_at..];
         let mut inner_type = declared;
         let ahead = &lookahead[inner_at..];
-        if declared.is_packet() && !plausible_packet(ahead, declared) && plausible_packet(ahead, InType::Ethernet) {
+        if declared.is_packet()
+            && !plausible_packet(ahead, declared)
+            && plausible_packet(ahead, InType::Ethernet)
+        {
             warnings.add(Warning::InnerTypeMismatch);
             inner_type = InType::Ethernet;
         }
-        let report = IndividualReport { offset: 0, header, main, metadata, inner, inner_type, warnings: Warnings::default() };
+        let report = IndividualReport {
+            offset: 0,
+            header,
+            main,
+            metadata,
+            inner,
+            inner_type,
+            warnings: Warnings::default(),
+        };
         Ok((report, INDIVIDUAL_LEN + inner_at))
     }
 }
@@ -674,9 +762,19 @@ pub struct V05SwitchRepr {
 impl V05SwitchRepr {
     /// Reads a drop (`nproto` 1) or local (`nproto` 2) header at the start of `b`.
     pub fn parse(b: &[u8], nproto: u8) -> Result<Self> {
-        let len = if nproto == 1 { V05_DROP_LEN } else { V05_LOCAL_LEN };
+        let len = if nproto == 1 {
+            V05_DROP_LEN
+        } else {
+            V05_LOCAL_LEN
+        };
         check_len(Layer::ReportV05, b, len)?;
-        let mut r = V05SwitchRepr { switch_id: be32(b, 0), ingress_port: be16(b, 4), egress_port: be16(b, 6), queue_id: b[8], ..Default::default() };
+        let mut r = V05SwitchRepr {
+            switch_id: be32(b, 0),
+            ingress_port: be16(b, 4),
+            egress_port: be16(b, 6),
+            queue_id: b[8],
+            ..Default::default()
+        };
         if nproto == 1 {
             r.drop_reason = Some(b[9]);
             r.pad = be16(b, 10);
@@ -745,7 +843,10 @@ impl<'a> Report<'a> {
         match b[0] >> 4 {
             2 => {
                 let group = GroupHeaderRepr::parse(b)?;
-                Ok(Report::V2 { group, body: &b[GROUP_LEN..] })
+                Ok(Report::V2 {
+                    group,
+                    body: &b[GROUP_LEN..],
+                })
             }
             0 => Self::parse_v05(b, Warnings::default()),
             1 => {
@@ -753,7 +854,8 @@ impl<'a> Report<'a> {
                     let at = V05_FIXED_LEN + x;
                     b.len() == at || (b.len() > at && plausible_packet(&b[at..], InType::Ethernet))
                 });
-                let v1_fits = b.len() == V1_LEN || (b.len() > V1_LEN && plausible_packet(&b[V1_LEN..], InType::Ethernet));
+                let v1_fits = b.len() == V1_LEN
+                    || (b.len() > V1_LEN && plausible_packet(&b[V1_LEN..], InType::Ethernet));
                 let len_is_4 = b[0] & 0xf == 4;
                 if v05_fits && !(v1_fits && len_is_4) {
                     let mut w = Warnings::default();
@@ -769,7 +871,13 @@ impl<'a> Report<'a> {
                     Self::parse_v1(b)
                 }
             }
-            v => Err(Error::bad_value(Layer::ReportGroup, 0, "Ver", "2 (v2.0), 1 (v1.0) or 0 (v0.5)", u64::from(v))),
+            v => Err(Error::bad_value(
+                Layer::ReportGroup,
+                0,
+                "Ver",
+                "2 (v2.0), 1 (v1.0) or 0 (v0.5)",
+                u64::from(v),
+            )),
         }
     }
 
@@ -779,7 +887,11 @@ impl<'a> Report<'a> {
         if header.len != 4 {
             warnings.add(Warning::V1ReportLength);
         }
-        Ok(Report::V1 { header, inner: &b[V1_LEN..], warnings })
+        Ok(Report::V1 {
+            header,
+            inner: &b[V1_LEN..],
+            warnings,
+        })
     }
 
     fn parse_v05(b: &'a [u8], warnings: Warnings) -> Result<Self> {
@@ -793,9 +905,17 @@ impl<'a> Report<'a> {
         ))?;
         let switch = match fixed.nproto {
             0 => None,
-            n => Some(V05SwitchRepr::parse(&b[V05_FIXED_LEN..], n).map_err(|e| e.shifted(V05_FIXED_LEN))?),
+            n => Some(
+                V05SwitchRepr::parse(&b[V05_FIXED_LEN..], n)
+                    .map_err(|e| e.shifted(V05_FIXED_LEN))?,
+            ),
         };
-        Ok(Report::V05 { fixed, switch, inner: &b[V05_FIXED_LEN + extra..], warnings })
+        Ok(Report::V05 {
+            fixed,
+            switch,
+            inner: &b[V05_FIXED_LEN + extra..],
+            warnings,
+        })
     }
 
     /// Version as a string: "2.0", "1.0" or "0.5".
@@ -813,7 +933,12 @@ impl<'a> Report<'a> {
             Report::V2 { body, .. } => body,
             _ => &[],
         };
-        IndividualReports { bytes, base: GROUP_LEN, at: 0, failed: false }
+        IndividualReports {
+            bytes,
+            base: GROUP_LEN,
+            at: 0,
+            failed: false,
+        }
     }
 }
 

@@ -384,7 +384,13 @@ impl Shim {
 pub(crate) fn check_shim_length(words: usize, after_shim: usize) -> Result<()> {
     let claimed = words * 4;
     if claimed > after_shim {
-        return Err(Error::bad_length(Layer::IntShim, 0, "Length", claimed, after_shim));
+        return Err(Error::bad_length(
+            Layer::IntShim,
+            0,
+            "Length",
+            claimed,
+            after_shim,
+        ));
     }
     Ok(())
 }

@@ -66,21 +66,37 @@ impl Warning {
             Warning::ShimLengthCountsShim => {
                 "INT shim Length counts the shim word (INT v1.0 semantics) although the header is v2; decoded with v1.0 semantics"
             }
-            Warning::LegacyShimLength => "INT v0.5 shim Length disagrees with the metadata header; header used",
+            Warning::LegacyShimLength => {
+                "INT v0.5 shim Length disagrees with the metadata header; header used"
+            }
             Warning::StackLeftover => "INT metadata stack length is not a whole number of hops",
-            Warning::HopTooShort => "Hop ML is shorter than the metadata the instruction bitmap requests",
-            Warning::UnknownDomain => "Domain Specific ID not in the registry: domain metadata shown raw",
-            Warning::UnmarkedInt => "INT found in a report's inner packet without the configured INT marking",
+            Warning::HopTooShort => {
+                "Hop ML is shorter than the metadata the instruction bitmap requests"
+            }
+            Warning::UnknownDomain => {
+                "Domain Specific ID not in the registry: domain metadata shown raw"
+            }
+            Warning::UnmarkedInt => {
+                "INT found in a report's inner packet without the configured INT marking"
+            }
             Warning::BadL4Checksum => "L4 checksum does not verify",
             Warning::BadIpChecksum => "IPv4 header checksum does not verify",
-            Warning::MainContentsInInnerOnly => "Inner-Only report (RepType 0) carries INT main contents (MD Length > 0)",
-            Warning::InnerTypeMismatch => "inner packet does not start with the header InType names",
-            Warning::ReportLengthExtended => "bytes after the report's Report Length do not form a report; kept as its inner contents",
+            Warning::MainContentsInInnerOnly => {
+                "Inner-Only report (RepType 0) carries INT main contents (MD Length > 0)"
+            }
+            Warning::InnerTypeMismatch => {
+                "inner packet does not start with the header InType names"
+            }
+            Warning::ReportLengthExtended => {
+                "bytes after the report's Report Length do not form a report; kept as its inner contents"
+            }
             Warning::V05LayoutVersion1 => "v0.5-layout telemetry report header carries version 1",
             Warning::V1ReportLength => "v1.0 telemetry report Len field is not 4",
             Warning::V1HeaderVersion0 => "INT v1.0 metadata header carries version 0",
             Warning::ReservedSet => "a reserved field is non-zero",
-            Warning::L4ProtocolMismatch => "IP protocol says TCP but a UDP header follows; read as UDP",
+            Warning::L4ProtocolMismatch => {
+                "IP protocol says TCP but a UDP header follows; read as UDP"
+            }
         }
     }
 

@@ -30,7 +30,13 @@ pub fn ipv4(proto: u8, dscp: u8, payload: &[u8]) -> Vec<u8> {
 
 /// UDP header (checksum over IPv4 SRC→DST) + payload.
 pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let h = UdpHeader::with_ipv4_checksum(sport, dport, &Ipv4Header::new(0, 64, IpNumber::UDP, SRC, DST).unwrap(), payload).unwrap();
+    let h = UdpHeader::with_ipv4_checksum(
+        sport,
+        dport,
+        &Ipv4Header::new(0, 64, IpNumber::UDP, SRC, DST).unwrap(),
+        payload,
+    )
+    .unwrap();
     let mut out = h.to_bytes().to_vec();
     out.extend_from_slice(payload);
     out
@@ -38,7 +44,12 @@ pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
 
 /// UDP header with a zero checksum + payload.
 pub fn udp_no_checksum(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let h = UdpHeader { source_port: sport, destination_port: dport, length: (8 + payload.len()) as u16, checksum: 0 };
+    let h = UdpHeader {
+        source_port: sport,
+        destination_port: dport,
+        length: (8 + payload.len()) as u16,
+        checksum: 0,
+    };
     let mut out = h.to_bytes().to_vec();
     out.extend_from_slice(payload);
     out
@@ -57,7 +68,12 @@ pub fn tcp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
 }
 
 /// An INT-MD block: shim (its length set), header, hops (top first) + extra bytes (source-only).
-pub fn md_block(mut shim: Shim, header: MdHeaderRepr, hops: &[HopMetadata<'_>], source_only: &[u8]) -> Vec<u8> {
+pub fn md_block(
+    mut shim: Shim,
+    header: MdHeaderRepr,
+    hops: &[HopMetadata<'_>],
+    source_only: &[u8],
+) -> Vec<u8> {
     let mut body = vec![0u8; 256];
     let mut at = 0;
     for h in hops {
@@ -85,7 +101,13 @@ pub fn mx_block(mut shim: Shim, header: MxHeaderRepr, source_inserted: &[u8]) ->
 
 /// A hop with node id and queue occupancy (queue id 0), as in the spec examples.
 pub fn node_q(node: u32, occupancy: u32) -> HopMetadata<'static> {
-    HopMetadata { present: 0x9000, node_id: Some(node), queue_id: Some(0), queue_occupancy: Some(occupancy), ..Default::default() }
+    HopMetadata {
+        present: 0x9000,
+        node_id: Some(node),
+        queue_id: Some(0),
+        queue_occupancy: Some(occupancy),
+        ..Default::default()
+    }
 }
 
 /// Decodes a hex string (whitespace ignored).
