@@ -92,7 +92,7 @@ fn decode(bytes: &[u8], cfg: &DetectConfig) -> u64 {
     for ir in r.individual_reports() {
         let ir = ir.unwrap();
         if let Some(Ok(h)) = ir.hop() {
-            acc += u64::from(h.queue_occupancy.unwrap_or(0));
+            acc += u64::from(h.queue().map_or(0, |q| q.1));
         }
         let p = Packet::parse(ir.inner, Start::Ethernet, cfg).unwrap();
         let f = p.flow.unwrap();
@@ -100,9 +100,9 @@ fn decode(bytes: &[u8], cfg: &DetectConfig) -> u64 {
         if let Some((_, b)) = p.int {
             for hop in b.stack(None).0 {
                 let hop = hop.unwrap();
-                acc += u64::from(hop.node_id.unwrap_or(0))
-                    + u64::from(hop.hop_latency.unwrap_or(0))
-                    + u64::from(hop.queue_occupancy.unwrap_or(0));
+                acc += u64::from(hop.node_id().unwrap_or(0))
+                    + u64::from(hop.hop_latency().unwrap_or(0))
+                    + u64::from(hop.queue().map_or(0, |q| q.1));
             }
         }
     }

@@ -300,7 +300,7 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
     if !matches!(block.header, IntHeader::Mx(_)) {
         let mut hops = Vec::new();
         for hop in stack {
-            match hop {
+            match hop.map(|v| v.to_metadata()) {
                 Ok(h) => {
                     let mut hv = hop_value(&h, format);
                     let dv = domain_value(
@@ -481,7 +481,7 @@ fn individual_value(
         m.insert("ds_id".into(), json!(main.ds_id));
         m.insert("ds_md_bits".into(), json!(main.ds_md_bits));
         m.insert("ds_md_status".into(), json!(main.ds_md_status));
-        match r.hop() {
+        match r.hop().map(|h| h.map(|v| v.to_metadata())) {
             Some(Ok(hop)) => {
                 let mut md = hop_value(&hop, Format::ReportV2);
                 if let Some(reason) = hop.drop_reason.and_then(drop_reason_name) {

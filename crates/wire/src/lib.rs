@@ -37,6 +37,6 @@ pub mod warning;
 pub use error::{Error, ErrorKind, Layer, Result};
 pub use int::{Encap, IntBlock, IntHeader};
 pub use locate::{DetectConfig, FlowKey, Packet, Start};
-pub use metadata::HopMetadata;
+pub use metadata::{HopMetadata, HopView};
 pub use report::Report;
 pub use warning::{Warning, Warnings};

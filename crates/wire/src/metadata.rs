@@ -378,6 +378,128 @@ impl<'a> HopMetadata<'a> {
     }
 }
 
+/// Zero-copy view of one hop's metadata: the hot-path way to read a stack or a report. Fields
+/// are located on demand from the bitmap (a popcount per access), nothing is copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HopView<'a> {
+    bytes: &'a [u8],
+    bitmap: u16,
+    format: Format,
+    domain_len: usize,
+}
+
+impl<'a> HopView<'a> {
+    /// A view of the hop at the start of `buf` (`domain_len` bytes of domain-specific metadata);
+    /// checks that the hop fits.
+    pub fn new(bitmap: u16, format: Format, buf: &'a [u8], domain_len: usize) -> Result<Self> {
+        let total = format.baseline_len(bitmap) + domain_len;
+        let bytes =
+            buf.get(..total)
+                .ok_or(Error::truncated(Layer::IntStack, 0, total, buf.len()))?;
+        Ok(HopView {
+            bytes,
+            bitmap,
+            format,
+            domain_len,
+        })
+    }
+
+    /// This hop's bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The instruction bits this hop covers.
+    pub fn bitmap(&self) -> u16 {
+        self.bitmap
+    }
+
+    fn offset(&self, n: u32) -> Option<usize> {
+        if self.bitmap & bit(n) == 0 {
+            return None;
+        }
+        let before = self.bitmap & !(0xffffu16 >> n);
+        let mut at = self.format.baseline_len(before);
+        if n == 15 && self.format == Format::IntV2 {
+            at += self.domain_len;
+        }
+        Some(at)
+    }
+
+    #[inline]
+    fn word(&self, n: u32) -> Option<u32> {
+        let at = self.offset(n)?;
+        let b = self.bytes.get(at..at + 4)?;
+        let w = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        (w != u32::MAX).then_some(w)
+    }
+
+    #[inline]
+    fn wide(&self, n: u32) -> Option<u64> {
+        if self.format.size_of_bit(n) == 4 {
+            return self.word(n).map(u64::from);
+        }
+        let at = self.offset(n)?;
+        let w = u64::from_be_bytes(self.bytes.get(at..at + 8)?.try_into().ok()?);
+        (w != u64::MAX).then_some(w)
+    }
+
+    /// Node ID (bit 0).
+    pub fn node_id(&self) -> Option<u32> {
+        self.word(0)
+    }
+    /// Level 1 ingress and egress interface IDs (bit 1).
+    pub fn l1_interfaces(&self) -> Option<(u16, u16)> {
+        self.word(1).map(|w| ((w >> 16) as u16, w as u16))
+    }
+    /// Hop latency (bit 2).
+    pub fn hop_latency(&self) -> Option<u32> {
+        self.word(2)
+    }
+    /// Queue ID and occupancy (bit 3).
+    pub fn queue(&self) -> Option<(u8, u32)> {
+        self.word(3).map(|w| ((w >> 24) as u8, w & 0x00ff_ffff))
+    }
+    /// Ingress timestamp (bit 4).
+    pub fn ingress_ts(&self) -> Option<u64> {
+        self.wide(4)
+    }
+    /// Egress timestamp (bit 5).
+    pub fn egress_ts(&self) -> Option<u64> {
+        self.wide(5)
+    }
+    /// Egress interface Tx utilization (bit 7).
+    pub fn egress_tx_util(&self) -> Option<u32> {
+        self.word(7)
+    }
+    /// Buffer ID and occupancy (bit 8).
+    pub fn buffer(&self) -> Option<(u8, u32)> {
+        self.word(8).map(|w| ((w >> 24) as u8, w & 0x00ff_ffff))
+    }
+    /// Report bit 15: queue ID and drop reason.
+    pub fn drop(&self) -> Option<(u8, u8)> {
+        if self.format != Format::ReportV2 {
+            return None;
+        }
+        self.word(15).map(|w| ((w >> 24) as u8, (w >> 16) as u8))
+    }
+    /// Domain-specific metadata bytes.
+    pub fn domain(&self) -> &'a [u8] {
+        let at = self.format.baseline_len(if self.format == Format::IntV2 {
+            self.bitmap & !BIT15
+        } else {
+            self.bitmap
+        });
+        &self.bytes[at..at + self.domain_len]
+    }
+    /// Every field, decoded into an owned value.
+    pub fn to_metadata(&self) -> HopMetadata<'a> {
+        // The view was length-checked at construction, so this decode cannot fail.
+        HopMetadata::decode(self.bitmap, self.format, self.bytes, self.domain_len)
+            .map_or_else(|_| HopMetadata::default(), |(h, _)| h)
+    }
+}
+
 /// JSON names of the reserved bits 9–14.
 const RESERVED_NAMES: [&str; 6] = [
     "reserved_bit9",
@@ -449,7 +571,7 @@ impl<'a> Stack<'a> {
 }
 
 impl<'a> Iterator for Stack<'a> {
-    type Item = Result<HopMetadata<'a>>;
+    type Item = Result<HopView<'a>>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed || self.hop_len == 0 || self.at >= self.bytes.len() {
@@ -462,10 +584,10 @@ impl<'a> Iterator for Stack<'a> {
         } else {
             self.domain_len
         };
-        match HopMetadata::decode(self.bitmap, self.format, remaining, domain_len) {
-            Ok((hop, used)) => {
+        match HopView::new(self.bitmap, self.format, remaining, domain_len) {
+            Ok(hop) => {
                 // Guard against layouts that do not advance (bitmap/length mismatch).
-                let used = used.max(self.hop_len.min(remaining.len()));
+                let used = hop.bytes.len().max(self.hop_len.min(remaining.len()));
                 self.at += used;
                 Some(Ok(hop))
             }

@@ -24,7 +24,7 @@
 
 use crate::error::{Error, Layer, Result, check_len};
 use crate::field::{be16, be24, be32, put16, put32};
-use crate::metadata::{Format, HopMetadata};
+use crate::metadata::{Format, HopView};
 use crate::warning::{Warning, Warnings};
 
 /// Size of the v2.0 group header.
@@ -385,19 +385,16 @@ pub struct IndividualReport<'a> {
 
 impl<'a> IndividualReport<'a> {
     /// The report's own metadata (RepMdBits), with domain-specific bytes left raw in `domain`.
-    pub fn hop(&self) -> Option<Result<HopMetadata<'a>>> {
+    pub fn hop(&self) -> Option<Result<HopView<'a>>> {
         let main = self.main?;
         let base = Format::ReportV2.baseline_len(main.rep_md_bits);
         let domain_len = self.metadata.len().saturating_sub(base);
-        Some(
-            HopMetadata::decode(
-                main.rep_md_bits,
-                Format::ReportV2,
-                self.metadata,
-                domain_len,
-            )
-            .map(|(h, _)| h),
-        )
+        Some(HopView::new(
+            main.rep_md_bits,
+            Format::ReportV2,
+            self.metadata,
+            domain_len,
+        ))
     }
 
     /// The TLVs of an InType-1 report.

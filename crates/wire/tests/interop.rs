@@ -83,7 +83,7 @@ fn udp_payload<'a>(frame: &'a [u8], cfg: &DetectConfig) -> &'a [u8] {
 
 fn hops<'a>(b: &IntBlock<'a>, reg: Option<&Registry>) -> Vec<HopMetadata<'a>> {
     let (stack, _) = b.stack(reg);
-    stack.map(|h| h.unwrap()).collect()
+    stack.map(|h| h.unwrap().to_metadata()).collect()
 }
 
 fn warned(w: Warnings, x: Warning) -> bool {

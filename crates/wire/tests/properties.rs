@@ -127,3 +127,27 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The zero-copy view reads the same values as the owned decode, for every bitmap and format.
+    #[test]
+    fn hop_view_agrees_with_owned_decode(bitmap: u16, bytes in proptest::collection::vec(any::<u8>(), 80), domain_words in 0usize..3, fmt in 0usize..4) {
+        let format = [Format::IntV2, Format::ReportV2, Format::IntV1, Format::IntV05][fmt];
+        let domain_len = domain_words * 4;
+        let view = intscope_wire::HopView::new(bitmap, format, &bytes, domain_len).unwrap();
+        let (owned, used) = HopMetadata::decode(bitmap, format, &bytes, domain_len).unwrap();
+        prop_assert_eq!(view.bytes().len(), used);
+        prop_assert_eq!(view.node_id(), owned.node_id);
+        prop_assert_eq!(view.hop_latency(), owned.hop_latency);
+        prop_assert_eq!(view.l1_interfaces(), owned.l1_ingress_if.zip(owned.l1_egress_if));
+        prop_assert_eq!(view.ingress_ts(), owned.ingress_ts);
+        prop_assert_eq!(view.egress_ts(), owned.egress_ts);
+        prop_assert_eq!(view.egress_tx_util(), owned.egress_tx_util);
+        prop_assert_eq!(view.buffer(), owned.buffer_id.zip(owned.buffer_occupancy));
+        prop_assert_eq!(view.domain(), owned.domain);
+        if bitmap & 0x1000 != 0 {
+            prop_assert_eq!(view.queue(), owned.queue_id.zip(owned.queue_occupancy));
+        }
+        prop_assert_eq!(view.drop().map(|d| d.1), owned.drop_reason);
+    }
+}

@@ -73,7 +73,7 @@ fn check_reemit(bytes: &[u8], p: &Packet<'_>, registry: Option<&Registry>) {
             );
             let mut at = 16;
             for hop in stack {
-                let hop = hop.unwrap();
+                let hop = hop.unwrap().to_metadata();
                 at += hop.encode(h.instructions, Format::IntV2, &mut out[at..]);
             }
             assert_eq!(at, block.len);
@@ -94,7 +94,7 @@ fn hops(p: &Packet<'_>) -> Vec<(Option<u32>, Option<u32>)> {
         .stack(None)
         .0
         .map(|h| h.unwrap())
-        .map(|h| (h.node_id, h.queue_occupancy))
+        .map(|h| (h.node_id(), h.queue().map(|q| q.1)))
         .collect()
 }
 
@@ -580,7 +580,7 @@ fn md_with_domain_source_only_metadata() {
     let reg = registry();
     let (stack, w) = b.stack(Some(&reg));
     assert!(w.is_empty());
-    let hops: Vec<_> = stack.map(|h| h.unwrap()).collect();
+    let hops: Vec<_> = stack.map(|h| h.unwrap().to_metadata()).collect();
     assert_eq!(
         hops.iter().map(|h| h.node_id.unwrap()).collect::<Vec<_>>(),
         vec![3, 2, 1],
@@ -643,7 +643,7 @@ fn report_baseline_truncated_ipv4() {
     let ir = reports[0];
     assert_eq!(ir.inner_type, InType::Ipv4);
     assert_eq!(ir.inner.len(), 40, "5 words IP + 5 words TCP");
-    let hop = ir.hop().unwrap().unwrap();
+    let hop = ir.hop().unwrap().unwrap().to_metadata();
     assert_eq!(
         (
             hop.l1_ingress_if,
@@ -720,7 +720,7 @@ fn report_with_domain_metadata_and_tlvs() {
     let r = Report::parse(&b).unwrap();
     let irs: Vec<_> = r.individual_reports().map(|x| x.unwrap()).collect();
     assert_eq!(irs.len(), 1);
-    let hop = irs[0].hop().unwrap().unwrap();
+    let hop = irs[0].hop().unwrap().unwrap().to_metadata();
     assert_eq!(
         hop.domain,
         &[0xde, 0xad, 0xbe, 0xef],
@@ -788,7 +788,10 @@ fn report_with_embedded_int_md() {
     let r = Report::parse(&b).unwrap();
     let ir = r.individual_reports().next().unwrap().unwrap();
     assert_eq!(ir.header.report_length, 23);
-    assert_eq!(ir.hop().unwrap().unwrap().queue_occupancy, Some(300));
+    assert_eq!(
+        ir.hop().unwrap().unwrap().to_metadata().queue_occupancy,
+        Some(300)
+    );
     let p = Packet::parse(ir.inner, Start::Ipv4, &cfg()).unwrap();
     assert_eq!(hops(&p), vec![(Some(2), Some(200)), (Some(1), Some(100))]);
     let f = p.flow.unwrap();

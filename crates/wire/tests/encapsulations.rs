@@ -1,0 +1,304 @@
+//! Encapsulation and report features beyond the spec's worked examples: probe marker, stacked
+//! VXLAN-GPE INT headers, IPv6, GRE optional fields, coalesced reports, Report Length 0xFF, and
+//! lengths that lie.
+
+mod common;
+
+use common::*;
+use intscope_wire::encap::{GreRepr, VxlanGpeRepr};
+use intscope_wire::error::{ErrorKind, Layer};
+use intscope_wire::int::{Encap, IntHeader};
+use intscope_wire::locate::{DetectConfig, Packet, Start};
+use intscope_wire::md::MdHeaderRepr;
+use intscope_wire::report::{GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, Report};
+use intscope_wire::shim::{GpeShimRepr, GreShimRepr, IntType, Shim, TcpUdpShimRepr};
+
+fn md() -> MdHeaderRepr {
+    MdHeaderRepr {
+        version: 2,
+        hop_ml: 2,
+        remaining_hop_count: 6,
+        instructions: 0x9000,
+        ..Default::default()
+    }
+}
+
+fn tcp_shim(npt: u8, content: u16) -> Shim {
+    Shim::TcpUdp(TcpUdpShimRepr {
+        int_type: 1,
+        npt,
+        reserved: 0,
+        length: 0,
+        content,
+    })
+}
+
+#[test]
+fn probe_marker_signals_int() {
+    let marker = 0x1122_3344_5566_7788u64;
+    let int = md_block(tcp_shim(0, 0), md(), &[node_q(2, 1), node_q(1, 2)], &[]);
+    let frame = eth_ipv4(
+        17,
+        0,
+        &udp(
+            1,
+            2,
+            &[marker.to_be_bytes().to_vec(), int, b"data".to_vec()].concat(),
+        ),
+    );
+    let cfg = DetectConfig {
+        dscp: None,
+        probe_marker: Some(marker),
+        ..DetectConfig::default()
+    };
+    let p = Packet::parse(&frame, Start::Ethernet, &cfg).unwrap();
+    let (offset, b) = p.int.unwrap();
+    assert_eq!(
+        offset,
+        14 + 20 + 8 + 8,
+        "the shim follows the 8-byte marker"
+    );
+    assert_eq!(b.stack(None).0.count(), 2);
+    // Without the marker configured, the same frame carries no INT.
+    let cfg = DetectConfig {
+        dscp: None,
+        ..DetectConfig::default()
+    };
+    assert!(
+        Packet::parse(&frame, Start::Ethernet, &cfg)
+            .unwrap()
+            .int
+            .is_none()
+    );
+}
+
+#[test]
+fn dscp_bit_mask_matches_a_flag() {
+    let int = md_block(tcp_shim(0, 0), md(), &[node_q(1, 1)], &[]);
+    let frame = eth_ipv4(6, 0x20 | 0x0a, &tcp(1, 2, &int));
+    let flag = DetectConfig {
+        dscp: Some(intscope_wire::locate::DscpMatch {
+            value: 0x20,
+            mask: 0x20,
+        }),
+        ..DetectConfig::default()
+    };
+    assert!(
+        Packet::parse(&frame, Start::Ethernet, &flag)
+            .unwrap()
+            .int
+            .is_some(),
+        "DSCP bit 0x20 set, QoS bits free"
+    );
+    assert!(
+        Packet::parse(&frame, Start::Ethernet, &DetectConfig::default())
+            .unwrap()
+            .int
+            .is_none(),
+        "0x2a is not value 0x17"
+    );
+}
+
+#[test]
+fn vxlan_gpe_stacked_md_and_destination_headers() {
+    let mut gpe = vec![0u8; 8];
+    VxlanGpeRepr {
+        flags: 0x0c,
+        reserved: 0,
+        next_protocol: 0x82,
+        vni: 1,
+        reserved2: 0,
+    }
+    .emit(&mut gpe);
+    // First INT header (MD) points at another INT header (0x82); the last points at Ethernet.
+    let first = md_block(
+        Shim::Gpe(GpeShimRepr {
+            int_type: 1,
+            reserved: 0,
+            length: 0,
+            g: true,
+            reserved2: 0,
+            next_protocol: 0x82,
+        }),
+        md(),
+        &[node_q(1, 1)],
+        &[],
+    );
+    let mut dest = vec![0u8; 4];
+    Shim::Gpe(GpeShimRepr {
+        int_type: 2,
+        reserved: 0,
+        length: 2,
+        g: false,
+        reserved2: 0,
+        next_protocol: 3,
+    })
+    .emit(&mut dest);
+    dest.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 42]);
+    let inner = [
+        vec![0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 8, 0x08, 0x00],
+        ipv4(17, 0, &udp(11, 22, b"x")),
+    ]
+    .concat();
+    let frame = eth_ipv4(17, 0, &udp(5, 4790, &[gpe, first, dest, inner].concat()));
+    let p = Packet::parse(&frame, Start::Ethernet, &DetectConfig::default()).unwrap();
+    let (_, a) = p.int.unwrap();
+    let (_, b) = p.int2.unwrap();
+    assert!(matches!(a.header, IntHeader::Md(_)));
+    assert_eq!(b.int_type(), IntType::Destination);
+    assert_eq!(b.body, &[0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 42]);
+    assert_eq!(p.inner_flow.unwrap().dst_port, 22);
+}
+
+#[test]
+fn int_over_ipv6_udp() {
+    let int = md_block(tcp_shim(1, 4791), md(), &[node_q(2, 5), node_q(1, 6)], &[]);
+    let payload = [int, b"v6".to_vec()].concat();
+    let mut ip6 = vec![0x60, 0, 0, 0];
+    ip6.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    ip6.extend_from_slice(&[17, 64]);
+    ip6.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    ip6.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    let u = udp_no_checksum(7, 17768, &payload);
+    let frame = [vec![0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0x86, 0xdd], ip6, u].concat();
+    let cfg = DetectConfig {
+        int_udp_ports: vec![17768],
+        ..DetectConfig::default()
+    };
+    let p = Packet::parse(&frame, Start::Ethernet, &cfg).unwrap();
+    assert!(p.ip.unwrap().src.is_ipv6());
+    assert_eq!(p.flow.unwrap().dst_port, 4791);
+    assert_eq!(p.int.unwrap().1.stack(None).0.count(), 2);
+}
+
+#[test]
+fn gre_with_key_and_sequence() {
+    let mut g = vec![0u8; 12];
+    let gre = GreRepr {
+        flags_version: 0x3000,
+        protocol_type: 0x4569,
+        checksum: None,
+        key: Some(7),
+        sequence: Some(9),
+    };
+    assert_eq!(gre.header_len(), 12);
+    gre.emit(&mut g);
+    let int = md_block(
+        Shim::Gre(GreShimRepr {
+            int_type: 1,
+            g: false,
+            reserved: 0,
+            length: 0,
+            next_protocol: 0x0800,
+        }),
+        md(),
+        &[node_q(1, 1)],
+        &[],
+    );
+    let frame = eth_ipv4(47, 0, &[g, int, ipv4(6, 0, &tcp(3, 4, b""))].concat());
+    let cfg = DetectConfig {
+        gre_proto: Some(0x4569),
+        ..DetectConfig::default()
+    };
+    let p = Packet::parse(&frame, Start::Ethernet, &cfg).unwrap();
+    assert_eq!(p.int.unwrap().1.encap, Encap::Gre);
+    assert_eq!(p.inner_flow.unwrap().dst_port, 4);
+}
+
+#[test]
+fn shim_length_beyond_the_packet_is_rejected() {
+    let mut int = md_block(tcp_shim(0, 0), md(), &[node_q(1, 1)], &[]);
+    int[1] = 200;
+    let frame = eth_ipv4(6, 0x17, &tcp(1, 2, &int));
+    let e = Packet::parse(&frame, Start::Ethernet, &DetectConfig::default()).unwrap_err();
+    assert_eq!(e.layer, Layer::IntShim);
+    assert_eq!(e.offset, 14 + 20 + 20);
+    assert!(
+        matches!(e.kind, ErrorKind::BadLength { claimed: 800, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("Length claims 800 bytes"));
+}
+
+fn individual(report_length: u8, inner: &[u8]) -> Vec<u8> {
+    let mut r = vec![0u8; 16];
+    IndividualHeaderRepr {
+        rep_type: 1,
+        in_type: 4,
+        report_length,
+        md_length: 1,
+        f: true,
+        ..Default::default()
+    }
+    .emit(&mut r[..4]);
+    IntMainRepr {
+        rep_md_bits: 0x8000,
+        ..Default::default()
+    }
+    .emit(&mut r[4..12]);
+    r[12..16].copy_from_slice(&7u32.to_be_bytes());
+    r.extend_from_slice(inner);
+    r
+}
+
+#[test]
+fn coalesced_reports_and_report_length_ff() {
+    let inner = ipv4(17, 0, &udp(1, 2, b"abcd"))[..28].to_vec();
+    let words = ((12 + inner.len()) / 4) as u8;
+    let mut d = vec![0u8; 8];
+    GroupHeaderRepr {
+        version: 2,
+        hw_id: 3,
+        sequence: 100,
+        node_id: 5,
+    }
+    .emit(&mut d);
+    d.extend(individual(words, &inner));
+    d.extend(individual(words, &inner));
+    d.extend(individual(0xff, &ipv4(17, 0, &udp(1, 2, &[0u8; 300]))));
+    let r = Report::parse(&d).unwrap();
+    let all: Vec<_> = r.individual_reports().map(|x| x.unwrap()).collect();
+    assert_eq!(all.len(), 3);
+    assert!(all.iter().all(|x| x.warnings.is_empty()));
+    assert_eq!(all[1].offset, 8 + 4 + usize::from(words) * 4);
+    assert_eq!(
+        all[2].inner.len(),
+        20 + 8 + 300,
+        "0xFF: to the end of the datagram"
+    );
+    assert_eq!(all[0].hop().unwrap().unwrap().node_id(), Some(7));
+}
+
+#[test]
+fn report_length_beyond_the_datagram_is_an_error() {
+    let mut d = vec![0u8; 8];
+    GroupHeaderRepr {
+        version: 2,
+        hw_id: 0,
+        sequence: 0,
+        node_id: 1,
+    }
+    .emit(&mut d);
+    d.extend(individual(200, &[0u8; 8]));
+    let r = Report::parse(&d).unwrap();
+    let e = r.individual_reports().next().unwrap().unwrap_err();
+    assert_eq!((e.layer, e.offset), (Layer::ReportIndividual, 9));
+    assert!(matches!(
+        e.kind,
+        ErrorKind::BadLength {
+            claimed: 804,
+            available: 24,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn unknown_report_version_is_an_error() {
+    let e = Report::parse(&[0x70, 0, 0, 0, 0, 0, 0, 0]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("Ver expected 2 (v2.0), 1 (v1.0) or 0 (v0.5), found 7"),
+        "{e}"
+    );
+}
