@@ -204,3 +204,37 @@ fn tshark_reads_our_frames_cleanly() {
     assert!(lines[4].contains("gre"), "{}", lines[4]);
     assert!(lines[6].contains("geneve"), "{}", lines[6]);
 }
+
+/// pcapng input: the BMv2 INT-MX capture from the interop corpus (read in place).
+#[test]
+fn reads_pcapng() {
+    let shared = std::env::var_os("INTSCOPE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+    let file = shared.join("interop/laofan13_P4-INT__int-mx_pcap_s2-eth1_in.pcap");
+    assert!(
+        file.exists(),
+        "interop corpus not found at {} (set INTSCOPE_SHARED)",
+        file.display()
+    );
+    let out = bin()
+        .args(["dump", "--format", "json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let frames: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(frames.len(), 18);
+    assert_eq!(frames[17]["int"]["type"], "mx");
+    assert_eq!(frames[17]["int"]["instruction_bitmap"], 0xff00);
+    assert_eq!(frames[17]["warnings"][0]["code"], "bad-l4-checksum");
+    assert!(
+        frames[..17]
+            .iter()
+            .all(|f| f.get("int").is_none() && f.get("error").is_none())
+    );
+}

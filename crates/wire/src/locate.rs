@@ -179,7 +179,24 @@ const MAX_DEPTH: u8 = 4;
 impl<'a> Packet<'a> {
     /// Locates layers and INT in `bytes`, which start with `start`.
     pub fn parse(bytes: &'a [u8], start: Start, cfg: &DetectConfig) -> Result<Self> {
-        parse_at(bytes, start, cfg, 0)
+        let mut p = Packet::empty(bytes);
+        parse_into(&mut p, bytes, start, cfg, 0)?;
+        Ok(p)
+    }
+
+    fn empty(bytes: &'a [u8]) -> Self {
+        Packet {
+            bytes,
+            vlans: [0; 2],
+            vlan_count: 0,
+            ip: None,
+            l4: None,
+            int: None,
+            int2: None,
+            flow: None,
+            inner_flow: None,
+            warnings: Warnings::default(),
+        }
     }
 
     /// The INT-MD/MX block if any, else the first block.
@@ -196,24 +213,14 @@ fn ip_addr6(a: [u8; 16]) -> IpAddr {
     IpAddr::from(a)
 }
 
-fn parse_at<'a>(
+/// Fills `p` (built in place: a `Packet` is a few hundred bytes, moving it costs measurably).
+fn parse_into<'a>(
+    p: &mut Packet<'a>,
     bytes: &'a [u8],
     start: Start,
     cfg: &DetectConfig,
     depth: u8,
-) -> Result<Packet<'a>> {
-    let mut p = Packet {
-        bytes,
-        vlans: [0; 2],
-        vlan_count: 0,
-        ip: None,
-        l4: None,
-        int: None,
-        int2: None,
-        flow: None,
-        inner_flow: None,
-        warnings: Warnings::default(),
-    };
+) -> Result<()> {
     let mut at = 0;
     let mut ethertype = match start {
         Start::Ethernet => {
@@ -258,7 +265,7 @@ fn parse_at<'a>(
         ethertype = match bytes.get(at).map(|b| b >> 4) {
             Some(4) => 0x0800,
             Some(6) => 0x86dd,
-            _ => return Ok(p),
+            _ => return Ok(()),
         };
     }
     let ip = match ethertype {
@@ -297,7 +304,7 @@ fn parse_at<'a>(
                 declared_len: 40 + usize::from(s.payload_length()),
             }
         }
-        _ => return Ok(p),
+        _ => return Ok(()),
     };
     p.ip = Some(ip);
     // The IP payload: what the header declares, cut to what was captured (truncated reports).
@@ -354,24 +361,23 @@ fn parse_at<'a>(
             // A report's outer header may carry any DSCP (GEANT sends 0x17): reports win.
             if cfg.report_ports.contains(&dport) {
             } else if cfg.int_udp_ports.contains(&dport) || dscp_marked {
-                let block = parse_l4_int(data, Encap::Udp, cfg, &mut p, l4_at + 8)?;
-                restore_flow(&block, &data[block.len..], &mut flow, &mut p, cfg, depth)?;
+                l4_int(data, Encap::Udp, cfg, p, &mut flow, l4_at + 8, depth)?;
             } else if let Some(off) = probe(cfg, data) {
-                let block = parse_l4_int(&data[off..], Encap::Udp, cfg, &mut p, l4_at + 8 + off)?;
-                restore_flow(
-                    &block,
-                    &data[off + block.len..],
-                    &mut flow,
-                    &mut p,
+                l4_int(
+                    &data[off..],
+                    Encap::Udp,
                     cfg,
+                    p,
+                    &mut flow,
+                    l4_at + 8 + off,
                     depth,
                 )?;
             } else if dport == cfg.vxlan_gpe_port {
-                vxlan_gpe(data, l4_at + 8, cfg, &mut p, depth)?;
+                vxlan_gpe(data, l4_at + 8, cfg, p, depth)?;
             } else if dport == cfg.geneve_port {
-                geneve(data, l4_at + 8, cfg, &mut p, depth)?;
+                geneve(data, l4_at + 8, cfg, p, depth)?;
             } else if cfg.heuristic {
-                heuristic(data, Encap::Udp, l4_at + 8, cfg, &mut p, &mut flow, depth);
+                heuristic(data, Encap::Udp, l4_at + 8, cfg, p, &mut flow, depth);
             }
         }
         6 => {
@@ -397,23 +403,22 @@ fn parse_at<'a>(
             }
             let data = &payload[hl..];
             if dscp_marked {
-                let block = parse_l4_int(data, Encap::Tcp, cfg, &mut p, l4_at + hl)?;
-                restore_flow(&block, &data[block.len..], &mut flow, &mut p, cfg, depth)?;
+                l4_int(data, Encap::Tcp, cfg, p, &mut flow, l4_at + hl, depth)?;
             } else if let Some(off) = probe(cfg, data) {
-                let block = parse_l4_int(&data[off..], Encap::Tcp, cfg, &mut p, l4_at + hl + off)?;
-                restore_flow(
-                    &block,
-                    &data[off + block.len..],
-                    &mut flow,
-                    &mut p,
+                l4_int(
+                    &data[off..],
+                    Encap::Tcp,
                     cfg,
+                    p,
+                    &mut flow,
+                    l4_at + hl + off,
                     depth,
                 )?;
             } else if cfg.heuristic {
-                heuristic(data, Encap::Tcp, l4_at + hl, cfg, &mut p, &mut flow, depth);
+                heuristic(data, Encap::Tcp, l4_at + hl, cfg, p, &mut flow, depth);
             }
         }
-        47 => gre(payload, l4_at, cfg, &mut p, depth)?,
+        47 => gre(payload, l4_at, cfg, p, depth)?,
         4 | 41 if depth < MAX_DEPTH => {
             let start = if ip.proto == 4 {
                 Start::Ipv4
@@ -425,7 +430,7 @@ fn parse_at<'a>(
         _ => {}
     }
     p.flow = Some(flow);
-    Ok(p)
+    Ok(())
 }
 
 fn ip_error(layer: Layer, at: usize, e: impl core::fmt::Debug) -> Error {
@@ -465,14 +470,18 @@ fn probe(cfg: &DetectConfig, data: &[u8]) -> Option<usize> {
     (u64::from_be_bytes(w.try_into().ok()?) == marker).then_some(8)
 }
 
-/// Parses an INT block after TCP/UDP, recording it in `p`.
-fn parse_l4_int<'a>(
+/// Parses an INT block after TCP/UDP, restores the original flow's fields from it, and records
+/// it in `p`.
+#[allow(clippy::too_many_arguments)]
+fn l4_int<'a>(
     data: &'a [u8],
     encap: Encap,
-    _cfg: &DetectConfig,
+    cfg: &DetectConfig,
     p: &mut Packet<'a>,
+    flow: &mut FlowKey,
     offset: usize,
-) -> Result<IntBlock<'a>> {
+    depth: u8,
+) -> Result<()> {
     let mut block = IntBlock::parse(data, encap).map_err(|e| e.shifted(offset))?;
     if let AnyShim::V2(Shim::TcpUdp(s)) = block.shim
         && s.npt == 2
@@ -490,9 +499,18 @@ fn parse_l4_int<'a>(
             block = alt;
         }
     }
+    restore_flow(
+        block.shim,
+        block.header,
+        &data[block.len..],
+        flow,
+        p,
+        cfg,
+        depth,
+    );
     p.warnings.merge(block.warnings);
     p.int = Some((offset, block));
-    Ok(block)
+    Ok(())
 }
 
 fn plausible_l4(b: &[u8], proto: u8) -> bool {
@@ -514,14 +532,15 @@ fn plausible_l4(b: &[u8], proto: u8) -> bool {
 
 /// Sets the original flow's fields from what INT saved, and follows what comes after the block.
 fn restore_flow<'a>(
-    block: &IntBlock<'a>,
+    shim: AnyShim,
+    header: IntHeader,
     after: &'a [u8],
     flow: &mut FlowKey,
     p: &mut Packet<'a>,
     cfg: &DetectConfig,
     depth: u8,
-) -> Result<()> {
-    match (block.shim, block.header) {
+) {
+    match (shim, header) {
         (AnyShim::V2(Shim::TcpUdp(s)), _) if s.npt == 1 => flow.dst_port = s.udp_port(),
         (AnyShim::V2(Shim::TcpUdp(s)), _) if s.npt == 2 => {
             flow.proto = s.ip_proto();
@@ -538,11 +557,11 @@ fn restore_flow<'a>(
         (_, IntHeader::V05(_, tail)) => flow.dst_port = tail.dest_port,
         _ => {}
     }
-    Ok(())
 }
 
 fn innermost(bytes: &[u8], start: Start, cfg: &DetectConfig, depth: u8) -> Option<FlowKey> {
-    let inner = parse_at(bytes, start, cfg, depth + 1).ok()?;
+    let mut inner = Packet::empty(bytes);
+    parse_into(&mut inner, bytes, start, cfg, depth + 1).ok()?;
     inner.inner_flow.or(inner.flow)
 }
 
@@ -706,5 +725,13 @@ fn heuristic<'a>(
     let mut block = block;
     block.warnings = w;
     p.int = Some((offset, block));
-    let _ = restore_flow(&block, &data[block.len..], flow, p, cfg, depth);
+    restore_flow(
+        block.shim,
+        block.header,
+        &data[block.len..],
+        flow,
+        p,
+        cfg,
+        depth,
+    );
 }

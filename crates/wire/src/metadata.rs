@@ -54,6 +54,7 @@ pub enum Format {
 
 impl Format {
     /// Size in bytes of the metadata for bit `n` (0 = MSB).
+    #[inline]
     pub const fn size_of_bit(self, n: u32) -> usize {
         match self {
             Format::IntV2 | Format::ReportV2 if n >= 4 && n <= 6 => 8,
@@ -62,6 +63,7 @@ impl Format {
     }
 
     /// Bytes of baseline metadata `bitmap` requests (domain-specific metadata excluded).
+    #[inline]
     pub fn baseline_len(self, bitmap: u16) -> usize {
         let wide = match self {
             Format::IntV2 | Format::ReportV2 => {
@@ -391,6 +393,7 @@ pub struct HopView<'a> {
 impl<'a> HopView<'a> {
     /// A view of the hop at the start of `buf` (`domain_len` bytes of domain-specific metadata);
     /// checks that the hop fits.
+    #[inline]
     pub fn new(bitmap: u16, format: Format, buf: &'a [u8], domain_len: usize) -> Result<Self> {
         let total = format.baseline_len(bitmap) + domain_len;
         let bytes =
@@ -405,15 +408,18 @@ impl<'a> HopView<'a> {
     }
 
     /// This hop's bytes.
+    #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes
     }
 
     /// The instruction bits this hop covers.
+    #[inline]
     pub fn bitmap(&self) -> u16 {
         self.bitmap
     }
 
+    #[inline]
     fn offset(&self, n: u32) -> Option<usize> {
         if self.bitmap & bit(n) == 0 {
             return None;
@@ -445,38 +451,47 @@ impl<'a> HopView<'a> {
     }
 
     /// Node ID (bit 0).
+    #[inline]
     pub fn node_id(&self) -> Option<u32> {
         self.word(0)
     }
     /// Level 1 ingress and egress interface IDs (bit 1).
+    #[inline]
     pub fn l1_interfaces(&self) -> Option<(u16, u16)> {
         self.word(1).map(|w| ((w >> 16) as u16, w as u16))
     }
     /// Hop latency (bit 2).
+    #[inline]
     pub fn hop_latency(&self) -> Option<u32> {
         self.word(2)
     }
     /// Queue ID and occupancy (bit 3).
+    #[inline]
     pub fn queue(&self) -> Option<(u8, u32)> {
         self.word(3).map(|w| ((w >> 24) as u8, w & 0x00ff_ffff))
     }
     /// Ingress timestamp (bit 4).
+    #[inline]
     pub fn ingress_ts(&self) -> Option<u64> {
         self.wide(4)
     }
     /// Egress timestamp (bit 5).
+    #[inline]
     pub fn egress_ts(&self) -> Option<u64> {
         self.wide(5)
     }
     /// Egress interface Tx utilization (bit 7).
+    #[inline]
     pub fn egress_tx_util(&self) -> Option<u32> {
         self.word(7)
     }
     /// Buffer ID and occupancy (bit 8).
+    #[inline]
     pub fn buffer(&self) -> Option<(u8, u32)> {
         self.word(8).map(|w| ((w >> 24) as u8, w & 0x00ff_ffff))
     }
     /// Report bit 15: queue ID and drop reason.
+    #[inline]
     pub fn drop(&self) -> Option<(u8, u8)> {
         if self.format != Format::ReportV2 {
             return None;
@@ -484,6 +499,7 @@ impl<'a> HopView<'a> {
         self.word(15).map(|w| ((w >> 24) as u8, (w >> 16) as u8))
     }
     /// Domain-specific metadata bytes.
+    #[inline]
     pub fn domain(&self) -> &'a [u8] {
         let at = self.format.baseline_len(if self.format == Format::IntV2 {
             self.bitmap & !BIT15
@@ -493,6 +509,7 @@ impl<'a> HopView<'a> {
         &self.bytes[at..at + self.domain_len]
     }
     /// Every field, decoded into an owned value.
+    #[inline]
     pub fn to_metadata(&self) -> HopMetadata<'a> {
         // The view was length-checked at construction, so this decode cannot fail.
         HopMetadata::decode(self.bitmap, self.format, self.bytes, self.domain_len)
@@ -573,6 +590,7 @@ impl<'a> Stack<'a> {
 impl<'a> Iterator for Stack<'a> {
     type Item = Result<HopView<'a>>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed || self.hop_len == 0 || self.at >= self.bytes.len() {
             return None;

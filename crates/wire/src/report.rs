@@ -385,6 +385,7 @@ pub struct IndividualReport<'a> {
 
 impl<'a> IndividualReport<'a> {
     /// The report's own metadata (RepMdBits), with domain-specific bytes left raw in `domain`.
+    #[inline]
     pub fn hop(&self) -> Option<Result<HopView<'a>>> {
         let main = self.main?;
         let base = Format::ReportV2.baseline_len(main.rep_md_bits);
