@@ -94,7 +94,8 @@ fn decode(bytes: &[u8], cfg: &DetectConfig) -> u64 {
         if let Some(Ok(h)) = ir.hop() {
             acc += u64::from(h.queue().map_or(0, |q| q.1));
         }
-        let p = Packet::parse(ir.inner, Start::Ethernet, cfg).unwrap();
+        let mut p = Packet::new(ir.inner);
+        p.locate(Start::Ethernet, cfg).unwrap();
         let f = p.flow.unwrap();
         acc += u64::from(f.src_port) + u64::from(f.dst_port) + u64::from(f.proto);
         if let Some((_, b)) = p.int {
@@ -119,6 +120,35 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("report_v2_5hop");
     g.throughput(Throughput::Elements(1));
     g.bench_function("decode", |b| b.iter(|| decode(black_box(&bytes), &cfg)));
+    let r = Report::parse(&bytes).unwrap();
+    let ir = r.individual_reports().next().unwrap().unwrap();
+    g.bench_function("part_report_only", |b| {
+        b.iter(|| {
+            let r = Report::parse(black_box(&bytes)).unwrap();
+            let ir = r.individual_reports().next().unwrap().unwrap();
+            black_box(ir.inner.len())
+        })
+    });
+    g.bench_function("part_packet_only", |b| {
+        b.iter(|| {
+            let p = Packet::parse(black_box(ir.inner), Start::Ethernet, &cfg).unwrap();
+            black_box(p.flow.unwrap().dst_port)
+        })
+    });
+    let p = Packet::parse(ir.inner, Start::Ethernet, &cfg).unwrap();
+    let blk = p.int.unwrap().1;
+    g.bench_function("part_stack_only", |b| {
+        b.iter(|| {
+            let mut acc = 0u64;
+            for hop in black_box(&blk).stack(None).0 {
+                let hop = hop.unwrap();
+                acc += u64::from(hop.node_id().unwrap_or(0))
+                    + u64::from(hop.hop_latency().unwrap_or(0))
+                    + u64::from(hop.queue().map_or(0, |q| q.1));
+            }
+            acc
+        })
+    });
     let mut buf = vec![0u8; bytes.len()];
     g.bench_function("copy_baseline", |b| {
         b.iter(|| {

@@ -55,7 +55,7 @@ fn warnings_value(w: Warnings) -> Value {
 }
 
 fn flow_value(f: &FlowKey) -> Value {
-    json!({"src": f.src.to_string(), "dst": f.dst.to_string(), "proto": f.proto, "src_port": f.src_port, "dst_port": f.dst_port})
+    json!({"src": f.src_ip().to_string(), "dst": f.dst_ip().to_string(), "proto": f.proto, "src_port": f.src_port, "dst_port": f.dst_port})
 }
 
 /// Fills `out` with the layers, INT and report of a packet.
@@ -76,7 +76,7 @@ fn packet_value(
     if let Some(ip) = p.ip {
         out.insert(
             "ip".into(),
-            json!({"version": if ip.src.is_ipv4() {4} else {6}, "src": ip.src.to_string(), "dst": ip.dst.to_string(),
+            json!({"version": ip.version, "src": ip.src.to_canonical().to_string(), "dst": ip.dst.to_canonical().to_string(),
                    "proto": ip.proto, "dscp": ip.dscp, "ttl": ip.ttl}),
         );
     }

@@ -224,3 +224,11 @@ pub(crate) fn check_len(layer: Layer, buf: &[u8], needed: usize) -> Result<()> {
         Ok(())
     }
 }
+
+/// The first `N` bytes of `buf` as an array: one length check, after which constant-index field
+/// reads compile without bounds checks.
+#[inline]
+pub(crate) fn array<const N: usize>(layer: Layer, buf: &[u8]) -> Result<&[u8; N]> {
+    buf.first_chunk::<N>()
+        .ok_or(Error::truncated(layer, 0, N, buf.len()))
+}

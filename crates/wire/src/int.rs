@@ -10,16 +10,15 @@
 //!   INT version 2.0").
 
 use crate::domain::{Mode, Registry};
-use crate::error::{Error, Layer, Result, check_len};
+use crate::error::{Error, Layer, Result, array, check_len};
 use crate::legacy::{
     LEGACY_HEADER_LEN, LegacyShimRepr, V1HeaderRepr, V05_TAIL_LEN, V05HeaderRepr, V05TailRepr,
 };
-use crate::md::{MD_HEADER_LEN, MdHeader, MdHeaderRepr};
+use crate::md::{MD_HEADER_LEN, MdHeaderRepr};
 use crate::metadata::{Format, Stack};
-use crate::mx::{MX_HEADER_LEN, MxHeader, MxHeaderRepr};
+use crate::mx::{MX_HEADER_LEN, MxHeaderRepr};
 use crate::shim::{
-    GeneveOption, GpeShim, GreShim, IntType, SHIM_LEN, Shim, TcpUdpShim, TcpUdpShimRepr,
-    check_shim_length,
+    GeneveOption, GpeShim, GreShim, IntType, SHIM_LEN, Shim, TcpUdpShimRepr, check_shim_length,
 };
 use crate::warning::{Warning, Warnings};
 
@@ -119,7 +118,10 @@ impl<'a> IntBlock<'a> {
                 if bytes[0] >> 4 == 0 && bytes[0] != 0 {
                     return Self::parse_legacy(bytes, encap);
                 }
-                Shim::TcpUdp(TcpUdpShimRepr::parse(&TcpUdpShim::new_checked(bytes)?))
+                Shim::TcpUdp(TcpUdpShimRepr::from_bytes(array::<SHIM_LEN>(
+                    Layer::IntShim,
+                    bytes,
+                )?))
             }
             Encap::Gre => Shim::Gre(GreShim::new_checked(bytes)?.repr()),
             Encap::VxlanGpe => Shim::Gpe(GpeShim::new_checked(bytes)?.repr()),
@@ -144,8 +146,9 @@ impl<'a> IntBlock<'a> {
         let data = &after[..words * 4];
         let (header, body) = match shim.int_type() {
             IntType::Md => {
-                let v = MdHeader::new_checked(data).map_err(|e| e.shifted(SHIM_LEN))?;
-                let r = MdHeaderRepr::parse(&v);
+                let r = MdHeaderRepr::from_bytes(
+                    array::<MD_HEADER_LEN>(Layer::IntMd, data).map_err(|e| e.shifted(SHIM_LEN))?,
+                );
                 if r.version != 2 {
                     return Err(Error::bad_value(
                         Layer::IntMd,
@@ -158,8 +161,9 @@ impl<'a> IntBlock<'a> {
                 (IntHeader::Md(r), &data[MD_HEADER_LEN..])
             }
             IntType::Mx => {
-                let v = MxHeader::new_checked(data).map_err(|e| e.shifted(SHIM_LEN))?;
-                let r = MxHeaderRepr::parse(&v);
+                let r = MxHeaderRepr::from_bytes(
+                    array::<MX_HEADER_LEN>(Layer::IntMx, data).map_err(|e| e.shifted(SHIM_LEN))?,
+                );
                 if r.version != 2 {
                     return Err(Error::bad_value(
                         Layer::IntMx,

@@ -7,7 +7,7 @@
 //! codepoints open (INT v2.1 §"INT over TCP/UDP": INT_TBD port, DSCP value or bit, probe
 //! marker; §"INT over IPv4/GRE": TBD_INT).
 
-use core::net::IpAddr;
+use core::net::{IpAddr, Ipv6Addr};
 
 use etherparse::{
     Ethernet2HeaderSlice, Ipv4HeaderSlice, Ipv6ExtensionsSlice, Ipv6HeaderSlice, TcpHeaderSlice,
@@ -85,19 +85,32 @@ impl Default for DetectConfig {
     }
 }
 
-/// A 5-tuple.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A 5-tuple. Addresses are 16 bytes, IPv4 as IPv4-mapped IPv6 (`::ffff:a.b.c.d`): a fixed-size
+/// key that hashes fast and moves without the store-forwarding stalls an `IpAddr` enum causes.
+/// [`FlowKey::src_ip`] / [`FlowKey::dst_ip`] give the canonical `IpAddr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FlowKey {
     /// Source address.
-    pub src: IpAddr,
+    pub src: Ipv6Addr,
     /// Destination address.
-    pub dst: IpAddr,
+    pub dst: Ipv6Addr,
     /// IP protocol.
     pub proto: u8,
     /// L4 source port (0 when the protocol has none).
     pub src_port: u16,
     /// L4 destination port.
     pub dst_port: u16,
+}
+
+impl FlowKey {
+    /// Source address (IPv4 for mapped addresses).
+    pub fn src_ip(&self) -> IpAddr {
+        self.src.to_canonical()
+    }
+    /// Destination address (IPv4 for mapped addresses).
+    pub fn dst_ip(&self) -> IpAddr {
+        self.dst.to_canonical()
+    }
 }
 
 /// What a packet starts with.
@@ -114,10 +127,12 @@ pub enum Start {
 /// The IP layer of a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IpInfo {
-    /// Source address.
-    pub src: IpAddr,
+    /// Source address (IPv4 as IPv4-mapped IPv6; see [`FlowKey`]).
+    pub src: Ipv6Addr,
     /// Destination address.
-    pub dst: IpAddr,
+    pub dst: Ipv6Addr,
+    /// IP version: 4 or 6.
+    pub version: u8,
     /// Protocol (IPv6: after extension headers).
     pub proto: u8,
     /// DSCP.
@@ -179,12 +194,21 @@ const MAX_DEPTH: u8 = 4;
 impl<'a> Packet<'a> {
     /// Locates layers and INT in `bytes`, which start with `start`.
     pub fn parse(bytes: &'a [u8], start: Start, cfg: &DetectConfig) -> Result<Self> {
-        let mut p = Packet::empty(bytes);
-        parse_into(&mut p, bytes, start, cfg, 0)?;
+        let mut p = Packet::new(bytes);
+        p.locate(start, cfg)?;
         Ok(p)
     }
 
-    fn empty(bytes: &'a [u8]) -> Self {
+    /// Locates layers and INT in this packet's bytes, in place: hot paths (the collector) build
+    /// the `Packet` in their own frame with [`Packet::new`] and avoid moving a few hundred bytes.
+    #[inline]
+    pub fn locate(&mut self, start: Start, cfg: &DetectConfig) -> Result<()> {
+        parse_into(self, self.bytes, start, cfg, 0)
+    }
+
+    /// An empty packet over `bytes`, to be filled by [`Packet::locate`].
+    #[inline]
+    pub fn new(bytes: &'a [u8]) -> Self {
         Packet {
             bytes,
             vlans: [0; 2],
@@ -205,12 +229,13 @@ impl<'a> Packet<'a> {
     }
 }
 
-fn ip_addr4(a: [u8; 4]) -> IpAddr {
-    IpAddr::from(a)
+fn ip_addr4(a: [u8; 4]) -> Ipv6Addr {
+    // Built in a register (one wide store): byte-wise construction stalls store forwarding.
+    Ipv6Addr::from_bits((0xffffu128 << 32) | u128::from(u32::from_be_bytes(a)))
 }
 
-fn ip_addr6(a: [u8; 16]) -> IpAddr {
-    IpAddr::from(a)
+fn ip_addr6(a: [u8; 16]) -> Ipv6Addr {
+    Ipv6Addr::from(a)
 }
 
 /// Fills `p` (built in place: a `Packet` is a few hundred bytes, moving it costs measurably).
@@ -279,6 +304,7 @@ fn parse_into<'a>(
             IpInfo {
                 src: ip_addr4(s.source()),
                 dst: ip_addr4(s.destination()),
+                version: 4,
                 proto: s.protocol().0,
                 dscp: s.dcp().value(),
                 ttl: s.ttl(),
@@ -296,6 +322,7 @@ fn parse_into<'a>(
             IpInfo {
                 src: ip_addr6(s.source()),
                 dst: ip_addr6(s.destination()),
+                version: 6,
                 proto: next.0,
                 dscp: s.dscp().value(),
                 ttl: s.hop_limit(),
@@ -352,7 +379,7 @@ fn parse_into<'a>(
             if cfg.verify_checksums
                 && u.checksum() != 0
                 && payload.len() == declared_payload
-                && !l4_checksum_ok(&ip, bytes, payload)
+                && !l4_checksum_ok(&ip, payload)
             {
                 p.warnings.add(Warning::BadL4Checksum);
             }
@@ -397,7 +424,7 @@ fn parse_into<'a>(
             flow.dst_port = l4.dst_port;
             if cfg.verify_checksums
                 && payload.len() == declared_payload
-                && !l4_checksum_ok(&ip, bytes, payload)
+                && !l4_checksum_ok(&ip, payload)
             {
                 p.warnings.add(Warning::BadL4Checksum);
             }
@@ -450,17 +477,18 @@ fn ip_error(layer: Layer, at: usize, e: impl core::fmt::Debug) -> Error {
     )
 }
 
-fn l4_checksum_ok(ip: &IpInfo, bytes: &[u8], segment: &[u8]) -> bool {
-    let pseudo = match (ip.src, ip.dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
+fn l4_checksum_ok(ip: &IpInfo, segment: &[u8]) -> bool {
+    let pseudo = match (ip.src.to_ipv4_mapped(), ip.dst.to_ipv4_mapped()) {
+        (Some(s), Some(d)) if ip.version == 4 => {
             checksum::ipv4_pseudo_header_sum(s.octets(), d.octets(), ip.proto, segment.len() as u16)
         }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            checksum::ipv6_pseudo_header_sum(s.octets(), d.octets(), ip.proto, segment.len() as u32)
-        }
-        _ => return true,
+        _ => checksum::ipv6_pseudo_header_sum(
+            ip.src.octets(),
+            ip.dst.octets(),
+            ip.proto,
+            segment.len() as u32,
+        ),
     };
-    let _ = bytes;
     checksum::ones_complement_sum(pseudo, segment) == 0xffff
 }
 
@@ -560,7 +588,7 @@ fn restore_flow<'a>(
 }
 
 fn innermost(bytes: &[u8], start: Start, cfg: &DetectConfig, depth: u8) -> Option<FlowKey> {
-    let mut inner = Packet::empty(bytes);
+    let mut inner = Packet::new(bytes);
     parse_into(&mut inner, bytes, start, cfg, depth + 1).ok()?;
     inner.inner_flow.or(inner.flow)
 }

@@ -7,7 +7,7 @@
 //! | INT metadata stack: each hop inserts Hop ML * 4 bytes, newest first |
 //! ```
 
-use crate::error::{Layer, Result, check_len};
+use crate::error::{Layer, Result, array, check_len};
 use crate::field::{be16, be32, put16, put32};
 
 /// Size of the INT-MD metadata header.
@@ -128,18 +128,29 @@ pub struct MdHeaderRepr {
 impl MdHeaderRepr {
     /// Reads the fields of a checked view.
     pub fn parse<T: AsRef<[u8]>>(v: &MdHeader<T>) -> Self {
+        // `new_checked` guaranteed the length; `from_bytes` reads with constant indices.
+        match array::<MD_HEADER_LEN>(Layer::IntMd, v.buffer.as_ref()) {
+            Ok(b) => Self::from_bytes(b),
+            Err(_) => Self::default(),
+        }
+    }
+
+    /// Reads the header from its 12 bytes.
+    #[inline]
+    pub fn from_bytes(b: &[u8; MD_HEADER_LEN]) -> Self {
+        let w0 = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
         MdHeaderRepr {
-            version: v.version(),
-            d: v.d(),
-            e: v.e(),
-            m: v.m(),
-            reserved: v.reserved(),
-            hop_ml: v.hop_ml(),
-            remaining_hop_count: v.remaining_hop_count(),
-            instructions: v.instructions(),
-            ds_id: v.ds_id(),
-            ds_instruction: v.ds_instruction(),
-            ds_flags: v.ds_flags(),
+            version: b[0] >> 4,
+            d: b[0] & 0x08 != 0,
+            e: b[0] & 0x04 != 0,
+            m: b[0] & 0x02 != 0,
+            reserved: ((w0 >> 13) & 0x0fff) as u16,
+            hop_ml: b[2] & 0x1f,
+            remaining_hop_count: b[3],
+            instructions: u16::from_be_bytes([b[4], b[5]]),
+            ds_id: u16::from_be_bytes([b[6], b[7]]),
+            ds_instruction: u16::from_be_bytes([b[8], b[9]]),
+            ds_flags: u16::from_be_bytes([b[10], b[11]]),
         }
     }
 

@@ -535,6 +535,8 @@ const RESERVED_NAMES: [&str; 6] = [
 #[derive(Debug, Clone)]
 pub struct Stack<'a> {
     bytes: &'a [u8],
+    hop_total: usize,
+    last_total: usize,
     bitmap: u16,
     format: Format,
     hop_len: usize,
@@ -555,8 +557,11 @@ impl<'a> Stack<'a> {
         domain_len: usize,
         source_only_len: usize,
     ) -> Self {
+        let hop_total = format.baseline_len(bitmap) + domain_len;
         Stack {
             bytes,
+            hop_total,
+            last_total: hop_total + source_only_len,
             bitmap,
             format,
             hop_len,
@@ -602,7 +607,21 @@ impl<'a> Iterator for Stack<'a> {
         } else {
             self.domain_len
         };
-        match HopView::new(self.bitmap, self.format, remaining, domain_len) {
+        let total = if is_last {
+            self.last_total
+        } else {
+            self.hop_total
+        };
+        let hop = match remaining.get(..total) {
+            Some(bytes) => Ok(HopView {
+                bytes,
+                bitmap: self.bitmap,
+                format: self.format,
+                domain_len,
+            }),
+            None => Err(Error::truncated(Layer::IntStack, 0, total, remaining.len())),
+        };
+        match hop {
             Ok(hop) => {
                 // Guard against layouts that do not advance (bitmap/length mismatch).
                 let used = hop.bytes.len().max(self.hop_len.min(remaining.len()));

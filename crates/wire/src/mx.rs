@@ -7,7 +7,7 @@
 //! | Optional domain-specific 'source-inserted' metadata             |
 //! ```
 
-use crate::error::{Layer, Result, check_len};
+use crate::error::{Layer, Result, array, check_len};
 use crate::field::{be16, be32, put16, put32};
 
 /// Size of the INT-MX header (source-inserted metadata excluded).
@@ -80,14 +80,23 @@ pub struct MxHeaderRepr {
 impl MxHeaderRepr {
     /// Reads the fields of a checked view.
     pub fn parse<T: AsRef<[u8]>>(v: &MxHeader<T>) -> Self {
+        match array::<MX_HEADER_LEN>(Layer::IntMx, v.buffer.as_ref()) {
+            Ok(b) => Self::from_bytes(b),
+            Err(_) => Self::default(),
+        }
+    }
+
+    /// Reads the header from its 12 bytes.
+    #[inline]
+    pub fn from_bytes(b: &[u8; MX_HEADER_LEN]) -> Self {
         MxHeaderRepr {
-            version: v.version(),
-            d: v.d(),
-            reserved: v.reserved(),
-            instructions: v.instructions(),
-            ds_id: v.ds_id(),
-            ds_instruction: v.ds_instruction(),
-            ds_flags: v.ds_flags(),
+            version: b[0] >> 4,
+            d: b[0] & 0x08 != 0,
+            reserved: u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x07ff_ffff,
+            instructions: u16::from_be_bytes([b[4], b[5]]),
+            ds_id: u16::from_be_bytes([b[6], b[7]]),
+            ds_instruction: u16::from_be_bytes([b[8], b[9]]),
+            ds_flags: u16::from_be_bytes([b[10], b[11]]),
         }
     }
 

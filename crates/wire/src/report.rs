@@ -22,7 +22,7 @@
 //! drop_reason(8) pad(16)`, 2 → 16-byte local header `switch_id(32) ig_port(16) eg_port(16)
 //! queue_id(8) queue_occupancy(24) eg_tstamp(32)`, then Ethernet.
 
-use crate::error::{Error, Layer, Result, check_len};
+use crate::error::{Error, Layer, Result, array, check_len};
 use crate::field::{be16, be24, be32, put16, put32};
 use crate::metadata::{Format, HopView};
 use crate::warning::{Warning, Warnings};
@@ -62,7 +62,7 @@ pub struct GroupHeaderRepr {
 impl GroupHeaderRepr {
     /// Reads the header at the start of `b`.
     pub fn parse(b: &[u8]) -> Result<Self> {
-        check_len(Layer::ReportGroup, b, GROUP_LEN)?;
+        let b = array::<GROUP_LEN>(Layer::ReportGroup, b)?;
         let w = be32(b, 0);
         Ok(GroupHeaderRepr {
             version: (w >> 28) as u8,
@@ -202,7 +202,7 @@ pub struct IndividualHeaderRepr {
 impl IndividualHeaderRepr {
     /// Reads the header at the start of `b`.
     pub fn parse(b: &[u8]) -> Result<Self> {
-        check_len(Layer::ReportIndividual, b, INDIVIDUAL_LEN)?;
+        let b = array::<INDIVIDUAL_LEN>(Layer::ReportIndividual, b)?;
         Ok(IndividualHeaderRepr {
             rep_type: b[0] >> 4,
             in_type: b[0] & 0xf,
@@ -252,7 +252,7 @@ pub struct IntMainRepr {
 impl IntMainRepr {
     /// Reads the fixed main contents at the start of `b`.
     pub fn parse(b: &[u8]) -> Result<Self> {
-        check_len(Layer::ReportIndividual, b, INT_MAIN_LEN)?;
+        let b = array::<INT_MAIN_LEN>(Layer::ReportIndividual, b)?;
         Ok(IntMainRepr {
             rep_md_bits: be16(b, 0),
             ds_id: be16(b, 2),
@@ -545,7 +545,9 @@ impl<'a> IndividualReports<'a> {
         let inner = &body[inner_at..];
         let mut inner_type = declared;
         let ahead = &lookahead[inner_at..];
-        if declared.is_packet()
+        // Only an IP InType can hide an Ethernet frame (CableLabs); a wrong Ethernet InType
+        // shows up as an inner-packet error.
+        if matches!(declared, InType::Ipv4 | InType::Ipv6)
             && !plausible_packet(ahead, declared)
             && plausible_packet(ahead, InType::Ethernet)
         {

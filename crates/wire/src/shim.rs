@@ -152,12 +152,18 @@ pub struct TcpUdpShimRepr {
 impl TcpUdpShimRepr {
     /// Reads the fields of a checked view.
     pub fn parse<T: AsRef<[u8]>>(v: &TcpUdpShim<T>) -> Self {
+        Self::from_bytes(&[v.b()[0], v.b()[1], v.b()[2], v.b()[3]])
+    }
+
+    /// Reads the shim from its 4 bytes.
+    #[inline]
+    pub fn from_bytes(b: &[u8; SHIM_LEN]) -> Self {
         TcpUdpShimRepr {
-            int_type: v.int_type(),
-            npt: v.npt(),
-            reserved: v.reserved(),
-            length: v.length(),
-            content: v.content(),
+            int_type: b[0] >> 4,
+            npt: (b[0] >> 2) & 3,
+            reserved: b[0] & 3,
+            length: b[1],
+            content: u16::from_be_bytes([b[2], b[3]]),
         }
     }
     /// Writes the shim into the first 4 bytes of `buf`.

@@ -166,7 +166,8 @@ fn int_over_ipv6_udp() {
         ..DetectConfig::default()
     };
     let p = Packet::parse(&frame, Start::Ethernet, &cfg).unwrap();
-    assert!(p.ip.unwrap().src.is_ipv6());
+    assert_eq!(p.ip.unwrap().version, 6);
+    assert_eq!(p.flow.unwrap().src_ip().to_string(), "2001:db8::1");
     assert_eq!(p.flow.unwrap().dst_port, 4791);
     assert_eq!(p.int.unwrap().1.stack(None).0.count(), 2);
 }
