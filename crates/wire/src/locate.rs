@@ -349,6 +349,9 @@ fn parse_into<'a>(
         dst_port: 0,
     };
     let dscp_marked = cfg.dscp.is_some_and(|m| m.matches(ip.dscp));
+    // The outer 5-tuple stands even when an INT header behind it is cut off (truncated packets
+    // in reports); restoring it from INT fields below refines it.
+    p.flow = Some(flow);
     let mut proto = ip.proto;
     if proto == 6
         && cfg.heuristic

@@ -1,0 +1,403 @@
+//! The HTTP API (JSON; described in `docs/collector-api.md`) and the Prometheus `/metrics`
+//! endpoint, served by axum from the shared [`Collector`].
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, State as AxState};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+
+use crate::event::{EventKind, FlowRef};
+use crate::flow::FlowState;
+use crate::ingest::Collector;
+use crate::state::State;
+
+/// The router of the API.
+pub fn router(collector: Arc<Collector>) -> Router {
+    Router::new()
+        .route("/api/stats", get(stats))
+        .route("/api/nodes", get(nodes))
+        .route("/api/links", get(links))
+        .route("/api/queues", get(queues))
+        .route("/api/flows", get(flows))
+        .route("/api/flows/{id}", get(flow))
+        .route("/api/events", get(events))
+        .route("/metrics", get(metrics))
+        .with_state(collector)
+}
+
+type Shared = AxState<Arc<Collector>>;
+
+fn with_state<T>(c: &Collector, f: impl FnOnce(&State) -> T) -> Result<T, Response> {
+    c.state
+        .lock()
+        .map(|s| f(&s))
+        .map_err(|_| (StatusCode::INTERNAL_SERVER_ERROR, "state lock poisoned").into_response())
+}
+
+async fn stats(AxState(c): Shared) -> Result<Json<Value>, Response> {
+    let ingest = c.stats.snapshot();
+    with_state(&c, |s| {
+        let sources: Vec<Value> = s
+            .seq
+            .sources()
+            .map(|((node, hw), st)| json!({"node_id": node, "hw_id": hw, "received": st.received, "lost": st.lost, "reordered": st.reordered, "restarts": st.restarts}))
+            .collect();
+        let events: serde_json::Map<String, Value> = s
+            .event_counts
+            .iter()
+            .map(|(k, v)| (k.label().to_string(), json!(v)))
+            .collect();
+        Json(json!({
+            "ingest": ingest,
+            "reports": s.counters,
+            "reports_lost": s.seq.total_lost(),
+            "sources": sources,
+            "flows": s.flows.len(),
+            "nodes": s.nodes.len(),
+            "queues": s.queues.len(),
+            "events": events,
+            "events_suppressed": s.events_suppressed,
+        }))
+    })
+}
+
+async fn nodes(AxState(c): Shared) -> Result<Json<Value>, Response> {
+    with_state(&c, |s| {
+        Json(Value::Array(
+            s.nodes
+                .iter()
+                .map(|(id, n)| {
+                    let ports: Vec<Value> = n
+                        .ports
+                        .iter()
+                        .map(|(p, ps)| json!({"port": p, "tx_util": ps.tx_util, "hop_latency": ps.last_latency, "hop_latency_baseline": ps.latency_baseline.round(), "drops": ps.drops}))
+                        .collect();
+                    let drops: Vec<Value> = n.drops.iter().map(|(r, c)| json!({"reason": r, "name": intscope_wire::report::drop_reason_name(*r), "count": c})).collect();
+                    json!({"node_id": id, "first_seen_ns": n.first_seen_ns, "last_seen_ns": n.last_seen_ns, "reports_sent": n.reports_sent, "hops_seen": n.hops_seen, "drops": drops, "ports": ports})
+                })
+                .collect(),
+        ))
+    })
+}
+
+async fn links(AxState(c): Shared) -> Result<Json<Value>, Response> {
+    with_state(&c, |s| {
+        let mut v: Vec<Value> = s
+            .links
+            .iter()
+            .map(|((a, ap, b, bp), l)| json!({"from_node": a, "from_port": ap, "to_node": b, "to_port": bp, "reports": l.reports, "last_seen_ns": l.last_seen_ns}))
+            .collect();
+        v.sort_by_key(|x| {
+            (
+                x["from_node"].as_u64(),
+                x["from_port"].as_u64(),
+                x["to_node"].as_u64(),
+            )
+        });
+        Json(Value::Array(v))
+    })
+}
+
+async fn queues(AxState(c): Shared) -> Result<Json<Value>, Response> {
+    with_state(&c, |s| {
+        let mut keys: Vec<_> = s.queues.keys().copied().collect();
+        keys.sort_unstable();
+        Json(Value::Array(
+            keys.iter()
+                .map(|k| {
+                    let q = &s.queues[k];
+                    let series: Vec<[u64; 2]> = q.series.iter().map(|(t, o)| [*t, u64::from(*o)]).collect();
+                    json!({"node_id": k.0, "port": k.1, "queue_id": k.2, "occupancy": q.occupancy, "max_occupancy": q.max_occupancy, "hop_latency": q.hop_latency, "reports": q.reports, "last_seen_ns": q.last_seen_ns, "series": series})
+                })
+                .collect(),
+        ))
+    })
+}
+
+/// Query of `/api/flows`.
+#[derive(Debug, serde::Deserialize)]
+pub struct FlowQuery {
+    /// Page size (default 100, at most 10 000).
+    pub limit: Option<usize>,
+    /// Rows to skip.
+    pub offset: Option<usize>,
+    /// `last_seen` (default), `reports`, `drops`, `p99`, `path_changes`, `first_seen`.
+    pub sort: Option<String>,
+    /// Substring of the flow's addresses or ports.
+    pub q: Option<String>,
+    /// Only flows whose path crosses this node.
+    pub node: Option<u32>,
+}
+
+fn flow_summary(f: &FlowState) -> Value {
+    json!({
+        "id": f.id,
+        "flow": FlowRef::from(&f.key),
+        "first_seen_ns": f.first_seen_ns,
+        "last_seen_ns": f.last_seen_ns,
+        "reports": f.reports,
+        "drops": f.drops,
+        "last_drop_reason": f.last_drop_reason,
+        "path": f.path.iter().map(|h| h.node_id).collect::<Vec<_>>(),
+        "path_changes": f.path_changes,
+        "e2e_latency_p50": f.e2e.quantile(0.5),
+        "e2e_latency_p99": f.e2e.quantile(0.99),
+    })
+}
+
+async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Value>, Response> {
+    with_state(&c, |s| {
+        let needle = q.q.as_deref().map(str::to_lowercase);
+        let mut rows: Vec<&FlowState> = s
+            .flows
+            .values()
+            .filter(|f| q.node.is_none_or(|n| f.path.iter().any(|h| h.node_id == n)))
+            .filter(|f| {
+                needle.as_ref().is_none_or(|n| {
+                    let r = FlowRef::from(&f.key);
+                    format!(
+                        "{} {} {} {} {}",
+                        r.src, r.dst, r.proto, r.src_port, r.dst_port
+                    )
+                    .contains(n.as_str())
+                })
+            })
+            .collect();
+        let total = rows.len();
+        match q.sort.as_deref().unwrap_or("last_seen") {
+            "reports" => rows.sort_by(|a, b| b.reports.cmp(&a.reports).then(a.id.cmp(&b.id))),
+            "drops" => rows.sort_by(|a, b| b.drops.cmp(&a.drops).then(a.id.cmp(&b.id))),
+            "p99" => rows.sort_by(|a, b| {
+                b.e2e
+                    .quantile(0.99)
+                    .cmp(&a.e2e.quantile(0.99))
+                    .then(a.id.cmp(&b.id))
+            }),
+            "path_changes" => {
+                rows.sort_by(|a, b| b.path_changes.cmp(&a.path_changes).then(a.id.cmp(&b.id)))
+            }
+            "first_seen" => {
+                rows.sort_by(|a, b| a.first_seen_ns.cmp(&b.first_seen_ns).then(a.id.cmp(&b.id)))
+            }
+            _ => rows.sort_by(|a, b| b.last_seen_ns.cmp(&a.last_seen_ns).then(a.id.cmp(&b.id))),
+        }
+        let limit = q.limit.unwrap_or(100).min(10_000);
+        let page: Vec<Value> = rows
+            .into_iter()
+            .skip(q.offset.unwrap_or(0))
+            .take(limit)
+            .map(flow_summary)
+            .collect();
+        Json(json!({"total": total, "flows": page}))
+    })
+}
+
+async fn flow(AxState(c): Shared, Path(id): Path<u64>) -> Result<Json<Value>, Response> {
+    let found = with_state(&c, |s| {
+        s.flow_by_id(id).map(|f| {
+            let mut v = flow_summary(f);
+            let o = v.as_object_mut().expect("object");
+            o.insert("path_detail".into(), json!(f.path));
+            o.insert(
+                "path_history".into(),
+                Value::Array(
+                    f.path_history
+                        .iter()
+                        .map(|(t, p)| json!({"since_ns": t, "path": p}))
+                        .collect(),
+                ),
+            );
+            o.insert("series".into(), json!(f.series));
+            let events: Vec<_> = s.events.iter().filter(|e| e.flow_id == Some(id)).collect();
+            o.insert("events".into(), json!(events));
+            v
+        })
+    })?;
+    found
+        .map(Json)
+        .ok_or_else(|| (StatusCode::NOT_FOUND, format!("no flow with id {id}")).into_response())
+}
+
+/// Query of `/api/events`.
+#[derive(Debug, serde::Deserialize)]
+pub struct EventQuery {
+    /// Only this kind (kebab-case, e.g. `path-change`).
+    pub kind: Option<EventKind>,
+    /// Only events at this node.
+    pub node: Option<u32>,
+    /// Only events of this flow ID.
+    pub flow: Option<u64>,
+    /// Only events with a larger ID (for polling).
+    pub after: Option<u64>,
+    /// At most this many, newest first (default 200).
+    pub limit: Option<usize>,
+}
+
+async fn events(AxState(c): Shared, Query(q): Query<EventQuery>) -> Result<Json<Value>, Response> {
+    with_state(&c, |s| {
+        let v: Vec<_> = s
+            .events
+            .iter()
+            .rev()
+            .filter(|e| q.kind.is_none_or(|k| e.kind == k))
+            .filter(|e| q.node.is_none_or(|n| e.node_id == Some(n)))
+            .filter(|e| q.flow.is_none_or(|f| e.flow_id == Some(f)))
+            .filter(|e| q.after.is_none_or(|a| e.id > a))
+            .take(q.limit.unwrap_or(200))
+            .collect();
+        Json(json!(v))
+    })
+}
+
+type Labels = Vec<(String, String)>;
+
+fn labels(pairs: &[(&str, String)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), v.clone()))
+        .collect()
+}
+
+/// Renders the metrics in the Prometheus text format. Names follow
+/// `intscope_<name>_<unit>_total`; label values come from small sets (outcome, version, kind) or
+/// from the network's own inventory (node, port, queue).
+pub fn render_metrics(c: &Collector) -> String {
+    let mut reg = Registry::with_prefix("intscope");
+    let datagrams = Family::<Labels, Counter>::default();
+    let g = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    for (outcome, v) in [
+        ("accepted", g(&c.stats.accepted)),
+        ("malformed", g(&c.stats.malformed)),
+        ("unknown_version", g(&c.stats.unknown_version)),
+        ("not_allowed", g(&c.stats.not_allowed)),
+    ] {
+        datagrams
+            .get_or_create(&labels(&[("outcome", outcome.into())]))
+            .inc_by(v);
+    }
+    reg.register(
+        "ingest_datagrams",
+        "Report datagrams received, by outcome",
+        datagrams,
+    );
+    let socket_errors = Counter::<u64>::default();
+    socket_errors.inc_by(g(&c.stats.socket_errors));
+    reg.register(
+        "ingest_socket_errors",
+        "Socket receive errors",
+        socket_errors,
+    );
+    let Ok(s) = c.state.lock() else {
+        return String::new();
+    };
+    let reports = Family::<Labels, Counter>::default();
+    for (v, n) in [
+        ("2.0", s.counters.v2),
+        ("1.0", s.counters.v1),
+        ("0.5", s.counters.v05),
+    ] {
+        reports
+            .get_or_create(&labels(&[("version", v.into())]))
+            .inc_by(n);
+    }
+    reg.register(
+        "reports",
+        "Individual reports decoded, by report version",
+        reports,
+    );
+    let lost = Family::<Labels, Counter>::default();
+    for ((node, hw), st) in s.seq.sources() {
+        lost.get_or_create(&labels(&[
+            ("node", node.to_string()),
+            ("hw_id", hw.to_string()),
+        ]))
+        .inc_by(st.lost);
+    }
+    reg.register(
+        "reports_lost",
+        "Reports missing from sequence gaps, by source",
+        lost,
+    );
+    let events = Family::<Labels, Counter>::default();
+    for k in EventKind::ALL {
+        events
+            .get_or_create(&labels(&[("kind", k.label().into())]))
+            .inc_by(s.event_counts.get(&k).copied().unwrap_or(0));
+    }
+    reg.register("events", "Events detected, by kind", events);
+    let flows = Gauge::<i64>::default();
+    flows.set(s.flows.len() as i64);
+    reg.register("flows_active", "Flows in memory", flows);
+    let occupancy = Family::<Labels, Gauge>::default();
+    let qlat = Family::<Labels, Gauge>::default();
+    for ((node, port, q), qs) in &s.queues {
+        let l = labels(&[
+            ("node", node.to_string()),
+            ("port", port.to_string()),
+            ("queue", q.to_string()),
+        ]);
+        occupancy.get_or_create(&l).set(i64::from(qs.occupancy));
+        if let Some(lat) = qs.hop_latency {
+            qlat.get_or_create(&l).set(i64::from(lat));
+        }
+    }
+    reg.register(
+        "queue_occupancy",
+        "Last queue occupancy reported (device units)",
+        occupancy,
+    );
+    reg.register(
+        "queue_hop_latency_nanoseconds",
+        "Last hop latency through the queue",
+        qlat,
+    );
+    let util = Family::<Labels, Gauge>::default();
+    let drops = Family::<Labels, Counter>::default();
+    for (node, n) in &s.nodes {
+        for (port, ps) in &n.ports {
+            if let Some(u) = ps.tx_util {
+                util.get_or_create(&labels(&[
+                    ("node", node.to_string()),
+                    ("port", port.to_string()),
+                ]))
+                .set(i64::from(u));
+            }
+        }
+        for (reason, count) in &n.drops {
+            let name = intscope_wire::report::drop_reason_name(*reason)
+                .map_or_else(|| reason.to_string(), str::to_string);
+            drops
+                .get_or_create(&labels(&[("node", node.to_string()), ("reason", name)]))
+                .inc_by(*count);
+        }
+    }
+    reg.register(
+        "port_tx_utilization",
+        "Egress port Tx utilization reported (device units)",
+        util,
+    );
+    reg.register("drops", "Drops reported, by node and reason", drops);
+    drop(s);
+    let mut out = String::new();
+    let _ = encode(&mut out, &reg);
+    out
+}
+
+async fn metrics(AxState(c): Shared) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        render_metrics(&c),
+    )
+}

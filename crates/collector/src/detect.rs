@@ -1,0 +1,39 @@
+//! Detector thresholds (the `[detect]` table of the collector config).
+
+/// Thresholds of the detectors. Occupancy is in the device's unit (cells or bytes, as the switch
+/// reports it); latency in nanoseconds.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DetectConfig {
+    /// Hop latency is anomalous above `latency_factor` × its baseline...
+    pub latency_factor: f64,
+    /// ...and at least this much above it.
+    pub latency_min_excess_ns: u64,
+    /// Samples a (node, port) needs before its baseline is trusted.
+    pub latency_warmup: u32,
+    /// Queue occupancy that starts a congestion episode.
+    pub congestion_start: u32,
+    /// Queue occupancy at or below which the episode ends.
+    pub congestion_end: u32,
+    /// Episodes shorter than this are reported as microbursts.
+    pub microburst_max_ns: u64,
+    /// At most one event per kind, place and flow in this interval.
+    pub event_interval_ns: u64,
+    /// Compare IP TTL decrement with INT hop count to find hops without INT.
+    pub non_int_hops: bool,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        DetectConfig {
+            latency_factor: 4.0,
+            latency_min_excess_ns: 10_000,
+            latency_warmup: 16,
+            congestion_start: 1000,
+            congestion_end: 500,
+            microburst_max_ns: 2_000_000,
+            event_interval_ns: 1_000_000_000,
+            non_int_hops: true,
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Per-flow state: the current path, its history, per-hop and end-to-end latency.
+
+use std::collections::VecDeque;
+
+use intscope_wire::locate::FlowKey;
+
+use crate::record::Hop;
+
+/// One hop of a path: which node, in and out of which ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct PathHop {
+    /// Node ID.
+    pub node_id: u32,
+    /// Ingress interface.
+    pub ingress_if: Option<u32>,
+    /// Egress interface.
+    pub egress_if: Option<u32>,
+}
+
+impl From<&Hop> for PathHop {
+    fn from(h: &Hop) -> Self {
+        PathHop {
+            node_id: h.node_id,
+            ingress_if: h.ingress_if,
+            egress_if: h.egress_if,
+        }
+    }
+}
+
+/// Latency distribution in half-octave buckets from 64 ns (±19% per value; 256 bytes a flow, so a
+/// million flows fit in memory).
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    counts: [u32; 64],
+    total: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: [0; 64],
+            total: 0,
+        }
+    }
+}
+
+impl Histogram {
+    fn bucket(v: u64) -> usize {
+        if v < 64 {
+            return 0;
+        }
+        let log2 = 63 - v.leading_zeros() as usize;
+        let half = usize::from((v >> (log2 - 1)) & 1 == 1);
+        ((log2 - 6) * 2 + half + 1).min(63)
+    }
+
+    fn lower_bound(b: usize) -> u64 {
+        if b == 0 {
+            return 0;
+        }
+        let log2 = (b - 1) / 2 + 6;
+        let base = 1u64 << log2;
+        if (b - 1) % 2 == 1 {
+            base + base / 2
+        } else {
+            base
+        }
+    }
+
+    /// Adds a value.
+    pub fn record(&mut self, v: u64) {
+        let b = Self::bucket(v);
+        self.counts[b] = self.counts[b].saturating_add(1);
+        self.total += 1;
+    }
+
+    /// Values recorded.
+    pub fn count(&self) -> u64 {
+        self.total
+    }
+
+    /// The `q` quantile (0..=1), as the midpoint of its bucket.
+    pub fn quantile(&self, q: f64) -> Option<u64> {
+        if self.total == 0 {
+            return None;
+        }
+        let rank = ((self.total as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0u64;
+        for (b, &c) in self.counts.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= rank {
+                let lo = Self::lower_bound(b);
+                let hi = Self::lower_bound(b + 1).max(lo + 1);
+                return Some((lo + hi) / 2);
+            }
+        }
+        None
+    }
+}
+
+/// A flow's state.
+#[derive(Debug, Clone)]
+pub struct FlowState {
+    /// The flow.
+    pub key: FlowKey,
+    /// Dense ID used by the API.
+    pub id: u64,
+    /// First report, ns.
+    pub first_seen_ns: u64,
+    /// Last report, ns.
+    pub last_seen_ns: u64,
+    /// Reports received.
+    pub reports: u64,
+    /// Drop reports.
+    pub drops: u64,
+    /// Last drop reason.
+    pub last_drop_reason: Option<u8>,
+    /// Current path, source first.
+    pub path: Vec<PathHop>,
+    /// Path changes seen.
+    pub path_changes: u64,
+    /// Recent paths with the time each was first seen (bounded).
+    pub path_history: VecDeque<(u64, Vec<PathHop>)>,
+    /// End-to-end latency (sum of hop latencies), ns.
+    pub e2e: Histogram,
+    /// Recent (time, e2e latency, per-hop latencies) samples (bounded).
+    pub series: VecDeque<Sample>,
+}
+
+/// One latency sample of a flow.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Sample {
+    /// Report time, ns.
+    pub time_ns: u64,
+    /// End-to-end latency (sum of hop latencies).
+    pub e2e_latency: Option<u64>,
+    /// Hop latencies along the path, source first.
+    pub hop_latency: Vec<Option<u32>>,
+    /// Queue occupancies along the path, source first.
+    pub queue_occupancy: Vec<Option<u32>>,
+}
+
+/// Recent paths kept per flow.
+pub const PATH_HISTORY: usize = 8;
+/// Recent latency samples kept per flow.
+pub const SERIES_LEN: usize = 32;
+
+impl FlowState {
+    /// A new flow first seen at `now`.
+    pub fn new(key: FlowKey, id: u64, now: u64) -> Self {
+        FlowState {
+            key,
+            id,
+            first_seen_ns: now,
+            last_seen_ns: now,
+            reports: 0,
+            drops: 0,
+            last_drop_reason: None,
+            path: Vec::new(),
+            path_changes: 0,
+            path_history: VecDeque::new(),
+            e2e: Histogram::default(),
+            series: VecDeque::new(),
+        }
+    }
+
+    /// Records a full path observation; returns the previous path if it changed.
+    pub fn observe_path(&mut self, now: u64, path: &[Hop]) -> Option<Vec<PathHop>> {
+        let same = self.path.len() == path.len()
+            && self
+                .path
+                .iter()
+                .zip(path)
+                .all(|(a, b)| *a == PathHop::from(b));
+        if same {
+            return None;
+        }
+        let new: Vec<PathHop> = path.iter().map(PathHop::from).collect();
+        let old = std::mem::replace(&mut self.path, new.clone());
+        if self.path_history.len() == PATH_HISTORY {
+            self.path_history.pop_front();
+        }
+        self.path_history.push_back((now, new));
+        if old.is_empty() {
+            return None;
+        }
+        self.path_changes += 1;
+        Some(old)
+    }
+
+    /// Records latencies of a report's path.
+    pub fn observe_latency(&mut self, now: u64, path: &[Hop]) {
+        let lat: Vec<Option<u32>> = path.iter().map(|h| h.hop_latency).collect();
+        let e2e = if lat.iter().any(Option::is_some) {
+            Some(lat.iter().flatten().map(|v| u64::from(*v)).sum())
+        } else {
+            None
+        };
+        if let Some(v) = e2e {
+            self.e2e.record(v);
+        }
+        if self.series.len() == SERIES_LEN {
+            self.series.pop_front();
+        }
+        self.series.push_back(Sample {
+            time_ns: now,
+            e2e_latency: e2e,
+            hop_latency: lat,
+            queue_occupancy: path.iter().map(|h| h.queue_occupancy).collect(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_within_a_bucket() {
+        let mut h = Histogram::default();
+        for v in 1..=1000u64 {
+            h.record(v * 1000);
+        }
+        let p50 = h.quantile(0.5).unwrap() as f64;
+        let p99 = h.quantile(0.99).unwrap() as f64;
+        assert!((p50 / 500_000.0 - 1.0).abs() < 0.25, "{p50}");
+        assert!((p99 / 990_000.0 - 1.0).abs() < 0.25, "{p99}");
+        assert_eq!(Histogram::default().quantile(0.5), None);
+    }
+}

@@ -1,0 +1,277 @@
+//! Receiving reports: UDP sockets (one per thread, `SO_REUSEPORT` so the kernel spreads sources
+//! across them, large receive buffers), a source allowlist, and an account of every datagram:
+//! accepted, or discarded with a reason. The same entry point serves pcap replays.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use intscope_wire::error::{ErrorKind, Layer};
+use intscope_wire::locate::DetectConfig;
+use ipnet::IpNet;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::detect::DetectConfig as Thresholds;
+use crate::record::{FlowKeyMode, Record, decode_datagram};
+use crate::state::State;
+
+/// Why a datagram was discarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discard {
+    /// Bytes that do not decode (the error says where).
+    Malformed,
+    /// A report version this collector does not know.
+    UnknownVersion,
+    /// The source address is not in the allowlist.
+    NotAllowed,
+}
+
+/// Datagram and report counters (lock-free; read by the API and `/metrics`).
+#[derive(Debug, Default)]
+pub struct IngestStats {
+    /// Datagrams received.
+    pub received: AtomicU64,
+    /// Datagrams decoded (fully or partly).
+    pub accepted: AtomicU64,
+    /// Individual reports decoded.
+    pub reports: AtomicU64,
+    /// Discarded: malformed.
+    pub malformed: AtomicU64,
+    /// Discarded: unknown version.
+    pub unknown_version: AtomicU64,
+    /// Discarded: source not allowed.
+    pub not_allowed: AtomicU64,
+    /// Socket receive errors.
+    pub socket_errors: AtomicU64,
+    /// The last decode error, for the API ("malformed at offset X").
+    pub last_error: Mutex<Option<String>>,
+}
+
+impl IngestStats {
+    /// A snapshot as JSON.
+    pub fn snapshot(&self) -> serde_json::Value {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "datagrams_received": g(&self.received),
+            "datagrams_accepted": g(&self.accepted),
+            "reports_decoded": g(&self.reports),
+            "discarded": {
+                "malformed": g(&self.malformed),
+                "unknown_version": g(&self.unknown_version),
+                "not_allowed": g(&self.not_allowed),
+            },
+            "socket_errors": g(&self.socket_errors),
+            "last_error": self.last_error.lock().map(|e| e.clone()).unwrap_or(None),
+        })
+    }
+}
+
+/// Collector configuration (the `intscope collect --config` file; docs/collector-config.md).
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CollectorConfig {
+    /// UDP addresses to receive reports on.
+    pub listen: Vec<SocketAddr>,
+    /// HTTP API address.
+    pub http: SocketAddr,
+    /// Receive threads per listen address.
+    pub threads: usize,
+    /// Socket receive buffer in bytes (`SO_RCVBUFFORCE` when root).
+    pub recv_buffer: usize,
+    /// Accept reports only from these networks (empty: from anywhere).
+    pub allow: Vec<IpNet>,
+    /// Which headers of the reported packet form the flow key.
+    pub flow_key: FlowKeyMode,
+    /// INT UDP destination ports of the reported packets (INT_TBD).
+    pub int_udp_ports: Vec<u16>,
+    /// DSCP value marking INT in reported packets (`null` to disable).
+    pub int_dscp: Option<u8>,
+    /// Detector thresholds.
+    pub detect: Thresholds,
+}
+
+impl Default for CollectorConfig {
+    fn default() -> Self {
+        CollectorConfig {
+            listen: vec![SocketAddr::from((
+                [0, 0, 0, 0],
+                intscope_wire::report::DEFAULT_REPORT_PORT,
+            ))],
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            threads: 2,
+            recv_buffer: 64 << 20,
+            allow: Vec::new(),
+            flow_key: FlowKeyMode::Innermost,
+            int_udp_ports: Vec::new(),
+            int_dscp: Some(0x17),
+            detect: Thresholds::default(),
+        }
+    }
+}
+
+/// Everything the ingest threads, the replay and the API share.
+#[derive(Debug)]
+pub struct Collector {
+    /// Configuration.
+    pub config: CollectorConfig,
+    detect: DetectConfig,
+    /// Correlation state.
+    pub state: Mutex<State>,
+    /// Counters.
+    pub stats: IngestStats,
+    stop: AtomicBool,
+}
+
+impl Collector {
+    /// A collector with this configuration.
+    pub fn new(config: CollectorConfig) -> Arc<Self> {
+        let detect = DetectConfig {
+            int_udp_ports: config.int_udp_ports.clone(),
+            dscp: config.int_dscp.map(|v| intscope_wire::locate::DscpMatch {
+                value: v,
+                mask: 0x3f,
+            }),
+            heuristic: true,
+            ..DetectConfig::default()
+        };
+        Arc::new(Collector {
+            state: Mutex::new(State::new(config.detect.clone())),
+            detect,
+            config,
+            stats: IngestStats::default(),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// Accounts and processes one datagram (its UDP payload) from `src` at `time_ns`.
+    pub fn ingest(&self, payload: &[u8], src: IpAddr, time_ns: u64, record: &mut Record) {
+        self.stats.received.fetch_add(1, Ordering::Relaxed);
+        if !self.config.allow.is_empty() && !self.config.allow.iter().any(|n| n.contains(&src)) {
+            self.stats.not_allowed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        let mut n = 0u64;
+        let result = decode_datagram(
+            payload,
+            time_ns,
+            &self.detect,
+            self.config.flow_key,
+            record,
+            |r| {
+                state.process(r);
+                n += 1;
+            },
+        );
+        drop(state);
+        self.stats.reports.fetch_add(n, Ordering::Relaxed);
+        match result {
+            Ok(_) => {
+                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                // Reports decoded before the error are kept; the datagram counts as malformed.
+                let unknown = n == 0
+                    && e.layer == Layer::ReportGroup
+                    && matches!(e.kind, ErrorKind::BadValue { field: "Ver", .. });
+                let counter = if unknown {
+                    &self.stats.unknown_version
+                } else {
+                    &self.stats.malformed
+                };
+                let count = counter.fetch_add(1, Ordering::Relaxed);
+                let msg = format!("from {src}: {e}");
+                if count < 10 || count.is_power_of_two() {
+                    tracing::warn!(discarded = count + 1, "telemetry report {msg}");
+                }
+                if let Ok(mut last) = self.stats.last_error.lock() {
+                    *last = Some(msg);
+                }
+            }
+        }
+    }
+
+    /// Asks the receive threads to stop (they notice within their poll interval).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// Now, in ns since the epoch.
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Opens a report socket on `addr` (`SO_REUSEPORT`, receive buffer `buffer` bytes).
+pub fn open_socket(addr: SocketAddr, buffer: usize) -> std::io::Result<UdpSocket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_port(true)?;
+    // The kernel caps this at net.core.rmem_max (raise it with sysctl for high rates; the
+    // effective size is logged).
+    s.set_recv_buffer_size(buffer)?;
+    tracing::info!(
+        requested = buffer,
+        effective = s.recv_buffer_size().unwrap_or(0),
+        "report socket {addr}"
+    );
+    s.bind(&addr.into())?;
+    s.set_read_timeout(Some(Duration::from_millis(100)))?;
+    Ok(s.into())
+}
+
+/// Starts `threads` receive threads per listen address. Returns the bound addresses (port 0
+/// resolves to the real port) and the thread handles.
+pub fn spawn_receivers(
+    collector: &Arc<Collector>,
+) -> std::io::Result<(Vec<SocketAddr>, Vec<JoinHandle<()>>)> {
+    let mut bound = Vec::new();
+    let mut handles = Vec::new();
+    for &addr in &collector.config.listen {
+        let first = open_socket(addr, collector.config.recv_buffer)?;
+        let local = first.local_addr()?;
+        bound.push(local);
+        let mut sockets = vec![first];
+        for _ in 1..collector.config.threads.max(1) {
+            sockets.push(open_socket(local, collector.config.recv_buffer)?);
+        }
+        for (i, sock) in sockets.into_iter().enumerate() {
+            let c = Arc::clone(collector);
+            let h = std::thread::Builder::new()
+                .name(format!("ingest-{local}-{i}"))
+                .spawn(move || receive_loop(&c, &sock))?;
+            handles.push(h);
+        }
+    }
+    Ok((bound, handles))
+}
+
+fn receive_loop(c: &Collector, sock: &UdpSocket) {
+    let mut buf = vec![0u8; 65536];
+    let mut record = Record::default();
+    while !c.stopped() {
+        match sock.recv_from(&mut buf) {
+            Ok((n, from)) => c.ingest(&buf[..n], from.ip(), now_ns(), &mut record),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => {
+                c.stats.socket_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("receive error: {e}");
+            }
+        }
+    }
+}

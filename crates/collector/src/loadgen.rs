@@ -1,0 +1,360 @@
+//! Synthetic report traffic for load tests and benchmarks (`intscope blast`): flows across a
+//! leaf-spine fabric (leaves 1..=4 and spines 101, 102, then 201.. for longer paths), each report
+//! carrying the flow's truncated packet with an INT-MD stack, plus occasional drops and queue
+//! build-ups. Per-flow packet templates are built once; each report patches latency and
+//! occupancy, so the generator can feed millions of reports per second.
+
+use etherparse::PacketBuilder;
+use intscope_wire::md::MdHeaderRepr;
+use intscope_wire::metadata::{Format, HopMetadata};
+use intscope_wire::report::{
+    GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05FixedRepr, V05SwitchRepr,
+};
+use intscope_wire::shim::{Shim, TcpUdpShimRepr};
+
+/// UDP port of INT in the generated packets (INT_TBD).
+pub const INT_PORT: u16 = 17768;
+/// Instruction bitmap of the generated stacks: node id, L1 ports, hop latency, queue.
+const BITMAP: u16 = 0xf000;
+/// Drop reason of generated drops (SD-Fabric traffic manager).
+pub const DROP_REASON: u8 = 71;
+
+/// Report format to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadVersion {
+    /// Report v2.0, several individual reports coalesced per datagram.
+    V2,
+    /// Report v0.5 (SD-Fabric), one switch-local report per datagram.
+    V05,
+}
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    /// Distinct flows.
+    pub flows: u32,
+    /// Nodes on each path (source, transit..., sink); at least 2.
+    pub hops: u8,
+    /// Report version.
+    pub version: LoadVersion,
+    /// v2.0: individual reports per datagram.
+    pub batch: usize,
+    /// One report in this many is a drop (0: none).
+    pub drop_every: u64,
+    /// One report in this many starts a 64-report queue build-up at a spine (0: none).
+    pub burst_every: u64,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        LoadConfig {
+            flows: 1000,
+            hops: 3,
+            version: LoadVersion::V2,
+            batch: 8,
+            drop_every: 1000,
+            burst_every: 5000,
+        }
+    }
+}
+
+struct FlowTemplate {
+    /// The truncated packet (Ethernet..INT stack..original L4 payload head).
+    inner: Vec<u8>,
+    /// Nodes of the path, source first.
+    path: Vec<u32>,
+    /// Offsets of each stack hop's (latency, queue) words in `inner`, stack order (newest first).
+    patch: Vec<(usize, usize)>,
+}
+
+/// The generator; deterministic for a given config.
+pub struct Generator {
+    cfg: LoadConfig,
+    flows: Vec<FlowTemplate>,
+    seq: std::collections::HashMap<u32, u32>,
+    reports: u64,
+    burst_left: u32,
+    /// Reports generated so far.
+    pub generated: u64,
+}
+
+fn path_for(i: u32, hops: u8) -> Vec<u32> {
+    let src = i % 4 + 1;
+    let dst = (i / 4 + src) % 4 + 1;
+    let dst = if dst == src { dst % 4 + 1 } else { dst };
+    let mut p = vec![src];
+    for k in 0..hops.saturating_sub(2) {
+        p.push(if k == 0 {
+            101 + (i.wrapping_mul(2_654_435_761) >> 31)
+        } else {
+            200 + u32::from(k)
+        });
+    }
+    p.push(dst);
+    p
+}
+
+fn build_template(i: u32, hops: u8) -> FlowTemplate {
+    let path = path_for(i, hops);
+    let stack_hops = &path[..path.len() - 1];
+    let header = MdHeaderRepr {
+        version: 2,
+        hop_ml: 4,
+        remaining_hop_count: 8 - stack_hops.len() as u8,
+        instructions: BITMAP,
+        ..Default::default()
+    };
+    let mut body = vec![0u8; 16 * stack_hops.len()];
+    let mut at = 0;
+    for (k, node) in stack_hops.iter().rev().enumerate() {
+        let hop = HopMetadata {
+            present: BITMAP,
+            node_id: Some(*node),
+            l1_ingress_if: Some(1),
+            l1_egress_if: Some(2 + (k as u16 % 2)),
+            hop_latency: Some(1000),
+            queue_id: Some(0),
+            queue_occupancy: Some(10),
+            ..Default::default()
+        };
+        at += hop.encode(BITMAP, Format::IntV2, &mut body[at..]);
+    }
+    let shim = Shim::TcpUdp(TcpUdpShimRepr {
+        int_type: 1,
+        npt: 1,
+        reserved: 0,
+        length: (3 + body.len() / 4) as u8,
+        content: 5000 + (i % 1000) as u16,
+    });
+    let mut int = vec![0u8; 16];
+    shim.emit(&mut int[..4]);
+    header.emit(&mut int[4..16]);
+    int.extend_from_slice(&body);
+    int.extend_from_slice(&[0u8; 8]);
+    let src = [10, 0, (i >> 8) as u8, i as u8];
+    let dst = [10, 1, (i >> 16) as u8, (i >> 3) as u8];
+    let builder = PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
+        .ipv4(src, dst, 60)
+        .udp(10000 + (i % 50000) as u16, INT_PORT);
+    let mut inner = Vec::with_capacity(builder.size(int.len()));
+    builder.write(&mut inner, &int).expect("writing to a Vec");
+    let stack_at = 14 + 20 + 8 + 16;
+    let patch = (0..stack_hops.len())
+        .map(|k| (stack_at + k * 16 + 8, stack_at + k * 16 + 12))
+        .collect();
+    FlowTemplate { inner, path, patch }
+}
+
+impl Generator {
+    /// A generator for `cfg`.
+    pub fn new(cfg: LoadConfig) -> Self {
+        let hops = cfg.hops.clamp(2, 9);
+        let flows = (0..cfg.flows.max(1))
+            .map(|i| build_template(i, hops))
+            .collect();
+        Generator {
+            cfg,
+            flows,
+            seq: std::collections::HashMap::new(),
+            reports: 0,
+            burst_left: 0,
+            generated: 0,
+        }
+    }
+
+    fn next_seq(&mut self, node: u32) -> u32 {
+        let s = self.seq.entry(node).or_insert(0);
+        let v = *s;
+        *s = s.wrapping_add(1);
+        v
+    }
+
+    /// Writes the next datagram (UDP payload) into `out`; returns its number of reports.
+    pub fn next_datagram(&mut self, out: &mut Vec<u8>) -> usize {
+        out.clear();
+        match self.cfg.version {
+            LoadVersion::V2 => self.v2(out),
+            LoadVersion::V05 => self.v05(out),
+        }
+    }
+
+    fn pick(&mut self) -> (usize, bool, u32) {
+        self.reports += 1;
+        self.generated += 1;
+        let n = self.reports;
+        let flow = (n.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20) as usize % self.flows.len();
+        let drop = self.cfg.drop_every > 0 && n % self.cfg.drop_every == 0;
+        if self.cfg.burst_every > 0 && n % self.cfg.burst_every == 0 {
+            self.burst_left = 64;
+        }
+        let occupancy = if self.burst_left > 0 {
+            self.burst_left -= 1;
+            2000 + self.burst_left * 50
+        } else {
+            10 + (n % 50) as u32
+        };
+        (flow, drop, occupancy)
+    }
+
+    fn v2(&mut self, out: &mut Vec<u8>) -> usize {
+        // Reports of one datagram come from one sink node: group by the first flow's sink.
+        let (first, _, _) = self.pick();
+        self.reports -= 1;
+        self.generated -= 1;
+        let sink = *self.flows[first].path.last().unwrap_or(&0);
+        let seq = self.next_seq(sink);
+        out.resize(8, 0);
+        GroupHeaderRepr {
+            version: 2,
+            hw_id: 0,
+            sequence: seq,
+            node_id: sink,
+        }
+        .emit(&mut out[..8]);
+        let mut n = 0;
+        while n < self.cfg.batch.max(1) {
+            let (flow, drop, occ) = self.pick();
+            let t = &self.flows[flow];
+            let md_words = if drop { 4 } else { 3 };
+            let report_len = (8 + md_words * 4 + t.inner.len()).div_ceil(4);
+            let start = out.len();
+            out.resize(start + 12 + md_words * 4, 0);
+            IndividualHeaderRepr {
+                rep_type: 1,
+                in_type: 3,
+                report_length: report_len as u8,
+                md_length: md_words as u8,
+                d: drop,
+                f: true,
+                ..Default::default()
+            }
+            .emit(&mut out[start..start + 4]);
+            let bits = if drop { 0x7001 } else { 0x7000 };
+            IntMainRepr {
+                rep_md_bits: bits,
+                ..Default::default()
+            }
+            .emit(&mut out[start + 4..start + 12]);
+            let md = start + 12;
+            out[md..md + 4].copy_from_slice(&[0, 1, 0, 2]);
+            out[md + 4..md + 8].copy_from_slice(&(800 + occ * 3).to_be_bytes());
+            out[md + 8..md + 12].copy_from_slice(&occ.to_be_bytes());
+            if drop {
+                out[md + 12..md + 16].copy_from_slice(&[0, DROP_REASON, 0, 0]);
+            }
+            let inner_at = out.len();
+            out.extend_from_slice(&t.inner);
+            // Spines (stack index 0 is the newest: the last transit hop) carry the burst.
+            for (k, &(lat, q)) in t.patch.iter().enumerate() {
+                let (l, o) = if k == 0 {
+                    (500 + occ * 4, occ)
+                } else {
+                    (900, 12)
+                };
+                out[inner_at + lat..inner_at + lat + 4].copy_from_slice(&l.to_be_bytes());
+                out[inner_at + q..inner_at + q + 4].copy_from_slice(&o.to_be_bytes());
+            }
+            out.resize(start + 4 + report_len * 4, 0);
+            n += 1;
+            // Keep datagrams under a 1500-byte MTU.
+            if out.len() + 12 + 16 + t.inner.len() + 4 > 1472 {
+                break;
+            }
+        }
+        n
+    }
+
+    fn v05(&mut self, out: &mut Vec<u8>) -> usize {
+        let (flow, drop, occ) = self.pick();
+        // A switch-local (postcard) report from one node of the path, or a drop report.
+        let path = &self.flows[flow].path;
+        let node = path[(self.generated % path.len() as u64) as usize];
+        let seq = self.next_seq(node);
+        let t = &self.flows[flow];
+        let nproto = if drop { 1 } else { 2 };
+        out.resize(12 + if drop { 12 } else { 16 }, 0);
+        V05FixedRepr {
+            version: 0,
+            nproto,
+            d: drop,
+            f: !drop,
+            hw_id: 0,
+            sequence: seq,
+            ingress_ts: 1000,
+            ..Default::default()
+        }
+        .emit(&mut out[..12]);
+        let sw = if drop {
+            V05SwitchRepr {
+                switch_id: node,
+                ingress_port: 1,
+                egress_port: 2,
+                queue_id: 0,
+                drop_reason: Some(DROP_REASON),
+                ..Default::default()
+            }
+        } else {
+            V05SwitchRepr {
+                switch_id: node,
+                ingress_port: 1,
+                egress_port: 2,
+                queue_id: 0,
+                queue_occupancy: Some(occ),
+                egress_ts: Some(1000 + 500 + occ * 4),
+                ..Default::default()
+            }
+        };
+        sw.emit(&mut out[12..]);
+        // fabric-tna reports the inner headers without INT: Ethernet/IPv4/UDP of the flow, with
+        // the original destination port (the one the INT shim saved).
+        let at = out.len();
+        out.extend_from_slice(&t.inner[..14 + 20 + 8]);
+        let orig = [t.inner[14 + 20 + 8 + 2], t.inner[14 + 20 + 8 + 3]];
+        out[at + 36..at + 38].copy_from_slice(&orig);
+        1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{FlowKeyMode, Record, decode_datagram};
+    use intscope_wire::locate::DetectConfig;
+
+    #[test]
+    fn generated_datagrams_decode() {
+        let cfg = DetectConfig {
+            int_udp_ports: vec![INT_PORT],
+            ..DetectConfig::default()
+        };
+        for version in [LoadVersion::V2, LoadVersion::V05] {
+            let mut g = Generator::new(LoadConfig {
+                flows: 50,
+                hops: 4,
+                version,
+                drop_every: 7,
+                ..LoadConfig::default()
+            });
+            let mut buf = Vec::new();
+            let mut rec = Record::default();
+            let mut total = 0;
+            for _ in 0..200 {
+                let n = g.next_datagram(&mut buf);
+                assert!(buf.len() <= 1472);
+                let mut seen = 0;
+                let got = decode_datagram(&buf, 1, &cfg, FlowKeyMode::Innermost, &mut rec, |r| {
+                    seen += 1;
+                    assert!(r.flow.is_some());
+                    if version == LoadVersion::V2 {
+                        assert_eq!(r.hops().len(), 4, "source, two transit, sink");
+                        assert_eq!(r.int_hops, 3);
+                    }
+                })
+                .unwrap();
+                assert_eq!((got, seen), (n, n));
+                total += n;
+            }
+            assert_eq!(total as u64, g.generated);
+        }
+    }
+}

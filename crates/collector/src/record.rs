@@ -1,0 +1,393 @@
+//! One telemetry report of any version, decoded into what correlation needs: who reported it,
+//! its sequence number, the original flow, and the path — hop by hop, **source first** — with
+//! each hop's ports, latency and queue. Built on the zero-copy `intscope-wire` decoders; the
+//! record is reused between reports so decoding does not allocate.
+
+use intscope_wire::int::IntHeader;
+use intscope_wire::locate::{DetectConfig, FlowKey, Packet, Start};
+use intscope_wire::metadata::HopView;
+use intscope_wire::report::{InType, IndividualReport, Report};
+use intscope_wire::{Error, IntBlock};
+
+/// Most hops a record keeps; longer paths are cut (and flagged), the newest hops kept.
+pub const MAX_HOPS: usize = 16;
+
+/// Report format generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Version {
+    /// Telemetry Report v2.0.
+    #[serde(rename = "2.0")]
+    V2,
+    /// Telemetry Report v1.0.
+    #[serde(rename = "1.0")]
+    V1,
+    /// Telemetry Report v0.5.
+    #[serde(rename = "0.5")]
+    V05,
+}
+
+impl Version {
+    /// Label value for metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Version::V2 => "2.0",
+            Version::V1 => "1.0",
+            Version::V05 => "0.5",
+        }
+    }
+    /// Width of the sequence number in bits.
+    pub fn seq_bits(self) -> u32 {
+        match self {
+            Version::V2 => 22,
+            _ => 32,
+        }
+    }
+}
+
+/// What one node reported about the packet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Hop {
+    /// Node ID (0 when the node did not provide it).
+    pub node_id: u32,
+    /// Ingress interface (level 1, else level 2).
+    pub ingress_if: Option<u32>,
+    /// Egress interface (level 1, else level 2).
+    pub egress_if: Option<u32>,
+    /// Hop latency in the device's unit (nanoseconds for every known implementation).
+    pub hop_latency: Option<u32>,
+    /// Queue ID.
+    pub queue_id: Option<u8>,
+    /// Queue occupancy (device units, typically cells or bytes).
+    pub queue_occupancy: Option<u32>,
+    /// Ingress timestamp.
+    pub ingress_ts: Option<u64>,
+    /// Egress timestamp.
+    pub egress_ts: Option<u64>,
+    /// Egress port Tx utilization.
+    pub egress_tx_util: Option<u32>,
+}
+
+impl Hop {
+    fn from_view(v: &HopView<'_>, node_id: Option<u32>) -> Self {
+        let l1 = v.l1_interfaces();
+        Hop {
+            node_id: node_id.or(v.node_id()).unwrap_or(0),
+            ingress_if: l1.map(|p| u32::from(p.0)),
+            egress_if: l1.map(|p| u32::from(p.1)),
+            hop_latency: v.hop_latency(),
+            queue_id: v.queue().map(|q| q.0).or(v.drop().map(|d| d.0)),
+            queue_occupancy: v.queue().map(|q| q.1),
+            ingress_ts: v.ingress_ts(),
+            egress_ts: v.egress_ts(),
+            egress_tx_util: v.egress_tx_util(),
+        }
+    }
+}
+
+/// One decoded report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// When it was received (or captured), ns since the epoch.
+    pub time_ns: u64,
+    /// Format generation.
+    pub version: Version,
+    /// Reporting node.
+    pub node_id: u32,
+    /// Reporting hardware subsystem.
+    pub hw_id: u8,
+    /// Report sequence number (per node, hw_id and destination).
+    pub seq: u32,
+    /// D: a packet was dropped.
+    pub dropped: bool,
+    /// Q: congested queue association.
+    pub congested: bool,
+    /// F: tracked flow.
+    pub tracked: bool,
+    /// I: intermediate report.
+    pub intermediate: bool,
+    /// Drop reason (v2.0 RepMdBits bit 15, v0.5 drop header).
+    pub drop_reason: Option<u8>,
+    /// The original packet's flow.
+    pub flow: Option<FlowKey>,
+    /// IP TTL / hop limit of the reported packet as the reporting node saw it.
+    pub ip_ttl: Option<u8>,
+    /// E bit of the embedded INT-MD header: the hop limit was reached.
+    pub hop_limit_exceeded: bool,
+    /// M bit: some node could not add its metadata (MTU).
+    pub mtu_exceeded: bool,
+    /// Hops that added INT metadata before the reporting node (embedded stack length).
+    pub int_hops: u8,
+    /// The path ended up longer than [`MAX_HOPS`] and was cut.
+    pub path_truncated: bool,
+    hops: [Hop; MAX_HOPS],
+    hop_count: u8,
+}
+
+impl Default for Record {
+    fn default() -> Self {
+        Record {
+            time_ns: 0,
+            version: Version::V2,
+            node_id: 0,
+            hw_id: 0,
+            seq: 0,
+            dropped: false,
+            congested: false,
+            tracked: false,
+            intermediate: false,
+            drop_reason: None,
+            flow: None,
+            ip_ttl: None,
+            hop_limit_exceeded: false,
+            mtu_exceeded: false,
+            int_hops: 0,
+            path_truncated: false,
+            hops: [Hop::default(); MAX_HOPS],
+            hop_count: 0,
+        }
+    }
+}
+
+impl Record {
+    /// The path, source first.
+    pub fn hops(&self) -> &[Hop] {
+        &self.hops[..usize::from(self.hop_count)]
+    }
+
+    fn push(&mut self, hop: Hop) {
+        if usize::from(self.hop_count) == MAX_HOPS {
+            // Keep the newest hops: drop the oldest.
+            self.hops.copy_within(1.., 0);
+            self.hop_count -= 1;
+            self.path_truncated = true;
+        }
+        self.hops[usize::from(self.hop_count)] = hop;
+        self.hop_count += 1;
+    }
+
+    fn reset(&mut self, time_ns: u64, version: Version) {
+        *self = Record {
+            time_ns,
+            version,
+            ..Record::default()
+        };
+    }
+}
+
+/// Which flow a report is filed under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FlowKeyMode {
+    /// The outermost headers of the reported packet (INT fields restored).
+    Outer,
+    /// The innermost headers through VXLAN-GPE / Geneve / GRE / IP-in-IP tunnels.
+    #[default]
+    Innermost,
+}
+
+/// Decodes every individual report of a datagram (the UDP payload), calling `sink` with each.
+/// Returns the number of reports; an error means the datagram (or the rest of it) is malformed.
+pub fn decode_datagram(
+    payload: &[u8],
+    time_ns: u64,
+    cfg: &DetectConfig,
+    mode: FlowKeyMode,
+    record: &mut Record,
+    mut sink: impl FnMut(&Record),
+) -> Result<usize, Error> {
+    let report = Report::parse(payload)?;
+    match report {
+        Report::V2 { group, .. } => {
+            let mut n = 0;
+            for ir in report.individual_reports() {
+                let ir = ir?;
+                record.reset(time_ns, Version::V2);
+                record.node_id = group.node_id;
+                record.hw_id = group.hw_id;
+                record.seq = group.sequence;
+                fill_v2(record, &ir, cfg, mode);
+                sink(record);
+                n += 1;
+            }
+            Ok(n)
+        }
+        Report::V1 { header, inner, .. } => {
+            record.reset(time_ns, Version::V1);
+            record.node_id = header.switch_id;
+            record.hw_id = header.hw_id;
+            record.seq = header.sequence;
+            record.dropped = header.d;
+            record.congested = header.q;
+            record.tracked = header.f;
+            let start = match header.nproto {
+                1 => Start::Ipv4,
+                2 => Start::Ipv6,
+                _ => Start::Ethernet,
+            };
+            fill_inner(record, inner, start, cfg, mode);
+            // v1.0 sinks report their own metadata in the stack; the node is the last hop.
+            if record
+                .hops()
+                .last()
+                .is_none_or(|h| h.node_id != header.switch_id)
+            {
+                record.push(Hop {
+                    node_id: header.switch_id,
+                    ..Hop::default()
+                });
+            }
+            sink(record);
+            Ok(1)
+        }
+        Report::V05 {
+            fixed,
+            switch,
+            inner,
+            ..
+        } => {
+            record.reset(time_ns, Version::V05);
+            record.hw_id = fixed.hw_id;
+            record.seq = fixed.sequence;
+            record.dropped = fixed.d;
+            record.congested = fixed.q;
+            record.tracked = fixed.f;
+            fill_inner(record, inner, Start::Ethernet, cfg, mode);
+            if let Some(s) = switch {
+                record.node_id = s.switch_id;
+                record.drop_reason = s.drop_reason;
+                record.push(Hop {
+                    node_id: s.switch_id,
+                    ingress_if: Some(u32::from(s.ingress_port)),
+                    egress_if: Some(u32::from(s.egress_port)),
+                    queue_id: Some(s.queue_id),
+                    queue_occupancy: s.queue_occupancy,
+                    egress_ts: s.egress_ts.map(u64::from),
+                    ingress_ts: Some(u64::from(fixed.ingress_ts)),
+                    hop_latency: s.egress_ts.map(|e| e.wrapping_sub(fixed.ingress_ts)),
+                    ..Hop::default()
+                });
+            } else if let Some(last) = record.hops().last() {
+                // A v0.5 flow report without a local header: the sink is the stack's top.
+                record.node_id = last.node_id;
+            }
+            sink(record);
+            Ok(1)
+        }
+    }
+}
+
+fn fill_v2(record: &mut Record, ir: &IndividualReport<'_>, cfg: &DetectConfig, mode: FlowKeyMode) {
+    let h = ir.header;
+    record.dropped = h.d;
+    record.congested = h.q;
+    record.tracked = h.f;
+    record.intermediate = h.i;
+    let start = match ir.inner_type {
+        InType::Ipv4 => Some(Start::Ipv4),
+        InType::Ipv6 => Some(Start::Ipv6),
+        InType::Ethernet => Some(Start::Ethernet),
+        _ => None,
+    };
+    if let Some(start) = start {
+        fill_inner(record, ir.inner, start, cfg, mode);
+    } else if ir.inner_type == InType::Tlv {
+        for tlv in ir.tlvs().flatten() {
+            let start = match tlv.header.in_type() {
+                InType::Ipv4 => Start::Ipv4,
+                InType::Ipv6 => Start::Ipv6,
+                InType::Ethernet => Start::Ethernet,
+                _ => continue,
+            };
+            fill_inner(record, tlv.data, start, cfg, mode);
+            break;
+        }
+    }
+    if let Some(Ok(view)) = ir.hop() {
+        record.drop_reason = view.drop().map(|d| d.1);
+        let own = Hop::from_view(&view, Some(record.node_id));
+        // A sink that put its own metadata in the stack (INT v2.1 sink option 1) is already the
+        // last hop: merge instead of adding it twice.
+        match record
+            .hops
+            .get_mut(usize::from(record.hop_count).wrapping_sub(1))
+        {
+            Some(last) if last.node_id == record.node_id && record.hop_count > 0 => {
+                merge(last, &own)
+            }
+            _ => record.push(own),
+        }
+    } else if record
+        .hops()
+        .last()
+        .is_none_or(|h| h.node_id != record.node_id)
+    {
+        record.push(Hop {
+            node_id: record.node_id,
+            ..Hop::default()
+        });
+    }
+}
+
+fn merge(into: &mut Hop, from: &Hop) {
+    into.ingress_if = into.ingress_if.or(from.ingress_if);
+    into.egress_if = into.egress_if.or(from.egress_if);
+    into.hop_latency = into.hop_latency.or(from.hop_latency);
+    into.queue_id = into.queue_id.or(from.queue_id);
+    into.queue_occupancy = into.queue_occupancy.or(from.queue_occupancy);
+    into.ingress_ts = into.ingress_ts.or(from.ingress_ts);
+    into.egress_ts = into.egress_ts.or(from.egress_ts);
+    into.egress_tx_util = into.egress_tx_util.or(from.egress_tx_util);
+}
+
+/// Flow key, TTL and the embedded INT stack of the truncated packet.
+fn fill_inner(
+    record: &mut Record,
+    bytes: &[u8],
+    start: Start,
+    cfg: &DetectConfig,
+    mode: FlowKeyMode,
+) {
+    let mut p = Packet::new(bytes);
+    if p.locate(start, cfg).is_err() {
+        // A truncated packet too short for its L4 header still tells the IP layer.
+        record.flow = p.flow;
+        return;
+    }
+    record.flow = match mode {
+        FlowKeyMode::Outer => p.flow,
+        FlowKeyMode::Innermost => p.inner_flow.or(p.flow),
+    };
+    record.ip_ttl = p.ip.map(|ip| ip.ttl);
+    if let Some((_, block)) = p.int {
+        push_stack(record, &block);
+    }
+}
+
+fn push_stack(record: &mut Record, block: &IntBlock<'_>) {
+    if let IntHeader::Md(h) = block.header {
+        record.hop_limit_exceeded = h.e;
+        record.mtu_exceeded = h.m;
+    }
+    if let IntHeader::V1(h) = block.header {
+        record.hop_limit_exceeded = h.e;
+        record.mtu_exceeded = h.m;
+    }
+    let (stack, _) = block.stack(None);
+    // The stack is newest first; the record's path is source first.
+    let mut views: [Option<HopView<'_>>; MAX_HOPS] = [None; MAX_HOPS];
+    let mut n = 0;
+    let mut cut = false;
+    for hop in stack.flatten() {
+        if n == MAX_HOPS {
+            cut = true;
+            break;
+        }
+        views[n] = Some(hop);
+        n += 1;
+    }
+    record.int_hops = n as u8;
+    record.path_truncated |= cut;
+    for v in views[..n].iter().rev().flatten() {
+        record.push(Hop::from_view(v, None));
+    }
+}

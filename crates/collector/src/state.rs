@@ -1,0 +1,540 @@
+//! The collector's live state and the detectors that run on each record: per-flow paths and
+//! latency, per node / port / queue state, links, report loss, and the event log.
+//!
+//! One `State` is one shard; it takes `now` from the records (report time), so the same input
+//! gives the same state and events (replays and tests are deterministic).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use intscope_wire::locate::FlowKey;
+use intscope_wire::report::drop_reason_name;
+use serde_json::json;
+
+use crate::detect::DetectConfig;
+use crate::event::{Event, EventKind, FlowRef};
+use crate::flow::FlowState;
+use crate::record::{Hop, Record, Version};
+use crate::seq::{SeqOutcome, SeqTracker};
+
+/// Events kept in memory (the newest).
+pub const EVENT_LOG: usize = 10_000;
+/// Flows a congestion episode remembers for culprit ranking.
+const EPISODE_FLOWS: usize = 4096;
+
+/// A (node, port, queue) key.
+pub type QueueKey = (u32, u32, u8);
+
+/// State of one queue.
+#[derive(Debug, Clone, Default)]
+pub struct QueueState {
+    /// Last occupancy seen.
+    pub occupancy: u32,
+    /// Highest occupancy seen.
+    pub max_occupancy: u32,
+    /// Last hop latency seen through this queue.
+    pub hop_latency: Option<u32>,
+    /// Reports that went through it.
+    pub reports: u64,
+    /// Last report time.
+    pub last_seen_ns: u64,
+    /// Recent (time, occupancy) samples for the heatmap (bounded).
+    pub series: VecDeque<(u64, u32)>,
+    episode: Option<Episode>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Episode {
+    start_ns: u64,
+    max_occupancy: u32,
+    total: u64,
+    flows: HashMap<FlowKey, u64>,
+}
+
+/// Samples of occupancy kept per queue.
+pub const QUEUE_SERIES: usize = 256;
+
+/// State of one port of a node.
+#[derive(Debug, Clone, Default)]
+pub struct PortState {
+    /// Last egress Tx utilization.
+    pub tx_util: Option<u32>,
+    /// Hop latency baseline (EWMA) of packets leaving through this port.
+    pub latency_baseline: f64,
+    /// Samples in the baseline.
+    pub latency_samples: u32,
+    /// Last hop latency.
+    pub last_latency: Option<u32>,
+    /// Drops reported at this port.
+    pub drops: u64,
+}
+
+/// State of one node.
+#[derive(Debug, Clone, Default)]
+pub struct NodeState {
+    /// First time seen (as reporter or hop).
+    pub first_seen_ns: u64,
+    /// Last time seen.
+    pub last_seen_ns: u64,
+    /// Reports this node sent.
+    pub reports_sent: u64,
+    /// Times it appeared as a hop.
+    pub hops_seen: u64,
+    /// Drops it reported, by reason code.
+    pub drops: BTreeMap<u8, u64>,
+    /// Its ports (egress side).
+    pub ports: BTreeMap<u32, PortState>,
+}
+
+/// A link between two nodes, seen from consecutive hops of paths.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct LinkState {
+    /// Reports whose path crossed it.
+    pub reports: u64,
+    /// Last time.
+    pub last_seen_ns: u64,
+}
+
+/// `(from node, from egress port, to node, to ingress port)`.
+pub type LinkKey = (u32, u32, u32, u32);
+
+/// Counters of processed records.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct RecordCounters {
+    /// Reports of version 2.0.
+    pub v2: u64,
+    /// Reports of version 1.0.
+    pub v1: u64,
+    /// Reports of version 0.5.
+    pub v05: u64,
+    /// Reports without a flow key (their inner packet could not be decoded).
+    pub without_flow: u64,
+}
+
+/// One shard of collector state.
+#[derive(Debug, Default)]
+pub struct State {
+    cfg: DetectConfig,
+    /// Report loss per source.
+    pub seq: SeqTracker,
+    /// Flows by key.
+    pub flows: HashMap<FlowKey, FlowState>,
+    flow_ids: HashMap<u64, FlowKey>,
+    next_flow_id: u64,
+    /// Queues.
+    pub queues: HashMap<QueueKey, QueueState>,
+    /// Nodes.
+    pub nodes: BTreeMap<u32, NodeState>,
+    /// Links.
+    pub links: HashMap<LinkKey, LinkState>,
+    /// Newest events, oldest first.
+    pub events: VecDeque<Event>,
+    /// Events raised, by kind (including those rate-limited out of the log? no: raised only).
+    pub event_counts: BTreeMap<EventKind, u64>,
+    /// Events suppressed by the per-place rate limit.
+    pub events_suppressed: u64,
+    next_event_id: u64,
+    last_event: HashMap<(EventKind, u64), u64>,
+    /// Record counters.
+    pub counters: RecordCounters,
+}
+
+fn place_hash(parts: &[u64]) -> u64 {
+    // FNV-1a over the parts: cheap, stable, good enough for a rate-limit key.
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for p in parts {
+        for b in p.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+fn flow_hash(k: &FlowKey) -> u64 {
+    place_hash(&[
+        u128::from(k.src).wrapping_mul(31) as u64 ^ (u128::from(k.src) >> 64) as u64,
+        u128::from(k.dst) as u64 ^ (u128::from(k.dst) >> 64) as u64,
+        (u64::from(k.proto) << 32) | (u64::from(k.src_port) << 16) | u64::from(k.dst_port),
+    ])
+}
+
+impl State {
+    /// A shard with these detector thresholds.
+    pub fn new(cfg: DetectConfig) -> Self {
+        State {
+            cfg,
+            next_flow_id: 1,
+            ..State::default()
+        }
+    }
+
+    /// The flow with API ID `id`.
+    pub fn flow_by_id(&self, id: u64) -> Option<&FlowState> {
+        self.flow_ids.get(&id).and_then(|k| self.flows.get(k))
+    }
+
+    /// Runs one record through correlation and detection.
+    pub fn process(&mut self, r: &Record) {
+        let now = r.time_ns;
+        match r.version {
+            Version::V2 => self.counters.v2 += 1,
+            Version::V1 => self.counters.v1 += 1,
+            Version::V05 => self.counters.v05 += 1,
+        }
+        self.observe_sequence(r);
+        let reporter = self.nodes.entry(r.node_id).or_insert_with(|| NodeState {
+            first_seen_ns: now,
+            ..NodeState::default()
+        });
+        reporter.reports_sent += 1;
+        reporter.last_seen_ns = now;
+
+        let flow_id = r.flow.map(|k| self.observe_flow(r, k));
+        if r.flow.is_none() {
+            self.counters.without_flow += 1;
+        }
+        self.observe_hops(r, flow_id);
+        self.observe_links(r);
+        self.observe_flags(r, flow_id);
+    }
+
+    fn observe_sequence(&mut self, r: &Record) {
+        if let SeqOutcome::Gap { lost, expected } =
+            self.seq
+                .observe(r.node_id, r.hw_id, r.seq, r.version.seq_bits())
+        {
+            let ev = json!({"hw_id": r.hw_id, "lost": lost, "expected_seq": expected, "received_seq": r.seq});
+            self.raise(
+                r.time_ns,
+                EventKind::LostReports,
+                Some(r.node_id),
+                None,
+                None,
+                None,
+                ev,
+            );
+        }
+    }
+
+    fn observe_flow(&mut self, r: &Record, key: FlowKey) -> u64 {
+        let now = r.time_ns;
+        let next_id = &mut self.next_flow_id;
+        let ids = &mut self.flow_ids;
+        let flow = self.flows.entry(key).or_insert_with(|| {
+            let id = *next_id;
+            *next_id += 1;
+            ids.insert(id, key);
+            FlowState::new(key, id, now)
+        });
+        flow.reports += 1;
+        flow.last_seen_ns = now;
+        let id = flow.id;
+        if r.dropped || r.drop_reason.is_some() {
+            flow.drops += 1;
+            flow.last_drop_reason = r.drop_reason.or(flow.last_drop_reason);
+        }
+        // Only complete paths (INT-MD stacks, v0.5/v1.0 stacks) say which way the flow went;
+        // per-hop reports (INT-XD/MX) from different nodes would look like constant changes.
+        let full_path = r.int_hops > 0 && !r.intermediate;
+        let mut change = None;
+        if full_path {
+            change = flow.observe_path(now, r.hops());
+        }
+        flow.observe_latency(now, r.hops());
+        if let Some(old) = change {
+            let new = flow.path.clone();
+            let diverge = old
+                .iter()
+                .zip(&new)
+                .position(|(a, b)| a != b)
+                .unwrap_or(old.len().min(new.len()));
+            let at = new.get(diverge.saturating_sub(1)).copied();
+            let ev = json!({"old_path": old, "new_path": new, "diverges_after_hop": diverge});
+            self.raise(
+                now,
+                EventKind::PathChange,
+                at.map(|h| h.node_id),
+                at.and_then(|h| h.egress_if),
+                None,
+                Some((key, id)),
+                ev,
+            );
+        }
+        id
+    }
+
+    fn observe_hops(&mut self, r: &Record, flow_id: Option<u64>) {
+        let now = r.time_ns;
+        let flow = r.flow.zip(flow_id);
+        for hop in r.hops() {
+            let node = self.nodes.entry(hop.node_id).or_insert_with(|| NodeState {
+                first_seen_ns: now,
+                ..NodeState::default()
+            });
+            node.hops_seen += 1;
+            node.last_seen_ns = now;
+            let Some(port) = hop.egress_if else { continue };
+            let ps = node.ports.entry(port).or_default();
+            if hop.egress_tx_util.is_some() {
+                ps.tx_util = hop.egress_tx_util;
+            }
+            if let Some(lat) = hop.hop_latency {
+                ps.last_latency = Some(lat);
+                let anomalous = ps.latency_samples >= self.cfg.latency_warmup
+                    && f64::from(lat) > self.cfg.latency_factor * ps.latency_baseline
+                    && f64::from(lat) - ps.latency_baseline > self.cfg.latency_min_excess_ns as f64;
+                let baseline = ps.latency_baseline;
+                // Anomalies move the baseline slowly, so one spike does not hide the next.
+                let alpha = if anomalous { 1.0 / 256.0 } else { 1.0 / 16.0 };
+                ps.latency_baseline = if ps.latency_samples == 0 {
+                    f64::from(lat)
+                } else {
+                    baseline + alpha * (f64::from(lat) - baseline)
+                };
+                ps.latency_samples = ps.latency_samples.saturating_add(1);
+                if anomalous {
+                    let ev = json!({"hop_latency": lat, "baseline": baseline.round(), "factor": (f64::from(lat) / baseline.max(1.0) * 10.0).round() / 10.0, "queue_occupancy": hop.queue_occupancy});
+                    self.raise(
+                        now,
+                        EventKind::LatencyAnomaly,
+                        Some(hop.node_id),
+                        Some(port),
+                        hop.queue_id,
+                        flow,
+                        ev,
+                    );
+                }
+            }
+            if let (Some(q), Some(occ)) = (hop.queue_id, hop.queue_occupancy) {
+                self.observe_queue(now, (hop.node_id, port, q), occ, hop, r, flow);
+            }
+        }
+    }
+
+    fn observe_queue(
+        &mut self,
+        now: u64,
+        key: QueueKey,
+        occ: u32,
+        hop: &Hop,
+        r: &Record,
+        flow: Option<(FlowKey, u64)>,
+    ) {
+        let cfg = &self.cfg;
+        let qs = self.queues.entry(key).or_default();
+        qs.occupancy = occ;
+        qs.max_occupancy = qs.max_occupancy.max(occ);
+        qs.hop_latency = hop.hop_latency.or(qs.hop_latency);
+        qs.reports += 1;
+        qs.last_seen_ns = now;
+        if qs.series.len() == QUEUE_SERIES {
+            qs.series.pop_front();
+        }
+        qs.series.push_back((now, occ));
+        let mut started = false;
+        let mut ended = None;
+        if let Some(ep) = qs.episode.as_mut() {
+            if occ <= cfg.congestion_end {
+                ended = qs.episode.take().map(|ep| (ep, now));
+            } else {
+                ep.max_occupancy = ep.max_occupancy.max(occ);
+                ep.total += u64::from(occ);
+                if let Some((k, _)) = flow
+                    && (ep.flows.len() < EPISODE_FLOWS || ep.flows.contains_key(&k))
+                {
+                    *ep.flows.entry(k).or_default() += u64::from(occ);
+                }
+            }
+        } else if occ >= cfg.congestion_start || (r.congested && occ > cfg.congestion_end) {
+            let mut ep = Episode {
+                start_ns: now,
+                max_occupancy: occ,
+                total: u64::from(occ),
+                flows: HashMap::new(),
+            };
+            if let Some((k, _)) = flow {
+                ep.flows.insert(k, u64::from(occ));
+            }
+            qs.episode = Some(ep);
+            started = true;
+        }
+        if started {
+            let ev = json!({"queue_occupancy": occ, "threshold": cfg.congestion_start, "hop_latency": hop.hop_latency, "q_flag": r.congested});
+            self.raise(
+                now,
+                EventKind::CongestionStart,
+                Some(key.0),
+                Some(key.1),
+                Some(key.2),
+                flow,
+                ev,
+            );
+        }
+        if let Some((ep, end)) = ended {
+            let duration = end.saturating_sub(ep.start_ns);
+            let mut culprits: Vec<(FlowKey, u64)> = ep.flows.into_iter().collect();
+            culprits.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let total = ep.total.max(1) as f64;
+            let ranked: Vec<_> = culprits
+                .iter()
+                .take(10)
+                .map(|(k, occ_sum)| {
+                    let id = self.flows.get(k).map(|f| f.id);
+                    json!({"flow": FlowRef::from(k), "flow_id": id, "share": ((*occ_sum as f64) / total * 1000.0).round() / 1000.0})
+                })
+                .collect();
+            let kind = if duration <= self.cfg.microburst_max_ns {
+                EventKind::Microburst
+            } else {
+                EventKind::CongestionEnd
+            };
+            let ev = json!({"start_ns": ep.start_ns, "duration_ns": duration, "max_occupancy": ep.max_occupancy, "culprit_flows": ranked});
+            self.raise(now, kind, Some(key.0), Some(key.1), Some(key.2), None, ev);
+        }
+    }
+
+    fn observe_links(&mut self, r: &Record) {
+        for pair in r.hops().windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            if let (Some(out), Some(inp)) = (a.egress_if, b.ingress_if) {
+                let l = self
+                    .links
+                    .entry((a.node_id, out, b.node_id, inp))
+                    .or_default();
+                l.reports += 1;
+                l.last_seen_ns = r.time_ns;
+            }
+        }
+    }
+
+    fn observe_flags(&mut self, r: &Record, flow_id: Option<u64>) {
+        let now = r.time_ns;
+        let flow = r.flow.zip(flow_id);
+        let last = r.hops().last().copied().unwrap_or_default();
+        if r.dropped || r.drop_reason.is_some() {
+            let node = self.nodes.entry(r.node_id).or_default();
+            *node.drops.entry(r.drop_reason.unwrap_or(0)).or_default() += 1;
+            if let Some(p) = last.egress_if {
+                node.ports.entry(p).or_default().drops += 1;
+            }
+            let ev = json!({"drop_reason": r.drop_reason, "drop_reason_name": r.drop_reason.and_then(drop_reason_name)});
+            self.raise(
+                now,
+                EventKind::Drop,
+                Some(r.node_id),
+                last.egress_if,
+                last.queue_id,
+                flow,
+                ev,
+            );
+        }
+        if r.hop_limit_exceeded {
+            let ev = json!({"int_hops": r.int_hops, "path": r.hops().iter().map(|h| h.node_id).collect::<Vec<_>>()});
+            self.raise(
+                now,
+                EventKind::HopLimit,
+                Some(r.node_id),
+                None,
+                None,
+                flow,
+                ev,
+            );
+        }
+        if r.mtu_exceeded {
+            let ev = json!({"int_hops": r.int_hops});
+            self.raise(
+                now,
+                EventKind::MtuExceeded,
+                Some(r.node_id),
+                None,
+                None,
+                flow,
+                ev,
+            );
+        }
+        if self.cfg.non_int_hops
+            && r.int_hops > 0
+            && let Some(ttl) = r.ip_ttl
+        {
+            // The sender's initial TTL is not on the wire: take the usual default at or above it.
+            let initial = [32u8, 64, 128, 255]
+                .into_iter()
+                .find(|&i| i >= ttl)
+                .unwrap_or(255);
+            let decrement = initial - ttl;
+            if decrement > r.int_hops {
+                let ev = json!({"ip_ttl": ttl, "assumed_initial_ttl": initial, "ttl_decrement": decrement, "int_hops": r.int_hops, "non_int_hops": decrement - r.int_hops});
+                self.raise(
+                    now,
+                    EventKind::NonIntHops,
+                    Some(r.node_id),
+                    None,
+                    None,
+                    flow,
+                    ev,
+                );
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn raise(
+        &mut self,
+        now: u64,
+        kind: EventKind,
+        node: Option<u32>,
+        port: Option<u32>,
+        queue: Option<u8>,
+        flow: Option<(FlowKey, u64)>,
+        evidence: serde_json::Value,
+    ) {
+        // Episode ends and report loss are always logged; the rest at most once per interval
+        // per kind, place and flow.
+        let limited = !matches!(
+            kind,
+            EventKind::CongestionEnd
+                | EventKind::Microburst
+                | EventKind::LostReports
+                | EventKind::CongestionStart
+        );
+        if limited {
+            let key = (
+                kind,
+                place_hash(&[
+                    u64::from(node.unwrap_or(0)),
+                    u64::from(port.unwrap_or(0)),
+                    u64::from(queue.unwrap_or(0)),
+                    flow.map_or(0, |f| flow_hash(&f.0)),
+                ]),
+            );
+            if let Some(&last) = self.last_event.get(&key)
+                && now.saturating_sub(last) < self.cfg.event_interval_ns
+            {
+                self.events_suppressed += 1;
+                return;
+            }
+            if self.last_event.len() > 1_000_000 {
+                let horizon = now.saturating_sub(self.cfg.event_interval_ns);
+                self.last_event.retain(|_, t| *t >= horizon);
+            }
+            self.last_event.insert(key, now);
+        }
+        *self.event_counts.entry(kind).or_default() += 1;
+        let id = self.next_event_id;
+        self.next_event_id += 1;
+        if self.events.len() == EVENT_LOG {
+            self.events.pop_front();
+        }
+        self.events.push_back(Event {
+            id,
+            time_ns: now,
+            kind,
+            node_id: node,
+            port,
+            queue_id: queue,
+            flow: flow.map(|f| FlowRef::from(&f.0)),
+            flow_id: flow.map(|f| f.1),
+            evidence,
+        });
+    }
+}
