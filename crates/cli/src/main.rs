@@ -1,7 +1,9 @@
 //! `intscope`: In-band Network Telemetry from the command line. Parses arguments and wires the
 //! crates together; the logic lives in the libraries.
 
+mod blast;
 mod capture;
+mod collect;
 mod detect;
 mod dump;
 mod text;
@@ -20,12 +22,25 @@ struct Cli {
 enum Command {
     /// Decode INT headers and telemetry reports in a pcap/pcapng file.
     Dump(dump::DumpArgs),
+    /// Receive telemetry reports (or replay a capture of them) and serve the HTTP API.
+    Collect(collect::CollectArgs),
+    /// Send synthetic telemetry reports to a collector (load tests, benchmarks).
+    Blast(blast::BlastArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("INTSCOPE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let result = match &cli.command {
         Command::Dump(args) => dump::run(args, &mut std::io::stdout().lock()).map(|_| ()),
+        Command::Collect(args) => collect::run(args),
+        Command::Blast(args) => blast::run(args).map(|summary| println!("{summary}")),
     };
     if let Err(e) = result {
         // Broken pipe (e.g. `| head`) is not an error worth reporting.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{Path, Query, State as AxState};
 use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Json, Response};
+use axum::response::{IntoResponse, Json};
 use axum::routing::get;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -36,14 +36,19 @@ pub fn router(collector: Arc<Collector>) -> Router {
 
 type Shared = AxState<Arc<Collector>>;
 
-fn with_state<T>(c: &Collector, f: impl FnOnce(&State) -> T) -> Result<T, Response> {
-    c.state
-        .lock()
-        .map(|s| f(&s))
-        .map_err(|_| (StatusCode::INTERNAL_SERVER_ERROR, "state lock poisoned").into_response())
+/// An HTTP error (status and message).
+type ApiError = (StatusCode, String);
+
+fn with_state<T>(c: &Collector, f: impl FnOnce(&State) -> T) -> Result<T, ApiError> {
+    c.state.lock().map(|s| f(&s)).map_err(|_| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "state lock poisoned".to_string(),
+        )
+    })
 }
 
-async fn stats(AxState(c): Shared) -> Result<Json<Value>, Response> {
+async fn stats(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
     let ingest = c.stats.snapshot();
     with_state(&c, |s| {
         let sources: Vec<Value> = s
@@ -70,7 +75,7 @@ async fn stats(AxState(c): Shared) -> Result<Json<Value>, Response> {
     })
 }
 
-async fn nodes(AxState(c): Shared) -> Result<Json<Value>, Response> {
+async fn nodes(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
     with_state(&c, |s| {
         Json(Value::Array(
             s.nodes
@@ -89,7 +94,7 @@ async fn nodes(AxState(c): Shared) -> Result<Json<Value>, Response> {
     })
 }
 
-async fn links(AxState(c): Shared) -> Result<Json<Value>, Response> {
+async fn links(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
     with_state(&c, |s| {
         let mut v: Vec<Value> = s
             .links
@@ -107,7 +112,7 @@ async fn links(AxState(c): Shared) -> Result<Json<Value>, Response> {
     })
 }
 
-async fn queues(AxState(c): Shared) -> Result<Json<Value>, Response> {
+async fn queues(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
     with_state(&c, |s| {
         let mut keys: Vec<_> = s.queues.keys().copied().collect();
         keys.sort_unstable();
@@ -154,7 +159,7 @@ fn flow_summary(f: &FlowState) -> Value {
     })
 }
 
-async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Value>, Response> {
+async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Value>, ApiError> {
     with_state(&c, |s| {
         let needle = q.q.as_deref().map(str::to_lowercase);
         let mut rows: Vec<&FlowState> = s
@@ -201,7 +206,7 @@ async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Va
     })
 }
 
-async fn flow(AxState(c): Shared, Path(id): Path<u64>) -> Result<Json<Value>, Response> {
+async fn flow(AxState(c): Shared, Path(id): Path<u64>) -> Result<Json<Value>, ApiError> {
     let found = with_state(&c, |s| {
         s.flow_by_id(id).map(|f| {
             let mut v = flow_summary(f);
@@ -224,7 +229,7 @@ async fn flow(AxState(c): Shared, Path(id): Path<u64>) -> Result<Json<Value>, Re
     })?;
     found
         .map(Json)
-        .ok_or_else(|| (StatusCode::NOT_FOUND, format!("no flow with id {id}")).into_response())
+        .ok_or_else(|| (StatusCode::NOT_FOUND, format!("no flow with id {id}")))
 }
 
 /// Query of `/api/events`.
@@ -242,7 +247,7 @@ pub struct EventQuery {
     pub limit: Option<usize>,
 }
 
-async fn events(AxState(c): Shared, Query(q): Query<EventQuery>) -> Result<Json<Value>, Response> {
+async fn events(AxState(c): Shared, Query(q): Query<EventQuery>) -> Result<Json<Value>, ApiError> {
     with_state(&c, |s| {
         let v: Vec<_> = s
             .events
@@ -279,6 +284,15 @@ pub fn render_metrics(c: &Collector) -> String {
         ("malformed", g(&c.stats.malformed)),
         ("unknown_version", g(&c.stats.unknown_version)),
         ("not_allowed", g(&c.stats.not_allowed)),
+        (
+            "kernel_dropped",
+            c.stats
+                .socket_inodes
+                .lock()
+                .ok()
+                .and_then(|i| crate::ingest::kernel_drops(&i))
+                .unwrap_or(0),
+        ),
     ] {
         datagrams
             .get_or_create(&labels(&[("outcome", outcome.into())]))
@@ -400,4 +414,15 @@ async fn metrics(AxState(c): Shared) -> impl IntoResponse {
         )],
         render_metrics(&c),
     )
+}
+
+/// Serves the API on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    collector: Arc<Collector>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(collector))
+        .with_graceful_shutdown(shutdown)
+        .await
 }

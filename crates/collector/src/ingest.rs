@@ -47,6 +47,32 @@ pub struct IngestStats {
     pub socket_errors: AtomicU64,
     /// The last decode error, for the API ("malformed at offset X").
     pub last_error: Mutex<Option<String>>,
+    /// Inodes of the report sockets, to read their kernel drop counters.
+    pub socket_inodes: Mutex<Vec<u64>>,
+}
+
+/// Datagrams the kernel dropped on these sockets (receive buffer full), from the `drops` column
+/// of /proc/net/udp and /proc/net/udp6. `None` where /proc is not available.
+pub fn kernel_drops(inodes: &[u64]) -> Option<u64> {
+    let mut total = 0u64;
+    let mut readable = false;
+    for file in ["/proc/net/udp", "/proc/net/udp6"] {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        readable = true;
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if let (Some(inode), Some(drops)) = (
+                cols.get(9).and_then(|v| v.parse::<u64>().ok()),
+                cols.get(12).and_then(|v| v.parse::<u64>().ok()),
+            ) && inodes.contains(&inode)
+            {
+                total += drops;
+            }
+        }
+    }
+    readable.then_some(total)
 }
 
 impl IngestStats {
@@ -63,6 +89,7 @@ impl IngestStats {
                 "not_allowed": g(&self.not_allowed),
             },
             "socket_errors": g(&self.socket_errors),
+            "kernel_dropped": self.socket_inodes.lock().ok().and_then(|i| kernel_drops(&i)),
             "last_error": self.last_error.lock().map(|e| e.clone()).unwrap_or(None),
         })
     }
@@ -244,6 +271,16 @@ pub fn spawn_receivers(
         for _ in 1..collector.config.threads.max(1) {
             sockets.push(open_socket(local, collector.config.recv_buffer)?);
         }
+        for sock in &sockets {
+            if let Some(ino) = socket_inode(sock) {
+                collector
+                    .stats
+                    .socket_inodes
+                    .lock()
+                    .map(|mut v| v.push(ino))
+                    .ok();
+            }
+        }
         for (i, sock) in sockets.into_iter().enumerate() {
             let c = Arc::clone(collector);
             let h = std::thread::Builder::new()
@@ -253,6 +290,20 @@ pub fn spawn_receivers(
         }
     }
     Ok((bound, handles))
+}
+
+#[cfg(unix)]
+fn socket_inode(sock: &UdpSocket) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/self/fd/{}", sock.as_raw_fd()))
+        .ok()
+        .map(|m| m.ino())
+}
+
+#[cfg(not(unix))]
+fn socket_inode(_: &UdpSocket) -> Option<u64> {
+    None
 }
 
 fn receive_loop(c: &Collector, sock: &UdpSocket) {

@@ -71,6 +71,8 @@ struct FlowTemplate {
 pub struct Generator {
     cfg: LoadConfig,
     flows: Vec<FlowTemplate>,
+    /// Flow indexes by sink node: a v2.0 datagram carries reports of one sink only.
+    by_sink: Vec<Vec<usize>>,
     seq: std::collections::HashMap<u32, u32>,
     reports: u64,
     burst_left: u32,
@@ -133,8 +135,10 @@ fn build_template(i: u32, hops: u8) -> FlowTemplate {
     int.extend_from_slice(&[0u8; 8]);
     let src = [10, 0, (i >> 8) as u8, i as u8];
     let dst = [10, 1, (i >> 16) as u8, (i >> 3) as u8];
+    // Hosts send with TTL 64; every node before the sink (all INT) decremented it once.
+    let ttl = 64 - stack_hops.len() as u8;
     let builder = PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
-        .ipv4(src, dst, 60)
+        .ipv4(src, dst, ttl)
         .udp(10000 + (i % 50000) as u16, INT_PORT);
     let mut inner = Vec::with_capacity(builder.size(int.len()));
     builder.write(&mut inner, &int).expect("writing to a Vec");
@@ -149,12 +153,18 @@ impl Generator {
     /// A generator for `cfg`.
     pub fn new(cfg: LoadConfig) -> Self {
         let hops = cfg.hops.clamp(2, 9);
-        let flows = (0..cfg.flows.max(1))
+        let flows: Vec<FlowTemplate> = (0..cfg.flows.max(1))
             .map(|i| build_template(i, hops))
             .collect();
+        let mut by_sink: Vec<Vec<usize>> = vec![Vec::new(); 5];
+        for (i, f) in flows.iter().enumerate() {
+            by_sink[*f.path.last().unwrap_or(&0) as usize % 5].push(i);
+        }
+        by_sink.retain(|v| !v.is_empty());
         Generator {
             cfg,
             flows,
+            by_sink,
             seq: std::collections::HashMap::new(),
             reports: 0,
             burst_left: 0,
@@ -178,13 +188,17 @@ impl Generator {
         }
     }
 
-    fn pick(&mut self) -> (usize, bool, u32) {
+    fn pick(&mut self, sink_group: Option<usize>) -> (usize, bool, u32) {
         self.reports += 1;
         self.generated += 1;
         let n = self.reports;
-        let flow = (n.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20) as usize % self.flows.len();
-        let drop = self.cfg.drop_every > 0 && n % self.cfg.drop_every == 0;
-        if self.cfg.burst_every > 0 && n % self.cfg.burst_every == 0 {
+        let r = (n.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20) as usize;
+        let flow = match sink_group {
+            Some(g) => self.by_sink[g][r % self.by_sink[g].len()],
+            None => r % self.flows.len(),
+        };
+        let drop = self.cfg.drop_every > 0 && n.is_multiple_of(self.cfg.drop_every);
+        if self.cfg.burst_every > 0 && n.is_multiple_of(self.cfg.burst_every) {
             self.burst_left = 64;
         }
         let occupancy = if self.burst_left > 0 {
@@ -197,11 +211,9 @@ impl Generator {
     }
 
     fn v2(&mut self, out: &mut Vec<u8>) -> usize {
-        // Reports of one datagram come from one sink node: group by the first flow's sink.
-        let (first, _, _) = self.pick();
-        self.reports -= 1;
-        self.generated -= 1;
-        let sink = *self.flows[first].path.last().unwrap_or(&0);
+        // Reports of one datagram come from one sink node.
+        let group = (self.generated as usize / self.cfg.batch.max(1)) % self.by_sink.len();
+        let sink = *self.flows[self.by_sink[group][0]].path.last().unwrap_or(&0);
         let seq = self.next_seq(sink);
         out.resize(8, 0);
         GroupHeaderRepr {
@@ -213,7 +225,7 @@ impl Generator {
         .emit(&mut out[..8]);
         let mut n = 0;
         while n < self.cfg.batch.max(1) {
-            let (flow, drop, occ) = self.pick();
+            let (flow, drop, occ) = self.pick(Some(group));
             let t = &self.flows[flow];
             let md_words = if drop { 4 } else { 3 };
             let report_len = (8 + md_words * 4 + t.inner.len()).div_ceil(4);
@@ -265,7 +277,7 @@ impl Generator {
     }
 
     fn v05(&mut self, out: &mut Vec<u8>) -> usize {
-        let (flow, drop, occ) = self.pick();
+        let (flow, drop, occ) = self.pick(None);
         // A switch-local (postcard) report from one node of the path, or a drop report.
         let path = &self.flows[flow].path;
         let node = path[(self.generated % path.len() as u64) as usize];

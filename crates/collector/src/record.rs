@@ -119,6 +119,8 @@ pub struct Record {
     pub int_hops: u8,
     /// The path ended up longer than [`MAX_HOPS`] and was cut.
     pub path_truncated: bool,
+    /// The first report of its datagram (sequence numbers count datagrams, not reports).
+    pub first_in_datagram: bool,
     hops: [Hop; MAX_HOPS],
     hop_count: u8,
 }
@@ -142,6 +144,7 @@ impl Default for Record {
             mtu_exceeded: false,
             int_hops: 0,
             path_truncated: false,
+            first_in_datagram: true,
             hops: [Hop::default(); MAX_HOPS],
             hop_count: 0,
         }
@@ -205,6 +208,7 @@ pub fn decode_datagram(
                 record.node_id = group.node_id;
                 record.hw_id = group.hw_id;
                 record.seq = group.sequence;
+                record.first_in_datagram = n == 0;
                 fill_v2(record, &ir, cfg, mode);
                 sink(record);
                 n += 1;

@@ -181,7 +181,9 @@ impl State {
             Version::V1 => self.counters.v1 += 1,
             Version::V05 => self.counters.v05 += 1,
         }
-        self.observe_sequence(r);
+        if r.first_in_datagram {
+            self.observe_sequence(r);
+        }
         let reporter = self.nodes.entry(r.node_id).or_insert_with(|| NodeState {
             first_seen_ns: now,
             ..NodeState::default()
