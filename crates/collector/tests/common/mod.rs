@@ -1,0 +1,153 @@
+//! Report datagrams for tests, built with the wire crate's emitters.
+#![allow(dead_code)]
+
+use etherparse::PacketBuilder;
+use intscope_collector::detect::DetectConfig as Thresholds;
+use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
+use intscope_collector::state::State;
+use intscope_wire::locate::DetectConfig;
+use intscope_wire::md::MdHeaderRepr;
+use intscope_wire::metadata::{Format, HopMetadata};
+use intscope_wire::report::{GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr};
+use intscope_wire::shim::{Shim, TcpUdpShimRepr};
+
+pub const INT_PORT: u16 = 17768;
+const BITMAP: u16 = 0xf000;
+
+/// One hop: node, egress port, hop latency, queue occupancy.
+#[derive(Clone, Copy)]
+pub struct H(pub u32, pub u16, pub u32, pub u32);
+
+/// A v2.0 report from `sink` about flow `flow` whose path (before the sink) is `path`.
+#[derive(Clone)]
+pub struct Rep {
+    pub sink: H,
+    pub seq: u32,
+    pub flow: u16,
+    pub path: Vec<H>,
+    pub drop: Option<u8>,
+    pub e: bool,
+    pub m: bool,
+    pub ttl: Option<u8>,
+}
+
+impl Rep {
+    pub fn new(flow: u16, path: &[H], sink: H) -> Self {
+        Rep {
+            sink,
+            seq: 0,
+            flow,
+            path: path.to_vec(),
+            drop: None,
+            e: false,
+            m: false,
+            ttl: None,
+        }
+    }
+
+    pub fn datagram(&self) -> Vec<u8> {
+        let header = MdHeaderRepr {
+            version: 2,
+            e: self.e,
+            m: self.m,
+            hop_ml: 4,
+            remaining_hop_count: 4,
+            instructions: BITMAP,
+            ..Default::default()
+        };
+        let mut body = vec![0u8; 16 * self.path.len()];
+        let mut at = 0;
+        for h in self.path.iter().rev() {
+            let hop = HopMetadata {
+                present: BITMAP,
+                node_id: Some(h.0),
+                l1_ingress_if: Some(1),
+                l1_egress_if: Some(h.1),
+                hop_latency: Some(h.2),
+                queue_id: Some(0),
+                queue_occupancy: Some(h.3),
+                ..Default::default()
+            };
+            at += hop.encode(BITMAP, Format::IntV2, &mut body[at..]);
+        }
+        let shim = Shim::TcpUdp(TcpUdpShimRepr {
+            int_type: 1,
+            npt: 1,
+            reserved: 0,
+            length: (3 + body.len() / 4) as u8,
+            content: 80,
+        });
+        let mut int = vec![0u8; 16];
+        shim.emit(&mut int[..4]);
+        header.emit(&mut int[4..16]);
+        int.extend_from_slice(&body);
+        let ttl = self.ttl.unwrap_or(64 - self.path.len() as u8);
+        let b = PacketBuilder::ethernet2([0; 6], [1; 6])
+            .ipv4([10, 0, 0, 1], [10, 0, 1, self.flow as u8], ttl)
+            .udp(1000 + self.flow, INT_PORT);
+        let mut inner = Vec::new();
+        b.write(&mut inner, &int).unwrap();
+        let md_words = if self.drop.is_some() { 4 } else { 3 };
+        let mut out = vec![0u8; 20 + md_words * 4];
+        GroupHeaderRepr {
+            version: 2,
+            hw_id: 0,
+            sequence: self.seq,
+            node_id: self.sink.0,
+        }
+        .emit(&mut out[..8]);
+        let len = (8 + md_words * 4 + inner.len()).div_ceil(4);
+        IndividualHeaderRepr {
+            rep_type: 1,
+            in_type: 3,
+            report_length: len as u8,
+            md_length: md_words as u8,
+            d: self.drop.is_some(),
+            f: true,
+            ..Default::default()
+        }
+        .emit(&mut out[8..12]);
+        IntMainRepr {
+            rep_md_bits: if self.drop.is_some() { 0x7001 } else { 0x7000 },
+            ..Default::default()
+        }
+        .emit(&mut out[12..20]);
+        out[20..24].copy_from_slice(&[0, 1, (self.sink.1 >> 8) as u8, self.sink.1 as u8]);
+        out[24..28].copy_from_slice(&self.sink.2.to_be_bytes());
+        out[28..32].copy_from_slice(&self.sink.3.to_be_bytes());
+        if let Some(r) = self.drop {
+            out[32..36].copy_from_slice(&[0, r, 0, 0]);
+        }
+        out.extend_from_slice(&inner);
+        out.resize(12 + len * 4, 0);
+        out
+    }
+}
+
+pub fn detect_cfg() -> DetectConfig {
+    DetectConfig {
+        int_udp_ports: vec![INT_PORT],
+        ..DetectConfig::default()
+    }
+}
+
+/// Feeds a datagram to a state at `time_ns`.
+pub fn feed(state: &mut State, datagram: &[u8], time_ns: u64) {
+    let mut rec = Record::default();
+    decode_datagram(
+        datagram,
+        time_ns,
+        &detect_cfg(),
+        FlowKeyMode::Innermost,
+        &mut rec,
+        |r| state.process(r),
+    )
+    .unwrap();
+}
+
+pub fn state() -> State {
+    State::new(Thresholds::default())
+}
+
+pub const MS: u64 = 1_000_000;
+pub const S: u64 = 1_000_000_000;

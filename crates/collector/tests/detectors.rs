@@ -1,0 +1,242 @@
+//! Each detector with a scenario that must fire it and one that must not.
+
+mod common;
+
+use common::*;
+use intscope_collector::event::{Event, EventKind};
+use intscope_collector::state::State;
+
+fn events(s: &State, kind: EventKind) -> Vec<&Event> {
+    s.events.iter().filter(|e| e.kind == kind).collect()
+}
+
+const LEAF1: H = H(1, 3, 800, 10);
+const SPINE_A: H = H(101, 2, 900, 10);
+const SPINE_B: H = H(102, 2, 900, 10);
+const LEAF2: H = H(2, 5, 700, 10);
+
+/// A steady flow: 20 reports, one per 10 ms, same path.
+fn steady(s: &mut State, flow: u16, path: &[H], from: u64) -> u64 {
+    let mut t = from;
+    for i in 0..20 {
+        let mut r = Rep::new(flow, path, LEAF2);
+        r.seq = i;
+        feed(s, &r.datagram(), t);
+        t += 10 * MS;
+    }
+    t
+}
+
+#[test]
+fn path_change_fires_on_a_new_spine_only() {
+    let mut s = state();
+    let t = steady(&mut s, 7, &[LEAF1, SPINE_A], 0);
+    assert!(
+        events(&s, EventKind::PathChange).is_empty(),
+        "a steady path raises nothing"
+    );
+    let mut r = Rep::new(7, &[LEAF1, SPINE_B], LEAF2);
+    r.seq = 20;
+    feed(&mut s, &r.datagram(), t);
+    let ev = events(&s, EventKind::PathChange);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].node_id, Some(1), "the paths diverge after leaf 1");
+    assert_eq!(ev[0].port, Some(3));
+    assert_eq!(
+        ev[0].flow.as_ref().unwrap().dst_port,
+        80,
+        "the original port restored from the shim"
+    );
+    assert_eq!(ev[0].evidence["new_path"][1]["node_id"], 102);
+    let f = s.flow_by_id(ev[0].flow_id.unwrap()).unwrap();
+    assert_eq!(
+        (
+            f.path_changes,
+            f.path.iter().map(|h| h.node_id).collect::<Vec<_>>()
+        ),
+        (1, vec![1, 102, 2])
+    );
+}
+
+#[test]
+fn latency_anomaly_against_the_hop_baseline() {
+    let mut s = state();
+    let t = steady(&mut s, 1, &[LEAF1, SPINE_A], 0);
+    assert!(events(&s, EventKind::LatencyAnomaly).is_empty());
+    // Twice the baseline is not an anomaly (factor 4); 50x is, at spine 101 port 2.
+    for (lat, fires) in [(1800, false), (45_000, true)] {
+        let mut r = Rep::new(1, &[LEAF1, H(101, 2, lat, 10)], LEAF2);
+        r.seq = 20;
+        let before = events(&s, EventKind::LatencyAnomaly).len();
+        feed(&mut s, &r.datagram(), t + 2 * S);
+        let after = events(&s, EventKind::LatencyAnomaly);
+        assert_eq!(after.len() > before, fires, "latency {lat}");
+        if fires {
+            let e = after.last().unwrap();
+            assert_eq!(
+                (e.node_id, e.port, e.queue_id),
+                (Some(101), Some(2), Some(0))
+            );
+            assert_eq!(e.evidence["hop_latency"], 45_000);
+        }
+    }
+}
+
+#[test]
+fn drop_with_reason_by_name() {
+    let mut s = state();
+    steady(&mut s, 2, &[LEAF1, SPINE_A], 0);
+    assert!(events(&s, EventKind::Drop).is_empty());
+    let mut r = Rep::new(2, &[LEAF1, SPINE_A], LEAF2);
+    r.drop = Some(29);
+    r.seq = 20;
+    feed(&mut s, &r.datagram(), 5 * S);
+    let ev = events(&s, EventKind::Drop);
+    assert_eq!(ev.len(), 1);
+    assert_eq!((ev[0].node_id, ev[0].port), (Some(2), Some(5)));
+    assert_eq!(ev[0].evidence["drop_reason_name"], "routing-miss");
+    assert_eq!(s.nodes[&2].drops[&29], 1);
+}
+
+#[test]
+fn congestion_episode_names_culprit_flows() {
+    let mut s = state();
+    let mut t = 0;
+    // Below the threshold (1000): nothing.
+    for i in 0..10 {
+        feed(
+            &mut s,
+            &Rep::new(i, &[LEAF1, H(101, 2, 900, 400)], LEAF2).datagram(),
+            t,
+        );
+        t += MS;
+    }
+    assert!(events(&s, EventKind::CongestionStart).is_empty());
+    // Flow 9 fills the queue three times as often as flow 8, for 10 ms, then it drains.
+    for k in 0..40 {
+        let flow = if k % 4 == 0 { 8 } else { 9 };
+        feed(
+            &mut s,
+            &Rep::new(flow, &[LEAF1, H(101, 2, 20_000, 3000)], LEAF2).datagram(),
+            t,
+        );
+        t += MS / 4;
+    }
+    feed(
+        &mut s,
+        &Rep::new(8, &[LEAF1, H(101, 2, 900, 100)], LEAF2).datagram(),
+        t + 5 * MS,
+    );
+    let start = events(&s, EventKind::CongestionStart);
+    assert_eq!(start.len(), 1);
+    assert_eq!(
+        (start[0].node_id, start[0].port, start[0].queue_id),
+        (Some(101), Some(2), Some(0))
+    );
+    let end = events(&s, EventKind::CongestionEnd);
+    assert_eq!(
+        end.len(),
+        1,
+        "15 ms is longer than the 2 ms microburst window"
+    );
+    let culprits = end[0].evidence["culprit_flows"].as_array().unwrap();
+    assert_eq!(
+        culprits[0]["flow"]["dst"], "10.0.1.9",
+        "the flow that filled the queue most, first"
+    );
+    assert!((culprits[0]["share"].as_f64().unwrap() - 0.75).abs() < 0.01);
+    assert_eq!(culprits[1]["flow"]["dst"], "10.0.1.8");
+}
+
+#[test]
+fn microburst_is_a_short_episode() {
+    let mut s = state();
+    feed(
+        &mut s,
+        &Rep::new(3, &[LEAF1, H(102, 4, 900, 4000)], LEAF2).datagram(),
+        0,
+    );
+    feed(
+        &mut s,
+        &Rep::new(3, &[LEAF1, H(102, 4, 900, 100)], LEAF2).datagram(),
+        MS / 2,
+    );
+    let mb = events(&s, EventKind::Microburst);
+    assert_eq!(mb.len(), 1);
+    assert_eq!(mb[0].evidence["duration_ns"], MS / 2);
+    assert_eq!(mb[0].evidence["max_occupancy"], 4000);
+    assert!(events(&s, EventKind::CongestionEnd).is_empty());
+}
+
+#[test]
+fn lost_reports_from_sequence_gaps() {
+    let mut s = state();
+    for seq in [0, 1, 2, 3] {
+        let mut r = Rep::new(1, &[LEAF1], LEAF2);
+        r.seq = seq;
+        feed(&mut s, &r.datagram(), u64::from(seq) * MS);
+    }
+    assert!(events(&s, EventKind::LostReports).is_empty());
+    let mut r = Rep::new(1, &[LEAF1], LEAF2);
+    r.seq = 10;
+    feed(&mut s, &r.datagram(), 10 * MS);
+    let ev = events(&s, EventKind::LostReports);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].node_id, Some(2));
+    assert_eq!(ev[0].evidence["lost"], 6);
+    assert_eq!(s.seq.total_lost(), 6);
+}
+
+#[test]
+fn hop_limit_and_mtu_bits() {
+    let mut s = state();
+    steady(&mut s, 4, &[LEAF1, SPINE_A], 0);
+    assert!(
+        events(&s, EventKind::HopLimit).is_empty() && events(&s, EventKind::MtuExceeded).is_empty()
+    );
+    let mut r = Rep::new(4, &[LEAF1, SPINE_A], LEAF2);
+    r.e = true;
+    feed(&mut s, &r.datagram(), 2 * S);
+    let mut r = Rep::new(4, &[LEAF1, SPINE_A], LEAF2);
+    r.m = true;
+    feed(&mut s, &r.datagram(), 3 * S);
+    assert_eq!(events(&s, EventKind::HopLimit).len(), 1);
+    assert_eq!(events(&s, EventKind::MtuExceeded).len(), 1);
+}
+
+#[test]
+fn non_int_hops_from_ttl() {
+    let mut s = state();
+    // Two INT hops before the sink, TTL 62: every hop was an INT hop.
+    feed(&mut s, &Rep::new(5, &[LEAF1, SPINE_A], LEAF2).datagram(), 0);
+    assert!(events(&s, EventKind::NonIntHops).is_empty());
+    // TTL 59: three more decrements than INT hops.
+    let mut r = Rep::new(6, &[LEAF1, SPINE_A], LEAF2);
+    r.ttl = Some(59);
+    feed(&mut s, &r.datagram(), MS);
+    let ev = events(&s, EventKind::NonIntHops);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].evidence["non_int_hops"], 3);
+}
+
+#[test]
+fn events_are_rate_limited_per_place_and_flow() {
+    let mut s = state();
+    for k in 0..10u64 {
+        let mut r = Rep::new(1, &[LEAF1], LEAF2);
+        r.drop = Some(80);
+        r.seq = k as u32;
+        feed(&mut s, &r.datagram(), k * 10 * MS);
+    }
+    assert_eq!(
+        events(&s, EventKind::Drop).len(),
+        1,
+        "one drop event per second per place and flow"
+    );
+    assert_eq!(s.events_suppressed, 9);
+    assert_eq!(
+        s.flows.values().next().unwrap().drops,
+        10,
+        "every drop is still counted"
+    );
+}
