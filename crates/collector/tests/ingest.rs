@@ -77,7 +77,7 @@ fn hostile_input_is_counted_and_bounded() {
     );
     // Random bytes mostly carry a version nibble other than 0, 1 or 2.
     let unknown = c.stats.unknown_version.load(Ordering::Relaxed);
-    assert!(unknown >= 13 && unknown > 20_000 * 10 / 16, "{unknown}");
+    assert!(unknown > 20_000 * 10 / 16, "{unknown}");
     assert!(
         c.stats.malformed.load(Ordering::Relaxed) >= good.len() as u64 - 1 + 3,
         "truncations and lies"
