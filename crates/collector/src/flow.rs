@@ -127,17 +127,20 @@ pub struct FlowState {
     pub series: VecDeque<Sample>,
 }
 
-/// One latency sample of a flow.
+/// Hops a latency sample keeps (the first ones of the path).
+pub const SAMPLE_HOPS: usize = 8;
+
+/// One latency sample of a flow (fixed size: no allocation per report).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Sample {
     /// Report time, ns.
     pub time_ns: u64,
     /// End-to-end latency (sum of hop latencies).
     pub e2e_latency: Option<u64>,
-    /// Hop latencies along the path, source first.
-    pub hop_latency: Vec<Option<u32>>,
+    /// Hop latencies along the path, source first (`null` past the path's end).
+    pub hop_latency: [Option<u32>; SAMPLE_HOPS],
     /// Queue occupancies along the path, source first.
-    pub queue_occupancy: Vec<Option<u32>>,
+    pub queue_occupancy: [Option<u32>; SAMPLE_HOPS],
 }
 
 /// Recent paths kept per flow.
@@ -190,24 +193,28 @@ impl FlowState {
 
     /// Records latencies of a report's path.
     pub fn observe_latency(&mut self, now: u64, path: &[Hop]) {
-        let lat: Vec<Option<u32>> = path.iter().map(|h| h.hop_latency).collect();
-        let e2e = if lat.iter().any(Option::is_some) {
-            Some(lat.iter().flatten().map(|v| u64::from(*v)).sum())
-        } else {
-            None
+        let mut sample = Sample {
+            time_ns: now,
+            e2e_latency: None,
+            hop_latency: [None; SAMPLE_HOPS],
+            queue_occupancy: [None; SAMPLE_HOPS],
         };
-        if let Some(v) = e2e {
+        for (i, h) in path.iter().enumerate() {
+            if let Some(l) = h.hop_latency {
+                *sample.e2e_latency.get_or_insert(0) += u64::from(l);
+            }
+            if i < SAMPLE_HOPS {
+                sample.hop_latency[i] = h.hop_latency;
+                sample.queue_occupancy[i] = h.queue_occupancy;
+            }
+        }
+        if let Some(v) = sample.e2e_latency {
             self.e2e.record(v);
         }
         if self.series.len() == SERIES_LEN {
             self.series.pop_front();
         }
-        self.series.push_back(Sample {
-            time_ns: now,
-            e2e_latency: e2e,
-            hop_latency: lat,
-            queue_occupancy: path.iter().map(|h| h.queue_occupancy).collect(),
-        });
+        self.series.push_back(sample);
     }
 }
 

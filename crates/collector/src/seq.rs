@@ -2,7 +2,7 @@
 //! the sequence number "can be used to detect loss of telemetry reports". A real deployment lost
 //! half its reports unnoticed; this makes every gap visible.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// What one sequence number tells about the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,9 @@
 //! One `State` is one shard; it takes `now` from the records (report time), so the same input
 //! gives the same state and events (replays and tests are deterministic).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use rustc_hash::FxHashMap as HashMap;
 
 use intscope_wire::locate::FlowKey;
 use intscope_wire::report::drop_reason_name;
@@ -352,7 +354,7 @@ impl State {
                 start_ns: now,
                 max_occupancy: occ,
                 total: u64::from(occ),
-                flows: HashMap::new(),
+                flows: HashMap::default(),
             };
             if let Some((k, _)) = flow {
                 ep.flows.insert(k, u64::from(occ));

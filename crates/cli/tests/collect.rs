@@ -1,0 +1,200 @@
+//! `intscope collect` and `intscope blast` as a user runs them: replay a capture, blast over
+//! loopback, query the API, stop with SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_intscope"))
+}
+
+struct Running {
+    child: Child,
+    http: String,
+    listen: Vec<String>,
+}
+
+impl Running {
+    fn start(args: &[&str]) -> Running {
+        let mut child = bin()
+            .arg("collect")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        let listen = v["listen"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect();
+        Running {
+            child,
+            http: v["http"].as_str().unwrap().to_string(),
+            listen,
+        }
+    }
+
+    fn get(&self, path: &str) -> serde_json::Value {
+        let out = Command::new("curl")
+            .args(["-sf", &format!("http://{}{path}", self.http)])
+            .output()
+            .expect("curl");
+        assert!(out.status.success(), "GET {path}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn stop(mut self) -> String {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        let out = self.child.wait_with_output().unwrap();
+        assert!(out.status.success(), "clean exit on SIGTERM");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+fn repo(path: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn replay_of_the_sample_capture_is_served() {
+    let sample = repo("examples/sample.pcap");
+    let c = Running::start(&[
+        "--replay",
+        &sample,
+        "--http",
+        "127.0.0.1:0",
+        "--int-udp-port",
+        "17768",
+    ]);
+    let stats = c.get("/api/stats");
+    assert_eq!(
+        stats["ingest"]["datagrams_received"], 3,
+        "three report frames in the sample"
+    );
+    assert_eq!(stats["reports"]["v2"], 2);
+    assert_eq!(stats["reports"]["v05"], 1);
+    let flows = c.get("/api/flows");
+    assert_eq!(flows["total"], 2);
+    let drops = c.get("/api/events?kind=drop");
+    let reasons: Vec<_> = drops
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            e["evidence"]["drop_reason_name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        reasons.contains(&"traffic-manager".to_string())
+            && reasons.contains(&"routing-miss".to_string()),
+        "{reasons:?}"
+    );
+    let stderr = c.stop();
+    assert!(stderr.contains("replayed"), "{stderr}");
+}
+
+#[test]
+fn replay_of_an_onos_v05_capture() {
+    let shared = std::env::var_os("INTSCOPE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(repo("../shared")));
+    let file = shared
+        .join("interop/serkantul_prometheus_int_exporter__src_test_resources_int_report.pcap");
+    assert!(
+        file.exists(),
+        "interop corpus not found at {} (set INTSCOPE_SHARED)",
+        file.display()
+    );
+    let c = Running::start(&[
+        "--replay",
+        file.to_str().unwrap(),
+        "--http",
+        "127.0.0.1:0",
+        "--report-port",
+        "1234",
+        "--int-udp-port",
+        "1",
+    ]);
+    let flows = c.get("/api/flows");
+    assert_eq!(flows["total"], 1);
+    let f = &flows["flows"][0];
+    assert_eq!(f["flow"]["dst_port"], 1234, "the v0.5 tail's original port");
+    assert_eq!(
+        f["path"],
+        serde_json::json!([1, 3, 2]),
+        "switch ids 2, 3, 1 newest first: the path source first"
+    );
+    c.stop();
+}
+
+#[test]
+fn blast_to_collect_every_datagram_accounted() {
+    let c = Running::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--int-udp-port",
+        "17768",
+    ]);
+    let out = bin()
+        .args([
+            "blast",
+            "--to",
+            &c.listen[0],
+            "--rate",
+            "50000",
+            "--duration",
+            "1",
+            "--flows",
+            "100",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let datagrams = sent["datagrams"].as_u64().unwrap();
+    assert!(datagrams > 1000);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = c.get("/api/stats");
+        let got = s["ingest"]["datagrams_received"].as_u64().unwrap()
+            + s["ingest"]["kernel_dropped"].as_u64().unwrap_or(0);
+        if got >= datagrams || Instant::now() > deadline {
+            assert_eq!(got, datagrams, "{s}");
+            assert_eq!(
+                s["ingest"]["datagrams_accepted"],
+                s["ingest"]["datagrams_received"]
+            );
+            assert_eq!(s["flows"], 100);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stderr = c.stop();
+    assert!(stderr.contains("stopped"), "{stderr}");
+}

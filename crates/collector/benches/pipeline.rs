@@ -1,0 +1,84 @@
+//! The collector pipeline without sockets: decode → correlate → detect, one shard, on the load
+//! generator's traffic (v2.0, 8 reports per datagram, 4-node paths, 10 000 flows).
+//!
+//! `cargo bench -p intscope-collector --bench pipeline`
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use intscope_collector::detect::DetectConfig as Thresholds;
+use intscope_collector::loadgen::{Generator, INT_PORT, LoadConfig, LoadVersion};
+use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
+use intscope_collector::state::State;
+use intscope_wire::locate::DetectConfig;
+
+fn bench(c: &mut Criterion) {
+    let mut g = Generator::new(LoadConfig {
+        flows: 10_000,
+        hops: 4,
+        version: LoadVersion::V2,
+        batch: 8,
+        ..LoadConfig::default()
+    });
+    let datagrams: Vec<(Vec<u8>, usize)> = (0..4096)
+        .map(|_| {
+            let mut b = Vec::new();
+            let n = g.next_datagram(&mut b);
+            (b, n)
+        })
+        .collect();
+    let reports: usize = datagrams.iter().map(|d| d.1).sum();
+    let cfg = DetectConfig {
+        int_udp_ports: vec![INT_PORT],
+        heuristic: true,
+        ..DetectConfig::default()
+    };
+    let mut group = c.benchmark_group("pipeline");
+    group.throughput(Throughput::Elements(reports as u64));
+    let mut rec = Record::default();
+    group.bench_function("decode_only", |b| {
+        b.iter(|| {
+            let mut n = 0;
+            for (d, _) in &datagrams {
+                n += decode_datagram(
+                    black_box(d),
+                    1,
+                    &cfg,
+                    FlowKeyMode::Innermost,
+                    &mut rec,
+                    |r| {
+                        black_box(r.hops().len());
+                    },
+                )
+                .unwrap();
+            }
+            n
+        })
+    });
+    let mut state = State::new(Thresholds::default());
+    let mut t = 0u64;
+    group.bench_function("decode_correlate_detect", |b| {
+        b.iter(|| {
+            for (d, _) in &datagrams {
+                t += 1000;
+                decode_datagram(
+                    black_box(d),
+                    t,
+                    &cfg,
+                    FlowKeyMode::Innermost,
+                    &mut rec,
+                    |r| state.process(r),
+                )
+                .unwrap();
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(std::time::Duration::from_secs(4)).warm_up_time(std::time::Duration::from_secs(1)).sample_size(20);
+    targets = bench
+}
+criterion_main!(benches);
