@@ -53,7 +53,7 @@ impl Running {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
-    fn stop(mut self) -> String {
+    fn stop(self) -> String {
         Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
