@@ -43,6 +43,12 @@ pub struct CollectArgs {
     /// Replay pacing.
     #[arg(long, value_enum, default_value_t = Speed::Max)]
     pub replay_speed: Speed,
+    /// Directory of the embedded history store (SQLite). Default ./intscope-data.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_store")]
+    pub data: Option<PathBuf>,
+    /// Keep no history (live state only).
+    #[arg(long)]
+    pub no_store: bool,
     /// UDP destination ports of reports inside the replayed capture; repeatable. Default: the
     /// listen ports.
     #[arg(long = "report-port", value_name = "P")]
@@ -67,6 +73,12 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
     if !args.int_udp_ports.is_empty() {
         cfg.int_udp_ports = args.int_udp_ports.clone();
     }
+    if let Some(d) = &args.data {
+        cfg.data = Some(d.clone());
+    }
+    if args.no_store {
+        cfg.data = None;
+    }
     Ok(cfg)
 }
 
@@ -74,7 +86,8 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
 pub fn run(args: &CollectArgs) -> Result<()> {
     let cfg = load_config(args)?;
     let http = cfg.http;
-    let collector = Collector::new(cfg);
+    let collector = Collector::open(cfg).context("opening the history store")?;
+    let store = collector.start_store();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -101,6 +114,10 @@ pub fn run(args: &CollectArgs) -> Result<()> {
         collector.stop();
         for h in handles {
             let _ = h.join();
+        }
+        if let Some(s) = store {
+            // The final flush: everything received before the signal is committed.
+            s.finish();
         }
         let stats = collector.stats.snapshot();
         eprintln!("intscope collect: stopped; {stats}");

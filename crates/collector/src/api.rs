@@ -30,6 +30,9 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .route("/api/flows", get(flows))
         .route("/api/flows/{id}", get(flow))
         .route("/api/events", get(events))
+        .route("/api/history/events", get(history_events))
+        .route("/api/history/flows", get(history_flows))
+        .route("/api/history/queues", get(history_queues))
         .route("/metrics", get(metrics))
         .with_state(collector)
 }
@@ -50,6 +53,17 @@ fn with_state<T>(c: &Collector, f: impl FnOnce(&State) -> T) -> Result<T, ApiErr
 
 async fn stats(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
     let ingest = c.stats.snapshot();
+    let g = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    let store = c.store.as_ref().map(|s| {
+        json!({
+            "rows": s.counts().ok(),
+            "batches": g(&c.store_stats.batches),
+            "failed": g(&c.store_stats.failed),
+            "backlog_dropped": g(&c.store_stats.backlog_dropped),
+            "events_missed": g(&c.store_stats.events_missed),
+            "raw_not_kept": g(&c.raw_skipped),
+        })
+    });
     with_state(&c, |s| {
         let sources: Vec<Value> = s
             .seq
@@ -71,8 +85,45 @@ async fn stats(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
             "queues": s.queues.len(),
             "events": events,
             "events_suppressed": s.events_suppressed,
+            "store": store,
         }))
     })
+}
+
+fn history(
+    c: &Collector,
+    f: impl FnOnce(&dyn crate::store::Store) -> Result<Value, crate::store::StoreError>,
+) -> Result<Json<Value>, ApiError> {
+    let Some(store) = c.store.as_deref() else {
+        return Err((
+            StatusCode::NOT_FOUND,
+            "no history store (start with --data DIR)".into(),
+        ));
+    };
+    f(store)
+        .map(Json)
+        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+async fn history_events(
+    AxState(c): Shared,
+    Query(q): Query<crate::store::HistoryQuery>,
+) -> Result<Json<Value>, ApiError> {
+    history(&c, |s| s.events(&q))
+}
+
+async fn history_flows(
+    AxState(c): Shared,
+    Query(q): Query<crate::store::HistoryQuery>,
+) -> Result<Json<Value>, ApiError> {
+    history(&c, |s| s.flows(&q))
+}
+
+async fn history_queues(
+    AxState(c): Shared,
+    Query(q): Query<crate::store::HistoryQuery>,
+) -> Result<Json<Value>, ApiError> {
+    history(&c, |s| s.queue_series(&q))
 }
 
 async fn nodes(AxState(c): Shared) -> Result<Json<Value>, ApiError> {

@@ -125,6 +125,8 @@ pub struct FlowState {
     pub e2e: Histogram,
     /// Recent (time, e2e latency, per-hop latencies) samples (bounded).
     pub series: VecDeque<Sample>,
+    /// Changed since the last store flush.
+    pub dirty: bool,
 }
 
 /// Hops a latency sample keeps (the first ones of the path).
@@ -164,6 +166,7 @@ impl FlowState {
             path_history: VecDeque::new(),
             e2e: Histogram::default(),
             series: VecDeque::new(),
+            dirty: false,
         }
     }
 

@@ -16,6 +16,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::detect::DetectConfig as Thresholds;
 use crate::record::{FlowKeyMode, Record, decode_datagram};
 use crate::state::State;
+use crate::store::{
+    SqliteStore, Store, StoreConfig, StoreError, StoreStats, collect_batch, spawn_writer, submit,
+};
 
 /// Why a datagram was discarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +120,10 @@ pub struct CollectorConfig {
     pub int_dscp: Option<u8>,
     /// Detector thresholds.
     pub detect: Thresholds,
+    /// Directory of the embedded history store (`null`: keep no history).
+    pub data: Option<std::path::PathBuf>,
+    /// History store settings.
+    pub store: StoreConfig,
 }
 
 impl Default for CollectorConfig {
@@ -134,6 +141,8 @@ impl Default for CollectorConfig {
             int_udp_ports: Vec::new(),
             int_dscp: Some(0x17),
             detect: Thresholds::default(),
+            data: Some("intscope-data".into()),
+            store: StoreConfig::default(),
         }
     }
 }
@@ -149,11 +158,32 @@ pub struct Collector {
     /// Counters.
     pub stats: IngestStats,
     stop: AtomicBool,
+    /// The history store, when configured.
+    pub store: Option<Arc<dyn Store>>,
+    /// Counters of the store path.
+    pub store_stats: Arc<StoreStats>,
+    raw: Mutex<Vec<(u64, IpAddr, Vec<u8>)>>,
+    /// Raw datagrams not kept because the per-flush sample was full.
+    pub raw_skipped: AtomicU64,
+}
+
+impl std::fmt::Debug for dyn Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Store")
+    }
 }
 
 impl Collector {
-    /// A collector with this configuration.
-    pub fn new(config: CollectorConfig) -> Arc<Self> {
+    /// A collector with this configuration; opens the history store when `data` is set.
+    pub fn open(config: CollectorConfig) -> Result<Arc<Self>, StoreError> {
+        let store: Option<Arc<dyn Store>> = match &config.data {
+            Some(dir) => Some(Arc::new(SqliteStore::open(dir)?)),
+            None => None,
+        };
+        let mut state = State::new(config.detect.clone());
+        if let Some(s) = &store {
+            state.continue_event_ids(s.next_event_id()?);
+        }
         let detect = DetectConfig {
             int_udp_ports: config.int_udp_ports.clone(),
             dscp: config.int_dscp.map(|v| intscope_wire::locate::DscpMatch {
@@ -163,13 +193,72 @@ impl Collector {
             heuristic: true,
             ..DetectConfig::default()
         };
-        Arc::new(Collector {
-            state: Mutex::new(State::new(config.detect.clone())),
+        Ok(Arc::new(Collector {
+            state: Mutex::new(state),
             detect,
             config,
             stats: IngestStats::default(),
             stop: AtomicBool::new(false),
+            store,
+            store_stats: Arc::new(StoreStats::default()),
+            raw: Mutex::new(Vec::new()),
+            raw_skipped: AtomicU64::new(0),
+        }))
+    }
+
+    /// Starts the store's flusher and writer threads (no-op without a store). The handle's
+    /// `finish` flushes what is left and waits for the writer.
+    pub fn start_store(self: &Arc<Self>) -> Option<StoreHandle> {
+        let store = Arc::clone(self.store.as_ref()?);
+        let (tx, writer) = spawn_writer(
+            store,
+            self.config.store.clone(),
+            Arc::clone(&self.store_stats),
+        );
+        let c = Arc::clone(self);
+        let flusher_tx = tx.clone();
+        let flusher = std::thread::Builder::new()
+            .name("store-flusher".into())
+            .spawn(move || {
+                let mut last_event = c.state.lock().map(|s| s.next_event_id()).unwrap_or(1);
+                let interval = Duration::from_millis(c.config.store.flush_interval_ms.max(10));
+                let mut waited = Duration::ZERO;
+                loop {
+                    let stopping = c.stopped();
+                    if stopping || waited >= interval {
+                        waited = Duration::ZERO;
+                        if let Some(batch) = c.take_batch(&mut last_event) {
+                            submit(&flusher_tx, batch, &c.store_stats);
+                        }
+                    }
+                    if stopping {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                    waited += Duration::from_millis(10);
+                }
+            })
+            .ok()?;
+        Some(StoreHandle {
+            flusher,
+            writer,
+            tx,
         })
+    }
+
+    fn take_batch(&self, last_event: &mut u64) -> Option<crate::store::Batch> {
+        let raw = self
+            .raw
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default();
+        let mut state = self.state.lock().ok()?;
+        Some(collect_batch(
+            &mut state,
+            last_event,
+            raw,
+            &self.store_stats,
+        ))
     }
 
     /// Accounts and processes one datagram (its UDP payload) from `src` at `time_ns`.
@@ -178,6 +267,15 @@ impl Collector {
         if !self.config.allow.is_empty() && !self.config.allow.iter().any(|n| n.contains(&src)) {
             self.stats.not_allowed.fetch_add(1, Ordering::Relaxed);
             return;
+        }
+        if self.store.is_some() {
+            if let Ok(mut raw) = self.raw.lock()
+                && raw.len() < self.config.store.raw_per_flush
+            {
+                raw.push((time_ns, src, payload.to_vec()));
+            } else {
+                self.raw_skipped.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let Ok(mut state) = self.state.lock() else {
             return;
@@ -229,6 +327,22 @@ impl Collector {
 
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// The running store threads.
+pub struct StoreHandle {
+    flusher: JoinHandle<()>,
+    writer: JoinHandle<()>,
+    tx: std::sync::mpsc::SyncSender<crate::store::Batch>,
+}
+
+impl StoreHandle {
+    /// After [`Collector::stop`]: waits for the final flush and for the writer to commit it.
+    pub fn finish(self) {
+        let _ = self.flusher.join();
+        drop(self.tx);
+        let _ = self.writer.join();
     }
 }
 

@@ -17,3 +17,4 @@ pub mod loadgen;
 pub mod record;
 pub mod seq;
 pub mod state;
+pub mod store;

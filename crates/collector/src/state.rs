@@ -29,6 +29,8 @@ pub type QueueKey = (u32, u32, u8);
 /// State of one queue.
 #[derive(Debug, Clone, Default)]
 pub struct QueueState {
+    /// Since the last store flush: samples, occupancy sum and max, latency sum.
+    pub interval: IntervalAgg,
     /// Last occupancy seen.
     pub occupancy: u32,
     /// Highest occupancy seen.
@@ -55,9 +57,32 @@ struct Episode {
 /// Samples of occupancy kept per queue.
 pub const QUEUE_SERIES: usize = 256;
 
+/// Aggregates of one interval between store flushes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IntervalAgg {
+    /// Samples.
+    pub samples: u64,
+    /// Sum of the values (occupancy for queues, hop latency for ports).
+    pub sum: u64,
+    /// Largest value.
+    pub max: u64,
+    /// Drops (ports).
+    pub drops: u64,
+}
+
+impl IntervalAgg {
+    fn add(&mut self, v: u64) {
+        self.samples += 1;
+        self.sum += v;
+        self.max = self.max.max(v);
+    }
+}
+
 /// State of one port of a node.
 #[derive(Debug, Clone, Default)]
 pub struct PortState {
+    /// Since the last store flush: hop latency samples and drops.
+    pub interval: IntervalAgg,
     /// Last egress Tx utilization.
     pub tx_util: Option<u32>,
     /// Hop latency baseline (EWMA) of packets leaving through this port.
@@ -138,6 +163,10 @@ pub struct State {
     last_event: HashMap<(EventKind, u64), u64>,
     /// Record counters.
     pub counters: RecordCounters,
+    /// Latest record time seen.
+    pub last_time_ns: u64,
+    /// Flows changed since the last store flush.
+    pub dirty_flows: Vec<FlowKey>,
 }
 
 fn place_hash(parts: &[u64]) -> u64 {
@@ -166,8 +195,19 @@ impl State {
         State {
             cfg,
             next_flow_id: 1,
+            next_event_id: 1,
             ..State::default()
         }
+    }
+
+    /// Continue event IDs after those a store already holds.
+    pub fn continue_event_ids(&mut self, next: u64) {
+        self.next_event_id = self.next_event_id.max(next);
+    }
+
+    /// The ID the next event will get.
+    pub fn next_event_id(&self) -> u64 {
+        self.next_event_id
     }
 
     /// The flow with API ID `id`.
@@ -178,6 +218,7 @@ impl State {
     /// Runs one record through correlation and detection.
     pub fn process(&mut self, r: &Record) {
         let now = r.time_ns;
+        self.last_time_ns = self.last_time_ns.max(now);
         match r.version {
             Version::V2 => self.counters.v2 += 1,
             Version::V1 => self.counters.v1 += 1,
@@ -232,6 +273,10 @@ impl State {
         });
         flow.reports += 1;
         flow.last_seen_ns = now;
+        if !flow.dirty {
+            flow.dirty = true;
+            self.dirty_flows.push(key);
+        }
         let id = flow.id;
         if r.dropped || r.drop_reason.is_some() {
             flow.drops += 1;
@@ -284,6 +329,7 @@ impl State {
             }
             if let Some(lat) = hop.hop_latency {
                 ps.last_latency = Some(lat);
+                ps.interval.add(u64::from(lat));
                 let anomalous = ps.latency_samples >= self.cfg.latency_warmup
                     && f64::from(lat) > self.cfg.latency_factor * ps.latency_baseline
                     && f64::from(lat) - ps.latency_baseline > self.cfg.latency_min_excess_ns as f64;
@@ -328,6 +374,7 @@ impl State {
         let qs = self.queues.entry(key).or_default();
         qs.occupancy = occ;
         qs.max_occupancy = qs.max_occupancy.max(occ);
+        qs.interval.add(u64::from(occ));
         qs.hop_latency = hop.hop_latency.or(qs.hop_latency);
         qs.reports += 1;
         qs.last_seen_ns = now;
@@ -419,7 +466,9 @@ impl State {
             let node = self.nodes.entry(r.node_id).or_default();
             *node.drops.entry(r.drop_reason.unwrap_or(0)).or_default() += 1;
             if let Some(p) = last.egress_if {
-                node.ports.entry(p).or_default().drops += 1;
+                let ps = node.ports.entry(p).or_default();
+                ps.drops += 1;
+                ps.interval.drops += 1;
             }
             let ev = json!({"drop_reason": r.drop_reason, "drop_reason_name": r.drop_reason.and_then(drop_reason_name)});
             self.raise(

@@ -28,6 +28,7 @@ fn config() -> CollectorConfig {
     CollectorConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         int_udp_ports: vec![INT_PORT],
+        data: None,
         threads: 2,
         ..CollectorConfig::default()
     }
@@ -35,7 +36,7 @@ fn config() -> CollectorConfig {
 
 #[test]
 fn hostile_input_is_counted_and_bounded() {
-    let c = Collector::new(config());
+    let c = Collector::open(config()).unwrap();
     let mut rec = Record::default();
     let src = "192.0.2.1".parse().unwrap();
     // Random bytes (xorshift: deterministic).
@@ -101,7 +102,7 @@ fn allowlist_discards_other_sources() {
         allow: vec!["10.0.0.0/8".parse().unwrap()],
         ..config()
     };
-    let c = Collector::new(cfg);
+    let c = Collector::open(cfg).unwrap();
     let mut rec = Record::default();
     let d = Rep::new(1, &[H(1, 2, 100, 10)], H(2, 3, 100, 10)).datagram();
     c.ingest(&d, "10.1.2.3".parse().unwrap(), 1, &mut rec);
@@ -146,7 +147,7 @@ fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 #[test]
 fn loopback_traffic_is_accounted_for_and_served() {
-    let c = Collector::new(config());
+    let c = Collector::open(config()).unwrap();
     let (bound, handles) = spawn_receivers(&c).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

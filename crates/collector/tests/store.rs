@@ -1,0 +1,77 @@
+//! The SQLite store: batches round-trip, retention prunes, event IDs continue.
+
+mod common;
+
+use common::*;
+use intscope_collector::store::{HistoryQuery, SqliteStore, Store, StoreStats, collect_batch};
+
+#[test]
+fn batches_round_trip_and_prune() {
+    let dir = std::env::temp_dir().join(format!("intscope-store-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = SqliteStore::open(&dir).unwrap();
+    assert_eq!(store.next_event_id().unwrap(), 1);
+
+    let mut s = state();
+    for (k, t) in [(0u32, 0u64), (1, S), (2, 2 * S)] {
+        let mut r = Rep::new(
+            7,
+            &[H(1, 2, 900, 10), H(101, 2, 900, 5000)],
+            H(2, 3, 900, 10),
+        );
+        r.seq = k;
+        r.drop = (k == 2).then_some(29);
+        feed(&mut s, &r.datagram(), t);
+    }
+    let stats = StoreStats::default();
+    let mut last_event = 1;
+    let raw = vec![(5, "10.0.0.9".parse().unwrap(), vec![1, 2, 3])];
+    let b = collect_batch(&mut s, &mut last_event, raw, &stats);
+    assert_eq!(b.flows.len(), 1);
+    assert!(!b.events.is_empty());
+    assert_eq!(b.queues.len(), 3, "three queues saw samples");
+    store.write(&b).unwrap();
+    // A second flush with nothing new writes no duplicate events and no flows.
+    let b2 = collect_batch(&mut s, &mut last_event, Vec::new(), &stats);
+    assert!(b2.flows.is_empty() && b2.events.is_empty() && b2.queues.is_empty());
+
+    let counts = store.counts().unwrap();
+    assert_eq!(counts["flows"], 1);
+    assert_eq!(counts["raw_reports"], 1);
+    assert_eq!(counts["events"], b.events.len());
+    let drops = store
+        .events(&HistoryQuery {
+            kind: Some("drop".into()),
+            ..HistoryQuery::default()
+        })
+        .unwrap();
+    assert_eq!(drops[0]["evidence"]["drop_reason_name"], "routing-miss");
+    assert_eq!(drops[0]["flow"]["dst_port"], 80);
+    let flows = store.flows(&HistoryQuery::default()).unwrap();
+    assert_eq!(flows[0]["reports"], 3);
+    assert_eq!(flows[0]["path"][1]["node_id"], 101);
+    assert_eq!(
+        store.next_event_id().unwrap(),
+        b.events.last().unwrap().id + 1
+    );
+    let congestion = store
+        .queue_series(&HistoryQuery {
+            node: Some(101),
+            ..HistoryQuery::default()
+        })
+        .unwrap();
+    assert_eq!(congestion[0]["max_occupancy"], 5000);
+
+    store.prune(2 * S + 1, 0).unwrap();
+    let counts = store.counts().unwrap();
+    assert_eq!(
+        (
+            counts["events"].as_u64(),
+            counts["flows"].as_u64(),
+            counts["raw_reports"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0))
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
