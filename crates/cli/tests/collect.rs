@@ -320,3 +320,104 @@ fn kill_9_during_ingest_loses_nothing_committed() {
     c.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The real Prometheus server (Debian's, installed by .ci/run) scrapes `/metrics` and can query
+/// what it scraped.
+#[test]
+fn prometheus_scrapes_the_metrics() {
+    if Command::new("prometheus")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "prometheus is required in CI (.ci/run installs it)"
+        );
+        eprintln!("prometheus not installed: skipped outside CI");
+        return;
+    }
+    let sample = repo("examples/sample.pcap");
+    let c = Running::start(&[
+        "--replay",
+        &sample,
+        "--http",
+        "127.0.0.1:0",
+        "--int-udp-port",
+        "17768",
+    ]);
+    let dir = tempdir("prometheus");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: intscope\n    static_configs:\n      - targets: ['{}']\n", c.http),
+    )
+    .unwrap();
+    let mut prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let query = |q: &str| -> Option<serde_json::Value> {
+        let out = Command::new("curl")
+            .args([
+                "-sf",
+                "--get",
+                "--data-urlencode",
+                &format!("query={q}"),
+                &format!("http://127.0.0.1:{port}/api/v1/query"),
+            ])
+            .output()
+            .ok()?;
+        serde_json::from_slice(&out.stdout).ok()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let result = loop {
+        if let Some(v) = query("intscope_reports_total{version=\"2.0\"}")
+            && v["data"]["result"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+        {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus never scraped intscope_reports_total"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(
+        result["data"]["result"][0]["value"][1], "2",
+        "two v2.0 reports in the sample"
+    );
+    let targets = Command::new("curl")
+        .args(["-sf", &format!("http://127.0.0.1:{port}/api/v1/targets")])
+        .output()
+        .unwrap();
+    let targets: serde_json::Value = serde_json::from_slice(&targets.stdout).unwrap();
+    let t = &targets["data"]["activeTargets"][0];
+    assert_eq!(t["health"], "up", "{t}");
+    assert_eq!(t["lastError"], "", "{t}");
+    let drops = query("intscope_drops_total").unwrap();
+    assert_eq!(
+        drops["data"]["result"].as_array().unwrap().len(),
+        2,
+        "drops by node and reason"
+    );
+    let _ = prom.kill();
+    let _ = prom.wait();
+    c.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

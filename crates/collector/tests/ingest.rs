@@ -268,9 +268,18 @@ fn loopback_traffic_is_accounted_for_and_served() {
 #[test]
 fn documented_config_parses() {
     let doc = include_str!("../../../docs/collector-config.md");
-    let toml_text = doc.split("```toml").nth(1).unwrap().split("```").next().unwrap();
+    let toml_text = doc
+        .split("```toml")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
     let cfg: CollectorConfig = toml::from_str(toml_text).unwrap();
-    assert_eq!(cfg.data.as_deref(), Some(std::path::Path::new("intscope-data")));
+    assert_eq!(
+        cfg.data.as_deref(),
+        Some(std::path::Path::new("intscope-data"))
+    );
     assert_eq!(cfg.detect.congestion_start, 1000);
     assert_eq!(cfg.store.retention_hours, 24);
     assert_eq!(cfg.listen[0].port(), 32766);
