@@ -30,6 +30,7 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .route("/api/flows", get(flows))
         .route("/api/flows/{id}", get(flow))
         .route("/api/events", get(events))
+        .route("/api/events/stream", get(event_stream))
         .route("/api/history/events", get(history_events))
         .route("/api/history/flows", get(history_flows))
         .route("/api/history/queues", get(history_queues))
@@ -312,6 +313,66 @@ async fn events(AxState(c): Shared, Query(q): Query<EventQuery>) -> Result<Json<
             .collect();
         Json(json!(v))
     })
+}
+
+/// Query of `/api/events/stream`.
+#[derive(Debug, serde::Deserialize)]
+pub struct StreamQuery {
+    /// Only this kind.
+    pub kind: Option<EventKind>,
+    /// Only events at this node.
+    pub node: Option<u32>,
+    /// Start after this event ID (default: only new events).
+    pub after: Option<u64>,
+}
+
+/// Server-sent events: each new event as `event: <kind>` with the event's JSON as data. The log is
+/// polled every 200 ms, so a slow client never holds the state lock.
+async fn event_stream(
+    AxState(c): Shared,
+    Query(q): Query<StreamQuery>,
+) -> axum::response::sse::Sse<
+    impl futures_util::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>,
+> {
+    use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+    use futures_util::StreamExt;
+    let start = q.after.unwrap_or_else(|| {
+        c.state
+            .lock()
+            .map(|s| s.next_event_id().saturating_sub(1))
+            .unwrap_or(0)
+    });
+    let stream = futures_util::stream::unfold((c, start, q), |(c, mut last, q)| async move {
+        loop {
+            let from = last;
+            let batch: Vec<SseEvent> = match c.state.lock() {
+                Ok(s) => s
+                    .events
+                    .iter()
+                    .filter(|e| e.id > from)
+                    .inspect(|e| last = last.max(e.id))
+                    .filter(|e| q.kind.is_none_or(|k| e.kind == k))
+                    .filter(|e| q.node.is_none_or(|n| e.node_id == Some(n)))
+                    .map(|e| {
+                        SseEvent::default()
+                            .event(e.kind.label())
+                            .id(e.id.to_string())
+                            .data(serde_json::to_string(e).unwrap_or_default())
+                    })
+                    .collect(),
+                Err(_) => return None,
+            };
+            if !batch.is_empty() {
+                return Some((
+                    futures_util::stream::iter(batch.into_iter().map(Ok)),
+                    (c, last, q),
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })
+    .flatten();
+    Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
 type Labels = Vec<(String, String)>;

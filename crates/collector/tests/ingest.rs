@@ -257,6 +257,25 @@ fn loopback_traffic_is_accounted_for_and_served() {
             .unwrap_or_else(|_| panic!("value of {line}"));
     }
 
+    // The live stream replays from an event ID and keeps the connection open.
+    let mut s = TcpStream::connect(http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET /api/events/stream?after=0&kind=drop HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = String::new();
+    let mut chunk = [0u8; 4096];
+    while !got.contains("\ndata: ") {
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "stream closed: {got}");
+        got.push_str(&String::from_utf8_lossy(&chunk[..n]));
+    }
+    assert!(got.contains("text/event-stream"), "{got}");
+    assert!(got.contains("event: drop"), "{got}");
+    drop(s);
+
     let _ = stop_tx.send(());
     c.stop();
     for h in handles {
