@@ -77,9 +77,8 @@ pub fn update(checksum: u16, old: &[u8], new: &[u8]) -> u16 {
     !fold(sum)
 }
 
-/// Incremental update when 16-bit-aligned bytes `inserted` are added to the covered data (and the
-/// pseudo-header length grows by `inserted.len()`, which the caller accounts for with
-/// `length_delta_words`: the old and new length values).
+/// Incremental update when 16-bit-aligned bytes `inserted` are added to the covered data and one
+/// covered length field goes from `old_len` to `new_len` (call [`update`] for a second one).
 pub fn update_insert(checksum: u16, inserted: &[u8], old_len: u16, new_len: u16) -> u16 {
     let mut sum = u64::from(!checksum);
     sum += u64::from(ones_complement_sum(0, inserted));
@@ -94,6 +93,20 @@ pub fn update_remove(checksum: u16, removed: &[u8], old_len: u16, new_len: u16) 
     sum += u64::from(!ones_complement_sum(0, removed));
     sum += u64::from(!old_len);
     sum += u64::from(new_len);
+    !fold(sum)
+}
+
+/// Incremental update when a 16-bit-aligned region of the covered data is replaced by another of
+/// possibly different length (an INT block growing at a transit hop, or removed at the sink): the
+/// bytes after it shift by a multiple of 2, so their sum is unchanged. Length fields are separate
+/// ([`update`]). A checksum of 0 stays 0 (UDP "no checksum", RFC 768 / RFC 6936).
+pub fn replace(checksum: u16, old: &[u8], new: &[u8]) -> u16 {
+    if checksum == 0 {
+        return 0;
+    }
+    let mut sum = u64::from(!checksum);
+    sum += u64::from(!ones_complement_sum(0, old));
+    sum += u64::from(ones_complement_sum(0, new));
     !fold(sum)
 }
 
@@ -139,6 +152,22 @@ mod tests {
         d[8] = 0x3f; // TTL decrement
         let c2 = update(c, &old, &[d[8], d[9]]);
         assert_eq!(c2, internet_checksum(&d));
+    }
+
+    #[test]
+    fn replace_matches_recompute() {
+        let pseudo = 0x2222u32;
+        let before = [0x11u8, 0x22, 0xaa, 0xbb, 0xcc, 0xdd, 0x33, 0x44];
+        let c = l4_checksum(pseudo, &before);
+        // Replace the 4-byte region [2..6) by 8 bytes.
+        let after = [0x11u8, 0x22, 1, 2, 3, 4, 5, 6, 7, 8, 0x33, 0x44];
+        let c2 = replace(c, &before[2..6], &after[2..10]);
+        assert_eq!(c2, l4_checksum(pseudo, &after));
+        assert_eq!(
+            replace(0, &before, &after),
+            0,
+            "zero UDP checksums stay zero"
+        );
     }
 
     #[test]

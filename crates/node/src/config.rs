@@ -1,0 +1,140 @@
+//! Node configuration (the `intscope node --config` file; docs/node-config.md).
+
+use ipnet::IpNet;
+
+/// What the node does with INT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Inserts INT into watched flows (and adds its own metadata).
+    Source,
+    /// Adds its metadata to INT-MD packets.
+    Transit,
+    /// Reports and removes INT, restoring the original packet.
+    Sink,
+}
+
+/// Where a source puts INT (INT v2.1 §"INT over TCP/UDP").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceEncap {
+    /// After the TCP/UDP header, signalled by the DSCP value (NPT=0; the shim keeps the DSCP).
+    Dscp,
+    /// After the UDP header with the destination port changed to the INT port (NPT=1); TCP
+    /// flows get a new UDP header instead.
+    UdpPort,
+    /// A new UDP header before the original L4 header (NPT=2).
+    UdpNew,
+}
+
+/// Where the sink puts its own metadata (INT v2.1 §"INT-MD Metadata Header Format", sink options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SinkMetadata {
+    /// In the report's main contents (RepMdBits), option 2.
+    Report,
+    /// Pushed on the stack like a transit hop, then reported in the truncated packet, option 1.
+    Stack,
+}
+
+/// One watchlist entry: a flow matches when every given field matches.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WatchEntry {
+    /// Source prefix.
+    pub src: Option<IpNet>,
+    /// Destination prefix.
+    pub dst: Option<IpNet>,
+    /// IP protocol.
+    pub proto: Option<u8>,
+    /// Destination port range, inclusive.
+    pub dst_ports: Option<(u16, u16)>,
+    /// Source port range, inclusive.
+    pub src_ports: Option<(u16, u16)>,
+}
+
+/// The deterministic telemetry model of pcap mode: what this node reports for every packet.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryModel {
+    /// Ingress interface.
+    pub ingress_port: u16,
+    /// Egress interface.
+    pub egress_port: u16,
+    /// Queue ID.
+    pub queue_id: u8,
+    /// Queue occupancy.
+    pub queue_occupancy: u32,
+    /// Hop latency in ns.
+    pub hop_latency_ns: u32,
+    /// Egress Tx utilization.
+    pub tx_util: u32,
+}
+
+impl Default for TelemetryModel {
+    fn default() -> Self {
+        TelemetryModel {
+            ingress_port: 1,
+            egress_port: 2,
+            queue_id: 0,
+            queue_occupancy: 0,
+            hop_latency_ns: 1000,
+            tx_util: 0,
+        }
+    }
+}
+
+/// A node's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Node ID (INT metadata bit 0, report group header).
+    pub node_id: u32,
+    /// Role.
+    pub role: Role,
+    /// Egress link MTU: the largest IP packet the node may send.
+    pub mtu: usize,
+    /// DSCP value marking INT (`dscp` encapsulation and detection).
+    pub int_dscp: u8,
+    /// UDP destination port of INT (INT_TBD).
+    pub int_udp_port: u16,
+    /// Source: where to put INT.
+    pub encap: SourceEncap,
+    /// Source: instruction bitmap (default node id, L1 interfaces, hop latency, queue).
+    pub instructions: u16,
+    /// Source: Remaining Hop Count at creation.
+    pub max_hops: u8,
+    /// Source: flows to monitor (empty: none).
+    pub watchlist: Vec<WatchEntry>,
+    /// Sink: where its own metadata goes.
+    pub sink_metadata: SinkMetadata,
+    /// Sink: restore the original DSCP saved in the shim (`dscp` encapsulation).
+    pub restore_dscp: bool,
+    /// Sink: bytes of the received packet carried in the report.
+    pub report_truncate: usize,
+    /// UDP ports of telemetry reports (never watched).
+    pub report_ports: Vec<u16>,
+    /// Telemetry model of pcap mode.
+    pub telemetry: TelemetryModel,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            node_id: 1,
+            role: Role::Transit,
+            mtu: 1500,
+            int_dscp: 0x17,
+            int_udp_port: 17768,
+            encap: SourceEncap::UdpPort,
+            instructions: 0xf000,
+            max_hops: 8,
+            watchlist: Vec::new(),
+            sink_metadata: SinkMetadata::Report,
+            restore_dscp: true,
+            report_truncate: 256,
+            report_ports: vec![intscope_wire::report::DEFAULT_REPORT_PORT],
+            telemetry: TelemetryModel::default(),
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Editing a frame in place: where its IP and L4 headers are, moving bytes in and out, and
+//! keeping the IP length, IPv4 header checksum and UDP length right. INT v2.1 §"Checksum
+//! Update": L4 checksums are updated incrementally so corruption upstream stays detectable.
+
+use intscope_wire::checksum;
+use intscope_wire::locate::Packet;
+
+/// Where the layers of a frame are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Offset of the IP header.
+    pub ip_at: usize,
+    /// IPv6 (else IPv4).
+    pub v6: bool,
+    /// Offset of the L4 header.
+    pub l4_at: usize,
+    /// IP protocol of the L4 header.
+    pub proto: u8,
+    /// L4 header length.
+    pub l4_len: usize,
+}
+
+impl Layout {
+    /// The layout of a located packet (`None` without IP and TCP/UDP).
+    pub fn of(p: &Packet<'_>) -> Option<Self> {
+        let ip = p.ip?;
+        let l4 = p.l4?;
+        Some(Layout {
+            ip_at: ip.offset,
+            v6: ip.version == 6,
+            l4_at: l4.offset,
+            proto: l4.proto,
+            l4_len: l4.header_len,
+        })
+    }
+
+    /// Offset of the L4 checksum field.
+    pub fn l4_checksum_at(&self) -> usize {
+        self.l4_at + if self.proto == 6 { 16 } else { 6 }
+    }
+}
+
+fn be16(f: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([f[at], f[at + 1]])
+}
+
+fn put16(f: &mut [u8], at: usize, v: u16) {
+    f[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Inserts `bytes` at `at`.
+pub fn insert(frame: &mut Vec<u8>, at: usize, bytes: &[u8]) {
+    frame.splice(at..at, bytes.iter().copied());
+}
+
+/// Removes `len` bytes at `at`, returning them.
+pub fn remove(frame: &mut Vec<u8>, at: usize, len: usize) -> Vec<u8> {
+    frame.drain(at..at + len).collect()
+}
+
+/// Adds `delta` to the IP length (IPv4 total length + header checksum recomputed; IPv6 payload
+/// length).
+pub fn adjust_ip_len(frame: &mut [u8], l: &Layout, delta: isize) {
+    if l.v6 {
+        let v = be16(frame, l.ip_at + 4);
+        put16(frame, l.ip_at + 4, (v as isize + delta) as u16);
+    } else {
+        let v = be16(frame, l.ip_at + 2);
+        put16(frame, l.ip_at + 2, (v as isize + delta) as u16);
+        refresh_ipv4_checksum(frame, l.ip_at);
+    }
+}
+
+/// Recomputes the IPv4 header checksum (20..60 bytes: full recomputation is exact and cheap).
+pub fn refresh_ipv4_checksum(frame: &mut [u8], ip_at: usize) {
+    let ihl = usize::from(frame[ip_at] & 0x0f) * 4;
+    put16(frame, ip_at + 10, 0);
+    let c = checksum::internet_checksum(&frame[ip_at..ip_at + ihl]);
+    put16(frame, ip_at + 10, c);
+}
+
+/// Sets the IP DSCP, keeping ECN.
+pub fn set_dscp(frame: &mut [u8], l: &Layout, dscp: u8) {
+    if l.v6 {
+        let tc = ((frame[l.ip_at] & 0x0f) << 4) | (frame[l.ip_at + 1] >> 4);
+        let tc = (dscp << 2) | (tc & 3);
+        frame[l.ip_at] = (frame[l.ip_at] & 0xf0) | (tc >> 4);
+        frame[l.ip_at + 1] = (frame[l.ip_at + 1] & 0x0f) | (tc << 4);
+    } else {
+        frame[l.ip_at + 1] = (dscp << 2) | (frame[l.ip_at + 1] & 3);
+        refresh_ipv4_checksum(frame, l.ip_at);
+    }
+}
+
+/// The IP DSCP.
+pub fn dscp(frame: &[u8], l: &Layout) -> u8 {
+    if l.v6 {
+        (((frame[l.ip_at] & 0x0f) << 4) | (frame[l.ip_at + 1] >> 4)) >> 2
+    } else {
+        frame[l.ip_at + 1] >> 2
+    }
+}
+
+/// Sets the IP protocol (IPv4 protocol or IPv6 next header of the fixed header).
+pub fn set_ip_proto(frame: &mut [u8], l: &Layout, proto: u8) {
+    if l.v6 {
+        frame[l.ip_at + 6] = proto;
+    } else {
+        frame[l.ip_at + 9] = proto;
+        refresh_ipv4_checksum(frame, l.ip_at);
+    }
+}
+
+/// The L4 checksum after the covered region `old` became `new` and the L4 length went from
+/// `old_len` to `new_len` (the UDP length field, when `udp_len_field`, and the pseudo header).
+/// Zero UDP checksums stay zero; a computed UDP zero is sent as 0xFFFF (RFC 768).
+pub fn updated_l4_checksum(
+    csum: u16,
+    udp: bool,
+    old: &[u8],
+    new: &[u8],
+    old_len: u16,
+    new_len: u16,
+    udp_len_field: bool,
+) -> u16 {
+    if udp && csum == 0 {
+        return 0;
+    }
+    let mut c = checksum::replace(csum, old, new);
+    let (o, n) = (old_len.to_be_bytes(), new_len.to_be_bytes());
+    c = checksum::update(c, &o, &n);
+    if udp_len_field {
+        c = checksum::update(c, &o, &n);
+    }
+    if udp {
+        checksum::udp_wire_checksum(c)
+    } else {
+        c
+    }
+}
+
+/// The L4 segment length (UDP length field, or IP payload length minus earlier headers for TCP).
+pub fn l4_len(frame: &[u8], l: &Layout) -> u16 {
+    if l.proto == 17 {
+        be16(frame, l.l4_at + 4)
+    } else if l.v6 {
+        (usize::from(be16(frame, l.ip_at + 4)) + l.ip_at + 40 - l.l4_at) as u16
+    } else {
+        (usize::from(be16(frame, l.ip_at + 2)) + l.ip_at - l.l4_at) as u16
+    }
+}
+
+/// Reads a 16-bit field.
+pub fn get16(frame: &[u8], at: usize) -> u16 {
+    be16(frame, at)
+}
+
+/// Writes a 16-bit field.
+pub fn set16(frame: &mut [u8], at: usize, v: u16) {
+    put16(frame, at, v);
+}

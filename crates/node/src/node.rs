@@ -1,0 +1,483 @@
+//! The INT roles over one frame: source (INT v2.1 §"INT Source Node"), transit (§"INT Transit
+//! Hop Node") and sink (§"INT Sink Node"), for INT-MD over TCP/UDP, with the MTU and hop-count
+//! rules of §"INT-MD Metadata Header Format" and §"MTU Settings", and Telemetry Report v2.0
+//! output at the sink.
+
+use intscope_wire::int::{AnyShim, IntHeader};
+use intscope_wire::locate::{DetectConfig, DscpMatch, FlowKey, Packet, Start};
+use intscope_wire::md::{MD_HEADER_LEN, MdHeaderRepr};
+use intscope_wire::metadata::{BIT15, Format, NODE_ID};
+use intscope_wire::report::{GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr};
+use intscope_wire::shim::{SHIM_LEN, Shim, TcpUdpShimRepr};
+
+use crate::config::{NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry};
+use crate::frame::{self, Layout};
+use crate::telemetry::Telemetry;
+
+/// What happened to a frame.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Forward the (possibly modified) frame; `false`: discard (D bit at the sink).
+    pub forward: bool,
+    /// Telemetry report datagrams (UDP payloads) to send to the collector.
+    pub reports: Vec<Vec<u8>>,
+}
+
+/// Counters of a node; every frame lands in exactly one of the first group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Frames seen.
+    pub frames: u64,
+    /// Frames passed unchanged (not watched, not INT, not IP/TCP/UDP).
+    pub untouched: u64,
+    /// Source: INT inserted with this node's metadata.
+    pub inserted: u64,
+    /// Source: INT inserted without metadata, M bit set (no room for the metadata).
+    pub inserted_m: u64,
+    /// Source: no INT, the fixed headers would exceed the MTU.
+    pub too_big: u64,
+    /// Transit: metadata added.
+    pub added: u64,
+    /// Transit: Remaining Hop Count was 0, E bit set.
+    pub hop_limit: u64,
+    /// Transit: no room, M bit set.
+    pub mtu: u64,
+    /// Sink: INT removed and reported.
+    pub sunk: u64,
+    /// Sink: packets discarded for the D bit.
+    pub discarded: u64,
+    /// Frames whose INT this node could not process (decode error), forwarded unchanged.
+    pub malformed: u64,
+    /// Reports produced.
+    pub reports: u64,
+}
+
+/// A software INT node.
+#[derive(Debug)]
+pub struct Node {
+    cfg: NodeConfig,
+    detect: DetectConfig,
+    seq: u32,
+    /// Counters.
+    pub stats: NodeStats,
+}
+
+fn port_in(range: Option<(u16, u16)>, p: u16) -> bool {
+    range.is_none_or(|(lo, hi)| (lo..=hi).contains(&p))
+}
+
+fn watched(list: &[WatchEntry], f: &FlowKey) -> bool {
+    list.iter().any(|w| {
+        w.src.is_none_or(|n| n.contains(&f.src_ip()))
+            && w.dst.is_none_or(|n| n.contains(&f.dst_ip()))
+            && w.proto.is_none_or(|p| p == f.proto)
+            && port_in(w.dst_ports, f.dst_port)
+            && port_in(w.src_ports, f.src_port)
+    })
+}
+
+impl Node {
+    /// A node with this configuration.
+    pub fn new(cfg: NodeConfig) -> Self {
+        let detect = DetectConfig {
+            int_udp_ports: vec![cfg.int_udp_port],
+            dscp: Some(DscpMatch {
+                value: cfg.int_dscp,
+                mask: 0x3f,
+            }),
+            report_ports: cfg.report_ports.clone(),
+            ..DetectConfig::default()
+        };
+        Node {
+            cfg,
+            detect,
+            seq: 0,
+            stats: NodeStats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &NodeConfig {
+        &self.cfg
+    }
+
+    /// Processes one Ethernet frame in place.
+    pub fn process(&mut self, frame: &mut Vec<u8>, tel: &dyn Telemetry) -> Outcome {
+        self.stats.frames += 1;
+        let mut out = Outcome {
+            forward: true,
+            reports: Vec::new(),
+        };
+        let located = match Packet::parse(frame, Start::Ethernet, &self.detect) {
+            Ok(p) => p
+                .int
+                .map(|(off, b)| (off, b.shim, b.header, b.len))
+                .map(Some)
+                .ok_or_else(|| Layout::of(&p).zip(p.flow)),
+            Err(_) => {
+                self.stats.malformed += 1;
+                return out;
+            }
+        };
+        match (self.cfg.role, located) {
+            (Role::Source, Err(Some((layout, flow))))
+                if !self.is_report(&layout, frame) && watched(&self.cfg.watchlist, &flow) =>
+            {
+                self.source(frame, layout, flow, tel);
+            }
+            (Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), len)))) => {
+                self.transit(frame, off, shim, h, len, tel)
+            }
+            (Role::Sink, Ok(Some((off, shim, IntHeader::Md(h), len)))) => {
+                if let Some(r) = self.sink(frame, off, shim, h, len, tel) {
+                    out.reports.push(r);
+                    self.stats.reports += 1;
+                }
+                if h.d {
+                    self.stats.discarded += 1;
+                    out.forward = false;
+                }
+            }
+            _ => self.stats.untouched += 1,
+        }
+        out
+    }
+
+    fn is_report(&self, l: &Layout, frame: &[u8]) -> bool {
+        l.proto == 17
+            && self
+                .cfg
+                .report_ports
+                .contains(&frame::get16(frame, l.l4_at + 2))
+    }
+
+    fn ip_packet_len(frame: &[u8], l: &Layout) -> usize {
+        if l.v6 {
+            40 + usize::from(frame::get16(frame, l.ip_at + 4))
+        } else {
+            usize::from(frame::get16(frame, l.ip_at + 2))
+        }
+    }
+
+    /// INT v2.1 §"INT Source Node" and §"MTU Settings": no INT when the fixed headers do not fit;
+    /// M bit when this node's own metadata does not.
+    fn source(&mut self, frame: &mut Vec<u8>, l: Layout, flow: FlowKey, tel: &dyn Telemetry) {
+        let instructions = self.cfg.instructions;
+        let hop_ml = (Format::IntV2.baseline_len(instructions) / 4) as u8;
+        let encap = match (self.cfg.encap, l.proto) {
+            (SourceEncap::UdpPort, 6) => SourceEncap::UdpNew,
+            (e, _) => e,
+        };
+        let new_udp = if encap == SourceEncap::UdpNew { 8 } else { 0 };
+        let fixed = new_udp + SHIM_LEN + MD_HEADER_LEN;
+        let ip_len = Self::ip_packet_len(frame, &l);
+        if ip_len + fixed > self.cfg.mtu {
+            self.stats.too_big += 1;
+            return;
+        }
+        let mut own = vec![0u8; usize::from(hop_ml) * 4];
+        tel.hop(self.cfg.node_id)
+            .encode(instructions, Format::IntV2, &mut own);
+        let fits = ip_len + fixed + own.len() <= self.cfg.mtu;
+        let mut header = MdHeaderRepr {
+            version: 2,
+            hop_ml,
+            remaining_hop_count: self.cfg.max_hops,
+            instructions,
+            ..Default::default()
+        };
+        if fits && header.remaining_hop_count > 0 {
+            header.remaining_hop_count -= 1;
+            self.stats.inserted += 1;
+        } else {
+            if !fits {
+                header.m = true;
+            }
+            own.clear();
+            self.stats.inserted_m += 1;
+        }
+        let words = ((MD_HEADER_LEN + own.len()) / 4) as u8;
+        let (npt, content) = match encap {
+            SourceEncap::Dscp => (0, u16::from(frame::dscp(frame, &l)) << 2),
+            SourceEncap::UdpPort => (1, frame::get16(frame, l.l4_at + 2)),
+            SourceEncap::UdpNew => (2, u16::from(l.proto)),
+        };
+        let mut block = vec![0u8; SHIM_LEN + MD_HEADER_LEN];
+        Shim::TcpUdp(TcpUdpShimRepr {
+            int_type: 1,
+            npt,
+            reserved: 0,
+            length: words,
+            content,
+        })
+        .emit(&mut block[..4]);
+        header.emit(&mut block[4..16]);
+        block.extend_from_slice(&own);
+        match encap {
+            SourceEncap::Dscp | SourceEncap::UdpPort => {
+                let at = l.l4_at + l.l4_len;
+                let old_len = frame::l4_len(frame, &l);
+                let new_len = old_len + block.len() as u16;
+                let csum_at = l.l4_checksum_at();
+                let udp = l.proto == 17;
+                let mut csum = frame::updated_l4_checksum(
+                    frame::get16(frame, csum_at),
+                    udp,
+                    &[],
+                    &block,
+                    old_len,
+                    new_len,
+                    udp,
+                );
+                if encap == SourceEncap::UdpPort {
+                    let old_port = frame::get16(frame, l.l4_at + 2);
+                    frame::set16(frame, l.l4_at + 2, self.cfg.int_udp_port);
+                    if csum != 0 {
+                        csum = intscope_wire::checksum::update(
+                            csum,
+                            &old_port.to_be_bytes(),
+                            &self.cfg.int_udp_port.to_be_bytes(),
+                        );
+                        csum = intscope_wire::checksum::udp_wire_checksum(csum);
+                    }
+                }
+                if udp {
+                    frame::set16(frame, l.l4_at + 4, new_len);
+                }
+                frame::set16(frame, csum_at, csum);
+                frame::insert(frame, at, &block);
+                frame::adjust_ip_len(frame, &l, block.len() as isize);
+                if encap == SourceEncap::Dscp {
+                    frame::set_dscp(frame, &l, self.cfg.int_dscp);
+                }
+            }
+            SourceEncap::UdpNew => {
+                // RFC 6936 / INT v2.1: the new UDP header's checksum is zero; the original L4
+                // header keeps its own, still valid (same addresses, same segment).
+                let seg = frame::l4_len(frame, &l);
+                let mut udp = [0u8; 8];
+                let h = {
+                    use std::hash::{Hash, Hasher};
+                    let mut s = std::collections::hash_map::DefaultHasher::new();
+                    flow.hash(&mut s);
+                    s.finish()
+                };
+                udp[0..2].copy_from_slice(&(0xc000 | (h as u16 & 0x3fff)).to_be_bytes());
+                udp[2..4].copy_from_slice(&self.cfg.int_udp_port.to_be_bytes());
+                udp[4..6].copy_from_slice(&(8 + block.len() as u16 + seg).to_be_bytes());
+                let mut ins = udp.to_vec();
+                ins.extend_from_slice(&block);
+                frame::insert(frame, l.l4_at, &ins);
+                frame::adjust_ip_len(frame, &l, ins.len() as isize);
+                frame::set_ip_proto(frame, &l, 17);
+            }
+        }
+    }
+
+    /// INT v2.1 §"INT-MD Metadata Header Format": prepend metadata, decrement RHC; E bit at
+    /// RHC 0 and M bit without room, adding nothing (and not decrementing).
+    fn transit(
+        &mut self,
+        frame: &mut Vec<u8>,
+        off: usize,
+        shim: AnyShim,
+        h: MdHeaderRepr,
+        len: usize,
+        tel: &dyn Telemetry,
+    ) {
+        let Ok(p) = Packet::parse(frame, Start::Ethernet, &self.detect) else {
+            return;
+        };
+        let Some(l) = Layout::of(&p) else { return };
+        let old_block = frame[off..off + len].to_vec();
+        let mut new_block = old_block.clone();
+        let mut header = h;
+        let hop_len = usize::from(h.hop_ml) * 4;
+        let mut own = Vec::new();
+        if h.remaining_hop_count == 0 {
+            header.e = true;
+            self.stats.hop_limit += 1;
+        } else if Self::ip_packet_len(frame, &l) + hop_len > self.cfg.mtu {
+            header.m = true;
+            self.stats.mtu += 1;
+        } else {
+            own = vec![0u8; hop_len];
+            let m = tel.hop(self.cfg.node_id);
+            let base = Format::IntV2.baseline_len(h.instructions);
+            if base <= hop_len {
+                m.encode(h.instructions, Format::IntV2, &mut own);
+                // Domain-specific metadata of a domain this node does not know: all ones (pad).
+                for b in &mut own[base..] {
+                    *b = 0xff;
+                }
+            } else {
+                own.iter_mut().for_each(|b| *b = 0xff);
+            }
+            header.remaining_hop_count -= 1;
+            self.stats.added += 1;
+        }
+        header.emit(&mut new_block[SHIM_LEN..SHIM_LEN + MD_HEADER_LEN]);
+        if !own.is_empty() {
+            let mut s = shim_of(shim);
+            s.set_length_words((s.length_words() + own.len() / 4) as u8);
+            s.emit(&mut new_block[..SHIM_LEN]);
+            new_block.splice(
+                SHIM_LEN + MD_HEADER_LEN..SHIM_LEN + MD_HEADER_LEN,
+                own.iter().copied(),
+            );
+        }
+        let grow = new_block.len() - old_block.len();
+        let old_len = frame::l4_len(frame, &l);
+        let new_len = old_len + grow as u16;
+        let udp = l.proto == 17;
+        let csum_at = l.l4_checksum_at();
+        let csum = frame::updated_l4_checksum(
+            frame::get16(frame, csum_at),
+            udp,
+            &old_block,
+            &new_block,
+            old_len,
+            new_len,
+            udp,
+        );
+        frame::set16(frame, csum_at, csum);
+        if udp {
+            frame::set16(frame, l.l4_at + 4, new_len);
+        }
+        frame.splice(off..off + len, new_block);
+        frame::adjust_ip_len(frame, &l, grow as isize);
+    }
+
+    /// INT v2.1 §"INT Sink Node": report, then remove INT and restore the original packet.
+    fn sink(
+        &mut self,
+        frame: &mut Vec<u8>,
+        off: usize,
+        shim: AnyShim,
+        h: MdHeaderRepr,
+        len: usize,
+        tel: &dyn Telemetry,
+    ) -> Option<Vec<u8>> {
+        if self.cfg.sink_metadata == SinkMetadata::Stack {
+            // Option 1: push our metadata like a transit hop, then report the stack.
+            self.transit(frame, off, shim, h, len, tel);
+        }
+        let report = self.report(frame, h, tel);
+        let p = Packet::parse(frame, Start::Ethernet, &self.detect).ok()?;
+        let l = Layout::of(&p)?;
+        let (off, block) = p.int?;
+        let len = block.len;
+        let AnyShim::V2(Shim::TcpUdp(s)) = block.shim else {
+            return Some(report);
+        };
+        match s.npt {
+            2 => {
+                // Remove the new UDP header with the INT block; the original L4 header follows.
+                let removed = off + len - l.l4_at;
+                frame::remove(frame, l.l4_at, removed);
+                frame::adjust_ip_len(frame, &l, -(removed as isize));
+                frame::set_ip_proto(frame, &l, s.ip_proto());
+            }
+            npt => {
+                let block = frame[off..off + len].to_vec();
+                let old_len = frame::l4_len(frame, &l);
+                let new_len = old_len - len as u16;
+                let udp = l.proto == 17;
+                let csum_at = l.l4_checksum_at();
+                let mut csum = frame::updated_l4_checksum(
+                    frame::get16(frame, csum_at),
+                    udp,
+                    &block,
+                    &[],
+                    old_len,
+                    new_len,
+                    udp,
+                );
+                if npt == 1 {
+                    let int_port = frame::get16(frame, l.l4_at + 2);
+                    frame::set16(frame, l.l4_at + 2, s.udp_port());
+                    if csum != 0 {
+                        csum = intscope_wire::checksum::udp_wire_checksum(
+                            intscope_wire::checksum::update(
+                                csum,
+                                &int_port.to_be_bytes(),
+                                &s.udp_port().to_be_bytes(),
+                            ),
+                        );
+                    }
+                }
+                if udp {
+                    frame::set16(frame, l.l4_at + 4, new_len);
+                }
+                frame::set16(frame, csum_at, csum);
+                frame::remove(frame, off, len);
+                frame::adjust_ip_len(frame, &l, -(len as isize));
+                if npt == 0 && self.cfg.restore_dscp {
+                    frame::set_dscp(frame, &l, s.dscp());
+                }
+            }
+        }
+        self.stats.sunk += 1;
+        Some(report)
+    }
+
+    /// A Telemetry Report v2.0 datagram about `frame` (as received, truncated), with this
+    /// node's metadata in the report header unless it went on the stack.
+    fn report(&mut self, frame: &[u8], h: MdHeaderRepr, tel: &dyn Telemetry) -> Vec<u8> {
+        let (bits, md) = if self.cfg.sink_metadata == SinkMetadata::Report {
+            // Node ID moves to the group header; bit 15 is not a Checksum Complement here.
+            let bits = h.instructions & !NODE_ID & !BIT15;
+            let mut md = vec![0u8; Format::ReportV2.baseline_len(bits)];
+            tel.hop(self.cfg.node_id)
+                .encode(bits, Format::ReportV2, &mut md);
+            (bits, md)
+        } else {
+            (0, Vec::new())
+        };
+        let mut inner = frame[..frame.len().min(self.cfg.report_truncate)].to_vec();
+        inner.resize(inner.len().div_ceil(4) * 4, 0);
+        let words = (8 + md.len() + inner.len()) / 4;
+        let mut out = vec![0u8; 8 + 4 + 8];
+        GroupHeaderRepr {
+            version: 2,
+            hw_id: 0,
+            sequence: self.seq & 0x3f_ffff,
+            node_id: self.cfg.node_id,
+        }
+        .emit(&mut out[..8]);
+        self.seq = self.seq.wrapping_add(1);
+        IndividualHeaderRepr {
+            rep_type: 1,
+            in_type: 3,
+            report_length: if words > 254 { 0xff } else { words as u8 },
+            md_length: (md.len() / 4) as u8,
+            d: false,
+            q: false,
+            f: true,
+            i: false,
+            reserved: 0,
+        }
+        .emit(&mut out[8..12]);
+        IntMainRepr {
+            rep_md_bits: bits,
+            ..IntMainRepr::default()
+        }
+        .emit(&mut out[12..20]);
+        out.extend_from_slice(&md);
+        out.extend_from_slice(&inner);
+        out
+    }
+}
+
+fn shim_of(s: AnyShim) -> Shim {
+    match s {
+        AnyShim::V2(s) => s,
+        AnyShim::Legacy(_) => Shim::TcpUdp(TcpUdpShimRepr {
+            int_type: 1,
+            npt: 0,
+            reserved: 0,
+            length: 0,
+            content: 0,
+        }),
+    }
+}

@@ -1,0 +1,359 @@
+//! INT v2.1 §"Examples": Host1 → Switch1 (source) → Switch2 (transit) → Switch3 (sink) → Host2,
+//! for INT-MD in every TCP/UDP encapsulation. Switch3 receives the spec's layout, Host2 receives
+//! Host1's packet byte for byte, and every IP and L4 checksum verifies at every hop.
+
+use etherparse::PacketBuilder;
+use intscope_node::config::TelemetryModel;
+use intscope_node::{
+    Node, NodeConfig, Role, SinkMetadata, SourceEncap, StaticTelemetry, WatchEntry,
+};
+use intscope_wire::int::{Encap, IntHeader};
+use intscope_wire::locate::{DetectConfig, DscpMatch, Packet, Start};
+use intscope_wire::report::Report;
+use intscope_wire::{Warning, Warnings};
+
+const INT_PORT: u16 = 17768;
+
+fn host1_packet(tcp: bool, v6: bool, udp_checksum: bool) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2]);
+    let b = if v6 {
+        b.ipv6(
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+            64,
+        )
+    } else {
+        b.ipv4([10, 0, 1, 1], [10, 0, 3, 3], 64)
+    };
+    let payload = b"host1 says hello over INT";
+    let mut out = Vec::new();
+    if tcp {
+        let b = b.tcp(40000, 443, 1000, 8192).ack(5).psh();
+        b.write(&mut out, payload).unwrap();
+    } else {
+        b.udp(40000, 5001).write(&mut out, payload).unwrap();
+        if !udp_checksum {
+            let at = 14 + if v6 { 40 } else { 20 } + 6;
+            out[at] = 0;
+            out[at + 1] = 0;
+        }
+    }
+    out
+}
+
+fn node(id: u32, role: Role, encap: SourceEncap, occupancy: u32) -> Node {
+    Node::new(NodeConfig {
+        node_id: id,
+        role,
+        encap,
+        instructions: 0x9000, // node id + queue occupancy, as in the spec's examples
+        watchlist: vec![WatchEntry::default()],
+        int_udp_port: INT_PORT,
+        telemetry: TelemetryModel {
+            queue_occupancy: occupancy,
+            ..TelemetryModel::default()
+        },
+        ..NodeConfig::default()
+    })
+}
+
+fn tel(n: &Node) -> StaticTelemetry {
+    StaticTelemetry {
+        model: n.config().telemetry.clone(),
+        time_ns: 1_000_000,
+    }
+}
+
+fn check(frame: &[u8]) -> Packet<'_> {
+    let cfg = DetectConfig {
+        int_udp_ports: vec![INT_PORT],
+        dscp: Some(DscpMatch {
+            value: 0x17,
+            mask: 0x3f,
+        }),
+        verify_checksums: true,
+        ..DetectConfig::default()
+    };
+    let p = Packet::parse(frame, Start::Ethernet, &cfg).unwrap();
+    let bad: Warnings = p.warnings;
+    assert!(
+        !bad.has(Warning::BadL4Checksum) && !bad.has(Warning::BadIpChecksum),
+        "checksums must verify"
+    );
+    p
+}
+
+fn chain(encap: SourceEncap, tcp: bool, v6: bool, udp_checksum: bool) {
+    let host1 = host1_packet(tcp, v6, udp_checksum);
+    check(&host1);
+    let (mut s1, mut s2, mut s3) = (
+        node(1, Role::Source, encap, 100),
+        node(2, Role::Transit, encap, 200),
+        node(3, Role::Sink, encap, 300),
+    );
+    let mut f = host1.clone();
+    assert!(s1.process(&mut f, &tel(&s1)).forward);
+    assert_eq!(s1.stats.inserted, 1);
+    check(&f);
+    s2.process(&mut f, &tel(&s2));
+    assert_eq!(s2.stats.added, 1);
+
+    // What Switch3 receives: the spec's layout.
+    let at_switch3 = f.clone();
+    let p = check(&at_switch3);
+    let (_, b) = p.int.expect("INT at switch 3");
+    let expected_encap = match (encap, tcp) {
+        (SourceEncap::Dscp, true) => Encap::Tcp,
+        (SourceEncap::Dscp, false) | (SourceEncap::UdpPort, false) => Encap::Udp,
+        _ => Encap::UdpNew,
+    };
+    assert_eq!(b.encap, expected_encap);
+    let IntHeader::Md(h) = b.header else { panic!() };
+    assert_eq!(
+        (
+            h.version,
+            h.d,
+            h.e,
+            h.m,
+            h.hop_ml,
+            h.remaining_hop_count,
+            h.instructions
+        ),
+        (2, false, false, false, 2, 6, 0x9000)
+    );
+    let hops: Vec<_> = b
+        .stack(None)
+        .0
+        .map(|v| v.unwrap())
+        .map(|v| (v.node_id(), v.queue().map(|q| q.1)))
+        .collect();
+    assert_eq!(
+        hops,
+        vec![(Some(2), Some(200)), (Some(1), Some(100))],
+        "hop2 on top of hop1"
+    );
+    assert_eq!(b.len, 4 + 12 + 16, "shim Length=7 words after the shim");
+    let flow = p.flow.unwrap();
+    assert_eq!(
+        (flow.proto, flow.src_port, flow.dst_port),
+        (
+            if tcp { 6 } else { 17 },
+            40000,
+            if tcp { 443 } else { 5001 }
+        )
+    );
+    if encap == SourceEncap::Dscp {
+        assert_eq!(p.ip.unwrap().dscp, 0x17);
+    }
+
+    let out = s3.process(&mut f, &tel(&s3));
+    assert!(out.forward);
+    assert_eq!(f, host1, "Host2 receives Host1's packet byte for byte");
+    check(&f);
+
+    // The report: Switch3's own metadata in the header, the stack in the truncated packet.
+    assert_eq!(out.reports.len(), 1);
+    let r = Report::parse(&out.reports[0]).unwrap();
+    let Report::V2 { group, .. } = r else {
+        panic!()
+    };
+    assert_eq!((group.version, group.node_id, group.sequence), (2, 3, 0));
+    let ir = r.individual_reports().next().unwrap().unwrap();
+    assert!(ir.warnings.is_empty());
+    let m = ir.main.unwrap();
+    assert_eq!(m.rep_md_bits, 0x1000, "node id moves to the group header");
+    assert_eq!(ir.hop().unwrap().unwrap().queue().map(|q| q.1), Some(300));
+    let inner = Packet::parse(
+        ir.inner,
+        Start::Ethernet,
+        &DetectConfig {
+            int_udp_ports: vec![INT_PORT],
+            ..DetectConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(inner.int.unwrap().1.stack(None).0.count(), 2);
+    assert_eq!(
+        &ir.inner[..at_switch3.len().min(ir.inner.len())],
+        &at_switch3[..at_switch3.len().min(ir.inner.len())]
+    );
+}
+
+#[test]
+fn md_over_tcp_dscp() {
+    chain(SourceEncap::Dscp, true, false, true);
+}
+
+#[test]
+fn md_over_udp_dscp() {
+    chain(SourceEncap::Dscp, false, false, true);
+}
+
+#[test]
+fn md_between_udp_header_and_payload() {
+    chain(SourceEncap::UdpPort, false, false, true);
+}
+
+#[test]
+fn new_udp_header_before_tcp_and_udp() {
+    chain(SourceEncap::UdpNew, true, false, true);
+    chain(SourceEncap::UdpNew, false, false, true);
+    chain(SourceEncap::UdpPort, true, false, true);
+}
+
+#[test]
+fn ipv6() {
+    chain(SourceEncap::Dscp, true, true, true);
+    chain(SourceEncap::UdpPort, false, true, true);
+    chain(SourceEncap::UdpNew, true, true, true);
+}
+
+#[test]
+fn zero_udp_checksum_stays_zero() {
+    chain(SourceEncap::UdpPort, false, false, false);
+    chain(SourceEncap::Dscp, false, false, false);
+    let host1 = host1_packet(false, false, false);
+    let mut s1 = node(1, Role::Source, SourceEncap::UdpPort, 1);
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    assert_eq!(
+        &f[14 + 20 + 6..14 + 20 + 8],
+        &[0, 0],
+        "RFC 768: no checksum stays no checksum"
+    );
+}
+
+#[test]
+fn hop_limit_sets_e_and_adds_nothing() {
+    let host1 = host1_packet(true, false, true);
+    let mut s1 = Node::new(NodeConfig {
+        max_hops: 1,
+        ..node(1, Role::Source, SourceEncap::Dscp, 1).config().clone()
+    });
+    let mut s2 = node(2, Role::Transit, SourceEncap::Dscp, 2);
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    let before = f.len();
+    s2.process(&mut f, &tel(&s2));
+    assert_eq!(f.len(), before, "nothing added at RHC 0");
+    assert_eq!(s2.stats.hop_limit, 1);
+    let p = check(&f);
+    let IntHeader::Md(h) = p.int.unwrap().1.header else {
+        panic!()
+    };
+    assert!(h.e);
+    assert_eq!(
+        h.remaining_hop_count, 0,
+        "not decremented when nothing is added"
+    );
+}
+
+#[test]
+fn mtu_rules_at_source_and_transit() {
+    let host1 = host1_packet(true, false, true);
+    let ip_len = host1.len() - 14;
+    // Room for the fixed headers but not the source's metadata: INT with M set.
+    let mut s1 = Node::new(NodeConfig {
+        mtu: ip_len + 16 + 4,
+        ..node(1, Role::Source, SourceEncap::Dscp, 1).config().clone()
+    });
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    assert_eq!(s1.stats.inserted_m, 1);
+    let p = check(&f);
+    let IntHeader::Md(h) = p.int.unwrap().1.header else {
+        panic!()
+    };
+    assert!(h.m && h.remaining_hop_count == 8, "M set, RHC untouched");
+    // No room for the fixed headers: no INT at all.
+    let mut tight = Node::new(NodeConfig {
+        mtu: ip_len + 15,
+        ..node(1, Role::Source, SourceEncap::Dscp, 1).config().clone()
+    });
+    let mut g = host1.clone();
+    tight.process(&mut g, &tel(&tight));
+    assert_eq!((tight.stats.too_big, g == host1), (1, true));
+    // Transit without room: M set, nothing added.
+    let mut s1 = node(1, Role::Source, SourceEncap::Dscp, 1);
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    let mut s2 = Node::new(NodeConfig {
+        mtu: f.len() - 14 + 4,
+        ..node(2, Role::Transit, SourceEncap::Dscp, 2)
+            .config()
+            .clone()
+    });
+    let before = f.len();
+    s2.process(&mut f, &tel(&s2));
+    assert_eq!((s2.stats.mtu, f.len()), (1, before));
+    let p = check(&f);
+    assert!(matches!(p.int.unwrap().1.header, IntHeader::Md(h) if h.m));
+}
+
+#[test]
+fn d_bit_discards_at_the_sink_after_reporting() {
+    let host1 = host1_packet(false, false, true);
+    let mut s1 = node(1, Role::Source, SourceEncap::UdpPort, 1);
+    let mut s3 = node(3, Role::Sink, SourceEncap::UdpPort, 3);
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    // Mark the packet as a clone (D), keeping the UDP checksum valid.
+    let p = check(&f);
+    let (off, _) = p.int.unwrap();
+    let csum_at = 14 + 20 + 6;
+    let old = [f[off + 4], f[off + 5]];
+    f[off + 4] |= 0x08;
+    let c = u16::from_be_bytes([f[csum_at], f[csum_at + 1]]);
+    let c = intscope_wire::checksum::update(c, &old, &[f[off + 4], f[off + 5]]);
+    f[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
+    check(&f);
+    let out = s3.process(&mut f, &tel(&s3));
+    assert!(!out.forward);
+    assert_eq!((out.reports.len(), s3.stats.discarded), (1, 1));
+}
+
+#[test]
+fn sink_metadata_on_the_stack() {
+    let host1 = host1_packet(true, false, true);
+    let mut s1 = node(1, Role::Source, SourceEncap::Dscp, 1);
+    let mut s3 = Node::new(NodeConfig {
+        sink_metadata: SinkMetadata::Stack,
+        ..node(3, Role::Sink, SourceEncap::Dscp, 3).config().clone()
+    });
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    let out = s3.process(&mut f, &tel(&s3));
+    assert_eq!(f, host1);
+    let r = Report::parse(&out.reports[0]).unwrap();
+    let ir = r.individual_reports().next().unwrap().unwrap();
+    assert_eq!((ir.header.md_length, ir.main.unwrap().rep_md_bits), (0, 0));
+    let inner = Packet::parse(ir.inner, Start::Ethernet, &DetectConfig::default()).unwrap();
+    let nodes: Vec<_> = inner
+        .int
+        .unwrap()
+        .1
+        .stack(None)
+        .0
+        .map(|h| h.unwrap().node_id())
+        .collect();
+    assert_eq!(
+        nodes,
+        vec![Some(3), Some(1)],
+        "the sink pushed itself on top"
+    );
+}
+
+#[test]
+fn unwatched_and_report_traffic_is_untouched() {
+    let host1 = host1_packet(true, false, true);
+    let mut s1 = Node::new(NodeConfig {
+        watchlist: vec![WatchEntry {
+            dst: Some("192.0.2.0/24".parse().unwrap()),
+            ..WatchEntry::default()
+        }],
+        ..node(1, Role::Source, SourceEncap::Dscp, 1).config().clone()
+    });
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    assert_eq!((f == host1, s1.stats.untouched), (true, 1));
+}
