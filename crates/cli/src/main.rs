@@ -6,6 +6,7 @@ mod capture;
 mod collect;
 mod detect;
 mod dump;
+mod node;
 mod text;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ enum Command {
     Collect(collect::CollectArgs),
     /// Send synthetic telemetry reports to a collector (load tests, benchmarks).
     Blast(blast::BlastArgs),
+    /// Run a software INT node (source, transit or sink) over a capture.
+    Node(node::NodeArgs),
 }
 
 fn main() {
@@ -41,6 +44,7 @@ fn main() {
         Command::Dump(args) => dump::run(args, &mut std::io::stdout().lock()).map(|_| ()),
         Command::Collect(args) => collect::run(args),
         Command::Blast(args) => blast::run(args).map(|summary| println!("{summary}")),
+        Command::Node(args) => node::run(args).map(|summary| println!("{summary}")),
     };
     if let Err(e) = result {
         // Broken pipe (e.g. `| head`) is not an error worth reporting.

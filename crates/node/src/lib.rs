@@ -5,6 +5,7 @@
 //! files, the simulator, live interfaces), so chains of nodes give reproducible bytes.
 
 pub mod config;
+pub mod export;
 pub mod frame;
 pub mod node;
 pub mod telemetry;

@@ -1,0 +1,121 @@
+//! `intscope node`: run a software INT node over a capture, writing the forwarded frames and the
+//! telemetry reports (to a pcap, or over UDP to a collector).
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use intscope_node::export::report_frame;
+use intscope_node::{Node, NodeConfig, StaticTelemetry};
+use pcap_file::DataLink;
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+
+use crate::capture::{Capture, LINKTYPE_ETHERNET};
+
+/// Arguments of `intscope node`.
+#[derive(Debug, clap::Args)]
+pub struct NodeArgs {
+    /// Node configuration (TOML, docs/node-config.md).
+    #[arg(long, value_name = "NODE.toml")]
+    pub config: PathBuf,
+    /// Input capture (pcap or pcapng, Ethernet).
+    #[arg(long = "in", value_name = "IN.pcap")]
+    pub input: PathBuf,
+    /// Forwarded frames (pcap).
+    #[arg(long = "out", value_name = "OUT.pcap")]
+    pub output: PathBuf,
+    /// Write the reports to this pcap (Ethernet/IPv4/UDP to the collector address).
+    #[arg(long, value_name = "REPORTS.pcap", conflicts_with = "collector")]
+    pub reports: Option<PathBuf>,
+    /// Send the reports over UDP to this collector.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub collector: Option<SocketAddr>,
+    /// Source address of reports written to a pcap.
+    #[arg(long, default_value = "192.0.2.1:50000")]
+    pub report_source: SocketAddrV4,
+    /// Collector address written into report frames in a pcap.
+    #[arg(long, default_value = "192.0.2.100:32766")]
+    pub report_destination: SocketAddrV4,
+}
+
+fn writer(path: &PathBuf) -> Result<PcapWriter<BufWriter<File>>> {
+    let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    PcapWriter::with_header(
+        BufWriter::new(f),
+        PcapHeader {
+            datalink: DataLink::ETHERNET,
+            ..PcapHeader::default()
+        },
+    )
+    .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Runs the node; returns a summary line.
+pub fn run(args: &NodeArgs) -> Result<String> {
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("cannot read {}", args.config.display()))?;
+    let cfg: NodeConfig =
+        toml::from_str(&text).with_context(|| args.config.display().to_string())?;
+    let mut node = Node::new(cfg);
+    let mut input = Capture::open(&args.input)?;
+    let mut out = writer(&args.output)?;
+    let mut reports = args.reports.as_ref().map(writer).transpose()?;
+    let sock = match args.collector {
+        Some(c) => {
+            let bind: SocketAddr = if c.is_ipv4() {
+                "0.0.0.0:0".parse()?
+            } else {
+                "[::]:0".parse()?
+            };
+            let s = UdpSocket::bind(bind)?;
+            s.connect(c).with_context(|| format!("cannot reach {c}"))?;
+            Some(s)
+        }
+        None => None,
+    };
+    let (mut forwarded, mut discarded, mut sent) = (0u64, 0u64, 0u64);
+    while let Some(frame) = input.next_frame() {
+        let frame = frame?;
+        if frame.link_type != LINKTYPE_ETHERNET {
+            bail!(
+                "{}: frame {}: link type {} is not supported (Ethernet only)",
+                args.input.display(),
+                frame.number,
+                frame.link_type
+            );
+        }
+        let ts = Duration::from_nanos(u64::try_from(frame.time_ns).unwrap_or(u64::MAX));
+        let tel = StaticTelemetry {
+            model: node.config().telemetry.clone(),
+            time_ns: ts.as_nanos() as u64,
+        };
+        let mut data = frame.data;
+        let outcome = node.process(&mut data, &tel);
+        if outcome.forward {
+            out.write_packet(&PcapPacket::new(ts, data.len() as u32, &data))?;
+            forwarded += 1;
+        } else {
+            discarded += 1;
+        }
+        for r in &outcome.reports {
+            if let Some(w) = reports.as_mut() {
+                let f = report_frame(args.report_source, args.report_destination, r);
+                w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))?;
+            }
+            if let Some(s) = &sock {
+                s.send(r).context("sending a report")?;
+            }
+            sent += 1;
+        }
+    }
+    let st = node.stats;
+    Ok(serde_json::json!({
+        "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "reports": sent,
+        "inserted": st.inserted, "inserted_m": st.inserted_m, "too_big": st.too_big, "added": st.added,
+        "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "malformed": st.malformed,
+    })
+    .to_string())
+}

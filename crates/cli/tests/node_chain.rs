@@ -1,0 +1,210 @@
+//! Three `intscope node` processes in a chain (examples/node-{source,transit,sink}.toml), then
+//! the sink's reports replayed into `intscope collect`: the whole data path from a host's packet
+//! to a flow's path in the collector's API.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use etherparse::PacketBuilder;
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_intscope"))
+}
+
+fn repo(p: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(p)
+        .display()
+        .to_string()
+}
+
+fn host_capture(path: &PathBuf) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    for i in 0..20u16 {
+        let b = PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2]).ipv4(
+            [10, 0, 1, 1],
+            [10, 0, 3, (i % 4) as u8 + 1],
+            64,
+        );
+        let mut f = Vec::new();
+        if i % 2 == 0 {
+            b.udp(40000 + i, 5001).write(&mut f, b"over udp").unwrap();
+        } else {
+            b.tcp(40000 + i, 443, 1, 1024)
+                .ack(1)
+                .write(&mut f, b"over tcp")
+                .unwrap();
+        }
+        frames.push(f);
+    }
+    // One frame nobody watches (other destination network).
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2([0; 6], [1; 6])
+        .ipv4([10, 0, 1, 1], [192, 0, 2, 9], 64)
+        .udp(1, 2)
+        .write(&mut f, b"x")
+        .unwrap();
+    frames.push(f);
+    let mut w = PcapWriter::with_header(
+        std::fs::File::create(path).unwrap(),
+        PcapHeader {
+            datalink: pcap_file::DataLink::ETHERNET,
+            ..PcapHeader::default()
+        },
+    )
+    .unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        w.write_packet(&PcapPacket::new(
+            std::time::Duration::from_millis(1_700_000_000_000 + i as u64),
+            f.len() as u32,
+            f,
+        ))
+        .unwrap();
+    }
+    frames
+}
+
+fn read(path: &PathBuf) -> Vec<Vec<u8>> {
+    let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let mut out = Vec::new();
+    while let Some(p) = r.next_packet() {
+        out.push(p.unwrap().data.into_owned());
+    }
+    out
+}
+
+fn node(
+    config: &str,
+    input: &PathBuf,
+    output: &PathBuf,
+    reports: Option<&PathBuf>,
+) -> serde_json::Value {
+    let mut c = bin();
+    c.args(["node", "--config", &repo(config), "--in"])
+        .arg(input)
+        .arg("--out")
+        .arg(output);
+    if let Some(r) = reports {
+        c.arg("--reports").arg(r);
+    }
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn host_to_host_through_three_nodes_then_the_collector() {
+    let dir = std::env::temp_dir().join(format!("intscope-chain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = |n: &str| dir.join(n);
+    let sent = host_capture(&p("host1.pcap"));
+    let s1 = node(
+        "examples/node-source.toml",
+        &p("host1.pcap"),
+        &p("s1.pcap"),
+        None,
+    );
+    assert_eq!(
+        (s1["inserted"].as_u64(), s1["untouched"].as_u64()),
+        (Some(20), Some(1))
+    );
+    let s2 = node(
+        "examples/node-transit.toml",
+        &p("s1.pcap"),
+        &p("s2.pcap"),
+        None,
+    );
+    assert_eq!(s2["added"], 20);
+    let s3 = node(
+        "examples/node-sink.toml",
+        &p("s2.pcap"),
+        &p("host2.pcap"),
+        Some(&p("reports.pcap")),
+    );
+    assert_eq!(
+        (s3["sunk"].as_u64(), s3["reports"].as_u64()),
+        (Some(20), Some(20))
+    );
+    assert_eq!(
+        read(&p("host2.pcap")),
+        sent,
+        "Host2 receives exactly what Host1 sent"
+    );
+
+    // The reports decode with dump: v2.0 from node 3, two hops embedded.
+    let out = bin()
+        .args(["dump", "--format", "json", "--int-udp-port", "17768"])
+        .arg(p("reports.pcap"))
+        .output()
+        .unwrap();
+    let first: serde_json::Value = serde_json::from_str(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(first["report"]["node_id"], 3);
+    assert_eq!(
+        first["report"]["reports"][0]["inner"]["int"]["hops"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(
+        first.get("warnings").is_none(),
+        "report frames are well-formed: {first}"
+    );
+
+    // The collector sees 20 flows whose path is 1 -> 2 -> 3.
+    let mut c = bin()
+        .args([
+            "collect",
+            "--no-store",
+            "--http",
+            "127.0.0.1:0",
+            "--int-udp-port",
+            "17768",
+            "--replay",
+        ])
+        .arg(p("reports.pcap"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(c.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let http = serde_json::from_str::<serde_json::Value>(&line).unwrap()["http"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let flows = Command::new("curl")
+        .args(["-sf", &format!("http://{http}/api/flows?limit=100")])
+        .output()
+        .unwrap();
+    let flows: serde_json::Value = serde_json::from_slice(&flows.stdout).unwrap();
+    let _ = c.kill();
+    let _ = c.wait();
+    assert_eq!(flows["total"], 20);
+    for f in flows["flows"].as_array().unwrap() {
+        assert_eq!(f["path"], serde_json::json!([1, 2, 3]), "{f}");
+        assert_eq!(f["reports"], 1);
+        assert!(
+            f["e2e_latency_p50"].is_null(),
+            "the example requests no hop latency"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
