@@ -14,6 +14,18 @@ pub enum Role {
     Sink,
 }
 
+/// INT mode (INT v2.1 §"INT Application Modes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// INT-MD: metadata travels in the packet; the sink reports the stack.
+    Md,
+    /// INT-MX: instructions travel in the packet; every node reports its own metadata.
+    Mx,
+    /// INT-XD: no INT in the packet; every node reports watched flows itself (postcards).
+    Xd,
+}
+
 /// Where a source puts INT (INT v2.1 §"INT over TCP/UDP").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -92,6 +104,8 @@ pub struct NodeConfig {
     pub node_id: u32,
     /// Role.
     pub role: Role,
+    /// INT mode.
+    pub mode: Mode,
     /// Egress link MTU: the largest IP packet the node may send.
     pub mtu: usize,
     /// DSCP value marking INT (`dscp` encapsulation and detection).
@@ -123,6 +137,7 @@ impl Default for NodeConfig {
         NodeConfig {
             node_id: 1,
             role: Role::Transit,
+            mode: Mode::Md,
             mtu: 1500,
             int_dscp: 0x17,
             int_udp_port: 17768,

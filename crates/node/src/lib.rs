@@ -10,6 +10,6 @@ pub mod frame;
 pub mod node;
 pub mod telemetry;
 
-pub use config::{NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry};
+pub use config::{Mode, NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry};
 pub use node::{Node, NodeStats, Outcome};
 pub use telemetry::{StaticTelemetry, Telemetry};

@@ -7,10 +7,11 @@ use intscope_wire::int::{AnyShim, IntHeader};
 use intscope_wire::locate::{DetectConfig, DscpMatch, FlowKey, Packet, Start};
 use intscope_wire::md::{MD_HEADER_LEN, MdHeaderRepr};
 use intscope_wire::metadata::{BIT15, Format, NODE_ID};
+use intscope_wire::mx::MxHeaderRepr;
 use intscope_wire::report::{GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr};
 use intscope_wire::shim::{SHIM_LEN, Shim, TcpUdpShimRepr};
 
-use crate::config::{NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry};
+use crate::config::{Mode, NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry};
 use crate::frame::{self, Layout};
 use crate::telemetry::Telemetry;
 
@@ -50,6 +51,10 @@ pub struct NodeStats {
     pub malformed: u64,
     /// Reports produced.
     pub reports: u64,
+    /// INT-XD: postcards sent for watched flows.
+    pub postcards: u64,
+    /// INT-MX: reports of this node's metadata as instructed.
+    pub mx_reports: u64,
 }
 
 /// A software INT node.
@@ -119,20 +124,53 @@ impl Node {
                 return out;
             }
         };
-        match (self.cfg.role, located) {
-            (Role::Source, Err(Some((layout, flow))))
+        match (self.cfg.mode, self.cfg.role, located) {
+            (Mode::Xd, _, Err(Some((layout, flow))))
                 if !self.is_report(&layout, frame) && watched(&self.cfg.watchlist, &flow) =>
             {
-                self.source(frame, layout, flow, tel);
+                // INT-XD: a postcard with this node's metadata; the packet is untouched.
+                out.reports
+                    .push(self.report(frame, self.cfg.instructions, tel, true));
+                self.stats.postcards += 1;
             }
-            (Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), len)))) => {
+            (mode @ (Mode::Md | Mode::Mx), Role::Source, Err(Some((layout, flow))))
+                if !self.is_report(&layout, frame) && watched(&self.cfg.watchlist, &flow) =>
+            {
+                self.source(frame, layout, flow, tel, mode);
+                if mode == Mode::Mx {
+                    // INT-MX: the source reports its own metadata too.
+                    out.reports
+                        .push(self.report(frame, self.cfg.instructions, tel, true));
+                    self.stats.mx_reports += 1;
+                }
+            }
+            (_, Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), len)))) => {
                 self.transit(frame, off, shim, h, len, tel)
             }
-            (Role::Sink, Ok(Some((off, shim, IntHeader::Md(h), len)))) => {
-                if let Some(r) = self.sink(frame, off, shim, h, len, tel) {
-                    out.reports.push(r);
-                    self.stats.reports += 1;
+            (_, Role::Transit, Ok(Some((_, _, IntHeader::Mx(h), _)))) => {
+                out.reports
+                    .push(self.report(frame, h.instructions, tel, true));
+                self.stats.mx_reports += 1;
+            }
+            (_, Role::Sink, Ok(Some((off, shim, IntHeader::Md(h), len)))) => {
+                if self.cfg.sink_metadata == SinkMetadata::Stack {
+                    // Option 1: push our metadata like a transit hop, then report the stack.
+                    self.transit(frame, off, shim, h, len, tel);
                 }
+                let own = self.cfg.sink_metadata == SinkMetadata::Report;
+                out.reports
+                    .push(self.report(frame, h.instructions, tel, own));
+                self.strip(frame);
+                if h.d {
+                    self.stats.discarded += 1;
+                    out.forward = false;
+                }
+            }
+            (_, Role::Sink, Ok(Some((_, _, IntHeader::Mx(h), _)))) => {
+                out.reports
+                    .push(self.report(frame, h.instructions, tel, true));
+                self.stats.mx_reports += 1;
+                self.strip(frame);
                 if h.d {
                     self.stats.discarded += 1;
                     out.forward = false;
@@ -140,6 +178,7 @@ impl Node {
             }
             _ => self.stats.untouched += 1,
         }
+        self.stats.reports += out.reports.len() as u64;
         out
     }
 
@@ -161,7 +200,14 @@ impl Node {
 
     /// INT v2.1 §"INT Source Node" and §"MTU Settings": no INT when the fixed headers do not fit;
     /// M bit when this node's own metadata does not.
-    fn source(&mut self, frame: &mut Vec<u8>, l: Layout, flow: FlowKey, tel: &dyn Telemetry) {
+    fn source(
+        &mut self,
+        frame: &mut Vec<u8>,
+        l: Layout,
+        flow: FlowKey,
+        tel: &dyn Telemetry,
+        mode: Mode,
+    ) {
         let instructions = self.cfg.instructions;
         let hop_ml = (Format::IntV2.baseline_len(instructions) / 4) as u8;
         let encap = match (self.cfg.encap, l.proto) {
@@ -175,9 +221,13 @@ impl Node {
             self.stats.too_big += 1;
             return;
         }
-        let mut own = vec![0u8; usize::from(hop_ml) * 4];
-        tel.hop(self.cfg.node_id)
-            .encode(instructions, Format::IntV2, &mut own);
+        // INT-MX carries no metadata in the packet: the source reports it instead.
+        let mut own = Vec::new();
+        if mode == Mode::Md {
+            own.resize(usize::from(hop_ml) * 4, 0);
+            tel.hop(self.cfg.node_id)
+                .encode(instructions, Format::IntV2, &mut own);
+        }
         let fits = ip_len + fixed + own.len() <= self.cfg.mtu;
         let mut header = MdHeaderRepr {
             version: 2,
@@ -203,15 +253,25 @@ impl Node {
             SourceEncap::UdpNew => (2, u16::from(l.proto)),
         };
         let mut block = vec![0u8; SHIM_LEN + MD_HEADER_LEN];
+        let int_type = if mode == Mode::Mx { 3 } else { 1 };
         Shim::TcpUdp(TcpUdpShimRepr {
-            int_type: 1,
+            int_type,
             npt,
             reserved: 0,
             length: words,
             content,
         })
         .emit(&mut block[..4]);
-        header.emit(&mut block[4..16]);
+        if mode == Mode::Mx {
+            MxHeaderRepr {
+                version: 2,
+                instructions,
+                ..MxHeaderRepr::default()
+            }
+            .emit(&mut block[4..16]);
+        } else {
+            header.emit(&mut block[4..16]);
+        }
         block.extend_from_slice(&own);
         match encap {
             SourceEncap::Dscp | SourceEncap::UdpPort => {
@@ -348,27 +408,15 @@ impl Node {
         frame::adjust_ip_len(frame, &l, grow as isize);
     }
 
-    /// INT v2.1 §"INT Sink Node": report, then remove INT and restore the original packet.
-    fn sink(
-        &mut self,
-        frame: &mut Vec<u8>,
-        off: usize,
-        shim: AnyShim,
-        h: MdHeaderRepr,
-        len: usize,
-        tel: &dyn Telemetry,
-    ) -> Option<Vec<u8>> {
-        if self.cfg.sink_metadata == SinkMetadata::Stack {
-            // Option 1: push our metadata like a transit hop, then report the stack.
-            self.transit(frame, off, shim, h, len, tel);
-        }
-        let report = self.report(frame, h, tel);
+    /// INT v2.1 §"INT Sink Node": remove INT and restore the original packet (DSCP, UDP
+    /// destination port, or IP protocol with the new UDP header removed).
+    fn strip(&mut self, frame: &mut Vec<u8>) -> Option<()> {
         let p = Packet::parse(frame, Start::Ethernet, &self.detect).ok()?;
         let l = Layout::of(&p)?;
         let (off, block) = p.int?;
         let len = block.len;
         let AnyShim::V2(Shim::TcpUdp(s)) = block.shim else {
-            return Some(report);
+            return None;
         };
         match s.npt {
             2 => {
@@ -418,15 +466,22 @@ impl Node {
             }
         }
         self.stats.sunk += 1;
-        Some(report)
+        Some(())
     }
 
     /// A Telemetry Report v2.0 datagram about `frame` (as received, truncated), with this
     /// node's metadata in the report header unless it went on the stack.
-    fn report(&mut self, frame: &[u8], h: MdHeaderRepr, tel: &dyn Telemetry) -> Vec<u8> {
-        let (bits, md) = if self.cfg.sink_metadata == SinkMetadata::Report {
-            // Node ID moves to the group header; bit 15 is not a Checksum Complement here.
-            let bits = h.instructions & !NODE_ID & !BIT15;
+    fn report(
+        &mut self,
+        frame: &[u8],
+        instructions: u16,
+        tel: &dyn Telemetry,
+        own: bool,
+    ) -> Vec<u8> {
+        let (bits, md) = if own {
+            // Node ID moves to the group header; bit 15 is not a Checksum Complement here
+            // (INT v2.1 §"INT-MX Header Format": RepMdBits from the Instruction Bitmap).
+            let bits = instructions & !NODE_ID & !BIT15;
             let mut md = vec![0u8; Format::ReportV2.baseline_len(bits)];
             tel.hop(self.cfg.node_id)
                 .encode(bits, Format::ReportV2, &mut md);

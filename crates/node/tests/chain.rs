@@ -357,3 +357,97 @@ fn unwatched_and_report_traffic_is_untouched() {
     s1.process(&mut f, &tel(&s1));
     assert_eq!((f == host1, s1.stats.untouched), (true, 1));
 }
+
+fn with_mode(n: &Node, mode: intscope_node::Mode) -> Node {
+    Node::new(NodeConfig {
+        mode,
+        ..n.config().clone()
+    })
+}
+
+/// INT-MX: the source inserts the MX header, every node reports its own metadata as the
+/// instructions ask (Node ID in the group header), the sink strips the header.
+#[test]
+fn mx_every_node_reports() {
+    for encap in [SourceEncap::Dscp, SourceEncap::UdpPort, SourceEncap::UdpNew] {
+        for tcp in [true, false] {
+            let host1 = host1_packet(tcp, false, true);
+            let mx = intscope_node::Mode::Mx;
+            let (mut s1, mut s2, mut s3) = (
+                with_mode(&node(1, Role::Source, encap, 100), mx),
+                with_mode(&node(2, Role::Transit, encap, 200), mx),
+                with_mode(&node(3, Role::Sink, encap, 300), mx),
+            );
+            let mut f = host1.clone();
+            let mut reports = s1.process(&mut f, &tel(&s1)).reports;
+            let p = check(&f);
+            let (_, b) = p.int.unwrap();
+            assert!(
+                matches!(b.header, IntHeader::Mx(h) if h.instructions == 0x9000 && h.version == 2)
+            );
+            assert_eq!(b.len, 16, "shim + 12-byte MX header (Length=3)");
+            let before = f.clone();
+            reports.extend(s2.process(&mut f, &tel(&s2)).reports);
+            assert_eq!(f, before, "a transit hop does not change an INT-MX packet");
+            let out = s3.process(&mut f, &tel(&s3));
+            reports.extend(out.reports);
+            assert_eq!(
+                f, host1,
+                "{encap:?} tcp={tcp}: the sink restores the packet"
+            );
+            check(&f);
+            let got: Vec<(u32, Option<u32>)> = reports
+                .iter()
+                .map(|r| {
+                    let r = Report::parse(r).unwrap();
+                    let Report::V2 { group, .. } = r else {
+                        panic!()
+                    };
+                    let ir = r.individual_reports().next().unwrap().unwrap();
+                    assert_eq!(ir.main.unwrap().rep_md_bits, 0x1000);
+                    (
+                        group.node_id,
+                        ir.hop().unwrap().unwrap().queue().map(|q| q.1),
+                    )
+                })
+                .collect();
+            assert_eq!(got, vec![(1, Some(100)), (2, Some(200)), (3, Some(300))]);
+        }
+    }
+}
+
+/// INT-XD: each node sends a postcard for watched flows; the packet is never changed.
+#[test]
+fn xd_postcards_leave_the_packet_alone() {
+    let host1 = host1_packet(false, false, true);
+    let xd = intscope_node::Mode::Xd;
+    let mut f = host1.clone();
+    let mut cards = Vec::new();
+    for (id, role) in [(1, Role::Source), (2, Role::Transit), (3, Role::Sink)] {
+        let mut n = with_mode(&node(id, role, SourceEncap::UdpPort, id * 10), xd);
+        cards.extend(n.process(&mut f, &tel(&n)).reports);
+        assert_eq!(n.stats.postcards, 1);
+    }
+    assert_eq!(f, host1);
+    let nodes: Vec<u32> = cards
+        .iter()
+        .map(|r| match Report::parse(r).unwrap() {
+            Report::V2 { group, .. } => group.node_id,
+            _ => panic!(),
+        })
+        .collect();
+    assert_eq!(nodes, vec![1, 2, 3]);
+    // Unwatched traffic: no postcard.
+    let mut quiet = Node::new(NodeConfig {
+        mode: xd,
+        watchlist: vec![WatchEntry {
+            proto: Some(6),
+            ..WatchEntry::default()
+        }],
+        ..node(4, Role::Transit, SourceEncap::UdpPort, 1)
+            .config()
+            .clone()
+    });
+    let mut g = host1.clone();
+    assert!(quiet.process(&mut g, &tel(&quiet)).reports.is_empty());
+}
