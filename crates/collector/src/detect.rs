@@ -21,6 +21,8 @@ pub struct DetectConfig {
     pub event_interval_ns: u64,
     /// Compare IP TTL decrement with INT hop count to find hops without INT.
     pub non_int_hops: bool,
+    /// INT-XD / INT-MX: per-hop reports of a flow within this window form one path.
+    pub join_window_ns: u64,
 }
 
 impl Default for DetectConfig {
@@ -34,6 +36,7 @@ impl Default for DetectConfig {
             microburst_max_ns: 2_000_000,
             event_interval_ns: 1_000_000_000,
             non_int_hops: true,
+            join_window_ns: 100_000_000,
         }
     }
 }

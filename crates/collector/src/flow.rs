@@ -127,6 +127,8 @@ pub struct FlowState {
     pub series: VecDeque<Sample>,
     /// Changed since the last store flush.
     pub dirty: bool,
+    /// INT-XD / INT-MX per-hop reports waiting to be joined into a path: (order key, time, hop).
+    pub pending: Vec<(u64, u64, Hop)>,
 }
 
 /// Hops a latency sample keeps (the first ones of the path).
@@ -167,6 +169,7 @@ impl FlowState {
             e2e: Histogram::default(),
             series: VecDeque::new(),
             dirty: false,
+            pending: Vec::new(),
         }
     }
 
@@ -192,6 +195,32 @@ impl FlowState {
         }
         self.path_changes += 1;
         Some(old)
+    }
+
+    /// Adds a per-hop report (INT-XD postcard, INT-MX report) to the path being joined. Returns the
+    /// joined path when the previous packet's hops are complete: the window since the first
+    /// pending hop has passed, or this node already reported for it.
+    pub fn join_hop(&mut self, now: u64, hop: Hop, window_ns: u64) -> Option<Vec<Hop>> {
+        let done = self
+            .pending
+            .first()
+            .is_some_and(|(_, t, _)| now.saturating_sub(*t) > window_ns)
+            || self
+                .pending
+                .iter()
+                .any(|(_, _, h)| h.node_id == hop.node_id);
+        let joined = if done { Some(self.take_joined()) } else { None };
+        // Hops of one packet are ordered by their ingress timestamps when they carry them, else by
+        // arrival at the collector.
+        self.pending.push((hop.ingress_ts.unwrap_or(now), now, hop));
+        joined
+    }
+
+    /// The pending hops as a path, in hop order.
+    pub fn take_joined(&mut self) -> Vec<Hop> {
+        let mut p = std::mem::take(&mut self.pending);
+        p.sort_by_key(|(k, t, _)| (*k, *t));
+        p.into_iter().map(|(_, _, h)| h).collect()
     }
 
     /// Records latencies of a report's path.

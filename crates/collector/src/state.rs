@@ -282,14 +282,20 @@ impl State {
             flow.drops += 1;
             flow.last_drop_reason = r.drop_reason.or(flow.last_drop_reason);
         }
-        // Only complete paths (INT-MD stacks, v0.5/v1.0 stacks) say which way the flow went;
-        // per-hop reports (INT-XD/MX) from different nodes would look like constant changes.
-        let full_path = r.int_hops > 0 && !r.intermediate;
+        // Complete paths (INT-MD stacks, v0.5/v1.0 stacks) say which way the flow went at once;
+        // per-hop reports (INT-XD postcards, INT-MX) from different nodes are joined first.
         let mut change = None;
-        if full_path {
+        if r.int_hops > 0 && !r.intermediate {
             change = flow.observe_path(now, r.hops());
+            flow.observe_latency(now, r.hops());
+        } else if let [hop] = r.hops() {
+            if let Some(path) = flow.join_hop(now, *hop, self.cfg.join_window_ns) {
+                change = flow.observe_path(now, &path);
+                flow.observe_latency(now, &path);
+            }
+        } else {
+            flow.observe_latency(now, r.hops());
         }
-        flow.observe_latency(now, r.hops());
         if let Some(old) = change {
             let new = flow.path.clone();
             let diverge = old

@@ -240,3 +240,55 @@ fn events_are_rate_limited_per_place_and_flow() {
         "every drop is still counted"
     );
 }
+
+/// INT-XD postcards (one report per node, no stack) from different nodes are joined into one
+/// path per flow; a different spine on a later packet is a path change.
+#[test]
+fn per_hop_reports_join_into_paths() {
+    let mut s = state();
+    let postcard = |node: u32, port: u16, t: u64, s: &mut State| {
+        let mut r = Rep::new(9, &[], H(node, port, 1000, 10));
+        r.seq = (t / MS) as u32;
+        feed(s, &r.datagram(), t);
+    };
+    // Packet 1: leaf 1, spine 101, leaf 2, in arrival order.
+    postcard(1, 3, 0, &mut s);
+    postcard(101, 2, MS / 10, &mut s);
+    postcard(2, 5, 2 * MS / 10, &mut s);
+    // Packet 2 starts (leaf 1 reports again): packet 1's path is complete.
+    postcard(1, 3, 10 * MS, &mut s);
+    let f = s.flows.values().next().unwrap();
+    assert_eq!(
+        f.path.iter().map(|h| h.node_id).collect::<Vec<_>>(),
+        vec![1, 101, 2]
+    );
+    assert_eq!(
+        f.e2e.quantile(0.5).map(|v| v > 2000 && v < 4000),
+        Some(true),
+        "e2e = three 1000 ns hops"
+    );
+    postcard(102, 2, 10 * MS + MS / 10, &mut s);
+    postcard(2, 5, 10 * MS + 2 * MS / 10, &mut s);
+    assert!(events(&s, EventKind::PathChange).is_empty());
+    // Packet 3 closes packet 2's path: 1, 102, 2 — a change after leaf 1.
+    postcard(1, 3, 20 * MS, &mut s);
+    let ev = events(&s, EventKind::PathChange);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].evidence["new_path"][1]["node_id"], 102);
+    // A quiet window also closes a path.
+    let mut t = state();
+    postcard(1, 3, 0, &mut t);
+    postcard(101, 2, MS, &mut t);
+    postcard(2, 5, 500 * MS, &mut t);
+    assert_eq!(
+        t.flows
+            .values()
+            .next()
+            .unwrap()
+            .path
+            .iter()
+            .map(|h| h.node_id)
+            .collect::<Vec<_>>(),
+        vec![1, 101]
+    );
+}
