@@ -191,6 +191,7 @@ impl Collector {
                 mask: 0x3f,
             }),
             heuristic: true,
+            truncated: true,
             ..DetectConfig::default()
         };
         Ok(Arc::new(Collector {

@@ -106,6 +106,11 @@ impl Node {
         &self.cfg
     }
 
+    /// Changes the egress MTU (a link reconfigured under a running node).
+    pub fn set_mtu(&mut self, mtu: usize) {
+        self.cfg.mtu = mtu;
+    }
+
     /// Processes one Ethernet frame in place.
     pub fn process(&mut self, frame: &mut Vec<u8>, tel: &dyn Telemetry) -> Outcome {
         self.stats.frames += 1;
@@ -469,6 +474,19 @@ impl Node {
         Some(())
     }
 
+    /// A drop report (Report v2.0 with D set; RepMdBits bit 15 carries the queue and the drop
+    /// reason, SD-Fabric's codes) about a packet this node dropped.
+    pub fn drop_report(&mut self, frame: &[u8], reason: u8, tel: &dyn Telemetry) -> Vec<u8> {
+        let bits = (self.cfg.instructions & !NODE_ID) | BIT15;
+        let mut hop = tel.hop(self.cfg.node_id);
+        hop.drop_reason = Some(reason);
+        hop.present |= BIT15;
+        let mut md = vec![0u8; Format::ReportV2.baseline_len(bits)];
+        hop.encode(bits, Format::ReportV2, &mut md);
+        self.stats.reports += 1;
+        self.build_report(frame, bits, &md, true)
+    }
+
     /// A Telemetry Report v2.0 datagram about `frame` (as received, truncated), with this
     /// node's metadata in the report header unless it went on the stack.
     fn report(
@@ -489,6 +507,10 @@ impl Node {
         } else {
             (0, Vec::new())
         };
+        self.build_report(frame, bits, &md, false)
+    }
+
+    fn build_report(&mut self, frame: &[u8], bits: u16, md: &[u8], dropped: bool) -> Vec<u8> {
         let mut inner = frame[..frame.len().min(self.cfg.report_truncate)].to_vec();
         inner.resize(inner.len().div_ceil(4) * 4, 0);
         let words = (8 + md.len() + inner.len()) / 4;
@@ -506,7 +528,7 @@ impl Node {
             in_type: 3,
             report_length: if words > 254 { 0xff } else { words as u8 },
             md_length: (md.len() / 4) as u8,
-            d: false,
+            d: dropped,
             q: false,
             f: true,
             i: false,
@@ -518,7 +540,7 @@ impl Node {
             ..IntMainRepr::default()
         }
         .emit(&mut out[12..20]);
-        out.extend_from_slice(&md);
+        out.extend_from_slice(md);
         out.extend_from_slice(&inner);
         out
     }

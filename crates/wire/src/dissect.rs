@@ -114,6 +114,7 @@ fn packet_value(
         let payload = &bytes[(l4.offset + 8).min(bytes.len())..];
         let mut inner_cfg = cfg.clone();
         inner_cfg.heuristic = true;
+        inner_cfg.truncated = true;
         inner_cfg.verify_checksums = false;
         let r =
             report_value(payload, &inner_cfg, registry).map_err(|e| e.shifted(l4.offset + 8))?;

@@ -102,6 +102,9 @@ pub enum LengthSemantics {
     Spec,
     /// INT v1.0 style: Length includes the shim (tolerated for v2 headers, with a warning).
     CountsShim,
+    /// The spec's, in a report's truncated packet: the bytes may end inside the stack; the
+    /// header and the whole hops present are decoded (with a warning).
+    Truncated,
 }
 
 impl<'a> IntBlock<'a> {
@@ -129,7 +132,7 @@ impl<'a> IntBlock<'a> {
         };
         let mut warnings = Warnings::default();
         let words = match semantics {
-            LengthSemantics::Spec => shim.length_words(),
+            LengthSemantics::Spec | LengthSemantics::Truncated => shim.length_words(),
             LengthSemantics::CountsShim => {
                 warnings.add(Warning::ShimLengthCountsShim);
                 shim.length_words().checked_sub(1).ok_or(Error::bad_value(
@@ -142,8 +145,13 @@ impl<'a> IntBlock<'a> {
             }
         };
         let after = &bytes[SHIM_LEN..];
-        check_shim_length(words, after.len())?;
-        let data = &after[..words * 4];
+        let data = if semantics == LengthSemantics::Truncated && words * 4 > after.len() {
+            warnings.add(Warning::TruncatedInt);
+            &after[..after.len() / 4 * 4]
+        } else {
+            check_shim_length(words, after.len())?;
+            &after[..words * 4]
+        };
         let (header, body) = match shim.int_type() {
             IntType::Md => {
                 let r = MdHeaderRepr::from_bytes(

@@ -64,6 +64,9 @@ pub struct DetectConfig {
     pub heuristic: bool,
     /// Verify IPv4 and L4 checksums (costs a pass over the packet; off on hot paths).
     pub verify_checksums: bool,
+    /// The packet is a report's truncated copy: an INT stack may be cut off (decoded as far as
+    /// it goes, with a warning) instead of being an error.
+    pub truncated: bool,
 }
 
 impl Default for DetectConfig {
@@ -81,6 +84,7 @@ impl Default for DetectConfig {
             report_ports: vec![crate::report::DEFAULT_REPORT_PORT],
             heuristic: false,
             verify_checksums: false,
+            truncated: false,
         }
     }
 }
@@ -513,7 +517,18 @@ fn l4_int<'a>(
     offset: usize,
     depth: u8,
 ) -> Result<()> {
-    let mut block = IntBlock::parse(data, encap).map_err(|e| e.shifted(offset))?;
+    let mut block = match IntBlock::parse(data, encap) {
+        Ok(b) => b,
+        Err(e)
+            if cfg.truncated
+                && e.layer == Layer::IntShim
+                && matches!(e.kind, crate::error::ErrorKind::BadLength { .. }) =>
+        {
+            IntBlock::parse_with(data, encap, LengthSemantics::Truncated)
+                .map_err(|e| e.shifted(offset))?
+        }
+        Err(e) => return Err(e.shifted(offset)),
+    };
     if let AnyShim::V2(Shim::TcpUdp(s)) = block.shim
         && s.npt == 2
         && encap == Encap::Udp

@@ -38,10 +38,12 @@ pub enum Warning {
     ReservedSet,
     /// The IP protocol says TCP but a UDP header follows (inner packet of a report).
     L4ProtocolMismatch,
+    /// A report's truncated packet ends inside the INT stack: the hops present were decoded.
+    TruncatedInt,
 }
 
 impl Warning {
-    const ALL: [Warning; 16] = [
+    const ALL: [Warning; 17] = [
         Warning::ShimLengthCountsShim,
         Warning::LegacyShimLength,
         Warning::StackLeftover,
@@ -58,6 +60,7 @@ impl Warning {
         Warning::V1HeaderVersion0,
         Warning::ReservedSet,
         Warning::L4ProtocolMismatch,
+        Warning::TruncatedInt,
     ];
 
     /// A one-line explanation.
@@ -97,6 +100,9 @@ impl Warning {
             Warning::L4ProtocolMismatch => {
                 "IP protocol says TCP but a UDP header follows; read as UDP"
             }
+            Warning::TruncatedInt => {
+                "the report's truncated packet ends inside the INT stack; the hops present were decoded"
+            }
         }
     }
 
@@ -119,6 +125,7 @@ impl Warning {
             Warning::V1HeaderVersion0 => "v1-header-version-0",
             Warning::ReservedSet => "reserved-set",
             Warning::L4ProtocolMismatch => "l4-protocol-mismatch",
+            Warning::TruncatedInt => "truncated-int",
         }
     }
 }

@@ -303,3 +303,38 @@ fn unknown_report_version_is_an_error() {
         "{e}"
     );
 }
+
+#[test]
+fn a_report_truncating_the_stack_still_yields_header_and_whole_hops() {
+    let hops = [node_q(3, 3), node_q(2, 2), node_q(1, 1)];
+    let int = md_block(tcp_shim(1, 80), md(), &hops, &[]);
+    let frame = eth_ipv4(17, 0, &udp_no_checksum(1, 17768, &int));
+    // Cut inside the third hop, as a switch truncating its reports would.
+    let cut = &frame[..frame.len() - 4];
+    let strict = DetectConfig {
+        int_udp_ports: vec![17768],
+        ..DetectConfig::default()
+    };
+    assert_eq!(
+        Packet::parse(cut, Start::Ethernet, &strict)
+            .unwrap_err()
+            .layer,
+        Layer::IntShim
+    );
+    let lenient = DetectConfig {
+        truncated: true,
+        ..strict
+    };
+    let p = Packet::parse(cut, Start::Ethernet, &lenient).unwrap();
+    let (_, b) = p.int.unwrap();
+    assert!(b.warnings.has(intscope_wire::Warning::TruncatedInt));
+    assert!(matches!(b.header, IntHeader::Md(h) if h.remaining_hop_count == 6));
+    let got: Vec<_> = b
+        .stack(None)
+        .0
+        .filter_map(Result::ok)
+        .map(|h| h.node_id())
+        .collect();
+    assert_eq!(got, vec![Some(3), Some(2)], "the two whole hops");
+    assert_eq!(p.flow.unwrap().dst_port, 80);
+}

@@ -1,0 +1,658 @@
+//! The simulation: packets walk the fabric in virtual time. At every switch: route (ECMP at the
+//! ingress leaf), decrement the TTL, queue at the egress port (finite buffer, tail drop, FIFO at
+//! line rate), then run the switch's INT role — the real `intscope-node` code — with telemetry
+//! taken from the queue model. Leaves are INT sources for traffic from their hosts, sinks for
+//! traffic to them, and transit hops otherwise; spines are transit hops.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::Ipv4Addr;
+
+use etherparse::PacketBuilder;
+use intscope_node::config::TelemetryModel;
+use intscope_node::frame::refresh_ipv4_checksum;
+use intscope_node::{Mode, Node, NodeConfig, Role, SourceEncap, Telemetry, WatchEntry};
+use intscope_wire::metadata::HopMetadata;
+
+use crate::topology::{Topology, host_ip, locate, spine_id};
+
+/// SD-Fabric drop reasons the simulator produces.
+pub mod reason {
+    /// IPv4 TTL zero.
+    pub const TTL_ZERO: u8 = 26;
+    /// Routing table miss.
+    pub const ROUTING_MISS: u8 = 29;
+    /// Traffic manager (tail drop).
+    pub const TRAFFIC_MANAGER: u8 = 71;
+}
+
+/// Queue occupancy is reported in 80-byte cells, as Tofino switches count it.
+pub const CELL_BYTES: u32 = 80;
+
+/// A fault, active between `from_ns` and `until_ns`.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Fault {
+    /// The link between a leaf and a spine is down: ECMP rehashes (path change).
+    LinkDown {
+        /// Leaf.
+        leaf: u32,
+        /// Spine (1-based).
+        spine: u32,
+    },
+    /// The ingress leaf has no route to a destination leaf's subnet: drops with reason 29.
+    RoutingMiss {
+        /// Leaf that drops.
+        leaf: u32,
+        /// Leaf whose hosts cannot be reached.
+        dst_leaf: u32,
+    },
+    /// Many hosts send a burst to one host at once (incast): a queue spike at its leaf.
+    Incast {
+        /// Receiving leaf.
+        leaf: u32,
+        /// Receiving host.
+        host: u32,
+        /// Packets each sender sends.
+        packets: u32,
+    },
+    /// A spine forwards without INT (it still decrements TTL).
+    NonIntSpine {
+        /// Spine (1-based).
+        spine: u32,
+    },
+    /// A spine's egress links have a small MTU: no room for INT metadata (M bit).
+    SmallMtu {
+        /// Spine (1-based).
+        spine: u32,
+        /// The MTU.
+        mtu: usize,
+    },
+    /// A routing loop: the spine sends `dst_leaf` traffic to `leaf`, which sends it back.
+    Loop {
+        /// Spine (1-based).
+        spine: u32,
+        /// Leaf that bounces it back.
+        leaf: u32,
+        /// Destination leaf whose traffic loops.
+        dst_leaf: u32,
+    },
+}
+
+/// A fault and when it is active.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+pub struct Scheduled {
+    /// Start, ns of virtual time.
+    pub from_ns: u64,
+    /// End.
+    pub until_ns: u64,
+    /// The fault.
+    #[serde(flatten)]
+    pub fault: Fault,
+}
+
+/// One flow of traffic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowSpec {
+    /// Source host.
+    pub src: Ipv4Addr,
+    /// Destination host.
+    pub dst: Ipv4Addr,
+    /// 6 (TCP-like) or 17 (UDP).
+    pub proto: u8,
+    /// Source port.
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+    /// Packets per second.
+    pub pps: f64,
+    /// Frame size in bytes (payload padded to it).
+    pub size: usize,
+    /// First packet, ns.
+    pub start_ns: u64,
+    /// No packet after this, ns.
+    pub end_ns: u64,
+}
+
+/// What the fabric runs.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Shape.
+    pub topology: Topology,
+    /// INT mode of every switch.
+    pub mode: Mode,
+    /// Where sources put INT.
+    pub encap: SourceEncap,
+    /// Instruction bitmap (node id, L1 interfaces, hop latency, queue by default).
+    pub instructions: u16,
+    /// INT UDP port.
+    pub int_udp_port: u16,
+    /// Remaining Hop Count at the source.
+    pub max_hops: u8,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            topology: Topology::default(),
+            mode: Mode::Md,
+            encap: SourceEncap::UdpPort,
+            instructions: 0xf000,
+            int_udp_port: 17768,
+            max_hops: 8,
+        }
+    }
+}
+
+/// A report datagram leaving a switch: when, from which switch address, the UDP payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Virtual time, ns.
+    pub time_ns: u64,
+    /// The reporting switch's address (192.168.0.<node id>).
+    pub source: Ipv4Addr,
+    /// The report datagram.
+    pub payload: Vec<u8>,
+}
+
+/// Counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SimStats {
+    /// Packets sent by hosts.
+    pub sent: u64,
+    /// Packets delivered to hosts.
+    pub delivered: u64,
+    /// Drops by reason code.
+    pub dropped: HashMap<u8, u64>,
+    /// Reports produced.
+    pub reports: u64,
+    /// Sum of delivery latencies, ns (for the mean).
+    pub latency_sum_ns: u64,
+}
+
+#[derive(Debug, Default)]
+struct PortQueue {
+    queued: VecDeque<(u64, u32)>,
+    bytes: u32,
+    free_at: u64,
+}
+
+struct SimTelemetry {
+    ingress: u32,
+    egress: u32,
+    occupancy_cells: u32,
+    latency_ns: u32,
+    at_ns: u64,
+}
+
+impl Telemetry for SimTelemetry {
+    fn hop(&self, node_id: u32) -> HopMetadata<'static> {
+        HopMetadata {
+            present: 0xffff,
+            node_id: Some(node_id),
+            l1_ingress_if: Some(self.ingress as u16),
+            l1_egress_if: Some(self.egress as u16),
+            hop_latency: Some(self.latency_ns),
+            queue_id: Some(0),
+            queue_occupancy: Some(self.occupancy_cells),
+            ingress_ts: Some(self.at_ns),
+            egress_ts: Some(self.at_ns + u64::from(self.latency_ns)),
+            l2_ingress_if: Some(self.ingress),
+            l2_egress_if: Some(self.egress),
+            ..HopMetadata::default()
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Leaf(u32),
+    Spine(u32),
+}
+
+struct LeafNodes {
+    source: Node,
+    transit: Node,
+    sink: Node,
+}
+
+/// The simulated fabric.
+pub struct Fabric {
+    cfg: SimConfig,
+    leaves: Vec<LeafNodes>,
+    spines: Vec<Node>,
+    queues: HashMap<(u32, u32), PortQueue>,
+    faults: Vec<Scheduled>,
+    flows: Vec<FlowSpec>,
+    next: BinaryHeap<Reverse<(u64, usize, u64)>>,
+    reports: Vec<Report>,
+    /// Counters.
+    pub stats: SimStats,
+    now: u64,
+}
+
+fn node(cfg: &SimConfig, id: u32, role: Role) -> Node {
+    Node::new(NodeConfig {
+        node_id: id,
+        role,
+        mode: cfg.mode,
+        mtu: cfg.topology.mtu,
+        int_udp_port: cfg.int_udp_port,
+        encap: cfg.encap,
+        instructions: cfg.instructions,
+        max_hops: cfg.max_hops,
+        watchlist: vec![WatchEntry::default()],
+        report_truncate: 128,
+        telemetry: TelemetryModel::default(),
+        ..NodeConfig::default()
+    })
+}
+
+fn flow_hash(f: &[u8]) -> u64 {
+    // FNV-1a over addresses, protocol and ports of the original packet.
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in f
+        .get(26..38)
+        .unwrap_or(&[])
+        .iter()
+        .chain(f.get(23..24).unwrap_or(&[]))
+    {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+impl Fabric {
+    /// A fabric with every switch running INT in `cfg.mode`.
+    pub fn new(cfg: SimConfig) -> Self {
+        let t = &cfg.topology;
+        let leaves = (1..=t.leaves)
+            .map(|l| LeafNodes {
+                source: node(&cfg, l, Role::Source),
+                transit: node(&cfg, l, Role::Transit),
+                sink: node(&cfg, l, Role::Sink),
+            })
+            .collect();
+        let spines = (1..=t.spines)
+            .map(|s| node(&cfg, spine_id(s), Role::Transit))
+            .collect();
+        Fabric {
+            cfg,
+            leaves,
+            spines,
+            queues: HashMap::new(),
+            faults: Vec::new(),
+            flows: Vec::new(),
+            next: BinaryHeap::new(),
+            reports: Vec::new(),
+            stats: SimStats::default(),
+            now: 0,
+        }
+    }
+
+    /// The topology.
+    pub fn topology(&self) -> &Topology {
+        &self.cfg.topology
+    }
+
+    /// Adds a flow.
+    pub fn add_flow(&mut self, f: FlowSpec) {
+        let i = self.flows.len();
+        self.next.push(Reverse((f.start_ns, i, 0)));
+        self.flows.push(f);
+    }
+
+    /// Schedules a fault. An incast adds its burst flows at `from_ns`.
+    pub fn schedule(&mut self, s: Scheduled) {
+        if let Fault::Incast {
+            leaf,
+            host,
+            packets,
+        } = s.fault
+        {
+            let t = self.cfg.topology.clone();
+            let dst = host_ip(leaf, host);
+            let senders: Vec<Ipv4Addr> = t
+                .hosts()
+                .into_iter()
+                .filter(|h| locate(*h).is_some_and(|(l, _)| l != leaf))
+                .collect();
+            for (k, src) in senders.into_iter().enumerate() {
+                // Each sender at its full 10G line rate: the receiving port gets many times that.
+                let pps = t.host_gbps * 1e9 / (1400.0 * 8.0);
+                let end = s.from_ns + (f64::from(packets) / pps * 1e9) as u64;
+                self.add_flow(FlowSpec {
+                    src,
+                    dst,
+                    proto: 17,
+                    sport: 30000 + k as u16,
+                    dport: 9000,
+                    pps,
+                    size: 1400,
+                    start_ns: s.from_ns + k as u64 * 7,
+                    end_ns: end,
+                });
+            }
+        }
+        self.faults.push(s);
+    }
+
+    fn active(&self, pred: impl Fn(&Fault) -> bool) -> Option<&Fault> {
+        self.faults
+            .iter()
+            .filter(|s| s.from_ns <= self.now && self.now < s.until_ns)
+            .map(|s| &s.fault)
+            .find(|f| pred(f))
+    }
+
+    /// Runs until `until_ns` of virtual time.
+    pub fn run(&mut self, until_ns: u64) {
+        while let Some(&Reverse((t, i, n))) = self.next.peek() {
+            if t >= until_ns {
+                break;
+            }
+            self.next.pop();
+            let f = self.flows[i].clone();
+            if t > f.end_ns {
+                continue;
+            }
+            self.now = t;
+            let frame = Self::packet(&f, n);
+            self.stats.sent += 1;
+            self.walk(t, frame);
+            // Deterministic jitter of ±25% keeps flows from marching in lockstep.
+            let gap = 1e9 / f.pps;
+            let jitter = ((i as u64)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(n.wrapping_mul(40_503))
+                % 500) as f64
+                / 1000.0
+                + 0.75;
+            self.next
+                .push(Reverse((t + (gap * jitter).max(1.0) as u64, i, n + 1)));
+        }
+        self.now = self.now.max(until_ns);
+    }
+
+    /// Reports produced since the last call, in time order.
+    pub fn take_reports(&mut self) -> Vec<Report> {
+        std::mem::take(&mut self.reports)
+    }
+
+    fn packet(f: &FlowSpec, n: u64) -> Vec<u8> {
+        let b = PacketBuilder::ethernet2([0x02, 0, 0, 0, 0, 1], [0x02, 0, 0, 0, 0, 2]).ipv4(
+            f.src.octets(),
+            f.dst.octets(),
+            64,
+        );
+        let header = if f.proto == 6 {
+            14 + 20 + 20
+        } else {
+            14 + 20 + 8
+        };
+        let mut payload = vec![0u8; f.size.saturating_sub(header).max(8)];
+        payload[..8].copy_from_slice(&n.to_be_bytes());
+        let mut out = Vec::with_capacity(f.size);
+        if f.proto == 6 {
+            let _ = b
+                .tcp(f.sport, f.dport, n as u32, 65535)
+                .ack(1)
+                .write(&mut out, &payload);
+        } else {
+            let _ = b.udp(f.sport, f.dport).write(&mut out, &payload);
+        }
+        out
+    }
+
+    fn report_source(id: u32) -> Ipv4Addr {
+        Ipv4Addr::new(192, 168, (id >> 8) as u8, id as u8)
+    }
+
+    fn emit(&mut self, t: u64, id: u32, payload: Vec<u8>) {
+        self.stats.reports += 1;
+        self.reports.push(Report {
+            time_ns: t,
+            source: Self::report_source(id),
+            payload,
+        });
+    }
+
+    fn drop(&mut self, t: u64, place: Place, frame: &[u8], reason: u8, tel: &SimTelemetry) {
+        *self.stats.dropped.entry(reason).or_default() += 1;
+        let (id, node) = match place {
+            Place::Leaf(l) => (l, &mut self.leaves[l as usize - 1].transit),
+            Place::Spine(s) => {
+                if self
+                    .active(|f| matches!(f, Fault::NonIntSpine { spine } if *spine == s))
+                    .is_some()
+                {
+                    return;
+                }
+                (spine_id(s), &mut self.spines[s as usize - 1])
+            }
+        };
+        let r = node.drop_report(frame, reason, tel);
+        self.emit(t, id, r);
+    }
+
+    /// Routes at `place`: the egress port, or a drop reason.
+    fn route(&self, place: Place, frame: &[u8], from_host: bool) -> Result<u32, u8> {
+        let t = &self.cfg.topology;
+        let dst = Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]);
+        let Some((dst_leaf, dst_host)) =
+            locate(dst).filter(|(l, h)| *l <= t.leaves && *h <= t.hosts_per_leaf)
+        else {
+            return Err(reason::ROUTING_MISS);
+        };
+        match place {
+            Place::Leaf(l) => {
+                if dst_leaf == l {
+                    return Ok(dst_host);
+                }
+                if from_host && self.active(|f| matches!(f, Fault::RoutingMiss { leaf, dst_leaf: d } if *leaf == l && *d == dst_leaf)).is_some() {
+                    return Err(reason::ROUTING_MISS);
+                }
+                let looping = |f: &Fault| matches!(f, Fault::Loop { leaf, dst_leaf: d, .. } if *leaf == l && *d == dst_leaf);
+                if !from_host && let Some(Fault::Loop { spine, .. }) = self.active(looping) {
+                    return Ok(t.uplink(*spine));
+                }
+                // Spines reachable from here that still reach the destination leaf (a failed link
+                // withdraws its routes, as BGP would).
+                let link_up = |leaf: u32, s: u32| {
+                    self.active(|f| matches!(f, Fault::LinkDown { leaf: fl, spine } if *fl == leaf && *spine == s)).is_none()
+                };
+                let up: Vec<u32> = (1..=t.spines)
+                    .filter(|&s| link_up(l, s) && link_up(dst_leaf, s))
+                    .collect();
+                if up.is_empty() {
+                    return Err(reason::ROUTING_MISS);
+                }
+                Ok(t.uplink(up[(flow_hash(frame) % up.len() as u64) as usize]))
+            }
+            Place::Spine(s) => {
+                if let Some(Fault::Loop { leaf, .. }) = self.active(|f| matches!(f, Fault::Loop { spine, dst_leaf: d, .. } if *spine == s && *d == dst_leaf)) {
+                    return Ok(*leaf);
+                }
+                if self.active(|f| matches!(f, Fault::LinkDown { leaf, spine } if *leaf == dst_leaf && *spine == s)).is_some() {
+                    return Err(reason::ROUTING_MISS);
+                }
+                Ok(dst_leaf)
+            }
+        }
+    }
+
+    fn port_gbps(&self, place: Place, port: u32) -> f64 {
+        match place {
+            Place::Leaf(_) if port <= self.cfg.topology.hosts_per_leaf => {
+                self.cfg.topology.host_gbps
+            }
+            _ => self.cfg.topology.fabric_gbps,
+        }
+    }
+
+    /// Enqueues `bytes` at (node, port) at time `t`: the departure time and the occupancy seen,
+    /// or `None` when the buffer is full (tail drop).
+    fn enqueue(&mut self, place: Place, port: u32, t: u64, bytes: u32) -> Option<(u64, u32)> {
+        let gbps = self.port_gbps(place, port);
+        let buffer = self.cfg.topology.buffer_bytes;
+        let id = match place {
+            Place::Leaf(l) => l,
+            Place::Spine(s) => spine_id(s),
+        };
+        let q = self.queues.entry((id, port)).or_default();
+        while let Some(&(depart, b)) = q.queued.front() {
+            if depart > t {
+                break;
+            }
+            q.queued.pop_front();
+            q.bytes -= b;
+        }
+        let occupancy = q.bytes;
+        if occupancy + bytes > buffer {
+            return None;
+        }
+        let tx = (f64::from(bytes) * 8.0 / gbps) as u64;
+        let depart = q.free_at.max(t) + tx;
+        q.free_at = depart;
+        q.queued.push_back((depart, bytes));
+        q.bytes += bytes;
+        Some((depart, occupancy))
+    }
+
+    fn walk(&mut self, t0: u64, mut frame: Vec<u8>) {
+        let topo = self.cfg.topology.clone();
+        let src = Ipv4Addr::new(frame[26], frame[27], frame[28], frame[29]);
+        let Some((src_leaf, src_host)) = locate(src) else {
+            return;
+        };
+        let mut place = Place::Leaf(src_leaf);
+        let mut in_port = src_host;
+        let mut from_host = true;
+        let mut t = t0;
+        for _ in 0..255 {
+            let mut tel = SimTelemetry {
+                ingress: in_port,
+                egress: 0,
+                occupancy_cells: 0,
+                latency_ns: 0,
+                at_ns: t,
+            };
+            let egress = match self.route(place, &frame, from_host) {
+                Ok(p) => p,
+                Err(r) => return self.drop(t, place, &frame, r, &tel),
+            };
+            tel.egress = egress;
+            if frame[22] <= 1 {
+                return self.drop(t, place, &frame, reason::TTL_ZERO, &tel);
+            }
+            let Some((depart, occupancy)) = self.enqueue(place, egress, t, frame.len() as u32)
+            else {
+                tel.occupancy_cells = topo.buffer_bytes.div_ceil(CELL_BYTES);
+                return self.drop(t, place, &frame, reason::TRAFFIC_MANAGER, &tel);
+            };
+            tel.occupancy_cells = occupancy.div_ceil(CELL_BYTES);
+            tel.latency_ns = (depart - t) as u32;
+            let to_host = matches!(place, Place::Leaf(_)) && egress <= topo.hosts_per_leaf;
+            let (id, outcome) = match place {
+                Place::Leaf(l) => {
+                    let nodes = &mut self.leaves[l as usize - 1];
+                    let n = if from_host {
+                        &mut nodes.source
+                    } else if to_host {
+                        &mut nodes.sink
+                    } else {
+                        &mut nodes.transit
+                    };
+                    (l, Some(n.process(&mut frame, &tel)))
+                }
+                Place::Spine(s) => {
+                    let non_int = self
+                        .active(|f| matches!(f, Fault::NonIntSpine { spine } if *spine == s))
+                        .is_some();
+                    let mtu = self
+                        .active(|f| matches!(f, Fault::SmallMtu { spine, .. } if *spine == s))
+                        .map(|f| match f {
+                            Fault::SmallMtu { mtu, .. } => *mtu,
+                            _ => topo.mtu,
+                        });
+                    let n = &mut self.spines[s as usize - 1];
+                    n.set_mtu(mtu.unwrap_or(topo.mtu));
+                    (spine_id(s), (!non_int).then(|| n.process(&mut frame, &tel)))
+                }
+            };
+            if let Some(out) = outcome {
+                for r in out.reports {
+                    self.emit(depart, id, r);
+                }
+                if !out.forward {
+                    return;
+                }
+            }
+            // The TTL is rewritten on egress, after INT processing saw the packet as received.
+            let ip = 14;
+            frame[ip + 8] -= 1;
+            refresh_ipv4_checksum(&mut frame, ip);
+            t = depart + topo.link_delay_ns;
+            if to_host {
+                self.stats.delivered += 1;
+                self.stats.latency_sum_ns += t - t0;
+                return;
+            }
+            (place, in_port) = match place {
+                Place::Leaf(l) => (Place::Spine(topo.spine_of_port(egress).unwrap_or(1)), l),
+                Place::Spine(s) => (Place::Leaf(egress), topo.uplink(s)),
+            };
+            from_host = false;
+        }
+    }
+}
+
+/// A default traffic mix: `n` flows between random hosts of different leaves, one in ten an
+/// elephant (2 Gb/s of 1400-byte packets), the rest mice (1000 small packets/s), TCP and UDP.
+pub fn default_mix(t: &Topology, n: usize, seed: u64, end_ns: u64) -> Vec<FlowSpec> {
+    let hosts = t.hosts();
+    let mut x = seed | 1;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let (a, b) = (
+            hosts[(rnd() % hosts.len() as u64) as usize],
+            hosts[(rnd() % hosts.len() as u64) as usize],
+        );
+        if locate(a).map(|l| l.0) == locate(b).map(|l| l.0) {
+            continue;
+        }
+        let elephant = out.len() % 10 == 0;
+        let proto = if rnd() % 2 == 0 { 6 } else { 17 };
+        out.push(FlowSpec {
+            src: a,
+            dst: b,
+            proto,
+            sport: 10_000 + out.len() as u16,
+            dport: if proto == 6 {
+                443
+            } else {
+                5000 + (rnd() % 1000) as u16
+            },
+            pps: if elephant {
+                2e9 / (1400.0 * 8.0)
+            } else {
+                1000.0
+            },
+            size: if elephant {
+                1400
+            } else {
+                200 + (rnd() % 400) as usize
+            },
+            start_ns: rnd() % 1_000_000,
+            end_ns,
+        });
+    }
+    out
+}

@@ -1,0 +1,11 @@
+//! # intscope-sim
+//!
+//! A simulated leaf-spine fabric whose switches run the real `intscope-node` code, with queues,
+//! ECMP, traffic and faults, producing real INT traffic and telemetry reports in virtual time.
+//! Deterministic: the same configuration and seed give the same reports.
+
+pub mod fabric;
+pub mod topology;
+
+pub use fabric::{Fabric, Fault, FlowSpec, Report, Scheduled, SimConfig, SimStats, default_mix};
+pub use topology::Topology;

@@ -1,0 +1,258 @@
+//! One scenario per fault: the simulated fabric (real node code at every switch) reports to the
+//! collector, which must raise the matching event at the right place — and a clean run must not.
+
+use std::sync::Arc;
+
+use intscope_collector::event::{Event, EventKind};
+use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::record::Record;
+use intscope_node::Mode;
+use intscope_sim::{Fabric, Fault, Scheduled, SimConfig, default_mix};
+
+const MS: u64 = 1_000_000;
+
+fn run(mode: Mode, faults: Vec<Scheduled>, until_ms: u64) -> (Fabric, Arc<Collector>) {
+    let cfg = SimConfig {
+        mode,
+        ..SimConfig::default()
+    };
+    let mut fabric = Fabric::new(cfg);
+    for f in default_mix(fabric.topology(), 48, 7, until_ms * MS) {
+        fabric.add_flow(f);
+    }
+    for f in faults {
+        fabric.schedule(f);
+    }
+    let collector = Collector::open(CollectorConfig {
+        data: None,
+        int_udp_ports: vec![17768],
+        ..CollectorConfig::default()
+    })
+    .unwrap();
+    let mut rec = Record::default();
+    let mut t = 0;
+    while t < until_ms * MS {
+        t += 5 * MS;
+        fabric.run(t);
+        for r in fabric.take_reports() {
+            collector.ingest(&r.payload, r.source.into(), r.time_ns, &mut rec);
+        }
+    }
+    let s = &collector.stats;
+    assert_eq!(
+        s.malformed.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "every simulated report decodes"
+    );
+    (fabric, collector)
+}
+
+fn events(c: &Collector, kind: EventKind) -> Vec<Event> {
+    c.state
+        .lock()
+        .unwrap()
+        .events
+        .iter()
+        .filter(|e| e.kind == kind)
+        .cloned()
+        .collect()
+}
+
+fn at(from_ms: u64, fault: Fault) -> Scheduled {
+    Scheduled {
+        from_ns: from_ms * MS,
+        until_ns: u64::MAX,
+        fault,
+    }
+}
+
+#[test]
+fn a_clean_fabric_raises_no_fault_events() {
+    let (fabric, c) = run(Mode::Md, vec![], 100);
+    assert!(fabric.stats.delivered > 10_000, "{:?}", fabric.stats);
+    for k in [
+        EventKind::PathChange,
+        EventKind::Drop,
+        EventKind::HopLimit,
+        EventKind::MtuExceeded,
+        EventKind::NonIntHops,
+        EventKind::LostReports,
+    ] {
+        assert!(
+            events(&c, k).is_empty(),
+            "{k:?}: {:?}",
+            events(&c, k).first()
+        );
+    }
+    let s = c.state.lock().unwrap();
+    assert_eq!(s.flows.len(), 48);
+    for f in s.flows.values() {
+        assert_eq!(f.path.len(), 3, "leaf, spine, leaf");
+        assert!(f.path[1].node_id > 100);
+    }
+}
+
+#[test]
+fn link_down_rehashes_flows_onto_the_other_spine() {
+    let (_, c) = run(
+        Mode::Md,
+        vec![at(50, Fault::LinkDown { leaf: 1, spine: 1 })],
+        100,
+    );
+    let ev = events(&c, EventKind::PathChange);
+    assert!(!ev.is_empty(), "flows from leaf 1 over spine 101 move");
+    for e in &ev {
+        let flow = e.flow.as_ref().unwrap();
+        let (from_1, to_1) = (
+            flow.src.starts_with("10.0.1."),
+            flow.dst.starts_with("10.0.1."),
+        );
+        assert!(from_1 || to_1, "only flows from or to leaf 1 move: {e:?}");
+        let src_leaf: u32 = flow.src.split('.').nth(2).unwrap().parse().unwrap();
+        assert_eq!(
+            e.node_id,
+            Some(src_leaf),
+            "the paths diverge after the ingress leaf"
+        );
+        assert_eq!(e.evidence["old_path"][1]["node_id"], 101);
+        assert_eq!(e.evidence["new_path"][1]["node_id"], 102);
+    }
+    assert!(ev.iter().any(|e| e.node_id == Some(1)));
+}
+
+#[test]
+fn routing_miss_drops_with_the_reason() {
+    let (fabric, c) = run(
+        Mode::Md,
+        vec![at(
+            20,
+            Fault::RoutingMiss {
+                leaf: 1,
+                dst_leaf: 2,
+            },
+        )],
+        60,
+    );
+    assert!(fabric.stats.dropped[&intscope_sim::fabric::reason::ROUTING_MISS] > 0);
+    let ev = events(&c, EventKind::Drop);
+    assert!(!ev.is_empty());
+    for e in &ev {
+        assert_eq!(e.node_id, Some(1));
+        assert_eq!(e.evidence["drop_reason_name"], "routing-miss");
+        assert!(e.flow.as_ref().unwrap().dst.starts_with("10.0.2."), "{e:?}");
+    }
+}
+
+#[test]
+fn incast_is_a_microburst_with_its_culprits() {
+    let (_, c) = run(
+        Mode::Md,
+        vec![at(
+            30,
+            Fault::Incast {
+                leaf: 3,
+                host: 1,
+                packets: 30,
+            },
+        )],
+        60,
+    );
+    let bursts: Vec<Event> = events(&c, EventKind::Microburst)
+        .into_iter()
+        .chain(events(&c, EventKind::CongestionEnd))
+        .filter(|e| e.node_id == Some(3) && e.port == Some(1))
+        .collect();
+    assert!(
+        !bursts.is_empty(),
+        "the receiving leaf's host port saw the burst"
+    );
+    let culprits = bursts[0].evidence["culprit_flows"].as_array().unwrap();
+    assert!(culprits.len() > 3);
+    assert!(
+        culprits
+            .iter()
+            .all(|c| c["flow"]["dst"] == "10.0.3.1" || c["flow"]["dst_port"] != 9000),
+        "incast senders are named"
+    );
+    assert!(
+        culprits
+            .iter()
+            .take(3)
+            .all(|c| c["flow"]["dst"] == "10.0.3.1"),
+        "the incast flows rank first"
+    );
+}
+
+#[test]
+fn a_spine_without_int_is_found_from_ttl() {
+    let (_, c) = run(Mode::Md, vec![at(0, Fault::NonIntSpine { spine: 1 })], 40);
+    let ev = events(&c, EventKind::NonIntHops);
+    assert!(!ev.is_empty());
+    assert!(ev.iter().all(|e| e.evidence["non_int_hops"] == 1));
+    let s = c.state.lock().unwrap();
+    assert!(
+        s.flows.values().any(|f| f.path.len() == 2),
+        "flows over spine 101 show only the two leaves"
+    );
+}
+
+#[test]
+fn a_small_mtu_sets_the_m_bit() {
+    let (_, c) = run(
+        Mode::Md,
+        vec![at(
+            0,
+            Fault::SmallMtu {
+                spine: 1,
+                mtu: 1400,
+            },
+        )],
+        40,
+    );
+    let ev = events(&c, EventKind::MtuExceeded);
+    assert!(
+        !ev.is_empty(),
+        "elephants of 1400 bytes plus INT exceed 1400 at spine 101"
+    );
+}
+
+#[test]
+fn a_forwarding_loop_hits_the_hop_limit_and_ttl() {
+    let (fabric, c) = run(
+        Mode::Md,
+        vec![at(
+            10,
+            Fault::Loop {
+                spine: 1,
+                leaf: 2,
+                dst_leaf: 3,
+            },
+        )],
+        40,
+    );
+    assert!(fabric.stats.dropped[&intscope_sim::fabric::reason::TTL_ZERO] > 0);
+    assert!(
+        !events(&c, EventKind::HopLimit).is_empty(),
+        "the INT hop limit runs out first"
+    );
+    let drops = events(&c, EventKind::Drop);
+    assert!(
+        drops
+            .iter()
+            .any(|e| e.evidence["drop_reason_name"] == "ip-ttl-zero")
+    );
+}
+
+#[test]
+fn mx_and_xd_modes_give_the_same_paths() {
+    for mode in [Mode::Mx, Mode::Xd] {
+        let (_, c) = run(mode, vec![], 40);
+        let s = c.state.lock().unwrap();
+        assert_eq!(s.flows.len(), 48, "{mode:?}");
+        let three = s.flows.values().filter(|f| f.path.len() == 3).count();
+        assert!(
+            three >= 46,
+            "{mode:?}: per-hop reports joined into leaf-spine-leaf paths ({three})"
+        );
+    }
+}
