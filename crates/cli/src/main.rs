@@ -7,6 +7,7 @@ mod collect;
 mod detect;
 mod dump;
 mod node;
+mod sim;
 mod text;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,10 @@ enum Command {
     Blast(blast::BlastArgs),
     /// Run a software INT node (source, transit or sink) over a capture.
     Node(node::NodeArgs),
+    /// Run a simulated leaf-spine fabric of INT switches, reporting to a collector or a pcap.
+    Sim(sim::SimArgs),
+    /// A collector and a simulated fabric with scripted faults, on this machine.
+    Demo(sim::DemoArgs),
 }
 
 fn main() {
@@ -45,6 +50,8 @@ fn main() {
         Command::Collect(args) => collect::run(args),
         Command::Blast(args) => blast::run(args).map(|summary| println!("{summary}")),
         Command::Node(args) => node::run(args).map(|summary| println!("{summary}")),
+        Command::Sim(args) => sim::run(args).map(|summary| println!("{summary}")),
+        Command::Demo(args) => sim::demo(args),
     };
     if let Err(e) = result {
         // Broken pipe (e.g. `| head`) is not an error worth reporting.

@@ -421,3 +421,32 @@ fn prometheus_scrapes_the_metrics() {
     c.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `intscope demo` runs the collector and the simulated fabric; the scripted incast at 3 s is
+/// detected as a microburst.
+#[test]
+fn demo_runs_and_detects_the_scripted_faults() {
+    let dir = tempdir("demo");
+    let out = bin()
+        .args(["demo", "--duration", "4", "--http", "127.0.0.1:0", "--data"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("collector API on http://127.0.0.1:"),
+        "{stderr}"
+    );
+    let events = stderr
+        .lines()
+        .find(|l| l.contains("events detected:"))
+        .unwrap_or_default();
+    assert!(events.contains("microburst"), "{stderr}");
+    assert!(
+        !events.contains("lost-reports"),
+        "no report is lost on loopback: {events}"
+    );
+    assert!(dir.join("intscope.db").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -376,6 +376,9 @@ impl State {
         r: &Record,
         flow: Option<(FlowKey, u64)>,
     ) {
+        // Episodes are timed on the switch's clock when its metadata carries timestamps (one
+        // queue, one clock): transport delay and report batching do not stretch a microburst.
+        let clock = hop.egress_ts.or(hop.ingress_ts).unwrap_or(now);
         let cfg = &self.cfg;
         let qs = self.queues.entry(key).or_default();
         qs.occupancy = occ;
@@ -392,7 +395,7 @@ impl State {
         let mut ended = None;
         if let Some(ep) = qs.episode.as_mut() {
             if occ <= cfg.congestion_end {
-                ended = qs.episode.take().map(|ep| (ep, now));
+                ended = qs.episode.take().map(|ep| (ep, clock));
             } else {
                 ep.max_occupancy = ep.max_occupancy.max(occ);
                 ep.total += u64::from(occ);
@@ -404,7 +407,7 @@ impl State {
             }
         } else if occ >= cfg.congestion_start || (r.congested && occ > cfg.congestion_end) {
             let mut ep = Episode {
-                start_ns: now,
+                start_ns: clock,
                 max_occupancy: occ,
                 total: u64::from(occ),
                 flows: HashMap::default(),

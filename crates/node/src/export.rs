@@ -23,3 +23,29 @@ pub fn report_frame(src: SocketAddrV4, collector: SocketAddrV4, payload: &[u8]) 
     out[ihl + 10..ihl + 12].copy_from_slice(&c.to_be_bytes());
     out
 }
+
+/// Report sequence numbers per (node, hw_id) for one destination (Report v2.0 §"Telemetry Report
+/// Group Header": "the sequence of reports from a specific combination of (Node ID, hw_id) to a
+/// particular telemetry report destination"). One switch may run several roles (source, transit,
+/// sink); their reports share one sequence here.
+#[derive(Debug, Default)]
+pub struct Sequencer {
+    next: std::collections::HashMap<(u32, u8), u32>,
+}
+
+impl Sequencer {
+    /// Writes the next sequence number into a v2.0 report datagram's group header (other
+    /// versions are left alone).
+    pub fn stamp(&mut self, datagram: &mut [u8]) {
+        let Ok(mut g) = intscope_wire::report::GroupHeaderRepr::parse(datagram) else {
+            return;
+        };
+        if g.version != 2 {
+            return;
+        }
+        let n = self.next.entry((g.node_id, g.hw_id)).or_insert(0);
+        g.sequence = *n & 0x3f_ffff;
+        *n = n.wrapping_add(1);
+        g.emit(&mut datagram[..8]);
+    }
+}

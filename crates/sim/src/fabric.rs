@@ -123,7 +123,8 @@ pub struct SimConfig {
     pub mode: Mode,
     /// Where sources put INT.
     pub encap: SourceEncap,
-    /// Instruction bitmap (node id, L1 interfaces, hop latency, queue by default).
+    /// Instruction bitmap (default: node id, L1 interfaces, hop latency, queue, ingress and egress
+    /// timestamps).
     pub instructions: u16,
     /// INT UDP port.
     pub int_udp_port: u16,
@@ -137,7 +138,7 @@ impl Default for SimConfig {
             topology: Topology::default(),
             mode: Mode::Md,
             encap: SourceEncap::UdpPort,
-            instructions: 0xf000,
+            instructions: 0xfc00,
             int_udp_port: 17768,
             max_hops: 8,
         }
@@ -226,6 +227,7 @@ pub struct Fabric {
     flows: Vec<FlowSpec>,
     next: BinaryHeap<Reverse<(u64, usize, u64)>>,
     reports: Vec<Report>,
+    sequencer: intscope_node::export::Sequencer,
     /// Counters.
     pub stats: SimStats,
     now: u64,
@@ -286,6 +288,7 @@ impl Fabric {
             flows: Vec::new(),
             next: BinaryHeap::new(),
             reports: Vec::new(),
+            sequencer: Default::default(),
             stats: SimStats::default(),
             now: 0,
         }
@@ -409,7 +412,8 @@ impl Fabric {
         Ipv4Addr::new(192, 168, (id >> 8) as u8, id as u8)
     }
 
-    fn emit(&mut self, t: u64, id: u32, payload: Vec<u8>) {
+    fn emit(&mut self, t: u64, id: u32, mut payload: Vec<u8>) {
+        self.sequencer.stamp(&mut payload);
         self.stats.reports += 1;
         self.reports.push(Report {
             time_ns: t,
@@ -609,7 +613,8 @@ impl Fabric {
 }
 
 /// A default traffic mix: `n` flows between random hosts of different leaves, one in ten an
-/// elephant (2 Gb/s of 1400-byte packets), the rest mice (1000 small packets/s), TCP and UDP.
+/// elephant (200 Mb/s of 1400-byte packets), the rest mice (100 small packets/s), TCP and UDP —
+/// light enough for the simulator and a collector to run in real time on two cores.
 pub fn default_mix(t: &Topology, n: usize, seed: u64, end_ns: u64) -> Vec<FlowSpec> {
     let hosts = t.hosts();
     let mut x = seed | 1;
@@ -641,9 +646,9 @@ pub fn default_mix(t: &Topology, n: usize, seed: u64, end_ns: u64) -> Vec<FlowSp
                 5000 + (rnd() % 1000) as u16
             },
             pps: if elephant {
-                2e9 / (1400.0 * 8.0)
+                2e8 / (1400.0 * 8.0)
             } else {
-                1000.0
+                100.0
             },
             size: if elephant {
                 1400

@@ -5,7 +5,9 @@
 //! Deterministic: the same configuration and seed give the same reports.
 
 pub mod fabric;
+pub mod scenario;
 pub mod topology;
 
 pub use fabric::{Fabric, Fault, FlowSpec, Report, Scheduled, SimConfig, SimStats, default_mix};
+pub use scenario::Scenario;
 pub use topology::Topology;

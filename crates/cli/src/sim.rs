@@ -1,0 +1,296 @@
+//! `intscope sim` (a simulated fabric sending reports to a collector or a pcap) and
+//! `intscope demo` (a collector and the simulated fabric together).
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use intscope_node::Mode;
+use intscope_sim::{Fabric, Scenario, SimConfig, default_mix};
+
+/// INT mode flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    /// INT-MD.
+    Md,
+    /// INT-MX.
+    Mx,
+    /// INT-XD (postcards).
+    Xd,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Md => Mode::Md,
+            ModeArg::Mx => Mode::Mx,
+            ModeArg::Xd => Mode::Xd,
+        }
+    }
+}
+
+/// Pacing of virtual time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SimSpeed {
+    /// Virtual time follows the wall clock.
+    Realtime,
+    /// As fast as possible.
+    Max,
+}
+
+/// Arguments shared by `sim` and `demo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FabricArgs {
+    /// Seconds of (virtual) time to run.
+    #[arg(long, default_value_t = 60.0)]
+    pub duration: f64,
+    /// Simulation file (TOML: [topology], flows, seed, [[fault]]); default: built-in leaf-spine
+    /// with every fault kind within a minute.
+    #[arg(long, value_name = "FILE.toml")]
+    pub topology: Option<PathBuf>,
+    /// INT mode of every switch.
+    #[arg(long, value_enum, default_value_t = ModeArg::Md)]
+    pub mode: ModeArg,
+}
+
+/// Arguments of `intscope sim`.
+#[derive(Debug, clap::Args)]
+pub struct SimArgs {
+    /// Fabric, duration, mode.
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    /// Send reports over UDP to this collector.
+    #[arg(long, value_name = "HOST:PORT", required_unless_present = "reports")]
+    pub collector: Option<SocketAddr>,
+    /// Write reports to this pcap instead.
+    #[arg(long, value_name = "FILE.pcap", conflicts_with = "collector")]
+    pub reports: Option<PathBuf>,
+    /// Pacing.
+    #[arg(long, value_enum, default_value_t = SimSpeed::Realtime)]
+    pub speed: SimSpeed,
+}
+
+fn scenario(path: Option<&PathBuf>) -> Result<Scenario> {
+    match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            toml::from_str(&text).with_context(|| p.display().to_string())
+        }
+        None => Ok(Scenario::default()),
+    }
+}
+
+fn fabric(args: &FabricArgs) -> Result<Fabric> {
+    if !args.duration.is_finite() || args.duration <= 0.0 {
+        bail!("--duration must be positive");
+    }
+    let sc = scenario(args.topology.as_ref())?;
+    let mut f = Fabric::new(SimConfig {
+        topology: sc.topology.clone(),
+        mode: args.mode.into(),
+        ..SimConfig::default()
+    });
+    let end = (args.duration * 1e9) as u64;
+    for flow in default_mix(f.topology(), sc.flows, sc.seed, end) {
+        f.add_flow(flow);
+    }
+    for s in sc.schedule(args.duration) {
+        f.schedule(s);
+    }
+    Ok(f)
+}
+
+/// Runs the fabric, handing every report to `sink`, until the duration or `stop`.
+fn drive(
+    mut f: Fabric,
+    args: &FabricArgs,
+    speed: SimSpeed,
+    stop: &AtomicBool,
+    mut sink: impl FnMut(&intscope_sim::Report) -> Result<()>,
+) -> Result<String> {
+    let end = (args.duration * 1e9) as u64;
+    let bar = ProgressBar::new(end / 1_000_000);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} ms of fabric time  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let started = Instant::now();
+    let step = 20_000_000u64;
+    let mut t = 0;
+    while t < end && !stop.load(Ordering::Relaxed) {
+        t = (t + step).min(end);
+        f.run(t);
+        for r in f.take_reports() {
+            sink(&r)?;
+        }
+        if speed == SimSpeed::Realtime
+            && let Some(wait) = Duration::from_nanos(t).checked_sub(started.elapsed())
+        {
+            std::thread::sleep(wait);
+        }
+        bar.set_position(t / 1_000_000);
+        bar.set_message(format!(
+            "{} packets, {} reports",
+            f.stats.sent, f.stats.reports
+        ));
+    }
+    bar.finish_and_clear();
+    let s = &f.stats;
+    Ok(serde_json::json!({
+        "virtual_seconds": t as f64 / 1e9, "packets_sent": s.sent, "delivered": s.delivered, "reports": s.reports,
+        "dropped": s.dropped.iter().map(|(k, v)| (intscope_wire::report::drop_reason_name(*k).unwrap_or("other").to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>(),
+        "wall_seconds": started.elapsed().as_secs_f64(),
+    })
+    .to_string())
+}
+
+/// Runs `intscope sim`.
+pub fn run(args: &SimArgs) -> Result<String> {
+    let f = fabric(&args.fabric)?;
+    let stop = AtomicBool::new(false);
+    if let Some(c) = args.collector {
+        let sock = UdpSocket::bind(if c.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })
+            .context("opening the report socket")?;
+        sock.connect(c)
+            .with_context(|| format!("cannot reach {c}"))?;
+        drive(f, &args.fabric, args.speed, &stop, |r| {
+            // An unreachable collector (ICMP) is not fatal: the switches keep reporting.
+            let _ = sock.send(&r.payload);
+            Ok(())
+        })
+    } else {
+        let path = args.reports.as_ref().context("--reports or --collector")?;
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let mut w = pcap_file::pcap::PcapWriter::with_header(
+            std::io::BufWriter::new(file),
+            pcap_file::pcap::PcapHeader {
+                datalink: pcap_file::DataLink::ETHERNET,
+                ..pcap_file::pcap::PcapHeader::default()
+            },
+        )?;
+        let dst: std::net::SocketAddrV4 = "192.0.2.100:32766".parse()?;
+        drive(f, &args.fabric, args.speed, &stop, |r| {
+            let frame = intscope_node::export::report_frame(
+                std::net::SocketAddrV4::new(r.source, 50000),
+                dst,
+                &r.payload,
+            );
+            w.write_packet(&pcap_file::pcap::PcapPacket::new(
+                Duration::from_nanos(r.time_ns),
+                frame.len() as u32,
+                &frame,
+            ))?;
+            Ok(())
+        })
+    }
+}
+
+/// Arguments of `intscope demo`.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Fabric, duration, mode.
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    /// HTTP address of the collector's API.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub http: SocketAddr,
+    /// History store directory (default: a temporary directory).
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Keep serving the API after the simulation ends, until Ctrl-C.
+    #[arg(long)]
+    pub serve: bool,
+}
+
+/// Runs `intscope demo`: a collector on loopback and the fabric reporting to it over UDP.
+pub fn demo(args: &DemoArgs) -> Result<()> {
+    use intscope_collector::ingest::{Collector, CollectorConfig, spawn_receivers};
+    let data = args.data.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("intscope-demo-{}", std::process::id()))
+    });
+    let cfg = CollectorConfig {
+        listen: vec!["127.0.0.1:0".parse()?],
+        http: args.http,
+        int_udp_ports: vec![17768],
+        data: Some(data.clone()),
+        ..CollectorConfig::default()
+    };
+    let collector = Collector::open(cfg).context("opening the history store")?;
+    let store = collector.start_store();
+    let (udp, handles) = spawn_receivers(&collector).context("opening the report socket")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(args.http))
+        .with_context(|| format!("cannot bind {}", args.http))?;
+    let http = listener.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = rt.spawn(intscope_collector::api::serve(
+        listener,
+        Arc::clone(&collector),
+        async {
+            let _ = rx.await;
+        },
+    ));
+    {
+        let stop = Arc::clone(&stop);
+        rt.spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+    eprintln!(
+        "intscope demo: collector API on http://{http}/ (try /api/flows, /api/events, /metrics); history in {}",
+        data.display()
+    );
+    eprintln!(
+        "intscope demo: a {}-leaf, {}-spine fabric runs for {} s with scripted faults; Ctrl-C stops",
+        4, 2, args.fabric.duration
+    );
+    let f = fabric(&args.fabric)?;
+    let sock = UdpSocket::bind("127.0.0.1:0")?;
+    sock.connect(udp[0])?;
+    let summary = drive(f, &args.fabric, SimSpeed::Realtime, &stop, |r| {
+        let _ = sock.send(&r.payload);
+        Ok(())
+    })?;
+    eprintln!("intscope demo: fabric {summary}");
+    std::thread::sleep(Duration::from_millis(300));
+    let events = collector
+        .state
+        .lock()
+        .map(|s| {
+            s.event_counts
+                .iter()
+                .map(|(k, v)| format!("{} {v}", k.label()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    eprintln!("intscope demo: events detected: {events}");
+    if args.serve {
+        eprintln!("intscope demo: still serving http://{http}/ until Ctrl-C");
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let _ = tx.send(());
+    let _ = rt.block_on(server);
+    collector.stop();
+    for h in handles {
+        let _ = h.join();
+    }
+    if let Some(s) = store {
+        s.finish();
+    }
+    Ok(())
+}
