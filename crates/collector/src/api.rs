@@ -35,6 +35,7 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .route("/api/history/flows", get(history_flows))
         .route("/api/history/queues", get(history_queues))
         .route("/metrics", get(metrics))
+        .merge(crate::ui::routes())
         .with_state(collector)
 }
 

@@ -18,3 +18,4 @@ pub mod record;
 pub mod seq;
 pub mod state;
 pub mod store;
+pub mod ui;

@@ -41,7 +41,7 @@ pub struct QueueState {
     pub reports: u64,
     /// Last report time.
     pub last_seen_ns: u64,
-    /// Recent (time, occupancy) samples for the heatmap (bounded).
+    /// Recent (bucket start, maximum occupancy) for the heatmap, 250 ms buckets (bounded).
     pub series: VecDeque<(u64, u32)>,
     episode: Option<Episode>,
 }
@@ -54,8 +54,10 @@ struct Episode {
     flows: HashMap<FlowKey, u64>,
 }
 
-/// Samples of occupancy kept per queue.
+/// Occupancy buckets kept per queue (256 × 250 ms: the last 64 s).
 pub const QUEUE_SERIES: usize = 256;
+/// Width of an occupancy bucket.
+pub const QUEUE_BUCKET_NS: u64 = 250_000_000;
 
 /// Aggregates of one interval between store flushes.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -387,10 +389,17 @@ impl State {
         qs.hop_latency = hop.hop_latency.or(qs.hop_latency);
         qs.reports += 1;
         qs.last_seen_ns = now;
-        if qs.series.len() == QUEUE_SERIES {
-            qs.series.pop_front();
+        // The heatmap's series: the maximum occupancy per 250 ms bucket (report time).
+        let bucket = now - now % QUEUE_BUCKET_NS;
+        match qs.series.back_mut() {
+            Some((t, max)) if *t == bucket => *max = (*max).max(occ),
+            _ => {
+                if qs.series.len() == QUEUE_SERIES {
+                    qs.series.pop_front();
+                }
+                qs.series.push_back((bucket, occ));
+            }
         }
-        qs.series.push_back((now, occ));
         let mut started = false;
         let mut ended = None;
         if let Some(ep) = qs.episode.as_mut() {

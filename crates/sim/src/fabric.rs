@@ -184,6 +184,8 @@ struct SimTelemetry {
     occupancy_cells: u32,
     latency_ns: u32,
     at_ns: u64,
+    /// Departure time; `None` for a packet dropped here.
+    egress_at: Option<u64>,
 }
 
 impl Telemetry for SimTelemetry {
@@ -193,11 +195,14 @@ impl Telemetry for SimTelemetry {
             node_id: Some(node_id),
             l1_ingress_if: Some(self.ingress as u16),
             l1_egress_if: Some(self.egress as u16),
-            hop_latency: Some(self.latency_ns),
+            // A dropped packet never left: no hop latency, no egress timestamp (all ones).
+            hop_latency: (self.egress_at.is_some()).then_some(self.latency_ns),
+            // No egress port (a routing drop): the queue word is unavailable, but the queue ID
+            // stays for the drop word (queue ID + drop reason) of RepMdBits bit 15.
             queue_id: Some(0),
-            queue_occupancy: Some(self.occupancy_cells),
+            queue_occupancy: (self.egress != 0).then_some(self.occupancy_cells),
             ingress_ts: Some(self.at_ns),
-            egress_ts: Some(self.at_ns + u64::from(self.latency_ns)),
+            egress_ts: self.egress_at,
             l2_ingress_if: Some(self.ingress),
             l2_egress_if: Some(self.egress),
             ..HopMetadata::default()
@@ -541,6 +546,7 @@ impl Fabric {
                 occupancy_cells: 0,
                 latency_ns: 0,
                 at_ns: t,
+                egress_at: None,
             };
             let egress = match self.route(place, &frame, from_host) {
                 Ok(p) => p,
@@ -557,6 +563,7 @@ impl Fabric {
             };
             tel.occupancy_cells = occupancy.div_ceil(CELL_BYTES);
             tel.latency_ns = (depart - t) as u32;
+            tel.egress_at = Some(depart);
             let to_host = matches!(place, Place::Leaf(_)) && egress <= topo.hosts_per_leaf;
             let (id, outcome) = match place {
                 Place::Leaf(l) => {
