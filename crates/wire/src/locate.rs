@@ -545,18 +545,23 @@ fn l4_int<'a>(
             block = alt;
         }
     }
-    restore_flow(
-        block.shim,
-        block.header,
-        &data[block.len..],
-        flow,
-        p,
-        cfg,
-        depth,
-    );
+    adopt(p, offset, block, &data[block.len..], flow, cfg, depth);
+    Ok(())
+}
+
+/// Records `block` (found at `offset`) in `p` and restores the original flow from it.
+fn adopt<'a>(
+    p: &mut Packet<'a>,
+    offset: usize,
+    block: IntBlock<'a>,
+    after: &'a [u8],
+    flow: &mut FlowKey,
+    cfg: &DetectConfig,
+    depth: u8,
+) {
+    restore_flow(block.shim, block.header, after, flow, p, cfg, depth);
     p.warnings.merge(block.warnings);
     p.int = Some((offset, block));
-    Ok(())
 }
 
 fn plausible_l4(b: &[u8], proto: u8) -> bool {
@@ -602,6 +607,16 @@ fn restore_flow<'a>(
         }
         (_, IntHeader::V05(_, tail)) => flow.dst_port = tail.dest_port,
         _ => {}
+    }
+}
+
+/// What a tunnel's payload starts with, from its EtherType.
+fn ethertype_start(ethertype: u16) -> Option<Start> {
+    match ethertype {
+        ETHERTYPE_TEB => Some(Start::Ethernet),
+        0x0800 => Some(Start::Ipv4),
+        0x86dd => Some(Start::Ipv6),
+        _ => None,
     }
 }
 
@@ -689,11 +704,8 @@ fn geneve<'a>(
         }
         at += olen;
     }
-    let start = match g.protocol_type {
-        ETHERTYPE_TEB => Start::Ethernet,
-        0x0800 => Start::Ipv4,
-        0x86dd => Start::Ipv6,
-        _ => return Ok(()),
+    let Some(start) = ethertype_start(g.protocol_type) else {
+        return Ok(());
     };
     if depth < MAX_DEPTH {
         p.inner_flow = innermost(&data[end..], start, cfg, depth);
@@ -721,11 +733,8 @@ fn gre<'a>(
             _ => 0,
         };
     }
-    let start = match proto {
-        ETHERTYPE_TEB => Start::Ethernet,
-        0x0800 => Start::Ipv4,
-        0x86dd => Start::Ipv6,
-        _ => return Ok(()),
+    let Some(start) = ethertype_start(proto) else {
+        return Ok(());
     };
     if depth < MAX_DEPTH {
         p.inner_flow = innermost(&data[at..], start, cfg, depth);
@@ -765,19 +774,7 @@ fn heuristic<'a>(
     if !consistent {
         return;
     }
-    let mut w = block.warnings;
-    w.add(Warning::UnmarkedInt);
-    p.warnings.merge(w);
     let mut block = block;
-    block.warnings = w;
-    p.int = Some((offset, block));
-    restore_flow(
-        block.shim,
-        block.header,
-        &data[block.len..],
-        flow,
-        p,
-        cfg,
-        depth,
-    );
+    block.warnings.add(Warning::UnmarkedInt);
+    adopt(p, offset, block, &data[block.len..], flow, cfg, depth);
 }
