@@ -204,30 +204,7 @@ fn sample_frames() -> Vec<Vec<u8>> {
             .concat(),
         ),
     );
-    let mut r = vec![0u8; 24];
-    GroupHeaderRepr {
-        version: 2,
-        hw_id: 1,
-        sequence: 9,
-        node_id: 3,
-    }
-    .emit(&mut r[..8]);
-    IndividualHeaderRepr {
-        rep_type: 1,
-        in_type: 4,
-        report_length: 23,
-        md_length: 1,
-        f: true,
-        ..Default::default()
-    }
-    .emit(&mut r[8..12]);
-    IntMainRepr {
-        rep_md_bits: 0x1000,
-        ..Default::default()
-    }
-    .emit(&mut r[12..20]);
-    r[20..24].copy_from_slice(&[0, 0, 0x01, 0x2c]);
-    r.extend_from_slice(&inner);
+    let r = embedded_int_report(&inner);
     f.push(report_frame(&r));
     // Telemetry report v2.0: a drop report (RepMdBits bit 15: queue 0, reason 71 traffic manager).
     let mut d = vec![0u8; 28];

@@ -761,30 +761,9 @@ fn report_with_embedded_int_md() {
         23 * 4 - 12,
         "5 IP + 2 UDP + 1 shim + 3 INT + 4 stack + 5 TCP words"
     );
-    let mut b = vec![0u8; 8 + 4 + 8 + 4];
-    GroupHeaderRepr {
-        version: 2,
-        hw_id: 1,
-        sequence: 9,
-        node_id: 3,
-    }
-    .emit(&mut b[..8]);
-    IndividualHeaderRepr {
-        rep_type: 1,
-        in_type: 4,
-        report_length: 23,
-        md_length: 1,
-        f: true,
-        ..Default::default()
-    }
-    .emit(&mut b[8..12]);
-    IntMainRepr {
-        rep_md_bits: 0x1000,
-        ..Default::default()
-    }
-    .emit(&mut b[12..20]);
-    b[20..24].copy_from_slice(&[0, 0, 0x01, 0x2c]);
-    b.extend_from_slice(&inner);
+    let b = embedded_int_report(&inner);
+    // RepType 1, InType 4 (IPv4), Report Length 23, MD Length 1, F; RepMdBits = queue (bit 3).
+    assert_eq!(&b[8..14], &[0x14, 23, 1, 0x20, 0x10, 0x00]);
     let r = Report::parse(&b).unwrap();
     let ir = r.individual_reports().next().unwrap().unwrap();
     assert_eq!(ir.header.report_length, 23);

@@ -115,3 +115,34 @@ pub fn unhex(s: &str) -> Vec<u8> {
     let clean: String = s.chars().filter(|c| c.is_ascii_hexdigit()).collect();
     hex::decode(clean).unwrap()
 }
+
+/// Report v2.0 example 3 (§"Example with Embedded INT-MD in a TCP Packet"): Switch3's report
+/// about `inner` (IPv4, embedded INT-MD) with its own queue occupancy 300 in the header.
+pub fn embedded_int_report(inner: &[u8]) -> Vec<u8> {
+    use intscope_wire::report::{GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr};
+    let mut b = vec![0u8; 24];
+    GroupHeaderRepr {
+        version: 2,
+        hw_id: 1,
+        sequence: 9,
+        node_id: 3,
+    }
+    .emit(&mut b[..8]);
+    IndividualHeaderRepr {
+        rep_type: 1,
+        in_type: 4,
+        report_length: 23,
+        md_length: 1,
+        f: true,
+        ..Default::default()
+    }
+    .emit(&mut b[8..12]);
+    IntMainRepr {
+        rep_md_bits: 0x1000,
+        ..Default::default()
+    }
+    .emit(&mut b[12..20]);
+    b[20..24].copy_from_slice(&[0, 0, 0x01, 0x2c]);
+    b.extend_from_slice(inner);
+    b
+}
