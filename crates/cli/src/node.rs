@@ -116,6 +116,7 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "reports": sent,
         "inserted": st.inserted, "inserted_m": st.inserted_m, "too_big": st.too_big, "added": st.added,
         "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "malformed": st.malformed,
+        "filtered": st.filtered,
     })
     .to_string())
 }

@@ -23,6 +23,9 @@ pub struct DetectConfig {
     pub non_int_hops: bool,
     /// INT-XD / INT-MX: per-hop reports of a flow within this window form one path.
     pub join_window_ns: u64,
+    /// A congestion episode with no congested sample for this long is over (switches that
+    /// filter reports, like SD-Fabric's, go quiet when a queue drains).
+    pub episode_quiet_ns: u64,
 }
 
 impl Default for DetectConfig {
@@ -37,6 +40,7 @@ impl Default for DetectConfig {
             event_interval_ns: 1_000_000_000,
             non_int_hops: true,
             join_window_ns: 100_000_000,
+            episode_quiet_ns: 50_000_000,
         }
     }
 }

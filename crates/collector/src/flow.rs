@@ -197,6 +197,20 @@ impl FlowState {
         Some(old)
     }
 
+    /// Records a path joined from per-hop reports. Switches that filter reports (SD-Fabric's flow
+    /// filter reports a flow again only when its ports or latency change) leave some hops out: a
+    /// joined path whose hops all lie, in order, on the known path confirms it rather than
+    /// changing it.
+    pub fn observe_joined(&mut self, now: u64, path: &[Hop]) -> Option<Vec<PathHop>> {
+        let mut known = self.path.iter();
+        let partial = path.len() < self.path.len()
+            && path.iter().all(|h| known.any(|k| *k == PathHop::from(h)));
+        if partial {
+            return None;
+        }
+        self.observe_path(now, path)
+    }
+
     /// Adds a per-hop report (INT-XD postcard, INT-MX report) to the path being joined. Returns the
     /// joined path when the previous packet's hops are complete: the window since the first
     /// pending hop has passed, or this node already reported for it.

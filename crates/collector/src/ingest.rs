@@ -321,6 +321,13 @@ impl Collector {
         }
     }
 
+    /// Lets detectors act on the passing of time without reports (see [`State::tick`]).
+    pub fn tick(&self, time_ns: u64) {
+        if let Ok(mut state) = self.state.lock() {
+            state.tick(time_ns);
+        }
+    }
+
     /// Asks the receive threads to stop (they notice within their poll interval).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -433,7 +440,11 @@ fn receive_loop(c: &Collector, sock: &UdpSocket) {
                     std::io::ErrorKind::WouldBlock
                         | std::io::ErrorKind::TimedOut
                         | std::io::ErrorKind::Interrupted
-                ) => {}
+                ) =>
+            {
+                // Idle: episodes of queues that went quiet still end.
+                c.tick(now_ns());
+            }
             Err(e) => {
                 c.stats.socket_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("receive error: {e}");

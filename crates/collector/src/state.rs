@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::detect::DetectConfig;
 use crate::event::{Event, EventKind, FlowRef};
-use crate::flow::FlowState;
+use crate::flow::{FlowState, PathHop};
 use crate::record::{Hop, Record, Version};
 use crate::seq::{SeqOutcome, SeqTracker};
 
@@ -49,6 +49,10 @@ pub struct QueueState {
 #[derive(Debug, Clone, Default)]
 struct Episode {
     start_ns: u64,
+    /// Switch clock of the last congested sample: where the episode ends.
+    last_high_ns: u64,
+    /// Report time of the last congested sample (for the quiet timeout).
+    last_seen_ns: u64,
     max_occupancy: u32,
     total: u64,
     flows: HashMap<FlowKey, u64>,
@@ -169,7 +173,16 @@ pub struct State {
     pub last_time_ns: u64,
     /// Flows changed since the last store flush.
     pub dirty_flows: Vec<FlowKey>,
+    /// Queues with an open congestion episode.
+    open_episodes: Vec<QueueKey>,
+    /// Flows with per-hop reports waiting to be joined: (deadline, flow).
+    pending_joins: VecDeque<(u64, FlowKey)>,
+    /// Report time of the next sweep for quiet episodes and expired joins.
+    next_sweep_ns: u64,
 }
+
+/// How often (report time) quiet episodes and expired joins are looked for.
+const SWEEP_NS: u64 = 1_000_000;
 
 fn place_hash(parts: &[u64]) -> u64 {
     // FNV-1a over the parts: cheap, stable, good enough for a rate-limit key.
@@ -243,6 +256,72 @@ impl State {
         self.observe_hops(r, flow_id);
         self.observe_links(r);
         self.observe_flags(r, flow_id);
+        if now >= self.next_sweep_ns {
+            self.next_sweep_ns = now + SWEEP_NS;
+            self.sweep(now);
+        }
+    }
+
+    /// Closes what reports will not close: congestion episodes of queues that went quiet (a switch
+    /// that filters reports, like SD-Fabric's, stops reporting a drained queue) and per-hop joins
+    /// whose window passed without the flow's next packet. `process` does this as reports
+    /// arrive; call it when they stop (idle receivers, end of a replay).
+    pub fn tick(&mut self, now: u64) {
+        self.next_sweep_ns = now + SWEEP_NS;
+        self.last_time_ns = self.last_time_ns.max(now);
+        self.sweep(now);
+    }
+
+    fn sweep(&mut self, now: u64) {
+        let quiet = self.cfg.episode_quiet_ns;
+        let mut i = 0;
+        while i < self.open_episodes.len() {
+            let key = self.open_episodes[i];
+            let last_seen = self
+                .queues
+                .get(&key)
+                .and_then(|q| q.episode.as_ref())
+                .map(|ep| ep.last_seen_ns);
+            let Some(last_seen) = last_seen else {
+                // Closed by a low sample.
+                self.open_episodes.swap_remove(i);
+                continue;
+            };
+            if now.saturating_sub(last_seen) <= quiet {
+                i += 1;
+                continue;
+            }
+            self.open_episodes.swap_remove(i);
+            let Some(ep) = self.queues.get_mut(&key).and_then(|q| q.episode.take()) else {
+                continue;
+            };
+            let end = ep.last_high_ns;
+            self.close_episode(now, key, ep, end);
+        }
+        let window = self.cfg.join_window_ns;
+        while let Some(&(deadline, key)) = self.pending_joins.front() {
+            if deadline > now {
+                break;
+            }
+            self.pending_joins.pop_front();
+            let Some(flow) = self.flows.get_mut(&key) else {
+                continue;
+            };
+            let due = flow
+                .pending
+                .first()
+                .is_some_and(|(_, t, _)| now.saturating_sub(*t) > window);
+            if !due {
+                continue;
+            }
+            let path = flow.take_joined();
+            let change = flow.observe_joined(now, &path);
+            flow.observe_latency(now, &path);
+            let id = flow.id;
+            if let Some(old) = change {
+                self.path_changed(now, key, id, old);
+            }
+        }
     }
 
     fn observe_sequence(&mut self, r: &Record) {
@@ -291,33 +370,44 @@ impl State {
             change = flow.observe_path(now, r.hops());
             flow.observe_latency(now, r.hops());
         } else if let [hop] = r.hops() {
-            if let Some(path) = flow.join_hop(now, *hop, self.cfg.join_window_ns) {
-                change = flow.observe_path(now, &path);
+            let joined = flow.join_hop(now, *hop, self.cfg.join_window_ns);
+            if flow.pending.len() == 1 {
+                // A new packet's hops: join them when the window passes, even if the flow's next
+                // packet never comes.
+                self.pending_joins
+                    .push_back((now + self.cfg.join_window_ns + 1, key));
+            }
+            if let Some(path) = joined {
+                change = flow.observe_joined(now, &path);
                 flow.observe_latency(now, &path);
             }
         } else {
             flow.observe_latency(now, r.hops());
         }
         if let Some(old) = change {
-            let new = flow.path.clone();
-            let diverge = old
-                .iter()
-                .zip(&new)
-                .position(|(a, b)| a != b)
-                .unwrap_or(old.len().min(new.len()));
-            let at = new.get(diverge.saturating_sub(1)).copied();
-            let ev = json!({"old_path": old, "new_path": new, "diverges_after_hop": diverge});
-            self.raise(
-                now,
-                EventKind::PathChange,
-                at.map(|h| h.node_id),
-                at.and_then(|h| h.egress_if),
-                None,
-                Some((key, id)),
-                ev,
-            );
+            self.path_changed(now, key, id, old);
         }
         id
+    }
+
+    fn path_changed(&mut self, now: u64, key: FlowKey, id: u64, old: Vec<PathHop>) {
+        let new = self.flows[&key].path.clone();
+        let diverge = old
+            .iter()
+            .zip(&new)
+            .position(|(a, b)| a != b)
+            .unwrap_or(old.len().min(new.len()));
+        let at = new.get(diverge.saturating_sub(1)).copied();
+        let ev = json!({"old_path": old, "new_path": new, "diverges_after_hop": diverge});
+        self.raise(
+            now,
+            EventKind::PathChange,
+            at.map(|h| h.node_id),
+            at.and_then(|h| h.egress_if),
+            None,
+            Some((key, id)),
+            ev,
+        );
     }
 
     fn observe_hops(&mut self, r: &Record, flow_id: Option<u64>) {
@@ -406,6 +496,8 @@ impl State {
             if occ <= cfg.congestion_end {
                 ended = qs.episode.take().map(|ep| (ep, clock));
             } else {
+                ep.last_high_ns = clock;
+                ep.last_seen_ns = now;
                 ep.max_occupancy = ep.max_occupancy.max(occ);
                 ep.total += u64::from(occ);
                 if let Some((k, _)) = flow
@@ -417,6 +509,8 @@ impl State {
         } else if occ >= cfg.congestion_start || (r.congested && occ > cfg.congestion_end) {
             let mut ep = Episode {
                 start_ns: clock,
+                last_high_ns: clock,
+                last_seen_ns: now,
                 max_occupancy: occ,
                 total: u64::from(occ),
                 flows: HashMap::default(),
@@ -428,6 +522,9 @@ impl State {
             started = true;
         }
         if started {
+            if !self.open_episodes.contains(&key) {
+                self.open_episodes.push(key);
+            }
             let ev = json!({"queue_occupancy": occ, "threshold": cfg.congestion_start, "hop_latency": hop.hop_latency, "q_flag": r.congested});
             self.raise(
                 now,
@@ -440,6 +537,14 @@ impl State {
             );
         }
         if let Some((ep, end)) = ended {
+            self.close_episode(now, key, ep, end);
+        }
+    }
+
+    /// Raises the end of a congestion episode: a microburst if it was short, with the flows that
+    /// filled the queue most.
+    fn close_episode(&mut self, now: u64, key: QueueKey, ep: Episode, end: u64) {
+        {
             let duration = end.saturating_sub(ep.start_ns);
             let mut culprits: Vec<(FlowKey, u64)> = ep.flows.into_iter().collect();
             culprits.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));

@@ -292,3 +292,61 @@ fn per_hop_reports_join_into_paths() {
         vec![1, 101]
     );
 }
+
+#[test]
+fn filtered_switches_going_quiet_still_end_episodes_and_paths() {
+    // SD-Fabric's queue filter reports only above its trigger: no low sample ends the episode.
+    let mut s = state();
+    for k in 0..4 {
+        feed(
+            &mut s,
+            &Rep::new(3, &[LEAF1, H(102, 4, 20_000, 4000)], LEAF2).datagram(),
+            k * MS / 4,
+        );
+    }
+    s.tick(30 * MS);
+    assert!(
+        events(&s, EventKind::Microburst).is_empty(),
+        "not yet quiet for 50 ms"
+    );
+    s.tick(100 * MS);
+    let mb = events(&s, EventKind::Microburst);
+    assert_eq!(mb.len(), 1, "quiet queue closes its episode");
+    assert_eq!(
+        mb[0].evidence["duration_ns"],
+        3 * MS / 4,
+        "ends at the last congested sample"
+    );
+
+    // Postcards of a flow's only reported packet join once the window passes.
+    let mut t = state();
+    let postcard = |node: u32, port: u16, at: u64, s: &mut State| {
+        feed(s, &Rep::new(9, &[], H(node, port, 1000, 10)).datagram(), at);
+    };
+    postcard(1, 3, 0, &mut t);
+    postcard(101, 2, MS / 10, &mut t);
+    postcard(2, 5, 2 * MS / 10, &mut t);
+    assert!(t.flows.values().next().unwrap().path.is_empty());
+    t.tick(200 * MS);
+    let path = |s: &State| {
+        s.flows
+            .values()
+            .next()
+            .unwrap()
+            .path
+            .iter()
+            .map(|h| h.node_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(path(&t), vec![1, 101, 2]);
+    // Later only the spine reports (its latency stepped): the path is confirmed, not changed.
+    postcard(101, 2, 300 * MS, &mut t);
+    t.tick(500 * MS);
+    assert_eq!(path(&t), vec![1, 101, 2]);
+    assert!(events(&t, EventKind::PathChange).is_empty());
+    // A spine not on the path is a change.
+    postcard(102, 2, 600 * MS, &mut t);
+    t.tick(800 * MS);
+    assert_eq!(path(&t), vec![102]);
+    assert_eq!(events(&t, EventKind::PathChange).len(), 1);
+}

@@ -130,6 +130,8 @@ pub struct NodeConfig {
     pub report_ports: Vec<u16>,
     /// Telemetry model of pcap mode.
     pub telemetry: TelemetryModel,
+    /// SD-Fabric's report filters (off by default: every packet reported).
+    pub filters: crate::filter::FilterConfig,
 }
 
 impl Default for NodeConfig {
@@ -150,6 +152,7 @@ impl Default for NodeConfig {
             report_truncate: 256,
             report_ports: vec![intscope_wire::report::DEFAULT_REPORT_PORT],
             telemetry: TelemetryModel::default(),
+            filters: crate::filter::FilterConfig::default(),
         }
     }
 }

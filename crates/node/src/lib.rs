@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod export;
+pub mod filter;
 pub mod frame;
 pub mod node;
 pub mod telemetry;

@@ -12,6 +12,7 @@ use intscope_wire::report::{GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr};
 use intscope_wire::shim::{SHIM_LEN, Shim, TcpUdpShimRepr};
 
 use crate::config::{Mode, NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry};
+use crate::filter::{Decision, ReportFilter};
 use crate::frame::{self, Layout};
 use crate::telemetry::Telemetry;
 
@@ -55,6 +56,8 @@ pub struct NodeStats {
     pub postcards: u64,
     /// INT-MX: reports of this node's metadata as instructed.
     pub mx_reports: u64,
+    /// Reports the SD-Fabric filters held back (`[filters]`).
+    pub filtered: u64,
 }
 
 /// A software INT node.
@@ -62,6 +65,7 @@ pub struct NodeStats {
 pub struct Node {
     cfg: NodeConfig,
     detect: DetectConfig,
+    filter: ReportFilter,
     seq: u32,
     /// Counters.
     pub stats: NodeStats,
@@ -94,6 +98,7 @@ impl Node {
             ..DetectConfig::default()
         };
         Node {
+            filter: ReportFilter::new(cfg.filters.clone()),
             cfg,
             detect,
             seq: 0,
@@ -118,12 +123,14 @@ impl Node {
             forward: true,
             reports: Vec::new(),
         };
-        let located = match Packet::parse(frame, Start::Ethernet, &self.detect) {
-            Ok(p) => p
-                .int
-                .map(|(off, b)| (off, b.shim, b.header, b.len))
-                .map(Some)
-                .ok_or_else(|| Layout::of(&p).zip(p.flow)),
+        let (flow, located) = match Packet::parse(frame, Start::Ethernet, &self.detect) {
+            Ok(p) => (
+                p.flow,
+                p.int
+                    .map(|(off, b)| (off, b.shim, b.header, b.len))
+                    .map(Some)
+                    .ok_or_else(|| Layout::of(&p).zip(p.flow)),
+            ),
             Err(_) => {
                 self.stats.malformed += 1;
                 return out;
@@ -134,9 +141,15 @@ impl Node {
                 if !self.is_report(&layout, frame) && watched(&self.cfg.watchlist, &flow) =>
             {
                 // INT-XD: a postcard with this node's metadata; the packet is untouched.
-                out.reports
-                    .push(self.report(frame, self.cfg.instructions, tel, true));
-                self.stats.postcards += 1;
+                let n = out.reports.len();
+                out.reports.extend(self.report(
+                    frame,
+                    self.cfg.instructions,
+                    tel,
+                    true,
+                    Some(flow),
+                ));
+                self.stats.postcards += (out.reports.len() - n) as u64;
             }
             (mode @ (Mode::Md | Mode::Mx), Role::Source, Err(Some((layout, flow))))
                 if !self.is_report(&layout, frame) && watched(&self.cfg.watchlist, &flow) =>
@@ -144,18 +157,25 @@ impl Node {
                 self.source(frame, layout, flow, tel, mode);
                 if mode == Mode::Mx {
                     // INT-MX: the source reports its own metadata too.
-                    out.reports
-                        .push(self.report(frame, self.cfg.instructions, tel, true));
-                    self.stats.mx_reports += 1;
+                    let n = out.reports.len();
+                    out.reports.extend(self.report(
+                        frame,
+                        self.cfg.instructions,
+                        tel,
+                        true,
+                        Some(flow),
+                    ));
+                    self.stats.mx_reports += (out.reports.len() - n) as u64;
                 }
             }
             (_, Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), len)))) => {
                 self.transit(frame, off, shim, h, len, tel)
             }
             (_, Role::Transit, Ok(Some((_, _, IntHeader::Mx(h), _)))) => {
+                let n = out.reports.len();
                 out.reports
-                    .push(self.report(frame, h.instructions, tel, true));
-                self.stats.mx_reports += 1;
+                    .extend(self.report(frame, h.instructions, tel, true, flow));
+                self.stats.mx_reports += (out.reports.len() - n) as u64;
             }
             (_, Role::Sink, Ok(Some((off, shim, IntHeader::Md(h), len)))) => {
                 if self.cfg.sink_metadata == SinkMetadata::Stack {
@@ -164,7 +184,7 @@ impl Node {
                 }
                 let own = self.cfg.sink_metadata == SinkMetadata::Report;
                 out.reports
-                    .push(self.report(frame, h.instructions, tel, own));
+                    .extend(self.report(frame, h.instructions, tel, own, flow));
                 self.strip(frame);
                 if h.d {
                     self.stats.discarded += 1;
@@ -172,9 +192,10 @@ impl Node {
                 }
             }
             (_, Role::Sink, Ok(Some((_, _, IntHeader::Mx(h), _)))) => {
+                let n = out.reports.len();
                 out.reports
-                    .push(self.report(frame, h.instructions, tel, true));
-                self.stats.mx_reports += 1;
+                    .extend(self.report(frame, h.instructions, tel, true, flow));
+                self.stats.mx_reports += (out.reports.len() - n) as u64;
                 self.strip(frame);
                 if h.d {
                     self.stats.discarded += 1;
@@ -476,15 +497,28 @@ impl Node {
 
     /// A drop report (Report v2.0 with D set; RepMdBits bit 15 carries the queue and the drop
     /// reason, SD-Fabric's codes) about a packet this node dropped.
-    pub fn drop_report(&mut self, frame: &[u8], reason: u8, tel: &dyn Telemetry) -> Vec<u8> {
-        let bits = (self.cfg.instructions & !NODE_ID) | BIT15;
+    pub fn drop_report(
+        &mut self,
+        frame: &[u8],
+        reason: u8,
+        tel: &dyn Telemetry,
+    ) -> Option<Vec<u8>> {
         let mut hop = tel.hop(self.cfg.node_id);
+        if let Some(flow) = Packet::parse(frame, Start::Ethernet, &self.detect)
+            .ok()
+            .and_then(|p| p.flow)
+            && !self.filter.drop(flow, reason, hop.ingress_ts.unwrap_or(0))
+        {
+            self.stats.filtered += 1;
+            return None;
+        }
+        let bits = (self.cfg.instructions & !NODE_ID) | BIT15;
         hop.drop_reason = Some(reason);
         hop.present |= BIT15;
         let mut md = vec![0u8; Format::ReportV2.baseline_len(bits)];
         hop.encode(bits, Format::ReportV2, &mut md);
         self.stats.reports += 1;
-        self.build_report(frame, bits, &md, true)
+        Some(self.build_report(frame, bits, &md, true, false))
     }
 
     /// A Telemetry Report v2.0 datagram about `frame` (as received, truncated), with this
@@ -495,22 +529,50 @@ impl Node {
         instructions: u16,
         tel: &dyn Telemetry,
         own: bool,
-    ) -> Vec<u8> {
+        flow: Option<FlowKey>,
+    ) -> Option<Vec<u8>> {
+        let hop = tel.hop(self.cfg.node_id);
+        // SD-Fabric's smart filters (off unless configured): once per interval per 5-tuple,
+        // sooner on a change; queue reports (Q) while a configured queue is congested.
+        let decision = match flow {
+            Some(f) => self.filter.flow(
+                f,
+                hop.ingress_ts.unwrap_or(0),
+                u32::from(hop.l1_ingress_if.unwrap_or(0)),
+                u32::from(hop.l1_egress_if.unwrap_or(0)),
+                hop.queue_id.unwrap_or(0),
+                hop.hop_latency.unwrap_or(0),
+            ),
+            None => Decision {
+                report: true,
+                congested: false,
+            },
+        };
+        if !decision.report {
+            self.stats.filtered += 1;
+            return None;
+        }
         let (bits, md) = if own {
             // Node ID moves to the group header; bit 15 is not a Checksum Complement here
             // (INT v2.1 §"INT-MX Header Format": RepMdBits from the Instruction Bitmap).
             let bits = instructions & !NODE_ID & !BIT15;
             let mut md = vec![0u8; Format::ReportV2.baseline_len(bits)];
-            tel.hop(self.cfg.node_id)
-                .encode(bits, Format::ReportV2, &mut md);
+            hop.encode(bits, Format::ReportV2, &mut md);
             (bits, md)
         } else {
             (0, Vec::new())
         };
-        self.build_report(frame, bits, &md, false)
+        Some(self.build_report(frame, bits, &md, false, decision.congested))
     }
 
-    fn build_report(&mut self, frame: &[u8], bits: u16, md: &[u8], dropped: bool) -> Vec<u8> {
+    fn build_report(
+        &mut self,
+        frame: &[u8],
+        bits: u16,
+        md: &[u8],
+        dropped: bool,
+        congested: bool,
+    ) -> Vec<u8> {
         let mut inner = frame[..frame.len().min(self.cfg.report_truncate)].to_vec();
         inner.resize(inner.len().div_ceil(4) * 4, 0);
         let words = (8 + md.len() + inner.len()) / 4;
@@ -529,7 +591,7 @@ impl Node {
             report_length: if words > 254 { 0xff } else { words as u8 },
             md_length: (md.len() / 4) as u8,
             d: dropped,
-            q: false,
+            q: congested,
             f: true,
             i: false,
             reserved: 0,

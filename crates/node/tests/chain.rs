@@ -451,3 +451,46 @@ fn xd_postcards_leave_the_packet_alone() {
     let mut g = host1.clone();
     assert!(quiet.process(&mut g, &tel(&quiet)).reports.is_empty());
 }
+
+/// SD-Fabric's filters at a sink: one report a second per flow, more on a change.
+#[test]
+fn filters_limit_reports_per_flow() {
+    let host1 = host1_packet(false, false, true);
+    let filters = intscope_node::filter::FilterConfig {
+        enabled: true,
+        ..Default::default()
+    };
+    let mut s1 = node(1, Role::Source, SourceEncap::UdpPort, 1);
+    let mut s3 = Node::new(NodeConfig {
+        filters,
+        ..node(3, Role::Sink, SourceEncap::UdpPort, 3)
+            .config()
+            .clone()
+    });
+    let mut reports = 0;
+    for i in 0..10u64 {
+        let mut f = host1.clone();
+        s1.process(&mut f, &tel(&s1));
+        let t = StaticTelemetry {
+            model: s3.config().telemetry.clone(),
+            time_ns: i * 100_000_000,
+        };
+        let out = s3.process(&mut f, &t);
+        assert_eq!(f, host1, "filtered or not, the packet is restored");
+        reports += out.reports.len();
+    }
+    assert_eq!(reports, 1, "ten packets in a second: one report");
+    assert_eq!(s3.stats.filtered, 9, "held-back reports are counted");
+    let mut moved = StaticTelemetry {
+        model: s3.config().telemetry.clone(),
+        time_ns: 1_000_000_000 - 1,
+    };
+    moved.model.egress_port = 7;
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    assert_eq!(
+        s3.process(&mut f, &moved).reports.len(),
+        1,
+        "a new egress port reports at once"
+    );
+}

@@ -130,6 +130,8 @@ pub struct SimConfig {
     pub int_udp_port: u16,
     /// Remaining Hop Count at the source.
     pub max_hops: u8,
+    /// SD-Fabric's report filters at every switch.
+    pub filters: intscope_node::filter::FilterConfig,
 }
 
 impl Default for SimConfig {
@@ -141,7 +143,22 @@ impl Default for SimConfig {
             instructions: 0xfc00,
             int_udp_port: 17768,
             max_hops: 8,
+            filters: sd_fabric_filters(),
         }
+    }
+}
+
+/// SD-Fabric's filters as the simulated switches run them: flow reports once a second per
+/// 5-tuple unless something changes, queue reports for queue 0 above 10 µs (reset below 5 µs).
+pub fn sd_fabric_filters() -> intscope_node::filter::FilterConfig {
+    intscope_node::filter::FilterConfig {
+        enabled: true,
+        queues: vec![intscope_node::filter::QueueThreshold {
+            queue_id: 0,
+            trigger_ns: 10_000,
+            reset_ns: Some(5_000),
+        }],
+        ..intscope_node::filter::FilterConfig::default()
     }
 }
 
@@ -250,6 +267,7 @@ fn node(cfg: &SimConfig, id: u32, role: Role) -> Node {
         max_hops: cfg.max_hops,
         watchlist: vec![WatchEntry::default()],
         report_truncate: 128,
+        filters: cfg.filters.clone(),
         telemetry: TelemetryModel::default(),
         ..NodeConfig::default()
     })
@@ -441,8 +459,9 @@ impl Fabric {
                 (spine_id(s), &mut self.spines[s as usize - 1])
             }
         };
-        let r = node.drop_report(frame, reason, tel);
-        self.emit(t, id, r);
+        if let Some(r) = node.drop_report(frame, reason, tel) {
+            self.emit(t, id, r);
+        }
     }
 
     /// Routes at `place`: the egress port, or a drop reason.

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use intscope_collector::detect::DetectConfig;
 use intscope_collector::event::{Event, EventKind};
 use intscope_collector::ingest::{Collector, CollectorConfig};
 use intscope_collector::record::Record;
@@ -26,6 +27,13 @@ fn run(mode: Mode, faults: Vec<Scheduled>, until_ms: u64) -> (Fabric, Arc<Collec
     let collector = Collector::open(CollectorConfig {
         data: None,
         int_udp_ports: vec![17768],
+        // Runs are tens of milliseconds: join per-hop reports and close episodes of queues the
+        // switches' report filters went quiet on within a few.
+        detect: DetectConfig {
+            join_window_ns: 10 * MS,
+            episode_quiet_ns: 5 * MS,
+            ..DetectConfig::default()
+        },
         ..CollectorConfig::default()
     })
     .unwrap();
@@ -38,6 +46,8 @@ fn run(mode: Mode, faults: Vec<Scheduled>, until_ms: u64) -> (Fabric, Arc<Collec
             collector.ingest(&r.payload, r.source.into(), r.time_ns, &mut rec);
         }
     }
+    // Traffic is over: what the switches' filters left open closes.
+    collector.tick(until_ms * MS + 20 * MS);
     let s = &collector.stats;
     assert_eq!(
         s.malformed.load(std::sync::atomic::Ordering::Relaxed),
