@@ -96,10 +96,32 @@ async function flows() {
   every(3000, load);
 }
 
-function chart(el, title, times, series, unit) {
+/// Dashed vertical lines at `marks` (seconds): where the flow's path changed.
+const markers = (marks) => ({
+  hooks: {
+    draw: [(u) => {
+      const { ctx, bbox } = u;
+      ctx.save();
+      ctx.strokeStyle = '#bc8cff';
+      ctx.setLineDash([4, 4]);
+      ctx.lineWidth = 1.5;
+      for (const t of marks) {
+        const x = u.valToPos(t, 'x', true);
+        if (x < bbox.left || x > bbox.left + bbox.width) continue;
+        ctx.beginPath();
+        ctx.moveTo(x, bbox.top);
+        ctx.lineTo(x, bbox.top + bbox.height);
+        ctx.stroke();
+      }
+      ctx.restore();
+    }],
+  },
+});
+
+function chart(el, title, times, series, unit, marks = []) {
   const palette = ['#4aa3ff', '#3fb950', '#d29922', '#f85149', '#bc8cff', '#39c5cf', '#ff7b72', '#e3b341'];
   const opts = {
-    title, width: el.clientWidth || 600, height: 220,
+    title, width: el.clientWidth || 600, height: 220, plugins: [markers(marks)],
     scales: { x: { time: true } },
     series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: true, value: (u, v) => (v == null ? '–' : unit(v)) }))],
     axes: [{ stroke: '#8593a3', grid: { stroke: '#232b34' } }, { stroke: '#8593a3', grid: { stroke: '#232b34' }, values: (u, vs) => vs.map(unit) }],
@@ -114,13 +136,14 @@ async function flow(id) {
       <div class="path" data-test="flow-path">${f.path_detail.map((h, i) => `<div class="hop"><b>${i === 0 ? 'source' : i === f.path_detail.length - 1 ? 'sink' : 'hop ' + i}</b><br>node ${h.node_id}<br><span class="muted">in ${h.ingress_if ?? '–'} · out ${h.egress_if ?? '–'}</span></div>`).join('')}</div></div>
     <div class="grid"><div class="panel"><div id="lat"></div></div><div class="panel"><div id="occ"></div></div></div>
     <div class="grid"><div class="panel"><h2>Path history</h2><table><tbody>${f.path_history.map((p) => `<tr><td class="muted">${clock(p.since_ns)}</td><td>${p.path.map((h) => h.node_id).join(' → ')}</td></tr>`).join('')}</tbody></table></div>
-    <div class="panel"><h2>Events</h2><table><tbody>${f.events.map((e) => `<tr><td class="muted">${clock(e.time_ns)}</td><td><span class="kind ${e.kind}">${e.kind}</span></td><td>${esc(place(e))}</td><td>${esc(evidence(e))}</td></tr>`).join('') || '<tr><td class="empty">none</td></tr>'}</tbody></table></div></div>`;
+    <div class="panel"><h2>Events <a class="muted" data-test="flow-events-link" href="#/events?flow=${f.id}&live=0">all of this flow's events →</a></h2><table><tbody>${f.events.map((e) => `<tr><td class="muted">${clock(e.time_ns)}</td><td><span class="kind ${e.kind}">${e.kind}</span></td><td>${esc(place(e))}</td><td>${esc(evidence(e))}</td></tr>`).join('') || '<tr><td class="empty">none</td></tr>'}</tbody></table></div></div>`;
   const times = f.series.map((s) => s.time_ns / 1e9);
   const hops = f.path_detail.length;
   const per = (key) => Array.from({ length: hops }, (_, i) => ({ label: `node ${f.path_detail[i].node_id}`, values: f.series.map((s) => s[key][i]) }));
-  // Path changes are marked in the series as gaps in the per-hop lines (a hop missing).
-  chart(document.getElementById('lat'), 'hop latency', times, [{ label: 'end to end', values: f.series.map((s) => s.e2e_latency) }, ...per('hop_latency')], ns);
-  chart(document.getElementById('occ'), 'queue occupancy (cells)', times, per('queue_occupancy'), (v) => `${v}`);
+  // Path changes: dashed lines at the times a new path was first seen (the first path is not a change).
+  const changes = f.path_history.slice(1).map((p) => p.since_ns / 1e9);
+  chart(document.getElementById('lat'), 'hop latency (dashed: path change)', times, [{ label: 'end to end', values: f.series.map((s) => s.e2e_latency) }, ...per('hop_latency')], ns, changes);
+  chart(document.getElementById('occ'), 'queue occupancy (cells)', times, per('queue_occupancy'), (v) => `${v}`, changes);
 }
 
 async function events(params) {
@@ -128,27 +151,30 @@ async function events(params) {
   const live = params.get('live') !== '0';
   main.innerHTML = `<div class="panel"><h2>Events <span class="muted" id="live"></span></h2>
     <p><select id="kind"><option value="">all kinds</option>${['path-change', 'latency-anomaly', 'drop', 'congestion-start', 'congestion-end', 'microburst', 'lost-reports', 'hop-limit', 'mtu-exceeded', 'non-int-hops'].map((k) => `<option>${k}</option>`).join('')}</select>
-    <input id="node" placeholder="node id" size="8"> <label><input type="checkbox" id="livebox" ${live ? 'checked' : ''}> live</label></p>
+    <input id="node" placeholder="node id" size="8" value="${esc(params.get('node') || '')}"> <input id="flow" placeholder="flow id" size="8" value="${esc(params.get('flow') || '')}"> <label><input type="checkbox" id="livebox" ${live ? 'checked' : ''}> live</label></p>
     <table><thead><tr><th>time</th><th>kind</th><th>where</th><th>flow</th><th>evidence</th></tr></thead><tbody id="rows"></tbody></table></div>`;
   const row = (e) => `<tr data-test="event-row"><td class="muted">${clock(e.time_ns)}</td><td><span class="kind ${e.kind}">${e.kind}</span></td><td>${esc(place(e))}</td>
     <td>${e.flow_id ? `<a data-test="event-flow-link" href="#/flow/${e.flow_id}">${esc(flowText(e.flow))}</a>` : '–'}</td><td>${esc(evidence(e))}</td></tr>`;
   const load = async () => {
     const kind = document.getElementById('kind').value;
     const node = document.getElementById('node').value;
-    const d = await api(`/api/events?limit=300${kind ? `&kind=${kind}` : ''}${node ? `&node=${node}` : ''}`);
+    const flow = document.getElementById('flow').value;
+    const filters = `${kind ? `&kind=${kind}` : ''}${node ? `&node=${encodeURIComponent(node)}` : ''}${flow ? `&flow=${encodeURIComponent(flow)}` : ''}`;
+    const d = await api(`/api/events?limit=300${filters}`);
     document.getElementById('rows').innerHTML = d.map(row).join('') || '<tr><td class="empty" colspan="5">no events yet</td></tr>';
     const last = d.length ? d[0].id : 0;
     if (stream) stream.close();
     stream = null;
     document.getElementById('live').textContent = document.getElementById('livebox').checked ? '· live' : '· paused';
     if (!document.getElementById('livebox').checked) return;
-    stream = new EventSource(`/api/events/stream?after=${last}${kind ? `&kind=${kind}` : ''}${node ? `&node=${node}` : ''}`);
+    stream = new EventSource(`/api/events/stream?after=${last}${filters}`);
     stream.onmessage = stream.onerror = null;
     const add = (m) => { const rows = document.getElementById('rows'); if (rows) rows.insertAdjacentHTML('afterbegin', row(JSON.parse(m.data))); };
     ['path-change', 'latency-anomaly', 'drop', 'congestion-start', 'congestion-end', 'microburst', 'lost-reports', 'hop-limit', 'mtu-exceeded', 'non-int-hops'].forEach((k) => stream.addEventListener(k, add));
   };
   document.getElementById('kind').onchange = load;
   document.getElementById('node').onchange = load;
+  document.getElementById('flow').onchange = load;
   document.getElementById('livebox').onchange = load;
   await load();
 }

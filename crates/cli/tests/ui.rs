@@ -159,6 +159,20 @@ fn every_page_shows_real_data_and_events_link_to_flows() {
         detail.contains("uplot"),
         "latency and occupancy charts drawn"
     );
+    // From the flow to all its events: the event list filtered by flow.
+    let own = detail
+        .split("data-test=\"flow-events-link\" href=\"#/")
+        .nth(1)
+        .expect("a link to the flow's events");
+    let own = own.split('"').next().unwrap().replace("&amp;", "&");
+    assert!(own.starts_with("events?flow="), "{own}");
+    let filtered = page("flow-events", &own);
+    assert!(count(&filtered, "event-row") >= 1, "the flow's events");
+    assert_eq!(
+        count(&filtered, "event-flow-link"),
+        filtered.matches(&format!("href=\"#/{target}\"")).count(),
+        "only events of that flow"
+    );
     let queues = page("queues", "queues");
     assert!(count(&queues, "heatmap") == 1);
     assert!(queues.matches("/q0</div>").count() >= 10, "queues labelled");

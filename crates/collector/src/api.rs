@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
-use crate::event::{EventKind, FlowRef};
+use crate::event::{Event, EventKind, FlowRef};
 use crate::flow::FlowState;
 use crate::ingest::Collector;
 use crate::state::State;
@@ -306,14 +306,19 @@ async fn events(AxState(c): Shared, Query(q): Query<EventQuery>) -> Result<Json<
             .events
             .iter()
             .rev()
-            .filter(|e| q.kind.is_none_or(|k| e.kind == k))
-            .filter(|e| q.node.is_none_or(|n| e.node_id == Some(n)))
-            .filter(|e| q.flow.is_none_or(|f| e.flow_id == Some(f)))
+            .filter(|e| selected(e, q.kind, q.node, q.flow))
             .filter(|e| q.after.is_none_or(|a| e.id > a))
             .take(q.limit.unwrap_or(200))
             .collect();
         Json(json!(v))
     })
+}
+
+/// Whether `e` passes the kind, node and flow filters of an events query.
+fn selected(e: &Event, kind: Option<EventKind>, node: Option<u32>, flow: Option<u64>) -> bool {
+    kind.is_none_or(|k| e.kind == k)
+        && node.is_none_or(|n| e.node_id == Some(n))
+        && flow.is_none_or(|f| e.flow_id == Some(f))
 }
 
 /// Query of `/api/events/stream`.
@@ -323,6 +328,8 @@ pub struct StreamQuery {
     pub kind: Option<EventKind>,
     /// Only events at this node.
     pub node: Option<u32>,
+    /// Only events of this flow ID.
+    pub flow: Option<u64>,
     /// Start after this event ID (default: only new events).
     pub after: Option<u64>,
 }
@@ -352,8 +359,7 @@ async fn event_stream(
                     .iter()
                     .filter(|e| e.id > from)
                     .inspect(|e| last = last.max(e.id))
-                    .filter(|e| q.kind.is_none_or(|k| e.kind == k))
-                    .filter(|e| q.node.is_none_or(|n| e.node_id == Some(n)))
+                    .filter(|e| selected(e, q.kind, q.node, q.flow))
                     .map(|e| {
                         SseEvent::default()
                             .event(e.kind.label())

@@ -197,11 +197,11 @@ impl FlowState {
         Some(old)
     }
 
-    /// Records a path joined from per-hop reports. Switches that filter reports (SD-Fabric's flow
-    /// filter reports a flow again only when its ports or latency change) leave some hops out: a
-    /// joined path whose hops all lie, in order, on the known path confirms it rather than
-    /// changing it.
-    pub fn observe_joined(&mut self, now: u64, path: &[Hop]) -> Option<Vec<PathHop>> {
+    /// Records a path that may lack hops: one joined from per-hop reports of switches that filter
+    /// them (SD-Fabric's flow filter reports a flow again only when its ports or latency change),
+    /// or a drop report's, which ends where the packet died. Hops that all lie, in order, on the
+    /// known path confirm it rather than change it.
+    pub fn observe_partial_path(&mut self, now: u64, path: &[Hop]) -> Option<Vec<PathHop>> {
         let mut known = self.path.iter();
         let partial = path.len() < self.path.len()
             && path.iter().all(|h| known.any(|k| *k == PathHop::from(h)));

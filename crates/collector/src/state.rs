@@ -315,7 +315,7 @@ impl State {
                 continue;
             }
             let path = flow.take_joined();
-            let change = flow.observe_joined(now, &path);
+            let change = flow.observe_partial_path(now, &path);
             flow.observe_latency(now, &path);
             let id = flow.id;
             if let Some(old) = change {
@@ -366,7 +366,10 @@ impl State {
         // Complete paths (INT-MD stacks, v0.5/v1.0 stacks) say which way the flow went at once;
         // per-hop reports (INT-XD postcards, INT-MX) from different nodes are joined first.
         let mut change = None;
-        if r.int_hops > 0 && !r.intermediate {
+        if r.int_hops > 0 && !r.intermediate && (r.dropped || r.drop_reason.is_some()) {
+            // The packet died on the way: its path stops short and its latency is no flow's.
+            change = flow.observe_partial_path(now, r.hops());
+        } else if r.int_hops > 0 && !r.intermediate {
             change = flow.observe_path(now, r.hops());
             flow.observe_latency(now, r.hops());
         } else if let [hop] = r.hops() {
@@ -378,7 +381,7 @@ impl State {
                     .push_back((now + self.cfg.join_window_ns + 1, key));
             }
             if let Some(path) = joined {
-                change = flow.observe_joined(now, &path);
+                change = flow.observe_partial_path(now, &path);
                 flow.observe_latency(now, &path);
             }
         } else {

@@ -96,6 +96,14 @@ fn drop_with_reason_by_name() {
     assert_eq!((ev[0].node_id, ev[0].port), (Some(2), Some(5)));
     assert_eq!(ev[0].evidence["drop_reason_name"], "routing-miss");
     assert_eq!(s.nodes[&2].drops[&29], 1);
+    // Dropped at the spine: the path stops short there, and that is no path change.
+    let mut r = Rep::new(2, &[LEAF1], SPINE_A);
+    r.drop = Some(71);
+    r.seq = 21;
+    feed(&mut s, &r.datagram(), 6 * S);
+    assert_eq!(events(&s, EventKind::Drop).len(), 2);
+    assert!(events(&s, EventKind::PathChange).is_empty());
+    assert_eq!(s.flows.values().next().unwrap().path.len(), 3);
 }
 
 #[test]
