@@ -124,7 +124,7 @@ function chart(el, title, times, series, unit, marks = []) {
     title, width: el.clientWidth || 600, height: 220, plugins: [markers(marks)],
     scales: { x: { time: true } },
     series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: true, value: (u, v) => (v == null ? '–' : unit(v)) }))],
-    axes: [{ stroke: '#8593a3', grid: { stroke: '#232b34' } }, { stroke: '#8593a3', grid: { stroke: '#232b34' }, values: (u, vs) => vs.map(unit) }],
+    axes: [{ stroke: '#8593a3', grid: { stroke: '#232b34' } }, { stroke: '#8593a3', grid: { stroke: '#232b34' }, size: 72, values: (u, vs) => vs.map(unit) }],
   };
   charts.push(new uPlot(opts, [times, ...series.map((s) => s.values)], el));
 }
