@@ -56,6 +56,16 @@ pub enum Fault {
         /// Packets each sender sends.
         packets: u32,
     },
+    /// A leaf's port to a host sends at a fraction of its speed (a link that negotiated down, a
+    /// host pausing it): a queue congested for as long as the fault lasts.
+    SlowPort {
+        /// Leaf.
+        leaf: u32,
+        /// Host (its port number).
+        host: u32,
+        /// The port's speed meanwhile, Gb/s.
+        gbps: f64,
+    },
     /// A spine forwards without INT (it still decrements TTL).
     NonIntSpine {
         /// Spine (1-based).
@@ -511,6 +521,10 @@ impl Fabric {
     }
 
     fn port_gbps(&self, place: Place, port: u32) -> f64 {
+        let slow = |f: &Fault| matches!(f, Fault::SlowPort { leaf, host, .. } if place == Place::Leaf(*leaf) && port == *host);
+        if let Some(Fault::SlowPort { gbps, .. }) = self.active(slow) {
+            return gbps.max(0.001);
+        }
         match place {
             Place::Leaf(_) if port <= self.cfg.topology.hosts_per_leaf => {
                 self.cfg.topology.host_gbps

@@ -93,6 +93,17 @@ impl Default for Scenario {
                         packets: 60,
                     },
                 ),
+                // The mix's first elephant (200 Mb/s) goes to 10.0.2.2: its port at 100 Mb/s
+                // congests for seconds.
+                f(
+                    52.0,
+                    54.0,
+                    Fault::SlowPort {
+                        leaf: 2,
+                        host: 2,
+                        gbps: 0.1,
+                    },
+                ),
             ],
         }
     }

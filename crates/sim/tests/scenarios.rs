@@ -266,3 +266,43 @@ fn mx_and_xd_modes_give_the_same_paths() {
         );
     }
 }
+
+#[test]
+fn a_slow_port_is_a_long_congestion_episode() {
+    // The port to the host the mix's first elephant (200 Mb/s) goes to drops to 100 Mb/s.
+    let mix = default_mix(&SimConfig::default().topology, 48, 7, 60 * MS);
+    let (leaf, host) = intscope_sim::topology::locate(mix[0].dst).unwrap();
+    let slow = Scheduled {
+        from_ns: 10 * MS,
+        until_ns: 40 * MS,
+        fault: Fault::SlowPort {
+            leaf,
+            host,
+            gbps: 0.1,
+        },
+    };
+    let (_, c) = run(Mode::Md, vec![slow], 60);
+    let at_port = |kind| {
+        events(&c, kind)
+            .into_iter()
+            .filter(|e| e.node_id == Some(leaf) && e.port == Some(host))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(at_port(EventKind::CongestionStart).len(), 1);
+    assert!(at_port(EventKind::Microburst).is_empty());
+    let end = at_port(EventKind::CongestionEnd);
+    assert_eq!(end.len(), 1, "longer than a microburst");
+    let d = end[0].evidence["duration_ns"].as_u64().unwrap();
+    // From the queue's filling (6 ms in) to the end of the fault, plus draining what was queued
+    // at the slow rate.
+    assert!(
+        (20 * MS..=50 * MS).contains(&d),
+        "about the fault's 30 ms: {d}"
+    );
+    let culprits = end[0].evidence["culprit_flows"].as_array().unwrap();
+    assert_eq!(
+        culprits[0]["flow"]["dst"],
+        mix[0].dst.to_string(),
+        "the elephant filled it"
+    );
+}
