@@ -450,3 +450,61 @@ fn demo_runs_and_detects_the_scripted_faults() {
     assert!(dir.join("intscope.db").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sim_with_random_faults_to_pcap_replays_into_the_collector() {
+    let dir = tempdir("sim-random");
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("reports.pcap");
+    let out = bin()
+        .args([
+            "sim",
+            "--topology",
+            &repo("examples/sim-random.toml"),
+            "--duration",
+            "3",
+        ])
+        .args(["--speed", "max", "--reports"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c = Running::start(&[
+        "--replay",
+        pcap.to_str().unwrap(),
+        "--http",
+        "127.0.0.1:0",
+        "--int-udp-port",
+        "17768",
+        "--data",
+        dir.join("store").to_str().unwrap(),
+    ]);
+    let stats = c.get("/api/stats");
+    assert!(
+        stats["ingest"]["datagrams_received"].as_u64().unwrap() > 1000,
+        "{stats}"
+    );
+    assert_eq!(stats["ingest"]["discarded"]["malformed"], 0, "{stats}");
+    let nodes = c.get("/api/nodes");
+    let ids: Vec<u64> = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node_id"].as_u64().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&6) && ids.contains(&103),
+        "the file's 6 leaves and 3 spines report: {ids:?}"
+    );
+    assert!(c.get("/api/flows")["total"].as_u64().unwrap() >= 90);
+    let events = c.get("/api/events?limit=1000");
+    assert!(
+        !events.as_array().unwrap().is_empty(),
+        "the scripted and random faults show"
+    );
+    c.stop();
+}

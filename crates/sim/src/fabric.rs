@@ -652,18 +652,35 @@ impl Fabric {
     }
 }
 
+/// A tiny deterministic generator (xorshift64): runs replay exactly from their seed, and the
+/// simulator needs no statistical quality a crate would add.
+pub(crate) struct Xorshift(u64);
+
+impl Xorshift {
+    pub(crate) fn new(seed: u64) -> Self {
+        Xorshift(seed | 1)
+    }
+
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform-ish in `lo..=hi`.
+    pub(crate) fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
 /// A default traffic mix: `n` flows between random hosts of different leaves, one in ten an
 /// elephant (200 Mb/s of 1400-byte packets), the rest mice (100 small packets/s), TCP and UDP —
 /// light enough for the simulator and a collector to run in real time on two cores.
 pub fn default_mix(t: &Topology, n: usize, seed: u64, end_ns: u64) -> Vec<FlowSpec> {
     let hosts = t.hosts();
-    let mut x = seed | 1;
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = Xorshift::new(seed);
+    let mut rnd = move || rng.next();
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
         let (a, b) = (

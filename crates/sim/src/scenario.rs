@@ -2,7 +2,7 @@
 //! fabric, the traffic mix and a fault timeline in seconds. The built-in default shows every
 //! fault kind within a minute.
 
-use crate::fabric::{Fault, Scheduled};
+use crate::fabric::{Fault, Scheduled, Xorshift};
 use crate::topology::Topology;
 
 /// A fault with its time window in seconds.
@@ -33,6 +33,8 @@ pub struct Scenario {
     pub fault: Vec<TimedFault>,
     /// Length of the fault timeline, s.
     pub period_s: f64,
+    /// Random faults added to the timeline in every period (drawn from `seed`; each 1–5 s long).
+    pub random_faults: usize,
 }
 
 impl Default for Scenario {
@@ -47,6 +49,7 @@ impl Default for Scenario {
             flows: 64,
             seed: 1,
             period_s: 60.0,
+            random_faults: 0,
             fault: vec![
                 f(
                     3.0,
@@ -110,6 +113,51 @@ impl Default for Scenario {
 }
 
 impl Scenario {
+    /// A fault of a random kind at a random place of the topology, starting within `span_s`.
+    fn random_fault(&self, rng: &mut Xorshift, span_s: f64) -> TimedFault {
+        let t = &self.topology;
+        let leaf = |rng: &mut Xorshift| rng.between(1, u64::from(t.leaves.max(1))) as u32;
+        let spine = |rng: &mut Xorshift| rng.between(1, u64::from(t.spines.max(1))) as u32;
+        let host = |rng: &mut Xorshift| rng.between(1, u64::from(t.hosts_per_leaf.max(1))) as u32;
+        let fault = match rng.next() % 6 {
+            0 => Fault::LinkDown {
+                leaf: leaf(rng),
+                spine: spine(rng),
+            },
+            1 => {
+                // Another leaf's subnet: the mix has no flows within a leaf.
+                let l = leaf(rng);
+                let others = u64::from(t.leaves.max(2)) - 2;
+                Fault::RoutingMiss {
+                    leaf: l,
+                    dst_leaf: (l + rng.between(0, others) as u32) % t.leaves.max(1) + 1,
+                }
+            }
+            2 => Fault::Incast {
+                leaf: leaf(rng),
+                host: host(rng),
+                packets: rng.between(20, 60) as u32,
+            },
+            3 => Fault::NonIntSpine { spine: spine(rng) },
+            4 => Fault::SmallMtu {
+                spine: spine(rng),
+                mtu: 1400,
+            },
+            _ => Fault::SlowPort {
+                leaf: leaf(rng),
+                host: host(rng),
+                gbps: 0.1,
+            },
+        };
+        let from_s = (rng.next() % 1000) as f64 / 1000.0 * (span_s - 1.0).max(0.0);
+        let until_s = from_s + rng.between(1, 5) as f64;
+        TimedFault {
+            from_s,
+            until_s,
+            fault,
+        }
+    }
+
     /// The fault schedule, repeated to cover `duration_s`.
     pub fn schedule(&self, duration_s: f64) -> Vec<Scheduled> {
         let period = if self.period_s > 0.0 {
@@ -119,8 +167,12 @@ impl Scenario {
         };
         let mut out = Vec::new();
         let mut base = 0.0;
+        let mut rng = Xorshift::new(self.seed ^ 0x5eed_fa17);
         while base < duration_s {
-            for t in &self.fault {
+            let random: Vec<TimedFault> = (0..self.random_faults)
+                .map(|_| self.random_fault(&mut rng, period.min(duration_s)))
+                .collect();
+            for t in self.fault.iter().chain(&random) {
                 if base + t.from_s < duration_s {
                     let ns = |s: f64| (s * 1e9) as u64;
                     out.push(Scheduled {
@@ -133,5 +185,48 @@ impl Scenario {
             base += period;
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_faults_are_reproducible_and_inside_the_fabric() {
+        let sc: Scenario =
+            toml::from_str("random_faults = 4\nperiod_s = 20.0\nfault = []").unwrap();
+        let a = sc.schedule(60.0);
+        assert_eq!(a.len(), 12, "four per 20 s period");
+        assert_eq!(a, sc.schedule(60.0), "same seed, same faults");
+        let other = Scenario {
+            seed: 2,
+            ..sc.clone()
+        };
+        assert_ne!(a, other.schedule(60.0));
+        let t = &sc.topology;
+        for s in &a {
+            assert!(s.from_ns < 60_000_000_000 && s.until_ns > s.from_ns);
+            let (leaf, spine) = match s.fault {
+                Fault::LinkDown { leaf, spine } => (leaf, spine),
+                Fault::RoutingMiss { leaf, dst_leaf } => {
+                    assert_ne!(leaf, dst_leaf);
+                    (leaf.max(dst_leaf), 1)
+                }
+                Fault::Incast { leaf, host, .. } | Fault::SlowPort { leaf, host, .. } => {
+                    assert!((1..=t.hosts_per_leaf).contains(&host));
+                    (leaf, 1)
+                }
+                Fault::NonIntSpine { spine } | Fault::SmallMtu { spine, .. } => (1, spine),
+                Fault::Loop { .. } => unreachable!("loops are scripted only"),
+            };
+            assert!(
+                (1..=t.leaves).contains(&leaf) && (1..=t.spines).contains(&spine),
+                "{s:?}"
+            );
+        }
+        let kinds: std::collections::HashSet<_> =
+            a.iter().map(|s| std::mem::discriminant(&s.fault)).collect();
+        assert!(kinds.len() >= 3, "a mix of kinds");
     }
 }
