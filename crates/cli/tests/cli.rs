@@ -1,34 +1,29 @@
 //! End-to-end tests of the `intscope` binary.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_intscope"))
-}
+use common::{bin, succeed};
 
 fn sample() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap")
 }
 
 fn dump_json() -> Vec<serde_json::Value> {
-    let out = bin()
-        .args([
-            "dump",
-            "--format",
-            "json",
-            "--int-udp-port",
-            "17768",
-            "--int-gre-proto",
-            "0x4569",
-        ])
-        .arg(sample())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeed(
+        bin()
+            .args([
+                "dump",
+                "--format",
+                "json",
+                "--int-udp-port",
+                "17768",
+                "--int-gre-proto",
+                "0x4569",
+            ])
+            .arg(sample()),
     );
     String::from_utf8(out.stdout)
         .unwrap()

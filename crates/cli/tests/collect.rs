@@ -1,14 +1,14 @@
 //! `intscope collect` and `intscope blast` as a user runs them: replay a capture, blast over
 //! loopback, query the API, stop with SIGTERM.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_intscope"))
-}
+use common::{bin, repo, succeed};
 
 struct Running {
     child: Child,
@@ -67,14 +67,6 @@ impl Running {
         assert!(out.status.success(), "clean exit on SIGTERM");
         String::from_utf8_lossy(&out.stderr).into_owned()
     }
-}
-
-fn repo(path: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
-        .display()
-        .to_string()
 }
 
 #[test]
@@ -162,25 +154,17 @@ fn blast_to_collect_every_datagram_accounted() {
         "--int-udp-port",
         "17768",
     ]);
-    let out = bin()
-        .args([
-            "blast",
-            "--to",
-            &c.listen[0],
-            "--rate",
-            "50000",
-            "--duration",
-            "1",
-            "--flows",
-            "100",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeed(bin().args([
+        "blast",
+        "--to",
+        &c.listen[0],
+        "--rate",
+        "50000",
+        "--duration",
+        "1",
+        "--flows",
+        "100",
+    ]));
     let sent: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let datagrams = sent["datagrams"].as_u64().unwrap();
     assert!(datagrams > 1000);
@@ -456,22 +440,17 @@ fn sim_with_random_faults_to_pcap_replays_into_the_collector() {
     let dir = tempdir("sim-random");
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("reports.pcap");
-    let out = bin()
-        .args([
-            "sim",
-            "--topology",
-            &repo("examples/sim-random.toml"),
-            "--duration",
-            "3",
-        ])
-        .args(["--speed", "max", "--reports"])
-        .arg(&pcap)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeed(
+        bin()
+            .args([
+                "sim",
+                "--topology",
+                &repo("examples/sim-random.toml"),
+                "--duration",
+                "3",
+            ])
+            .args(["--speed", "max", "--reports"])
+            .arg(&pcap),
     );
     let c = Running::start(&[
         "--replay",

@@ -2,23 +2,15 @@
 //! the sink's reports replayed into `intscope collect`: the whole data path from a host's packet
 //! to a flow's path in the collector's API.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
+use common::{bin, repo, succeed};
+
 use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_intscope"))
-}
-
-fn repo(p: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(p)
-        .display()
-        .to_string()
-}
 
 fn host_capture(path: &PathBuf) -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
@@ -89,12 +81,7 @@ fn node(
     if let Some(r) = reports {
         c.arg("--reports").arg(r);
     }
-    let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeed(&mut c);
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
