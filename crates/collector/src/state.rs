@@ -631,8 +631,11 @@ impl State {
                 ev,
             );
         }
+        // An M or E bit means INT hops added no metadata: TTL would count them as non-INT.
         if self.cfg.non_int_hops
             && r.int_hops > 0
+            && !r.mtu_exceeded
+            && !r.hop_limit_exceeded
             && let Some(ttl) = r.ip_ttl
         {
             // The sender's initial TTL is not on the wire: take the usual default at or above it.

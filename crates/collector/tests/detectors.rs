@@ -225,6 +225,16 @@ fn non_int_hops_from_ttl() {
     let ev = events(&s, EventKind::NonIntHops);
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].evidence["non_int_hops"], 3);
+    // INT hops that could not add metadata (M: no room under the MTU, E: hop limit) explain the
+    // extra decrements themselves.
+    for (m, e) in [(true, false), (false, true)] {
+        let mut r = Rep::new(7, &[LEAF1], LEAF2);
+        r.ttl = Some(61);
+        r.m = m;
+        r.e = e;
+        feed(&mut s, &r.datagram(), 2 * MS);
+    }
+    assert_eq!(events(&s, EventKind::NonIntHops).len(), 1);
 }
 
 #[test]
