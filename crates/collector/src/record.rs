@@ -7,6 +7,7 @@ use intscope_wire::int::IntHeader;
 use intscope_wire::locate::{DetectConfig, FlowKey, Packet, Start};
 use intscope_wire::metadata::HopView;
 use intscope_wire::report::{InType, IndividualReport, Report};
+use intscope_wire::warning::Warning;
 use intscope_wire::{Error, IntBlock};
 
 /// Most hops a record keeps; longer paths are cut (and flagged), the newest hops kept.
@@ -117,7 +118,8 @@ pub struct Record {
     pub mtu_exceeded: bool,
     /// Hops that added INT metadata before the reporting node (embedded stack length).
     pub int_hops: u8,
-    /// The path ended up longer than [`MAX_HOPS`] and was cut.
+    /// Hops are missing: the path was longer than [`MAX_HOPS`], or the report's copy of the
+    /// packet ended inside the INT stack.
     pub path_truncated: bool,
     /// The first report of its datagram (sequence numbers count datagrams, not reports).
     pub first_in_datagram: bool,
@@ -390,7 +392,9 @@ fn push_stack(record: &mut Record, block: &IntBlock<'_>) {
         n += 1;
     }
     record.int_hops = n as u8;
-    record.path_truncated |= cut;
+    // The report's copy of the packet can end inside the stack (truncation): the oldest hops are
+    // missing, so the path is a suffix.
+    record.path_truncated |= cut || block.warnings.has(Warning::TruncatedInt);
     for v in views[..n].iter().rev().flatten() {
         record.push(Hop::from_view(v, None));
     }

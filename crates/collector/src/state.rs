@@ -366,7 +366,10 @@ impl State {
         // Complete paths (INT-MD stacks, v0.5/v1.0 stacks) say which way the flow went at once;
         // per-hop reports (INT-XD postcards, INT-MX) from different nodes are joined first.
         let mut change = None;
-        if r.int_hops > 0 && !r.intermediate && (r.dropped || r.drop_reason.is_some()) {
+        if r.int_hops > 0 && !r.intermediate && r.path_truncated {
+            // Hops are missing from the report: a partial path, and a partial latency.
+            change = flow.observe_partial_path(now, r.hops());
+        } else if r.int_hops > 0 && !r.intermediate && (r.dropped || r.drop_reason.is_some()) {
             // The packet died on the way: its path stops short and its latency is no flow's.
             change = flow.observe_partial_path(now, r.hops());
         } else if r.int_hops > 0 && !r.intermediate {
@@ -631,11 +634,13 @@ impl State {
                 ev,
             );
         }
-        // An M or E bit means INT hops added no metadata: TTL would count them as non-INT.
+        // An M or E bit means INT hops added no metadata, and a truncated stack hides some: TTL
+        // would count them as non-INT.
         if self.cfg.non_int_hops
             && r.int_hops > 0
             && !r.mtu_exceeded
             && !r.hop_limit_exceeded
+            && !r.path_truncated
             && let Some(ttl) = r.ip_ttl
         {
             // The sender's initial TTL is not on the wire: take the usual default at or above it.

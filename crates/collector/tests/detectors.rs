@@ -238,6 +238,27 @@ fn non_int_hops_from_ttl() {
 }
 
 #[test]
+fn a_report_cut_inside_the_stack_is_a_partial_path() {
+    let mut s = state();
+    steady(&mut s, 2, &[LEAF1, SPINE_A], 0);
+    // Ethernet 14 + IPv4 20 + UDP 8 + shim and header 16 + one 16-byte hop: the spine's hop
+    // (newest, first in the stack) survives, the leaf's is cut.
+    let mut r = Rep::new(2, &[LEAF1, SPINE_A], LEAF2);
+    r.truncate = Some(14 + 20 + 8 + 16 + 16);
+    r.ttl = Some(60);
+    r.seq = 20;
+    feed(&mut s, &r.datagram(), 5 * S);
+    let f = s.flows.values().next().unwrap();
+    assert_eq!(f.reports, 21, "the report counts");
+    assert_eq!(f.path.len(), 3, "the known path stands");
+    assert!(events(&s, EventKind::PathChange).is_empty());
+    assert!(
+        events(&s, EventKind::NonIntHops).is_empty(),
+        "the cut hop is not a non-INT hop"
+    );
+}
+
+#[test]
 fn events_are_rate_limited_per_place_and_flow() {
     let mut s = state();
     for k in 0..10u64 {

@@ -29,6 +29,8 @@ pub struct Rep {
     pub e: bool,
     pub m: bool,
     pub ttl: Option<u8>,
+    /// Bytes of the packet the report carries (default: all).
+    pub truncate: Option<usize>,
 }
 
 impl Rep {
@@ -42,6 +44,7 @@ impl Rep {
             e: false,
             m: false,
             ttl: None,
+            truncate: None,
         }
     }
 
@@ -87,6 +90,9 @@ impl Rep {
             .udp(1000 + self.flow, INT_PORT);
         let mut inner = Vec::new();
         b.write(&mut inner, &int).unwrap();
+        if let Some(n) = self.truncate {
+            inner.truncate(n);
+        }
         let md_words = if self.drop.is_some() { 4 } else { 3 };
         let mut out = vec![0u8; 20 + md_words * 4];
         GroupHeaderRepr {
@@ -127,6 +133,8 @@ impl Rep {
 pub fn detect_cfg() -> DetectConfig {
     DetectConfig {
         int_udp_ports: vec![INT_PORT],
+        // As the collector decodes reports' packets: they may end anywhere.
+        truncated: true,
         ..DetectConfig::default()
     }
 }
