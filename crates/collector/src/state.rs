@@ -366,15 +366,15 @@ impl State {
         // Complete paths (INT-MD stacks, v0.5/v1.0 stacks) say which way the flow went at once;
         // per-hop reports (INT-XD postcards, INT-MX) from different nodes are joined first.
         let mut change = None;
-        if r.int_hops > 0 && !r.intermediate && r.path_truncated {
-            // Hops are missing from the report: a partial path, and a partial latency.
-            change = flow.observe_partial_path(now, r.hops());
-        } else if r.int_hops > 0 && !r.intermediate && (r.dropped || r.drop_reason.is_some()) {
-            // The packet died on the way: its path stops short and its latency is no flow's.
-            change = flow.observe_partial_path(now, r.hops());
-        } else if r.int_hops > 0 && !r.intermediate {
-            change = flow.observe_path(now, r.hops());
-            flow.observe_latency(now, r.hops());
+        if r.int_hops > 0 && !r.intermediate {
+            // Hops missing from the report (cut short), or a packet that died on the way: a
+            // partial path, and a latency that is no flow's.
+            if r.path_truncated || r.dropped || r.drop_reason.is_some() {
+                change = flow.observe_partial_path(now, r.hops());
+            } else {
+                change = flow.observe_path(now, r.hops());
+                flow.observe_latency(now, r.hops());
+            }
         } else if let [hop] = r.hops() {
             let joined = flow.join_hop(now, *hop, self.cfg.join_window_ns);
             if flow.pending.len() == 1 {
@@ -550,27 +550,25 @@ impl State {
     /// Raises the end of a congestion episode: a microburst if it was short, with the flows that
     /// filled the queue most.
     fn close_episode(&mut self, now: u64, key: QueueKey, ep: Episode, end: u64) {
-        {
-            let duration = end.saturating_sub(ep.start_ns);
-            let mut culprits: Vec<(FlowKey, u64)> = ep.flows.into_iter().collect();
-            culprits.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            let total = ep.total.max(1) as f64;
-            let ranked: Vec<_> = culprits
-                .iter()
-                .take(10)
-                .map(|(k, occ_sum)| {
-                    let id = self.flows.get(k).map(|f| f.id);
-                    json!({"flow": FlowRef::from(k), "flow_id": id, "share": ((*occ_sum as f64) / total * 1000.0).round() / 1000.0})
-                })
-                .collect();
-            let kind = if duration <= self.cfg.microburst_max_ns {
-                EventKind::Microburst
-            } else {
-                EventKind::CongestionEnd
-            };
-            let ev = json!({"start_ns": ep.start_ns, "duration_ns": duration, "max_occupancy": ep.max_occupancy, "culprit_flows": ranked});
-            self.raise(now, kind, Some(key.0), Some(key.1), Some(key.2), None, ev);
-        }
+        let duration = end.saturating_sub(ep.start_ns);
+        let mut culprits: Vec<(FlowKey, u64)> = ep.flows.into_iter().collect();
+        culprits.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let total = ep.total.max(1) as f64;
+        let ranked: Vec<_> = culprits
+            .iter()
+            .take(10)
+            .map(|(k, occ_sum)| {
+                let id = self.flows.get(k).map(|f| f.id);
+                json!({"flow": FlowRef::from(k), "flow_id": id, "share": ((*occ_sum as f64) / total * 1000.0).round() / 1000.0})
+            })
+            .collect();
+        let kind = if duration <= self.cfg.microburst_max_ns {
+            EventKind::Microburst
+        } else {
+            EventKind::CongestionEnd
+        };
+        let ev = json!({"start_ns": ep.start_ns, "duration_ns": duration, "max_occupancy": ep.max_occupancy, "culprit_flows": ranked});
+        self.raise(now, kind, Some(key.0), Some(key.1), Some(key.2), None, ev);
     }
 
     fn observe_links(&mut self, r: &Record) {

@@ -131,9 +131,6 @@ impl ReportFilter {
         };
         if due {
             self.flows.insert(flow, next);
-        } else if let Some(l) = self.flows.get_mut(&flow) {
-            // Changes below the step still move the reference, as the switch's register would.
-            l.latency_bucket = bucket;
         }
         let report = due || congested;
         if !report {
