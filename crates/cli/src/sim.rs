@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use intscope_node::Mode;
-use intscope_sim::{Fabric, Scenario, SimConfig, default_mix};
+use intscope_sim::{Fabric, Scenario, SimConfig, mix};
 
 /// INT mode flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -96,7 +96,7 @@ fn fabric(args: &FabricArgs) -> Result<Fabric> {
         ..SimConfig::default()
     });
     let end = (args.duration * 1e9) as u64;
-    for flow in default_mix(f.topology(), sc.flows, sc.seed, end) {
+    for flow in mix(f.topology(), sc.flows, sc.seed, end, &sc.mix) {
         f.add_flow(flow);
     }
     for s in sc.schedule(args.duration) {

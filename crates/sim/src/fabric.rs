@@ -674,10 +674,38 @@ impl Xorshift {
     }
 }
 
-/// A default traffic mix: `n` flows between random hosts of different leaves, one in ten an
-/// elephant (200 Mb/s of 1400-byte packets), the rest mice (100 small packets/s), TCP and UDP —
-/// light enough for the simulator and a collector to run in real time on two cores.
+/// The shape of a traffic mix (`[mix]` in a simulation file).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MixShape {
+    /// Every n-th flow is an elephant (0: none).
+    pub elephant_every: usize,
+    /// An elephant's rate, Mb/s (1400-byte packets).
+    pub elephant_mbps: f64,
+    /// A mouse's rate, packets/s (200–599-byte packets).
+    pub mouse_pps: f64,
+}
+
+impl Default for MixShape {
+    /// One in ten an elephant of 200 Mb/s, mice at 100 packets/s: light enough for the
+    /// simulator and a collector to run in real time on two cores.
+    fn default() -> Self {
+        MixShape {
+            elephant_every: 10,
+            elephant_mbps: 200.0,
+            mouse_pps: 100.0,
+        }
+    }
+}
+
+/// The default traffic mix ([`MixShape::default`]): `n` flows between random hosts of different
+/// leaves.
 pub fn default_mix(t: &Topology, n: usize, seed: u64, end_ns: u64) -> Vec<FlowSpec> {
+    mix(t, n, seed, end_ns, &MixShape::default())
+}
+
+/// `n` flows between random hosts of different leaves, shaped by `shape`.
+pub fn mix(t: &Topology, n: usize, seed: u64, end_ns: u64, shape: &MixShape) -> Vec<FlowSpec> {
     let hosts = t.hosts();
     let mut rng = Xorshift::new(seed);
     let mut rnd = move || rng.next();
@@ -690,7 +718,8 @@ pub fn default_mix(t: &Topology, n: usize, seed: u64, end_ns: u64) -> Vec<FlowSp
         if locate(a).map(|l| l.0) == locate(b).map(|l| l.0) {
             continue;
         }
-        let elephant = out.len() % 10 == 0;
+        let elephant = shape.elephant_every > 0 && out.len() % shape.elephant_every == 0;
+        // Half TCP-like, half UDP.
         let proto = if rnd() % 2 == 0 { 6 } else { 17 };
         out.push(FlowSpec {
             src: a,
@@ -703,9 +732,9 @@ pub fn default_mix(t: &Topology, n: usize, seed: u64, end_ns: u64) -> Vec<FlowSp
                 5000 + (rnd() % 1000) as u16
             },
             pps: if elephant {
-                2e8 / (1400.0 * 8.0)
+                shape.elephant_mbps * 1e6 / (1400.0 * 8.0)
             } else {
-                100.0
+                shape.mouse_pps
             },
             size: if elephant {
                 1400

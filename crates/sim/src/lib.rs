@@ -8,6 +8,8 @@ pub mod fabric;
 pub mod scenario;
 pub mod topology;
 
-pub use fabric::{Fabric, Fault, FlowSpec, Report, Scheduled, SimConfig, SimStats, default_mix};
+pub use fabric::{
+    Fabric, Fault, FlowSpec, MixShape, Report, Scheduled, SimConfig, SimStats, default_mix, mix,
+};
 pub use scenario::Scenario;
 pub use topology::Topology;

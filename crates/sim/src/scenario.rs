@@ -2,7 +2,7 @@
 //! fabric, the traffic mix and a fault timeline in seconds. The built-in default shows every
 //! fault kind within a minute.
 
-use crate::fabric::{Fault, Scheduled, Xorshift};
+use crate::fabric::{Fault, MixShape, Scheduled, Xorshift};
 use crate::topology::Topology;
 
 /// A fault with its time window in seconds.
@@ -29,6 +29,8 @@ pub struct Scenario {
     pub flows: usize,
     /// Seed of the traffic mix.
     pub seed: u64,
+    /// Shape of the traffic mix.
+    pub mix: MixShape,
     /// Faults; the timeline repeats every `period_s` seconds.
     pub fault: Vec<TimedFault>,
     /// Length of the fault timeline, s.
@@ -48,6 +50,7 @@ impl Default for Scenario {
             topology: Topology::default(),
             flows: 64,
             seed: 1,
+            mix: MixShape::default(),
             period_s: 60.0,
             random_faults: 0,
             fault: vec![
@@ -191,6 +194,33 @@ impl Scenario {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mix_is_shaped_by_the_file() {
+        let sc: Scenario = toml::from_str(
+            "flows = 12\n[mix]\nelephant_every = 4\nelephant_mbps = 400.0\nmouse_pps = 50.0",
+        )
+        .unwrap();
+        let flows = crate::fabric::mix(&sc.topology, sc.flows, sc.seed, 1, &sc.mix);
+        assert_eq!(flows.len(), 12);
+        for (i, f) in flows.iter().enumerate() {
+            if i % 4 == 0 {
+                assert_eq!(
+                    (f.size, f.pps),
+                    (1400, 400e6 / (1400.0 * 8.0)),
+                    "elephant {i}"
+                );
+            } else {
+                assert_eq!(f.pps, 50.0, "mouse {i}");
+                assert!(f.size < 600);
+            }
+        }
+        assert_eq!(
+            crate::fabric::mix(&sc.topology, 12, 1, 1, &MixShape::default()),
+            crate::default_mix(&sc.topology, 12, 1, 1),
+            "no [mix]: the default"
+        );
+    }
 
     #[test]
     fn random_faults_are_reproducible_and_inside_the_fabric() {
