@@ -17,7 +17,14 @@ struct Running {
 }
 
 impl Running {
+    /// `intscope collect` with `args`, plus an ephemeral API port and the INT UDP port 17768
+    /// unless `args` name one.
     fn start(args: &[&str]) -> Running {
+        let mut args = args.to_vec();
+        args.extend(["--http", "127.0.0.1:0"]);
+        if !args.contains(&"--int-udp-port") {
+            args.extend(["--int-udp-port", "17768"]);
+        }
         let mut child = bin()
             .arg("collect")
             .args(args)
@@ -72,14 +79,7 @@ impl Running {
 #[test]
 fn replay_of_the_sample_capture_is_served() {
     let sample = repo("examples/sample.pcap");
-    let c = Running::start(&[
-        "--replay",
-        &sample,
-        "--http",
-        "127.0.0.1:0",
-        "--int-udp-port",
-        "17768",
-    ]);
+    let c = Running::start(&["--replay", &sample]);
     let stats = c.get("/api/stats");
     assert_eq!(
         stats["ingest"]["datagrams_received"], 3,
@@ -125,8 +125,6 @@ fn replay_of_an_onos_v05_capture() {
     let c = Running::start(&[
         "--replay",
         file.to_str().unwrap(),
-        "--http",
-        "127.0.0.1:0",
         "--report-port",
         "1234",
         "--int-udp-port",
@@ -146,14 +144,7 @@ fn replay_of_an_onos_v05_capture() {
 
 #[test]
 fn blast_to_collect_every_datagram_accounted() {
-    let c = Running::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--int-udp-port",
-        "17768",
-    ]);
+    let c = Running::start(&["--listen", "127.0.0.1:0"]);
     let out = succeed(bin().args([
         "blast",
         "--to",
@@ -200,16 +191,7 @@ fn tempdir(name: &str) -> PathBuf {
 fn kill_9_during_ingest_loses_nothing_committed() {
     let dir = tempdir("kill9");
     let data = dir.to_str().unwrap();
-    let c = Running::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--int-udp-port",
-        "17768",
-        "--data",
-        data,
-    ]);
+    let c = Running::start(&["--listen", "127.0.0.1:0", "--data", data]);
     let mut blast = bin()
         .args([
             "blast",
@@ -246,16 +228,7 @@ fn kill_9_during_ingest_loses_nothing_committed() {
     let _ = blast.kill();
     let _ = blast.wait();
 
-    let c = Running::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--http",
-        "127.0.0.1:0",
-        "--int-udp-port",
-        "17768",
-        "--data",
-        data,
-    ]);
+    let c = Running::start(&["--listen", "127.0.0.1:0", "--data", data]);
     let rows = c.get("/api/stats")["store"]["rows"].clone();
     for table in ["events", "flows", "queue_stats", "raw_reports"] {
         assert!(
@@ -322,14 +295,7 @@ fn prometheus_scrapes_the_metrics() {
         return;
     }
     let sample = repo("examples/sample.pcap");
-    let c = Running::start(&[
-        "--replay",
-        &sample,
-        "--http",
-        "127.0.0.1:0",
-        "--int-udp-port",
-        "17768",
-    ]);
+    let c = Running::start(&["--replay", &sample]);
     let dir = tempdir("prometheus");
     std::fs::create_dir_all(&dir).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -455,10 +421,6 @@ fn sim_with_random_faults_to_pcap_replays_into_the_collector() {
     let c = Running::start(&[
         "--replay",
         pcap.to_str().unwrap(),
-        "--http",
-        "127.0.0.1:0",
-        "--int-udp-port",
-        "17768",
         "--data",
         dir.join("store").to_str().unwrap(),
     ]);
