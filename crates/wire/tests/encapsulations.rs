@@ -9,34 +9,13 @@ use intscope_wire::encap::{GreRepr, VxlanGpeRepr};
 use intscope_wire::error::{ErrorKind, Layer};
 use intscope_wire::int::{Encap, IntHeader};
 use intscope_wire::locate::{DetectConfig, Packet, Start};
-use intscope_wire::md::MdHeaderRepr;
 use intscope_wire::report::{GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, Report};
-use intscope_wire::shim::{GpeShimRepr, GreShimRepr, IntType, Shim, TcpUdpShimRepr};
-
-fn md() -> MdHeaderRepr {
-    MdHeaderRepr {
-        version: 2,
-        hop_ml: 2,
-        remaining_hop_count: 6,
-        instructions: 0x9000,
-        ..Default::default()
-    }
-}
-
-fn tcp_shim(npt: u8, content: u16) -> Shim {
-    Shim::TcpUdp(TcpUdpShimRepr {
-        int_type: 1,
-        npt,
-        reserved: 0,
-        length: 0,
-        content,
-    })
-}
+use intscope_wire::shim::{GpeShimRepr, GreShimRepr, IntType, Shim};
 
 #[test]
 fn probe_marker_signals_int() {
     let marker = 0x1122_3344_5566_7788u64;
-    let int = md_block(tcp_shim(0, 0), md(), &[node_q(2, 1), node_q(1, 2)], &[]);
+    let int = md_block(tcp_shim(0, 0), md(6), &[node_q(2, 1), node_q(1, 2)], &[]);
     let frame = eth_ipv4(
         17,
         0,
@@ -74,7 +53,7 @@ fn probe_marker_signals_int() {
 
 #[test]
 fn dscp_bit_mask_matches_a_flag() {
-    let int = md_block(tcp_shim(0, 0), md(), &[node_q(1, 1)], &[]);
+    let int = md_block(tcp_shim(0, 0), md(6), &[node_q(1, 1)], &[]);
     let frame = eth_ipv4(6, 0x20 | 0x0a, &tcp(1, 2, &int));
     let flag = DetectConfig {
         dscp: Some(intscope_wire::locate::DscpMatch {
@@ -120,7 +99,7 @@ fn vxlan_gpe_stacked_md_and_destination_headers() {
             reserved2: 0,
             next_protocol: 0x82,
         }),
-        md(),
+        md(6),
         &[node_q(1, 1)],
         &[],
     );
@@ -152,7 +131,7 @@ fn vxlan_gpe_stacked_md_and_destination_headers() {
 
 #[test]
 fn int_over_ipv6_udp() {
-    let int = md_block(tcp_shim(1, 4791), md(), &[node_q(2, 5), node_q(1, 6)], &[]);
+    let int = md_block(tcp_shim(1, 4791), md(6), &[node_q(2, 5), node_q(1, 6)], &[]);
     let payload = [int, b"v6".to_vec()].concat();
     let mut ip6 = vec![0x60, 0, 0, 0];
     ip6.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
@@ -192,7 +171,7 @@ fn gre_with_key_and_sequence() {
             length: 0,
             next_protocol: 0x0800,
         }),
-        md(),
+        md(6),
         &[node_q(1, 1)],
         &[],
     );
@@ -208,7 +187,7 @@ fn gre_with_key_and_sequence() {
 
 #[test]
 fn shim_length_beyond_the_packet_is_rejected() {
-    let mut int = md_block(tcp_shim(0, 0), md(), &[node_q(1, 1)], &[]);
+    let mut int = md_block(tcp_shim(0, 0), md(6), &[node_q(1, 1)], &[]);
     int[1] = 200;
     let frame = eth_ipv4(6, 0x17, &tcp(1, 2, &int));
     let e = Packet::parse(&frame, Start::Ethernet, &DetectConfig::default()).unwrap_err();
@@ -307,7 +286,7 @@ fn unknown_report_version_is_an_error() {
 #[test]
 fn a_report_truncating_the_stack_still_yields_header_and_whole_hops() {
     let hops = [node_q(3, 3), node_q(2, 2), node_q(1, 1)];
-    let int = md_block(tcp_shim(1, 80), md(), &hops, &[]);
+    let int = md_block(tcp_shim(1, 80), md(6), &hops, &[]);
     let frame = eth_ipv4(17, 0, &udp_no_checksum(1, 17768, &int));
     // Cut inside the third hop, as a switch truncating its reports would.
     let cut = &frame[..frame.len() - 4];

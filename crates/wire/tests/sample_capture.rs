@@ -7,32 +7,12 @@ mod common;
 
 use common::*;
 use intscope_wire::encap::{GeneveRepr, GreRepr, VxlanGpeRepr};
-use intscope_wire::md::MdHeaderRepr;
-use intscope_wire::mx::MxHeaderRepr;
 use intscope_wire::report::{
     GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05FixedRepr, V05SwitchRepr,
 };
 use intscope_wire::shim::{GeneveOptionRepr, GpeShimRepr, GreShimRepr, Shim, TcpUdpShimRepr};
 
 const INT_PORT: u16 = 17768;
-
-fn md(rhc: u8) -> MdHeaderRepr {
-    MdHeaderRepr {
-        version: 2,
-        hop_ml: 2,
-        remaining_hop_count: rhc,
-        instructions: 0x9000,
-        ..Default::default()
-    }
-}
-
-fn mx() -> MxHeaderRepr {
-    MxHeaderRepr {
-        version: 2,
-        instructions: 0x9000,
-        ..Default::default()
-    }
-}
 
 fn shim(t: u8, npt: u8, content: u16) -> Shim {
     Shim::TcpUdp(TcpUdpShimRepr {

@@ -27,35 +27,6 @@ fn cfg() -> DetectConfig {
     }
 }
 
-/// The example's INT-MD header: Ver 2, Hop ML 2, bitmap = node id + queue, RHC as given.
-fn md(rhc: u8) -> MdHeaderRepr {
-    MdHeaderRepr {
-        version: 2,
-        hop_ml: 2,
-        remaining_hop_count: rhc,
-        instructions: 0x9000,
-        ..Default::default()
-    }
-}
-
-fn mx() -> MxHeaderRepr {
-    MxHeaderRepr {
-        version: 2,
-        instructions: 0x9000,
-        ..Default::default()
-    }
-}
-
-fn tcp_shim(npt: u8, content: u16) -> Shim {
-    Shim::TcpUdp(TcpUdpShimRepr {
-        int_type: 1,
-        npt,
-        reserved: 0,
-        length: 0,
-        content,
-    })
-}
-
 /// Checks the located block against the expected bytes and re-emits it byte-exact.
 fn check_reemit(bytes: &[u8], p: &Packet<'_>, registry: Option<&Registry>) {
     let (offset, block) = p.int.expect("INT block");

@@ -6,10 +6,41 @@ use etherparse::{IpNumber, Ipv4Header, TcpHeader, UdpHeader};
 use intscope_wire::md::MdHeaderRepr;
 use intscope_wire::metadata::{Format, HopMetadata};
 use intscope_wire::mx::MxHeaderRepr;
-use intscope_wire::shim::Shim;
+use intscope_wire::shim::{Shim, TcpUdpShimRepr};
 
 pub const SRC: [u8; 4] = [10, 0, 1, 1];
 pub const DST: [u8; 4] = [10, 0, 3, 3];
+
+/// The spec examples' INT-MD header: Ver 2, Hop ML 2, bitmap = node id + queue, RHC as given.
+pub fn md(rhc: u8) -> MdHeaderRepr {
+    MdHeaderRepr {
+        version: 2,
+        hop_ml: 2,
+        remaining_hop_count: rhc,
+        instructions: 0x9000,
+        ..Default::default()
+    }
+}
+
+/// The spec examples' INT-MX header (node id + queue).
+pub fn mx() -> MxHeaderRepr {
+    MxHeaderRepr {
+        version: 2,
+        instructions: 0x9000,
+        ..Default::default()
+    }
+}
+
+/// A TCP/UDP shim (INT-MD type) with `npt` and its content field; `md_block` sets the length.
+pub fn tcp_shim(npt: u8, content: u16) -> Shim {
+    Shim::TcpUdp(TcpUdpShimRepr {
+        int_type: 1,
+        npt,
+        reserved: 0,
+        length: 0,
+        content,
+    })
+}
 
 /// Ethernet + IPv4 (`proto`, `dscp`) + `payload`.
 pub fn eth_ipv4(proto: u8, dscp: u8, payload: &[u8]) -> Vec<u8> {
