@@ -14,7 +14,7 @@ use intscope_wire::domain::Registry;
 use intscope_wire::int::{AnyShim, Encap, IntBlock, IntHeader};
 use intscope_wire::locate::{DetectConfig, Packet, Start};
 use intscope_wire::metadata::HopMetadata;
-use intscope_wire::report::{InType, Report};
+use intscope_wire::report::{InType, Report, V05FixedRepr};
 use intscope_wire::shim::Shim;
 use intscope_wire::{Warning, Warnings};
 
@@ -106,17 +106,18 @@ fn onos_fabric_p4_report_v05_capture() {
         panic!("{r:?}")
     };
     assert_eq!(
-        (
-            fixed.version,
-            fixed.nproto,
-            fixed.d,
-            fixed.q,
-            fixed.f,
-            fixed.hw_id,
-            fixed.sequence,
-            fixed.ingress_ts
-        ),
-        (0, 0, false, false, true, 1, 0, 0)
+        fixed,
+        V05FixedRepr {
+            version: 0,
+            nproto: 0,
+            d: false,
+            q: false,
+            f: true,
+            reserved: 0,
+            hw_id: 1,
+            sequence: 0,
+            ingress_ts: 0,
+        }
     );
     assert!(switch.is_none());
     let p = Packet::parse(inner, Start::Ethernet, &cfg).unwrap();
@@ -221,17 +222,18 @@ fn onos_report_v05_vectors() {
         panic!()
     };
     assert_eq!(
-        (
-            fixed.version,
-            fixed.nproto,
-            fixed.d,
-            fixed.q,
-            fixed.f,
-            fixed.hw_id,
-            fixed.sequence,
-            fixed.ingress_ts
-        ),
-        (1, 0, true, true, true, 1, 0xab, 0xcd)
+        fixed,
+        V05FixedRepr {
+            version: 1,
+            nproto: 0,
+            d: true,
+            q: true,
+            f: true,
+            reserved: 0,
+            hw_id: 1,
+            sequence: 0xab,
+            ingress_ts: 0xcd,
+        }
     );
     assert!(switch.is_none());
     assert!(warned(warnings, Warning::V05LayoutVersion1));
@@ -305,17 +307,18 @@ fn fabric_tna_report_v05() {
     };
     assert!(warnings.is_empty());
     assert_eq!(
-        (
-            fixed.version,
-            fixed.nproto,
-            fixed.d,
-            fixed.q,
-            fixed.f,
-            fixed.hw_id,
-            fixed.sequence,
-            fixed.ingress_ts
-        ),
-        (0, 2, false, false, true, 0, 7, 0x1122_3344)
+        fixed,
+        V05FixedRepr {
+            version: 0,
+            nproto: 2,
+            d: false,
+            q: false,
+            f: true,
+            reserved: 0,
+            hw_id: 0,
+            sequence: 7,
+            ingress_ts: 0x1122_3344,
+        }
     );
     let s = switch.unwrap();
     assert_eq!(
