@@ -36,28 +36,60 @@ function evidence(e) {
   }
 }
 
+// Link colour: the sending port's Tx utilization; dot colour: its queue's occupancy (cells).
+const utilColor = (u) => (u == null ? '#3a4654' : u < 0.5 ? 'var(--ok)' : u < 0.8 ? 'var(--warn)' : 'var(--bad)');
+const occColor = (o) => (o == null ? '#3a4654' : o < 200 ? 'var(--ok)' : o < 1000 ? 'var(--warn)' : 'var(--bad)');
+const pct = (u) => (u == null ? '–' : `${(u * 100).toFixed(1)}%`);
+
+// One direction of a link (or a leaf's port to a host), offset sideways so both directions show;
+// the queue dot sits at the sending end.
+function portLine(a, b, util, occ, title, offset) {
+  const [dx, dy] = [b[0] - a[0], b[1] - a[1]];
+  const len = Math.hypot(dx, dy) || 1;
+  const [ox, oy] = [(-dy / len) * offset, (dx / len) * offset];
+  const [x1, y1, x2, y2] = [a[0] + ox, a[1] + oy, b[0] + ox, b[1] + oy];
+  const [qx, qy] = [x1 + dx * 0.3, y1 + dy * 0.3];
+  return `<g data-test="fabric-port"><title>${esc(title)}: utilization ${pct(util)}, queue ${occ ?? '–'} cells</title>
+    <line x1="${x1}" y1="${y1}" x2="${x2}" y2="${y2}" stroke="${utilColor(util)}" stroke-width="${2 + 4 * Math.min(util ?? 0, 1)}"/>
+    <circle cx="${qx}" cy="${qy}" r="4" fill="${occColor(occ)}"/></g>`;
+}
+
 async function fabric() {
-  main.innerHTML = `<div class="panel"><h2>Fabric</h2><svg id="topo" width="100%" height="320" data-test="fabric"></svg>
-    <div class="legend muted">queue occupancy<span style="background:var(--ok)"></span>&lt; 200 cells<span style="background:var(--warn)"></span>&lt; 1000<span style="background:var(--bad)"></span>≥ 1000</div></div>
-    <div class="panel"><h2>Nodes</h2><table><thead><tr><th>node</th><th>reports sent</th><th>seen as hop</th><th>drops</th><th>ports (egress latency)</th></tr></thead><tbody id="nodes"></tbody></table></div>`;
+  main.innerHTML = `<div class="panel"><h2>Fabric</h2><svg id="topo" width="100%" height="360" data-test="fabric"></svg>
+    <div class="legend muted">link: Tx utilization<span style="background:var(--ok)"></span>&lt; 50%<span style="background:var(--warn)"></span>&lt; 80%<span style="background:var(--bad)"></span>≥ 80%
+      &nbsp;· dot: queue occupancy<span style="background:var(--ok)"></span>&lt; 200 cells<span style="background:var(--warn)"></span>&lt; 1000<span style="background:var(--bad)"></span>≥ 1000</div></div>
+    <div class="panel"><h2>Nodes</h2><table><thead><tr><th>node</th><th>reports sent</th><th>seen as hop</th><th>drops</th><th>ports (egress latency, Tx utilization)</th></tr></thead><tbody id="nodes"></tbody></table></div>`;
   every(2000, async () => {
     const [nodes, links, queues] = await Promise.all([api('/api/nodes'), api('/api/links'), api('/api/queues')]);
-    const occ = new Map(queues.map((q) => [`${q.node_id}/${q.port}`, q.occupancy]));
+    const occ = new Map();
+    for (const q of queues) occ.set(`${q.node_id}/${q.port}`, Math.max(occ.get(`${q.node_id}/${q.port}`) ?? 0, q.occupancy));
     const svg = document.getElementById('topo');
     if (!svg) return;
     const w = svg.clientWidth || 1000;
     const spines = nodes.filter((n) => n.node_id > 100).map((n) => n.node_id);
     const leaves = nodes.filter((n) => n.node_id <= 100).map((n) => n.node_id);
     const pos = new Map();
-    spines.forEach((id, i) => pos.set(id, [((i + 1) * w) / (spines.length + 1), 60]));
-    leaves.forEach((id, i) => pos.set(id, [((i + 1) * w) / (leaves.length + 1), 250]));
-    const color = (o) => (o == null ? '#3a4654' : o < 200 ? 'var(--ok)' : o < 1000 ? 'var(--warn)' : 'var(--bad)');
+    spines.forEach((id, i) => pos.set(id, [((i + 1) * w) / (spines.length + 1), 50]));
+    leaves.forEach((id, i) => pos.set(id, [((i + 1) * w) / (leaves.length + 1), 220]));
     let s = '';
+    const linked = new Set();
     for (const l of links) {
       const a = pos.get(l.from_node), b = pos.get(l.to_node);
       if (!a || !b) continue;
-      const o = occ.get(`${l.from_node}/${l.from_port}`);
-      s += `<line x1="${a[0]}" y1="${a[1]}" x2="${b[0]}" y2="${b[1]}" stroke="${color(o)}" stroke-width="3"><title>${l.from_node}:${l.from_port} → ${l.to_node}:${l.to_port}, occupancy ${o ?? '–'}</title></line>`;
+      linked.add(`${l.from_node}/${l.from_port}`);
+      s += portLine(a, b, l.utilization, occ.get(`${l.from_node}/${l.from_port}`), `${l.from_node}:${l.from_port} → ${l.to_node}:${l.to_port}`, 4);
+    }
+    // A leaf's other ports lead to hosts: short stubs below it.
+    for (const id of leaves) {
+      const n = nodes.find((m) => m.node_id === id);
+      const hostPorts = n.ports.filter((p) => !linked.has(`${id}/${p.port}`));
+      const [x, y] = pos.get(id);
+      const span = Math.min(w / (leaves.length + 1) - 20, 30 * hostPorts.length);
+      hostPorts.forEach((p, i) => {
+        const hx = x - span / 2 + (hostPorts.length > 1 ? (i * span) / (hostPorts.length - 1) : span / 2);
+        s += portLine([x, y], [hx, 330], p.utilization, occ.get(`${id}/${p.port}`), `${id}:${p.port} → host`, 0);
+        s += `<text x="${hx}" y="348" text-anchor="middle" class="muted" font-size="10">h${p.port}</text>`;
+      });
     }
     for (const [id, [x, y]] of pos) {
       const n = nodes.find((m) => m.node_id === id);
@@ -68,7 +100,7 @@ async function fabric() {
     svg.innerHTML = s;
     document.getElementById('nodes').innerHTML = nodes.map((n) => `<tr><td>${n.node_id}</td><td>${n.reports_sent}</td><td>${n.hops_seen}</td>
       <td>${n.drops.map((d) => `${esc(d.name || d.reason)}: ${d.count}`).join(', ') || '–'}</td>
-      <td class="muted">${n.ports.map((p) => `${p.port}: ${ns(p.hop_latency)}`).join(' · ')}</td></tr>`).join('');
+      <td class="muted">${n.ports.map((p) => `${p.port}: ${ns(p.hop_latency)}, ${pct(p.utilization)}`).join(' · ')}</td></tr>`).join('');
   });
 }
 

@@ -442,6 +442,21 @@ fn sim_with_random_faults_to_pcap_replays_into_the_collector() {
         "the file's 6 leaves and 3 spines report: {ids:?}"
     );
     assert!(c.get("/api/flows")["total"].as_u64().unwrap() >= 90);
+    let links = c.get("/api/links");
+    let links = links.as_array().unwrap();
+    assert!(
+        links.len() >= 36,
+        "6 leaves x 3 spines, both ways: {links:?}"
+    );
+    for l in links {
+        // The simulator reports per mille; the API scales by tx_util_full_scale (1000).
+        let raw = l["tx_util"].as_u64().unwrap_or_else(|| panic!("{l}"));
+        assert_eq!(
+            l["utilization"].as_f64().unwrap(),
+            raw as f64 / 1000.0,
+            "{l}"
+        );
+    }
     let events = c.get("/api/events?limit=1000");
     assert!(
         !events.as_array().unwrap().is_empty(),

@@ -137,6 +137,14 @@ fn every_page_shows_real_data_and_events_link_to_flows() {
         count(&fabric, "fabric-node") >= 6,
         "4 leaves and 2 spines drawn"
     );
+    assert!(
+        count(&fabric, "fabric-port") >= 2 * 8 + 16,
+        "leaf-spine links both ways and the ports to hosts, colored by utilization"
+    );
+    assert!(
+        fabric.contains("utilization 0.") || fabric.contains("utilization 1"),
+        "utilization figures in the ports' titles"
+    );
     let flows = page("flows", "flows");
     assert!(count(&flows, "flow-row") >= 20, "flows listed");
     assert!(!flows.contains("no flows yet"));

@@ -128,7 +128,14 @@ async fn history_queues(
     history(&c, |s| s.queue_series(&q))
 }
 
+/// A reported Tx utilization as a fraction of line rate (`tx_util_full_scale` is 1.0).
+fn utilization(tx_util: Option<u32>, full_scale: u32) -> Option<f64> {
+    let u = f64::from(tx_util?) / f64::from(full_scale.max(1));
+    Some((u * 1000.0).round() / 1000.0)
+}
+
 async fn nodes(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
+    let full_scale = c.config.tx_util_full_scale;
     with_state(&c, |s| {
         Json(Value::Array(
             s.nodes
@@ -137,7 +144,7 @@ async fn nodes(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
                     let ports: Vec<Value> = n
                         .ports
                         .iter()
-                        .map(|(p, ps)| json!({"port": p, "tx_util": ps.tx_util, "hop_latency": ps.last_latency, "hop_latency_baseline": ps.latency_baseline.round(), "drops": ps.drops}))
+                        .map(|(p, ps)| json!({"port": p, "tx_util": ps.tx_util, "utilization": utilization(ps.tx_util, full_scale), "hop_latency": ps.last_latency, "hop_latency_baseline": ps.latency_baseline.round(), "drops": ps.drops}))
                         .collect();
                     let drops: Vec<Value> = n.drops.iter().map(|(r, c)| json!({"reason": r, "name": intscope_wire::report::drop_reason_name(*r), "count": c})).collect();
                     json!({"node_id": id, "first_seen_ns": n.first_seen_ns, "last_seen_ns": n.last_seen_ns, "reports_sent": n.reports_sent, "hops_seen": n.hops_seen, "drops": drops, "ports": ports})
@@ -148,11 +155,17 @@ async fn nodes(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
 }
 
 async fn links(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
+    let full_scale = c.config.tx_util_full_scale;
     with_state(&c, |s| {
         let mut v: Vec<Value> = s
             .links
             .iter()
-            .map(|((a, ap, b, bp), l)| json!({"from_node": a, "from_port": ap, "to_node": b, "to_port": bp, "reports": l.reports, "last_seen_ns": l.last_seen_ns}))
+            .map(|((a, ap, b, bp), l)| {
+                // The link carries what the upstream node's egress port sends.
+                let tx_util = s.nodes.get(a).and_then(|n| n.ports.get(ap)).and_then(|p| p.tx_util);
+                json!({"from_node": a, "from_port": ap, "to_node": b, "to_port": bp, "reports": l.reports,
+                       "last_seen_ns": l.last_seen_ns, "tx_util": tx_util, "utilization": utilization(tx_util, full_scale)})
+            })
             .collect();
         v.sort_by_key(|x| {
             (
@@ -494,15 +507,16 @@ pub fn render_metrics(c: &Collector) -> String {
         qlat,
     );
     let util = Family::<Labels, Gauge>::default();
+    let util_ratio = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
     let drops = Family::<Labels, Counter>::default();
     for (node, n) in &s.nodes {
         for (port, ps) in &n.ports {
             if let Some(u) = ps.tx_util {
-                util.get_or_create(&labels(&[
-                    ("node", node.to_string()),
-                    ("port", port.to_string()),
-                ]))
-                .set(i64::from(u));
+                let l = labels(&[("node", node.to_string()), ("port", port.to_string())]);
+                util.get_or_create(&l).set(i64::from(u));
+                if let Some(r) = utilization(Some(u), c.config.tx_util_full_scale) {
+                    util_ratio.get_or_create(&l).set(r);
+                }
             }
         }
         for (reason, count) in &n.drops {
@@ -517,6 +531,11 @@ pub fn render_metrics(c: &Collector) -> String {
         "port_tx_utilization",
         "Egress port Tx utilization reported (device units)",
         util,
+    );
+    reg.register(
+        "port_tx_utilization_ratio",
+        "Egress port Tx utilization as a fraction of line rate (tx_util_full_scale = 1)",
+        util_ratio,
     );
     reg.register("drops", "Drops reported, by node and reason", drops);
     drop(s);

@@ -118,6 +118,9 @@ pub struct CollectorConfig {
     pub int_udp_ports: Vec<u16>,
     /// DSCP value marking INT in reported packets (`null` to disable).
     pub int_dscp: Option<u8>,
+    /// The egress Tx utilization value (instruction bit 7) a fully used port reports. INT v2.1
+    /// leaves the unit to the device; 1000 (per mille) is what `intscope sim` reports.
+    pub tx_util_full_scale: u32,
     /// Detector thresholds.
     pub detect: Thresholds,
     /// Directory of the embedded history store (`null`: keep no history).
@@ -140,6 +143,7 @@ impl Default for CollectorConfig {
             flow_key: FlowKeyMode::Innermost,
             int_udp_ports: Vec::new(),
             int_dscp: Some(0x17),
+            tx_util_full_scale: 1000,
             detect: Thresholds::default(),
             data: Some("intscope-data".into()),
             store: StoreConfig::default(),

@@ -572,6 +572,14 @@ impl State {
     }
 
     fn observe_links(&mut self, r: &Record) {
+        // Consecutive hops are neighbours only if no hop in between went unrecorded.
+        if r.mtu_exceeded
+            || r.hop_limit_exceeded
+            || r.path_truncated
+            || non_int_hops(r).is_some_and(|g| g.non_int > 0)
+        {
+            return;
+        }
         for pair in r.hops().windows(2) {
             let (a, b) = (&pair[0], &pair[1]);
             if let (Some(out), Some(inp)) = (a.egress_if, b.ingress_if) {
@@ -632,33 +640,19 @@ impl State {
                 ev,
             );
         }
-        // An M or E bit means INT hops added no metadata, and a truncated stack hides some: TTL
-        // would count them as non-INT.
         if self.cfg.non_int_hops
-            && r.int_hops > 0
-            && !r.mtu_exceeded
-            && !r.hop_limit_exceeded
-            && !r.path_truncated
-            && let Some(ttl) = r.ip_ttl
+            && let Some(gap) = non_int_hops(r).filter(|g| g.non_int > 0)
         {
-            // The sender's initial TTL is not on the wire: take the usual default at or above it.
-            let initial = [32u8, 64, 128, 255]
-                .into_iter()
-                .find(|&i| i >= ttl)
-                .unwrap_or(255);
-            let decrement = initial - ttl;
-            if decrement > r.int_hops {
-                let ev = json!({"ip_ttl": ttl, "assumed_initial_ttl": initial, "ttl_decrement": decrement, "int_hops": r.int_hops, "non_int_hops": decrement - r.int_hops});
-                self.raise(
-                    now,
-                    EventKind::NonIntHops,
-                    Some(r.node_id),
-                    None,
-                    None,
-                    flow,
-                    ev,
-                );
-            }
+            let ev = json!({"ip_ttl": r.ip_ttl, "assumed_initial_ttl": gap.initial_ttl, "ttl_decrement": gap.ttl_decrement, "int_hops": r.int_hops, "non_int_hops": gap.non_int});
+            self.raise(
+                now,
+                EventKind::NonIntHops,
+                Some(r.node_id),
+                None,
+                None,
+                flow,
+                ev,
+            );
         }
     }
 
@@ -722,4 +716,35 @@ impl State {
             evidence,
         });
     }
+}
+
+/// How a packet's TTL compares with the INT hops it recorded.
+struct TtlGap {
+    /// The sender's initial TTL as assumed.
+    initial_ttl: u8,
+    /// Hops that decremented the TTL.
+    ttl_decrement: u8,
+    /// Of those, hops that added no INT metadata.
+    non_int: u8,
+}
+
+/// Hops that forwarded the packet without INT, from the TTL: `None` when the record cannot tell
+/// (no TTL, no INT hops, or an M or E bit or a truncated stack, which hide INT hops that TTL
+/// would count as non-INT).
+fn non_int_hops(r: &Record) -> Option<TtlGap> {
+    if r.int_hops == 0 || r.mtu_exceeded || r.hop_limit_exceeded || r.path_truncated {
+        return None;
+    }
+    let ttl = r.ip_ttl?;
+    // The sender's initial TTL is not on the wire: take the usual default at or above it.
+    let initial_ttl = [32u8, 64, 128, 255]
+        .into_iter()
+        .find(|&i| i >= ttl)
+        .unwrap_or(255);
+    let ttl_decrement = initial_ttl - ttl;
+    Some(TtlGap {
+        initial_ttl,
+        ttl_decrement,
+        non_int: ttl_decrement.saturating_sub(r.int_hops),
+    })
 }

@@ -29,6 +29,14 @@ pub mod reason {
 /// Queue occupancy is reported in 80-byte cells, as Tofino switches count it.
 pub const CELL_BYTES: u32 = 80;
 
+/// Egress Tx utilization (instruction bit 7) is measured in bins of this length ("bin bucketing",
+/// one of the mechanisms INT v2.1 §5.7 leaves to the device)...
+pub const UTIL_BIN_NS: u64 = 1_000_000;
+
+/// ...and reported in per-mille of the port's line rate: the bytes sent in the last complete bin
+/// over what the port could send in it, at most 1000.
+pub const UTIL_FULL_SCALE: u32 = 1000;
+
 /// A fault, active between `from_ns` and `until_ns`.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -134,7 +142,7 @@ pub struct SimConfig {
     /// Where sources put INT.
     pub encap: SourceEncap,
     /// Instruction bitmap (default: node id, L1 interfaces, hop latency, queue, ingress and egress
-    /// timestamps).
+    /// timestamps, egress Tx utilization).
     pub instructions: u16,
     /// INT UDP port.
     pub int_udp_port: u16,
@@ -150,7 +158,7 @@ impl Default for SimConfig {
             topology: Topology::default(),
             mode: Mode::Md,
             encap: SourceEncap::UdpPort,
-            instructions: 0xfc00,
+            instructions: 0xfd00,
             int_udp_port: 17768,
             max_hops: 8,
             filters: sd_fabric_filters(),
@@ -203,6 +211,33 @@ struct PortQueue {
     queued: VecDeque<(u64, u32)>,
     bytes: u32,
     free_at: u64,
+    /// Start of the current utilization bin, and the bytes sent in it.
+    bin_start: u64,
+    bin_bytes: u64,
+    /// Utilization of the last complete bin, per mille.
+    last_bin_util: u32,
+}
+
+impl PortQueue {
+    /// Counts `bytes` leaving at `depart` on a port of `gbps`; returns the utilization of the last
+    /// complete bin before `depart`, per mille (0 when that bin saw nothing).
+    fn account_tx(&mut self, depart: u64, bytes: u32, gbps: f64) -> u32 {
+        let bin = depart - depart % UTIL_BIN_NS;
+        if bin != self.bin_start {
+            let capacity_bytes = gbps * UTIL_BIN_NS as f64 / 8.0;
+            self.last_bin_util = if bin == self.bin_start + UTIL_BIN_NS {
+                ((self.bin_bytes as f64 / capacity_bytes * f64::from(UTIL_FULL_SCALE)).round()
+                    as u32)
+                    .min(UTIL_FULL_SCALE)
+            } else {
+                0
+            };
+            self.bin_start = bin;
+            self.bin_bytes = 0;
+        }
+        self.bin_bytes += u64::from(bytes);
+        self.last_bin_util
+    }
 }
 
 struct SimTelemetry {
@@ -213,6 +248,8 @@ struct SimTelemetry {
     at_ns: u64,
     /// Departure time; `None` for a packet dropped here.
     egress_at: Option<u64>,
+    /// Egress port utilization, per mille; `None` without an egress port.
+    tx_util: Option<u32>,
 }
 
 impl Telemetry for SimTelemetry {
@@ -232,9 +269,20 @@ impl Telemetry for SimTelemetry {
             egress_ts: self.egress_at,
             l2_ingress_if: Some(self.ingress),
             l2_egress_if: Some(self.egress),
+            egress_tx_util: self.tx_util,
             ..HopMetadata::default()
         }
     }
+}
+
+/// A packet admitted to an egress queue.
+struct Departure {
+    /// When it leaves, ns.
+    at: u64,
+    /// Bytes queued ahead of it.
+    occupancy: u32,
+    /// The port's utilization, per mille.
+    tx_util: u32,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -276,7 +324,6 @@ fn node(cfg: &SimConfig, id: u32, role: Role) -> Node {
         instructions: cfg.instructions,
         max_hops: cfg.max_hops,
         watchlist: vec![WatchEntry::default()],
-        report_truncate: 128,
         filters: cfg.filters.clone(),
         telemetry: TelemetryModel::default(),
         ..NodeConfig::default()
@@ -533,9 +580,9 @@ impl Fabric {
         }
     }
 
-    /// Enqueues `bytes` at (node, port) at time `t`: the departure time and the occupancy seen,
-    /// or `None` when the buffer is full (tail drop).
-    fn enqueue(&mut self, place: Place, port: u32, t: u64, bytes: u32) -> Option<(u64, u32)> {
+    /// Enqueues `bytes` at (node, port) at time `t`: the departure time, the occupancy seen and
+    /// the port's utilization, or `None` when the buffer is full (tail drop).
+    fn enqueue(&mut self, place: Place, port: u32, t: u64, bytes: u32) -> Option<Departure> {
         let gbps = self.port_gbps(place, port);
         let buffer = self.cfg.topology.buffer_bytes;
         let id = match place {
@@ -559,7 +606,12 @@ impl Fabric {
         q.free_at = depart;
         q.queued.push_back((depart, bytes));
         q.bytes += bytes;
-        Some((depart, occupancy))
+        let tx_util = q.account_tx(depart, bytes, gbps);
+        Some(Departure {
+            at: depart,
+            occupancy,
+            tx_util,
+        })
     }
 
     fn walk(&mut self, t0: u64, mut frame: Vec<u8>) {
@@ -580,6 +632,7 @@ impl Fabric {
                 latency_ns: 0,
                 at_ns: t,
                 egress_at: None,
+                tx_util: None,
             };
             let egress = match self.route(place, &frame, from_host) {
                 Ok(p) => p,
@@ -589,7 +642,11 @@ impl Fabric {
             if frame[22] <= 1 {
                 return self.drop(t, place, &frame, reason::TTL_ZERO, &tel);
             }
-            let Some((depart, occupancy)) = self.enqueue(place, egress, t, frame.len() as u32)
+            let Some(Departure {
+                at: depart,
+                occupancy,
+                tx_util,
+            }) = self.enqueue(place, egress, t, frame.len() as u32)
             else {
                 tel.occupancy_cells = topo.buffer_bytes.div_ceil(CELL_BYTES);
                 return self.drop(t, place, &frame, reason::TRAFFIC_MANAGER, &tel);
@@ -597,6 +654,7 @@ impl Fabric {
             tel.occupancy_cells = occupancy.div_ceil(CELL_BYTES);
             tel.latency_ns = (depart - t) as u32;
             tel.egress_at = Some(depart);
+            tel.tx_util = Some(tx_util);
             let to_host = matches!(place, Place::Leaf(_)) && egress <= topo.hosts_per_leaf;
             let (id, outcome) = match place {
                 Place::Leaf(l) => {
@@ -746,4 +804,32 @@ pub fn mix(t: &Topology, n: usize, seed: u64, end_ns: u64, shape: &MixShape) -> 
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utilization_is_the_last_complete_bin_per_mille() {
+        let mut q = PortQueue::default();
+        // 10 Gb/s: 1.25 MB per 1 ms bin. Half of that in bin 0...
+        for k in 0..500u64 {
+            assert_eq!(
+                q.account_tx(k * 1_000, 1250, 10.0),
+                0,
+                "no complete bin yet"
+            );
+        }
+        // ...is reported throughout bin 1.
+        assert_eq!(q.account_tx(UTIL_BIN_NS, 1250, 10.0), 500);
+        assert_eq!(q.account_tx(UTIL_BIN_NS + 999_999, 1250, 10.0), 500);
+        // Bin 1 carried 2500 bytes: 2 per mille.
+        assert_eq!(q.account_tx(2 * UTIL_BIN_NS, 1250, 10.0), 2);
+        // An idle bin in between: the last complete bin (3) sent nothing.
+        assert_eq!(q.account_tx(4 * UTIL_BIN_NS + 5, 1250, 10.0), 0);
+        // More than the port can send (a rate change mid-bin) is capped at full scale.
+        q.bin_bytes = 10_000_000;
+        assert_eq!(q.account_tx(5 * UTIL_BIN_NS, 1250, 10.0), UTIL_FULL_SCALE);
+    }
 }

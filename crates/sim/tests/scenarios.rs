@@ -204,6 +204,12 @@ fn a_spine_without_int_is_found_from_ttl() {
         s.flows.values().any(|f| f.path.len() == 2),
         "flows over spine 101 show only the two leaves"
     );
+    assert!(
+        s.links.keys().all(|(a, _, b, _)| (*a > 100) != (*b > 100)),
+        "leaves around the hidden spine are not neighbours: {:?}",
+        s.links.keys()
+    );
+    assert!(s.links.keys().any(|(a, ..)| *a == 102), "spine 102's links");
 }
 
 #[test]
@@ -305,4 +311,39 @@ fn a_slow_port_is_a_long_congestion_episode() {
         mix[0].dst.to_string(),
         "the elephant filled it"
     );
+}
+
+#[test]
+fn ports_report_their_tx_utilization() {
+    let mix = default_mix(&SimConfig::default().topology, 48, 7, 30 * MS);
+    let (leaf, host) = intscope_sim::topology::locate(mix[0].dst).unwrap();
+    let slow = Scheduled {
+        from_ns: 5 * MS,
+        until_ns: 60 * MS,
+        fault: Fault::SlowPort {
+            leaf,
+            host,
+            gbps: 0.1,
+        },
+    };
+    // Stops while the port is still slow: its last report is from a saturated port.
+    let (_, c) = run(Mode::Md, vec![slow], 30);
+    let s = c.state.lock().unwrap();
+    let util = |node: u32, port: u32| s.nodes[&node].ports[&port].tx_util;
+    assert_eq!(
+        util(leaf, host),
+        Some(1000),
+        "a saturated port is at 1000 per mille"
+    );
+    let others: Vec<u32> = s
+        .nodes
+        .iter()
+        .flat_map(|(n, ns)| ns.ports.iter().map(move |(p, ps)| ((*n, *p), ps.tx_util)))
+        .filter(|(at, _)| *at != (leaf, host))
+        .map(|(at, u)| u.unwrap_or_else(|| panic!("{at:?} reports no utilization")))
+        .collect();
+    assert!(others.len() > 10, "{others:?}");
+    // 48 flows, five of them 200 Mb/s elephants, on 10 and 40 Gb/s ports.
+    assert!(others.iter().all(|u| *u < 100), "{others:?}");
+    assert!(others.iter().any(|u| *u > 0), "{others:?}");
 }
