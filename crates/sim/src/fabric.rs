@@ -742,16 +742,19 @@ pub struct MixShape {
     pub elephant_mbps: f64,
     /// A mouse's rate, packets/s (200–599-byte packets).
     pub mouse_pps: f64,
+    /// The share of flows that are TCP-like (port 443); the rest are UDP.
+    pub tcp_share: f64,
 }
 
 impl Default for MixShape {
-    /// One in ten an elephant of 200 Mb/s, mice at 100 packets/s: light enough for the
-    /// simulator and a collector to run in real time on two cores.
+    /// One in ten an elephant of 200 Mb/s, mice at 100 packets/s, half TCP-like: light enough
+    /// for the simulator and a collector to run in real time on two cores.
     fn default() -> Self {
         MixShape {
             elephant_every: 10,
             elephant_mbps: 200.0,
             mouse_pps: 100.0,
+            tcp_share: 0.5,
         }
     }
 }
@@ -777,8 +780,11 @@ pub fn mix(t: &Topology, n: usize, seed: u64, end_ns: u64, shape: &MixShape) -> 
             continue;
         }
         let elephant = shape.elephant_every > 0 && out.len() % shape.elephant_every == 0;
-        // Half TCP-like, half UDP.
-        let proto = if rnd() % 2 == 0 { 6 } else { 17 };
+        let proto = if (rnd() % 1000) < (shape.tcp_share * 1000.0) as u64 {
+            6
+        } else {
+            17
+        };
         out.push(FlowSpec {
             src: a,
             dst: b,

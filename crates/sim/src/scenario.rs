@@ -198,7 +198,7 @@ mod tests {
     #[test]
     fn the_mix_is_shaped_by_the_file() {
         let sc: Scenario = toml::from_str(
-            "flows = 12\n[mix]\nelephant_every = 4\nelephant_mbps = 400.0\nmouse_pps = 50.0",
+            "flows = 12\n[mix]\nelephant_every = 4\nelephant_mbps = 400.0\nmouse_pps = 50.0\ntcp_share = 0.0",
         )
         .unwrap();
         let flows = crate::fabric::mix(&sc.topology, sc.flows, sc.seed, 1, &sc.mix);
@@ -214,7 +214,18 @@ mod tests {
                 assert_eq!(f.pps, 50.0, "mouse {i}");
                 assert!(f.size < 600);
             }
+            assert_eq!(f.proto, 17, "tcp_share 0: all UDP");
         }
+        let tcp = |share: f64| {
+            let shape = MixShape {
+                tcp_share: share,
+                ..MixShape::default()
+            };
+            let flows = crate::fabric::mix(&sc.topology, 1000, 3, 1, &shape);
+            flows.iter().filter(|f| f.proto == 6).count()
+        };
+        assert_eq!(tcp(1.0), 1000);
+        assert!((200..300).contains(&tcp(0.25)), "{}", tcp(0.25));
         assert_eq!(
             crate::fabric::mix(&sc.topology, 12, 1, 1, &MixShape::default()),
             crate::default_mix(&sc.topology, 12, 1, 1),
