@@ -31,7 +31,8 @@ function evidence(e) {
     case 'latency-anomaly': return `${ns(v.hop_latency)} vs baseline ${ns(v.baseline)} (×${v.factor})`;
     case 'lost-reports': return `${v.lost} lost from hw ${v.hw_id}`;
     case 'non-int-hops': return `${v.non_int_hops} hop(s) without INT (TTL ${v.ip_ttl})`;
-    case 'hop-limit': return `path ${(v.path || []).join('→')}`;
+    case 'hop-limit': case 'mtu-exceeded':
+      return `path ${(v.path || []).join('→')}; nothing added after node ${v.last_recorded_node ?? '–'} port ${v.last_recorded_egress_port ?? '–'} (reported by ${v.reported_by})`;
     default: return JSON.stringify(v).slice(0, 120);
   }
 }

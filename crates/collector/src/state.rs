@@ -571,6 +571,14 @@ impl State {
         self.raise(now, kind, Some(key.0), Some(key.1), Some(key.2), None, ev);
     }
 
+    /// The node at the other end of `node`'s egress `port`, if a link from it has been seen.
+    fn next_node(&self, node: u32, port: u32) -> Option<u32> {
+        self.links
+            .keys()
+            .find(|(a, ap, ..)| *a == node && *ap == port)
+            .map(|(_, _, b, _)| *b)
+    }
+
     fn observe_links(&mut self, r: &Record) {
         // Consecutive hops are neighbours only if no hop in between went unrecorded.
         if r.mtu_exceeded
@@ -616,24 +624,30 @@ impl State {
                 ev,
             );
         }
-        if r.hop_limit_exceeded {
-            let ev = json!({"int_hops": r.int_hops, "path": r.hops().iter().map(|h| h.node_id).collect::<Vec<_>>()});
+        for (flagged, kind) in [
+            (r.hop_limit_exceeded, EventKind::HopLimit),
+            (r.mtu_exceeded, EventKind::MtuExceeded),
+        ] {
+            if !flagged {
+                continue;
+            }
+            // The E or M bit was set by the first hop that added nothing: the one after the last
+            // hop that recorded, found through the links seen so far. The event goes there when
+            // known, else to the reporting node.
+            let last = last_recorded_hop(r);
+            let suspect = last.and_then(|h| self.next_node(h.node_id, h.egress_if?));
+            let ev = json!({
+                "int_hops": r.int_hops,
+                "path": r.hops().iter().map(|h| h.node_id).collect::<Vec<_>>(),
+                "last_recorded_node": last.map(|h| h.node_id),
+                "last_recorded_egress_port": last.and_then(|h| h.egress_if),
+                "suspect_node": suspect,
+                "reported_by": r.node_id,
+            });
             self.raise(
                 now,
-                EventKind::HopLimit,
-                Some(r.node_id),
-                None,
-                None,
-                flow,
-                ev,
-            );
-        }
-        if r.mtu_exceeded {
-            let ev = json!({"int_hops": r.int_hops});
-            self.raise(
-                now,
-                EventKind::MtuExceeded,
-                Some(r.node_id),
+                kind,
+                Some(suspect.unwrap_or(r.node_id)),
                 None,
                 None,
                 flow,
@@ -747,4 +761,14 @@ fn non_int_hops(r: &Record) -> Option<TtlGap> {
         ttl_decrement,
         non_int: ttl_decrement.saturating_sub(r.int_hops),
     })
+}
+
+/// The last hop of the packet's INT stack: the hop before the reporter's own metadata when the
+/// reporter added it (a sink reporting its own hop), else the newest.
+fn last_recorded_hop(r: &Record) -> Option<&Hop> {
+    match r.hops() {
+        [.., before, own] if own.node_id == r.node_id => Some(before),
+        [.., newest] if newest.node_id != r.node_id => Some(newest),
+        _ => None,
+    }
 }

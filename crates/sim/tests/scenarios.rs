@@ -198,7 +198,21 @@ fn a_spine_without_int_is_found_from_ttl() {
     let (_, c) = run(Mode::Md, vec![at(0, Fault::NonIntSpine { spine: 1 })], 40);
     let ev = events(&c, EventKind::NonIntHops);
     assert!(!ev.is_empty());
-    assert!(ev.iter().all(|e| e.evidence["non_int_hops"] == 1));
+    for e in &ev {
+        assert_eq!(e.evidence["non_int_hops"], 1, "{e:?}");
+        // The sink found it: the destination's leaf.
+        let dst_leaf: u32 = e
+            .flow
+            .as_ref()
+            .unwrap()
+            .dst
+            .split('.')
+            .nth(2)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(e.node_id, Some(dst_leaf), "{e:?}");
+    }
     let s = c.state.lock().unwrap();
     assert!(
         s.flows.values().any(|f| f.path.len() == 2),
@@ -232,6 +246,10 @@ fn a_small_mtu_sets_the_m_bit() {
             elephants.contains(&format!("{}:{}", flow.src, flow.src_port)),
             "only elephants are too big: {e:?}"
         );
+        // Only the source recorded; the link it left by leads to the spine that had no room.
+        assert!(matches!(e.node_id, Some(101 | 102)), "{e:?}");
+        assert_eq!(e.evidence["last_recorded_node"], e.evidence["path"][0]);
+        assert_eq!(e.evidence["reported_by"], e.evidence["path"][1]);
     }
 }
 
@@ -250,10 +268,14 @@ fn a_forwarding_loop_hits_the_hop_limit_and_ttl() {
         40,
     );
     assert!(fabric.stats.dropped[&intscope_sim::fabric::reason::TTL_ZERO] > 0);
-    assert!(
-        !events(&c, EventKind::HopLimit).is_empty(),
-        "the INT hop limit runs out first"
-    );
+    let limit = events(&c, EventKind::HopLimit);
+    assert!(!limit.is_empty(), "the INT hop limit runs out first");
+    for e in &limit {
+        assert!(e.flow.as_ref().unwrap().dst.starts_with("10.0.3."), "{e:?}");
+        // Spine 101 and leaf 2 bounce the packet between them: the hop that ran out is one of
+        // them.
+        assert!(matches!(e.node_id, Some(2 | 101)), "{e:?}");
+    }
     let drops = events(&c, EventKind::Drop);
     assert!(
         drops
