@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use intscope_node::export::report_frame;
+use intscope_node::export::{Exporter, report_frame};
 use intscope_node::{Node, NodeConfig, StaticTelemetry};
 use pcap_file::DataLink;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
@@ -76,7 +76,23 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         }
         None => None,
     };
+    let mut exporter = Exporter::new(node.config().export);
+    let mut ready = Vec::new();
     let (mut forwarded, mut discarded, mut sent) = (0u64, 0u64, 0u64);
+    let mut deliver = |ts: Duration, ready: &mut Vec<Vec<u8>>| -> Result<()> {
+        for r in ready.drain(..) {
+            if let Some(w) = reports.as_mut() {
+                let f = report_frame(args.report_source, args.report_destination, &r);
+                w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))?;
+            }
+            if let Some(s) = &sock {
+                s.send(&r).context("sending a report")?;
+            }
+            sent += 1;
+        }
+        Ok(())
+    };
+    let (mut last_ts, mut produced) = (Duration::ZERO, 0u64);
     while let Some(frame) = input.next_frame() {
         let frame = frame?;
         if frame.link_type != LINKTYPE_ETHERNET {
@@ -100,20 +116,20 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         } else {
             discarded += 1;
         }
-        for r in &outcome.reports {
-            if let Some(w) = reports.as_mut() {
-                let f = report_frame(args.report_source, args.report_destination, r);
-                w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))?;
-            }
-            if let Some(s) = &sock {
-                s.send(r).context("sending a report")?;
-            }
-            sent += 1;
+        let now = ts.as_nanos() as u64;
+        exporter.poll(now, &mut ready);
+        produced += outcome.reports.len() as u64;
+        for r in outcome.reports {
+            exporter.push(now, r, &mut ready);
         }
+        deliver(ts, &mut ready)?;
+        last_ts = ts;
     }
+    exporter.flush(&mut ready);
+    deliver(last_ts, &mut ready)?;
     let st = node.stats;
     Ok(serde_json::json!({
-        "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "reports": sent,
+        "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "reports": produced, "datagrams": sent,
         "inserted": st.inserted, "inserted_m": st.inserted_m, "too_big": st.too_big, "added": st.added,
         "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "malformed": st.malformed,
         "filtered": st.filtered,

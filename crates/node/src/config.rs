@@ -49,6 +49,19 @@ pub enum SinkMetadata {
     Stack,
 }
 
+/// The telemetry report format the node sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+pub enum ReportFormat {
+    /// Telemetry Report v2.0 (the spec).
+    #[default]
+    #[serde(rename = "v2.0")]
+    V2,
+    /// Telemetry Report v0.5 as ONOS / SD-Fabric (fabric-tna) and DeepInsight collectors read it:
+    /// fixed header, then a switch-local (flow and queue reports) or drop header, then the packet.
+    #[serde(rename = "v0.5")]
+    V05,
+}
+
 /// One watchlist entry: a flow matches when every given field matches.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -126,6 +139,10 @@ pub struct NodeConfig {
     pub restore_dscp: bool,
     /// Sink: bytes of the received packet carried in the report.
     pub report_truncate: usize,
+    /// Report format: `"v2.0"` (default) or `"v0.5"`.
+    pub report_format: ReportFormat,
+    /// Report delivery: coalescing budget (`[export]`).
+    pub export: crate::export::ExportConfig,
     /// UDP ports of telemetry reports (never watched).
     pub report_ports: Vec<u16>,
     /// Telemetry model of pcap mode.
@@ -150,6 +167,8 @@ impl Default for NodeConfig {
             sink_metadata: SinkMetadata::Report,
             restore_dscp: true,
             report_truncate: 256,
+            report_format: ReportFormat::V2,
+            export: crate::export::ExportConfig::default(),
             report_ports: vec![intscope_wire::report::DEFAULT_REPORT_PORT],
             telemetry: TelemetryModel::default(),
             filters: crate::filter::FilterConfig::default(),

@@ -1,10 +1,12 @@
-//! Report delivery framing: a report datagram wrapped in Ethernet/IPv4/UDP to the collector, for
-//! writing reports to a pcap (Report v2.0 §"Outer Encapsulation": the source address identifies
-//! the reporting node; DF set).
+//! Report delivery: sequence numbers per destination, coalescing several individual reports into
+//! one v2.0 datagram within a size and time budget, and the Ethernet/IPv4/UDP framing of a report
+//! written to a pcap (Report v2.0 §"Outer Encapsulation": the source address identifies the
+//! reporting node; DF set).
 
 use std::net::SocketAddrV4;
 
 use etherparse::PacketBuilder;
+use intscope_wire::report::{GROUP_LEN, GroupHeaderRepr};
 
 /// An Ethernet frame carrying `payload` from `src` to `collector` over UDP (checksum computed).
 pub fn report_frame(src: SocketAddrV4, collector: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
@@ -37,7 +39,7 @@ impl Sequencer {
     /// Writes the next sequence number into a v2.0 report datagram's group header (other
     /// versions are left alone).
     pub fn stamp(&mut self, datagram: &mut [u8]) {
-        let Ok(mut g) = intscope_wire::report::GroupHeaderRepr::parse(datagram) else {
+        let Ok(mut g) = GroupHeaderRepr::parse(datagram) else {
             return;
         };
         if g.version != 2 {
@@ -47,5 +49,121 @@ impl Sequencer {
         g.sequence = *n & 0x3f_ffff;
         *n = n.wrapping_add(1);
         g.emit(&mut datagram[..8]);
+    }
+}
+
+/// How reports leave the node (`[export]` in the node configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExportConfig {
+    /// Coalesce v2.0 reports into datagrams of at most this many bytes (UDP payload; 1472 fills
+    /// a 1500-byte IPv4 MTU). 0: one report per datagram, as Tofino switches send them.
+    pub coalesce_bytes: usize,
+    /// A report waits at most this long for others to share its datagram.
+    pub coalesce_delay_ns: u64,
+}
+
+impl Default for ExportConfig {
+    fn default() -> Self {
+        ExportConfig {
+            coalesce_bytes: 0,
+            coalesce_delay_ns: 1_000_000,
+        }
+    }
+}
+
+/// A datagram being filled: the group header and the individual reports so far.
+#[derive(Debug)]
+struct Pending {
+    datagram: Vec<u8>,
+    since_ns: u64,
+}
+
+/// Numbers and (for v2.0, when configured) coalesces report datagrams on their way to one
+/// destination. Report v2.0 §"Telemetry Report Group Header": a packet carries "one or more
+/// individual reports" under one group header, so reports of one (Node ID, hw_id) share a
+/// datagram; its sequence number counts datagrams to this destination.
+#[derive(Debug, Default)]
+pub struct Exporter {
+    cfg: ExportConfig,
+    pending: std::collections::BTreeMap<(u32, u8), Pending>,
+    sequencer: Sequencer,
+}
+
+impl Exporter {
+    /// An exporter with this budget.
+    pub fn new(cfg: ExportConfig) -> Self {
+        Exporter {
+            cfg,
+            ..Exporter::default()
+        }
+    }
+
+    /// Takes one report datagram produced at `now_ns`; appends the datagrams ready to send to
+    /// `out`.
+    pub fn push(&mut self, now_ns: u64, mut datagram: Vec<u8>, out: &mut Vec<Vec<u8>>) {
+        self.poll(now_ns, out);
+        let group = GroupHeaderRepr::parse(&datagram)
+            .ok()
+            .filter(|g| g.version == 2);
+        let (Some(g), true) = (group, self.cfg.coalesce_bytes > 0) else {
+            self.sequencer.stamp(&mut datagram);
+            out.push(datagram);
+            return;
+        };
+        let key = (g.node_id, g.hw_id);
+        // Report Length 0xFF ("to the end of the packet") must be the last report of its
+        // datagram: it travels alone.
+        let to_the_end = datagram.get(GROUP_LEN + 1) == Some(&0xff);
+        let fits =
+            |p: &Pending| p.datagram.len() + datagram.len() - GROUP_LEN <= self.cfg.coalesce_bytes;
+        if let Some(p) = self.pending.get(&key)
+            && (to_the_end || !fits(p))
+        {
+            self.send(key, out);
+        }
+        match self.pending.get_mut(&key) {
+            Some(p) => p.datagram.extend_from_slice(&datagram[GROUP_LEN..]),
+            None => {
+                self.pending.insert(
+                    key,
+                    Pending {
+                        datagram,
+                        since_ns: now_ns,
+                    },
+                );
+            }
+        }
+        if to_the_end || self.pending[&key].datagram.len() >= self.cfg.coalesce_bytes {
+            self.send(key, out);
+        }
+    }
+
+    /// Sends the datagrams whose oldest report has waited `coalesce_delay_ns` by `now_ns`.
+    pub fn poll(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
+        let due: Vec<(u32, u8)> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| now_ns.saturating_sub(p.since_ns) >= self.cfg.coalesce_delay_ns)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in due {
+            self.send(key, out);
+        }
+    }
+
+    /// Sends everything still waiting (at the end of the input, on shutdown).
+    pub fn flush(&mut self, out: &mut Vec<Vec<u8>>) {
+        let keys: Vec<(u32, u8)> = self.pending.keys().copied().collect();
+        for key in keys {
+            self.send(key, out);
+        }
+    }
+
+    fn send(&mut self, key: (u32, u8), out: &mut Vec<Vec<u8>>) {
+        if let Some(mut p) = self.pending.remove(&key) {
+            self.sequencer.stamp(&mut p.datagram);
+            out.push(p.datagram);
+        }
     }
 }

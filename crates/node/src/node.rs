@@ -6,12 +6,15 @@
 use intscope_wire::int::{AnyShim, IntHeader};
 use intscope_wire::locate::{DetectConfig, DscpMatch, FlowKey, Packet, Start};
 use intscope_wire::md::{MD_HEADER_LEN, MdHeaderRepr};
-use intscope_wire::metadata::{BIT15, Format, NODE_ID};
+use intscope_wire::metadata::{BIT15, Format, HopMetadata, NODE_ID};
 use intscope_wire::mx::MxHeaderRepr;
-use intscope_wire::report::{GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr};
+use intscope_wire::report::{
+    GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05_DROP_LEN, V05_FIXED_LEN, V05_LOCAL_LEN,
+    V05FixedRepr, V05SwitchRepr,
+};
 use intscope_wire::shim::{SHIM_LEN, Shim, TcpUdpShimRepr};
 
-use crate::config::{Mode, NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry};
+use crate::config::{Mode, NodeConfig, ReportFormat, Role, SinkMetadata, SourceEncap, WatchEntry};
 use crate::filter::{Decision, ReportFilter};
 use crate::frame::{self, Layout};
 use crate::telemetry::Telemetry;
@@ -495,8 +498,9 @@ impl Node {
         Some(())
     }
 
-    /// A drop report (Report v2.0 with D set; RepMdBits bit 15 carries the queue and the drop
-    /// reason, SD-Fabric's codes) about a packet this node dropped.
+    /// A drop report about a packet this node dropped, with the reason (SD-Fabric's codes):
+    /// Report v2.0 with D set and RepMdBits bit 15 (queue ID + drop reason), or a v0.5 drop
+    /// header.
     pub fn drop_report(
         &mut self,
         frame: &[u8],
@@ -515,14 +519,12 @@ impl Node {
         let bits = (self.cfg.instructions & !NODE_ID) | BIT15;
         hop.drop_reason = Some(reason);
         hop.present |= BIT15;
-        let mut md = vec![0u8; Format::ReportV2.baseline_len(bits)];
-        hop.encode(bits, Format::ReportV2, &mut md);
         self.stats.reports += 1;
-        Some(self.build_report(frame, bits, &md, true, false))
+        Some(self.build_report(frame, &hop, bits, true, false))
     }
 
-    /// A Telemetry Report v2.0 datagram about `frame` (as received, truncated), with this
-    /// node's metadata in the report header unless it went on the stack.
+    /// A report datagram about `frame` (as received, truncated), with this node's metadata in
+    /// the report header unless it went on the stack (`own` false).
     fn report(
         &mut self,
         frame: &[u8],
@@ -552,39 +554,58 @@ impl Node {
             self.stats.filtered += 1;
             return None;
         }
-        let (bits, md) = if own {
-            // Node ID moves to the group header; bit 15 is not a Checksum Complement here
-            // (INT v2.1 §"INT-MX Header Format": RepMdBits from the Instruction Bitmap).
-            let bits = instructions & !NODE_ID & !BIT15;
-            let mut md = vec![0u8; Format::ReportV2.baseline_len(bits)];
-            hop.encode(bits, Format::ReportV2, &mut md);
-            (bits, md)
+        // Node ID moves to the group header; bit 15 is not a Checksum Complement here
+        // (INT v2.1 §"INT-MX Header Format": RepMdBits from the Instruction Bitmap).
+        let bits = if own {
+            instructions & !NODE_ID & !BIT15
         } else {
-            (0, Vec::new())
+            0
         };
-        Some(self.build_report(frame, bits, &md, false, decision.congested))
+        Some(self.build_report(frame, &hop, bits, false, decision.congested))
     }
 
     fn build_report(
         &mut self,
         frame: &[u8],
+        hop: &HopMetadata,
+        bits: u16,
+        dropped: bool,
+        congested: bool,
+    ) -> Vec<u8> {
+        let inner = &frame[..frame.len().min(self.cfg.report_truncate)];
+        let sequence = self.seq;
+        self.seq = self.seq.wrapping_add(1);
+        match self.cfg.report_format {
+            ReportFormat::V2 => {
+                let mut md = vec![0u8; Format::ReportV2.baseline_len(bits)];
+                hop.encode(bits, Format::ReportV2, &mut md);
+                self.report_v2(inner, sequence, bits, &md, dropped, congested)
+            }
+            ReportFormat::V05 => self.report_v05(inner, sequence, hop, dropped, congested),
+        }
+    }
+
+    /// Telemetry Report v2.0 (§"Telemetry Report Group Header", §"Individual Report Header"):
+    /// one individual report, RepType INT, InType Ethernet; the inner packet padded to words.
+    fn report_v2(
+        &self,
+        inner: &[u8],
+        sequence: u32,
         bits: u16,
         md: &[u8],
         dropped: bool,
         congested: bool,
     ) -> Vec<u8> {
-        let mut inner = frame[..frame.len().min(self.cfg.report_truncate)].to_vec();
-        inner.resize(inner.len().div_ceil(4) * 4, 0);
-        let words = (8 + md.len() + inner.len()) / 4;
+        let padded = inner.len().div_ceil(4) * 4;
+        let words = (8 + md.len() + padded) / 4;
         let mut out = vec![0u8; 8 + 4 + 8];
         GroupHeaderRepr {
             version: 2,
             hw_id: 0,
-            sequence: self.seq & 0x3f_ffff,
+            sequence: sequence & 0x3f_ffff,
             node_id: self.cfg.node_id,
         }
         .emit(&mut out[..8]);
-        self.seq = self.seq.wrapping_add(1);
         IndividualHeaderRepr {
             rep_type: 1,
             in_type: 3,
@@ -603,7 +624,49 @@ impl Node {
         }
         .emit(&mut out[12..20]);
         out.extend_from_slice(md);
-        out.extend_from_slice(&inner);
+        out.extend_from_slice(inner);
+        out.resize(out.len() + padded - inner.len(), 0);
+        out
+    }
+
+    /// Telemetry Report v0.5 as fabric-tna writes it (`p4src/shared/header.p4`: `report_fixed_header_t`,
+    /// `local_report_header_t`, `drop_report_header_t`): NProto 2 with the switch-local header
+    /// for flow and queue reports, NProto 1 with the drop header for drops; 32-bit timestamps
+    /// (the low bits of the nanosecond clock) and 16-bit ports, as the Tofino fields are.
+    fn report_v05(
+        &self,
+        inner: &[u8],
+        sequence: u32,
+        hop: &HopMetadata,
+        dropped: bool,
+        congested: bool,
+    ) -> Vec<u8> {
+        let switch = V05SwitchRepr {
+            switch_id: self.cfg.node_id,
+            ingress_port: hop.l1_ingress_if.unwrap_or(0),
+            egress_port: hop.l1_egress_if.unwrap_or(0),
+            queue_id: hop.queue_id.unwrap_or(0),
+            drop_reason: if dropped { hop.drop_reason } else { None },
+            queue_occupancy: Some(hop.queue_occupancy.unwrap_or(0).min(0xff_ffff)),
+            egress_ts: Some(hop.egress_ts.unwrap_or(0) as u32),
+            pad: 0,
+        };
+        let switch_len = if dropped { V05_DROP_LEN } else { V05_LOCAL_LEN };
+        let mut out = vec![0u8; V05_FIXED_LEN + switch_len];
+        V05FixedRepr {
+            version: 0,
+            nproto: if dropped { 1 } else { 2 },
+            d: dropped,
+            q: congested,
+            f: !dropped,
+            reserved: 0,
+            hw_id: 0,
+            sequence,
+            ingress_ts: hop.ingress_ts.unwrap_or(0) as u32,
+        }
+        .emit(&mut out[..V05_FIXED_LEN]);
+        switch.emit(&mut out[V05_FIXED_LEN..]);
+        out.extend_from_slice(inner);
         out
     }
 }

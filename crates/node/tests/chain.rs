@@ -3,7 +3,8 @@
 //! Host1's packet byte for byte, and every IP and L4 checksum verifies at every hop.
 
 use etherparse::PacketBuilder;
-use intscope_node::config::TelemetryModel;
+use intscope_node::config::{ReportFormat, TelemetryModel};
+use intscope_node::export::{ExportConfig, Exporter};
 use intscope_node::{
     Node, NodeConfig, Role, SinkMetadata, SourceEncap, StaticTelemetry, WatchEntry,
 };
@@ -493,4 +494,140 @@ fn filters_limit_reports_per_flow() {
         1,
         "a new egress port reports at once"
     );
+}
+
+#[test]
+fn v05_reports_as_fabric_tna_writes_them() {
+    let host1 = host1_packet(false, false, true);
+    let mut s1 = node(1, Role::Source, SourceEncap::UdpPort, 1);
+    let mut s3 = Node::new(NodeConfig {
+        report_format: ReportFormat::V05,
+        report_truncate: 64,
+        telemetry: TelemetryModel {
+            ingress_port: 7,
+            egress_port: 9,
+            queue_id: 2,
+            queue_occupancy: 0x12_3456,
+            hop_latency_ns: 500,
+            ..TelemetryModel::default()
+        },
+        ..node(3, Role::Sink, SourceEncap::UdpPort, 3)
+            .config()
+            .clone()
+    });
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    let received = f.clone();
+    let out = s3.process(&mut f, &tel(&s3));
+    assert_eq!(f, host1, "the packet is restored as with v2.0 reports");
+    let Report::V05 {
+        fixed,
+        switch: Some(sw),
+        inner,
+        warnings,
+    } = Report::parse(&out.reports[0]).unwrap()
+    else {
+        panic!("a v0.5 report with a switch-local header");
+    };
+    assert_eq!(warnings, Warnings::default());
+    assert_eq!((fixed.version, fixed.nproto), (0, 2));
+    assert_eq!((fixed.d, fixed.q, fixed.f), (false, false, true));
+    assert_eq!(fixed.ingress_ts, 1_000_000);
+    assert_eq!(
+        (sw.switch_id, sw.ingress_port, sw.egress_port, sw.queue_id),
+        (3, 7, 9, 2)
+    );
+    assert_eq!(sw.queue_occupancy, Some(0x12_3456));
+    assert_eq!(sw.egress_ts, Some(1_000_500));
+    assert_eq!(inner, &received[..64], "the received packet, truncated");
+
+    // A drop: NProto 1, the drop header with SD-Fabric's reason.
+    let drop = s3
+        .drop_report(&received, 29 /* routing-miss */, &tel(&s3))
+        .unwrap();
+    let Report::V05 {
+        fixed,
+        switch: Some(sw),
+        ..
+    } = Report::parse(&drop).unwrap()
+    else {
+        panic!("a v0.5 drop report");
+    };
+    assert_eq!((fixed.nproto, fixed.d, fixed.sequence), (1, true, 1));
+    assert_eq!(sw.drop_reason, Some(29));
+}
+
+fn individual_reports(datagrams: &[Vec<u8>]) -> usize {
+    datagrams
+        .iter()
+        .map(|d| {
+            Report::parse(d)
+                .unwrap()
+                .individual_reports()
+                .inspect(|r| assert!(r.is_ok(), "{r:?}"))
+                .count()
+        })
+        .sum()
+}
+
+#[test]
+fn the_exporter_coalesces_within_size_and_time_budgets() {
+    let host1 = host1_packet(false, false, true);
+    let mut s1 = node(1, Role::Source, SourceEncap::UdpPort, 1);
+    let mut s3 = node(3, Role::Sink, SourceEncap::UdpPort, 3);
+    let mut reports = Vec::new();
+    for _ in 0..10 {
+        let mut f = host1.clone();
+        s1.process(&mut f, &tel(&s1));
+        reports.extend(s3.process(&mut f, &tel(&s3)).reports);
+    }
+    let one = reports[0].len();
+    let budget = 8 + 3 * (one - 8); // three individual reports per datagram
+    let mut exporter = Exporter::new(ExportConfig {
+        coalesce_bytes: budget,
+        coalesce_delay_ns: 1_000,
+    });
+    let mut out = Vec::new();
+    for r in reports.iter().cloned() {
+        exporter.push(0, r, &mut out);
+    }
+    assert_eq!(out.len(), 3, "full datagrams leave at once");
+    exporter.poll(999, &mut out);
+    assert_eq!(out.len(), 3, "the last one waits for its delay...");
+    exporter.poll(1_000, &mut out);
+    assert_eq!(out.len(), 4, "...and then leaves");
+    assert!(out.iter().all(|d| d.len() <= budget));
+    assert_eq!(individual_reports(&out), 10, "no report lost or duplicated");
+    let seqs: Vec<u32> = out
+        .iter()
+        .map(|d| match Report::parse(d).unwrap() {
+            Report::V2 { group, .. } => group.sequence,
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(seqs, vec![0, 1, 2, 3], "sequence numbers count datagrams");
+
+    // Coalescing off: one datagram per report, numbered on.
+    let mut plain = Exporter::new(ExportConfig::default());
+    let mut out = Vec::new();
+    for r in reports.iter().cloned() {
+        plain.push(0, r, &mut out);
+    }
+    assert_eq!(out.len(), 10);
+    assert_eq!(individual_reports(&out), 10);
+
+    // A report as long as "to the end" (Report Length 0xFF) travels alone.
+    let mut long = reports[0].clone();
+    long[9] = 0xff;
+    let mut exporter = Exporter::new(ExportConfig {
+        coalesce_bytes: 4096,
+        coalesce_delay_ns: 1_000,
+    });
+    let mut out = Vec::new();
+    exporter.push(0, reports[1].clone(), &mut out);
+    exporter.push(0, long.clone(), &mut out);
+    exporter.push(0, reports[2].clone(), &mut out);
+    exporter.flush(&mut out);
+    assert_eq!(out.len(), 3);
+    assert_eq!(&out[1][8..], &long[8..]);
 }
