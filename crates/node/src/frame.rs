@@ -50,7 +50,10 @@ fn put16(f: &mut [u8], at: usize, v: u16) {
 
 /// Inserts `bytes` at `at`.
 pub fn insert(frame: &mut Vec<u8>, at: usize, bytes: &[u8]) {
-    frame.splice(at..at, bytes.iter().copied());
+    let tail = frame.len();
+    frame.resize(tail + bytes.len(), 0);
+    frame.copy_within(at..tail, at + bytes.len());
+    frame[at..at + bytes.len()].copy_from_slice(bytes);
 }
 
 /// Removes `len` bytes at `at`, returning them.
@@ -58,16 +61,22 @@ pub fn remove(frame: &mut Vec<u8>, at: usize, len: usize) -> Vec<u8> {
     frame.drain(at..at + len).collect()
 }
 
-/// Adds `delta` to the IP length (IPv4 total length + header checksum recomputed; IPv6 payload
-/// length).
+/// Adds `delta` to the IP length (IPv4 total length, header checksum updated as RFC 1624 says so
+/// an error upstream stays detectable; IPv6 payload length).
 pub fn adjust_ip_len(frame: &mut [u8], l: &Layout, delta: isize) {
     if l.v6 {
         let v = be16(frame, l.ip_at + 4);
         put16(frame, l.ip_at + 4, (v as isize + delta) as u16);
     } else {
-        let v = be16(frame, l.ip_at + 2);
-        put16(frame, l.ip_at + 2, (v as isize + delta) as u16);
-        refresh_ipv4_checksum(frame, l.ip_at);
+        let old = be16(frame, l.ip_at + 2);
+        let new = (old as isize + delta) as u16;
+        put16(frame, l.ip_at + 2, new);
+        let c = checksum::update(
+            be16(frame, l.ip_at + 10),
+            &old.to_be_bytes(),
+            &new.to_be_bytes(),
+        );
+        put16(frame, l.ip_at + 10, c);
     }
 }
 

@@ -130,7 +130,7 @@ impl Node {
             Ok(p) => (
                 p.flow,
                 p.int
-                    .map(|(off, b)| (off, b.shim, b.header, b.len))
+                    .map(|(off, b)| (off, b.shim, b.header, Layout::of(&p)))
                     .map(Some)
                     .ok_or_else(|| Layout::of(&p).zip(p.flow)),
             ),
@@ -171,8 +171,8 @@ impl Node {
                     self.stats.mx_reports += (out.reports.len() - n) as u64;
                 }
             }
-            (_, Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), len)))) => {
-                self.transit(frame, off, shim, h, len, tel)
+            (_, Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), Some(l))))) => {
+                self.transit(frame, &l, off, shim, h, tel)
             }
             (_, Role::Transit, Ok(Some((_, _, IntHeader::Mx(h), _)))) => {
                 let n = out.reports.len();
@@ -180,10 +180,10 @@ impl Node {
                     .extend(self.report(frame, h.instructions, tel, true, flow));
                 self.stats.mx_reports += (out.reports.len() - n) as u64;
             }
-            (_, Role::Sink, Ok(Some((off, shim, IntHeader::Md(h), len)))) => {
+            (_, Role::Sink, Ok(Some((off, shim, IntHeader::Md(h), Some(l))))) => {
                 if self.cfg.sink_metadata == SinkMetadata::Stack {
                     // Option 1: push our metadata like a transit hop, then report the stack.
-                    self.transit(frame, off, shim, h, len, tel);
+                    self.transit(frame, &l, off, shim, h, tel);
                 }
                 let own = self.cfg.sink_metadata == SinkMetadata::Report;
                 out.reports
@@ -368,63 +368,60 @@ impl Node {
     fn transit(
         &mut self,
         frame: &mut Vec<u8>,
+        l: &Layout,
         off: usize,
         shim: AnyShim,
         h: MdHeaderRepr,
-        len: usize,
         tel: &dyn Telemetry,
     ) {
-        let Ok(p) = Packet::parse(frame, Start::Ethernet, &self.detect) else {
-            return;
-        };
-        let Some(l) = Layout::of(&p) else { return };
-        let old_block = frame[off..off + len].to_vec();
-        let mut new_block = old_block.clone();
+        // The hot path: no allocation and no second parse. Only the shim and MD header change,
+        // and this hop's metadata goes in right after them (the top of the stack), so the L4
+        // checksum is updated from those bytes alone.
+        const HEAD: usize = SHIM_LEN + MD_HEADER_LEN;
         let mut header = h;
         let hop_len = usize::from(h.hop_ml) * 4;
-        let mut own = Vec::new();
+        let mut new = [0u8; HEAD + MAX_HOP_BYTES];
+        let mut own = 0;
         if h.remaining_hop_count == 0 {
             header.e = true;
             self.stats.hop_limit += 1;
-        } else if Self::ip_packet_len(frame, &l) + hop_len > self.cfg.mtu {
+        } else if Self::ip_packet_len(frame, l) + hop_len > self.cfg.mtu {
             header.m = true;
             self.stats.mtu += 1;
         } else {
-            own = vec![0u8; hop_len];
-            let m = tel.hop(self.cfg.node_id);
+            own = hop_len;
+            let hop = &mut new[HEAD..HEAD + hop_len];
             let base = Format::IntV2.baseline_len(h.instructions);
             if base <= hop_len {
-                m.encode(h.instructions, Format::IntV2, &mut own);
+                tel.hop(self.cfg.node_id)
+                    .encode(h.instructions, Format::IntV2, hop);
                 // Domain-specific metadata of a domain this node does not know: all ones (pad).
-                for b in &mut own[base..] {
-                    *b = 0xff;
-                }
+                hop[base..].fill(0xff);
             } else {
-                own.iter_mut().for_each(|b| *b = 0xff);
+                hop.fill(0xff);
             }
             header.remaining_hop_count -= 1;
             self.stats.added += 1;
         }
-        header.emit(&mut new_block[SHIM_LEN..SHIM_LEN + MD_HEADER_LEN]);
-        if !own.is_empty() {
+        let mut old = [0u8; HEAD];
+        old.copy_from_slice(&frame[off..off + HEAD]);
+        new[..HEAD].copy_from_slice(&old);
+        header.emit(&mut new[SHIM_LEN..HEAD]);
+        if own > 0 {
             let mut s = shim_of(shim);
-            s.set_length_words((s.length_words() + own.len() / 4) as u8);
-            s.emit(&mut new_block[..SHIM_LEN]);
-            new_block.splice(
-                SHIM_LEN + MD_HEADER_LEN..SHIM_LEN + MD_HEADER_LEN,
-                own.iter().copied(),
-            );
+            s.set_length_words((s.length_words() + own / 4) as u8);
+            s.emit(&mut new[..SHIM_LEN]);
         }
-        let grow = new_block.len() - old_block.len();
-        let old_len = frame::l4_len(frame, &l);
-        let new_len = old_len + grow as u16;
+        let new = &new[..HEAD + own];
+        let old_len = frame::l4_len(frame, l);
+        let new_len = old_len + own as u16;
         let udp = l.proto == 17;
         let csum_at = l.l4_checksum_at();
         let csum = frame::updated_l4_checksum(
             frame::get16(frame, csum_at),
             udp,
-            &old_block,
-            &new_block,
+            &old,
+            new,
             old_len,
             new_len,
             udp,
@@ -433,8 +430,9 @@ impl Node {
         if udp {
             frame::set16(frame, l.l4_at + 4, new_len);
         }
-        frame.splice(off..off + len, new_block);
-        frame::adjust_ip_len(frame, &l, grow as isize);
+        frame[off..off + HEAD].copy_from_slice(&new[..HEAD]);
+        frame::insert(frame, off + HEAD, &new[HEAD..]);
+        frame::adjust_ip_len(frame, l, own as isize);
     }
 
     /// INT v2.1 §"INT Sink Node": remove INT and restore the original packet (DSCP, UDP
@@ -670,6 +668,10 @@ impl Node {
         out
     }
 }
+
+/// The most metadata one hop adds: Hop ML is 5 bits of 4-byte words (INT v2.1 §"INT-MD Metadata
+/// Header Format").
+const MAX_HOP_BYTES: usize = 31 * 4;
 
 fn shim_of(s: AnyShim) -> Shim {
     match s {

@@ -12,12 +12,19 @@
 /// One's-complement sum of `data` (big-endian 16-bit words, odd byte padded), folded to 16 bits,
 /// added to `initial`.
 pub fn ones_complement_sum(initial: u32, data: &[u8]) -> u16 {
+    // Four bytes at a time: 2^16 ≡ 1 (mod 0xFFFF), so a sum of big-endian 32-bit words folds to
+    // the same value as the sum of their 16-bit halves (RFC 1071 §2(C)); a u64 cannot overflow
+    // below 2^32 words.
     let mut sum = u64::from(initial);
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
+    let mut words = data.chunks_exact(4);
+    for w in &mut words {
+        sum += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+    }
+    let mut pairs = words.remainder().chunks_exact(2);
+    for c in &mut pairs {
         sum += u64::from(u16::from_be_bytes([c[0], c[1]]));
     }
-    if let [last] = chunks.remainder() {
+    if let [last] = pairs.remainder() {
         sum += u64::from(u16::from_be_bytes([*last, 0]));
     }
     fold(sum)

@@ -225,10 +225,16 @@ impl<'a> HopMetadata<'a> {
             (Some(id), Some(v)) => (u32::from(id) << 24) | (v & 0x00ff_ffff),
             _ => ones32,
         };
-        for n in 0..16u32 {
-            if bitmap & bit(n) == 0 || (n == 15 && format == Format::IntV2) {
-                continue;
-            }
+        // Only the requested bits, in order (bit 0 is the MSB); in INT bit 15 is the Checksum
+        // Complement, written after the domain-specific metadata below.
+        let mut todo = if format == Format::IntV2 {
+            bitmap & !BIT15
+        } else {
+            bitmap
+        };
+        while todo != 0 {
+            let n = todo.leading_zeros();
+            todo &= !bit(n);
             let wide = format.size_of_bit(n) == 8;
             match n {
                 0 => put32(out, at, self.node_id.unwrap_or(ones32)),

@@ -151,3 +151,21 @@ proptest! {
         prop_assert_eq!(view.drop().map(|d| d.1), owned.drop_reason);
     }
 }
+
+proptest! {
+    /// The word-at-a-time sum equals RFC 1071's sum of 16-bit words, for any length and start.
+    #[test]
+    fn ones_complement_sum_matches_rfc1071(data in proptest::collection::vec(any::<u8>(), 0..300), initial in any::<u32>()) {
+        let mut reference = u64::from(initial);
+        for pair in data.chunks(2) {
+            reference += u64::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]));
+        }
+        while reference > 0xffff {
+            reference = (reference & 0xffff) + (reference >> 16);
+        }
+        prop_assert_eq!(
+            u64::from(intscope_wire::checksum::ones_complement_sum(initial, &data)),
+            reference
+        );
+    }
+}
