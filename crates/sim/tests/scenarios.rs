@@ -317,6 +317,7 @@ fn a_slow_port_is_a_long_congestion_episode() {
         events(&c, kind)
             .into_iter()
             .filter(|e| e.node_id == Some(leaf) && e.port == Some(host))
+            .inspect(|e| assert_eq!(e.queue_id, Some(0), "the port's only queue: {e:?}"))
             .collect::<Vec<_>>()
     };
     assert_eq!(at_port(EventKind::CongestionStart).len(), 1);
