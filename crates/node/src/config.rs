@@ -139,6 +139,10 @@ pub struct NodeConfig {
     pub restore_dscp: bool,
     /// Sink: bytes of the received packet carried in the report.
     pub report_truncate: usize,
+    /// Source and transit: when the instruction bitmap has the Checksum Complement (bit 15),
+    /// keep the L4 checksum and write the complement (true), or update the checksum field and
+    /// write the complement as all ones (false). The sink always updates the field.
+    pub use_checksum_complement: bool,
     /// Report format: `"v2.0"` (default) or `"v0.5"`.
     pub report_format: ReportFormat,
     /// Report delivery: coalescing budget (`[export]`).
@@ -168,6 +172,7 @@ impl Default for NodeConfig {
             restore_dscp: true,
             report_truncate: 256,
             report_format: ReportFormat::V2,
+            use_checksum_complement: true,
             export: crate::export::ExportConfig::default(),
             report_ports: vec![intscope_wire::report::DEFAULT_REPORT_PORT],
             telemetry: TelemetryModel::default(),

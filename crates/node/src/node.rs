@@ -309,15 +309,9 @@ impl Node {
                 let new_len = old_len + block.len() as u16;
                 let csum_at = l.l4_checksum_at();
                 let udp = l.proto == 17;
-                let mut csum = frame::updated_l4_checksum(
-                    frame::get16(frame, csum_at),
-                    udp,
-                    &[],
-                    &block,
-                    old_len,
-                    new_len,
-                    udp,
-                );
+                let old_csum = frame::get16(frame, csum_at);
+                let mut csum =
+                    frame::updated_l4_checksum(old_csum, udp, &[], &block, old_len, new_len, udp);
                 if encap == SourceEncap::UdpPort {
                     let old_port = frame::get16(frame, l.l4_at + 2);
                     frame::set16(frame, l.l4_at + 2, self.cfg.int_udp_port);
@@ -333,7 +327,14 @@ impl Node {
                 if udp {
                     frame::set16(frame, l.l4_at + 4, new_len);
                 }
-                frame::set16(frame, csum_at, csum);
+                if !own.is_empty() && self.complements(instructions, udp, old_csum) {
+                    // The checksum stays; the last word of our metadata makes it right.
+                    let c = intscope_wire::checksum::checksum_complement(old_csum, csum);
+                    let end = block.len();
+                    block[end - 4..].copy_from_slice(&c.to_be_bytes());
+                } else {
+                    frame::set16(frame, csum_at, csum);
+                }
                 frame::insert(frame, at, &block);
                 frame::adjust_ip_len(frame, &l, block.len() as isize);
                 if encap == SourceEncap::Dscp {
@@ -412,27 +413,40 @@ impl Node {
             s.set_length_words((s.length_words() + own / 4) as u8);
             s.emit(&mut new[..SHIM_LEN]);
         }
-        let new = &new[..HEAD + own];
         let old_len = frame::l4_len(frame, l);
         let new_len = old_len + own as u16;
         let udp = l.proto == 17;
         let csum_at = l.l4_checksum_at();
+        let old_csum = frame::get16(frame, csum_at);
         let csum = frame::updated_l4_checksum(
-            frame::get16(frame, csum_at),
+            old_csum,
             udp,
             &old,
-            new,
+            &new[..HEAD + own],
             old_len,
             new_len,
             udp,
         );
-        frame::set16(frame, csum_at, csum);
+        if own > 0 && self.complements(h.instructions, udp, old_csum) {
+            let c = intscope_wire::checksum::checksum_complement(old_csum, csum);
+            new[HEAD + own - 4..HEAD + own].copy_from_slice(&c.to_be_bytes());
+        } else {
+            frame::set16(frame, csum_at, csum);
+        }
+        let new = &new[..HEAD + own];
         if udp {
             frame::set16(frame, l.l4_at + 4, new_len);
         }
         frame[off..off + HEAD].copy_from_slice(&new[..HEAD]);
         frame::insert(frame, off + HEAD, &new[HEAD..]);
         frame::adjust_ip_len(frame, l, own as isize);
+    }
+
+    /// Whether this node keeps the L4 checksum with the Checksum Complement (INT v2.1
+    /// §"Checksum Update"): the source allows it (instruction bit 15), the configuration wants it,
+    /// and there is a checksum to keep (a zero UDP checksum means none).
+    fn complements(&self, instructions: u16, udp: bool, checksum: u16) -> bool {
+        instructions & BIT15 != 0 && self.cfg.use_checksum_complement && !(udp && checksum == 0)
     }
 
     /// INT v2.1 §"INT Sink Node": remove INT and restore the original packet (DSCP, UDP

@@ -631,3 +631,62 @@ fn the_exporter_coalesces_within_size_and_time_budgets() {
     assert_eq!(out.len(), 3);
     assert_eq!(&out[1][8..], &long[8..]);
 }
+
+/// The complement word of each hop (node id, queue, Checksum Complement: 3 words per hop).
+fn complements(frame: &[u8]) -> Vec<u32> {
+    let p = check(frame);
+    let (off, b) = p.int.unwrap();
+    let stack = &frame[off + 16..off + b.len];
+    stack
+        .chunks(12)
+        .map(|h| u32::from_be_bytes([h[8], h[9], h[10], h[11]]))
+        .collect()
+}
+
+#[test]
+fn checksum_complement_keeps_the_l4_checksum() {
+    for (encap, tcp) in [
+        (SourceEncap::UdpPort, false),
+        (SourceEncap::Dscp, false),
+        (SourceEncap::Dscp, true),
+    ] {
+        let host1 = host1_packet(tcp, false, true);
+        let with_complement = |id, role, on| {
+            Node::new(NodeConfig {
+                instructions: 0x9001, // node id, queue, Checksum Complement
+                use_checksum_complement: on,
+                ..node(id, role, encap, id).config().clone()
+            })
+        };
+        let csum_at = 14 + 20 + if tcp { 16 } else { 6 };
+        let csum = |f: &[u8]| u16::from_be_bytes([f[csum_at], f[csum_at + 1]]);
+        let (mut s1, mut s2, mut s3) = (
+            with_complement(1, Role::Source, true),
+            with_complement(2, Role::Transit, true),
+            with_complement(3, Role::Sink, true),
+        );
+        let mut f = host1.clone();
+        s1.process(&mut f, &tel(&s1));
+        s2.process(&mut f, &tel(&s2));
+        // check() verified the checksum at each step; the field never changed (a UDP port
+        // change at NPT=1 included: the complement absorbs it too).
+        assert_eq!(csum(&f), csum(&host1), "{encap:?} tcp={tcp}");
+        let words = complements(&f);
+        assert_eq!(words.len(), 2);
+        assert!(words.iter().all(|w| *w != u32::MAX), "{words:x?}");
+        s3.process(&mut f, &tel(&s3));
+        assert_eq!(f, host1, "the sink restores the packet and its checksum");
+
+        // A transit that prefers updating the field writes all ones in its complement word.
+        let mut s2 = with_complement(2, Role::Transit, false);
+        let mut f = host1.clone();
+        s1.process(&mut f, &tel(&s1));
+        s2.process(&mut f, &tel(&s2));
+        assert_ne!(csum(&f), csum(&host1));
+        let words = complements(&f);
+        assert_eq!(words[0], u32::MAX, "transit: updated the field instead");
+        assert_ne!(words[1], u32::MAX, "source: complement");
+        s3.process(&mut f, &tel(&s3));
+        assert_eq!(f, host1);
+    }
+}

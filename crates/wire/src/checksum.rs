@@ -117,24 +117,16 @@ pub fn replace(checksum: u16, old: &[u8], new: &[u8]) -> u16 {
     !fold(sum)
 }
 
-/// INT Checksum Complement (INT v2.1 §"Checksum Update", instruction bit 15).
+/// INT Checksum Complement (INT v2.1 §"Checksum Update", instruction bit 15): the value for the
+/// complement word that keeps the L4 checksum at `kept` after INT bytes were inserted or changed,
+/// given `updated`, the checksum an RFC 1624 field update computes for the new bytes with the
+/// complement word still all ones.
 ///
-/// Given the one's-complement sum of every other byte the node inserted (`inserted_sum`) and the
-/// change of every length field covered by the L4 checksum (`old_len` → `new_len`, i.e. the UDP
-/// length word and the pseudo-header length), returns the 32-bit value whose two 16-bit words
-/// cancel that change, so the existing L4 checksum stays correct.
-pub fn checksum_complement(inserted_sum: u16, length_words: &[(u16, u16)]) -> u32 {
-    // The total change to the covered sum is inserted_sum + Σ(new - old); the complement must add
-    // its negation. One's-complement negation of x is !x; split over two words: (neg, 0xFFFF)
-    // would make the word all-ones (reserved "not used"), so use (0, neg) or fold as needed.
-    let mut delta = u64::from(inserted_sum);
-    for &(old, new) in length_words {
-        delta += u64::from(!old) + u64::from(new);
-    }
-    let neg = !fold(delta);
-    // Two words summing to `neg`: (neg, 0). If neg is 0xFFFF the pair (0xFFFF, 0) is not the
-    // reserved all-ones value, so it is always usable.
-    u32::from(neg) << 16
+/// All ones add nothing to a one's-complement sum (0xFFFF is negative zero), so the word only has
+/// to add the difference between the two sums, `!kept - !updated`, which one 16-bit half carries.
+/// The other half is 0, so the result is never the reserved all-ones "not used" value.
+pub fn checksum_complement(kept: u16, updated: u16) -> u32 {
+    u32::from(fold(u64::from(!kept) + u64::from(updated))) << 16
 }
 
 #[cfg(test)]
@@ -179,20 +171,27 @@ mod tests {
 
     #[test]
     fn complement_keeps_checksum_valid() {
-        // A segment, its checksum, then 8 inserted bytes + a complement word and length change.
+        // A segment and its checksum; then 8 bytes and a complement word are inserted and the
+        // length (pseudo-header) grows.
         let seg = [0x12u8, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0];
-        let pseudo_old = 0x1234u32 + u32::from(seg.len() as u16);
-        let csum = l4_checksum(pseudo_old, &seg);
-        let inserted = [0xaau8, 0xbb, 0xcc, 0xdd, 0x01, 0x02, 0x03, 0x04];
         let old_len = seg.len() as u16;
         let new_len = old_len + 12;
-        let comp = checksum_complement(ones_complement_sum(0, &inserted), &[(old_len, new_len)]);
+        let csum = l4_checksum(0x1234 + u32::from(old_len), &seg);
+        let inserted = [
+            0xaau8, 0xbb, 0xcc, 0xdd, 0x01, 0x02, 0x03, 0x04, 0xff, 0xff, 0xff, 0xff,
+        ];
+        let updated = update(
+            replace(csum, &[], &inserted),
+            &old_len.to_be_bytes(),
+            &new_len.to_be_bytes(),
+        );
+        let comp = checksum_complement(csum, updated);
         let mut new_seg = seg.to_vec();
-        new_seg.extend_from_slice(&inserted);
+        new_seg.extend_from_slice(&inserted[..8]);
         new_seg.extend_from_slice(&comp.to_be_bytes());
-        let pseudo_new = 0x1234u32 + u32::from(new_len);
-        // Verification: sum over pseudo + segment incl. checksum must be 0xFFFF.
-        let total = ones_complement_sum(pseudo_new + u32::from(csum), &new_seg);
+        // The old checksum verifies the new segment: the sum over pseudo-header, segment and
+        // checksum is 0xFFFF.
+        let total = ones_complement_sum(0x1234 + u32::from(new_len) + u32::from(csum), &new_seg);
         assert_eq!(total, 0xffff);
         assert_ne!(comp, u32::MAX);
     }
