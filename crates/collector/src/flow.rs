@@ -129,7 +129,14 @@ pub struct FlowState {
     pub dirty: bool,
     /// INT-XD / INT-MX per-hop reports waiting to be joined into a path: (order key, time, hop).
     pub pending: Vec<(u64, u64, Hop)>,
+    /// Heads of paths from intermediate reports (I bit), waiting for the report of the rest:
+    /// (time, hops).
+    pub heads: VecDeque<(u64, Vec<Hop>)>,
 }
+
+/// Path heads a flow keeps waiting (packets in flight between an intermediate report and the
+/// sink's, or whose sink report a filter held back).
+pub const MAX_HEADS: usize = 16;
 
 /// Hops a latency sample keeps (the first ones of the path).
 pub const SAMPLE_HOPS: usize = 8;
@@ -170,6 +177,7 @@ impl FlowState {
             series: VecDeque::new(),
             dirty: false,
             pending: Vec::new(),
+            heads: VecDeque::new(),
         }
     }
 
@@ -209,6 +217,44 @@ impl FlowState {
             return None;
         }
         self.observe_path(now, path)
+    }
+
+    /// Keeps an intermediate report's hops (INT v2.1 §"MTU Settings": a transit hop without room
+    /// reported the stack so far and removed it) until the report of the rest of the path. A
+    /// head that starts where the flow's path starts is a new packet's; one that starts further
+    /// on continues the newest head (the same packet cut again). Heads older than `window_ns`
+    /// are dropped.
+    pub fn push_head(&mut self, now: u64, hops: &[Hop], window_ns: u64) {
+        self.expire_heads(now, window_ns);
+        let starts_path = match (self.path.first(), hops.first()) {
+            (Some(first), Some(h)) => *first == PathHop::from(h),
+            _ => true,
+        };
+        match self.heads.back_mut() {
+            Some((_, head)) if !starts_path => head.extend_from_slice(hops),
+            _ => {
+                if self.heads.len() == MAX_HEADS {
+                    self.heads.pop_front();
+                }
+                self.heads.push_back((now, hops.to_vec()));
+            }
+        }
+    }
+
+    /// The oldest waiting head, for a report that completes its path.
+    pub fn take_head(&mut self, now: u64, window_ns: u64) -> Option<Vec<Hop>> {
+        self.expire_heads(now, window_ns);
+        self.heads.pop_front().map(|(_, h)| h)
+    }
+
+    fn expire_heads(&mut self, now: u64, window_ns: u64) {
+        while self
+            .heads
+            .front()
+            .is_some_and(|(t, _)| now.saturating_sub(*t) > window_ns)
+        {
+            self.heads.pop_front();
+        }
     }
 
     /// Adds a per-hop report (INT-XD postcard, INT-MX report) to the path being joined. Returns the

@@ -249,13 +249,16 @@ impl State {
         reporter.reports_sent += 1;
         reporter.last_seen_ns = now;
 
-        let flow_id = r.flow.map(|k| self.observe_flow(r, k));
+        let seen = r.flow.map(|k| self.observe_flow(r, k));
         if r.flow.is_none() {
             self.counters.without_flow += 1;
         }
+        let flow_id = seen.map(|s| s.0);
+        // Hops an intermediate report recorded before this report's stack began.
+        let head_hops = seen.map_or(0, |s| s.1);
         self.observe_hops(r, flow_id);
-        self.observe_links(r);
-        self.observe_flags(r, flow_id);
+        self.observe_links(r, head_hops);
+        self.observe_flags(r, flow_id, head_hops);
         if now >= self.next_sweep_ns {
             self.next_sweep_ns = now + SWEEP_NS;
             self.sweep(now);
@@ -342,7 +345,8 @@ impl State {
         }
     }
 
-    fn observe_flow(&mut self, r: &Record, key: FlowKey) -> u64 {
+    /// The flow's ID, and how many hops an intermediate report's head added to this report's path.
+    fn observe_flow(&mut self, r: &Record, key: FlowKey) -> (u64, u8) {
         let now = r.time_ns;
         let next_id = &mut self.next_flow_id;
         let ids = &mut self.flow_ids;
@@ -366,14 +370,33 @@ impl State {
         // Complete paths (INT-MD stacks, v0.5/v1.0 stacks) say which way the flow went at once;
         // per-hop reports (INT-XD postcards, INT-MX) from different nodes are joined first.
         let mut change = None;
-        if r.int_hops > 0 && !r.intermediate {
+        let mut head_hops = 0;
+        let head = if r.intermediate || flow.heads.is_empty() {
+            None
+        } else {
+            flow.take_head(now, self.cfg.join_window_ns)
+        };
+        if r.intermediate {
+            // The head of a path; the rest comes with the sink's report.
+            flow.push_head(now, r.hops(), self.cfg.join_window_ns);
+        } else if r.int_hops > 0 || head.is_some() {
+            let joined;
+            let hops = match head {
+                Some(mut h) => {
+                    head_hops = h.len();
+                    h.extend_from_slice(r.hops());
+                    joined = h;
+                    &joined[..]
+                }
+                None => r.hops(),
+            };
             // Hops missing from the report (cut short), or a packet that died on the way: a
             // partial path, and a latency that is no flow's.
             if r.path_truncated || r.dropped || r.drop_reason.is_some() {
-                change = flow.observe_partial_path(now, r.hops());
+                change = flow.observe_partial_path(now, hops);
             } else {
-                change = flow.observe_path(now, r.hops());
-                flow.observe_latency(now, r.hops());
+                change = flow.observe_path(now, hops);
+                flow.observe_latency(now, hops);
             }
         } else if let [hop] = r.hops() {
             let joined = flow.join_hop(now, *hop, self.cfg.join_window_ns);
@@ -393,7 +416,7 @@ impl State {
         if let Some(old) = change {
             self.path_changed(now, key, id, old);
         }
-        id
+        (id, head_hops as u8)
     }
 
     fn path_changed(&mut self, now: u64, key: FlowKey, id: u64, old: Vec<PathHop>) {
@@ -579,12 +602,12 @@ impl State {
             .map(|(_, _, b, _)| *b)
     }
 
-    fn observe_links(&mut self, r: &Record) {
+    fn observe_links(&mut self, r: &Record, head_hops: u8) {
         // Consecutive hops are neighbours only if no hop in between went unrecorded.
         if r.mtu_exceeded
             || r.hop_limit_exceeded
             || r.path_truncated
-            || non_int_hops(r).is_some_and(|g| g.non_int > 0)
+            || non_int_hops(r, head_hops).is_some_and(|g| g.non_int > 0)
         {
             return;
         }
@@ -601,7 +624,7 @@ impl State {
         }
     }
 
-    fn observe_flags(&mut self, r: &Record, flow_id: Option<u64>) {
+    fn observe_flags(&mut self, r: &Record, flow_id: Option<u64>, head_hops: u8) {
         let now = r.time_ns;
         let flow = r.flow.zip(flow_id);
         let last = r.hops().last().copied().unwrap_or_default();
@@ -655,9 +678,9 @@ impl State {
             );
         }
         if self.cfg.non_int_hops
-            && let Some(gap) = non_int_hops(r).filter(|g| g.non_int > 0)
+            && let Some(gap) = non_int_hops(r, head_hops).filter(|g| g.non_int > 0)
         {
-            let ev = json!({"ip_ttl": r.ip_ttl, "assumed_initial_ttl": gap.initial_ttl, "ttl_decrement": gap.ttl_decrement, "int_hops": r.int_hops, "non_int_hops": gap.non_int});
+            let ev = json!({"ip_ttl": r.ip_ttl, "assumed_initial_ttl": gap.initial_ttl, "ttl_decrement": gap.ttl_decrement, "int_hops": r.int_hops + head_hops, "non_int_hops": gap.non_int});
             self.raise(
                 now,
                 EventKind::NonIntHops,
@@ -744,8 +767,8 @@ struct TtlGap {
 
 /// Hops that forwarded the packet without INT, from the TTL: `None` when the record cannot tell
 /// (no TTL, no INT hops, or an M or E bit or a truncated stack, which hide INT hops that TTL
-/// would count as non-INT).
-fn non_int_hops(r: &Record) -> Option<TtlGap> {
+/// would count as non-INT). `head_hops` recorded the start of the path in an intermediate report.
+fn non_int_hops(r: &Record, head_hops: u8) -> Option<TtlGap> {
     if r.int_hops == 0 || r.mtu_exceeded || r.hop_limit_exceeded || r.path_truncated {
         return None;
     }
@@ -759,7 +782,7 @@ fn non_int_hops(r: &Record) -> Option<TtlGap> {
     Some(TtlGap {
         initial_ttl,
         ttl_decrement,
-        non_int: ttl_decrement.saturating_sub(r.int_hops),
+        non_int: ttl_decrement.saturating_sub(r.int_hops.saturating_add(head_hops)),
     })
 }
 

@@ -49,6 +49,18 @@ pub enum SinkMetadata {
     Stack,
 }
 
+/// What a transit hop does when its metadata would exceed the egress MTU (INT v2.1 §"MTU
+/// Settings": it must do one of the two, never fragment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MtuAction {
+    /// Add nothing and set the M bit.
+    #[default]
+    MBit,
+    /// Report the stack so far with this hop's metadata (I bit) and remove it from the packet.
+    IntermediateReport,
+}
+
 /// The telemetry report format the node sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 pub enum ReportFormat {
@@ -139,6 +151,9 @@ pub struct NodeConfig {
     pub restore_dscp: bool,
     /// Sink: bytes of the received packet carried in the report.
     pub report_truncate: usize,
+    /// Transit: without room for its metadata, set the M bit (`"m-bit"`) or send an
+    /// intermediate report (`"intermediate-report"`).
+    pub on_mtu_exceeded: MtuAction,
     /// Source and transit: when the instruction bitmap has the Checksum Complement (bit 15),
     /// keep the L4 checksum and write the complement (true), or update the checksum field and
     /// write the complement as all ones (false). The sink always updates the field.
@@ -173,6 +188,7 @@ impl Default for NodeConfig {
             report_truncate: 256,
             report_format: ReportFormat::V2,
             use_checksum_complement: true,
+            on_mtu_exceeded: MtuAction::MBit,
             export: crate::export::ExportConfig::default(),
             report_ports: vec![intscope_wire::report::DEFAULT_REPORT_PORT],
             telemetry: TelemetryModel::default(),

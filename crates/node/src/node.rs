@@ -14,7 +14,9 @@ use intscope_wire::report::{
 };
 use intscope_wire::shim::{SHIM_LEN, Shim, TcpUdpShimRepr};
 
-use crate::config::{Mode, NodeConfig, ReportFormat, Role, SinkMetadata, SourceEncap, WatchEntry};
+use crate::config::{
+    Mode, MtuAction, NodeConfig, ReportFormat, Role, SinkMetadata, SourceEncap, WatchEntry,
+};
 use crate::filter::{Decision, ReportFilter};
 use crate::frame::{self, Layout};
 use crate::telemetry::Telemetry;
@@ -61,6 +63,8 @@ pub struct NodeStats {
     pub mx_reports: u64,
     /// Reports the SD-Fabric filters held back (`[filters]`).
     pub filtered: u64,
+    /// Intermediate reports sent (stacks removed for lack of room).
+    pub intermediate: u64,
 }
 
 /// A software INT node.
@@ -170,6 +174,15 @@ impl Node {
                     ));
                     self.stats.mx_reports += (out.reports.len() - n) as u64;
                 }
+            }
+            (_, Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))))
+                if self.cfg.on_mtu_exceeded == MtuAction::IntermediateReport
+                    && h.remaining_hop_count > 0
+                    && Self::ip_packet_len(frame, &l) + usize::from(h.hop_ml) * 4
+                        > self.cfg.mtu =>
+            {
+                out.reports
+                    .push(self.intermediate_report(frame, &l, off, shim, h, tel));
             }
             (_, Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), Some(l))))) => {
                 self.transit(frame, &l, off, shim, h, tel)
@@ -442,6 +455,58 @@ impl Node {
         frame::adjust_ip_len(frame, l, own as isize);
     }
 
+    /// INT v2.1 §"MTU Settings", the second choice of a transit hop without room for its
+    /// metadata: report the stack collected so far with this hop's metadata in an Intermediate
+    /// Report (I bit), and remove the stack from the packet, which goes on with an empty one.
+    /// The report is not subject to the report filters: it carries other hops' metadata.
+    fn intermediate_report(
+        &mut self,
+        frame: &mut Vec<u8>,
+        l: &Layout,
+        off: usize,
+        shim: AnyShim,
+        h: MdHeaderRepr,
+        tel: &dyn Telemetry,
+    ) -> Vec<u8> {
+        const HEAD: usize = SHIM_LEN + MD_HEADER_LEN;
+        let hop = tel.hop(self.cfg.node_id);
+        let bits = h.instructions & !NODE_ID & !BIT15;
+        let flags = ReportFlags {
+            intermediate: true,
+            ..ReportFlags::default()
+        };
+        let report = self.build_report(frame, &hop, bits, flags);
+        self.stats.intermediate += 1;
+
+        let mut s = shim_of(shim);
+        let stack = s.length_words() * 4 - MD_HEADER_LEN;
+        let mut head = [0u8; HEAD];
+        head.copy_from_slice(&frame[off..off + HEAD]);
+        s.set_length_words((MD_HEADER_LEN / 4) as u8);
+        s.emit(&mut head[..SHIM_LEN]);
+        let old_len = frame::l4_len(frame, l);
+        let new_len = old_len - stack as u16;
+        let udp = l.proto == 17;
+        let csum_at = l.l4_checksum_at();
+        let csum = frame::updated_l4_checksum(
+            frame::get16(frame, csum_at),
+            udp,
+            &frame[off..off + HEAD + stack],
+            &head,
+            old_len,
+            new_len,
+            udp,
+        );
+        frame::set16(frame, csum_at, csum);
+        if udp {
+            frame::set16(frame, l.l4_at + 4, new_len);
+        }
+        frame[off..off + HEAD].copy_from_slice(&head);
+        frame::remove(frame, off + HEAD, stack);
+        frame::adjust_ip_len(frame, l, -(stack as isize));
+        report
+    }
+
     /// Whether this node keeps the L4 checksum with the Checksum Complement (INT v2.1
     /// §"Checksum Update"): the source allows it (instruction bit 15), the configuration wants it,
     /// and there is a checksum to keep (a zero UDP checksum means none).
@@ -532,7 +597,11 @@ impl Node {
         hop.drop_reason = Some(reason);
         hop.present |= BIT15;
         self.stats.reports += 1;
-        Some(self.build_report(frame, &hop, bits, true, false))
+        let flags = ReportFlags {
+            dropped: true,
+            ..ReportFlags::default()
+        };
+        Some(self.build_report(frame, &hop, bits, flags))
     }
 
     /// A report datagram about `frame` (as received, truncated), with this node's metadata in
@@ -573,7 +642,11 @@ impl Node {
         } else {
             0
         };
-        Some(self.build_report(frame, &hop, bits, false, decision.congested))
+        let flags = ReportFlags {
+            congested: decision.congested,
+            ..ReportFlags::default()
+        };
+        Some(self.build_report(frame, &hop, bits, flags))
     }
 
     fn build_report(
@@ -581,8 +654,7 @@ impl Node {
         frame: &[u8],
         hop: &HopMetadata,
         bits: u16,
-        dropped: bool,
-        congested: bool,
+        flags: ReportFlags,
     ) -> Vec<u8> {
         let inner = &frame[..frame.len().min(self.cfg.report_truncate)];
         let sequence = self.seq;
@@ -591,9 +663,9 @@ impl Node {
             ReportFormat::V2 => {
                 let mut md = vec![0u8; Format::ReportV2.baseline_len(bits)];
                 hop.encode(bits, Format::ReportV2, &mut md);
-                self.report_v2(inner, sequence, bits, &md, dropped, congested)
+                self.report_v2(inner, sequence, bits, &md, flags)
             }
-            ReportFormat::V05 => self.report_v05(inner, sequence, hop, dropped, congested),
+            ReportFormat::V05 => self.report_v05(inner, sequence, hop, flags),
         }
     }
 
@@ -605,8 +677,7 @@ impl Node {
         sequence: u32,
         bits: u16,
         md: &[u8],
-        dropped: bool,
-        congested: bool,
+        flags: ReportFlags,
     ) -> Vec<u8> {
         let padded = inner.len().div_ceil(4) * 4;
         let words = (8 + md.len() + padded) / 4;
@@ -623,10 +694,10 @@ impl Node {
             in_type: 3,
             report_length: if words > 254 { 0xff } else { words as u8 },
             md_length: (md.len() / 4) as u8,
-            d: dropped,
-            q: congested,
+            d: flags.dropped,
+            q: flags.congested,
             f: true,
-            i: false,
+            i: flags.intermediate,
             reserved: 0,
         }
         .emit(&mut out[8..12]);
@@ -644,15 +715,18 @@ impl Node {
     /// Telemetry Report v0.5 as fabric-tna writes it (`p4src/shared/header.p4`: `report_fixed_header_t`,
     /// `local_report_header_t`, `drop_report_header_t`): NProto 2 with the switch-local header
     /// for flow and queue reports, NProto 1 with the drop header for drops; 32-bit timestamps
-    /// (the low bits of the nanosecond clock) and 16-bit ports, as the Tofino fields are.
+    /// (the low bits of the nanosecond clock) and 16-bit ports, as the Tofino fields are. v0.5 has
+    /// no intermediate reports: one is sent as a flow report.
     fn report_v05(
         &self,
         inner: &[u8],
         sequence: u32,
         hop: &HopMetadata,
-        dropped: bool,
-        congested: bool,
+        flags: ReportFlags,
     ) -> Vec<u8> {
+        let ReportFlags {
+            dropped, congested, ..
+        } = flags;
         let switch = V05SwitchRepr {
             switch_id: self.cfg.node_id,
             ingress_port: hop.l1_ingress_if.unwrap_or(0),
@@ -681,6 +755,17 @@ impl Node {
         out.extend_from_slice(inner);
         out
     }
+}
+
+/// What a report says about its packet (Report v2.0 §"Individual Report Header": D, Q, I).
+#[derive(Debug, Clone, Copy, Default)]
+struct ReportFlags {
+    /// D: the packet was dropped here.
+    dropped: bool,
+    /// Q: a queue report (the queue is congested).
+    congested: bool,
+    /// I: a transit hop's intermediate report of the stack so far.
+    intermediate: bool,
 }
 
 /// The most metadata one hop adds: Hop ML is 5 bits of 4-byte words (INT v2.1 §"INT-MD Metadata

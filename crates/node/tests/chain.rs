@@ -3,7 +3,7 @@
 //! Host1's packet byte for byte, and every IP and L4 checksum verifies at every hop.
 
 use etherparse::PacketBuilder;
-use intscope_node::config::{ReportFormat, TelemetryModel};
+use intscope_node::config::{MtuAction, ReportFormat, TelemetryModel};
 use intscope_node::export::{ExportConfig, Exporter};
 use intscope_node::{
     Node, NodeConfig, Role, SinkMetadata, SourceEncap, StaticTelemetry, WatchEntry,
@@ -689,4 +689,57 @@ fn checksum_complement_keeps_the_l4_checksum() {
         s3.process(&mut f, &tel(&s3));
         assert_eq!(f, host1);
     }
+}
+
+#[test]
+fn intermediate_report_when_the_mtu_leaves_no_room() {
+    let host1 = host1_packet(false, false, true);
+    let mut s1 = node(1, Role::Source, SourceEncap::UdpPort, 100);
+    let mut s3 = node(3, Role::Transit, SourceEncap::UdpPort, 300);
+    let mut s4 = node(4, Role::Sink, SourceEncap::UdpPort, 400);
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    let received = f.clone();
+    // Switch 2's egress MTU is exactly the packet's size: no room for its 8 bytes.
+    let mut s2 = Node::new(NodeConfig {
+        mtu: f.len() - 14,
+        on_mtu_exceeded: MtuAction::IntermediateReport,
+        ..node(2, Role::Transit, SourceEncap::UdpPort, 200)
+            .config()
+            .clone()
+    });
+    let out = s2.process(&mut f, &tel(&s2));
+    assert!(out.forward);
+    assert_eq!(
+        (s2.stats.intermediate, s2.stats.mtu, s2.stats.added),
+        (1, 0, 0)
+    );
+    // The packet goes on with an empty stack (shim Length 3: the MD header only), no M bit, the
+    // Remaining Hop Count as the source left it (switch 2 inserted nothing), and checksums that
+    // verify; it got smaller.
+    let p = check(&f);
+    let (_, b) = p.int.unwrap();
+    let IntHeader::Md(h) = b.header else { panic!() };
+    assert_eq!((b.len, h.m, h.remaining_hop_count), (16, false, 7));
+    assert_eq!(f.len(), received.len() - 8);
+
+    // The report: I bit, switch 2's queue in the header, switch 1's hop in the packet as received.
+    let r = Report::parse(&out.reports[0]).unwrap();
+    let Report::V2 { group, .. } = r else {
+        panic!()
+    };
+    assert_eq!(group.node_id, 2);
+    let ir = r.individual_reports().next().unwrap().unwrap();
+    assert!(ir.header.i && !ir.header.d);
+    assert_eq!(ir.hop().unwrap().unwrap().queue().map(|q| q.1), Some(200));
+    assert_eq!(&ir.inner[..received.len()], &received[..]);
+
+    // Downstream hops fill the emptied stack; the sink restores Host1's packet.
+    s3.process(&mut f, &tel(&s3));
+    let (_, b) = check(&f).int.unwrap();
+    let hops: Vec<_> = b.stack(None).0.map(|v| v.unwrap().node_id()).collect();
+    assert_eq!(hops, vec![Some(3)]);
+    let out = s4.process(&mut f, &tel(&s4));
+    assert_eq!(f, host1);
+    assert_eq!(out.reports.len(), 1);
 }

@@ -150,6 +150,8 @@ pub struct SimConfig {
     pub max_hops: u8,
     /// SD-Fabric's report filters at every switch.
     pub filters: intscope_node::filter::FilterConfig,
+    /// What a transit switch without room for its metadata does (M bit or intermediate report).
+    pub on_mtu_exceeded: intscope_node::config::MtuAction,
 }
 
 impl Default for SimConfig {
@@ -162,6 +164,7 @@ impl Default for SimConfig {
             int_udp_port: 17768,
             max_hops: 8,
             filters: sd_fabric_filters(),
+            on_mtu_exceeded: intscope_node::config::MtuAction::MBit,
         }
     }
 }
@@ -325,6 +328,7 @@ fn node(cfg: &SimConfig, id: u32, role: Role) -> Node {
         max_hops: cfg.max_hops,
         watchlist: vec![WatchEntry::default()],
         filters: cfg.filters.clone(),
+        on_mtu_exceeded: cfg.on_mtu_exceeded,
         telemetry: TelemetryModel::default(),
         ..NodeConfig::default()
     })

@@ -17,6 +17,10 @@ fn run(mode: Mode, faults: Vec<Scheduled>, until_ms: u64) -> (Fabric, Arc<Collec
         mode,
         ..SimConfig::default()
     };
+    run_with(cfg, faults, until_ms)
+}
+
+fn run_with(cfg: SimConfig, faults: Vec<Scheduled>, until_ms: u64) -> (Fabric, Arc<Collector>) {
     let mut fabric = Fabric::new(cfg);
     for f in default_mix(fabric.topology(), 48, 7, until_ms * MS) {
         fabric.add_flow(f);
@@ -251,6 +255,41 @@ fn a_small_mtu_sets_the_m_bit() {
         assert_eq!(e.evidence["last_recorded_node"], e.evidence["path"][0]);
         assert_eq!(e.evidence["reported_by"], e.evidence["path"][1]);
     }
+}
+
+#[test]
+fn intermediate_reports_keep_paths_whole_where_the_mtu_is_small() {
+    let small = |spine| at(0, Fault::SmallMtu { spine, mtu: 1400 });
+    let cfg = SimConfig {
+        on_mtu_exceeded: intscope_node::config::MtuAction::IntermediateReport,
+        ..SimConfig::default()
+    };
+    let (_, c) = run_with(cfg, vec![small(1), small(2)], 40);
+    for k in [
+        EventKind::MtuExceeded,
+        EventKind::NonIntHops,
+        EventKind::PathChange,
+    ] {
+        assert!(
+            events(&c, k).is_empty(),
+            "{k:?}: {:?}",
+            events(&c, k).first()
+        );
+    }
+    let s = c.state.lock().unwrap();
+    assert_eq!(s.flows.len(), 48);
+    for f in s.flows.values() {
+        assert_eq!(
+            f.path.len(),
+            3,
+            "leaf, spine, leaf, elephants included: {:?}",
+            f.path
+        );
+        // The sinks' filters hold back most of their reports (one per flow and second), while
+        // intermediate reports always go: heads wait, but never more than the bound.
+        assert!(f.heads.len() <= 16, "{}", f.heads.len());
+    }
+    assert!(s.links.len() >= 12, "{:?}", s.links.keys());
 }
 
 #[test]
