@@ -82,8 +82,14 @@ fn port_in(range: Option<(u16, u16)>, p: u16) -> bool {
     range.is_none_or(|(lo, hi)| (lo..=hi).contains(&p))
 }
 
-fn watched(list: &[WatchEntry], f: &FlowKey) -> bool {
+/// Whether a watchlist entry matches: on the packet's own headers (`outer`), or with `inner` set,
+/// on the innermost flow through a tunnel (GTP-U as SD-Fabric watches it, VXLAN, Geneve, GRE);
+/// an inner entry never matches a packet without a tunnel.
+fn watched(list: &[WatchEntry], outer: &FlowKey, inner: Option<&FlowKey>) -> bool {
     list.iter().any(|w| {
+        let Some(f) = (if w.inner { inner } else { Some(outer) }) else {
+            return false;
+        };
         w.src.is_none_or(|n| n.contains(&f.src_ip()))
             && w.dst.is_none_or(|n| n.contains(&f.dst_ip()))
             && w.proto.is_none_or(|p| p == f.proto)
@@ -130,9 +136,11 @@ impl Node {
             forward: true,
             reports: Vec::new(),
         };
-        let (flow, located) = match Packet::parse(frame, Start::Ethernet, &self.detect) {
+        let (flow, inner_flow, located) = match Packet::parse(frame, Start::Ethernet, &self.detect)
+        {
             Ok(p) => (
                 p.flow,
+                p.inner_flow,
                 p.int
                     .map(|(off, b)| (off, b.shim, b.header, Layout::of(&p)))
                     .map(Some)
@@ -145,7 +153,8 @@ impl Node {
         };
         match (self.cfg.mode, self.cfg.role, located) {
             (Mode::Xd, _, Err(Some((layout, flow))))
-                if !self.is_report(&layout, frame) && watched(&self.cfg.watchlist, &flow) =>
+                if !self.is_report(&layout, frame)
+                    && watched(&self.cfg.watchlist, &flow, inner_flow.as_ref()) =>
             {
                 // INT-XD: a postcard with this node's metadata; the packet is untouched.
                 let n = out.reports.len();
@@ -159,7 +168,8 @@ impl Node {
                 self.stats.postcards += (out.reports.len() - n) as u64;
             }
             (mode @ (Mode::Md | Mode::Mx), Role::Source, Err(Some((layout, flow))))
-                if !self.is_report(&layout, frame) && watched(&self.cfg.watchlist, &flow) =>
+                if !self.is_report(&layout, frame)
+                    && watched(&self.cfg.watchlist, &flow, inner_flow.as_ref()) =>
             {
                 self.source(frame, layout, flow, tel, mode);
                 if mode == Mode::Mx {

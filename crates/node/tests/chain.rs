@@ -743,3 +743,59 @@ fn intermediate_report_when_the_mtu_leaves_no_room() {
     assert_eq!(f, host1);
     assert_eq!(out.reports.len(), 1);
 }
+
+#[test]
+fn gtpu_watchlists_match_the_users_flow() {
+    // A mobile user's TCP flow in a GTP-U tunnel between two base-station-side addresses.
+    let mut user = Vec::new();
+    PacketBuilder::ipv4([172, 16, 0, 7], [8, 8, 4, 4], 63)
+        .tcp(51000, 443, 1, 1000)
+        .write(&mut user, b"user data")
+        .unwrap();
+    let mut gtpu = vec![0x30, 0xff, 0, 0, 0, 0, 0x12, 0x34]; // G-PDU, TEID 0x1234
+    gtpu[2..4].copy_from_slice(&(user.len() as u16).to_be_bytes());
+    gtpu.extend_from_slice(&user);
+    let mut host1 = Vec::new();
+    PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
+        .ipv4([10, 0, 1, 1], [10, 0, 3, 1], 64)
+        .udp(2152, 2152)
+        .write(&mut host1, &gtpu)
+        .unwrap();
+    let source = |entry: WatchEntry| {
+        Node::new(NodeConfig {
+            watchlist: vec![entry],
+            ..node(1, Role::Source, SourceEncap::UdpPort, 1)
+                .config()
+                .clone()
+        })
+    };
+    let users = "8.8.0.0/16".parse().ok();
+    // On the outer headers, the tunnel endpoints do not match the user's destination...
+    let mut outer = source(WatchEntry {
+        dst: users,
+        ..WatchEntry::default()
+    });
+    let mut f = host1.clone();
+    outer.process(&mut f, &tel(&outer));
+    assert_eq!((f == host1, outer.stats.untouched), (true, 1));
+    // ...inside the tunnel they do; INT goes on the outer UDP header.
+    let mut inner = source(WatchEntry {
+        dst: users,
+        proto: Some(6),
+        inner: true,
+        ..WatchEntry::default()
+    });
+    let mut s3 = node(3, Role::Sink, SourceEncap::UdpPort, 3);
+    inner.process(&mut f, &tel(&inner));
+    assert_eq!(inner.stats.inserted, 1);
+    let p = check(&f);
+    assert_eq!(p.int.unwrap().1.encap, Encap::Udp);
+    assert_eq!(
+        p.flow.unwrap().dst_port,
+        2152,
+        "the shim keeps the tunnel's port"
+    );
+    assert_eq!(p.inner_flow.unwrap().dst_port, 443);
+    s3.process(&mut f, &tel(&s3));
+    assert_eq!(f, host1, "the sink restores the tunnel packet");
+}

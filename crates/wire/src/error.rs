@@ -27,6 +27,8 @@ pub enum Layer {
     VxlanGpe,
     /// Geneve base header or option.
     Geneve,
+    /// GTP-U header (3GPP TS 29.281).
+    GtpU,
     /// INT shim header (any encapsulation).
     IntShim,
     /// INT-MD metadata header.
@@ -65,6 +67,7 @@ impl fmt::Display for Layer {
             Layer::Gre => "GRE header",
             Layer::VxlanGpe => "VXLAN-GPE header",
             Layer::Geneve => "Geneve header",
+            Layer::GtpU => "GTP-U header",
             Layer::IntShim => "INT shim header",
             Layer::IntMd => "INT-MD header",
             Layer::IntMx => "INT-MX header",

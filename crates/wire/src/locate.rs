@@ -19,7 +19,7 @@ use crate::encap::{
     ETHERTYPE_TEB, GENEVE_PORT, GPE_NEXT_PROTO_INT, GeneveRepr, GreRepr, VXLAN_GPE_PORT,
     VxlanGpeRepr,
 };
-use crate::error::{Error, Layer, Result};
+use crate::error::{Error, Layer, Result, check_len};
 use crate::int::{AnyShim, Encap, IntBlock, IntHeader, LengthSemantics};
 use crate::metadata::Format;
 use crate::shim::{GENEVE_INT_OPTION_CLASS, IntType, Shim};
@@ -58,6 +58,8 @@ pub struct DetectConfig {
     pub vxlan_gpe_port: u16,
     /// Geneve UDP port.
     pub geneve_port: u16,
+    /// GTP-U UDP port (3GPP TS 29.281: 2152), for the flow inside mobile tunnels; `None`: off.
+    pub gtpu_port: Option<u16>,
     /// UDP destination ports of telemetry reports.
     pub report_ports: Vec<u16>,
     /// Look for unmarked INT after TCP/UDP (used inside report inner packets; strict checks).
@@ -81,6 +83,7 @@ impl Default for DetectConfig {
             gre_proto: None,
             vxlan_gpe_port: VXLAN_GPE_PORT,
             geneve_port: GENEVE_PORT,
+            gtpu_port: Some(GTPU_PORT),
             report_ports: vec![crate::report::DEFAULT_REPORT_PORT],
             heuristic: false,
             verify_checksums: false,
@@ -410,6 +413,8 @@ fn parse_into<'a>(
                 vxlan_gpe(data, l4_at + 8, cfg, p, depth)?;
             } else if dport == cfg.geneve_port {
                 geneve(data, l4_at + 8, cfg, p, depth)?;
+            } else if Some(dport) == cfg.gtpu_port {
+                gtpu(data, l4_at + 8, cfg, p, depth)?;
             } else if cfg.heuristic {
                 heuristic(data, Encap::Udp, l4_at + 8, cfg, p, &mut flow, depth);
             }
@@ -591,14 +596,30 @@ fn restore_flow<'a>(
     cfg: &DetectConfig,
     depth: u8,
 ) {
+    // A GTP-U tunnel's user flow is behind the INT block (SD-Fabric watches those flows).
+    let tunnel = |payload: &'a [u8], dport: u16, p: &mut Packet<'a>| {
+        if Some(dport) == cfg.gtpu_port && depth < MAX_DEPTH {
+            // A malformed tunnel header costs the inner flow only: the INT is what was asked for.
+            let _ = gtpu(payload, 0, cfg, p, depth);
+        }
+    };
     match (shim, header) {
-        (AnyShim::V2(Shim::TcpUdp(s)), _) if s.npt == 1 => flow.dst_port = s.udp_port(),
+        (AnyShim::V2(Shim::TcpUdp(s)), _) if s.npt == 1 => {
+            flow.dst_port = s.udp_port();
+            tunnel(after, flow.dst_port, p);
+        }
+        (AnyShim::V2(Shim::TcpUdp(s)), _) if s.npt == 0 && flow.proto == 17 => {
+            tunnel(after, flow.dst_port, p);
+        }
         (AnyShim::V2(Shim::TcpUdp(s)), _) if s.npt == 2 => {
             flow.proto = s.ip_proto();
             match s.ip_proto() {
                 6 | 17 if after.len() >= 4 => {
                     flow.src_port = u16::from_be_bytes([after[0], after[1]]);
                     flow.dst_port = u16::from_be_bytes([after[2], after[3]]);
+                    if s.ip_proto() == 17 && after.len() >= 8 {
+                        tunnel(&after[8..], flow.dst_port, p);
+                    }
                 }
                 4 if depth < MAX_DEPTH => p.inner_flow = innermost(after, Start::Ipv4, cfg, depth),
                 41 if depth < MAX_DEPTH => p.inner_flow = innermost(after, Start::Ipv6, cfg, depth),
@@ -709,6 +730,89 @@ fn geneve<'a>(
     };
     if depth < MAX_DEPTH {
         p.inner_flow = innermost(&data[end..], start, cfg, depth);
+    }
+    Ok(())
+}
+
+/// GTP-U's registered UDP port (3GPP TS 29.281 §4.4.2.3).
+pub const GTPU_PORT: u16 = 2152;
+
+/// GTP-U (3GPP TS 29.281 §5.1-5.2): a G-PDU carries a user's IP packet in a mobile tunnel; its
+/// flow is the one SD-Fabric watches and reports. Header: `Version(3)=1 PT E S PN | Message Type
+/// | Length(16) | TEID(32)`, then, when E, S or PN is set, `Sequence(16) N-PDU(8) Next Extension
+/// Header Type(8)` and the chain of extension headers (`Length` in 4-byte units, the last byte
+/// naming the next). Other message types (echo, error indication) carry no user packet.
+fn gtpu<'a>(
+    data: &'a [u8],
+    offset: usize,
+    cfg: &DetectConfig,
+    p: &mut Packet<'a>,
+    depth: u8,
+) -> Result<()> {
+    check_len(Layer::GtpU, data, 8).map_err(|e| e.shifted(offset))?;
+    let version = data[0] >> 5;
+    if version != 1 {
+        return Err(Error::bad_value(
+            Layer::GtpU,
+            offset,
+            "Version",
+            "1 (GTPv1-U)",
+            u64::from(version),
+        ));
+    }
+    if data[1] != 0xff {
+        return Ok(());
+    }
+    let declared = 8 + usize::from(u16::from_be_bytes([data[2], data[3]]));
+    if declared > data.len() && !cfg.truncated {
+        return Err(Error::bad_length(
+            Layer::GtpU,
+            offset + 2,
+            "Length",
+            declared - 8,
+            data.len() - 8,
+        ));
+    }
+    let end = declared.min(data.len());
+    let mut at = 8;
+    if data[0] & 0x07 != 0 {
+        check_len(Layer::GtpU, &data[..end], 12).map_err(|e| e.shifted(offset))?;
+        let mut next = data[11];
+        at = 12;
+        while next != 0 {
+            let words = data
+                .get(at)
+                .copied()
+                .filter(|&n| n > 0)
+                .ok_or(Error::bad_length(
+                    Layer::GtpU,
+                    offset + at,
+                    "Extension Header Length",
+                    0,
+                    end.saturating_sub(at),
+                ))?;
+            let len = usize::from(words) * 4;
+            if at + len > end {
+                return Err(Error::bad_length(
+                    Layer::GtpU,
+                    offset + at,
+                    "Extension Header Length",
+                    len,
+                    end - at,
+                ));
+            }
+            next = data[at + len - 1];
+            at += len;
+        }
+    }
+    let inner = &data[at..end];
+    let start = match inner.first().map(|b| b >> 4) {
+        Some(4) => Start::Ipv4,
+        Some(6) => Start::Ipv6,
+        _ => return Ok(()),
+    };
+    if depth < MAX_DEPTH {
+        p.inner_flow = innermost(inner, start, cfg, depth);
     }
     Ok(())
 }

@@ -317,3 +317,69 @@ fn a_report_truncating_the_stack_still_yields_header_and_whole_hops() {
     assert_eq!(got, vec![Some(3), Some(2)], "the two whole hops");
     assert_eq!(p.flow.unwrap().dst_port, 80);
 }
+
+/// A GTP-U G-PDU (3GPP TS 29.281) with a PDU Session Container extension header around `inner`.
+fn gtpu(inner: &[u8], message_type: u8) -> Vec<u8> {
+    // Version 1, PT 1, E set: the optional word and one extension header follow.
+    let mut g = vec![0x34, message_type, 0, 0, 0x00, 0x00, 0x12, 0x34];
+    g.extend_from_slice(&[0, 0, 0, 0x85]); // sequence, N-PDU, next: PDU Session Container
+    g.extend_from_slice(&[1, 0x10, 0x09, 0]); // 4 bytes (QFI 9), next: none
+    g.extend_from_slice(inner);
+    let len = (g.len() - 8) as u16;
+    g[2..4].copy_from_slice(&len.to_be_bytes());
+    g
+}
+
+#[test]
+fn gtpu_tunnels_yield_the_users_flow() {
+    let mut inner = Vec::new();
+    etherparse::PacketBuilder::ipv4([172, 16, 0, 7], [8, 8, 4, 4], 63)
+        .tcp(51000, 443, 1, 1000)
+        .write(&mut inner, b"user data")
+        .unwrap();
+    let frame = eth_ipv4(17, 0, &udp(2152, 2152, &gtpu(&inner, 0xff)));
+    let p = Packet::parse(&frame, Start::Ethernet, &DetectConfig::default()).unwrap();
+    assert_eq!(
+        p.flow.unwrap().dst_port,
+        2152,
+        "the outer flow is the tunnel's"
+    );
+    let f = p.inner_flow.expect("the user's flow");
+    assert_eq!(
+        (
+            f.src_ip().to_string(),
+            f.dst_ip().to_string(),
+            f.proto,
+            f.src_port,
+            f.dst_port
+        ),
+        ("172.16.0.7".into(), "8.8.4.4".into(), 6, 51000, 443)
+    );
+
+    // An echo request (no user packet), GTP-U detection off, a lying extension length.
+    let echo = eth_ipv4(17, 0, &udp(2152, 2152, &gtpu(&inner, 1)));
+    let p = Packet::parse(&echo, Start::Ethernet, &DetectConfig::default()).unwrap();
+    assert!(p.inner_flow.is_none());
+    let off = DetectConfig {
+        gtpu_port: None,
+        ..DetectConfig::default()
+    };
+    assert!(
+        Packet::parse(&frame, Start::Ethernet, &off)
+            .unwrap()
+            .inner_flow
+            .is_none()
+    );
+    let mut bad = gtpu(&inner, 0xff);
+    bad[12] = 200; // extension header length: 800 bytes
+    let frame = eth_ipv4(17, 0, &udp(2152, 2152, &bad));
+    let e = Packet::parse(&frame, Start::Ethernet, &DetectConfig::default()).unwrap_err();
+    assert_eq!((e.layer, e.offset), (Layer::GtpU, 14 + 20 + 8 + 12));
+    assert!(matches!(
+        e.kind,
+        ErrorKind::BadLength {
+            field: "Extension Header Length",
+            ..
+        }
+    ));
+}
