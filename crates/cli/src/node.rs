@@ -59,6 +59,8 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         .with_context(|| format!("cannot read {}", args.config.display()))?;
     let cfg: NodeConfig =
         toml::from_str(&text).with_context(|| args.config.display().to_string())?;
+    cfg.validate()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
     let mut node = Node::new(cfg);
     let mut input = Capture::open(&args.input)?;
     let mut out = writer(&args.output)?;

@@ -92,6 +92,48 @@ pub struct WatchEntry {
     /// traffic; VXLAN, Geneve, GRE, IP-in-IP) instead of the packet's own headers. INT still goes
     /// on the outer headers.
     pub inner: bool,
+    /// INT mode for these flows (default: the node's).
+    pub mode: Option<Mode>,
+    /// Instruction bitmap for these flows (default: the node's).
+    pub instructions: Option<u16>,
+    /// Remaining Hop Count at creation (default: the node's).
+    pub max_hops: Option<u8>,
+    /// Where the source puts INT (default: the node's).
+    pub encap: Option<SourceEncap>,
+    /// Domain Specific ID of the INT header (0: none).
+    pub ds_id: u16,
+    /// DS Instruction bitmap.
+    pub ds_instruction: u16,
+    /// DS Flags.
+    pub ds_flags: u16,
+    /// The source's domain-specific metadata (hex): INT-MD, after its baseline metadata in its
+    /// hop (transit hops that do not know the domain pad theirs with all ones); INT-MX, the
+    /// source-inserted metadata after the header. A multiple of 4 bytes.
+    pub ds_metadata: HexBytes,
+}
+
+/// Bytes written in a configuration file as a hex string (`"0x0a0b0c0d"` or `"0a 0b 0c 0d"`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HexBytes(pub Vec<u8>);
+
+impl serde::Serialize for HexBytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(&self.0))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for HexBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let digits: String = text
+            .trim_start_matches("0x")
+            .chars()
+            .filter(|c| !c.is_whitespace() && *c != ':')
+            .collect();
+        hex::decode(&digits)
+            .map(HexBytes)
+            .map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}")))
+    }
 }
 
 /// The deterministic telemetry model of pcap mode: what this node reports for every packet.
@@ -172,6 +214,36 @@ pub struct NodeConfig {
     pub telemetry: TelemetryModel,
     /// SD-Fabric's report filters (off by default: every packet reported).
     pub filters: crate::filter::FilterConfig,
+}
+
+impl NodeConfig {
+    /// Checks what serde cannot: metadata sizes the INT headers can express.
+    pub fn validate(&self) -> Result<(), String> {
+        let entries = std::iter::once((None, self.instructions)).chain(
+            self.watchlist
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (Some(i), w.instructions.unwrap_or(self.instructions))),
+        );
+        for (i, instructions) in entries {
+            let ds = i.map_or(0, |i| self.watchlist[i].ds_metadata.0.len());
+            let at = i.map_or_else(|| "instructions".to_string(), |i| format!("watchlist[{i}]"));
+            if ds % 4 != 0 {
+                return Err(format!(
+                    "{at}: ds_metadata is {ds} bytes, not a multiple of 4"
+                ));
+            }
+            // Hop ML is 5 bits of 4-byte words (INT v2.1 §"INT-MD Metadata Header Format").
+            let words =
+                (intscope_wire::metadata::Format::IntV2.baseline_len(instructions) + ds) / 4;
+            if words > 31 {
+                return Err(format!(
+                    "{at}: {words} words of metadata per hop; Hop ML holds at most 31"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for NodeConfig {

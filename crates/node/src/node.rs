@@ -82,11 +82,42 @@ fn port_in(range: Option<(u16, u16)>, p: u16) -> bool {
     range.is_none_or(|(lo, hi)| (lo..=hi).contains(&p))
 }
 
-/// Whether a watchlist entry matches: on the packet's own headers (`outer`), or with `inner` set,
+/// How the source treats a watched flow: its watchlist entry's settings, the node's otherwise.
+struct Watch {
+    mode: Mode,
+    instructions: u16,
+    max_hops: u8,
+    encap: SourceEncap,
+    ds_id: u16,
+    ds_instruction: u16,
+    ds_flags: u16,
+    ds_metadata: Vec<u8>,
+}
+
+impl Watch {
+    fn of(w: &WatchEntry, cfg: &NodeConfig) -> Self {
+        Watch {
+            mode: w.mode.unwrap_or(cfg.mode),
+            instructions: w.instructions.unwrap_or(cfg.instructions),
+            max_hops: w.max_hops.unwrap_or(cfg.max_hops),
+            encap: w.encap.unwrap_or(cfg.encap),
+            ds_id: w.ds_id,
+            ds_instruction: w.ds_instruction,
+            ds_flags: w.ds_flags,
+            ds_metadata: w.ds_metadata.0.clone(),
+        }
+    }
+}
+
+/// The first watchlist entry that matches: on the packet's own headers (`outer`), or with `inner` set,
 /// on the innermost flow through a tunnel (GTP-U as SD-Fabric watches it, VXLAN, Geneve, GRE);
 /// an inner entry never matches a packet without a tunnel.
-fn watched(list: &[WatchEntry], outer: &FlowKey, inner: Option<&FlowKey>) -> bool {
-    list.iter().any(|w| {
+fn watch_entry<'a>(
+    list: &'a [WatchEntry],
+    outer: &FlowKey,
+    inner: Option<&FlowKey>,
+) -> Option<&'a WatchEntry> {
+    list.iter().find(|w| {
         let Some(f) = (if w.inner { inner } else { Some(outer) }) else {
             return false;
         };
@@ -151,41 +182,35 @@ impl Node {
                 return out;
             }
         };
-        match (self.cfg.mode, self.cfg.role, located) {
-            (Mode::Xd, _, Err(Some((layout, flow))))
-                if !self.is_report(&layout, frame)
-                    && watched(&self.cfg.watchlist, &flow, inner_flow.as_ref()) =>
-            {
+        // The watchlist entry of an INT-free packet, with the node's defaults filled in.
+        let watch = match &located {
+            Err(Some((layout, flow))) if !self.is_report(layout, frame) => {
+                watch_entry(&self.cfg.watchlist, flow, inner_flow.as_ref())
+                    .map(|w| Watch::of(w, &self.cfg))
+            }
+            _ => None,
+        };
+        match (self.cfg.role, located, watch) {
+            (_, Err(Some((_, flow))), Some(w)) if w.mode == Mode::Xd => {
                 // INT-XD: a postcard with this node's metadata; the packet is untouched.
                 let n = out.reports.len();
-                out.reports.extend(self.report(
-                    frame,
-                    self.cfg.instructions,
-                    tel,
-                    true,
-                    Some(flow),
-                ));
+                out.reports
+                    .extend(self.report(frame, w.instructions, tel, true, Some(flow)));
                 self.stats.postcards += (out.reports.len() - n) as u64;
             }
-            (mode @ (Mode::Md | Mode::Mx), Role::Source, Err(Some((layout, flow))))
-                if !self.is_report(&layout, frame)
-                    && watched(&self.cfg.watchlist, &flow, inner_flow.as_ref()) =>
-            {
-                self.source(frame, layout, flow, tel, mode);
-                if mode == Mode::Mx {
+            (Role::Source, Err(Some((layout, flow))), Some(w)) => {
+                let instructions = w.instructions;
+                let mx = w.mode == Mode::Mx;
+                self.source(frame, layout, flow, tel, w);
+                if mx {
                     // INT-MX: the source reports its own metadata too.
                     let n = out.reports.len();
-                    out.reports.extend(self.report(
-                        frame,
-                        self.cfg.instructions,
-                        tel,
-                        true,
-                        Some(flow),
-                    ));
+                    out.reports
+                        .extend(self.report(frame, instructions, tel, true, Some(flow)));
                     self.stats.mx_reports += (out.reports.len() - n) as u64;
                 }
             }
-            (_, Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))))
+            (Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))), _)
                 if self.cfg.on_mtu_exceeded == MtuAction::IntermediateReport
                     && h.remaining_hop_count > 0
                     && Self::ip_packet_len(frame, &l) + usize::from(h.hop_ml) * 4
@@ -194,16 +219,16 @@ impl Node {
                 out.reports
                     .push(self.intermediate_report(frame, &l, off, shim, h, tel));
             }
-            (_, Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), Some(l))))) => {
+            (Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))), _) => {
                 self.transit(frame, &l, off, shim, h, tel)
             }
-            (_, Role::Transit, Ok(Some((_, _, IntHeader::Mx(h), _)))) => {
+            (Role::Transit, Ok(Some((_, _, IntHeader::Mx(h), _))), _) => {
                 let n = out.reports.len();
                 out.reports
                     .extend(self.report(frame, h.instructions, tel, true, flow));
                 self.stats.mx_reports += (out.reports.len() - n) as u64;
             }
-            (_, Role::Sink, Ok(Some((off, shim, IntHeader::Md(h), Some(l))))) => {
+            (Role::Sink, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))), _) => {
                 if self.cfg.sink_metadata == SinkMetadata::Stack {
                     // Option 1: push our metadata like a transit hop, then report the stack.
                     self.transit(frame, &l, off, shim, h, tel);
@@ -217,7 +242,7 @@ impl Node {
                     out.forward = false;
                 }
             }
-            (_, Role::Sink, Ok(Some((_, _, IntHeader::Mx(h), _)))) => {
+            (Role::Sink, Ok(Some((_, _, IntHeader::Mx(h), _))), _) => {
                 let n = out.reports.len();
                 out.reports
                     .extend(self.report(frame, h.instructions, tel, true, flow));
@@ -258,38 +283,47 @@ impl Node {
         l: Layout,
         flow: FlowKey,
         tel: &dyn Telemetry,
-        mode: Mode,
+        w: Watch,
     ) {
-        let instructions = self.cfg.instructions;
-        let hop_ml = (Format::IntV2.baseline_len(instructions) / 4) as u8;
-        let encap = match (self.cfg.encap, l.proto) {
+        let instructions = w.instructions;
+        let mx = w.mode == Mode::Mx;
+        // INT-MD: this hop's baseline metadata, its domain-specific metadata, and the Checksum
+        // Complement last; INT-MX: the domain's source-inserted metadata after the header.
+        let hop_ml = ((Format::IntV2.baseline_len(instructions) + w.ds_metadata.len()) / 4) as u8;
+        let encap = match (w.encap, l.proto) {
             (SourceEncap::UdpPort, 6) => SourceEncap::UdpNew,
             (e, _) => e,
         };
         let new_udp = if encap == SourceEncap::UdpNew { 8 } else { 0 };
-        let fixed = new_udp + SHIM_LEN + MD_HEADER_LEN;
+        let source_inserted = if mx { w.ds_metadata.len() } else { 0 };
+        let fixed = new_udp + SHIM_LEN + MD_HEADER_LEN + source_inserted;
         let ip_len = Self::ip_packet_len(frame, &l);
         if ip_len + fixed > self.cfg.mtu {
             self.stats.too_big += 1;
             return;
         }
-        // INT-MX carries no metadata in the packet: the source reports it instead.
         let mut own = Vec::new();
-        if mode == Mode::Md {
+        if mx {
+            own.extend_from_slice(&w.ds_metadata);
+        } else {
             own.resize(usize::from(hop_ml) * 4, 0);
-            tel.hop(self.cfg.node_id)
-                .encode(instructions, Format::IntV2, &mut own);
+            let mut hop = tel.hop(self.cfg.node_id);
+            hop.domain = &w.ds_metadata;
+            hop.encode(instructions, Format::IntV2, &mut own);
         }
-        let fits = ip_len + fixed + own.len() <= self.cfg.mtu;
+        let fits = ip_len + fixed - source_inserted + own.len() <= self.cfg.mtu;
         let mut header = MdHeaderRepr {
             version: 2,
             hop_ml,
-            remaining_hop_count: self.cfg.max_hops,
+            remaining_hop_count: w.max_hops,
             instructions,
+            ds_id: w.ds_id,
+            ds_instruction: w.ds_instruction,
+            ds_flags: w.ds_flags,
             ..Default::default()
         };
-        if fits && header.remaining_hop_count > 0 {
-            header.remaining_hop_count -= 1;
+        if mx || (fits && header.remaining_hop_count > 0) {
+            header.remaining_hop_count = header.remaining_hop_count.saturating_sub(1);
             self.stats.inserted += 1;
         } else {
             if !fits {
@@ -305,7 +339,7 @@ impl Node {
             SourceEncap::UdpNew => (2, u16::from(l.proto)),
         };
         let mut block = vec![0u8; SHIM_LEN + MD_HEADER_LEN];
-        let int_type = if mode == Mode::Mx { 3 } else { 1 };
+        let int_type = if mx { 3 } else { 1 };
         Shim::TcpUdp(TcpUdpShimRepr {
             int_type,
             npt,
@@ -314,10 +348,13 @@ impl Node {
             content,
         })
         .emit(&mut block[..4]);
-        if mode == Mode::Mx {
+        if mx {
             MxHeaderRepr {
                 version: 2,
                 instructions,
+                ds_id: w.ds_id,
+                ds_instruction: w.ds_instruction,
+                ds_flags: w.ds_flags,
                 ..MxHeaderRepr::default()
             }
             .emit(&mut block[4..16]);

@@ -799,3 +799,98 @@ fn gtpu_watchlists_match_the_users_flow() {
     s3.process(&mut f, &tel(&s3));
     assert_eq!(f, host1, "the sink restores the tunnel packet");
 }
+
+#[test]
+fn watchlist_entries_carry_their_own_int_settings_and_domain_metadata() {
+    let host1 = host1_packet(false, false, true);
+    // The spec's source-only MAC domain (DS ID 0x5453, bit 0: 8 bytes) for this flow...
+    let entry: WatchEntry = toml::from_str(
+        r#"
+        dst = "10.0.3.0/24"
+        max_hops = 4
+        ds_id = 0x5453
+        ds_instruction = 0x8000
+        ds_metadata = "0x0000 0200 0000 0001"
+        "#,
+    )
+    .unwrap();
+    let mut s1 = Node::new(NodeConfig {
+        watchlist: vec![entry],
+        ..node(1, Role::Source, SourceEncap::UdpPort, 100)
+            .config()
+            .clone()
+    });
+    let mut s2 = node(2, Role::Transit, SourceEncap::UdpPort, 200);
+    let mut s3 = node(3, Role::Sink, SourceEncap::UdpPort, 300);
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    s2.process(&mut f, &tel(&s2));
+    let (_, b) = check(&f).int.unwrap();
+    let IntHeader::Md(h) = b.header else { panic!() };
+    assert_eq!(
+        (h.hop_ml, h.remaining_hop_count, h.ds_id, h.ds_instruction),
+        (4, 2, 0x5453, 0x8000),
+        "node id + queue + the 8-byte MAC per hop"
+    );
+    let registry =
+        intscope_wire::domain::Registry::from_toml(include_str!("../../../examples/domains.toml"))
+            .unwrap();
+    let hops: Vec<_> = b.stack(Some(&registry)).0.map(|v| v.unwrap()).collect();
+    // Switch 2 does not know the domain: all ones where its MAC would be.
+    assert_eq!(hops[0].domain(), &[0xff; 8]);
+    assert_eq!(
+        hops[1].domain(),
+        &[0, 0, 2, 0, 0, 0, 0, 1],
+        "the source's MAC"
+    );
+    s3.process(&mut f, &tel(&s3));
+    assert_eq!(f, host1);
+
+    // Another entry asks for INT-MX with its own bitmap: the header says so.
+    let mut mx = Node::new(NodeConfig {
+        watchlist: vec![WatchEntry {
+            mode: Some(intscope_node::Mode::Mx),
+            instructions: Some(0xc000),
+            ds_id: 0xabcd,
+            ds_instruction: 0xc000,
+            ds_metadata: intscope_node::config::HexBytes(vec![0, 0, 0, 7, 0, 0, 0, 9]),
+            ..WatchEntry::default()
+        }],
+        ..node(1, Role::Source, SourceEncap::UdpPort, 100)
+            .config()
+            .clone()
+    });
+    let mut f = host1.clone();
+    let out = mx.process(&mut f, &tel(&mx));
+    assert_eq!(out.reports.len(), 1, "an INT-MX source reports itself");
+    let (off, b) = check(&f).int.unwrap();
+    let IntHeader::Mx(h) = b.header else {
+        panic!("INT-MX")
+    };
+    assert_eq!(
+        (h.instructions, h.ds_id, h.ds_instruction),
+        (0xc000, 0xabcd, 0xc000)
+    );
+    assert_eq!(
+        b.len,
+        4 + 12 + 8,
+        "the source-inserted sequence number and flow id follow"
+    );
+    assert_eq!(&f[off + 16..off + 24], &[0, 0, 0, 7, 0, 0, 0, 9]);
+
+    // Sizes the headers cannot carry are configuration errors.
+    let bad = |ds: usize, instructions: u16| {
+        NodeConfig {
+            watchlist: vec![WatchEntry {
+                instructions: Some(instructions),
+                ds_metadata: intscope_node::config::HexBytes(vec![0; ds]),
+                ..WatchEntry::default()
+            }],
+            ..NodeConfig::default()
+        }
+        .validate()
+    };
+    assert!(bad(8, 0xf000).is_ok());
+    assert!(bad(6, 0xf000).unwrap_err().contains("multiple of 4"));
+    assert!(bad(120, 0xf000).unwrap_err().contains("Hop ML"));
+}
