@@ -37,6 +37,10 @@ pub enum SourceEncap {
     UdpPort,
     /// A new UDP header before the original L4 header (NPT=2).
     UdpNew,
+    /// After the TCP/UDP header, behind the configured 64-bit `probe_marker` (INT v2.1 §"INT
+    /// over TCP/UDP", option 3: for domains that cannot reserve a DSCP value); the DSCP and ports
+    /// stay as they are.
+    ProbeMarker,
 }
 
 /// Where the sink puts its own metadata (INT v2.1 §"INT-MD Metadata Header Format", sink options).
@@ -183,6 +187,9 @@ pub struct NodeConfig {
     pub int_dscp: u8,
     /// UDP destination port of INT (INT_TBD).
     pub int_udp_port: u16,
+    /// The 64-bit probe marker (hex, 8 bytes) in front of INT after TCP/UDP, for the
+    /// `probe-marker` encapsulation and for finding INT behind it.
+    pub probe_marker: Option<HexBytes>,
     /// Source: where to put INT.
     pub encap: SourceEncap,
     /// Source: instruction bitmap (default node id, L1 interfaces, hop latency, queue).
@@ -217,8 +224,28 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
-    /// Checks what serde cannot: metadata sizes the INT headers can express.
+    /// The probe marker as the number it is on the wire.
+    pub fn probe_marker(&self) -> Option<u64> {
+        let b: [u8; 8] = self.probe_marker.as_ref()?.0.as_slice().try_into().ok()?;
+        Some(u64::from_be_bytes(b))
+    }
+
+    /// Checks what serde cannot: metadata sizes the INT headers can express, a probe marker of
+    /// 8 bytes where one is needed.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(m) = &self.probe_marker
+            && m.0.len() != 8
+        {
+            return Err(format!("probe_marker is {} bytes, not 8", m.0.len()));
+        }
+        let wants_marker = self.encap == SourceEncap::ProbeMarker
+            || self
+                .watchlist
+                .iter()
+                .any(|w| w.encap == Some(SourceEncap::ProbeMarker));
+        if wants_marker && self.probe_marker.is_none() {
+            return Err("the probe-marker encapsulation needs probe_marker".into());
+        }
         let entries = std::iter::once((None, self.instructions)).chain(
             self.watchlist
                 .iter()
@@ -255,6 +282,7 @@ impl Default for NodeConfig {
             mtu: 1500,
             int_dscp: 0x17,
             int_udp_port: 17768,
+            probe_marker: None,
             encap: SourceEncap::UdpPort,
             instructions: 0xf000,
             max_hops: 8,

@@ -139,6 +139,7 @@ impl Node {
                 mask: 0x3f,
             }),
             report_ports: cfg.report_ports.clone(),
+            probe_marker: cfg.probe_marker(),
             ..DetectConfig::default()
         };
         Node {
@@ -294,7 +295,12 @@ impl Node {
             (SourceEncap::UdpPort, 6) => SourceEncap::UdpNew,
             (e, _) => e,
         };
-        let new_udp = if encap == SourceEncap::UdpNew { 8 } else { 0 };
+        // A new UDP header, or a probe marker, in front of the shim.
+        let new_udp = if matches!(encap, SourceEncap::UdpNew | SourceEncap::ProbeMarker) {
+            8
+        } else {
+            0
+        };
         let source_inserted = if mx { w.ds_metadata.len() } else { 0 };
         let fixed = new_udp + SHIM_LEN + MD_HEADER_LEN + source_inserted;
         let ip_len = Self::ip_packet_len(frame, &l);
@@ -334,7 +340,9 @@ impl Node {
         }
         let words = ((MD_HEADER_LEN + own.len()) / 4) as u8;
         let (npt, content) = match encap {
-            SourceEncap::Dscp => (0, u16::from(frame::dscp(frame, &l)) << 2),
+            SourceEncap::Dscp | SourceEncap::ProbeMarker => {
+                (0, u16::from(frame::dscp(frame, &l)) << 2)
+            }
             SourceEncap::UdpPort => (1, frame::get16(frame, l.l4_at + 2)),
             SourceEncap::UdpNew => (2, u16::from(l.proto)),
         };
@@ -362,8 +370,12 @@ impl Node {
             header.emit(&mut block[4..16]);
         }
         block.extend_from_slice(&own);
+        if encap == SourceEncap::ProbeMarker {
+            let marker = self.cfg.probe_marker().unwrap_or(0).to_be_bytes();
+            block.splice(0..0, marker);
+        }
         match encap {
-            SourceEncap::Dscp | SourceEncap::UdpPort => {
+            SourceEncap::Dscp | SourceEncap::UdpPort | SourceEncap::ProbeMarker => {
                 let at = l.l4_at + l.l4_len;
                 let old_len = frame::l4_len(frame, &l);
                 let new_len = old_len + block.len() as u16;
@@ -580,6 +592,14 @@ impl Node {
                 frame::set_ip_proto(frame, &l, s.ip_proto());
             }
             npt => {
+                // A probe marker in front of the shim goes with it.
+                let marker = self.cfg.probe_marker().map(u64::to_be_bytes);
+                let (off, len) = match marker {
+                    Some(m) if off >= l.l4_at + l.l4_len + 8 && frame[off - 8..off] == m => {
+                        (off - 8, len + 8)
+                    }
+                    _ => (off, len),
+                };
                 let block = frame[off..off + len].to_vec();
                 let old_len = frame::l4_len(frame, &l);
                 let new_len = old_len - len as u16;

@@ -894,3 +894,60 @@ fn watchlist_entries_carry_their_own_int_settings_and_domain_metadata() {
     assert!(bad(6, 0xf000).unwrap_err().contains("multiple of 4"));
     assert!(bad(120, 0xf000).unwrap_err().contains("Hop ML"));
 }
+
+#[test]
+fn probe_marker_encapsulation() {
+    for tcp in [false, true] {
+        let host1 = host1_packet(tcp, false, true);
+        let marked = |id, role| {
+            let cfg: NodeConfig = toml::from_str(
+                r#"
+                encap = "probe-marker"
+                probe_marker = "0x1122334455667788"
+                "#,
+            )
+            .unwrap();
+            cfg.validate().unwrap();
+            Node::new(NodeConfig {
+                encap: cfg.encap,
+                probe_marker: cfg.probe_marker,
+                ..node(id, role, SourceEncap::Dscp, id).config().clone()
+            })
+        };
+        let (mut s1, mut s2, mut s3) = (
+            marked(1, Role::Source),
+            marked(2, Role::Transit),
+            marked(3, Role::Sink),
+        );
+        let mut f = host1.clone();
+        s1.process(&mut f, &tel(&s1));
+        s2.process(&mut f, &tel(&s2));
+        let cfg = DetectConfig {
+            dscp: None,
+            probe_marker: Some(0x1122_3344_5566_7788),
+            verify_checksums: true,
+            ..DetectConfig::default()
+        };
+        let p = Packet::parse(&f, Start::Ethernet, &cfg).unwrap();
+        assert!(!p.warnings.has(Warning::BadL4Checksum));
+        let l4_end = 14 + 20 + if tcp { 20 } else { 8 };
+        let (off, b) = p.int.expect("INT behind the marker");
+        assert_eq!(off, l4_end + 8);
+        assert_eq!(&f[l4_end..off], &0x1122_3344_5566_7788u64.to_be_bytes());
+        assert_eq!(b.stack(None).0.count(), 2);
+        let flow = p.flow.unwrap();
+        assert_eq!(
+            flow.dst_port,
+            if tcp { 443 } else { 5001 },
+            "ports untouched"
+        );
+        assert_eq!(p.ip.unwrap().dscp, 0, "DSCP untouched");
+        s3.process(&mut f, &tel(&s3));
+        assert_eq!(f, host1, "marker and INT removed");
+    }
+    let no_marker = NodeConfig {
+        encap: SourceEncap::ProbeMarker,
+        ..NodeConfig::default()
+    };
+    assert!(no_marker.validate().unwrap_err().contains("probe_marker"));
+}
