@@ -110,6 +110,10 @@ pub fn run(args: &NodeArgs) -> Result<String> {
             model: node.config().telemetry.clone(),
             time_ns: ts.as_nanos() as u64,
         };
+        // Probes due by this frame's time go out first (pcap mode: time is the capture's).
+        for probe in node.probes(ts.as_nanos() as u64, &tel) {
+            out.write_packet(&PcapPacket::new(ts, probe.len() as u32, &probe))?;
+        }
         let mut data = frame.data;
         let outcome = node.process(&mut data, &tel);
         if outcome.forward {
@@ -117,6 +121,9 @@ pub fn run(args: &NodeArgs) -> Result<String> {
             forwarded += 1;
         } else {
             discarded += 1;
+        }
+        for copy in &outcome.synthetic {
+            out.write_packet(&PcapPacket::new(ts, copy.len() as u32, copy))?;
         }
         let now = ts.as_nanos() as u64;
         exporter.poll(now, &mut ready);
@@ -134,7 +141,7 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "reports": produced, "datagrams": sent,
         "inserted": st.inserted, "inserted_m": st.inserted_m, "too_big": st.too_big, "added": st.added,
         "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "malformed": st.malformed,
-        "filtered": st.filtered,
+        "filtered": st.filtered, "clones": st.clones, "probes": st.probes, "intermediate": st.intermediate,
     })
     .to_string())
 }

@@ -114,6 +114,44 @@ pub struct WatchEntry {
     /// hop (transit hops that do not know the domain pad theirs with all ones); INT-MX, the
     /// source-inserted metadata after the header. A multiple of 4 bytes.
     pub ds_metadata: HexBytes,
+    /// Clone-and-mark (INT v2.1 §"INT Applied to Synthetic Traffic"): leave these packets alone
+    /// and send an INT-marked copy with the D bit, which the sink reports and discards.
+    pub clone: bool,
+}
+
+/// A stream of probe packets the node generates (INT v2.1 §"INT Applied to Synthetic Traffic"):
+/// UDP packets made up for measurement, INT-marked like a watched flow with the node's settings.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProbeConfig {
+    /// Source address (IPv4 or IPv6, the same family as `dst`).
+    pub src: std::net::IpAddr,
+    /// Destination address.
+    pub dst: std::net::IpAddr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port.
+    pub dst_port: u16,
+    /// Frame size before INT, bytes.
+    pub size: usize,
+    /// One probe every this many nanoseconds.
+    pub interval_ns: u64,
+    /// D bit: the sink discards the probe after reporting it (false: it is delivered).
+    pub discard: bool,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            src: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            dst: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            src_port: 50_000,
+            dst_port: 50_001,
+            size: 128,
+            interval_ns: 1_000_000_000,
+            discard: true,
+        }
+    }
 }
 
 /// Bytes written in a configuration file as a hex string (`"0x0a0b0c0d"` or `"0a 0b 0c 0d"`).
@@ -198,6 +236,8 @@ pub struct NodeConfig {
     pub max_hops: u8,
     /// Source: flows to monitor (empty: none).
     pub watchlist: Vec<WatchEntry>,
+    /// Source: probe packets to generate (`[[probes]]`).
+    pub probes: Vec<ProbeConfig>,
     /// Sink: where its own metadata goes.
     pub sink_metadata: SinkMetadata,
     /// Sink: restore the original DSCP saved in the shim (`dscp` encapsulation).
@@ -233,6 +273,16 @@ impl NodeConfig {
     /// Checks what serde cannot: metadata sizes the INT headers can express, a probe marker of
     /// 8 bytes where one is needed.
     pub fn validate(&self) -> Result<(), String> {
+        for (i, p) in self.probes.iter().enumerate() {
+            if p.src.is_ipv4() != p.dst.is_ipv4() || p.dst.is_unspecified() {
+                return Err(format!(
+                    "probes[{i}]: src and dst must be addresses of one family"
+                ));
+            }
+            if p.interval_ns == 0 {
+                return Err(format!("probes[{i}]: interval_ns must be positive"));
+            }
+        }
         if let Some(m) = &self.probe_marker
             && m.0.len() != 8
         {
@@ -287,6 +337,7 @@ impl Default for NodeConfig {
             instructions: 0xf000,
             max_hops: 8,
             watchlist: Vec::new(),
+            probes: Vec::new(),
             sink_metadata: SinkMetadata::Report,
             restore_dscp: true,
             report_truncate: 256,

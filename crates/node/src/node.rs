@@ -3,6 +3,9 @@
 //! rules of §"INT-MD Metadata Header Format" and §"MTU Settings", and Telemetry Report v2.0
 //! output at the sink.
 
+use std::net::IpAddr;
+
+use etherparse::PacketBuilder;
 use intscope_wire::int::{AnyShim, IntHeader};
 use intscope_wire::locate::{DetectConfig, DscpMatch, FlowKey, Packet, Start};
 use intscope_wire::md::{MD_HEADER_LEN, MdHeaderRepr};
@@ -15,7 +18,8 @@ use intscope_wire::report::{
 use intscope_wire::shim::{SHIM_LEN, Shim, TcpUdpShimRepr};
 
 use crate::config::{
-    Mode, MtuAction, NodeConfig, ReportFormat, Role, SinkMetadata, SourceEncap, WatchEntry,
+    Mode, MtuAction, NodeConfig, ProbeConfig, ReportFormat, Role, SinkMetadata, SourceEncap,
+    WatchEntry,
 };
 use crate::filter::{Decision, ReportFilter};
 use crate::frame::{self, Layout};
@@ -28,6 +32,19 @@ pub struct Outcome {
     pub forward: bool,
     /// Telemetry report datagrams (UDP payloads) to send to the collector.
     pub reports: Vec<Vec<u8>>,
+    /// Synthetic frames to send after this one (INT-marked clones, D bit set).
+    pub synthetic: Vec<Vec<u8>>,
+}
+
+/// What a source did to a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Insertion {
+    /// INT with this node's metadata.
+    Full,
+    /// INT without metadata: M bit (no room) or a Remaining Hop Count of 0.
+    NoMetadata,
+    /// No INT: the fixed headers would exceed the MTU.
+    TooBig,
 }
 
 /// Counters of a node; every frame lands in exactly one of the first group.
@@ -65,6 +82,10 @@ pub struct NodeStats {
     pub filtered: u64,
     /// Intermediate reports sent (stacks removed for lack of room).
     pub intermediate: u64,
+    /// Source: INT-marked clones sent (the watched frames went on unchanged).
+    pub clones: u64,
+    /// Source: probe packets generated.
+    pub probes: u64,
 }
 
 /// A software INT node.
@@ -74,6 +95,8 @@ pub struct Node {
     detect: DetectConfig,
     filter: ReportFilter,
     seq: u32,
+    /// When each probe stream's next probe is due (ns; `None` before the first).
+    next_probe: Vec<Option<u64>>,
     /// Counters.
     pub stats: NodeStats,
 }
@@ -92,6 +115,10 @@ struct Watch {
     ds_instruction: u16,
     ds_flags: u16,
     ds_metadata: Vec<u8>,
+    /// Send an INT-marked clone instead of adding INT to the packet.
+    clone: bool,
+    /// D bit: the sink discards the packet after reporting.
+    discard: bool,
 }
 
 impl Watch {
@@ -105,6 +132,8 @@ impl Watch {
             ds_instruction: w.ds_instruction,
             ds_flags: w.ds_flags,
             ds_metadata: w.ds_metadata.0.clone(),
+            clone: w.clone,
+            discard: w.clone,
         }
     }
 }
@@ -147,6 +176,7 @@ impl Node {
             cfg,
             detect,
             seq: 0,
+            next_probe: Vec::new(),
             stats: NodeStats::default(),
         }
     }
@@ -161,12 +191,67 @@ impl Node {
         self.cfg.mtu = mtu;
     }
 
+    /// The probe packets due by `now_ns` (at most 1024 per stream per call), INT-marked with the
+    /// node's settings and `tel`'s metadata; the first of each stream is due at once.
+    pub fn probes(&mut self, now_ns: u64, tel: &dyn Telemetry) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for i in 0..self.cfg.probes.len() {
+            let p = self.cfg.probes[i].clone();
+            let next = self.next_probe.get(i).copied().flatten().unwrap_or(now_ns);
+            let mut due = next;
+            let mut sent = 0;
+            while due <= now_ns && sent < 1024 {
+                if let Some(frame) = self.probe(&p, tel) {
+                    out.push(frame);
+                }
+                due += p.interval_ns;
+                sent += 1;
+            }
+            if due <= now_ns {
+                // Far behind (a gap in capture time): skip ahead rather than burst.
+                due = now_ns + p.interval_ns;
+            }
+            self.next_probe.resize(self.cfg.probes.len(), None);
+            self.next_probe[i] = Some(due);
+        }
+        out
+    }
+
+    fn probe(&mut self, p: &ProbeConfig, tel: &dyn Telemetry) -> Option<Vec<u8>> {
+        let seq = self.stats.probes;
+        let eth = PacketBuilder::ethernet2([0x02, 0, 0, 0, 0, 1], [0x02, 0, 0, 0, 0, 2]);
+        let ip = match (p.src, p.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => eth.ipv4(s.octets(), d.octets(), 64),
+            (IpAddr::V6(s), IpAddr::V6(d)) => eth.ipv6(s.octets(), d.octets(), 64),
+            _ => return None,
+        };
+        let builder = ip.udp(p.src_port, p.dst_port);
+        let mut payload = vec![0u8; p.size.saturating_sub(builder.size(0)).max(8)];
+        payload[..8].copy_from_slice(&seq.to_be_bytes());
+        let mut frame = Vec::with_capacity(p.size + 128);
+        builder.write(&mut frame, &payload).ok()?;
+        let (layout, flow) = {
+            let parsed = Packet::parse(&frame, Start::Ethernet, &self.detect).ok()?;
+            (Layout::of(&parsed)?, parsed.flow?)
+        };
+        let mut w = Watch::of(&WatchEntry::default(), &self.cfg);
+        w.discard = p.discard;
+        match self.source(&mut frame, layout, flow, tel, w) {
+            Insertion::TooBig => None,
+            _ => {
+                self.stats.probes += 1;
+                Some(frame)
+            }
+        }
+    }
+
     /// Processes one Ethernet frame in place.
     pub fn process(&mut self, frame: &mut Vec<u8>, tel: &dyn Telemetry) -> Outcome {
         self.stats.frames += 1;
         let mut out = Outcome {
             forward: true,
             reports: Vec::new(),
+            synthetic: Vec::new(),
         };
         let (flow, inner_flow, located) = match Packet::parse(frame, Start::Ethernet, &self.detect)
         {
@@ -202,12 +287,26 @@ impl Node {
             (Role::Source, Err(Some((layout, flow))), Some(w)) => {
                 let instructions = w.instructions;
                 let mx = w.mode == Mode::Mx;
-                self.source(frame, layout, flow, tel, w);
+                let insertion = if w.clone {
+                    // INT v2.1 §"INT Applied to Synthetic Traffic": the packet goes on as it is;
+                    // a copy carries INT, marked D for the sink to discard after reporting.
+                    let mut copy = frame.clone();
+                    let insertion = self.source(&mut copy, layout, flow, tel, w);
+                    if insertion != Insertion::TooBig {
+                        out.synthetic.push(copy);
+                        self.stats.clones += 1;
+                    }
+                    insertion
+                } else {
+                    self.source(frame, layout, flow, tel, w)
+                };
+                self.count(insertion);
                 if mx {
                     // INT-MX: the source reports its own metadata too.
+                    let reported = out.synthetic.last().map_or(frame.as_slice(), Vec::as_slice);
                     let n = out.reports.len();
                     out.reports
-                        .extend(self.report(frame, instructions, tel, true, Some(flow)));
+                        .extend(self.report(reported, instructions, tel, true, Some(flow)));
                     self.stats.mx_reports += (out.reports.len() - n) as u64;
                 }
             }
@@ -285,7 +384,7 @@ impl Node {
         flow: FlowKey,
         tel: &dyn Telemetry,
         w: Watch,
-    ) {
+    ) -> Insertion {
         let instructions = w.instructions;
         let mx = w.mode == Mode::Mx;
         // INT-MD: this hop's baseline metadata, its domain-specific metadata, and the Checksum
@@ -305,8 +404,7 @@ impl Node {
         let fixed = new_udp + SHIM_LEN + MD_HEADER_LEN + source_inserted;
         let ip_len = Self::ip_packet_len(frame, &l);
         if ip_len + fixed > self.cfg.mtu {
-            self.stats.too_big += 1;
-            return;
+            return Insertion::TooBig;
         }
         let mut own = Vec::new();
         if mx {
@@ -326,18 +424,19 @@ impl Node {
             ds_id: w.ds_id,
             ds_instruction: w.ds_instruction,
             ds_flags: w.ds_flags,
+            d: w.discard,
             ..Default::default()
         };
-        if mx || (fits && header.remaining_hop_count > 0) {
+        let insertion = if mx || (fits && header.remaining_hop_count > 0) {
             header.remaining_hop_count = header.remaining_hop_count.saturating_sub(1);
-            self.stats.inserted += 1;
+            Insertion::Full
         } else {
             if !fits {
                 header.m = true;
             }
             own.clear();
-            self.stats.inserted_m += 1;
-        }
+            Insertion::NoMetadata
+        };
         let words = ((MD_HEADER_LEN + own.len()) / 4) as u8;
         let (npt, content) = match encap {
             SourceEncap::Dscp | SourceEncap::ProbeMarker => {
@@ -363,6 +462,7 @@ impl Node {
                 ds_id: w.ds_id,
                 ds_instruction: w.ds_instruction,
                 ds_flags: w.ds_flags,
+                d: w.discard,
                 ..MxHeaderRepr::default()
             }
             .emit(&mut block[4..16]);
@@ -433,6 +533,15 @@ impl Node {
                 frame::adjust_ip_len(frame, &l, ins.len() as isize);
                 frame::set_ip_proto(frame, &l, 17);
             }
+        }
+        insertion
+    }
+
+    fn count(&mut self, insertion: Insertion) {
+        match insertion {
+            Insertion::Full => self.stats.inserted += 1,
+            Insertion::NoMetadata => self.stats.inserted_m += 1,
+            Insertion::TooBig => self.stats.too_big += 1,
         }
     }
 

@@ -951,3 +951,68 @@ fn probe_marker_encapsulation() {
     };
     assert!(no_marker.validate().unwrap_err().contains("probe_marker"));
 }
+
+#[test]
+fn clone_and_mark_and_probes_are_discarded_at_the_sink() {
+    let host1 = host1_packet(false, false, true);
+    let mut s1 = Node::new(NodeConfig {
+        watchlist: vec![WatchEntry {
+            clone: true,
+            ..WatchEntry::default()
+        }],
+        ..node(1, Role::Source, SourceEncap::UdpPort, 1)
+            .config()
+            .clone()
+    });
+    let mut s3 = node(3, Role::Sink, SourceEncap::UdpPort, 3);
+    let mut f = host1.clone();
+    let out = s1.process(&mut f, &tel(&s1));
+    assert_eq!(f, host1, "the original goes on untouched");
+    assert_eq!(
+        (out.synthetic.len(), s1.stats.clones, s1.stats.inserted),
+        (1, 1, 1)
+    );
+    let mut copy = out.synthetic[0].clone();
+    let (_, b) = check(&copy).int.unwrap();
+    let IntHeader::Md(h) = b.header else { panic!() };
+    assert!(h.d, "the clone is marked for discarding");
+    let at_sink = s3.process(&mut copy, &tel(&s3));
+    assert_eq!((at_sink.forward, at_sink.reports.len()), (false, 1));
+
+    // Probes: one per interval of (capture) time, INT-marked; D as configured.
+    let mut prober = Node::new(NodeConfig {
+        probes: toml::from_str::<NodeConfig>(
+            r#"
+            [[probes]]
+            src = "10.0.1.9"
+            dst = "10.0.3.9"
+            interval_ns = 1000000
+            discard = false
+            "#,
+        )
+        .unwrap()
+        .probes,
+        ..node(1, Role::Source, SourceEncap::UdpPort, 1)
+            .config()
+            .clone()
+    });
+    prober.config().validate().unwrap();
+    let t = tel(&prober);
+    assert_eq!(prober.probes(5_000_000, &t).len(), 1, "the first at once");
+    assert_eq!(prober.probes(5_500_000, &t).len(), 0);
+    assert_eq!(prober.probes(8_000_000, &t).len(), 3, "6, 7 and 8 ms");
+    let mut probe = prober.probes(9_000_000, &t).remove(0);
+    let p = check(&probe);
+    let flow = p.flow.unwrap();
+    assert_eq!(
+        (flow.dst_ip().to_string(), flow.dst_port),
+        ("10.0.3.9".into(), 50_001)
+    );
+    let IntHeader::Md(h) = p.int.unwrap().1.header else {
+        panic!()
+    };
+    assert!(!h.d);
+    let at_sink = s3.process(&mut probe, &tel(&s3));
+    assert!(at_sink.forward, "delivered: discard = false");
+    assert_eq!(prober.stats.probes, 5);
+}
