@@ -41,6 +41,10 @@ pub enum SourceEncap {
     /// over TCP/UDP", option 3: for domains that cannot reserve a DSCP value); the DSCP and ports
     /// stay as they are.
     ProbeMarker,
+    /// An outer IP header and GRE (protocol type `int_gre_proto`) with INT in front of the
+    /// original IP packet (INT v2.1 §"INT over IPv4/GRE", G = 1); the sink removes the GRE
+    /// encapsulation again.
+    Gre,
 }
 
 /// Where the sink puts its own metadata (INT v2.1 §"INT-MD Metadata Header Format", sink options).
@@ -225,6 +229,9 @@ pub struct NodeConfig {
     pub int_dscp: u8,
     /// UDP destination port of INT (INT_TBD).
     pub int_udp_port: u16,
+    /// GRE protocol type of INT (TBD_INT in the spec; default 0x88B5, IEEE 802 "local
+    /// experimental EtherType 1").
+    pub int_gre_proto: u16,
     /// The 64-bit probe marker (hex, 8 bytes) in front of INT after TCP/UDP, for the
     /// `probe-marker` encapsulation and for finding INT behind it.
     pub probe_marker: Option<HexBytes>,
@@ -333,6 +340,7 @@ impl Default for NodeConfig {
             int_dscp: 0x17,
             int_udp_port: 17768,
             probe_marker: None,
+            int_gre_proto: 0x88b5,
             encap: SourceEncap::UdpPort,
             instructions: 0xf000,
             max_hops: 8,

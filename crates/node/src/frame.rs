@@ -21,23 +21,48 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layout of a located packet (`None` without IP and TCP/UDP).
+    /// The layout of a located packet (`None` without IP and TCP/UDP or GRE).
     pub fn of(p: &Packet<'_>) -> Option<Self> {
         let ip = p.ip?;
-        let l4 = p.l4?;
+        let (l4_at, proto, l4_len) = match p.l4 {
+            Some(l4) => (l4.offset, l4.proto, l4.header_len),
+            // GRE: "L4" is the GRE header; its length is the base 4 bytes (optional fields are
+            // read from the frame where they matter, the checksum).
+            None if ip.proto == GRE => (ip.offset + ip.header_len, GRE, 4),
+            None => return None,
+        };
         Some(Layout {
             ip_at: ip.offset,
             v6: ip.version == 6,
-            l4_at: l4.offset,
-            proto: l4.proto,
-            l4_len: l4.header_len,
+            l4_at,
+            proto,
+            l4_len,
         })
+    }
+
+    /// TCP or UDP (INT after the L4 header is possible).
+    pub fn is_tcp_udp(&self) -> bool {
+        matches!(self.proto, 6 | 17)
     }
 
     /// Offset of the L4 checksum field.
     pub fn l4_checksum_at(&self) -> usize {
         self.l4_at + if self.proto == 6 { 16 } else { 6 }
     }
+}
+
+/// IP protocol number of GRE.
+pub const GRE: u8 = 47;
+
+/// Recomputes the GRE checksum (RFC 2784: over the GRE header and payload) when the header
+/// carries one (C bit); INT bytes inserted or removed behind GRE change what it covers.
+pub fn refresh_gre_checksum(frame: &mut [u8], l: &Layout) {
+    if l.proto != GRE || frame.get(l.l4_at).is_none_or(|f| f & 0x80 == 0) {
+        return;
+    }
+    put16(frame, l.l4_at + 4, 0);
+    let c = checksum::internet_checksum(&frame[l.l4_at..]);
+    put16(frame, l.l4_at + 4, c);
 }
 
 fn be16(f: &[u8], at: usize) -> u16 {

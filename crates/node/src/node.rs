@@ -15,7 +15,7 @@ use intscope_wire::report::{
     GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05_DROP_LEN, V05_FIXED_LEN, V05_LOCAL_LEN,
     V05FixedRepr, V05SwitchRepr,
 };
-use intscope_wire::shim::{SHIM_LEN, Shim, TcpUdpShimRepr};
+use intscope_wire::shim::{GreShimRepr, SHIM_LEN, Shim, TcpUdpShimRepr};
 
 use crate::config::{
     Mode, MtuAction, NodeConfig, ProbeConfig, ReportFormat, Role, SinkMetadata, SourceEncap,
@@ -169,6 +169,7 @@ impl Node {
             }),
             report_ports: cfg.report_ports.clone(),
             probe_marker: cfg.probe_marker(),
+            gre_proto: Some(cfg.int_gre_proto),
             ..DetectConfig::default()
         };
         Node {
@@ -284,7 +285,10 @@ impl Node {
                     .extend(self.report(frame, w.instructions, tel, true, Some(flow)));
                 self.stats.postcards += (out.reports.len() - n) as u64;
             }
-            (Role::Source, Err(Some((layout, flow))), Some(w)) => {
+            // INT after TCP/UDP needs TCP/UDP; GRE carries any IP packet.
+            (Role::Source, Err(Some((layout, flow))), Some(w))
+                if layout.is_tcp_udp() || w.encap == SourceEncap::Gre =>
+            {
                 let instructions = w.instructions;
                 let mx = w.mode == Mode::Mx;
                 let insertion = if w.clone {
@@ -394,11 +398,13 @@ impl Node {
             (SourceEncap::UdpPort, 6) => SourceEncap::UdpNew,
             (e, _) => e,
         };
-        // A new UDP header, or a probe marker, in front of the shim.
-        let new_udp = if matches!(encap, SourceEncap::UdpNew | SourceEncap::ProbeMarker) {
-            8
-        } else {
-            0
+        // What goes in front of the shim: a new UDP header, a probe marker, or an outer IP
+        // header and GRE.
+        let new_udp = match (encap, l.v6) {
+            (SourceEncap::UdpNew | SourceEncap::ProbeMarker, _) => 8,
+            (SourceEncap::Gre, false) => 20 + 4,
+            (SourceEncap::Gre, true) => 40 + 4,
+            _ => 0,
         };
         let source_inserted = if mx { w.ds_metadata.len() } else { 0 };
         let fixed = new_udp + SHIM_LEN + MD_HEADER_LEN + source_inserted;
@@ -438,23 +444,35 @@ impl Node {
             Insertion::NoMetadata
         };
         let words = ((MD_HEADER_LEN + own.len()) / 4) as u8;
+        let int_type = if mx { 3 } else { 1 };
         let (npt, content) = match encap {
             SourceEncap::Dscp | SourceEncap::ProbeMarker => {
                 (0, u16::from(frame::dscp(frame, &l)) << 2)
             }
             SourceEncap::UdpPort => (1, frame::get16(frame, l.l4_at + 2)),
             SourceEncap::UdpNew => (2, u16::from(l.proto)),
+            SourceEncap::Gre => (0, 0),
+        };
+        let shim = if encap == SourceEncap::Gre {
+            // G = 1: this source added the GRE header; the sink removes it again.
+            Shim::Gre(GreShimRepr {
+                int_type,
+                g: true,
+                reserved: 0,
+                length: words,
+                next_protocol: if l.v6 { 0x86dd } else { 0x0800 },
+            })
+        } else {
+            Shim::TcpUdp(TcpUdpShimRepr {
+                int_type,
+                npt,
+                reserved: 0,
+                length: words,
+                content,
+            })
         };
         let mut block = vec![0u8; SHIM_LEN + MD_HEADER_LEN];
-        let int_type = if mx { 3 } else { 1 };
-        Shim::TcpUdp(TcpUdpShimRepr {
-            int_type,
-            npt,
-            reserved: 0,
-            length: words,
-            content,
-        })
-        .emit(&mut block[..4]);
+        shim.emit(&mut block[..4]);
         if mx {
             MxHeaderRepr {
                 version: 2,
@@ -511,6 +529,31 @@ impl Node {
                 frame::adjust_ip_len(frame, &l, block.len() as isize);
                 if encap == SourceEncap::Dscp {
                     frame::set_dscp(frame, &l, self.cfg.int_dscp);
+                }
+            }
+            SourceEncap::Gre => {
+                // INT v2.1 §"INT over IPv4/GRE", scenario 2: an outer IP header (the packet's
+                // own, carrying GRE) and a GRE header with protocol type TBD_INT in front of
+                // the original IP packet, which is not touched.
+                let inner_len = Self::ip_packet_len(frame, &l);
+                let outer_len = if l.v6 { 40 } else { 20 };
+                let mut ins = frame[l.ip_at..l.ip_at + outer_len].to_vec();
+                let added = outer_len + 4 + block.len();
+                if l.v6 {
+                    ins[6] = frame::GRE;
+                    let payload = (inner_len + 4 + block.len()) as u16;
+                    ins[4..6].copy_from_slice(&payload.to_be_bytes());
+                } else {
+                    ins[0] = 0x45; // options stay with the inner header
+                    ins[9] = frame::GRE;
+                    ins[2..4].copy_from_slice(&((inner_len + added) as u16).to_be_bytes());
+                }
+                ins.extend_from_slice(&[0, 0]);
+                ins.extend_from_slice(&self.cfg.int_gre_proto.to_be_bytes());
+                ins.extend_from_slice(&block);
+                frame::insert(frame, l.ip_at, &ins);
+                if !l.v6 {
+                    frame::refresh_ipv4_checksum(frame, l.ip_at);
                 }
             }
             SourceEncap::UdpNew => {
@@ -594,33 +637,36 @@ impl Node {
             s.set_length_words((s.length_words() + own / 4) as u8);
             s.emit(&mut new[..SHIM_LEN]);
         }
-        let old_len = frame::l4_len(frame, l);
-        let new_len = old_len + own as u16;
-        let udp = l.proto == 17;
-        let csum_at = l.l4_checksum_at();
-        let old_csum = frame::get16(frame, csum_at);
-        let csum = frame::updated_l4_checksum(
-            old_csum,
-            udp,
-            &old,
-            &new[..HEAD + own],
-            old_len,
-            new_len,
-            udp,
-        );
-        if own > 0 && self.complements(h.instructions, udp, old_csum) {
-            let c = intscope_wire::checksum::checksum_complement(old_csum, csum);
-            new[HEAD + own - 4..HEAD + own].copy_from_slice(&c.to_be_bytes());
-        } else {
-            frame::set16(frame, csum_at, csum);
+        if l.is_tcp_udp() {
+            let old_len = frame::l4_len(frame, l);
+            let new_len = old_len + own as u16;
+            let udp = l.proto == 17;
+            let csum_at = l.l4_checksum_at();
+            let old_csum = frame::get16(frame, csum_at);
+            let csum = frame::updated_l4_checksum(
+                old_csum,
+                udp,
+                &old,
+                &new[..HEAD + own],
+                old_len,
+                new_len,
+                udp,
+            );
+            if own > 0 && self.complements(h.instructions, udp, old_csum) {
+                let c = intscope_wire::checksum::checksum_complement(old_csum, csum);
+                new[HEAD + own - 4..HEAD + own].copy_from_slice(&c.to_be_bytes());
+            } else {
+                frame::set16(frame, csum_at, csum);
+            }
+            if udp {
+                frame::set16(frame, l.l4_at + 4, new_len);
+            }
         }
         let new = &new[..HEAD + own];
-        if udp {
-            frame::set16(frame, l.l4_at + 4, new_len);
-        }
         frame[off..off + HEAD].copy_from_slice(&new[..HEAD]);
         frame::insert(frame, off + HEAD, &new[HEAD..]);
         frame::adjust_ip_len(frame, l, own as isize);
+        frame::refresh_gre_checksum(frame, l);
     }
 
     /// INT v2.1 §"MTU Settings", the second choice of a transit hop without room for its
@@ -652,26 +698,29 @@ impl Node {
         head.copy_from_slice(&frame[off..off + HEAD]);
         s.set_length_words((MD_HEADER_LEN / 4) as u8);
         s.emit(&mut head[..SHIM_LEN]);
-        let old_len = frame::l4_len(frame, l);
-        let new_len = old_len - stack as u16;
-        let udp = l.proto == 17;
-        let csum_at = l.l4_checksum_at();
-        let csum = frame::updated_l4_checksum(
-            frame::get16(frame, csum_at),
-            udp,
-            &frame[off..off + HEAD + stack],
-            &head,
-            old_len,
-            new_len,
-            udp,
-        );
-        frame::set16(frame, csum_at, csum);
-        if udp {
-            frame::set16(frame, l.l4_at + 4, new_len);
+        if l.is_tcp_udp() {
+            let old_len = frame::l4_len(frame, l);
+            let new_len = old_len - stack as u16;
+            let udp = l.proto == 17;
+            let csum_at = l.l4_checksum_at();
+            let csum = frame::updated_l4_checksum(
+                frame::get16(frame, csum_at),
+                udp,
+                &frame[off..off + HEAD + stack],
+                &head,
+                old_len,
+                new_len,
+                udp,
+            );
+            frame::set16(frame, csum_at, csum);
+            if udp {
+                frame::set16(frame, l.l4_at + 4, new_len);
+            }
         }
         frame[off..off + HEAD].copy_from_slice(&head);
         frame::remove(frame, off + HEAD, stack);
         frame::adjust_ip_len(frame, l, -(stack as isize));
+        frame::refresh_gre_checksum(frame, l);
         report
     }
 
@@ -689,6 +738,11 @@ impl Node {
         let l = Layout::of(&p)?;
         let (off, block) = p.int?;
         let len = block.len;
+        if let AnyShim::V2(Shim::Gre(g)) = block.shim {
+            self.strip_gre(frame, &l, off, len, g);
+            self.stats.sunk += 1;
+            return Some(());
+        }
         let AnyShim::V2(Shim::TcpUdp(s)) = block.shim else {
             return None;
         };
@@ -749,6 +803,29 @@ impl Node {
         }
         self.stats.sunk += 1;
         Some(())
+    }
+
+    /// INT v2.1 §"INT over IPv4/GRE": G = 1, the source added the GRE encapsulation — remove it
+    /// with INT, leaving the original IP packet; G = 0, remove INT and give GRE back its protocol
+    /// type (the shim's Next Protocol).
+    fn strip_gre(
+        &mut self,
+        frame: &mut Vec<u8>,
+        l: &Layout,
+        off: usize,
+        len: usize,
+        g: GreShimRepr,
+    ) {
+        if g.g {
+            frame::remove(frame, l.ip_at, off + len - l.ip_at);
+            // The EtherType in front of the IP header names what is there now.
+            frame::set16(frame, l.ip_at - 2, g.next_protocol);
+        } else {
+            frame::remove(frame, off, len);
+            frame::set16(frame, l.l4_at + 2, g.next_protocol);
+            frame::adjust_ip_len(frame, l, -(len as isize));
+            frame::refresh_gre_checksum(frame, l);
+        }
     }
 
     /// A drop report about a packet this node dropped, with the reason (SD-Fabric's codes):

@@ -1016,3 +1016,102 @@ fn clone_and_mark_and_probes_are_discarded_at_the_sink() {
     assert!(at_sink.forward, "delivered: discard = false");
     assert_eq!(prober.stats.probes, 5);
 }
+
+#[test]
+fn gre_encapsulation_added_at_the_source_and_removed_at_the_sink() {
+    for (tcp, v6) in [(false, false), (true, false), (false, true)] {
+        let host1 = host1_packet(tcp, v6, true);
+        let gre = |id, role| {
+            Node::new(NodeConfig {
+                encap: SourceEncap::Gre,
+                ..node(id, role, SourceEncap::Gre, id * 100).config().clone()
+            })
+        };
+        let (mut s1, mut s2, mut s3) = (
+            gre(1, Role::Source),
+            gre(2, Role::Transit),
+            gre(3, Role::Sink),
+        );
+        let mut f = host1.clone();
+        s1.process(&mut f, &tel(&s1));
+        s2.process(&mut f, &tel(&s2));
+        assert_eq!(
+            (s1.stats.inserted, s2.stats.added),
+            (1, 1),
+            "tcp={tcp} v6={v6}"
+        );
+        let cfg = DetectConfig {
+            gre_proto: Some(0x88b5),
+            verify_checksums: true,
+            ..DetectConfig::default()
+        };
+        let p = Packet::parse(&f, Start::Ethernet, &cfg).unwrap();
+        assert!(!p.warnings.has(Warning::BadIpChecksum));
+        let ip = p.ip.unwrap();
+        assert_eq!(ip.proto, 47, "outer IP carries GRE");
+        let (off, b) = p.int.expect("INT behind GRE");
+        assert_eq!(b.encap, Encap::Gre);
+        assert_eq!(off, 14 + if v6 { 40 } else { 20 } + 4);
+        let intscope_wire::int::AnyShim::V2(intscope_wire::shim::Shim::Gre(shim)) = b.shim else {
+            panic!("a GRE shim")
+        };
+        assert!(shim.g, "G: the source inserted GRE");
+        assert_eq!(shim.next_protocol, if v6 { 0x86dd } else { 0x0800 });
+        let hops: Vec<_> = b.stack(None).0.map(|v| v.unwrap().node_id()).collect();
+        assert_eq!(hops, vec![Some(2), Some(1)]);
+        let inner = p.inner_flow.expect("the original packet inside");
+        assert_eq!(inner.dst_port, if tcp { 443 } else { 5001 });
+        let out = s3.process(&mut f, &tel(&s3));
+        assert_eq!(out.reports.len(), 1);
+        assert_eq!(f, host1, "GRE and INT gone, Host1's packet byte for byte");
+    }
+}
+
+#[test]
+fn gre_packets_keep_their_gre_at_the_sink() {
+    // A GRE tunnel packet (IPv4 over GRE) whose INT was added after the GRE header (G = 0).
+    let mut inner = Vec::new();
+    PacketBuilder::ipv4([192, 168, 1, 1], [192, 168, 2, 2], 64)
+        .udp(1000, 2000)
+        .write(&mut inner, b"tunnelled")
+        .unwrap();
+    let outer = |gre_and_more: &[u8]| {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
+            .ipv4([10, 0, 1, 1], [10, 0, 3, 1], 64)
+            .write(&mut f, etherparse::IpNumber(47), gre_and_more)
+            .unwrap();
+        f
+    };
+    let mut int = vec![0u8; 4 + 12 + 8];
+    intscope_wire::shim::GreShimRepr {
+        int_type: 1,
+        g: false,
+        reserved: 0,
+        length: 5,
+        next_protocol: 0x0800,
+    }
+    .emit(&mut int[..4]);
+    intscope_wire::md::MdHeaderRepr {
+        version: 2,
+        hop_ml: 2,
+        remaining_hop_count: 7,
+        instructions: 0x9000,
+        ..Default::default()
+    }
+    .emit(&mut int[4..16]);
+    int[16..24].copy_from_slice(&[0, 0, 0, 1, 0, 0, 0, 100]);
+    let with_int = outer(&[&[0u8, 0, 0x88, 0xb5][..], &int, &inner].concat());
+    let expected = outer(&[&[0u8, 0, 0x08, 0x00][..], &inner].concat());
+    let mut s3 = Node::new(NodeConfig {
+        encap: SourceEncap::Gre,
+        ..node(3, Role::Sink, SourceEncap::Gre, 300).config().clone()
+    });
+    let mut f = with_int;
+    let out = s3.process(&mut f, &tel(&s3));
+    assert_eq!((out.reports.len(), s3.stats.sunk), (1, 1));
+    assert_eq!(
+        f, expected,
+        "INT removed, GRE's protocol type restored, IP length and checksum right"
+    );
+}
