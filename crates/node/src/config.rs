@@ -45,6 +45,10 @@ pub enum SourceEncap {
     /// original IP packet (INT v2.1 §"INT over IPv4/GRE", G = 1); the sink removes the GRE
     /// encapsulation again.
     Gre,
+    /// For VXLAN and VXLAN-GPE tunnel packets: INT behind the VXLAN-GPE header (next protocol
+    /// 0x82; INT v2.1 §"INT over VXLAN GPE"), VXLAN converted to VXLAN-GPE (shim G = 1) and
+    /// back at the sink. Other packets are left alone.
+    VxlanGpe,
 }
 
 /// Where the sink puts its own metadata (INT v2.1 §"INT-MD Metadata Header Format", sink options).

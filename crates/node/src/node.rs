@@ -6,6 +6,7 @@
 use std::net::IpAddr;
 
 use etherparse::PacketBuilder;
+use intscope_wire::encap::GPE_NEXT_PROTO_INT;
 use intscope_wire::int::{AnyShim, IntHeader};
 use intscope_wire::locate::{DetectConfig, DscpMatch, FlowKey, Packet, Start};
 use intscope_wire::md::{MD_HEADER_LEN, MdHeaderRepr};
@@ -15,7 +16,7 @@ use intscope_wire::report::{
     GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05_DROP_LEN, V05_FIXED_LEN, V05_LOCAL_LEN,
     V05FixedRepr, V05SwitchRepr,
 };
-use intscope_wire::shim::{GreShimRepr, SHIM_LEN, Shim, TcpUdpShimRepr};
+use intscope_wire::shim::{GpeShimRepr, GreShimRepr, SHIM_LEN, Shim, TcpUdpShimRepr};
 
 use crate::config::{
     Mode, MtuAction, NodeConfig, ProbeConfig, ReportFormat, Role, SinkMetadata, SourceEncap,
@@ -287,7 +288,9 @@ impl Node {
             }
             // INT after TCP/UDP needs TCP/UDP; GRE carries any IP packet.
             (Role::Source, Err(Some((layout, flow))), Some(w))
-                if layout.is_tcp_udp() || w.encap == SourceEncap::Gre =>
+                if (layout.is_tcp_udp() || w.encap == SourceEncap::Gre)
+                    && (w.encap != SourceEncap::VxlanGpe
+                        || self.vxlan(frame, &layout).is_some()) =>
             {
                 let instructions = w.instructions;
                 let mx = w.mode == Mode::Mx;
@@ -451,9 +454,19 @@ impl Node {
             }
             SourceEncap::UdpPort => (1, frame::get16(frame, l.l4_at + 2)),
             SourceEncap::UdpNew => (2, u16::from(l.proto)),
-            SourceEncap::Gre => (0, 0),
+            SourceEncap::Gre | SourceEncap::VxlanGpe => (0, 0),
         };
-        let shim = if encap == SourceEncap::Gre {
+        let vxlan = self.vxlan(frame, &l);
+        let shim = if let (SourceEncap::VxlanGpe, Some((was_vxlan, next))) = (encap, vxlan) {
+            Shim::Gpe(GpeShimRepr {
+                int_type,
+                reserved: 0,
+                length: words,
+                g: was_vxlan,
+                reserved2: 0,
+                next_protocol: next,
+            })
+        } else if encap == SourceEncap::Gre {
             // G = 1: this source added the GRE header; the sink removes it again.
             Shim::Gre(GreShimRepr {
                 int_type,
@@ -531,6 +544,34 @@ impl Node {
                     frame::set_dscp(frame, &l, self.cfg.int_dscp);
                 }
             }
+            SourceEncap::VxlanGpe => {
+                // The VXLAN(-GPE) header now announces INT (P bit, next protocol 0x82); VXLAN
+                // becomes VXLAN-GPE on its port. The block follows the 8-byte header.
+                let vx = l.l4_at + 8;
+                let mut old = [0u8; 10];
+                old[..2].copy_from_slice(&frame[l.l4_at + 2..l.l4_at + 4]);
+                old[2..].copy_from_slice(&frame[vx..vx + 8]);
+                let mut new = old;
+                new[..2].copy_from_slice(&self.detect.vxlan_gpe_port.to_be_bytes());
+                new[2] |= 0x04;
+                new[2 + 3] = GPE_NEXT_PROTO_INT;
+                let old_len = frame::l4_len(frame, &l);
+                let new_len = old_len + block.len() as u16;
+                let csum_at = l.l4_checksum_at();
+                let csum = frame::get16(frame, csum_at);
+                if csum != 0 {
+                    let c = intscope_wire::checksum::update(csum, &old[..2], &new[..2]);
+                    let c = intscope_wire::checksum::update(c, &old[2..], &new[2..]);
+                    let c =
+                        frame::updated_l4_checksum(c, true, &[], &block, old_len, new_len, true);
+                    frame::set16(frame, csum_at, c);
+                }
+                frame[l.l4_at + 2..l.l4_at + 4].copy_from_slice(&new[..2]);
+                frame[vx..vx + 8].copy_from_slice(&new[2..]);
+                frame::set16(frame, l.l4_at + 4, new_len);
+                frame::insert(frame, vx + 8, &block);
+                frame::adjust_ip_len(frame, &l, block.len() as isize);
+            }
             SourceEncap::Gre => {
                 // INT v2.1 §"INT over IPv4/GRE", scenario 2: an outer IP header (the packet's
                 // own, carrying GRE) and a GRE header with protocol type TBD_INT in front of
@@ -578,6 +619,23 @@ impl Node {
             }
         }
         insertion
+    }
+
+    /// A VXLAN (RFC 7348) or VXLAN-GPE packet without INT: whether it is plain VXLAN, and the
+    /// next protocol of what it carries (VXLAN: Ethernet).
+    fn vxlan(&self, frame: &[u8], l: &Layout) -> Option<(bool, u8)> {
+        if l.proto != 17 || frame.len() < l.l4_at + 16 {
+            return None;
+        }
+        let port = frame::get16(frame, l.l4_at + 2);
+        let header = &frame[l.l4_at + 8..l.l4_at + 16];
+        if port == self.detect.vxlan_port {
+            Some((true, 0x03))
+        } else if port == self.detect.vxlan_gpe_port && header[0] & 0x04 != 0 {
+            Some((false, header[3]))
+        } else {
+            None
+        }
     }
 
     fn count(&mut self, insertion: Insertion) {
@@ -743,6 +801,11 @@ impl Node {
             self.stats.sunk += 1;
             return Some(());
         }
+        if let AnyShim::V2(Shim::Gpe(g)) = block.shim {
+            self.strip_gpe(frame, &l, off, len, g)?;
+            self.stats.sunk += 1;
+            return Some(());
+        }
         let AnyShim::V2(Shim::TcpUdp(s)) = block.shim else {
             return None;
         };
@@ -826,6 +889,50 @@ impl Node {
             frame::adjust_ip_len(frame, l, -(len as isize));
             frame::refresh_gre_checksum(frame, l);
         }
+    }
+
+    /// INT v2.1 §"INT over VXLAN GPE": remove INT behind the VXLAN-GPE header and give the
+    /// header back the next protocol the shim saved; G = 1, the packet was VXLAN: clear the P bit
+    /// and the next protocol, and return to VXLAN's port.
+    fn strip_gpe(
+        &mut self,
+        frame: &mut Vec<u8>,
+        l: &Layout,
+        off: usize,
+        len: usize,
+        g: GpeShimRepr,
+    ) -> Option<()> {
+        let vx = l.l4_at + 8;
+        if off != vx + 8 {
+            return None;
+        }
+        let mut old = [0u8; 10];
+        old[..2].copy_from_slice(&frame[l.l4_at + 2..l.l4_at + 4]);
+        old[2..].copy_from_slice(&frame[vx..vx + 8]);
+        let mut new = old;
+        new[2 + 3] = g.next_protocol;
+        if g.g {
+            new[..2].copy_from_slice(&self.detect.vxlan_port.to_be_bytes());
+            new[2] &= !0x04;
+            new[2 + 3] = 0;
+        }
+        let old_len = frame::l4_len(frame, l);
+        let new_len = old_len - len as u16;
+        let csum_at = l.l4_checksum_at();
+        let csum = frame::get16(frame, csum_at);
+        if csum != 0 {
+            let c = intscope_wire::checksum::update(csum, &old[..2], &new[..2]);
+            let c = intscope_wire::checksum::update(c, &old[2..], &new[2..]);
+            let block = frame[off..off + len].to_vec();
+            let c = frame::updated_l4_checksum(c, true, &block, &[], old_len, new_len, true);
+            frame::set16(frame, csum_at, c);
+        }
+        frame[l.l4_at + 2..l.l4_at + 4].copy_from_slice(&new[..2]);
+        frame[vx..vx + 8].copy_from_slice(&new[2..]);
+        frame::set16(frame, l.l4_at + 4, new_len);
+        frame::remove(frame, off, len);
+        frame::adjust_ip_len(frame, l, -(len as isize));
+        Some(())
     }
 
     /// A drop report about a packet this node dropped, with the reason (SD-Fabric's codes):

@@ -1115,3 +1115,77 @@ fn gre_packets_keep_their_gre_at_the_sink() {
         "INT removed, GRE's protocol type restored, IP length and checksum right"
     );
 }
+
+/// A tenant's UDP frame in VXLAN (port 4789) or VXLAN-GPE (4790, next protocol Ethernet).
+fn vxlan_packet(gpe: bool, outer_udp_checksum: bool) -> Vec<u8> {
+    let mut tenant = Vec::new();
+    PacketBuilder::ethernet2([0xa, 0, 0, 0, 0, 1], [0xa, 0, 0, 0, 0, 2])
+        .ipv4([192, 168, 7, 1], [192, 168, 7, 2], 64)
+        .udp(7000, 8000)
+        .write(&mut tenant, b"tenant payload")
+        .unwrap();
+    let mut vx = if gpe {
+        vec![0x0c, 0, 0, 0x03, 0, 0, 0x2a, 0] // I and P, next protocol Ethernet, VNI 42
+    } else {
+        vec![0x08, 0, 0, 0, 0, 0, 0x2a, 0]
+    };
+    vx.extend_from_slice(&tenant);
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
+        .ipv4([10, 0, 1, 1], [10, 0, 3, 1], 64)
+        .udp(49152, if gpe { 4790 } else { 4789 })
+        .write(&mut f, &vx)
+        .unwrap();
+    if !outer_udp_checksum {
+        f[14 + 20 + 6] = 0;
+        f[14 + 20 + 7] = 0;
+    }
+    f
+}
+
+#[test]
+fn vxlan_gpe_carries_int_and_vxlan_comes_back_as_it_was() {
+    for (gpe, csum) in [(false, false), (false, true), (true, true)] {
+        let host1 = vxlan_packet(gpe, csum);
+        let vx = |id, role| {
+            Node::new(NodeConfig {
+                watchlist: vec![WatchEntry {
+                    inner: true,
+                    dst: "192.168.7.0/24".parse().ok(),
+                    ..WatchEntry::default()
+                }],
+                ..node(id, role, SourceEncap::VxlanGpe, id * 100)
+                    .config()
+                    .clone()
+            })
+        };
+        let (mut s1, mut s2, mut s3) =
+            (vx(1, Role::Source), vx(2, Role::Transit), vx(3, Role::Sink));
+        let mut f = host1.clone();
+        s1.process(&mut f, &tel(&s1));
+        s2.process(&mut f, &tel(&s2));
+        assert_eq!((s1.stats.inserted, s2.stats.added), (1, 1), "gpe={gpe}");
+        let p = check(&f);
+        assert_eq!(p.flow.unwrap().dst_port, 4790, "VXLAN-GPE's port");
+        let (off, b) = p.int.expect("INT behind VXLAN-GPE");
+        assert_eq!((b.encap, off), (Encap::VxlanGpe, 14 + 20 + 8 + 8));
+        assert_eq!(f[14 + 20 + 8 + 3], 0x82, "next protocol: INT");
+        let intscope_wire::int::AnyShim::V2(intscope_wire::shim::Shim::Gpe(shim)) = b.shim else {
+            panic!("a VXLAN-GPE shim")
+        };
+        assert_eq!((shim.g, shim.next_protocol), (!gpe, 0x03));
+        assert_eq!(b.stack(None).0.count(), 2);
+        assert_eq!(p.inner_flow.unwrap().dst_port, 8000, "the tenant's flow");
+        s3.process(&mut f, &tel(&s3));
+        assert_eq!(
+            f, host1,
+            "gpe={gpe} csum={csum}: the tunnel packet as it came"
+        );
+    }
+    // A packet that is not VXLAN is left alone by a vxlan-gpe source.
+    let plain = host1_packet(false, false, true);
+    let mut s1 = node(1, Role::Source, SourceEncap::VxlanGpe, 1);
+    let mut f = plain.clone();
+    s1.process(&mut f, &tel(&s1));
+    assert_eq!((f == plain, s1.stats.untouched), (true, 1));
+}

@@ -8,6 +8,8 @@ use crate::field::{be16, be24, put16};
 pub const GPE_NEXT_PROTO_INT: u8 = 0x82;
 /// IANA UDP port of VXLAN-GPE.
 pub const VXLAN_GPE_PORT: u16 = 4790;
+/// VXLAN's UDP port (RFC 7348 §5).
+pub const VXLAN_PORT: u16 = 4789;
 /// IANA UDP port of Geneve.
 pub const GENEVE_PORT: u16 = 6081;
 /// EtherType of Transparent Ethernet Bridging (Ethernet inside GRE / Geneve).

@@ -17,7 +17,7 @@ use etherparse::{
 use crate::checksum;
 use crate::encap::{
     ETHERTYPE_TEB, GENEVE_PORT, GPE_NEXT_PROTO_INT, GeneveRepr, GreRepr, VXLAN_GPE_PORT,
-    VxlanGpeRepr,
+    VXLAN_PORT, VxlanGpeRepr,
 };
 use crate::error::{Error, Layer, Result, check_len};
 use crate::int::{AnyShim, Encap, IntBlock, IntHeader, LengthSemantics};
@@ -56,6 +56,8 @@ pub struct DetectConfig {
     pub gre_proto: Option<u16>,
     /// VXLAN-GPE UDP port.
     pub vxlan_gpe_port: u16,
+    /// VXLAN UDP port (RFC 7348), for the flow inside.
+    pub vxlan_port: u16,
     /// Geneve UDP port.
     pub geneve_port: u16,
     /// GTP-U UDP port (3GPP TS 29.281: 2152), for the flow inside mobile tunnels; `None`: off.
@@ -82,6 +84,7 @@ impl Default for DetectConfig {
             probe_marker: None,
             gre_proto: None,
             vxlan_gpe_port: VXLAN_GPE_PORT,
+            vxlan_port: VXLAN_PORT,
             geneve_port: GENEVE_PORT,
             gtpu_port: Some(GTPU_PORT),
             report_ports: vec![crate::report::DEFAULT_REPORT_PORT],
@@ -415,6 +418,9 @@ fn parse_into<'a>(
                 geneve(data, l4_at + 8, cfg, p, depth)?;
             } else if Some(dport) == cfg.gtpu_port {
                 gtpu(data, l4_at + 8, cfg, p, depth)?;
+            } else if dport == cfg.vxlan_port && data.len() > 8 && depth < MAX_DEPTH {
+                // RFC 7348: an 8-byte header, then the tenant's Ethernet frame.
+                p.inner_flow = innermost(&data[8..], Start::Ethernet, cfg, depth);
             } else if cfg.heuristic {
                 heuristic(data, Encap::Udp, l4_at + 8, cfg, p, &mut flow, depth);
             }
