@@ -49,6 +49,10 @@ pub enum SourceEncap {
     /// 0x82; INT v2.1 §"INT over VXLAN GPE"), VXLAN converted to VXLAN-GPE (shim G = 1) and
     /// back at the sink. Other packets are left alone.
     VxlanGpe,
+    /// For Geneve tunnel packets: INT as a Geneve option of class 0x0103 after the existing
+    /// options (INT v2.1 §"INT over Geneve"; at most 124 bytes, so the Remaining Hop Count is
+    /// capped to what fits). Other packets are left alone.
+    Geneve,
 }
 
 /// Where the sink puts its own metadata (INT v2.1 §"INT-MD Metadata Header Format", sink options).

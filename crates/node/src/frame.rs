@@ -65,6 +65,26 @@ pub fn refresh_gre_checksum(frame: &mut [u8], l: &Layout) {
     put16(frame, l.l4_at + 4, c);
 }
 
+/// Adds `delta_words` to the Geneve header's Opt Len (RFC 8926 §3.4: 6 bits of 4-byte words, the
+/// header 8 bytes into the UDP payload), keeping a non-zero UDP checksum right. `false` when the
+/// result does not fit the field.
+pub fn adjust_geneve_opt_len(frame: &mut [u8], l: &Layout, delta_words: isize) -> bool {
+    let at = l.l4_at + 8;
+    let old = [frame[at], frame[at + 1]];
+    let len = (old[0] & 0x3f) as isize + delta_words;
+    if !(0..=0x3f).contains(&len) {
+        return false;
+    }
+    frame[at] = (old[0] & 0xc0) | len as u8;
+    let csum_at = l.l4_checksum_at();
+    let csum = be16(frame, csum_at);
+    if csum != 0 {
+        let c = checksum::update(csum, &old, &[frame[at], frame[at + 1]]);
+        put16(frame, csum_at, checksum::udp_wire_checksum(c));
+    }
+    true
+}
+
 fn be16(f: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([f[at], f[at + 1]])
 }

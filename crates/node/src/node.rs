@@ -16,7 +16,10 @@ use intscope_wire::report::{
     GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05_DROP_LEN, V05_FIXED_LEN, V05_LOCAL_LEN,
     V05FixedRepr, V05SwitchRepr,
 };
-use intscope_wire::shim::{GpeShimRepr, GreShimRepr, SHIM_LEN, Shim, TcpUdpShimRepr};
+use intscope_wire::shim::{
+    GENEVE_INT_OPTION_CLASS, GeneveOptionRepr, GpeShimRepr, GreShimRepr, SHIM_LEN, Shim,
+    TcpUdpShimRepr,
+};
 
 use crate::config::{
     Mode, MtuAction, NodeConfig, ProbeConfig, ReportFormat, Role, SinkMetadata, SourceEncap,
@@ -290,7 +293,8 @@ impl Node {
             (Role::Source, Err(Some((layout, flow))), Some(w))
                 if (layout.is_tcp_udp() || w.encap == SourceEncap::Gre)
                     && (w.encap != SourceEncap::VxlanGpe
-                        || self.vxlan(frame, &layout).is_some()) =>
+                        || self.vxlan(frame, &layout).is_some())
+                    && (w.encap != SourceEncap::Geneve || self.geneve(frame, &layout)) =>
             {
                 let instructions = w.instructions;
                 let mx = w.mode == Mode::Mx;
@@ -424,11 +428,18 @@ impl Node {
             hop.domain = &w.ds_metadata;
             hop.encode(instructions, Format::IntV2, &mut own);
         }
-        let fits = ip_len + fixed - source_inserted + own.len() <= self.cfg.mtu;
+        // A Geneve option holds at most 124 bytes (5-bit Length): the header, the source's hop
+        // and as many more hops as fit (INT v2.1 §"INT over Geneve").
+        let geneve_hops = if encap == SourceEncap::Geneve && hop_ml > 0 {
+            (GENEVE_OPTION_MAX - MD_HEADER_LEN) / (usize::from(hop_ml) * 4)
+        } else {
+            usize::MAX
+        };
+        let fits = ip_len + fixed - source_inserted + own.len() <= self.cfg.mtu && geneve_hops > 0;
         let mut header = MdHeaderRepr {
             version: 2,
             hop_ml,
-            remaining_hop_count: w.max_hops,
+            remaining_hop_count: w.max_hops.min(geneve_hops.min(255) as u8),
             instructions,
             ds_id: w.ds_id,
             ds_instruction: w.ds_instruction,
@@ -454,7 +465,7 @@ impl Node {
             }
             SourceEncap::UdpPort => (1, frame::get16(frame, l.l4_at + 2)),
             SourceEncap::UdpNew => (2, u16::from(l.proto)),
-            SourceEncap::Gre | SourceEncap::VxlanGpe => (0, 0),
+            SourceEncap::Gre | SourceEncap::VxlanGpe | SourceEncap::Geneve => (0, 0),
         };
         let vxlan = self.vxlan(frame, &l);
         let shim = if let (SourceEncap::VxlanGpe, Some((was_vxlan, next))) = (encap, vxlan) {
@@ -465,6 +476,13 @@ impl Node {
                 g: was_vxlan,
                 reserved2: 0,
                 next_protocol: next,
+            })
+        } else if encap == SourceEncap::Geneve {
+            Shim::Geneve(GeneveOptionRepr {
+                option_class: GENEVE_INT_OPTION_CLASS,
+                option_type: int_type,
+                reserved: 0,
+                length: words,
             })
         } else if encap == SourceEncap::Gre {
             // G = 1: this source added the GRE header; the sink removes it again.
@@ -543,6 +561,29 @@ impl Node {
                 if encap == SourceEncap::Dscp {
                     frame::set_dscp(frame, &l, self.cfg.int_dscp);
                 }
+            }
+            SourceEncap::Geneve => {
+                // After the existing options; the base header's Opt Len grows by the option.
+                let at = l.l4_at + 16 + usize::from(frame[l.l4_at + 8] & 0x3f) * 4;
+                if !frame::adjust_geneve_opt_len(frame, &l, (block.len() / 4) as isize) {
+                    return Insertion::TooBig;
+                }
+                let old_len = frame::l4_len(frame, &l);
+                let new_len = old_len + block.len() as u16;
+                let csum_at = l.l4_checksum_at();
+                let c = frame::updated_l4_checksum(
+                    frame::get16(frame, csum_at),
+                    true,
+                    &[],
+                    &block,
+                    old_len,
+                    new_len,
+                    true,
+                );
+                frame::set16(frame, csum_at, c);
+                frame::set16(frame, l.l4_at + 4, new_len);
+                frame::insert(frame, at, &block);
+                frame::adjust_ip_len(frame, &l, block.len() as isize);
             }
             SourceEncap::VxlanGpe => {
                 // The VXLAN(-GPE) header now announces INT (P bit, next protocol 0x82); VXLAN
@@ -638,6 +679,13 @@ impl Node {
         }
     }
 
+    /// A Geneve packet (RFC 8926) without INT.
+    fn geneve(&self, frame: &[u8], l: &Layout) -> bool {
+        l.proto == 17
+            && frame.len() >= l.l4_at + 16
+            && frame::get16(frame, l.l4_at + 2) == self.detect.geneve_port
+    }
+
     fn count(&mut self, insertion: Insertion) {
         match insertion {
             Insertion::Full => self.stats.inserted += 1,
@@ -668,7 +716,11 @@ impl Node {
         if h.remaining_hop_count == 0 {
             header.e = true;
             self.stats.hop_limit += 1;
-        } else if Self::ip_packet_len(frame, l) + hop_len > self.cfg.mtu {
+        } else if Self::ip_packet_len(frame, l) + hop_len > self.cfg.mtu
+            || matches!(shim, AnyShim::V2(Shim::Geneve(g))
+                if usize::from(g.length) * 4 + hop_len > GENEVE_OPTION_MAX)
+        {
+            // No room under the MTU, or in the Geneve option.
             header.m = true;
             self.stats.mtu += 1;
         } else {
@@ -721,6 +773,10 @@ impl Node {
             }
         }
         let new = &new[..HEAD + own];
+        if matches!(shim, AnyShim::V2(Shim::Geneve(_))) && own > 0 {
+            // The option grew: so do the Geneve header's options (checked above: it fits).
+            frame::adjust_geneve_opt_len(frame, l, (own / 4) as isize);
+        }
         frame[off..off + HEAD].copy_from_slice(&new[..HEAD]);
         frame::insert(frame, off + HEAD, &new[HEAD..]);
         frame::adjust_ip_len(frame, l, own as isize);
@@ -803,6 +859,29 @@ impl Node {
         }
         if let AnyShim::V2(Shim::Gpe(g)) = block.shim {
             self.strip_gpe(frame, &l, off, len, g)?;
+            self.stats.sunk += 1;
+            return Some(());
+        }
+        if let AnyShim::V2(Shim::Geneve(_)) = block.shim {
+            // Remove the INT option; the Geneve header's options shrink by it.
+            let old_len = frame::l4_len(frame, &l);
+            let new_len = old_len - len as u16;
+            let removed = frame[off..off + len].to_vec();
+            frame::adjust_geneve_opt_len(frame, &l, -((len / 4) as isize));
+            let csum_at = l.l4_checksum_at();
+            let c = frame::updated_l4_checksum(
+                frame::get16(frame, csum_at),
+                true,
+                &removed,
+                &[],
+                old_len,
+                new_len,
+                true,
+            );
+            frame::set16(frame, csum_at, c);
+            frame::set16(frame, l.l4_at + 4, new_len);
+            frame::remove(frame, off, len);
+            frame::adjust_ip_len(frame, &l, -(len as isize));
             self.stats.sunk += 1;
             return Some(());
         }
@@ -1127,6 +1206,9 @@ struct ReportFlags {
     /// I: a transit hop's intermediate report of the stack so far.
     intermediate: bool,
 }
+
+/// The longest Geneve option: a 5-bit Length of 4-byte words.
+const GENEVE_OPTION_MAX: usize = 31 * 4;
 
 /// The most metadata one hop adds: Hop ML is 5 bits of 4-byte words (INT v2.1 §"INT-MD Metadata
 /// Header Format").

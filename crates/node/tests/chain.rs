@@ -1189,3 +1189,85 @@ fn vxlan_gpe_carries_int_and_vxlan_comes_back_as_it_was() {
     s1.process(&mut f, &tel(&s1));
     assert_eq!((f == plain, s1.stats.untouched), (true, 1));
 }
+
+/// A tenant frame in Geneve (RFC 8926) with one 8-byte option of another class already there.
+fn geneve_packet() -> Vec<u8> {
+    let mut tenant = Vec::new();
+    PacketBuilder::ethernet2([0xa, 0, 0, 0, 0, 1], [0xa, 0, 0, 0, 0, 2])
+        .ipv4([192, 168, 7, 1], [192, 168, 7, 2], 64)
+        .udp(7000, 8000)
+        .write(&mut tenant, b"tenant payload")
+        .unwrap();
+    // Ver 0, Opt Len 2 words, protocol Ethernet (0x6558), VNI 42; option class 0x0102 type 1.
+    let mut g = vec![0x02, 0, 0x65, 0x58, 0, 0, 0x2a, 0];
+    g.extend_from_slice(&[0x01, 0x02, 0x01, 0x01, 0xde, 0xad, 0xbe, 0xef]);
+    g.extend_from_slice(&tenant);
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
+        .ipv4([10, 0, 1, 1], [10, 0, 3, 1], 64)
+        .udp(49152, 6081)
+        .write(&mut f, &g)
+        .unwrap();
+    f
+}
+
+#[test]
+fn geneve_option_carries_int_within_its_124_bytes() {
+    let host1 = geneve_packet();
+    let geneve = |id, role, instructions| {
+        Node::new(NodeConfig {
+            instructions,
+            watchlist: vec![WatchEntry {
+                inner: true,
+                ..WatchEntry::default()
+            }],
+            ..node(id, role, SourceEncap::Geneve, id * 100)
+                .config()
+                .clone()
+        })
+    };
+    let (mut s1, mut s2, mut s3) = (
+        geneve(1, Role::Source, 0x9000),
+        geneve(2, Role::Transit, 0x9000),
+        geneve(3, Role::Sink, 0x9000),
+    );
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    s2.process(&mut f, &tel(&s2));
+    let p = check(&f);
+    let (off, b) = p.int.expect("INT in a Geneve option");
+    assert_eq!(b.encap, Encap::Geneve);
+    assert_eq!(off, 14 + 20 + 8 + 8 + 8, "after the option that was there");
+    assert_eq!(&f[off..off + 2], &[0x01, 0x03], "option class 0x0103");
+    assert_eq!(
+        f[14 + 20 + 8] & 0x3f,
+        2 + 1 + 3 + 4,
+        "Opt Len: old option, INT option header, INT header, two hops"
+    );
+    assert_eq!(b.stack(None).0.count(), 2);
+    assert_eq!(p.inner_flow.unwrap().dst_port, 8000);
+    s3.process(&mut f, &tel(&s3));
+    assert_eq!(f, host1, "the Geneve packet as it came");
+
+    // Hop ML 6 (24 bytes): the header and four hops fill the option; the fifth hop sets M.
+    let mut f = host1.clone();
+    let mut s1 = geneve(1, Role::Source, 0xf800);
+    s1.process(&mut f, &tel(&s1));
+    let IntHeader::Md(h) = check(&f).int.unwrap().1.header else {
+        panic!()
+    };
+    assert_eq!(h.remaining_hop_count, 3, "capped: three more hops fit");
+    let mut transits: Vec<Node> = (2..6).map(|i| geneve(i, Role::Transit, 0xf800)).collect();
+    for t in &mut transits {
+        let tl = tel(t);
+        t.process(&mut f, &tl);
+    }
+    let (_, b) = check(&f).int.unwrap();
+    let IntHeader::Md(h) = b.header else { panic!() };
+    assert_eq!(
+        (b.stack(None).0.count(), h.e),
+        (4, true),
+        "the hop limit, before the option overflows"
+    );
+    assert!(b.len - 4 <= 124);
+}
