@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{bin, repo, succeed};
+use common::{bin, repo, succeed, tshark_frames};
 
 use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
@@ -108,6 +108,10 @@ fn host_to_host_through_three_nodes_then_the_collector() {
         None,
     );
     assert_eq!(s2["added"], 20);
+    // The frames with INT are clean IP/UDP/TCP to tshark, checksums included.
+    if let Some(lines) = tshark_frames(&p("s2.pcap"), &[]) {
+        assert_eq!(lines.len(), 21);
+    }
     let s3 = node(
         "examples/node-sink.toml",
         &p("s2.pcap"),
@@ -181,6 +185,15 @@ fn host_to_host_through_three_nodes_then_the_collector() {
             assert_eq!(datagrams, 2, "{name}");
         } else {
             assert_eq!(datagrams, 20, "{name}");
+        }
+        // Every report frame is clean UDP/IP to tshark (the report port decoded as data: its
+        // INT-report dissector predates v2.0).
+        if let Some(lines) = tshark_frames(&reports, &["udp.port==32766,data"]) {
+            assert_eq!(lines.len(), datagrams, "{name}");
+            assert!(
+                lines.iter().all(|l| l.starts_with("eth:ethertype:ip:udp")),
+                "{name}: {lines:?}"
+            );
         }
         let flows = collected_flows(&reports);
         assert_eq!(flows["total"], 20, "{name}");

@@ -1271,3 +1271,83 @@ fn geneve_option_carries_int_within_its_124_bytes() {
     );
     assert!(b.len - 4 <= 124);
 }
+
+#[test]
+fn reserved_instruction_bits_get_all_ones() {
+    // Bit 9 is reserved (INT v2.1 §"INT-MD Metadata Header Format"): each hop still adds its
+    // 4 bytes, as all ones.
+    let host1 = host1_packet(false, false, true);
+    let with_reserved = |id, role| {
+        Node::new(NodeConfig {
+            instructions: 0x9040,
+            ..node(id, role, SourceEncap::UdpPort, id).config().clone()
+        })
+    };
+    let (mut s1, mut s2, mut s3) = (
+        with_reserved(1, Role::Source),
+        with_reserved(2, Role::Transit),
+        with_reserved(3, Role::Sink),
+    );
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    s2.process(&mut f, &tel(&s2));
+    let (off, b) = check(&f).int.unwrap();
+    let IntHeader::Md(h) = b.header else { panic!() };
+    assert_eq!(h.hop_ml, 3);
+    for hop in f[off + 16..off + b.len].chunks(12) {
+        assert_eq!(&hop[8..], &[0xff; 4], "the reserved word");
+    }
+    let hops: Vec<_> = b.stack(None).0.map(|v| v.unwrap().node_id()).collect();
+    assert_eq!(hops, vec![Some(2), Some(1)]);
+    s3.process(&mut f, &tel(&s3));
+    assert_eq!(f, host1);
+}
+
+/// INT-MX over the tunnel encapsulations and the probe marker: the same three reports, the
+/// packet restored byte for byte.
+#[test]
+fn mx_in_every_other_encapsulation() {
+    let marker = intscope_node::config::HexBytes(0x1122_3344_5566_7788u64.to_be_bytes().to_vec());
+    let cases: [(SourceEncap, Vec<u8>); 4] = [
+        (SourceEncap::Gre, host1_packet(true, false, true)),
+        (SourceEncap::ProbeMarker, host1_packet(false, false, true)),
+        (SourceEncap::VxlanGpe, vxlan_packet(false, true)),
+        (SourceEncap::Geneve, geneve_packet()),
+    ];
+    for (encap, host1) in cases {
+        let mx = |id, role| {
+            Node::new(NodeConfig {
+                mode: intscope_node::Mode::Mx,
+                probe_marker: Some(marker.clone()),
+                ..node(id, role, encap, id * 100).config().clone()
+            })
+        };
+        let (mut s1, mut s2, mut s3) =
+            (mx(1, Role::Source), mx(2, Role::Transit), mx(3, Role::Sink));
+        let mut f = host1.clone();
+        let mut reports = s1.process(&mut f, &tel(&s1)).reports;
+        let cfg = DetectConfig {
+            gre_proto: Some(0x88b5),
+            probe_marker: Some(0x1122_3344_5566_7788),
+            verify_checksums: true,
+            ..DetectConfig::default()
+        };
+        let p = Packet::parse(&f, Start::Ethernet, &cfg).unwrap();
+        assert!(
+            matches!(p.int.unwrap().1.header, IntHeader::Mx(_)),
+            "{encap:?}"
+        );
+        assert!(!p.warnings.has(Warning::BadL4Checksum), "{encap:?}");
+        reports.extend(s2.process(&mut f, &tel(&s2)).reports);
+        reports.extend(s3.process(&mut f, &tel(&s3)).reports);
+        assert_eq!(f, host1, "{encap:?}: restored");
+        let nodes: Vec<u32> = reports
+            .iter()
+            .map(|r| match Report::parse(r).unwrap() {
+                Report::V2 { group, .. } => group.node_id,
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(nodes, vec![1, 2, 3], "{encap:?}");
+    }
+}
