@@ -798,7 +798,7 @@ impl Node {
     ) -> Vec<u8> {
         const HEAD: usize = SHIM_LEN + MD_HEADER_LEN;
         let hop = tel.hop(self.cfg.node_id);
-        let bits = h.instructions & !NODE_ID & !BIT15;
+        let bits = h.instructions & !NODE_ID & !BIT15 & hop.available_bits();
         let flags = ReportFlags {
             intermediate: true,
             ..ReportFlags::default()
@@ -1032,7 +1032,7 @@ impl Node {
             self.stats.filtered += 1;
             return None;
         }
-        let bits = (self.cfg.instructions & !NODE_ID) | BIT15;
+        let bits = (self.cfg.instructions & !NODE_ID & hop.available_bits()) | BIT15;
         hop.drop_reason = Some(reason);
         hop.present |= BIT15;
         self.stats.reports += 1;
@@ -1074,10 +1074,11 @@ impl Node {
             self.stats.filtered += 1;
             return None;
         }
-        // Node ID moves to the group header; bit 15 is not a Checksum Complement here
-        // (INT v2.1 §"INT-MX Header Format": RepMdBits from the Instruction Bitmap).
+        // INT v2.1 §"INT-MX Header Format": RepMdBits from the Instruction Bitmap; Node ID moves
+        // to the group header, bit 15 is no Checksum Complement here, and what this node cannot
+        // provide (or is reserved) is cleared rather than sent as all ones.
         let bits = if own {
-            instructions & !NODE_ID & !BIT15
+            instructions & !NODE_ID & !BIT15 & hop.available_bits()
         } else {
             0
         };

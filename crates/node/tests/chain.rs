@@ -1351,3 +1351,31 @@ fn mx_in_every_other_encapsulation() {
         assert_eq!(nodes, vec![1, 2, 3], "{encap:?}");
     }
 }
+
+#[test]
+fn reports_clear_the_bits_a_node_cannot_provide() {
+    // Bits 0-9 asked for; the pcap-mode device has no buffer (bit 8), bit 9 is reserved.
+    let host1 = host1_packet(false, false, true);
+    let mut s1 = Node::new(NodeConfig {
+        mode: intscope_node::Mode::Mx,
+        instructions: 0xffc0,
+        ..node(1, Role::Source, SourceEncap::UdpPort, 1)
+            .config()
+            .clone()
+    });
+    let mut f = host1.clone();
+    let out = s1.process(&mut f, &tel(&s1));
+    let r = Report::parse(&out.reports[0]).unwrap();
+    let ir = r.individual_reports().next().unwrap().unwrap();
+    let bits = ir.main.unwrap().rep_md_bits;
+    assert_eq!(
+        bits, 0x7f00,
+        "node id in the group header; buffer and reserved cleared"
+    );
+    assert_eq!(
+        usize::from(ir.header.md_length) * 4,
+        intscope_wire::metadata::Format::ReportV2.baseline_len(bits)
+    );
+    let hop = ir.hop().unwrap().unwrap();
+    assert!(hop.queue().is_some() && hop.hop_latency().is_some());
+}

@@ -212,6 +212,35 @@ impl<'a> HopMetadata<'a> {
         Ok((h, at))
     }
 
+    /// The baseline instruction bits (0–8) whose values this hop has. INT v2.1 §"INT-MX Header
+    /// Format": a node reporting its own metadata clears the RepMdBits it cannot provide, and
+    /// those of reserved bits, instead of sending all ones. Bit 15 (queue ID + drop reason in a
+    /// report) is the caller's to add.
+    pub fn available_bits(&self) -> u16 {
+        let has = |b: u16, yes: bool| if yes { b } else { 0 };
+        has(NODE_ID, self.node_id.is_some())
+            | has(
+                L1_INTERFACES,
+                self.l1_ingress_if.is_some() && self.l1_egress_if.is_some(),
+            )
+            | has(HOP_LATENCY, self.hop_latency.is_some())
+            | has(
+                QUEUE,
+                self.queue_id.is_some() && self.queue_occupancy.is_some(),
+            )
+            | has(INGRESS_TS, self.ingress_ts.is_some())
+            | has(EGRESS_TS, self.egress_ts.is_some())
+            | has(
+                L2_INTERFACES,
+                self.l2_ingress_if.is_some() && self.l2_egress_if.is_some(),
+            )
+            | has(EGRESS_TX_UTIL, self.egress_tx_util.is_some())
+            | has(
+                BUFFER,
+                self.buffer_id.is_some() && self.buffer_occupancy.is_some(),
+            )
+    }
+
     /// Encodes this hop for `bitmap` into `out` (which must hold [`Format::baseline_len`] plus
     /// `domain.len()` bytes); `None` values are written as all ones. Returns the bytes written.
     pub fn encode(&self, bitmap: u16, format: Format, out: &mut [u8]) -> usize {
