@@ -407,8 +407,11 @@ impl Node {
         };
         // What goes in front of the shim: a new UDP header, a probe marker, or an outer IP
         // header and GRE.
+        // A GRE packet already: INT goes behind its GRE header (scenario 1, G = 0).
+        let existing_gre = encap == SourceEncap::Gre && l.proto == frame::GRE;
         let new_udp = match (encap, l.v6) {
             (SourceEncap::UdpNew | SourceEncap::ProbeMarker, _) => 8,
+            (SourceEncap::Gre, _) if existing_gre => 0,
             (SourceEncap::Gre, false) => 20 + 4,
             (SourceEncap::Gre, true) => 40 + 4,
             _ => 0,
@@ -488,10 +491,16 @@ impl Node {
             // G = 1: this source added the GRE header; the sink removes it again.
             Shim::Gre(GreShimRepr {
                 int_type,
-                g: true,
+                g: !existing_gre,
                 reserved: 0,
                 length: words,
-                next_protocol: if l.v6 { 0x86dd } else { 0x0800 },
+                next_protocol: if existing_gre {
+                    frame::get16(frame, l.l4_at + 2)
+                } else if l.v6 {
+                    0x86dd
+                } else {
+                    0x0800
+                },
             })
         } else {
             Shim::TcpUdp(TcpUdpShimRepr {
@@ -612,6 +621,19 @@ impl Node {
                 frame::set16(frame, l.l4_at + 4, new_len);
                 frame::insert(frame, vx + 8, &block);
                 frame::adjust_ip_len(frame, &l, block.len() as isize);
+            }
+            SourceEncap::Gre if existing_gre => {
+                // INT v2.1 §"INT over IPv4/GRE", scenario 1: behind the GRE header (and its
+                // optional fields), whose protocol type becomes TBD_INT.
+                let flags = frame[l.l4_at];
+                let gre_len = 4 + 4
+                    * (usize::from(flags & 0x80 != 0)
+                        + usize::from(flags & 0x20 != 0)
+                        + usize::from(flags & 0x10 != 0));
+                frame::set16(frame, l.l4_at + 2, self.cfg.int_gre_proto);
+                frame::insert(frame, l.l4_at + gre_len, &block);
+                frame::adjust_ip_len(frame, &l, block.len() as isize);
+                frame::refresh_gre_checksum(frame, &l);
             }
             SourceEncap::Gre => {
                 // INT v2.1 §"INT over IPv4/GRE", scenario 2: an outer IP header (the packet's

@@ -1107,13 +1107,52 @@ fn gre_packets_keep_their_gre_at_the_sink() {
         encap: SourceEncap::Gre,
         ..node(3, Role::Sink, SourceEncap::Gre, 300).config().clone()
     });
-    let mut f = with_int;
+    let mut f = with_int.clone();
     let out = s3.process(&mut f, &tel(&s3));
     assert_eq!((out.reports.len(), s3.stats.sunk), (1, 1));
     assert_eq!(
         f, expected,
         "INT removed, GRE's protocol type restored, IP length and checksum right"
     );
+
+    // A GRE-encapsulating source builds exactly that packet from the tunnel's own (scenario 1).
+    let mut s1 = Node::new(NodeConfig {
+        encap: SourceEncap::Gre,
+        ..node(1, Role::Source, SourceEncap::Gre, 100)
+            .config()
+            .clone()
+    });
+    let mut f = expected.clone();
+    s1.process(&mut f, &tel(&s1));
+    assert_eq!(f, with_int, "INT behind the existing GRE header, G = 0");
+
+    // With a GRE checksum (C bit), every hop keeps it valid.
+    let gre_csum = |payload: &[u8]| {
+        let mut g = vec![0x80, 0, 0x08, 0x00, 0, 0, 0, 0];
+        g.extend_from_slice(payload);
+        let c = intscope_wire::checksum::internet_checksum(&g);
+        g[4..6].copy_from_slice(&c.to_be_bytes());
+        g
+    };
+    let tunnel = outer(&gre_csum(&inner));
+    let mut s2 = Node::new(NodeConfig {
+        encap: SourceEncap::Gre,
+        ..node(2, Role::Transit, SourceEncap::Gre, 200)
+            .config()
+            .clone()
+    });
+    let mut f = tunnel.clone();
+    s1.process(&mut f, &tel(&s1));
+    s2.process(&mut f, &tel(&s2));
+    let gre = &f[14 + 20..];
+    assert_eq!(
+        intscope_wire::checksum::internet_checksum(gre),
+        0,
+        "GRE checksum verifies"
+    );
+    assert_eq!(s2.stats.added, 1);
+    s3.process(&mut f, &tel(&s3));
+    assert_eq!(f, tunnel);
 }
 
 /// A tenant's UDP frame in VXLAN (port 4789) or VXLAN-GPE (4790, next protocol Ethernet).
