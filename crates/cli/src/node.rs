@@ -141,7 +141,7 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "reports": produced, "datagrams": sent,
         "inserted": st.inserted, "inserted_m": st.inserted_m, "too_big": st.too_big, "added": st.added,
         "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "malformed": st.malformed,
-        "filtered": st.filtered, "clones": st.clones, "probes": st.probes, "intermediate": st.intermediate,
+        "filtered": st.filtered, "clones": st.clones, "skipped": st.skipped, "probes": st.probes, "intermediate": st.intermediate,
     })
     .to_string())
 }

@@ -77,6 +77,18 @@ pub enum MtuAction {
     IntermediateReport,
 }
 
+/// What a transit hop does with metadata it cannot provide: domain-specific metadata of a domain
+/// it does not know, or reserved instruction bits (INT v2.1 §"INT-MD Metadata Header Format").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Unsupported {
+    /// Insert all ones in their place (the hop still adds Hop ML × 4 bytes).
+    #[default]
+    Pad,
+    /// Skip INT processing for the packet altogether: add nothing.
+    Skip,
+}
+
 /// The telemetry report format the node sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 pub enum ReportFormat {
@@ -259,6 +271,11 @@ pub struct NodeConfig {
     pub restore_dscp: bool,
     /// Sink: bytes of the received packet carried in the report.
     pub report_truncate: usize,
+    /// Transit: a Domain Specific ID it does not know (DS metadata in Hop ML): `"pad"` with
+    /// all ones or `"skip"` the packet.
+    pub unknown_domain: Unsupported,
+    /// Transit: reserved instruction bits (9–14): `"pad"` with all ones or `"skip"` the packet.
+    pub reserved_bits: Unsupported,
     /// Transit: without room for its metadata, set the M bit (`"m-bit"`) or send an
     /// intermediate report (`"intermediate-report"`).
     pub on_mtu_exceeded: MtuAction,
@@ -360,6 +377,8 @@ impl Default for NodeConfig {
             report_format: ReportFormat::V2,
             use_checksum_complement: true,
             on_mtu_exceeded: MtuAction::MBit,
+            unknown_domain: Unsupported::Pad,
+            reserved_bits: Unsupported::Pad,
             export: crate::export::ExportConfig::default(),
             report_ports: vec![intscope_wire::report::DEFAULT_REPORT_PORT],
             telemetry: TelemetryModel::default(),

@@ -10,7 +10,7 @@ use intscope_wire::encap::GPE_NEXT_PROTO_INT;
 use intscope_wire::int::{AnyShim, IntHeader};
 use intscope_wire::locate::{DetectConfig, DscpMatch, FlowKey, Packet, Start};
 use intscope_wire::md::{MD_HEADER_LEN, MdHeaderRepr};
-use intscope_wire::metadata::{BIT15, Format, HopMetadata, NODE_ID};
+use intscope_wire::metadata::{BIT15, Format, HopMetadata, NODE_ID, RESERVED_BITS};
 use intscope_wire::mx::MxHeaderRepr;
 use intscope_wire::report::{
     GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05_DROP_LEN, V05_FIXED_LEN, V05_LOCAL_LEN,
@@ -23,7 +23,7 @@ use intscope_wire::shim::{
 
 use crate::config::{
     Mode, MtuAction, NodeConfig, ProbeConfig, ReportFormat, Role, SinkMetadata, SourceEncap,
-    WatchEntry,
+    Unsupported, WatchEntry,
 };
 use crate::filter::{Decision, ReportFilter};
 use crate::frame::{self, Layout};
@@ -86,6 +86,8 @@ pub struct NodeStats {
     pub filtered: u64,
     /// Intermediate reports sent (stacks removed for lack of room).
     pub intermediate: u64,
+    /// Transit: INT processing skipped (unknown domain or reserved bits, as configured).
+    pub skipped: u64,
     /// Source: INT-marked clones sent (the watched frames went on unchanged).
     pub clones: u64,
     /// Source: probe packets generated.
@@ -731,8 +733,18 @@ impl Node {
         // and this hop's metadata goes in right after them (the top of the stack), so the L4
         // checksum is updated from those bytes alone.
         const HEAD: usize = SHIM_LEN + MD_HEADER_LEN;
-        let mut header = h;
         let hop_len = usize::from(h.hop_ml) * 4;
+        // INT v2.1 §"INT-MD Metadata Header Format": domain-specific metadata this node cannot
+        // provide (Hop ML beyond the bitmap's), or reserved instruction bits, are padded with all
+        // ones — or, configured so, the hop skips INT processing altogether.
+        let unknown_domain = hop_len > Format::IntV2.baseline_len(h.instructions);
+        if (unknown_domain && self.cfg.unknown_domain == Unsupported::Skip)
+            || (h.instructions & RESERVED_BITS != 0 && self.cfg.reserved_bits == Unsupported::Skip)
+        {
+            self.stats.skipped += 1;
+            return;
+        }
+        let mut header = h;
         let mut new = [0u8; HEAD + MAX_HOP_BYTES];
         let mut own = 0;
         if h.remaining_hop_count == 0 {

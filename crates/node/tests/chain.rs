@@ -1418,3 +1418,58 @@ fn reports_clear_the_bits_a_node_cannot_provide() {
     let hop = ir.hop().unwrap().unwrap();
     assert!(hop.queue().is_some() && hop.hop_latency().is_some());
 }
+
+#[test]
+fn transit_hops_can_skip_what_they_cannot_provide() {
+    use intscope_node::config::Unsupported;
+    let host1 = host1_packet(false, false, true);
+    let skipping = |cfg: NodeConfig| {
+        Node::new(NodeConfig {
+            unknown_domain: Unsupported::Skip,
+            reserved_bits: Unsupported::Skip,
+            ..cfg
+        })
+    };
+    // Reserved bit 9 requested: the skipping hop adds nothing, not even an E or M bit.
+    let mut s1 = Node::new(NodeConfig {
+        instructions: 0x9040,
+        ..node(1, Role::Source, SourceEncap::UdpPort, 1)
+            .config()
+            .clone()
+    });
+    let mut s2 = skipping(
+        node(2, Role::Transit, SourceEncap::UdpPort, 2)
+            .config()
+            .clone(),
+    );
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    let before = f.clone();
+    s2.process(&mut f, &tel(&s2));
+    assert_eq!(
+        (f == before, s2.stats.skipped, s2.stats.added),
+        (true, 1, 0)
+    );
+
+    // Domain-specific metadata of an unknown domain (Hop ML beyond the bitmap): skipped too.
+    let mut s1 = Node::new(NodeConfig {
+        watchlist: vec![WatchEntry {
+            ds_id: 0x5453,
+            ds_instruction: 0x8000,
+            ds_metadata: intscope_node::config::HexBytes(vec![0; 8]),
+            ..WatchEntry::default()
+        }],
+        ..node(1, Role::Source, SourceEncap::UdpPort, 1)
+            .config()
+            .clone()
+    });
+    let mut f = host1.clone();
+    s1.process(&mut f, &tel(&s1));
+    let before = f.clone();
+    s2.process(&mut f, &tel(&s2));
+    assert_eq!((f == before, s2.stats.skipped), (true, 2));
+    // The default pads instead.
+    let mut s2 = node(2, Role::Transit, SourceEncap::UdpPort, 2);
+    s2.process(&mut f, &tel(&s2));
+    assert_eq!((s2.stats.added, s2.stats.skipped), (1, 0));
+}
