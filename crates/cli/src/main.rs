@@ -6,6 +6,7 @@ mod capture;
 mod collect;
 mod detect;
 mod dump;
+mod live;
 mod node;
 mod sim;
 mod text;

@@ -1,5 +1,6 @@
-//! `intscope node`: run a software INT node over a capture, writing the forwarded frames and the
-//! telemetry reports (to a pcap, or over UDP to a collector).
+//! `intscope node`: run a software INT node over a capture or live Linux interfaces, writing the
+//! forwarded frames (a pcap, or an interface) and the telemetry reports (a pcap, or UDP to a
+//! collector).
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -14,6 +15,7 @@ use pcap_file::DataLink;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 
 use crate::capture::{Capture, LINKTYPE_ETHERNET};
+use crate::live;
 
 /// Arguments of `intscope node`.
 #[derive(Debug, clap::Args)]
@@ -22,11 +24,31 @@ pub struct NodeArgs {
     #[arg(long, value_name = "NODE.toml")]
     pub config: PathBuf,
     /// Input capture (pcap or pcapng, Ethernet).
-    #[arg(long = "in", value_name = "IN.pcap")]
-    pub input: PathBuf,
+    #[arg(
+        long = "in",
+        value_name = "IN.pcap",
+        required_unless_present = "interface",
+        conflicts_with = "interface"
+    )]
+    pub input: Option<PathBuf>,
     /// Forwarded frames (pcap).
-    #[arg(long = "out", value_name = "OUT.pcap")]
-    pub output: PathBuf,
+    #[arg(
+        long = "out",
+        value_name = "OUT.pcap",
+        required_unless_present = "out_interface",
+        conflicts_with = "out_interface"
+    )]
+    pub output: Option<PathBuf>,
+    /// Receive frames live from this Linux interface (needs a build with `--features live`
+    /// and libpcap; root or CAP_NET_RAW).
+    #[arg(long, value_name = "IFACE")]
+    pub interface: Option<String>,
+    /// Send forwarded frames out of this Linux interface.
+    #[arg(long, value_name = "IFACE")]
+    pub out_interface: Option<String>,
+    /// Live mode: stop after this many frames (default: until Ctrl-C).
+    #[arg(long)]
+    pub count: Option<u64>,
     /// Write the reports to this pcap (Ethernet/IPv4/UDP to the collector address).
     #[arg(long, value_name = "REPORTS.pcap", conflicts_with = "collector")]
     pub reports: Option<PathBuf>,
@@ -62,8 +84,19 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     cfg.validate()
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
     let mut node = Node::new(cfg);
-    let mut input = Capture::open(&args.input)?;
-    let mut out = writer(&args.output)?;
+    let mut input: Box<dyn FrameSource> = match (&args.input, &args.interface) {
+        (Some(path), _) => Box::new(PcapSource {
+            capture: Capture::open(path)?,
+            path: path.clone(),
+        }),
+        (None, Some(iface)) => live::source(iface)?,
+        (None, None) => bail!("--in or --interface is required"),
+    };
+    let mut out: Box<dyn FrameSink> = match (&args.output, &args.out_interface) {
+        (Some(path), _) => Box::new(writer(path)?),
+        (None, Some(iface)) => live::sink(iface)?,
+        (None, None) => bail!("--out or --out-interface is required"),
+    };
     let mut reports = args.reports.as_ref().map(writer).transpose()?;
     let sock = match args.collector {
         Some(c) => {
@@ -95,35 +128,27 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         Ok(())
     };
     let (mut last_ts, mut produced) = (Duration::ZERO, 0u64);
-    while let Some(frame) = input.next_frame() {
-        let frame = frame?;
-        if frame.link_type != LINKTYPE_ETHERNET {
-            bail!(
-                "{}: frame {}: link type {} is not supported (Ethernet only)",
-                args.input.display(),
-                frame.number,
-                frame.link_type
-            );
-        }
-        let ts = Duration::from_nanos(u64::try_from(frame.time_ns).unwrap_or(u64::MAX));
+    let stop = live::stop_flag();
+    while let Some(frame) = input.next_frame(&stop)? {
+        let (ts, data) = frame;
         let tel = StaticTelemetry {
             model: node.config().telemetry.clone(),
             time_ns: ts.as_nanos() as u64,
         };
         // Probes due by this frame's time go out first (pcap mode: time is the capture's).
         for probe in node.probes(ts.as_nanos() as u64, &tel) {
-            out.write_packet(&PcapPacket::new(ts, probe.len() as u32, &probe))?;
+            out.send(ts, &probe)?;
         }
-        let mut data = frame.data;
+        let mut data = data;
         let outcome = node.process(&mut data, &tel);
         if outcome.forward {
-            out.write_packet(&PcapPacket::new(ts, data.len() as u32, &data))?;
+            out.send(ts, &data)?;
             forwarded += 1;
         } else {
             discarded += 1;
         }
         for copy in &outcome.synthetic {
-            out.write_packet(&PcapPacket::new(ts, copy.len() as u32, copy))?;
+            out.send(ts, copy)?;
         }
         let now = ts.as_nanos() as u64;
         exporter.poll(now, &mut ready);
@@ -133,6 +158,9 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         }
         deliver(ts, &mut ready)?;
         last_ts = ts;
+        if args.count.is_some_and(|n| node.stats.frames >= n) {
+            break;
+        }
     }
     exporter.flush(&mut ready);
     deliver(last_ts, &mut ready)?;
@@ -144,4 +172,54 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         "filtered": st.filtered, "clones": st.clones, "skipped": st.skipped, "probes": st.probes, "intermediate": st.intermediate,
     })
     .to_string())
+}
+
+/// Where frames come from: `None` at the end (of the file, or of a live run stopped by a
+/// signal); each frame with its time.
+pub trait FrameSource {
+    /// The next Ethernet frame.
+    fn next_frame(
+        &mut self,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<Option<(Duration, Vec<u8>)>>;
+}
+
+/// Where forwarded frames go.
+pub trait FrameSink {
+    /// Sends (or writes) one frame.
+    fn send(&mut self, ts: Duration, frame: &[u8]) -> Result<()>;
+}
+
+struct PcapSource {
+    capture: Capture,
+    path: PathBuf,
+}
+
+impl FrameSource for PcapSource {
+    fn next_frame(
+        &mut self,
+        _stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<Option<(Duration, Vec<u8>)>> {
+        let Some(frame) = self.capture.next_frame() else {
+            return Ok(None);
+        };
+        let frame = frame?;
+        if frame.link_type != LINKTYPE_ETHERNET {
+            bail!(
+                "{}: frame {}: link type {} is not supported (Ethernet only)",
+                self.path.display(),
+                frame.number,
+                frame.link_type
+            );
+        }
+        let ts = Duration::from_nanos(u64::try_from(frame.time_ns).unwrap_or(u64::MAX));
+        Ok(Some((ts, frame.data)))
+    }
+}
+
+impl FrameSink for PcapWriter<BufWriter<File>> {
+    fn send(&mut self, ts: Duration, frame: &[u8]) -> Result<()> {
+        self.write_packet(&PcapPacket::new(ts, frame.len() as u32, frame))?;
+        Ok(())
+    }
 }

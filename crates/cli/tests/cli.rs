@@ -189,3 +189,17 @@ fn reads_pcapng() {
             .all(|f| f.get("int").is_none() && f.get("error").is_none())
     );
 }
+
+/// Without the `live` feature, asking for an interface says how to get it.
+#[cfg(not(feature = "live"))]
+#[test]
+fn live_interfaces_need_the_live_feature() {
+    let out = bin()
+        .args(["node", "--config"])
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/node-source.toml"))
+        .args(["--interface", "lo", "--out", "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--features live"));
+}

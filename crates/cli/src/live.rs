@@ -1,0 +1,100 @@
+//! Live Linux interfaces for `intscope node` (`--interface`, `--out-interface`): frames captured
+//! and injected through libpcap (the `pcap` crate), in a build with `--features live`. Capture
+//! runs in immediate mode, inbound only (frames we inject are not read back), with a short
+//! timeout so a stop signal (Ctrl-C, SIGTERM) is noticed; frame times are the kernel's capture
+//! timestamps, so the node's telemetry uses them as it uses pcap time.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use crate::node::{FrameSink, FrameSource};
+
+/// A flag set by Ctrl-C or SIGTERM (live runs stop on it; file runs ignore it).
+pub fn stop_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    #[cfg(feature = "live")]
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // Registration only fails for forbidden signals; these two are allowed.
+        let _ = signal_hook::flag::register(signal, Arc::clone(&flag));
+    }
+    flag
+}
+
+#[cfg(feature = "live")]
+mod imp {
+    use std::time::Duration;
+
+    use std::sync::atomic::Ordering;
+
+    use anyhow::{Context, Result};
+    use pcap::{Active, Capture, Direction};
+
+    use super::*;
+
+    pub struct Live(Capture<Active>);
+
+    fn open(iface: &str) -> Result<Capture<Active>> {
+        Capture::from_device(iface)
+            .and_then(|c| {
+                c.promisc(true)
+                    .immediate_mode(true)
+                    .snaplen(65535)
+                    .timeout(100)
+                    .open()
+            })
+            .with_context(|| format!("cannot open interface {iface} (root or CAP_NET_RAW needed)"))
+    }
+
+    pub fn source(iface: &str) -> Result<Box<dyn FrameSource>> {
+        let c = open(iface)?;
+        c.direction(Direction::In)
+            .with_context(|| format!("{iface}: inbound-only capture"))?;
+        Ok(Box::new(Live(c)))
+    }
+
+    pub fn sink(iface: &str) -> Result<Box<dyn FrameSink>> {
+        Ok(Box::new(Live(open(iface)?)))
+    }
+
+    impl FrameSource for Live {
+        fn next_frame(&mut self, stop: &AtomicBool) -> Result<Option<(Duration, Vec<u8>)>> {
+            while !stop.load(Ordering::Relaxed) {
+                match self.0.next_packet() {
+                    Ok(p) => {
+                        let ts = Duration::from_secs(p.header.ts.tv_sec as u64)
+                            + Duration::from_micros(p.header.ts.tv_usec as u64);
+                        return Ok(Some((ts, p.data.to_vec())));
+                    }
+                    Err(pcap::Error::TimeoutExpired) => {}
+                    Err(e) => return Err(e).context("capturing"),
+                }
+            }
+            Ok(None)
+        }
+    }
+
+    impl FrameSink for Live {
+        fn send(&mut self, _ts: Duration, frame: &[u8]) -> Result<()> {
+            self.0.sendpacket(frame).context("sending a frame")
+        }
+    }
+}
+
+#[cfg(feature = "live")]
+pub use imp::{sink, source};
+
+#[cfg(not(feature = "live"))]
+const NOT_BUILT: &str = "live interfaces need a build with `--features live` (and libpcap: \
+    apt-get install libpcap-dev), e.g. cargo run --release --features live -- node ...";
+
+/// Frames from a live interface.
+#[cfg(not(feature = "live"))]
+pub fn source(_iface: &str) -> anyhow::Result<Box<dyn FrameSource>> {
+    anyhow::bail!(NOT_BUILT)
+}
+
+/// Frames out of a live interface.
+#[cfg(not(feature = "live"))]
+pub fn sink(_iface: &str) -> anyhow::Result<Box<dyn FrameSink>> {
+    anyhow::bail!(NOT_BUILT)
+}

@@ -1,0 +1,129 @@
+//! `intscope node` on live Linux interfaces (a build with `--features live`): two veth pairs,
+//! frames injected into one, the node between them as an INT source, INT checked on the frames
+//! that come out of the other. Needs root (CAP_NET_ADMIN for veth, CAP_NET_RAW for capture);
+//! without it the test says so and returns.
+#![cfg(feature = "live")]
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{bin, repo};
+use etherparse::PacketBuilder;
+use intscope_wire::locate::{DetectConfig, Packet, Start};
+
+struct Veth(String);
+
+impl Veth {
+    /// A veth pair `name`0 / `name`1, up, without IPv6 (no neighbour discovery noise).
+    fn new(name: &str) -> Option<Veth> {
+        let ok = Command::new("ip")
+            .args([
+                "link",
+                "add",
+                &format!("{name}0"),
+                "type",
+                "veth",
+                "peer",
+                "name",
+            ])
+            .arg(format!("{name}1"))
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return None;
+        }
+        for end in ["0", "1"] {
+            let dev = format!("{name}{end}");
+            let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1");
+            let _ = Command::new("ip")
+                .args(["link", "set", &dev, "up"])
+                .status();
+        }
+        Some(Veth(name.to_string()))
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &format!("{}0", self.0)])
+            .status();
+    }
+}
+
+#[test]
+fn a_source_node_between_two_interfaces() {
+    let tag = std::process::id() % 10_000;
+    let (Some(a), Some(b)) = (
+        Veth::new(&format!("isa{tag}-")),
+        Veth::new(&format!("isb{tag}-")),
+    ) else {
+        eprintln!("cannot create veth pairs (not root?): live test skipped");
+        return;
+    };
+    let (a0, a1, b0, b1) = (
+        format!("{}0", a.0),
+        format!("{}1", a.0),
+        format!("{}0", b.0),
+        format!("{}1", b.0),
+    );
+    let open = |dev: &str| {
+        pcap::Capture::from_device(dev)
+            .unwrap()
+            .immediate_mode(true)
+            .timeout(100)
+            .open()
+            .unwrap()
+    };
+    let mut watch = open(&b1);
+    let node = bin()
+        .args(["node", "--config", &repo("examples/node-source.toml")])
+        .args(["--interface", &a1, "--out-interface", &b0, "--count", "20"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut inject = open(&a0);
+    for i in 0..20u16 {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([10, 0, 1, 1], [10, 0, 3, 1], 64)
+            .udp(40000 + i, 5001)
+            .write(&mut f, b"live")
+            .unwrap();
+        inject.sendpacket(f).unwrap();
+    }
+    let cfg = DetectConfig {
+        int_udp_ports: vec![17768],
+        verify_checksums: true,
+        ..DetectConfig::default()
+    };
+    let mut with_int = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while with_int < 20 && Instant::now() < deadline {
+        let Ok(p) = watch.next_packet() else { continue };
+        let Ok(parsed) = Packet::parse(p.data, Start::Ethernet, &cfg) else {
+            continue;
+        };
+        if let Some((_, block)) = parsed.int {
+            assert_eq!(block.stack(None).0.count(), 1, "the source's own hop");
+            assert_eq!(
+                parsed.flow.unwrap().dst_port,
+                5001,
+                "the original port in the shim"
+            );
+            with_int += 1;
+        }
+    }
+    let out = node.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(with_int, 20, "every injected frame left with INT");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (summary["frames"].as_u64(), summary["inserted"].as_u64()),
+        (Some(20), Some(20))
+    );
+}
