@@ -116,6 +116,8 @@ pub struct WatchEntry {
     pub dst_ports: Option<(u16, u16)>,
     /// Source port range, inclusive.
     pub src_ports: Option<(u16, u16)>,
+    /// Ingress interface (the device's level-1 port the packet arrived on).
+    pub ingress_port: Option<u16>,
     /// Match the innermost flow through a tunnel (GTP-U, as SD-Fabric watches mobile user
     /// traffic; VXLAN, Geneve, GRE, IP-in-IP) instead of the packet's own headers. INT still goes
     /// on the outer headers.

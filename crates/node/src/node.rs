@@ -101,6 +101,8 @@ pub struct Node {
     detect: DetectConfig,
     filter: ReportFilter,
     seq: u32,
+    /// Some watchlist entry matches on the ingress interface.
+    watch_by_ingress: bool,
     /// When each probe stream's next probe is due (ns; `None` before the first).
     next_probe: Vec<Option<u64>>,
     /// Counters.
@@ -151,12 +153,14 @@ fn watch_entry<'a>(
     list: &'a [WatchEntry],
     outer: &FlowKey,
     inner: Option<&FlowKey>,
+    ingress: Option<u16>,
 ) -> Option<&'a WatchEntry> {
     list.iter().find(|w| {
         let Some(f) = (if w.inner { inner } else { Some(outer) }) else {
             return false;
         };
-        w.src.is_none_or(|n| n.contains(&f.src_ip()))
+        w.ingress_port.is_none_or(|p| Some(p) == ingress)
+            && w.src.is_none_or(|n| n.contains(&f.src_ip()))
             && w.dst.is_none_or(|n| n.contains(&f.dst_ip()))
             && w.proto.is_none_or(|p| p == f.proto)
             && port_in(w.dst_ports, f.dst_port)
@@ -178,11 +182,13 @@ impl Node {
             gre_proto: Some(cfg.int_gre_proto),
             ..DetectConfig::default()
         };
+        let cfg_watch_by_ingress = cfg.watchlist.iter().any(|w| w.ingress_port.is_some());
         Node {
             filter: ReportFilter::new(cfg.filters.clone()),
             cfg,
             detect,
             seq: 0,
+            watch_by_ingress: cfg_watch_by_ingress,
             next_probe: Vec::new(),
             stats: NodeStats::default(),
         }
@@ -278,7 +284,13 @@ impl Node {
         // The watchlist entry of an INT-free packet, with the node's defaults filled in.
         let watch = match &located {
             Err(Some((layout, flow))) if !self.is_report(layout, frame) => {
-                watch_entry(&self.cfg.watchlist, flow, inner_flow.as_ref())
+                // The ingress interface only when an entry asks for one (it costs a device read).
+                let ingress = if self.watch_by_ingress {
+                    tel.hop(self.cfg.node_id).l1_ingress_if
+                } else {
+                    None
+                };
+                watch_entry(&self.cfg.watchlist, flow, inner_flow.as_ref(), ingress)
                     .map(|w| Watch::of(w, &self.cfg))
             }
             _ => None,

@@ -1473,3 +1473,29 @@ fn transit_hops_can_skip_what_they_cannot_provide() {
     s2.process(&mut f, &tel(&s2));
     assert_eq!((s2.stats.added, s2.stats.skipped), (1, 0));
 }
+
+#[test]
+fn watchlist_entries_can_match_the_ingress_interface() {
+    let host1 = host1_packet(false, false, true);
+    let on_port = |port| {
+        Node::new(NodeConfig {
+            watchlist: vec![WatchEntry {
+                ingress_port: Some(5),
+                ..WatchEntry::default()
+            }],
+            telemetry: TelemetryModel {
+                ingress_port: port,
+                ..TelemetryModel::default()
+            },
+            ..node(1, Role::Source, SourceEncap::UdpPort, 1)
+                .config()
+                .clone()
+        })
+    };
+    let (mut other, mut watched) = (on_port(1), on_port(5));
+    let mut f = host1.clone();
+    other.process(&mut f, &tel(&other));
+    assert_eq!((f == host1, other.stats.untouched), (true, 1));
+    watched.process(&mut f, &tel(&watched));
+    assert_eq!(watched.stats.inserted, 1);
+}
