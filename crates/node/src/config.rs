@@ -118,6 +118,8 @@ pub struct WatchEntry {
     pub src_ports: Option<(u16, u16)>,
     /// Ingress interface (the device's level-1 port the packet arrived on).
     pub ingress_port: Option<u16>,
+    /// Reports this node sends about these flows (default: all: flow, drop, queue).
+    pub reports: Option<Vec<ReportCategory>>,
     /// Match the innermost flow through a tunnel (GTP-U, as SD-Fabric watches mobile user
     /// traffic; VXLAN, Geneve, GRE, IP-in-IP) instead of the packet's own headers. INT still goes
     /// on the outer headers.
@@ -178,6 +180,18 @@ impl Default for ProbeConfig {
             discard: true,
         }
     }
+}
+
+/// A kind of report a watchlist entry asks for (SD-Fabric's report types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReportCategory {
+    /// Flow reports (INT-XD postcards, INT-MX reports) as the flow filter lets them through.
+    Flow,
+    /// Drop reports for the flow's packets this node drops.
+    Drop,
+    /// Queue reports (Q flag) while a configured queue is congested (`[filters]` queues).
+    Queue,
 }
 
 /// Bytes written in a configuration file as a hex string (`"0x0a0b0c0d"` or `"0a 0b 0c 0d"`).

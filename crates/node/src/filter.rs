@@ -65,6 +65,8 @@ pub struct Decision {
     pub report: bool,
     /// It is a queue congestion report (Q flag).
     pub congested: bool,
+    /// A flow report is due (first, interval passed, or a change).
+    pub flow_due: bool,
 }
 
 /// The filter state of one node.
@@ -107,6 +109,7 @@ impl ReportFilter {
             return Decision {
                 report: true,
                 congested: false,
+                flow_due: true,
             };
         }
         let congested = self.queue(egress, queue, latency);
@@ -136,7 +139,11 @@ impl ReportFilter {
         if !report {
             self.suppressed += 1;
         }
-        Decision { report, congested }
+        Decision {
+            report,
+            congested,
+            flow_due: due,
+        }
     }
 
     /// A drop report for `flow` with `reason`.

@@ -22,8 +22,8 @@ use intscope_wire::shim::{
 };
 
 use crate::config::{
-    Mode, MtuAction, NodeConfig, ProbeConfig, ReportFormat, Role, SinkMetadata, SourceEncap,
-    Unsupported, WatchEntry,
+    Mode, MtuAction, NodeConfig, ProbeConfig, ReportCategory, ReportFormat, Role, SinkMetadata,
+    SourceEncap, Unsupported, WatchEntry,
 };
 use crate::filter::{Decision, ReportFilter};
 use crate::frame::{self, Layout};
@@ -127,6 +127,32 @@ struct Watch {
     clone: bool,
     /// D bit: the sink discards the packet after reporting.
     discard: bool,
+    /// The reports wanted about these flows.
+    wants: Wants,
+}
+
+/// Which report categories apply ([`ReportCategory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Wants {
+    flow: bool,
+    drop: bool,
+    queue: bool,
+}
+
+impl Wants {
+    const ALL: Wants = Wants {
+        flow: true,
+        drop: true,
+        queue: true,
+    };
+
+    fn of(list: Option<&[ReportCategory]>) -> Wants {
+        list.map_or(Wants::ALL, |l| Wants {
+            flow: l.contains(&ReportCategory::Flow),
+            drop: l.contains(&ReportCategory::Drop),
+            queue: l.contains(&ReportCategory::Queue),
+        })
+    }
 }
 
 impl Watch {
@@ -142,6 +168,7 @@ impl Watch {
             ds_metadata: w.ds_metadata.0.clone(),
             clone: w.clone,
             discard: w.clone,
+            wants: Wants::of(w.reports.as_deref()),
         }
     }
 }
@@ -299,8 +326,14 @@ impl Node {
             (_, Err(Some((_, flow))), Some(w)) if w.mode == Mode::Xd => {
                 // INT-XD: a postcard with this node's metadata; the packet is untouched.
                 let n = out.reports.len();
-                out.reports
-                    .extend(self.report(frame, w.instructions, tel, true, Some(flow)));
+                out.reports.extend(self.report(
+                    frame,
+                    w.instructions,
+                    tel,
+                    true,
+                    Some(flow),
+                    w.wants,
+                ));
                 self.stats.postcards += (out.reports.len() - n) as u64;
             }
             // INT after TCP/UDP needs TCP/UDP; GRE carries any IP packet.
@@ -312,6 +345,7 @@ impl Node {
             {
                 let instructions = w.instructions;
                 let mx = w.mode == Mode::Mx;
+                let wants = w.wants;
                 let insertion = if w.clone {
                     // INT v2.1 §"INT Applied to Synthetic Traffic": the packet goes on as it is;
                     // a copy carries INT, marked D for the sink to discard after reporting.
@@ -330,8 +364,14 @@ impl Node {
                     // INT-MX: the source reports its own metadata too.
                     let reported = out.synthetic.last().map_or(frame.as_slice(), Vec::as_slice);
                     let n = out.reports.len();
-                    out.reports
-                        .extend(self.report(reported, instructions, tel, true, Some(flow)));
+                    out.reports.extend(self.report(
+                        reported,
+                        instructions,
+                        tel,
+                        true,
+                        Some(flow),
+                        wants,
+                    ));
                     self.stats.mx_reports += (out.reports.len() - n) as u64;
                 }
             }
@@ -350,7 +390,7 @@ impl Node {
             (Role::Transit, Ok(Some((_, _, IntHeader::Mx(h), _))), _) => {
                 let n = out.reports.len();
                 out.reports
-                    .extend(self.report(frame, h.instructions, tel, true, flow));
+                    .extend(self.report(frame, h.instructions, tel, true, flow, Wants::ALL));
                 self.stats.mx_reports += (out.reports.len() - n) as u64;
             }
             (Role::Sink, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))), _) => {
@@ -360,7 +400,7 @@ impl Node {
                 }
                 let own = self.cfg.sink_metadata == SinkMetadata::Report;
                 out.reports
-                    .extend(self.report(frame, h.instructions, tel, own, flow));
+                    .extend(self.report(frame, h.instructions, tel, own, flow, Wants::ALL));
                 self.strip(frame);
                 if h.d {
                     self.stats.discarded += 1;
@@ -370,7 +410,7 @@ impl Node {
             (Role::Sink, Ok(Some((_, _, IntHeader::Mx(h), _))), _) => {
                 let n = out.reports.len();
                 out.reports
-                    .extend(self.report(frame, h.instructions, tel, true, flow));
+                    .extend(self.report(frame, h.instructions, tel, true, flow, Wants::ALL));
                 self.stats.mx_reports += (out.reports.len() - n) as u64;
                 self.strip(frame);
                 if h.d {
@@ -1070,13 +1110,22 @@ impl Node {
         tel: &dyn Telemetry,
     ) -> Option<Vec<u8>> {
         let mut hop = tel.hop(self.cfg.node_id);
-        if let Some(flow) = Packet::parse(frame, Start::Ethernet, &self.detect)
-            .ok()
-            .and_then(|p| p.flow)
-            && !self.filter.drop(flow, reason, hop.ingress_ts.unwrap_or(0))
+        let parsed = Packet::parse(frame, Start::Ethernet, &self.detect).ok();
+        if let Some(p) = &parsed
+            && let Some(flow) = p.flow
         {
-            self.stats.filtered += 1;
-            return None;
+            // A watchlist entry for this flow that does not ask for drop reports.
+            let unwanted = watch_entry(
+                &self.cfg.watchlist,
+                &flow,
+                p.inner_flow.as_ref(),
+                hop.l1_ingress_if,
+            )
+            .is_some_and(|w| !Wants::of(w.reports.as_deref()).drop);
+            if unwanted || !self.filter.drop(flow, reason, hop.ingress_ts.unwrap_or(0)) {
+                self.stats.filtered += 1;
+                return None;
+            }
         }
         let bits = (self.cfg.instructions & !NODE_ID & hop.available_bits()) | BIT15;
         hop.drop_reason = Some(reason);
@@ -1098,6 +1147,7 @@ impl Node {
         tel: &dyn Telemetry,
         own: bool,
         flow: Option<FlowKey>,
+        wants: Wants,
     ) -> Option<Vec<u8>> {
         let hop = tel.hop(self.cfg.node_id);
         // SD-Fabric's smart filters (off unless configured): once per interval per 5-tuple,
@@ -1114,9 +1164,12 @@ impl Node {
             None => Decision {
                 report: true,
                 congested: false,
+                flow_due: true,
             },
         };
-        if !decision.report {
+        // A watchlist entry may want only some kinds of report.
+        let wanted = (decision.flow_due && wants.flow) || (decision.congested && wants.queue);
+        if !decision.report || !wanted {
             self.stats.filtered += 1;
             return None;
         }

@@ -1499,3 +1499,52 @@ fn watchlist_entries_can_match_the_ingress_interface() {
     watched.process(&mut f, &tel(&watched));
     assert_eq!(watched.stats.inserted, 1);
 }
+
+#[test]
+fn watchlist_entries_choose_their_report_categories() {
+    use intscope_node::config::ReportCategory;
+    use intscope_node::filter::{FilterConfig, QueueThreshold};
+    let host1 = host1_packet(false, false, true);
+    let postcards = |latency, reports| {
+        Node::new(NodeConfig {
+            mode: intscope_node::Mode::Xd,
+            watchlist: vec![WatchEntry {
+                reports: Some(reports),
+                ..WatchEntry::default()
+            }],
+            filters: FilterConfig {
+                enabled: true,
+                queues: vec![QueueThreshold {
+                    queue_id: 0,
+                    trigger_ns: 1_000,
+                    reset_ns: None,
+                }],
+                ..FilterConfig::default()
+            },
+            telemetry: TelemetryModel {
+                hop_latency_ns: latency,
+                ..TelemetryModel::default()
+            },
+            ..node(2, Role::Transit, SourceEncap::UdpPort, 2)
+                .config()
+                .clone()
+        })
+    };
+    // Queue reports only: nothing while the queue is fine, a Q report when it is congested.
+    let mut calm = postcards(100, vec![ReportCategory::Queue]);
+    let mut f = host1.clone();
+    assert!(calm.process(&mut f, &tel(&calm)).reports.is_empty());
+    let mut busy = postcards(5_000, vec![ReportCategory::Queue]);
+    let out = busy.process(&mut f, &tel(&busy));
+    let r = Report::parse(&out.reports[0]).unwrap();
+    assert!(r.individual_reports().next().unwrap().unwrap().header.q);
+    // Flow reports but no drop reports for this flow.
+    let mut flows_only = postcards(100, vec![ReportCategory::Flow]);
+    assert_eq!(
+        flows_only.process(&mut f, &tel(&flows_only)).reports.len(),
+        1
+    );
+    assert!(flows_only.drop_report(&f, 29, &tel(&flows_only)).is_none());
+    let mut everything = postcards(100, vec![ReportCategory::Flow, ReportCategory::Drop]);
+    assert!(everything.drop_report(&f, 29, &tel(&everything)).is_some());
+}
