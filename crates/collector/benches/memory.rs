@@ -1,0 +1,69 @@
+//! Resident memory of the collector's state with many active flows: the load generator's v2.0
+//! traffic (8 reports per datagram, 4-node paths) through decode → correlate → detect until every
+//! flow has reported `SAMPLES` times, then the process's resident set (`/proc/self/status`)
+//! against the same measure before the state existed.
+//!
+//! `cargo bench -p intscope-collector --bench memory -- [FLOWS]` (default 1 000 000)
+
+use intscope_collector::detect::DetectConfig as Thresholds;
+use intscope_collector::loadgen::{Generator, INT_PORT, LoadConfig, LoadVersion};
+use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
+use intscope_collector::state::State;
+use intscope_wire::locate::DetectConfig;
+
+/// Reports per flow: enough to fill each flow's bounded recent history.
+const SAMPLES: u64 = 40;
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn main() {
+    let flows: u32 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let mut g = Generator::new(LoadConfig {
+        flows,
+        hops: 4,
+        version: LoadVersion::V2,
+        batch: 8,
+        ..LoadConfig::default()
+    });
+    let cfg = DetectConfig {
+        int_udp_ports: vec![INT_PORT],
+        heuristic: true,
+        ..DetectConfig::default()
+    };
+    let before = rss_bytes();
+    let mut state = State::new(Thresholds::default());
+    let mut rec = Record::default();
+    let mut buf = Vec::new();
+    let (mut reports, mut t) = (0u64, 0u64);
+    let target = u64::from(flows) * SAMPLES;
+    while reports < target {
+        let n = g.next_datagram(&mut buf);
+        t += 100;
+        let _ = decode_datagram(&buf, t, &cfg, FlowKeyMode::Innermost, &mut rec, |r| {
+            state.process(r)
+        });
+        reports += n as u64;
+    }
+    let after = rss_bytes();
+    let per_flow = (after - before) as f64 / f64::from(flows);
+    println!(
+        "{{\"flows\": {}, \"flows_in_state\": {}, \"reports\": {reports}, \"rss_before_mib\": {:.0}, \"rss_after_mib\": {:.0}, \"state_mib\": {:.0}, \"bytes_per_flow\": {per_flow:.0}}}",
+        flows,
+        state.flows.len(),
+        before as f64 / 1048576.0,
+        after as f64 / 1048576.0,
+        (after - before) as f64 / 1048576.0,
+    );
+}
