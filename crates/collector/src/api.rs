@@ -228,7 +228,7 @@ fn flow_summary(f: &FlowState) -> Value {
 async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Value>, ApiError> {
     with_state(&c, |s| {
         let needle = q.q.as_deref().map(str::to_lowercase);
-        let mut rows: Vec<&FlowState> = s
+        let rows: Vec<&FlowState> = s
             .flows
             .values()
             .filter(|f| q.node.is_none_or(|n| f.path.iter().any(|h| h.node_id == n)))
@@ -244,29 +244,36 @@ async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Va
             })
             .collect();
         let total = rows.len();
-        match q.sort.as_deref().unwrap_or("last_seen") {
-            "reports" => rows.sort_by(|a, b| b.reports.cmp(&a.reports).then(a.id.cmp(&b.id))),
-            "drops" => rows.sort_by(|a, b| b.drops.cmp(&a.drops).then(a.id.cmp(&b.id))),
-            "p99" => rows.sort_by(|a, b| {
-                b.e2e
-                    .quantile(0.99)
-                    .cmp(&a.e2e.quantile(0.99))
-                    .then(a.id.cmp(&b.id))
-            }),
-            "path_changes" => {
-                rows.sort_by(|a, b| b.path_changes.cmp(&a.path_changes).then(a.id.cmp(&b.id)))
-            }
-            "first_seen" => {
-                rows.sort_by(|a, b| a.first_seen_ns.cmp(&b.first_seen_ns).then(a.id.cmp(&b.id)))
-            }
-            _ => rows.sort_by(|a, b| b.last_seen_ns.cmp(&a.last_seen_ns).then(a.id.cmp(&b.id))),
-        }
-        let limit = q.limit.unwrap_or(100).min(10_000);
-        let page: Vec<Value> = rows
+        // One key per flow, read once (the flows are large and many), larger first; ties by ID.
+        let key: fn(&FlowState) -> u64 = match q.sort.as_deref().unwrap_or("last_seen") {
+            "reports" => |f| f.reports,
+            "drops" => |f| f.drops,
+            "p99" => |f| f.e2e.quantile(0.99).unwrap_or(0),
+            "path_changes" => |f| f.path_changes,
+            "first_seen" => |f| u64::MAX - f.first_seen_ns,
+            _ => |f| f.last_seen_ns,
+        };
+        let mut keyed: Vec<(std::cmp::Reverse<u64>, u64, &FlowState)> = rows
             .into_iter()
-            .skip(q.offset.unwrap_or(0))
-            .take(limit)
-            .map(flow_summary)
+            .map(|f| (std::cmp::Reverse(key(f)), f.id, f))
+            .collect();
+        let offset = q.offset.unwrap_or(0);
+        let limit = q.limit.unwrap_or(100).min(10_000);
+        // Only the requested page needs order: select it, then sort just that part.
+        let wanted = offset.saturating_add(limit).min(keyed.len());
+        let order = |a: &(std::cmp::Reverse<u64>, u64, &FlowState),
+                     b: &(std::cmp::Reverse<u64>, u64, &FlowState)| {
+            (a.0, a.1).cmp(&(b.0, b.1))
+        };
+        if wanted < keyed.len() {
+            keyed.select_nth_unstable_by(wanted, order);
+            keyed.truncate(wanted);
+        }
+        keyed.sort_unstable_by(order);
+        let page: Vec<Value> = keyed
+            .into_iter()
+            .skip(offset)
+            .map(|(_, _, f)| flow_summary(f))
             .collect();
         Json(json!({"total": total, "flows": page}))
     })

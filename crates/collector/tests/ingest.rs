@@ -222,6 +222,33 @@ fn loopback_traffic_is_accounted_for_and_served() {
         4,
         "source, two transit hops, sink"
     );
+    // A page is the matching slice of the whole order (the list selects, then sorts, a page).
+    for (sort, field) in [
+        ("reports", "reports"),
+        ("p99", "e2e_latency_p99"),
+        ("last_seen", "last_seen_ns"),
+    ] {
+        let all: serde_json::Value =
+            serde_json::from_str(&http_get(http, &format!("/api/flows?limit=1000&sort={sort}")).1)
+                .unwrap();
+        let all = all["flows"].as_array().unwrap().clone();
+        assert_eq!(all.len(), 200);
+        let values: Vec<u64> = all.iter().map(|f| f[field].as_u64().unwrap_or(0)).collect();
+        assert!(
+            values.windows(2).all(|w| w[0] >= w[1]),
+            "{sort}: descending"
+        );
+        let page: serde_json::Value = serde_json::from_str(
+            &http_get(http, &format!("/api/flows?limit=7&offset=50&sort={sort}")).1,
+        )
+        .unwrap();
+        let ids = |v: &[serde_json::Value]| v.iter().map(|f| f["id"].clone()).collect::<Vec<_>>();
+        assert_eq!(
+            ids(page["flows"].as_array().unwrap()),
+            ids(&all[50..57]),
+            "{sort}"
+        );
+    }
     let (code, body) = http_get(http, &format!("/api/flows/{}", first["id"]));
     assert_eq!(code, 200);
     let detail: serde_json::Value = serde_json::from_str(&body).unwrap();
