@@ -143,7 +143,7 @@ pub struct FlowState {
     pub path_history: VecDeque<(u64, Vec<PathHop>)>,
     /// End-to-end latency (sum of hop latencies), ns.
     pub e2e: Histogram,
-    /// Recent (time, e2e latency, per-hop latencies) samples (bounded).
+    /// Recent (time, e2e latency, per-hop latencies and occupancies) samples (bounded).
     pub series: VecDeque<Sample>,
     /// Changed since the last store flush.
     pub dirty: bool,
@@ -161,17 +161,51 @@ pub const MAX_HEADS: usize = 16;
 /// Hops a latency sample keeps (the first ones of the path).
 pub const SAMPLE_HOPS: usize = 8;
 
-/// One latency sample of a flow (fixed size: no allocation per report).
-#[derive(Debug, Clone, serde::Serialize)]
+/// One latency sample of a flow: fixed size (no allocation per report) and compact — a missing
+/// value is all ones, as on the wire, rather than an `Option`, so a sample takes 80 bytes, not
+/// 152; every flow keeps [`SERIES_LEN`] of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sample {
     /// Report time, ns.
     pub time_ns: u64,
-    /// End-to-end latency (sum of hop latencies).
-    pub e2e_latency: Option<u64>,
-    /// Hop latencies along the path, source first (`null` past the path's end).
-    pub hop_latency: [Option<u32>; SAMPLE_HOPS],
+    /// End-to-end latency, ns, saturating just below 2^32 (4.29 s).
+    e2e: u32,
+    hop_latency: [u32; SAMPLE_HOPS],
+    queue_occupancy: [u32; SAMPLE_HOPS],
+}
+
+/// "No value" in a [`Sample`].
+const NONE: u32 = u32::MAX;
+
+fn value(v: u32) -> Option<u32> {
+    (v != NONE).then_some(v)
+}
+
+impl Sample {
+    /// End-to-end latency (sum of the hop latencies reported).
+    pub fn e2e_latency(&self) -> Option<u64> {
+        value(self.e2e).map(u64::from)
+    }
+    /// Hop latencies along the path, source first (`None` past the path's end or unreported).
+    pub fn hop_latency(&self) -> [Option<u32>; SAMPLE_HOPS] {
+        self.hop_latency.map(value)
+    }
     /// Queue occupancies along the path, source first.
-    pub queue_occupancy: [Option<u32>; SAMPLE_HOPS],
+    pub fn queue_occupancy(&self) -> [Option<u32>; SAMPLE_HOPS] {
+        self.queue_occupancy.map(value)
+    }
+}
+
+impl serde::Serialize for Sample {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Sample", 4)?;
+        st.serialize_field("time_ns", &self.time_ns)?;
+        st.serialize_field("e2e_latency", &self.e2e_latency())?;
+        st.serialize_field("hop_latency", &self.hop_latency())?;
+        st.serialize_field("queue_occupancy", &self.queue_occupancy())?;
+        st.end()
+    }
 }
 
 /// Recent paths kept per flow.
@@ -307,21 +341,23 @@ impl FlowState {
     pub fn observe_latency(&mut self, now: u64, path: &[Hop]) {
         let mut sample = Sample {
             time_ns: now,
-            e2e_latency: None,
-            hop_latency: [None; SAMPLE_HOPS],
-            queue_occupancy: [None; SAMPLE_HOPS],
+            e2e: NONE,
+            hop_latency: [NONE; SAMPLE_HOPS],
+            queue_occupancy: [NONE; SAMPLE_HOPS],
         };
+        let mut e2e: Option<u64> = None;
         for (i, h) in path.iter().enumerate() {
             if let Some(l) = h.hop_latency {
-                *sample.e2e_latency.get_or_insert(0) += u64::from(l);
+                *e2e.get_or_insert(0) += u64::from(l);
             }
             if i < SAMPLE_HOPS {
-                sample.hop_latency[i] = h.hop_latency;
-                sample.queue_occupancy[i] = h.queue_occupancy;
+                sample.hop_latency[i] = h.hop_latency.unwrap_or(NONE);
+                sample.queue_occupancy[i] = h.queue_occupancy.unwrap_or(NONE);
             }
         }
-        if let Some(v) = sample.e2e_latency {
+        if let Some(v) = e2e {
             self.e2e.record(v);
+            sample.e2e = v.min(u64::from(NONE - 1)) as u32;
         }
         if self.series.len() == SERIES_LEN {
             self.series.pop_front();
@@ -345,6 +381,44 @@ mod tests {
         assert!((p50 / 500_000.0 - 1.0).abs() < 0.25, "{p50}");
         assert!((p99 / 990_000.0 - 1.0).abs() < 0.25, "{p99}");
         assert_eq!(Histogram::default().quantile(0.5), None);
+    }
+
+    #[test]
+    fn samples_serialize_with_nulls_for_what_was_not_reported() {
+        let key = FlowKey {
+            src: std::net::Ipv6Addr::LOCALHOST,
+            dst: std::net::Ipv6Addr::LOCALHOST,
+            proto: 17,
+            src_port: 1,
+            dst_port: 2,
+        };
+        let mut f = FlowState::new(key, 1, 0);
+        let hop = |lat, occ| Hop {
+            hop_latency: lat,
+            queue_occupancy: occ,
+            ..Hop::default()
+        };
+        f.observe_latency(
+            5,
+            &[
+                hop(Some(100), Some(7)),
+                hop(None, Some(9)),
+                hop(Some(200), None),
+            ],
+        );
+        let v = serde_json::to_value(f.series.back().unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "time_ns": 5,
+                "e2e_latency": 300,
+                "hop_latency": [100, null, 200, null, null, null, null, null],
+                "queue_occupancy": [7, 9, null, null, null, null, null, null],
+            })
+        );
+        assert_eq!(std::mem::size_of::<Sample>(), 80);
+        f.observe_latency(6, &[hop(None, None)]);
+        assert_eq!(f.series.back().unwrap().e2e_latency(), None);
     }
 
     proptest::proptest! {
