@@ -58,6 +58,15 @@ fn node(id: u32, role: Role, encap: SourceEncap, occupancy: u32) -> Node {
     })
 }
 
+/// Switch 1 (source), 2 (transit) and 3 (sink), each made by `make`.
+fn three(make: impl Fn(u32, Role) -> Node) -> (Node, Node, Node) {
+    (
+        make(1, Role::Source),
+        make(2, Role::Transit),
+        make(3, Role::Sink),
+    )
+}
+
 fn tel(n: &Node) -> StaticTelemetry {
     StaticTelemetry {
         model: n.config().telemetry.clone(),
@@ -660,11 +669,7 @@ fn checksum_complement_keeps_the_l4_checksum() {
         };
         let csum_at = 14 + 20 + if tcp { 16 } else { 6 };
         let csum = |f: &[u8]| u16::from_be_bytes([f[csum_at], f[csum_at + 1]]);
-        let (mut s1, mut s2, mut s3) = (
-            with_complement(1, Role::Source, true),
-            with_complement(2, Role::Transit, true),
-            with_complement(3, Role::Sink, true),
-        );
+        let (mut s1, mut s2, mut s3) = three(|id, role| with_complement(id, role, true));
         let mut f = host1.clone();
         s1.process(&mut f, &tel(&s1));
         s2.process(&mut f, &tel(&s2));
@@ -914,11 +919,7 @@ fn probe_marker_encapsulation() {
                 ..node(id, role, SourceEncap::Dscp, id).config().clone()
             })
         };
-        let (mut s1, mut s2, mut s3) = (
-            marked(1, Role::Source),
-            marked(2, Role::Transit),
-            marked(3, Role::Sink),
-        );
+        let (mut s1, mut s2, mut s3) = three(marked);
         let mut f = host1.clone();
         s1.process(&mut f, &tel(&s1));
         s2.process(&mut f, &tel(&s2));
@@ -1027,11 +1028,7 @@ fn gre_encapsulation_added_at_the_source_and_removed_at_the_sink() {
                 ..node(id, role, SourceEncap::Gre, id * 100).config().clone()
             })
         };
-        let (mut s1, mut s2, mut s3) = (
-            gre(1, Role::Source),
-            gre(2, Role::Transit),
-            gre(3, Role::Sink),
-        );
+        let (mut s1, mut s2, mut s3) = three(gre);
         let mut f = host1.clone();
         s1.process(&mut f, &tel(&s1));
         s2.process(&mut f, &tel(&s2));
@@ -1265,11 +1262,7 @@ fn geneve_option_carries_int_within_its_124_bytes() {
                 .clone()
         })
     };
-    let (mut s1, mut s2, mut s3) = (
-        geneve(1, Role::Source, 0x9000),
-        geneve(2, Role::Transit, 0x9000),
-        geneve(3, Role::Sink, 0x9000),
-    );
+    let (mut s1, mut s2, mut s3) = three(|id, role| geneve(id, role, 0x9000));
     let mut f = host1.clone();
     s1.process(&mut f, &tel(&s1));
     s2.process(&mut f, &tel(&s2));
@@ -1322,11 +1315,7 @@ fn reserved_instruction_bits_get_all_ones() {
             ..node(id, role, SourceEncap::UdpPort, id).config().clone()
         })
     };
-    let (mut s1, mut s2, mut s3) = (
-        with_reserved(1, Role::Source),
-        with_reserved(2, Role::Transit),
-        with_reserved(3, Role::Sink),
-    );
+    let (mut s1, mut s2, mut s3) = three(with_reserved);
     let mut f = host1.clone();
     s1.process(&mut f, &tel(&s1));
     s2.process(&mut f, &tel(&s2));

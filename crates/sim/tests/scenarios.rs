@@ -337,20 +337,29 @@ fn mx_and_xd_modes_give_the_same_paths() {
     }
 }
 
-#[test]
-fn a_slow_port_is_a_long_congestion_episode() {
-    // The port to the host the mix's first elephant (200 Mb/s) goes to drops to 100 Mb/s.
+/// The default mix, the leaf port to the host its first elephant (200 Mb/s) goes to, and that
+/// port slowed to 100 Mb/s from `from_ms` to `until_ms`.
+fn slow_port_of_the_first_elephant(
+    from_ms: u64,
+    until_ms: u64,
+) -> (Vec<intscope_sim::FlowSpec>, (u32, u32), Scheduled) {
     let mix = default_mix(&SimConfig::default().topology, 48, 7, 60 * MS);
     let (leaf, host) = intscope_sim::topology::locate(mix[0].dst).unwrap();
     let slow = Scheduled {
-        from_ns: 10 * MS,
-        until_ns: 40 * MS,
+        from_ns: from_ms * MS,
+        until_ns: until_ms * MS,
         fault: Fault::SlowPort {
             leaf,
             host,
             gbps: 0.1,
         },
     };
+    (mix, (leaf, host), slow)
+}
+
+#[test]
+fn a_slow_port_is_a_long_congestion_episode() {
+    let (mix, (leaf, host), slow) = slow_port_of_the_first_elephant(10, 40);
     let (_, c) = run(Mode::Md, vec![slow], 60);
     let at_port = |kind| {
         events(&c, kind)
@@ -380,17 +389,7 @@ fn a_slow_port_is_a_long_congestion_episode() {
 
 #[test]
 fn ports_report_their_tx_utilization() {
-    let mix = default_mix(&SimConfig::default().topology, 48, 7, 30 * MS);
-    let (leaf, host) = intscope_sim::topology::locate(mix[0].dst).unwrap();
-    let slow = Scheduled {
-        from_ns: 5 * MS,
-        until_ns: 60 * MS,
-        fault: Fault::SlowPort {
-            leaf,
-            host,
-            gbps: 0.1,
-        },
-    };
+    let (_, (leaf, host), slow) = slow_port_of_the_first_elephant(5, 60);
     // Stops while the port is still slow: its last report is from a saturated port.
     let (_, c) = run(Mode::Md, vec![slow], 30);
     let s = c.state.lock().unwrap();
