@@ -257,8 +257,10 @@ impl State {
         // Hops an intermediate report recorded before this report's stack began.
         let head_hops = seen.map_or(0, |s| s.1);
         self.observe_hops(r, flow_id);
-        self.observe_links(r, head_hops);
-        self.observe_flags(r, flow_id, head_hops);
+        // Hops that forwarded without INT, from the TTL (links and the non-INT detector use it).
+        let gap = non_int_hops(r, head_hops);
+        self.observe_links(r, gap.as_ref());
+        self.observe_flags(r, flow_id, head_hops, gap.as_ref());
         if now >= self.next_sweep_ns {
             self.next_sweep_ns = now + SWEEP_NS;
             self.sweep(now);
@@ -602,12 +604,12 @@ impl State {
             .map(|(_, _, b, _)| *b)
     }
 
-    fn observe_links(&mut self, r: &Record, head_hops: u8) {
+    fn observe_links(&mut self, r: &Record, gap: Option<&TtlGap>) {
         // Consecutive hops are neighbours only if no hop in between went unrecorded.
         if r.mtu_exceeded
             || r.hop_limit_exceeded
             || r.path_truncated
-            || non_int_hops(r, head_hops).is_some_and(|g| g.non_int > 0)
+            || gap.is_some_and(|g| g.non_int > 0)
         {
             return;
         }
@@ -624,7 +626,13 @@ impl State {
         }
     }
 
-    fn observe_flags(&mut self, r: &Record, flow_id: Option<u64>, head_hops: u8) {
+    fn observe_flags(
+        &mut self,
+        r: &Record,
+        flow_id: Option<u64>,
+        head_hops: u8,
+        gap: Option<&TtlGap>,
+    ) {
         let now = r.time_ns;
         let flow = r.flow.zip(flow_id);
         let last = r.hops().last().copied().unwrap_or_default();
@@ -678,7 +686,7 @@ impl State {
             );
         }
         if self.cfg.non_int_hops
-            && let Some(gap) = non_int_hops(r, head_hops).filter(|g| g.non_int > 0)
+            && let Some(gap) = gap.filter(|g| g.non_int > 0)
         {
             let ev = json!({"ip_ttl": r.ip_ttl, "assumed_initial_ttl": gap.initial_ttl, "ttl_decrement": gap.ttl_decrement, "int_hops": r.int_hops + head_hops, "non_int_hops": gap.non_int});
             self.raise(
