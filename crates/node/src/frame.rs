@@ -51,6 +51,43 @@ impl Layout {
     }
 }
 
+/// Inserts `bytes` at `at`, inside a UDP datagram's payload (`l` is its layout), keeping the UDP
+/// length, a non-zero UDP checksum (RFC 1624) and the IP length right.
+pub fn udp_insert(frame: &mut Vec<u8>, l: &Layout, at: usize, bytes: &[u8]) {
+    udp_resize(frame, l, &[], bytes);
+    insert(frame, at, bytes);
+}
+
+/// Removes `len` bytes at `at` from a UDP datagram's payload, keeping lengths and checksum right.
+pub fn udp_remove(frame: &mut Vec<u8>, l: &Layout, at: usize, len: usize) {
+    let removed = frame[at..at + len].to_vec();
+    udp_resize(frame, l, &removed, &[]);
+    frame.drain(at..at + len);
+}
+
+/// Overwrites bytes at `at` (an even offset in a UDP datagram, header or payload) with `new` of
+/// the same length, keeping a non-zero UDP checksum right.
+pub fn udp_overwrite(frame: &mut [u8], l: &Layout, at: usize, new: &[u8]) {
+    let csum_at = l.l4_checksum_at();
+    let csum = be16(frame, csum_at);
+    if csum != 0 {
+        let c = checksum::update(csum, &frame[at..at + new.len()], new);
+        put16(frame, csum_at, checksum::udp_wire_checksum(c));
+    }
+    frame[at..at + new.len()].copy_from_slice(new);
+}
+
+/// The UDP length, checksum and IP length for `old` bytes of the payload becoming `new`.
+fn udp_resize(frame: &mut [u8], l: &Layout, old: &[u8], new: &[u8]) {
+    let old_len = l4_len(frame, l);
+    let new_len = (usize::from(old_len) + new.len() - old.len()) as u16;
+    let csum_at = l.l4_checksum_at();
+    let c = updated_l4_checksum(be16(frame, csum_at), true, old, new, old_len, new_len, true);
+    put16(frame, csum_at, c);
+    put16(frame, l.l4_at + 4, new_len);
+    adjust_ip_len(frame, l, new.len() as isize - old.len() as isize);
+}
+
 /// IP protocol number of GRE.
 pub const GRE: u8 = 47;
 
@@ -70,18 +107,12 @@ pub fn refresh_gre_checksum(frame: &mut [u8], l: &Layout) {
 /// result does not fit the field.
 pub fn adjust_geneve_opt_len(frame: &mut [u8], l: &Layout, delta_words: isize) -> bool {
     let at = l.l4_at + 8;
-    let old = [frame[at], frame[at + 1]];
-    let len = (old[0] & 0x3f) as isize + delta_words;
+    let len = (frame[at] & 0x3f) as isize + delta_words;
     if !(0..=0x3f).contains(&len) {
         return false;
     }
-    frame[at] = (old[0] & 0xc0) | len as u8;
-    let csum_at = l.l4_checksum_at();
-    let csum = be16(frame, csum_at);
-    if csum != 0 {
-        let c = checksum::update(csum, &old, &[frame[at], frame[at + 1]]);
-        put16(frame, csum_at, checksum::udp_wire_checksum(c));
-    }
+    let new = [(frame[at] & 0xc0) | len as u8, frame[at + 1]];
+    udp_overwrite(frame, l, at, &new);
     true
 }
 

@@ -631,50 +631,19 @@ impl Node {
                 if !frame::adjust_geneve_opt_len(frame, &l, (block.len() / 4) as isize) {
                     return Insertion::TooBig;
                 }
-                let old_len = frame::l4_len(frame, &l);
-                let new_len = old_len + block.len() as u16;
-                let csum_at = l.l4_checksum_at();
-                let c = frame::updated_l4_checksum(
-                    frame::get16(frame, csum_at),
-                    true,
-                    &[],
-                    &block,
-                    old_len,
-                    new_len,
-                    true,
-                );
-                frame::set16(frame, csum_at, c);
-                frame::set16(frame, l.l4_at + 4, new_len);
-                frame::insert(frame, at, &block);
-                frame::adjust_ip_len(frame, &l, block.len() as isize);
+                frame::udp_insert(frame, &l, at, &block);
             }
             SourceEncap::VxlanGpe => {
                 // The VXLAN(-GPE) header now announces INT (P bit, next protocol 0x82); VXLAN
                 // becomes VXLAN-GPE on its port. The block follows the 8-byte header.
                 let vx = l.l4_at + 8;
-                let mut old = [0u8; 10];
-                old[..2].copy_from_slice(&frame[l.l4_at + 2..l.l4_at + 4]);
-                old[2..].copy_from_slice(&frame[vx..vx + 8]);
-                let mut new = old;
-                new[..2].copy_from_slice(&self.detect.vxlan_gpe_port.to_be_bytes());
-                new[2] |= 0x04;
-                new[2 + 3] = GPE_NEXT_PROTO_INT;
-                let old_len = frame::l4_len(frame, &l);
-                let new_len = old_len + block.len() as u16;
-                let csum_at = l.l4_checksum_at();
-                let csum = frame::get16(frame, csum_at);
-                if csum != 0 {
-                    let c = intscope_wire::checksum::update(csum, &old[..2], &new[..2]);
-                    let c = intscope_wire::checksum::update(c, &old[2..], &new[2..]);
-                    let c =
-                        frame::updated_l4_checksum(c, true, &[], &block, old_len, new_len, true);
-                    frame::set16(frame, csum_at, c);
-                }
-                frame[l.l4_at + 2..l.l4_at + 4].copy_from_slice(&new[..2]);
-                frame[vx..vx + 8].copy_from_slice(&new[2..]);
-                frame::set16(frame, l.l4_at + 4, new_len);
-                frame::insert(frame, vx + 8, &block);
-                frame::adjust_ip_len(frame, &l, block.len() as isize);
+                let mut header: [u8; 8] = frame[vx..vx + 8].try_into().unwrap_or_default();
+                header[0] |= 0x04;
+                header[3] = GPE_NEXT_PROTO_INT;
+                let port = self.detect.vxlan_gpe_port.to_be_bytes();
+                frame::udp_overwrite(frame, &l, l.l4_at + 2, &port);
+                frame::udp_overwrite(frame, &l, vx, &header);
+                frame::udp_insert(frame, &l, vx + 8, &block);
             }
             SourceEncap::Gre if existing_gre => {
                 // INT v2.1 §"INT over IPv4/GRE", scenario 1: behind the GRE header (and its
@@ -950,24 +919,8 @@ impl Node {
         }
         if let AnyShim::V2(Shim::Geneve(_)) = block.shim {
             // Remove the INT option; the Geneve header's options shrink by it.
-            let old_len = frame::l4_len(frame, &l);
-            let new_len = old_len - len as u16;
-            let removed = frame[off..off + len].to_vec();
             frame::adjust_geneve_opt_len(frame, &l, -((len / 4) as isize));
-            let csum_at = l.l4_checksum_at();
-            let c = frame::updated_l4_checksum(
-                frame::get16(frame, csum_at),
-                true,
-                &removed,
-                &[],
-                old_len,
-                new_len,
-                true,
-            );
-            frame::set16(frame, csum_at, c);
-            frame::set16(frame, l.l4_at + 4, new_len);
-            frame::remove(frame, off, len);
-            frame::adjust_ip_len(frame, &l, -(len as isize));
+            frame::udp_remove(frame, &l, off, len);
             self.stats.sunk += 1;
             return Some(());
         }
@@ -1071,32 +1024,16 @@ impl Node {
         if off != vx + 8 {
             return None;
         }
-        let mut old = [0u8; 10];
-        old[..2].copy_from_slice(&frame[l.l4_at + 2..l.l4_at + 4]);
-        old[2..].copy_from_slice(&frame[vx..vx + 8]);
-        let mut new = old;
-        new[2 + 3] = g.next_protocol;
+        let mut header: [u8; 8] = frame[vx..vx + 8].try_into().ok()?;
+        header[3] = g.next_protocol;
         if g.g {
-            new[..2].copy_from_slice(&self.detect.vxlan_port.to_be_bytes());
-            new[2] &= !0x04;
-            new[2 + 3] = 0;
+            header[0] &= !0x04;
+            header[3] = 0;
+            let port = self.detect.vxlan_port.to_be_bytes();
+            frame::udp_overwrite(frame, l, l.l4_at + 2, &port);
         }
-        let old_len = frame::l4_len(frame, l);
-        let new_len = old_len - len as u16;
-        let csum_at = l.l4_checksum_at();
-        let csum = frame::get16(frame, csum_at);
-        if csum != 0 {
-            let c = intscope_wire::checksum::update(csum, &old[..2], &new[..2]);
-            let c = intscope_wire::checksum::update(c, &old[2..], &new[2..]);
-            let block = frame[off..off + len].to_vec();
-            let c = frame::updated_l4_checksum(c, true, &block, &[], old_len, new_len, true);
-            frame::set16(frame, csum_at, c);
-        }
-        frame[l.l4_at + 2..l.l4_at + 4].copy_from_slice(&new[..2]);
-        frame[vx..vx + 8].copy_from_slice(&new[2..]);
-        frame::set16(frame, l.l4_at + 4, new_len);
-        frame::remove(frame, off, len);
-        frame::adjust_ip_len(frame, l, -(len as isize));
+        frame::udp_overwrite(frame, l, vx, &header);
+        frame::udp_remove(frame, l, off, len);
         Some(())
     }
 
