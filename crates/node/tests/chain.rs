@@ -882,6 +882,12 @@ fn watchlist_entries_carry_their_own_int_settings_and_domain_metadata() {
         "the source-inserted sequence number and flow id follow"
     );
     assert_eq!(&f[off + 16..off + 24], &[0, 0, 0, 7, 0, 0, 0, 9]);
+    // Its report carries the source-inserted metadata in the packet copy (INT v2.1 §"INT-MX
+    // Header Format", way a), so DSMdBits stay clear.
+    let r = Report::parse(&out.reports[0]).unwrap();
+    let ir = r.individual_reports().next().unwrap().unwrap();
+    assert_eq!(ir.main.unwrap().ds_md_bits, 0);
+    assert!(ir.inner.windows(8).any(|w| w == [0, 0, 0, 7, 0, 0, 0, 9]));
 
     // Sizes the headers cannot carry are configuration errors.
     let bad = |ds: usize, instructions: u16| {
