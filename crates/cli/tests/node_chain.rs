@@ -186,6 +186,25 @@ fn host_to_host_through_three_nodes_then_the_collector() {
         } else {
             assert_eq!(datagrams, 20, "{name}");
         }
+        // Every report decodes with dump, without an error or a tolerated deviation.
+        let dumped = succeed(
+            bin()
+                .args(["dump", "--format", "json", "--int-udp-port", "17768"])
+                .arg(&reports),
+        );
+        let lines: Vec<serde_json::Value> = String::from_utf8(dumped.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), datagrams, "{name}");
+        for l in &lines {
+            assert!(l.get("report").is_some(), "{name}: {l}");
+            assert!(
+                l.get("error").is_none() && l.get("warnings").is_none(),
+                "{name}: {l}"
+            );
+        }
         // Every report frame is clean UDP/IP to tshark (the report port decoded as data: its
         // INT-report dissector predates v2.0).
         if let Some(lines) = tshark_frames(&reports, &["udp.port==32766,data"]) {
