@@ -1,12 +1,14 @@
 #!/bin/bash
 # End-to-end on loopback: `intscope collect` (no store) and `intscope blast` for 5 s at full rate;
 # prints blast's summary and the collector's ingest accounting.
-# Usage: scripts/e2e-loopback.sh VERSION   (2 or 0.5); BIN=path/to/intscope to compare builds.
+# Usage: scripts/e2e-loopback.sh VERSION [COLLECT-FLAGS...]   (2 or 0.5; e.g. --discard for the
+# bare receive loop); BIN=path/to/intscope to compare builds.
 set -euo pipefail
 V=${1:-2}
+shift || true
 B=${BIN:-target/release/intscope}
 OUT=$(mktemp)
-"$B" collect --listen 127.0.0.1:0 --http 127.0.0.1:0 --int-udp-port 17768 --no-store >"$OUT" 2>/dev/null &
+"$B" collect --listen 127.0.0.1:0 --http 127.0.0.1:0 --int-udp-port 17768 --no-store "$@" >"$OUT" 2>/dev/null &
 CP=$!
 trap 'kill -INT $CP 2>/dev/null; wait $CP 2>/dev/null; rm -f "$OUT"' EXIT
 for _ in $(seq 50); do [ -s "$OUT" ] && break; sleep 0.1; done

@@ -32,6 +32,116 @@ pub struct BlastArgs {
     /// v2.0: reports coalesced per datagram.
     #[arg(long, default_value_t = 8)]
     pub batch: usize,
+    /// Send one datagram per system call instead of batches of equal-sized datagrams through
+    /// UDP GSO (the datagrams on the wire are the same either way).
+    #[arg(long)]
+    pub no_gso: bool,
+}
+
+/// Datagrams of one size waiting to leave in one GSO send (Linux UDP_SEGMENT: the kernel cuts
+/// `contents` into datagrams of `segment` bytes, the last may be shorter).
+struct Batcher {
+    udp: quinn_udp::UdpSocketState,
+    sock: UdpSocket,
+    to: SocketAddr,
+    contents: Vec<u8>,
+    segment: usize,
+    max: usize,
+    /// Queued: datagrams and the reports they hold.
+    queued: Sent,
+}
+
+/// What left (or was refused).
+#[derive(Debug, Default, Clone, Copy)]
+struct Sent {
+    datagrams: u64,
+    reports: u64,
+    bytes: u64,
+}
+
+impl Batcher {
+    fn new(sock: UdpSocket, to: SocketAddr, gso: bool) -> Result<Self> {
+        let udp = quinn_udp::UdpSocketState::new((&sock).into()).context("socket setup")?;
+        let max = if gso {
+            udp.max_gso_segments().min(64)
+        } else {
+            1
+        };
+        Ok(Batcher {
+            udp,
+            sock,
+            to,
+            contents: Vec::with_capacity(65_536),
+            segment: 0,
+            max,
+            queued: Sent::default(),
+        })
+    }
+
+    /// Queues one datagram holding `reports`; first sends what was queued when it cannot join.
+    fn push(&mut self, datagram: &[u8], reports: usize) -> std::io::Result<Sent> {
+        let n = self.queued.datagrams as usize;
+        let joins = datagram.len() == self.segment
+            && n < self.max
+            && self.contents.len() + datagram.len() <= 65_000;
+        let sent = if n > 0 && !joins {
+            self.flush()?
+        } else {
+            Sent::default()
+        };
+        if self.queued.datagrams == 0 {
+            self.segment = datagram.len();
+        }
+        self.contents.extend_from_slice(datagram);
+        self.queued.datagrams += 1;
+        self.queued.reports += reports as u64;
+        self.queued.bytes += datagram.len() as u64;
+        Ok(sent)
+    }
+
+    /// Sends what is queued, waiting while the socket buffer is full. The queue is emptied
+    /// either way; an error (ICMP port unreachable from an earlier datagram) means it did not go.
+    fn flush(&mut self) -> std::io::Result<Sent> {
+        if self.queued.datagrams == 0 {
+            return Ok(Sent::default());
+        }
+        let t = quinn_udp::Transmit {
+            destination: self.to,
+            ecn: None,
+            contents: &self.contents,
+            segment_size: (self.queued.datagrams > 1).then_some(self.segment),
+            src_ip: None,
+        };
+        let result = loop {
+            match self.udp.try_send((&self.sock).into(), &t) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+                other => break other,
+            }
+        };
+        let sent = std::mem::take(&mut self.queued);
+        self.contents.clear();
+        result.map(|()| sent)
+    }
+}
+
+/// Adds what a send did to `total`; a refused send (ICMP port unreachable from an earlier
+/// datagram: the collector is not up yet) is counted in `errors`.
+fn account(total: &mut Sent, errors: &mut u64, r: std::io::Result<Sent>) -> Result<()> {
+    match r {
+        Ok(s) => {
+            total.datagrams += s.datagrams;
+            total.reports += s.reports;
+            total.bytes += s.bytes;
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            *errors += 1;
+            Ok(())
+        }
+        Err(e) => Err(e).context("sending"),
+    }
 }
 
 /// Sends; returns the summary line.
@@ -59,13 +169,14 @@ pub fn run(args: &BlastArgs) -> Result<String> {
     let sock = UdpSocket::bind(bind).context("opening the sending socket")?;
     sock.connect(args.to)
         .with_context(|| format!("cannot reach {}", args.to))?;
+    let mut out = Batcher::new(sock, args.to, !args.no_gso)?;
     let duration = Duration::from_secs_f64(args.duration);
     let bar = ProgressBar::new(duration.as_millis() as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {elapsed}/{duration} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let (mut datagrams, mut reports, mut bytes, mut send_errors) = (0u64, 0u64, 0u64, 0u64);
+    let (mut total, mut send_errors) = (Sent::default(), 0u64);
     let mut buf = Vec::with_capacity(1500);
     let start = Instant::now();
     loop {
@@ -80,32 +191,27 @@ pub fn run(args: &BlastArgs) -> Result<String> {
             (elapsed.as_secs_f64() * args.rate as f64) as u64 + 1
         };
         let mut burst = 0;
-        while reports < allowed && burst < 4096 {
+        // Reports queued but not yet sent count towards the rate already.
+        while total.reports + out.queued.reports < allowed && burst < 4096 {
             let n = g.next_datagram(&mut buf);
-            match sock.send(&buf) {
-                Ok(_) => {
-                    datagrams += 1;
-                    reports += n as u64;
-                    bytes += buf.len() as u64;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    // ICMP port unreachable from an earlier datagram: the collector is not up yet.
-                    send_errors += 1;
-                }
-                Err(e) => return Err(e).context("sending"),
-            }
+            account(&mut total, &mut send_errors, out.push(&buf, n))?;
             burst += 1;
         }
+        account(&mut total, &mut send_errors, out.flush())?;
+        let (datagrams, reports) = (total.datagrams, total.reports);
         if reports >= allowed {
             std::thread::sleep(Duration::from_millis(1));
         }
-        if datagrams % 1024 == 0 {
-            bar.set_position(start.elapsed().as_millis() as u64);
-            bar.set_message(format!("{reports} reports"));
-        }
+        bar.set_position(start.elapsed().as_millis() as u64);
+        bar.set_message(format!("{reports} reports in {datagrams} datagrams"));
     }
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
+    let Sent {
+        datagrams,
+        reports,
+        bytes,
+    } = total;
     Ok(serde_json::json!({
         "to": args.to.to_string(),
         "version": args.version,

@@ -53,6 +53,10 @@ pub struct CollectArgs {
     /// listen ports.
     #[arg(long = "report-port", value_name = "P")]
     pub report_ports: Vec<u16>,
+    /// Measurement mode: receive and count datagrams without decoding them (the receive limit
+    /// of this machine and socket setup, to compare the full pipeline with).
+    #[arg(long, conflicts_with = "replay")]
+    pub discard: bool,
 }
 
 fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
@@ -76,9 +80,10 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
     if let Some(d) = &args.data {
         cfg.data = Some(d.clone());
     }
-    if args.no_store {
+    if args.no_store || args.discard {
         cfg.data = None;
     }
+    cfg.discard = args.discard;
     Ok(cfg)
 }
 

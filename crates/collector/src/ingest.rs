@@ -127,6 +127,10 @@ pub struct CollectorConfig {
     pub data: Option<std::path::PathBuf>,
     /// History store settings.
     pub store: StoreConfig,
+    /// Measurement mode (`intscope collect --discard`): receive and count datagrams, decode
+    /// nothing — the machine's receive limit with this socket setup, to compare the pipeline to.
+    #[serde(skip)]
+    pub discard: bool,
 }
 
 impl Default for CollectorConfig {
@@ -147,6 +151,7 @@ impl Default for CollectorConfig {
             detect: Thresholds::default(),
             data: Some("intscope-data".into()),
             store: StoreConfig::default(),
+            discard: false,
         }
     }
 }
@@ -449,6 +454,12 @@ fn receive_batches(c: &Collector, sock: UdpSocket) -> std::io::Result<()> {
     use tokio::io::Interest;
 
     let udp = quinn_udp::UdpSocketState::new((&sock).into())?;
+    // quinn-udp turns UDP GRO on; it goes off again: with it the kernel would queue (and, when
+    // the buffer is full, drop and count) several datagrams as one, and the account of every
+    // datagram — received, or dropped by the kernel — would no longer add up.
+    #[cfg(target_os = "linux")]
+    nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::UdpGroSegment, &false)
+        .map_err(std::io::Error::from)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -489,7 +500,11 @@ fn receive_batches(c: &Collector, sock: UdpSocket) -> std::io::Result<()> {
                 for (m, buf) in meta.iter().zip(bufs.iter()).take(n) {
                     let stride = m.stride.max(1);
                     for datagram in buf[..m.len].chunks(stride) {
-                        c.ingest(datagram, m.addr.ip(), now, &mut record);
+                        if c.config.discard {
+                            c.stats.received.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            c.ingest(datagram, m.addr.ip(), now, &mut record);
+                        }
                     }
                 }
             }
