@@ -147,11 +147,19 @@ pub struct FlowState {
     pub series: VecDeque<Sample>,
     /// Changed since the last store flush.
     pub dirty: bool,
+    /// `path` came from a report that may lack hops (a drop, a filtered join).
+    pub path_partial: bool,
     /// INT-XD / INT-MX per-hop reports waiting to be joined into a path: (order key, time, hop).
     pub pending: Vec<(u64, u64, Hop)>,
     /// Heads of paths from intermediate reports (I bit), waiting for the report of the rest:
     /// (time, hops).
     pub heads: VecDeque<(u64, Vec<Hop>)>,
+}
+
+/// Whether every hop of `part` lies on `path`, in order.
+fn on_path(part: &[PathHop], path: &[PathHop]) -> bool {
+    let mut rest = path.iter();
+    part.iter().all(|h| rest.any(|k| k == h))
 }
 
 /// Path heads a flow keeps waiting (packets in flight between an intermediate report and the
@@ -230,13 +238,17 @@ impl FlowState {
             e2e: Histogram::default(),
             series: VecDeque::new(),
             dirty: false,
+            path_partial: false,
             pending: Vec::new(),
             heads: VecDeque::new(),
         }
     }
 
-    /// Records a full path observation; returns the previous path if it changed.
+    /// Records a full path observation; returns the previous path if it changed. A path known
+    /// only partly (see [`FlowState::observe_partial_path`]) that this one completes — its hops
+    /// all on it, in order — is no change.
     pub fn observe_path(&mut self, now: u64, path: &[Hop]) -> Option<Vec<PathHop>> {
+        let was_partial = std::mem::replace(&mut self.path_partial, false);
         let same = self.path.len() == path.len()
             && self
                 .path
@@ -247,12 +259,13 @@ impl FlowState {
             return None;
         }
         let new: Vec<PathHop> = path.iter().map(PathHop::from).collect();
+        let completed = was_partial && on_path(&self.path, &new);
         let old = std::mem::replace(&mut self.path, new.clone());
         if self.path_history.len() == PATH_HISTORY {
             self.path_history.pop_front();
         }
         self.path_history.push_back((now, new));
-        if old.is_empty() {
+        if old.is_empty() || completed {
             return None;
         }
         self.path_changes += 1;
@@ -262,15 +275,16 @@ impl FlowState {
     /// Records a path that may lack hops: one joined from per-hop reports of switches that filter
     /// them (SD-Fabric's flow filter reports a flow again only when its ports or latency change),
     /// or a drop report's, which ends where the packet died. Hops that all lie, in order, on the
-    /// known path confirm it rather than change it.
+    /// known path confirm it rather than change it; otherwise it becomes the path, marked partial
+    /// until a full one completes it.
     pub fn observe_partial_path(&mut self, now: u64, path: &[Hop]) -> Option<Vec<PathHop>> {
-        let mut known = self.path.iter();
-        let partial = path.len() < self.path.len()
-            && path.iter().all(|h| known.any(|k| *k == PathHop::from(h)));
-        if partial {
+        let hops: Vec<PathHop> = path.iter().map(PathHop::from).collect();
+        if hops.len() < self.path.len() && on_path(&hops, &self.path) {
             return None;
         }
-        self.observe_path(now, path)
+        let change = self.observe_path(now, path);
+        self.path_partial = true;
+        change
     }
 
     /// Keeps an intermediate report's hops (INT v2.1 §"MTU Settings": a transit hop without room

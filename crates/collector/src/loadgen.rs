@@ -76,6 +76,8 @@ pub struct Generator {
     seq: std::collections::HashMap<u32, u32>,
     reports: u64,
     burst_left: u32,
+    /// v0.5: the packet whose postcards are being sent (flow, next hop, drop, occupancy).
+    postcards: Option<(usize, usize, bool, u32)>,
     /// Reports generated so far.
     pub generated: u64,
 }
@@ -168,6 +170,7 @@ impl Generator {
             seq: std::collections::HashMap::new(),
             reports: 0,
             burst_left: 0,
+            postcards: None,
             generated: 0,
         }
     }
@@ -277,10 +280,27 @@ impl Generator {
     }
 
     fn v05(&mut self, out: &mut Vec<u8>) -> usize {
-        let (flow, drop, occ) = self.pick(None);
-        // A switch-local (postcard) report from one node of the path, or a drop report.
+        // A packet's postcards, one per hop in path order as the switches send them (the
+        // collector joins them into its path); a dropped packet's last one is the drop report,
+        // from a hop along the way.
+        let (flow, hop, dropped, occ) = match self.postcards.take() {
+            Some(p) => p,
+            None => {
+                let (flow, drop, occ) = self.pick(None);
+                (flow, 0, drop, occ)
+            }
+        };
+        if hop > 0 {
+            self.generated += 1;
+        }
+        let path_len = self.flows[flow].path.len();
+        let drop_at = if dropped { flow % path_len } else { path_len };
+        let drop = hop == drop_at;
+        if hop + 1 < path_len && !drop {
+            self.postcards = Some((flow, hop + 1, dropped, occ));
+        }
         let path = &self.flows[flow].path;
-        let node = path[(self.generated % path.len() as u64) as usize];
+        let node = path[hop];
         let seq = self.next_seq(node);
         let t = &self.flows[flow];
         let nproto = if drop { 1 } else { 2 };
@@ -368,5 +388,47 @@ mod tests {
             }
             assert_eq!(total as u64, g.generated);
         }
+    }
+
+    /// v0.5 postcards come hop by hop, per packet, as switches send them: the collector joins
+    /// them into the flows' full paths and sees no path change.
+    #[test]
+    fn postcards_join_into_stable_paths() {
+        let cfg = DetectConfig {
+            int_udp_ports: vec![INT_PORT],
+            ..DetectConfig::default()
+        };
+        let mut g = Generator::new(LoadConfig {
+            flows: 50,
+            hops: 4,
+            version: LoadVersion::V05,
+            drop_every: 13,
+            ..LoadConfig::default()
+        });
+        let mut state = crate::state::State::new(crate::detect::DetectConfig::default());
+        let (mut buf, mut rec) = (Vec::new(), Record::default());
+        for t in 0..20_000u64 {
+            g.next_datagram(&mut buf);
+            decode_datagram(
+                &buf,
+                t * 1_000,
+                &cfg,
+                FlowKeyMode::Innermost,
+                &mut rec,
+                |r| state.process(r),
+            )
+            .unwrap();
+        }
+        assert_eq!(state.flows.len(), 50);
+        assert!(
+            state.flows.values().all(|f| f.path.len() == 4),
+            "joined paths"
+        );
+        let changes: Vec<_> = state
+            .events
+            .iter()
+            .filter(|e| e.kind == crate::event::EventKind::PathChange)
+            .collect();
+        assert!(changes.is_empty(), "no path changes: {:?}", changes.first());
     }
 }
