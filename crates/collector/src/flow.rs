@@ -157,9 +157,9 @@ pub struct FlowState {
 }
 
 /// Whether every hop of `part` lies on `path`, in order.
-fn on_path(part: &[PathHop], path: &[PathHop]) -> bool {
+fn on_path(mut part: impl Iterator<Item = PathHop>, path: &[PathHop]) -> bool {
     let mut rest = path.iter();
-    part.iter().all(|h| rest.any(|k| k == h))
+    part.all(|h| rest.any(|k| *k == h))
 }
 
 /// Path heads a flow keeps waiting (packets in flight between an intermediate report and the
@@ -259,7 +259,7 @@ impl FlowState {
             return None;
         }
         let new: Vec<PathHop> = path.iter().map(PathHop::from).collect();
-        let completed = was_partial && on_path(&self.path, &new);
+        let completed = was_partial && on_path(self.path.iter().copied(), &new);
         let old = std::mem::replace(&mut self.path, new.clone());
         if self.path_history.len() == PATH_HISTORY {
             self.path_history.pop_front();
@@ -278,8 +278,7 @@ impl FlowState {
     /// known path confirm it rather than change it; otherwise it becomes the path, marked partial
     /// until a full one completes it.
     pub fn observe_partial_path(&mut self, now: u64, path: &[Hop]) -> Option<Vec<PathHop>> {
-        let hops: Vec<PathHop> = path.iter().map(PathHop::from).collect();
-        if hops.len() < self.path.len() && on_path(&hops, &self.path) {
+        if path.len() < self.path.len() && on_path(path.iter().map(PathHop::from), &self.path) {
             return None;
         }
         let change = self.observe_path(now, path);
@@ -346,9 +345,11 @@ impl FlowState {
 
     /// The pending hops as a path, in hop order.
     pub fn take_joined(&mut self) -> Vec<Hop> {
-        let mut p = std::mem::take(&mut self.pending);
-        p.sort_by_key(|(k, t, _)| (*k, *t));
-        p.into_iter().map(|(_, _, h)| h).collect()
+        // Sorted in place and emptied, not replaced: the next packet's hops reuse the space.
+        self.pending.sort_by_key(|(k, t, _)| (*k, *t));
+        let path = self.pending.iter().map(|(_, _, h)| *h).collect();
+        self.pending.clear();
+        path
     }
 
     /// Records latencies of a report's path.
