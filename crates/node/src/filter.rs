@@ -76,8 +76,8 @@ pub struct ReportFilter {
     flows: HashMap<FlowKey, Last>,
     drops: HashMap<(FlowKey, u8), u64>,
     quota: HashMap<(u32, u8), u32>,
-    /// Reports suppressed so far.
-    pub suppressed: u64,
+    /// When entries older than the interval are next forgotten (they suppress nothing).
+    next_sweep: u64,
 }
 
 impl ReportFilter {
@@ -112,6 +112,7 @@ impl ReportFilter {
                 flow_due: true,
             };
         }
+        self.sweep(now);
         let congested = self.queue(egress, queue, latency);
         let bucket = self.bucket(latency);
         let interval = self.cfg.interval_ns;
@@ -136,9 +137,6 @@ impl ReportFilter {
             self.flows.insert(flow, next);
         }
         let report = due || congested;
-        if !report {
-            self.suppressed += 1;
-        }
         Decision {
             report,
             congested,
@@ -151,13 +149,33 @@ impl ReportFilter {
         if !self.cfg.enabled {
             return true;
         }
+        self.sweep(now);
         let last = self.drops.get(&(flow, reason)).copied();
         if last.is_some_and(|t| now.saturating_sub(t) < self.cfg.interval_ns) {
-            self.suppressed += 1;
             return false;
         }
         self.drops.insert((flow, reason), now);
         true
+    }
+
+    /// Once an interval, forgets flows and drops last reported an interval ago or more: their
+    /// next report is due whether they are remembered or not, so the tables hold only the flows
+    /// of the last interval instead of every flow ever seen.
+    fn sweep(&mut self, now: u64) {
+        if now < self.next_sweep {
+            return;
+        }
+        let interval = self.cfg.interval_ns;
+        self.flows
+            .retain(|_, l| now.saturating_sub(l.at) < interval);
+        self.drops
+            .retain(|_, at| now.saturating_sub(*at) < interval);
+        self.next_sweep = now.saturating_add(interval.max(1));
+    }
+
+    /// Flows and drops remembered now.
+    pub fn tracked(&self) -> usize {
+        self.flows.len() + self.drops.len()
     }
 
     /// Queue congestion: `true` while latency is at or above the trigger and quota remains.
@@ -228,7 +246,31 @@ mod tests {
             "a second passed"
         );
         assert!(f.flow(key(2), S * 2, 1, 3, 0, 1950).report, "per 5-tuple");
-        assert_eq!(f.suppressed, 2);
+    }
+
+    #[test]
+    fn the_tables_hold_only_the_last_interval() {
+        let mut f = ReportFilter::new(FilterConfig {
+            enabled: true,
+            ..FilterConfig::default()
+        });
+        for k in 0..1000 {
+            assert!(f.flow(key(k), 0, 1, 2, 0, 100).report);
+            assert!(f.drop(key(k), 71, 0));
+        }
+        assert_eq!(f.tracked(), 2000);
+        assert!(
+            !f.flow(key(1), S / 2, 1, 2, 0, 100).report,
+            "still suppressed"
+        );
+        // An interval later the old entries are gone, and nothing changes for the flows.
+        assert!(f.flow(key(1), S + 1, 1, 2, 0, 100).report);
+        assert_eq!(f.tracked(), 1);
+        assert!(
+            !f.flow(key(1), S + 2, 1, 2, 0, 100).report,
+            "remembered again"
+        );
+        assert!(f.drop(key(7), 71, S + 3), "due, as it was before");
     }
 
     #[test]
