@@ -83,6 +83,7 @@ async fn stats(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
             "reports_lost": s.seq.total_lost(),
             "sources": sources,
             "flows": s.flows.len(),
+            "flows_expired": s.flows_expired,
             "nodes": s.nodes.len(),
             "queues": s.queues.len(),
             "events": events,

@@ -26,6 +26,9 @@ pub struct DetectConfig {
     /// A congestion episode with no congested sample for this long is over (switches that
     /// filter reports, like SD-Fabric's, go quiet when a queue drains).
     pub episode_quiet_ns: u64,
+    /// A flow without a report for this long leaves the live state (its summary stays in the
+    /// store), so memory holds the active flows, not every flow ever seen.
+    pub flow_idle_ns: u64,
 }
 
 impl Default for DetectConfig {
@@ -41,6 +44,7 @@ impl Default for DetectConfig {
             non_int_hops: true,
             join_window_ns: 100_000_000,
             episode_quiet_ns: 50_000_000,
+            flow_idle_ns: 600_000_000_000,
         }
     }
 }

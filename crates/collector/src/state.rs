@@ -179,6 +179,10 @@ pub struct State {
     pending_joins: VecDeque<(u64, FlowKey)>,
     /// Report time of the next sweep for quiet episodes and expired joins.
     next_sweep_ns: u64,
+    /// Report time of the next look for idle flows.
+    next_idle_sweep_ns: u64,
+    /// Flows that left memory after `flow_idle_ns` without a report.
+    pub flows_expired: u64,
 }
 
 /// How often (report time) quiet episodes and expired joins are looked for.
@@ -278,6 +282,9 @@ impl State {
     }
 
     fn sweep(&mut self, now: u64) {
+        if now >= self.next_idle_sweep_ns {
+            self.expire_idle_flows(now);
+        }
         let quiet = self.cfg.episode_quiet_ns;
         let mut i = 0;
         while i < self.open_episodes.len() {
@@ -419,6 +426,23 @@ impl State {
             self.path_changed(now, key, id, old);
         }
         (id, head_hops as u8)
+    }
+
+    /// Live state keeps the flows of the last `flow_idle_ns` (the store keeps every flow's
+    /// summary): looked for every tenth of that, one pass over the table.
+    fn expire_idle_flows(&mut self, now: u64) {
+        let idle = self.cfg.flow_idle_ns;
+        self.next_idle_sweep_ns = now.saturating_add((idle / 10).max(1_000_000_000));
+        let before = self.flows.len();
+        let ids = &mut self.flow_ids;
+        self.flows.retain(|_, f| {
+            let keep = now.saturating_sub(f.last_seen_ns) < idle;
+            if !keep {
+                ids.remove(&f.id);
+            }
+            keep
+        });
+        self.flows_expired += (before - self.flows.len()) as u64;
     }
 
     fn path_changed(&mut self, now: u64, key: FlowKey, id: u64, old: Vec<PathHop>) {

@@ -389,3 +389,22 @@ fn filtered_switches_going_quiet_still_end_episodes_and_paths() {
     assert_eq!(path(&t), vec![102]);
     assert_eq!(events(&t, EventKind::PathChange).len(), 1);
 }
+
+/// Live state holds the active flows: one idle for `flow_idle_ns` leaves (counted), the rest stay.
+#[test]
+fn idle_flows_leave_the_live_state() {
+    let mut s = State::new(intscope_collector::detect::DetectConfig {
+        flow_idle_ns: 5_000 * MS,
+        ..intscope_collector::detect::DetectConfig::default()
+    });
+    let t = steady(&mut s, 1, &[LEAF1, SPINE_A], 0);
+    let gone = s.flows.values().next().unwrap().id;
+    // Flow 2 keeps reporting for 10 s more; flow 1 said nothing since 200 ms.
+    let mut t2 = t;
+    while t2 < 10_000 * MS {
+        t2 = steady(&mut s, 2, &[LEAF1, SPINE_A], t2);
+    }
+    assert_eq!(s.flows.len(), 1);
+    assert_eq!(s.flows_expired, 1);
+    assert!(s.flow_by_id(gone).is_none());
+}
