@@ -91,9 +91,16 @@ fn udp_resize(frame: &mut [u8], l: &Layout, old: &[u8], new: &[u8]) {
 /// IP protocol number of GRE.
 pub const GRE: u8 = 47;
 
+/// After `delta` bytes were inserted (or removed) inside the IP payload: the IP length, and for
+/// a GRE packet its checksum, which covers the payload. One call for every INT edit behind IP.
+pub fn payload_resized(frame: &mut [u8], l: &Layout, delta: isize) {
+    adjust_ip_len(frame, l, delta);
+    refresh_gre_checksum(frame, l);
+}
+
 /// Recomputes the GRE checksum (RFC 2784: over the GRE header and payload) when the header
 /// carries one (C bit); INT bytes inserted or removed behind GRE change what it covers.
-pub fn refresh_gre_checksum(frame: &mut [u8], l: &Layout) {
+fn refresh_gre_checksum(frame: &mut [u8], l: &Layout) {
     if l.proto != GRE || frame.get(l.l4_at).is_none_or(|f| f & 0x80 == 0) {
         return;
     }

@@ -655,8 +655,7 @@ impl Node {
                         + usize::from(flags & 0x10 != 0));
                 frame::set16(frame, l.l4_at + 2, self.cfg.int_gre_proto);
                 frame::insert(frame, l.l4_at + gre_len, &block);
-                frame::adjust_ip_len(frame, &l, block.len() as isize);
-                frame::refresh_gre_checksum(frame, &l);
+                frame::payload_resized(frame, &l, block.len() as isize);
             }
             SourceEncap::Gre => {
                 // INT v2.1 §"INT over IPv4/GRE", scenario 2: an outer IP header (the packet's
@@ -834,8 +833,7 @@ impl Node {
         }
         frame[off..off + HEAD].copy_from_slice(&new[..HEAD]);
         frame::insert(frame, off + HEAD, &new[HEAD..]);
-        frame::adjust_ip_len(frame, l, own as isize);
-        frame::refresh_gre_checksum(frame, l);
+        frame::payload_resized(frame, l, own as isize);
     }
 
     /// INT v2.1 §"MTU Settings", the second choice of a transit hop without room for its
@@ -888,8 +886,7 @@ impl Node {
         }
         frame[off..off + HEAD].copy_from_slice(&head);
         frame::remove(frame, off + HEAD, stack);
-        frame::adjust_ip_len(frame, l, -(stack as isize));
-        frame::refresh_gre_checksum(frame, l);
+        frame::payload_resized(frame, l, -(stack as isize));
         report
     }
 
@@ -1004,8 +1001,7 @@ impl Node {
         } else {
             frame::remove(frame, off, len);
             frame::set16(frame, l.l4_at + 2, g.next_protocol);
-            frame::adjust_ip_len(frame, l, -(len as isize));
-            frame::refresh_gre_checksum(frame, l);
+            frame::payload_resized(frame, l, -(len as isize));
         }
     }
 
