@@ -72,6 +72,13 @@ fn events(c: &Collector, kind: EventKind) -> Vec<Event> {
         .collect()
 }
 
+/// No event of these kinds was raised.
+fn assert_no_events(c: &Collector, kinds: &[EventKind]) {
+    for &k in kinds {
+        assert!(events(c, k).is_empty(), "{k:?}: {:?}", events(c, k).first());
+    }
+}
+
 fn at(from_ms: u64, fault: Fault) -> Scheduled {
     Scheduled {
         from_ns: from_ms * MS,
@@ -84,20 +91,17 @@ fn at(from_ms: u64, fault: Fault) -> Scheduled {
 fn a_clean_fabric_raises_no_fault_events() {
     let (fabric, c) = run(Mode::Md, vec![], 100);
     assert!(fabric.stats.delivered > 5_000, "{:?}", fabric.stats);
-    for k in [
-        EventKind::PathChange,
-        EventKind::Drop,
-        EventKind::HopLimit,
-        EventKind::MtuExceeded,
-        EventKind::NonIntHops,
-        EventKind::LostReports,
-    ] {
-        assert!(
-            events(&c, k).is_empty(),
-            "{k:?}: {:?}",
-            events(&c, k).first()
-        );
-    }
+    assert_no_events(
+        &c,
+        &[
+            EventKind::PathChange,
+            EventKind::Drop,
+            EventKind::HopLimit,
+            EventKind::MtuExceeded,
+            EventKind::NonIntHops,
+            EventKind::LostReports,
+        ],
+    );
     let s = c.state.lock().unwrap();
     assert_eq!(s.flows.len(), 48);
     for f in s.flows.values() {
@@ -265,17 +269,14 @@ fn intermediate_reports_keep_paths_whole_where_the_mtu_is_small() {
         ..SimConfig::default()
     };
     let (_, c) = run_with(cfg, vec![small(1), small(2)], 40);
-    for k in [
-        EventKind::MtuExceeded,
-        EventKind::NonIntHops,
-        EventKind::PathChange,
-    ] {
-        assert!(
-            events(&c, k).is_empty(),
-            "{k:?}: {:?}",
-            events(&c, k).first()
-        );
-    }
+    assert_no_events(
+        &c,
+        &[
+            EventKind::MtuExceeded,
+            EventKind::NonIntHops,
+            EventKind::PathChange,
+        ],
+    );
     let s = c.state.lock().unwrap();
     assert_eq!(s.flows.len(), 48);
     for f in s.flows.values() {
