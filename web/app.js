@@ -170,13 +170,20 @@ async function flow(id) {
     <div class="grid"><div class="panel"><div id="lat"></div></div><div class="panel"><div id="occ"></div></div></div>
     <div class="grid"><div class="panel"><h2>Path history</h2><table><tbody>${f.path_history.map((p) => `<tr><td class="muted">${clock(p.since_ns)}</td><td>${p.path.map((h) => h.node_id).join(' → ')}</td></tr>`).join('')}</tbody></table></div>
     <div class="panel"><h2>Events <a class="muted" data-test="flow-events-link" href="#/events?flow=${f.id}&live=0">all of this flow's events →</a></h2><table><tbody>${f.events.map((e) => `<tr><td class="muted">${clock(e.time_ns)}</td><td><span class="kind ${e.kind}">${e.kind}</span></td><td>${esc(place(e))}</td><td>${esc(evidence(e))}</td></tr>`).join('') || '<tr><td class="empty">none</td></tr>'}</tbody></table></div></div>`;
-  const times = f.series.map((s) => s.time_ns / 1e9);
+  // The store's per-interval series reaches back further than the last samples kept in memory.
+  const intervals = f.intervals ?? [];
+  const stored = intervals.length > 1;
+  const rows = stored ? intervals : f.series;
+  const times = rows.map((s) => s.time_ns / 1e9);
   const hops = f.path_detail.length;
-  const per = (key) => Array.from({ length: hops }, (_, i) => ({ label: `node ${f.path_detail[i].node_id}`, values: f.series.map((s) => s[key][i]) }));
+  const key = (k) => (stored ? `${k}_max` : k);
+  const per = (k) => Array.from({ length: hops }, (_, i) => ({ label: `node ${f.path_detail[i].node_id}`, values: rows.map((s) => s[key(k)][i] ?? null) }));
   // Path changes: dashed lines at the times a new path was first seen (the first path is not a change).
   const changes = f.path_history.slice(1).map((p) => p.since_ns / 1e9);
-  chart(document.getElementById('lat'), 'hop latency (dashed: path change)', times, [{ label: 'end to end', values: f.series.map((s) => s.e2e_latency) }, ...per('hop_latency')], ns, changes);
-  chart(document.getElementById('occ'), 'queue occupancy (cells)', times, per('queue_occupancy'), (v) => `${v}`, changes);
+  const e2e = stored ? { label: 'end to end (mean)', values: rows.map((s) => s.e2e_latency_avg) } : { label: 'end to end', values: rows.map((s) => s.e2e_latency) };
+  const per_what = stored ? ', maximum per interval' : '';
+  chart(document.getElementById('lat'), `hop latency${per_what} (dashed: path change)`, times, [e2e, ...per('hop_latency')], ns, changes);
+  chart(document.getElementById('occ'), `queue occupancy (cells${per_what})`, times, per('queue_occupancy'), (v) => `${v}`, changes);
 }
 
 async function events(params) {

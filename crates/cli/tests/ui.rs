@@ -158,6 +158,22 @@ fn every_page_shows_real_data_and_events_link_to_flows() {
     let target = link.split('"').next().unwrap().to_string();
     assert!(target.starts_with("flow/"), "{target}");
     let detail = page("flow", &target);
+    // Behind the charts: the store's per-interval series of the flow (the demo flushes each second).
+    let api_detail = Command::new("curl")
+        .args([
+            "-sf",
+            &format!("{base}/api/flows/{}", target.trim_start_matches("flow/")),
+        ])
+        .output()
+        .unwrap();
+    let api_detail: serde_json::Value = serde_json::from_slice(&api_detail.stdout).unwrap();
+    let intervals = api_detail["intervals"]
+        .as_array()
+        .expect("intervals from the store");
+    assert!(
+        !intervals.is_empty() && intervals.iter().all(|i| i["samples"].as_u64() > Some(0)),
+        "{intervals:?}"
+    );
     assert!(count(&detail, "flow-detail") == 1, "the flow's page");
     assert!(
         detail.matches("class=\"hop\"").count() >= 2,

@@ -232,6 +232,7 @@ async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Va
         let rows: Vec<&FlowState> = s
             .flows
             .values()
+            .map(|f| &**f)
             .filter(|f| q.node.is_none_or(|n| f.path.iter().any(|h| h.node_id == n)))
             .filter(|f| {
                 needle.as_ref().is_none_or(|n| {
@@ -283,27 +284,35 @@ async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Va
 async fn flow(AxState(c): Shared, Path(id): Path<u64>) -> Result<Json<Value>, ApiError> {
     let found = with_state(&c, |s| {
         s.flow_by_id(id).map(|f| {
+            let key = FlowRef::from(&f.key);
             let mut v = flow_summary(f);
             let o = v.as_object_mut().expect("object");
-            o.insert("path_detail".into(), json!(f.path));
+            o.insert("path_detail".into(), json!(&*f.path));
             o.insert(
                 "path_history".into(),
                 Value::Array(
-                    f.path_history
-                        .iter()
-                        .map(|(t, p)| json!({"since_ns": t, "path": p}))
+                    f.path_history()
+                        .map(|(t, p)| json!({"since_ns": t, "path": &**p}))
                         .collect(),
                 ),
             );
-            o.insert("series".into(), json!(f.series));
+            o.insert("series".into(), json!(f.recent));
             let events: Vec<_> = s.events.iter().filter(|e| e.flow_id == Some(id)).collect();
             o.insert("events".into(), json!(events));
-            v
+            (key, v)
         })
     })?;
-    found
-        .map(Json)
-        .ok_or_else(|| (StatusCode::NOT_FOUND, format!("no flow with id {id}")))
+    let Some((key, mut v)) = found else {
+        return Err((StatusCode::NOT_FOUND, format!("no flow with id {id}")));
+    };
+    // The flow's longer history, per store interval (outside the state lock: a disk read).
+    if let Some(store) = c.store.as_deref() {
+        let intervals = store
+            .flow_series(&key, &crate::store::HistoryQuery::default())
+            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        v["intervals"] = intervals;
+    }
+    Ok(Json(v))
 }
 
 /// Query of `/api/events`.

@@ -1,6 +1,9 @@
 //! Per-flow state: the current path, its history, per-hop and end-to-end latency.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+
+use rustc_hash::FxHashSet as HashSet;
 
 use intscope_wire::locate::FlowKey;
 
@@ -27,12 +30,14 @@ impl From<&Hop> for PathHop {
     }
 }
 
-/// Latency distribution in half-octave buckets from 64 ns (±19% per value; 256 bytes a flow, so a
-/// million flows fit in memory).
+/// Latency distribution in half-octave buckets from 64 ns (±19% per value). 16-bit counts keep it
+/// at 136 bytes a flow, so a million flows fit in memory: when a bucket would overflow, every count
+/// is halved — quantiles are relative, and the older half of a long flow's history weighs less.
 #[derive(Debug, Clone)]
 pub struct Histogram {
-    counts: [u32; 64],
-    total: u64,
+    counts: [u16; 64],
+    /// Sum of `counts`.
+    total: u32,
     /// The highest bucket with a value: high quantiles are found from there, in a step or two.
     top: u8,
 }
@@ -73,14 +78,17 @@ impl Histogram {
     /// Adds a value.
     pub fn record(&mut self, v: u64) {
         let b = Self::bucket(v);
-        self.counts[b] = self.counts[b].saturating_add(1);
+        if self.counts[b] == u16::MAX {
+            // Halve, rounding up so no bucket with a value empties.
+            self.total = 0;
+            for c in &mut self.counts {
+                *c = c.div_ceil(2);
+                self.total += u32::from(*c);
+            }
+        }
+        self.counts[b] += 1;
         self.total += 1;
         self.top = self.top.max(b as u8);
-    }
-
-    /// Values recorded.
-    pub fn count(&self) -> u64 {
-        self.total
     }
 
     /// The `q` quantile (0..=1), as the midpoint of its bucket.
@@ -88,7 +96,8 @@ impl Histogram {
         if self.total == 0 {
             return None;
         }
-        let rank = ((self.total as f64) * q).ceil().max(1.0) as u64;
+        let total = u64::from(self.total);
+        let rank = ((total as f64) * q).ceil().max(1.0) as u64;
         let midpoint = |b: usize| {
             let lo = Self::lower_bound(b);
             let hi = Self::lower_bound(b + 1).max(lo + 1);
@@ -97,11 +106,10 @@ impl Histogram {
         if q >= 0.5 {
             // The smallest bucket with `rank` values at or below it is the lowest one with at
             // most `total - rank` values above it: walk down from the top while the next one
-            // down still qualifies. (Buckets saturate at 2^32 values, ~50 days of a flow at
-            // 1000 reports/s; the walk then errs by that bucket's excess.)
+            // down still qualifies.
             let mut b = usize::from(self.top);
             let mut above = 0u64;
-            while b > 0 && above + u64::from(self.counts[b]) <= self.total - rank {
+            while b > 0 && above + u64::from(self.counts[b]) <= total - rank {
                 above += u64::from(self.counts[b]);
                 b -= 1;
             }
@@ -118,7 +126,59 @@ impl Histogram {
     }
 }
 
-/// A flow's state.
+/// A path, source first. Interned in a [`PathTable`]: the flows that take one path share it.
+pub type Path = Arc<[PathHop]>;
+
+/// The distinct paths of the live flows, each stored once (a million flows over a fabric take a
+/// few thousand paths).
+#[derive(Debug, Default)]
+pub struct PathTable {
+    paths: HashSet<Path>,
+    scratch: Vec<PathHop>,
+}
+
+impl PathTable {
+    /// The shared copy of the path of these hops.
+    pub fn intern(&mut self, hops: &[Hop]) -> Path {
+        self.scratch.clear();
+        self.scratch.extend(hops.iter().map(PathHop::from));
+        if let Some(p) = self.paths.get(&self.scratch[..]) {
+            return Arc::clone(p);
+        }
+        let p: Path = Arc::from(&self.scratch[..]);
+        self.paths.insert(Arc::clone(&p));
+        p
+    }
+
+    /// Forgets the paths no flow holds any more.
+    pub fn forget_unused(&mut self) {
+        self.paths.retain(|p| Arc::strong_count(p) > 1);
+    }
+
+    /// Distinct paths held.
+    pub fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// Whether no path is held.
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+}
+
+/// Per-hop reports and intermediate-report heads a flow waits to join; most flows never have
+/// any, so they live behind one pointer.
+#[derive(Debug, Clone, Default)]
+struct Joins {
+    /// INT-XD / INT-MX per-hop reports waiting to be joined into a path: (order key, time, hop).
+    pending: Vec<(u64, u64, Hop)>,
+    /// Heads of paths from intermediate reports (I bit), waiting for the report of the rest:
+    /// (time, hops).
+    heads: VecDeque<(u64, Vec<Hop>)>,
+}
+
+/// A flow's state, kept small (552 bytes): its long history goes to the store as
+/// per-interval aggregates ([`FlowInterval`]), memory keeps only the last few samples.
 #[derive(Debug, Clone)]
 pub struct FlowState {
     /// The flow.
@@ -136,24 +196,24 @@ pub struct FlowState {
     /// Last drop reason.
     pub last_drop_reason: Option<u8>,
     /// Current path, source first.
-    pub path: Vec<PathHop>,
+    pub path: Path,
+    /// When the current path was first seen.
+    pub path_since_ns: u64,
     /// Path changes seen.
     pub path_changes: u64,
-    /// Recent paths with the time each was first seen (bounded).
-    pub path_history: VecDeque<(u64, Vec<PathHop>)>,
+    /// Earlier paths with the time each was first seen, oldest first (bounded).
+    pub earlier_paths: VecDeque<(u64, Path)>,
     /// End-to-end latency (sum of hop latencies), ns.
     pub e2e: Histogram,
-    /// Recent (time, e2e latency, per-hop latencies and occupancies) samples (bounded).
-    pub series: VecDeque<Sample>,
+    /// The last latency samples.
+    pub recent: SampleRing,
+    /// Latency since the last store flush.
+    pub interval: FlowInterval,
     /// Changed since the last store flush.
     pub dirty: bool,
     /// `path` came from a report that may lack hops (a drop, a filtered join).
     pub path_partial: bool,
-    /// INT-XD / INT-MX per-hop reports waiting to be joined into a path: (order key, time, hop).
-    pub pending: Vec<(u64, u64, Hop)>,
-    /// Heads of paths from intermediate reports (I bit), waiting for the report of the rest:
-    /// (time, hops).
-    pub heads: VecDeque<(u64, Vec<Hop>)>,
+    joins: Option<Box<Joins>>,
 }
 
 /// Whether every hop of `part` lies on `path`, in order.
@@ -171,7 +231,7 @@ pub const SAMPLE_HOPS: usize = 8;
 
 /// One latency sample of a flow: fixed size (no allocation per report) and compact — a missing
 /// value is all ones, as on the wire, rather than an `Option`, so a sample takes 80 bytes, not
-/// 152; every flow keeps [`SERIES_LEN`] of them.
+/// 152.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sample {
     /// Report time, ns.
@@ -189,7 +249,22 @@ fn value(v: u32) -> Option<u32> {
     (v != NONE).then_some(v)
 }
 
+/// The larger of two values where [`NONE`] is no value.
+fn max_of(a: u32, b: u32) -> u32 {
+    match (a, b) {
+        (NONE, v) | (v, NONE) => v,
+        (a, b) => a.max(b),
+    }
+}
+
 impl Sample {
+    const EMPTY: Sample = Sample {
+        time_ns: 0,
+        e2e: NONE,
+        hop_latency: [NONE; SAMPLE_HOPS],
+        queue_occupancy: [NONE; SAMPLE_HOPS],
+    };
+
     /// End-to-end latency (sum of the hop latencies reported).
     pub fn e2e_latency(&self) -> Option<u64> {
         value(self.e2e).map(u64::from)
@@ -216,14 +291,116 @@ impl serde::Serialize for Sample {
     }
 }
 
-/// Recent paths kept per flow.
+/// Latency samples kept in memory per flow (the store keeps the history, per interval).
+pub const RECENT_SAMPLES: usize = 2;
+
+/// The last [`RECENT_SAMPLES`] samples of a flow, inline.
+#[derive(Debug, Clone)]
+pub struct SampleRing {
+    samples: [Sample; RECENT_SAMPLES],
+    len: u8,
+    next: u8,
+}
+
+impl Default for SampleRing {
+    fn default() -> Self {
+        SampleRing {
+            samples: [Sample::EMPTY; RECENT_SAMPLES],
+            len: 0,
+            next: 0,
+        }
+    }
+}
+
+impl SampleRing {
+    fn push(&mut self, s: Sample) {
+        self.samples[usize::from(self.next)] = s;
+        self.next = ((usize::from(self.next) + 1) % RECENT_SAMPLES) as u8;
+        self.len = (usize::from(self.len) + 1).min(RECENT_SAMPLES) as u8;
+    }
+
+    /// The samples, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &Sample> {
+        let start =
+            (usize::from(self.next) + RECENT_SAMPLES - usize::from(self.len)) % RECENT_SAMPLES;
+        (0..usize::from(self.len)).map(move |i| &self.samples[(start + i) % RECENT_SAMPLES])
+    }
+
+    /// The newest sample.
+    pub fn last(&self) -> Option<&Sample> {
+        self.iter().last()
+    }
+}
+
+impl serde::Serialize for SampleRing {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
+/// A flow's latency over one store interval: what the store's per-flow, per-hop series holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowInterval {
+    /// Samples in the interval.
+    pub samples: u32,
+    e2e_samples: u32,
+    e2e_sum: u64,
+    e2e_max: u32,
+    hop_latency_max: [u32; SAMPLE_HOPS],
+    queue_occupancy_max: [u32; SAMPLE_HOPS],
+}
+
+impl Default for FlowInterval {
+    fn default() -> Self {
+        FlowInterval {
+            samples: 0,
+            e2e_samples: 0,
+            e2e_sum: 0,
+            e2e_max: NONE,
+            hop_latency_max: [NONE; SAMPLE_HOPS],
+            queue_occupancy_max: [NONE; SAMPLE_HOPS],
+        }
+    }
+}
+
+impl FlowInterval {
+    fn add(&mut self, s: &Sample) {
+        self.samples += 1;
+        if s.e2e != NONE {
+            self.e2e_samples += 1;
+            self.e2e_sum += u64::from(s.e2e);
+            self.e2e_max = max_of(self.e2e_max, s.e2e);
+        }
+        for i in 0..SAMPLE_HOPS {
+            self.hop_latency_max[i] = max_of(self.hop_latency_max[i], s.hop_latency[i]);
+            self.queue_occupancy_max[i] = max_of(self.queue_occupancy_max[i], s.queue_occupancy[i]);
+        }
+    }
+
+    /// Mean end-to-end latency.
+    pub fn e2e_avg(&self) -> Option<u64> {
+        (self.e2e_samples > 0).then(|| self.e2e_sum / u64::from(self.e2e_samples))
+    }
+    /// Largest end-to-end latency.
+    pub fn e2e_max(&self) -> Option<u32> {
+        value(self.e2e_max)
+    }
+    /// Largest latency per hop, source first.
+    pub fn hop_latency_max(&self) -> [Option<u32>; SAMPLE_HOPS] {
+        self.hop_latency_max.map(value)
+    }
+    /// Largest queue occupancy per hop, source first.
+    pub fn queue_occupancy_max(&self) -> [Option<u32>; SAMPLE_HOPS] {
+        self.queue_occupancy_max.map(value)
+    }
+}
+
+/// Recent paths kept per flow (the current one and those before it).
 pub const PATH_HISTORY: usize = 8;
-/// Recent latency samples kept per flow.
-pub const SERIES_LEN: usize = 32;
 
 impl FlowState {
-    /// A new flow first seen at `now`.
-    pub fn new(key: FlowKey, id: u64, now: u64) -> Self {
+    /// A new flow first seen at `now`, on no path yet (`empty`: the table's empty path).
+    pub fn new(key: FlowKey, id: u64, now: u64, empty: Path) -> Self {
         FlowState {
             key,
             id,
@@ -232,22 +409,32 @@ impl FlowState {
             reports: 0,
             drops: 0,
             last_drop_reason: None,
-            path: Vec::new(),
+            path: empty,
+            path_since_ns: now,
             path_changes: 0,
-            path_history: VecDeque::new(),
+            earlier_paths: VecDeque::new(),
             e2e: Histogram::default(),
-            series: VecDeque::new(),
+            recent: SampleRing::default(),
+            interval: FlowInterval::default(),
             dirty: false,
             path_partial: false,
-            pending: Vec::new(),
-            heads: VecDeque::new(),
+            joins: None,
         }
+    }
+
+    /// Recent paths with the time each was first seen, oldest first, ending with the current one.
+    pub fn path_history(&self) -> impl Iterator<Item = (u64, &Path)> {
+        let current = (!self.path.is_empty()).then_some((self.path_since_ns, &self.path));
+        self.earlier_paths
+            .iter()
+            .map(|(t, p)| (*t, p))
+            .chain(current)
     }
 
     /// Records a full path observation; returns the previous path if it changed. A path known
     /// only partly (see [`FlowState::observe_partial_path`]) that this one completes — its hops
     /// all on it, in order — is no change.
-    pub fn observe_path(&mut self, now: u64, path: &[Hop]) -> Option<Vec<PathHop>> {
+    pub fn observe_path(&mut self, now: u64, path: &[Hop], paths: &mut PathTable) -> Option<Path> {
         let was_partial = std::mem::replace(&mut self.path_partial, false);
         let same = self.path.len() == path.len()
             && self
@@ -258,13 +445,16 @@ impl FlowState {
         if same {
             return None;
         }
-        let new: Vec<PathHop> = path.iter().map(PathHop::from).collect();
+        let new = paths.intern(path);
         let completed = was_partial && on_path(self.path.iter().copied(), &new);
-        let old = std::mem::replace(&mut self.path, new.clone());
-        if self.path_history.len() == PATH_HISTORY {
-            self.path_history.pop_front();
+        let old = std::mem::replace(&mut self.path, new);
+        let old_since = std::mem::replace(&mut self.path_since_ns, now);
+        if !old.is_empty() {
+            if self.earlier_paths.len() == PATH_HISTORY - 1 {
+                self.earlier_paths.pop_front();
+            }
+            self.earlier_paths.push_back((old_since, Arc::clone(&old)));
         }
-        self.path_history.push_back((now, new));
         if old.is_empty() || completed {
             return None;
         }
@@ -277,13 +467,40 @@ impl FlowState {
     /// or a drop report's, which ends where the packet died. Hops that all lie, in order, on the
     /// known path confirm it rather than change it; otherwise it becomes the path, marked partial
     /// until a full one completes it.
-    pub fn observe_partial_path(&mut self, now: u64, path: &[Hop]) -> Option<Vec<PathHop>> {
+    pub fn observe_partial_path(
+        &mut self,
+        now: u64,
+        path: &[Hop],
+        paths: &mut PathTable,
+    ) -> Option<Path> {
         if path.len() < self.path.len() && on_path(path.iter().map(PathHop::from), &self.path) {
             return None;
         }
-        let change = self.observe_path(now, path);
+        let change = self.observe_path(now, path, paths);
         self.path_partial = true;
         change
+    }
+
+    fn joins(&mut self) -> &mut Joins {
+        self.joins.get_or_insert_with(Box::default)
+    }
+
+    /// Intermediate-report heads waiting for the rest of their path.
+    pub fn waiting_heads(&self) -> usize {
+        self.joins.as_ref().map_or(0, |j| j.heads.len())
+    }
+
+    /// Per-hop reports waiting to be joined.
+    pub fn pending_hops(&self) -> usize {
+        self.joins.as_ref().map_or(0, |j| j.pending.len())
+    }
+
+    /// Whether the window of the pending per-hop reports has passed at `now`.
+    pub fn join_due(&self, now: u64, window_ns: u64) -> bool {
+        self.joins
+            .as_ref()
+            .and_then(|j| j.pending.first())
+            .is_some_and(|(_, t, _)| now.saturating_sub(*t) > window_ns)
     }
 
     /// Keeps an intermediate report's hops (INT v2.1 §"MTU Settings": a transit hop without room
@@ -292,63 +509,57 @@ impl FlowState {
     /// on continues the newest head (the same packet cut again). Heads older than `window_ns`
     /// are dropped.
     pub fn push_head(&mut self, now: u64, hops: &[Hop], window_ns: u64) {
-        self.expire_heads(now, window_ns);
         let starts_path = match (self.path.first(), hops.first()) {
             (Some(first), Some(h)) => *first == PathHop::from(h),
             _ => true,
         };
-        match self.heads.back_mut() {
+        let joins = self.joins();
+        joins.expire_heads(now, window_ns);
+        match joins.heads.back_mut() {
             Some((_, head)) if !starts_path => head.extend_from_slice(hops),
             _ => {
-                if self.heads.len() == MAX_HEADS {
-                    self.heads.pop_front();
+                if joins.heads.len() == MAX_HEADS {
+                    joins.heads.pop_front();
                 }
-                self.heads.push_back((now, hops.to_vec()));
+                joins.heads.push_back((now, hops.to_vec()));
             }
         }
     }
 
     /// The oldest waiting head, for a report that completes its path.
     pub fn take_head(&mut self, now: u64, window_ns: u64) -> Option<Vec<Hop>> {
-        self.expire_heads(now, window_ns);
-        self.heads.pop_front().map(|(_, h)| h)
-    }
-
-    fn expire_heads(&mut self, now: u64, window_ns: u64) {
-        while self
-            .heads
-            .front()
-            .is_some_and(|(t, _)| now.saturating_sub(*t) > window_ns)
-        {
-            self.heads.pop_front();
-        }
+        let joins = self.joins.as_mut()?;
+        joins.expire_heads(now, window_ns);
+        joins.heads.pop_front().map(|(_, h)| h)
     }
 
     /// Adds a per-hop report (INT-XD postcard, INT-MX report) to the path being joined. Returns the
     /// joined path when the previous packet's hops are complete: the window since the first
     /// pending hop has passed, or this node already reported for it.
     pub fn join_hop(&mut self, now: u64, hop: Hop, window_ns: u64) -> Option<Vec<Hop>> {
-        let done = self
-            .pending
-            .first()
-            .is_some_and(|(_, t, _)| now.saturating_sub(*t) > window_ns)
+        let done = self.join_due(now, window_ns)
             || self
-                .pending
-                .iter()
-                .any(|(_, _, h)| h.node_id == hop.node_id);
+                .joins
+                .as_ref()
+                .is_some_and(|j| j.pending.iter().any(|(_, _, h)| h.node_id == hop.node_id));
         let joined = if done { Some(self.take_joined()) } else { None };
         // Hops of one packet are ordered by their ingress timestamps when they carry them, else by
         // arrival at the collector.
-        self.pending.push((hop.ingress_ts.unwrap_or(now), now, hop));
+        self.joins()
+            .pending
+            .push((hop.ingress_ts.unwrap_or(now), now, hop));
         joined
     }
 
     /// The pending hops as a path, in hop order.
     pub fn take_joined(&mut self) -> Vec<Hop> {
+        let Some(joins) = self.joins.as_mut() else {
+            return Vec::new();
+        };
         // Sorted in place and emptied, not replaced: the next packet's hops reuse the space.
-        self.pending.sort_by_key(|(k, t, _)| (*k, *t));
-        let path = self.pending.iter().map(|(_, _, h)| *h).collect();
-        self.pending.clear();
+        joins.pending.sort_by_key(|(k, t, _)| (*k, *t));
+        let path = joins.pending.iter().map(|(_, _, h)| *h).collect();
+        joins.pending.clear();
         path
     }
 
@@ -356,9 +567,7 @@ impl FlowState {
     pub fn observe_latency(&mut self, now: u64, path: &[Hop]) {
         let mut sample = Sample {
             time_ns: now,
-            e2e: NONE,
-            hop_latency: [NONE; SAMPLE_HOPS],
-            queue_occupancy: [NONE; SAMPLE_HOPS],
+            ..Sample::EMPTY
         };
         let mut e2e: Option<u64> = None;
         for (i, h) in path.iter().enumerate() {
@@ -374,16 +583,36 @@ impl FlowState {
             self.e2e.record(v);
             sample.e2e = v.min(u64::from(NONE - 1)) as u32;
         }
-        if self.series.len() == SERIES_LEN {
-            self.series.pop_front();
+        self.interval.add(&sample);
+        self.recent.push(sample);
+    }
+}
+
+impl Joins {
+    fn expire_heads(&mut self, now: u64, window_ns: u64) {
+        while self
+            .heads
+            .front()
+            .is_some_and(|(t, _)| now.saturating_sub(*t) > window_ns)
+        {
+            self.heads.pop_front();
         }
-        self.series.push_back(sample);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn test_key() -> FlowKey {
+        FlowKey {
+            src: std::net::Ipv6Addr::LOCALHOST,
+            dst: std::net::Ipv6Addr::LOCALHOST,
+            proto: 17,
+            src_port: 1,
+            dst_port: 2,
+        }
+    }
 
     #[test]
     fn histogram_quantiles_within_a_bucket() {
@@ -407,7 +636,7 @@ mod tests {
             src_port: 1,
             dst_port: 2,
         };
-        let mut f = FlowState::new(key, 1, 0);
+        let mut f = FlowState::new(key, 1, 0, PathTable::default().intern(&[]));
         let hop = |lat, occ| Hop {
             hop_latency: lat,
             queue_occupancy: occ,
@@ -421,7 +650,7 @@ mod tests {
                 hop(Some(200), None),
             ],
         );
-        let v = serde_json::to_value(f.series.back().unwrap()).unwrap();
+        let v = serde_json::to_value(f.recent.last().unwrap()).unwrap();
         assert_eq!(
             v,
             serde_json::json!({
@@ -432,8 +661,85 @@ mod tests {
             })
         );
         assert_eq!(std::mem::size_of::<Sample>(), 80);
+        assert_eq!(
+            std::mem::size_of::<FlowState>(),
+            552,
+            "a million flows in memory"
+        );
         f.observe_latency(6, &[hop(None, None)]);
-        assert_eq!(f.series.back().unwrap().e2e_latency(), None);
+        assert_eq!(f.recent.last().unwrap().e2e_latency(), None);
+    }
+
+    #[test]
+    fn a_full_bucket_halves_the_histogram_and_keeps_its_quantiles() {
+        let mut h = Histogram::default();
+        for _ in 0..70_000 {
+            h.record(1_000);
+        }
+        for _ in 0..1_000 {
+            h.record(1_000_000);
+        }
+        // 65 535 values of 1 µs, then halved: the rest are counted on the halved scale.
+        assert!(h.total < 40_000, "{}", h.total);
+        let p50 = h.quantile(0.5).unwrap();
+        assert_eq!(p50, 896, "the midpoint of 1 µs's bucket, 768..1024");
+        assert!(h.quantile(0.999).unwrap() > 500_000);
+    }
+
+    #[test]
+    fn the_ring_keeps_the_newest_samples_and_the_interval_all_of_them() {
+        let mut f = FlowState::new(test_key(), 1, 0, PathTable::default().intern(&[]));
+        let hop = |lat, occ| Hop {
+            hop_latency: Some(lat),
+            queue_occupancy: occ,
+            ..Hop::default()
+        };
+        for t in 1..=10u32 {
+            f.observe_latency(u64::from(t), &[hop(t * 100, Some(t)), hop(50, None)]);
+        }
+        let times: Vec<u64> = f.recent.iter().map(|s| s.time_ns).collect();
+        assert_eq!(times, [9, 10]);
+        let i = f.interval;
+        assert_eq!(i.samples, 10);
+        assert_eq!(i.e2e_avg(), Some(600));
+        assert_eq!(i.e2e_max(), Some(1050));
+        assert_eq!(&i.hop_latency_max()[..3], &[Some(1000), Some(50), None]);
+        assert_eq!(&i.queue_occupancy_max()[..3], &[Some(10), None, None]);
+    }
+
+    #[test]
+    fn flows_on_one_path_share_it_and_history_ends_with_the_current_path() {
+        let mut table = PathTable::default();
+        let empty = table.intern(&[]);
+        let hops = |ids: &[u32]| -> Vec<Hop> {
+            ids.iter()
+                .map(|&node_id| Hop {
+                    node_id,
+                    ..Hop::default()
+                })
+                .collect()
+        };
+        let mut a = FlowState::new(test_key(), 1, 0, Arc::clone(&empty));
+        let mut b = FlowState::new(test_key(), 2, 0, Arc::clone(&empty));
+        assert!(a.observe_path(1, &hops(&[1, 2, 3]), &mut table).is_none());
+        assert!(b.observe_path(2, &hops(&[1, 2, 3]), &mut table).is_none());
+        assert!(Arc::ptr_eq(&a.path, &b.path));
+        let old = a.observe_path(5, &hops(&[1, 4, 3]), &mut table).unwrap();
+        assert_eq!(old.len(), 3);
+        let history: Vec<(u64, Vec<u32>)> = a
+            .path_history()
+            .map(|(t, p)| (t, p.iter().map(|h| h.node_id).collect()))
+            .collect();
+        assert_eq!(history, [(1, vec![1, 2, 3]), (5, vec![1, 4, 3])]);
+        drop(old);
+        drop(b);
+        table.forget_unused();
+        // Still held: a's current and earlier path (and `empty` here).
+        assert_eq!(table.len(), 3);
+        drop(a);
+        drop(empty);
+        table.forget_unused();
+        assert!(table.is_empty());
     }
 
     proptest::proptest! {
@@ -447,7 +753,7 @@ mod tests {
             for v in &values {
                 h.record(*v);
             }
-            let rank = ((h.total as f64) * q).ceil().max(1.0) as u64;
+            let rank = ((f64::from(h.total)) * q).ceil().max(1.0) as u64;
             let mut seen = 0;
             let from_below = h.counts.iter().position(|&c| {
                 seen += u64::from(c);

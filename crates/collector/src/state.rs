@@ -5,6 +5,7 @@
 //! gives the same state and events (replays and tests are deterministic).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -14,7 +15,7 @@ use serde_json::json;
 
 use crate::detect::DetectConfig;
 use crate::event::{Event, EventKind, FlowRef};
-use crate::flow::{FlowState, PathHop};
+use crate::flow::{FlowState, Path, PathTable};
 use crate::record::{Hop, Record, Version};
 use crate::seq::{SeqOutcome, SeqTracker};
 
@@ -149,9 +150,13 @@ pub struct State {
     cfg: DetectConfig,
     /// Report loss per source.
     pub seq: SeqTracker,
-    /// Flows by key.
-    pub flows: HashMap<FlowKey, FlowState>,
-    flow_ids: HashMap<u64, FlowKey>,
+    /// Flows by key (boxed: the table's empty slots then cost a pointer, not a flow).
+    pub flows: HashMap<FlowKey, Box<FlowState>>,
+    /// The distinct paths of the flows.
+    pub paths: PathTable,
+    /// (ID, key) in ID order: IDs only grow, so new flows append and lookups bisect (half the
+    /// memory of a hash map at a million flows).
+    flow_ids: Vec<(u64, FlowKey)>,
     next_flow_id: u64,
     /// Queues.
     pub queues: HashMap<QueueKey, QueueState>,
@@ -231,7 +236,11 @@ impl State {
 
     /// The flow with API ID `id`.
     pub fn flow_by_id(&self, id: u64) -> Option<&FlowState> {
-        self.flow_ids.get(&id).and_then(|k| self.flows.get(k))
+        let i = self
+            .flow_ids
+            .binary_search_by_key(&id, |(id, _)| *id)
+            .ok()?;
+        self.flows.get(&self.flow_ids[i].1).map(|f| &**f)
     }
 
     /// Runs one record through correlation and detection.
@@ -319,15 +328,11 @@ impl State {
             let Some(flow) = self.flows.get_mut(&key) else {
                 continue;
             };
-            let due = flow
-                .pending
-                .first()
-                .is_some_and(|(_, t, _)| now.saturating_sub(*t) > window);
-            if !due {
+            if !flow.join_due(now, window) {
                 continue;
             }
             let path = flow.take_joined();
-            let change = flow.observe_partial_path(now, &path);
+            let change = flow.observe_partial_path(now, &path, &mut self.paths);
             flow.observe_latency(now, &path);
             let id = flow.id;
             if let Some(old) = change {
@@ -359,11 +364,12 @@ impl State {
         let now = r.time_ns;
         let next_id = &mut self.next_flow_id;
         let ids = &mut self.flow_ids;
+        let paths = &mut self.paths;
         let flow = self.flows.entry(key).or_insert_with(|| {
             let id = *next_id;
             *next_id += 1;
-            ids.insert(id, key);
-            FlowState::new(key, id, now)
+            ids.push((id, key));
+            Box::new(FlowState::new(key, id, now, paths.intern(&[])))
         });
         flow.reports += 1;
         flow.last_seen_ns = now;
@@ -380,7 +386,7 @@ impl State {
         // per-hop reports (INT-XD postcards, INT-MX) from different nodes are joined first.
         let mut change = None;
         let mut head_hops = 0;
-        let head = if r.intermediate || flow.heads.is_empty() {
+        let head = if r.intermediate || flow.waiting_heads() == 0 {
             None
         } else {
             flow.take_head(now, self.cfg.join_window_ns)
@@ -402,21 +408,21 @@ impl State {
             // Hops missing from the report (cut short), or a packet that died on the way: a
             // partial path, and a latency that is no flow's.
             if r.path_truncated || r.dropped || r.drop_reason.is_some() {
-                change = flow.observe_partial_path(now, hops);
+                change = flow.observe_partial_path(now, hops, paths);
             } else {
-                change = flow.observe_path(now, hops);
+                change = flow.observe_path(now, hops, paths);
                 flow.observe_latency(now, hops);
             }
         } else if let [hop] = r.hops() {
             let joined = flow.join_hop(now, *hop, self.cfg.join_window_ns);
-            if flow.pending.len() == 1 {
+            if flow.pending_hops() == 1 {
                 // A new packet's hops: join them when the window passes, even if the flow's next
                 // packet never comes.
                 self.pending_joins
                     .push_back((now + self.cfg.join_window_ns + 1, key));
             }
             if let Some(path) = joined {
-                change = flow.observe_partial_path(now, &path);
+                change = flow.observe_partial_path(now, &path, paths);
                 flow.observe_latency(now, &path);
             }
         } else {
@@ -434,22 +440,19 @@ impl State {
         let idle = self.cfg.flow_idle_ns;
         self.next_idle_sweep_ns = now.saturating_add((idle / 10).max(1_000_000_000));
         let before = self.flows.len();
-        let ids = &mut self.flow_ids;
-        self.flows.retain(|_, f| {
-            let keep = now.saturating_sub(f.last_seen_ns) < idle;
-            if !keep {
-                ids.remove(&f.id);
-            }
-            keep
-        });
+        self.flows
+            .retain(|_, f| now.saturating_sub(f.last_seen_ns) < idle);
+        let flows = &self.flows;
+        self.flow_ids.retain(|(_, k)| flows.contains_key(k));
         self.flows_expired += (before - self.flows.len()) as u64;
+        self.paths.forget_unused();
     }
 
-    fn path_changed(&mut self, now: u64, key: FlowKey, id: u64, old: Vec<PathHop>) {
-        let new = self.flows[&key].path.clone();
+    fn path_changed(&mut self, now: u64, key: FlowKey, id: u64, old: Path) {
+        let new = Arc::clone(&self.flows[&key].path);
         let diverge = old
             .iter()
-            .zip(&new)
+            .zip(new.iter())
             .position(|(a, b)| a != b)
             .unwrap_or(old.len().min(new.len()));
         let at = new.get(diverge.saturating_sub(1)).copied();

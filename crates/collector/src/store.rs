@@ -19,6 +19,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Value, json};
 
 use crate::event::{Event, FlowRef};
+use crate::flow::FlowInterval;
 use crate::state::State;
 
 /// A store error.
@@ -60,6 +61,8 @@ pub struct FlowRow {
     pub e2e_p50: Option<u64>,
     /// p99.
     pub e2e_p99: Option<u64>,
+    /// Latency since the last flush, when the flow had samples: a row of the flow's series.
+    pub interval: Option<FlowInterval>,
 }
 
 /// One interval's aggregate of a queue or a port.
@@ -127,6 +130,9 @@ pub trait Store: Send + Sync {
     fn flows(&self, q: &HistoryQuery) -> Result<Value, StoreError>;
     /// Stored queue aggregates of a node, oldest first.
     fn queue_series(&self, q: &HistoryQuery) -> Result<Value, StoreError>;
+    /// One flow's latency series (per-interval aggregates), oldest first; the newest `limit`
+    /// rows (default 600) between `since` and `until`.
+    fn flow_series(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Value, StoreError>;
     /// Row counts per table.
     fn counts(&self) -> Result<Value, StoreError>;
 }
@@ -144,6 +150,10 @@ CREATE TABLE IF NOT EXISTS flows(
   last_drop_reason INTEGER, path TEXT NOT NULL, path_changes INTEGER NOT NULL, e2e_p50 INTEGER, e2e_p99 INTEGER,
   PRIMARY KEY(src, dst, proto, src_port, dst_port));
 CREATE INDEX IF NOT EXISTS flows_last_seen ON flows(last_seen_ns);
+CREATE TABLE IF NOT EXISTS flow_stats(
+  time_ns INTEGER NOT NULL, flow INTEGER NOT NULL, samples INTEGER NOT NULL,
+  e2e_avg INTEGER, e2e_max INTEGER, hop_latency_max TEXT NOT NULL, queue_occupancy_max TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS flow_stats_flow ON flow_stats(flow, time_ns);
 CREATE TABLE IF NOT EXISTS queue_stats(
   time_ns INTEGER NOT NULL, node_id INTEGER NOT NULL, port INTEGER NOT NULL, queue_id INTEGER NOT NULL,
   samples INTEGER NOT NULL, avg_occupancy REAL NOT NULL, max_occupancy INTEGER NOT NULL);
@@ -196,6 +206,15 @@ fn i(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
+/// Per-hop values as a JSON array, source first, without the unused hops at the end.
+fn per_hop_json(values: &[Option<u32>]) -> String {
+    let used = values
+        .iter()
+        .rposition(Option::is_some)
+        .map_or(0, |p| p + 1);
+    serde_json::to_string(&values[..used]).unwrap_or_default()
+}
+
 impl Store for SqliteStore {
     fn write(&self, b: &Batch) -> Result<(), StoreError> {
         let mut conn = self.conn();
@@ -229,25 +248,42 @@ impl Store for SqliteStore {
                  ON CONFLICT(src,dst,proto,src_port,dst_port) DO UPDATE SET
                    last_seen_ns=excluded.last_seen_ns, reports=excluded.reports, drops=excluded.drops,
                    last_drop_reason=excluded.last_drop_reason, path=excluded.path, path_changes=excluded.path_changes,
-                   e2e_p50=excluded.e2e_p50, e2e_p99=excluded.e2e_p99",
+                   e2e_p50=excluded.e2e_p50, e2e_p99=excluded.e2e_p99
+                 RETURNING rowid",
             )?;
+            let mut fs =
+                tx.prepare_cached("INSERT INTO flow_stats VALUES(?1,?2,?3,?4,?5,?6,?7)")?;
             for f in &b.flows {
-                fl.execute(params![
-                    f.flow.src,
-                    f.flow.dst,
-                    f.flow.proto,
-                    f.flow.src_port,
-                    f.flow.dst_port,
-                    i(f.first_seen_ns),
-                    i(f.last_seen_ns),
-                    i(f.reports),
-                    i(f.drops),
-                    f.last_drop_reason,
-                    f.path,
-                    i(f.path_changes),
-                    f.e2e_p50.map(i),
-                    f.e2e_p99.map(i)
-                ])?;
+                let rowid: i64 = fl.query_row(
+                    params![
+                        f.flow.src,
+                        f.flow.dst,
+                        f.flow.proto,
+                        f.flow.src_port,
+                        f.flow.dst_port,
+                        i(f.first_seen_ns),
+                        i(f.last_seen_ns),
+                        i(f.reports),
+                        i(f.drops),
+                        f.last_drop_reason,
+                        f.path,
+                        i(f.path_changes),
+                        f.e2e_p50.map(i),
+                        f.e2e_p99.map(i)
+                    ],
+                    |r| r.get(0),
+                )?;
+                if let Some(v) = &f.interval {
+                    fs.execute(params![
+                        i(b.time_ns),
+                        rowid,
+                        v.samples,
+                        v.e2e_avg().map(i),
+                        v.e2e_max(),
+                        per_hop_json(&v.hop_latency_max()),
+                        per_hop_json(&v.queue_occupancy_max())
+                    ])?;
+                }
             }
             let mut q =
                 tx.prepare_cached("INSERT INTO queue_stats VALUES(?1,?2,?3,?4,?5,?6,?7)")?;
@@ -290,6 +326,7 @@ impl Store for SqliteStore {
         let t = i(before_ns);
         conn.execute("DELETE FROM events WHERE time_ns < ?1", [t])?;
         conn.execute("DELETE FROM flows WHERE last_seen_ns < ?1", [t])?;
+        conn.execute("DELETE FROM flow_stats WHERE time_ns < ?1", [t])?;
         conn.execute("DELETE FROM queue_stats WHERE time_ns < ?1", [t])?;
         conn.execute("DELETE FROM port_stats WHERE time_ns < ?1", [t])?;
         conn.execute(
@@ -363,12 +400,39 @@ impl Store for SqliteStore {
         Ok(Value::Array(rows.collect::<Result<_, _>>()?))
     }
 
+    fn flow_series(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Value, StoreError> {
+        let conn = self.conn();
+        let mut st = conn.prepare_cached(
+            "SELECT s.time_ns,s.samples,s.e2e_avg,s.e2e_max,s.hop_latency_max,s.queue_occupancy_max
+             FROM flows f JOIN flow_stats s ON s.flow = f.rowid
+             WHERE f.src = ?1 AND f.dst = ?2 AND f.proto = ?3 AND f.src_port = ?4 AND f.dst_port = ?5
+               AND s.time_ns >= ?6 AND s.time_ns <= ?7
+             ORDER BY s.time_ns DESC LIMIT ?8",
+        )?;
+        let rows = st.query_map(
+            params![flow.src, flow.dst, flow.proto, flow.src_port, flow.dst_port,
+                    i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.limit.unwrap_or(600)],
+            |r| {
+                let hops = |s: String| serde_json::from_str::<Value>(&s).unwrap_or(Value::Null);
+                Ok(json!({
+                    "time_ns": r.get::<_, i64>(0)?, "samples": r.get::<_, i64>(1)?,
+                    "e2e_latency_avg": r.get::<_, Option<i64>>(2)?, "e2e_latency_max": r.get::<_, Option<i64>>(3)?,
+                    "hop_latency_max": hops(r.get(4)?), "queue_occupancy_max": hops(r.get(5)?),
+                }))
+            },
+        )?;
+        let mut rows: Vec<Value> = rows.collect::<Result<_, _>>()?;
+        rows.reverse();
+        Ok(Value::Array(rows))
+    }
+
     fn counts(&self) -> Result<Value, StoreError> {
         let conn = self.conn();
         let mut m = serde_json::Map::new();
         for t in [
             "events",
             "flows",
+            "flow_stats",
             "queue_stats",
             "port_stats",
             "raw_reports",
@@ -444,6 +508,7 @@ pub fn collect_batch(
                 path_changes: f.path_changes,
                 e2e_p50: f.e2e.quantile(0.5),
                 e2e_p99: f.e2e.quantile(0.99),
+                interval: Some(std::mem::take(&mut f.interval)).filter(|v| v.samples > 0),
             });
         }
     }

@@ -54,6 +54,23 @@ fn batches_round_trip_and_prune() {
         store.next_event_id().unwrap(),
         b.events.last().unwrap().id + 1
     );
+    // The flow's per-interval latency series: its two delivered reports (the third was a drop).
+    let key = s.flows.values().next().unwrap().key;
+    let series = store
+        .flow_series(&(&key).into(), &HistoryQuery::default())
+        .unwrap();
+    assert_eq!(series.as_array().unwrap().len(), 1, "{series}");
+    assert_eq!(series[0]["samples"], 2);
+    assert_eq!(series[0]["time_ns"], 2 * S);
+    assert_eq!(series[0]["e2e_latency_avg"], 2700);
+    assert_eq!(
+        series[0]["hop_latency_max"],
+        serde_json::json!([900, 900, 900])
+    );
+    assert_eq!(
+        series[0]["queue_occupancy_max"],
+        serde_json::json!([10, 5000, 10])
+    );
     let congestion = store
         .queue_series(&HistoryQuery {
             node: Some(101),
@@ -68,9 +85,10 @@ fn batches_round_trip_and_prune() {
         (
             counts["events"].as_u64(),
             counts["flows"].as_u64(),
+            counts["flow_stats"].as_u64(),
             counts["raw_reports"].as_u64()
         ),
-        (Some(0), Some(0), Some(0))
+        (Some(0), Some(0), Some(0), Some(0))
     );
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
