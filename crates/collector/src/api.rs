@@ -139,12 +139,12 @@ async fn nodes(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
     let full_scale = c.config.tx_util_full_scale;
     with_state(&c, |s| {
         Json(Value::Array(
-            s.nodes
-                .iter()
+            s.nodes_in_order()
+                .into_iter()
                 .map(|(id, n)| {
                     let ports: Vec<Value> = n
-                        .ports
-                        .iter()
+                        .ports_in_order()
+                        .into_iter()
                         .map(|(p, ps)| json!({"port": p, "tx_util": ps.tx_util, "utilization": utilization(ps.tx_util, full_scale), "hop_latency": ps.last_latency, "hop_latency_baseline": ps.latency_baseline.round(), "drops": ps.drops}))
                         .collect();
                     let drops: Vec<Value> = n.drops.iter().map(|(r, c)| json!({"reason": r, "name": intscope_wire::report::drop_reason_name(*r), "count": c})).collect();

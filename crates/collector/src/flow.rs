@@ -249,14 +249,6 @@ fn value(v: u32) -> Option<u32> {
     (v != NONE).then_some(v)
 }
 
-/// The larger of two values where [`NONE`] is no value.
-fn max_of(a: u32, b: u32) -> u32 {
-    match (a, b) {
-        (NONE, v) | (v, NONE) => v,
-        (a, b) => a.max(b),
-    }
-}
-
 impl Sample {
     const EMPTY: Sample = Sample {
         time_ns: 0,
@@ -339,28 +331,21 @@ impl serde::Serialize for SampleRing {
 }
 
 /// A flow's latency over one store interval: what the store's per-flow, per-hop series holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Maxima are kept plus one, so that 0 is "no value" and a sample's all-ones "none" wraps to it:
+/// folding a sample in is a plain maximum per hop, no branches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlowInterval {
     /// Samples in the interval.
     pub samples: u32,
     e2e_samples: u32,
     e2e_sum: u64,
-    e2e_max: u32,
-    hop_latency_max: [u32; SAMPLE_HOPS],
-    queue_occupancy_max: [u32; SAMPLE_HOPS],
+    e2e_max_plus_one: u32,
+    hop_latency_max_plus_one: [u32; SAMPLE_HOPS],
+    queue_occupancy_max_plus_one: [u32; SAMPLE_HOPS],
 }
 
-impl Default for FlowInterval {
-    fn default() -> Self {
-        FlowInterval {
-            samples: 0,
-            e2e_samples: 0,
-            e2e_sum: 0,
-            e2e_max: NONE,
-            hop_latency_max: [NONE; SAMPLE_HOPS],
-            queue_occupancy_max: [NONE; SAMPLE_HOPS],
-        }
-    }
+fn unshift(v: u32) -> Option<u32> {
+    v.checked_sub(1)
 }
 
 impl FlowInterval {
@@ -369,11 +354,13 @@ impl FlowInterval {
         if s.e2e != NONE {
             self.e2e_samples += 1;
             self.e2e_sum += u64::from(s.e2e);
-            self.e2e_max = max_of(self.e2e_max, s.e2e);
         }
+        self.e2e_max_plus_one = self.e2e_max_plus_one.max(s.e2e.wrapping_add(1));
         for i in 0..SAMPLE_HOPS {
-            self.hop_latency_max[i] = max_of(self.hop_latency_max[i], s.hop_latency[i]);
-            self.queue_occupancy_max[i] = max_of(self.queue_occupancy_max[i], s.queue_occupancy[i]);
+            self.hop_latency_max_plus_one[i] =
+                self.hop_latency_max_plus_one[i].max(s.hop_latency[i].wrapping_add(1));
+            self.queue_occupancy_max_plus_one[i] =
+                self.queue_occupancy_max_plus_one[i].max(s.queue_occupancy[i].wrapping_add(1));
         }
     }
 
@@ -383,15 +370,15 @@ impl FlowInterval {
     }
     /// Largest end-to-end latency.
     pub fn e2e_max(&self) -> Option<u32> {
-        value(self.e2e_max)
+        unshift(self.e2e_max_plus_one)
     }
     /// Largest latency per hop, source first.
     pub fn hop_latency_max(&self) -> [Option<u32>; SAMPLE_HOPS] {
-        self.hop_latency_max.map(value)
+        self.hop_latency_max_plus_one.map(unshift)
     }
     /// Largest queue occupancy per hop, source first.
     pub fn queue_occupancy_max(&self) -> [Option<u32>; SAMPLE_HOPS] {
-        self.queue_occupancy_max.map(value)
+        self.queue_occupancy_max_plus_one.map(unshift)
     }
 }
 

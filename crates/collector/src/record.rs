@@ -170,12 +170,36 @@ impl Record {
         self.hop_count += 1;
     }
 
+    /// Ready for the next report. Field by field: the hop array (1.3 KB) is not rewritten, only
+    /// its count, which is what a whole-value reset would cost every report.
     fn reset(&mut self, time_ns: u64, version: Version) {
-        *self = Record {
-            time_ns,
-            version,
-            ..Record::default()
-        };
+        let Record {
+            time_ns: t,
+            version: v,
+            node_id,
+            hw_id,
+            seq,
+            dropped,
+            congested,
+            tracked,
+            intermediate,
+            drop_reason,
+            flow,
+            ip_ttl,
+            hop_limit_exceeded,
+            mtu_exceeded,
+            int_hops,
+            path_truncated,
+            first_in_datagram,
+            hops: _,
+            hop_count,
+        } = self;
+        (*t, *v, *node_id, *hw_id, *seq) = (time_ns, version, 0, 0, 0);
+        (*dropped, *congested, *tracked, *intermediate) = (false, false, false, false);
+        (*drop_reason, *flow, *ip_ttl) = (None, None, None);
+        (*hop_limit_exceeded, *mtu_exceeded, *path_truncated) = (false, false, false);
+        (*int_hops, *hop_count) = (0, 0);
+        *first_in_datagram = true;
     }
 }
 

@@ -116,7 +116,16 @@ pub struct NodeState {
     /// Drops it reported, by reason code.
     pub drops: BTreeMap<u8, u64>,
     /// Its ports (egress side).
-    pub ports: BTreeMap<u32, PortState>,
+    pub ports: HashMap<u32, PortState>,
+}
+
+impl NodeState {
+    /// Its ports in port order.
+    pub fn ports_in_order(&self) -> Vec<(u32, &PortState)> {
+        let mut ports: Vec<(u32, &PortState)> = self.ports.iter().map(|(p, s)| (*p, s)).collect();
+        ports.sort_unstable_by_key(|(p, _)| *p);
+        ports
+    }
 }
 
 /// A link between two nodes, seen from consecutive hops of paths.
@@ -160,8 +169,8 @@ pub struct State {
     next_flow_id: u64,
     /// Queues.
     pub queues: HashMap<QueueKey, QueueState>,
-    /// Nodes.
-    pub nodes: BTreeMap<u32, NodeState>,
+    /// Nodes (hashed: every hop of every report looks one up).
+    pub nodes: HashMap<u32, NodeState>,
     /// Links.
     pub links: HashMap<LinkKey, LinkState>,
     /// Newest events, oldest first.
@@ -234,6 +243,13 @@ impl State {
         self.next_event_id
     }
 
+    /// The nodes in ID order.
+    pub fn nodes_in_order(&self) -> Vec<(u32, &NodeState)> {
+        let mut nodes: Vec<(u32, &NodeState)> = self.nodes.iter().map(|(n, s)| (*n, s)).collect();
+        nodes.sort_unstable_by_key(|(n, _)| *n);
+        nodes
+    }
+
     /// The flow with API ID `id`.
     pub fn flow_by_id(&self, id: u64) -> Option<&FlowState> {
         let i = self
@@ -290,6 +306,7 @@ impl State {
         self.sweep(now);
     }
 
+    #[inline(never)]
     fn sweep(&mut self, now: u64) {
         if now >= self.next_idle_sweep_ns {
             self.expire_idle_flows(now);
@@ -346,7 +363,7 @@ impl State {
             self.seq
                 .observe(r.node_id, r.hw_id, r.seq, r.version.seq_bits())
         {
-            let ev = json!({"hw_id": r.hw_id, "lost": lost, "expected_seq": expected, "received_seq": r.seq});
+            let ev = move || json!({"hw_id": r.hw_id, "lost": lost, "expected_seq": expected, "received_seq": r.seq});
             self.raise(
                 r.time_ns,
                 EventKind::LostReports,
@@ -436,6 +453,7 @@ impl State {
 
     /// Live state keeps the flows of the last `flow_idle_ns` (the store keeps every flow's
     /// summary): looked for every tenth of that, one pass over the table.
+    #[inline(never)]
     fn expire_idle_flows(&mut self, now: u64) {
         let idle = self.cfg.flow_idle_ns;
         self.next_idle_sweep_ns = now.saturating_add((idle / 10).max(1_000_000_000));
@@ -448,6 +466,7 @@ impl State {
         self.paths.forget_unused();
     }
 
+    #[inline(never)]
     fn path_changed(&mut self, now: u64, key: FlowKey, id: u64, old: Path) {
         let new = Arc::clone(&self.flows[&key].path);
         let diverge = old
@@ -456,7 +475,7 @@ impl State {
             .position(|(a, b)| a != b)
             .unwrap_or(old.len().min(new.len()));
         let at = new.get(diverge.saturating_sub(1)).copied();
-        let ev = json!({"old_path": old, "new_path": new, "diverges_after_hop": diverge});
+        let ev = move || json!({"old_path": old, "new_path": new, "diverges_after_hop": diverge});
         self.raise(
             now,
             EventKind::PathChange,
@@ -499,7 +518,7 @@ impl State {
                 };
                 ps.latency_samples = ps.latency_samples.saturating_add(1);
                 if anomalous {
-                    let ev = json!({"hop_latency": lat, "baseline": baseline.round(), "factor": (f64::from(lat) / baseline.max(1.0) * 10.0).round() / 10.0, "queue_occupancy": hop.queue_occupancy});
+                    let ev = move || json!({"hop_latency": lat, "baseline": baseline.round(), "factor": (f64::from(lat) / baseline.max(1.0) * 10.0).round() / 10.0, "queue_occupancy": hop.queue_occupancy});
                     self.raise(
                         now,
                         EventKind::LatencyAnomaly,
@@ -583,7 +602,8 @@ impl State {
             if !self.open_episodes.contains(&key) {
                 self.open_episodes.push(key);
             }
-            let ev = json!({"queue_occupancy": occ, "threshold": cfg.congestion_start, "hop_latency": hop.hop_latency, "q_flag": r.congested});
+            let threshold = cfg.congestion_start;
+            let ev = move || json!({"queue_occupancy": occ, "threshold": threshold, "hop_latency": hop.hop_latency, "q_flag": r.congested});
             self.raise(
                 now,
                 EventKind::CongestionStart,
@@ -601,10 +621,17 @@ impl State {
 
     /// Raises the end of a congestion episode: a microburst if it was short, with the flows that
     /// filled the queue most.
+    #[inline(never)]
     fn close_episode(&mut self, now: u64, key: QueueKey, ep: Episode, end: u64) {
         let duration = end.saturating_sub(ep.start_ns);
         let mut culprits: Vec<(FlowKey, u64)> = ep.flows.into_iter().collect();
-        culprits.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let order = |a: &(FlowKey, u64), b: &(FlowKey, u64)| b.1.cmp(&a.1).then(a.0.cmp(&b.0));
+        // Only the top ten are named: select them, then order just those.
+        if culprits.len() > 10 {
+            culprits.select_nth_unstable_by(10, order);
+            culprits.truncate(10);
+        }
+        culprits.sort_by(order);
         let total = ep.total.max(1) as f64;
         let ranked: Vec<_> = culprits
             .iter()
@@ -619,7 +646,7 @@ impl State {
         } else {
             EventKind::CongestionEnd
         };
-        let ev = json!({"start_ns": ep.start_ns, "duration_ns": duration, "max_occupancy": ep.max_occupancy, "culprit_flows": ranked});
+        let ev = move || json!({"start_ns": ep.start_ns, "duration_ns": duration, "max_occupancy": ep.max_occupancy, "culprit_flows": ranked});
         self.raise(now, kind, Some(key.0), Some(key.1), Some(key.2), None, ev);
     }
 
@@ -671,7 +698,7 @@ impl State {
                 ps.drops += 1;
                 ps.interval.drops += 1;
             }
-            let ev = json!({"drop_reason": r.drop_reason, "drop_reason_name": r.drop_reason.and_then(drop_reason_name)});
+            let ev = move || json!({"drop_reason": r.drop_reason, "drop_reason_name": r.drop_reason.and_then(drop_reason_name)});
             self.raise(
                 now,
                 EventKind::Drop,
@@ -694,14 +721,16 @@ impl State {
             // known, else to the reporting node.
             let last = last_recorded_hop(r);
             let suspect = last.and_then(|h| self.next_node(h.node_id, h.egress_if?));
-            let ev = json!({
-                "int_hops": r.int_hops,
-                "path": r.hops().iter().map(|h| h.node_id).collect::<Vec<_>>(),
-                "last_recorded_node": last.map(|h| h.node_id),
-                "last_recorded_egress_port": last.and_then(|h| h.egress_if),
-                "suspect_node": suspect,
-                "reported_by": r.node_id,
-            });
+            let ev = move || {
+                json!({
+                    "int_hops": r.int_hops,
+                    "path": r.hops().iter().map(|h| h.node_id).collect::<Vec<_>>(),
+                    "last_recorded_node": last.map(|h| h.node_id),
+                    "last_recorded_egress_port": last.and_then(|h| h.egress_if),
+                    "suspect_node": suspect,
+                    "reported_by": r.node_id,
+                })
+            };
             self.raise(
                 now,
                 kind,
@@ -715,7 +744,7 @@ impl State {
         if self.cfg.non_int_hops
             && let Some(gap) = gap.filter(|g| g.non_int > 0)
         {
-            let ev = json!({"ip_ttl": r.ip_ttl, "assumed_initial_ttl": gap.initial_ttl, "ttl_decrement": gap.ttl_decrement, "int_hops": r.int_hops + head_hops, "non_int_hops": gap.non_int});
+            let ev = move || json!({"ip_ttl": r.ip_ttl, "assumed_initial_ttl": gap.initial_ttl, "ttl_decrement": gap.ttl_decrement, "int_hops": r.int_hops + head_hops, "non_int_hops": gap.non_int});
             self.raise(
                 now,
                 EventKind::NonIntHops,
@@ -728,7 +757,10 @@ impl State {
         }
     }
 
+    // Out of line: events are rare next to reports, and inlining each call site's evidence
+    // builder into `process` slowed every report (measured, pipeline bench).
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn raise(
         &mut self,
         now: u64,
@@ -737,7 +769,7 @@ impl State {
         port: Option<u32>,
         queue: Option<u8>,
         flow: Option<(FlowKey, u64)>,
-        evidence: serde_json::Value,
+        evidence: impl FnOnce() -> serde_json::Value,
     ) {
         // Episode ends and report loss are always logged; the rest at most once per interval
         // per kind, place and flow.
@@ -785,7 +817,8 @@ impl State {
             queue_id: queue,
             flow: flow.map(|f| FlowRef::from(&f.0)),
             flow_id: flow.map(|f| f.1),
-            evidence,
+            // Built only for events that are logged: most repeats are rate-limited away.
+            evidence: evidence(),
         });
     }
 }
