@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use intscope_collector::api;
 use intscope_collector::ingest::{Collector, CollectorConfig, spawn_receivers};
-use intscope_collector::record::Record;
+use intscope_collector::record::RecordBatch;
 use intscope_wire::locate::{DetectConfig, Packet, Start};
 
 use crate::capture::{Capture, LINKTYPE_ETHERNET};
@@ -57,6 +57,9 @@ pub struct CollectArgs {
     /// of this machine and socket setup, to compare the full pipeline with).
     #[arg(long, conflicts_with = "replay")]
     pub discard: bool,
+    /// Receive threads per listen address (`threads` in the config file).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
 }
 
 fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
@@ -84,6 +87,9 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
         cfg.data = None;
     }
     cfg.discard = args.discard;
+    if let Some(n) = args.threads {
+        cfg.threads = n;
+    }
     Ok(cfg)
 }
 
@@ -156,7 +162,7 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
         dscp: None,
         ..DetectConfig::default()
     };
-    let mut record = Record::default();
+    let mut batch = RecordBatch::default();
     let (mut frames, mut datagrams, mut skipped) = (0u64, 0u64, 0u64);
     let started = Instant::now();
     let mut first_ts: Option<u128> = None;
@@ -197,7 +203,7 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
             payload,
             ip.src.to_canonical(),
             u64::try_from(frame.time_ns).unwrap_or(u64::MAX),
-            &mut record,
+            &mut batch,
         );
         datagrams += 1;
     }

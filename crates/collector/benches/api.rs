@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use intscope_collector::ingest::{Collector, CollectorConfig};
 use intscope_collector::loadgen::{Generator, INT_PORT, LoadConfig, LoadVersion};
-use intscope_collector::record::Record;
+use intscope_collector::record::RecordBatch;
 
 const REQUESTS: usize = 50;
 
@@ -50,7 +50,7 @@ fn main() {
         batch: 8,
         ..LoadConfig::default()
     });
-    let (mut buf, mut rec, mut reports, mut t) = (Vec::new(), Record::default(), 0u64, 0u64);
+    let (mut buf, mut rec, mut reports, mut t) = (Vec::new(), RecordBatch::default(), 0u64, 0u64);
     // Until every flow has reported (the generator picks flows at random).
     while reports % 100_000 != 0 || c.state.lock().unwrap().flows.len() < flows as usize {
         reports += g.next_datagram(&mut buf) as u64;

@@ -9,9 +9,12 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use intscope_collector::detect::DetectConfig as Thresholds;
 use intscope_collector::ingest::{Collector, CollectorConfig};
 use intscope_collector::loadgen::{Generator, INT_PORT, LoadConfig, LoadVersion};
-use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
+use intscope_collector::record::{FlowKeyMode, Record, RecordBatch, decode_datagram};
 use intscope_collector::state::State;
 use intscope_wire::locate::DetectConfig;
+
+/// Datagrams per receive call (quinn-udp's `recvmmsg` batch on Linux).
+const RECEIVE_BATCH: usize = 32;
 
 fn bench(c: &mut Criterion) {
     let mut g = Generator::new(LoadConfig {
@@ -98,14 +101,19 @@ fn bench(c: &mut Criterion) {
         ..CollectorConfig::default()
     })
     .unwrap();
+    let mut batch = RecordBatch::default();
     let mut group = c.benchmark_group("pipeline_v05");
     group.throughput(Throughput::Elements(postcards.len() as u64));
     let src = std::net::IpAddr::from([10, 0, 0, 1]);
     group.bench_function("ingest", |b| {
         b.iter(|| {
-            for d in &postcards {
-                t += 1000;
-                collector.ingest(black_box(d), src, t, &mut rec);
+            // As a receive thread does: decode one receive batch, then correlate it.
+            for batch_of in postcards.chunks(RECEIVE_BATCH) {
+                for d in batch_of {
+                    t += 1000;
+                    collector.decode(black_box(d), src, t, &mut batch);
+                }
+                collector.correlate(&mut batch);
             }
         })
     });

@@ -14,7 +14,7 @@ use ipnet::IpNet;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::detect::DetectConfig as Thresholds;
-use crate::record::{FlowKeyMode, Record, decode_datagram};
+use crate::record::{FlowKeyMode, RecordBatch, decode_into};
 use crate::state::State;
 use crate::store::{
     SqliteStore, Store, StoreConfig, StoreError, StoreStats, collect_batch, spawn_writer, submit,
@@ -175,6 +175,8 @@ pub struct Collector {
     /// Counters of the store path.
     pub store_stats: Arc<StoreStats>,
     raw: Mutex<Vec<(u64, IpAddr, Vec<u8>)>>,
+    /// Raw datagrams offered since the last flush.
+    raw_taken: std::sync::atomic::AtomicUsize,
     /// Raw datagrams not kept because the per-flush sample was full.
     pub raw_skipped: AtomicU64,
 }
@@ -215,6 +217,7 @@ impl Collector {
             store,
             store_stats: Arc::new(StoreStats::default()),
             raw: Mutex::new(Vec::new()),
+            raw_taken: std::sync::atomic::AtomicUsize::new(0),
             raw_skipped: AtomicU64::new(0),
         }))
     }
@@ -263,7 +266,10 @@ impl Collector {
         let raw = self
             .raw
             .lock()
-            .map(|mut r| std::mem::take(&mut *r))
+            .map(|mut r| {
+                self.raw_taken.store(0, Ordering::Relaxed);
+                std::mem::take(&mut *r)
+            })
             .unwrap_or_default();
         let mut state = self.state.lock().ok()?;
         Some(collect_batch(
@@ -274,39 +280,28 @@ impl Collector {
         ))
     }
 
-    /// Accounts and processes one datagram (its UDP payload) from `src` at `time_ns`.
-    pub fn ingest(&self, payload: &[u8], src: IpAddr, time_ns: u64, record: &mut Record) {
+    /// Accounts and processes one datagram (its UDP payload) from `src` at `time_ns`: the
+    /// receive threads' [`Collector::decode`] and [`Collector::correlate`] for one datagram.
+    pub fn ingest(&self, payload: &[u8], src: IpAddr, time_ns: u64, batch: &mut RecordBatch) {
+        self.decode(payload, src, time_ns, batch);
+        self.correlate(batch);
+    }
+
+    /// Accounts one datagram and decodes its reports into `batch`, without the state lock (so
+    /// receive threads decode in parallel).
+    pub fn decode(&self, payload: &[u8], src: IpAddr, time_ns: u64, batch: &mut RecordBatch) {
         self.stats.received.fetch_add(1, Ordering::Relaxed);
         if !self.config.allow.is_empty() && !self.config.allow.iter().any(|n| n.contains(&src)) {
             self.stats.not_allowed.fetch_add(1, Ordering::Relaxed);
             return;
         }
         if self.store.is_some() {
-            if let Ok(mut raw) = self.raw.lock()
-                && raw.len() < self.config.store.raw_per_flush
-            {
-                raw.push((time_ns, src, payload.to_vec()));
-            } else {
-                self.raw_skipped.fetch_add(1, Ordering::Relaxed);
-            }
+            self.keep_raw(payload, src, time_ns);
         }
-        let Ok(mut state) = self.state.lock() else {
-            return;
-        };
-        let mut n = 0u64;
-        let result = decode_datagram(
-            payload,
-            time_ns,
-            &self.detect,
-            self.config.flow_key,
-            record,
-            |r| {
-                state.process(r);
-                n += 1;
-            },
-        );
-        drop(state);
-        self.stats.reports.fetch_add(n, Ordering::Relaxed);
+        let before = batch.len();
+        let result = decode_into(payload, time_ns, &self.detect, self.config.flow_key, batch);
+        let n = batch.len() - before;
+        self.stats.reports.fetch_add(n as u64, Ordering::Relaxed);
         match result {
             Ok(_) => {
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
@@ -330,6 +325,34 @@ impl Collector {
                     *last = Some(msg);
                 }
             }
+        }
+    }
+
+    /// Runs the decoded records through correlation and detection (one lock for the whole
+    /// batch) and empties the batch.
+    pub fn correlate(&self, batch: &mut RecordBatch) {
+        if batch.is_empty() {
+            return;
+        }
+        if let Ok(mut state) = self.state.lock() {
+            for r in batch.records() {
+                state.process(r);
+            }
+        }
+        batch.clear();
+    }
+
+    /// Keeps a copy of the datagram for the store's raw ring, up to `raw_per_flush` per flush;
+    /// past that only a counter moves (no lock per datagram).
+    fn keep_raw(&self, payload: &[u8], src: IpAddr, time_ns: u64) {
+        let limit = self.config.store.raw_per_flush;
+        if self.raw_taken.fetch_add(1, Ordering::Relaxed) < limit
+            && let Ok(mut raw) = self.raw.lock()
+            && raw.len() < limit
+        {
+            raw.push((time_ns, src, payload.to_vec()));
+        } else {
+            self.raw_skipped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -473,7 +496,7 @@ fn receive_batches(c: &Collector, sock: UdpSocket) -> std::io::Result<()> {
         let size = 65_536 * udp.gro_segments().clamp(1, 2);
         let mut storage = vec![0u8; size * quinn_udp::BATCH_SIZE];
         let mut meta = vec![quinn_udp::RecvMeta::default(); quinn_udp::BATCH_SIZE];
-        let mut record = Record::default();
+        let mut batch = RecordBatch::default();
         while !c.stopped() {
             match tokio::time::timeout(Duration::from_millis(100), sock.readable()).await {
                 Err(_) => {
@@ -500,16 +523,19 @@ fn receive_batches(c: &Collector, sock: UdpSocket) -> std::io::Result<()> {
                     }
                 };
                 let now = now_ns();
+                // Decode the whole batch first, then correlate it under one lock: two receive
+                // threads then decode in parallel and take turns only at correlation.
                 for (m, buf) in meta.iter().zip(bufs.iter()).take(n) {
                     let stride = m.stride.max(1);
                     for datagram in buf[..m.len].chunks(stride) {
                         if c.config.discard {
                             c.stats.received.fetch_add(1, Ordering::Relaxed);
                         } else {
-                            c.ingest(datagram, m.addr.ip(), now, &mut record);
+                            c.decode(datagram, m.addr.ip(), now, &mut batch);
                         }
                     }
                 }
+                c.correlate(&mut batch);
             }
         }
         Ok(())

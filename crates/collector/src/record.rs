@@ -214,6 +214,69 @@ pub enum FlowKeyMode {
     Innermost,
 }
 
+/// Where decoded reports go: a slot to fill for each report, then word that it is filled.
+pub trait RecordSink {
+    /// The record the next report is decoded into (reset by the decoder).
+    fn slot(&mut self) -> &mut Record;
+    /// The slot holds a complete report.
+    fn filled(&mut self);
+}
+
+/// Records decoded ahead of correlation: a receive thread decodes a whole batch of datagrams
+/// without the state lock, then takes the lock once to correlate them. Slots are reused from
+/// batch to batch, so decoding does not allocate.
+#[derive(Debug, Default)]
+pub struct RecordBatch {
+    records: Vec<Record>,
+    len: usize,
+}
+
+impl RecordBatch {
+    /// The decoded records, in order.
+    pub fn records(&self) -> &[Record] {
+        &self.records[..self.len]
+    }
+    /// Empties the batch (keeping its slots).
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+    /// Records held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether no record is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl RecordSink for RecordBatch {
+    fn slot(&mut self) -> &mut Record {
+        if self.records.len() == self.len {
+            self.records.push(Record::default());
+        }
+        &mut self.records[self.len]
+    }
+    fn filled(&mut self) {
+        self.len += 1;
+    }
+}
+
+/// One reused record, handed to a closure as each report is decoded.
+struct EachRecord<'r, F> {
+    record: &'r mut Record,
+    each: F,
+}
+
+impl<F: FnMut(&Record)> RecordSink for EachRecord<'_, F> {
+    fn slot(&mut self) -> &mut Record {
+        self.record
+    }
+    fn filled(&mut self) {
+        (self.each)(self.record);
+    }
+}
+
 /// Decodes every individual report of a datagram (the UDP payload), calling `sink` with each.
 /// Returns the number of reports; an error means the datagram (or the rest of it) is malformed.
 pub fn decode_datagram(
@@ -222,7 +285,25 @@ pub fn decode_datagram(
     cfg: &DetectConfig,
     mode: FlowKeyMode,
     record: &mut Record,
-    mut sink: impl FnMut(&Record),
+    sink: impl FnMut(&Record),
+) -> Result<usize, Error> {
+    decode_into(
+        payload,
+        time_ns,
+        cfg,
+        mode,
+        &mut EachRecord { record, each: sink },
+    )
+}
+
+/// Decodes every individual report of a datagram into `out`'s slots. Returns the number of
+/// reports; on an error the reports before it stay in `out`.
+pub fn decode_into(
+    payload: &[u8],
+    time_ns: u64,
+    cfg: &DetectConfig,
+    mode: FlowKeyMode,
+    out: &mut impl RecordSink,
 ) -> Result<usize, Error> {
     let report = Report::parse(payload)?;
     match report {
@@ -230,18 +311,20 @@ pub fn decode_datagram(
             let mut n = 0;
             for ir in report.individual_reports() {
                 let ir = ir?;
+                let record = out.slot();
                 record.reset(time_ns, Version::V2);
                 record.node_id = group.node_id;
                 record.hw_id = group.hw_id;
                 record.seq = group.sequence;
                 record.first_in_datagram = n == 0;
                 fill_v2(record, &ir, cfg, mode);
-                sink(record);
+                out.filled();
                 n += 1;
             }
             Ok(n)
         }
         Report::V1 { header, inner, .. } => {
+            let record = out.slot();
             record.reset(time_ns, Version::V1);
             record.node_id = header.switch_id;
             record.hw_id = header.hw_id;
@@ -266,7 +349,7 @@ pub fn decode_datagram(
                     ..Hop::default()
                 });
             }
-            sink(record);
+            out.filled();
             Ok(1)
         }
         Report::V05 {
@@ -275,6 +358,7 @@ pub fn decode_datagram(
             inner,
             ..
         } => {
+            let record = out.slot();
             record.reset(time_ns, Version::V05);
             record.hw_id = fixed.hw_id;
             record.seq = fixed.sequence;
@@ -300,7 +384,7 @@ pub fn decode_datagram(
                 // A v0.5 flow report without a local header: the sink is the stack's top.
                 record.node_id = last.node_id;
             }
-            sink(record);
+            out.filled();
             Ok(1)
         }
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use intscope_collector::ingest::{Collector, CollectorConfig, kernel_drops, spawn_receivers};
 use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};
-use intscope_collector::record::Record;
+use intscope_collector::record::RecordBatch;
 use intscope_collector::state::EVENT_LOG;
 
 fn accounted(c: &Collector) -> (u64, u64) {
@@ -37,7 +37,7 @@ fn config() -> CollectorConfig {
 #[test]
 fn hostile_input_is_counted_and_bounded() {
     let c = Collector::open(config()).unwrap();
-    let mut rec = Record::default();
+    let mut rec = RecordBatch::default();
     let src = "192.0.2.1".parse().unwrap();
     // Random bytes (xorshift: deterministic).
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -103,7 +103,7 @@ fn allowlist_discards_other_sources() {
         ..config()
     };
     let c = Collector::open(cfg).unwrap();
-    let mut rec = Record::default();
+    let mut rec = RecordBatch::default();
     let d = Rep::new(1, &[H(1, 2, 100, 10)], H(2, 3, 100, 10)).datagram();
     c.ingest(&d, "10.1.2.3".parse().unwrap(), 1, &mut rec);
     c.ingest(&d, "192.168.1.1".parse().unwrap(), 2, &mut rec);

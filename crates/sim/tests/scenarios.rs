@@ -6,7 +6,7 @@ use std::sync::Arc;
 use intscope_collector::detect::DetectConfig;
 use intscope_collector::event::{Event, EventKind};
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::record::Record;
+use intscope_collector::record::RecordBatch;
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Fault, Scheduled, SimConfig, default_mix};
 
@@ -41,13 +41,13 @@ fn run_with(cfg: SimConfig, faults: Vec<Scheduled>, until_ms: u64) -> (Fabric, A
         ..CollectorConfig::default()
     })
     .unwrap();
-    let mut rec = Record::default();
+    let mut batch = RecordBatch::default();
     let mut t = 0;
     while t < until_ms * MS {
         t += 5 * MS;
         fabric.run(t);
         for r in fabric.take_reports() {
-            collector.ingest(&r.payload, r.source.into(), r.time_ns, &mut rec);
+            collector.ingest(&r.payload, r.source.into(), r.time_ns, &mut batch);
         }
     }
     // Traffic is over: what the switches' filters left open closes.
