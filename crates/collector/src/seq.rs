@@ -66,7 +66,8 @@ impl SeqTracker {
             return SeqOutcome::First;
         };
         s.received += 1;
-        let ahead = (u64::from(seq) + space - u64::from(s.next)) % space;
+        // `space` is a power of two: the mask is the modulo without a division per datagram.
+        let ahead = (u64::from(seq) + space - u64::from(s.next)) & (space - 1);
         if ahead == 0 {
             s.next = seq.wrapping_add(1) & mask;
             SeqOutcome::InOrder

@@ -556,15 +556,15 @@ impl State {
         qs.hop_latency = hop.hop_latency.or(qs.hop_latency);
         qs.reports += 1;
         qs.last_seen_ns = now;
-        // The heatmap's series: the maximum occupancy per 250 ms bucket (report time).
-        let bucket = now - now % QUEUE_BUCKET_NS;
+        // The heatmap's series: the maximum occupancy per 250 ms bucket (report time). Within the
+        // newest bucket no division is needed (a 64-bit one per hop costs more than the rest).
         match qs.series.back_mut() {
-            Some((t, max)) if *t == bucket => *max = (*max).max(occ),
+            Some((t, max)) if now >= *t && now - *t < QUEUE_BUCKET_NS => *max = (*max).max(occ),
             _ => {
                 if qs.series.len() == QUEUE_SERIES {
                     qs.series.pop_front();
                 }
-                qs.series.push_back((bucket, occ));
+                qs.series.push_back((now - now % QUEUE_BUCKET_NS, occ));
             }
         }
         let mut started = false;
