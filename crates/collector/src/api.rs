@@ -1,6 +1,7 @@
 //! The HTTP API (JSON; described in `docs/collector-api.md`) and the Prometheus `/metrics`
 //! endpoint, served by axum from the shared [`Collector`].
 
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use axum::Router;
@@ -226,13 +227,57 @@ fn flow_summary(f: &FlowState) -> Value {
     })
 }
 
+/// A flow in the list's order: larger sort key first, then lower ID.
+struct Ranked<'a> {
+    rank: (std::cmp::Reverse<u64>, u64),
+    flow: &'a FlowState,
+}
+
+impl PartialEq for Ranked<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.rank == other.rank
+    }
+}
+
+impl Eq for Ranked<'_> {}
+
+impl PartialOrd for Ranked<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ranked<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank.cmp(&other.rank)
+    }
+}
+
 async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Value>, ApiError> {
     with_state(&c, |s| {
         let needle = q.q.as_deref().map(str::to_lowercase);
-        let rows: Vec<&FlowState> = s
+        // One key per flow, read once in the same pass as the filters (the flows are many),
+        // larger first; ties by ID.
+        let key: fn(&FlowState) -> u64 = match q.sort.as_deref().unwrap_or("last_seen") {
+            "reports" => |f| f.reports,
+            "drops" => |f| f.drops,
+            "p99" => |f| f.e2e.quantile(0.99).unwrap_or(0),
+            "path_changes" => |f| f.path_changes,
+            "first_seen" => |f| u64::MAX - f.first_seen_ns,
+            _ => |f| f.last_seen_ns,
+        };
+        let offset = q.offset.unwrap_or(0);
+        let limit = q.limit.unwrap_or(100).min(10_000);
+        // The page is among the `wanted` first flows: keep just those, in a heap whose top is
+        // the last of them, so most flows cost one comparison and nothing is collected for the
+        // rest of a million.
+        let wanted = offset.saturating_add(limit);
+        let mut first: BinaryHeap<Ranked<'_>> =
+            BinaryHeap::with_capacity(wanted.min(s.flows.len()));
+        let mut total = 0usize;
+        let matching = s
             .flows
             .values()
-            .map(|f| &**f)
             .filter(|f| q.node.is_none_or(|n| f.path.iter().any(|h| h.node_id == n)))
             .filter(|f| {
                 needle.as_ref().is_none_or(|n| {
@@ -243,39 +288,26 @@ async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Va
                     )
                     .contains(n.as_str())
                 })
-            })
-            .collect();
-        let total = rows.len();
-        // One key per flow, read once (the flows are large and many), larger first; ties by ID.
-        let key: fn(&FlowState) -> u64 = match q.sort.as_deref().unwrap_or("last_seen") {
-            "reports" => |f| f.reports,
-            "drops" => |f| f.drops,
-            "p99" => |f| f.e2e.quantile(0.99).unwrap_or(0),
-            "path_changes" => |f| f.path_changes,
-            "first_seen" => |f| u64::MAX - f.first_seen_ns,
-            _ => |f| f.last_seen_ns,
-        };
-        let mut keyed: Vec<(std::cmp::Reverse<u64>, u64, &FlowState)> = rows
-            .into_iter()
-            .map(|f| (std::cmp::Reverse(key(f)), f.id, f))
-            .collect();
-        let offset = q.offset.unwrap_or(0);
-        let limit = q.limit.unwrap_or(100).min(10_000);
-        // Only the requested page needs order: select it, then sort just that part.
-        let wanted = offset.saturating_add(limit).min(keyed.len());
-        let order = |a: &(std::cmp::Reverse<u64>, u64, &FlowState),
-                     b: &(std::cmp::Reverse<u64>, u64, &FlowState)| {
-            (a.0, a.1).cmp(&(b.0, b.1))
-        };
-        if wanted < keyed.len() {
-            keyed.select_nth_unstable_by(wanted, order);
-            keyed.truncate(wanted);
+            });
+        for flow in matching {
+            total += 1;
+            let ranked = Ranked {
+                rank: (std::cmp::Reverse(key(flow)), flow.id),
+                flow,
+            };
+            if first.len() < wanted {
+                first.push(ranked);
+            } else if let Some(mut last) = first.peek_mut()
+                && ranked < *last
+            {
+                *last = ranked;
+            }
         }
-        keyed.sort_unstable_by(order);
-        let page: Vec<Value> = keyed
+        let page: Vec<Value> = first
+            .into_sorted_vec()
             .into_iter()
             .skip(offset)
-            .map(|(_, _, f)| flow_summary(f))
+            .map(|r| flow_summary(r.flow))
             .collect();
         Json(json!({"total": total, "flows": page}))
     })

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::detect::DetectConfig;
 use crate::event::{Event, EventKind, FlowRef};
-use crate::flow::{FlowState, Path, PathTable};
+use crate::flow::{FlowState, FlowTable, Path, PathTable};
 use crate::record::{Hop, Record, Version};
 use crate::seq::{SeqOutcome, SeqTracker};
 
@@ -159,8 +159,8 @@ pub struct State {
     cfg: DetectConfig,
     /// Report loss per source.
     pub seq: SeqTracker,
-    /// Flows by key (boxed: the table's empty slots then cost a pointer, not a flow).
-    pub flows: HashMap<FlowKey, Box<FlowState>>,
+    /// Flows by key.
+    pub flows: FlowTable,
     /// The distinct paths of the flows.
     pub paths: PathTable,
     /// (ID, key) in ID order: IDs only grow, so new flows append and lookups bisect (half the
@@ -256,7 +256,7 @@ impl State {
             .flow_ids
             .binary_search_by_key(&id, |(id, _)| *id)
             .ok()?;
-        self.flows.get(&self.flow_ids[i].1).map(|f| &**f)
+        self.flows.get(&self.flow_ids[i].1)
     }
 
     /// Runs one record through correlation and detection.
@@ -382,11 +382,11 @@ impl State {
         let next_id = &mut self.next_flow_id;
         let ids = &mut self.flow_ids;
         let paths = &mut self.paths;
-        let flow = self.flows.entry(key).or_insert_with(|| {
+        let flow = self.flows.get_or_insert_with(key, || {
             let id = *next_id;
             *next_id += 1;
             ids.push((id, key));
-            Box::new(FlowState::new(key, id, now, paths.intern(&[])))
+            FlowState::new(key, id, now, paths.intern(&[]))
         });
         flow.reports += 1;
         flow.last_seen_ns = now;
@@ -459,16 +459,19 @@ impl State {
         self.next_idle_sweep_ns = now.saturating_add((idle / 10).max(1_000_000_000));
         let before = self.flows.len();
         self.flows
-            .retain(|_, f| now.saturating_sub(f.last_seen_ns) < idle);
+            .retain(|f| now.saturating_sub(f.last_seen_ns) < idle);
         let flows = &self.flows;
-        self.flow_ids.retain(|(_, k)| flows.contains_key(k));
+        self.flow_ids.retain(|(_, k)| flows.get(k).is_some());
         self.flows_expired += (before - self.flows.len()) as u64;
         self.paths.forget_unused();
     }
 
     #[inline(never)]
     fn path_changed(&mut self, now: u64, key: FlowKey, id: u64, old: Path) {
-        let new = Arc::clone(&self.flows[&key].path);
+        let Some(flow) = self.flows.get(&key) else {
+            return;
+        };
+        let new = Arc::clone(&flow.path);
         let diverge = old
             .iter()
             .zip(new.iter())
