@@ -815,6 +815,35 @@ mod tests {
         assert!(table.is_empty());
     }
 
+    #[test]
+    fn the_flow_table_reuses_the_slots_of_flows_it_let_go() {
+        let mut paths = PathTable::default();
+        let key = |port: u16| FlowKey {
+            src_port: port,
+            ..test_key()
+        };
+        let mut table = FlowTable::default();
+        for port in 0..4u16 {
+            let f = table.get_or_insert_with(key(port), || {
+                FlowState::new(key(port), u64::from(port), 0, paths.intern(&[]))
+            });
+            f.reports = u64::from(port) * 10;
+        }
+        // An existing flow is found, not made again.
+        table.get_or_insert_with(key(2), || unreachable!()).reports += 1;
+        assert_eq!(table.get(&key(2)).map(|f| f.reports), Some(21));
+        table.retain(|f| f.key.src_port % 2 == 1);
+        assert_eq!(table.len(), 2);
+        assert!(table.get(&key(0)).is_none() && table.get_mut(&key(2)).is_none());
+        let slots = table.slots.len();
+        table.get_or_insert_with(key(9), || FlowState::new(key(9), 9, 0, paths.intern(&[])));
+        assert_eq!(table.slots.len(), slots, "a freed slot is reused");
+        let mut ports: Vec<u16> = table.values().map(|f| f.key.src_port).collect();
+        ports.sort_unstable();
+        assert_eq!(ports, [1, 3, 9]);
+        assert_eq!(table.get(&key(9)).map(|f| f.id), Some(9));
+    }
+
     proptest::proptest! {
         /// High quantiles found from the top bucket down equal the walk from below.
         #[test]
