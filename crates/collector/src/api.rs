@@ -63,6 +63,7 @@ async fn stats(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
             "batches": g(&c.store_stats.batches),
             "failed": g(&c.store_stats.failed),
             "backlog_dropped": g(&c.store_stats.backlog_dropped),
+            "flushes_deferred": g(&c.store_stats.flushes_deferred),
             "events_missed": g(&c.store_stats.events_missed),
             "raw_not_kept": g(&c.raw_skipped),
         })

@@ -17,7 +17,7 @@ use crate::detect::DetectConfig as Thresholds;
 use crate::record::{FlowKeyMode, RecordBatch, decode_into};
 use crate::state::State;
 use crate::store::{
-    SqliteStore, Store, StoreConfig, StoreError, StoreStats, collect_batch, spawn_writer, submit,
+    Flusher, SqliteStore, Store, StoreConfig, StoreError, StoreStats, collect_batch, spawn_writer,
 };
 
 /// Why a datagram was discarded.
@@ -232,27 +232,22 @@ impl Collector {
             Arc::clone(&self.store_stats),
         );
         let c = Arc::clone(self);
-        let flusher_tx = tx.clone();
+        let flusher = Flusher::new(tx.clone(), Arc::clone(&self.store_stats));
         let flusher = std::thread::Builder::new()
             .name("store-flusher".into())
             .spawn(move || {
                 let mut last_event = c.state.lock().map(|s| s.next_event_id()).unwrap_or(1);
                 let interval = Duration::from_millis(c.config.store.flush_interval_ms.max(10));
                 let mut waited = Duration::ZERO;
-                loop {
-                    let stopping = c.stopped();
-                    if stopping || waited >= interval {
-                        waited = Duration::ZERO;
-                        if let Some(batch) = c.take_batch(&mut last_event) {
-                            submit(&flusher_tx, batch, &c.store_stats);
-                        }
-                    }
-                    if stopping {
-                        break;
-                    }
+                while !c.stopped() {
                     std::thread::sleep(Duration::from_millis(10));
                     waited += Duration::from_millis(10);
+                    // A deferred flush is retried at the next tick, not a whole interval later.
+                    if waited >= interval && flusher.offer(|| c.take_batch(&mut last_event)) {
+                        waited = Duration::ZERO;
+                    }
                 }
+                flusher.finish(|| c.take_batch(&mut last_event));
             })
             .ok()?;
         Some(StoreHandle {

@@ -3,7 +3,10 @@
 mod common;
 
 use common::*;
-use intscope_collector::store::{HistoryQuery, SqliteStore, Store, StoreStats, collect_batch};
+use intscope_collector::store::{
+    Batch, Flusher, HistoryQuery, SqliteStore, Store, StoreConfig, StoreError, StoreStats,
+    collect_batch, spawn_writer,
+};
 
 #[test]
 fn batches_round_trip_and_prune() {
@@ -92,4 +95,87 @@ fn batches_round_trip_and_prune() {
     );
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A store that takes its time to commit.
+struct SlowStore {
+    written: std::sync::atomic::AtomicU64,
+}
+
+impl Store for SlowStore {
+    fn write(&self, _: &Batch) -> Result<(), StoreError> {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        self.written
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    fn prune(&self, _: u64, _: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn next_event_id(&self) -> Result<u64, StoreError> {
+        Ok(1)
+    }
+    fn events(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn flows(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn queue_series(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn flow_series(
+        &self,
+        _: &intscope_collector::event::FlowRef,
+        _: &HistoryQuery,
+    ) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn counts(&self) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+}
+
+#[test]
+fn a_slow_writer_defers_flushes_instead_of_dropping_batches() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering::Relaxed;
+    let store = Arc::new(SlowStore {
+        written: Default::default(),
+    });
+    let stats = Arc::new(StoreStats::default());
+    let (tx, writer) = spawn_writer(store.clone(), StoreConfig::default(), Arc::clone(&stats));
+    let flusher = Flusher::new(tx.clone(), Arc::clone(&stats));
+    let mut taken = 0;
+    assert!(flusher.offer(|| {
+        taken += 1;
+        Some(Batch::default())
+    }));
+    // The writer is still committing: the next flush waits, and the state is not even asked.
+    for _ in 0..5 {
+        assert!(!flusher.offer(|| {
+            taken += 1;
+            Some(Batch::default())
+        }));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert!(flusher.offer(|| {
+        taken += 1;
+        Some(Batch::default())
+    }));
+    flusher.finish(|| {
+        taken += 1;
+        Some(Batch::default())
+    });
+    drop(tx);
+    writer.join().unwrap();
+    assert_eq!(taken, 3);
+    assert_eq!(
+        store.written.load(Relaxed),
+        3,
+        "every batch taken was committed"
+    );
+    assert_eq!(stats.flushes_deferred.load(Relaxed), 5);
+    assert_eq!(stats.backlog_dropped.load(Relaxed), 0);
+    assert_eq!(stats.pending.load(Relaxed), 0);
 }
