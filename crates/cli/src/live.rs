@@ -22,14 +22,17 @@ pub fn stop_flag() -> Arc<AtomicBool> {
 
 #[cfg(feature = "live")]
 mod imp {
-    use std::time::Duration;
-
+    use std::os::fd::AsFd;
     use std::sync::atomic::Ordering;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
     use anyhow::{Context, Result};
     use pcap::{Active, Capture, Direction};
 
     use super::*;
+    use crate::node::Input;
 
     pub struct Live(Capture<Active>);
 
@@ -49,6 +52,12 @@ mod imp {
         let c = open(iface)?;
         c.direction(Direction::In)
             .with_context(|| format!("{iface}: inbound-only capture"))?;
+        // Non-blocking, waited on with poll(2): libpcap's own read timeout does not return on
+        // an interface without traffic (TPACKET_V3 in immediate mode keeps polling), and then
+        // neither a stop signal nor the node's clock (probes, delayed reports) would be heard.
+        let c = c
+            .setnonblock()
+            .with_context(|| format!("{iface}: non-blocking capture"))?;
         Ok(Box::new(Live(c)))
     }
 
@@ -57,19 +66,39 @@ mod imp {
     }
 
     impl FrameSource for Live {
-        fn next_frame(&mut self, stop: &AtomicBool) -> Result<Option<(Duration, Vec<u8>)>> {
-            while !stop.load(Ordering::Relaxed) {
+        fn next_frame(&mut self, stop: &AtomicBool) -> Result<Option<Input>> {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            loop {
                 match self.0.next_packet() {
                     Ok(p) => {
                         let ts = Duration::from_secs(p.header.ts.tv_sec as u64)
                             + Duration::from_micros(p.header.ts.tv_usec as u64);
-                        return Ok(Some((ts, p.data.to_vec())));
+                        return Ok(Some(Input::Frame(ts, p.data.to_vec())));
                     }
                     Err(pcap::Error::TimeoutExpired) => {}
                     Err(e) => return Err(e).context("capturing"),
                 }
+                // Nothing queued: wait up to 100 ms for a frame; without one, the node hears
+                // the time (probes, delayed reports) and a stop signal is noticed.
+                let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
+                match poll(&mut fds, PollTimeout::from(100u16)) {
+                    Ok(0) => {
+                        return Ok(Some(Input::Idle(
+                            SystemTime::now()
+                                .duration_since(UNIX_EPOCH)
+                                .unwrap_or_default(),
+                        )));
+                    }
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {
+                        if stop.load(Ordering::Relaxed) {
+                            return Ok(None);
+                        }
+                    }
+                    Err(e) => return Err(e).context("waiting for frames"),
+                }
             }
-            Ok(None)
         }
     }
 

@@ -129,16 +129,25 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     };
     let (mut last_ts, mut produced) = (Duration::ZERO, 0u64);
     let stop = live::stop_flag();
-    while let Some(frame) = input.next_frame(&stop)? {
-        let (ts, data) = frame;
+    while let Some(input) = input.next_frame(&stop)? {
+        let (ts, frame) = match input {
+            Input::Frame(ts, data) => (ts, Some(data)),
+            Input::Idle(ts) => (ts, None),
+        };
         let tel = StaticTelemetry {
             model: node.config().telemetry.clone(),
             time_ns: ts.as_nanos() as u64,
         };
-        // Probes due by this frame's time go out first (pcap mode: time is the capture's).
+        // Probes due by this time go out first (pcap mode: time is the capture's).
         for probe in node.probes(ts.as_nanos() as u64, &tel) {
             out.send(ts, &probe)?;
         }
+        let Some(data) = frame else {
+            // Idle: only what the clock made due.
+            exporter.poll(ts.as_nanos() as u64, &mut ready);
+            deliver(ts, &mut ready)?;
+            continue;
+        };
         let mut data = data;
         let outcome = node.process(&mut data, &tel);
         if outcome.forward {
@@ -177,11 +186,18 @@ pub fn run(args: &NodeArgs) -> Result<String> {
 /// Where frames come from: `None` at the end (of the file, or of a live run stopped by a
 /// signal); each frame with its time.
 pub trait FrameSource {
-    /// The next Ethernet frame.
-    fn next_frame(
-        &mut self,
-        stop: &std::sync::atomic::AtomicBool,
-    ) -> Result<Option<(Duration, Vec<u8>)>>;
+    /// The next Ethernet frame, or word that time passed without one (live interfaces).
+    fn next_frame(&mut self, stop: &std::sync::atomic::AtomicBool) -> Result<Option<Input>>;
+}
+
+/// What a [`FrameSource`] yields.
+pub enum Input {
+    /// A frame and its time (since the epoch, or the capture's).
+    Frame(Duration, Vec<u8>),
+    /// No frame for a while; the time now. Probes and delayed (coalesced) reports fall due by
+    /// the clock, not only when traffic comes.
+    #[cfg_attr(not(feature = "live"), allow(dead_code))]
+    Idle(Duration),
 }
 
 /// Where forwarded frames go.
@@ -196,10 +212,7 @@ struct PcapSource {
 }
 
 impl FrameSource for PcapSource {
-    fn next_frame(
-        &mut self,
-        _stop: &std::sync::atomic::AtomicBool,
-    ) -> Result<Option<(Duration, Vec<u8>)>> {
+    fn next_frame(&mut self, _stop: &std::sync::atomic::AtomicBool) -> Result<Option<Input>> {
         let Some(frame) = self.capture.next_frame() else {
             return Ok(None);
         };
@@ -213,7 +226,7 @@ impl FrameSource for PcapSource {
             );
         }
         let ts = Duration::from_nanos(u64::try_from(frame.time_ns).unwrap_or(u64::MAX));
-        Ok(Some((ts, frame.data)))
+        Ok(Some(Input::Frame(ts, frame.data)))
     }
 }
 

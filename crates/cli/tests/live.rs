@@ -127,3 +127,79 @@ fn a_source_node_between_two_interfaces() {
         (Some(20), Some(20))
     );
 }
+
+#[test]
+fn probes_leave_on_time_without_any_traffic() {
+    let tag = std::process::id() % 10_000;
+    let (Some(a), Some(b)) = (
+        Veth::new(&format!("ipa{tag}-")),
+        Veth::new(&format!("ipb{tag}-")),
+    ) else {
+        eprintln!("cannot create veth pairs (not root?): live test skipped");
+        return;
+    };
+    let (a1, b0, b1) = (
+        format!("{}1", a.0),
+        format!("{}0", b.0),
+        format!("{}1", b.0),
+    );
+    let config = std::env::temp_dir().join(format!("intscope-live-probes-{tag}.toml"));
+    let source = std::fs::read_to_string(repo("examples/node-source.toml")).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "{source}\n[[probes]]\nsrc = \"10.0.1.9\"\ndst = \"10.0.3.9\"\ninterval_ns = 100000000\n"
+        ),
+    )
+    .unwrap();
+    let mut watch = pcap::Capture::from_device(b1.as_str())
+        .unwrap()
+        .immediate_mode(true)
+        .timeout(100)
+        .open()
+        .unwrap();
+    let node = bin()
+        .args(["node", "--config"])
+        .arg(&config)
+        .args(["--interface", &a1, "--out-interface", &b0])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Nothing is injected: the probes (every 100 ms) must come from the clock alone.
+    let cfg = DetectConfig {
+        int_udp_ports: vec![17768],
+        ..DetectConfig::default()
+    };
+    let mut probes = 0;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        let Ok(p) = watch.next_packet() else { continue };
+        let Ok(parsed) = Packet::parse(p.data, Start::Ethernet, &cfg) else {
+            continue;
+        };
+        if parsed.int.is_some() && parsed.flow.is_some_and(|f| f.dst_port == 50001) {
+            probes += 1;
+        }
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &node.id().to_string()])
+        .status();
+    // An idle interface must not keep the node from hearing the signal.
+    let mut node = node;
+    let stopped_by = Instant::now() + Duration::from_secs(5);
+    while node.try_wait().unwrap().is_none() {
+        if Instant::now() > stopped_by {
+            let _ = node.kill();
+            panic!("the node did not stop on SIGTERM ({probes} probes seen)");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = node.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&config);
+    assert!(out.status.success());
+    // Three seconds at 10 a second, less the node's start-up.
+    assert!(probes >= 15, "{probes} probes on the wire");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["frames"].as_u64(), Some(0));
+    assert!(summary["probes"].as_u64() >= Some(probes));
+}
