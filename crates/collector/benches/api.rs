@@ -4,12 +4,14 @@
 //!
 //! `cargo bench -p intscope-collector --bench api -- [FLOWS]` (default 1 000 000)
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::loadgen::{Generator, INT_PORT, LoadConfig, LoadVersion};
+use intscope_collector::loadgen::{Generator, INT_PORT, LoadConfig};
 use intscope_collector::record::RecordBatch;
 
 const REQUESTS: usize = 50;
@@ -33,23 +35,14 @@ fn get(addr: SocketAddr, path: &str) -> (Duration, usize) {
 }
 
 fn main() {
-    let flows: u32 = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(1_000_000);
+    let flows = common::flows_arg(1_000_000);
     let c = Collector::open(CollectorConfig {
         data: None,
         int_udp_ports: vec![INT_PORT],
         ..CollectorConfig::default()
     })
     .unwrap();
-    let mut g = Generator::new(LoadConfig {
-        flows,
-        hops: 4,
-        version: LoadVersion::V2,
-        batch: 8,
-        ..LoadConfig::default()
-    });
+    let mut g = Generator::new(LoadConfig::coalesced_v2(flows));
     let (mut buf, mut rec, mut reports, mut t) = (Vec::new(), RecordBatch::default(), 0u64, 0u64);
     // Until every flow has reported (the generator picks flows at random).
     while reports % 100_000 != 0 || c.state.lock().unwrap().flows.len() < flows as usize {
@@ -68,11 +61,13 @@ fn main() {
         let _ = intscope_collector::api::serve(listener, served, std::future::pending()).await;
     });
     let mut out = serde_json::Map::new();
+    // One flow's detail: flow 12345, or one in the middle of a smaller run.
+    let one_flow = format!("/api/flows/{}", 12_345.min(flows / 2).max(1));
     for path in [
         "/api/flows?limit=100",
         "/api/flows?sort=p99&limit=100",
         "/api/flows?sort=reports&limit=100&offset=1000",
-        "/api/flows/12345",
+        one_flow.as_str(),
     ] {
         let mut times: Vec<Duration> = (0..REQUESTS).map(|_| get(addr, path).0).collect();
         times.sort();

@@ -5,11 +5,12 @@
 //!
 //! `cargo bench -p intscope-collector --bench memory -- [FLOWS]` (default 1 000 000)
 
+mod common;
+
 use intscope_collector::detect::DetectConfig as Thresholds;
-use intscope_collector::loadgen::{Generator, INT_PORT, LoadConfig, LoadVersion};
+use intscope_collector::loadgen::{self, Generator, LoadConfig};
 use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
 use intscope_collector::state::State;
-use intscope_wire::locate::DetectConfig;
 
 /// Reports per flow: enough to fill each flow's bounded recent history.
 const SAMPLES: u64 = 40;
@@ -26,22 +27,9 @@ fn rss_bytes() -> u64 {
 }
 
 fn main() {
-    let flows: u32 = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(1_000_000);
-    let mut g = Generator::new(LoadConfig {
-        flows,
-        hops: 4,
-        version: LoadVersion::V2,
-        batch: 8,
-        ..LoadConfig::default()
-    });
-    let cfg = DetectConfig {
-        int_udp_ports: vec![INT_PORT],
-        heuristic: true,
-        ..DetectConfig::default()
-    };
+    let flows = common::flows_arg(1_000_000);
+    let mut g = Generator::new(LoadConfig::coalesced_v2(flows));
+    let cfg = loadgen::detect_config();
     let before = rss_bytes();
     let mut state = State::new(Thresholds::default());
     let mut rec = Record::default();

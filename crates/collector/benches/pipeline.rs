@@ -8,22 +8,15 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use intscope_collector::detect::DetectConfig as Thresholds;
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::loadgen::{Generator, INT_PORT, LoadConfig, LoadVersion};
+use intscope_collector::loadgen::{self, Generator, INT_PORT, LoadConfig, LoadVersion};
 use intscope_collector::record::{FlowKeyMode, Record, RecordBatch, decode_datagram};
 use intscope_collector::state::State;
-use intscope_wire::locate::DetectConfig;
 
 /// Datagrams per receive call (quinn-udp's `recvmmsg` batch on Linux).
 const RECEIVE_BATCH: usize = 32;
 
 fn bench(c: &mut Criterion) {
-    let mut g = Generator::new(LoadConfig {
-        flows: 10_000,
-        hops: 4,
-        version: LoadVersion::V2,
-        batch: 8,
-        ..LoadConfig::default()
-    });
+    let mut g = Generator::new(LoadConfig::coalesced_v2(10_000));
     let datagrams: Vec<(Vec<u8>, usize)> = (0..4096)
         .map(|_| {
             let mut b = Vec::new();
@@ -32,11 +25,7 @@ fn bench(c: &mut Criterion) {
         })
         .collect();
     let reports: usize = datagrams.iter().map(|d| d.1).sum();
-    let cfg = DetectConfig {
-        int_udp_ports: vec![INT_PORT],
-        heuristic: true,
-        ..DetectConfig::default()
-    };
+    let cfg = loadgen::detect_config();
     let mut group = c.benchmark_group("pipeline");
     group.throughput(Throughput::Elements(reports as u64));
     let mut rec = Record::default();

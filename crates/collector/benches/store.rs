@@ -5,32 +5,20 @@
 //!
 //! `cargo bench -p intscope-collector --bench store -- [FLOWS]` (default 100 000)
 
+mod common;
+
 use std::time::Instant;
 
 use intscope_collector::detect::DetectConfig as Thresholds;
-use intscope_collector::loadgen::{Generator, INT_PORT, LoadConfig, LoadVersion};
+use intscope_collector::loadgen::{self, Generator, LoadConfig};
 use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
 use intscope_collector::state::State;
 use intscope_collector::store::{SqliteStore, Store, StoreStats, collect_batch};
-use intscope_wire::locate::DetectConfig;
 
 fn main() {
-    let flows: u32 = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(100_000);
-    let mut g = Generator::new(LoadConfig {
-        flows,
-        hops: 4,
-        version: LoadVersion::V2,
-        batch: 8,
-        ..LoadConfig::default()
-    });
-    let cfg = DetectConfig {
-        int_udp_ports: vec![INT_PORT],
-        heuristic: true,
-        ..DetectConfig::default()
-    };
+    let flows = common::flows_arg(100_000);
+    let mut g = Generator::new(LoadConfig::coalesced_v2(flows));
+    let cfg = loadgen::detect_config();
     let dir = std::env::temp_dir().join(format!("intscope-store-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = SqliteStore::open(&dir).expect("store");

@@ -45,6 +45,29 @@ pub struct LoadConfig {
     pub burst_every: u64,
 }
 
+impl LoadConfig {
+    /// The benchmarks' traffic: `flows` flows over 4-node paths, Report v2.0 with eight reports
+    /// per datagram.
+    pub fn coalesced_v2(flows: u32) -> Self {
+        LoadConfig {
+            flows,
+            hops: 4,
+            version: LoadVersion::V2,
+            batch: 8,
+            ..LoadConfig::default()
+        }
+    }
+}
+
+/// How a collector finds the INT stacks inside the generated packets: by their INT UDP port.
+pub fn detect_config() -> intscope_wire::locate::DetectConfig {
+    intscope_wire::locate::DetectConfig {
+        int_udp_ports: vec![INT_PORT],
+        heuristic: true,
+        ..intscope_wire::locate::DetectConfig::default()
+    }
+}
+
 impl Default for LoadConfig {
     fn default() -> Self {
         LoadConfig {
