@@ -54,14 +54,20 @@ impl Drop for Veth {
     }
 }
 
+/// Two veth pairs named after `prefix` and the test process (tests run in parallel); `None`,
+/// said on stderr, without root.
+fn two_pairs(prefix: &str) -> Option<(Veth, Veth)> {
+    let tag = std::process::id() % 10_000;
+    let pairs = Veth::new(&format!("{prefix}a{tag}-")).zip(Veth::new(&format!("{prefix}b{tag}-")));
+    if pairs.is_none() {
+        eprintln!("cannot create veth pairs (not root?): live test skipped");
+    }
+    pairs
+}
+
 #[test]
 fn a_source_node_between_two_interfaces() {
-    let tag = std::process::id() % 10_000;
-    let (Some(a), Some(b)) = (
-        Veth::new(&format!("isa{tag}-")),
-        Veth::new(&format!("isb{tag}-")),
-    ) else {
-        eprintln!("cannot create veth pairs (not root?): live test skipped");
+    let Some((a, b)) = two_pairs("is") else {
         return;
     };
     let (a0, a1, b0, b1) = (
@@ -130,14 +136,10 @@ fn a_source_node_between_two_interfaces() {
 
 #[test]
 fn probes_leave_on_time_without_any_traffic() {
-    let tag = std::process::id() % 10_000;
-    let (Some(a), Some(b)) = (
-        Veth::new(&format!("ipa{tag}-")),
-        Veth::new(&format!("ipb{tag}-")),
-    ) else {
-        eprintln!("cannot create veth pairs (not root?): live test skipped");
+    let Some((a, b)) = two_pairs("ip") else {
         return;
     };
+    let tag = std::process::id() % 10_000;
     let (a1, b0, b1) = (
         format!("{}1", a.0),
         format!("{}0", b.0),
