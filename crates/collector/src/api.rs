@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::event::{Event, EventKind, FlowRef};
 use crate::flow::FlowState;
 use crate::ingest::Collector;
-use crate::state::State;
+use crate::state::{State, in_key_order};
 
 /// The router of the API.
 pub fn router(collector: Arc<Collector>) -> Router {
@@ -141,11 +141,10 @@ async fn nodes(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
     let full_scale = c.config.tx_util_full_scale;
     with_state(&c, |s| {
         Json(Value::Array(
-            s.nodes_in_order()
+            in_key_order(&s.nodes)
                 .into_iter()
                 .map(|(id, n)| {
-                    let ports: Vec<Value> = n
-                        .ports_in_order()
+                    let ports: Vec<Value> = in_key_order(&n.ports)
                         .into_iter()
                         .map(|(p, ps)| json!({"port": p, "tx_util": ps.tx_util, "utilization": utilization(ps.tx_util, full_scale), "hop_latency": ps.last_latency, "hop_latency_baseline": ps.latency_baseline.round(), "drops": ps.drops}))
                         .collect();

@@ -119,13 +119,11 @@ pub struct NodeState {
     pub ports: HashMap<u32, PortState>,
 }
 
-impl NodeState {
-    /// Its ports in port order.
-    pub fn ports_in_order(&self) -> Vec<(u32, &PortState)> {
-        let mut ports: Vec<(u32, &PortState)> = self.ports.iter().map(|(p, s)| (*p, s)).collect();
-        ports.sort_unstable_by_key(|(p, _)| *p);
-        ports
-    }
+/// A hashed table's entries in key order (for output: the tables are hashed for the hot path).
+pub fn in_key_order<K: Copy + Ord, V>(table: &HashMap<K, V>) -> Vec<(K, &V)> {
+    let mut entries: Vec<(K, &V)> = table.iter().map(|(k, v)| (*k, v)).collect();
+    entries.sort_unstable_by_key(|(k, _)| *k);
+    entries
 }
 
 /// A link between two nodes, seen from consecutive hops of paths.
@@ -241,13 +239,6 @@ impl State {
     /// The ID the next event will get.
     pub fn next_event_id(&self) -> u64 {
         self.next_event_id
-    }
-
-    /// The nodes in ID order.
-    pub fn nodes_in_order(&self) -> Vec<(u32, &NodeState)> {
-        let mut nodes: Vec<(u32, &NodeState)> = self.nodes.iter().map(|(n, s)| (*n, s)).collect();
-        nodes.sort_unstable_by_key(|(n, _)| *n);
-        nodes
     }
 
     /// The flow with API ID `id`.
@@ -559,15 +550,15 @@ impl State {
         qs.hop_latency = hop.hop_latency.or(qs.hop_latency);
         qs.reports += 1;
         qs.last_seen_ns = now;
-        // The heatmap's series: the maximum occupancy per 250 ms bucket (report time). Within the
-        // newest bucket no division is needed (a 64-bit one per hop costs more than the rest).
+        // The heatmap's series: the maximum occupancy per 250 ms bucket (report time).
+        let bucket = now - now % QUEUE_BUCKET_NS;
         match qs.series.back_mut() {
-            Some((t, max)) if now >= *t && now - *t < QUEUE_BUCKET_NS => *max = (*max).max(occ),
+            Some((t, max)) if *t == bucket => *max = (*max).max(occ),
             _ => {
                 if qs.series.len() == QUEUE_SERIES {
                     qs.series.pop_front();
                 }
-                qs.series.push_back((now - now % QUEUE_BUCKET_NS, occ));
+                qs.series.push_back((bucket, occ));
             }
         }
         let mut started = false;

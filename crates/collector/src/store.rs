@@ -613,7 +613,7 @@ pub fn spawn_writer(
 }
 
 /// Hands a batch to the writer without blocking the caller; a full queue is counted and logged.
-pub fn submit(tx: &SyncSender<Batch>, batch: Batch, stats: &StoreStats) {
+fn submit(tx: &SyncSender<Batch>, batch: Batch, stats: &StoreStats) {
     stats.pending.fetch_add(1, Ordering::Relaxed);
     match tx.try_send(batch) {
         Ok(()) => {}
