@@ -108,7 +108,7 @@ fn packet_value(
     }
     if let (Some(l4), Some(_)) = (p.l4, p.ip)
         && l4.proto == 17
-        && cfg.report_ports.contains(&l4.dst_port)
+        && cfg.is_report_port(l4.dst_port)
         && p.int.is_none()
     {
         let payload = &bytes[(l4.offset + 8).min(bytes.len())..];

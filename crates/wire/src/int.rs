@@ -109,11 +109,15 @@ pub enum LengthSemantics {
 
 impl<'a> IntBlock<'a> {
     /// Decodes the block starting at `bytes[0]` (the shim, or the Geneve option header).
+    #[inline(always)]
     pub fn parse(bytes: &'a [u8], encap: Encap) -> Result<Self> {
         Self::parse_with(bytes, encap, LengthSemantics::Spec)
     }
 
     /// As [`IntBlock::parse`], reading a v2 shim's Length with the given semantics.
+    // Inlined: the caller builds the block where it keeps it, not in a returned `Result`
+    // (decode bench: −75 instructions per report).
+    #[inline(always)]
     pub fn parse_with(bytes: &'a [u8], encap: Encap, semantics: LengthSemantics) -> Result<Self> {
         check_len(Layer::IntShim, bytes, SHIM_LEN)?;
         let shim = match encap {
@@ -299,6 +303,7 @@ impl<'a> IntBlock<'a> {
     /// The metadata stack (empty for MX / opaque blocks), with the warnings its layout raised.
     /// `registry` supplies domain-specific sizes; without it 'source-only' metadata is inferred
     /// from the stack length.
+    #[inline]
     pub fn stack(&self, registry: Option<&Registry>) -> (Stack<'a>, Warnings) {
         let mut w = Warnings::default();
         match self.header {
