@@ -472,8 +472,8 @@ fn fill_inner(
         FlowKeyMode::Innermost => p.inner_flow.or(p.flow),
     };
     record.ip_ttl = p.ip.map(|ip| ip.ttl);
-    if let Some((_, block)) = p.int {
-        push_stack(record, &block);
+    if let Some((_, block)) = &p.int {
+        push_stack(record, block);
     }
 }
 

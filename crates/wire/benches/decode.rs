@@ -98,7 +98,7 @@ fn decode(bytes: &[u8], cfg: &DetectConfig) -> u64 {
         p.locate(Start::Ethernet, cfg).unwrap();
         let f = p.flow.unwrap();
         acc += u64::from(f.src_port) + u64::from(f.dst_port) + u64::from(f.proto);
-        if let Some((_, b)) = p.int {
+        if let Some(b) = p.int_block() {
             for hop in b.stack(None).0 {
                 let hop = hop.unwrap();
                 acc += u64::from(hop.node_id().unwrap_or(0))

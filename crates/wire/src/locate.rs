@@ -381,123 +381,126 @@ fn parse_into<'a>(
         dst_port: 0,
     };
     let dscp_marked = cfg.dscp.is_some_and(|m| m.matches(ip.dscp));
-    // The outer 5-tuple stands even when an INT header behind it is cut off (truncated packets
-    // in reports); restoring it from INT fields below refines it.
+    // The flow is written to `p` once, after the transport layer, on errors too: the outer
+    // 5-tuple stands even when an INT header behind it is cut off (truncated packets in
+    // reports); what INT saved refines it.
+    let result = (|| {
+        let mut proto = ip.proto;
+        if proto == 6
+            && cfg.heuristic
+            && TcpHeaderSlice::from_slice(payload).is_err()
+            && plausible_l4(payload, 17)
+        {
+            // A producer that inserted a UDP header but left the IP protocol at TCP (CableLabs
+            // IPv6 reports): read what is there.
+            p.warnings.add(Warning::L4ProtocolMismatch);
+            proto = 17;
+            flow.proto = 17;
+        }
+        match proto {
+            17 => {
+                let u = UdpHeaderSlice::from_slice(payload)
+                    .map_err(|e| Error::truncated(Layer::Udp, l4_at, e.required_len, e.len))?;
+                let l4 = L4Info {
+                    proto: 17,
+                    src_port: u.source_port(),
+                    dst_port: u.destination_port(),
+                    offset: l4_at,
+                    header_len: 8,
+                    checksum: u.checksum(),
+                };
+                p.l4 = Some(l4);
+                flow.src_port = l4.src_port;
+                flow.dst_port = l4.dst_port;
+                if cfg.verify_checksums
+                    && u.checksum() != 0
+                    && payload.len() == declared_payload
+                    && !l4_checksum_ok(&ip, payload)
+                {
+                    p.warnings.add(Warning::BadL4Checksum);
+                }
+                let data = &payload[8..];
+                let dport = l4.dst_port;
+                // A report's outer header may carry any DSCP (GEANT sends 0x17): reports win.
+                if cfg.is_report_port(dport) {
+                } else if cfg.is_int_udp_port(dport) || dscp_marked {
+                    l4_int(data, Encap::Udp, cfg, p, &mut flow, l4_at + 8, depth)?;
+                } else if let Some(off) = probe(cfg, data) {
+                    l4_int(
+                        &data[off..],
+                        Encap::Udp,
+                        cfg,
+                        p,
+                        &mut flow,
+                        l4_at + 8 + off,
+                        depth,
+                    )?;
+                } else if dport == cfg.vxlan_gpe_port {
+                    vxlan_gpe(data, l4_at + 8, cfg, p, depth)?;
+                } else if dport == cfg.geneve_port {
+                    geneve(data, l4_at + 8, cfg, p, depth)?;
+                } else if Some(dport) == cfg.gtpu_port {
+                    gtpu(data, l4_at + 8, cfg, p, depth)?;
+                } else if dport == cfg.vxlan_port && data.len() > 8 && depth < MAX_DEPTH {
+                    // RFC 7348: an 8-byte header, then the tenant's Ethernet frame.
+                    p.inner_flow = innermost(&data[8..], Start::Ethernet, cfg, depth);
+                } else if cfg.heuristic {
+                    heuristic(data, Encap::Udp, l4_at + 8, cfg, p, &mut flow, depth);
+                }
+            }
+            6 => {
+                let t = TcpHeaderSlice::from_slice(payload)
+                    .map_err(|e| ip_error(Layer::Tcp, l4_at, e))?;
+                let hl = t.slice().len();
+                let l4 = L4Info {
+                    proto: 6,
+                    src_port: t.source_port(),
+                    dst_port: t.destination_port(),
+                    offset: l4_at,
+                    header_len: hl,
+                    checksum: t.checksum(),
+                };
+                p.l4 = Some(l4);
+                flow.src_port = l4.src_port;
+                flow.dst_port = l4.dst_port;
+                if cfg.verify_checksums
+                    && payload.len() == declared_payload
+                    && !l4_checksum_ok(&ip, payload)
+                {
+                    p.warnings.add(Warning::BadL4Checksum);
+                }
+                let data = &payload[hl..];
+                if dscp_marked {
+                    l4_int(data, Encap::Tcp, cfg, p, &mut flow, l4_at + hl, depth)?;
+                } else if let Some(off) = probe(cfg, data) {
+                    l4_int(
+                        &data[off..],
+                        Encap::Tcp,
+                        cfg,
+                        p,
+                        &mut flow,
+                        l4_at + hl + off,
+                        depth,
+                    )?;
+                } else if cfg.heuristic {
+                    heuristic(data, Encap::Tcp, l4_at + hl, cfg, p, &mut flow, depth);
+                }
+            }
+            47 => gre(payload, l4_at, cfg, p, depth)?,
+            4 | 41 if depth < MAX_DEPTH => {
+                let start = if ip.proto == 4 {
+                    Start::Ipv4
+                } else {
+                    Start::Ipv6
+                };
+                p.inner_flow = innermost(payload, start, cfg, depth);
+            }
+            _ => {}
+        }
+        Ok(())
+    })();
     p.flow = Some(flow);
-    let mut proto = ip.proto;
-    if proto == 6
-        && cfg.heuristic
-        && TcpHeaderSlice::from_slice(payload).is_err()
-        && plausible_l4(payload, 17)
-    {
-        // A producer that inserted a UDP header but left the IP protocol at TCP (CableLabs
-        // IPv6 reports): read what is there.
-        p.warnings.add(Warning::L4ProtocolMismatch);
-        proto = 17;
-        flow.proto = 17;
-    }
-    match proto {
-        17 => {
-            let u = UdpHeaderSlice::from_slice(payload)
-                .map_err(|e| Error::truncated(Layer::Udp, l4_at, e.required_len, e.len))?;
-            let l4 = L4Info {
-                proto: 17,
-                src_port: u.source_port(),
-                dst_port: u.destination_port(),
-                offset: l4_at,
-                header_len: 8,
-                checksum: u.checksum(),
-            };
-            p.l4 = Some(l4);
-            flow.src_port = l4.src_port;
-            flow.dst_port = l4.dst_port;
-            if cfg.verify_checksums
-                && u.checksum() != 0
-                && payload.len() == declared_payload
-                && !l4_checksum_ok(&ip, payload)
-            {
-                p.warnings.add(Warning::BadL4Checksum);
-            }
-            let data = &payload[8..];
-            let dport = l4.dst_port;
-            // A report's outer header may carry any DSCP (GEANT sends 0x17): reports win.
-            if cfg.is_report_port(dport) {
-            } else if cfg.is_int_udp_port(dport) || dscp_marked {
-                l4_int(data, Encap::Udp, cfg, p, &mut flow, l4_at + 8, depth)?;
-            } else if let Some(off) = probe(cfg, data) {
-                l4_int(
-                    &data[off..],
-                    Encap::Udp,
-                    cfg,
-                    p,
-                    &mut flow,
-                    l4_at + 8 + off,
-                    depth,
-                )?;
-            } else if dport == cfg.vxlan_gpe_port {
-                vxlan_gpe(data, l4_at + 8, cfg, p, depth)?;
-            } else if dport == cfg.geneve_port {
-                geneve(data, l4_at + 8, cfg, p, depth)?;
-            } else if Some(dport) == cfg.gtpu_port {
-                gtpu(data, l4_at + 8, cfg, p, depth)?;
-            } else if dport == cfg.vxlan_port && data.len() > 8 && depth < MAX_DEPTH {
-                // RFC 7348: an 8-byte header, then the tenant's Ethernet frame.
-                p.inner_flow = innermost(&data[8..], Start::Ethernet, cfg, depth);
-            } else if cfg.heuristic {
-                heuristic(data, Encap::Udp, l4_at + 8, cfg, p, &mut flow, depth);
-            }
-        }
-        6 => {
-            let t =
-                TcpHeaderSlice::from_slice(payload).map_err(|e| ip_error(Layer::Tcp, l4_at, e))?;
-            let hl = t.slice().len();
-            let l4 = L4Info {
-                proto: 6,
-                src_port: t.source_port(),
-                dst_port: t.destination_port(),
-                offset: l4_at,
-                header_len: hl,
-                checksum: t.checksum(),
-            };
-            p.l4 = Some(l4);
-            flow.src_port = l4.src_port;
-            flow.dst_port = l4.dst_port;
-            if cfg.verify_checksums
-                && payload.len() == declared_payload
-                && !l4_checksum_ok(&ip, payload)
-            {
-                p.warnings.add(Warning::BadL4Checksum);
-            }
-            let data = &payload[hl..];
-            if dscp_marked {
-                l4_int(data, Encap::Tcp, cfg, p, &mut flow, l4_at + hl, depth)?;
-            } else if let Some(off) = probe(cfg, data) {
-                l4_int(
-                    &data[off..],
-                    Encap::Tcp,
-                    cfg,
-                    p,
-                    &mut flow,
-                    l4_at + hl + off,
-                    depth,
-                )?;
-            } else if cfg.heuristic {
-                heuristic(data, Encap::Tcp, l4_at + hl, cfg, p, &mut flow, depth);
-            }
-        }
-        47 => gre(payload, l4_at, cfg, p, depth)?,
-        4 | 41 if depth < MAX_DEPTH => {
-            let start = if ip.proto == 4 {
-                Start::Ipv4
-            } else {
-                Start::Ipv6
-            };
-            p.inner_flow = innermost(payload, start, cfg, depth);
-        }
-        _ => {}
-    }
-    p.flow = Some(flow);
-    Ok(())
+    result
 }
 
 fn ip_error(layer: Layer, at: usize, e: impl core::fmt::Debug) -> Error {

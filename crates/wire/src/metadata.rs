@@ -470,8 +470,7 @@ impl<'a> HopView<'a> {
     #[inline]
     fn word(&self, n: u32) -> Option<u32> {
         let at = self.offset(n)?;
-        let b = self.bytes.get(at..at + 4)?;
-        let w = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        let w = u32::from_be_bytes(*self.bytes.get(at..)?.first_chunk::<4>()?);
         (w != u32::MAX).then_some(w)
     }
 

@@ -300,6 +300,14 @@ fn a_report_truncating_the_stack_still_yields_header_and_whole_hops() {
             .layer,
         Layer::IntShim
     );
+    // Located in place, the failed packet still tells its outer 5-tuple, ports included.
+    let mut p = Packet::new(cut);
+    assert!(p.locate(Start::Ethernet, &strict).is_err());
+    let outer = p.flow.expect("the outer flow stands");
+    assert_eq!(
+        (outer.proto, outer.src_port, outer.dst_port),
+        (17, 1, 17768)
+    );
     let lenient = DetectConfig {
         truncated: true,
         ..strict
