@@ -591,6 +591,9 @@ fn l4_int<'a>(
 
 /// Restores the original flow from the INT block just recorded in `p.int` (found at the start
 /// of `data`), and follows what comes after the block.
+// Inlined with `restore_flow` (whose tunnel paths stay out of line): −24 instructions per
+// report in the decode bench.
+#[inline(always)]
 fn adopt<'a>(
     p: &mut Packet<'a>,
     data: &'a [u8],
@@ -653,6 +656,7 @@ impl SavedFlow {
 }
 
 /// Sets the original flow's fields from what INT saved, and follows what comes after the block.
+#[inline(always)]
 fn restore_flow<'a>(
     saved: SavedFlow,
     after: &'a [u8],
@@ -661,19 +665,14 @@ fn restore_flow<'a>(
     cfg: &DetectConfig,
     depth: u8,
 ) {
-    // A GTP-U tunnel's user flow is behind the INT block (SD-Fabric watches those flows).
-    let tunnel = |payload: &'a [u8], dport: u16, p: &mut Packet<'a>| {
-        if Some(dport) == cfg.gtpu_port && depth < MAX_DEPTH {
-            // A malformed tunnel header costs the inner flow only: the INT is what was asked for.
-            let _ = gtpu(payload, 0, cfg, p, depth);
-        }
-    };
     match saved {
         SavedFlow::UdpPort(port) => {
             flow.dst_port = port;
-            tunnel(after, port, p);
+            follow_tunnel(after, port, p, cfg, depth);
         }
-        SavedFlow::Unchanged if flow.proto == 17 => tunnel(after, flow.dst_port, p),
+        SavedFlow::Unchanged if flow.proto == 17 => {
+            follow_tunnel(after, flow.dst_port, p, cfg, depth)
+        }
         SavedFlow::IpProto(proto) => {
             flow.proto = proto;
             match proto {
@@ -681,7 +680,7 @@ fn restore_flow<'a>(
                     flow.src_port = u16::from_be_bytes([after[0], after[1]]);
                     flow.dst_port = u16::from_be_bytes([after[2], after[3]]);
                     if proto == 17 && after.len() >= 8 {
-                        tunnel(&after[8..], flow.dst_port, p);
+                        follow_tunnel(&after[8..], flow.dst_port, p, cfg, depth);
                     }
                 }
                 4 if depth < MAX_DEPTH => p.inner_flow = innermost(after, Start::Ipv4, cfg, depth),
@@ -691,6 +690,21 @@ fn restore_flow<'a>(
         }
         SavedFlow::TailPort(port) => flow.dst_port = port,
         SavedFlow::Unchanged | SavedFlow::Nothing => {}
+    }
+}
+
+/// A GTP-U tunnel's user flow is behind the INT block (SD-Fabric watches those flows).
+#[inline]
+fn follow_tunnel<'a>(
+    payload: &'a [u8],
+    dport: u16,
+    p: &mut Packet<'a>,
+    cfg: &DetectConfig,
+    depth: u8,
+) {
+    if Some(dport) == cfg.gtpu_port && depth < MAX_DEPTH {
+        // A malformed tunnel header costs the inner flow only: the INT is what was asked for.
+        let _ = gtpu(payload, 0, cfg, p, depth);
     }
 }
 
@@ -704,6 +718,7 @@ fn ethertype_start(ethertype: u16) -> Option<Start> {
     }
 }
 
+#[inline(never)]
 fn innermost(bytes: &[u8], start: Start, cfg: &DetectConfig, depth: u8) -> Option<FlowKey> {
     let mut inner = Packet::new(bytes);
     parse_into(&mut inner, bytes, start, cfg, depth + 1).ok()?;
@@ -805,6 +820,7 @@ pub const GTPU_PORT: u16 = 2152;
 /// | Length(16) | TEID(32)`, then, when E, S or PN is set, `Sequence(16) N-PDU(8) Next Extension
 /// Header Type(8)` and the chain of extension headers (`Length` in 4-byte units, the last byte
 /// naming the next). Other message types (echo, error indication) carry no user packet.
+#[inline(never)]
 fn gtpu<'a>(
     data: &'a [u8],
     offset: usize,
