@@ -71,13 +71,14 @@ pub struct Hop {
 impl Hop {
     fn from_view(v: &HopView<'_>, node_id: Option<u32>) -> Self {
         let l1 = v.l1_interfaces();
+        let queue = v.queue();
         Hop {
-            node_id: node_id.or(v.node_id()).unwrap_or(0),
+            node_id: node_id.or_else(|| v.node_id()).unwrap_or(0),
             ingress_if: l1.map(|p| u32::from(p.0)),
             egress_if: l1.map(|p| u32::from(p.1)),
             hop_latency: v.hop_latency(),
-            queue_id: v.queue().map(|q| q.0).or(v.drop().map(|d| d.0)),
-            queue_occupancy: v.queue().map(|q| q.1),
+            queue_id: queue.map(|q| q.0).or_else(|| v.drop().map(|d| d.0)),
+            queue_occupancy: queue.map(|q| q.1),
             ingress_ts: v.ingress_ts(),
             egress_ts: v.egress_ts(),
             egress_tx_util: v.egress_tx_util(),

@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use intscope_wire::locate::FlowKey;
 use intscope_wire::report::drop_reason_name;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::detect::DetectConfig;
 use crate::event::{Event, EventKind, FlowRef};
@@ -640,7 +640,12 @@ impl State {
         } else {
             EventKind::CongestionEnd
         };
-        let ev = move || json!({"start_ns": ep.start_ns, "duration_ns": duration, "max_occupancy": ep.max_occupancy, "culprit_flows": ranked});
+        let ev = move || {
+            let mut ev = json!({"start_ns": ep.start_ns, "duration_ns": duration, "max_occupancy": ep.max_occupancy});
+            // Moved in: `json!` would serialize a deep copy of the list.
+            ev["culprit_flows"] = Value::Array(ranked);
+            ev
+        };
         self.raise(now, kind, Some(key.0), Some(key.1), Some(key.2), None, ev);
     }
 
@@ -809,7 +814,7 @@ impl State {
             node_id: node,
             port,
             queue_id: queue,
-            flow: flow.map(|f| FlowRef::from(&f.0)),
+            flow: flow.map(|f| f.0),
             flow_id: flow.map(|f| f.1),
             // Built only for events that are logged: most repeats are rate-limited away.
             evidence: evidence(),

@@ -228,7 +228,8 @@ impl Store for SqliteStore {
                  VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
             )?;
             for e in &b.events {
-                let f = e.flow.as_ref();
+                let f = e.flow.as_ref().map(FlowRef::from);
+                let f = f.as_ref();
                 ev.execute(params![
                     i(e.id),
                     i(e.time_ns),

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use intscope_collector::detect::DetectConfig;
-use intscope_collector::event::{Event, EventKind};
+use intscope_collector::event::{Event, EventKind, FlowRef};
 use intscope_collector::ingest::{Collector, CollectorConfig};
 use intscope_collector::record::RecordBatch;
 use intscope_node::Mode;
@@ -120,7 +120,7 @@ fn link_down_rehashes_flows_onto_the_other_spine() {
     let ev = events(&c, EventKind::PathChange);
     assert!(!ev.is_empty(), "flows from leaf 1 over spine 101 move");
     for e in &ev {
-        let flow = e.flow.as_ref().unwrap();
+        let flow = FlowRef::from(e.flow.as_ref().unwrap());
         let (from_1, to_1) = (
             flow.src.starts_with("10.0.1."),
             flow.dst.starts_with("10.0.1."),
@@ -157,7 +157,12 @@ fn routing_miss_drops_with_the_reason() {
     for e in &ev {
         assert_eq!(e.node_id, Some(1));
         assert_eq!(e.evidence["drop_reason_name"], "routing-miss");
-        assert!(e.flow.as_ref().unwrap().dst.starts_with("10.0.2."), "{e:?}");
+        assert!(
+            FlowRef::from(e.flow.as_ref().unwrap())
+                .dst
+                .starts_with("10.0.2."),
+            "{e:?}"
+        );
     }
 }
 
@@ -209,10 +214,7 @@ fn a_spine_without_int_is_found_from_ttl() {
     for e in &ev {
         assert_eq!(e.evidence["non_int_hops"], 1, "{e:?}");
         // The sink found it: the destination's leaf.
-        let dst_leaf: u32 = e
-            .flow
-            .as_ref()
-            .unwrap()
+        let dst_leaf: u32 = FlowRef::from(e.flow.as_ref().unwrap())
             .dst
             .split('.')
             .nth(2)
@@ -249,7 +251,7 @@ fn a_small_mtu_sets_the_m_bit() {
         .map(|f| format!("{}:{}", f.src, f.sport))
         .collect();
     for e in &ev {
-        let flow = e.flow.as_ref().unwrap();
+        let flow = FlowRef::from(e.flow.as_ref().unwrap());
         assert!(
             elephants.contains(&format!("{}:{}", flow.src, flow.src_port)),
             "only elephants are too big: {e:?}"
@@ -311,7 +313,12 @@ fn a_forwarding_loop_hits_the_hop_limit_and_ttl() {
     let limit = events(&c, EventKind::HopLimit);
     assert!(!limit.is_empty(), "the INT hop limit runs out first");
     for e in &limit {
-        assert!(e.flow.as_ref().unwrap().dst.starts_with("10.0.3."), "{e:?}");
+        assert!(
+            FlowRef::from(e.flow.as_ref().unwrap())
+                .dst
+                .starts_with("10.0.3."),
+            "{e:?}"
+        );
         // Spine 101 and leaf 2 bounce the packet between them: the hop that ran out is one of
         // them.
         assert!(matches!(e.node_id, Some(2 | 101)), "{e:?}");

@@ -469,18 +469,23 @@ impl<'a> HopView<'a> {
 
     #[inline]
     fn word(&self, n: u32) -> Option<u32> {
-        let at = self.offset(n)?;
+        self.word_at(self.offset(n)?)
+    }
+
+    #[inline]
+    fn word_at(&self, at: usize) -> Option<u32> {
         let w = u32::from_be_bytes(*self.bytes.get(at..)?.first_chunk::<4>()?);
         (w != u32::MAX).then_some(w)
     }
 
     #[inline]
     fn wide(&self, n: u32) -> Option<u64> {
-        if self.format.size_of_bit(n) == 4 {
-            return self.word(n).map(u64::from);
-        }
+        // Presence first: timestamps are rarely requested, and that test is the cheapest.
         let at = self.offset(n)?;
-        let w = u64::from_be_bytes(self.bytes.get(at..at + 8)?.try_into().ok()?);
+        if self.format.size_of_bit(n) == 4 {
+            return self.word_at(at).map(u64::from);
+        }
+        let w = u64::from_be_bytes(*self.bytes.get(at..)?.first_chunk::<8>()?);
         (w != u64::MAX).then_some(w)
     }
 
