@@ -1,7 +1,6 @@
 //! The HTTP API (JSON; described in `docs/collector-api.md`) and the Prometheus `/metrics`
 //! endpoint, served by axum from the shared [`Collector`].
 
-use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use axum::Router;
@@ -19,6 +18,7 @@ use serde_json::{Value, json};
 use crate::event::{Event, EventKind, FlowRef};
 use crate::flow::FlowState;
 use crate::ingest::Collector;
+use crate::rank;
 use crate::state::{State, in_key_order};
 
 /// The router of the API.
@@ -227,32 +227,6 @@ fn flow_summary(f: &FlowState) -> Value {
     })
 }
 
-/// A flow in the list's order: larger sort key first, then lower ID.
-struct Ranked<'a> {
-    rank: (std::cmp::Reverse<u64>, u64),
-    flow: &'a FlowState,
-}
-
-impl PartialEq for Ranked<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        self.rank == other.rank
-    }
-}
-
-impl Eq for Ranked<'_> {}
-
-impl PartialOrd for Ranked<'_> {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Ranked<'_> {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.rank.cmp(&other.rank)
-    }
-}
-
 async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Value>, ApiError> {
     with_state(&c, |s| {
         let needle = q.q.as_deref().map(str::to_lowercase);
@@ -268,12 +242,9 @@ async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Va
         };
         let offset = q.offset.unwrap_or(0);
         let limit = q.limit.unwrap_or(100).min(10_000);
-        // The page is among the `wanted` first flows: keep just those, in a heap whose top is
-        // the last of them, so most flows cost one comparison and nothing is collected for the
-        // rest of a million.
+        // The page is among the `wanted` first flows: only those are kept, so nothing is
+        // collected for the rest of a million.
         let wanted = offset.saturating_add(limit);
-        let mut first: BinaryHeap<Ranked<'_>> =
-            BinaryHeap::with_capacity(wanted.min(s.flows.len()));
         let mut total = 0usize;
         let matching = s
             .flows
@@ -288,27 +259,11 @@ async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Va
                     )
                     .contains(n.as_str())
                 })
-            });
-        for flow in matching {
-            total += 1;
-            let ranked = Ranked {
-                rank: (std::cmp::Reverse(key(flow)), flow.id),
-                flow,
-            };
-            if first.len() < wanted {
-                first.push(ranked);
-            } else if let Some(mut last) = first.peek_mut()
-                && ranked < *last
-            {
-                *last = ranked;
-            }
-        }
-        let page: Vec<Value> = first
-            .into_sorted_vec()
-            .into_iter()
-            .skip(offset)
-            .map(|r| flow_summary(r.flow))
-            .collect();
+            })
+            .inspect(|_| total += 1);
+        // Larger sort key first; ties by ID.
+        let first = rank::smallest(matching, wanted, |f| (std::cmp::Reverse(key(f)), f.id));
+        let page: Vec<Value> = first.into_iter().skip(offset).map(flow_summary).collect();
         Json(json!({"total": total, "flows": page}))
     })
 }

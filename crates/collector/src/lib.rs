@@ -14,6 +14,7 @@ pub mod event;
 pub mod flow;
 pub mod ingest;
 pub mod loadgen;
+pub mod rank;
 pub mod record;
 pub mod seq;
 pub mod state;

@@ -4,6 +4,7 @@
 //! One `State` is one shard; it takes `now` from the records (report time), so the same input
 //! gives the same state and events (replays and tests are deterministic).
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use serde_json::{Value, json};
 use crate::detect::DetectConfig;
 use crate::event::{Event, EventKind, FlowRef};
 use crate::flow::{FlowState, FlowTable, Path, PathTable};
+use crate::rank;
 use crate::record::{Hop, Record, Version};
 use crate::seq::{SeqOutcome, SeqTracker};
 
@@ -618,18 +620,11 @@ impl State {
     #[inline(never)]
     fn close_episode(&mut self, now: u64, key: QueueKey, ep: Episode, end: u64) {
         let duration = end.saturating_sub(ep.start_ns);
-        let mut culprits: Vec<(FlowKey, u64)> = ep.flows.into_iter().collect();
-        let order = |a: &(FlowKey, u64), b: &(FlowKey, u64)| b.1.cmp(&a.1).then(a.0.cmp(&b.0));
-        // Only the top ten are named: select them, then order just those.
-        if culprits.len() > 10 {
-            culprits.select_nth_unstable_by(10, order);
-            culprits.truncate(10);
-        }
-        culprits.sort_by(order);
+        // Only the top ten are named: largest share first, ties by flow key.
+        let culprits = rank::smallest(ep.flows.iter(), 10, |&(k, sum)| (Reverse(*sum), *k));
         let total = ep.total.max(1) as f64;
         let ranked: Vec<_> = culprits
-            .iter()
-            .take(10)
+            .into_iter()
             .map(|(k, occ_sum)| {
                 let id = self.flows.get(k).map(|f| f.id);
                 json!({"flow": FlowRef::from(k), "flow_id": id, "share": ((*occ_sum as f64) / total * 1000.0).round() / 1000.0})
