@@ -228,6 +228,18 @@ impl FlowTable {
             .expect("a mapped slot holds its flow")
     }
 
+    /// Asks the CPU to start loading the state of the flow with this key, so that a later
+    /// [`FlowTable::get_or_insert_with`] finds it in cache: with many flows the state is a cache
+    /// miss, and a batch knows its next flows ahead of time.
+    #[inline]
+    pub fn prefetch(&self, key: &FlowKey) {
+        if let Some(&slot) = self.slot_of.get(key)
+            && let Some(entry) = self.slots.get(slot as usize)
+        {
+            prefetch_lines(entry);
+        }
+    }
+
     /// Every flow (in slot order).
     pub fn values(&self) -> impl Iterator<Item = &FlowState> {
         self.slots.iter().flatten()
@@ -245,6 +257,26 @@ impl FlowTable {
             }
         }
     }
+}
+
+/// Prefetches every cache line of `value` (a hint: nothing is read, nothing can fault).
+// The one `unsafe` in the collector: `_mm_prefetch` is a `target_feature` function, callable only
+// from `unsafe` even though SSE is part of every x86-64 target.
+#[allow(unsafe_code)]
+#[inline]
+fn prefetch_lines<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let start = (value as *const T).cast::<i8>();
+        for offset in (0..size_of::<T>()).step_by(64) {
+            // SAFETY: SSE is baseline on x86-64, and a prefetch neither reads nor faults; the
+            // addresses lie inside `value` anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(offset)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
 }
 
 /// Per-hop reports and intermediate-report heads a flow waits to join; most flows never have

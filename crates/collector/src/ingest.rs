@@ -330,6 +330,11 @@ impl Collector {
             return;
         }
         if let Ok(mut state) = self.state.lock() {
+            // Flow states are the cache misses of correlation: start loading the whole batch's
+            // first, in a tight loop whose lookups the CPU overlaps, then process.
+            for r in batch.records() {
+                state.prefetch(r);
+            }
             for r in batch.records() {
                 state.process(r);
             }

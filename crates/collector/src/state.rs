@@ -289,6 +289,14 @@ impl State {
         }
     }
 
+    /// Starts loading the state `process(r)` will touch first (see [`FlowTable::prefetch`]).
+    #[inline]
+    pub fn prefetch(&self, r: &Record) {
+        if let Some(key) = &r.flow {
+            self.flows.prefetch(key);
+        }
+    }
+
     /// Closes what reports will not close: congestion episodes of queues that went quiet (a switch
     /// that filters reports, like SD-Fabric's, stops reporting a drained queue) and per-hop joins
     /// whose window passed without the flow's next packet. `process` does this as reports
