@@ -189,7 +189,7 @@ async fn queues(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
                 .map(|k| {
                     let q = &s.queues[k];
                     let series: Vec<[u64; 2]> = q.series.iter().map(|(t, o)| [*t, u64::from(*o)]).collect();
-                    json!({"node_id": k.0, "port": k.1, "queue_id": k.2, "occupancy": q.occupancy, "max_occupancy": q.max_occupancy, "hop_latency": q.hop_latency, "reports": q.reports, "last_seen_ns": q.last_seen_ns, "series": series})
+                    json!({"node_id": k.node(), "port": k.port(), "queue_id": k.queue(), "occupancy": q.occupancy, "max_occupancy": q.max_occupancy, "hop_latency": q.hop_latency, "reports": q.reports, "last_seen_ns": q.last_seen_ns, "series": series})
                 })
                 .collect(),
         ))
@@ -489,11 +489,11 @@ pub fn render_metrics(c: &Collector) -> String {
     reg.register("flows_active", "Flows in memory", flows);
     let occupancy = Family::<Labels, Gauge>::default();
     let qlat = Family::<Labels, Gauge>::default();
-    for ((node, port, q), qs) in &s.queues {
+    for (k, qs) in &s.queues {
         let l = labels(&[
-            ("node", node.to_string()),
-            ("port", port.to_string()),
-            ("queue", q.to_string()),
+            ("node", k.node().to_string()),
+            ("port", k.port().to_string()),
+            ("queue", k.queue().to_string()),
         ]);
         occupancy.get_or_create(&l).set(i64::from(qs.occupancy));
         if let Some(lat) = qs.hop_latency {

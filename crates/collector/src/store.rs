@@ -537,13 +537,13 @@ pub fn collect_batch(
         .cloned()
         .collect();
     *last_event = state.next_event_id();
-    for (&(node, port, queue), qs) in &mut state.queues {
+    for (k, qs) in &mut state.queues {
         let a = std::mem::take(&mut qs.interval);
         if a.samples > 0 {
             b.queues.push(AggRow {
-                node_id: node,
-                port,
-                queue_id: Some(queue),
+                node_id: k.node(),
+                port: k.port(),
+                queue_id: Some(k.queue()),
                 samples: a.samples,
                 avg: a.sum as f64 / a.samples as f64,
                 max: a.max,
