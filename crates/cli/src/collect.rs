@@ -208,7 +208,7 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
         datagrams += 1;
     }
     // The capture is over: close joins and episodes still waiting for reports.
-    let end = c.state.lock().map(|s| s.last_time_ns).unwrap_or_default();
+    let end = c.state.last_time_ns();
     let d = &c.config.detect;
     c.tick(end.saturating_add(d.join_window_ns.max(d.episode_quiet_ns) + 1));
     Ok(format!(

@@ -267,15 +267,12 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
     std::thread::sleep(Duration::from_millis(300));
     let events = collector
         .state
-        .lock()
-        .map(|s| {
-            s.event_counts
-                .iter()
-                .map(|(k, v)| format!("{} {v}", k.label()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default();
+        .events()
+        .counts()
+        .iter()
+        .map(|(k, v)| format!("{} {v}", k.label()))
+        .collect::<Vec<_>>()
+        .join(", ");
     eprintln!("intscope demo: events detected: {events}");
     if args.serve {
         eprintln!("intscope demo: still serving http://{http}/ until Ctrl-C");

@@ -45,12 +45,12 @@ fn main() {
     let mut g = Generator::new(LoadConfig::coalesced_v2(flows));
     let (mut buf, mut rec, mut reports, mut t) = (Vec::new(), RecordBatch::default(), 0u64, 0u64);
     // Until every flow has reported (the generator picks flows at random).
-    while reports % 100_000 != 0 || c.state.lock().unwrap().flows.len() < flows as usize {
+    while reports % 100_000 != 0 || c.state.read().flow_count() < flows as usize {
         reports += g.next_datagram(&mut buf) as u64;
         t += 1_000;
         c.ingest(&buf, [10, 0, 0, 1].into(), t, &mut rec);
     }
-    let in_state = c.state.lock().unwrap().flows.len();
+    let in_state = c.state.read().flow_count();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let listener = rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))

@@ -31,7 +31,7 @@ fn main() {
     let mut g = Generator::new(LoadConfig::coalesced_v2(flows));
     let cfg = loadgen::detect_config();
     let before = rss_bytes();
-    let mut state = State::new(Thresholds::default());
+    let state = State::new(Thresholds::default());
     let mut rec = Record::default();
     let mut buf = Vec::new();
     let (mut reports, mut t) = (0u64, 0u64);
@@ -49,7 +49,7 @@ fn main() {
     println!(
         "{{\"flows\": {}, \"flows_in_state\": {}, \"reports\": {reports}, \"rss_before_mib\": {:.0}, \"rss_after_mib\": {:.0}, \"state_mib\": {:.0}, \"bytes_per_flow\": {per_flow:.0}}}",
         flows,
-        state.flows.len(),
+        state.read().flow_count(),
         before as f64 / 1048576.0,
         after as f64 / 1048576.0,
         (after - before) as f64 / 1048576.0,

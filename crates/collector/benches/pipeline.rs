@@ -1,5 +1,6 @@
-//! The collector pipeline without sockets: decode → correlate → detect, one shard, on the load
-//! generator's traffic (v2.0, 8 reports per datagram, 4-node paths, 10 000 flows).
+//! The collector pipeline without sockets: decode → correlate → detect, on the load generator's
+//! traffic (v2.0, 8 reports per datagram, 4-node paths, 10 000 flows): one thread on one shard,
+//! and two threads on two shards.
 //!
 //! `cargo bench -p intscope-collector --bench pipeline`
 
@@ -15,10 +16,13 @@ use intscope_collector::state::State;
 /// Datagrams per receive call (quinn-udp's `recvmmsg` batch on Linux).
 const RECEIVE_BATCH: usize = 32;
 
-fn open_collector() -> std::sync::Arc<Collector> {
+/// A collector as `intscope collect --threads <threads>` opens it: one shard of each kind per
+/// receive thread.
+fn open_collector(threads: usize) -> std::sync::Arc<Collector> {
     Collector::open(CollectorConfig {
         data: None,
         int_udp_ports: vec![INT_PORT],
+        threads,
         ..CollectorConfig::default()
     })
     .unwrap()
@@ -74,7 +78,7 @@ fn bench(c: &mut Criterion) {
             n
         })
     });
-    let mut state = State::new(Thresholds::default());
+    let state = State::new(Thresholds::default());
     let mut t = 0u64;
     group.bench_function("decode_correlate_detect", |b| {
         b.iter(|| {
@@ -94,11 +98,43 @@ fn bench(c: &mut Criterion) {
     });
     // The same through the receive threads' path: a whole receive batch decoded, then
     // correlated under one lock with flow states prefetched ahead.
-    let collector = open_collector();
+    let collector = open_collector(1);
     let mut batch = RecordBatch::default();
     let payloads: Vec<&[u8]> = datagrams.iter().map(|(d, _)| d.as_slice()).collect();
     group.bench_function("collector_batches", |b| {
         b.iter(|| ingest_in_batches(&collector, &payloads, &mut batch, &mut t))
+    });
+    // Two receive threads on two shards of each kind, each with half of the receive batches:
+    // what sharding buys over one thread (the figure is both threads' reports per second).
+    let collector = open_collector(2);
+    let halves: Vec<Vec<&[u8]>> = (0..2)
+        .map(|half| {
+            payloads
+                .chunks(RECEIVE_BATCH)
+                .skip(half)
+                .step_by(2)
+                .flatten()
+                .copied()
+                .collect()
+        })
+        .collect();
+    group.bench_function("collector_batches_2_threads", |b| {
+        b.iter_custom(|iters| {
+            let start = std::time::Instant::now();
+            std::thread::scope(|scope| {
+                for half in &halves {
+                    let (collector, from) = (&collector, t);
+                    scope.spawn(move || {
+                        let (mut batch, mut t) = (RecordBatch::default(), from);
+                        for _ in 0..iters {
+                            ingest_in_batches(collector, half, &mut batch, &mut t);
+                        }
+                    });
+                }
+            });
+            t += iters * payloads.len() as u64 * 1000;
+            start.elapsed()
+        })
     });
     group.finish();
 
@@ -118,7 +154,7 @@ fn bench(c: &mut Criterion) {
             b
         })
         .collect();
-    let collector = open_collector();
+    let collector = open_collector(1);
     let mut batch = RecordBatch::default();
     let mut group = c.benchmark_group("pipeline_v05");
     group.throughput(Throughput::Elements(postcards.len() as u64));

@@ -22,25 +22,23 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("intscope-store-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = SqliteStore::open(&dir).expect("store");
-    let mut state = State::new(Thresholds::default());
+    let state = State::new(Thresholds::default());
     let (mut rec, mut buf, mut t) = (Record::default(), Vec::new(), 0u64);
     let stats = StoreStats::default();
     let mut last_event = 1;
     let mut rows_per_s = Vec::new();
     for round in 0..3 {
         // Every flow reports again, so every flow is in the flush.
-        let target = state.flows.len().max(1);
-        let mut dirty = 0;
-        while dirty < flows as usize || state.flows.len() < flows as usize {
-            g.next_datagram(&mut buf);
-            t += 1_000;
-            let _ = decode_datagram(&buf, t, &cfg, FlowKeyMode::Innermost, &mut rec, |r| {
-                state.process(r)
-            });
-            dirty = state.dirty_flows.len();
+        while state.read().flows_to_store() < flows as usize {
+            for _ in 0..1000 {
+                g.next_datagram(&mut buf);
+                t += 1_000;
+                let _ = decode_datagram(&buf, t, &cfg, FlowKeyMode::Innermost, &mut rec, |r| {
+                    state.process(r)
+                });
+            }
         }
-        let _ = target;
-        let batch = collect_batch(&mut state, &mut last_event, Vec::new(), &stats);
+        let batch = collect_batch(&state, &mut last_event, Vec::new(), &stats);
         let rows = batch.flows.len();
         let with_series = batch.flows.iter().filter(|f| f.interval.is_some()).count();
         let started = Instant::now();

@@ -16,10 +16,11 @@ use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
 use crate::event::{Event, EventKind, FlowRef};
+use crate::fabric::in_key_order;
 use crate::flow::FlowState;
 use crate::ingest::Collector;
 use crate::rank;
-use crate::state::{State, in_key_order};
+use crate::state::View;
 
 /// The router of the API.
 pub fn router(collector: Arc<Collector>) -> Router {
@@ -45,13 +46,8 @@ type Shared = AxState<Arc<Collector>>;
 /// An HTTP error (status and message).
 type ApiError = (StatusCode, String);
 
-fn with_state<T>(c: &Collector, f: impl FnOnce(&State) -> T) -> Result<T, ApiError> {
-    c.state.lock().map(|s| f(&s)).map_err(|_| {
-        (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "state lock poisoned".to_string(),
-        )
-    })
+fn with_state<T>(c: &Collector, f: impl FnOnce(&View<'_>) -> T) -> Result<T, ApiError> {
+    Ok(f(&c.state.read()))
 }
 
 async fn stats(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
@@ -70,26 +66,25 @@ async fn stats(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
     });
     with_state(&c, |s| {
         let sources: Vec<Value> = s
-            .seq
             .sources()
             .map(|((node, hw), st)| json!({"node_id": node, "hw_id": hw, "received": st.received, "lost": st.lost, "reordered": st.reordered, "restarts": st.restarts}))
             .collect();
         let events: serde_json::Map<String, Value> = s
-            .event_counts
+            .event_counts()
             .iter()
             .map(|(k, v)| (k.label().to_string(), json!(v)))
             .collect();
         Json(json!({
             "ingest": ingest,
-            "reports": s.counters,
-            "reports_lost": s.seq.total_lost(),
+            "reports": s.counters(),
+            "reports_lost": s.reports_lost(),
             "sources": sources,
-            "flows": s.flows.len(),
-            "flows_expired": s.flows_expired,
-            "nodes": s.nodes.len(),
-            "queues": s.queues.len(),
+            "flows": s.flow_count(),
+            "flows_expired": s.flows_expired(),
+            "nodes": s.nodes().count(),
+            "queues": s.queues().count(),
             "events": events,
-            "events_suppressed": s.events_suppressed,
+            "events_suppressed": s.events_suppressed(),
             "store": store,
         }))
     })
@@ -140,8 +135,10 @@ fn utilization(tx_util: Option<u32>, full_scale: u32) -> Option<f64> {
 async fn nodes(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
     let full_scale = c.config.tx_util_full_scale;
     with_state(&c, |s| {
+        let mut nodes: Vec<_> = s.nodes().collect();
+        nodes.sort_unstable_by_key(|(id, _)| *id);
         Json(Value::Array(
-            in_key_order(&s.nodes)
+            nodes
                 .into_iter()
                 .map(|(id, n)| {
                     let ports: Vec<Value> = in_key_order(&n.ports)
@@ -160,11 +157,10 @@ async fn links(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
     let full_scale = c.config.tx_util_full_scale;
     with_state(&c, |s| {
         let mut v: Vec<Value> = s
-            .links
-            .iter()
+            .links()
             .map(|((a, ap, b, bp), l)| {
                 // The link carries what the upstream node's egress port sends.
-                let tx_util = s.nodes.get(a).and_then(|n| n.ports.get(ap)).and_then(|p| p.tx_util);
+                let tx_util = s.node(a).and_then(|n| n.ports.get(&ap)).and_then(|p| p.tx_util);
                 json!({"from_node": a, "from_port": ap, "to_node": b, "to_port": bp, "reports": l.reports,
                        "last_seen_ns": l.last_seen_ns, "tx_util": tx_util, "utilization": utilization(tx_util, full_scale)})
             })
@@ -182,12 +178,12 @@ async fn links(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
 
 async fn queues(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
     with_state(&c, |s| {
-        let mut keys: Vec<_> = s.queues.keys().copied().collect();
-        keys.sort_unstable();
+        let mut queues: Vec<_> = s.queues().collect();
+        queues.sort_unstable_by_key(|(k, _)| *k);
         Json(Value::Array(
-            keys.iter()
-                .map(|k| {
-                    let q = &s.queues[k];
+            queues
+                .into_iter()
+                .map(|(k, q)| {
                     let series: Vec<[u64; 2]> = q.series.iter().map(|(t, o)| [*t, u64::from(*o)]).collect();
                     json!({"node_id": k.node(), "port": k.port(), "queue_id": k.queue(), "occupancy": q.occupancy, "max_occupancy": q.max_occupancy, "hop_latency": q.hop_latency, "reports": q.reports, "last_seen_ns": q.last_seen_ns, "series": series})
                 })
@@ -247,8 +243,7 @@ async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Va
         let wanted = offset.saturating_add(limit);
         let mut total = 0usize;
         let matching = s
-            .flows
-            .values()
+            .flows()
             .filter(|f| q.node.is_none_or(|n| f.path.iter().any(|h| h.node_id == n)))
             .filter(|f| {
                 needle.as_ref().is_none_or(|n| {
@@ -284,7 +279,11 @@ async fn flow(AxState(c): Shared, Path(id): Path<u64>) -> Result<Json<Value>, Ap
                 ),
             );
             o.insert("series".into(), json!(f.recent));
-            let events: Vec<_> = s.events.iter().filter(|e| e.flow_id == Some(id)).collect();
+            let events: Vec<_> = s
+                .events()
+                .iter()
+                .filter(|e| e.flow_id == Some(id))
+                .collect();
             o.insert("events".into(), json!(events));
             (key, v)
         })
@@ -320,7 +319,7 @@ pub struct EventQuery {
 async fn events(AxState(c): Shared, Query(q): Query<EventQuery>) -> Result<Json<Value>, ApiError> {
     with_state(&c, |s| {
         let v: Vec<_> = s
-            .events
+            .events()
             .iter()
             .rev()
             .filter(|e| selected(e, q.kind, q.node, q.flow))
@@ -361,31 +360,27 @@ async fn event_stream(
 > {
     use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
     use futures_util::StreamExt;
-    let start = q.after.unwrap_or_else(|| {
-        c.state
-            .lock()
-            .map(|s| s.next_event_id().saturating_sub(1))
-            .unwrap_or(0)
-    });
+    let start = q
+        .after
+        .unwrap_or_else(|| c.state.events().next_id().saturating_sub(1));
     let stream = futures_util::stream::unfold((c, start, q), |(c, mut last, q)| async move {
         loop {
             let from = last;
-            let batch: Vec<SseEvent> = match c.state.lock() {
-                Ok(s) => s
-                    .events
-                    .iter()
-                    .filter(|e| e.id > from)
-                    .inspect(|e| last = last.max(e.id))
-                    .filter(|e| selected(e, q.kind, q.node, q.flow))
-                    .map(|e| {
-                        SseEvent::default()
-                            .event(e.kind.label())
-                            .id(e.id.to_string())
-                            .data(serde_json::to_string(e).unwrap_or_default())
-                    })
-                    .collect(),
-                Err(_) => return None,
-            };
+            let batch: Vec<SseEvent> = c
+                .state
+                .events()
+                .events()
+                .iter()
+                .filter(|e| e.id > from)
+                .inspect(|e| last = last.max(e.id))
+                .filter(|e| selected(e, q.kind, q.node, q.flow))
+                .map(|e| {
+                    SseEvent::default()
+                        .event(e.kind.label())
+                        .id(e.id.to_string())
+                        .data(serde_json::to_string(e).unwrap_or_default())
+                })
+                .collect();
             if !batch.is_empty() {
                 return Some((
                     futures_util::stream::iter(batch.into_iter().map(Ok)),
@@ -446,14 +441,13 @@ pub fn render_metrics(c: &Collector) -> String {
         "Socket receive errors",
         socket_errors,
     );
-    let Ok(s) = c.state.lock() else {
-        return String::new();
-    };
+    let s = c.state.read();
+    let counters = s.counters();
     let reports = Family::<Labels, Counter>::default();
     for (v, n) in [
-        ("2.0", s.counters.v2),
-        ("1.0", s.counters.v1),
-        ("0.5", s.counters.v05),
+        ("2.0", counters.v2),
+        ("1.0", counters.v1),
+        ("0.5", counters.v05),
     ] {
         reports
             .get_or_create(&labels(&[("version", v.into())]))
@@ -465,7 +459,7 @@ pub fn render_metrics(c: &Collector) -> String {
         reports,
     );
     let lost = Family::<Labels, Counter>::default();
-    for ((node, hw), st) in s.seq.sources() {
+    for ((node, hw), st) in s.sources() {
         lost.get_or_create(&labels(&[
             ("node", node.to_string()),
             ("hw_id", hw.to_string()),
@@ -481,15 +475,15 @@ pub fn render_metrics(c: &Collector) -> String {
     for k in EventKind::ALL {
         events
             .get_or_create(&labels(&[("kind", k.label().into())]))
-            .inc_by(s.event_counts.get(&k).copied().unwrap_or(0));
+            .inc_by(s.event_counts().get(&k).copied().unwrap_or(0));
     }
     reg.register("events", "Events detected, by kind", events);
     let flows = Gauge::<i64>::default();
-    flows.set(s.flows.len() as i64);
+    flows.set(s.flow_count() as i64);
     reg.register("flows_active", "Flows in memory", flows);
     let occupancy = Family::<Labels, Gauge>::default();
     let qlat = Family::<Labels, Gauge>::default();
-    for (k, qs) in &s.queues {
+    for (k, qs) in s.queues() {
         let l = labels(&[
             ("node", k.node().to_string()),
             ("port", k.port().to_string()),
@@ -513,7 +507,7 @@ pub fn render_metrics(c: &Collector) -> String {
     let util = Family::<Labels, Gauge>::default();
     let util_ratio = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
     let drops = Family::<Labels, Counter>::default();
-    for (node, n) in &s.nodes {
+    for (node, n) in s.nodes() {
         for (port, ps) in &n.ports {
             if let Some(u) = ps.tx_util {
                 let l = labels(&[("node", node.to_string()), ("port", port.to_string())]);

@@ -2,8 +2,11 @@
 //! and the evidence.
 
 use core::net::IpAddr;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use intscope_wire::locate::FlowKey;
+use rustc_hash::FxHashMap as HashMap;
 use serde_json::Value;
 
 /// Kinds of event.
@@ -141,6 +144,176 @@ pub struct Event {
     pub flow_id: Option<u64>,
     /// Evidence (kind-specific).
     pub evidence: Value,
+}
+
+/// Events kept in memory (the newest).
+pub const EVENT_LOG: usize = 10_000;
+
+/// Where an event happened and to which flow (its key and API ID).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Place {
+    /// Node.
+    pub node: Option<u32>,
+    /// Port.
+    pub port: Option<u32>,
+    /// Queue.
+    pub queue: Option<u8>,
+    /// Flow.
+    pub flow: Option<(FlowKey, u64)>,
+}
+
+/// The newest events of every shard, in ID order: IDs are given out under this log's lock, so a
+/// reader's "after ID n" cursor never skips an event raised concurrently by another shard.
+#[derive(Debug)]
+pub struct EventLog {
+    events: VecDeque<Event>,
+    counts: BTreeMap<EventKind, u64>,
+    next_id: u64,
+}
+
+impl Default for EventLog {
+    fn default() -> Self {
+        EventLog {
+            events: VecDeque::new(),
+            counts: BTreeMap::new(),
+            next_id: 1,
+        }
+    }
+}
+
+impl EventLog {
+    /// The newest events, oldest first.
+    pub fn events(&self) -> &VecDeque<Event> {
+        &self.events
+    }
+
+    /// Events raised, by kind (rate-limited repeats are not raised).
+    pub fn counts(&self) -> &BTreeMap<EventKind, u64> {
+        &self.counts
+    }
+
+    /// The ID the next event will get.
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    /// Continues IDs after those a store already holds.
+    pub fn continue_ids(&mut self, next: u64) {
+        self.next_id = self.next_id.max(next);
+    }
+
+    fn push(&mut self, time_ns: u64, kind: EventKind, place: Place, evidence: Value) {
+        *self.counts.entry(kind).or_default() += 1;
+        let id = self.next_id;
+        self.next_id += 1;
+        if self.events.len() == EVENT_LOG {
+            self.events.pop_front();
+        }
+        self.events.push_back(Event {
+            id,
+            time_ns,
+            kind,
+            node_id: place.node,
+            port: place.port,
+            queue_id: place.queue,
+            flow: place.flow.map(|f| f.0),
+            flow_id: place.flow.map(|f| f.1),
+            evidence,
+        });
+    }
+}
+
+/// One shard's events on their way to the shared log: each shard limits its own places (a place
+/// belongs to one shard), so the log's lock is taken only for events that are kept.
+#[derive(Debug, Default)]
+pub struct Raiser {
+    interval_ns: u64,
+    last: HashMap<(EventKind, u64), u64>,
+    /// Events suppressed by the per-place rate limit.
+    pub suppressed: u64,
+}
+
+impl Raiser {
+    /// Raises at most one event per kind, place and flow every `interval_ns` (report time).
+    pub fn new(interval_ns: u64) -> Self {
+        Raiser {
+            interval_ns,
+            ..Raiser::default()
+        }
+    }
+
+    /// Logs an event of `kind` at `place`, unless one like it was logged within the interval.
+    /// Episode ends, starts and report loss are always logged. `evidence` is built only for
+    /// events that are logged: most repeats are rate-limited away.
+    // Out of line: events are rare next to reports, and inlining each call site's evidence
+    // builder into the per-report path slowed every report (measured, pipeline bench).
+    #[inline(never)]
+    pub fn raise(
+        &mut self,
+        log: &Mutex<EventLog>,
+        now: u64,
+        kind: EventKind,
+        place: Place,
+        evidence: impl FnOnce() -> Value,
+    ) {
+        let limited = !matches!(
+            kind,
+            EventKind::CongestionEnd
+                | EventKind::Microburst
+                | EventKind::LostReports
+                | EventKind::CongestionStart
+        );
+        if limited {
+            let key = (
+                kind,
+                place_hash(&[
+                    u64::from(place.node.unwrap_or(0)),
+                    u64::from(place.port.unwrap_or(0)),
+                    u64::from(place.queue.unwrap_or(0)),
+                    place.flow.map_or(0, |f| flow_hash(&f.0)),
+                ]),
+            );
+            if let Some(&last) = self.last.get(&key)
+                && now.saturating_sub(last) < self.interval_ns
+            {
+                self.suppressed += 1;
+                return;
+            }
+            if self.last.len() > 1_000_000 {
+                let horizon = now.saturating_sub(self.interval_ns);
+                self.last.retain(|_, t| *t >= horizon);
+            }
+            self.last.insert(key, now);
+        }
+        let evidence = evidence();
+        lock(log).push(now, kind, place, evidence);
+    }
+}
+
+/// Locks `m`, also after a panic elsewhere poisoned it: the state behind it is counters and
+/// tables a half-done update leaves consistent enough to serve, better than none at all.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn place_hash(parts: &[u64]) -> u64 {
+    // FNV-1a over the parts: cheap, stable, good enough for a rate-limit key.
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for p in parts {
+        for b in p.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+fn flow_hash(k: &FlowKey) -> u64 {
+    place_hash(&[
+        u128::from(k.src).wrapping_mul(31) as u64 ^ (u128::from(k.src) >> 64) as u64,
+        u128::from(k.dst) as u64 ^ (u128::from(k.dst) >> 64) as u64,
+        (u64::from(k.proto) << 32) | (u64::from(k.src_port) << 16) | u64::from(k.dst_port),
+    ])
 }
 
 #[cfg(test)]

@@ -179,7 +179,9 @@ pub struct FlowTable {
     free: Vec<u32>,
 }
 
-fn key_hash(key: &FlowKey) -> u64 {
+/// The hash a [`FlowTable`] files `key` under (its `*_hashed` methods take it precomputed, so a
+/// batch hashes each key once for sharding, prefetching and lookup).
+pub fn key_hash(key: &FlowKey) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(key)
 }
 
@@ -200,8 +202,12 @@ impl FlowTable {
     }
 
     fn slot(&self, key: &FlowKey) -> Option<u32> {
+        self.slot_hashed(key_hash(key), key)
+    }
+
+    fn slot_hashed(&self, hash: u64, key: &FlowKey) -> Option<u32> {
         self.index
-            .find(key_hash(key), |&s| holds(&self.slots, s, key))
+            .find(hash, |&s| holds(&self.slots, s, key))
             .copied()
     }
 
@@ -223,7 +229,16 @@ impl FlowTable {
         key: FlowKey,
         new: impl FnOnce() -> FlowState,
     ) -> &mut FlowState {
-        let hash = key_hash(&key);
+        self.get_or_insert_hashed(key_hash(&key), key, new)
+    }
+
+    /// [`FlowTable::get_or_insert_with`] for a key whose [`key_hash`] is `hash`.
+    pub fn get_or_insert_hashed(
+        &mut self,
+        hash: u64,
+        key: FlowKey,
+        new: impl FnOnce() -> FlowState,
+    ) -> &mut FlowState {
         let slot = match self.index.find(hash, |&s| holds(&self.slots, s, &key)) {
             Some(&slot) => slot,
             None => {
@@ -251,11 +266,11 @@ impl FlowTable {
     }
 
     /// Asks the CPU to start loading the state of the flow with this key, so that a later
-    /// [`FlowTable::get_or_insert_with`] finds it in cache: with many flows the state is a cache
+    /// [`FlowTable::get_or_insert_hashed`] finds it in cache: with many flows the state is a cache
     /// miss, and a batch knows its next flows ahead of time.
     #[inline]
-    pub fn prefetch(&self, key: &FlowKey) {
-        if let Some(slot) = self.slot(key)
+    pub fn prefetch_hashed(&self, hash: u64, key: &FlowKey) {
+        if let Some(slot) = self.slot_hashed(hash, key)
             && let Some(entry) = self.slots.get(slot as usize)
         {
             prefetch_lines(entry);

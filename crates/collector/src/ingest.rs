@@ -141,9 +141,8 @@ impl Default for CollectorConfig {
                 intscope_wire::report::DEFAULT_REPORT_PORT,
             ))],
             http: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            // One: correlation is serialised by one lock until the state is sharded, so a second
-            // thread only takes turns at it (on two cores, v0.5 at full rate: 0.70 of the bare
-            // receive loop with two threads, 0.78 with one).
+            // One: on two cores shared with the senders a second thread measured slower (v0.5 at
+            // full rate: 0.77 of the bare receive loop with two threads, 0.82 with one).
             threads: 1,
             recv_buffer: 64 << 20,
             allow: Vec::new(),
@@ -165,8 +164,8 @@ pub struct Collector {
     /// Configuration.
     pub config: CollectorConfig,
     detect: DetectConfig,
-    /// Correlation state.
-    pub state: Mutex<State>,
+    /// Correlation state (sharded, locks inside).
+    pub state: State,
     /// Counters.
     pub stats: IngestStats,
     stop: AtomicBool,
@@ -194,7 +193,9 @@ impl Collector {
             Some(dir) => Some(Arc::new(SqliteStore::open(dir)?)),
             None => None,
         };
-        let mut state = State::new(config.detect.clone());
+        // One shard of each kind per receive thread: threads correlate side by side.
+        let threads = config.threads.max(1) * config.listen.len().max(1);
+        let state = State::with_shards(config.detect.clone(), threads);
         if let Some(s) = &store {
             state.continue_event_ids(s.next_event_id()?);
         }
@@ -209,7 +210,7 @@ impl Collector {
             ..DetectConfig::default()
         };
         Ok(Arc::new(Collector {
-            state: Mutex::new(state),
+            state,
             detect,
             config,
             stats: IngestStats::default(),
@@ -236,7 +237,7 @@ impl Collector {
         let flusher = std::thread::Builder::new()
             .name("store-flusher".into())
             .spawn(move || {
-                let mut last_event = c.state.lock().map(|s| s.next_event_id()).unwrap_or(1);
+                let mut last_event = c.state.events().next_id();
                 let interval = Duration::from_millis(c.config.store.flush_interval_ms.max(10));
                 let mut waited = Duration::ZERO;
                 while !c.stopped() {
@@ -266,9 +267,8 @@ impl Collector {
                 std::mem::take(&mut *r)
             })
             .unwrap_or_default();
-        let mut state = self.state.lock().ok()?;
         Some(collect_batch(
-            &mut state,
+            &self.state,
             last_event,
             raw,
             &self.store_stats,
@@ -323,22 +323,10 @@ impl Collector {
         }
     }
 
-    /// Runs the decoded records through correlation and detection (one lock for the whole
-    /// batch) and empties the batch.
+    /// Runs the decoded records through correlation and detection (each shard's part under its
+    /// lock once: see [`State::process_batch`]) and empties the batch.
     pub fn correlate(&self, batch: &mut RecordBatch) {
-        if batch.is_empty() {
-            return;
-        }
-        if let Ok(mut state) = self.state.lock() {
-            // Flow states are the cache misses of correlation: start loading the whole batch's
-            // first, in a tight loop whose lookups the CPU overlaps, then process.
-            for r in batch.records() {
-                state.prefetch(r);
-            }
-            for r in batch.records() {
-                state.process(r);
-            }
-        }
+        self.state.process_batch(batch.records());
         batch.clear();
     }
 
@@ -358,9 +346,7 @@ impl Collector {
 
     /// Lets detectors act on the passing of time without reports (see [`State::tick`]).
     pub fn tick(&self, time_ns: u64) {
-        if let Ok(mut state) = self.state.lock() {
-            state.tick(time_ns);
-        }
+        self.state.tick(time_ns);
     }
 
     /// Asks the receive threads to stop (they notice within their poll interval).

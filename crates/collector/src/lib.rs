@@ -5,13 +5,15 @@
 //! and queue, detects events, and serves the result over HTTP with Prometheus metrics.
 //!
 //! Stages: [`ingest`] (UDP sockets, every datagram accounted for) → [`record`] (decode into a
-//! reusable record) → [`state`] (correlation and detectors, one shard) → [`api`] (HTTP JSON and
+//! reusable record) → [`state`] (correlation and detectors, sharded by flow and by node) → [`api`] (HTTP JSON and
 //! `/metrics`). Time comes from the records, so replays are deterministic.
 
 pub mod api;
 pub mod detect;
 pub mod event;
+pub mod fabric;
 pub mod flow;
+pub mod flow_shard;
 pub mod ingest;
 pub mod loadgen;
 pub mod rank;

@@ -428,7 +428,7 @@ mod tests {
             drop_every: 13,
             ..LoadConfig::default()
         });
-        let mut state = crate::state::State::new(crate::detect::DetectConfig::default());
+        let state = crate::state::State::new(crate::detect::DetectConfig::default());
         let (mut buf, mut rec) = (Vec::new(), Record::default());
         for t in 0..20_000u64 {
             g.next_datagram(&mut buf);
@@ -442,13 +442,11 @@ mod tests {
             )
             .unwrap();
         }
-        assert_eq!(state.flows.len(), 50);
-        assert!(
-            state.flows.values().all(|f| f.path.len() == 4),
-            "joined paths"
-        );
-        let changes: Vec<_> = state
-            .events
+        let s = state.read();
+        assert_eq!(s.flow_count(), 50);
+        assert!(s.flows().all(|f| f.path.len() == 4), "joined paths");
+        let changes: Vec<_> = s
+            .events()
             .iter()
             .filter(|e| e.kind == crate::event::EventKind::PathChange)
             .collect();

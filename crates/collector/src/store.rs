@@ -495,83 +495,90 @@ pub struct StoreStats {
 
 /// Takes what changed since the last flush out of the live state.
 pub fn collect_batch(
-    state: &mut State,
+    state: &State,
     last_event: &mut u64,
     raw: Vec<(u64, IpAddr, Vec<u8>)>,
     stats: &StoreStats,
 ) -> Batch {
     let mut b = Batch {
-        time_ns: state.last_time_ns,
+        time_ns: state.last_time_ns(),
         raw,
         ..Batch::default()
     };
-    for key in std::mem::take(&mut state.dirty_flows) {
-        if let Some(f) = state.flows.get_mut(&key) {
-            f.dirty = false;
-            b.flows.push(FlowRow {
-                flow: FlowRef::from(&f.key),
-                first_seen_ns: f.first_seen_ns,
-                last_seen_ns: f.last_seen_ns,
-                reports: f.reports,
-                drops: f.drops,
-                last_drop_reason: f.last_drop_reason,
-                path: serde_json::to_string(&f.path).unwrap_or_default(),
-                path_changes: f.path_changes,
-                e2e_p50: f.e2e.quantile(0.5),
-                e2e_p99: f.e2e.quantile(0.99),
-                interval: Some(std::mem::take(&mut f.interval)).filter(|v| v.samples > 0),
-            });
-        }
-    }
-    if let Some(first) = state.events.front()
-        && first.id > *last_event
-    {
-        stats
-            .events_missed
-            .fetch_add(first.id - *last_event, Ordering::Relaxed);
-    }
-    b.events = state
-        .events
-        .iter()
-        .filter(|e| e.id >= *last_event)
-        .cloned()
-        .collect();
-    *last_event = state.next_event_id();
-    for (k, qs) in &mut state.queues {
-        let a = std::mem::take(&mut qs.interval);
-        if a.samples > 0 {
-            b.queues.push(AggRow {
-                node_id: k.node(),
-                port: k.port(),
-                queue_id: Some(k.queue()),
-                samples: a.samples,
-                avg: a.sum as f64 / a.samples as f64,
-                max: a.max,
-                drops: 0,
-            });
-        }
-    }
-    for (&node, n) in &mut state.nodes {
-        for (&port, ps) in &mut n.ports {
-            let a = std::mem::take(&mut ps.interval);
-            if a.samples > 0 || a.drops > 0 {
-                let avg = if a.samples > 0 {
-                    a.sum as f64 / a.samples as f64
-                } else {
-                    0.0
-                };
-                b.ports.push(AggRow {
-                    node_id: node,
-                    port,
-                    queue_id: None,
-                    samples: a.samples,
-                    avg,
-                    max: a.max,
-                    drops: a.drops,
+    state.each_flow_shard(|shard| {
+        for key in std::mem::take(&mut shard.dirty_flows) {
+            if let Some(f) = shard.flows.get_mut(&key) {
+                f.dirty = false;
+                b.flows.push(FlowRow {
+                    flow: FlowRef::from(&f.key),
+                    first_seen_ns: f.first_seen_ns,
+                    last_seen_ns: f.last_seen_ns,
+                    reports: f.reports,
+                    drops: f.drops,
+                    last_drop_reason: f.last_drop_reason,
+                    path: serde_json::to_string(&f.path).unwrap_or_default(),
+                    path_changes: f.path_changes,
+                    e2e_p50: f.e2e.quantile(0.5),
+                    e2e_p99: f.e2e.quantile(0.99),
+                    interval: Some(std::mem::take(&mut f.interval)).filter(|v| v.samples > 0),
                 });
             }
         }
+    });
+    {
+        let log = state.events();
+        if let Some(first) = log.events().front()
+            && first.id > *last_event
+        {
+            stats
+                .events_missed
+                .fetch_add(first.id - *last_event, Ordering::Relaxed);
+        }
+        b.events = log
+            .events()
+            .iter()
+            .filter(|e| e.id >= *last_event)
+            .cloned()
+            .collect();
+        *last_event = log.next_id();
     }
+    state.each_fabric_shard(|shard| {
+        for (k, qs) in &mut shard.queues {
+            let a = std::mem::take(&mut qs.interval);
+            if a.samples > 0 {
+                b.queues.push(AggRow {
+                    node_id: k.node(),
+                    port: k.port(),
+                    queue_id: Some(k.queue()),
+                    samples: a.samples,
+                    avg: a.sum as f64 / a.samples as f64,
+                    max: a.max,
+                    drops: 0,
+                });
+            }
+        }
+        for (&node, n) in &mut shard.nodes {
+            for (&port, ps) in &mut n.ports {
+                let a = std::mem::take(&mut ps.interval);
+                if a.samples > 0 || a.drops > 0 {
+                    let avg = if a.samples > 0 {
+                        a.sum as f64 / a.samples as f64
+                    } else {
+                        0.0
+                    };
+                    b.ports.push(AggRow {
+                        node_id: node,
+                        port,
+                        queue_id: None,
+                        samples: a.samples,
+                        avg,
+                        max: a.max,
+                        drops: a.drops,
+                    });
+                }
+            }
+        }
+    });
     b
 }
 

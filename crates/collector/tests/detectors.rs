@@ -6,8 +6,13 @@ use common::*;
 use intscope_collector::event::{Event, EventKind};
 use intscope_collector::state::State;
 
-fn events(s: &State, kind: EventKind) -> Vec<&Event> {
-    s.events.iter().filter(|e| e.kind == kind).collect()
+fn events(s: &State, kind: EventKind) -> Vec<Event> {
+    s.events()
+        .events()
+        .iter()
+        .filter(|e| e.kind == kind)
+        .cloned()
+        .collect()
 }
 
 const LEAF1: H = H(1, 3, 800, 10);
@@ -48,7 +53,8 @@ fn path_change_fires_on_a_new_spine_only() {
         "the original port restored from the shim"
     );
     assert_eq!(ev[0].evidence["new_path"][1]["node_id"], 102);
-    let f = s.flow_by_id(ev[0].flow_id.unwrap()).unwrap();
+    let v = s.read();
+    let f = v.flow_by_id(ev[0].flow_id.unwrap()).unwrap();
     assert_eq!(
         (
             f.path_changes,
@@ -95,7 +101,7 @@ fn drop_with_reason_by_name() {
     assert_eq!(ev.len(), 1);
     assert_eq!((ev[0].node_id, ev[0].port), (Some(2), Some(5)));
     assert_eq!(ev[0].evidence["drop_reason_name"], "routing-miss");
-    assert_eq!(s.nodes[&2].drops[&29], 1);
+    assert_eq!(s.read().node(2).unwrap().drops[&29], 1);
     // Dropped at the spine: the path stops short there, and that is no path change.
     let mut r = Rep::new(2, &[LEAF1], SPINE_A);
     r.drop = Some(71);
@@ -103,7 +109,7 @@ fn drop_with_reason_by_name() {
     feed(&mut s, &r.datagram(), 6 * S);
     assert_eq!(events(&s, EventKind::Drop).len(), 2);
     assert!(events(&s, EventKind::PathChange).is_empty());
-    assert_eq!(s.flows.values().next().unwrap().path.len(), 3);
+    assert_eq!(s.read().flows().next().unwrap().path.len(), 3);
 }
 
 #[test]
@@ -192,7 +198,7 @@ fn lost_reports_from_sequence_gaps() {
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].node_id, Some(2));
     assert_eq!(ev[0].evidence["lost"], 6);
-    assert_eq!(s.seq.total_lost(), 6);
+    assert_eq!(s.read().reports_lost(), 6);
 }
 
 #[test]
@@ -248,9 +254,12 @@ fn a_report_cut_inside_the_stack_is_a_partial_path() {
     r.ttl = Some(60);
     r.seq = 20;
     feed(&mut s, &r.datagram(), 5 * S);
-    let f = s.flows.values().next().unwrap();
-    assert_eq!(f.reports, 21, "the report counts");
-    assert_eq!(f.path.len(), 3, "the known path stands");
+    {
+        let v = s.read();
+        let f = v.flows().next().unwrap();
+        assert_eq!(f.reports, 21, "the report counts");
+        assert_eq!(f.path.len(), 3, "the known path stands");
+    }
     assert!(events(&s, EventKind::PathChange).is_empty());
     assert!(
         events(&s, EventKind::NonIntHops).is_empty(),
@@ -272,9 +281,9 @@ fn events_are_rate_limited_per_place_and_flow() {
         1,
         "one drop event per second per place and flow"
     );
-    assert_eq!(s.events_suppressed, 9);
+    assert_eq!(s.read().events_suppressed(), 9);
     assert_eq!(
-        s.flows.values().next().unwrap().drops,
+        s.read().flows().next().unwrap().drops,
         10,
         "every drop is still counted"
     );
@@ -296,16 +305,19 @@ fn per_hop_reports_join_into_paths() {
     postcard(2, 5, 2 * MS / 10, &mut s);
     // Packet 2 starts (leaf 1 reports again): packet 1's path is complete.
     postcard(1, 3, 10 * MS, &mut s);
-    let f = s.flows.values().next().unwrap();
-    assert_eq!(
-        f.path.iter().map(|h| h.node_id).collect::<Vec<_>>(),
-        vec![1, 101, 2]
-    );
-    assert_eq!(
-        f.e2e.quantile(0.5).map(|v| v > 2000 && v < 4000),
-        Some(true),
-        "e2e = three 1000 ns hops"
-    );
+    {
+        let v = s.read();
+        let f = v.flows().next().unwrap();
+        assert_eq!(
+            f.path.iter().map(|h| h.node_id).collect::<Vec<_>>(),
+            vec![1, 101, 2]
+        );
+        assert_eq!(
+            f.e2e.quantile(0.5).map(|v| v > 2000 && v < 4000),
+            Some(true),
+            "e2e = three 1000 ns hops"
+        );
+    }
     postcard(102, 2, 10 * MS + MS / 10, &mut s);
     postcard(2, 5, 10 * MS + 2 * MS / 10, &mut s);
     assert!(events(&s, EventKind::PathChange).is_empty());
@@ -320,8 +332,8 @@ fn per_hop_reports_join_into_paths() {
     postcard(101, 2, MS, &mut t);
     postcard(2, 5, 500 * MS, &mut t);
     assert_eq!(
-        t.flows
-            .values()
+        t.read()
+            .flows()
             .next()
             .unwrap()
             .path
@@ -365,11 +377,11 @@ fn filtered_switches_going_quiet_still_end_episodes_and_paths() {
     postcard(1, 3, 0, &mut t);
     postcard(101, 2, MS / 10, &mut t);
     postcard(2, 5, 2 * MS / 10, &mut t);
-    assert!(t.flows.values().next().unwrap().path.is_empty());
+    assert!(t.read().flows().next().unwrap().path.is_empty());
     t.tick(200 * MS);
     let path = |s: &State| {
-        s.flows
-            .values()
+        s.read()
+            .flows()
             .next()
             .unwrap()
             .path
@@ -398,13 +410,13 @@ fn idle_flows_leave_the_live_state() {
         ..intscope_collector::detect::DetectConfig::default()
     });
     let t = steady(&mut s, 1, &[LEAF1, SPINE_A], 0);
-    let gone = s.flows.values().next().unwrap().id;
+    let gone = s.read().flows().next().unwrap().id;
     // Flow 2 keeps reporting for 10 s more; flow 1 said nothing since 200 ms.
     let mut t2 = t;
     while t2 < 10_000 * MS {
         t2 = steady(&mut s, 2, &[LEAF1, SPINE_A], t2);
     }
-    assert_eq!(s.flows.len(), 1);
-    assert_eq!(s.flows_expired, 1);
-    assert!(s.flow_by_id(gone).is_none());
+    assert_eq!(s.read().flow_count(), 1);
+    assert_eq!(s.read().flows_expired(), 1);
+    assert!(s.read().flow_by_id(gone).is_none());
 }

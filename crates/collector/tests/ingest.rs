@@ -83,8 +83,7 @@ fn hostile_input_is_counted_and_bounded() {
         c.stats.malformed.load(Ordering::Relaxed) >= good.len() as u64 - 1 + 3,
         "truncations and lies"
     );
-    let state = c.state.lock().unwrap();
-    assert!(state.events.len() <= EVENT_LOG);
+    assert!(c.state.events().events().len() <= EVENT_LOG);
     assert!(
         c.stats
             .last_error

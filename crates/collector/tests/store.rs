@@ -29,13 +29,13 @@ fn batches_round_trip_and_prune() {
     let stats = StoreStats::default();
     let mut last_event = 1;
     let raw = vec![(5, "10.0.0.9".parse().unwrap(), vec![1, 2, 3])];
-    let b = collect_batch(&mut s, &mut last_event, raw, &stats);
+    let b = collect_batch(&s, &mut last_event, raw, &stats);
     assert_eq!(b.flows.len(), 1);
     assert!(!b.events.is_empty());
     assert_eq!(b.queues.len(), 3, "three queues saw samples");
     store.write(&b).unwrap();
     // A second flush with nothing new writes no duplicate events and no flows.
-    let b2 = collect_batch(&mut s, &mut last_event, Vec::new(), &stats);
+    let b2 = collect_batch(&s, &mut last_event, Vec::new(), &stats);
     assert!(b2.flows.is_empty() && b2.events.is_empty() && b2.queues.is_empty());
 
     let counts = store.counts().unwrap();
@@ -58,7 +58,7 @@ fn batches_round_trip_and_prune() {
         b.events.last().unwrap().id + 1
     );
     // The flow's per-interval latency series: its two delivered reports (the third was a drop).
-    let key = s.flows.values().next().unwrap().key;
+    let key = s.read().flows().next().unwrap().key;
     let series = store
         .flow_series(&(&key).into(), &HistoryQuery::default())
         .unwrap();

@@ -63,9 +63,8 @@ fn run_with(cfg: SimConfig, faults: Vec<Scheduled>, until_ms: u64) -> (Fabric, A
 
 fn events(c: &Collector, kind: EventKind) -> Vec<Event> {
     c.state
-        .lock()
-        .unwrap()
-        .events
+        .events()
+        .events()
         .iter()
         .filter(|e| e.kind == kind)
         .cloned()
@@ -102,9 +101,9 @@ fn a_clean_fabric_raises_no_fault_events() {
             EventKind::LostReports,
         ],
     );
-    let s = c.state.lock().unwrap();
-    assert_eq!(s.flows.len(), 48);
-    for f in s.flows.values() {
+    let s = c.state.read();
+    assert_eq!(s.flow_count(), 48);
+    for f in s.flows() {
         assert_eq!(f.path.len(), 3, "leaf, spine, leaf");
         assert!(f.path[1].node_id > 100);
     }
@@ -223,17 +222,17 @@ fn a_spine_without_int_is_found_from_ttl() {
             .unwrap();
         assert_eq!(e.node_id, Some(dst_leaf), "{e:?}");
     }
-    let s = c.state.lock().unwrap();
+    let s = c.state.read();
     assert!(
-        s.flows.values().any(|f| f.path.len() == 2),
+        s.flows().any(|f| f.path.len() == 2),
         "flows over spine 101 show only the two leaves"
     );
     assert!(
-        s.links.keys().all(|(a, _, b, _)| (*a > 100) != (*b > 100)),
+        s.links().all(|((a, _, b, _), _)| (a > 100) != (b > 100)),
         "leaves around the hidden spine are not neighbours: {:?}",
-        s.links.keys()
+        s.links().map(|(k, _)| k).collect::<Vec<_>>()
     );
-    assert!(s.links.keys().any(|(a, ..)| *a == 102), "spine 102's links");
+    assert!(s.links().any(|((a, ..), _)| a == 102), "spine 102's links");
 }
 
 #[test]
@@ -279,9 +278,9 @@ fn intermediate_reports_keep_paths_whole_where_the_mtu_is_small() {
             EventKind::PathChange,
         ],
     );
-    let s = c.state.lock().unwrap();
-    assert_eq!(s.flows.len(), 48);
-    for f in s.flows.values() {
+    let s = c.state.read();
+    assert_eq!(s.flow_count(), 48);
+    for f in s.flows() {
         assert_eq!(
             f.path.len(),
             3,
@@ -292,7 +291,8 @@ fn intermediate_reports_keep_paths_whole_where_the_mtu_is_small() {
         // intermediate reports always go: heads wait, but never more than the bound.
         assert!(f.waiting_heads() <= 16, "{}", f.waiting_heads());
     }
-    assert!(s.links.len() >= 12, "{:?}", s.links.keys());
+    let links: Vec<_> = s.links().map(|(k, _)| k).collect();
+    assert!(links.len() >= 12, "{links:?}");
 }
 
 #[test]
@@ -335,9 +335,9 @@ fn a_forwarding_loop_hits_the_hop_limit_and_ttl() {
 fn mx_and_xd_modes_give_the_same_paths() {
     for mode in [Mode::Mx, Mode::Xd] {
         let (_, c) = run(mode, vec![], 40);
-        let s = c.state.lock().unwrap();
-        assert_eq!(s.flows.len(), 48, "{mode:?}");
-        let three = s.flows.values().filter(|f| f.path.len() == 3).count();
+        let s = c.state.read();
+        assert_eq!(s.flow_count(), 48, "{mode:?}");
+        let three = s.flows().filter(|f| f.path.len() == 3).count();
         assert!(
             three >= 46,
             "{mode:?}: per-hop reports joined into leaf-spine-leaf paths ({three})"
@@ -400,8 +400,8 @@ fn ports_report_their_tx_utilization() {
     let (_, (leaf, host), slow) = slow_port_of_the_first_elephant(5, 60);
     // Stops while the port is still slow: its last report is from a saturated port.
     let (_, c) = run(Mode::Md, vec![slow], 30);
-    let s = c.state.lock().unwrap();
-    let util = |node: u32, port: u32| s.nodes[&node].ports[&port].tx_util;
+    let s = c.state.read();
+    let util = |node: u32, port: u32| s.node(node).unwrap().ports[&port].tx_util;
     // 0.1 Gb/s sends 8.9 packets of 1400 bytes per 1 ms bin: a saturated port's bins are full
     // but for a packet.
     let slow_util = util(leaf, host).unwrap();
@@ -410,9 +410,8 @@ fn ports_report_their_tx_utilization() {
         "a saturated port is near 1000 per mille: {slow_util}"
     );
     let others: Vec<u32> = s
-        .nodes
-        .iter()
-        .flat_map(|(n, ns)| ns.ports.iter().map(move |(p, ps)| ((*n, *p), ps.tx_util)))
+        .nodes()
+        .flat_map(|(n, ns)| ns.ports.iter().map(move |(p, ps)| ((n, *p), ps.tx_util)))
         .filter(|(at, _)| *at != (leaf, host))
         .map(|(at, u)| u.unwrap_or_else(|| panic!("{at:?} reports no utilization")))
         .collect();

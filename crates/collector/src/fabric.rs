@@ -1,0 +1,678 @@
+//! One shard of the fabric's state: nodes, their ports and queues, the links between them, and
+//! report loss per source, with the detectors that watch them (hop latency, congestion and
+//! microbursts with their culprit flows, drops, hop limit, MTU, hops without INT, lost reports).
+//!
+//! A node belongs to one shard ([`node_shard`]): its reports, its hops in every path, its queues
+//! and the links leaving it. Every sample of a queue therefore reaches the same shard, which is
+//! what a congestion episode and its culprit ranking need; the flows' half of correlation is
+//! sharded by flow instead (`flow_shard`).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+
+use rustc_hash::FxHashMap as HashMap;
+
+use intscope_wire::locate::FlowKey;
+use intscope_wire::report::drop_reason_name;
+use serde_json::{Value, json};
+
+use crate::detect::DetectConfig;
+use crate::event::{EventKind, EventLog, FlowRef, Place, Raiser};
+use crate::rank;
+use crate::record::{Hop, Record, Version};
+use crate::seq::{SeqOutcome, SeqTracker};
+
+/// Flows a congestion episode remembers for culprit ranking.
+const EPISODE_FLOWS: usize = 4096;
+
+/// A queue: node, egress port and queue ID, packed in one integer. Hashing a `(u32, u32, u8)`
+/// tuple read it back from a stack copy in wider words than the three stores that made it, a
+/// store-forwarding stall that took 14 % of correlation (perf, 2 M reports/s); an integer is
+/// hashed from registers. Orders like the tuple.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueKey(u128);
+
+impl QueueKey {
+    /// The key of queue `queue` on `node`'s egress `port`.
+    pub fn new(node: u32, port: u32, queue: u8) -> Self {
+        QueueKey((u128::from(node) << 64) | (u128::from(port) << 32) | u128::from(queue))
+    }
+    /// Node ID.
+    pub fn node(self) -> u32 {
+        (self.0 >> 64) as u32
+    }
+    /// Egress port.
+    pub fn port(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+    /// Queue ID.
+    pub fn queue(self) -> u8 {
+        self.0 as u8
+    }
+}
+
+/// State of one queue.
+#[derive(Debug, Clone, Default)]
+pub struct QueueState {
+    /// Since the last store flush: samples, occupancy sum and max, latency sum.
+    pub interval: IntervalAgg,
+    /// Last occupancy seen.
+    pub occupancy: u32,
+    /// Highest occupancy seen.
+    pub max_occupancy: u32,
+    /// Last hop latency seen through this queue.
+    pub hop_latency: Option<u32>,
+    /// Reports that went through it.
+    pub reports: u64,
+    /// Last report time.
+    pub last_seen_ns: u64,
+    /// Recent (bucket start, maximum occupancy) for the heatmap, 250 ms buckets (bounded).
+    pub series: VecDeque<(u64, u32)>,
+    episode: Option<Episode>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Episode {
+    start_ns: u64,
+    /// Switch clock of the last congested sample: where the episode ends.
+    last_high_ns: u64,
+    /// Report time of the last congested sample (for the quiet timeout).
+    last_seen_ns: u64,
+    max_occupancy: u32,
+    total: u64,
+    /// Per flow: its API ID and its occupancy sum over the episode's samples.
+    flows: HashMap<FlowKey, (u64, u64)>,
+}
+
+/// Occupancy buckets kept per queue (256 × 250 ms: the last 64 s).
+pub const QUEUE_SERIES: usize = 256;
+/// Width of an occupancy bucket.
+pub const QUEUE_BUCKET_NS: u64 = 250_000_000;
+
+/// Aggregates of one interval between store flushes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IntervalAgg {
+    /// Samples.
+    pub samples: u64,
+    /// Sum of the values (occupancy for queues, hop latency for ports).
+    pub sum: u64,
+    /// Largest value.
+    pub max: u64,
+    /// Drops (ports).
+    pub drops: u64,
+}
+
+impl IntervalAgg {
+    fn add(&mut self, v: u64) {
+        self.samples += 1;
+        self.sum += v;
+        self.max = self.max.max(v);
+    }
+}
+
+/// State of one port of a node.
+#[derive(Debug, Clone, Default)]
+pub struct PortState {
+    /// Since the last store flush: hop latency samples and drops.
+    pub interval: IntervalAgg,
+    /// Last egress Tx utilization.
+    pub tx_util: Option<u32>,
+    /// Hop latency baseline (EWMA) of packets leaving through this port.
+    pub latency_baseline: f64,
+    /// Samples in the baseline.
+    pub latency_samples: u32,
+    /// Last hop latency.
+    pub last_latency: Option<u32>,
+    /// Drops reported at this port.
+    pub drops: u64,
+}
+
+/// State of one node.
+#[derive(Debug, Clone, Default)]
+pub struct NodeState {
+    /// First time seen (as reporter or hop).
+    pub first_seen_ns: u64,
+    /// Last time seen.
+    pub last_seen_ns: u64,
+    /// Reports this node sent.
+    pub reports_sent: u64,
+    /// Times it appeared as a hop.
+    pub hops_seen: u64,
+    /// Drops it reported, by reason code.
+    pub drops: BTreeMap<u8, u64>,
+    /// Its ports (egress side).
+    pub ports: HashMap<u32, PortState>,
+}
+
+/// A hashed table's entries in key order (for output: the tables are hashed for the hot path).
+pub fn in_key_order<K: Copy + Ord, V>(table: &HashMap<K, V>) -> Vec<(K, &V)> {
+    let mut entries: Vec<(K, &V)> = table.iter().map(|(k, v)| (*k, v)).collect();
+    entries.sort_unstable_by_key(|(k, _)| *k);
+    entries
+}
+
+/// A link between two nodes, seen from consecutive hops of paths.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct LinkState {
+    /// Reports whose path crossed it.
+    pub reports: u64,
+    /// Last time.
+    pub last_seen_ns: u64,
+}
+
+/// `(from node, from egress port, to node, to ingress port)`.
+pub type LinkKey = (u32, u32, u32, u32);
+
+/// Counters of processed records.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct RecordCounters {
+    /// Reports of version 2.0.
+    pub v2: u64,
+    /// Reports of version 1.0.
+    pub v1: u64,
+    /// Reports of version 0.5.
+    pub v05: u64,
+    /// Reports without a flow key (their inner packet could not be decoded).
+    pub without_flow: u64,
+}
+
+/// What the flow stage learned about a record, for the fabric stage.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FlowSeen {
+    /// The flow's API ID (`None` without a flow key).
+    pub id: Option<u64>,
+    /// Hops an intermediate report recorded before this report's stack began.
+    pub head_hops: u8,
+}
+
+/// The shard of `n` that owns `node`.
+#[inline]
+pub fn node_shard(node: u32, n: usize) -> usize {
+    // Multiplicative hashing: node IDs are often small consecutive numbers.
+    ((u64::from(node).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize) % n
+}
+
+/// One shard of the fabric's state.
+#[derive(Debug, Default)]
+pub struct FabricShard {
+    cfg: DetectConfig,
+    /// This shard's index and the number of shards.
+    me: usize,
+    shards: usize,
+    /// Report loss per source.
+    pub seq: SeqTracker,
+    /// Queues.
+    pub queues: HashMap<QueueKey, QueueState>,
+    /// Nodes (hashed: every hop of every report looks one up).
+    pub nodes: HashMap<u32, NodeState>,
+    /// Links.
+    pub links: HashMap<LinkKey, LinkState>,
+    /// Record counters (of the records whose reporter this shard owns).
+    pub counters: RecordCounters,
+    /// Latest record time seen.
+    pub last_time_ns: u64,
+    /// Queues with an open congestion episode.
+    open_episodes: Vec<QueueKey>,
+    /// Report time of the next sweep for quiet episodes.
+    next_sweep_ns: u64,
+    /// This shard's events.
+    pub raiser: Raiser,
+}
+
+/// How often (report time) quiet episodes are looked for.
+const SWEEP_NS: u64 = 1_000_000;
+
+impl FabricShard {
+    /// Shard `me` of `shards`, with these detector thresholds.
+    pub fn new(cfg: DetectConfig, me: usize, shards: usize) -> Self {
+        FabricShard {
+            raiser: Raiser::new(cfg.event_interval_ns),
+            cfg,
+            me,
+            shards: shards.max(1),
+            ..FabricShard::default()
+        }
+    }
+
+    #[inline]
+    fn owns(&self, node: u32) -> bool {
+        self.shards == 1 || node_shard(node, self.shards) == self.me
+    }
+
+    /// Runs the parts of record `r` this shard owns through correlation and detection.
+    pub fn process(&mut self, r: &Record, seen: FlowSeen, log: &Mutex<EventLog>) {
+        let now = r.time_ns;
+        self.last_time_ns = self.last_time_ns.max(now);
+        let flow = r.flow.zip(seen.id);
+        if self.owns(r.node_id) {
+            self.observe_reporter(r, log);
+        }
+        self.observe_hops(r, flow, log);
+        // Hops that forwarded without INT, from the TTL (links and the non-INT detector use it).
+        let gap = non_int_hops(r, seen.head_hops);
+        self.observe_links(r, gap.as_ref());
+        self.observe_flags(r, flow, seen.head_hops, gap.as_ref(), log);
+        if now >= self.next_sweep_ns {
+            self.next_sweep_ns = now + SWEEP_NS;
+            self.sweep(now, log);
+        }
+    }
+
+    /// Closes congestion episodes of queues that went quiet (see `State::tick`).
+    pub fn tick(&mut self, now: u64, log: &Mutex<EventLog>) {
+        self.next_sweep_ns = now + SWEEP_NS;
+        self.last_time_ns = self.last_time_ns.max(now);
+        self.sweep(now, log);
+    }
+
+    fn observe_reporter(&mut self, r: &Record, log: &Mutex<EventLog>) {
+        let now = r.time_ns;
+        match r.version {
+            Version::V2 => self.counters.v2 += 1,
+            Version::V1 => self.counters.v1 += 1,
+            Version::V05 => self.counters.v05 += 1,
+        }
+        if r.flow.is_none() {
+            self.counters.without_flow += 1;
+        }
+        if r.first_in_datagram {
+            self.observe_sequence(r, log);
+        }
+        let reporter = self.nodes.entry(r.node_id).or_insert_with(|| NodeState {
+            first_seen_ns: now,
+            ..NodeState::default()
+        });
+        reporter.reports_sent += 1;
+        reporter.last_seen_ns = now;
+    }
+
+    #[inline(never)]
+    fn sweep(&mut self, now: u64, log: &Mutex<EventLog>) {
+        let quiet = self.cfg.episode_quiet_ns;
+        let mut i = 0;
+        while i < self.open_episodes.len() {
+            let key = self.open_episodes[i];
+            let last_seen = self
+                .queues
+                .get(&key)
+                .and_then(|q| q.episode.as_ref())
+                .map(|ep| ep.last_seen_ns);
+            let Some(last_seen) = last_seen else {
+                // Closed by a low sample.
+                self.open_episodes.swap_remove(i);
+                continue;
+            };
+            if now.saturating_sub(last_seen) <= quiet {
+                i += 1;
+                continue;
+            }
+            self.open_episodes.swap_remove(i);
+            let Some(ep) = self.queues.get_mut(&key).and_then(|q| q.episode.take()) else {
+                continue;
+            };
+            let end = ep.last_high_ns;
+            self.close_episode(now, key, ep, end, log);
+        }
+    }
+
+    fn observe_sequence(&mut self, r: &Record, log: &Mutex<EventLog>) {
+        if let SeqOutcome::Gap { lost, expected } =
+            self.seq
+                .observe(r.node_id, r.hw_id, r.seq, r.version.seq_bits())
+        {
+            let ev = move || json!({"hw_id": r.hw_id, "lost": lost, "expected_seq": expected, "received_seq": r.seq});
+            let place = Place {
+                node: Some(r.node_id),
+                ..Place::default()
+            };
+            self.raiser
+                .raise(log, r.time_ns, EventKind::LostReports, place, ev);
+        }
+    }
+
+    fn observe_hops(&mut self, r: &Record, flow: Option<(FlowKey, u64)>, log: &Mutex<EventLog>) {
+        let now = r.time_ns;
+        for hop in r.hops() {
+            if !self.owns(hop.node_id) {
+                continue;
+            }
+            let node = self.nodes.entry(hop.node_id).or_insert_with(|| NodeState {
+                first_seen_ns: now,
+                ..NodeState::default()
+            });
+            node.hops_seen += 1;
+            node.last_seen_ns = now;
+            let Some(port) = hop.egress_if else { continue };
+            let ps = node.ports.entry(port).or_default();
+            if hop.egress_tx_util.is_some() {
+                ps.tx_util = hop.egress_tx_util;
+            }
+            if let Some(lat) = hop.hop_latency {
+                ps.last_latency = Some(lat);
+                ps.interval.add(u64::from(lat));
+                let anomalous = ps.latency_samples >= self.cfg.latency_warmup
+                    && f64::from(lat) > self.cfg.latency_factor * ps.latency_baseline
+                    && f64::from(lat) - ps.latency_baseline > self.cfg.latency_min_excess_ns as f64;
+                let baseline = ps.latency_baseline;
+                // Anomalies move the baseline slowly, so one spike does not hide the next.
+                let alpha = if anomalous { 1.0 / 256.0 } else { 1.0 / 16.0 };
+                ps.latency_baseline = if ps.latency_samples == 0 {
+                    f64::from(lat)
+                } else {
+                    baseline + alpha * (f64::from(lat) - baseline)
+                };
+                ps.latency_samples = ps.latency_samples.saturating_add(1);
+                if anomalous {
+                    let ev = move || json!({"hop_latency": lat, "baseline": baseline.round(), "factor": (f64::from(lat) / baseline.max(1.0) * 10.0).round() / 10.0, "queue_occupancy": hop.queue_occupancy});
+                    let place = Place {
+                        node: Some(hop.node_id),
+                        port: Some(port),
+                        queue: hop.queue_id,
+                        flow,
+                    };
+                    self.raiser
+                        .raise(log, now, EventKind::LatencyAnomaly, place, ev);
+                }
+            }
+            if let (Some(q), Some(occ)) = (hop.queue_id, hop.queue_occupancy) {
+                let key = QueueKey::new(hop.node_id, port, q);
+                self.observe_queue(now, key, occ, hop, r, flow, log);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn observe_queue(
+        &mut self,
+        now: u64,
+        key: QueueKey,
+        occ: u32,
+        hop: &Hop,
+        r: &Record,
+        flow: Option<(FlowKey, u64)>,
+        log: &Mutex<EventLog>,
+    ) {
+        // Episodes are timed on the switch's clock when its metadata carries timestamps (one
+        // queue, one clock): transport delay and report batching do not stretch a microburst.
+        let clock = hop.egress_ts.or(hop.ingress_ts).unwrap_or(now);
+        let cfg = &self.cfg;
+        let qs = self.queues.entry(key).or_default();
+        qs.occupancy = occ;
+        qs.max_occupancy = qs.max_occupancy.max(occ);
+        qs.interval.add(u64::from(occ));
+        qs.hop_latency = hop.hop_latency.or(qs.hop_latency);
+        qs.reports += 1;
+        qs.last_seen_ns = now;
+        // The heatmap's series: the maximum occupancy per 250 ms bucket (report time).
+        let bucket = now - now % QUEUE_BUCKET_NS;
+        match qs.series.back_mut() {
+            Some((t, max)) if *t == bucket => *max = (*max).max(occ),
+            _ => {
+                if qs.series.len() == QUEUE_SERIES {
+                    qs.series.pop_front();
+                }
+                qs.series.push_back((bucket, occ));
+            }
+        }
+        let mut started = false;
+        let mut ended = None;
+        if let Some(ep) = qs.episode.as_mut() {
+            if occ <= cfg.congestion_end {
+                ended = qs.episode.take().map(|ep| (ep, clock));
+            } else {
+                ep.last_high_ns = clock;
+                ep.last_seen_ns = now;
+                ep.max_occupancy = ep.max_occupancy.max(occ);
+                ep.total += u64::from(occ);
+                if let Some((k, id)) = flow
+                    && (ep.flows.len() < EPISODE_FLOWS || ep.flows.contains_key(&k))
+                {
+                    ep.flows.entry(k).or_insert((id, 0)).1 += u64::from(occ);
+                }
+            }
+        } else if occ >= cfg.congestion_start || (r.congested && occ > cfg.congestion_end) {
+            let mut ep = Episode {
+                start_ns: clock,
+                last_high_ns: clock,
+                last_seen_ns: now,
+                max_occupancy: occ,
+                total: u64::from(occ),
+                flows: HashMap::default(),
+            };
+            if let Some((k, id)) = flow {
+                ep.flows.insert(k, (id, u64::from(occ)));
+            }
+            qs.episode = Some(ep);
+            started = true;
+        }
+        if started {
+            if !self.open_episodes.contains(&key) {
+                self.open_episodes.push(key);
+            }
+            let threshold = cfg.congestion_start;
+            let ev = move || json!({"queue_occupancy": occ, "threshold": threshold, "hop_latency": hop.hop_latency, "q_flag": r.congested});
+            self.raiser.raise(
+                log,
+                now,
+                EventKind::CongestionStart,
+                queue_place(key, flow),
+                ev,
+            );
+        }
+        if let Some((ep, end)) = ended {
+            self.close_episode(now, key, ep, end, log);
+        }
+    }
+
+    /// Raises the end of a congestion episode: a microburst if it was short, with the flows that
+    /// filled the queue most.
+    #[inline(never)]
+    fn close_episode(
+        &mut self,
+        now: u64,
+        key: QueueKey,
+        ep: Episode,
+        end: u64,
+        log: &Mutex<EventLog>,
+    ) {
+        let duration = end.saturating_sub(ep.start_ns);
+        // Only the top ten are named: largest share first, ties by flow key.
+        let culprits = rank::smallest(ep.flows.iter(), 10, |&(k, (_, sum))| (Reverse(*sum), *k));
+        let total = ep.total.max(1) as f64;
+        let ranked: Vec<_> = culprits
+            .into_iter()
+            .map(|(k, (id, occ_sum))| {
+                json!({"flow": FlowRef::from(k), "flow_id": id, "share": ((*occ_sum as f64) / total * 1000.0).round() / 1000.0})
+            })
+            .collect();
+        let kind = if duration <= self.cfg.microburst_max_ns {
+            EventKind::Microburst
+        } else {
+            EventKind::CongestionEnd
+        };
+        let ev = move || {
+            let mut ev = json!({"start_ns": ep.start_ns, "duration_ns": duration, "max_occupancy": ep.max_occupancy});
+            // Moved in: `json!` would serialize a deep copy of the list.
+            ev["culprit_flows"] = Value::Array(ranked);
+            ev
+        };
+        self.raiser
+            .raise(log, now, kind, queue_place(key, None), ev);
+    }
+
+    /// The node at the other end of `node`'s egress `port`, if a link from it has been seen
+    /// (links live in the shard of the node they leave).
+    fn next_node(&self, node: u32, port: u32) -> Option<u32> {
+        self.links
+            .keys()
+            .find(|(a, ap, ..)| *a == node && *ap == port)
+            .map(|(_, _, b, _)| *b)
+    }
+
+    fn observe_links(&mut self, r: &Record, gap: Option<&TtlGap>) {
+        // Consecutive hops are neighbours only if no hop in between went unrecorded.
+        if r.mtu_exceeded
+            || r.hop_limit_exceeded
+            || r.path_truncated
+            || gap.is_some_and(|g| g.non_int > 0)
+        {
+            return;
+        }
+        for pair in r.hops().windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            if !self.owns(a.node_id) {
+                continue;
+            }
+            if let (Some(out), Some(inp)) = (a.egress_if, b.ingress_if) {
+                let l = self
+                    .links
+                    .entry((a.node_id, out, b.node_id, inp))
+                    .or_default();
+                l.reports += 1;
+                l.last_seen_ns = r.time_ns;
+            }
+        }
+    }
+
+    fn observe_flags(
+        &mut self,
+        r: &Record,
+        flow: Option<(FlowKey, u64)>,
+        head_hops: u8,
+        gap: Option<&TtlGap>,
+        log: &Mutex<EventLog>,
+    ) {
+        let now = r.time_ns;
+        let reporter = self.owns(r.node_id);
+        let last = r.hops().last().copied().unwrap_or_default();
+        if reporter && (r.dropped || r.drop_reason.is_some()) {
+            let node = self.nodes.entry(r.node_id).or_default();
+            *node.drops.entry(r.drop_reason.unwrap_or(0)).or_default() += 1;
+            if let Some(p) = last.egress_if {
+                let ps = node.ports.entry(p).or_default();
+                ps.drops += 1;
+                ps.interval.drops += 1;
+            }
+            let ev = move || json!({"drop_reason": r.drop_reason, "drop_reason_name": r.drop_reason.and_then(drop_reason_name)});
+            let place = Place {
+                node: Some(r.node_id),
+                port: last.egress_if,
+                queue: last.queue_id,
+                flow,
+            };
+            self.raiser.raise(log, now, EventKind::Drop, place, ev);
+        }
+        for (flagged, kind) in [
+            (r.hop_limit_exceeded, EventKind::HopLimit),
+            (r.mtu_exceeded, EventKind::MtuExceeded),
+        ] {
+            if !flagged {
+                continue;
+            }
+            // The E or M bit was set by the first hop that added nothing: the one after the last
+            // hop that recorded, found through the links seen so far. The event goes there when
+            // known, else to the reporting node. The shard of the last recorded hop holds the
+            // links leaving it, so it raises the event.
+            let last = last_recorded_hop(r);
+            if !self.owns(last.map_or(r.node_id, |h| h.node_id)) {
+                continue;
+            }
+            let suspect = last.and_then(|h| self.next_node(h.node_id, h.egress_if?));
+            let ev = move || {
+                json!({
+                    "int_hops": r.int_hops,
+                    "path": r.hops().iter().map(|h| h.node_id).collect::<Vec<_>>(),
+                    "last_recorded_node": last.map(|h| h.node_id),
+                    "last_recorded_egress_port": last.and_then(|h| h.egress_if),
+                    "suspect_node": suspect,
+                    "reported_by": r.node_id,
+                })
+            };
+            let place = Place {
+                node: Some(suspect.unwrap_or(r.node_id)),
+                flow,
+                ..Place::default()
+            };
+            self.raiser.raise(log, now, kind, place, ev);
+        }
+        if reporter
+            && self.cfg.non_int_hops
+            && let Some(gap) = gap.filter(|g| g.non_int > 0)
+        {
+            let ev = move || json!({"ip_ttl": r.ip_ttl, "assumed_initial_ttl": gap.initial_ttl, "ttl_decrement": gap.ttl_decrement, "int_hops": r.int_hops + head_hops, "non_int_hops": gap.non_int});
+            let place = Place {
+                node: Some(r.node_id),
+                flow,
+                ..Place::default()
+            };
+            self.raiser
+                .raise(log, now, EventKind::NonIntHops, place, ev);
+        }
+    }
+}
+
+fn queue_place(key: QueueKey, flow: Option<(FlowKey, u64)>) -> Place {
+    Place {
+        node: Some(key.node()),
+        port: Some(key.port()),
+        queue: Some(key.queue()),
+        flow,
+    }
+}
+
+/// How a packet's TTL compares with the INT hops it recorded.
+struct TtlGap {
+    /// The sender's initial TTL as assumed.
+    initial_ttl: u8,
+    /// Hops that decremented the TTL.
+    ttl_decrement: u8,
+    /// Of those, hops that added no INT metadata.
+    non_int: u8,
+}
+
+/// Hops that forwarded the packet without INT, from the TTL: `None` when the record cannot tell
+/// (no TTL, no INT hops, or an M or E bit or a truncated stack, which hide INT hops that TTL
+/// would count as non-INT). `head_hops` recorded the start of the path in an intermediate report.
+fn non_int_hops(r: &Record, head_hops: u8) -> Option<TtlGap> {
+    if r.int_hops == 0 || r.mtu_exceeded || r.hop_limit_exceeded || r.path_truncated {
+        return None;
+    }
+    let ttl = r.ip_ttl?;
+    // The sender's initial TTL is not on the wire: take the usual default at or above it.
+    let initial_ttl = [32u8, 64, 128, 255]
+        .into_iter()
+        .find(|&i| i >= ttl)
+        .unwrap_or(255);
+    let ttl_decrement = initial_ttl - ttl;
+    Some(TtlGap {
+        initial_ttl,
+        ttl_decrement,
+        non_int: ttl_decrement.saturating_sub(r.int_hops.saturating_add(head_hops)),
+    })
+}
+
+/// The last hop of the packet's INT stack: the hop before the reporter's own metadata when the
+/// reporter added it (a sink reporting its own hop), else the newest.
+fn last_recorded_hop(r: &Record) -> Option<&Hop> {
+    match r.hops() {
+        [.., before, own] if own.node_id == r.node_id => Some(before),
+        [.., newest] if newest.node_id != r.node_id => Some(newest),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn queue_keys_keep_their_parts_and_the_tuple_order(a: (u32, u32, u8), b: (u32, u32, u8)) {
+            let (ka, kb) = (QueueKey::new(a.0, a.1, a.2), QueueKey::new(b.0, b.1, b.2));
+            prop_assert_eq!((ka.node(), ka.port(), ka.queue()), a);
+            prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
+        }
+    }
+}

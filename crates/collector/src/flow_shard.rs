@@ -1,0 +1,260 @@
+//! One shard of the flows' state: each flow's path (complete stacks at once; INT-XD / INT-MX
+//! per-hop reports and intermediate heads joined within a window), its latency, and path-change
+//! detection. A flow belongs to one shard ([`flow_shard`], from its key's hash), so its reports
+//! are correlated in order by one thread at a time while other shards' flows proceed in parallel.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use intscope_wire::locate::FlowKey;
+use serde_json::json;
+
+use crate::detect::DetectConfig;
+use crate::event::{EventKind, EventLog, Place, Raiser};
+use crate::fabric::FlowSeen;
+use crate::flow::{FlowState, FlowTable, Path, PathTable};
+use crate::record::Record;
+
+/// The shard of `n` that owns the flow whose key hashes to `hash` ([`crate::flow::key_hash`]).
+#[inline]
+pub fn flow_shard(hash: u64, n: usize) -> usize {
+    // The middle bits: the flow table's index uses the low bits for the bucket and the top
+    // seven as tags, so neither is skewed within a shard.
+    ((hash >> 32) as u32 as usize) % n
+}
+
+/// One shard of the flows' state.
+#[derive(Debug, Default)]
+pub struct FlowShard {
+    cfg: DetectConfig,
+    /// Flows by key.
+    pub flows: FlowTable,
+    /// The distinct paths of the flows.
+    pub paths: PathTable,
+    /// (ID, key) in ID order: IDs only grow, so new flows append and lookups bisect (half the
+    /// memory of a hash map at a million flows).
+    flow_ids: Vec<(u64, FlowKey)>,
+    /// Flows changed since the last store flush.
+    pub dirty_flows: Vec<FlowKey>,
+    /// Flows with per-hop reports waiting to be joined: (deadline, flow).
+    pending_joins: VecDeque<(u64, FlowKey)>,
+    /// Report time of the next sweep for expired joins.
+    next_sweep_ns: u64,
+    /// Report time of the next look for idle flows.
+    next_idle_sweep_ns: u64,
+    /// Flows that left memory after `flow_idle_ns` without a report.
+    pub flows_expired: u64,
+    /// This shard's events.
+    pub raiser: Raiser,
+}
+
+/// How often (report time) expired joins are looked for.
+const SWEEP_NS: u64 = 1_000_000;
+
+impl FlowShard {
+    /// A shard with these detector thresholds.
+    pub fn new(cfg: DetectConfig) -> Self {
+        FlowShard {
+            raiser: Raiser::new(cfg.event_interval_ns),
+            cfg,
+            ..FlowShard::default()
+        }
+    }
+
+    /// The flow with API ID `id`, if this shard holds it.
+    pub fn flow_by_id(&self, id: u64) -> Option<&FlowState> {
+        let i = self
+            .flow_ids
+            .binary_search_by_key(&id, |(id, _)| *id)
+            .ok()?;
+        self.flows.get(&self.flow_ids[i].1)
+    }
+
+    /// Starts loading the state of the flow keyed `key`, filed under `hash`.
+    #[inline]
+    pub fn prefetch(&self, hash: u64, key: &FlowKey) {
+        self.flows.prefetch_hashed(hash, key);
+    }
+
+    /// Correlates record `r` with its flow (keyed `key`, hashed `hash`); new flows take their ID
+    /// from `ids`. Returns what the fabric stage needs.
+    pub fn process(
+        &mut self,
+        r: &Record,
+        key: FlowKey,
+        hash: u64,
+        ids: &AtomicU64,
+        log: &Mutex<EventLog>,
+    ) -> FlowSeen {
+        let seen = self.observe_flow(r, key, hash, ids, log);
+        self.advance(r.time_ns, log);
+        seen
+    }
+
+    /// Lets report time pass to `now`: joins whose window is over are closed, at most every
+    /// millisecond. Every shard is shown every record's time, its flows' or not, so a join
+    /// closes at the same moment however many shards there are.
+    #[inline]
+    pub fn advance(&mut self, now: u64, log: &Mutex<EventLog>) {
+        if now >= self.next_sweep_ns {
+            self.next_sweep_ns = now + SWEEP_NS;
+            self.sweep(now, log);
+        }
+    }
+
+    /// Joins what waited past its window and lets idle flows go (see `State::tick`).
+    pub fn tick(&mut self, now: u64, log: &Mutex<EventLog>) {
+        self.next_sweep_ns = now + SWEEP_NS;
+        self.sweep(now, log);
+    }
+
+    #[inline(never)]
+    fn sweep(&mut self, now: u64, log: &Mutex<EventLog>) {
+        if now >= self.next_idle_sweep_ns {
+            self.expire_idle_flows(now);
+        }
+        let window = self.cfg.join_window_ns;
+        while let Some(&(deadline, key)) = self.pending_joins.front() {
+            if deadline > now {
+                break;
+            }
+            self.pending_joins.pop_front();
+            let Some(flow) = self.flows.get_mut(&key) else {
+                continue;
+            };
+            if !flow.join_due(now, window) {
+                continue;
+            }
+            let path = flow.take_joined();
+            let change = flow.observe_partial_path(now, &path, &mut self.paths);
+            flow.observe_latency(now, &path);
+            let id = flow.id;
+            if let Some(old) = change {
+                self.path_changed(now, key, id, old, log);
+            }
+        }
+    }
+
+    fn observe_flow(
+        &mut self,
+        r: &Record,
+        key: FlowKey,
+        hash: u64,
+        ids: &AtomicU64,
+        log: &Mutex<EventLog>,
+    ) -> FlowSeen {
+        let now = r.time_ns;
+        let flow_ids = &mut self.flow_ids;
+        let paths = &mut self.paths;
+        let flow = self.flows.get_or_insert_hashed(hash, key, || {
+            // IDs grow within a shard (taken under its lock), so `flow_ids` stays sorted.
+            let id = ids.fetch_add(1, Ordering::Relaxed);
+            flow_ids.push((id, key));
+            FlowState::new(key, id, now, paths.intern(&[]))
+        });
+        flow.reports += 1;
+        flow.last_seen_ns = now;
+        if !flow.dirty {
+            flow.dirty = true;
+            self.dirty_flows.push(key);
+        }
+        let id = flow.id;
+        if r.dropped || r.drop_reason.is_some() {
+            flow.drops += 1;
+            flow.last_drop_reason = r.drop_reason.or(flow.last_drop_reason);
+        }
+        // Complete paths (INT-MD stacks, v0.5/v1.0 stacks) say which way the flow went at once;
+        // per-hop reports (INT-XD postcards, INT-MX) from different nodes are joined first.
+        let mut change = None;
+        let mut head_hops = 0;
+        let head = if r.intermediate || flow.waiting_heads() == 0 {
+            None
+        } else {
+            flow.take_head(now, self.cfg.join_window_ns)
+        };
+        if r.intermediate {
+            // The head of a path; the rest comes with the sink's report.
+            flow.push_head(now, r.hops(), self.cfg.join_window_ns);
+        } else if r.int_hops > 0 || head.is_some() {
+            let joined;
+            let hops = match head {
+                Some(mut h) => {
+                    head_hops = h.len();
+                    h.extend_from_slice(r.hops());
+                    joined = h;
+                    &joined[..]
+                }
+                None => r.hops(),
+            };
+            // Hops missing from the report (cut short), or a packet that died on the way: a
+            // partial path, and a latency that is no flow's.
+            if r.path_truncated || r.dropped || r.drop_reason.is_some() {
+                change = flow.observe_partial_path(now, hops, paths);
+            } else {
+                change = flow.observe_path(now, hops, paths);
+                flow.observe_latency(now, hops);
+            }
+        } else if let [hop] = r.hops() {
+            let joined = flow.join_hop(now, *hop, self.cfg.join_window_ns);
+            if flow.pending_hops() == 1 {
+                // A new packet's hops: join them when the window passes, even if the flow's next
+                // packet never comes.
+                self.pending_joins
+                    .push_back((now + self.cfg.join_window_ns + 1, key));
+            }
+            if let Some(path) = joined {
+                change = flow.observe_partial_path(now, &path, paths);
+                flow.observe_latency(now, &path);
+            }
+        } else {
+            flow.observe_latency(now, r.hops());
+        }
+        if let Some(old) = change {
+            self.path_changed(now, key, id, old, log);
+        }
+        FlowSeen {
+            id: Some(id),
+            head_hops: head_hops as u8,
+        }
+    }
+
+    /// Live state keeps the flows of the last `flow_idle_ns` (the store keeps every flow's
+    /// summary): looked for every tenth of that, one pass over the table.
+    #[inline(never)]
+    fn expire_idle_flows(&mut self, now: u64) {
+        let idle = self.cfg.flow_idle_ns;
+        self.next_idle_sweep_ns = now.saturating_add((idle / 10).max(1_000_000_000));
+        let before = self.flows.len();
+        self.flows
+            .retain(|f| now.saturating_sub(f.last_seen_ns) < idle);
+        let flows = &self.flows;
+        self.flow_ids.retain(|(_, k)| flows.get(k).is_some());
+        self.flows_expired += (before - self.flows.len()) as u64;
+        self.paths.forget_unused();
+    }
+
+    #[inline(never)]
+    fn path_changed(&mut self, now: u64, key: FlowKey, id: u64, old: Path, log: &Mutex<EventLog>) {
+        let Some(flow) = self.flows.get(&key) else {
+            return;
+        };
+        let new = Arc::clone(&flow.path);
+        let diverge = old
+            .iter()
+            .zip(new.iter())
+            .position(|(a, b)| a != b)
+            .unwrap_or(old.len().min(new.len()));
+        let at = new.get(diverge.saturating_sub(1)).copied();
+        let ev = move || json!({"old_path": old, "new_path": new, "diverges_after_hop": diverge});
+        let place = Place {
+            node: at.map(|h| h.node_id),
+            port: at.and_then(|h| h.egress_if),
+            queue: None,
+            flow: Some((key, id)),
+        };
+        self.raiser
+            .raise(log, now, EventKind::PathChange, place, ev);
+    }
+}

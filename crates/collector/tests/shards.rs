@@ -1,0 +1,204 @@
+//! Sharded correlation: the state's content does not depend on how many shards hold it, and
+//! threads correlating side by side lose nothing.
+
+use intscope_collector::detect::DetectConfig as Thresholds;
+use intscope_collector::loadgen::{self, Generator, LoadConfig, LoadVersion};
+use intscope_collector::record::{FlowKeyMode, RecordBatch, decode_into};
+use intscope_collector::state::State;
+use serde_json::Value;
+
+/// Receive-sized batches of `datagrams` datagrams of `cfg`'s traffic, 10 µs apart.
+fn traffic(cfg: LoadConfig, datagrams: usize) -> Vec<Vec<(u64, Vec<u8>)>> {
+    let mut g = Generator::new(cfg);
+    let all: Vec<(u64, Vec<u8>)> = (0..datagrams)
+        .map(|i| {
+            let mut buf = Vec::new();
+            g.next_datagram(&mut buf);
+            (i as u64 * 10_000, buf)
+        })
+        .collect();
+    all.chunks(32).map(<[_]>::to_vec).collect()
+}
+
+fn decode(batch: &[(u64, Vec<u8>)], out: &mut RecordBatch) {
+    let cfg = loadgen::detect_config();
+    for (t, d) in batch {
+        decode_into(d, *t, &cfg, FlowKeyMode::Innermost, out).unwrap();
+    }
+}
+
+/// Everything the state holds, as sorted lines, without flow and event IDs (which depend on
+/// the order shards are visited in).
+fn content(s: &State) -> Vec<String> {
+    let v = s.read();
+    let mut lines = Vec::new();
+    for f in v.flows() {
+        lines.push(format!(
+            "flow {:?} reports={} drops={} path={:?} changes={} history={} p50={:?} p99={:?} seen={}..{} recent={}",
+            f.key,
+            f.reports,
+            f.drops,
+            &*f.path,
+            f.path_changes,
+            f.path_history().count(),
+            f.e2e.quantile(0.5),
+            f.e2e.quantile(0.99),
+            f.first_seen_ns,
+            f.last_seen_ns,
+            serde_json::to_string(&f.recent).unwrap(),
+        ));
+    }
+    for (id, n) in v.nodes() {
+        lines.push(format!(
+            "node {id} sent={} hops={} seen={}..{} drops={:?}",
+            n.reports_sent, n.hops_seen, n.first_seen_ns, n.last_seen_ns, n.drops
+        ));
+        for (p, ps) in &n.ports {
+            lines.push(format!("port {id}/{p} {ps:?}"));
+        }
+    }
+    for (k, q) in v.queues() {
+        lines.push(format!(
+            "queue {k:?} occ={} max={} lat={:?} reports={} seen={} series={:?}",
+            q.occupancy, q.max_occupancy, q.hop_latency, q.reports, q.last_seen_ns, q.series
+        ));
+    }
+    for (k, l) in v.links() {
+        lines.push(format!("link {k:?} {l:?}"));
+    }
+    for (k, st) in v.sources() {
+        lines.push(format!("source {k:?} {st:?}"));
+    }
+    for e in v.events() {
+        let mut evidence = e.evidence.clone();
+        if let Some(culprits) = evidence
+            .get_mut("culprit_flows")
+            .and_then(Value::as_array_mut)
+        {
+            for c in culprits {
+                c["flow_id"] = Value::Null;
+            }
+        }
+        lines.push(format!(
+            "event {} {:?} {:?} {:?} {:?} {:?} {evidence}",
+            e.time_ns, e.kind, e.node_id, e.port, e.queue_id, e.flow
+        ));
+    }
+    lines.push(format!(
+        "counters {:?} lost={} suppressed={} events={:?} flows={} expired={}",
+        v.counters(),
+        v.reports_lost(),
+        v.events_suppressed(),
+        v.event_counts(),
+        v.flow_count(),
+        v.flows_expired()
+    ));
+    lines.sort();
+    lines
+}
+
+fn assert_same_with_shards(cfg: LoadConfig, datagrams: usize) {
+    let batches = traffic(cfg, datagrams);
+    let one_by_one = State::new(Thresholds::default());
+    let batched = State::new(Thresholds::default());
+    let sharded = State::with_shards(Thresholds::default(), 4);
+    let mut records = RecordBatch::default();
+    for b in &batches {
+        decode(b, &mut records);
+        for r in records.records() {
+            one_by_one.process(r);
+        }
+        batched.process_batch(records.records());
+        sharded.process_batch(records.records());
+        records.clear();
+    }
+    let end = batches.last().and_then(|b| b.last()).map_or(0, |d| d.0) + 1_000_000_000;
+    for s in [&one_by_one, &batched, &sharded] {
+        s.tick(end);
+    }
+    let reference = content(&one_by_one);
+    let events = reference.iter().filter(|l| l.starts_with("event")).count();
+    assert!(events > 20, "the traffic raises events: {events}");
+    for (name, s) in [("batched", &batched), ("four shards", &sharded)] {
+        let got = content(s);
+        let first_difference = reference
+            .iter()
+            .zip(&got)
+            .find(|(a, b)| a != b)
+            .map(|(a, b)| format!("\n  one shard: {a}\n  {name}: {b}"));
+        assert!(
+            got == reference,
+            "{name}: {} lines, one shard {}{}",
+            got.len(),
+            reference.len(),
+            first_difference.unwrap_or_default()
+        );
+    }
+}
+
+#[test]
+fn coalesced_v2_state_does_not_depend_on_the_shards() {
+    // Drops and queue build-ups at the spines: drop, congestion and microburst events with
+    // culprit flows from every shard.
+    assert_same_with_shards(
+        LoadConfig {
+            flows: 500,
+            hops: 4,
+            drop_every: 300,
+            burst_every: 2000,
+            ..LoadConfig::default()
+        },
+        8_000,
+    );
+}
+
+#[test]
+fn per_hop_v05_joins_do_not_depend_on_the_shards() {
+    // Postcards joined into paths per flow, closed by the window's sweep.
+    assert_same_with_shards(
+        LoadConfig {
+            flows: 300,
+            hops: 3,
+            version: LoadVersion::V05,
+            drop_every: 200,
+            burst_every: 1500,
+            ..LoadConfig::default()
+        },
+        20_000,
+    );
+}
+
+#[test]
+fn threads_correlating_side_by_side_count_every_report() {
+    let batches = traffic(LoadConfig::coalesced_v2(2_000), 16_000);
+    let state = State::with_shards(Thresholds::default(), 2);
+    let decoded = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for part in 0..4 {
+            let (state, batches, decoded) = (&state, &batches, &decoded);
+            scope.spawn(move || {
+                let mut records = RecordBatch::default();
+                for b in batches.iter().skip(part).step_by(4) {
+                    decode(b, &mut records);
+                    decoded.fetch_add(records.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    state.process_batch(records.records());
+                    records.clear();
+                }
+            });
+        }
+    });
+    let total = decoded.into_inner();
+    assert_eq!(total, 16_000 * 8);
+    let v = state.read();
+    assert_eq!(v.counters().v2, total);
+    assert_eq!(v.flow_count(), 2_000);
+    assert_eq!(v.flows().map(|f| f.reports).sum::<u64>(), total);
+    assert_eq!(v.nodes().map(|(_, n)| n.reports_sent).sum::<u64>(), total);
+    // Four-node paths: every report's stack has four hops.
+    assert_eq!(v.nodes().map(|(_, n)| n.hops_seen).sum::<u64>(), total * 4);
+    let mut ids: Vec<u64> = v.flows().map(|f| f.id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 2_000, "flow IDs are unique across shards");
+    assert!(ids.iter().all(|&id| v.flow_by_id(id).is_some()));
+}
