@@ -8,7 +8,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use intscope_collector::detect::DetectConfig as Thresholds;
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::ingest::{Collector, CollectorConfig, Tally};
 use intscope_collector::loadgen::{self, Generator, INT_PORT, LoadConfig, LoadVersion};
 use intscope_collector::record::{FlowKeyMode, Record, RecordBatch, decode_datagram};
 use intscope_collector::state::State;
@@ -37,11 +37,13 @@ fn ingest_in_batches(
 ) {
     let src = std::net::IpAddr::from([10, 0, 0, 1]);
     for batch_of in datagrams.chunks(RECEIVE_BATCH) {
+        let mut tally = Tally::default();
         for d in batch_of {
             *t += 1000;
-            collector.decode(black_box(d), src, *t, batch);
+            collector.decode_counted(black_box(d), src, *t, batch, &mut tally);
         }
         collector.correlate(batch);
+        collector.count(&tally);
     }
 }
 

@@ -29,6 +29,14 @@ pub use crate::flow_shard::{FlowShard, flow_shard};
 use crate::record::Record;
 use crate::seq::SeqState;
 
+thread_local! {
+    /// Each thread's per-batch work space (flow key hashes, what the flow stage learned), kept
+    /// between batches instead of allocated for each.
+    static SCRATCH: std::cell::RefCell<(Vec<u64>, Vec<FlowSeen>)> = const {
+        std::cell::RefCell::new((Vec::new(), Vec::new()))
+    };
+}
+
 /// Most shards of each kind (a batch tracks the shards it still has to visit in one word).
 pub const MAX_SHARDS: usize = 64;
 
@@ -90,23 +98,31 @@ impl State {
         if records.is_empty() {
             return;
         }
+        SCRATCH.with_borrow_mut(|(hashes, seen)| self.process_batch_with(records, hashes, seen));
+    }
+
+    fn process_batch_with(
+        &self,
+        records: &[Record],
+        hashes: &mut Vec<u64>,
+        seen: &mut Vec<FlowSeen>,
+    ) {
         let n = self.flows.len();
         // Each key is hashed once: for its shard, the prefetch and the lookup.
-        let hashes: Vec<u64> = records
-            .iter()
-            .map(|r| r.flow.as_ref().map_or(0, key_hash))
-            .collect();
-        let mut seen = vec![FlowSeen::default(); records.len()];
+        hashes.clear();
+        hashes.extend(records.iter().map(|r| r.flow.as_ref().map_or(0, key_hash)));
+        seen.clear();
+        seen.resize(records.len(), FlowSeen::default());
         each_shard(&self.flows, |s, shard| {
             let mine = |r: &Record, h: u64| r.flow.filter(|_| n == 1 || flow_shard(h, n) == s);
             // Flow states are correlation's cache misses: start loading the batch's first, in
             // a tight loop whose lookups the CPU overlaps, then process.
-            for (r, &h) in records.iter().zip(&hashes) {
+            for (r, &h) in records.iter().zip(hashes.iter()) {
                 if let Some(key) = mine(r, h) {
                     shard.prefetch(h, &key);
                 }
             }
-            for (i, (r, &h)) in records.iter().zip(&hashes).enumerate() {
+            for (i, (r, &h)) in records.iter().zip(hashes.iter()).enumerate() {
                 match mine(r, h) {
                     Some(key) => seen[i] = shard.process(r, key, h, &self.next_flow_id, &self.log),
                     None => shard.advance(r.time_ns, &self.log),
@@ -114,7 +130,7 @@ impl State {
             }
         });
         each_shard(&self.fabric, |_, shard| {
-            for (r, seen) in records.iter().zip(&seen) {
+            for (r, seen) in records.iter().zip(seen.iter()) {
                 shard.process(r, *seen, &self.log);
             }
         });
