@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::detect::DetectConfig;
 use crate::event::{EventKind, EventLog, Place, Raiser};
-use crate::fabric::FlowSeen;
+use crate::fabric::{FlowSeen, spread};
 use crate::flow::{FlowState, FlowTable, Path, PathTable};
 use crate::record::Record;
 
@@ -22,7 +22,7 @@ use crate::record::Record;
 pub fn flow_shard(hash: u64, n: usize) -> usize {
     // The middle bits: the flow table's index uses the low bits for the bucket and the top
     // seven as tags, so neither is skewed within a shard.
-    ((hash >> 32) as u32 as usize) % n
+    spread((hash >> 32) as u32, n)
 }
 
 /// One shard of the flows' state.

@@ -114,7 +114,15 @@ impl State {
         seen.clear();
         seen.resize(records.len(), FlowSeen::default());
         each_shard(&self.flows, |s, shard| {
-            let mine = |r: &Record, h: u64| r.flow.filter(|_| n == 1 || flow_shard(h, n) == s);
+            // The shard is checked first: most records are another shard's, and their keys
+            // need not be copied.
+            let mine = |r: &Record, h: u64| {
+                if n == 1 || flow_shard(h, n) == s {
+                    r.flow
+                } else {
+                    None
+                }
+            };
             // Flow states are correlation's cache misses: start loading the batch's first, in
             // a tight loop whose lookups the CPU overlaps, then process.
             for (r, &h) in records.iter().zip(hashes.iter()) {
