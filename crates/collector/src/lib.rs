@@ -5,8 +5,9 @@
 //! and queue, detects events, and serves the result over HTTP with Prometheus metrics.
 //!
 //! Stages: [`ingest`] (UDP sockets, every datagram accounted for) → [`record`] (decode into a
-//! reusable record) → [`state`] (correlation and detectors, sharded by flow and by node) → [`api`] (HTTP JSON and
-//! `/metrics`). Time comes from the records, so replays are deterministic.
+//! reusable record) → [`state`] (correlation and detectors: [`flow_shard`]s by flow, [`fabric`]
+//! shards by node, one [`event`] log) → [`api`] (HTTP JSON and `/metrics`). Time comes from the
+//! records, so replays are deterministic.
 
 pub mod api;
 pub mod detect;
