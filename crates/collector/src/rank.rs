@@ -44,7 +44,9 @@ pub fn smallest<T, R: Ord>(
     let items = items.into_iter();
     let mut first: BinaryHeap<Ranked<R, T>> =
         BinaryHeap::with_capacity(k.min(items.size_hint().0.max(1)));
-    for item in items {
+    // Internal iteration: a chain of adapters over nested tables (the flows of every shard)
+    // folds in tight loops, where a `for` loop would go through every layer's `next` per item.
+    items.for_each(|item| {
         let r = Ranked {
             rank: rank(&item),
             item,
@@ -56,7 +58,7 @@ pub fn smallest<T, R: Ord>(
         {
             *last = r;
         }
-    }
+    });
     first
         .into_sorted_vec()
         .into_iter()
