@@ -222,14 +222,9 @@ pub struct FabricShard {
     pub last_time_ns: u64,
     /// Queues with an open congestion episode.
     open_episodes: Vec<QueueKey>,
-    /// Report time of the next sweep for quiet episodes.
-    next_sweep_ns: u64,
     /// This shard's events.
     pub raiser: Raiser,
 }
-
-/// How often (report time) quiet episodes are looked for.
-const SWEEP_NS: u64 = 1_000_000;
 
 impl FabricShard {
     /// Shard `me` of `shards`, with these detector thresholds.
@@ -260,17 +255,15 @@ impl FabricShard {
         let gap = non_int_hops(r, seen.head_hops);
         self.observe_links(r, gap.as_ref());
         self.observe_flags(r, seen.id, seen.head_hops, gap.as_ref(), log);
-        if now >= self.next_sweep_ns {
-            self.next_sweep_ns = now + SWEEP_NS;
-            self.sweep(now, log);
-        }
     }
 
-    /// Closes congestion episodes of queues that went quiet (see `State::tick`).
-    pub fn tick(&mut self, now: u64, log: &Mutex<EventLog>) {
-        self.next_sweep_ns = now + SWEEP_NS;
-        self.last_time_ns = self.last_time_ns.max(now);
-        self.sweep(now, log);
+    /// The shards of `n` that own some part of record `r`: its reporter's and its hops' (a link
+    /// and the hop-limit check belong to a hop's node). One bit per shard.
+    #[inline]
+    pub fn involved(r: &Record, n: usize) -> u64 {
+        r.hops().iter().fold(1 << node_shard(r.node_id, n), |m, h| {
+            m | 1 << node_shard(h.node_id, n)
+        })
     }
 
     fn observe_reporter(&mut self, r: &Record, log: &Mutex<EventLog>) {
@@ -294,8 +287,11 @@ impl FabricShard {
         reporter.last_seen_ns = now;
     }
 
+    /// Closes congestion episodes of queues that went quiet. The state calls it at the same
+    /// report times for every shard.
     #[inline(never)]
-    fn sweep(&mut self, now: u64, log: &Mutex<EventLog>) {
+    pub fn sweep(&mut self, now: u64, log: &Mutex<EventLog>) {
+        self.last_time_ns = self.last_time_ns.max(now);
         let quiet = self.cfg.episode_quiet_ns;
         let mut i = 0;
         while i < self.open_episodes.len() {

@@ -40,8 +40,6 @@ pub struct FlowShard {
     pub dirty_flows: Vec<FlowKey>,
     /// Flows with per-hop reports waiting to be joined: (deadline, flow).
     pending_joins: VecDeque<(u64, FlowKey)>,
-    /// Report time of the next sweep for expired joins.
-    next_sweep_ns: u64,
     /// Report time of the next look for idle flows.
     next_idle_sweep_ns: u64,
     /// Flows that left memory after `flow_idle_ns` without a report.
@@ -49,9 +47,6 @@ pub struct FlowShard {
     /// This shard's events.
     pub raiser: Raiser,
 }
-
-/// How often (report time) expired joins are looked for.
-const SWEEP_NS: u64 = 1_000_000;
 
 impl FlowShard {
     /// A shard with these detector thresholds.
@@ -88,30 +83,14 @@ impl FlowShard {
         ids: &AtomicU64,
         log: &Mutex<EventLog>,
     ) -> FlowSeen {
-        let seen = self.observe_flow(r, key, hash, ids, log);
-        self.advance(r.time_ns, log);
-        seen
+        self.observe_flow(r, key, hash, ids, log)
     }
 
-    /// Lets report time pass to `now`: joins whose window is over are closed, at most every
-    /// millisecond. Every shard is shown every record's time, its flows' or not, so a join
-    /// closes at the same moment however many shards there are.
-    #[inline]
-    pub fn advance(&mut self, now: u64, log: &Mutex<EventLog>) {
-        if now >= self.next_sweep_ns {
-            self.next_sweep_ns = now + SWEEP_NS;
-            self.sweep(now, log);
-        }
-    }
-
-    /// Joins what waited past its window and lets idle flows go (see `State::tick`).
-    pub fn tick(&mut self, now: u64, log: &Mutex<EventLog>) {
-        self.next_sweep_ns = now + SWEEP_NS;
-        self.sweep(now, log);
-    }
-
+    /// Joins what waited past its window and lets idle flows go. The state calls it at the same
+    /// report times for every shard (see `State::process_batch`), so a join closes at the same
+    /// moment however many shards there are.
     #[inline(never)]
-    fn sweep(&mut self, now: u64, log: &Mutex<EventLog>) {
+    pub fn sweep(&mut self, now: u64, log: &Mutex<EventLog>) {
         if now >= self.next_idle_sweep_ns {
             self.expire_idle_flows(now);
         }

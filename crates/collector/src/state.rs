@@ -12,7 +12,7 @@
 //! same state and events (replays and tests are deterministic).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use intscope_wire::locate::FlowKey;
@@ -29,12 +29,28 @@ pub use crate::flow_shard::{FlowShard, flow_shard};
 use crate::record::Record;
 use crate::seq::SeqState;
 
+/// A batch's work space, kept per thread between batches instead of allocated for each.
+#[derive(Default)]
+struct Scratch {
+    /// Each record's flow key hash.
+    hashes: Vec<u64>,
+    /// What the flow stage learned about each record.
+    seen: Vec<FlowSeen>,
+    /// Per flow shard, then per fabric shard: its work in batch order, record indexes, with
+    /// [`SWEEP`] marking "sweep at this record's time".
+    flow_work: Vec<Vec<u32>>,
+    fabric_work: Vec<Vec<u32>>,
+}
+
+/// A work entry's mark: sweep at the record's time (after the record itself, if it is the
+/// shard's).
+const SWEEP: u32 = 1 << 31;
+
+/// How often (report time) the shards sweep for quiet episodes, expired joins and idle flows.
+const SWEEP_NS: u64 = 1_000_000;
+
 thread_local! {
-    /// Each thread's per-batch work space (flow key hashes, what the flow stage learned), kept
-    /// between batches instead of allocated for each.
-    static SCRATCH: std::cell::RefCell<(Vec<u64>, Vec<FlowSeen>)> = const {
-        std::cell::RefCell::new((Vec::new(), Vec::new()))
-    };
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// Most shards of each kind (a batch tracks the shards it still has to visit in one word).
@@ -47,6 +63,8 @@ pub struct State {
     fabric: Box<[Mutex<FabricShard>]>,
     log: Mutex<EventLog>,
     next_flow_id: AtomicU64,
+    /// Report time of the next sweep, the same for every shard.
+    next_sweep_ns: AtomicU64,
 }
 
 impl State {
@@ -67,6 +85,7 @@ impl State {
                 .collect(),
             log: Mutex::new(EventLog::default()),
             next_flow_id: AtomicU64::new(1),
+            next_sweep_ns: AtomicU64::new(0),
         }
     }
 
@@ -77,69 +96,119 @@ impl State {
 
     /// Runs one record through correlation and detection.
     pub fn process(&self, r: &Record) {
-        let [flows] = &self.flows[..] else {
+        let ([flows], [fabric]) = (&self.flows[..], &self.fabric[..]) else {
             return self.process_batch(std::slice::from_ref(r));
         };
+        let sweep = self.sweep_due(r.time_ns);
+        let mut flows = lock(flows);
         let seen = match r.flow {
-            Some(key) => {
-                let hash = key_hash(&key);
-                lock(flows).process(r, key, hash, &self.next_flow_id, &self.log)
-            }
+            Some(key) => flows.process(r, key, key_hash(&key), &self.next_flow_id, &self.log),
             None => FlowSeen::default(),
         };
-        each_shard(&self.fabric, |_, shard| shard.process(r, seen, &self.log));
+        if sweep {
+            flows.sweep(r.time_ns, &self.log);
+        }
+        drop(flows);
+        let mut fabric = lock(fabric);
+        fabric.process(r, seen, &self.log);
+        if sweep {
+            fabric.sweep(r.time_ns, &self.log);
+        }
+    }
+
+    /// Whether the shards sweep after a record at `now` (every [`SWEEP_NS`] of report time).
+    fn sweep_due(&self, now: u64) -> bool {
+        let due = now >= self.next_sweep_ns.load(Ordering::Relaxed);
+        if due {
+            self.next_sweep_ns
+                .fetch_max(now + SWEEP_NS, Ordering::Relaxed);
+        }
+        due
     }
 
     /// Runs a batch of records through correlation and detection, each shard's part under its
-    /// lock once. The result does not depend on the number of shards (a test holds it to that):
-    /// each shard takes the records of its flows or nodes in batch order and sees every
-    /// record's time.
+    /// lock once. The batch is first split into each shard's work: a record goes to its flow's
+    /// shard and to the fabric shards of its reporter and its hops, so a shard passes only the
+    /// records it has a part in, however many shards there are. Sweep points (every millisecond
+    /// of report time) go to every shard at the same record. The result does not depend on the
+    /// number of shards (a test holds it to that).
     pub fn process_batch(&self, records: &[Record]) {
         if records.is_empty() {
             return;
         }
-        SCRATCH.with_borrow_mut(|(hashes, seen)| self.process_batch_with(records, hashes, seen));
+        SCRATCH.with_borrow_mut(|scratch| self.process_batch_with(records, scratch));
     }
 
-    fn process_batch_with(
-        &self,
-        records: &[Record],
-        hashes: &mut Vec<u64>,
-        seen: &mut Vec<FlowSeen>,
-    ) {
+    fn process_batch_with(&self, records: &[Record], scratch: &mut Scratch) {
         let n = self.flows.len();
-        // Each key is hashed once: for its shard, the prefetch and the lookup.
+        let Scratch {
+            hashes,
+            seen,
+            flow_work,
+            fabric_work,
+        } = scratch;
         hashes.clear();
-        hashes.extend(records.iter().map(|r| r.flow.as_ref().map_or(0, key_hash)));
         seen.clear();
         seen.resize(records.len(), FlowSeen::default());
-        each_shard(&self.flows, |s, shard| {
-            // The shard is checked first: most records are another shard's, and their keys
-            // need not be copied.
-            let mine = |r: &Record, h: u64| {
-                if n == 1 || flow_shard(h, n) == s {
-                    r.flow
-                } else {
-                    None
-                }
-            };
-            // Flow states are correlation's cache misses: start loading the batch's first, in
-            // a tight loop whose lookups the CPU overlaps, then process.
-            for (r, &h) in records.iter().zip(hashes.iter()) {
-                if let Some(key) = mine(r, h) {
-                    shard.prefetch(h, &key);
+        flow_work.resize_with(n, Vec::new);
+        fabric_work.resize_with(n, Vec::new);
+        for work in flow_work.iter_mut().chain(fabric_work.iter_mut()) {
+            work.clear();
+        }
+        let mut next_sweep = self.next_sweep_ns.load(Ordering::Relaxed);
+        for (i, r) in records.iter().enumerate() {
+            let i = i as u32;
+            // Each key is hashed once: for its shard, the prefetch and the lookup.
+            let hash = r.flow.as_ref().map_or(0, key_hash);
+            hashes.push(hash);
+            if r.flow.is_some() {
+                flow_work[flow_shard(hash, n)].push(i);
+            }
+            if n == 1 {
+                fabric_work[0].push(i);
+            } else {
+                let mut involved = FabricShard::involved(r, n);
+                while involved != 0 {
+                    fabric_work[involved.trailing_zeros() as usize].push(i);
+                    involved &= involved - 1;
                 }
             }
-            for (i, (r, &h)) in records.iter().zip(hashes.iter()).enumerate() {
-                match mine(r, h) {
-                    Some(key) => seen[i] = shard.process(r, key, h, &self.next_flow_id, &self.log),
-                    None => shard.advance(r.time_ns, &self.log),
+            if r.time_ns >= next_sweep {
+                next_sweep = r.time_ns + SWEEP_NS;
+                for work in flow_work.iter_mut().chain(fabric_work.iter_mut()) {
+                    work.push(i | SWEEP);
+                }
+            }
+        }
+        self.next_sweep_ns.fetch_max(next_sweep, Ordering::Relaxed);
+        each_shard(&self.flows, |s, shard| {
+            let work = &flow_work[s];
+            // Flow states are correlation's cache misses: start loading the shard's first, in a
+            // tight loop whose lookups the CPU overlaps, then process.
+            for &w in work.iter().filter(|&&w| w & SWEEP == 0) {
+                if let Some(key) = &records[w as usize].flow {
+                    shard.prefetch(hashes[w as usize], key);
+                }
+            }
+            for &w in work {
+                let i = (w & !SWEEP) as usize;
+                let r = &records[i];
+                if w & SWEEP != 0 {
+                    shard.sweep(r.time_ns, &self.log);
+                } else if let Some(key) = r.flow {
+                    seen[i] = shard.process(r, key, hashes[i], &self.next_flow_id, &self.log);
                 }
             }
         });
-        each_shard(&self.fabric, |_, shard| {
-            for (r, seen) in records.iter().zip(seen.iter()) {
-                shard.process(r, *seen, &self.log);
+        each_shard(&self.fabric, |s, shard| {
+            for &w in &fabric_work[s] {
+                let i = (w & !SWEEP) as usize;
+                let r = &records[i];
+                if w & SWEEP != 0 {
+                    shard.sweep(r.time_ns, &self.log);
+                } else {
+                    shard.process(r, seen[i], &self.log);
+                }
             }
         });
     }
@@ -149,8 +218,10 @@ impl State {
     /// whose window passed without the flow's next packet, idle flows. Processing does this as
     /// reports arrive; call it when they stop (idle receivers, end of a replay).
     pub fn tick(&self, now: u64) {
-        each_shard(&self.flows, |_, s| s.tick(now, &self.log));
-        each_shard(&self.fabric, |_, s| s.tick(now, &self.log));
+        self.next_sweep_ns
+            .fetch_max(now + SWEEP_NS, Ordering::Relaxed);
+        each_shard(&self.flows, |_, s| s.sweep(now, &self.log));
+        each_shard(&self.fabric, |_, s| s.sweep(now, &self.log));
     }
 
     /// Continue event IDs after those a store already holds.

@@ -1,7 +1,11 @@
 //! Sharded correlation: the state's content does not depend on how many shards hold it, and
 //! threads correlating side by side lose nothing.
 
+mod common;
+
+use common::{H, MS, Rep};
 use intscope_collector::detect::DetectConfig as Thresholds;
+use intscope_collector::event::EventKind;
 use intscope_collector::loadgen::{self, Generator, LoadConfig, LoadVersion};
 use intscope_collector::record::{FlowKeyMode, RecordBatch, decode_into};
 use intscope_collector::state::State;
@@ -201,4 +205,53 @@ fn threads_correlating_side_by_side_count_every_report() {
     ids.dedup();
     assert_eq!(ids.len(), 2_000, "flow IDs are unique across shards");
     assert!(ids.iter().all(|&id| v.flow_by_id(id).is_some()));
+}
+
+#[test]
+fn a_quiet_queue_closes_at_the_same_moment_with_any_shards() {
+    // Spine 101's queue congests for 5 ms, then only spine 102 carries traffic: the episode ends
+    // by the quiet timeout, at a sweep that other nodes' reports drive.
+    let mut datagrams = Vec::new();
+    let mut t = 0;
+    for k in 0..20u16 {
+        let path = [H(1, 3, 800, 10), H(101, 2, 20_000, 3000)];
+        datagrams.push((t, Rep::new(k % 5, &path, H(2, 5, 800, 10)).datagram()));
+        t += MS / 4;
+    }
+    for k in 0..400u16 {
+        let path = [H(3, 3, 800, 10), H(102, 2, 900, 10)];
+        datagrams.push((t, Rep::new(20 + k % 10, &path, H(4, 5, 800, 10)).datagram()));
+        t += MS / 4;
+    }
+    let one = State::new(Thresholds::default());
+    let four = State::with_shards(Thresholds::default(), 4);
+    let mut records = RecordBatch::default();
+    for (t, d) in &datagrams {
+        decode_into(
+            d,
+            *t,
+            &common::detect_cfg(),
+            FlowKeyMode::Innermost,
+            &mut records,
+        )
+        .unwrap();
+        for r in records.records() {
+            one.process(r);
+        }
+        four.process_batch(records.records());
+        records.clear();
+    }
+    let ends = |s: &State| -> Vec<u64> {
+        s.events()
+            .events()
+            .iter()
+            .filter(|e| e.kind == EventKind::CongestionEnd)
+            .map(|e| e.time_ns)
+            .collect()
+    };
+    let end = ends(&one);
+    assert_eq!(end.len(), 1, "closed by the quiet timeout");
+    assert!(end[0] > 54 * MS && end[0] < 60 * MS, "{end:?}");
+    assert_eq!(ends(&four), end);
+    assert_eq!(content(&four), content(&one));
 }
