@@ -205,9 +205,6 @@ pub fn spread(x: u32, n: usize) -> usize {
 #[derive(Debug, Default)]
 pub struct FabricShard {
     cfg: DetectConfig,
-    /// This shard's index and the number of shards.
-    me: usize,
-    shards: usize,
     /// Report loss per source.
     pub seq: SeqTracker,
     /// Queues.
@@ -227,43 +224,71 @@ pub struct FabricShard {
 }
 
 impl FabricShard {
-    /// Shard `me` of `shards`, with these detector thresholds.
-    pub fn new(cfg: DetectConfig, me: usize, shards: usize) -> Self {
+    /// A shard with these detector thresholds. Which nodes it holds is the state's business:
+    /// it hands each shard the parts of records that belong there.
+    pub fn new(cfg: DetectConfig) -> Self {
         FabricShard {
             raiser: Raiser::new(cfg.event_interval_ns),
             cfg,
-            me,
-            shards: shards.max(1),
             ..FabricShard::default()
         }
     }
 
-    #[inline]
-    fn owns(&self, node: u32) -> bool {
-        self.shards == 1 || node_shard(node, self.shards) == self.me
-    }
-
-    /// Runs the parts of record `r` this shard owns through correlation and detection.
+    /// Runs record `r` through the fabric's correlation and detection: its reporter's part,
+    /// then each hop's. With several shards the state gives each shard only its parts
+    /// ([`FabricShard::process_reporter`], [`FabricShard::process_hop`]).
     pub fn process(&mut self, r: &Record, seen: FlowSeen, log: &Mutex<EventLog>) {
-        let now = r.time_ns;
-        self.last_time_ns = self.last_time_ns.max(now);
-        if self.owns(r.node_id) {
-            self.observe_reporter(r, log);
+        let parts = Parts::of(r, seen);
+        self.reporter_part(r, seen, &parts, log);
+        for (index, hop) in r.hops().iter().enumerate() {
+            self.hop_part(r, index, hop, seen, &parts, log);
         }
-        self.observe_hops(r, seen.id, log);
-        // Hops that forwarded without INT, from the TTL (links and the non-INT detector use it).
-        let gap = non_int_hops(r, seen.head_hops);
-        self.observe_links(r, gap.as_ref());
-        self.observe_flags(r, seen.id, seen.head_hops, gap.as_ref(), log);
     }
 
-    /// The shards of `n` that own some part of record `r`: its reporter's and its hops' (a link
-    /// and the hop-limit check belong to a hop's node). One bit per shard.
-    #[inline]
-    pub fn involved(r: &Record, n: usize) -> u64 {
-        r.hops().iter().fold(1 << node_shard(r.node_id, n), |m, h| {
-            m | 1 << node_shard(h.node_id, n)
-        })
+    /// The reporter's part of record `r` (in the reporter's shard): report counters, sequence
+    /// loss, the reporter's node, drops, hops without INT, and an E or M bit no recorded hop
+    /// can be blamed for.
+    pub fn process_reporter(&mut self, r: &Record, seen: FlowSeen, log: &Mutex<EventLog>) {
+        self.reporter_part(r, seen, &Parts::of(r, seen), log);
+    }
+
+    /// Hop `index` of record `r` (in the shard of the hop's node): the node, its egress port's
+    /// latency and utilization, the queue, the link to the next hop, and an E or M bit set just
+    /// after this hop.
+    pub fn process_hop(&mut self, r: &Record, index: usize, seen: FlowSeen, log: &Mutex<EventLog>) {
+        if let Some(hop) = r.hops().get(index) {
+            self.hop_part(r, index, hop, seen, &Parts::of(r, seen), log);
+        }
+    }
+
+    fn reporter_part(&mut self, r: &Record, seen: FlowSeen, parts: &Parts, log: &Mutex<EventLog>) {
+        self.last_time_ns = self.last_time_ns.max(r.time_ns);
+        self.observe_reporter(r, log);
+        self.observe_reporter_flags(r, seen, parts.gap.as_ref(), log);
+        if parts.last_recorded.is_none() {
+            self.observe_limits(r, None, seen.id, log);
+        }
+    }
+
+    fn hop_part(
+        &mut self,
+        r: &Record,
+        index: usize,
+        hop: &Hop,
+        seen: FlowSeen,
+        parts: &Parts,
+        log: &Mutex<EventLog>,
+    ) {
+        self.last_time_ns = self.last_time_ns.max(r.time_ns);
+        self.observe_hop(r, hop, seen.id, log);
+        if parts.links
+            && let Some(next) = r.hops().get(index + 1)
+        {
+            self.observe_link(r, hop, next);
+        }
+        if parts.last_recorded == Some(index) {
+            self.observe_limits(r, Some(hop), seen.id, log);
+        }
     }
 
     fn observe_reporter(&mut self, r: &Record, log: &Mutex<EventLog>) {
@@ -334,21 +359,18 @@ impl FabricShard {
         }
     }
 
-    /// `id`: the record's flow's API ID. The flow is assembled only where it is used: every
-    /// shard passes every record, and most records raise nothing here.
-    fn observe_hops(&mut self, r: &Record, id: Option<u64>, log: &Mutex<EventLog>) {
+    /// `id`: the record's flow's API ID. The flow is assembled only where it is used: most
+    /// hops raise nothing.
+    fn observe_hop(&mut self, r: &Record, hop: &Hop, id: Option<u64>, log: &Mutex<EventLog>) {
         let now = r.time_ns;
-        for hop in r.hops() {
-            if !self.owns(hop.node_id) {
-                continue;
-            }
+        {
             let node = self.nodes.entry(hop.node_id).or_insert_with(|| NodeState {
                 first_seen_ns: now,
                 ..NodeState::default()
             });
             node.hops_seen += 1;
             node.last_seen_ns = now;
-            let Some(port) = hop.egress_if else { continue };
+            let Some(port) = hop.egress_if else { return };
             let ps = node.ports.entry(port).or_default();
             if hop.egress_tx_util.is_some() {
                 ps.tx_util = hop.egress_tx_util;
@@ -515,49 +537,35 @@ impl FabricShard {
             .map(|(_, _, b, _)| *b)
     }
 
-    fn observe_links(&mut self, r: &Record, gap: Option<&TtlGap>) {
-        // Consecutive hops are neighbours only if no hop in between went unrecorded.
-        if r.mtu_exceeded
-            || r.hop_limit_exceeded
-            || r.path_truncated
-            || gap.is_some_and(|g| g.non_int > 0)
-        {
-            return;
-        }
-        for pair in r.hops().windows(2) {
-            let (a, b) = (&pair[0], &pair[1]);
-            if !self.owns(a.node_id) {
-                continue;
-            }
-            if let (Some(out), Some(inp)) = (a.egress_if, b.ingress_if) {
-                let l = self
-                    .links
-                    .entry((a.node_id, out, b.node_id, inp))
-                    .or_default();
-                l.reports += 1;
-                l.last_seen_ns = r.time_ns;
-            }
+    /// The link from hop `a` to the next hop `b` of record `r`.
+    fn observe_link(&mut self, r: &Record, a: &Hop, b: &Hop) {
+        if let (Some(out), Some(inp)) = (a.egress_if, b.ingress_if) {
+            let l = self
+                .links
+                .entry((a.node_id, out, b.node_id, inp))
+                .or_default();
+            l.reports += 1;
+            l.last_seen_ns = r.time_ns;
         }
     }
 
-    fn observe_flags(
+    /// The reporter's drop and hidden-hop detectors.
+    fn observe_reporter_flags(
         &mut self,
         r: &Record,
-        id: Option<u64>,
-        head_hops: u8,
+        seen: FlowSeen,
         gap: Option<&TtlGap>,
         log: &Mutex<EventLog>,
     ) {
         let dropped = r.dropped || r.drop_reason.is_some();
-        let hidden_hops = gap.is_some_and(|g| g.non_int > 0);
-        if !(dropped || r.hop_limit_exceeded || r.mtu_exceeded || hidden_hops) {
+        let hidden_hops = self.cfg.non_int_hops && gap.is_some_and(|g| g.non_int > 0);
+        if !(dropped || hidden_hops) {
             return;
         }
         let now = r.time_ns;
-        let flow = r.flow.zip(id);
-        let reporter = self.owns(r.node_id);
-        let last = r.hops().last().copied().unwrap_or_default();
-        if reporter && dropped {
+        let flow = r.flow.zip(seen.id);
+        if dropped {
+            let last = r.hops().last().copied().unwrap_or_default();
             let node = self.nodes.entry(r.node_id).or_default();
             *node.drops.entry(r.drop_reason.unwrap_or(0)).or_default() += 1;
             if let Some(p) = last.egress_if {
@@ -574,19 +582,35 @@ impl FabricShard {
             };
             self.raiser.raise(log, now, EventKind::Drop, place, ev);
         }
+        if let Some(gap) = gap.filter(|_| hidden_hops) {
+            let head_hops = seen.head_hops;
+            let ev = move || json!({"ip_ttl": r.ip_ttl, "assumed_initial_ttl": gap.initial_ttl, "ttl_decrement": gap.ttl_decrement, "int_hops": r.int_hops + head_hops, "non_int_hops": gap.non_int});
+            let place = Place {
+                node: Some(r.node_id),
+                flow,
+                ..Place::default()
+            };
+            self.raiser
+                .raise(log, now, EventKind::NonIntHops, place, ev);
+        }
+    }
+
+    /// The hop-limit (E) and MTU (M) detectors. The bit was set by the first hop that added
+    /// nothing: the one after `last`, the last hop that recorded, found through the links seen
+    /// so far (they live in `last`'s shard, which is why this runs there). The event goes to
+    /// that hop when known, else to the reporting node.
+    fn observe_limits(
+        &mut self,
+        r: &Record,
+        last: Option<&Hop>,
+        id: Option<u64>,
+        log: &Mutex<EventLog>,
+    ) {
         for (flagged, kind) in [
             (r.hop_limit_exceeded, EventKind::HopLimit),
             (r.mtu_exceeded, EventKind::MtuExceeded),
         ] {
             if !flagged {
-                continue;
-            }
-            // The E or M bit was set by the first hop that added nothing: the one after the last
-            // hop that recorded, found through the links seen so far. The event goes there when
-            // known, else to the reporting node. The shard of the last recorded hop holds the
-            // links leaving it, so it raises the event.
-            let last = last_recorded_hop(r);
-            if !self.owns(last.map_or(r.node_id, |h| h.node_id)) {
                 continue;
             }
             let suspect = last.and_then(|h| self.next_node(h.node_id, h.egress_if?));
@@ -602,23 +626,10 @@ impl FabricShard {
             };
             let place = Place {
                 node: Some(suspect.unwrap_or(r.node_id)),
-                flow,
+                flow: r.flow.zip(id),
                 ..Place::default()
             };
-            self.raiser.raise(log, now, kind, place, ev);
-        }
-        if reporter
-            && self.cfg.non_int_hops
-            && let Some(gap) = gap.filter(|g| g.non_int > 0)
-        {
-            let ev = move || json!({"ip_ttl": r.ip_ttl, "assumed_initial_ttl": gap.initial_ttl, "ttl_decrement": gap.ttl_decrement, "int_hops": r.int_hops + head_hops, "non_int_hops": gap.non_int});
-            let place = Place {
-                node: Some(r.node_id),
-                flow,
-                ..Place::default()
-            };
-            self.raiser
-                .raise(log, now, EventKind::NonIntHops, place, ev);
+            self.raiser.raise(log, r.time_ns, kind, place, ev);
         }
     }
 }
@@ -629,6 +640,32 @@ fn queue_place(key: QueueKey, flow: Option<(FlowKey, u64)>) -> Place {
         port: Some(key.port()),
         queue: Some(key.queue()),
         flow,
+    }
+}
+
+/// What every part of a record needs, worked out once per record (or part).
+struct Parts {
+    /// Hops that forwarded without INT, from the TTL.
+    gap: Option<TtlGap>,
+    /// Whether consecutive hops are neighbours: only if no hop in between went unrecorded.
+    links: bool,
+    /// Index of the last hop that recorded (see [`last_recorded_hop`]).
+    last_recorded: Option<usize>,
+}
+
+impl Parts {
+    fn of(r: &Record, seen: FlowSeen) -> Self {
+        let gap = non_int_hops(r, seen.head_hops);
+        let links = !(r.mtu_exceeded
+            || r.hop_limit_exceeded
+            || r.path_truncated
+            || gap.as_ref().is_some_and(|g| g.non_int > 0));
+        let last_recorded = last_recorded_hop(r);
+        Parts {
+            gap,
+            links,
+            last_recorded,
+        }
     }
 }
 
@@ -663,12 +700,12 @@ fn non_int_hops(r: &Record, head_hops: u8) -> Option<TtlGap> {
     })
 }
 
-/// The last hop of the packet's INT stack: the hop before the reporter's own metadata when the
+/// Index of the last hop of the packet's INT stack: the hop before the reporter's own metadata when the
 /// reporter added it (a sink reporting its own hop), else the newest.
-fn last_recorded_hop(r: &Record) -> Option<&Hop> {
+fn last_recorded_hop(r: &Record) -> Option<usize> {
     match r.hops() {
-        [.., before, own] if own.node_id == r.node_id => Some(before),
-        [.., newest] if newest.node_id != r.node_id => Some(newest),
+        [.., _, own] if own.node_id == r.node_id => Some(r.hops().len() - 2),
+        [.., newest] if newest.node_id != r.node_id => Some(r.hops().len() - 1),
         _ => None,
     }
 }

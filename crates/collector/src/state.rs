@@ -36,15 +36,52 @@ struct Scratch {
     hashes: Vec<u64>,
     /// What the flow stage learned about each record.
     seen: Vec<FlowSeen>,
-    /// Per flow shard, then per fabric shard: its work in batch order, record indexes, with
-    /// [`SWEEP`] marking "sweep at this record's time".
+    /// Per flow shard: its work in batch order, record indexes, with [`SWEEP`] marking "sweep
+    /// at this record's time".
     flow_work: Vec<Vec<u32>>,
+    /// Per fabric shard: its work in batch order, [`FabricPart`]s packed with [`fabric_item`],
+    /// or sweeps.
     fabric_work: Vec<Vec<u32>>,
 }
 
 /// A work entry's mark: sweep at the record's time (after the record itself, if it is the
 /// shard's).
 const SWEEP: u32 = 1 << 31;
+
+/// Which part of a record a fabric shard is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FabricPart {
+    /// All of it (one shard).
+    Whole,
+    /// The reporter's part.
+    Reporter,
+    /// Hop `n`'s part.
+    Hop(usize),
+}
+
+const PART_BITS: u32 = 5;
+const PART_WHOLE: u32 = (1 << PART_BITS) - 1;
+
+/// A fabric work entry: record `index`'s `part`.
+fn fabric_item(index: u32, part: FabricPart) -> u32 {
+    let part = match part {
+        FabricPart::Whole => PART_WHOLE,
+        FabricPart::Reporter => 0,
+        FabricPart::Hop(h) => h as u32 + 1,
+    };
+    (index << PART_BITS) | part
+}
+
+/// The record index and part of a fabric work entry (without [`SWEEP`]).
+fn fabric_part(item: u32) -> (usize, FabricPart) {
+    let index = (item >> PART_BITS) as usize;
+    let part = match item & PART_WHOLE {
+        PART_WHOLE => FabricPart::Whole,
+        0 => FabricPart::Reporter,
+        h => FabricPart::Hop(h as usize - 1),
+    };
+    (index, part)
+}
 
 /// How often (report time) the shards sweep for quiet episodes, expired joins and idle flows.
 const SWEEP_NS: u64 = 1_000_000;
@@ -81,7 +118,7 @@ impl State {
                 .map(|_| Mutex::new(FlowShard::new(cfg.clone())))
                 .collect(),
             fabric: (0..n)
-                .map(|i| Mutex::new(FabricShard::new(cfg.clone(), i, n)))
+                .map(|_| Mutex::new(FabricShard::new(cfg.clone())))
                 .collect(),
             log: Mutex::new(EventLog::default()),
             next_flow_id: AtomicU64::new(1),
@@ -128,8 +165,8 @@ impl State {
 
     /// Runs a batch of records through correlation and detection, each shard's part under its
     /// lock once. The batch is first split into each shard's work: a record goes to its flow's
-    /// shard and to the fabric shards of its reporter and its hops, so a shard passes only the
-    /// records it has a part in, however many shards there are. Sweep points (every millisecond
+    /// shard, its reporter's part to the reporter's fabric shard and each hop's part to the
+    /// hop's node's, so a shard does only its own work, however many shards there are. Sweep points (every millisecond
     /// of report time) go to every shard at the same record. The result does not depend on the
     /// number of shards (a test holds it to that).
     pub fn process_batch(&self, records: &[Record]) {
@@ -165,18 +202,21 @@ impl State {
                 flow_work[flow_shard(hash, n)].push(i);
             }
             if n == 1 {
-                fabric_work[0].push(i);
+                fabric_work[0].push(fabric_item(i, FabricPart::Whole));
             } else {
-                let mut involved = FabricShard::involved(r, n);
-                while involved != 0 {
-                    fabric_work[involved.trailing_zeros() as usize].push(i);
-                    involved &= involved - 1;
+                fabric_work[node_shard(r.node_id, n)].push(fabric_item(i, FabricPart::Reporter));
+                for (h, hop) in r.hops().iter().enumerate() {
+                    fabric_work[node_shard(hop.node_id, n)]
+                        .push(fabric_item(i, FabricPart::Hop(h)));
                 }
             }
             if r.time_ns >= next_sweep {
                 next_sweep = r.time_ns + SWEEP_NS;
-                for work in flow_work.iter_mut().chain(fabric_work.iter_mut()) {
+                for work in flow_work.iter_mut() {
                     work.push(i | SWEEP);
+                }
+                for work in fabric_work.iter_mut() {
+                    work.push(fabric_item(i, FabricPart::Whole) | SWEEP);
                 }
             }
         }
@@ -202,12 +242,16 @@ impl State {
         });
         each_shard(&self.fabric, |s, shard| {
             for &w in &fabric_work[s] {
-                let i = (w & !SWEEP) as usize;
-                let r = &records[i];
+                let (i, part) = fabric_part(w & !SWEEP);
+                let (r, seen) = (&records[i], seen[i]);
                 if w & SWEEP != 0 {
                     shard.sweep(r.time_ns, &self.log);
-                } else {
-                    shard.process(r, seen[i], &self.log);
+                    continue;
+                }
+                match part {
+                    FabricPart::Whole => shard.process(r, seen, &self.log),
+                    FabricPart::Reporter => shard.process_reporter(r, seen, &self.log),
+                    FabricPart::Hop(h) => shard.process_hop(r, h, seen, &self.log),
                 }
             }
         });

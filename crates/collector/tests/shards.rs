@@ -255,3 +255,54 @@ fn a_quiet_queue_closes_at_the_same_moment_with_any_shards() {
     assert_eq!(ends(&four), end);
     assert_eq!(content(&four), content(&one));
 }
+
+#[test]
+fn the_hop_after_the_last_recorded_one_is_found_in_any_shard() {
+    // Leaf 1 → spine 101 → leaf 2 is learnt; then a report whose stack stops at leaf 1 with
+    // the E bit: spine 101 (from leaf 1's links, in leaf 1's shard) is the suspect.
+    let mut datagrams = Vec::new();
+    for k in 0..20u32 {
+        let mut r = Rep::new(4, &[H(1, 3, 800, 10), H(101, 2, 900, 10)], H(2, 5, 800, 10));
+        r.seq = k;
+        datagrams.push((u64::from(k) * 10 * MS, r.datagram()));
+    }
+    let mut r = Rep::new(4, &[H(1, 3, 800, 10)], H(2, 5, 800, 10));
+    r.e = true;
+    r.seq = 20;
+    datagrams.push((300 * MS, r.datagram()));
+    let one = State::new(Thresholds::default());
+    let states: Vec<State> = (1..=4)
+        .map(|n| State::with_shards(Thresholds::default(), n))
+        .collect();
+    let mut records = RecordBatch::default();
+    for (t, d) in &datagrams {
+        decode_into(
+            d,
+            *t,
+            &common::detect_cfg(),
+            FlowKeyMode::Innermost,
+            &mut records,
+        )
+        .unwrap();
+        for r in records.records() {
+            one.process(r);
+        }
+        for s in &states {
+            s.process_batch(records.records());
+        }
+        records.clear();
+    }
+    let suspects = |s: &State| -> Vec<Value> {
+        s.events()
+            .events()
+            .iter()
+            .filter(|e| e.kind == EventKind::HopLimit)
+            .map(|e| e.evidence["suspect_node"].clone())
+            .collect()
+    };
+    assert_eq!(suspects(&one), vec![Value::from(101)]);
+    for s in &states {
+        assert_eq!(suspects(s), suspects(&one), "{} shards", s.shards());
+        assert_eq!(content(s), content(&one), "{} shards", s.shards());
+    }
+}
