@@ -61,6 +61,10 @@ enum FabricPart {
 
 const PART_BITS: u32 = 5;
 const PART_WHOLE: u32 = (1 << PART_BITS) - 1;
+// Hop parts are numbered 1..=MAX_HOPS, below the mark of a whole record.
+const _: () = assert!(crate::record::MAX_HOPS < PART_WHOLE as usize);
+/// Records one split handles: their indexes fit below the part bits and the sweep mark.
+const SPLIT_RECORDS: usize = 1 << (31 - PART_BITS);
 
 /// A fabric work entry: record `index`'s `part`.
 fn fabric_item(index: u32, part: FabricPart) -> u32 {
@@ -173,7 +177,11 @@ impl State {
         if records.is_empty() {
             return;
         }
-        SCRATCH.with_borrow_mut(|scratch| self.process_batch_with(records, scratch));
+        SCRATCH.with_borrow_mut(|scratch| {
+            for part in records.chunks(SPLIT_RECORDS) {
+                self.process_batch_with(part, scratch);
+            }
+        });
     }
 
     fn process_batch_with(&self, records: &[Record], scratch: &mut Scratch) {
@@ -488,6 +496,24 @@ mod tests {
         // The busy shard is taken last, after the free ones.
         assert_eq!(waiter, vec![0, 2, 3, 4, 1]);
         assert!(shards.iter().all(|m| *m.lock().unwrap() == 1));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fabric_work_entries_keep_record_and_part(
+            index in 0..SPLIT_RECORDS as u32,
+            part in 0..=crate::record::MAX_HOPS + 1,
+            sweep: bool,
+        ) {
+            let part = match part {
+                0 => FabricPart::Reporter,
+                p if p > crate::record::MAX_HOPS => FabricPart::Whole,
+                p => FabricPart::Hop(p - 1),
+            };
+            let item = fabric_item(index, part) | if sweep { SWEEP } else { 0 };
+            proptest::prop_assert_eq!(item & SWEEP != 0, sweep);
+            proptest::prop_assert_eq!(fabric_part(item & !SWEEP), (index as usize, part));
+        }
     }
 
     #[test]
