@@ -73,19 +73,6 @@ impl FlowShard {
         self.flows.prefetch_hashed(hash, key);
     }
 
-    /// Correlates record `r` with its flow (keyed `key`, hashed `hash`); new flows take their ID
-    /// from `ids`. Returns what the fabric stage needs.
-    pub fn process(
-        &mut self,
-        r: &Record,
-        key: FlowKey,
-        hash: u64,
-        ids: &AtomicU64,
-        log: &Mutex<EventLog>,
-    ) -> FlowSeen {
-        self.observe_flow(r, key, hash, ids, log)
-    }
-
     /// Joins what waited past its window and lets idle flows go. The state calls it at the same
     /// report times for every shard (see `State::process_batch`), so a join closes at the same
     /// moment however many shards there are.
@@ -116,7 +103,9 @@ impl FlowShard {
         }
     }
 
-    fn observe_flow(
+    /// Correlates record `r` with its flow (keyed `key`, hashed `hash`); new flows take their ID
+    /// from `ids`. Returns what the fabric stage needs.
+    pub fn process(
         &mut self,
         r: &Record,
         key: FlowKey,

@@ -1,12 +1,13 @@
 //! The collector's live state, sharded: flows by the hash of their key ([`FlowShard`]), the
 //! fabric by node ([`FabricShard`]), and one event log they share.
 //!
-//! A batch of records goes through two stages. The flow stage correlates each record with its
-//! flow (path, latency, joins of per-hop reports) and learns the flow's ID; the fabric stage
-//! then updates nodes, ports, queues and links and runs their detectors. Each stage visits its
-//! shards one lock at a time, taking whichever shard is free first, so receive threads work on
-//! different shards in parallel. Why two keys: a queue's congestion episode and culprit ranking
-//! need every sample of the queue, and those come from the reports of many flows.
+//! A batch of records is split into each shard's work, then goes through two stages. The flow
+//! stage correlates each record with its flow (path, latency, joins of per-hop reports) and
+//! learns the flow's ID; the fabric stage then updates nodes, ports, queues and links and runs
+//! their detectors, each hop in its node's shard. Each stage visits its shards one lock at a
+//! time, taking whichever shard is free first, so receive threads work on different shards in
+//! parallel. Why two keys: a queue's congestion episode and culprit ranking need every sample of
+//! the queue, and those come from the reports of many flows.
 //!
 //! Time comes from the records (report time), so the same input in the same batches gives the
 //! same state and events (replays and tests are deterministic).

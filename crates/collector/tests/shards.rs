@@ -31,6 +31,29 @@ fn decode(batch: &[(u64, Vec<u8>)], out: &mut RecordBatch) {
     }
 }
 
+/// Feeds `datagrams` (time, bytes) to `one`, record by record, and to each of `sharded`, a
+/// datagram's records as a batch.
+fn replay(datagrams: &[(u64, Vec<u8>)], one: &State, sharded: &[State]) {
+    let mut records = RecordBatch::default();
+    for (t, d) in datagrams {
+        decode_into(
+            d,
+            *t,
+            &common::detect_cfg(),
+            FlowKeyMode::Innermost,
+            &mut records,
+        )
+        .unwrap();
+        for r in records.records() {
+            one.process(r);
+        }
+        for s in sharded {
+            s.process_batch(records.records());
+        }
+        records.clear();
+    }
+}
+
 /// Everything the state holds, as sorted lines, without flow and event IDs (which depend on
 /// the order shards are visited in).
 fn content(s: &State) -> Vec<String> {
@@ -224,23 +247,9 @@ fn a_quiet_queue_closes_at_the_same_moment_with_any_shards() {
         t += MS / 4;
     }
     let one = State::new(Thresholds::default());
-    let four = State::with_shards(Thresholds::default(), 4);
-    let mut records = RecordBatch::default();
-    for (t, d) in &datagrams {
-        decode_into(
-            d,
-            *t,
-            &common::detect_cfg(),
-            FlowKeyMode::Innermost,
-            &mut records,
-        )
-        .unwrap();
-        for r in records.records() {
-            one.process(r);
-        }
-        four.process_batch(records.records());
-        records.clear();
-    }
+    let four = [State::with_shards(Thresholds::default(), 4)];
+    replay(&datagrams, &one, &four);
+    let four = &four[0];
     let ends = |s: &State| -> Vec<u64> {
         s.events()
             .events()
@@ -252,8 +261,8 @@ fn a_quiet_queue_closes_at_the_same_moment_with_any_shards() {
     let end = ends(&one);
     assert_eq!(end.len(), 1, "closed by the quiet timeout");
     assert!(end[0] > 54 * MS && end[0] < 60 * MS, "{end:?}");
-    assert_eq!(ends(&four), end);
-    assert_eq!(content(&four), content(&one));
+    assert_eq!(ends(four), end);
+    assert_eq!(content(four), content(&one));
 }
 
 #[test]
@@ -274,24 +283,7 @@ fn the_hop_after_the_last_recorded_one_is_found_in_any_shard() {
     let states: Vec<State> = (1..=4)
         .map(|n| State::with_shards(Thresholds::default(), n))
         .collect();
-    let mut records = RecordBatch::default();
-    for (t, d) in &datagrams {
-        decode_into(
-            d,
-            *t,
-            &common::detect_cfg(),
-            FlowKeyMode::Innermost,
-            &mut records,
-        )
-        .unwrap();
-        for r in records.records() {
-            one.process(r);
-        }
-        for s in &states {
-            s.process_batch(records.records());
-        }
-        records.clear();
-    }
+    replay(&datagrams, &one, &states);
     let suspects = |s: &State| -> Vec<Value> {
         s.events()
             .events()
