@@ -16,8 +16,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use intscope_wire::locate::FlowKey;
-
 use crate::detect::DetectConfig;
 pub use crate::event::EVENT_LOG;
 use crate::event::{Event, EventKind, EventLog, lock};
@@ -373,13 +371,6 @@ impl View<'_> {
         self.flows.iter().map(|s| s.flows.len()).sum()
     }
 
-    /// The flow with this key.
-    pub fn flow(&self, key: &FlowKey) -> Option<&FlowState> {
-        self.flows[flow_shard(key_hash(key), self.flows.len())]
-            .flows
-            .get(key)
-    }
-
     /// The flow with API ID `id`.
     pub fn flow_by_id(&self, id: u64) -> Option<&FlowState> {
         self.flows.iter().find_map(|s| s.flow_by_id(id))
@@ -444,15 +435,6 @@ impl View<'_> {
                 t.without_flow += s.counters.without_flow;
                 t
             })
-    }
-
-    /// The latest record time seen.
-    pub fn last_time_ns(&self) -> u64 {
-        self.fabric
-            .iter()
-            .map(|s| s.last_time_ns)
-            .max()
-            .unwrap_or(0)
     }
 
     /// The newest events, oldest first.
