@@ -111,7 +111,9 @@ impl IntervalAgg {
     }
 }
 
-/// State of one port of a node.
+/// State of one port of a node, with the queues and links behind it: a hop finds all three with
+/// the node's and the port's lookups (a table per kind made four lookups a hop, a third of the
+/// fabric's work).
 #[derive(Debug, Clone, Default)]
 pub struct PortState {
     /// Since the last store flush: hop latency samples and drops.
@@ -126,6 +128,24 @@ pub struct PortState {
     pub last_latency: Option<u32>,
     /// Drops reported at this port.
     pub drops: u64,
+    /// Its egress queues by queue ID (a handful: scanned, not hashed).
+    pub queues: Vec<(u8, QueueState)>,
+    /// Links leaving through it, by the next node and its ingress port (one, unless the port
+    /// was recabled).
+    pub links: Vec<((u32, u32), LinkState)>,
+}
+
+impl PortState {
+    /// Queue `id`, made empty if new.
+    fn queue_entry(&mut self, id: u8) -> &mut QueueState {
+        match self.queues.iter().position(|(q, _)| *q == id) {
+            Some(i) => &mut self.queues[i].1,
+            None => {
+                self.queues.push((id, QueueState::default()));
+                &mut self.queues.last_mut().expect("just pushed").1
+            }
+        }
+    }
 }
 
 /// State of one node.
@@ -207,12 +227,9 @@ pub struct FabricShard {
     cfg: DetectConfig,
     /// Report loss per source.
     pub seq: SeqTracker,
-    /// Queues.
-    pub queues: HashMap<QueueKey, QueueState>,
-    /// Nodes (hashed: every hop of every report looks one up).
+    /// Nodes, with their ports, queues and links (hashed: every hop of every report looks one
+    /// up).
     pub nodes: HashMap<u32, NodeState>,
-    /// Links.
-    pub links: HashMap<LinkKey, LinkState>,
     /// Record counters (of the records whose reporter this shard owns).
     pub counters: RecordCounters,
     /// Latest record time seen.
@@ -280,12 +297,8 @@ impl FabricShard {
         log: &Mutex<EventLog>,
     ) {
         self.last_time_ns = self.last_time_ns.max(r.time_ns);
-        self.observe_hop(r, hop, seen.id, log);
-        if parts.links
-            && let Some(next) = r.hops().get(index + 1)
-        {
-            self.observe_link(r, hop, next);
-        }
+        let next = r.hops().get(index + 1).filter(|_| parts.links);
+        self.observe_hop(r, hop, next, seen.id, log);
         if parts.last_recorded == Some(index) {
             self.observe_limits(r, Some(hop), seen.id, log);
         }
@@ -322,8 +335,7 @@ impl FabricShard {
         while i < self.open_episodes.len() {
             let key = self.open_episodes[i];
             let last_seen = self
-                .queues
-                .get(&key)
+                .queue_mut(key)
                 .and_then(|q| q.episode.as_ref())
                 .map(|ep| ep.last_seen_ns);
             let Some(last_seen) = last_seen else {
@@ -336,7 +348,7 @@ impl FabricShard {
                 continue;
             }
             self.open_episodes.swap_remove(i);
-            let Some(ep) = self.queues.get_mut(&key).and_then(|q| q.episode.take()) else {
+            let Some(ep) = self.queue_mut(key).and_then(|q| q.episode.take()) else {
                 continue;
             };
             let end = ep.last_high_ns;
@@ -359,9 +371,52 @@ impl FabricShard {
         }
     }
 
-    /// `id`: the record's flow's API ID. The flow is assembled only where it is used: most
-    /// hops raise nothing.
-    fn observe_hop(&mut self, r: &Record, hop: &Hop, id: Option<u64>, log: &Mutex<EventLog>) {
+    /// Queue `key`, if seen.
+    fn queue_mut(&mut self, key: QueueKey) -> Option<&mut QueueState> {
+        let port = self
+            .nodes
+            .get_mut(&key.node())?
+            .ports
+            .get_mut(&key.port())?;
+        port.queues
+            .iter_mut()
+            .find(|(q, _)| *q == key.queue())
+            .map(|(_, qs)| qs)
+    }
+
+    /// Every queue.
+    pub fn queues(&self) -> impl Iterator<Item = (QueueKey, &QueueState)> {
+        self.nodes.iter().flat_map(|(&node, n)| {
+            n.ports.iter().flat_map(move |(&port, ps)| {
+                ps.queues
+                    .iter()
+                    .map(move |(q, qs)| (QueueKey::new(node, port, *q), qs))
+            })
+        })
+    }
+
+    /// Every link (they live in the shard of the node they leave).
+    pub fn links(&self) -> impl Iterator<Item = (LinkKey, &LinkState)> {
+        self.nodes.iter().flat_map(|(&node, n)| {
+            n.ports.iter().flat_map(move |(&port, ps)| {
+                ps.links
+                    .iter()
+                    .map(move |&((to, to_port), ref l)| ((node, port, to, to_port), l))
+            })
+        })
+    }
+
+    /// Hop `hop` of record `r`: its node, its egress port, queue and, when `next` is the
+    /// neighbour it forwarded to, the link between them. `id`: the record's flow's API ID. The
+    /// flow is assembled only where it is used: most hops raise nothing.
+    fn observe_hop(
+        &mut self,
+        r: &Record,
+        hop: &Hop,
+        next: Option<&Hop>,
+        id: Option<u64>,
+        log: &Mutex<EventLog>,
+    ) {
         let now = r.time_ns;
         {
             let node = self.nodes.entry(hop.node_id).or_insert_with(|| NodeState {
@@ -402,96 +457,33 @@ impl FabricShard {
                         .raise(log, now, EventKind::LatencyAnomaly, place, ev);
                 }
             }
+            if let Some((to, to_port)) = next.and_then(|b| Some((b.node_id, b.ingress_if?))) {
+                let link = match ps.links.iter().position(|(k, _)| *k == (to, to_port)) {
+                    Some(i) => &mut ps.links[i].1,
+                    None => {
+                        ps.links.push(((to, to_port), LinkState::default()));
+                        &mut ps.links.last_mut().expect("just pushed").1
+                    }
+                };
+                link.reports += 1;
+                link.last_seen_ns = now;
+            }
             if let (Some(q), Some(occ)) = (hop.queue_id, hop.queue_occupancy) {
                 let key = QueueKey::new(hop.node_id, port, q);
-                self.observe_queue(now, key, occ, hop, r, id, log);
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn observe_queue(
-        &mut self,
-        now: u64,
-        key: QueueKey,
-        occ: u32,
-        hop: &Hop,
-        r: &Record,
-        id: Option<u64>,
-        log: &Mutex<EventLog>,
-    ) {
-        // Episodes are timed on the switch's clock when its metadata carries timestamps (one
-        // queue, one clock): transport delay and report batching do not stretch a microburst.
-        let clock = hop.egress_ts.or(hop.ingress_ts).unwrap_or(now);
-        let cfg = &self.cfg;
-        let qs = self.queues.entry(key).or_default();
-        qs.occupancy = occ;
-        qs.max_occupancy = qs.max_occupancy.max(occ);
-        qs.interval.add(u64::from(occ));
-        qs.hop_latency = hop.hop_latency.or(qs.hop_latency);
-        qs.reports += 1;
-        qs.last_seen_ns = now;
-        // The heatmap's series: the maximum occupancy per 250 ms bucket (report time).
-        let bucket = now - now % QUEUE_BUCKET_NS;
-        match qs.series.back_mut() {
-            Some((t, max)) if *t == bucket => *max = (*max).max(occ),
-            _ => {
-                if qs.series.len() == QUEUE_SERIES {
-                    qs.series.pop_front();
-                }
-                qs.series.push_back((bucket, occ));
-            }
-        }
-        let mut started = false;
-        let mut ended = None;
-        if let Some(ep) = qs.episode.as_mut() {
-            if occ <= cfg.congestion_end {
-                ended = qs.episode.take().map(|ep| (ep, clock));
-            } else {
-                ep.last_high_ns = clock;
-                ep.last_seen_ns = now;
-                ep.max_occupancy = ep.max_occupancy.max(occ);
-                ep.total += u64::from(occ);
-                if let Some((k, id)) = r.flow.zip(id)
-                    && (ep.flows.len() < EPISODE_FLOWS || ep.flows.contains_key(&k))
+                let qs = ps.queue_entry(q);
+                let cfg = &self.cfg;
+                let (open_episodes, raiser) = (&mut self.open_episodes, &mut self.raiser);
+                if let Some((ep, end)) =
+                    observe_queue(cfg, open_episodes, raiser, qs, key, occ, hop, r, id, log)
                 {
-                    ep.flows.entry(k).or_insert((id, 0)).1 += u64::from(occ);
+                    self.close_episode(now, key, ep, end, log);
                 }
             }
-        } else if occ >= cfg.congestion_start || (r.congested && occ > cfg.congestion_end) {
-            let mut ep = Episode {
-                start_ns: clock,
-                last_high_ns: clock,
-                last_seen_ns: now,
-                max_occupancy: occ,
-                total: u64::from(occ),
-                flows: HashMap::default(),
-            };
-            if let Some((k, id)) = r.flow.zip(id) {
-                ep.flows.insert(k, (id, u64::from(occ)));
-            }
-            qs.episode = Some(ep);
-            started = true;
-        }
-        if started {
-            if !self.open_episodes.contains(&key) {
-                self.open_episodes.push(key);
-            }
-            let threshold = cfg.congestion_start;
-            let ev = move || json!({"queue_occupancy": occ, "threshold": threshold, "hop_latency": hop.hop_latency, "q_flag": r.congested});
-            self.raiser.raise(
-                log,
-                now,
-                EventKind::CongestionStart,
-                queue_place(key, r.flow.zip(id)),
-                ev,
-            );
-        }
-        if let Some((ep, end)) = ended {
-            self.close_episode(now, key, ep, end, log);
         }
     }
+}
 
+impl FabricShard {
     /// Raises the end of a congestion episode: a microburst if it was short, with the flows that
     /// filled the queue most.
     #[inline(never)]
@@ -529,24 +521,13 @@ impl FabricShard {
     }
 
     /// The node at the other end of `node`'s egress `port`, if a link from it has been seen
-    /// (links live in the shard of the node they leave).
+    /// (links live in the shard of the node they leave): the one seen last, if it was recabled.
     fn next_node(&self, node: u32, port: u32) -> Option<u32> {
-        self.links
-            .keys()
-            .find(|(a, ap, ..)| *a == node && *ap == port)
-            .map(|(_, _, b, _)| *b)
-    }
-
-    /// The link from hop `a` to the next hop `b` of record `r`.
-    fn observe_link(&mut self, r: &Record, a: &Hop, b: &Hop) {
-        if let (Some(out), Some(inp)) = (a.egress_if, b.ingress_if) {
-            let l = self
-                .links
-                .entry((a.node_id, out, b.node_id, inp))
-                .or_default();
-            l.reports += 1;
-            l.last_seen_ns = r.time_ns;
-        }
+        let ps = self.nodes.get(&node)?.ports.get(&port)?;
+        ps.links
+            .iter()
+            .max_by_key(|(_, l)| l.last_seen_ns)
+            .map(|&((to, _), _)| to)
     }
 
     /// The reporter's drop and hidden-hop detectors.
@@ -631,6 +612,92 @@ impl FabricShard {
             };
             self.raiser.raise(log, r.time_ns, kind, place, ev);
         }
+    }
+}
+
+/// A sample of queue `key` (state `qs`) from hop `hop` of record `r`: its series and congestion
+/// episode. Returns the episode it ended (and the end time) for the shard to close.
+#[allow(clippy::too_many_arguments)]
+fn observe_queue(
+    cfg: &DetectConfig,
+    open_episodes: &mut Vec<QueueKey>,
+    raiser: &mut Raiser,
+    qs: &mut QueueState,
+    key: QueueKey,
+    occ: u32,
+    hop: &Hop,
+    r: &Record,
+    id: Option<u64>,
+    log: &Mutex<EventLog>,
+) -> Option<(Episode, u64)> {
+    {
+        let now = r.time_ns;
+        // Episodes are timed on the switch's clock when its metadata carries timestamps (one
+        // queue, one clock): transport delay and report batching do not stretch a microburst.
+        let clock = hop.egress_ts.or(hop.ingress_ts).unwrap_or(now);
+        qs.occupancy = occ;
+        qs.max_occupancy = qs.max_occupancy.max(occ);
+        qs.interval.add(u64::from(occ));
+        qs.hop_latency = hop.hop_latency.or(qs.hop_latency);
+        qs.reports += 1;
+        qs.last_seen_ns = now;
+        // The heatmap's series: the maximum occupancy per 250 ms bucket (report time).
+        let bucket = now - now % QUEUE_BUCKET_NS;
+        match qs.series.back_mut() {
+            Some((t, max)) if *t == bucket => *max = (*max).max(occ),
+            _ => {
+                if qs.series.len() == QUEUE_SERIES {
+                    qs.series.pop_front();
+                }
+                qs.series.push_back((bucket, occ));
+            }
+        }
+        let mut started = false;
+        let mut ended = None;
+        if let Some(ep) = qs.episode.as_mut() {
+            if occ <= cfg.congestion_end {
+                ended = qs.episode.take().map(|ep| (ep, clock));
+            } else {
+                ep.last_high_ns = clock;
+                ep.last_seen_ns = now;
+                ep.max_occupancy = ep.max_occupancy.max(occ);
+                ep.total += u64::from(occ);
+                if let Some((k, id)) = r.flow.zip(id)
+                    && (ep.flows.len() < EPISODE_FLOWS || ep.flows.contains_key(&k))
+                {
+                    ep.flows.entry(k).or_insert((id, 0)).1 += u64::from(occ);
+                }
+            }
+        } else if occ >= cfg.congestion_start || (r.congested && occ > cfg.congestion_end) {
+            let mut ep = Episode {
+                start_ns: clock,
+                last_high_ns: clock,
+                last_seen_ns: now,
+                max_occupancy: occ,
+                total: u64::from(occ),
+                flows: HashMap::default(),
+            };
+            if let Some((k, id)) = r.flow.zip(id) {
+                ep.flows.insert(k, (id, u64::from(occ)));
+            }
+            qs.episode = Some(ep);
+            started = true;
+        }
+        if started {
+            if !open_episodes.contains(&key) {
+                open_episodes.push(key);
+            }
+            let threshold = cfg.congestion_start;
+            let ev = move || json!({"queue_occupancy": occ, "threshold": threshold, "hop_latency": hop.hop_latency, "q_flag": r.congested});
+            raiser.raise(
+                log,
+                now,
+                EventKind::CongestionStart,
+                queue_place(key, r.flow.zip(id)),
+                ev,
+            );
+        }
+        ended
     }
 }
 

@@ -67,10 +67,10 @@ impl FlowShard {
         self.flows.get(&self.flow_ids[i].1)
     }
 
-    /// Starts loading the state of the flow keyed `key`, filed under `hash`.
+    /// Starts loading the state of the flow whose key hashes to `hash`.
     #[inline]
-    pub fn prefetch(&self, hash: u64, key: &FlowKey) {
-        self.flows.prefetch_hashed(hash, key);
+    pub fn prefetch(&self, hash: u64) {
+        self.flows.prefetch_hashed(hash);
     }
 
     /// Joins what waited past its window and lets idle flows go. The state calls it at the same

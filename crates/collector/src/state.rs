@@ -233,9 +233,7 @@ impl State {
             // Flow states are correlation's cache misses: start loading the shard's first, in a
             // tight loop whose lookups the CPU overlaps, then process.
             for &w in work.iter().filter(|&&w| w & SWEEP == 0) {
-                if let Some(key) = &records[w as usize].flow {
-                    shard.prefetch(hashes[w as usize], key);
-                }
+                shard.prefetch(hashes[w as usize]);
             }
             for &w in work {
                 let i = (w & !SWEEP) as usize;
@@ -402,16 +400,12 @@ impl View<'_> {
 
     /// Every queue.
     pub fn queues(&self) -> impl Iterator<Item = (QueueKey, &QueueState)> {
-        self.fabric
-            .iter()
-            .flat_map(|s| s.queues.iter().map(|(k, v)| (*k, v)))
+        self.fabric.iter().flat_map(|s| s.queues())
     }
 
     /// Every link.
     pub fn links(&self) -> impl Iterator<Item = (LinkKey, &LinkState)> {
-        self.fabric
-            .iter()
-            .flat_map(|s| s.links.iter().map(|(k, v)| (*k, v)))
+        self.fabric.iter().flat_map(|s| s.links())
     }
 
     /// Report sequence accounting per (node, hw_id).

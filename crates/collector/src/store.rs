@@ -543,22 +543,22 @@ pub fn collect_batch(
         *last_event = log.next_id();
     }
     state.each_fabric_shard(|shard| {
-        for (k, qs) in &mut shard.queues {
-            let a = std::mem::take(&mut qs.interval);
-            if a.samples > 0 {
-                b.queues.push(AggRow {
-                    node_id: k.node(),
-                    port: k.port(),
-                    queue_id: Some(k.queue()),
-                    samples: a.samples,
-                    avg: a.sum as f64 / a.samples as f64,
-                    max: a.max,
-                    drops: 0,
-                });
-            }
-        }
         for (&node, n) in &mut shard.nodes {
             for (&port, ps) in &mut n.ports {
+                for (queue, qs) in &mut ps.queues {
+                    let a = std::mem::take(&mut qs.interval);
+                    if a.samples > 0 {
+                        b.queues.push(AggRow {
+                            node_id: node,
+                            port,
+                            queue_id: Some(*queue),
+                            samples: a.samples,
+                            avg: a.sum as f64 / a.samples as f64,
+                            max: a.max,
+                            drops: 0,
+                        });
+                    }
+                }
                 let a = std::mem::take(&mut ps.interval);
                 if a.samples > 0 || a.drops > 0 {
                     let avg = if a.samples > 0 {
