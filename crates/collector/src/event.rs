@@ -7,7 +7,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use intscope_wire::locate::FlowKey;
 use rustc_hash::FxHashMap as HashMap;
-use serde_json::Value;
+
+use crate::evidence::Evidence;
 
 /// Kinds of event.
 #[derive(
@@ -143,7 +144,7 @@ pub struct Event {
     /// The flow's API ID.
     pub flow_id: Option<u64>,
     /// Evidence (kind-specific).
-    pub evidence: Value,
+    pub evidence: Evidence,
 }
 
 /// Events kept in memory (the newest).
@@ -202,7 +203,7 @@ impl EventLog {
         self.next_id = self.next_id.max(next);
     }
 
-    fn push(&mut self, time_ns: u64, kind: EventKind, place: Place, evidence: Value) {
+    fn push(&mut self, time_ns: u64, kind: EventKind, place: Place, evidence: Evidence) {
         *self.counts.entry(kind).or_default() += 1;
         let id = self.next_id;
         self.next_id += 1;
@@ -254,7 +255,7 @@ impl Raiser {
         now: u64,
         kind: EventKind,
         place: Place,
-        evidence: impl FnOnce() -> Value,
+        evidence: impl FnOnce() -> Evidence,
     ) {
         let limited = !matches!(
             kind,

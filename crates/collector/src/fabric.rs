@@ -15,10 +15,10 @@ use rustc_hash::FxHashMap as HashMap;
 
 use intscope_wire::locate::FlowKey;
 use intscope_wire::report::drop_reason_name;
-use serde_json::{Value, json};
 
 use crate::detect::DetectConfig;
-use crate::event::{EventKind, EventLog, FlowRef, Place, Raiser};
+use crate::event::{EventKind, EventLog, Place, Raiser};
+use crate::evidence::{Culprit, Evidence};
 use crate::rank;
 use crate::record::{Hop, Record, Version};
 use crate::seq::{SeqOutcome, SeqTracker};
@@ -361,7 +361,12 @@ impl FabricShard {
             self.seq
                 .observe(r.node_id, r.hw_id, r.seq, r.version.seq_bits())
         {
-            let ev = move || json!({"hw_id": r.hw_id, "lost": lost, "expected_seq": expected, "received_seq": r.seq});
+            let ev = move || Evidence::LostReports {
+                hw_id: r.hw_id,
+                lost,
+                expected_seq: expected,
+                received_seq: r.seq,
+            };
             let place = Place {
                 node: Some(r.node_id),
                 ..Place::default()
@@ -446,7 +451,12 @@ impl FabricShard {
                 };
                 ps.latency_samples = ps.latency_samples.saturating_add(1);
                 if anomalous {
-                    let ev = move || json!({"hop_latency": lat, "baseline": baseline.round(), "factor": (f64::from(lat) / baseline.max(1.0) * 10.0).round() / 10.0, "queue_occupancy": hop.queue_occupancy});
+                    let ev = move || Evidence::LatencyAnomaly {
+                        hop_latency: lat,
+                        baseline: baseline.round(),
+                        factor: (f64::from(lat) / baseline.max(1.0) * 10.0).round() / 10.0,
+                        queue_occupancy: hop.queue_occupancy,
+                    };
                     let place = Place {
                         node: Some(hop.node_id),
                         port: Some(port),
@@ -501,8 +511,10 @@ impl FabricShard {
         let total = ep.total.max(1) as f64;
         let ranked: Vec<_> = culprits
             .into_iter()
-            .map(|(k, (id, occ_sum))| {
-                json!({"flow": FlowRef::from(k), "flow_id": id, "share": ((*occ_sum as f64) / total * 1000.0).round() / 1000.0})
+            .map(|(k, (id, occ_sum))| Culprit {
+                flow: *k,
+                flow_id: *id,
+                share: ((*occ_sum as f64) / total * 1000.0).round() / 1000.0,
             })
             .collect();
         let kind = if duration <= self.cfg.microburst_max_ns {
@@ -510,11 +522,11 @@ impl FabricShard {
         } else {
             EventKind::CongestionEnd
         };
-        let ev = move || {
-            let mut ev = json!({"start_ns": ep.start_ns, "duration_ns": duration, "max_occupancy": ep.max_occupancy});
-            // Moved in: `json!` would serialize a deep copy of the list.
-            ev["culprit_flows"] = Value::Array(ranked);
-            ev
+        let ev = move || Evidence::Episode {
+            start_ns: ep.start_ns,
+            duration_ns: duration,
+            max_occupancy: ep.max_occupancy,
+            culprit_flows: ranked,
         };
         self.raiser
             .raise(log, now, kind, queue_place(key, None), ev);
@@ -554,7 +566,10 @@ impl FabricShard {
                 ps.drops += 1;
                 ps.interval.drops += 1;
             }
-            let ev = move || json!({"drop_reason": r.drop_reason, "drop_reason_name": r.drop_reason.and_then(drop_reason_name)});
+            let ev = move || Evidence::Drop {
+                drop_reason: r.drop_reason,
+                drop_reason_name: r.drop_reason.and_then(drop_reason_name),
+            };
             let place = Place {
                 node: Some(r.node_id),
                 port: last.egress_if,
@@ -565,7 +580,13 @@ impl FabricShard {
         }
         if let Some(gap) = gap.filter(|_| hidden_hops) {
             let head_hops = seen.head_hops;
-            let ev = move || json!({"ip_ttl": r.ip_ttl, "assumed_initial_ttl": gap.initial_ttl, "ttl_decrement": gap.ttl_decrement, "int_hops": r.int_hops + head_hops, "non_int_hops": gap.non_int});
+            let ev = move || Evidence::NonIntHops {
+                ip_ttl: r.ip_ttl,
+                assumed_initial_ttl: gap.initial_ttl,
+                ttl_decrement: gap.ttl_decrement,
+                int_hops: r.int_hops + head_hops,
+                non_int_hops: gap.non_int,
+            };
             let place = Place {
                 node: Some(r.node_id),
                 flow,
@@ -595,15 +616,13 @@ impl FabricShard {
                 continue;
             }
             let suspect = last.and_then(|h| self.next_node(h.node_id, h.egress_if?));
-            let ev = move || {
-                json!({
-                    "int_hops": r.int_hops,
-                    "path": r.hops().iter().map(|h| h.node_id).collect::<Vec<_>>(),
-                    "last_recorded_node": last.map(|h| h.node_id),
-                    "last_recorded_egress_port": last.and_then(|h| h.egress_if),
-                    "suspect_node": suspect,
-                    "reported_by": r.node_id,
-                })
+            let ev = move || Evidence::Limit {
+                int_hops: r.int_hops,
+                path: r.hops().iter().map(|h| h.node_id).collect(),
+                last_recorded_node: last.map(|h| h.node_id),
+                last_recorded_egress_port: last.and_then(|h| h.egress_if),
+                suspect_node: suspect,
+                reported_by: r.node_id,
             };
             let place = Place {
                 node: Some(suspect.unwrap_or(r.node_id)),
@@ -688,7 +707,12 @@ fn observe_queue(
                 open_episodes.push(key);
             }
             let threshold = cfg.congestion_start;
-            let ev = move || json!({"queue_occupancy": occ, "threshold": threshold, "hop_latency": hop.hop_latency, "q_flag": r.congested});
+            let ev = move || Evidence::CongestionStart {
+                queue_occupancy: occ,
+                threshold,
+                hop_latency: hop.hop_latency,
+                q_flag: r.congested,
+            };
             raiser.raise(
                 log,
                 now,

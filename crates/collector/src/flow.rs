@@ -984,7 +984,11 @@ mod tests {
             assert_eq!(found.id, u64::from(port));
         }
         assert_eq!(table.slot_hashed(7, &key(100)), None);
-        assert_eq!(table.slot_hashed(8, &key(5)), None, "another hash, another bucket");
+        assert_eq!(
+            table.slot_hashed(8, &key(5)),
+            None,
+            "another hash, another bucket"
+        );
     }
 
     proptest::proptest! {

@@ -9,10 +9,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use intscope_wire::locate::FlowKey;
-use serde_json::json;
 
 use crate::detect::DetectConfig;
 use crate::event::{EventKind, EventLog, Place, Raiser};
+use crate::evidence::Evidence;
 use crate::fabric::{FlowSeen, spread};
 use crate::flow::{FlowState, FlowTable, Path, PathTable};
 use crate::record::Record;
@@ -215,7 +215,11 @@ impl FlowShard {
             .position(|(a, b)| a != b)
             .unwrap_or(old.len().min(new.len()));
         let at = new.get(diverge.saturating_sub(1)).copied();
-        let ev = move || json!({"old_path": old, "new_path": new, "diverges_after_hop": diverge});
+        let ev = move || Evidence::PathChange {
+            old_path: old,
+            new_path: new,
+            diverges_after_hop: diverge,
+        };
         let place = Place {
             node: at.map(|h| h.node_id),
             port: at.and_then(|h| h.egress_if),

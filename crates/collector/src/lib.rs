@@ -12,6 +12,7 @@
 pub mod api;
 pub mod detect;
 pub mod event;
+pub mod evidence;
 pub mod fabric;
 pub mod flow;
 pub mod flow_shard;

@@ -243,7 +243,7 @@ impl Store for SqliteStore {
                     f.map(|f| f.proto),
                     f.map(|f| f.src_port),
                     f.map(|f| f.dst_port),
-                    e.evidence.to_string()
+                    e.evidence.to_json().to_string()
                 ])?;
             }
             let mut fl = tx.prepare_cached(

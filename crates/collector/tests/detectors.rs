@@ -52,7 +52,7 @@ fn path_change_fires_on_a_new_spine_only() {
         80,
         "the original port restored from the shim"
     );
-    assert_eq!(ev[0].evidence["new_path"][1]["node_id"], 102);
+    assert_eq!(ev[0].evidence.to_json()["new_path"][1]["node_id"], 102);
     let v = s.read();
     let f = v.flow_by_id(ev[0].flow_id.unwrap()).unwrap();
     assert_eq!(
@@ -83,7 +83,7 @@ fn latency_anomaly_against_the_hop_baseline() {
                 (e.node_id, e.port, e.queue_id),
                 (Some(101), Some(2), Some(0))
             );
-            assert_eq!(e.evidence["hop_latency"], 45_000);
+            assert_eq!(e.evidence.to_json()["hop_latency"], 45_000);
         }
     }
 }
@@ -100,7 +100,7 @@ fn drop_with_reason_by_name() {
     let ev = events(&s, EventKind::Drop);
     assert_eq!(ev.len(), 1);
     assert_eq!((ev[0].node_id, ev[0].port), (Some(2), Some(5)));
-    assert_eq!(ev[0].evidence["drop_reason_name"], "routing-miss");
+    assert_eq!(ev[0].evidence.to_json()["drop_reason_name"], "routing-miss");
     assert_eq!(s.read().node(2).unwrap().drops[&29], 1);
     // Dropped at the spine: the path stops short there, and that is no path change.
     let mut r = Rep::new(2, &[LEAF1], SPINE_A);
@@ -153,7 +153,8 @@ fn congestion_episode_names_culprit_flows() {
         1,
         "15 ms is longer than the 2 ms microburst window"
     );
-    let culprits = end[0].evidence["culprit_flows"].as_array().unwrap();
+    let evidence = end[0].evidence.to_json();
+    let culprits = evidence["culprit_flows"].as_array().unwrap();
     assert_eq!(
         culprits[0]["flow"]["dst"], "10.0.1.9",
         "the flow that filled the queue most, first"
@@ -177,8 +178,8 @@ fn microburst_is_a_short_episode() {
     );
     let mb = events(&s, EventKind::Microburst);
     assert_eq!(mb.len(), 1);
-    assert_eq!(mb[0].evidence["duration_ns"], MS / 2);
-    assert_eq!(mb[0].evidence["max_occupancy"], 4000);
+    assert_eq!(mb[0].evidence.to_json()["duration_ns"], MS / 2);
+    assert_eq!(mb[0].evidence.to_json()["max_occupancy"], 4000);
     assert!(events(&s, EventKind::CongestionEnd).is_empty());
 }
 
@@ -197,7 +198,7 @@ fn lost_reports_from_sequence_gaps() {
     let ev = events(&s, EventKind::LostReports);
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].node_id, Some(2));
-    assert_eq!(ev[0].evidence["lost"], 6);
+    assert_eq!(ev[0].evidence.to_json()["lost"], 6);
     assert_eq!(s.read().reports_lost(), 6);
 }
 
@@ -230,7 +231,7 @@ fn non_int_hops_from_ttl() {
     feed(&mut s, &r.datagram(), MS);
     let ev = events(&s, EventKind::NonIntHops);
     assert_eq!(ev.len(), 1);
-    assert_eq!(ev[0].evidence["non_int_hops"], 3);
+    assert_eq!(ev[0].evidence.to_json()["non_int_hops"], 3);
     // INT hops that could not add metadata (M: no room under the MTU, E: hop limit) explain the
     // extra decrements themselves.
     for (m, e) in [(true, false), (false, true)] {
@@ -325,7 +326,7 @@ fn per_hop_reports_join_into_paths() {
     postcard(1, 3, 20 * MS, &mut s);
     let ev = events(&s, EventKind::PathChange);
     assert_eq!(ev.len(), 1);
-    assert_eq!(ev[0].evidence["new_path"][1]["node_id"], 102);
+    assert_eq!(ev[0].evidence.to_json()["new_path"][1]["node_id"], 102);
     // A quiet window also closes a path.
     let mut t = state();
     postcard(1, 3, 0, &mut t);
@@ -364,7 +365,7 @@ fn filtered_switches_going_quiet_still_end_episodes_and_paths() {
     let mb = events(&s, EventKind::Microburst);
     assert_eq!(mb.len(), 1, "quiet queue closes its episode");
     assert_eq!(
-        mb[0].evidence["duration_ns"],
+        mb[0].evidence.to_json()["duration_ns"],
         3 * MS / 4,
         "ends at the last congested sample"
     );

@@ -97,7 +97,7 @@ fn content(s: &State) -> Vec<String> {
         lines.push(format!("source {k:?} {st:?}"));
     }
     for e in v.events() {
-        let mut evidence = e.evidence.clone();
+        let mut evidence = e.evidence.to_json();
         if let Some(culprits) = evidence
             .get_mut("culprit_flows")
             .and_then(Value::as_array_mut)
@@ -289,7 +289,7 @@ fn the_hop_after_the_last_recorded_one_is_found_in_any_shard() {
             .events()
             .iter()
             .filter(|e| e.kind == EventKind::HopLimit)
-            .map(|e| e.evidence["suspect_node"].clone())
+            .map(|e| e.evidence.to_json()["suspect_node"].clone())
             .collect()
     };
     assert_eq!(suspects(&one), vec![Value::from(101)]);

@@ -131,8 +131,8 @@ fn link_down_rehashes_flows_onto_the_other_spine() {
             Some(src_leaf),
             "the paths diverge after the ingress leaf"
         );
-        assert_eq!(e.evidence["old_path"][1]["node_id"], 101);
-        assert_eq!(e.evidence["new_path"][1]["node_id"], 102);
+        assert_eq!(e.evidence.to_json()["old_path"][1]["node_id"], 101);
+        assert_eq!(e.evidence.to_json()["new_path"][1]["node_id"], 102);
     }
     assert!(ev.iter().any(|e| e.node_id == Some(1)));
 }
@@ -155,7 +155,7 @@ fn routing_miss_drops_with_the_reason() {
     assert!(!ev.is_empty());
     for e in &ev {
         assert_eq!(e.node_id, Some(1));
-        assert_eq!(e.evidence["drop_reason_name"], "routing-miss");
+        assert_eq!(e.evidence.to_json()["drop_reason_name"], "routing-miss");
         assert!(
             FlowRef::from(e.flow.as_ref().unwrap())
                 .dst
@@ -188,7 +188,8 @@ fn incast_is_a_microburst_with_its_culprits() {
         !bursts.is_empty(),
         "the receiving leaf's host port saw the burst"
     );
-    let culprits = bursts[0].evidence["culprit_flows"].as_array().unwrap();
+    let evidence = bursts[0].evidence.to_json();
+    let culprits = evidence["culprit_flows"].as_array().unwrap();
     assert!(culprits.len() > 3);
     assert!(
         culprits
@@ -211,7 +212,7 @@ fn a_spine_without_int_is_found_from_ttl() {
     let ev = events(&c, EventKind::NonIntHops);
     assert!(!ev.is_empty());
     for e in &ev {
-        assert_eq!(e.evidence["non_int_hops"], 1, "{e:?}");
+        assert_eq!(e.evidence.to_json()["non_int_hops"], 1, "{e:?}");
         // The sink found it: the destination's leaf.
         let dst_leaf: u32 = FlowRef::from(e.flow.as_ref().unwrap())
             .dst
@@ -257,8 +258,14 @@ fn a_small_mtu_sets_the_m_bit() {
         );
         // Only the source recorded; the link it left by leads to the spine that had no room.
         assert!(matches!(e.node_id, Some(101 | 102)), "{e:?}");
-        assert_eq!(e.evidence["last_recorded_node"], e.evidence["path"][0]);
-        assert_eq!(e.evidence["reported_by"], e.evidence["path"][1]);
+        assert_eq!(
+            e.evidence.to_json()["last_recorded_node"],
+            e.evidence.to_json()["path"][0]
+        );
+        assert_eq!(
+            e.evidence.to_json()["reported_by"],
+            e.evidence.to_json()["path"][1]
+        );
     }
 }
 
@@ -327,7 +334,7 @@ fn a_forwarding_loop_hits_the_hop_limit_and_ttl() {
     assert!(
         drops
             .iter()
-            .any(|e| e.evidence["drop_reason_name"] == "ip-ttl-zero")
+            .any(|e| e.evidence.to_json()["drop_reason_name"] == "ip-ttl-zero")
     );
 }
 
@@ -380,14 +387,15 @@ fn a_slow_port_is_a_long_congestion_episode() {
     assert!(at_port(EventKind::Microburst).is_empty());
     let end = at_port(EventKind::CongestionEnd);
     assert_eq!(end.len(), 1, "longer than a microburst");
-    let d = end[0].evidence["duration_ns"].as_u64().unwrap();
+    let d = end[0].evidence.to_json()["duration_ns"].as_u64().unwrap();
     // From the queue's filling (6 ms in) to the end of the fault, plus draining what was queued
     // at the slow rate.
     assert!(
         (20 * MS..=50 * MS).contains(&d),
         "about the fault's 30 ms: {d}"
     );
-    let culprits = end[0].evidence["culprit_flows"].as_array().unwrap();
+    let evidence = end[0].evidence.to_json();
+    let culprits = evidence["culprit_flows"].as_array().unwrap();
     assert_eq!(
         culprits[0]["flow"]["dst"],
         mix[0].dst.to_string(),
