@@ -16,7 +16,6 @@ use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
 use crate::event::{Event, EventKind, FlowRef};
-use crate::fabric::in_key_order;
 use crate::flow::FlowState;
 use crate::ingest::Collector;
 use crate::rank;
@@ -141,7 +140,7 @@ async fn nodes(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
             nodes
                 .into_iter()
                 .map(|(id, n)| {
-                    let ports: Vec<Value> = in_key_order(&n.ports)
+                    let ports: Vec<Value> = n.ports.in_id_order()
                         .into_iter()
                         .map(|(p, ps)| json!({"port": p, "tx_util": ps.tx_util, "utilization": utilization(ps.tx_util, full_scale), "hop_latency": ps.last_latency, "hop_latency_baseline": ps.latency_baseline.round(), "drops": ps.drops}))
                         .collect();

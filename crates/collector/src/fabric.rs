@@ -19,6 +19,7 @@ use intscope_wire::report::drop_reason_name;
 use crate::detect::DetectConfig;
 use crate::event::{EventKind, EventLog, Place, Raiser};
 use crate::evidence::{Culprit, Evidence};
+use crate::id_table::IdTable;
 use crate::rank;
 use crate::record::{Hop, Record, Version};
 use crate::seq::{SeqOutcome, SeqTracker};
@@ -162,14 +163,7 @@ pub struct NodeState {
     /// Drops it reported, by reason code.
     pub drops: BTreeMap<u8, u64>,
     /// Its ports (egress side).
-    pub ports: HashMap<u32, PortState>,
-}
-
-/// A hashed table's entries in key order (for output: the tables are hashed for the hot path).
-pub fn in_key_order<K: Copy + Ord, V>(table: &HashMap<K, V>) -> Vec<(K, &V)> {
-    let mut entries: Vec<(K, &V)> = table.iter().map(|(k, v)| (*k, v)).collect();
-    entries.sort_unstable_by_key(|(k, _)| *k);
-    entries
+    pub ports: IdTable<PortState>,
 }
 
 /// A link between two nodes, seen from consecutive hops of paths.
@@ -229,7 +223,7 @@ pub struct FabricShard {
     pub seq: SeqTracker,
     /// Nodes, with their ports, queues and links (hashed: every hop of every report looks one
     /// up).
-    pub nodes: HashMap<u32, NodeState>,
+    pub nodes: IdTable<NodeState>,
     /// Record counters (of the records whose reporter this shard owns).
     pub counters: RecordCounters,
     /// Latest record time seen.
@@ -317,7 +311,7 @@ impl FabricShard {
         if r.first_in_datagram {
             self.observe_sequence(r, log);
         }
-        let reporter = self.nodes.entry(r.node_id).or_insert_with(|| NodeState {
+        let reporter = self.nodes.get_or_insert_with(r.node_id, || NodeState {
             first_seen_ns: now,
             ..NodeState::default()
         });
@@ -424,14 +418,14 @@ impl FabricShard {
     ) {
         let now = r.time_ns;
         {
-            let node = self.nodes.entry(hop.node_id).or_insert_with(|| NodeState {
+            let node = self.nodes.get_or_insert_with(hop.node_id, || NodeState {
                 first_seen_ns: now,
                 ..NodeState::default()
             });
             node.hops_seen += 1;
             node.last_seen_ns = now;
             let Some(port) = hop.egress_if else { return };
-            let ps = node.ports.entry(port).or_default();
+            let ps = node.ports.get_or_default(port);
             if hop.egress_tx_util.is_some() {
                 ps.tx_util = hop.egress_tx_util;
             }
@@ -559,10 +553,10 @@ impl FabricShard {
         let flow = r.flow.zip(seen.id);
         if dropped {
             let last = r.hops().last().copied().unwrap_or_default();
-            let node = self.nodes.entry(r.node_id).or_default();
+            let node = self.nodes.get_or_default(r.node_id);
             *node.drops.entry(r.drop_reason.unwrap_or(0)).or_default() += 1;
             if let Some(p) = last.egress_if {
-                let ps = node.ports.entry(p).or_default();
+                let ps = node.ports.get_or_default(p);
                 ps.drops += 1;
                 ps.interval.drops += 1;
             }
