@@ -183,7 +183,7 @@ async fn queues(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
             queues
                 .into_iter()
                 .map(|(k, q)| {
-                    let series: Vec<[u64; 2]> = q.series.iter().map(|(t, o)| [*t, u64::from(*o)]).collect();
+                    let series: Vec<[u64; 2]> = q.series().map(|(t, o)| [t, u64::from(o)]).collect();
                     json!({"node_id": k.node(), "port": k.port(), "queue_id": k.queue(), "occupancy": q.occupancy, "max_occupancy": q.max_occupancy, "hop_latency": q.hop_latency, "reports": q.reports, "last_seen_ns": q.last_seen_ns, "series": series})
                 })
                 .collect(),

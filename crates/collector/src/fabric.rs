@@ -68,9 +68,36 @@ pub struct QueueState {
     pub reports: u64,
     /// Last report time.
     pub last_seen_ns: u64,
-    /// Recent (bucket start, maximum occupancy) for the heatmap, 250 ms buckets (bounded).
-    pub series: VecDeque<(u64, u32)>,
+    /// The current 250 ms bucket of the heatmap: start, maximum occupancy (inline, so a
+    /// sample does not reach into the list's heap buffer).
+    bucket: Option<(u64, u32)>,
+    /// The buckets before it, oldest first (bounded: with the current one, [`QUEUE_SERIES`]).
+    closed_buckets: VecDeque<(u64, u32)>,
     episode: Option<Episode>,
+}
+
+impl QueueState {
+    /// Recent (bucket start, maximum occupancy) for the heatmap, 250 ms buckets of report time,
+    /// oldest first (at most [`QUEUE_SERIES`]).
+    pub fn series(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.closed_buckets.iter().copied().chain(self.bucket)
+    }
+
+    /// Occupancy `occ` at report time `now` into the heatmap's series.
+    fn add_to_series(&mut self, now: u64, occ: u32) {
+        let bucket = now - now % QUEUE_BUCKET_NS;
+        match &mut self.bucket {
+            Some((t, max)) if *t == bucket => *max = (*max).max(occ),
+            current => {
+                if let Some(closed) = current.replace((bucket, occ)) {
+                    if self.closed_buckets.len() == QUEUE_SERIES - 1 {
+                        self.closed_buckets.pop_front();
+                    }
+                    self.closed_buckets.push_back(closed);
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -654,17 +681,7 @@ fn observe_queue(
         qs.hop_latency = hop.hop_latency.or(qs.hop_latency);
         qs.reports += 1;
         qs.last_seen_ns = now;
-        // The heatmap's series: the maximum occupancy per 250 ms bucket (report time).
-        let bucket = now - now % QUEUE_BUCKET_NS;
-        match qs.series.back_mut() {
-            Some((t, max)) if *t == bucket => *max = (*max).max(occ),
-            _ => {
-                if qs.series.len() == QUEUE_SERIES {
-                    qs.series.pop_front();
-                }
-                qs.series.push_back((bucket, occ));
-            }
-        }
+        qs.add_to_series(now, occ);
         let mut started = false;
         let mut ended = None;
         if let Some(ep) = qs.episode.as_mut() {
@@ -799,6 +816,33 @@ fn last_recorded_hop(r: &Record) -> Option<usize> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_heatmap_keeps_each_buckets_maximum_and_the_newest_buckets() {
+        let mut q = QueueState::default();
+        q.add_to_series(10, 5);
+        q.add_to_series(20, 9);
+        q.add_to_series(30, 7);
+        q.add_to_series(QUEUE_BUCKET_NS + 1, 3);
+        assert_eq!(
+            q.series().collect::<Vec<_>>(),
+            [(0, 9), (QUEUE_BUCKET_NS, 3)]
+        );
+        for b in 2..QUEUE_SERIES as u64 + 10 {
+            q.add_to_series(b * QUEUE_BUCKET_NS, b as u32);
+        }
+        let series: Vec<_> = q.series().collect();
+        assert_eq!(series.len(), QUEUE_SERIES);
+        let newest = QUEUE_SERIES as u64 + 9;
+        assert_eq!(
+            series.last(),
+            Some(&(newest * QUEUE_BUCKET_NS, newest as u32))
+        );
+        assert_eq!(
+            series[0].0,
+            (newest + 1 - QUEUE_SERIES as u64) * QUEUE_BUCKET_NS
+        );
+    }
 
     proptest! {
         #[test]

@@ -87,7 +87,12 @@ fn content(s: &State) -> Vec<String> {
     for (k, q) in v.queues() {
         lines.push(format!(
             "queue {k:?} occ={} max={} lat={:?} reports={} seen={} series={:?}",
-            q.occupancy, q.max_occupancy, q.hop_latency, q.reports, q.last_seen_ns, q.series
+            q.occupancy,
+            q.max_occupancy,
+            q.hop_latency,
+            q.reports,
+            q.last_seen_ns,
+            q.series().collect::<Vec<_>>()
         ));
     }
     for (k, l) in v.links() {
