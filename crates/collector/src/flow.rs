@@ -266,22 +266,31 @@ impl FlowTable {
         key: FlowKey,
         new: impl FnOnce() -> FlowState,
     ) -> &mut FlowState {
-        self.get_or_insert_hashed(key_hash(&key), key, new)
+        self.get_or_insert_hashed(key_hash(&key), key, None, new)
     }
 
     /// [`FlowTable::get_or_insert_with`] for a key whose [`key_hash`] is `hash`.
+    /// `hint`: the slot [`FlowTable::prefetch_hashed`] guessed, tried before the index.
     pub fn get_or_insert_hashed(
         &mut self,
         hash: u64,
         key: FlowKey,
+        hint: Option<u32>,
         new: impl FnOnce() -> FlowState,
     ) -> &mut FlowState {
         let tag = hash_tag(hash);
-        let slot = match self
-            .index
-            .find(index_hash(tag), |&e| holds(&self.slots, e, tag, &key))
-        {
-            Some(e) => e.slot(),
+        let hinted = hint.filter(|&s| {
+            self.slots
+                .get(s as usize)
+                .is_some_and(|f| f.as_ref().is_some_and(|f| f.key == key))
+        });
+        let found = hinted.or_else(|| {
+            self.index
+                .find(index_hash(tag), |&e| holds(&self.slots, e, tag, &key))
+                .map(|e| e.slot())
+        });
+        let slot = match found {
+            Some(slot) => slot,
             None => {
                 let flow = Some(new());
                 let slot = match self.free.pop() {
@@ -310,15 +319,15 @@ impl FlowTable {
     /// [`FlowTable::get_or_insert_hashed`] finds it in cache: with many flows the state is a cache
     /// miss, and a batch knows its next flows ahead of time.
     #[inline]
-    pub fn prefetch_hashed(&self, hash: u64) {
+    /// Returns the slot it guessed, for the lookup to try first (a key is held in one slot at
+    /// most, so the lookup only has to check that the slot holds it).
+    pub fn prefetch_hashed(&self, hash: u64) -> Option<u32> {
         let tag = hash_tag(hash);
         // The first entry with the key's tag: almost always the key's (a wrong guess only
         // loads another flow).
-        if let Some(e) = self.index.find(index_hash(tag), |&e| e.tag() == tag)
-            && let Some(entry) = self.slots.get(e.slot() as usize)
-        {
-            prefetch_lines(entry);
-        }
+        let e = self.index.find(index_hash(tag), |&e| e.tag() == tag)?;
+        prefetch_lines(self.slots.get(e.slot() as usize)?);
+        Some(e.slot())
     }
 
     /// Every flow (in slot order).
@@ -973,14 +982,18 @@ mod tests {
         let mut table = FlowTable::default();
         // Every key filed under the same hash (same index tag), with growth on the way.
         for port in 0..100u16 {
-            let f = table.get_or_insert_hashed(7, key(port), || {
+            let f = table.get_or_insert_hashed(7, key(port), None, || {
                 FlowState::new(key(port), u64::from(port), 0, paths.intern(&[]))
             });
             assert_eq!(f.key, key(port), "a new key gets its own flow");
         }
         assert_eq!(table.len(), 100);
         for port in 0..100u16 {
-            let found = table.get_or_insert_hashed(7, key(port), || unreachable!());
+            let found = table.get_or_insert_hashed(7, key(port), None, || unreachable!());
+            assert_eq!(found.id, u64::from(port));
+            // A hint at another flow's slot is checked, not trusted.
+            let other = table.slot_hashed(7, &key(port ^ 1));
+            let found = table.get_or_insert_hashed(7, key(port), other, || unreachable!());
             assert_eq!(found.id, u64::from(port));
         }
         assert_eq!(table.slot_hashed(7, &key(100)), None);

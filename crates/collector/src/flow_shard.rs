@@ -67,10 +67,11 @@ impl FlowShard {
         self.flows.get(&self.flow_ids[i].1)
     }
 
-    /// Starts loading the state of the flow whose key hashes to `hash`.
+    /// Starts loading the state of the flow whose key hashes to `hash`; returns the slot it
+    /// guessed, a hint for [`FlowShard::process`].
     #[inline]
-    pub fn prefetch(&self, hash: u64) {
-        self.flows.prefetch_hashed(hash);
+    pub fn prefetch(&self, hash: u64) -> Option<u32> {
+        self.flows.prefetch_hashed(hash)
     }
 
     /// Joins what waited past its window and lets idle flows go. The state calls it at the same
@@ -103,20 +104,22 @@ impl FlowShard {
         }
     }
 
-    /// Correlates record `r` with its flow (keyed `key`, hashed `hash`); new flows take their ID
-    /// from `ids`. Returns what the fabric stage needs.
+    /// Correlates record `r` with its flow (keyed `key`, hashed `hash`, perhaps in slot `hint`
+    /// from [`FlowShard::prefetch`]); new flows take their ID from `ids`. Returns what the
+    /// fabric stage needs.
     pub fn process(
         &mut self,
         r: &Record,
         key: FlowKey,
         hash: u64,
+        hint: Option<u32>,
         ids: &AtomicU64,
         log: &Mutex<EventLog>,
     ) -> FlowSeen {
         let now = r.time_ns;
         let flow_ids = &mut self.flow_ids;
         let paths = &mut self.paths;
-        let flow = self.flows.get_or_insert_hashed(hash, key, || {
+        let flow = self.flows.get_or_insert_hashed(hash, key, hint, || {
             // IDs grow within a shard (taken under its lock), so `flow_ids` stays sorted.
             let id = ids.fetch_add(1, Ordering::Relaxed);
             flow_ids.push((id, key));

@@ -33,6 +33,8 @@ use crate::seq::SeqState;
 struct Scratch {
     /// Each record's flow key hash.
     hashes: Vec<u64>,
+    /// Each record's flow's slot as the prefetch guessed it.
+    hints: Vec<Option<u32>>,
     /// What the flow stage learned about each record.
     seen: Vec<FlowSeen>,
     /// Per flow shard: its work in batch order, record indexes, with [`SWEEP`] marking "sweep
@@ -142,7 +144,7 @@ impl State {
         let sweep = self.sweep_due(r.time_ns);
         let mut flows = lock(flows);
         let seen = match r.flow {
-            Some(key) => flows.process(r, key, key_hash(&key), &self.next_flow_id, &self.log),
+            Some(key) => flows.process(r, key, key_hash(&key), None, &self.next_flow_id, &self.log),
             None => FlowSeen::default(),
         };
         if sweep {
@@ -187,11 +189,14 @@ impl State {
         let n = self.flows.len();
         let Scratch {
             hashes,
+            hints,
             seen,
             flow_work,
             fabric_work,
         } = scratch;
         hashes.clear();
+        hints.clear();
+        hints.resize(records.len(), None);
         seen.clear();
         seen.resize(records.len(), FlowSeen::default());
         flow_work.resize_with(n, Vec::new);
@@ -233,7 +238,7 @@ impl State {
             // Flow states are correlation's cache misses: start loading the shard's first, in a
             // tight loop whose lookups the CPU overlaps, then process.
             for &w in work.iter().filter(|&&w| w & SWEEP == 0) {
-                shard.prefetch(hashes[w as usize]);
+                hints[w as usize] = shard.prefetch(hashes[w as usize]);
             }
             for &w in work {
                 let i = (w & !SWEEP) as usize;
@@ -241,7 +246,8 @@ impl State {
                 if w & SWEEP != 0 {
                     shard.sweep(r.time_ns, &self.log);
                 } else if let Some(key) = r.flow {
-                    seen[i] = shard.process(r, key, hashes[i], &self.next_flow_id, &self.log);
+                    seen[i] =
+                        shard.process(r, key, hashes[i], hints[i], &self.next_flow_id, &self.log);
                 }
             }
         });
