@@ -303,7 +303,7 @@ impl FabricShard {
         self.last_time_ns = self.last_time_ns.max(r.time_ns);
         self.observe_reporter(r, log);
         self.observe_reporter_flags(r, seen, parts.gap.as_ref(), log);
-        if parts.last_recorded.is_none() {
+        if parts.last_recorded.is_none() && (r.hop_limit_exceeded || r.mtu_exceeded) {
             self.observe_limits(r, None, seen.id, log);
         }
     }
@@ -320,7 +320,7 @@ impl FabricShard {
         self.last_time_ns = self.last_time_ns.max(r.time_ns);
         let next = r.hops().get(index + 1).filter(|_| parts.links);
         self.observe_hop(r, hop, next, seen.id, log);
-        if parts.last_recorded == Some(index) {
+        if parts.last_recorded == Some(index) && (r.hop_limit_exceeded || r.mtu_exceeded) {
             self.observe_limits(r, Some(hop), seen.id, log);
         }
     }
@@ -622,6 +622,8 @@ impl FabricShard {
     /// nothing: the one after `last`, the last hop that recorded, found through the links seen
     /// so far (they live in `last`'s shard, which is why this runs there). The event goes to
     /// that hop when known, else to the reporting node.
+    #[cold]
+    #[inline(never)]
     fn observe_limits(
         &mut self,
         r: &Record,

@@ -35,7 +35,7 @@ impl<V> Default for IdTable<V> {
 }
 
 impl<V> IdTable<V> {
-    #[inline]
+    #[inline(always)]
     fn position(&self, id: u32) -> Option<usize> {
         if id < DIRECT_IDS {
             match self.direct.get(id as usize) {
@@ -62,7 +62,7 @@ impl<V> IdTable<V> {
     }
 
     /// The entry of `id`, made by `new` if there is none.
-    #[inline]
+    #[inline(always)]
     pub fn get_or_insert_with(&mut self, id: u32, new: impl FnOnce() -> V) -> &mut V {
         let p = match self.position(id) {
             Some(p) => p,

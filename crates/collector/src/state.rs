@@ -138,34 +138,7 @@ impl State {
 
     /// Runs one record through correlation and detection.
     pub fn process(&self, r: &Record) {
-        let ([flows], [fabric]) = (&self.flows[..], &self.fabric[..]) else {
-            return self.process_batch(std::slice::from_ref(r));
-        };
-        let sweep = self.sweep_due(r.time_ns);
-        let mut flows = lock(flows);
-        let seen = match r.flow {
-            Some(key) => flows.process(r, key, key_hash(&key), None, &self.next_flow_id, &self.log),
-            None => FlowSeen::default(),
-        };
-        if sweep {
-            flows.sweep(r.time_ns, &self.log);
-        }
-        drop(flows);
-        let mut fabric = lock(fabric);
-        fabric.process(r, seen, &self.log);
-        if sweep {
-            fabric.sweep(r.time_ns, &self.log);
-        }
-    }
-
-    /// Whether the shards sweep after a record at `now` (every [`SWEEP_NS`] of report time).
-    fn sweep_due(&self, now: u64) -> bool {
-        let due = now >= self.next_sweep_ns.load(Ordering::Relaxed);
-        if due {
-            self.next_sweep_ns
-                .fetch_max(now + SWEEP_NS, Ordering::Relaxed);
-        }
-        due
+        self.process_batch(std::slice::from_ref(r));
     }
 
     /// Runs a batch of records through correlation and detection, each shard's part under its
@@ -186,6 +159,9 @@ impl State {
     }
 
     fn process_batch_with(&self, records: &[Record], scratch: &mut Scratch) {
+        if let ([flows], [fabric]) = (&self.flows[..], &self.fabric[..]) {
+            return self.process_unsharded(records, flows, fabric, scratch);
+        }
         let n = self.flows.len();
         let Scratch {
             hashes,
@@ -266,6 +242,47 @@ impl State {
                 }
             }
         });
+    }
+
+    /// [`State::process_batch`] with one shard of each kind: both locks are held for the batch
+    /// and each record goes from the flow stage straight on to the fabric stage while it is in
+    /// cache (two passes streamed every record through the cache twice).
+    fn process_unsharded(
+        &self,
+        records: &[Record],
+        flows: &Mutex<FlowShard>,
+        fabric: &Mutex<FabricShard>,
+        scratch: &mut Scratch,
+    ) {
+        let Scratch { hashes, hints, .. } = scratch;
+        hashes.clear();
+        hashes.extend(records.iter().map(|r| r.flow.as_ref().map_or(0, key_hash)));
+        let (mut flows, mut fabric) = (lock(flows), lock(fabric));
+        // Flow states are correlation's cache misses: start loading them all first, in a tight
+        // loop whose lookups the CPU overlaps.
+        hints.clear();
+        hints.extend(
+            records
+                .iter()
+                .zip(hashes.iter())
+                .map(|(r, &hash)| r.flow.and_then(|_| flows.prefetch(hash))),
+        );
+        let mut next_sweep = self.next_sweep_ns.load(Ordering::Relaxed);
+        for (i, r) in records.iter().enumerate() {
+            let seen = match r.flow {
+                Some(key) => {
+                    flows.process(r, key, hashes[i], hints[i], &self.next_flow_id, &self.log)
+                }
+                None => FlowSeen::default(),
+            };
+            fabric.process(r, seen, &self.log);
+            if r.time_ns >= next_sweep {
+                next_sweep = r.time_ns + SWEEP_NS;
+                flows.sweep(r.time_ns, &self.log);
+                fabric.sweep(r.time_ns, &self.log);
+            }
+        }
+        self.next_sweep_ns.fetch_max(next_sweep, Ordering::Relaxed);
     }
 
     /// Closes what reports will not close: congestion episodes of queues that went quiet (a switch
