@@ -308,6 +308,7 @@ impl FabricShard {
         }
     }
 
+    #[inline(always)]
     fn hop_part(
         &mut self,
         r: &Record,
