@@ -27,10 +27,10 @@ use crate::seq::{SeqOutcome, SeqTracker};
 /// Flows a congestion episode remembers for culprit ranking.
 const EPISODE_FLOWS: usize = 4096;
 
-/// A queue: node, egress port and queue ID, packed in one integer. Hashing a `(u32, u32, u8)`
-/// tuple read it back from a stack copy in wider words than the three stores that made it, a
-/// store-forwarding stall that took 14 % of correlation (perf, 2 M reports/s); an integer is
-/// hashed from registers. Orders like the tuple.
+/// A queue: node, egress port and queue ID, packed in one integer (what the open-episode list,
+/// events and readers name a queue by). Orders like the tuple. (As a hash key, a `(u32, u32, u8)`
+/// tuple was read back from a stack copy in wider words than the three stores that made it, a
+/// store-forwarding stall; queues are now found through their node and port.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct QueueKey(u128);
 
@@ -248,8 +248,8 @@ pub struct FabricShard {
     cfg: DetectConfig,
     /// Report loss per source.
     pub seq: SeqTracker,
-    /// Nodes, with their ports, queues and links (hashed: every hop of every report looks one
-    /// up).
+    /// Nodes, with their ports, queues and links (indexed by ID: every hop of every report
+    /// looks one up).
     pub nodes: IdTable<NodeState>,
     /// Record counters (of the records whose reporter this shard owns).
     pub counters: RecordCounters,
