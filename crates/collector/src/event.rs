@@ -170,6 +170,9 @@ pub struct EventLog {
     events: VecDeque<Event>,
     counts: BTreeMap<EventKind, u64>,
     next_id: u64,
+    /// The rate limit of places that more than one shard can raise events at (see
+    /// [`Raiser::raise`]).
+    shared_limit: RateLimit,
 }
 
 impl Default for EventLog {
@@ -178,6 +181,7 @@ impl Default for EventLog {
             events: VecDeque::new(),
             counts: BTreeMap::new(),
             next_id: 1,
+            shared_limit: RateLimit::default(),
         }
     }
 }
@@ -224,14 +228,38 @@ impl EventLog {
     }
 }
 
-/// One shard's events on their way to the shared log: each shard limits its own places (a place
-/// belongs to one shard), so the log's lock is taken only for events that are kept.
+/// One shard's events on their way to the shared log: each shard limits its own places (most
+/// places belong to one shard), so the log's lock is taken only for events that are kept.
 #[derive(Debug, Default)]
 pub struct Raiser {
     interval_ns: u64,
-    last: HashMap<(EventKind, u64), u64>,
+    limit: RateLimit,
     /// Events suppressed by the per-place rate limit.
     pub suppressed: u64,
+}
+
+/// When each (kind, place) last raised an event.
+#[derive(Debug, Default)]
+struct RateLimit {
+    last: HashMap<(EventKind, u64), u64>,
+}
+
+impl RateLimit {
+    /// Whether an event keyed `key` at `now` is due (none within `interval_ns`); if so, it
+    /// counts as raised.
+    fn admit(&mut self, key: (EventKind, u64), now: u64, interval_ns: u64) -> bool {
+        if let Some(&last) = self.last.get(&key)
+            && now.saturating_sub(last) < interval_ns
+        {
+            return false;
+        }
+        if self.last.len() > 1_000_000 {
+            let horizon = now.saturating_sub(interval_ns);
+            self.last.retain(|_, t| *t >= horizon);
+        }
+        self.last.insert(key, now);
+        true
+    }
 }
 
 impl Raiser {
@@ -245,7 +273,9 @@ impl Raiser {
 
     /// Logs an event of `kind` at `place`, unless one like it was logged within the interval.
     /// Episode ends, starts and report loss are always logged. `evidence` is built only for
-    /// events that are logged: most repeats are rate-limited away.
+    /// events that are logged: most repeats are rate-limited away. Hop-limit and MTU events
+    /// name the hop after the last one that recorded, which any shard may find, so their limit
+    /// is the log's, shared (they are rare; the others are raised only by their place's shard).
     // Out of line: events are rare next to reports, and inlining each call site's evidence
     // builder into the per-report path slowed every report (measured, pipeline bench).
     #[inline(never)]
@@ -264,27 +294,27 @@ impl Raiser {
                 | EventKind::LostReports
                 | EventKind::CongestionStart
         );
-        if limited {
-            let key = (
-                kind,
-                place_hash(&[
-                    u64::from(place.node.unwrap_or(0)),
-                    u64::from(place.port.unwrap_or(0)),
-                    u64::from(place.queue.unwrap_or(0)),
-                    place.flow.map_or(0, |f| flow_hash(&f.0)),
-                ]),
-            );
-            if let Some(&last) = self.last.get(&key)
-                && now.saturating_sub(last) < self.interval_ns
-            {
+        let key = || {
+            let place = [
+                u64::from(place.node.unwrap_or(0)),
+                u64::from(place.port.unwrap_or(0)),
+                u64::from(place.queue.unwrap_or(0)),
+                place.flow.map_or(0, |f| flow_hash(&f.0)),
+            ];
+            (kind, place_hash(&place))
+        };
+        if matches!(kind, EventKind::HopLimit | EventKind::MtuExceeded) {
+            let mut log = lock(log);
+            if log.shared_limit.admit(key(), now, self.interval_ns) {
+                log.push(now, kind, place, evidence());
+            } else {
                 self.suppressed += 1;
-                return;
             }
-            if self.last.len() > 1_000_000 {
-                let horizon = now.saturating_sub(self.interval_ns);
-                self.last.retain(|_, t| *t >= horizon);
-            }
-            self.last.insert(key, now);
+            return;
+        }
+        if limited && !self.limit.admit(key(), now, self.interval_ns) {
+            self.suppressed += 1;
+            return;
         }
         let evidence = evidence();
         lock(log).push(now, kind, place, evidence);

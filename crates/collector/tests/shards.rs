@@ -6,6 +6,7 @@ mod common;
 use common::{H, MS, Rep};
 use intscope_collector::detect::DetectConfig as Thresholds;
 use intscope_collector::event::EventKind;
+use intscope_collector::fabric::node_shard;
 use intscope_collector::loadgen::{self, Generator, LoadConfig, LoadVersion};
 use intscope_collector::record::{FlowKeyMode, RecordBatch, decode_into};
 use intscope_collector::state::State;
@@ -301,5 +302,51 @@ fn the_hop_after_the_last_recorded_one_is_found_in_any_shard() {
     for s in &states {
         assert_eq!(suspects(s), suspects(&one), "{} shards", s.shards());
         assert_eq!(content(s), content(&one), "{} shards", s.shards());
+    }
+}
+
+#[test]
+fn a_suspect_found_from_two_shards_is_rate_limited_once() {
+    // Leaves 1 and 5 both forward to spine 101. The same flow then hits the hop limit twice,
+    // 1 ms apart, its stack stopping at leaf 1 and then at leaf 5: both name spine 101 for the
+    // same flow, one event. Leaves 1 and 5 sit in different fabric shards for some shard count,
+    // where each shard's own rate limit would have logged it twice.
+    assert!(
+        (2..=4).any(|n| node_shard(1, n) != node_shard(5, n)),
+        "the test needs leaves in different shards"
+    );
+    let mut datagrams = Vec::new();
+    for k in 0..20u32 {
+        let leaf = if k % 2 == 0 { 1 } else { 5 };
+        let mut r = Rep::new(
+            4,
+            &[H(leaf, 3, 800, 10), H(101, 2, 900, 10)],
+            H(2, 5, 800, 10),
+        );
+        r.seq = k;
+        datagrams.push((u64::from(k) * 10 * MS, r.datagram()));
+    }
+    for (k, leaf) in [1, 5].into_iter().enumerate() {
+        let mut r = Rep::new(4, &[H(leaf, 3, 800, 10)], H(2, 5, 800, 10));
+        r.e = true;
+        r.seq = 20 + k as u32;
+        datagrams.push((300 * MS + k as u64 * MS, r.datagram()));
+    }
+    let one = State::new(Thresholds::default());
+    let states: Vec<State> = (2..=4)
+        .map(|n| State::with_shards(Thresholds::default(), n))
+        .collect();
+    replay(&datagrams, &one, &states);
+    let hop_limits = |s: &State| -> Vec<Value> {
+        s.events()
+            .events()
+            .iter()
+            .filter(|e| e.kind == EventKind::HopLimit)
+            .map(|e| e.evidence.to_json()["suspect_node"].clone())
+            .collect()
+    };
+    assert_eq!(hop_limits(&one), vec![Value::from(101)]);
+    for s in &states {
+        assert_eq!(hop_limits(s), hop_limits(&one), "{} shards", s.shards());
     }
 }
