@@ -504,23 +504,29 @@ fn push_stack(record: &mut Record, block: &IntBlock<'_>) {
         record.mtu_exceeded = h.m;
     }
     let (stack, _) = block.stack(None);
-    // The stack is newest first; the record's path is source first.
-    let mut views: [Option<HopView<'_>>; MAX_HOPS] = [None; MAX_HOPS];
+    // The stack is newest first, the record's path source first: hops are written from the end
+    // of the slots the stack's length calls for (no list of views in between to reverse).
+    let start = usize::from(record.hop_count);
+    let slots = stack.hop_count().min(MAX_HOPS - start);
     let mut n = 0;
     let mut cut = false;
     for hop in stack.flatten() {
-        if n == MAX_HOPS {
+        if n == slots {
             cut = true;
             break;
         }
-        views[n] = Some(hop);
+        record.hops[start + slots - 1 - n].set_from_view(&hop, None);
         n += 1;
     }
+    if n < slots {
+        // Fewer whole hops than the length said (a malformed stack): close the gap.
+        record
+            .hops
+            .copy_within(start + slots - n..start + slots, start);
+    }
+    record.hop_count = (start + n) as u8;
     record.int_hops = n as u8;
     // The report's copy of the packet can end inside the stack (truncation): the oldest hops are
     // missing, so the path is a suffix.
     record.path_truncated |= cut || block.warnings.has(Warning::TruncatedInt);
-    for v in views[..n].iter().rev().flatten() {
-        record.next_hop().set_from_view(v, None);
-    }
 }

@@ -421,3 +421,39 @@ fn idle_flows_leave_the_live_state() {
     assert_eq!(s.read().flows_expired(), 1);
     assert!(s.read().flow_by_id(gone).is_none());
 }
+
+#[test]
+fn a_stack_longer_than_a_record_keeps_its_newest_hops_source_first() {
+    use intscope_collector::record::{FlowKeyMode, MAX_HOPS, Record, decode_datagram};
+    let decode = |r: &Rep| {
+        let mut out = Vec::new();
+        let mut rec = Record::default();
+        decode_datagram(
+            &r.datagram(),
+            1,
+            &detect_cfg(),
+            FlowKeyMode::Innermost,
+            &mut rec,
+            |r| out.push(r.clone()),
+        )
+        .unwrap();
+        out.pop().unwrap()
+    };
+    // Five hops: all kept, source first, then the sink's own.
+    let path: Vec<H> = (1..=5).map(|n| H(n, 2, 100 * n, n)).collect();
+    let r = decode(&Rep::new(3, &path, H(99, 5, 800, 10)));
+    let nodes: Vec<u32> = r.hops().iter().map(|h| h.node_id).collect();
+    assert_eq!(nodes, [1, 2, 3, 4, 5, 99]);
+    assert_eq!(r.hops()[2].hop_latency, Some(300));
+    assert_eq!((r.int_hops, r.path_truncated), (5, false));
+    // Twenty: the record keeps the newest, the oldest are cut.
+    let path: Vec<H> = (1..=20).map(|n| H(n, 2, 100 * n, n)).collect();
+    let r = decode(&Rep::new(3, &path, H(99, 5, 800, 10)));
+    let nodes: Vec<u32> = r.hops().iter().map(|h| h.node_id).collect();
+    let newest: Vec<u32> = (20 - MAX_HOPS as u32 + 2..=20).chain([99]).collect();
+    assert_eq!(nodes, newest);
+    assert_eq!(
+        (usize::from(r.int_hops), r.path_truncated),
+        (MAX_HOPS, true)
+    );
+}
