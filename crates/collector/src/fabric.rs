@@ -139,9 +139,9 @@ impl IntervalAgg {
     }
 }
 
-/// State of one port of a node, with the queues and links behind it: a hop finds all three with
-/// the node's and the port's lookups (a table per kind made four lookups a hop, a third of the
-/// fabric's work).
+/// State of one port of a node, with the queues and links behind it: a hop finds all three
+/// through its node and port (a hashed table per kind made four hash lookups a hop). Every table
+/// here is an [`IdTable`], so no report can make a lookup a long scan.
 #[derive(Debug, Clone, Default)]
 pub struct PortState {
     /// Since the last store flush: hop latency samples and drops.
@@ -156,23 +156,30 @@ pub struct PortState {
     pub last_latency: Option<u32>,
     /// Drops reported at this port.
     pub drops: u64,
-    /// Its egress queues by queue ID (a handful: scanned, not hashed).
-    pub queues: Vec<(u8, QueueState)>,
-    /// Links leaving through it, by the next node and its ingress port (one, unless the port
-    /// was recabled).
-    pub links: Vec<((u32, u32), LinkState)>,
+    /// Its egress queues, by queue ID.
+    queues: IdTable<QueueState>,
+    /// Links leaving through it, by the next node, then that node's ingress port (one, unless
+    /// the port was recabled).
+    links: IdTable<IdTable<LinkState>>,
 }
 
 impl PortState {
-    /// Queue `id`, made empty if new.
-    fn queue_entry(&mut self, id: u8) -> &mut QueueState {
-        match self.queues.iter().position(|(q, _)| *q == id) {
-            Some(i) => &mut self.queues[i].1,
-            None => {
-                self.queues.push((id, QueueState::default()));
-                &mut self.queues.last_mut().expect("just pushed").1
-            }
-        }
+    /// Its egress queues: (queue ID, state).
+    pub fn queues(&self) -> impl Iterator<Item = (u8, &QueueState)> {
+        // Keys come from 8-bit queue IDs.
+        self.queues.iter().map(|(&q, qs)| (q as u8, qs))
+    }
+
+    /// Its egress queues, to change.
+    pub fn queues_mut(&mut self) -> impl Iterator<Item = (u8, &mut QueueState)> {
+        self.queues.iter_mut().map(|(&q, qs)| (q as u8, qs))
+    }
+
+    /// Links leaving through it: (next node, its ingress port, state).
+    pub fn links(&self) -> impl Iterator<Item = (u32, u32, &LinkState)> {
+        self.links
+            .iter()
+            .flat_map(|(&to, by_port)| by_port.iter().map(move |(&to_port, l)| (to, to_port, l)))
     }
 }
 
@@ -405,19 +412,15 @@ impl FabricShard {
             .get_mut(&key.node())?
             .ports
             .get_mut(&key.port())?;
-        port.queues
-            .iter_mut()
-            .find(|(q, _)| *q == key.queue())
-            .map(|(_, qs)| qs)
+        port.queues.get_mut(&u32::from(key.queue()))
     }
 
     /// Every queue.
     pub fn queues(&self) -> impl Iterator<Item = (QueueKey, &QueueState)> {
         self.nodes.iter().flat_map(|(&node, n)| {
             n.ports.iter().flat_map(move |(&port, ps)| {
-                ps.queues
-                    .iter()
-                    .map(move |(q, qs)| (QueueKey::new(node, port, *q), qs))
+                ps.queues()
+                    .map(move |(q, qs)| (QueueKey::new(node, port, q), qs))
             })
         })
     }
@@ -426,9 +429,8 @@ impl FabricShard {
     pub fn links(&self) -> impl Iterator<Item = (LinkKey, &LinkState)> {
         self.nodes.iter().flat_map(|(&node, n)| {
             n.ports.iter().flat_map(move |(&port, ps)| {
-                ps.links
-                    .iter()
-                    .map(move |&((to, to_port), ref l)| ((node, port, to, to_port), l))
+                ps.links()
+                    .map(move |(to, to_port, l)| ((node, port, to, to_port), l))
             })
         })
     }
@@ -490,19 +492,13 @@ impl FabricShard {
                 }
             }
             if let Some((to, to_port)) = next.and_then(|b| Some((b.node_id, b.ingress_if?))) {
-                let link = match ps.links.iter().position(|(k, _)| *k == (to, to_port)) {
-                    Some(i) => &mut ps.links[i].1,
-                    None => {
-                        ps.links.push(((to, to_port), LinkState::default()));
-                        &mut ps.links.last_mut().expect("just pushed").1
-                    }
-                };
+                let link = ps.links.get_or_default(to).get_or_default(to_port);
                 link.reports += 1;
                 link.last_seen_ns = now;
             }
             if let (Some(q), Some(occ)) = (hop.queue_id, hop.queue_occupancy) {
                 let key = QueueKey::new(hop.node_id, port, q);
-                let qs = ps.queue_entry(q);
+                let qs = ps.queues.get_or_default(u32::from(q));
                 let cfg = &self.cfg;
                 let (open_episodes, raiser) = (&mut self.open_episodes, &mut self.raiser);
                 if let Some((ep, end)) =
@@ -558,10 +554,9 @@ impl FabricShard {
     /// (links live in the shard of the node they leave): the one seen last, if it was recabled.
     fn next_node(&self, node: u32, port: u32) -> Option<u32> {
         let ps = self.nodes.get(&node)?.ports.get(&port)?;
-        ps.links
-            .iter()
-            .max_by_key(|(_, l)| l.last_seen_ns)
-            .map(|&((to, _), _)| to)
+        ps.links()
+            .max_by_key(|(_, _, l)| l.last_seen_ns)
+            .map(|(to, _, _)| to)
     }
 
     /// The reporter's drop and hidden-hop detectors.

@@ -37,6 +37,12 @@ impl<V> Default for IdTable<V> {
 impl<V> IdTable<V> {
     #[inline(always)]
     fn position(&self, id: u32) -> Option<usize> {
+        // Most tables of a port (its queues, the links from it) hold one entry: one comparison.
+        if let Some((first, _)) = self.entries.first()
+            && *first == id
+        {
+            return Some(0);
+        }
         if id < DIRECT_IDS {
             match self.direct.get(id as usize) {
                 Some(&p) if p > 0 => Some(p as usize - 1),

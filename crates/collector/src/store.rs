@@ -545,13 +545,13 @@ pub fn collect_batch(
     state.each_fabric_shard(|shard| {
         for (&node, n) in &mut shard.nodes {
             for (&port, ps) in &mut n.ports {
-                for (queue, qs) in &mut ps.queues {
+                for (queue, qs) in ps.queues_mut() {
                     let a = std::mem::take(&mut qs.interval);
                     if a.samples > 0 {
                         b.queues.push(AggRow {
                             node_id: node,
                             port,
-                            queue_id: Some(*queue),
+                            queue_id: Some(queue),
                             samples: a.samples,
                             avg: a.sum as f64 / a.samples as f64,
                             max: a.max,
