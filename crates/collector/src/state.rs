@@ -49,11 +49,10 @@ struct Scratch {
 /// shard's).
 const SWEEP: u32 = 1 << 31;
 
-/// Which part of a record a fabric shard is given.
+/// Which part of a record a fabric shard is given (with several shards: one shard of each kind
+/// takes whole records, `State::process_unsharded`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FabricPart {
-    /// All of it (one shard).
-    Whole,
     /// The reporter's part.
     Reporter,
     /// Hop `n`'s part.
@@ -61,16 +60,15 @@ enum FabricPart {
 }
 
 const PART_BITS: u32 = 5;
-const PART_WHOLE: u32 = (1 << PART_BITS) - 1;
-// Hop parts are numbered 1..=MAX_HOPS, below the mark of a whole record.
-const _: () = assert!(crate::record::MAX_HOPS < PART_WHOLE as usize);
+const PART_MASK: u32 = (1 << PART_BITS) - 1;
+// Hop parts are numbered 1..=MAX_HOPS.
+const _: () = assert!(crate::record::MAX_HOPS <= PART_MASK as usize);
 /// Records one split handles: their indexes fit below the part bits and the sweep mark.
 const SPLIT_RECORDS: usize = 1 << (31 - PART_BITS);
 
 /// A fabric work entry: record `index`'s `part`.
 fn fabric_item(index: u32, part: FabricPart) -> u32 {
     let part = match part {
-        FabricPart::Whole => PART_WHOLE,
         FabricPart::Reporter => 0,
         FabricPart::Hop(h) => h as u32 + 1,
     };
@@ -80,8 +78,7 @@ fn fabric_item(index: u32, part: FabricPart) -> u32 {
 /// The record index and part of a fabric work entry (without [`SWEEP`]).
 fn fabric_part(item: u32) -> (usize, FabricPart) {
     let index = (item >> PART_BITS) as usize;
-    let part = match item & PART_WHOLE {
-        PART_WHOLE => FabricPart::Whole,
+    let part = match item & PART_MASK {
         0 => FabricPart::Reporter,
         h => FabricPart::Hop(h as usize - 1),
     };
@@ -142,11 +139,11 @@ impl State {
     }
 
     /// Runs a batch of records through correlation and detection, each shard's part under its
-    /// lock once. The batch is first split into each shard's work: a record goes to its flow's
-    /// shard, its reporter's part to the reporter's fabric shard and each hop's part to the
-    /// hop's node's, so a shard does only its own work, however many shards there are. Sweep points (every millisecond
-    /// of report time) go to every shard at the same record. The result does not depend on the
-    /// number of shards (a test holds it to that).
+    /// lock once. With several shards the batch is first split into each shard's work: a record
+    /// goes to its flow's shard, its reporter's part to the reporter's fabric shard and each
+    /// hop's part to the hop's node's, so a shard does only its own work, however many shards
+    /// there are. Sweep points (every millisecond of report time) go to every shard at the same
+    /// record. The result does not depend on the number of shards (a test holds it to that).
     pub fn process_batch(&self, records: &[Record]) {
         if records.is_empty() {
             return;
@@ -189,14 +186,9 @@ impl State {
             if r.flow.is_some() {
                 flow_work[flow_shard(hash, n)].push(i);
             }
-            if n == 1 {
-                fabric_work[0].push(fabric_item(i, FabricPart::Whole));
-            } else {
-                fabric_work[node_shard(r.node_id, n)].push(fabric_item(i, FabricPart::Reporter));
-                for (h, hop) in r.hops().iter().enumerate() {
-                    fabric_work[node_shard(hop.node_id, n)]
-                        .push(fabric_item(i, FabricPart::Hop(h)));
-                }
+            fabric_work[node_shard(r.node_id, n)].push(fabric_item(i, FabricPart::Reporter));
+            for (h, hop) in r.hops().iter().enumerate() {
+                fabric_work[node_shard(hop.node_id, n)].push(fabric_item(i, FabricPart::Hop(h)));
             }
             if r.time_ns >= next_sweep {
                 next_sweep = r.time_ns + SWEEP_NS;
@@ -204,7 +196,7 @@ impl State {
                     work.push(i | SWEEP);
                 }
                 for work in fabric_work.iter_mut() {
-                    work.push(fabric_item(i, FabricPart::Whole) | SWEEP);
+                    work.push(fabric_item(i, FabricPart::Reporter) | SWEEP);
                 }
             }
         }
@@ -236,7 +228,6 @@ impl State {
                     continue;
                 }
                 match part {
-                    FabricPart::Whole => shard.process(r, seen, &self.log),
                     FabricPart::Reporter => shard.process_reporter(r, seen, &self.log),
                     FabricPart::Hop(h) => shard.process_hop(r, h, seen, &self.log),
                 }
@@ -502,12 +493,11 @@ mod tests {
         #[test]
         fn fabric_work_entries_keep_record_and_part(
             index in 0..SPLIT_RECORDS as u32,
-            part in 0..=crate::record::MAX_HOPS + 1,
+            part in 0..=crate::record::MAX_HOPS,
             sweep: bool,
         ) {
             let part = match part {
                 0 => FabricPart::Reporter,
-                p if p > crate::record::MAX_HOPS => FabricPart::Whole,
                 p => FabricPart::Hop(p - 1),
             };
             let item = fabric_item(index, part) | if sweep { SWEEP } else { 0 };
