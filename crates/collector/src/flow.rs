@@ -217,13 +217,11 @@ pub fn key_hash(key: &FlowKey) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(key)
 }
 
-/// Whether `entry` files the flow with `key`, whose hash tag is `tag` (the slab is read only
-/// when the tags match).
-fn holds(slots: &[Option<FlowState>], entry: IndexEntry, tag: u32, key: &FlowKey) -> bool {
-    entry.tag() == tag
-        && slots[entry.slot() as usize]
-            .as_ref()
-            .is_some_and(|f| f.key == *key)
+/// Whether `slot` holds the flow with `key`.
+fn holds(slots: &[Option<FlowState>], slot: u32, key: &FlowKey) -> bool {
+    slots
+        .get(slot as usize)
+        .is_some_and(|f| f.as_ref().is_some_and(|f| f.key == *key))
 }
 
 impl FlowTable {
@@ -243,8 +241,11 @@ impl FlowTable {
 
     fn slot_hashed(&self, hash: u64, key: &FlowKey) -> Option<u32> {
         let tag = hash_tag(hash);
+        // The slab is read only for entries whose tags match.
         self.index
-            .find(index_hash(tag), |&e| holds(&self.slots, e, tag, key))
+            .find(index_hash(tag), |&e| {
+                e.tag() == tag && holds(&self.slots, e.slot(), key)
+            })
             .map(|e| e.slot())
     }
 
@@ -278,20 +279,13 @@ impl FlowTable {
         hint: Option<u32>,
         new: impl FnOnce() -> FlowState,
     ) -> &mut FlowState {
-        let tag = hash_tag(hash);
-        let hinted = hint.filter(|&s| {
-            self.slots
-                .get(s as usize)
-                .is_some_and(|f| f.as_ref().is_some_and(|f| f.key == key))
-        });
-        let found = hinted.or_else(|| {
-            self.index
-                .find(index_hash(tag), |&e| holds(&self.slots, e, tag, &key))
-                .map(|e| e.slot())
-        });
+        let found = hint
+            .filter(|&s| holds(&self.slots, s, &key))
+            .or_else(|| self.slot_hashed(hash, &key));
         let slot = match found {
             Some(slot) => slot,
             None => {
+                let tag = hash_tag(hash);
                 let flow = Some(new());
                 let slot = match self.free.pop() {
                     Some(slot) => {
