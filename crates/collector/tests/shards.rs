@@ -285,22 +285,15 @@ fn the_hop_after_the_last_recorded_one_is_found_in_any_shard() {
     r.e = true;
     r.seq = 20;
     datagrams.push((300 * MS, r.datagram()));
-    let one = State::new(Thresholds::default());
-    let states: Vec<State> = (1..=4)
-        .map(|n| State::with_shards(Thresholds::default(), n))
-        .collect();
-    replay(&datagrams, &one, &states);
-    let suspects = |s: &State| -> Vec<Value> {
-        s.events()
-            .events()
-            .iter()
-            .filter(|e| e.kind == EventKind::HopLimit)
-            .map(|e| e.evidence.to_json()["suspect_node"].clone())
-            .collect()
-    };
-    assert_eq!(suspects(&one), vec![Value::from(101)]);
+    let (one, states) = replay_into_one_to_four_shards(&datagrams);
+    assert_eq!(hop_limit_suspects(&one), vec![Value::from(101)]);
     for s in &states {
-        assert_eq!(suspects(s), suspects(&one), "{} shards", s.shards());
+        assert_eq!(
+            hop_limit_suspects(s),
+            hop_limit_suspects(&one),
+            "{} shards",
+            s.shards()
+        );
         assert_eq!(content(s), content(&one), "{} shards", s.shards());
     }
 }
@@ -332,21 +325,35 @@ fn a_suspect_found_from_two_shards_is_rate_limited_once() {
         r.seq = 20 + k as u32;
         datagrams.push((300 * MS + k as u64 * MS, r.datagram()));
     }
+    let (one, states) = replay_into_one_to_four_shards(&datagrams);
+    assert_eq!(hop_limit_suspects(&one), vec![Value::from(101)]);
+    for s in &states {
+        assert_eq!(
+            hop_limit_suspects(s),
+            hop_limit_suspects(&one),
+            "{} shards",
+            s.shards()
+        );
+    }
+}
+
+/// `datagrams` replayed into one shard record by record, and into one to four shards a
+/// datagram at a time.
+fn replay_into_one_to_four_shards(datagrams: &[(u64, Vec<u8>)]) -> (State, Vec<State>) {
     let one = State::new(Thresholds::default());
-    let states: Vec<State> = (2..=4)
+    let states: Vec<State> = (1..=4)
         .map(|n| State::with_shards(Thresholds::default(), n))
         .collect();
-    replay(&datagrams, &one, &states);
-    let hop_limits = |s: &State| -> Vec<Value> {
-        s.events()
-            .events()
-            .iter()
-            .filter(|e| e.kind == EventKind::HopLimit)
-            .map(|e| e.evidence.to_json()["suspect_node"].clone())
-            .collect()
-    };
-    assert_eq!(hop_limits(&one), vec![Value::from(101)]);
-    for s in &states {
-        assert_eq!(hop_limits(s), hop_limits(&one), "{} shards", s.shards());
-    }
+    replay(datagrams, &one, &states);
+    (one, states)
+}
+
+/// The suspect node of each hop-limit event, in log order.
+fn hop_limit_suspects(s: &State) -> Vec<Value> {
+    s.events()
+        .events()
+        .iter()
+        .filter(|e| e.kind == EventKind::HopLimit)
+        .map(|e| e.evidence.to_json()["suspect_node"].clone())
+        .collect()
 }
