@@ -275,16 +275,7 @@ fn a_quiet_queue_closes_at_the_same_moment_with_any_shards() {
 fn the_hop_after_the_last_recorded_one_is_found_in_any_shard() {
     // Leaf 1 → spine 101 → leaf 2 is learnt; then a report whose stack stops at leaf 1 with
     // the E bit: spine 101 (from leaf 1's links, in leaf 1's shard) is the suspect.
-    let mut datagrams = Vec::new();
-    for k in 0..20u32 {
-        let mut r = Rep::new(4, &[H(1, 3, 800, 10), H(101, 2, 900, 10)], H(2, 5, 800, 10));
-        r.seq = k;
-        datagrams.push((u64::from(k) * 10 * MS, r.datagram()));
-    }
-    let mut r = Rep::new(4, &[H(1, 3, 800, 10)], H(2, 5, 800, 10));
-    r.e = true;
-    r.seq = 20;
-    datagrams.push((300 * MS, r.datagram()));
+    let datagrams = hop_limit_after_learning(&[1], &[1]);
     let (one, states) = replay_into_one_to_four_shards(&datagrams);
     assert_eq!(hop_limit_suspects(&one), vec![Value::from(101)]);
     for s in &states {
@@ -308,23 +299,7 @@ fn a_suspect_found_from_two_shards_is_rate_limited_once() {
         (2..=4).any(|n| node_shard(1, n) != node_shard(5, n)),
         "the test needs leaves in different shards"
     );
-    let mut datagrams = Vec::new();
-    for k in 0..20u32 {
-        let leaf = if k % 2 == 0 { 1 } else { 5 };
-        let mut r = Rep::new(
-            4,
-            &[H(leaf, 3, 800, 10), H(101, 2, 900, 10)],
-            H(2, 5, 800, 10),
-        );
-        r.seq = k;
-        datagrams.push((u64::from(k) * 10 * MS, r.datagram()));
-    }
-    for (k, leaf) in [1, 5].into_iter().enumerate() {
-        let mut r = Rep::new(4, &[H(leaf, 3, 800, 10)], H(2, 5, 800, 10));
-        r.e = true;
-        r.seq = 20 + k as u32;
-        datagrams.push((300 * MS + k as u64 * MS, r.datagram()));
-    }
+    let datagrams = hop_limit_after_learning(&[1, 5], &[1, 5]);
     let (one, states) = replay_into_one_to_four_shards(&datagrams);
     assert_eq!(hop_limit_suspects(&one), vec![Value::from(101)]);
     for s in &states {
@@ -335,6 +310,27 @@ fn a_suspect_found_from_two_shards_is_rate_limited_once() {
             s.shards()
         );
     }
+}
+
+/// One flow's reports to leaf 2: twenty over leaf → spine 101 (port 3 to 101, the leaves of
+/// `learnt` in turn, 10 ms apart), then from 300 ms, 1 ms apart, one per leaf of `flagged` whose
+/// stack stops at that leaf with the E bit.
+fn hop_limit_after_learning(learnt: &[u32], flagged: &[u32]) -> Vec<(u64, Vec<u8>)> {
+    let mut datagrams = Vec::new();
+    for k in 0..20u32 {
+        let leaf = learnt[k as usize % learnt.len()];
+        let path = [H(leaf, 3, 800, 10), H(101, 2, 900, 10)];
+        let mut r = Rep::new(4, &path, H(2, 5, 800, 10));
+        r.seq = k;
+        datagrams.push((u64::from(k) * 10 * MS, r.datagram()));
+    }
+    for (k, &leaf) in (0u32..).zip(flagged) {
+        let mut r = Rep::new(4, &[H(leaf, 3, 800, 10)], H(2, 5, 800, 10));
+        r.e = true;
+        r.seq = 20 + k;
+        datagrams.push((300 * MS + u64::from(k) * MS, r.datagram()));
+    }
+    datagrams
 }
 
 /// `datagrams` replayed into one shard record by record, and into one to four shards a
