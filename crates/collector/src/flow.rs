@@ -937,18 +937,25 @@ mod tests {
         assert!(table.is_empty());
     }
 
+    /// The test key with source port `port`.
+    fn key(port: u16) -> FlowKey {
+        FlowKey {
+            src_port: port,
+            ..test_key()
+        }
+    }
+
+    /// A new flow keyed [`key`]`(port)`, with ID `port`.
+    fn flow_on(port: u16, paths: &mut PathTable) -> FlowState {
+        FlowState::new(key(port), u64::from(port), 0, paths.intern(&[]))
+    }
+
     #[test]
     fn the_flow_table_reuses_the_slots_of_flows_it_let_go() {
         let mut paths = PathTable::default();
-        let key = |port: u16| FlowKey {
-            src_port: port,
-            ..test_key()
-        };
         let mut table = FlowTable::default();
         for port in 0..4u16 {
-            let f = table.get_or_insert_with(key(port), || {
-                FlowState::new(key(port), u64::from(port), 0, paths.intern(&[]))
-            });
+            let f = table.get_or_insert_with(key(port), || flow_on(port, &mut paths));
             f.reports = u64::from(port) * 10;
         }
         // An existing flow is found, not made again.
@@ -958,7 +965,7 @@ mod tests {
         assert_eq!(table.len(), 2);
         assert!(table.get(&key(0)).is_none() && table.get_mut(&key(2)).is_none());
         let slots = table.slots.len();
-        table.get_or_insert_with(key(9), || FlowState::new(key(9), 9, 0, paths.intern(&[])));
+        table.get_or_insert_with(key(9), || flow_on(9, &mut paths));
         assert_eq!(table.slots.len(), slots, "a freed slot is reused");
         let mut ports: Vec<u16> = table.values().map(|f| f.key.src_port).collect();
         ports.sort_unstable();
@@ -969,16 +976,10 @@ mod tests {
     #[test]
     fn flows_whose_hashes_collide_are_told_apart_by_key() {
         let mut paths = PathTable::default();
-        let key = |port: u16| FlowKey {
-            src_port: port,
-            ..test_key()
-        };
         let mut table = FlowTable::default();
         // Every key filed under the same hash (same index tag), with growth on the way.
         for port in 0..100u16 {
-            let f = table.get_or_insert_hashed(7, key(port), None, || {
-                FlowState::new(key(port), u64::from(port), 0, paths.intern(&[]))
-            });
+            let f = table.get_or_insert_hashed(7, key(port), None, || flow_on(port, &mut paths));
             assert_eq!(f.key, key(port), "a new key gets its own flow");
         }
         assert_eq!(table.len(), 100);
