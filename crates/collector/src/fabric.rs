@@ -454,12 +454,12 @@ impl FabricShard {
             });
             node.hops_seen += 1;
             node.last_seen_ns = now;
-            let Some(port) = hop.egress_if else { return };
+            let Some(port) = hop.egress_if() else { return };
             let ps = node.ports.get_or_default(port);
-            if hop.egress_tx_util.is_some() {
-                ps.tx_util = hop.egress_tx_util;
+            if hop.egress_tx_util().is_some() {
+                ps.tx_util = hop.egress_tx_util();
             }
-            if let Some(lat) = hop.hop_latency {
+            if let Some(lat) = hop.hop_latency() {
                 ps.last_latency = Some(lat);
                 ps.interval.add(u64::from(lat));
                 let anomalous = ps.latency_samples >= self.cfg.latency_warmup
@@ -479,24 +479,24 @@ impl FabricShard {
                         hop_latency: lat,
                         baseline: baseline.round(),
                         factor: (f64::from(lat) / baseline.max(1.0) * 10.0).round() / 10.0,
-                        queue_occupancy: hop.queue_occupancy,
+                        queue_occupancy: hop.queue_occupancy(),
                     };
                     let place = Place {
                         node: Some(hop.node_id),
                         port: Some(port),
-                        queue: hop.queue_id,
+                        queue: hop.queue_id(),
                         flow: r.flow.zip(id),
                     };
                     self.raiser
                         .raise(log, now, EventKind::LatencyAnomaly, place, ev);
                 }
             }
-            if let Some((to, to_port)) = next.and_then(|b| Some((b.node_id, b.ingress_if?))) {
+            if let Some((to, to_port)) = next.and_then(|b| Some((b.node_id, b.ingress_if()?))) {
                 let link = ps.links.get_or_default(to).get_or_default(to_port);
                 link.reports += 1;
                 link.last_seen_ns = now;
             }
-            if let (Some(q), Some(occ)) = (hop.queue_id, hop.queue_occupancy) {
+            if let (Some(q), Some(occ)) = (hop.queue_id(), hop.queue_occupancy()) {
                 let key = QueueKey::new(hop.node_id, port, q);
                 let qs = ps.queues.get_or_default(u32::from(q));
                 let cfg = &self.cfg;
@@ -578,7 +578,7 @@ impl FabricShard {
             let last = r.hops().last().copied().unwrap_or_default();
             let node = self.nodes.get_or_default(r.node_id);
             *node.drops.entry(r.drop_reason.unwrap_or(0)).or_default() += 1;
-            if let Some(p) = last.egress_if {
+            if let Some(p) = last.egress_if() {
                 let ps = node.ports.get_or_default(p);
                 ps.drops += 1;
                 ps.interval.drops += 1;
@@ -589,8 +589,8 @@ impl FabricShard {
             };
             let place = Place {
                 node: Some(r.node_id),
-                port: last.egress_if,
-                queue: last.queue_id,
+                port: last.egress_if(),
+                queue: last.queue_id(),
                 flow,
             };
             self.raiser.raise(log, now, EventKind::Drop, place, ev);
@@ -634,12 +634,12 @@ impl FabricShard {
             if !flagged {
                 continue;
             }
-            let suspect = last.and_then(|h| self.next_node(h.node_id, h.egress_if?));
+            let suspect = last.and_then(|h| self.next_node(h.node_id, h.egress_if()?));
             let ev = move || Evidence::Limit {
                 int_hops: r.int_hops,
                 path: r.hops().iter().map(|h| h.node_id).collect(),
                 last_recorded_node: last.map(|h| h.node_id),
-                last_recorded_egress_port: last.and_then(|h| h.egress_if),
+                last_recorded_egress_port: last.and_then(|h| h.egress_if()),
                 suspect_node: suspect,
                 reported_by: r.node_id,
             };
@@ -672,11 +672,11 @@ fn observe_queue(
         let now = r.time_ns;
         // Episodes are timed on the switch's clock when its metadata carries timestamps (one
         // queue, one clock): transport delay and report batching do not stretch a microburst.
-        let clock = hop.egress_ts.or(hop.ingress_ts).unwrap_or(now);
+        let clock = hop.egress_ts().or(hop.ingress_ts()).unwrap_or(now);
         qs.occupancy = occ;
         qs.max_occupancy = qs.max_occupancy.max(occ);
         qs.interval.add(u64::from(occ));
-        qs.hop_latency = hop.hop_latency.or(qs.hop_latency);
+        qs.hop_latency = hop.hop_latency().or(qs.hop_latency);
         qs.reports += 1;
         qs.last_seen_ns = now;
         qs.add_to_series(now, occ);
@@ -719,7 +719,7 @@ fn observe_queue(
             let ev = move || Evidence::CongestionStart {
                 queue_occupancy: occ,
                 threshold,
-                hop_latency: hop.hop_latency,
+                hop_latency: hop.hop_latency(),
                 q_flag: r.congested,
             };
             raiser.raise(

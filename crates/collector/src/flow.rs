@@ -25,8 +25,8 @@ impl From<&Hop> for PathHop {
     fn from(h: &Hop) -> Self {
         PathHop {
             node_id: h.node_id,
-            ingress_if: h.ingress_if,
-            egress_if: h.egress_if,
+            ingress_if: h.ingress_if(),
+            egress_if: h.egress_if(),
         }
     }
 }
@@ -742,7 +742,7 @@ impl FlowState {
         // arrival at the collector.
         self.joins()
             .pending
-            .push((hop.ingress_ts.unwrap_or(now), now, hop));
+            .push((hop.ingress_ts().unwrap_or(now), now, hop));
         joined
     }
 
@@ -766,12 +766,12 @@ impl FlowState {
         };
         let mut e2e: Option<u64> = None;
         for (i, h) in path.iter().enumerate() {
-            if let Some(l) = h.hop_latency {
+            if let Some(l) = h.hop_latency() {
                 *e2e.get_or_insert(0) += u64::from(l);
             }
             if i < SAMPLE_HOPS {
-                sample.hop_latency[i] = h.hop_latency.unwrap_or(NONE);
-                sample.queue_occupancy[i] = h.queue_occupancy.unwrap_or(NONE);
+                sample.hop_latency[i] = h.hop_latency().unwrap_or(NONE);
+                sample.queue_occupancy[i] = h.queue_occupancy().unwrap_or(NONE);
             }
         }
         if let Some(v) = e2e {
@@ -832,11 +832,7 @@ mod tests {
             dst_port: 2,
         };
         let mut f = FlowState::new(key, 1, 0, PathTable::default().intern(&[]));
-        let hop = |lat, occ| Hop {
-            hop_latency: lat,
-            queue_occupancy: occ,
-            ..Hop::default()
-        };
+        let hop = |lat, occ| Hop::default().with_hop_latency(lat).with_queue(None, occ);
         f.observe_latency(
             5,
             &[
@@ -884,10 +880,10 @@ mod tests {
     #[test]
     fn the_ring_keeps_the_newest_samples_and_the_interval_all_of_them() {
         let mut f = FlowState::new(test_key(), 1, 0, PathTable::default().intern(&[]));
-        let hop = |lat, occ| Hop {
-            hop_latency: Some(lat),
-            queue_occupancy: occ,
-            ..Hop::default()
+        let hop = |lat, occ| {
+            Hop::default()
+                .with_hop_latency(Some(lat))
+                .with_queue(None, occ)
         };
         for t in 1..=10u32 {
             f.observe_latency(u64::from(t), &[hop(t * 100, Some(t)), hop(50, None)]);
@@ -906,14 +902,8 @@ mod tests {
     fn flows_on_one_path_share_it_and_history_ends_with_the_current_path() {
         let mut table = PathTable::default();
         let empty = table.intern(&[]);
-        let hops = |ids: &[u32]| -> Vec<Hop> {
-            ids.iter()
-                .map(|&node_id| Hop {
-                    node_id,
-                    ..Hop::default()
-                })
-                .collect()
-        };
+        let hops =
+            |ids: &[u32]| -> Vec<Hop> { ids.iter().map(|&node_id| Hop::at(node_id)).collect() };
         let mut a = FlowState::new(test_key(), 1, 0, Arc::clone(&empty));
         let mut b = FlowState::new(test_key(), 2, 0, Arc::clone(&empty));
         assert!(a.observe_path(1, &hops(&[1, 2, 3]), &mut table).is_none());

@@ -46,29 +46,129 @@ impl Version {
 }
 
 /// What one node reported about the packet.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+///
+/// A value the node did not provide is kept as all ones, the wire's own "unavailable" (INT v2.1
+/// §"INT-MD Metadata Header Format": "it must add a special all-ones reserved value indicating
+/// 'invalid'"; `intscope_wire::metadata` already decodes it as `None`), and the accessors give it
+/// back as `None`. That makes a hop 48 bytes instead of 80 with `Option`s: a record's hops are written
+/// once in decode and read twice after it, by the flow and the fabric stages.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Hop {
     /// Node ID (0 when the node did not provide it).
     pub node_id: u32,
-    /// Ingress interface (level 1, else level 2).
-    pub ingress_if: Option<u32>,
-    /// Egress interface (level 1, else level 2).
-    pub egress_if: Option<u32>,
-    /// Hop latency in the device's unit (nanoseconds for every known implementation).
-    pub hop_latency: Option<u32>,
-    /// Queue ID.
-    pub queue_id: Option<u8>,
-    /// Queue occupancy (device units, typically cells or bytes).
-    pub queue_occupancy: Option<u32>,
-    /// Ingress timestamp.
-    pub ingress_ts: Option<u64>,
-    /// Egress timestamp.
-    pub egress_ts: Option<u64>,
-    /// Egress port Tx utilization.
-    pub egress_tx_util: Option<u32>,
+    ingress_if: u32,
+    egress_if: u32,
+    hop_latency: u32,
+    queue_occupancy: u32,
+    egress_tx_util: u32,
+    queue_id: Option<u8>,
+    ingress_ts: u64,
+    egress_ts: u64,
+}
+
+const ABSENT: u32 = u32::MAX;
+const ABSENT_WIDE: u64 = u64::MAX;
+
+fn present(v: u32) -> Option<u32> {
+    (v != ABSENT).then_some(v)
+}
+
+fn present_wide(v: u64) -> Option<u64> {
+    (v != ABSENT_WIDE).then_some(v)
+}
+
+impl Default for Hop {
+    fn default() -> Self {
+        Hop::at(0)
+    }
 }
 
 impl Hop {
+    /// A hop at `node_id` that reported nothing else yet.
+    pub const fn at(node_id: u32) -> Self {
+        Hop {
+            node_id,
+            ingress_if: ABSENT,
+            egress_if: ABSENT,
+            hop_latency: ABSENT,
+            queue_occupancy: ABSENT,
+            egress_tx_util: ABSENT,
+            queue_id: None,
+            ingress_ts: ABSENT_WIDE,
+            egress_ts: ABSENT_WIDE,
+        }
+    }
+
+    /// Ingress interface (level 1, else level 2).
+    #[inline]
+    pub fn ingress_if(&self) -> Option<u32> {
+        present(self.ingress_if)
+    }
+    /// Egress interface (level 1, else level 2).
+    #[inline]
+    pub fn egress_if(&self) -> Option<u32> {
+        present(self.egress_if)
+    }
+    /// Hop latency in the device's unit (nanoseconds for every known implementation).
+    #[inline]
+    pub fn hop_latency(&self) -> Option<u32> {
+        present(self.hop_latency)
+    }
+    /// Queue ID.
+    #[inline]
+    pub fn queue_id(&self) -> Option<u8> {
+        self.queue_id
+    }
+    /// Queue occupancy (device units, typically cells or bytes).
+    #[inline]
+    pub fn queue_occupancy(&self) -> Option<u32> {
+        present(self.queue_occupancy)
+    }
+    /// Ingress timestamp.
+    #[inline]
+    pub fn ingress_ts(&self) -> Option<u64> {
+        present_wide(self.ingress_ts)
+    }
+    /// Egress timestamp.
+    #[inline]
+    pub fn egress_ts(&self) -> Option<u64> {
+        present_wide(self.egress_ts)
+    }
+    /// Egress port Tx utilization.
+    #[inline]
+    pub fn egress_tx_util(&self) -> Option<u32> {
+        present(self.egress_tx_util)
+    }
+
+    /// With these interfaces.
+    pub fn with_interfaces(mut self, ingress: Option<u32>, egress: Option<u32>) -> Self {
+        self.ingress_if = ingress.unwrap_or(ABSENT);
+        self.egress_if = egress.unwrap_or(ABSENT);
+        self
+    }
+    /// With this hop latency.
+    pub fn with_hop_latency(mut self, latency: Option<u32>) -> Self {
+        self.hop_latency = latency.unwrap_or(ABSENT);
+        self
+    }
+    /// With this queue and occupancy.
+    pub fn with_queue(mut self, id: Option<u8>, occupancy: Option<u32>) -> Self {
+        self.queue_id = id;
+        self.queue_occupancy = occupancy.unwrap_or(ABSENT);
+        self
+    }
+    /// With these timestamps.
+    pub fn with_timestamps(mut self, ingress: Option<u64>, egress: Option<u64>) -> Self {
+        self.ingress_ts = ingress.unwrap_or(ABSENT_WIDE);
+        self.egress_ts = egress.unwrap_or(ABSENT_WIDE);
+        self
+    }
+    /// With this Tx utilization.
+    pub fn with_egress_tx_util(mut self, util: Option<u32>) -> Self {
+        self.egress_tx_util = util.unwrap_or(ABSENT);
+        self
+    }
+
     fn from_view(v: &HopView<'_>, node_id: Option<u32>) -> Self {
         let mut hop = Hop::default();
         hop.set_from_view(v, node_id);
@@ -82,14 +182,47 @@ impl Hop {
         let l1 = v.l1_interfaces();
         let queue = v.queue();
         self.node_id = node_id.or_else(|| v.node_id()).unwrap_or(0);
-        self.ingress_if = l1.map(|p| u32::from(p.0));
-        self.egress_if = l1.map(|p| u32::from(p.1));
-        self.hop_latency = v.hop_latency();
+        self.ingress_if = l1.map_or(ABSENT, |p| u32::from(p.0));
+        self.egress_if = l1.map_or(ABSENT, |p| u32::from(p.1));
+        self.hop_latency = v.hop_latency().unwrap_or(ABSENT);
         self.queue_id = queue.map(|q| q.0).or_else(|| v.drop().map(|d| d.0));
-        self.queue_occupancy = queue.map(|q| q.1);
-        self.ingress_ts = v.ingress_ts();
-        self.egress_ts = v.egress_ts();
-        self.egress_tx_util = v.egress_tx_util();
+        self.queue_occupancy = queue.map_or(ABSENT, |q| q.1);
+        self.ingress_ts = v.ingress_ts().unwrap_or(ABSENT_WIDE);
+        self.egress_ts = v.egress_ts().unwrap_or(ABSENT_WIDE);
+        self.egress_tx_util = v.egress_tx_util().unwrap_or(ABSENT);
+    }
+
+    /// Fills what this hop lacks from `from`.
+    fn merge(&mut self, from: &Hop) {
+        fn or<T: PartialEq>(into: &mut T, from: T, absent: T) {
+            if *into == absent {
+                *into = from;
+            }
+        }
+        or(&mut self.ingress_if, from.ingress_if, ABSENT);
+        or(&mut self.egress_if, from.egress_if, ABSENT);
+        or(&mut self.hop_latency, from.hop_latency, ABSENT);
+        or(&mut self.queue_id, from.queue_id, None);
+        or(&mut self.queue_occupancy, from.queue_occupancy, ABSENT);
+        or(&mut self.ingress_ts, from.ingress_ts, ABSENT_WIDE);
+        or(&mut self.egress_ts, from.egress_ts, ABSENT_WIDE);
+        or(&mut self.egress_tx_util, from.egress_tx_util, ABSENT);
+    }
+}
+
+impl std::fmt::Debug for Hop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hop")
+            .field("node_id", &self.node_id)
+            .field("ingress_if", &self.ingress_if())
+            .field("egress_if", &self.egress_if())
+            .field("hop_latency", &self.hop_latency())
+            .field("queue_id", &self.queue_id)
+            .field("queue_occupancy", &self.queue_occupancy())
+            .field("ingress_ts", &self.ingress_ts())
+            .field("egress_ts", &self.egress_ts())
+            .field("egress_tx_util", &self.egress_tx_util())
+            .finish()
     }
 }
 
@@ -357,10 +490,7 @@ pub fn decode_into(
                 .last()
                 .is_none_or(|h| h.node_id != header.switch_id)
             {
-                record.push(Hop {
-                    node_id: header.switch_id,
-                    ..Hop::default()
-                });
+                record.push(Hop::at(header.switch_id));
             }
             out.filled();
             Ok(1)
@@ -382,17 +512,19 @@ pub fn decode_into(
             if let Some(s) = switch {
                 record.node_id = s.switch_id;
                 record.drop_reason = s.drop_reason;
-                record.push(Hop {
-                    node_id: s.switch_id,
-                    ingress_if: Some(u32::from(s.ingress_port)),
-                    egress_if: Some(u32::from(s.egress_port)),
-                    queue_id: Some(s.queue_id),
-                    queue_occupancy: s.queue_occupancy,
-                    egress_ts: s.egress_ts.map(u64::from),
-                    ingress_ts: Some(u64::from(fixed.ingress_ts)),
-                    hop_latency: s.egress_ts.map(|e| e.wrapping_sub(fixed.ingress_ts)),
-                    ..Hop::default()
-                });
+                record.push(
+                    Hop::at(s.switch_id)
+                        .with_interfaces(
+                            Some(u32::from(s.ingress_port)),
+                            Some(u32::from(s.egress_port)),
+                        )
+                        .with_queue(Some(s.queue_id), s.queue_occupancy)
+                        .with_timestamps(
+                            Some(u64::from(fixed.ingress_ts)),
+                            s.egress_ts.map(u64::from),
+                        )
+                        .with_hop_latency(s.egress_ts.map(|e| e.wrapping_sub(fixed.ingress_ts))),
+                );
             } else if let Some(last) = record.hops().last() {
                 // A v0.5 flow report without a local header: the sink is the stack's top.
                 record.node_id = last.node_id;
@@ -439,7 +571,7 @@ fn fill_v2(record: &mut Record, ir: &IndividualReport<'_>, cfg: &DetectConfig, m
             .get_mut(usize::from(record.hop_count).wrapping_sub(1))
         {
             Some(last) if last.node_id == record.node_id && record.hop_count > 0 => {
-                merge(last, &own)
+                last.merge(&own)
             }
             _ => record.push(own),
         }
@@ -448,22 +580,8 @@ fn fill_v2(record: &mut Record, ir: &IndividualReport<'_>, cfg: &DetectConfig, m
         .last()
         .is_none_or(|h| h.node_id != record.node_id)
     {
-        record.push(Hop {
-            node_id: record.node_id,
-            ..Hop::default()
-        });
+        record.push(Hop::at(record.node_id));
     }
-}
-
-fn merge(into: &mut Hop, from: &Hop) {
-    into.ingress_if = into.ingress_if.or(from.ingress_if);
-    into.egress_if = into.egress_if.or(from.egress_if);
-    into.hop_latency = into.hop_latency.or(from.hop_latency);
-    into.queue_id = into.queue_id.or(from.queue_id);
-    into.queue_occupancy = into.queue_occupancy.or(from.queue_occupancy);
-    into.ingress_ts = into.ingress_ts.or(from.ingress_ts);
-    into.egress_ts = into.egress_ts.or(from.egress_ts);
-    into.egress_tx_util = into.egress_tx_util.or(from.egress_tx_util);
 }
 
 /// Flow key, TTL and the embedded INT stack of the truncated packet.

@@ -444,7 +444,7 @@ fn a_stack_longer_than_a_record_keeps_its_newest_hops_source_first() {
     let r = decode(&Rep::new(3, &path, H(99, 5, 800, 10)));
     let nodes: Vec<u32> = r.hops().iter().map(|h| h.node_id).collect();
     assert_eq!(nodes, [1, 2, 3, 4, 5, 99]);
-    assert_eq!(r.hops()[2].hop_latency, Some(300));
+    assert_eq!(r.hops()[2].hop_latency(), Some(300));
     assert_eq!((r.int_hops, r.path_truncated), (5, false));
     // Twenty: the record keeps the newest, the oldest are cut.
     let path: Vec<H> = (1..=20).map(|n| H(n, 2, 100 * n, n)).collect();
