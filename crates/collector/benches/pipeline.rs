@@ -120,6 +120,10 @@ fn bench(c: &mut Criterion) {
                 .collect()
         })
         .collect();
+    // One thread on the two shards: what the split into shards' work costs by itself.
+    group.bench_function("collector_batches_2_shards_1_thread", |b| {
+        b.iter(|| ingest_in_batches(&collector, &payloads, &mut batch, &mut t))
+    });
     group.bench_function("collector_batches_2_threads", |b| {
         b.iter_custom(|iters| {
             let start = std::time::Instant::now();

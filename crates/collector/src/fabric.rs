@@ -284,34 +284,34 @@ impl FabricShard {
     /// ([`FabricShard::process_reporter`], [`FabricShard::process_hop`]).
     pub fn process(&mut self, r: &Record, seen: FlowSeen, log: &Mutex<EventLog>) {
         let parts = Parts::of(r, seen);
-        self.reporter_part(r, seen, &parts, log);
+        self.reporter_part(r, &parts, log);
         for (index, hop) in r.hops().iter().enumerate() {
-            self.hop_part(r, index, hop, seen, &parts, log);
+            self.hop_part(r, index, hop, &parts, log);
         }
     }
 
     /// The reporter's part of record `r` (in the reporter's shard): report counters, sequence
     /// loss, the reporter's node, drops, hops without INT, and an E or M bit no recorded hop
-    /// can be blamed for.
-    pub fn process_reporter(&mut self, r: &Record, seen: FlowSeen, log: &Mutex<EventLog>) {
-        self.reporter_part(r, seen, &Parts::of(r, seen), log);
+    /// can be blamed for. `parts`: [`Parts::of`] the record.
+    pub fn process_reporter(&mut self, r: &Record, parts: &Parts, log: &Mutex<EventLog>) {
+        self.reporter_part(r, parts, log);
     }
 
     /// Hop `index` of record `r` (in the shard of the hop's node): the node, its egress port's
     /// latency and utilization, the queue, the link to the next hop, and an E or M bit set just
-    /// after this hop.
-    pub fn process_hop(&mut self, r: &Record, index: usize, seen: FlowSeen, log: &Mutex<EventLog>) {
+    /// after this hop. `parts`: [`Parts::of`] the record, worked out once for all its hops.
+    pub fn process_hop(&mut self, r: &Record, index: usize, parts: &Parts, log: &Mutex<EventLog>) {
         if let Some(hop) = r.hops().get(index) {
-            self.hop_part(r, index, hop, seen, &Parts::of(r, seen), log);
+            self.hop_part(r, index, hop, parts, log);
         }
     }
 
-    fn reporter_part(&mut self, r: &Record, seen: FlowSeen, parts: &Parts, log: &Mutex<EventLog>) {
+    fn reporter_part(&mut self, r: &Record, parts: &Parts, log: &Mutex<EventLog>) {
         self.last_time_ns = self.last_time_ns.max(r.time_ns);
         self.observe_reporter(r, log);
-        self.observe_reporter_flags(r, seen, parts.gap.as_ref(), log);
+        self.observe_reporter_flags(r, parts.seen, parts.gap.as_ref(), log);
         if parts.last_recorded.is_none() && (r.hop_limit_exceeded || r.mtu_exceeded) {
-            self.observe_limits(r, None, seen.id, log);
+            self.observe_limits(r, None, parts.seen.id, log);
         }
     }
 
@@ -321,15 +321,14 @@ impl FabricShard {
         r: &Record,
         index: usize,
         hop: &Hop,
-        seen: FlowSeen,
         parts: &Parts,
         log: &Mutex<EventLog>,
     ) {
         self.last_time_ns = self.last_time_ns.max(r.time_ns);
         let next = r.hops().get(index + 1).filter(|_| parts.links);
-        self.observe_hop(r, hop, next, seen.id, log);
+        self.observe_hop(r, hop, next, parts.seen.id, log);
         if parts.last_recorded == Some(index) && (r.hop_limit_exceeded || r.mtu_exceeded) {
-            self.observe_limits(r, Some(hop), seen.id, log);
+            self.observe_limits(r, Some(hop), parts.seen.id, log);
         }
     }
 
@@ -743,8 +742,11 @@ fn queue_place(key: QueueKey, flow: Option<(FlowKey, u64)>) -> Place {
     }
 }
 
-/// What every part of a record needs, worked out once per record (or part).
-struct Parts {
+/// What every part of a record needs, worked out once per record: what the flow stage learned
+/// and what the record's flags and TTL say about its path.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Parts {
+    seen: FlowSeen,
     /// Hops that forwarded without INT, from the TTL.
     gap: Option<TtlGap>,
     /// Whether consecutive hops are neighbours: only if no hop in between went unrecorded.
@@ -754,7 +756,8 @@ struct Parts {
 }
 
 impl Parts {
-    fn of(r: &Record, seen: FlowSeen) -> Self {
+    /// Of record `r`, which the flow stage saw as `seen`.
+    pub fn of(r: &Record, seen: FlowSeen) -> Self {
         let gap = non_int_hops(r, seen.head_hops);
         let links = !(r.mtu_exceeded
             || r.hop_limit_exceeded
@@ -762,6 +765,7 @@ impl Parts {
             || gap.as_ref().is_some_and(|g| g.non_int > 0));
         let last_recorded = last_recorded_hop(r);
         Parts {
+            seen,
             gap,
             links,
             last_recorded,
@@ -770,6 +774,7 @@ impl Parts {
 }
 
 /// How a packet's TTL compares with the INT hops it recorded.
+#[derive(Debug, Clone, Copy)]
 struct TtlGap {
     /// The sender's initial TTL as assumed.
     initial_ttl: u8,

@@ -20,8 +20,8 @@ use crate::detect::DetectConfig;
 pub use crate::event::EVENT_LOG;
 use crate::event::{Event, EventKind, EventLog, lock};
 pub use crate::fabric::{
-    FabricShard, FlowSeen, IntervalAgg, LinkKey, LinkState, NodeState, PortState, QUEUE_BUCKET_NS,
-    QUEUE_SERIES, QueueKey, QueueState, RecordCounters, node_shard,
+    FabricShard, FlowSeen, IntervalAgg, LinkKey, LinkState, NodeState, Parts, PortState,
+    QUEUE_BUCKET_NS, QUEUE_SERIES, QueueKey, QueueState, RecordCounters, node_shard,
 };
 use crate::flow::{FlowState, key_hash};
 pub use crate::flow_shard::{FlowShard, flow_shard};
@@ -37,6 +37,8 @@ struct Scratch {
     hints: Vec<Option<u32>>,
     /// What the flow stage learned about each record.
     seen: Vec<FlowSeen>,
+    /// What each record's fabric parts need, worked out once for all of them.
+    parts: Vec<Parts>,
     /// Per flow shard: its work in batch order, record indexes, with [`SWEEP`] marking "sweep
     /// at this record's time".
     flow_work: Vec<Vec<u32>>,
@@ -164,6 +166,7 @@ impl State {
             hashes,
             hints,
             seen,
+            parts,
             flow_work,
             fabric_work,
         } = scratch;
@@ -219,17 +222,24 @@ impl State {
                 }
             }
         });
+        parts.clear();
+        parts.extend(
+            records
+                .iter()
+                .zip(seen.iter())
+                .map(|(r, &s)| Parts::of(r, s)),
+        );
         each_shard(&self.fabric, |s, shard| {
             for &w in &fabric_work[s] {
                 let (i, part) = fabric_part(w & !SWEEP);
-                let (r, seen) = (&records[i], seen[i]);
+                let (r, parts) = (&records[i], &parts[i]);
                 if w & SWEEP != 0 {
                     shard.sweep(r.time_ns, &self.log);
                     continue;
                 }
                 match part {
-                    FabricPart::Reporter => shard.process_reporter(r, seen, &self.log),
-                    FabricPart::Hop(h) => shard.process_hop(r, h, seen, &self.log),
+                    FabricPart::Reporter => shard.process_reporter(r, parts, &self.log),
+                    FabricPart::Hop(h) => shard.process_hop(r, h, parts, &self.log),
                 }
             }
         });
