@@ -182,8 +182,11 @@ impl Hop {
         let l1 = v.l1_interfaces();
         let queue = v.queue();
         self.node_id = node_id.or_else(|| v.node_id()).unwrap_or(0);
-        self.ingress_if = l1.map_or(ABSENT, |p| u32::from(p.0));
-        self.egress_if = l1.map_or(ABSENT, |p| u32::from(p.1));
+        // Level 1 interfaces, else level 2 (read only then: few devices send them).
+        (self.ingress_if, self.egress_if) = match l1 {
+            Some((ingress, egress)) => (u32::from(ingress), u32::from(egress)),
+            None => v.l2_interfaces().unwrap_or((ABSENT, ABSENT)),
+        };
         self.hop_latency = v.hop_latency().unwrap_or(ABSENT);
         self.queue_id = queue.map(|q| q.0).or_else(|| v.drop().map(|d| d.0));
         self.queue_occupancy = queue.map_or(ABSENT, |q| q.1);

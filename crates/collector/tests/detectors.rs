@@ -457,3 +457,35 @@ fn a_stack_longer_than_a_record_keeps_its_newest_hops_source_first() {
         (MAX_HOPS, true)
     );
 }
+
+#[test]
+fn hops_that_give_only_level_2_interfaces_are_placed_on_those_ports() {
+    use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
+    let path = [H(1, 300, 100, 1), H(2, 7, 200, 2)];
+    let mut rep = Rep::new(3, &path, H(99, 5, 800, 10));
+    rep.l2_interfaces = true;
+    let mut rec = Record::default();
+    let mut hops = Vec::new();
+    decode_datagram(
+        &rep.datagram(),
+        1,
+        &detect_cfg(),
+        FlowKeyMode::Innermost,
+        &mut rec,
+        |r| hops = r.hops().to_vec(),
+    )
+    .unwrap();
+    let ports: Vec<_> = hops
+        .iter()
+        .map(|h| (h.node_id, h.ingress_if(), h.egress_if()))
+        .collect();
+    // The stack's hops from level 2; the sink's own metadata (RepMdBits) has level 1.
+    assert_eq!(
+        ports,
+        [
+            (1, Some(1), Some(300)),
+            (2, Some(1), Some(7)),
+            (99, Some(1), Some(5))
+        ]
+    );
+}

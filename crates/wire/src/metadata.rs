@@ -519,6 +519,15 @@ impl<'a> HopView<'a> {
     pub fn egress_ts(&self) -> Option<u64> {
         self.wide(5)
     }
+    /// Level 2 ingress and egress interface IDs (bit 6; v0.5 gives that bit another meaning).
+    #[inline]
+    pub fn l2_interfaces(&self) -> Option<(u32, u32)> {
+        match self.format {
+            Format::IntV2 | Format::ReportV2 => self.wide(6).map(|w| ((w >> 32) as u32, w as u32)),
+            Format::IntV1 => self.word(6).map(|w| (w >> 16, w & 0xffff)),
+            Format::IntV05 => None,
+        }
+    }
     /// Egress interface Tx utilization (bit 7).
     #[inline]
     pub fn egress_tx_util(&self) -> Option<u32> {

@@ -7,7 +7,7 @@ use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
 use intscope_collector::state::State;
 use intscope_wire::locate::DetectConfig;
 use intscope_wire::md::MdHeaderRepr;
-use intscope_wire::metadata::{Format, HopMetadata};
+use intscope_wire::metadata::{Format, HopMetadata, L1_INTERFACES, L2_INTERFACES};
 use intscope_wire::report::{GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr};
 use intscope_wire::shim::{Shim, TcpUdpShimRepr};
 
@@ -31,6 +31,8 @@ pub struct Rep {
     pub ttl: Option<u8>,
     /// Bytes of the packet the report carries (default: all).
     pub truncate: Option<usize>,
+    /// The stack's hops give level 2 interface IDs (32-bit) instead of level 1.
+    pub l2_interfaces: bool,
 }
 
 impl Rep {
@@ -45,33 +47,42 @@ impl Rep {
             m: false,
             ttl: None,
             truncate: None,
+            l2_interfaces: false,
         }
     }
 
     pub fn datagram(&self) -> Vec<u8> {
+        let bitmap = if self.l2_interfaces {
+            BITMAP & !L1_INTERFACES | L2_INTERFACES
+        } else {
+            BITMAP
+        };
+        let hop_words = Format::IntV2.baseline_len(bitmap) / 4;
         let header = MdHeaderRepr {
             version: 2,
             e: self.e,
             m: self.m,
-            hop_ml: 4,
+            hop_ml: hop_words as u8,
             remaining_hop_count: 4,
-            instructions: BITMAP,
+            instructions: bitmap,
             ..Default::default()
         };
-        let mut body = vec![0u8; 16 * self.path.len()];
+        let mut body = vec![0u8; hop_words * 4 * self.path.len()];
         let mut at = 0;
         for h in self.path.iter().rev() {
             let hop = HopMetadata {
-                present: BITMAP,
+                present: bitmap,
                 node_id: Some(h.0),
                 l1_ingress_if: Some(1),
                 l1_egress_if: Some(h.1),
+                l2_ingress_if: Some(1),
+                l2_egress_if: Some(u32::from(h.1)),
                 hop_latency: Some(h.2),
                 queue_id: Some(0),
                 queue_occupancy: Some(h.3),
                 ..Default::default()
             };
-            at += hop.encode(BITMAP, Format::IntV2, &mut body[at..]);
+            at += hop.encode(bitmap, Format::IntV2, &mut body[at..]);
         }
         let shim = Shim::TcpUdp(TcpUdpShimRepr {
             int_type: 1,
