@@ -67,6 +67,9 @@ fn main() {
         "/api/flows?limit=100",
         "/api/flows?sort=p99&limit=100",
         "/api/flows?sort=reports&limit=100&offset=1000",
+        // A search, as the UI's filter box sends it: every flow's addresses and ports are
+        // matched against the text.
+        "/api/flows?q=10.1.2&limit=100",
         one_flow.as_str(),
     ] {
         let mut times: Vec<Duration> = (0..REQUESTS).map(|_| get(addr, path).0).collect();

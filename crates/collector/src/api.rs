@@ -8,6 +8,7 @@ use axum::extract::{Path, Query, State as AxState};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json};
 use axum::routing::get;
+use memchr::memmem;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -15,7 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
-use crate::event::{Event, EventKind, FlowRef};
+use crate::event::{Event, EventKind, FlowRef, write_flow_text};
 use crate::flow::FlowState;
 use crate::ingest::Collector;
 use crate::rank;
@@ -225,6 +226,8 @@ fn flow_summary(f: &FlowState) -> Value {
 async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Value>, ApiError> {
     with_state(&c, |s| {
         let needle = q.q.as_deref().map(str::to_lowercase);
+        let needle = needle.as_deref().map(|n| memmem::Finder::new(n.as_bytes()));
+        let mut text = Vec::with_capacity(96);
         // One key per flow, read once in the same pass as the filters (the flows are many),
         // larger first; ties by ID.
         let key: fn(&FlowState) -> u64 = match q.sort.as_deref().unwrap_or("last_seen") {
@@ -246,12 +249,9 @@ async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Va
             .filter(|f| q.node.is_none_or(|n| f.path.iter().any(|h| h.node_id == n)))
             .filter(|f| {
                 needle.as_ref().is_none_or(|n| {
-                    let r = FlowRef::from(&f.key);
-                    format!(
-                        "{} {} {} {} {}",
-                        r.src, r.dst, r.proto, r.src_port, r.dst_port
-                    )
-                    .contains(n.as_str())
+                    text.clear();
+                    write_flow_text(&mut text, &f.key);
+                    n.find(&text).is_some()
                 })
             })
             .inspect(|_| total += 1);

@@ -3,6 +3,7 @@
 
 use core::net::IpAddr;
 use std::collections::{BTreeMap, VecDeque};
+use std::io::Write as _;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use intscope_wire::locate::FlowKey;
@@ -101,26 +102,52 @@ fn flow_as_ref<S: serde::Serializer>(flow: &Option<FlowKey>, s: S) -> Result<S::
     serde::Serialize::serialize(&flow.as_ref().map(FlowRef::from), s)
 }
 
-/// An address in its usual text form. IPv4 is written by hand: `Ipv4Addr`'s `Display` goes
-/// through the formatter's padding machinery, ~25× the cost, and culprit lists format dozens.
+/// An address in its usual text form.
 fn ip_string(ip: IpAddr) -> String {
+    let mut text = Vec::with_capacity(15);
+    write_ip(&mut text, ip);
+    // Digits, dots and colons: always UTF-8.
+    String::from_utf8(text).unwrap_or_default()
+}
+
+/// Appends `ip` in its usual text form. IPv4 is written by hand: `Ipv4Addr`'s `Display` goes
+/// through the formatter's padding machinery, ~25× the cost, and culprit lists format dozens.
+fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
     let IpAddr::V4(v4) = ip else {
-        return ip.to_string();
+        // Writing to a `Vec` cannot fail.
+        let _ = write!(out, "{ip}");
+        return;
     };
-    let mut s = String::with_capacity(15);
     for (i, octet) in v4.octets().into_iter().enumerate() {
         if i > 0 {
-            s.push('.');
+            out.push(b'.');
         }
-        if octet >= 100 {
-            s.push(char::from(b'0' + octet / 100));
-        }
-        if octet >= 10 {
-            s.push(char::from(b'0' + octet / 10 % 10));
-        }
-        s.push(char::from(b'0' + octet % 10));
+        write_decimal(out, u16::from(octet));
     }
-    s
+}
+
+/// Appends `n` in decimal, a digit at a time: a loop into a scratch array and a copy of its
+/// tail took a third longer per search (copies of a varying length are calls).
+fn write_decimal(out: &mut Vec<u8>, n: u16) {
+    for scale in [10_000, 1_000, 100, 10] {
+        if n >= scale {
+            out.push(b'0' + (n / scale % 10) as u8);
+        }
+    }
+    out.push(b'0' + (n % 10) as u8);
+}
+
+/// Appends flow `k` as the text a search matches: "src dst proto src_port dst_port", the
+/// addresses as [`FlowRef`] writes them. Into a buffer the caller reuses: a search looks at
+/// every flow, and three new strings per flow were most of a million-flow search's 190 ms.
+pub fn write_flow_text(out: &mut Vec<u8>, k: &FlowKey) {
+    write_ip(out, k.src_ip());
+    out.push(b' ');
+    write_ip(out, k.dst_ip());
+    for n in [u16::from(k.proto), k.src_port, k.dst_port] {
+        out.push(b' ');
+        write_decimal(out, n);
+    }
 }
 
 /// One event.
@@ -363,6 +390,35 @@ mod tests {
         ] {
             let ip: IpAddr = a.parse().unwrap();
             assert_eq!(ip_string(ip), ip.to_string(), "{a}");
+        }
+    }
+
+    #[test]
+    fn a_flows_search_text_is_its_fields_display_forms() {
+        for (src, dst, proto, src_port, dst_port) in [
+            ("10.0.0.1", "192.168.100.255", 17, 0, 65535),
+            ("2001:db8::1", "::1", 6, 9, 10_000),
+            ("1.20.255.9", "8.8.8.8", 255, 443, 53),
+        ] {
+            let (s, d): (IpAddr, IpAddr) = (src.parse().unwrap(), dst.parse().unwrap());
+            let mapped = |ip: IpAddr| match ip {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                IpAddr::V6(v6) => v6,
+            };
+            let key = FlowKey {
+                src: mapped(s),
+                dst: mapped(d),
+                proto,
+                src_port,
+                dst_port,
+            };
+            let mut text = b"left over".to_vec();
+            text.clear();
+            write_flow_text(&mut text, &key);
+            assert_eq!(
+                text,
+                format!("{s} {d} {proto} {src_port} {dst_port}").as_bytes()
+            );
         }
     }
 }

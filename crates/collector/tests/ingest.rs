@@ -248,6 +248,46 @@ fn loopback_traffic_is_accounted_for_and_served() {
             "{sort}"
         );
     }
+    // A search finds the flows whose "src dst proto src_port dst_port" contains the text, and
+    // only those: here one flow's destination address and port.
+    let all: serde_json::Value =
+        serde_json::from_str(&http_get(http, "/api/flows?limit=1000").1).unwrap();
+    let text = |f: &serde_json::Value| {
+        let k = &f["flow"];
+        format!(
+            "{} {} {} {} {}",
+            k["src"].as_str().unwrap(),
+            k["dst"].as_str().unwrap(),
+            k["proto"],
+            k["src_port"],
+            k["dst_port"]
+        )
+    };
+    let needle = format!("{} 17 ", first["flow"]["dst"].as_str().unwrap());
+    let expected: Vec<_> = all["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| text(f).contains(&needle))
+        .map(|f| f["id"].clone())
+        .collect();
+    assert!(!expected.is_empty());
+    let found: serde_json::Value = serde_json::from_str(
+        &http_get(
+            http,
+            &format!("/api/flows?limit=1000&q={}", needle.replace(' ', "%20")),
+        )
+        .1,
+    )
+    .unwrap();
+    let found_ids: Vec<_> = found["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].clone())
+        .collect();
+    assert_eq!(found_ids, expected);
+    assert_eq!(found["total"], expected.len());
     let (code, body) = http_get(http, &format!("/api/flows/{}", first["id"]));
     assert_eq!(code, 200);
     let detail: serde_json::Value = serde_json::from_str(&body).unwrap();
