@@ -455,8 +455,8 @@ impl FabricShard {
             node.last_seen_ns = now;
             let Some(port) = hop.egress_if() else { return };
             let ps = node.ports.get_or_default(port);
-            if hop.egress_tx_util().is_some() {
-                ps.tx_util = hop.egress_tx_util();
+            if let Some(util) = hop.egress_tx_util() {
+                ps.tx_util = Some(util);
             }
             if let Some(lat) = hop.hop_latency() {
                 ps.last_latency = Some(lat);
