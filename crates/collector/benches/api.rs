@@ -70,6 +70,8 @@ fn main() {
         // A search, as the UI's filter box sends it: every flow's addresses and ports are
         // matched against the text.
         "/api/flows?q=10.1.2&limit=100",
+        // One that spans fields (a space): every flow's whole line is written out.
+        "/api/flows?q=0%2010.1&limit=100",
         one_flow.as_str(),
     ] {
         let mut times: Vec<Duration> = (0..REQUESTS).map(|_| get(addr, path).0).collect();

@@ -8,7 +8,6 @@ use axum::extract::{Path, Query, State as AxState};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json};
 use axum::routing::get;
-use memchr::memmem;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -16,10 +15,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
-use crate::event::{Event, EventKind, FlowRef, write_flow_text};
+use crate::event::{Event, EventKind, FlowRef};
 use crate::flow::FlowState;
 use crate::ingest::Collector;
 use crate::rank;
+use crate::search::FlowSearch;
 use crate::state::View;
 
 /// The router of the API.
@@ -224,10 +224,9 @@ fn flow_summary(f: &FlowState) -> Value {
 }
 
 async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Value>, ApiError> {
+    // Built before the state is locked: its tables take a millisecond or two.
+    let mut search = q.q.as_deref().map(|t| FlowSearch::new(&t.to_lowercase()));
     with_state(&c, |s| {
-        let needle = q.q.as_deref().map(str::to_lowercase);
-        let needle = needle.as_deref().map(|n| memmem::Finder::new(n.as_bytes()));
-        let mut text = Vec::with_capacity(96);
         // One key per flow, read once in the same pass as the filters (the flows are many),
         // larger first; ties by ID.
         let key: fn(&FlowState) -> u64 = match q.sort.as_deref().unwrap_or("last_seen") {
@@ -247,13 +246,7 @@ async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Va
         let matching = s
             .flows()
             .filter(|f| q.node.is_none_or(|n| f.path.iter().any(|h| h.node_id == n)))
-            .filter(|f| {
-                needle.as_ref().is_none_or(|n| {
-                    text.clear();
-                    write_flow_text(&mut text, &f.key);
-                    n.find(&text).is_some()
-                })
-            })
+            .filter(|f| search.as_mut().is_none_or(|search| search.matches(&f.key)))
             .inspect(|_| total += 1);
         // Larger sort key first; ties by ID.
         let first = rank::smallest(matching, wanted, |f| (std::cmp::Reverse(key(f)), f.id));

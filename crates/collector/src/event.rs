@@ -112,7 +112,7 @@ fn ip_string(ip: IpAddr) -> String {
 
 /// Appends `ip` in its usual text form. IPv4 is written by hand: `Ipv4Addr`'s `Display` goes
 /// through the formatter's padding machinery, ~25× the cost, and culprit lists format dozens.
-fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
+pub(crate) fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
     let IpAddr::V4(v4) = ip else {
         // Writing to a `Vec` cannot fail.
         let _ = write!(out, "{ip}");

@@ -21,6 +21,7 @@ pub mod ingest;
 pub mod loadgen;
 pub mod rank;
 pub mod record;
+pub mod search;
 pub mod seq;
 pub mod state;
 pub mod store;
