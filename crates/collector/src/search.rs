@@ -105,15 +105,6 @@ impl FlowSearch {
     /// Whether flow `k`'s text contains the search.
     pub fn matches(&mut self, k: &FlowKey) -> bool {
         let text = &mut self.text;
-        if let [token] = &self.tokens[..] {
-            // Inside any one field: the usual search, without the alignments below.
-            let number = |n: u16| token.numbers.get(usize::from(n)).copied() == Some(true);
-            return number(u16::from(k.proto))
-                || number(k.src_port)
-                || number(k.dst_port)
-                || token.holds(&Field::Ip(k.src_ip()), text)
-                || token.holds(&Field::Ip(k.dst_ip()), text);
-        }
         let fields = [
             Field::Ip(k.src_ip()),
             Field::Ip(k.dst_ip()),
@@ -121,6 +112,10 @@ impl FlowSearch {
             Field::Number(k.src_port),
             Field::Number(k.dst_port),
         ];
+        if let [token] = &self.tokens[..] {
+            // Inside any one field: the usual search. Numbers first, they are a table lookup.
+            return fields.iter().rev().any(|field| token.holds(field, text));
+        }
         let n = self.tokens.len();
         if n > FIELDS {
             return false;
