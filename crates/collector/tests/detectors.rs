@@ -424,21 +424,8 @@ fn idle_flows_leave_the_live_state() {
 
 #[test]
 fn a_stack_longer_than_a_record_keeps_its_newest_hops_source_first() {
-    use intscope_collector::record::{FlowKeyMode, MAX_HOPS, Record, decode_datagram};
-    let decode = |r: &Rep| {
-        let mut out = Vec::new();
-        let mut rec = Record::default();
-        decode_datagram(
-            &r.datagram(),
-            1,
-            &detect_cfg(),
-            FlowKeyMode::Innermost,
-            &mut rec,
-            |r| out.push(r.clone()),
-        )
-        .unwrap();
-        out.pop().unwrap()
-    };
+    use intscope_collector::record::MAX_HOPS;
+    let decode = |r: &Rep| last_record(&r.datagram());
     // Five hops: all kept, source first, then the sink's own.
     let path: Vec<H> = (1..=5).map(|n| H(n, 2, 100 * n, n)).collect();
     let r = decode(&Rep::new(3, &path, H(99, 5, 800, 10)));
@@ -460,22 +447,11 @@ fn a_stack_longer_than_a_record_keeps_its_newest_hops_source_first() {
 
 #[test]
 fn hops_that_give_only_level_2_interfaces_are_placed_on_those_ports() {
-    use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
     let path = [H(1, 300, 100, 1), H(2, 7, 200, 2)];
     let mut rep = Rep::new(3, &path, H(99, 5, 800, 10));
     rep.l2_interfaces = true;
-    let mut rec = Record::default();
-    let mut hops = Vec::new();
-    decode_datagram(
-        &rep.datagram(),
-        1,
-        &detect_cfg(),
-        FlowKeyMode::Innermost,
-        &mut rec,
-        |r| hops = r.hops().to_vec(),
-    )
-    .unwrap();
-    let ports: Vec<_> = hops
+    let ports: Vec<_> = last_record(&rep.datagram())
+        .hops()
         .iter()
         .map(|h| (h.node_id, h.ingress_if(), h.egress_if()))
         .collect();

@@ -150,8 +150,8 @@ pub fn detect_cfg() -> DetectConfig {
     }
 }
 
-/// Feeds a datagram to a state at `time_ns`.
-pub fn feed(state: &mut State, datagram: &[u8], time_ns: u64) {
+/// Decodes a datagram received at `time_ns`, each report in turn.
+pub fn decode_each(datagram: &[u8], time_ns: u64, each: impl FnMut(&Record)) {
     let mut rec = Record::default();
     decode_datagram(
         datagram,
@@ -159,9 +159,21 @@ pub fn feed(state: &mut State, datagram: &[u8], time_ns: u64) {
         &detect_cfg(),
         FlowKeyMode::Innermost,
         &mut rec,
-        |r| state.process(r),
+        each,
     )
     .unwrap();
+}
+
+/// Feeds a datagram to a state at `time_ns`.
+pub fn feed(state: &mut State, datagram: &[u8], time_ns: u64) {
+    decode_each(datagram, time_ns, |r| state.process(r));
+}
+
+/// A datagram's last report, decoded.
+pub fn last_record(datagram: &[u8]) -> Record {
+    let mut last = None;
+    decode_each(datagram, 1, |r| last = Some(r.clone()));
+    last.expect("the datagram holds a report")
 }
 
 pub fn state() -> State {
