@@ -163,11 +163,6 @@ impl Hop {
         self.egress_ts = egress.unwrap_or(ABSENT_WIDE);
         self
     }
-    /// With this Tx utilization.
-    pub fn with_egress_tx_util(mut self, util: Option<u32>) -> Self {
-        self.egress_tx_util = util.unwrap_or(ABSENT);
-        self
-    }
 
     fn from_view(v: &HopView<'_>, node_id: Option<u32>) -> Self {
         let mut hop = Hop::default();
