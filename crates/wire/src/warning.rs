@@ -135,6 +135,9 @@ impl Warning {
 pub struct Warnings(u32);
 
 impl Warnings {
+    /// No warning.
+    pub const EMPTY: Warnings = Warnings(0);
+
     /// Adds `w`.
     pub fn add(&mut self, w: Warning) {
         self.0 |= 1 << (w as u8);
