@@ -120,7 +120,7 @@ impl Default for DetectConfig {
 /// A 5-tuple. Addresses are 16 bytes, IPv4 as IPv4-mapped IPv6 (`::ffff:a.b.c.d`): a fixed-size
 /// key that hashes fast and moves without the store-forwarding stalls an `IpAddr` enum causes.
 /// [`FlowKey::src_ip`] / [`FlowKey::dst_ip`] give the canonical `IpAddr`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct FlowKey {
     /// Source address.
     pub src: Ipv6Addr,
@@ -132,6 +132,19 @@ pub struct FlowKey {
     pub src_port: u16,
     /// L4 destination port.
     pub dst_port: u16,
+}
+
+/// Five words, not the derived field-by-field bytes (each address hashed as a slice with its
+/// length): every report's key is hashed, and a word-wise hasher (the collector's Fx) takes five
+/// steps instead of nine.
+impl core::hash::Hash for FlowKey {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        state.write_u128(self.src.to_bits());
+        state.write_u128(self.dst.to_bits());
+        state.write_u64(
+            u64::from(self.proto) << 32 | u64::from(self.src_port) << 16 | u64::from(self.dst_port),
+        );
+    }
 }
 
 impl FlowKey {
