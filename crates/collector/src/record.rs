@@ -561,17 +561,17 @@ fn fill_v2(record: &mut Record, ir: &IndividualReport<'_>, cfg: &DetectConfig, m
     }
     if let Some(Ok(view)) = ir.hop() {
         record.drop_reason = view.drop().map(|d| d.1);
-        let own = Hop::from_view(&view, Some(record.node_id));
+        let node_id = Some(record.node_id);
         // A sink that put its own metadata in the stack (INT v2.1 sink option 1) is already the
-        // last hop: merge instead of adding it twice.
-        match record
-            .hops
-            .get_mut(usize::from(record.hop_count).wrapping_sub(1))
-        {
-            Some(last) if last.node_id == record.node_id && record.hop_count > 0 => {
-                last.merge(&own)
+        // last hop: merge instead of adding it twice. Otherwise the hop is written in its slot
+        // (see `set_from_view`: built apart and copied in, it stalled a quarter of this function).
+        match record.hops().last() {
+            Some(last) if Some(last.node_id) == node_id => {
+                let own = Hop::from_view(&view, node_id);
+                let last = usize::from(record.hop_count) - 1;
+                record.hops[last].merge(&own);
             }
-            _ => record.push(own),
+            _ => record.next_hop().set_from_view(&view, node_id),
         }
     } else if record
         .hops()
