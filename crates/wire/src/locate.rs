@@ -268,6 +268,19 @@ impl<'a> Packet<'a> {
         }
     }
 
+    /// The flow being read: [`parse_into`] sets it once the IP layer is known, then the layers
+    /// after it refine it in place.
+    #[inline(always)]
+    fn flow_mut(&mut self) -> &mut FlowKey {
+        self.flow.get_or_insert(FlowKey {
+            src: Ipv6Addr::UNSPECIFIED,
+            dst: Ipv6Addr::UNSPECIFIED,
+            proto: 0,
+            src_port: 0,
+            dst_port: 0,
+        })
+    }
+
     /// The INT-MD/MX block if any, else the first block.
     pub fn int_block(&self) -> Option<&IntBlock<'a>> {
         self.int.as_ref().map(|(_, b)| b)
@@ -338,8 +351,10 @@ fn parse_into<'a>(
             _ => return Ok(()),
         };
     }
-    // Written into `p` where it is built (moving the 64-byte value costs measurably).
-    let ip = *p.ip.insert(match ethertype {
+    // Built in registers and stored once; what follows reads those, not `p.ip` (whose addresses
+    // are stored in halves: a whole-value read back stalled on store forwarding, a third of this
+    // function in perf). Nothing takes `ip`'s address, or it would live in memory again.
+    let ip = match ethertype {
         0x0800 => {
             let s = Ipv4HeaderSlice::from_slice(&bytes[at..])
                 .map_err(|e| ip_error(Layer::Ipv4, at, e))?;
@@ -378,7 +393,8 @@ fn parse_into<'a>(
             }
         }
         _ => return Ok(()),
-    });
+    };
+    p.ip = Some(ip);
     // The IP payload: what the header declares, cut to what was captured (truncated reports).
     let l4_at = at + ip.header_len;
     let ip_end = (at + ip.declared_len)
@@ -386,134 +402,115 @@ fn parse_into<'a>(
         .max(l4_at.min(bytes.len()));
     let payload = &bytes[l4_at.min(bytes.len())..ip_end];
     let declared_payload = ip.declared_len.saturating_sub(ip.header_len);
-    let mut flow = FlowKey {
+    // The outer 5-tuple stands even when an INT header behind it is cut off (truncated packets in
+    // reports); what INT saved refines it. Kept in `p` from here and changed there: a key built
+    // apart and copied in read its narrow port stores back in one wide load, a store-forwarding
+    // stall that took a sixth of this function (perf).
+    p.flow = Some(FlowKey {
         src: ip.src,
         dst: ip.dst,
         proto: ip.proto,
         src_port: 0,
         dst_port: 0,
-    };
+    });
     let dscp_marked = cfg.dscp.is_some_and(|m| m.matches(ip.dscp));
-    // The flow is written to `p` once, after the transport layer, on errors too: the outer
-    // 5-tuple stands even when an INT header behind it is cut off (truncated packets in
-    // reports); what INT saved refines it.
-    let result = (|| {
-        let mut proto = ip.proto;
-        if proto == 6
-            && cfg.heuristic
-            && TcpHeaderSlice::from_slice(payload).is_err()
-            && plausible_l4(payload, 17)
-        {
-            // A producer that inserted a UDP header but left the IP protocol at TCP (CableLabs
-            // IPv6 reports): read what is there.
-            p.warnings.add(Warning::L4ProtocolMismatch);
-            proto = 17;
-            flow.proto = 17;
+    let mut proto = ip.proto;
+    if proto == 6
+        && cfg.heuristic
+        && TcpHeaderSlice::from_slice(payload).is_err()
+        && plausible_l4(payload, 17)
+    {
+        // A producer that inserted a UDP header but left the IP protocol at TCP (CableLabs
+        // IPv6 reports): read what is there.
+        p.warnings.add(Warning::L4ProtocolMismatch);
+        proto = 17;
+        p.flow_mut().proto = 17;
+    }
+    match proto {
+        17 => {
+            let u = UdpHeaderSlice::from_slice(payload)
+                .map_err(|e| Error::truncated(Layer::Udp, l4_at, e.required_len, e.len))?;
+            let l4 = L4Info {
+                proto: 17,
+                src_port: u.source_port(),
+                dst_port: u.destination_port(),
+                offset: l4_at,
+                header_len: 8,
+                checksum: u.checksum(),
+            };
+            p.l4 = Some(l4);
+            let flow = p.flow_mut();
+            (flow.src_port, flow.dst_port) = (l4.src_port, l4.dst_port);
+            if cfg.verify_checksums
+                && u.checksum() != 0
+                && payload.len() == declared_payload
+                && !l4_checksum_ok(p.ip.as_ref(), payload)
+            {
+                p.warnings.add(Warning::BadL4Checksum);
+            }
+            let data = &payload[8..];
+            let dport = l4.dst_port;
+            // A report's outer header may carry any DSCP (GEANT sends 0x17): reports win.
+            if cfg.is_report_port(dport) {
+            } else if cfg.is_int_udp_port(dport) || dscp_marked {
+                l4_int(data, Encap::Udp, cfg, p, l4_at + 8, depth)?;
+            } else if let Some(off) = probe(cfg, data) {
+                l4_int(&data[off..], Encap::Udp, cfg, p, l4_at + 8 + off, depth)?;
+            } else if dport == cfg.vxlan_gpe_port {
+                vxlan_gpe(data, l4_at + 8, cfg, p, depth)?;
+            } else if dport == cfg.geneve_port {
+                geneve(data, l4_at + 8, cfg, p, depth)?;
+            } else if Some(dport) == cfg.gtpu_port {
+                gtpu(data, l4_at + 8, cfg, p, depth)?;
+            } else if dport == cfg.vxlan_port && data.len() > 8 && depth < MAX_DEPTH {
+                // RFC 7348: an 8-byte header, then the tenant's Ethernet frame.
+                p.inner_flow = innermost(&data[8..], Start::Ethernet, cfg, depth);
+            } else if cfg.heuristic {
+                heuristic(data, Encap::Udp, l4_at + 8, cfg, p, depth);
+            }
         }
-        match proto {
-            17 => {
-                let u = UdpHeaderSlice::from_slice(payload)
-                    .map_err(|e| Error::truncated(Layer::Udp, l4_at, e.required_len, e.len))?;
-                let l4 = L4Info {
-                    proto: 17,
-                    src_port: u.source_port(),
-                    dst_port: u.destination_port(),
-                    offset: l4_at,
-                    header_len: 8,
-                    checksum: u.checksum(),
-                };
-                p.l4 = Some(l4);
-                flow.src_port = l4.src_port;
-                flow.dst_port = l4.dst_port;
-                if cfg.verify_checksums
-                    && u.checksum() != 0
-                    && payload.len() == declared_payload
-                    && !l4_checksum_ok(&ip, payload)
-                {
-                    p.warnings.add(Warning::BadL4Checksum);
-                }
-                let data = &payload[8..];
-                let dport = l4.dst_port;
-                // A report's outer header may carry any DSCP (GEANT sends 0x17): reports win.
-                if cfg.is_report_port(dport) {
-                } else if cfg.is_int_udp_port(dport) || dscp_marked {
-                    l4_int(data, Encap::Udp, cfg, p, &mut flow, l4_at + 8, depth)?;
-                } else if let Some(off) = probe(cfg, data) {
-                    l4_int(
-                        &data[off..],
-                        Encap::Udp,
-                        cfg,
-                        p,
-                        &mut flow,
-                        l4_at + 8 + off,
-                        depth,
-                    )?;
-                } else if dport == cfg.vxlan_gpe_port {
-                    vxlan_gpe(data, l4_at + 8, cfg, p, depth)?;
-                } else if dport == cfg.geneve_port {
-                    geneve(data, l4_at + 8, cfg, p, depth)?;
-                } else if Some(dport) == cfg.gtpu_port {
-                    gtpu(data, l4_at + 8, cfg, p, depth)?;
-                } else if dport == cfg.vxlan_port && data.len() > 8 && depth < MAX_DEPTH {
-                    // RFC 7348: an 8-byte header, then the tenant's Ethernet frame.
-                    p.inner_flow = innermost(&data[8..], Start::Ethernet, cfg, depth);
-                } else if cfg.heuristic {
-                    heuristic(data, Encap::Udp, l4_at + 8, cfg, p, &mut flow, depth);
-                }
+        6 => {
+            let t =
+                TcpHeaderSlice::from_slice(payload).map_err(|e| ip_error(Layer::Tcp, l4_at, e))?;
+            let hl = t.slice().len();
+            let l4 = L4Info {
+                proto: 6,
+                src_port: t.source_port(),
+                dst_port: t.destination_port(),
+                offset: l4_at,
+                header_len: hl,
+                checksum: t.checksum(),
+            };
+            p.l4 = Some(l4);
+            let flow = p.flow_mut();
+            (flow.src_port, flow.dst_port) = (l4.src_port, l4.dst_port);
+            if cfg.verify_checksums
+                && payload.len() == declared_payload
+                && !l4_checksum_ok(p.ip.as_ref(), payload)
+            {
+                p.warnings.add(Warning::BadL4Checksum);
             }
-            6 => {
-                let t = TcpHeaderSlice::from_slice(payload)
-                    .map_err(|e| ip_error(Layer::Tcp, l4_at, e))?;
-                let hl = t.slice().len();
-                let l4 = L4Info {
-                    proto: 6,
-                    src_port: t.source_port(),
-                    dst_port: t.destination_port(),
-                    offset: l4_at,
-                    header_len: hl,
-                    checksum: t.checksum(),
-                };
-                p.l4 = Some(l4);
-                flow.src_port = l4.src_port;
-                flow.dst_port = l4.dst_port;
-                if cfg.verify_checksums
-                    && payload.len() == declared_payload
-                    && !l4_checksum_ok(&ip, payload)
-                {
-                    p.warnings.add(Warning::BadL4Checksum);
-                }
-                let data = &payload[hl..];
-                if dscp_marked {
-                    l4_int(data, Encap::Tcp, cfg, p, &mut flow, l4_at + hl, depth)?;
-                } else if let Some(off) = probe(cfg, data) {
-                    l4_int(
-                        &data[off..],
-                        Encap::Tcp,
-                        cfg,
-                        p,
-                        &mut flow,
-                        l4_at + hl + off,
-                        depth,
-                    )?;
-                } else if cfg.heuristic {
-                    heuristic(data, Encap::Tcp, l4_at + hl, cfg, p, &mut flow, depth);
-                }
+            let data = &payload[hl..];
+            if dscp_marked {
+                l4_int(data, Encap::Tcp, cfg, p, l4_at + hl, depth)?;
+            } else if let Some(off) = probe(cfg, data) {
+                l4_int(&data[off..], Encap::Tcp, cfg, p, l4_at + hl + off, depth)?;
+            } else if cfg.heuristic {
+                heuristic(data, Encap::Tcp, l4_at + hl, cfg, p, depth);
             }
-            47 => gre(payload, l4_at, cfg, p, depth)?,
-            4 | 41 if depth < MAX_DEPTH => {
-                let start = if ip.proto == 4 {
-                    Start::Ipv4
-                } else {
-                    Start::Ipv6
-                };
-                p.inner_flow = innermost(payload, start, cfg, depth);
-            }
-            _ => {}
         }
-        Ok(())
-    })();
-    p.flow = Some(flow);
-    result
+        47 => gre(payload, l4_at, cfg, p, depth)?,
+        4 | 41 if depth < MAX_DEPTH => {
+            let start = if ip.proto == 4 {
+                Start::Ipv4
+            } else {
+                Start::Ipv6
+            };
+            p.inner_flow = innermost(payload, start, cfg, depth);
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn ip_error(layer: Layer, at: usize, e: impl core::fmt::Debug) -> Error {
@@ -533,7 +530,8 @@ fn ip_error(layer: Layer, at: usize, e: impl core::fmt::Debug) -> Error {
     )
 }
 
-fn l4_checksum_ok(ip: &IpInfo, segment: &[u8]) -> bool {
+fn l4_checksum_ok(ip: Option<&IpInfo>, segment: &[u8]) -> bool {
+    let Some(ip) = ip else { return false };
     let pseudo = match (ip.src.to_ipv4_mapped(), ip.dst.to_ipv4_mapped()) {
         (Some(s), Some(d)) if ip.version == 4 => {
             checksum::ipv4_pseudo_header_sum(s.octets(), d.octets(), ip.proto, segment.len() as u16)
@@ -562,7 +560,6 @@ fn l4_int<'a>(
     encap: Encap,
     cfg: &DetectConfig,
     p: &mut Packet<'a>,
-    flow: &mut FlowKey,
     offset: usize,
     depth: u8,
 ) -> Result<()> {
@@ -598,7 +595,7 @@ fn l4_int<'a>(
             *block = alt;
         }
     }
-    adopt(p, data, flow, cfg, depth);
+    adopt(p, data, cfg, depth);
     Ok(())
 }
 
@@ -607,13 +604,7 @@ fn l4_int<'a>(
 // Inlined with `restore_flow` (whose tunnel paths stay out of line): −24 instructions per
 // report in the decode bench.
 #[inline(always)]
-fn adopt<'a>(
-    p: &mut Packet<'a>,
-    data: &'a [u8],
-    flow: &mut FlowKey,
-    cfg: &DetectConfig,
-    depth: u8,
-) {
+fn adopt<'a>(p: &mut Packet<'a>, data: &'a [u8], cfg: &DetectConfig, depth: u8) {
     let Some((_, block)) = &p.int else {
         return;
     };
@@ -621,7 +612,7 @@ fn adopt<'a>(
     let after = &data[block.len..];
     let warnings = block.warnings;
     p.warnings.merge(warnings);
-    restore_flow(saved, after, flow, p, cfg, depth);
+    restore_flow(saved, after, p, cfg, depth);
 }
 
 fn plausible_l4(b: &[u8], proto: u8) -> bool {
@@ -673,27 +664,29 @@ impl SavedFlow {
 fn restore_flow<'a>(
     saved: SavedFlow,
     after: &'a [u8],
-    flow: &mut FlowKey,
     p: &mut Packet<'a>,
     cfg: &DetectConfig,
     depth: u8,
 ) {
     match saved {
         SavedFlow::UdpPort(port) => {
-            flow.dst_port = port;
+            p.flow_mut().dst_port = port;
             follow_tunnel(after, port, p, cfg, depth);
         }
-        SavedFlow::Unchanged if flow.proto == 17 => {
-            follow_tunnel(after, flow.dst_port, p, cfg, depth)
+        SavedFlow::Unchanged if p.flow_mut().proto == 17 => {
+            let port = p.flow_mut().dst_port;
+            follow_tunnel(after, port, p, cfg, depth)
         }
         SavedFlow::IpProto(proto) => {
-            flow.proto = proto;
+            p.flow_mut().proto = proto;
             match proto {
                 6 | 17 if after.len() >= 4 => {
+                    let flow = p.flow_mut();
                     flow.src_port = u16::from_be_bytes([after[0], after[1]]);
                     flow.dst_port = u16::from_be_bytes([after[2], after[3]]);
+                    let port = flow.dst_port;
                     if proto == 17 && after.len() >= 8 {
-                        follow_tunnel(&after[8..], flow.dst_port, p, cfg, depth);
+                        follow_tunnel(&after[8..], port, p, cfg, depth);
                     }
                 }
                 4 if depth < MAX_DEPTH => p.inner_flow = innermost(after, Start::Ipv4, cfg, depth),
@@ -701,7 +694,7 @@ fn restore_flow<'a>(
                 _ => {}
             }
         }
-        SavedFlow::TailPort(port) => flow.dst_port = port,
+        SavedFlow::TailPort(port) => p.flow_mut().dst_port = port,
         SavedFlow::Unchanged | SavedFlow::Nothing => {}
     }
 }
@@ -945,7 +938,6 @@ fn heuristic<'a>(
     offset: usize,
     cfg: &DetectConfig,
     p: &mut Packet<'a>,
-    flow: &mut FlowKey,
     depth: u8,
 ) {
     let Ok(block) = IntBlock::parse(data, encap) else {
@@ -973,5 +965,5 @@ fn heuristic<'a>(
     let mut block = block;
     block.warnings.add(Warning::UnmarkedInt);
     p.int = Some((offset, block));
-    adopt(p, data, flow, cfg, depth);
+    adopt(p, data, cfg, depth);
 }
