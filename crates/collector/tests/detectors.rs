@@ -445,6 +445,44 @@ fn a_stack_longer_than_a_record_keeps_its_newest_hops_source_first() {
     );
 }
 
+/// A sink that put its own metadata in the stack (INT v2.1 sink option 1) and reports it again
+/// in RepMdBits is one hop of the path: the report's metadata fills only what the stack's hop
+/// lacks. A sink not in the stack is a hop after it.
+#[test]
+fn a_sink_in_its_own_stack_is_one_hop_completed_by_its_report() {
+    let hops = |rep: &Rep| -> Vec<_> {
+        last_record(&rep.datagram())
+            .hops()
+            .iter()
+            .map(|h| {
+                (
+                    h.node_id,
+                    h.egress_if(),
+                    h.hop_latency(),
+                    h.queue_occupancy(),
+                )
+            })
+            .collect()
+    };
+    let sink = H(9, 3, 700, 40);
+    // All ones: the sink's stack entry says its hop latency is unavailable.
+    let path = [H(1, 2, 100, 10), H(9, 7, u32::MAX, 30)];
+    assert_eq!(
+        hops(&Rep::new(1, &path, sink)),
+        [
+            (1, Some(2), Some(100), Some(10)),
+            (9, Some(7), Some(700), Some(30))
+        ]
+    );
+    assert_eq!(
+        hops(&Rep::new(1, &path[..1], sink)),
+        [
+            (1, Some(2), Some(100), Some(10)),
+            (9, Some(3), Some(700), Some(40))
+        ]
+    );
+}
+
 #[test]
 fn hops_that_give_only_level_2_interfaces_are_placed_on_those_ports() {
     let path = [H(1, 300, 100, 1), H(2, 7, 200, 2)];
