@@ -648,8 +648,15 @@ local eth_dissector = Dissector.get("eth_withoutfcs")
 local ip_dissector = Dissector.get("ip")
 local ipv6_dissector = Dissector.get("ipv6")
 
+-- Calls a Wireshark dissector; an exception it raises (a cut header...) is its own to mark, and
+-- Wireshark has marked it by then: it must not become this script's error.
+local function call_sub(d, tvb, pinfo, tree)
+    local ok, e = pcall(d.call, d, tvb, pinfo, tree)
+    if not ok and not tostring(e):find("Dissector_call") then error(e, 0) end
+end
+
 local function call_data(tvb, off, pinfo, tree)
-    if off < tvb:len() then data_dissector:call(tvb(off):tvb(), pinfo, tree) end
+    if off < tvb:len() then call_sub(data_dissector, tvb(off):tvb(), pinfo, tree) end
 end
 
 -- Hands a packet starting at `off` (Ethernet, IPv4 or IPv6) back to Wireshark.
@@ -657,7 +664,7 @@ local function call_packet(kind, tvb, off, len, pinfo, tree)
     if len <= 0 then return end
     local sub = tvb(off, len):tvb()
     local d = (kind == "ipv4" and ip_dissector) or (kind == "ipv6" and ipv6_dissector) or eth_dissector
-    d:call(sub, pinfo, tree)
+    call_sub(d, sub, pinfo, tree)
 end
 
 ---------------------------------------------------------------------------------------------
@@ -1153,7 +1160,7 @@ local function dissect_l4_int(tvb, off, encap, pinfo, tree, heuristic)
             local d = ip_proto_table and ip_proto_table:get_dissector(proto)
             if d then
                 suppress = suppress + 1
-                local okc, e = pcall(function() d:call(tvb(after):tvb(), pinfo, tree) end)
+                local okc, e = pcall(call_sub, d, tvb(after):tvb(), pinfo, tree)
                 suppress = suppress - 1
                 if not okc then error(e, 0) end
             else
@@ -1225,8 +1232,12 @@ local gpe_table = nil
 local function dispatch_gpe(next_proto, tvb, off, pinfo, tree)
     if off >= tvb:len() then return end
     local sub = tvb(off):tvb()
-    if gpe_table and gpe_table:try(next_proto, sub, pinfo, tree) then return end
-    data_dissector:call(sub, pinfo, tree)
+    if gpe_table then
+        local ok, r = pcall(gpe_table.try, gpe_table, next_proto, sub, pinfo, tree)
+        if not ok and not tostring(r):find("Dissector") then error(r, 0) end
+        if not ok or r then return end
+    end
+    call_sub(data_dissector, sub, pinfo, tree)
 end
 
 local gpe_depth = 0
@@ -1287,9 +1298,11 @@ gre_int.dissector = guarded(function(tvb, pinfo, tree)
         local sub = tvb(blk.len):tvb()
         local np = blk.shim.next_protocol
         if np == 0x6558 then
-            eth_dissector:call(sub, pinfo, tree)
-        elseif not (ethertype_table and ethertype_table:try(np, sub, pinfo, tree)) then
-            data_dissector:call(sub, pinfo, tree)
+            call_sub(eth_dissector, sub, pinfo, tree)
+        else
+            local okt, r = pcall(ethertype_table.try, ethertype_table, np, sub, pinfo, tree)
+            if not okt and not tostring(r):find("Dissector") then error(r, 0) end
+            if okt and not r then call_sub(data_dissector, sub, pinfo, tree) end
         end
     end
     return tvb:len()
@@ -1303,7 +1316,7 @@ end)
 local geneve_orig = nil
 local geneve_int = Proto("int_geneve", "INT over Geneve")
 geneve_int.dissector = guarded(function(tvb, pinfo, tree)
-    if geneve_orig then geneve_orig:call(tvb, pinfo, tree) end
+    if geneve_orig then call_sub(geneve_orig, tvb, pinfo, tree) end
     if tvb:len() < 8 then return tvb:len() end
     -- RFC 8926: Ver(2) Opt Len(6) | O C Rsvd(6) | Protocol Type(16) | VNI(24) | Reserved(8).
     local b0 = u8(tvb, 0)
