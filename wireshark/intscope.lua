@@ -1146,8 +1146,6 @@ local function dissect_l4_int(tvb, off, encap, pinfo, tree, heuristic)
                     blk = alt
                 end
             end
-        elseif s.npt == 2 and encap == "udp" then
-            blk.encap = "udp-new"
         end
     end
     pinfo.cols.protocol:set("INT")
@@ -1198,7 +1196,7 @@ end
 
 local function heur_l4(encap)
     return guarded(function(tvb, pinfo, tree)
-        if suppress > 0 or tvb:len() < 4 then return false end
+        if suppress > 0 or tvb:len() == 0 then return false end
         if encap == "udp" then
             local dport = pinfo.dst_port
             if report_ports[dport] or int_udp_ports[dport] then return false end

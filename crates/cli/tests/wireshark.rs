@@ -28,6 +28,10 @@ use serde_json::{Map, Value};
 const RELAX_V05_CONGESTION: bool = true;
 /// See the module comment: set to false once dump decodes the 2016 format (issue 22).
 const RELAX_2016_ONLY_IN_PLUGIN: bool = true;
+/// CableLabs' IPv6 vectors keep IP next header = TCP in front of the inserted UDP header: dump
+/// re-reads the segment as UDP (`l4-protocol-mismatch`), Wireshark's TCP dissector takes it and
+/// the plugin never sees the INT behind it. Not an issue-22 item: a known limitation.
+const RELAX_L4_PROTOCOL_MISMATCH: bool = true;
 
 fn plugin() -> String {
     repo("wireshark/intscope.lua")
@@ -306,7 +310,10 @@ fn cmp_domain(c: &mut Cmp, path: &str, dump: &Value, ds_tree: Option<&Value>, pr
     };
     let mut got = Map::new();
     if let Some(raw) = t.get(&format!("{prefix}.ds_raw")) {
-        got.insert("raw".into(), Value::from(bytes_hex(raw).unwrap_or_default()));
+        got.insert(
+            "raw".into(),
+            Value::from(bytes_hex(raw).unwrap_or_default()),
+        );
     }
     let names = all(t, &format!("{prefix}.ds_name"));
     let vals = all(t, &format!("{prefix}.ds_name_tree"));
@@ -344,13 +351,14 @@ fn cmp_hop(c: &mut Cmp, path: &str, dump: &Value, ts: &Value, prefix: &str) {
         }
         if k == "queue_congestion" && RELAX_V05_CONGESTION {
             // INT v0.5 bit 6 (see the module comment).
-            let q = ts.get(format!("{prefix}.congestion_queue_id")).and_then(num);
+            let q = ts
+                .get(format!("{prefix}.congestion_queue_id"))
+                .and_then(num);
             let s = ts.get(format!("{prefix}.congestion_status")).and_then(num);
             expected.extend(["congestion_queue_id".into(), "congestion_status".into()]);
             match (v.as_u64(), q, s) {
                 (Some(w), Some(q), Some(s)) if w == q << 24 | s => {}
-                (None, None, None)
-                    if unavailable.iter().any(|u| u == "congestion_queue_id") => {}
+                (None, None, None) if unavailable.iter().any(|u| u == "congestion_queue_id") => {}
                 _ => c.fail(format!("{p}: dump {v}, tshark {q:?}/{s:?}")),
             }
             continue;
@@ -380,7 +388,9 @@ fn cmp_hop(c: &mut Cmp, path: &str, dump: &Value, ts: &Value, prefix: &str) {
     }
     for u in &unavailable {
         if !expected.contains(u) {
-            c.fail(format!("{path}: tshark marks {u} unavailable, dump has no such field"));
+            c.fail(format!(
+                "{path}: tshark marks {u} unavailable, dump has no such field"
+            ));
         }
     }
 }
@@ -511,7 +521,11 @@ fn cmp_report(c: &mut Cmp, dump: &Value, ts: &Value) {
                 let tr = all(ts, "intrep.report_tree");
                 let offsets = all(ts, "intrep.report");
                 if dr.len() != tr.len() {
-                    c.fail(format!("{p}: dump {} reports, tshark {}", dr.len(), tr.len()));
+                    c.fail(format!(
+                        "{p}: dump {} reports, tshark {}",
+                        dr.len(),
+                        tr.len()
+                    ));
                 }
                 for (i, (a, b)) in dr.iter().zip(tr).enumerate() {
                     cmp_individual(c, &format!("{p}[{i}]"), a, b, offsets.get(i).copied());
@@ -545,11 +559,21 @@ fn dump_ints<'a>(frame: &'a Value, out: &mut Vec<&'a Value>) {
         if let Some(i) = r.get("inner") {
             dump_ints(i, out);
         }
-        for ir in r.get("reports").and_then(Value::as_array).into_iter().flatten() {
+        for ir in r
+            .get("reports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if let Some(i) = ir.get("inner") {
                 dump_ints(i, out);
             }
-            for t in ir.get("tlvs").and_then(Value::as_array).into_iter().flatten() {
+            for t in ir
+                .get("tlvs")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 if let Some(i) = t.get("inner") {
                     dump_ints(i, out);
                 }
@@ -606,8 +630,13 @@ fn compare_with(name: &str, pcap: &Path, opts: &Opts, strict: bool) -> usize {
         find_all(tf, "int", &mut tints);
         // An INT item without an encapsulation only carries an error (dump: no `int` object).
         tints.retain(|i| i.get("int.encap").is_some());
-        let only_2016 = tints.iter().all(|i| i.get("int.spec") == Some(&"2016".into()));
-        if dints.len() != tints.len() && !(dints.is_empty() && only_2016 && RELAX_2016_ONLY_IN_PLUGIN)
+        let only_2016 = tints
+            .iter()
+            .all(|i| i.get("int.spec") == Some(&"2016".into()));
+        let l4_mismatch = df.to_string().contains("l4-protocol-mismatch");
+        if dints.len() != tints.len()
+            && !(dints.is_empty() && only_2016 && RELAX_2016_ONLY_IN_PLUGIN)
+            && !(l4_mismatch && RELAX_L4_PROTOCOL_MISMATCH)
         {
             c.fail(format!(
                 "dump has {} INT blocks, tshark {}",
@@ -623,6 +652,9 @@ fn compare_with(name: &str, pcap: &Path, opts: &Opts, strict: bool) -> usize {
         match (df.get("report"), treps.first()) {
             (Some(r), Some(tr)) if treps.len() == 1 => cmp_report(&mut c, r, tr),
             (None, None) => {}
+            // dump drops the whole report on a malformed datagram; the plugin shows what it
+            // could read, marked malformed.
+            (None, Some(tr)) if df.get("error").is_some() && has_key(tr, "intrep.malformed") => {}
             (r, _) => c.fail(format!(
                 "dump report {}, tshark {} reports",
                 r.is_some(),
@@ -636,6 +668,14 @@ fn compare_with(name: &str, pcap: &Path, opts: &Opts, strict: bool) -> usize {
         let (mut codes, mut error) = (Vec::new(), false);
         dump_notes(df, &mut codes, &mut error);
         codes.retain(|c| !NOT_PLUGIN_WARNINGS.contains(&c.as_str()));
+        if l4_mismatch && RELAX_L4_PROTOCOL_MISMATCH {
+            codes.retain(|c| c != "l4-protocol-mismatch" && c != "shim-length-counts-shim");
+        }
+        // dump rejects a marked segment, a tunnel or report port with no payload at all (no
+        // header to read); Wireshark calls no subdissector for an empty payload: nothing to mark.
+        if df["error"]["available"] == 0 && df["error"]["offset"] == df["len"] {
+            error = false;
+        }
         codes.sort();
         codes.dedup();
         let mut keys = Vec::new();
@@ -654,17 +694,34 @@ fn compare_with(name: &str, pcap: &Path, opts: &Opts, strict: bool) -> usize {
         if codes != tcodes {
             c.fail(format!("warnings: dump {codes:?}, tshark {tcodes:?}"));
         }
-        let marked = keys.iter().any(|k| {
-            k == "int.malformed" || k == "intrep.malformed" || k == "_ws.malformed"
-        });
-        if keys.iter().any(|k| k == "int.dissector_bug" || k.starts_with("_ws.lua.error")) {
+        let marked = keys
+            .iter()
+            .any(|k| k == "int.malformed" || k == "intrep.malformed" || k == "_ws.malformed");
+        if keys
+            .iter()
+            .any(|k| k == "int.dissector_bug" || k.starts_with("_ws.lua.error"))
+        {
             c.fail(format!("Lua error: {}", short(tf)));
         }
         if error && !marked {
             c.fail("dump found an error, tshark shows no malformed mark".into());
         }
-        if strict && !error && marked {
-            c.fail(format!("valid frame marked malformed by tshark: {}", short(tf)));
+        // Wireshark's own IP/UDP dissectors flag a report's truncated inner copy (total length
+        // beyond the copy): a Lua dissector cannot give them a buffer whose reported length is
+        // the original's. Only the plugin's own marks count in reports.
+        let own_mark = keys
+            .iter()
+            .any(|k| k == "int.malformed" || k == "intrep.malformed");
+        let marked_here = if df.get("report").is_some() {
+            own_mark
+        } else {
+            marked
+        };
+        if strict && !error && marked_here {
+            c.fail(format!(
+                "valid frame marked malformed by tshark: {}",
+                short(tf)
+            ));
         }
         errors.extend(c.errors);
     }
@@ -721,8 +778,14 @@ fn interop_captures_match_dump() {
             "laofan13_P4-INT__int-mx_ipv4-frames-only.pcap",
             Opts::default(),
         ),
-        ("laofan13_P4-INT__int-mx_pcap_s2-eth1_in.pcap", Opts::default()),
-        ("laofan13_P4-INT__int-mx_pcap_s3-eth3_in.pcap", Opts::default()),
+        (
+            "laofan13_P4-INT__int-mx_pcap_s2-eth1_in.pcap",
+            Opts::default(),
+        ),
+        (
+            "laofan13_P4-INT__int-mx_pcap_s3-eth3_in.pcap",
+            Opts::default(),
+        ),
         (
             "rendered__third-party-scapy-classes.pcap",
             Opts {
@@ -778,8 +841,14 @@ fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
 }
 
 fn udp_frame(dscp: u8, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut ip = etherparse::Ipv4Header::new(0, 64, etherparse::IpNumber::UDP, [10, 0, 0, 1], [10, 0, 0, 2])
-        .unwrap();
+    let mut ip = etherparse::Ipv4Header::new(
+        0,
+        64,
+        etherparse::IpNumber::UDP,
+        [10, 0, 0, 1],
+        [10, 0, 0, 2],
+    )
+    .unwrap();
     ip.dscp = etherparse::IpDscp::try_new(dscp).unwrap();
     let mut f = Vec::new();
     etherparse::PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
@@ -827,8 +896,11 @@ fn node_and_sim_captures_match_dump() {
     let p = |n: &str| dir.join(n);
     let mut frames = Vec::new();
     for i in 0..12u16 {
-        let b = etherparse::PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
-            .ipv4([10, 0, 1, 1], [10, 0, 3, (i % 4) as u8 + 1], 64);
+        let b = etherparse::PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2]).ipv4(
+            [10, 0, 1, 1],
+            [10, 0, 3, (i % 4) as u8 + 1],
+            64,
+        );
         let mut f = Vec::new();
         if i % 2 == 0 {
             b.udp(40000 + i, 5001).write(&mut f, b"over udp").unwrap();
@@ -940,14 +1012,7 @@ fn spec_2016_example() {
     let mut gpe = vec![0x0c, 0, 0, 0x05, 0, 0, 0x2a, 0];
     gpe.extend([0x01, 0x00, 9, 0x05]); // shim: type 1, length 9 (shim counted), next 0x05
     gpe.extend([0x00, 0x02, 16, 3, 0x90, 0x00, 0, 0]); // ins_cnt 2, max 16, total 3, bits 0+3
-    for w in [
-        3u32,
-        0x7fff_ffff,
-        2,
-        200,
-        1,
-        0x8000_0000 | 100,
-    ] {
+    for w in [3u32, 0x7fff_ffff, 2, 200, 1, 0x8000_0000 | 100] {
         gpe.extend(w.to_be_bytes());
     }
     gpe.extend([0x02, 0x00, 6, 0x03]); // destination header, next protocol Ethernet
@@ -980,7 +1045,10 @@ fn spec_2016_example() {
     assert_eq!(hops[0]["int.hop.node_id"], "3");
     assert_eq!(hops[0]["int.hop.unavailable"], "queue_occupancy");
     assert_eq!(hops[1]["int.hop.queue_occupancy"], "200");
-    assert_eq!(hops[2]["int.hop.queue_occupancy"], "100", "BOS bit not in the value");
+    assert_eq!(
+        hops[2]["int.hop.queue_occupancy"], "100",
+        "BOS bit not in the value"
+    );
     assert_eq!(hops[2]["int.hop.bos"], "1");
     assert!(hops[0].get("int.hop.bos").is_none());
     let dest = ints[1];
@@ -1013,7 +1081,11 @@ fn install_puts_the_plugin_where_wireshark_finds_it() {
         std::fs::read_to_string(&path).unwrap(),
         std::fs::read_to_string(plugin()).unwrap()
     );
-    let folders = succeed(Command::new("tshark").env("HOME", &home).args(["-G", "folders"]));
+    let folders = succeed(
+        Command::new("tshark")
+            .env("HOME", &home)
+            .args(["-G", "folders"]),
+    );
     let folders = String::from_utf8(folders.stdout).unwrap();
     let lua_dir = folders
         .lines()
@@ -1021,9 +1093,16 @@ fn install_puts_the_plugin_where_wireshark_finds_it() {
         .unwrap()
         .trim();
     assert_eq!(Path::new(lua_dir), path.parent().unwrap());
-    let protocols = succeed(Command::new("tshark").env("HOME", &home).args(["-G", "protocols"]));
+    let protocols = succeed(
+        Command::new("tshark")
+            .env("HOME", &home)
+            .args(["-G", "protocols"]),
+    );
     let protocols = String::from_utf8(protocols.stdout).unwrap();
-    assert!(protocols.lines().any(|l| l.ends_with("\tint")), "int registered");
+    assert!(
+        protocols.lines().any(|l| l.ends_with("\tint")),
+        "int registered"
+    );
     assert!(protocols.lines().any(|l| l.ends_with("\tintrep")));
     let printed = succeed(bin().args(["wireshark", "print"]));
     assert_eq!(printed.stdout, std::fs::read(plugin()).unwrap());
