@@ -309,7 +309,7 @@ fn cmp_domain(c: &mut Cmp, path: &str, dump: &Value, ds_tree: Option<&Value>, pr
         return c.fail(format!("{path}: dump {dump}, no domain metadata in tshark"));
     };
     let mut got = Map::new();
-    if let Some(raw) = t.get(&format!("{prefix}.ds_raw")) {
+    if let Some(raw) = t.get(format!("{prefix}.ds_raw")) {
         got.insert(
             "raw".into(),
             Value::from(bytes_hex(raw).unwrap_or_default()),
