@@ -1213,10 +1213,9 @@ local function heur_l4(encap)
 end
 
 local udp_int = Proto("int_udp", "INT over UDP (port)")
+-- An INT UDP port: the shim follows the UDP header (INT v2.1 "INT over TCP/UDP": "a new UDP
+-- port number (INT_TBD) will be assigned by IANA to indicate the existence of INT after UDP").
 udp_int.dissector = guarded(function(tvb, pinfo, tree)
-    if probe_at(tvb) and not dscp_marked(tvb) then
-        return dissect_l4_int(tvb, 8, "udp", pinfo, tree, false) and tvb:len() or 0
-    end
     dissect_l4_int(tvb, 0, "udp", pinfo, tree, false)
     return tvb:len()
 end)

@@ -75,6 +75,7 @@ struct Opts {
     int_udp_ports: Vec<u16>,
     report_ports: Vec<u16>,
     gre_proto: Option<u16>,
+    probe_marker: Option<String>,
     domains: Option<String>,
 }
 
@@ -92,6 +93,9 @@ impl Opts {
         }
         if let Some(d) = &self.domains {
             a.extend(["--domains".to_string(), d.clone()]);
+        }
+        if let Some(m) = &self.probe_marker {
+            a.extend(["--probe-marker".to_string(), m.clone()]);
         }
         a
     }
@@ -126,6 +130,9 @@ impl Opts {
         }
         if let Some(d) = &self.domains {
             a.push(format!("int.domains:{d}"));
+        }
+        if let Some(m) = &self.probe_marker {
+            a.push(format!("int.probe_marker:{m}"));
         }
         a
     }
@@ -1106,4 +1113,171 @@ fn install_puts_the_plugin_where_wireshark_finds_it() {
     assert!(protocols.lines().any(|l| l.ends_with("\tintrep")));
     let printed = succeed(bin().args(["wireshark", "print"]));
     assert_eq!(printed.stdout, std::fs::read(plugin()).unwrap());
+}
+
+/// Host traffic for the node chains: IPv4 and IPv6 UDP/TCP, VXLAN, Geneve and GRE tunnels.
+fn host_frames() -> Vec<Vec<u8>> {
+    use etherparse::PacketBuilder;
+    let mut frames = Vec::new();
+    let inner = |i: u8| {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2([2; 6], [3; 6])
+            .ipv4([192, 168, 0, 1], [192, 168, 0, i], 64)
+            .udp(7000, 7001)
+            .write(&mut f, b"tenant")
+            .unwrap();
+        f
+    };
+    for i in 0..4u16 {
+        let b4 = || {
+            PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2]).ipv4(
+                [10, 0, 1, 1],
+                [10, 0, 3, (i % 4) as u8 + 1],
+                64,
+            )
+        };
+        let b6 = || {
+            let mut dst = [0u8; 16];
+            dst[..6].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 3]);
+            dst[15] = i as u8 + 1;
+            let mut src = dst;
+            src[5] = 1;
+            PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2]).ipv6(src, dst, 64)
+        };
+        let mut f = Vec::new();
+        b4().udp(40000 + i, 5001)
+            .write(&mut f, b"over udp")
+            .unwrap();
+        frames.push(std::mem::take(&mut f));
+        b4().tcp(40000 + i, 443, 1, 1024)
+            .ack(1)
+            .write(&mut f, b"over tcp")
+            .unwrap();
+        frames.push(std::mem::take(&mut f));
+        b6().udp(41000 + i, 5001)
+            .write(&mut f, b"over udp6")
+            .unwrap();
+        frames.push(std::mem::take(&mut f));
+        b6().tcp(41000 + i, 443, 1, 1024)
+            .ack(1)
+            .write(&mut f, b"over tcp6")
+            .unwrap();
+        frames.push(std::mem::take(&mut f));
+        // VXLAN (RFC 7348: I flag, VNI) and Geneve (RFC 8926: no options, TEB) tunnels.
+        let mut vx = vec![0x08, 0, 0, 0, 0, 0, 0x2a, 0];
+        vx.extend(inner(i as u8 + 10));
+        b4().udp(50000 + i, 4789).write(&mut f, &vx).unwrap();
+        frames.push(std::mem::take(&mut f));
+        let mut gn = vec![0, 0, 0x65, 0x58, 0, 0, 0x2a, 0];
+        gn.extend(inner(i as u8 + 20));
+        b4().udp(50000 + i, 6081).write(&mut f, &gn).unwrap();
+        frames.push(std::mem::take(&mut f));
+        // GRE (RFC 2784) carrying IPv4.
+        let mut gre = vec![0, 0, 0x08, 0x00];
+        gre.extend(&inner(i as u8 + 30)[14..]);
+        PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
+            .ip(etherparse::IpHeaders::Ipv4(
+                etherparse::Ipv4Header::new(
+                    0,
+                    64,
+                    etherparse::IpNumber::GRE,
+                    [10, 0, 1, 1],
+                    [10, 0, 3, 9],
+                )
+                .unwrap(),
+                Default::default(),
+            ))
+            .write(&mut f, etherparse::IpNumber::GRE, &gre)
+            .unwrap();
+        frames.push(std::mem::take(&mut f));
+    }
+    frames
+}
+
+/// Node chains in every source encapsulation and mode, with all baseline instructions (8-byte
+/// timestamps, level 2 interfaces, buffer; unavailable values as all ones), v0.5 reports too:
+/// every hop's capture and the sink's reports, tshark against dump.
+#[test]
+fn node_encapsulations_match_dump() {
+    let dir = tempdir("encaps");
+    let p = |n: &str| dir.join(n);
+    write_pcap(&p("host.pcap"), &host_frames());
+    let common = "int_udp_port = 17768\nint_dscp = 0x17\nint_gre_proto = 0x4569\n\
+                  probe_marker = \"0x1122334455667788\"\n";
+    let opts = Opts {
+        int_udp_ports: vec![17768],
+        gre_proto: Some(0x4569),
+        probe_marker: Some("0x1122334455667788".into()),
+        ..Opts::default()
+    };
+    let mut total = 0;
+    for (encap, mode, instructions, report_format) in [
+        ("dscp", "md", 0xff80, "v2.0"),
+        ("probe-marker", "md", 0x9000, "v2.0"),
+        ("udp-new", "md", 0xff80, "v2.0"),
+        ("udp-port", "md", 0xf000, "v0.5"),
+        ("gre", "md", 0xd000, "v2.0"),
+        ("vxlan-gpe", "md", 0x9000, "v2.0"),
+        ("geneve", "md", 0x9000, "v2.0"),
+        ("udp-port", "mx", 0xff80, "v2.0"),
+        ("dscp", "xd", 0xff80, "v2.0"),
+    ] {
+        let tag = format!("{encap}-{mode}-{report_format}");
+        let cfg = |name: &str, body: String| {
+            let path = p(&format!("{tag}-{name}.toml"));
+            std::fs::write(&path, format!("mode = \"{mode}\"\n{common}{body}")).unwrap();
+            path
+        };
+        let source = cfg(
+            "source",
+            format!(
+                "node_id = 1\nrole = \"source\"\nencap = \"{encap}\"\ninstructions = {instructions}\n\
+                 max_hops = 8\n[[watchlist]]\ndst = \"10.0.3.0/24\"\n\
+                 [[watchlist]]\ndst = \"2001:db8:3::/64\"\n[telemetry]\nqueue_occupancy = 100\n"
+            ),
+        );
+        let transit = cfg(
+            "transit",
+            "node_id = 2\nrole = \"transit\"\n[telemetry]\nqueue_occupancy = 200\n".into(),
+        );
+        let sink = cfg(
+            "sink",
+            format!(
+                "node_id = 3\nrole = \"sink\"\nsink_metadata = \"report\"\nreport_truncate = 256\n\
+                 report_format = \"{report_format}\"\n[telemetry]\nqueue_occupancy = 300\n"
+            ),
+        );
+        let run = |config: &Path, input: &str, output: &str, reports: Option<&str>| {
+            let mut c = bin();
+            c.args(["node", "--config"])
+                .arg(config)
+                .arg("--in")
+                .arg(p(input))
+                .arg("--out")
+                .arg(p(output));
+            if let Some(r) = reports {
+                c.arg("--reports").arg(p(r));
+            }
+            succeed(&mut c);
+        };
+        let (s1, s2, h2, rep) = (
+            format!("{tag}-s1.pcap"),
+            format!("{tag}-s2.pcap"),
+            format!("{tag}-h2.pcap"),
+            format!("{tag}-reports.pcap"),
+        );
+        run(&source, "host.pcap", &s1, Some(&format!("{tag}-r1.pcap")));
+        run(&transit, &s1, &s2, Some(&format!("{tag}-r2.pcap")));
+        run(&sink, &s2, &h2, Some(&rep));
+        for f in [
+            s1,
+            s2,
+            rep,
+            format!("{tag}-r1.pcap"),
+            format!("{tag}-r2.pcap"),
+        ] {
+            total += compare(&f, &p(&f), &opts);
+        }
+    }
+    assert!(total > 200, "only {total} frames with INT or reports");
 }
