@@ -1281,3 +1281,121 @@ fn node_encapsulations_match_dump() {
     }
     assert!(total > 200, "only {total} frames with INT or reports");
 }
+
+/// The sample capture's frames, by number (1-based).
+fn sample_frames() -> Vec<Vec<u8>> {
+    let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(sample()).unwrap()).unwrap();
+    let mut out = vec![Vec::new()];
+    while let Some(pkt) = r.next_packet() {
+        out.push(pkt.unwrap().data.into_owned());
+    }
+    out
+}
+
+/// Pads to a whole number of words (an Ethernet trailer: the IP length still says the truth).
+fn padded(mut f: Vec<u8>) -> Vec<u8> {
+    while f.len() % 4 != 0 {
+        f.push(0);
+    }
+    f
+}
+
+/// An individual report (Report v2.0 §"Individual Report Header"), RepType 1 unless `md` is None.
+fn individual(in_type: u8, md: Option<(u16, u16, u16, &[u8])>, inner: &[u8], flags: u8) -> Vec<u8> {
+    let mut body = Vec::new();
+    let mut md_len = 0;
+    if let Some((bits, ds_id, ds_bits, md)) = md {
+        body.extend(bits.to_be_bytes());
+        body.extend(ds_id.to_be_bytes());
+        body.extend(ds_bits.to_be_bytes());
+        body.extend(0u16.to_be_bytes());
+        body.extend(md);
+        md_len = md.len() / 4;
+    }
+    body.extend(inner);
+    assert_eq!(body.len() % 4, 0);
+    let rep_type = u8::from(md.is_some());
+    let mut r = vec![
+        rep_type << 4 | in_type,
+        (body.len() / 4) as u8,
+        md_len as u8,
+        flags,
+    ];
+    r.extend(body);
+    r
+}
+
+/// Reports the sample capture does not have: coalesced individual reports, TLVs (an Ethernet
+/// frame with INT and domain-specific extension data), unavailable values, a drop reason from
+/// RepMdBits bit 15, named domain metadata (examples/domains.toml), an Inner-Only report, a
+/// report whose MD Length is too short for its RepMdBits, and INT with E and M set and a Hop
+/// ML too short for its bitmap.
+#[test]
+fn synthetic_reports_match_dump() {
+    let s = sample_frames();
+    let mut tlvs = vec![0x10, (padded(s[4].clone()).len() / 4) as u8, 0, 0];
+    tlvs.extend(padded(s[4].clone()));
+    tlvs.extend([0x00, 1, 0xab, 0xcd, 0xde, 0xad, 0xbe, 0xef]);
+    let mut md1 = Vec::new();
+    md1.extend(u32::MAX.to_be_bytes()); // node id: unavailable
+    md1.extend(u32::MAX.to_be_bytes()); // queue: unavailable (queue id comes from bit 15)
+    md1.extend(0x0450_0000u32.to_be_bytes()); // queue 4, drop reason 80 (acl-deny)
+    let mut md2 = vec![0, 1, 0, 2];
+    md2.extend(7u32.to_be_bytes()); // domain 0xABCD bit 0: sequence_number
+    md2.extend(9u32.to_be_bytes()); // bit 1: flow_id
+    let mut coalesced = vec![0x20 | 5 >> 2, (5 & 3) << 6, 0, 77, 0, 0, 0, 9];
+    coalesced.extend(individual(1, Some((0x9001, 0, 0, &md1)), &tlvs, 0x80));
+    coalesced.extend(individual(
+        3,
+        Some((0x4000, 0xabcd, 0xc000, &md2)),
+        &padded(s[1].clone()),
+        0x20,
+    ));
+    coalesced.extend(individual(4, None, &padded(s[2][14..].to_vec()), 0x40));
+    let mut short_md = vec![0x20, 0, 0, 1, 0, 0, 0, 9];
+    short_md.extend(individual(0, Some((0xff00, 0, 0, &[0, 0, 0, 1])), &[], 0));
+    short_md[8] = 0x10; // RepType 1 with one word of metadata for eleven words of RepMdBits
+
+    // INT over the INT UDP port: E and M set; then Hop ML 1 for a bitmap asking 2 words.
+    let mut em = s[4].clone();
+    em[42 + 4] |= 0x06;
+    let mut short_hop = s[4].clone();
+    short_hop[42 + 6] = 0x01;
+
+    let frames = vec![
+        udp_frame(0, 32766, &coalesced),
+        udp_frame(0, 32766, &short_md),
+        em,
+        short_hop,
+    ];
+    let dir = tempdir("synthetic");
+    let pcap = dir.join("synthetic.pcap");
+    write_pcap(&pcap, &frames);
+    let opts = Opts {
+        int_udp_ports: vec![17768],
+        domains: Some(repo("examples/domains.toml")),
+        ..Opts::default()
+    };
+    assert_eq!(compare("synthetic", &pcap, &opts), 4);
+    // What the comparison alone would not show: the named values and the experts.
+    let t = tshark(&pcap, &opts);
+    let reports = all(&t[0]["intrep"], "intrep.report_tree");
+    assert_eq!(reports.len(), 3);
+    let md = &reports[0]["intrep.metadata_tree"];
+    assert_eq!(md["intrep.md.drop_reason_name"], "acl-deny");
+    assert_eq!(md["intrep.md.queue_id"], "4");
+    assert_eq!(all(reports[0], "intrep.tlv_tree").len(), 2);
+    let ds = &reports[1]["intrep.metadata_tree"]["intrep.md.ds_tree"];
+    assert_eq!(
+        all(ds, "intrep.md.ds_name"),
+        [&Value::from("sequence_number"), &Value::from("flow_id")]
+    );
+    for (frame, key) in [
+        (1, "intrep.malformed"),
+        (2, "int.e_bit"),
+        (2, "int.m_bit"),
+        (3, "int.warning.hop_too_short"),
+    ] {
+        assert!(has_key(&t[frame], key), "frame {}: no {key}", frame + 1);
+    }
+}
