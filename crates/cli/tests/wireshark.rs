@@ -1294,7 +1294,7 @@ fn sample_frames() -> Vec<Vec<u8>> {
 
 /// Pads to a whole number of words (an Ethernet trailer: the IP length still says the truth).
 fn padded(mut f: Vec<u8>) -> Vec<u8> {
-    while f.len() % 4 != 0 {
+    while !f.len().is_multiple_of(4) {
         f.push(0);
     }
     f
@@ -1313,7 +1313,7 @@ fn individual(in_type: u8, md: Option<(u16, u16, u16, &[u8])>, inner: &[u8], fla
         md_len = md.len() / 4;
     }
     body.extend(inner);
-    assert_eq!(body.len() % 4, 0);
+    assert!(body.len().is_multiple_of(4));
     let rep_type = u8::from(md.is_some());
     let mut r = vec![
         rep_type << 4 | in_type,
