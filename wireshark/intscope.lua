@@ -83,7 +83,6 @@ local in_types = { [0] = "None", [1] = "TLV", [2] = "Domain-specific extension",
 local tlv_types = { [0] = "Domain-specific extension", [1] = "Ethernet", [2] = "IPv4", [3] = "IPv6" }
 
 -- INT block
-fld("int", ProtoField.none, "int.block", "INT block")
 fld("encap", ProtoField.string, "int.encap", "Encapsulation")
 fld("type", ProtoField.uint8, "int.type", "INT type", base.DEC, int_types)
 fld("version", ProtoField.uint8, "int.version", "INT version (2: v2.x, 1: v1.0, 0: v0.5 / 2016)")
@@ -124,7 +123,6 @@ fld("tail_dest_port", ProtoField.uint16, "int.tail.dest_port", "Original destina
 fld("tail_dscp", ProtoField.uint8, "int.tail.dscp", "Original DSCP byte", base.HEX)
 fld("hop", ProtoField.uint8, "int.hop", "Hop (0: top of stack)")
 fld("data", ProtoField.bytes, "int.data", "Undecoded INT data")
-fld("after", ProtoField.bytes, "int.payload", "Payload after INT")
 
 -- Per-hop (and per-report) metadata: one set under int.hop.*, one under intrep.md.*
 -- (INT v2.1 section "INT-MD Metadata Header Format", Instruction Bitmap; Report v2.0 section
