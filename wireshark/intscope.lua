@@ -996,8 +996,9 @@ end
 local function add_block(tree, tvb, blk, pinfo, stacked)
     local t = tree:add(p_int, tvb(blk.off, blk.len))
     local names = { md = "INT-MD", mx = "INT-MX", v1 = "INT v1.0", v05 = "INT v0.5", ["2016"] = "INT (2016)" }
-    t:append_text(string.format(", %s over %s%s", names[blk.kind] or ("type " .. blk.itype), blk.encap,
-        stacked and " (stacked)" or ""))
+    local what = names[blk.kind] or ("type " .. blk.itype)
+    t:append_text(string.format(", %s over %s%s", what, blk.encap, stacked and " (stacked)" or ""))
+    blk.summary = what
     t:add(F.encap, tvb(blk.off, 0), blk.encap)
     t:add(F.type, tvb(blk.off, 0), blk.itype)
     t:add(F.version, tvb(blk.off, 0), blk.version)
@@ -1146,7 +1147,6 @@ local function dissect_l4_int(tvb, off, encap, pinfo, tree, heuristic)
             end
         end
     end
-    pinfo.cols.protocol:set("INT")
     add_block(tree, tvb, blk, pinfo, false)
     local after = off + blk.len
     if after < tvb:len() then
@@ -1166,7 +1166,9 @@ local function dissect_l4_int(tvb, off, encap, pinfo, tree, heuristic)
             call_data(tvb, after, pinfo, tree)
         end
     end
+    -- Set after the layers behind INT, which write the columns too.
     pinfo.cols.protocol:set("INT")
+    pinfo.cols.info:append(" [" .. blk.summary .. "]")
     return true
 end
 
@@ -1243,7 +1245,6 @@ gpe_int.dissector = guarded(function(tvb, pinfo, tree)
         add_error(tree, p_int, E.malformed, tvb, blk)
         return tvb:len()
     end
-    pinfo.cols.protocol:set("INT")
     add_block(tree, tvb, blk, pinfo, gpe_depth > 0)
     local nxt = blk.shim.next_protocol
     if gpe_depth >= 7 and nxt == p_int.prefs.gpe_next_proto then
@@ -1254,6 +1255,8 @@ gpe_int.dissector = guarded(function(tvb, pinfo, tree)
     local okc, e = pcall(dispatch_gpe, nxt, tvb, blk.len, pinfo, tree)
     gpe_depth = gpe_depth - 1
     if not okc then error(e, 0) end
+    pinfo.cols.protocol:set("INT")
+    pinfo.cols.info:append(" [" .. blk.summary .. " over VXLAN-GPE]")
     return tvb:len()
 end)
 
@@ -1264,7 +1267,6 @@ gpe_2016.dissector = guarded(function(tvb, pinfo, tree)
         add_error(tree, p_int, E.malformed, tvb, blk)
         return tvb:len()
     end
-    pinfo.cols.protocol:set("INT")
     add_block(tree, tvb, blk, pinfo, gpe_depth > 0)
     -- "all VXLAN GPE headers for the INT Headers other than the last one will carry 0x05".
     if gpe_depth >= 7 then return tvb:len() end
@@ -1272,6 +1274,8 @@ gpe_2016.dissector = guarded(function(tvb, pinfo, tree)
     local okc, e = pcall(dispatch_gpe, blk.shim.next_protocol, tvb, blk.len, pinfo, tree)
     gpe_depth = gpe_depth - 1
     if not okc then error(e, 0) end
+    pinfo.cols.protocol:set("INT")
+    pinfo.cols.info:append(" [INT (2016) over VXLAN-GPE]")
     return tvb:len()
 end)
 
@@ -1287,7 +1291,6 @@ gre_int.dissector = guarded(function(tvb, pinfo, tree)
         add_error(tree, p_int, E.malformed, tvb, blk)
         return tvb:len()
     end
-    pinfo.cols.protocol:set("INT")
     add_block(tree, tvb, blk, pinfo, false)
     if blk.len < tvb:len() then
         local sub = tvb(blk.len):tvb()
@@ -1300,6 +1303,8 @@ gre_int.dissector = guarded(function(tvb, pinfo, tree)
             if okt and not r then call_sub(data_dissector, sub, pinfo, tree) end
         end
     end
+    pinfo.cols.protocol:set("INT")
+    pinfo.cols.info:append(" [" .. blk.summary .. " over GRE]")
     return tvb:len()
 end)
 
@@ -1337,6 +1342,7 @@ geneve_int.dissector = guarded(function(tvb, pinfo, tree)
             local ok, blk = pcall(parse_block, opt, at, "geneve", SEM_SPEC)
             if ok then
                 pinfo.cols.protocol:set("INT")
+                pinfo.cols.info:append(" [INT over Geneve]")
                 add_block(tree, opt, blk, pinfo, false)
             else
                 add_error(tree, p_int, E.malformed, opt, blk)
@@ -1569,6 +1575,8 @@ local function add_individual(tree, tvb, r, pinfo, index, datagram_off)
     end
 end
 
+local report_summary = nil -- the Info column of the report being dissected
+
 -- Telemetry Report v1.0 (GEANT int-platforms int_report.p4): `ver(4) len(4) nprot(3)
 -- rep_md_bits(6) rsvd(6) d q f hw_id(6) | switch_id(32) | seq_num(32) | ingress_tstamp(32)`.
 local function report_v1(t, tvb, pinfo)
@@ -1590,6 +1598,7 @@ local function report_v1(t, tvb, pinfo)
     t:add(F.r_node_id, tvb(4, 4))
     t:add(F.r_seq, tvb(8, 4))
     t:add(F.r_ingress_ts, tvb(12, 4))
+    report_summary = string.format("Telemetry report v1.0, switch %d, seq %d", u32(tvb, 4), u32(tvb, 8))
     local kind = (nproto == 1 and "ipv4") or (nproto == 2 and "ipv6") or "eth"
     report_inner(kind, tvb, 16, tvb:len() - 16, pinfo, t)
 end
@@ -1615,6 +1624,8 @@ local function report_v05(t, tvb, pinfo, version1)
     t:add(F.r_hw_id, r, band(w, 0x3f))
     t:add(F.r_seq, tvb(4, 4))
     t:add(F.r_ingress_ts, tvb(8, 4))
+    report_summary = string.format("Telemetry report v0.5%s, seq %d",
+        (nproto == 1 and " (drop)") or (nproto == 2 and " (switch-local)") or "", u32(tvb, 4))
     local at = 12
     if nproto ~= 0 then
         local len = nproto == 1 and 12 or 16
@@ -1662,7 +1673,8 @@ local function report_v2(t, tvb, pinfo)
         at = at + r.len
         i = i + 1
     end
-    pinfo.cols.info:append(string.format(" (%d report%s)", i - 1, i == 2 and "" or "s"))
+    report_summary = string.format("Telemetry report v2.0, node %d, seq %d, %d report%s", u32(tvb, 4),
+        band(w, 0x3fffff), i - 1, i == 2 and "" or "s")
 end
 
 -- Version detection (crates/wire/src/report.rs `Report::parse`): nibble 2 is v2.0, 0 is v0.5,
@@ -1674,8 +1686,8 @@ local function v05_extra(nproto)
 end
 
 p_rep.dissector = guarded(function(tvb, pinfo, tree)
-    pinfo.cols.info:set("Telemetry report")
     local t = tree:add(p_rep, tvb())
+    report_summary = "Telemetry report"
     local saved_root = root_tree
     root_tree = tree
     local ok, err = pcall(function()
@@ -1710,7 +1722,10 @@ p_rep.dissector = guarded(function(tvb, pinfo, tree)
         end
     end)
     root_tree = saved_root
+    -- Set last: the inner packets' dissectors write the columns too.
     pinfo.cols.protocol:set("INT report")
+    pcall(function() pinfo.cols.info:clear_fence() end)
+    pinfo.cols.info:set(report_summary)
     if not ok then
         if not is_internal(err) then error(err, 0) end
         t:append_text(" [Malformed: " .. err.msg .. "]")

@@ -653,6 +653,14 @@ fn compare_with(name: &str, pcap: &Path, opts: &Opts, strict: bool) -> usize {
         }
         for (i, (a, b)) in dints.iter().zip(&tints).enumerate() {
             cmp_int(&mut c, &format!("int[{i}]"), a, b);
+            // Offsets in the frame: dump's are relative to the inner packet inside reports.
+            if df.get("report").is_none() {
+                c.field(
+                    &format!("int[{i}].offset"),
+                    &a["offset"],
+                    b.get("int.offset"),
+                );
+            }
         }
         let mut treps = Vec::new();
         find_all(tf, "intrep", &mut treps);
@@ -951,7 +959,7 @@ fn node_and_sim_captures_match_dump() {
         let out = p(&format!("sim-{mode}.pcap"));
         succeed(
             bin()
-                .args(["sim", "--duration", "2", "--mode", mode, "--reports"])
+                .args(["sim", "--duration", "0.5", "--mode", mode, "--reports"])
                 .arg(&out),
         );
         let n = compare(&format!("sim {mode}"), &out, &Opts::default());
