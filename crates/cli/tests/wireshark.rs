@@ -1370,11 +1370,39 @@ fn synthetic_reports_match_dump() {
     let mut short_hop = s[4].clone();
     short_hop[42 + 6] = 0x01;
 
+    // INT-MX over TCP (DSCP) with source-inserted metadata of domain 0xABCD (INT v2.1 §"INT-MX
+    // Header Format"): sample frame 2 with DS ID, DS Instruction and 8 more bytes.
+    let mut mx = s[2].clone();
+    mx[54 + 1] = 5;
+    mx[58 + 6..58 + 10].copy_from_slice(&[0xab, 0xcd, 0xc0, 0x00]);
+    mx.splice(70..70, [0, 0, 0, 42, 0, 0, 0, 43]);
+    let ip_len = u16::from_be_bytes([mx[16], mx[17]]) + 8;
+    mx[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    // Two INT headers stacked in VXLAN-GPE (next protocol 0x82 twice), then Ethernet.
+    let mut gpe = vec![0x0c, 0, 0, 0x82, 0, 0, 0x2a, 0];
+    gpe.extend([
+        0x10, 5, 0x00, 0x82, 0x20, 0, 0x02, 0x05, 0x90, 0, 0, 0, 0, 0, 0, 0,
+    ]);
+    gpe.extend([0, 0, 0, 7, 0x01, 0, 0, 0x2c]);
+    gpe.extend([
+        0x30, 3, 0x00, 0x03, 0x20, 0, 0, 0, 0x80, 0, 0, 0, 0, 0, 0, 0,
+    ]);
+    // An inner frame without INT: dump decodes INT in tunnels' outer layers only.
+    gpe.extend(udp_frame(0, 5000, b"inner"));
+    let mut stacked = Vec::new();
+    etherparse::PacketBuilder::ethernet2([0; 6], [1; 6])
+        .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+        .udp(999, 4790)
+        .write(&mut stacked, &gpe)
+        .unwrap();
+
     let frames = vec![
         udp_frame(0, 32766, &coalesced),
         udp_frame(0, 32766, &short_md),
         em,
         short_hop,
+        mx,
+        stacked,
     ];
     let dir = tempdir("synthetic");
     let pcap = dir.join("synthetic.pcap");
@@ -1384,7 +1412,7 @@ fn synthetic_reports_match_dump() {
         domains: Some(repo("examples/domains.toml")),
         ..Opts::default()
     };
-    assert_eq!(compare("synthetic", &pcap, &opts), 4);
+    assert_eq!(compare("synthetic", &pcap, &opts), 6);
     // What the comparison alone would not show: the named values and the experts.
     let t = tshark(&pcap, &opts);
     let reports = all(&t[0]["intrep"], "intrep.report_tree");
@@ -1406,4 +1434,8 @@ fn synthetic_reports_match_dump() {
     ] {
         assert!(has_key(&t[frame], key), "frame {}: no {key}", frame + 1);
     }
+    let mut ints = Vec::new();
+    find_all(&t[5], "int", &mut ints);
+    assert_eq!(ints.len(), 2, "two stacked blocks");
+    assert_eq!(flat(ints[1], &[])["int.type"], "3");
 }
