@@ -23,7 +23,7 @@
 local INTSCOPE_LUA_VERSION = "0.1.0"
 
 local B = bit32 or bit -- Lua 5.2 (Wireshark 3.6/4.0) has bit32; later builds bundle "bit".
-local band, bor, rshift, lshift, bnot = B.band, B.bor, B.rshift, B.lshift, B.bnot
+local band, bor, rshift, bnot = B.band, B.bor, B.rshift, B.bnot
 
 local p_int = Proto("int", "In-band Network Telemetry")
 local p_rep = Proto("intrep", "INT Telemetry Report")
@@ -49,6 +49,9 @@ p_int.prefs.geneve_class = Pref.uint("Geneve option class of INT", 0x0103,
 p_int.prefs.domains = Pref.string("Domain registry (TOML)", "",
     "Domain-specific metadata registry in intscope's domains.toml format (--domains)")
 
+p_int.prefs.about = Pref.statictext("intscope.lua " .. INTSCOPE_LUA_VERSION
+    .. ": INT and telemetry reports, as `intscope dump` decodes them (docs/wireshark.md)")
+
 p_rep.prefs.udp_ports = Pref.range("Report UDP ports", "32766",
     "UDP destination ports of telemetry reports (--report-port; SD-Fabric's collector port 32766)", 65535)
 
@@ -65,8 +68,6 @@ end
 local int_types = { [1] = "INT-MD", [2] = "Destination", [3] = "INT-MX" }
 local npt_names = { [0] = "DSCP/probe (original DSCP)", [1] = "UDP port (original port)",
     [2] = "new UDP header (original IP protocol)", [3] = "reserved" }
-local gpe_protos = { [1] = "IPv4", [2] = "IPv6", [3] = "Ethernet", [4] = "NSH", [5] = "INT (2016)",
-    [0x82] = "INT" }
 
 -- SD-Fabric / fabric-tna drop reasons (stratum/fabric-tna p4src/shared/define.p4,
 -- IntDropReason_t; shared/spec/sd-fabric-int.txt).
@@ -151,6 +152,8 @@ local function md_fields(prefix, key)
     m("congestion_queue_id", ProtoField.uint8, "Congestion queue ID (v0.5 bit 6)")
     m("congestion_status", ProtoField.uint32, "Congestion status (v0.5 bit 6)")
     m("bos", ProtoField.bool, "Bottom of stack (2016 format)")
+    m("ingress_port_id", ProtoField.uint32, "Ingress port ID (2016 format)")
+    m("egress_port_id", ProtoField.uint32, "Egress port ID (2016 format)")
     m("unavailable", ProtoField.string, "Unavailable (all ones)")
     m("ds", ProtoField.bytes, "Domain-specific metadata")
     m("ds_name", ProtoField.string, "Name")
@@ -287,12 +290,7 @@ local function bitn(n) return rshift(0x8000, n) end
 
 local function u8(tvb, o) return tvb(o, 1):uint() end
 local function u16(tvb, o) return tvb(o, 2):uint() end
-local function u24(tvb, o) return tvb(o, 3):uint() end
 local function u32(tvb, o) return tvb(o, 4):uint() end
-local function hex(tvb, o, n)
-    if n <= 0 then return "0x" end
-    return "0x" .. tvb(o, n):bytes():tohex():lower()
-end
 
 local function parse_num(s)
     s = (s or ""):gsub("^%s+", ""):gsub("%s+$", ""):gsub("_", "")
@@ -456,8 +454,8 @@ local function add_hop(t, M, tvb, off, bm, fmt, dlen, ds_id, ds_bits)
     local function r(n, k) return tvb(pos[n], k or 4) end
     -- 2016 format: every word is BOS(1) + value(31); 0x7FFFFFFF is "invalid" (INT 2016 5.3.3).
     if fmt == FMT_2016 then
-        local names = { [0] = "node_id", "l1_ingress_if", "hop_latency", "queue_occupancy", "ingress_ts",
-            "l1_egress_if", "queue_congestion", "egress_tx_util" }
+        local names = { [0] = "node_id", "ingress_port_id", "hop_latency", "queue_occupancy", "ingress_ts",
+            "egress_port_id", "queue_congestion", "egress_tx_util" }
         for n = 0, 15 do
             if pos[n] then
                 local w = word(n)
@@ -466,16 +464,10 @@ local function add_hop(t, M, tvb, off, bm, fmt, dlen, ds_id, ds_bits)
                 if v == 0x7FFFFFFF then
                     unavailable(t, M, r(n), name)
                 else
-                    local f = M[name]
-                    if name == "l1_ingress_if" or name == "l1_egress_if" then f = M.node_id end
-                    if name == "l1_ingress_if" then
-                        t:add(M.l1_ingress_if, r(n), band(v, 0xFFFF)):append_text(" (31-bit: " .. v .. ")")
-                    elseif name == "l1_egress_if" then
-                        t:add(M.l1_egress_if, r(n), band(v, 0xFFFF)):append_text(" (31-bit: " .. v .. ")")
-                    elseif name == "ingress_ts" then
+                    if name == "ingress_ts" then
                         t:add(M.ingress_ts, r(n), UInt64(v))
                     else
-                        t:add(f, r(n), v)
+                        t:add(M[name], r(n), v)
                     end
                 end
                 if band(w, 0x80000000) ~= 0 then t:add(M.bos, r(n), true) end
@@ -810,7 +802,8 @@ parse_legacy_block = function(tvb, off, encap, blk)
         return blk
     end
     if not v05_consistent then
-        fail(off + 4, string.format("INT v1.0/v0.5 header at byte %d: metadata header 0x%08x is neither a v1.0 nor a v0.5 header consistent with its instruction bitmap",
+        fail(off + 4, string.format("INT v1.0/v0.5 header at byte %d: metadata header 0x%08x is neither a v1.0 "
+            .. "nor a v0.5 header consistent with its instruction bitmap",
             off + 4, u32(tvb, off + 4)))
     end
     local h = { ver = rshift(h0, 6), rep = band(rshift(h0, 4), 3), c = band(h0, 0x08) ~= 0, e = band(h0, 0x04) ~= 0,
@@ -840,7 +833,9 @@ local function parse_2016_block(tvb, off)
         version = 0, spec = "2016", kind = "2016" }
     local total = shim.length * 4
     local avail = tvb:len() - off
-    if total < 4 then fail(off + 2, string.format("INT (2016) shim at byte %d: Length %d is shorter than the shim", off, shim.length)) end
+    if total < 4 then
+        fail(off + 2, string.format("INT (2016) shim at byte %d: Length %d is shorter than the shim", off, shim.length))
+    end
     if total > avail then
         fail(off + 2, string.format("INT (2016) shim at byte %d: Length claims %d bytes, only %d available", off, total, avail))
     end
@@ -853,7 +848,8 @@ local function parse_2016_block(tvb, off)
         blk.body_off, blk.body_len = off + 12, total - 12
         -- "the length of the INT metadata stack must always be (Instruction Count * 4 * Total Hop Count)"
         if h.ins_cnt * 4 * h.total_hop ~= blk.body_len then
-            fail(off + 7, string.format("INT (2016) header at byte %d: InsCnt %d x TotalHopCnt %d words do not fill the %d-byte stack",
+            fail(off + 7, string.format(
+                "INT (2016) header at byte %d: InsCnt %d x TotalHopCnt %d words do not fill the %d-byte stack",
                 off + 4, h.ins_cnt, h.total_hop, blk.body_len))
         end
     else
@@ -975,7 +971,7 @@ local function add_stack(t, tvb, blk, pinfo)
         local dlen = domain_len + (is_last and source_only or 0)
         local total = hop_total + (is_last and source_only or 0)
         if remaining < total then
-            local e = t:add_proto_expert_info(E.malformed, string.format(
+            t:add_proto_expert_info(E.malformed, string.format(
                 "INT metadata stack at byte %d: hop %d needs %d bytes, only %d available", body_off + at, i, total,
                 remaining))
             return
@@ -1090,7 +1086,6 @@ local function is_internal(err) return type(err) == "table" and err.intscope end
 ---------------------------------------------------------------------------------------------
 
 local ip_proto_table = nil
-local udp_port_table = nil
 
 local function plausible_l4(tvb, off, proto)
     local n = tvb:len() - off
@@ -1755,7 +1750,6 @@ end
 
 local function apply_prefs()
     local udp = DissectorTable.get("udp.port")
-    udp_port_table = udp
     ip_proto_table = DissectorTable.get("ip.proto")
     ethertype_table = DissectorTable.get("ethertype")
     local ok_gpe, t = pcall(DissectorTable.get, "vxlan.next_proto")
