@@ -128,9 +128,16 @@ fld("data", ProtoField.bytes, "int.data", "Undecoded INT data")
 -- Per-hop (and per-report) metadata: one set under int.hop.*, one under intrep.md.*
 -- (INT v2.1 section "INT-MD Metadata Header Format", Instruction Bitmap; Report v2.0 section
 -- "Individual Report Main Contents for RepType 1", RepMdBits).
+local INT_ONLY = { checksum_complement = true, reserved_bit15 = true, queue_congestion = true,
+    congestion_queue_id = true, congestion_status = true, bos = true, ingress_port_id = true, egress_port_id = true }
+local REPORT_ONLY = { drop_reason = true, drop_reason_name = true }
 local function md_fields(prefix, key)
     local M = {}
-    local function m(k, ctor, name, ...) M[k] = ctor(prefix .. "." .. k, name, ...) end
+    local report = prefix == "intrep.md"
+    local function m(k, ctor, name, ...)
+        if (report and INT_ONLY[k]) or (not report and REPORT_ONLY[k]) then return end
+        M[k] = ctor(prefix .. "." .. k, name, ...)
+    end
     m("node_id", ProtoField.uint32, "Node ID")
     m("l1_ingress_if", ProtoField.uint16, "Level 1 ingress interface")
     m("l1_egress_if", ProtoField.uint16, "Level 1 egress interface")
