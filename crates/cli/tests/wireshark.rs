@@ -1119,6 +1119,26 @@ fn install_puts_the_plugin_where_wireshark_finds_it() {
         "int registered"
     );
     assert!(protocols.lines().any(|l| l.ends_with("\tintrep")));
+    // docs/wireshark.md lists every field the plugin registers.
+    let fields = succeed(
+        Command::new("tshark")
+            .env("HOME", &home)
+            .args(["-G", "fields"]),
+    );
+    let docs = std::fs::read_to_string(repo("docs/wireshark.md")).unwrap();
+    let mut n = 0;
+    for line in String::from_utf8(fields.stdout).unwrap().lines() {
+        let cols: Vec<_> = line.split('\t').collect();
+        if cols.len() > 4 && cols[0] == "F" && (cols[4] == "int" || cols[4] == "intrep") {
+            n += 1;
+            assert!(
+                docs.contains(&format!("| `{}` |", cols[2])),
+                "docs/wireshark.md does not list {}",
+                cols[2]
+            );
+        }
+    }
+    assert!(n > 100, "only {n} fields registered");
     let printed = succeed(bin().args(["wireshark", "print"]));
     assert_eq!(printed.stdout, std::fs::read(plugin()).unwrap());
 }
