@@ -1240,8 +1240,25 @@ local function dispatch_gpe(next_proto, tvb, off, pinfo, tree)
 end
 
 local gpe_depth = 0
+local f_gpe_p = Field.new("vxlan.p_bit")
+
+-- draft-ietf-nvo3-vxlan-gpe: "The P bit MUST be set to 1 to indicate the presence of the 8 bit
+-- next protocol field"; Wireshark's VXLAN dissector hands the next protocol on regardless.
+local function gpe_p_bit_clear(tvb)
+    local p, off = nil, -1
+    for _, fi in ipairs({ f_gpe_p() }) do
+        if fi.offset < tvb:offset() and fi.offset > off then p, off = fi.value, fi.offset end
+    end
+    return p == 0
+end
+
 local gpe_int = Proto("int_gpe", "INT over VXLAN-GPE")
 gpe_int.dissector = guarded(function(tvb, pinfo, tree)
+    if gpe_depth == 0 and gpe_p_bit_clear(tvb) then
+        add_error(tree, p_int, E.malformed, tvb,
+            { intscope = true, off = 0, msg = "VXLAN-GPE header: P bit is 0, expected 1 (next protocol present)" })
+        return tvb:len()
+    end
     local ok, blk = pcall(parse_block, tvb, 0, "vxlan-gpe", SEM_SPEC)
     if not ok then
         add_error(tree, p_int, E.malformed, tvb, blk)
@@ -1264,6 +1281,11 @@ end)
 
 local gpe_2016 = Proto("int_gpe2016", "INT (2016) over VXLAN-GPE")
 gpe_2016.dissector = guarded(function(tvb, pinfo, tree)
+    if gpe_depth == 0 and gpe_p_bit_clear(tvb) then
+        add_error(tree, p_int, E.malformed, tvb,
+            { intscope = true, off = 0, msg = "VXLAN-GPE header: P bit is 0, expected 1 (next protocol present)" })
+        return tvb:len()
+    end
     local ok, blk = pcall(parse_2016_block, tvb, 0)
     if not ok then
         add_error(tree, p_int, E.malformed, tvb, blk)
