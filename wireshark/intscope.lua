@@ -1344,7 +1344,10 @@ geneve_int.dissector = guarded(function(tvb, pinfo, tree)
     if tvb:len() < 8 then return tvb:len() end
     -- RFC 8926: Ver(2) Opt Len(6) | O C Rsvd(6) | Protocol Type(16) | VNI(24) | Reserved(8).
     local b0 = u8(tvb, 0)
-    if rshift(b0, 6) ~= 0 then return tvb:len() end
+    if rshift(b0, 6) ~= 0 then
+        tree:add_proto_expert_info(E.malformed, string.format("Geneve header: Ver is %d, expected 0", rshift(b0, 6)))
+        return tvb:len()
+    end
     local stop = 8 + band(b0, 0x3f) * 4
     if stop > tvb:len() then
         tree:add_proto_expert_info(E.malformed, string.format("Geneve Opt Len claims %d bytes, only %d available",
@@ -1587,8 +1590,12 @@ local function add_individual(tree, tvb, r, pinfo, index, datagram_off)
             tt:add(F.r_tlv_length, tvb(at + 1, 1))
             tt:add(F.r_tlv_template, tvb(at + 2, 2))
             if ttype >= 1 and ttype <= 3 then
+                if tl == 4 then
+                    tt:add_proto_expert_info(E.r_malformed, string.format("TLV at byte %d: an empty %s packet", at,
+                        tlv_types[ttype]))
+                end
                 report_inner(in_type_kind(ttype + 2), tvb, at + 4, tl - 4, pinfo, tt)
-            elseif tl > 4 then
+            else
                 tt:add(F.r_tlv_data, tvb(at + 4, tl - 4))
             end
             at = at + tl
