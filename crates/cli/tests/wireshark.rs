@@ -691,6 +691,14 @@ fn compare_with(name: &str, pcap: &Path, opts: &Opts, strict: bool) -> usize {
         if df["error"]["available"] == 0 && df["error"]["offset"] == df["len"] {
             error = false;
         }
+        // A VXLAN-GPE header without the P bit is Wireshark's VXLAN dissector's to judge (it
+        // then hands nothing to the plugin); dump rejects it.
+        if df["error"]["layer"] == "vxlan-gpe"
+            && df["error"]["field"] == "P bit"
+            && tints.is_empty()
+        {
+            error = false;
+        }
         codes.sort();
         codes.dedup();
         let mut keys = Vec::new();
