@@ -1354,7 +1354,9 @@ geneve_int.dissector = guarded(function(tvb, pinfo, tree)
             stop, tvb:len()))
         return tvb:len()
     end
-    local at, found = 8, false
+    -- Every option is checked before the INT one is shown: a malformed option list is an error
+    -- of the whole header, as in dump.
+    local at, int_at, int_len = 8, nil, nil
     while at + 4 <= stop do
         local class = u16(tvb, at)
         local olen = 4 + band(u8(tvb, at + 3), 0x1f) * 4
@@ -1363,19 +1365,19 @@ geneve_int.dissector = guarded(function(tvb, pinfo, tree)
                 "Geneve option at byte %d: Length claims %d bytes, only %d available", at, olen, stop - at))
             return tvb:len()
         end
-        if class == p_int.prefs.geneve_class and not found then
-            found = true
-            local opt = tvb(0, at + olen):tvb()
-            local ok, blk = pcall(parse_block, opt, at, "geneve", SEM_SPEC)
-            if ok then
-                pinfo.cols.protocol:set("INT")
-                pinfo.cols.info:append(" [INT over Geneve]")
-                add_block(tree, opt, blk, pinfo, false)
-            else
-                add_error(tree, p_int, E.malformed, opt, blk)
-            end
-        end
+        if class == p_int.prefs.geneve_class and not int_at then int_at, int_len = at, olen end
         at = at + olen
+    end
+    if int_at then
+        local opt = tvb(0, int_at + int_len):tvb()
+        local ok, blk = pcall(parse_block, opt, int_at, "geneve", SEM_SPEC)
+        if ok then
+            pinfo.cols.protocol:set("INT")
+            pinfo.cols.info:append(" [INT over Geneve]")
+            add_block(tree, opt, blk, pinfo, false)
+        else
+            add_error(tree, p_int, E.malformed, opt, blk)
+        end
     end
     return tvb:len()
 end)
