@@ -192,7 +192,7 @@ fld("r_rep_md_bits", ProtoField.uint16, "intrep.rep_md_bits", "RepMdBits", base.
 fld("r_ds_id", ProtoField.uint16, "intrep.ds_id", "Domain Specific ID", base.HEX)
 fld("r_ds_md_bits", ProtoField.uint16, "intrep.ds_md_bits", "DSMdBits", base.HEX)
 fld("r_ds_md_status", ProtoField.uint16, "intrep.ds_md_status", "DSMdstatus", base.HEX)
-fld("r_md", ProtoField.bytes, "intrep.metadata", "Metadata")
+fld("r_md", ProtoField.none, "intrep.metadata", "Metadata")
 fld("r_inner", ProtoField.bytes, "intrep.inner", "Inner packet")
 fld("r_inner_data", ProtoField.bytes, "intrep.inner_data", "Inner contents")
 fld("r_tlv", ProtoField.uint8, "intrep.tlv", "TLV")
@@ -417,11 +417,14 @@ local function add_domain(tree, M, tvb, off, len, ds_id, bits, modes)
                 at = at + size
             end
         end
+        -- Bytes of this mode beyond its definitions: a number when they are one word.
         if at < mend then
-            t:add(M.ds_name, tvb(at, mend - at), "unparsed"):add(M.ds_bytes, tvb(at, mend - at))
+            local it = t:add(M.ds_name, tvb(at, mend - at), "unparsed")
+            if mend - at == 4 then it:add(M.ds_value, tvb(at, 4)) else it:add(M.ds_bytes, tvb(at, mend - at)) end
         end
         at = mend
     end
+    -- Bytes beyond every mode's metadata: always raw.
     if at < stop then
         t:add(M.ds_name, tvb(at, stop - at), "unparsed"):add(M.ds_bytes, tvb(at, stop - at))
     end
