@@ -79,7 +79,11 @@ pub fn run(args: &WiresharkArgs, out: &mut dyn Write) -> Result<()> {
             let path = install(&dir)?;
             writeln!(
                 out,
-                "installed {} (restart Wireshark, or reload Lua plugins with Ctrl+Shift+L)",
+                "installed {} (restart Wireshark, or reload Lua plugins with Ctrl+Shift+L)\n\
+                 INT preferences: Edit > Preferences > Protocols > INT (UDP ports, DSCP, probe \
+                 marker, GRE protocol type) and INTREP (report ports).\n\
+                 DSCP-marked INT towards ports with a dissector of their own (HTTP, TLS...) needs \
+                 Protocols > TCP/UDP > \"Try heuristic sub-dissectors first\" (docs/wireshark.md).",
                 path.display()
             )?;
         }
