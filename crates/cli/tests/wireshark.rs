@@ -1261,18 +1261,20 @@ fn node_encapsulations_match_dump() {
         ..Opts::default()
     };
     let mut total = 0;
-    for (encap, mode, instructions, report_format) in [
-        ("dscp", "md", 0xff80, "v2.0"),
-        ("probe-marker", "md", 0x9000, "v2.0"),
-        ("udp-new", "md", 0xff80, "v2.0"),
-        ("udp-port", "md", 0xf000, "v0.5"),
-        ("gre", "md", 0xd000, "v2.0"),
-        ("vxlan-gpe", "md", 0x9000, "v2.0"),
-        ("geneve", "md", 0x9000, "v2.0"),
-        ("udp-port", "mx", 0xff80, "v2.0"),
-        ("dscp", "xd", 0xff80, "v2.0"),
+    // The last column: bytes of the packet a report carries (90 cuts the INT stacks).
+    for (encap, mode, instructions, report_format, truncate) in [
+        ("dscp", "md", 0xff80, "v2.0", 256),
+        ("probe-marker", "md", 0x9000, "v2.0", 256),
+        ("udp-new", "md", 0xff80, "v2.0", 256),
+        ("udp-port", "md", 0xf000, "v0.5", 256),
+        ("udp-port", "md", 0xff80, "v2.0", 90),
+        ("gre", "md", 0xd000, "v2.0", 256),
+        ("vxlan-gpe", "md", 0x9000, "v2.0", 256),
+        ("geneve", "md", 0x9000, "v2.0", 256),
+        ("udp-port", "mx", 0xff80, "v2.0", 256),
+        ("dscp", "xd", 0xff80, "v2.0", 256),
     ] {
-        let tag = format!("{encap}-{mode}-{report_format}");
+        let tag = format!("{encap}-{mode}-{report_format}-{truncate}");
         let cfg = |name: &str, body: String| {
             let path = p(&format!("{tag}-{name}.toml"));
             std::fs::write(&path, format!("mode = \"{mode}\"\n{common}{body}")).unwrap();
@@ -1293,7 +1295,7 @@ fn node_encapsulations_match_dump() {
         let sink = cfg(
             "sink",
             format!(
-                "node_id = 3\nrole = \"sink\"\nsink_metadata = \"report\"\nreport_truncate = 256\n\
+                "node_id = 3\nrole = \"sink\"\nsink_metadata = \"report\"\nreport_truncate = {truncate}\n\
                  report_format = \"{report_format}\"\n[telemetry]\nqueue_occupancy = 300\n"
             ),
         );
