@@ -443,8 +443,9 @@ end
 -- Adds the metadata of one hop at `off` (INT v2.1 "INT-MD Metadata Header Format": baseline
 -- metadata in bit order, then domain-specific metadata, then (bit 15) the Checksum Complement;
 -- Report v2.0 "Individual Report Main Contents for RepType 1": bit 15 is Queue ID + Drop Reason,
--- baseline). `dlen` bytes of domain-specific metadata. All ones means "unavailable", for every
--- field of that word (shared/spec/README.md errata).
+-- baseline). `dlen` bytes of domain-specific metadata. A node without a value writes the
+-- "special all-ones reserved value indicating "invalid" (4 or 8 bytes of 0xFF depending on
+-- metadata length)": every field of that word is unavailable (shared/spec/README.md errata).
 local function add_hop(t, M, tvb, off, bm, fmt, dlen, ds_id, ds_bits)
     local at = off
     local pos = {}
