@@ -10,6 +10,7 @@ mod live;
 mod node;
 mod sim;
 mod text;
+mod wireshark;
 
 use clap::{Parser, Subcommand};
 
@@ -35,6 +36,8 @@ enum Command {
     Sim(sim::SimArgs),
     /// A collector and a simulated fabric with scripted faults, on this machine.
     Demo(sim::DemoArgs),
+    /// The Wireshark / tshark dissector for INT and telemetry reports (install or print).
+    Wireshark(wireshark::WiresharkArgs),
 }
 
 fn main() {
@@ -53,6 +56,7 @@ fn main() {
         Command::Node(args) => node::run(args).map(|summary| println!("{summary}")),
         Command::Sim(args) => sim::run(args).map(|summary| println!("{summary}")),
         Command::Demo(args) => sim::demo(args),
+        Command::Wireshark(args) => wireshark::run(args, &mut std::io::stdout().lock()),
     };
     if let Err(e) = result {
         // Broken pipe (e.g. `| head`) is not an error worth reporting.
