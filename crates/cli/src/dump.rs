@@ -35,6 +35,10 @@ pub struct DumpArgs {
 }
 
 /// Runs the dump, writing to `out`. Returns the number of frames.
+///
+/// A damaged capture (cut short, a corrupt record) is an error after every frame before the
+/// damage was written: the caller reports it (one line on stderr, exit status 1), so that a
+/// script cannot take a damaged capture for a whole one.
 pub fn run(args: &DumpArgs, out: &mut dyn Write) -> Result<u64> {
     let cfg = args.detect.config()?;
     let registry = args.detect.registry()?;
@@ -55,7 +59,10 @@ pub fn run(args: &DumpArgs, out: &mut dyn Write) -> Result<u64> {
             }
             Ok(f) => json!({"frame": f.number, "len": f.data.len(),
                              "error": {"message": format!("link type {} is not supported (Ethernet only)", f.link_type)}}),
-            Err(e) => json!({"frame": frames + 1, "error": {"message": format!("{e:#}")}}),
+            Err(damage) => {
+                out.flush().context("writing output")?;
+                return Err(damage.into());
+            }
         };
         frames += 1;
         match args.format {

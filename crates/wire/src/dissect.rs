@@ -58,7 +58,9 @@ fn flow_value(f: &FlowKey) -> Value {
     json!({"src": f.src_ip().to_string(), "dst": f.dst_ip().to_string(), "proto": f.proto, "src_port": f.src_port, "dst_port": f.dst_port})
 }
 
-/// Fills `out` with the layers, INT and report of a packet.
+/// Fills `out` with the layers, INT and report of a packet. A malformed layer is the error
+/// returned, after the layers decoded before it were filled in (as tshark keeps a malformed
+/// frame's good layers and marks where it broke); the error's layer and offset say where.
 fn packet_value(
     bytes: &[u8],
     start: Start,
@@ -67,7 +69,8 @@ fn packet_value(
     warnings: &mut Warnings,
     out: &mut Map<String, Value>,
 ) -> Result<(), Error> {
-    let p = Packet::parse(bytes, start, cfg)?;
+    let mut p = Packet::new(bytes);
+    let located = p.locate(start, cfg);
     warnings.merge(p.warnings);
     if p.vlan_count > 0 {
         let n = usize::from(p.vlan_count).min(2);
@@ -86,7 +89,10 @@ fn packet_value(
             json!({"proto": if l4.proto == 6 {"tcp"} else {"udp"}, "src_port": l4.src_port, "dst_port": l4.dst_port, "checksum": l4.checksum}),
         );
     }
-    if let Some(f) = &p.flow {
+    // A flow whose L4 header failed has no ports yet: not a 5-tuple to show.
+    if let Some(f) = &p.flow
+        && (located.is_ok() || p.l4.is_some() || !matches!(f.proto, 6 | 17))
+    {
         out.insert("flow".into(), flow_value(f));
     }
     if let Some(f) = &p.inner_flow {
@@ -106,6 +112,7 @@ fn packet_value(
         }
         out.insert("int_stacked".into(), v);
     }
+    located?;
     if let (Some(l4), Some(_)) = (p.l4, p.ip)
         && l4.proto == 17
         && cfg.is_report_port(l4.dst_port)
