@@ -177,14 +177,20 @@ impl Hop {
         let l1 = v.l1_interfaces();
         let queue = v.queue();
         self.node_id = node_id.or_else(|| v.node_id()).unwrap_or(0);
-        // Level 1 interfaces, else level 2 (read only then: few devices send them).
+        // Level 1 interfaces, else level 2 (read only then: few devices send them), else the
+        // 2016 format's port IDs (bits 1 and 5).
         (self.ingress_if, self.egress_if) = match l1 {
             Some((ingress, egress)) => (u32::from(ingress), u32::from(egress)),
-            None => v.l2_interfaces().unwrap_or((ABSENT, ABSENT)),
+            None => v.l2_interfaces().unwrap_or_else(|| {
+                let (ingress, egress) = v.port_ids_2016();
+                (ingress.unwrap_or(ABSENT), egress.unwrap_or(ABSENT))
+            }),
         };
         self.hop_latency = v.hop_latency().unwrap_or(ABSENT);
         self.queue_id = queue.map(|q| q.0).or_else(|| v.drop().map(|d| d.0));
-        self.queue_occupancy = queue.map_or(ABSENT, |q| q.1);
+        // The 2016 format's bit 3 is an occupancy of no named queue.
+        self.queue_occupancy =
+            queue.map_or_else(|| v.queue_occupancy_2016().unwrap_or(ABSENT), |q| q.1);
         self.ingress_ts = v.ingress_ts().unwrap_or(ABSENT_WIDE);
         self.egress_ts = v.egress_ts().unwrap_or(ABSENT_WIDE);
         self.egress_tx_util = v.egress_tx_util().unwrap_or(ABSENT);
@@ -645,4 +651,76 @@ fn push_stack(record: &mut Record, block: &IntBlock<'_>) {
     // The report's copy of the packet can end inside the stack (truncation): the oldest hops are
     // missing, so the path is a suffix.
     record.path_truncated |= cut || block.warnings.has(Warning::TruncatedInt);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Report v0.5 whose inner frame is the 2016 specification's INT over VXLAN-GPE example
+    /// (`int-spec-2016.txt` §5.4): the collector reads its hops as `dump` does — BOS bits off
+    /// the values, occupancy without a queue ID, the 2016 port IDs.
+    #[test]
+    fn a_2016_stack_in_a_report_is_read_as_the_format_defines() {
+        let inner_udp = "0457 08ae 000c 0000 64617461"; // 1111 -> 2222, "data"
+        let inner = format!(
+            "000000000002 000000000001 0800 \
+             45000020 00000000 40110000 0a000101 0a000303 {inner_udp}"
+        );
+        // Hop-by-hop block: bits 0, 1, 3, 5 (0xD400): switch, ingress port, occupancy, egress
+        // port; three hops, newest first, BOS on the last word.
+        let int = "01000f03 00041003 d4000000 \
+                   00000003 00000007 0000001e 00000008 \
+                   00000002 00000005 00000014 00000006 \
+                   00000001 00000003 00000003 80000004";
+        let gpe = format!("0c000005 00000100 {int} {inner}");
+        let gpe = hex::decode(gpe.replace(' ', "")).unwrap();
+        let udp_len = 8 + gpe.len();
+        let frame = format!(
+            "000000000002 000000000001 0800 \
+             4500{:04x} 00000000 40110000 0a000101 0a000303 \
+             15b312b6 {udp_len:04x} 0000 {}",
+            20 + udp_len,
+            hex::encode(&gpe)
+        );
+        let report = format!("00200001 00000000 00000000 {frame}");
+        let report = hex::decode(report.replace(' ', "")).unwrap();
+        let mut record = Record::default();
+        let mut got = Vec::new();
+        let n = decode_datagram(
+            &report,
+            1,
+            &DetectConfig::default(),
+            FlowKeyMode::Innermost,
+            &mut record,
+            |r| {
+                got = r
+                    .hops()
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.node_id,
+                            h.ingress_if(),
+                            h.egress_if(),
+                            h.queue_id(),
+                            h.queue_occupancy(),
+                        )
+                    })
+                    .collect();
+            },
+        )
+        .unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(
+            got,
+            [
+                (1, Some(3), Some(4), None, Some(3)),
+                (2, Some(5), Some(6), None, Some(20)),
+                (3, Some(7), Some(8), None, Some(30)),
+            ],
+            "path source first; 0x80000004 is BOS + egress port 4"
+        );
+        let flow = record.flow.unwrap();
+        assert_eq!((flow.src_port, flow.dst_port), (1111, 2222));
+    }
 }

@@ -219,7 +219,18 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
     m.insert("encap".into(), json!(block.encap.name()));
     m.insert("type".into(), json!(block.int_type().name()));
     m.insert("version".into(), json!(block.version()));
-    m.insert("shim".into(), shim_value(&block.shim));
+    match (block.header, block.shim) {
+        (IntHeader::V2016(_), AnyShim::Legacy(s)) => {
+            m.insert("spec".into(), json!("2016"));
+            m.insert(
+                "shim".into(),
+                json!({"type": s.int_type, "length": s.length, "next_protocol": s.last, "reserved": s.reserved}),
+            );
+        }
+        (_, shim) => {
+            m.insert("shim".into(), shim_value(&shim));
+        }
+    }
     warnings.merge(block.warnings);
     let (stack, w) = block.stack(registry);
     warnings.merge(w);
@@ -300,6 +311,20 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
             }
             (Format::IntV05, 0, 0)
         }
+        IntHeader::V2016(h) => {
+            for (k, v) in [
+                ("rep", json!(h.rep)),
+                ("c", json!(h.c)),
+                ("e", json!(h.e)),
+                ("ins_cnt", json!(h.ins_cnt)),
+                ("max_hop_count", json!(h.max_hop_count)),
+                ("total_hop_count", json!(h.total_hop_count)),
+                ("instruction_bitmap", json!(h.instructions)),
+            ] {
+                m.insert(k.into(), v);
+            }
+            (Format::Int2016, 0, 0)
+        }
         IntHeader::Opaque => {
             m.insert("data".into(), json!(hex(block.body)));
             return Value::Object(m);
@@ -311,6 +336,9 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
             match hop.map(|v| v.to_metadata()) {
                 Ok(h) => {
                     let mut hv = hop_value(&h, format);
+                    if format == Format::Int2016 {
+                        hv.insert("bos".into(), json!(h.bos));
+                    }
                     let dv = domain_value(
                         ds_id,
                         ds_bits,
