@@ -540,9 +540,9 @@ impl<'a> HopMetadata<'a> {
 
 /// Where each of bits 0–8's fields starts in a hop, by the bitmap's bits 0–8
 /// ([`NOT_REQUESTED`] for bits it lacks): one table for formats whose bits 4–6 are 8 bytes, one
-/// for those where every bit is 4, and one for the 2016 format, whose bits 1, 3, 5 and 8 are other
-/// fields than the accessors of those bits read (so they read nothing there; the 2016 accessors
-/// find those words by the bitmap). Every hop of a stack shares one bitmap, so the layout is
+/// for those where every bit is 4, and one for the 2016 format that locates nothing (its words
+/// carry a BOS bit the generic accessors would read as part of the value; [`HopView::value_2016`]
+/// reads them). Every hop of a stack shares one bitmap, so the layout is
 /// looked up once per stack (or lone view) and a field read is an index into it, not two
 /// popcounts (−24 decode instructions per report, callgrind on the collector's pipeline bench).
 static LAYOUTS: [[Layout; 512]; 3] = [
@@ -565,8 +565,7 @@ const fn layouts(format: Format) -> [Layout; 512] {
         let mut n = 0;
         while n < 9 {
             if bits & (0x100 >> n) != 0 {
-                let other_field = matches!(format, Format::Int2016) && matches!(n, 1 | 3 | 5 | 8);
-                if !other_field {
+                if !matches!(format, Format::Int2016) {
                     table[bits][n as usize] = at as u8;
                 }
                 at += format.size_of_bit(n);
@@ -590,7 +589,9 @@ fn layout(bitmap: u16, format: Format) -> Layout {
 }
 
 /// Zero-copy view of one hop's metadata: the hot-path way to read a stack or a report. Fields
-/// are located through the bitmap's [`Layout`], nothing is copied.
+/// are located through the bitmap's [`Layout`], nothing is copied. In the 2016 format the
+/// generic accessors give `None` (its words carry a BOS bit): read it with
+/// [`HopView::value_2016`] and the other `_2016` accessors, or [`HopView::to_metadata`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HopView<'a> {
     bytes: &'a [u8],
@@ -598,18 +599,6 @@ pub struct HopView<'a> {
     format: Format,
     domain_len: usize,
     layout: Layout,
-    /// The bits of a word that are its value, all of which set means "unavailable": all 32, but
-    /// 31 in the 2016 format (its top bit is BOS).
-    mask: u32,
-}
-
-/// [`HopView::mask`] of `format`.
-#[inline]
-const fn value_mask(format: Format) -> u32 {
-    match format {
-        Format::Int2016 => 0x7fff_ffff,
-        _ => u32::MAX,
-    }
 }
 
 impl<'a> HopView<'a> {
@@ -627,7 +616,6 @@ impl<'a> HopView<'a> {
             format,
             domain_len,
             layout: layout(bitmap, format),
-            mask: value_mask(format),
         })
     }
 
@@ -668,12 +656,11 @@ impl<'a> HopView<'a> {
     fn word_at(&self, at: usize) -> Option<u32> {
         // `at..at + 4` (offsets are small): one bounds comparison, where `at..` then a chunk
         // of it compile to two.
-        let w = u32::from_be_bytes(self.bytes.get(at..at + 4)?.try_into().ok()?) & self.mask;
-        (w != self.mask).then_some(w)
+        let w = u32::from_be_bytes(self.bytes.get(at..at + 4)?.try_into().ok()?);
+        (w != u32::MAX).then_some(w)
     }
 
-    /// The offset of bit `n`'s word by the bitmap alone (every bit 4 bytes): the 2016 fields the
-    /// layout leaves out.
+    /// The offset of bit `n`'s word in the 2016 format (every bit 4 bytes), by the bitmap.
     #[inline]
     fn offset_2016(&self, n: u32) -> Option<usize> {
         (self.format == Format::Int2016 && self.bitmap & bit(n) != 0)
@@ -738,20 +725,28 @@ impl<'a> HopView<'a> {
             Format::IntV05 => self
                 .word(6)
                 .map(|w| (Some((w >> 24) as u8), w & 0x00ff_ffff)),
-            Format::Int2016 => self.word(6).map(|w| (None, w)),
+            Format::Int2016 => self.value_2016(6).map(|w| (None, w)),
             _ => None,
         }
     }
     /// 2016 bit 3: the queue occupancy (31 bits; that format names no queue).
     #[inline]
     pub fn queue_occupancy_2016(&self) -> Option<u32> {
-        self.word_at(self.offset_2016(3)?)
+        self.value_2016(3)
     }
     /// 2016 bits 1 and 5: the ingress and the egress port ID (31 bits each).
     #[inline]
     pub fn port_ids_2016(&self) -> (Option<u32>, Option<u32>) {
-        let port = |n| self.offset_2016(n).and_then(|at| self.word_at(at));
-        (port(1), port(5))
+        (self.value_2016(1), self.value_2016(5))
+    }
+    /// The 2016 format's bit `n` (0 = MSB): its 31-bit value, `None` when not requested or
+    /// "invalid" (0x7FFFFFFF), whatever its BOS bit. Every 2016 field is read this way: the
+    /// generic accessors read nothing in that format.
+    #[inline]
+    pub fn value_2016(&self, n: u32) -> Option<u32> {
+        let at = self.offset_2016(n)?;
+        let w = u32::from_be_bytes(self.bytes.get(at..at + 4)?.try_into().ok()?) & 0x7fff_ffff;
+        (w != 0x7fff_ffff).then_some(w)
     }
     /// 2016: whether a word of this hop carries the BOS (bottom-of-stack) bit.
     #[inline]
@@ -904,7 +899,6 @@ impl<'a> Iterator for Stack<'a> {
                 format: self.format,
                 domain_len,
                 layout: self.layout,
-                mask: value_mask(self.format),
             }),
             None => Err(Error::truncated(Layer::IntStack, 0, total, remaining.len())),
         };

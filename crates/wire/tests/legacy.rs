@@ -228,9 +228,10 @@ fn the_2016_vxlan_gpe_example_decodes() {
     assert_eq!((inner.src_port, inner.dst_port), (1111, 2222));
     // The collector's zero-copy view of the bottom hop.
     let v = b.stack(None).0.nth(2).unwrap().unwrap();
-    assert_eq!(v.node_id(), Some(1));
+    assert_eq!(v.value_2016(0), Some(1), "the switch ID under no BOS");
+    assert_eq!(v.node_id(), None, "the generic accessors read no 2016 word");
     assert_eq!(v.queue(), None, "no queue ID in the 2016 format");
-    assert_eq!(v.queue_occupancy_2016(), Some(3));
+    assert_eq!(v.queue_occupancy_2016(), Some(3), "BOS + 3");
     assert!(v.bos_2016());
 }
 
