@@ -23,6 +23,12 @@ pub enum Format {
 
 /// Arguments of `intscope dump`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when the whole capture was read (malformed frames are reported in \
+                  the output); 1 when it could not be opened or is damaged (cut short, a corrupt \
+                  record): every frame before the damage is printed, then one line on stderr names \
+                  the file, the frame and its byte offset."
+)]
 pub struct DumpArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
