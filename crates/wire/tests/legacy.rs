@@ -381,3 +381,27 @@ mod json {
         assert!(v.get("int").is_none());
     }
 }
+
+proptest::proptest! {
+    /// Any bytes written over the 2016 example (shim, header, stack, inner frame) decode or fail
+    /// cleanly, and every stack iteration ends: no panic, no loop.
+    #[test]
+    fn mutated_2016_frames_never_panic(edits in proptest::collection::vec((50usize..140, proptest::prelude::any::<u8>()), 1..6)) {
+        let mut frame = spec_2016_example(HBH);
+        for (at, b) in edits {
+            if at < frame.len() {
+                frame[at] = b;
+            }
+        }
+        if let Ok(p) = Packet::parse(&frame, Start::Ethernet, &DetectConfig::default()) {
+            for (_, b) in p.int.iter().chain(p.int2.iter()) {
+                let (stack, _) = b.stack(None);
+                proptest::prop_assert!(stack.take(1000).count() < 1000);
+            }
+        }
+        #[cfg(feature = "dissect")]
+        {
+            let _ = intscope_wire::dissect::frame(1, &frame, &DetectConfig::default(), None);
+        }
+    }
+}
