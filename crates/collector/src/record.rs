@@ -5,7 +5,7 @@
 
 use intscope_wire::int::IntHeader;
 use intscope_wire::locate::{DetectConfig, FlowKey, Packet, Start};
-use intscope_wire::metadata::HopView;
+use intscope_wire::metadata::{Format, HopView, Stack};
 use intscope_wire::report::{InType, IndividualReport, Report};
 use intscope_wire::warning::Warning;
 use intscope_wire::{Error, IntBlock};
@@ -629,20 +629,6 @@ fn fill_inner(
 }
 
 fn push_stack(record: &mut Record, block: &IntBlock<'_>) {
-    // One test per stack, not per hop: the 2016 format's hops have their own reader.
-    if matches!(block.header, IntHeader::V2016(_)) {
-        push_stack_with(record, block, Hop::set_from_2016);
-    } else {
-        push_stack_with(record, block, |hop, view| hop.set_from_view(view, None));
-    }
-}
-
-#[inline(always)]
-fn push_stack_with(
-    record: &mut Record,
-    block: &IntBlock<'_>,
-    fill: impl Fn(&mut Hop, &HopView<'_>),
-) {
     if let IntHeader::Md(h) = block.header {
         record.hop_limit_exceeded = h.e;
         record.mtu_exceeded = h.m;
@@ -663,7 +649,7 @@ fn push_stack_with(
             cut = true;
             break;
         }
-        fill(&mut record.hops[start + slots - 1 - n], &hop);
+        record.hops[start + slots - 1 - n].set_from_view(&hop, None);
         n += 1;
     }
     if n < slots {
@@ -677,6 +663,31 @@ fn push_stack_with(
     // The report's copy of the packet can end inside the stack (truncation): the oldest hops are
     // missing, so the path is a suffix.
     record.path_truncated |= cut || block.warnings.has(Warning::TruncatedInt);
+    if matches!(block.header, IntHeader::V2016(_)) {
+        reread_2016(record, block);
+    }
+}
+
+/// The 2016 format's words carry a BOS bit the generic view does not read (its hops came out
+/// empty above): the hops again, by their own reader. Out of the hot loop, which stays as it was.
+#[cold]
+#[inline(never)]
+fn reread_2016(record: &mut Record, block: &IntBlock<'_>) {
+    let IntHeader::V2016(h) = block.header else {
+        return;
+    };
+    // The stack as `IntBlock::stack` lays it out, built here: a second call site of that
+    // function made the inliner keep it out of line on the hot path.
+    let hop_len = usize::from(h.ins_cnt) * 4;
+    let stack = Stack::new(block.body, h.instructions, Format::Int2016, hop_len, 0, 0);
+    let end = usize::from(record.hop_count);
+    for (i, hop) in stack
+        .flatten()
+        .take(usize::from(record.int_hops))
+        .enumerate()
+    {
+        record.hops[end - 1 - i].set_from_2016(&hop);
+    }
 }
 
 #[cfg(test)]

@@ -314,13 +314,9 @@ impl<'a> IntBlock<'a> {
                 w,
             ),
             IntHeader::V2016(h) => {
-                // 2016 §5.3.3: the BOS bit marks "the last metadata instance in the stack".
-                let words = self.body.chunks_exact(4);
-                let last = words.len().saturating_sub(1);
-                if words
-                    .enumerate()
-                    .any(|(i, word)| (word[0] & 0x80 != 0) != (i == last))
-                {
+                // Built inline like the other arms (a `Stack` returned from a call is kept in
+                // memory on every path through this match); only the BOS scan is out of line.
+                if self.bos_misplaced() {
                     w.add(Warning::LegacyBos);
                 }
                 self.legacy_stack(
@@ -333,6 +329,17 @@ impl<'a> IntBlock<'a> {
             IntHeader::Mx(h) => (Stack::new(&[], h.instructions, Format::IntV2, 0, 0, 0), w),
             IntHeader::Opaque => (Stack::new(&[], 0, Format::IntV2, 0, 0, 0), w),
         }
+    }
+
+    /// Whether the 2016 BOS bits mark something other than the stack's last word (2016
+    /// §5.3.3: BOS marks "the last metadata instance in the stack").
+    #[inline(never)]
+    fn bos_misplaced(&self) -> bool {
+        let words = self.body.chunks_exact(4);
+        let last = words.len().saturating_sub(1);
+        words
+            .enumerate()
+            .any(|(i, word)| (word[0] & 0x80 != 0) != (i == last))
     }
 
     fn legacy_stack(
