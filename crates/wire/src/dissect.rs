@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 
 use crate::domain::{Mode, Registry};
 use crate::error::Error;
-use crate::int::{AnyShim, IntBlock, IntHeader};
+use crate::int::{AnyShim, Encap, IntBlock, IntHeader};
 use crate::locate::{DetectConfig, FlowKey, Packet, Start};
 use crate::metadata::{Format, HopMetadata};
 use crate::report::{InType, IndividualReport, RepType, Report, drop_reason_name};
@@ -219,15 +219,16 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
     m.insert("encap".into(), json!(block.encap.name()));
     m.insert("type".into(), json!(block.int_type().name()));
     m.insert("version".into(), json!(block.version()));
-    match (block.header, block.shim) {
-        (IntHeader::V2016(_), AnyShim::Legacy(s)) => {
+    match block.shim {
+        // A legacy shim after VXLAN-GPE is the 2016 format's (Next Protocol 0x05).
+        AnyShim::Legacy(s) if block.encap == Encap::VxlanGpe => {
             m.insert("spec".into(), json!("2016"));
             m.insert(
                 "shim".into(),
                 json!({"type": s.int_type, "length": s.length, "next_protocol": s.last, "reserved": s.reserved}),
             );
         }
-        (_, shim) => {
+        shim => {
             m.insert("shim".into(), shim_value(&shim));
         }
     }

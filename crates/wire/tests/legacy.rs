@@ -361,11 +361,31 @@ mod json {
         );
         assert_eq!(int["hops"][0]["bos"], false);
         assert_eq!(v["int_stacked"]["type"], "destination");
+        assert_eq!(v["int_stacked"]["spec"], "2016");
         assert_eq!(v["int_stacked"]["hops"][2]["queue_occupancy"], 13);
         assert!(
             v.get("warnings").is_none() && v.get("error").is_none(),
             "{v}"
         );
+    }
+
+    /// A destination block whose header is not a 2016 header stays opaque data, still a 2016
+    /// block.
+    #[test]
+    fn an_opaque_2016_destination_block() {
+        let mut frame = spec_2016_example(HBH);
+        let dest_hdr = 14 + 20 + 8 + 8 + 36 + 4;
+        assert_eq!(frame[dest_hdr + 1], 1, "Instruction Count");
+        frame[dest_hdr + 1] = 9;
+        let v = dump(&frame);
+        let d = &v["int_stacked"];
+        assert_eq!(
+            (d["type"].as_str(), d["spec"].as_str()),
+            (Some("destination"), Some("2016"))
+        );
+        assert_eq!(d["shim"]["next_protocol"], 3);
+        assert_eq!(d["data"], "0x00091003100000000000000b0000000c8000000d");
+        assert!(v["inner_flow"].is_object());
     }
 
     #[test]
