@@ -337,8 +337,8 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
             match hop.map(|v| v.to_metadata()) {
                 Ok(h) => {
                     let mut hv = hop_value(&h, format);
-                    if format == Format::Int2016 {
-                        hv.insert("bos".into(), json!(h.bos));
+                    if format == Format::Int2016 && h.bos {
+                        hv.insert("bos".into(), json!(true));
                     }
                     let dv = domain_value(
                         ds_id,

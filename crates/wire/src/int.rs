@@ -316,8 +316,12 @@ impl<'a> IntBlock<'a> {
             IntHeader::V2016(h) => {
                 // Built inline like the other arms (a `Stack` returned from a call is kept in
                 // memory on every path through this match); only the BOS scan is out of line.
-                if self.bos_misplaced() {
-                    w.add(Warning::LegacyBos);
+                let (missing, misplaced) = self.bos_check();
+                if missing {
+                    w.add(Warning::BosMissing);
+                }
+                if misplaced {
+                    w.add(Warning::BosMisplaced);
                 }
                 self.legacy_stack(
                     h.instructions,
@@ -331,15 +335,23 @@ impl<'a> IntBlock<'a> {
         }
     }
 
-    /// Whether the 2016 BOS bits mark something other than the stack's last word (2016
-    /// §5.3.3: BOS marks "the last metadata instance in the stack").
+    /// Whether the 2016 stack's last word lacks the BOS bit, and whether another word has it
+    /// (2016 §5.3.3: BOS marks "the last metadata instance in the stack").
     #[inline(never)]
-    fn bos_misplaced(&self) -> bool {
+    fn bos_check(&self) -> (bool, bool) {
         let words = self.body.chunks_exact(4);
         let last = words.len().saturating_sub(1);
-        words
-            .enumerate()
-            .any(|(i, word)| (word[0] & 0x80 != 0) != (i == last))
+        let mut missing = false;
+        let mut misplaced = false;
+        for (i, word) in words.enumerate() {
+            let bos = word[0] & 0x80 != 0;
+            if i == last {
+                missing = !bos;
+            } else {
+                misplaced |= bos;
+            }
+        }
+        (missing, misplaced)
     }
 
     fn legacy_stack(

@@ -430,7 +430,7 @@ impl<'a> HopMetadata<'a> {
                 self.reserved[i].map(u64::from),
             )
         };
-        let items: [(bool, &'static str, Option<u64>); 27] = [
+        let items: [(bool, &'static str, Option<u64>); 28] = [
             (has(NODE_ID), "node_id", self.node_id.map(u64::from)),
             (
                 has(L1_INTERFACES) && y2016,
@@ -485,7 +485,12 @@ impl<'a> HopMetadata<'a> {
                 self.congestion_queue_id.map(u64::from),
             ),
             (
-                has(L2_INTERFACES) && (v05 || y2016),
+                has(L2_INTERFACES) && v05,
+                "congestion_status",
+                self.queue_congestion.map(u64::from),
+            ),
+            (
+                has(L2_INTERFACES) && y2016,
                 "queue_congestion",
                 self.queue_congestion.map(u64::from),
             ),

@@ -44,12 +44,14 @@ pub enum Warning {
     /// A v0.5 or 2016 header's Total Hop Count disagrees with the shim length; the shim length
     /// bounded the stack.
     LegacyHopCount,
-    /// 2016-format BOS bits do not mark the stack's last word (and only it).
-    LegacyBos,
+    /// The 2016 stack's last metadata word lacks the BOS (bottom-of-stack) bit.
+    BosMissing,
+    /// A 2016 metadata word other than the stack's last carries the BOS bit.
+    BosMisplaced,
 }
 
 impl Warning {
-    const ALL: [Warning; 19] = [
+    const ALL: [Warning; 20] = [
         Warning::ShimLengthCountsShim,
         Warning::LegacyShimLength,
         Warning::StackLeftover,
@@ -68,7 +70,8 @@ impl Warning {
         Warning::L4ProtocolMismatch,
         Warning::TruncatedInt,
         Warning::LegacyHopCount,
-        Warning::LegacyBos,
+        Warning::BosMissing,
+        Warning::BosMisplaced,
     ];
 
     /// A one-line explanation.
@@ -114,8 +117,11 @@ impl Warning {
             Warning::LegacyHopCount => {
                 "INT Total Hop Count disagrees with the shim length; the shim length bounded the stack"
             }
-            Warning::LegacyBos => {
-                "2016-format BOS bits do not mark the last metadata word of the stack (only)"
+            Warning::BosMissing => {
+                "2016 format: the bottom-of-stack bit is not set on the last metadata word"
+            }
+            Warning::BosMisplaced => {
+                "2016 format: the bottom-of-stack bit is set on a metadata word before the last"
             }
         }
     }
@@ -141,7 +147,8 @@ impl Warning {
             Warning::L4ProtocolMismatch => "l4-protocol-mismatch",
             Warning::TruncatedInt => "truncated-int",
             Warning::LegacyHopCount => "legacy-hop-count",
-            Warning::LegacyBos => "legacy-bos",
+            Warning::BosMissing => "bos-missing",
+            Warning::BosMisplaced => "bos-misplaced",
         }
     }
 }

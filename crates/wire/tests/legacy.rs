@@ -60,7 +60,7 @@ fn v05_bit6_is_a_queue_id_and_a_24_bit_congestion_status() {
             "queue_id",
             "queue_occupancy",
             "congestion_queue_id",
-            "queue_congestion"
+            "congestion_status"
         ]
     );
     // The zero-copy view, as the collector reads it.
@@ -284,7 +284,13 @@ fn the_2016_format_warns_of_misplaced_bos_and_disagreeing_counts() {
     // BOS on a middle word instead of the last.
     let frame = spec_2016_example("00000003 8000001e 00000002 00000014 00000001 00000003");
     let (_, b) = parse(&frame).int.unwrap();
-    assert!(b.stack(None).1.has(Warning::LegacyBos));
+    let (_, w) = b.stack(None);
+    assert!(w.has(Warning::BosMisplaced) && w.has(Warning::BosMissing));
+    // BOS on the last word and also on a middle one: misplaced only.
+    let frame = spec_2016_example("00000003 8000001e 00000002 00000014 00000001 80000003");
+    let (_, b) = parse(&frame).int.unwrap();
+    let (_, w) = b.stack(None);
+    assert!(w.has(Warning::BosMisplaced) && !w.has(Warning::BosMissing));
     // Total Hop Count 5 where the shim length holds 3 hops: the shim bounds the stack.
     let mut frame = spec_2016_example(HBH);
     let at = 14 + 20 + 8 + 8 + 4 + 3;
@@ -341,7 +347,7 @@ mod json {
         let v = dump(&v05_frame(6, 1, "05000064 0200000c", b""));
         assert_eq!(
             v["int"]["hops"][0],
-            json!({"queue_id": 5, "queue_occupancy": 100, "congestion_queue_id": 2, "queue_congestion": 12})
+            json!({"queue_id": 5, "queue_occupancy": 100, "congestion_queue_id": 2, "congestion_status": 12})
         );
     }
 
@@ -359,7 +365,7 @@ mod json {
             int["hops"][2],
             json!({"node_id": 1, "queue_occupancy": 3, "bos": true})
         );
-        assert_eq!(int["hops"][0]["bos"], false);
+        assert!(int["hops"][0].get("bos").is_none(), "bos only where set");
         assert_eq!(v["int_stacked"]["type"], "destination");
         assert_eq!(v["int_stacked"]["spec"], "2016");
         assert_eq!(v["int_stacked"]["hops"][2]["queue_occupancy"], 13);
