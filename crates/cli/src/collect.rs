@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use intscope_collector::api;
 use intscope_collector::ingest::{Collector, CollectorConfig, spawn_receivers};
 use intscope_collector::record::RecordBatch;
@@ -154,7 +154,9 @@ async fn shutdown_signal() {
     tokio::select! { () = ctrl_c => {}, () = term => {} }
 }
 
-/// Feeds every report datagram of a capture to the collector, at capture time.
+/// Feeds every report datagram of a capture to the collector, at capture time. A damaged
+/// capture is served as far as it could be read: the damage is a warning (file, frame, byte
+/// offset) and is counted in the summary, not an abort that would lose the frames before it.
 fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) -> Result<String> {
     let mut capture = Capture::open(file)?;
     let cfg = DetectConfig {
@@ -163,19 +165,23 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
         ..DetectConfig::default()
     };
     let mut batch = RecordBatch::default();
-    let (mut frames, mut datagrams, mut skipped) = (0u64, 0u64, 0u64);
+    let (mut frames, mut datagrams, mut skipped, mut not_ethernet) = (0u64, 0u64, 0u64, 0u64);
+    let mut damage = None;
     let started = Instant::now();
     let mut first_ts: Option<u128> = None;
     while let Some(frame) = capture.next_frame() {
-        let frame = frame?;
+        let frame = match frame {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("intscope collect: warning: {e}");
+                damage = Some(e);
+                break;
+            }
+        };
         frames += 1;
         if frame.link_type != LINKTYPE_ETHERNET {
-            bail!(
-                "{}: frame {}: link type {} is not supported (Ethernet only)",
-                file.display(),
-                frame.number,
-                frame.link_type
-            );
+            not_ethernet += 1;
+            continue;
         }
         let Ok(p) = Packet::parse(&frame.data, Start::Ethernet, &cfg) else {
             skipped += 1;
@@ -211,9 +217,19 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
     let end = c.state.last_time_ns();
     let d = &c.config.detect;
     c.tick(end.saturating_add(d.join_window_ns.max(d.episode_quiet_ns) + 1));
-    Ok(format!(
+    let mut summary = format!(
         "replayed {}: {frames} frames, {datagrams} report datagrams, {skipped} other frames, {:.2} s",
         file.display(),
         started.elapsed().as_secs_f64()
-    ))
+    );
+    if not_ethernet > 0 {
+        summary += &format!("; {not_ethernet} frames of a link type other than Ethernet skipped");
+    }
+    if let Some(d) = damage {
+        summary += &format!(
+            "; 1 damaged record (frame {} at byte offset {}), {} bytes not read",
+            d.frame, d.offset, d.unread
+        );
+    }
+    Ok(summary)
 }

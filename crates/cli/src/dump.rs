@@ -23,6 +23,12 @@ pub enum Format {
 
 /// Arguments of `intscope dump`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when the whole capture was read (malformed frames are reported in \
+                  the output); 1 when it could not be opened or is damaged (cut short, a corrupt \
+                  record): every frame before the damage is printed, then one line on stderr names \
+                  the file, the frame and its byte offset."
+)]
 pub struct DumpArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -35,6 +41,10 @@ pub struct DumpArgs {
 }
 
 /// Runs the dump, writing to `out`. Returns the number of frames.
+///
+/// A damaged capture (cut short, a corrupt record) is an error after every frame before the
+/// damage was written: the caller reports it (one line on stderr, exit status 1), so that a
+/// script cannot take a damaged capture for a whole one.
 pub fn run(args: &DumpArgs, out: &mut dyn Write) -> Result<u64> {
     let cfg = args.detect.config()?;
     let registry = args.detect.registry()?;
@@ -55,7 +65,10 @@ pub fn run(args: &DumpArgs, out: &mut dyn Write) -> Result<u64> {
             }
             Ok(f) => json!({"frame": f.number, "len": f.data.len(),
                              "error": {"message": format!("link type {} is not supported (Ethernet only)", f.link_type)}}),
-            Err(e) => json!({"frame": frames + 1, "error": {"message": format!("{e:#}")}}),
+            Err(damage) => {
+                out.flush().context("writing output")?;
+                return Err(damage.into());
+            }
         };
         frames += 1;
         match args.format {

@@ -5,7 +5,7 @@
 
 use intscope_wire::int::IntHeader;
 use intscope_wire::locate::{DetectConfig, FlowKey, Packet, Start};
-use intscope_wire::metadata::HopView;
+use intscope_wire::metadata::{Format, HopView, Stack};
 use intscope_wire::report::{InType, IndividualReport, Report};
 use intscope_wire::warning::Warning;
 use intscope_wire::{Error, IntBlock};
@@ -188,6 +188,24 @@ impl Hop {
         self.ingress_ts = v.ingress_ts().unwrap_or(ABSENT_WIDE);
         self.egress_ts = v.egress_ts().unwrap_or(ABSENT_WIDE);
         self.egress_tx_util = v.egress_tx_util().unwrap_or(ABSENT);
+    }
+
+    /// Fills every field from a hop of the 2016 format (`int-spec-2016.txt` §5.3.3: 31-bit
+    /// values under a BOS bit; bit 1 the ingress and bit 5 the egress port ID, bit 3 an occupancy
+    /// of no named queue), which the generic view accessors do not read.
+    fn set_from_2016(&mut self, v: &HopView<'_>) {
+        let (ingress, egress) = v.port_ids_2016();
+        *self = Hop {
+            node_id: v.value_2016(0).unwrap_or(0),
+            ingress_if: ingress.unwrap_or(ABSENT),
+            egress_if: egress.unwrap_or(ABSENT),
+            hop_latency: v.value_2016(2).unwrap_or(ABSENT),
+            queue_occupancy: v.value_2016(3).unwrap_or(ABSENT),
+            egress_tx_util: v.value_2016(7).unwrap_or(ABSENT),
+            queue_id: None,
+            ingress_ts: v.value_2016(4).map_or(ABSENT_WIDE, u64::from),
+            egress_ts: ABSENT_WIDE,
+        };
     }
 
     /// Fills what this hop lacks from `from`.
@@ -645,4 +663,101 @@ fn push_stack(record: &mut Record, block: &IntBlock<'_>) {
     // The report's copy of the packet can end inside the stack (truncation): the oldest hops are
     // missing, so the path is a suffix.
     record.path_truncated |= cut || block.warnings.has(Warning::TruncatedInt);
+    if matches!(block.header, IntHeader::V2016(_)) {
+        reread_2016(record, block);
+    }
+}
+
+/// The 2016 format's words carry a BOS bit the generic view does not read (its hops came out
+/// empty above): the hops again, by their own reader. Out of the hot loop, which stays as it was.
+#[cold]
+#[inline(never)]
+fn reread_2016(record: &mut Record, block: &IntBlock<'_>) {
+    let IntHeader::V2016(h) = block.header else {
+        return;
+    };
+    // The stack as `IntBlock::stack` lays it out, built here: a second call site of that
+    // function made the inliner keep it out of line on the hot path.
+    let hop_len = usize::from(h.ins_cnt) * 4;
+    let stack = Stack::new(block.body, h.instructions, Format::Int2016, hop_len, 0, 0);
+    let end = usize::from(record.hop_count);
+    for (i, hop) in stack
+        .flatten()
+        .take(usize::from(record.int_hops))
+        .enumerate()
+    {
+        record.hops[end - 1 - i].set_from_2016(&hop);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Report v0.5 whose inner frame is the 2016 specification's INT over VXLAN-GPE example
+    /// (`int-spec-2016.txt` §5.4): the collector reads its hops as `dump` does — BOS bits off
+    /// the values, occupancy without a queue ID, the 2016 port IDs.
+    #[test]
+    fn a_2016_stack_in_a_report_is_read_as_the_format_defines() {
+        let inner_udp = "0457 08ae 000c 0000 64617461"; // 1111 -> 2222, "data"
+        let inner = format!(
+            "000000000002 000000000001 0800 \
+             45000020 00000000 40110000 0a000101 0a000303 {inner_udp}"
+        );
+        // Hop-by-hop block: bits 0, 1, 3, 5 (0xD400): switch, ingress port, occupancy, egress
+        // port; three hops, newest first, BOS on the last word.
+        let int = "01000f03 00041003 d4000000 \
+                   00000003 00000007 0000001e 00000008 \
+                   00000002 00000005 00000014 00000006 \
+                   00000001 00000003 00000003 80000004";
+        let gpe = format!("0c000005 00000100 {int} {inner}");
+        let gpe = hex::decode(gpe.replace(' ', "")).unwrap();
+        let udp_len = 8 + gpe.len();
+        let frame = format!(
+            "000000000002 000000000001 0800 \
+             4500{:04x} 00000000 40110000 0a000101 0a000303 \
+             15b312b6 {udp_len:04x} 0000 {}",
+            20 + udp_len,
+            hex::encode(&gpe)
+        );
+        let report = format!("00200001 00000000 00000000 {frame}");
+        let report = hex::decode(report.replace(' ', "")).unwrap();
+        let mut record = Record::default();
+        let mut got = Vec::new();
+        let n = decode_datagram(
+            &report,
+            1,
+            &DetectConfig::default(),
+            FlowKeyMode::Innermost,
+            &mut record,
+            |r| {
+                got = r
+                    .hops()
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.node_id,
+                            h.ingress_if(),
+                            h.egress_if(),
+                            h.queue_id(),
+                            h.queue_occupancy(),
+                        )
+                    })
+                    .collect();
+            },
+        )
+        .unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(
+            got,
+            [
+                (1, Some(3), Some(4), None, Some(3)),
+                (2, Some(5), Some(6), None, Some(20)),
+                (3, Some(7), Some(8), None, Some(30)),
+            ],
+            "path source first; 0x80000004 is BOS + egress port 4"
+        );
+        let flow = record.flow.unwrap();
+        assert_eq!((flow.src_port, flow.dst_port), (1111, 2222));
+    }
 }

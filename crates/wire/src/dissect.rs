@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 
 use crate::domain::{Mode, Registry};
 use crate::error::Error;
-use crate::int::{AnyShim, IntBlock, IntHeader};
+use crate::int::{AnyShim, Encap, IntBlock, IntHeader};
 use crate::locate::{DetectConfig, FlowKey, Packet, Start};
 use crate::metadata::{Format, HopMetadata};
 use crate::report::{InType, IndividualReport, RepType, Report, drop_reason_name};
@@ -58,7 +58,9 @@ fn flow_value(f: &FlowKey) -> Value {
     json!({"src": f.src_ip().to_string(), "dst": f.dst_ip().to_string(), "proto": f.proto, "src_port": f.src_port, "dst_port": f.dst_port})
 }
 
-/// Fills `out` with the layers, INT and report of a packet.
+/// Fills `out` with the layers, INT and report of a packet. A malformed layer is the error
+/// returned, after the layers decoded before it were filled in (as tshark keeps a malformed
+/// frame's good layers and marks where it broke); the error's layer and offset say where.
 fn packet_value(
     bytes: &[u8],
     start: Start,
@@ -67,7 +69,8 @@ fn packet_value(
     warnings: &mut Warnings,
     out: &mut Map<String, Value>,
 ) -> Result<(), Error> {
-    let p = Packet::parse(bytes, start, cfg)?;
+    let mut p = Packet::new(bytes);
+    let located = p.locate(start, cfg);
     warnings.merge(p.warnings);
     if p.vlan_count > 0 {
         let n = usize::from(p.vlan_count).min(2);
@@ -86,7 +89,10 @@ fn packet_value(
             json!({"proto": if l4.proto == 6 {"tcp"} else {"udp"}, "src_port": l4.src_port, "dst_port": l4.dst_port, "checksum": l4.checksum}),
         );
     }
-    if let Some(f) = &p.flow {
+    // A flow whose L4 header failed has no ports yet: not a 5-tuple to show.
+    if let Some(f) = &p.flow
+        && (located.is_ok() || p.l4.is_some() || !matches!(f.proto, 6 | 17))
+    {
         out.insert("flow".into(), flow_value(f));
     }
     if let Some(f) = &p.inner_flow {
@@ -106,6 +112,7 @@ fn packet_value(
         }
         out.insert("int_stacked".into(), v);
     }
+    located?;
     if let (Some(l4), Some(_)) = (p.l4, p.ip)
         && l4.proto == 17
         && cfg.is_report_port(l4.dst_port)
@@ -212,7 +219,19 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
     m.insert("encap".into(), json!(block.encap.name()));
     m.insert("type".into(), json!(block.int_type().name()));
     m.insert("version".into(), json!(block.version()));
-    m.insert("shim".into(), shim_value(&block.shim));
+    match block.shim {
+        // A legacy shim after VXLAN-GPE is the 2016 format's (Next Protocol 0x05).
+        AnyShim::Legacy(s) if block.encap == Encap::VxlanGpe => {
+            m.insert("spec".into(), json!("2016"));
+            m.insert(
+                "shim".into(),
+                json!({"type": s.int_type, "length": s.length, "next_protocol": s.last, "reserved": s.reserved}),
+            );
+        }
+        shim => {
+            m.insert("shim".into(), shim_value(&shim));
+        }
+    }
     warnings.merge(block.warnings);
     let (stack, w) = block.stack(registry);
     warnings.merge(w);
@@ -293,6 +312,20 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
             }
             (Format::IntV05, 0, 0)
         }
+        IntHeader::V2016(h) => {
+            for (k, v) in [
+                ("rep", json!(h.rep)),
+                ("c", json!(h.c)),
+                ("e", json!(h.e)),
+                ("ins_cnt", json!(h.ins_cnt)),
+                ("max_hop_count", json!(h.max_hop_count)),
+                ("total_hop_count", json!(h.total_hop_count)),
+                ("instruction_bitmap", json!(h.instructions)),
+            ] {
+                m.insert(k.into(), v);
+            }
+            (Format::Int2016, 0, 0)
+        }
         IntHeader::Opaque => {
             m.insert("data".into(), json!(hex(block.body)));
             return Value::Object(m);
@@ -304,6 +337,9 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
             match hop.map(|v| v.to_metadata()) {
                 Ok(h) => {
                     let mut hv = hop_value(&h, format);
+                    if format == Format::Int2016 && h.bos {
+                        hv.insert("bos".into(), json!(true));
+                    }
                     let dv = domain_value(
                         ds_id,
                         ds_bits,

@@ -37,7 +37,7 @@ pub enum Layer {
     IntMx,
     /// INT metadata stack.
     IntStack,
-    /// INT v0.5 / v1.0 headers.
+    /// INT v1.0 / v0.5 / 2016 headers.
     IntLegacy,
     /// INT probe marker.
     ProbeMarker,
@@ -72,7 +72,7 @@ impl fmt::Display for Layer {
             Layer::IntMd => "INT-MD header",
             Layer::IntMx => "INT-MX header",
             Layer::IntStack => "INT metadata stack",
-            Layer::IntLegacy => "INT v0.5/v1.0 header",
+            Layer::IntLegacy => "INT v1.0/v0.5/2016 header",
             Layer::ProbeMarker => "INT probe marker",
             Layer::ReportGroup => "telemetry report group header",
             Layer::ReportIndividual => "individual telemetry report",

@@ -5,15 +5,15 @@
 //! * TCP/UDP shim whose first nibble is 0 and second non-zero → INT v1.0 / v0.5 shim
 //!   ([`crate::legacy`]); the metadata header then tells v1.0 (version nibble 1, or Hop ML
 //!   consistent with the bitmap) from v0.5 (instruction count consistent with the bitmap).
+//! * after a VXLAN-GPE header with Next Protocol 0x05, the 2016 specification's shim and header
+//!   ([`crate::legacy::parse_gpe_2016`]);
 //! * otherwise the v2.x shim of the encapsulation, whose Length excludes the shim
 //!   (INT v2.1 §"INT over TCP/UDP": "The length of the shim header (1 word) is NOT counted since
 //!   INT version 2.0").
 
 use crate::domain::{Mode, Registry};
 use crate::error::{Error, Layer, Result, array, check_len};
-use crate::legacy::{
-    LEGACY_HEADER_LEN, LegacyShimRepr, V1HeaderRepr, V05_TAIL_LEN, V05HeaderRepr, V05TailRepr,
-};
+use crate::legacy::{LegacyShimRepr, V1HeaderRepr, V05HeaderRepr, V05TailRepr};
 use crate::md::{MD_HEADER_LEN, MdHeaderRepr};
 use crate::metadata::{Format, Stack};
 use crate::mx::{MX_HEADER_LEN, MxHeaderRepr};
@@ -73,6 +73,8 @@ pub enum IntHeader {
     V1(V1HeaderRepr),
     /// INT v0.5 hop-by-hop header and its tail.
     V05(V05HeaderRepr, V05TailRepr),
+    /// The 2016 specification's metadata header (the v0.5 layout; BOS bits in the stack).
+    V2016(V05HeaderRepr),
     /// Destination or unknown type: not decoded (the spec defines no format yet).
     Opaque,
 }
@@ -153,7 +155,7 @@ impl<'a> IntBlock<'a> {
         let shim = match encap {
             Encap::Tcp | Encap::Udp | Encap::UdpNew => {
                 if bytes[0] >> 4 == 0 && bytes[0] != 0 {
-                    *self = Self::parse_legacy(bytes, encap)?;
+                    *self = crate::legacy::parse_tcp_udp(bytes, encap)?;
                     return Ok(());
                 }
                 Shim::TcpUdp(TcpUdpShimRepr::from_bytes(array::<SHIM_LEN>(
@@ -229,95 +231,17 @@ impl<'a> IntBlock<'a> {
         Ok(())
     }
 
-    fn parse_legacy(bytes: &'a [u8], encap: Encap) -> Result<Self> {
-        let shim = LegacyShimRepr::parse(bytes)?;
-        let hdr = bytes
-            .get(SHIM_LEN..SHIM_LEN + LEGACY_HEADER_LEN)
-            .ok_or(Error::truncated(
-                Layer::IntLegacy,
-                SHIM_LEN,
-                LEGACY_HEADER_LEN,
-                bytes.len().saturating_sub(SHIM_LEN),
-            ))?;
-        let bitmap = u16::from_be_bytes([hdr[4], hdr[5]]);
-        let count = bitmap.count_ones() as u8;
-        let mut warnings = Warnings::default();
-        let v05_consistent = hdr[0] >> 6 == 0 && hdr[1] & 0x1f == count && count > 0;
-        let v1_consistent = hdr[2] & 0x1f == count;
-        let start = SHIM_LEN + LEGACY_HEADER_LEN;
-        if hdr[0] >> 4 == 1 || (!v05_consistent && v1_consistent) {
-            let h = V1HeaderRepr::parse(hdr)?;
-            if h.version == 0 {
-                warnings.add(Warning::V1HeaderVersion0);
-            }
-            let total = usize::from(shim.length) * 4;
-            if total < start {
-                return Err(Error::bad_value(
-                    Layer::IntShim,
-                    2,
-                    "len (v1.0, words incl. shim)",
-                    "at least 3",
-                    u64::from(shim.length),
-                ));
-            }
-            if total > bytes.len() {
-                return Err(Error::bad_length(
-                    Layer::IntShim,
-                    2,
-                    "len",
-                    total,
-                    bytes.len(),
-                ));
-            }
-            return Ok(IntBlock {
-                encap,
-                shim: AnyShim::Legacy(shim),
-                header: IntHeader::V1(h),
-                body: &bytes[start..total],
-                len: total,
-                warnings,
-            });
-        }
-        if !v05_consistent {
-            return Err(Error::bad_value(
-                Layer::IntLegacy,
-                SHIM_LEN,
-                "metadata header",
-                "a v1.0 or v0.5 header consistent with its instruction bitmap",
-                u64::from(u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]])),
-            ));
-        }
-        let h = V05HeaderRepr::parse(hdr)?;
-        let stack_len = usize::from(h.total_hop_count) * usize::from(h.ins_cnt) * 4;
-        let total = start + stack_len + V05_TAIL_LEN;
-        if total > bytes.len() {
-            return Err(Error::bad_length(
-                Layer::IntLegacy,
-                SHIM_LEN + 3,
-                "total_hop_count",
-                total,
-                bytes.len(),
-            ));
-        }
-        if usize::from(shim.length) * 4 != total {
-            warnings.add(Warning::LegacyShimLength);
-        }
-        let tail = V05TailRepr::parse(&bytes[start + stack_len..])?;
-        Ok(IntBlock {
-            encap,
-            shim: AnyShim::Legacy(shim),
-            header: IntHeader::V05(h, tail),
-            body: &bytes[start..start + stack_len],
-            len: total,
-            warnings,
-        })
+    /// Decodes a 2016-format block (after VXLAN-GPE Next Protocol 0x05) starting at its shim.
+    pub fn parse_2016(bytes: &'a [u8]) -> Result<Self> {
+        crate::legacy::parse_gpe_2016(bytes)
     }
 
-    /// INT version of the block: 2 (v2.x), 1 (v1.0) or 0 (v0.5).
+    /// INT version of the block: 2 (v2.x), 1 (v1.0) or 0 (v0.5 and the 2016 format, whose
+    /// headers carry Ver 0).
     pub fn version(&self) -> u8 {
         match self.header {
             IntHeader::V1(_) => 1,
-            IntHeader::V05(..) => 0,
+            IntHeader::V05(..) | IntHeader::V2016(_) => 0,
             _ => 2,
         }
     }
@@ -389,9 +313,45 @@ impl<'a> IntBlock<'a> {
                 usize::from(h.ins_cnt) * 4,
                 w,
             ),
+            IntHeader::V2016(h) => {
+                // Built inline like the other arms (a `Stack` returned from a call is kept in
+                // memory on every path through this match); only the BOS scan is out of line.
+                let (missing, misplaced) = self.bos_check();
+                if missing {
+                    w.add(Warning::BosMissing);
+                }
+                if misplaced {
+                    w.add(Warning::BosMisplaced);
+                }
+                self.legacy_stack(
+                    h.instructions,
+                    Format::Int2016,
+                    usize::from(h.ins_cnt) * 4,
+                    w,
+                )
+            }
             IntHeader::Mx(h) => (Stack::new(&[], h.instructions, Format::IntV2, 0, 0, 0), w),
             IntHeader::Opaque => (Stack::new(&[], 0, Format::IntV2, 0, 0, 0), w),
         }
+    }
+
+    /// Whether the 2016 stack's last word lacks the BOS bit, and whether another word has it
+    /// (2016 §5.3.3: BOS marks "the last metadata instance in the stack").
+    #[inline(never)]
+    fn bos_check(&self) -> (bool, bool) {
+        let words = self.body.chunks_exact(4);
+        let last = words.len().saturating_sub(1);
+        let mut missing = false;
+        let mut misplaced = false;
+        for (i, word) in words.enumerate() {
+            let bos = word[0] & 0x80 != 0;
+            if i == last {
+                missing = !bos;
+            } else {
+                misplaced |= bos;
+            }
+        }
+        (missing, misplaced)
     }
 
     fn legacy_stack(

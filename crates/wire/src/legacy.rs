@@ -1,27 +1,46 @@
-//! INT v1.0 and v0.5 headers, as deployed equipment and older P4 programs still emit them.
+//! INT v1.0, v0.5 and 2016 headers, as deployed equipment and older P4 programs still emit them.
 //!
-//! Layouts, from the projects' public sources (cited per item) and the INT v1.0 / v0.5 specs:
+//! Layouts, from the projects' public sources (cited per item) and the older specs:
 //!
 //! * **v1.0 shim** (GEANT int-platforms `p4src/int_v1.0/include/headers.p4`, AmLight
 //!   `tests/support/int_specs.py`): `type(8) rsvd(8) len(8) dscp(6) rsvd(2)`; `len` counts the
 //!   shim, the 8-byte metadata header and the stack, in words.
 //! * **v1.0 metadata header** (same sources): `ver(4) rep(2) c(1) e(1) m(1) rsvd(10) hop_ml(5)
 //!   rhc(8) | instruction_bitmap(16) rsvd(16)`; every metadata is 4 bytes.
-//! * **v0.5 shim** (ONOS fabric.p4 / `org.onosproject.monitoring.packet.P4Int`): `type(8) rsvd(8)
-//!   len(8) rsvd(8)`; `len` counts shim, header, stack and tail.
-//! * **v0.5 metadata header**: `ver(2) rep(2) c(1) e(1) rsvd(5) ins_cnt(5) | max_hop(8)
-//!   total_hop(8) | instruction_bitmap(16) rsvd(16)`.
-//! * **v0.5 tail**: `next_proto(8) dest_port(16) dscp(8)`, after the stack.
+//! * **v0.5 shim** (ONOS fabric.p4 `pipelines/fabric/impl/src/main/resources/include/header.p4`
+//!   `intl4_shim_t`, `org.onosproject.monitoring.packet.P4Int`): `type(8) rsvd(8) len(8)
+//!   rsvd(8)`; `len` counts shim, header, stack and tail.
+//! * **v0.5 metadata header** (same, `int_header_t`): `ver(2) rep(2) c(1) e(1) rsvd(5)
+//!   ins_cnt(5) | max_hop(8) total_hop(8) | instruction_bitmap(16) rsvd(16)`.
+//! * **v0.5 tail** (same, `intl4_tail_t`): `next_proto(8) dest_port(16) dscp(8)`, after the stack.
+//! * **2016 shim for VXLAN-GPE** (`int-spec-2016.txt` §5.3.2 "Header Location and Format -- INT
+//!   over VXLAN", Appendix 2 `vxlan_gpe_int_header_t`): `type(8) rsvd(8) len(8) next_proto(8)`,
+//!   after a VXLAN-GPE header whose Next Protocol is 0x05 ("In-band Network Telemetry Header");
+//!   `len` is "the total length of the variable INT option data and the shim header in 4-byte
+//!   words"; `next_proto` names what follows (0x05: another INT header).
+//! * **2016 metadata header** (§5.3.3 "INT Metadata Header Format"): the v0.5 header's layout
+//!   (`ver(2)` = 0 … `instruction_bitmap(16) rsvd(16)`); "the length (in bytes) of the INT
+//!   metadata stack must always be (Instruction Count * 4 * Total Hop Count)"; its metadata words
+//!   carry a BOS bit ([`crate::metadata`]). No tail: the shim keeps the next protocol.
+//!
+//! Wherever a shim length and a header's hop count both describe the stack, the shim length
+//! bounds it (what follows the block is decoded from there), and a disagreeing count is a
+//! warning. A v0.5 shim length that cannot be right (shorter than the header and tail, or past
+//! the bytes: generators that leave it 0) falls back to the count, with a warning.
 
-use crate::error::{Layer, Result, check_len};
+use crate::error::{Error, Layer, Result, check_len};
 use crate::field::{be16, put16};
+use crate::int::{AnyShim, Encap, IntBlock, IntHeader};
+use crate::shim::{IntType, SHIM_LEN};
+use crate::warning::{Warning, Warnings};
 
 /// Size of the v1.0 / v0.5 metadata header.
 pub const LEGACY_HEADER_LEN: usize = 8;
 /// Size of the v0.5 tail header.
 pub const V05_TAIL_LEN: usize = 4;
 
-/// Owned v1.0 / v0.5 shim (both generations share the byte layout; only `len` semantics differ).
+/// Owned v1.0 / v0.5 / 2016 shim (the generations share the byte layout; `len` and the last
+/// byte's meaning differ).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LegacyShimRepr {
     /// INT type (1 = hop-by-hop / MD, 2 = destination).
@@ -30,7 +49,8 @@ pub struct LegacyShimRepr {
     pub reserved: u8,
     /// Length in words (v1.0: shim+header+stack; v0.5: also the tail).
     pub length: u8,
-    /// Last byte: v1.0 carries the original DSCP in its upper 6 bits.
+    /// Last byte: v1.0 carries the original DSCP in its upper 6 bits; the 2016 VXLAN-GPE shim
+    /// the next protocol.
     pub last: u8,
 }
 
@@ -111,7 +131,7 @@ impl V1HeaderRepr {
     }
 }
 
-/// Owned INT v0.5 metadata header.
+/// Owned INT v0.5 metadata header (also the 2016 specification's: the same layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct V05HeaderRepr {
     /// Version (2 bits, 0).
@@ -191,4 +211,202 @@ impl V05TailRepr {
         put16(b, 1, self.dest_port);
         b[3] = self.dscp;
     }
+}
+
+/// The version nibble of a v1.0 metadata header (INT v1.0 §"INT Metadata Header Format": 1; 0
+/// from the GEANT test generator, with a warning). A v0.5 header has a 2-bit version (0) there
+/// and its Rep bits.
+const V1_VERSION: u8 = 1;
+
+/// Decodes a v1.0 or v0.5 block after TCP/UDP, starting at its shim. The metadata header tells
+/// the generation: version nibble 1 (or 0 with Hop ML consistent with the bitmap) is v1.0, a
+/// 2-bit version 0 with an instruction count consistent with the bitmap is v0.5. Any other
+/// version is an error at the header (offset 4 of the block).
+pub(crate) fn parse_tcp_udp(bytes: &[u8], encap: Encap) -> Result<IntBlock<'_>> {
+    let shim = LegacyShimRepr::parse(bytes)?;
+    let hdr = bytes
+        .get(SHIM_LEN..SHIM_LEN + LEGACY_HEADER_LEN)
+        .ok_or(Error::truncated(
+            Layer::IntLegacy,
+            SHIM_LEN,
+            LEGACY_HEADER_LEN,
+            bytes.len().saturating_sub(SHIM_LEN),
+        ))?;
+    let bitmap = u16::from_be_bytes([hdr[4], hdr[5]]);
+    let count = bitmap.count_ones() as u8;
+    let nibble = hdr[0] >> 4;
+    let v05_consistent = hdr[0] >> 6 == 0 && hdr[1] & 0x1f == count && count > 0;
+    let v1_consistent = hdr[2] & 0x1f == count;
+    let start = SHIM_LEN + LEGACY_HEADER_LEN;
+    let mut warnings = Warnings::default();
+    if nibble == V1_VERSION || (nibble == 0 && !v05_consistent && v1_consistent) {
+        let h = V1HeaderRepr::parse(hdr)?;
+        if h.version == 0 {
+            warnings.add(Warning::V1HeaderVersion0);
+        }
+        let total = usize::from(shim.length) * 4;
+        if total < start {
+            return Err(Error::bad_value(
+                Layer::IntShim,
+                2,
+                "len (v1.0, words incl. shim)",
+                "at least 3",
+                u64::from(shim.length),
+            ));
+        }
+        if total > bytes.len() {
+            return Err(Error::bad_length(
+                Layer::IntShim,
+                2,
+                "len",
+                total,
+                bytes.len(),
+            ));
+        }
+        return Ok(IntBlock {
+            encap,
+            shim: AnyShim::Legacy(shim),
+            header: IntHeader::V1(h),
+            body: &bytes[start..total],
+            len: total,
+            warnings,
+        });
+    }
+    if !v05_consistent {
+        if hdr[0] >> 6 != 0 {
+            // Neither v1.0's version nibble (0 or 1) nor v0.5's 2-bit version (0).
+            return Err(Error::bad_value(
+                Layer::IntLegacy,
+                SHIM_LEN,
+                "Ver",
+                "1 (INT v1.0, 4 bits) or 0 (INT v0.5, 2 bits)",
+                u64::from(nibble),
+            ));
+        }
+        return Err(Error::bad_value(
+            Layer::IntLegacy,
+            SHIM_LEN,
+            "metadata header",
+            "a v1.0 or v0.5 header consistent with its instruction bitmap",
+            u64::from(u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]])),
+        ));
+    }
+    let h = V05HeaderRepr::parse(hdr)?;
+    let counted = usize::from(h.total_hop_count) * usize::from(h.ins_cnt) * 4;
+    let by_shim = usize::from(shim.length) * 4;
+    let stack_len = if (start + V05_TAIL_LEN..=bytes.len()).contains(&by_shim) {
+        let stack_len = by_shim - start - V05_TAIL_LEN;
+        if stack_len != counted {
+            warnings.add(Warning::LegacyHopCount);
+        }
+        stack_len
+    } else {
+        warnings.add(Warning::LegacyShimLength);
+        if start + counted + V05_TAIL_LEN > bytes.len() {
+            return Err(Error::bad_length(
+                Layer::IntLegacy,
+                SHIM_LEN + 3,
+                "total_hop_count",
+                start + counted + V05_TAIL_LEN,
+                bytes.len(),
+            ));
+        }
+        counted
+    };
+    let tail = V05TailRepr::parse(&bytes[start + stack_len..])?;
+    Ok(IntBlock {
+        encap,
+        shim: AnyShim::Legacy(shim),
+        header: IntHeader::V05(h, tail),
+        body: &bytes[start..start + stack_len],
+        len: start + stack_len + V05_TAIL_LEN,
+        warnings,
+    })
+}
+
+/// VXLAN-GPE Next Protocol of an INT header in the 2016 specification (§5.3.2: "0x05:
+/// In-band Network Telemetry Header"). Later VXLAN-GPE drafts give 0x05 to other payloads, so
+/// [`crate::locate::DetectConfig::gpe_int_2016`] can turn it off.
+pub const GPE_NEXT_PROTO_INT_2016: u8 = 0x05;
+
+/// Decodes a 2016-format block after a VXLAN-GPE header (Next Protocol 0x05), starting at its
+/// shim. The shim length bounds the block; a Total Hop Count that disagrees with it is a
+/// warning. A hop-by-hop header (type 1) must be a version-0 header whose Instruction Count
+/// matches its bitmap; a destination header (type 2) is decoded the same way when it is one (as
+/// in the specification's example), and kept as opaque data otherwise.
+pub(crate) fn parse_gpe_2016(bytes: &[u8]) -> Result<IntBlock<'_>> {
+    let shim = LegacyShimRepr::parse(bytes)?;
+    let total = usize::from(shim.length) * 4;
+    if total < SHIM_LEN {
+        return Err(Error::bad_value(
+            Layer::IntShim,
+            2,
+            "Length (2016, words incl. shim)",
+            "at least 1",
+            u64::from(shim.length),
+        ));
+    }
+    if total > bytes.len() {
+        return Err(Error::bad_length(
+            Layer::IntShim,
+            2,
+            "Length",
+            total,
+            bytes.len(),
+        ));
+    }
+    let data = &bytes[SHIM_LEN..total];
+    let mut warnings = Warnings::default();
+    let header = data
+        .get(..LEGACY_HEADER_LEN)
+        .map(V05HeaderRepr::parse)
+        .transpose()?;
+    let consistent = |h: &V05HeaderRepr| {
+        h.version == 0 && h.ins_cnt > 0 && u32::from(h.ins_cnt) == h.instructions.count_ones()
+    };
+    let (header, body) = match (IntType::from_raw(shim.int_type), header) {
+        (IntType::Md, None) => {
+            return Err(Error::truncated(
+                Layer::IntLegacy,
+                SHIM_LEN,
+                LEGACY_HEADER_LEN,
+                data.len(),
+            ));
+        }
+        (IntType::Md, Some(h)) if h.version != 0 => {
+            return Err(Error::bad_value(
+                Layer::IntLegacy,
+                SHIM_LEN,
+                "Ver",
+                "0 (2016 specification)",
+                u64::from(h.version),
+            ));
+        }
+        (IntType::Md, Some(h)) if !consistent(&h) => {
+            return Err(Error::bad_value(
+                Layer::IntLegacy,
+                SHIM_LEN + 1,
+                "Instruction Count",
+                "the number of bits set in the instruction bitmap",
+                u64::from(h.ins_cnt),
+            ));
+        }
+        (IntType::Md | IntType::Destination, Some(h)) if consistent(&h) => {
+            let body = &data[LEGACY_HEADER_LEN..];
+            let counted = usize::from(h.total_hop_count) * usize::from(h.ins_cnt) * 4;
+            if counted != body.len() {
+                warnings.add(Warning::LegacyHopCount);
+            }
+            (IntHeader::V2016(h), body)
+        }
+        _ => (IntHeader::Opaque, data),
+    };
+    Ok(IntBlock {
+        encap: Encap::VxlanGpe,
+        shim: AnyShim::Legacy(shim),
+        header,
+        body,
+        len: total,
+        warnings,
+    })
 }

@@ -21,6 +21,7 @@ use crate::encap::{
 };
 use crate::error::{Error, Layer, Result, check_len};
 use crate::int::{AnyShim, Encap, IntBlock, IntHeader, LengthSemantics};
+use crate::legacy::GPE_NEXT_PROTO_INT_2016;
 use crate::metadata::Format;
 use crate::shim::{GENEVE_INT_OPTION_CLASS, IntType, Shim};
 use crate::warning::{Warning, Warnings};
@@ -71,6 +72,9 @@ pub struct DetectConfig {
     /// The packet is a report's truncated copy: an INT stack may be cut off (decoded as far as
     /// it goes, with a warning) instead of being an error.
     pub truncated: bool,
+    /// VXLAN-GPE Next Protocol 0x05 is the 2016 specification's INT header (§5.3.2). On by
+    /// default; off where 0x05 means another payload (later VXLAN-GPE drafts assign it).
+    pub gpe_int_2016: bool,
 }
 
 impl DetectConfig {
@@ -113,6 +117,7 @@ impl Default for DetectConfig {
             heuristic: false,
             verify_checksums: false,
             truncated: false,
+            gpe_int_2016: true,
         }
     }
 }
@@ -742,9 +747,15 @@ fn vxlan_gpe<'a>(
     let mut next = gpe.next_protocol;
     let mut at = crate::encap::VXLAN_GPE_LEN;
     let mut blocks = 0;
-    while next == GPE_NEXT_PROTO_INT {
-        let block =
-            IntBlock::parse(&data[at..], Encap::VxlanGpe).map_err(|e| e.shifted(offset + at))?;
+    // INT v2.1 §"INT over VXLAN GPE" (0x82), or the 2016 specification's §5.3.2 (0x05).
+    let int_2016 = |next: u8| cfg.gpe_int_2016 && next == GPE_NEXT_PROTO_INT_2016;
+    while next == GPE_NEXT_PROTO_INT || int_2016(next) {
+        let block = if next == GPE_NEXT_PROTO_INT {
+            IntBlock::parse(&data[at..], Encap::VxlanGpe)
+        } else {
+            IntBlock::parse_2016(&data[at..])
+        }
+        .map_err(|e| e.shifted(offset + at))?;
         p.warnings.merge(block.warnings);
         if blocks == 0 {
             p.int = Some((offset + at, block));
@@ -754,6 +765,7 @@ fn vxlan_gpe<'a>(
         blocks += 1;
         next = match block.shim {
             AnyShim::V2(Shim::Gpe(s)) => s.next_protocol,
+            AnyShim::Legacy(s) => s.last,
             _ => 0,
         };
         at += block.len;
@@ -957,7 +969,8 @@ fn heuristic<'a>(
                 && block.body.len() % (usize::from(h.hop_ml) * 4) == 0
         }
         IntHeader::V05(h, _) => h.instructions != 0,
-        IntHeader::Opaque => false,
+        // Only after VXLAN-GPE, never found this way.
+        IntHeader::V2016(_) | IntHeader::Opaque => false,
     };
     if !consistent {
         return;

@@ -7,6 +7,21 @@
 //! is the Checksum Complement and comes *after* the domain-specific metadata; in a report bit 15
 //! is Queue ID + Drop Reason and is baseline. A value of all ones means "unavailable": it decodes
 //! as `None` for every field of that word.
+//!
+//! The older generations ([`Format`]) give some bits other meanings and sizes:
+//! * INT v1.0 (GEANT int-platforms `p4src/int_v1.0/include/headers.p4`, AmLight
+//!   `tests/support/int_specs.py`): every bit is 4 bytes (32-bit timestamps; bit 6 is the level 2
+//!   ingress and egress interface IDs, 16 bits each); bit 15 is the Checksum Complement.
+//! * INT v0.5 (ONOS `pipelines/fabric/impl/src/main/resources/include/header.p4`): every bit is 4
+//!   bytes; bit 6 is `int_q_congestion_t { bit<8> q_id; bit<24> q_congestion; }`, a queue ID and
+//!   a congestion status, split as bit 3's `int_q_occupancy_t` is; bits 9–15 are reserved.
+//! * The 2016 specification (`int-spec-2016.txt` §5.3.3 "INT Metadata Header Format"): "Each
+//!   metadata is encoded as a 4B unsigned value", whose most significant bit is the BOS
+//!   (bottom-of-stack) bit — "the value of 1 indicates the last metadata instance in the stack" —
+//!   and whose other 31 bits are the value; "a special reserved value 0x7FFF_FFFF indicating
+//!   'invalid'". Its bits: 0 switch ID, 1 ingress port ID, 2 hop latency, 3 queue occupancy (no
+//!   queue ID), 4 ingress timestamp, 5 egress port ID, 6 queue congestion status, 7 egress port
+//!   TX utilization; "the remaining bits are reserved".
 
 use crate::error::{Error, Layer, Result};
 use crate::field::{be32, be64, put32, put64};
@@ -50,6 +65,8 @@ pub enum Format {
     IntV1,
     /// INT v0.5 stack: every bit is 4 bytes; bit 6 is queue ID + congestion status.
     IntV05,
+    /// The 2016 specification's stack: every bit is 4 bytes, a BOS bit and a 31-bit value.
+    Int2016,
 }
 
 impl Format {
@@ -107,10 +124,20 @@ pub struct HopMetadata<'a> {
     pub buffer_id: Option<u8>,
     /// Buffer occupancy (bit 8, 24 bits).
     pub buffer_occupancy: Option<u32>,
-    /// Words of reserved bits 9–14, by bit (index 0 = bit 9).
-    pub reserved: [Option<u32>; 6],
-    /// INT v0.5 bit 6: queue ID + congestion status word.
+    /// Words of reserved bits, by bit (index 0 = bit 8): bits 9–14 in every format, bit 8 in
+    /// the 2016 format, bit 15 in v0.5 and the 2016 format.
+    pub reserved: [Option<u32>; 8],
+    /// Queue congestion status: INT v0.5 bit 6 (24 bits, beside [`HopMetadata::congestion_queue_id`]),
+    /// 2016 bit 6 (31 bits).
     pub queue_congestion: Option<u32>,
+    /// INT v0.5 bit 6: the queue ID its congestion status is of.
+    pub congestion_queue_id: Option<u8>,
+    /// 2016 bit 1: ingress port ID (31 bits).
+    pub ingress_port_id: Option<u32>,
+    /// 2016 bit 5: egress port ID (31 bits).
+    pub egress_port_id: Option<u32>,
+    /// 2016: a word of this hop carries the BOS (bottom-of-stack) bit.
+    pub bos: bool,
     /// Checksum Complement (INT-MD bit 15). `None` also for the reserved "not used" 0xFFFFFFFF.
     pub checksum_complement: Option<u32>,
     /// Drop reason (report bit 15).
@@ -123,6 +150,14 @@ pub struct HopMetadata<'a> {
 fn word(b: &[u8], at: usize) -> Option<u32> {
     let w = be32(b, at);
     (w != u32::MAX).then_some(w)
+}
+
+/// A 2016-format word: its BOS bit, and its 31-bit value unless that is the "invalid" 0x7FFFFFFF.
+#[inline]
+fn word2016(b: &[u8], at: usize) -> (bool, Option<u32>) {
+    let w = be32(b, at);
+    let v = w & 0x7fff_ffff;
+    (w >> 31 == 1, (v != 0x7fff_ffff).then_some(v))
 }
 
 #[inline]
@@ -154,6 +189,23 @@ impl<'a> HopMetadata<'a> {
                 continue;
             }
             let size = format.size_of_bit(n);
+            if format == Format::Int2016 {
+                let (bos, v) = word2016(buf, at);
+                h.bos |= bos;
+                match n {
+                    0 => h.node_id = v,
+                    1 => h.ingress_port_id = v,
+                    2 => h.hop_latency = v,
+                    3 => h.queue_occupancy = v,
+                    4 => h.ingress_ts = v.map(u64::from),
+                    5 => h.egress_port_id = v,
+                    6 => h.queue_congestion = v,
+                    7 => h.egress_tx_util = v,
+                    n => h.reserved[(n - 8) as usize] = v,
+                }
+                at += size;
+                continue;
+            }
             match (n, format) {
                 (0, _) => h.node_id = word(buf, at),
                 (1, _) => {
@@ -185,7 +237,12 @@ impl<'a> HopMetadata<'a> {
                         h.l2_egress_if = Some(w & 0xffff);
                     }
                 }
-                (6, _) => h.queue_congestion = word(buf, at),
+                (6, _) => {
+                    if let Some(w) = word(buf, at) {
+                        h.congestion_queue_id = Some((w >> 24) as u8);
+                        h.queue_congestion = Some(w & 0x00ff_ffff);
+                    }
+                }
                 (7, _) => h.egress_tx_util = word(buf, at),
                 (8, _) => {
                     if let Some(w) = word(buf, at) {
@@ -199,7 +256,8 @@ impl<'a> HopMetadata<'a> {
                         h.drop_reason = Some((w >> 16) as u8);
                     }
                 }
-                (n, _) => h.reserved[(n - 9).min(5) as usize] = word(buf, at),
+                (15, Format::IntV1) => h.checksum_complement = word(buf, at),
+                (n, _) => h.reserved[(n - 8) as usize] = word(buf, at),
             }
             at += size;
         }
@@ -244,6 +302,9 @@ impl<'a> HopMetadata<'a> {
     /// Encodes this hop for `bitmap` into `out` (which must hold [`Format::baseline_len`] plus
     /// `domain.len()` bytes); `None` values are written as all ones. Returns the bytes written.
     pub fn encode(&self, bitmap: u16, format: Format, out: &mut [u8]) -> usize {
+        if format == Format::Int2016 {
+            return self.encode_2016(bitmap, out);
+        }
         let ones32 = u32::MAX;
         let mut at = 0;
         let pair16 = |a: Option<u16>, b: Option<u16>| match (a, b) {
@@ -294,21 +355,24 @@ impl<'a> HopMetadata<'a> {
                         self.l2_egress_if.map(|v| v as u16),
                     ),
                 ),
-                6 => put32(out, at, self.queue_congestion.unwrap_or(ones32)),
+                6 => put32(
+                    out,
+                    at,
+                    id24(self.congestion_queue_id, self.queue_congestion),
+                ),
                 7 => put32(out, at, self.egress_tx_util.unwrap_or(ones32)),
                 8 => put32(out, at, id24(self.buffer_id, self.buffer_occupancy)),
-                15 => {
+                15 if format == Format::IntV1 => {
+                    put32(out, at, self.checksum_complement.unwrap_or(ones32))
+                }
+                15 if format == Format::ReportV2 => {
                     let w = match (self.queue_id, self.drop_reason) {
                         (Some(q), Some(r)) => (u32::from(q) << 24) | (u32::from(r) << 16),
                         _ => ones32,
                     };
                     put32(out, at, w)
                 }
-                n => put32(
-                    out,
-                    at,
-                    self.reserved[(n - 9).min(5) as usize].unwrap_or(ones32),
-                ),
+                n => put32(out, at, self.reserved[(n - 8) as usize].unwrap_or(ones32)),
             }
             at += if wide { 8 } else { 4 };
         }
@@ -321,28 +385,65 @@ impl<'a> HopMetadata<'a> {
         at
     }
 
+    /// [`HopMetadata::encode`] in the 2016 format: 31-bit values, 0x7FFFFFFF for `None`, and the
+    /// BOS bit on the hop's last word when [`HopMetadata::bos`] is set (as the 2016
+    /// specification's example marks the bottom of the stack).
+    fn encode_2016(&self, bitmap: u16, out: &mut [u8]) -> usize {
+        let mut at = 0;
+        for n in 0..16u32 {
+            if bitmap & bit(n) == 0 {
+                continue;
+            }
+            let v = match n {
+                0 => self.node_id,
+                1 => self.ingress_port_id,
+                2 => self.hop_latency,
+                3 => self.queue_occupancy,
+                4 => self.ingress_ts.map(|t| t as u32),
+                5 => self.egress_port_id,
+                6 => self.queue_congestion,
+                7 => self.egress_tx_util,
+                n => self.reserved[(n - 8) as usize],
+            };
+            put32(out, at, v.map_or(0x7fff_ffff, |v| v & 0x7fff_ffff));
+            at += 4;
+        }
+        if self.bos && at > 0 {
+            out[at - 4] |= 0x80;
+        }
+        at
+    }
+
     /// The requested fields in wire order as `(name, value)`; `None` = unavailable. Names are the
     /// ones `intscope dump --format json` uses.
     pub fn fields(&self, format: Format) -> impl Iterator<Item = (&'static str, Option<u64>)> + '_ {
         let p = self.present;
         let has = move |m: u16| p & m != 0;
         let report = format == Format::ReportV2;
+        let v05 = format == Format::IntV05;
+        let y2016 = format == Format::Int2016;
+        let reserved15 = v05 || y2016;
         let r = |i: usize| {
             (
-                has(bit(9 + i as u32)),
+                has(bit(8 + i as u32)),
                 RESERVED_NAMES[i],
                 self.reserved[i].map(u64::from),
             )
         };
-        let items: [(bool, &'static str, Option<u64>); 24] = [
+        let items: [(bool, &'static str, Option<u64>); 28] = [
             (has(NODE_ID), "node_id", self.node_id.map(u64::from)),
             (
-                has(L1_INTERFACES),
+                has(L1_INTERFACES) && y2016,
+                "ingress_port_id",
+                self.ingress_port_id.map(u64::from),
+            ),
+            (
+                has(L1_INTERFACES) && !y2016,
                 "l1_ingress_if",
                 self.l1_ingress_if.map(u64::from),
             ),
             (
-                has(L1_INTERFACES),
+                has(L1_INTERFACES) && !y2016,
                 "l1_egress_if",
                 self.l1_egress_if.map(u64::from),
             ),
@@ -352,7 +453,7 @@ impl<'a> HopMetadata<'a> {
                 self.hop_latency.map(u64::from),
             ),
             (
-                has(QUEUE) || (report && has(BIT15)),
+                (has(QUEUE) && !y2016) || (report && has(BIT15)),
                 "queue_id",
                 self.queue_id.map(u64::from),
             ),
@@ -362,19 +463,34 @@ impl<'a> HopMetadata<'a> {
                 self.queue_occupancy.map(u64::from),
             ),
             (has(INGRESS_TS), "ingress_ts", self.ingress_ts),
-            (has(EGRESS_TS), "egress_ts", self.egress_ts),
+            (has(EGRESS_TS) && !y2016, "egress_ts", self.egress_ts),
             (
-                has(L2_INTERFACES) && format != Format::IntV05,
+                has(EGRESS_TS) && y2016,
+                "egress_port_id",
+                self.egress_port_id.map(u64::from),
+            ),
+            (
+                has(L2_INTERFACES) && !v05 && !y2016,
                 "l2_ingress_if",
                 self.l2_ingress_if.map(u64::from),
             ),
             (
-                has(L2_INTERFACES) && format != Format::IntV05,
+                has(L2_INTERFACES) && !v05 && !y2016,
                 "l2_egress_if",
                 self.l2_egress_if.map(u64::from),
             ),
             (
-                has(L2_INTERFACES) && format == Format::IntV05,
+                has(L2_INTERFACES) && v05,
+                "congestion_queue_id",
+                self.congestion_queue_id.map(u64::from),
+            ),
+            (
+                has(L2_INTERFACES) && v05,
+                "congestion_status",
+                self.queue_congestion.map(u64::from),
+            ),
+            (
+                has(L2_INTERFACES) && y2016,
                 "queue_congestion",
                 self.queue_congestion.map(u64::from),
             ),
@@ -383,30 +499,42 @@ impl<'a> HopMetadata<'a> {
                 "egress_tx_util",
                 self.egress_tx_util.map(u64::from),
             ),
-            (has(BUFFER), "buffer_id", self.buffer_id.map(u64::from)),
             (
-                has(BUFFER),
+                has(BUFFER) && !y2016,
+                "buffer_id",
+                self.buffer_id.map(u64::from),
+            ),
+            (
+                has(BUFFER) && !y2016,
                 "buffer_occupancy",
                 self.buffer_occupancy.map(u64::from),
             ),
-            r(0),
+            (
+                has(BUFFER) && y2016,
+                RESERVED_NAMES[0],
+                self.reserved[0].map(u64::from),
+            ),
             r(1),
             r(2),
             r(3),
             r(4),
             r(5),
+            r(6),
+            (
+                has(BIT15) && reserved15,
+                RESERVED_NAMES[7],
+                self.reserved[7].map(u64::from),
+            ),
             (
                 report && has(BIT15),
                 "drop_reason",
                 self.drop_reason.map(u64::from),
             ),
             (
-                !report && has(BIT15),
+                !report && !reserved15 && has(BIT15),
                 "checksum_complement",
                 self.checksum_complement.map(u64::from),
             ),
-            (false, "", None),
-            (false, "", None),
         ];
         items
             .into_iter()
@@ -417,10 +545,16 @@ impl<'a> HopMetadata<'a> {
 
 /// Where each of bits 0–8's fields starts in a hop, by the bitmap's bits 0–8
 /// ([`NOT_REQUESTED`] for bits it lacks): one table for formats whose bits 4–6 are 8 bytes, one
-/// for those where every bit is 4. Every hop of a stack shares one bitmap, so the layout is
+/// for those where every bit is 4, and one for the 2016 format that locates nothing (its words
+/// carry a BOS bit the generic accessors would read as part of the value; [`HopView::value_2016`]
+/// reads them). Every hop of a stack shares one bitmap, so the layout is
 /// looked up once per stack (or lone view) and a field read is an index into it, not two
 /// popcounts (−24 decode instructions per report, callgrind on the collector's pipeline bench).
-static LAYOUTS: [[Layout; 512]; 2] = [layouts(Format::IntV2), layouts(Format::IntV1)];
+static LAYOUTS: [[Layout; 512]; 3] = [
+    layouts(Format::IntV2),
+    layouts(Format::IntV1),
+    layouts(Format::Int2016),
+];
 
 /// Offsets of bits 0–8's fields in a hop.
 type Layout = [u8; 9];
@@ -436,7 +570,9 @@ const fn layouts(format: Format) -> [Layout; 512] {
         let mut n = 0;
         while n < 9 {
             if bits & (0x100 >> n) != 0 {
-                table[bits][n as usize] = at as u8;
+                if !matches!(format, Format::Int2016) {
+                    table[bits][n as usize] = at as u8;
+                }
                 at += format.size_of_bit(n);
             }
             n += 1;
@@ -449,15 +585,18 @@ const fn layouts(format: Format) -> [Layout; 512] {
 /// The layout of `bitmap`'s bits 0–8 in `format`.
 #[inline]
 fn layout(bitmap: u16, format: Format) -> Layout {
-    let wide = match format {
+    let table = match format {
         Format::IntV2 | Format::ReportV2 => 0,
         Format::IntV1 | Format::IntV05 => 1,
+        Format::Int2016 => 2,
     };
-    LAYOUTS[wide][usize::from(bitmap >> 7)]
+    LAYOUTS[table][usize::from(bitmap >> 7)]
 }
 
 /// Zero-copy view of one hop's metadata: the hot-path way to read a stack or a report. Fields
-/// are located through the bitmap's [`Layout`], nothing is copied.
+/// are located through the bitmap's [`Layout`], nothing is copied. In the 2016 format the
+/// generic accessors give `None` (its words carry a BOS bit): read it with
+/// [`HopView::value_2016`] and the other `_2016` accessors, or [`HopView::to_metadata`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HopView<'a> {
     bytes: &'a [u8],
@@ -526,6 +665,13 @@ impl<'a> HopView<'a> {
         (w != u32::MAX).then_some(w)
     }
 
+    /// The offset of bit `n`'s word in the 2016 format (every bit 4 bytes), by the bitmap.
+    #[inline]
+    fn offset_2016(&self, n: u32) -> Option<usize> {
+        (self.format == Format::Int2016 && self.bitmap & bit(n) != 0)
+            .then(|| Format::Int2016.baseline_len(self.bitmap & !(0xffffu16 >> n)))
+    }
+
     #[inline]
     fn wide(&self, n: u32) -> Option<u64> {
         // Presence first: timestamps are rarely requested, and that test is the cheapest.
@@ -573,8 +719,47 @@ impl<'a> HopView<'a> {
         match self.format {
             Format::IntV2 | Format::ReportV2 => self.wide(6).map(|w| ((w >> 32) as u32, w as u32)),
             Format::IntV1 => self.word(6).map(|w| (w >> 16, w & 0xffff)),
-            Format::IntV05 => None,
+            Format::IntV05 | Format::Int2016 => None,
         }
+    }
+    /// INT v0.5 bit 6: the queue ID and its congestion status (24 bits); 2016 bit 6: the
+    /// congestion status (31 bits), of no named queue.
+    #[inline]
+    pub fn queue_congestion(&self) -> Option<(Option<u8>, u32)> {
+        match self.format {
+            Format::IntV05 => self
+                .word(6)
+                .map(|w| (Some((w >> 24) as u8), w & 0x00ff_ffff)),
+            Format::Int2016 => self.value_2016(6).map(|w| (None, w)),
+            _ => None,
+        }
+    }
+    /// 2016 bit 3: the queue occupancy (31 bits; that format names no queue).
+    #[inline]
+    pub fn queue_occupancy_2016(&self) -> Option<u32> {
+        self.value_2016(3)
+    }
+    /// 2016 bits 1 and 5: the ingress and the egress port ID (31 bits each).
+    #[inline]
+    pub fn port_ids_2016(&self) -> (Option<u32>, Option<u32>) {
+        (self.value_2016(1), self.value_2016(5))
+    }
+    /// The 2016 format's bit `n` (0 = MSB): its 31-bit value, `None` when not requested or
+    /// "invalid" (0x7FFFFFFF), whatever its BOS bit. Every 2016 field is read this way: the
+    /// generic accessors read nothing in that format.
+    #[inline]
+    pub fn value_2016(&self, n: u32) -> Option<u32> {
+        let at = self.offset_2016(n)?;
+        let w = u32::from_be_bytes(self.bytes.get(at..at + 4)?.try_into().ok()?) & 0x7fff_ffff;
+        (w != 0x7fff_ffff).then_some(w)
+    }
+    /// 2016: whether a word of this hop carries the BOS (bottom-of-stack) bit.
+    #[inline]
+    pub fn bos_2016(&self) -> bool {
+        let words = &self.bytes[..Format::Int2016
+            .baseline_len(self.bitmap)
+            .min(self.bytes.len())];
+        self.format == Format::Int2016 && words.chunks_exact(4).any(|w| w[0] & 0x80 != 0)
     }
     /// Egress interface Tx utilization (bit 7).
     #[inline]
@@ -613,14 +798,16 @@ impl<'a> HopView<'a> {
     }
 }
 
-/// JSON names of the reserved bits 9–14.
-const RESERVED_NAMES: [&str; 6] = [
+/// JSON names of the reserved bits 8–15.
+const RESERVED_NAMES: [&str; 8] = [
+    "reserved_bit8",
     "reserved_bit9",
     "reserved_bit10",
     "reserved_bit11",
     "reserved_bit12",
     "reserved_bit13",
     "reserved_bit14",
+    "reserved_bit15",
 ];
 
 /// Lazy iterator over an INT-MD metadata stack, top (most recent hop) first.

@@ -8,7 +8,8 @@ pub enum Warning {
     /// An INT v2 header whose shim Length counts the shim word (INT v1.0 semantics), as the
     /// CableLabs Transparent Security P4 program writes it.
     ShimLengthCountsShim,
-    /// An INT v0.5 shim Length that disagrees with the metadata header; the header was used.
+    /// An INT v0.5 shim Length that cannot be right (shorter than the header and tail, or past
+    /// the packet: generators that leave it 0); the header's Total Hop Count was used.
     LegacyShimLength,
     /// The metadata stack holds bytes that do not form whole hops.
     StackLeftover,
@@ -40,10 +41,17 @@ pub enum Warning {
     L4ProtocolMismatch,
     /// A report's truncated packet ends inside the INT stack: the hops present were decoded.
     TruncatedInt,
+    /// A v0.5 or 2016 header's Total Hop Count disagrees with the shim length; the shim length
+    /// bounded the stack.
+    LegacyHopCount,
+    /// The 2016 stack's last metadata word lacks the BOS (bottom-of-stack) bit.
+    BosMissing,
+    /// A 2016 metadata word other than the stack's last carries the BOS bit.
+    BosMisplaced,
 }
 
 impl Warning {
-    const ALL: [Warning; 17] = [
+    const ALL: [Warning; 20] = [
         Warning::ShimLengthCountsShim,
         Warning::LegacyShimLength,
         Warning::StackLeftover,
@@ -61,6 +69,9 @@ impl Warning {
         Warning::ReservedSet,
         Warning::L4ProtocolMismatch,
         Warning::TruncatedInt,
+        Warning::LegacyHopCount,
+        Warning::BosMissing,
+        Warning::BosMisplaced,
     ];
 
     /// A one-line explanation.
@@ -70,7 +81,7 @@ impl Warning {
                 "INT shim Length counts the shim word (INT v1.0 semantics) although the header is v2; decoded with v1.0 semantics"
             }
             Warning::LegacyShimLength => {
-                "INT v0.5 shim Length disagrees with the metadata header; header used"
+                "INT v0.5 shim Length cannot be right (shorter than header and tail, or past the packet); the header's Total Hop Count used"
             }
             Warning::StackLeftover => "INT metadata stack length is not a whole number of hops",
             Warning::HopTooShort => {
@@ -103,6 +114,15 @@ impl Warning {
             Warning::TruncatedInt => {
                 "the report's truncated packet ends inside the INT stack; the hops present were decoded"
             }
+            Warning::LegacyHopCount => {
+                "INT Total Hop Count disagrees with the shim length; the shim length bounded the stack"
+            }
+            Warning::BosMissing => {
+                "2016 format: the bottom-of-stack bit is not set on the last metadata word"
+            }
+            Warning::BosMisplaced => {
+                "2016 format: the bottom-of-stack bit is set on a metadata word before the last"
+            }
         }
     }
 
@@ -126,6 +146,9 @@ impl Warning {
             Warning::ReservedSet => "reserved-set",
             Warning::L4ProtocolMismatch => "l4-protocol-mismatch",
             Warning::TruncatedInt => "truncated-int",
+            Warning::LegacyHopCount => "legacy-hop-count",
+            Warning::BosMissing => "bos-missing",
+            Warning::BosMisplaced => "bos-misplaced",
         }
     }
 }

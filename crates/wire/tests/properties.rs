@@ -132,12 +132,25 @@ proptest! {
     /// The zero-copy view reads the same values as the owned decode, for every bitmap and format;
     /// the bytes are often all ones ("unavailable").
     #[test]
-    fn hop_view_agrees_with_owned_decode(bitmap: u16, bytes in proptest::collection::vec(prop_oneof![any::<u8>(), Just(0xff)], 80), domain_words in 0usize..3, fmt in 0usize..4) {
-        let format = [Format::IntV2, Format::ReportV2, Format::IntV1, Format::IntV05][fmt];
+    fn hop_view_agrees_with_owned_decode(bitmap: u16, bytes in proptest::collection::vec(prop_oneof![any::<u8>(), Just(0xff)], 80), domain_words in 0usize..3, fmt in 0usize..5) {
+        let format = [Format::IntV2, Format::ReportV2, Format::IntV1, Format::IntV05, Format::Int2016][fmt];
         let domain_len = domain_words * 4;
         let view = intscope_wire::HopView::new(bitmap, format, &bytes, domain_len).unwrap();
         let (owned, used) = HopMetadata::decode(bitmap, format, &bytes, domain_len).unwrap();
         prop_assert_eq!(view.bytes().len(), used);
+        if format == Format::Int2016 {
+            // Its words carry a BOS bit: read only by the 2016 accessors.
+            let values = [owned.node_id, owned.ingress_port_id, owned.hop_latency, owned.queue_occupancy, owned.ingress_ts.map(|t| t as u32), owned.egress_port_id, owned.queue_congestion, owned.egress_tx_util];
+            for (n, v) in values.into_iter().enumerate() {
+                prop_assert_eq!(view.value_2016(n as u32), v);
+            }
+            prop_assert_eq!(view.port_ids_2016(), (owned.ingress_port_id, owned.egress_port_id));
+            prop_assert_eq!(view.queue_occupancy_2016(), owned.queue_occupancy);
+            prop_assert_eq!(view.queue_congestion(), owned.queue_congestion.map(|c| (None, c)));
+            prop_assert_eq!(view.bos_2016(), owned.bos);
+            prop_assert_eq!((view.node_id(), view.hop_latency(), view.queue(), view.ingress_ts(), view.egress_tx_util()), (None, None, None, None, None));
+            return Ok(());
+        }
         prop_assert_eq!(view.node_id(), owned.node_id);
         prop_assert_eq!(view.hop_latency(), owned.hop_latency);
         prop_assert_eq!(view.l1_interfaces(), owned.l1_ingress_if.zip(owned.l1_egress_if));
@@ -151,6 +164,12 @@ proptest! {
             prop_assert_eq!(view.queue(), owned.queue_id.zip(owned.queue_occupancy));
         }
         prop_assert_eq!(view.drop().map(|d| d.1), owned.drop_reason);
+        if bitmap & 0x0200 != 0 && format == Format::IntV05 {
+            prop_assert_eq!(
+                view.queue_congestion(),
+                owned.queue_congestion.map(|c| (owned.congestion_queue_id, c))
+            );
+        }
     }
 }
 
