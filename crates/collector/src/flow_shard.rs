@@ -13,9 +13,11 @@ use intscope_wire::locate::FlowKey;
 use crate::detect::DetectConfig;
 use crate::event::{EventKind, EventLog, Place, Raiser};
 use crate::evidence::Evidence;
-use crate::fabric::{FlowSeen, spread};
+use crate::fabric::{FlowSeen, excess, spread};
 use crate::flow::{FlowState, FlowTable, Path, PathTable};
+use crate::id_table::Cutoff;
 use crate::record::Record;
+use crate::state::Limits;
 
 /// The shard of `n` that owns the flow whose key hashes to `hash` ([`crate::flow::key_hash`]).
 #[inline]
@@ -44,6 +46,12 @@ pub struct FlowShard {
     next_idle_sweep_ns: u64,
     /// Flows that left memory after `flow_idle_ns` without a report.
     pub flows_expired: u64,
+    /// Flows evicted, least recently seen first, to stay within the limit.
+    pub flows_evicted: u64,
+    /// Most flows this shard holds.
+    max_flows: usize,
+    /// The limit was passed: evict after this record.
+    evict_due: bool,
     /// This shard's events.
     pub raiser: Raiser,
 }
@@ -51,9 +59,15 @@ pub struct FlowShard {
 impl FlowShard {
     /// A shard with these detector thresholds.
     pub fn new(cfg: DetectConfig) -> Self {
+        FlowShard::with_limits(cfg, Limits::default())
+    }
+
+    /// A shard with these detector thresholds that holds at most `limits.flows` flows.
+    pub fn with_limits(cfg: DetectConfig, limits: Limits) -> Self {
         FlowShard {
             raiser: Raiser::new(cfg.event_interval_ns),
             cfg,
+            max_flows: limits.flows.max(1),
             ..FlowShard::default()
         }
     }
@@ -119,10 +133,13 @@ impl FlowShard {
         let now = r.time_ns;
         let flow_ids = &mut self.flow_ids;
         let paths = &mut self.paths;
+        let (max_flows, evict_due) = (self.max_flows, &mut self.evict_due);
         let flow = self.flows.get_or_insert_hashed(hash, key, hint, || {
             // IDs grow within a shard (taken under its lock), so `flow_ids` stays sorted.
             let id = ids.fetch_add(1, Ordering::Relaxed);
             flow_ids.push((id, key));
+            // `flow_ids` holds one entry per flow.
+            *evict_due = flow_ids.len() > max_flows;
             FlowState::new(key, id, now, paths.intern(&[]))
         });
         flow.reports += 1;
@@ -185,6 +202,9 @@ impl FlowShard {
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
         }
+        if self.evict_due {
+            self.evict_flows();
+        }
         FlowSeen {
             id: Some(id),
             head_hops: head_hops as u8,
@@ -202,7 +222,35 @@ impl FlowShard {
             .retain(|f| now.saturating_sub(f.last_seen_ns) < idle);
         let flows = &self.flows;
         self.flow_ids.retain(|(_, k)| flows.get(k).is_some());
+        // Without a store nothing else empties the list: it would keep the keys of flows gone.
+        self.dirty_flows.retain(|k| flows.get(k).is_some());
         self.flows_expired += (before - self.flows.len()) as u64;
+        self.paths.forget_unused();
+    }
+
+    /// Evicts the least recently seen flows (report time) down to seven eighths of the limit:
+    /// a pass over the table once per `limit / 8` new flows, nothing per report.
+    #[cold]
+    #[inline(never)]
+    fn evict_flows(&mut self) {
+        self.evict_due = false;
+        let k = excess(self.flows.len(), self.max_flows);
+        let mut times: Vec<u64> = self.flows.values().map(|f| f.last_seen_ns).collect();
+        let mut cut = Cutoff::oldest(&mut times, k);
+        let mut gone: Vec<u64> = Vec::with_capacity(k);
+        self.flows.retain(|f| {
+            let evict = cut.take(f.last_seen_ns);
+            if evict {
+                gone.push(f.id);
+            }
+            !evict
+        });
+        gone.sort_unstable();
+        self.flow_ids
+            .retain(|(id, _)| gone.binary_search(id).is_err());
+        let flows = &self.flows;
+        self.dirty_flows.retain(|k| flows.get(k).is_some());
+        self.flows_evicted += gone.len() as u64;
         self.paths.forget_unused();
     }
 

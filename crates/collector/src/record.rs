@@ -5,10 +5,12 @@
 
 use intscope_wire::int::IntHeader;
 use intscope_wire::locate::{DetectConfig, FlowKey, Packet, Start};
-use intscope_wire::metadata::HopView;
-use intscope_wire::report::{InType, IndividualReport, Report};
+use intscope_wire::metadata::{Format, HopView};
+use intscope_wire::report::{
+    GROUP_LEN, INDIVIDUAL_LEN, InType, IndividualReport, Report, plausible_packet,
+};
 use intscope_wire::warning::Warning;
-use intscope_wire::{Error, IntBlock};
+use intscope_wire::{Error, IntBlock, Layer};
 
 /// Most hops a record keeps; longer paths are cut (and flagged), the newest hops kept.
 pub const MAX_HOPS: usize = 16;
@@ -421,6 +423,116 @@ impl<F: FnMut(&Record)> RecordSink for EachRecord<'_, F> {
     }
 }
 
+/// The field an error about a report's copy of the packet names ([`check_inner`]).
+pub const INNER_PACKET: &str = "inner packet";
+
+/// What the wire crate tolerates but a collector cannot use, checked per report so that bytes
+/// that merely happen to parse are not taken for reports (Report v2.0 §"Individual Report
+/// Header"):
+/// - RepType "3 – 15: Reserved", and 2 (IOAM), whose main contents "will be defined in a future
+///   version": where the inner contents begin is unknown;
+/// - InType "6-15: Reserved";
+/// - for RepType 1, MD Length "must be derived based on the adjusted RepMdBits (and DSMdBits)"
+///   (§"Individual Report Main Contents for RepType 1"): at least what the bits describe, and
+///   exactly that without domain-specific bits;
+/// - InType 0 is "None": no inner contents;
+/// - InType 1: TLVs that fit (§"Individual Report Inner Contents for InType 1"), of a defined
+///   TLVType ("4-15: Reserved");
+/// - the truncated packet (InType 3, 4, 5, or in a TLV) must start with a header of its type.
+#[inline]
+fn validate_v2(ir: &IndividualReport<'_>) -> Result<(), Error> {
+    let h = ir.header;
+    if h.rep_type > 1 {
+        return Err(Error::bad_value(
+            Layer::ReportIndividual,
+            ir.offset,
+            "RepType",
+            "0 (Inner Only) or 1 (INT); 2 (IOAM) has no defined contents, 3-15 are reserved",
+            u64::from(h.rep_type),
+        ));
+    }
+    if h.in_type > 5 {
+        return Err(Error::bad_value(
+            Layer::ReportIndividual,
+            ir.offset,
+            "InType",
+            "0-5 (6-15 are reserved)",
+            u64::from(h.in_type),
+        ));
+    }
+    if h.rep_type == 1
+        && let Some(main) = ir.main
+    {
+        let base = Format::ReportV2.baseline_len(main.rep_md_bits);
+        let domain = 4 * main.ds_md_bits.count_ones() as usize;
+        let md = ir.metadata.len();
+        if md < base + domain || (domain == 0 && md != base) {
+            return Err(Error::bad_value(
+                Layer::ReportIndividual,
+                ir.offset + 2,
+                "MD Length",
+                "the words RepMdBits and DSMdBits describe",
+                (md / 4) as u64,
+            ));
+        }
+    }
+    match ir.inner_type {
+        InType::None if !ir.inner.is_empty() => Err(Error::bad_value(
+            Layer::ReportIndividual,
+            ir.offset + 1,
+            "Report Length",
+            "no inner contents after the main contents (InType 0, None)",
+            ir.inner.len() as u64,
+        )),
+        InType::Tlv => validate_tlvs(ir),
+        t => check_inner(ir.inner, t, ir.offset),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn validate_tlvs(ir: &IndividualReport<'_>) -> Result<(), Error> {
+    for tlv in ir.tlvs() {
+        let tlv = tlv.map_err(|e| e.shifted(ir.offset))?;
+        match tlv.header.in_type() {
+            InType::Reserved(_) => {
+                return Err(Error::bad_value(
+                    Layer::ReportTlv,
+                    ir.offset,
+                    "TLVType",
+                    "0-3 (4-15 are reserved)",
+                    u64::from(tlv.header.tlv_type),
+                ));
+            }
+            t => check_inner(tlv.data, t, ir.offset)?,
+        }
+    }
+    Ok(())
+}
+
+/// A report's copy of the packet, when there is one, starts with a header of its type (an
+/// Ethernet frame carrying IP, ARP or MPLS, or a whole IPv4 or IPv6 header): a report whose
+/// packet is something else gives no flow, and random bytes that parse as a report fail here.
+#[inline]
+fn check_inner(bytes: &[u8], t: InType, at: usize) -> Result<(), Error> {
+    let layer = match t {
+        InType::Ethernet => Layer::Ethernet,
+        InType::Ipv4 => Layer::Ipv4,
+        InType::Ipv6 => Layer::Ipv6,
+        _ => return Ok(()),
+    };
+    match bytes.first() {
+        Some(&first) if !plausible_packet(bytes, t) => Err(Error::bad_value(
+            layer,
+            at,
+            INNER_PACKET,
+            "a whole header of the packet's type",
+            u64::from(first),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Decodes every individual report of a datagram (the UDP payload), calling `sink` with each.
 /// Returns the number of reports; an error means the datagram (or the rest of it) is malformed.
 pub fn decode_datagram(
@@ -455,6 +567,7 @@ pub fn decode_into(
             let mut n = 0;
             for ir in report.individual_reports() {
                 let ir = ir?;
+                validate_v2(&ir)?;
                 let record = out.slot();
                 record.reset(time_ns, Version::V2);
                 record.node_id = group.node_id;
@@ -465,9 +578,33 @@ pub fn decode_into(
                 out.filled();
                 n += 1;
             }
+            if n == 0 {
+                // "Each telemetry report packet contains one or more individual reports".
+                return Err(Error::truncated(
+                    Layer::ReportIndividual,
+                    GROUP_LEN,
+                    INDIVIDUAL_LEN,
+                    0,
+                ));
+            }
             Ok(n)
         }
         Report::V1 { header, inner, .. } => {
+            let in_type = match header.nproto {
+                0 => InType::Ethernet,
+                1 => InType::Ipv4,
+                2 => InType::Ipv6,
+                n => {
+                    return Err(Error::bad_value(
+                        Layer::ReportV1,
+                        0,
+                        "NProto",
+                        "0 (Ethernet), 1 (IPv4) or 2 (IPv6)",
+                        u64::from(n),
+                    ));
+                }
+            };
+            check_inner(inner, in_type, intscope_wire::report::V1_LEN)?;
             let record = out.slot();
             record.reset(time_ns, Version::V1);
             record.node_id = header.switch_id;
@@ -499,6 +636,7 @@ pub fn decode_into(
             inner,
             ..
         } => {
+            check_inner(inner, InType::Ethernet, payload.len() - inner.len())?;
             let record = out.slot();
             record.reset(time_ns, Version::V05);
             record.hw_id = fixed.hw_id;

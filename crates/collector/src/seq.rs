@@ -1,8 +1,21 @@
 //! Lost-report accounting per (node, hw_id): Report v2.0 §"Telemetry Report Group Header" —
 //! the sequence number "can be used to detect loss of telemetry reports". A real deployment lost
 //! half its reports unnoticed; this makes every gap visible.
+//!
+//! A sequence number is only as trustworthy as its sender: a spoofed datagram or a rebooted
+//! switch jumps anywhere in the number space. A forward jump is counted as loss only within a
+//! window ([`DEFAULT_SEQ_WINDOW`], configurable); beyond it, or far back, the stream is taken to
+//! have been reset (counted as such, not as loss), so random numbers cannot inflate
+//! `reports_lost`. The trackers are bounded too: past the limit the least recently seen eighth is
+//! evicted (counted), and the loss they had counted stays in the total.
 
 use rustc_hash::FxHashMap as HashMap;
+
+/// Forward jumps up to this many numbers count as lost reports; beyond it, as a reset.
+pub const DEFAULT_SEQ_WINDOW: u32 = 65_536;
+
+/// Numbers this far back (or less) are late arrivals, counted as reordered; further back, a reset.
+const LATE_WINDOW: u64 = 1024;
 
 /// What one sequence number tells about the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +33,8 @@ pub enum SeqOutcome {
     },
     /// An old number arrived late (counted as reordered, not lost).
     Late,
-    /// A jump so far back the source restarted its counter.
+    /// An implausible jump (beyond the window forward, or far back): the source restarted its
+    /// counter, or the report is not its own. Counted as a reset, not as loss.
     Restart,
 }
 
@@ -35,22 +49,50 @@ pub struct SeqState {
     pub lost: u64,
     /// Reports that arrived after a later one.
     pub reordered: u64,
-    /// Counter restarts seen.
+    /// Sequence resets: counter restarts and jumps too far to be loss.
     pub restarts: u64,
+    /// Report time it was last seen (for eviction).
+    #[serde(skip)]
+    seen: u64,
 }
 
 /// Sequence trackers by (node, hw_id).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SeqTracker {
     sources: HashMap<(u32, u8), SeqState>,
+    /// Largest forward jump counted as loss.
+    window: u64,
+    /// Most sources tracked.
+    limit: usize,
+    /// Loss counted by sources since evicted (the total never goes down).
+    lost_evicted: u64,
+    /// Resets counted by sources since evicted.
+    restarts_evicted: u64,
+    /// Sources evicted to stay within the limit.
+    pub evicted: u64,
 }
 
-/// Gaps larger than this fraction of the number space are treated as restarts or reordering.
-const HALF: u64 = 2;
+impl Default for SeqTracker {
+    fn default() -> Self {
+        SeqTracker::new(DEFAULT_SEQ_WINDOW, usize::MAX)
+    }
+}
 
 impl SeqTracker {
-    /// Accounts `seq` (of `bits` width) from `(node, hw_id)`.
-    pub fn observe(&mut self, node: u32, hw_id: u8, seq: u32, bits: u32) -> SeqOutcome {
+    /// Trackers that count forward jumps up to `window` as loss and hold at most `limit` sources.
+    pub fn new(window: u32, limit: usize) -> Self {
+        SeqTracker {
+            sources: HashMap::default(),
+            window: u64::from(window.max(1)),
+            limit: limit.max(1),
+            lost_evicted: 0,
+            restarts_evicted: 0,
+            evicted: 0,
+        }
+    }
+
+    /// Accounts `seq` (of `bits` width) from `(node, hw_id)` at report time `now`.
+    pub fn observe(&mut self, node: u32, hw_id: u8, seq: u32, bits: u32, now: u64) -> SeqOutcome {
         let space: u64 = 1u64 << bits;
         let mask = (space - 1) as u32;
         let seq = seq & mask;
@@ -60,18 +102,23 @@ impl SeqTracker {
                 SeqState {
                     next: seq.wrapping_add(1) & mask,
                     received: 1,
+                    seen: now,
                     ..SeqState::default()
                 },
             );
+            if self.sources.len() > self.limit {
+                self.evict();
+            }
             return SeqOutcome::First;
         };
         s.received += 1;
+        s.seen = now;
         // `space` is a power of two: the mask is the modulo without a division per datagram.
         let ahead = (u64::from(seq) + space - u64::from(s.next)) & (space - 1);
         if ahead == 0 {
             s.next = seq.wrapping_add(1) & mask;
             SeqOutcome::InOrder
-        } else if ahead < space / HALF {
+        } else if ahead <= self.window && ahead < space / 2 {
             let expected = s.next;
             s.lost += ahead;
             s.next = seq.wrapping_add(1) & mask;
@@ -79,8 +126,8 @@ impl SeqTracker {
                 lost: ahead,
                 expected,
             }
-        } else if space - ahead <= 1024 {
-            // Within the last 1024 numbers: a late arrival we had counted as lost.
+        } else if space - ahead <= LATE_WINDOW {
+            // Within the last numbers: a late arrival we had counted as lost.
             s.reordered += 1;
             s.lost = s.lost.saturating_sub(1);
             SeqOutcome::Late
@@ -91,14 +138,52 @@ impl SeqTracker {
         }
     }
 
+    /// Evicts the least recently seen eighth of the sources (at least one), keeping what they
+    /// counted in the totals: one pass every `limit / 8` new sources, none per report.
+    #[cold]
+    #[inline(never)]
+    fn evict(&mut self) {
+        let keep = self.limit - self.limit / 8;
+        let k = self.sources.len().saturating_sub(keep).max(1);
+        let mut times: Vec<u64> = self.sources.values().map(|s| s.seen).collect();
+        let mut cut = crate::id_table::Cutoff::oldest(&mut times, k);
+        let (mut lost, mut restarts) = (0, 0);
+        self.sources.retain(|_, s| {
+            let evict = cut.take(s.seen);
+            if evict {
+                lost += s.lost;
+                restarts += s.restarts;
+            }
+            !evict
+        });
+        self.lost_evicted += lost;
+        self.restarts_evicted += restarts;
+        self.evicted += k as u64;
+    }
+
     /// All sources and their counters.
     pub fn sources(&self) -> impl Iterator<Item = ((u32, u8), &SeqState)> {
         self.sources.iter().map(|(k, v)| (*k, v))
     }
 
-    /// Reports lost across all sources.
+    /// Sources tracked.
+    pub fn len(&self) -> usize {
+        self.sources.len()
+    }
+
+    /// Whether no source is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.sources.is_empty()
+    }
+
+    /// Reports lost across all sources, evicted ones included.
     pub fn total_lost(&self) -> u64 {
-        self.sources.values().map(|s| s.lost).sum()
+        self.lost_evicted + self.sources.values().map(|s| s.lost).sum::<u64>()
+    }
+
+    /// Sequence resets across all sources, evicted ones included.
+    pub fn total_restarts(&self) -> u64 {
+        self.restarts_evicted + self.sources.values().map(|s| s.restarts).sum::<u64>()
     }
 }
 
@@ -109,35 +194,91 @@ mod tests {
     #[test]
     fn gaps_wraps_late_and_restarts() {
         let mut t = SeqTracker::default();
-        assert_eq!(t.observe(1, 0, 10, 22), SeqOutcome::First);
-        assert_eq!(t.observe(1, 0, 11, 22), SeqOutcome::InOrder);
+        assert_eq!(t.observe(1, 0, 10, 22, 0), SeqOutcome::First);
+        assert_eq!(t.observe(1, 0, 11, 22, 0), SeqOutcome::InOrder);
         assert_eq!(
-            t.observe(1, 0, 15, 22),
+            t.observe(1, 0, 15, 22, 0),
             SeqOutcome::Gap {
                 lost: 3,
                 expected: 12
             }
         );
-        assert_eq!(t.observe(1, 0, 13, 22), SeqOutcome::Late);
+        assert_eq!(t.observe(1, 0, 13, 22, 0), SeqOutcome::Late);
         let max = (1u32 << 22) - 1;
         let mut w = SeqTracker::default();
-        w.observe(2, 1, max - 1, 22);
-        assert_eq!(w.observe(2, 1, max, 22), SeqOutcome::InOrder);
-        assert_eq!(w.observe(2, 1, 0, 22), SeqOutcome::InOrder, "22-bit wrap");
+        w.observe(2, 1, max - 1, 22, 0);
+        assert_eq!(w.observe(2, 1, max, 22, 0), SeqOutcome::InOrder);
         assert_eq!(
-            w.observe(2, 1, 2_000_000, 22),
-            SeqOutcome::Gap {
-                lost: 1_999_999,
-                expected: 1
-            },
-            "forward jumps under half the space are loss"
+            w.observe(2, 1, 0, 22, 0),
+            SeqOutcome::InOrder,
+            "22-bit wrap"
         );
         assert_eq!(
-            w.observe(2, 1, 5, 22),
+            w.observe(2, 1, 60_000, 22, 0),
+            SeqOutcome::Gap {
+                lost: 59_999,
+                expected: 1
+            },
+            "forward jumps within the window are loss"
+        );
+        assert_eq!(
+            w.observe(2, 1, 60_002 + DEFAULT_SEQ_WINDOW, 22, 0),
+            SeqOutcome::Restart,
+            "a jump beyond the window is a reset, not loss"
+        );
+        assert_eq!(
+            w.observe(2, 1, 5, 22, 0),
             SeqOutcome::Restart,
             "a jump far back is a counter restart"
         );
+        assert_eq!(
+            w.observe(2, 1, 6, 22, 0),
+            SeqOutcome::InOrder,
+            "resynchronised"
+        );
+        assert_eq!((w.total_lost(), w.total_restarts()), (59_999, 2));
         let s = t.sources().next().unwrap().1;
         assert_eq!((s.received, s.lost, s.reordered), (4, 2, 1));
+    }
+
+    /// Spoofed or garbage sequence numbers: each implausible jump is a reset, and what is
+    /// counted as loss is bounded by the window per report (the expected loss of a uniformly
+    /// random number is window² / 2 / space, not a quarter of the space).
+    #[test]
+    fn random_sequence_numbers_are_resets_not_loss() {
+        let mut t = SeqTracker::new(4096, usize::MAX);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let n = 100_000u64;
+        let mut resets = 0;
+        for _ in 0..n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if t.observe(7, 0, x as u32, 22, 0) == SeqOutcome::Restart {
+                resets += 1;
+            }
+        }
+        assert!(resets > n * 99 / 100, "{resets}");
+        assert_eq!(t.total_restarts(), resets);
+        // Expected: n × 4096² / 2 / 2²² = 2 per report; the old half-space rule gave ~1 M.
+        assert!(t.total_lost() < n * 8, "{}", t.total_lost());
+    }
+
+    /// Past the limit the least recently seen sources go, and their loss stays counted.
+    #[test]
+    fn trackers_are_bounded_and_keep_the_loss_of_the_evicted() {
+        let mut t = SeqTracker::new(DEFAULT_SEQ_WINDOW, 64);
+        t.observe(1, 0, 0, 22, 0);
+        t.observe(1, 0, 11, 22, 1);
+        for node in 100..10_000 {
+            let now = u64::from(node) * 10;
+            t.observe(node, 0, 0, 22, now);
+            // Source 1 stays recent: it is never the one evicted.
+            t.observe(1, 0, 12 + node - 100, 22, now + 1);
+            assert!(t.len() <= 64);
+        }
+        assert!(t.sources().any(|(k, _)| k == (1, 0)));
+        assert_eq!(t.evicted as usize, 9_900 + 1 - t.len());
+        assert_eq!(t.total_lost(), 10);
     }
 }
