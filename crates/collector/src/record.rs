@@ -485,6 +485,16 @@ fn validate_v2(ir: &IndividualReport<'_>) -> Result<(), Error> {
             ir.inner.len() as u64,
         )),
         InType::Tlv => validate_tlvs(ir),
+        // The InType says a packet is there (an Inner Only report is nothing else).
+        InType::Ethernet | InType::Ipv4 | InType::Ipv6 if ir.inner.is_empty() => {
+            Err(Error::bad_value(
+                Layer::ReportIndividual,
+                ir.offset,
+                INNER_PACKET,
+                "the packet InType 3, 4 or 5 announces",
+                0,
+            ))
+        }
         t => check_inner(ir.inner, t, ir.offset),
     }
 }
@@ -511,7 +521,8 @@ fn validate_tlvs(ir: &IndividualReport<'_>) -> Result<(), Error> {
 }
 
 /// A report's copy of the packet, when there is one, starts with a header of its type (an
-/// Ethernet frame carrying IP, ARP or MPLS, or a whole IPv4 or IPv6 header): a report whose
+/// Ethernet frame carrying IP, ARP or MPLS, or a whole IPv4 or IPv6 header; an IPv4 header's
+/// reserved flag is zero, RFC 791 §3.1, and its Total Length covers the header): a report whose
 /// packet is something else gives no flow, and random bytes that parse as a report fail here.
 #[inline]
 fn check_inner(bytes: &[u8], t: InType, at: usize) -> Result<(), Error> {
@@ -521,8 +532,13 @@ fn check_inner(bytes: &[u8], t: InType, at: usize) -> Result<(), Error> {
         InType::Ipv6 => Layer::Ipv6,
         _ => return Ok(()),
     };
+    let ipv4_ok = |b: &[u8]| {
+        let header = usize::from(b[0] & 0xf) * 4;
+        b[6] & 0x80 == 0 && usize::from(u16::from_be_bytes([b[2], b[3]])) >= header
+    };
+    let plausible = plausible_packet(bytes, t) && (t != InType::Ipv4 || ipv4_ok(bytes));
     match bytes.first() {
-        Some(&first) if !plausible_packet(bytes, t) => Err(Error::bad_value(
+        Some(&first) if !plausible => Err(Error::bad_value(
             layer,
             at,
             INNER_PACKET,

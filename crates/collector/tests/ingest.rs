@@ -370,4 +370,10 @@ fn documented_config_parses() {
     assert_eq!(cfg.detect.congestion_start, 1000);
     assert_eq!(cfg.store.retention_hours, 24);
     assert_eq!(cfg.listen[0].port(), 32766);
+    assert_eq!(
+        cfg.limits,
+        intscope_collector::state::Limits::default(),
+        "the documented limits are the defaults"
+    );
+    assert!(!cfg.reuse_port);
 }
