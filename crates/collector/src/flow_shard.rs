@@ -50,8 +50,6 @@ pub struct FlowShard {
     pub flows_evicted: u64,
     /// Most flows this shard holds.
     max_flows: usize,
-    /// The limit was passed: evict after this record.
-    evict_due: bool,
     /// This shard's events.
     pub raiser: Raiser,
 }
@@ -133,13 +131,10 @@ impl FlowShard {
         let now = r.time_ns;
         let flow_ids = &mut self.flow_ids;
         let paths = &mut self.paths;
-        let (max_flows, evict_due) = (self.max_flows, &mut self.evict_due);
         let flow = self.flows.get_or_insert_hashed(hash, key, hint, || {
             // IDs grow within a shard (taken under its lock), so `flow_ids` stays sorted.
             let id = ids.fetch_add(1, Ordering::Relaxed);
             flow_ids.push((id, key));
-            // `flow_ids` holds one entry per flow.
-            *evict_due = flow_ids.len() > max_flows;
             FlowState::new(key, id, now, paths.intern(&[]))
         });
         flow.reports += 1;
@@ -202,7 +197,8 @@ impl FlowShard {
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
         }
-        if self.evict_due {
+        // `flow_ids` holds one entry per flow, and its length is at hand.
+        if self.flow_ids.len() > self.max_flows {
             self.evict_flows();
         }
         FlowSeen {
@@ -233,7 +229,6 @@ impl FlowShard {
     #[cold]
     #[inline(never)]
     fn evict_flows(&mut self) {
-        self.evict_due = false;
         let k = excess(self.flows.len(), self.max_flows);
         let mut times: Vec<u64> = self.flows.values().map(|f| f.last_seen_ns).collect();
         let mut cut = Cutoff::oldest(&mut times, k);

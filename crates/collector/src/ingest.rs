@@ -43,7 +43,7 @@ pub enum Discard {
     BadLength,
     /// Malformed: a type the spec reserves or leaves undefined (RepType, InType, NProto).
     UnknownType,
-    /// Malformed: the report's copy of the packet does not start with a header of its type.
+    /// Malformed: the report's copy of the packet has no valid IP header where its type says.
     BadInner,
     /// Malformed: another field holds a value the format does not allow.
     BadValue,
