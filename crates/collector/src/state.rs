@@ -117,8 +117,9 @@ pub struct Limits {
     pub links: usize,
     /// Flows in live state.
     pub flows: usize,
-    /// A sequence number this far ahead of the expected one, or less, means lost reports;
-    /// further ahead (or more than 1024 back) it is counted as a reset of the sequence.
+    /// A sequence number this far ahead of the expected one, or less, means lost reports (more
+    /// than 1024 once the next report confirms it); further ahead, or more than 1024 back, it is
+    /// counted as a reset of the sequence.
     pub sequence_window: u32,
 }
 
