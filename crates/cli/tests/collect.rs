@@ -508,6 +508,9 @@ fn a_second_collect_on_the_same_port_fails_without_reuse_port() {
     );
     let second = Running::start(&["--listen", &port, "--no-store", "--reuse-port"]);
     assert_eq!(second.listen, [port]);
+    // Serving, so its signal handler is in place before the SIGTERM.
+    second.get("/api/stats");
+    first.get("/api/stats");
     second.stop();
     first.stop();
 }
@@ -517,6 +520,7 @@ fn a_second_collect_on_the_same_port_fails_without_reuse_port() {
 #[test]
 fn listening_off_loopback_without_an_allowlist_warns() {
     let open = Running::start(&["--listen", "0.0.0.0:0", "--no-store"]);
+    open.get("/api/stats");
     let stderr = open.stop();
     assert!(
         stderr.contains("warning") && stderr.contains("--allow"),
