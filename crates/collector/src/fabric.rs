@@ -291,9 +291,11 @@ struct Held {
 impl Held {
     /// `port` and what it holds leave.
     fn forget_port(&mut self, port: &PortState) {
-        self.ports -= 1;
-        self.queues -= port.queues.len();
-        self.links -= port.links.iter().map(|(_, l)| l.len()).sum::<usize>();
+        // Saturating: a count that went wrong must not wrap into "always over the limit".
+        self.ports = self.ports.saturating_sub(1);
+        self.queues = self.queues.saturating_sub(port.queues.len());
+        let links = port.links.iter().map(|(_, l)| l.len()).sum::<usize>();
+        self.links = self.links.saturating_sub(links);
     }
 }
 
@@ -428,7 +430,7 @@ impl FabricShard {
             for (_, n) in &mut self.nodes {
                 for (_, p) in &mut n.ports {
                     let gone = p.queues.retain(|_, q| !cut.take(q.last_seen_ns));
-                    self.held.queues -= gone;
+                    self.held.queues = self.held.queues.saturating_sub(gone);
                     self.evicted.queues += gone as u64;
                 }
             }
@@ -451,7 +453,7 @@ impl FabricShard {
                     });
                 }
             }
-            self.held.links -= gone;
+            self.held.links = self.held.links.saturating_sub(gone);
             self.evicted.links += gone as u64;
         }
     }
