@@ -103,6 +103,11 @@ fn random_node_ids_and_ports_stay_within_the_limits() {
     assert!(held["queue"] <= 512, "{held:?}");
     assert!(held["link"] <= 512, "{held:?}");
     assert_eq!(s.nodes().count(), held["node"]);
+    assert_eq!(
+        s.nodes().map(|(_, n)| n.ports.len()).sum::<usize>(),
+        held["port"],
+        "the counts kept through evictions are the tables' sizes"
+    );
     assert_eq!(s.queues().count(), held["queue"]);
     assert_eq!(s.links().count(), held["link"]);
     assert_eq!(s.sources().count(), held["source"]);
