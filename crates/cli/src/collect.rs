@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use intscope_collector::api;
-use intscope_collector::ingest::{Collector, CollectorConfig, spawn_receivers};
+use intscope_collector::ingest::{Collector, CollectorConfig, IpNet, spawn_receivers};
 use intscope_collector::record::RecordBatch;
 use intscope_wire::locate::{DetectConfig, Packet, Start};
 
@@ -60,6 +60,15 @@ pub struct CollectArgs {
     /// Receive threads per listen address (`threads` in the config file).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    // Who may send reports, and sharing the port (docs/collector-config.md, "Exposure").
+    /// Accept reports only from this source network; repeatable (replaces `allow` in the
+    /// config file). Without any, a listen address off loopback takes reports from anyone.
+    #[arg(long = "allow", value_name = "CIDR")]
+    pub allow: Vec<IpNet>,
+    /// Share the report port with other processes already bound to it (`SO_REUSEPORT`; each
+    /// process then gets part of the reports). Without it a port in use is an error.
+    #[arg(long)]
+    pub reuse_port: bool,
 }
 
 fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
@@ -90,6 +99,10 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
     if let Some(n) = args.threads {
         cfg.threads = n;
     }
+    if !args.allow.is_empty() {
+        cfg.allow = args.allow.clone();
+    }
+    cfg.reuse_port |= args.reuse_port;
     Ok(cfg)
 }
 
@@ -116,6 +129,10 @@ pub fn run(args: &CollectArgs) -> Result<()> {
             eprintln!("{summary}");
             (Vec::new(), Vec::new())
         } else {
+            for warning in collector.config.exposure_warnings() {
+                tracing::warn!("{warning}");
+                eprintln!("intscope collect: warning: {warning}");
+            }
             spawn_receivers(&collector).context("cannot open the report sockets")?
         };
         // One line a script can read to find the (possibly ephemeral) ports.

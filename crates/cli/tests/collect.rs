@@ -482,3 +482,71 @@ fn sim_with_random_faults_to_pcap_replays_into_the_collector() {
     );
     c.stop();
 }
+
+/// A second `collect` on a port the first holds fails at start with a clear error (it used to
+/// start and silently take a share of the reports); with `--reuse-port` it shares the port.
+#[test]
+fn a_second_collect_on_the_same_port_fails_without_reuse_port() {
+    let first = Running::start(&["--listen", "127.0.0.1:0", "--no-store"]);
+    let port = first.listen[0].clone();
+    let out = bin()
+        .args([
+            "collect",
+            "--listen",
+            &port,
+            "--http",
+            "127.0.0.1:0",
+            "--no-store",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("already in use") && stderr.contains("--reuse-port"),
+        "{stderr}"
+    );
+    let second = Running::start(&["--listen", &port, "--no-store", "--reuse-port"]);
+    assert_eq!(second.listen, [port]);
+    // Serving, so its signal handler is in place before the SIGTERM.
+    second.get("/api/stats");
+    first.get("/api/stats");
+    second.stop();
+    first.stop();
+}
+
+/// Listening off loopback with no allowlist says so at start; `--allow` takes the config key's
+/// place, and a report from outside it is counted as not allowed.
+#[test]
+fn listening_off_loopback_without_an_allowlist_warns() {
+    let open = Running::start(&["--listen", "0.0.0.0:0", "--no-store"]);
+    open.get("/api/stats");
+    let stderr = open.stop();
+    assert!(
+        stderr.contains("warning") && stderr.contains("--allow"),
+        "{stderr}"
+    );
+    let guarded = Running::start(&[
+        "--listen",
+        "0.0.0.0:0",
+        "--no-store",
+        "--allow",
+        "10.0.0.0/8",
+    ]);
+    let port = guarded.listen[0].rsplit(':').next().unwrap().to_string();
+    let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.send_to(&[0x20; 40], format!("127.0.0.1:{port}"))
+        .unwrap();
+    tx.send_to(&[], format!("127.0.0.1:{port}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = loop {
+        let s = guarded.get("/api/stats");
+        if s["ingest"]["datagrams_received"] == 2 || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(s["ingest"]["discarded"]["not_allowed"], 2, "{s}");
+    let stderr = guarded.stop();
+    assert!(!stderr.contains("warning"), "{stderr}");
+}

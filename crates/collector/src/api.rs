@@ -78,6 +78,10 @@ async fn stats(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
             "ingest": ingest,
             "reports": s.counters(),
             "reports_lost": s.reports_lost(),
+            "sequence_resets": s.sequence_resets(),
+            "evicted": s.evicted(),
+            "held": s.held().iter().map(|&(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+            "limits": c.config.limits,
             "sources": sources,
             "flows": s.flow_count(),
             "flows_expired": s.flows_expired(),
@@ -402,11 +406,9 @@ pub fn render_metrics(c: &Collector) -> String {
     let mut reg = Registry::with_prefix("intscope");
     let datagrams = Family::<Labels, Counter>::default();
     let g = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-    for (outcome, v) in [
+    let discarded = crate::ingest::Discard::ALL.map(|d| (d.label(), g(c.stats.discarded(d))));
+    for (outcome, v) in discarded.into_iter().chain([
         ("accepted", g(&c.stats.accepted)),
-        ("malformed", g(&c.stats.malformed)),
-        ("unknown_version", g(&c.stats.unknown_version)),
-        ("not_allowed", g(&c.stats.not_allowed)),
         (
             "kernel_dropped",
             c.stats
@@ -416,7 +418,7 @@ pub fn render_metrics(c: &Collector) -> String {
                 .and_then(|i| crate::ingest::kernel_drops(&i))
                 .unwrap_or(0),
         ),
-    ] {
+    ]) {
         datagrams
             .get_or_create(&labels(&[("outcome", outcome.into())]))
             .inc_by(v);
@@ -463,6 +465,30 @@ pub fn render_metrics(c: &Collector) -> String {
         "Reports missing from sequence gaps, by source",
         lost,
     );
+    let resets = Counter::<u64>::default();
+    resets.inc_by(s.sequence_resets());
+    reg.register(
+        "report_sequence_resets",
+        "Sequence jumps too far to be loss (restarted or spoofed sources)",
+        resets,
+    );
+    let evicted = Family::<Labels, Counter>::default();
+    for (kind, n) in s.evicted().by_kind() {
+        evicted
+            .get_or_create(&labels(&[("kind", kind.into())]))
+            .inc_by(n);
+    }
+    reg.register(
+        "state_evicted",
+        "Least recently seen entries evicted at the state's limits, by kind",
+        evicted,
+    );
+    let held = Family::<Labels, Gauge>::default();
+    for (kind, n) in s.held() {
+        held.get_or_create(&labels(&[("kind", kind.into())]))
+            .set(n as i64);
+    }
+    reg.register("state_entries", "Entries in live state, by kind", held);
     let events = Family::<Labels, Counter>::default();
     for k in EventKind::ALL {
         events

@@ -19,10 +19,11 @@ use intscope_wire::report::drop_reason_name;
 use crate::detect::DetectConfig;
 use crate::event::{EventKind, EventLog, Place, Raiser};
 use crate::evidence::{Culprit, Evidence};
-use crate::id_table::IdTable;
+use crate::id_table::{Cutoff, IdTable};
 use crate::rank;
 use crate::record::{Hop, Record, Version};
 use crate::seq::{SeqOutcome, SeqTracker};
+use crate::state::Limits;
 
 /// Flows a congestion episode remembers for culprit ranking.
 const EPISODE_FLOWS: usize = 4096;
@@ -144,6 +145,8 @@ impl IntervalAgg {
 /// here is an [`IdTable`], so no report can make a lookup a long scan.
 #[derive(Debug, Clone, Default)]
 pub struct PortState {
+    /// Last report time it was seen (for eviction).
+    pub last_seen_ns: u64,
     /// Since the last store flush: hop latency samples and drops.
     pub interval: IntervalAgg,
     /// Last egress Tx utilization.
@@ -266,16 +269,192 @@ pub struct FabricShard {
     open_episodes: Vec<QueueKey>,
     /// This shard's events.
     pub raiser: Raiser,
+    /// This shard's share of the state's bounds.
+    limits: Limits,
+    /// Ports, queues and links held (nodes: `nodes.len()`).
+    held: Held,
+    /// An entry was added since the limits were last checked.
+    grew: bool,
+    /// Entries evicted to stay within the limits.
+    pub evicted: Evicted,
+}
+
+/// Ports, queues and links a shard holds, kept as they are added and evicted (counting them
+/// would walk every node).
+#[derive(Debug, Clone, Copy, Default)]
+struct Held {
+    ports: usize,
+    queues: usize,
+    links: usize,
+}
+
+impl Held {
+    /// `port` and what it holds leave.
+    fn forget_port(&mut self, port: &PortState) {
+        // Saturating: a count that went wrong must not wrap into "always over the limit".
+        self.ports = self.ports.saturating_sub(1);
+        self.queues = self.queues.saturating_sub(port.queues.len());
+        let links = port.links.iter().map(|(_, l)| l.len()).sum::<usize>();
+        self.links = self.links.saturating_sub(links);
+    }
+}
+
+/// Entries evicted, least recently seen first, to keep the state within its [`Limits`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Evicted {
+    /// Nodes (with their ports, queues and links, not counted again below).
+    pub nodes: u64,
+    /// (node, hw_id) sequence trackers (their loss stays in `reports_lost`).
+    pub sources: u64,
+    /// Ports.
+    pub ports: u64,
+    /// Queues.
+    pub queues: u64,
+    /// Links.
+    pub links: u64,
+    /// Flows (their last interval is not stored).
+    pub flows: u64,
+}
+
+impl Evicted {
+    /// Kinds and counts, for output.
+    pub fn by_kind(&self) -> [(&'static str, u64); 6] {
+        [
+            ("node", self.nodes),
+            ("source", self.sources),
+            ("port", self.ports),
+            ("queue", self.queues),
+            ("link", self.links),
+            ("flow", self.flows),
+        ]
+    }
+
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &Evicted) {
+        self.nodes += other.nodes;
+        self.sources += other.sources;
+        self.ports += other.ports;
+        self.queues += other.queues;
+        self.links += other.links;
+        self.flows += other.flows;
+    }
+}
+
+/// How many of `held` entries to evict when over `limit`: down to seven eighths of the limit, so
+/// an eviction pass (which walks the table) comes once per `limit / 8` new entries.
+pub fn excess(held: usize, limit: usize) -> usize {
+    held.saturating_sub(limit - limit / 8).max(1)
 }
 
 impl FabricShard {
     /// A shard with these detector thresholds. Which nodes it holds is the state's business:
     /// it hands each shard the parts of records that belong there.
     pub fn new(cfg: DetectConfig) -> Self {
+        FabricShard::with_limits(cfg, Limits::default())
+    }
+
+    /// A shard with these detector thresholds that holds at most `limits`.
+    pub fn with_limits(cfg: DetectConfig, limits: Limits) -> Self {
         FabricShard {
             raiser: Raiser::new(cfg.event_interval_ns),
+            seq: SeqTracker::new(limits.sequence_window, limits.sources),
             cfg,
+            limits,
             ..FabricShard::default()
+        }
+    }
+
+    /// Evictions, of this shard's sequence trackers too.
+    pub fn evicted(&self) -> Evicted {
+        Evicted {
+            sources: self.seq.evicted,
+            ..self.evicted
+        }
+    }
+
+    /// Ports, queues and links held.
+    pub fn held(&self) -> (usize, usize, usize) {
+        (self.held.ports, self.held.queues, self.held.links)
+    }
+
+    /// Brings every table back within its limit, evicting the least recently seen (report
+    /// time) entries. Called after a part that added entries, so a table exceeds its limit by
+    /// at most what one record adds.
+    #[cold]
+    #[inline(never)]
+    fn enforce_limits(&mut self) {
+        self.grew = false;
+        let l = self.limits;
+        if self.nodes.len() > l.nodes {
+            let k = excess(self.nodes.len(), l.nodes);
+            let mut times: Vec<u64> = self.nodes.iter().map(|(_, n)| n.last_seen_ns).collect();
+            let mut cut = Cutoff::oldest(&mut times, k);
+            let held = &mut self.held;
+            let gone = self.nodes.retain(|_, n| {
+                let evict = cut.take(n.last_seen_ns);
+                if evict {
+                    n.ports.iter().for_each(|(_, p)| held.forget_port(p));
+                }
+                !evict
+            });
+            self.evicted.nodes += gone as u64;
+        }
+        if self.held.ports > l.ports {
+            let k = excess(self.held.ports, l.ports);
+            let mut times = Vec::with_capacity(self.held.ports);
+            for (_, n) in &self.nodes {
+                times.extend(n.ports.iter().map(|(_, p)| p.last_seen_ns));
+            }
+            let mut cut = Cutoff::oldest(&mut times, k);
+            let held = &mut self.held;
+            for (_, n) in &mut self.nodes {
+                let gone = n.ports.retain(|_, p| {
+                    let evict = cut.take(p.last_seen_ns);
+                    if evict {
+                        held.forget_port(p);
+                    }
+                    !evict
+                });
+                self.evicted.ports += gone as u64;
+            }
+        }
+        if self.held.queues > l.queues {
+            let k = excess(self.held.queues, l.queues);
+            let mut times = Vec::with_capacity(self.held.queues);
+            for (_, n) in &self.nodes {
+                for (_, p) in &n.ports {
+                    times.extend(p.queues.iter().map(|(_, q)| q.last_seen_ns));
+                }
+            }
+            let mut cut = Cutoff::oldest(&mut times, k);
+            for (_, n) in &mut self.nodes {
+                for (_, p) in &mut n.ports {
+                    let gone = p.queues.retain(|_, q| !cut.take(q.last_seen_ns));
+                    self.held.queues = self.held.queues.saturating_sub(gone);
+                    self.evicted.queues += gone as u64;
+                }
+            }
+        }
+        if self.held.links > l.links {
+            let k = excess(self.held.links, l.links);
+            let mut times = Vec::with_capacity(self.held.links);
+            for (_, n) in &self.nodes {
+                for (_, p) in &n.ports {
+                    times.extend(p.links().map(|(_, _, l)| l.last_seen_ns));
+                }
+            }
+            let mut cut = Cutoff::oldest(&mut times, k);
+            let mut gone = 0;
+            for (_, n) in &mut self.nodes {
+                for (_, p) in &mut n.ports {
+                    p.links.retain(|_, to| {
+                        gone += to.retain(|_, l| !cut.take(l.last_seen_ns));
+                        !to.is_empty()
+                    });
+                }
+            }
+            self.held.links = self.held.links.saturating_sub(gone);
+            self.evicted.links += gone as u64;
         }
     }
 
@@ -313,6 +492,9 @@ impl FabricShard {
         if parts.last_recorded.is_none() && (r.hop_limit_exceeded || r.mtu_exceeded) {
             self.observe_limits(r, None, parts.seen.id, log);
         }
+        if self.grew {
+            self.enforce_limits();
+        }
     }
 
     #[inline(always)]
@@ -330,6 +512,9 @@ impl FabricShard {
         if parts.last_recorded == Some(index) && (r.hop_limit_exceeded || r.mtu_exceeded) {
             self.observe_limits(r, Some(hop), parts.seen.id, log);
         }
+        if self.grew {
+            self.enforce_limits();
+        }
     }
 
     fn observe_reporter(&mut self, r: &Record, log: &Mutex<EventLog>) {
@@ -345,9 +530,13 @@ impl FabricShard {
         if r.first_in_datagram {
             self.observe_sequence(r, log);
         }
-        let reporter = self.nodes.get_or_insert_with(r.node_id, || NodeState {
-            first_seen_ns: now,
-            ..NodeState::default()
+        let grew = &mut self.grew;
+        let reporter = self.nodes.get_or_insert_with(r.node_id, || {
+            *grew = true;
+            NodeState {
+                first_seen_ns: now,
+                ..NodeState::default()
+            }
         });
         reporter.reports_sent += 1;
         reporter.last_seen_ns = now;
@@ -387,7 +576,7 @@ impl FabricShard {
     fn observe_sequence(&mut self, r: &Record, log: &Mutex<EventLog>) {
         if let SeqOutcome::Gap { lost, expected } =
             self.seq
-                .observe(r.node_id, r.hw_id, r.seq, r.version.seq_bits())
+                .observe(r.node_id, r.hw_id, r.seq, r.version.seq_bits(), r.time_ns)
         {
             let ev = move || Evidence::LostReports {
                 hw_id: r.hw_id,
@@ -447,14 +636,23 @@ impl FabricShard {
     ) {
         let now = r.time_ns;
         {
-            let node = self.nodes.get_or_insert_with(hop.node_id, || NodeState {
-                first_seen_ns: now,
-                ..NodeState::default()
+            let (grew, held) = (&mut self.grew, &mut self.held);
+            let node = self.nodes.get_or_insert_with(hop.node_id, || {
+                *grew = true;
+                NodeState {
+                    first_seen_ns: now,
+                    ..NodeState::default()
+                }
             });
             node.hops_seen += 1;
             node.last_seen_ns = now;
             let Some(port) = hop.egress_if() else { return };
-            let ps = node.ports.get_or_default(port);
+            let ps = node.ports.get_or_insert_with(port, || {
+                *grew = true;
+                held.ports += 1;
+                PortState::default()
+            });
+            ps.last_seen_ns = now;
             if let Some(util) = hop.egress_tx_util() {
                 ps.tx_util = Some(util);
             }
@@ -491,13 +689,21 @@ impl FabricShard {
                 }
             }
             if let Some((to, to_port)) = next.and_then(|b| Some((b.node_id, b.ingress_if()?))) {
-                let link = ps.links.get_or_default(to).get_or_default(to_port);
+                let link = ps.links.get_or_default(to).get_or_insert_with(to_port, || {
+                    *grew = true;
+                    held.links += 1;
+                    LinkState::default()
+                });
                 link.reports += 1;
                 link.last_seen_ns = now;
             }
             if let (Some(q), Some(occ)) = (hop.queue_id(), hop.queue_occupancy()) {
                 let key = QueueKey::new(hop.node_id, port, q);
-                let qs = ps.queues.get_or_default(u32::from(q));
+                let qs = ps.queues.get_or_insert_with(u32::from(q), || {
+                    *grew = true;
+                    held.queues += 1;
+                    QueueState::default()
+                });
                 let cfg = &self.cfg;
                 let (open_episodes, raiser) = (&mut self.open_episodes, &mut self.raiser);
                 if let Some((ep, end)) =
@@ -575,10 +781,23 @@ impl FabricShard {
         let flow = r.flow.zip(seen.id);
         if dropped {
             let last = r.hops().last().copied().unwrap_or_default();
-            let node = self.nodes.get_or_default(r.node_id);
+            let (grew, held) = (&mut self.grew, &mut self.held);
+            let node = self.nodes.get_or_insert_with(r.node_id, || {
+                *grew = true;
+                NodeState {
+                    first_seen_ns: now,
+                    last_seen_ns: now,
+                    ..NodeState::default()
+                }
+            });
             *node.drops.entry(r.drop_reason.unwrap_or(0)).or_default() += 1;
             if let Some(p) = last.egress_if() {
-                let ps = node.ports.get_or_default(p);
+                let ps = node.ports.get_or_insert_with(p, || {
+                    *grew = true;
+                    held.ports += 1;
+                    PortState::default()
+                });
+                ps.last_seen_ns = now;
                 ps.drops += 1;
                 ps.interval.drops += 1;
             }

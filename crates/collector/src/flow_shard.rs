@@ -13,9 +13,11 @@ use intscope_wire::locate::FlowKey;
 use crate::detect::DetectConfig;
 use crate::event::{EventKind, EventLog, Place, Raiser};
 use crate::evidence::Evidence;
-use crate::fabric::{FlowSeen, spread};
+use crate::fabric::{FlowSeen, excess, spread};
 use crate::flow::{FlowState, FlowTable, Path, PathTable};
+use crate::id_table::Cutoff;
 use crate::record::Record;
+use crate::state::Limits;
 
 /// The shard of `n` that owns the flow whose key hashes to `hash` ([`crate::flow::key_hash`]).
 #[inline]
@@ -44,6 +46,10 @@ pub struct FlowShard {
     next_idle_sweep_ns: u64,
     /// Flows that left memory after `flow_idle_ns` without a report.
     pub flows_expired: u64,
+    /// Flows evicted, least recently seen first, to stay within the limit.
+    pub flows_evicted: u64,
+    /// Most flows this shard holds.
+    max_flows: usize,
     /// This shard's events.
     pub raiser: Raiser,
 }
@@ -51,9 +57,15 @@ pub struct FlowShard {
 impl FlowShard {
     /// A shard with these detector thresholds.
     pub fn new(cfg: DetectConfig) -> Self {
+        FlowShard::with_limits(cfg, Limits::default())
+    }
+
+    /// A shard with these detector thresholds that holds at most `limits.flows` flows.
+    pub fn with_limits(cfg: DetectConfig, limits: Limits) -> Self {
         FlowShard {
             raiser: Raiser::new(cfg.event_interval_ns),
             cfg,
+            max_flows: limits.flows.max(1),
             ..FlowShard::default()
         }
     }
@@ -185,6 +197,10 @@ impl FlowShard {
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
         }
+        // `flow_ids` holds one entry per flow, and its length is at hand.
+        if self.flow_ids.len() > self.max_flows {
+            self.evict_flows();
+        }
         FlowSeen {
             id: Some(id),
             head_hops: head_hops as u8,
@@ -202,7 +218,34 @@ impl FlowShard {
             .retain(|f| now.saturating_sub(f.last_seen_ns) < idle);
         let flows = &self.flows;
         self.flow_ids.retain(|(_, k)| flows.get(k).is_some());
+        // Without a store nothing else empties the list: it would keep the keys of flows gone.
+        self.dirty_flows.retain(|k| flows.get(k).is_some());
         self.flows_expired += (before - self.flows.len()) as u64;
+        self.paths.forget_unused();
+    }
+
+    /// Evicts the least recently seen flows (report time) down to seven eighths of the limit:
+    /// a pass over the table once per `limit / 8` new flows, nothing per report.
+    #[cold]
+    #[inline(never)]
+    fn evict_flows(&mut self) {
+        let k = excess(self.flows.len(), self.max_flows);
+        let mut times: Vec<u64> = self.flows.values().map(|f| f.last_seen_ns).collect();
+        let mut cut = Cutoff::oldest(&mut times, k);
+        let mut gone: Vec<u64> = Vec::with_capacity(k);
+        self.flows.retain(|f| {
+            let evict = cut.take(f.last_seen_ns);
+            if evict {
+                gone.push(f.id);
+            }
+            !evict
+        });
+        gone.sort_unstable();
+        self.flow_ids
+            .retain(|(id, _)| gone.binary_search(id).is_err());
+        let flows = &self.flows;
+        self.dirty_flows.retain(|k| flows.get(k).is_some());
+        self.flows_evicted += gone.len() as u64;
         self.paths.forget_unused();
     }
 

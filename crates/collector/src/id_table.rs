@@ -121,6 +121,67 @@ impl<V> IdTable<V> {
     }
 }
 
+impl<V> IdTable<V> {
+    /// Keeps the entries `keep` says yes to (in their order) and rebuilds the index: a pass over
+    /// the table, for evictions, which come once per many insertions. Returns how many went.
+    pub fn retain(&mut self, mut keep: impl FnMut(u32, &mut V) -> bool) -> usize {
+        let before = self.entries.len();
+        self.entries.retain_mut(|(id, v)| keep(*id, v));
+        let removed = before - self.entries.len();
+        if removed > 0 {
+            self.direct.fill(0);
+            self.hashed.clear();
+            for (p, (id, _)) in self.entries.iter().enumerate() {
+                if *id < DIRECT_IDS {
+                    self.direct[*id as usize] = p as u32 + 1;
+                } else {
+                    self.hashed.insert(*id, p as u32);
+                }
+            }
+        }
+        removed
+    }
+}
+
+/// Which entries an eviction takes: the `k` oldest by last-seen time, ties broken by order of
+/// visit. [`Cutoff::oldest`] finds the time at the k-th place in one selection (no sort), then
+/// [`Cutoff::take`] answers for each entry in a second pass.
+#[derive(Debug, Clone, Copy)]
+pub struct Cutoff {
+    /// Entries seen before this are taken.
+    time: u64,
+    /// Entries seen exactly at `time` still to take.
+    ties: usize,
+}
+
+impl Cutoff {
+    /// The cutoff that takes the `k` oldest of `times` (reordered in the process).
+    pub fn oldest(times: &mut [u64], k: usize) -> Self {
+        if k == 0 || times.is_empty() {
+            return Cutoff { time: 0, ties: 0 };
+        }
+        let k = k.min(times.len());
+        let (_, &mut time, _) = times.select_nth_unstable(k - 1);
+        let before = times.iter().filter(|&&t| t < time).count();
+        Cutoff {
+            time,
+            ties: k - before,
+        }
+    }
+
+    /// Whether the entry last seen at `time` is taken.
+    pub fn take(&mut self, time: u64) -> bool {
+        if time < self.time {
+            true
+        } else if time == self.time && self.ties > 0 {
+            self.ties -= 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 impl<V: Default> IdTable<V> {
     /// The entry of `id`, empty if new.
     #[inline]
@@ -177,6 +238,37 @@ mod tests {
             expected.sort_unstable();
             prop_assert_eq!(table.in_id_order(), expected);
             prop_assert_eq!(table.get(&12345678).is_some(), model.contains_key(&12345678));
+        }
+    }
+
+    proptest! {
+        /// After a retain the table holds what a filtered hash map holds.
+        #[test]
+        fn retain_keeps_the_index_right(ids in proptest::collection::vec(prop_oneof![0u32..300, any::<u32>()], 0..100), cut in any::<u32>()) {
+            let mut table: IdTable<u32> = IdTable::default();
+            for &id in &ids {
+                *table.get_or_default(id) = id;
+            }
+            table.retain(|id, _| id % 3 != cut % 3);
+            for &id in &ids {
+                prop_assert_eq!(table.get(&id).is_some(), id % 3 != cut % 3);
+            }
+            *table.get_or_default(5) += 1;
+            prop_assert!(table.get(&5).is_some());
+        }
+
+        /// A cutoff takes exactly `k` entries, and none newer than one it leaves.
+        #[test]
+        fn cutoff_takes_the_k_oldest(times in proptest::collection::vec(0u64..20, 1..200), k in 0usize..250) {
+            let mut scratch = times.clone();
+            let mut cut = Cutoff::oldest(&mut scratch, k);
+            let taken: Vec<bool> = times.iter().map(|&t| cut.take(t)).collect();
+            prop_assert_eq!(taken.iter().filter(|&&t| t).count(), k.min(times.len()));
+            let newest_taken = times.iter().zip(&taken).filter(|(_, t)| **t).map(|(t, _)| *t).max();
+            let oldest_kept = times.iter().zip(&taken).filter(|(_, t)| !**t).map(|(t, _)| *t).min();
+            if let (Some(a), Some(b)) = (newest_taken, oldest_kept) {
+                prop_assert!(a <= b);
+            }
         }
     }
 }

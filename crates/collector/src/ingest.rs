@@ -1,6 +1,9 @@
 //! Receiving reports: UDP sockets (one per thread, `SO_REUSEPORT` so the kernel spreads sources
 //! across them, large receive buffers), a source allowlist, and an account of every datagram:
-//! accepted, or discarded with a reason. The same entry point serves pcap replays.
+//! accepted, or discarded with a reason ([`Discard`]). The same entry point serves pcap replays.
+//!
+//! A port another process already holds is an error unless `reuse_port` is set: with
+//! `SO_REUSEPORT` alone a second collector would silently take a share of the reports.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,27 +11,104 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use intscope_wire::Error;
 use intscope_wire::error::{ErrorKind, Layer};
 use intscope_wire::locate::DetectConfig;
-use ipnet::IpNet;
+/// A source network of the allowlist (`allow`, `--allow`).
+pub use ipnet::IpNet;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::detect::DetectConfig as Thresholds;
 use crate::record::{FlowKeyMode, RecordBatch, decode_into};
-use crate::state::State;
+use crate::state::{Limits, State};
 use crate::store::{
     Flusher, SqliteStore, Store, StoreConfig, StoreError, StoreStats, collect_batch, spawn_writer,
 };
 
-/// Why a datagram was discarded.
+/// Why a datagram was discarded. Every received datagram is accepted or discarded for exactly
+/// one of these; the malformed ones ([`Discard::is_malformed`]) also add to
+/// [`IngestStats::malformed`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Discard {
-    /// Bytes that do not decode (the error says where).
-    Malformed,
-    /// A report version this collector does not know.
-    UnknownVersion,
     /// The source address is not in the allowlist.
     NotAllowed,
+    /// An empty UDP payload.
+    ZeroLength,
+    /// A report version this collector does not know (the first header's Ver).
+    UnknownVersion,
+    /// Malformed: the datagram ends inside a header (or before its first report).
+    Truncated,
+    /// Malformed: a length field claims more bytes than there are, or disagrees with the
+    /// metadata bits it counts.
+    BadLength,
+    /// Malformed: a type the spec reserves or leaves undefined (RepType, InType, NProto).
+    UnknownType,
+    /// Malformed: the report's copy of the packet has no valid IP header where its type says.
+    BadInner,
+    /// Malformed: another field holds a value the format does not allow.
+    BadValue,
+}
+
+impl Discard {
+    /// Every reason, in output order.
+    pub const ALL: [Discard; 8] = [
+        Discard::NotAllowed,
+        Discard::ZeroLength,
+        Discard::UnknownVersion,
+        Discard::Truncated,
+        Discard::BadLength,
+        Discard::UnknownType,
+        Discard::BadInner,
+        Discard::BadValue,
+    ];
+
+    /// The label in `/api/stats` and `/metrics`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Discard::NotAllowed => "not_allowed",
+            Discard::ZeroLength => "zero_length",
+            Discard::UnknownVersion => "unknown_version",
+            Discard::Truncated => "truncated",
+            Discard::BadLength => "bad_length",
+            Discard::UnknownType => "unknown_type",
+            Discard::BadInner => "bad_inner",
+            Discard::BadValue => "bad_value",
+        }
+    }
+
+    /// Whether it is a kind of malformed datagram.
+    pub fn is_malformed(self) -> bool {
+        !matches!(
+            self,
+            Discard::NotAllowed | Discard::ZeroLength | Discard::UnknownVersion
+        )
+    }
+
+    /// Why a datagram whose decode ended in `e` after `decoded` reports is discarded.
+    pub fn of(e: &Error, decoded: usize) -> Discard {
+        match e.kind {
+            ErrorKind::BadValue { field: "Ver", .. }
+                if decoded == 0 && e.layer == Layer::ReportGroup =>
+            {
+                Discard::UnknownVersion
+            }
+            ErrorKind::BadValue {
+                field: "RepType" | "InType" | "NProto" | "TLVType",
+                ..
+            } => Discard::UnknownType,
+            ErrorKind::BadValue {
+                field: "Report Length" | "MD Length",
+                ..
+            } => Discard::BadLength,
+            ErrorKind::BadValue {
+                field: crate::record::INNER_PACKET,
+                ..
+            } => Discard::BadInner,
+            ErrorKind::BadValue { .. } => Discard::BadValue,
+            ErrorKind::BadLength { .. } => Discard::BadLength,
+            ErrorKind::Truncated { .. } => Discard::Truncated,
+        }
+    }
 }
 
 /// Datagram and report counters (lock-free; read by the API and `/metrics`).
@@ -40,12 +120,24 @@ pub struct IngestStats {
     pub accepted: AtomicU64,
     /// Individual reports decoded.
     pub reports: AtomicU64,
-    /// Discarded: malformed.
+    /// Discarded as malformed, any kind (the sum of the malformed reasons).
     pub malformed: AtomicU64,
     /// Discarded: unknown version.
     pub unknown_version: AtomicU64,
     /// Discarded: source not allowed.
     pub not_allowed: AtomicU64,
+    /// Discarded: empty payload.
+    pub zero_length: AtomicU64,
+    /// Discarded, malformed: truncated.
+    pub truncated: AtomicU64,
+    /// Discarded, malformed: a length field that does not fit.
+    pub bad_length: AtomicU64,
+    /// Discarded, malformed: a reserved or undefined type.
+    pub unknown_type: AtomicU64,
+    /// Discarded, malformed: the inner packet is not a packet of its type.
+    pub bad_inner: AtomicU64,
+    /// Discarded, malformed: another bad field.
+    pub bad_value: AtomicU64,
     /// Socket receive errors.
     pub socket_errors: AtomicU64,
     /// The last decode error, for the API ("malformed at offset X").
@@ -79,18 +171,41 @@ pub fn kernel_drops(inodes: &[u64]) -> Option<u64> {
 }
 
 impl IngestStats {
+    /// The counter of datagrams discarded for `reason`.
+    pub fn discarded(&self, reason: Discard) -> &AtomicU64 {
+        match reason {
+            Discard::NotAllowed => &self.not_allowed,
+            Discard::ZeroLength => &self.zero_length,
+            Discard::UnknownVersion => &self.unknown_version,
+            Discard::Truncated => &self.truncated,
+            Discard::BadLength => &self.bad_length,
+            Discard::UnknownType => &self.unknown_type,
+            Discard::BadInner => &self.bad_inner,
+            Discard::BadValue => &self.bad_value,
+        }
+    }
+
+    /// Counts a datagram discarded for `reason`; returns how many were before it.
+    pub fn discard(&self, reason: Discard) -> u64 {
+        if reason.is_malformed() {
+            self.malformed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.discarded(reason).fetch_add(1, Ordering::Relaxed)
+    }
+
     /// A snapshot as JSON.
     pub fn snapshot(&self) -> serde_json::Value {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut discarded = serde_json::Map::new();
+        discarded.insert("malformed".into(), g(&self.malformed).into());
+        for reason in Discard::ALL {
+            discarded.insert(reason.label().into(), g(self.discarded(reason)).into());
+        }
         serde_json::json!({
             "datagrams_received": g(&self.received),
             "datagrams_accepted": g(&self.accepted),
             "reports_decoded": g(&self.reports),
-            "discarded": {
-                "malformed": g(&self.malformed),
-                "unknown_version": g(&self.unknown_version),
-                "not_allowed": g(&self.not_allowed),
-            },
+            "discarded": discarded,
             "socket_errors": g(&self.socket_errors),
             "kernel_dropped": self.socket_inodes.lock().ok().and_then(|i| kernel_drops(&i)),
             "last_error": self.last_error.lock().map(|e| e.clone()).unwrap_or(None),
@@ -121,6 +236,11 @@ pub struct CollectorConfig {
     pub recv_buffer: usize,
     /// Accept reports only from these networks (empty: from anywhere).
     pub allow: Vec<IpNet>,
+    /// Share the report ports with other processes (`SO_REUSEPORT` across processes). Off, a
+    /// port another process holds is an error at start.
+    pub reuse_port: bool,
+    /// Bounds on the live state (nodes, sources, ports, queues, links, flows).
+    pub limits: Limits,
     /// Which headers of the reported packet form the flow key.
     pub flow_key: FlowKeyMode,
     /// INT UDP destination ports of the reported packets (INT_TBD).
@@ -142,6 +262,27 @@ pub struct CollectorConfig {
     pub discard: bool,
 }
 
+impl CollectorConfig {
+    /// What this configuration exposes that an operator should know at start: report ports
+    /// off loopback that take reports from any source (anyone who can reach them can feed the
+    /// collector made-up nodes, flows and events).
+    pub fn exposure_warnings(&self) -> Vec<String> {
+        if !self.allow.is_empty() {
+            return Vec::new();
+        }
+        self.listen
+            .iter()
+            .filter(|a| !a.ip().is_loopback())
+            .map(|a| {
+                format!(
+                    "reports are accepted from any source on {a} (not loopback, no allowlist): \
+                     set `allow` in the config or pass --allow CIDR"
+                )
+            })
+            .collect()
+    }
+}
+
 impl Default for CollectorConfig {
     fn default() -> Self {
         CollectorConfig {
@@ -155,6 +296,8 @@ impl Default for CollectorConfig {
             threads: 1,
             recv_buffer: 64 << 20,
             allow: Vec::new(),
+            reuse_port: false,
+            limits: Limits::default(),
             flow_key: FlowKeyMode::Innermost,
             int_udp_ports: Vec::new(),
             int_dscp: Some(0x17),
@@ -204,7 +347,7 @@ impl Collector {
         };
         // One shard of each kind per receive thread: threads correlate side by side.
         let threads = config.threads.max(1) * config.listen.len().max(1);
-        let state = State::with_shards(config.detect.clone(), threads);
+        let state = State::with_limits(config.detect.clone(), config.limits, threads);
         if let Some(s) = &store {
             state.continue_event_ids(s.next_event_id()?);
         }
@@ -312,7 +455,11 @@ impl Collector {
     ) {
         tally.received += 1;
         if !self.config.allow.is_empty() && !self.config.allow.iter().any(|n| n.contains(&src)) {
-            self.stats.not_allowed.fetch_add(1, Ordering::Relaxed);
+            self.stats.discard(Discard::NotAllowed);
+            return;
+        }
+        if payload.is_empty() {
+            self.stats.discard(Discard::ZeroLength);
             return;
         }
         if self.store.is_some() {
@@ -325,16 +472,8 @@ impl Collector {
         match result {
             Ok(_) => tally.accepted += 1,
             Err(e) => {
-                // Reports decoded before the error are kept; the datagram counts as malformed.
-                let unknown = n == 0
-                    && e.layer == Layer::ReportGroup
-                    && matches!(e.kind, ErrorKind::BadValue { field: "Ver", .. });
-                let counter = if unknown {
-                    &self.stats.unknown_version
-                } else {
-                    &self.stats.malformed
-                };
-                let count = counter.fetch_add(1, Ordering::Relaxed);
+                // Reports decoded before the error are kept; the datagram counts as discarded.
+                let count = self.stats.discard(Discard::of(&e, n));
                 let msg = format!("from {src}: {e}");
                 if count < 10 || count.is_power_of_two() {
                     tracing::warn!(discarded = count + 1, "telemetry report {msg}");
@@ -418,6 +557,28 @@ pub fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// Fails with a clear error if another socket already holds `addr`'s port: a probe binds it
+/// without `SO_REUSEPORT`, which the kernel refuses if anything holds it, while the collector's
+/// own sockets (which share the port between its threads) set it.
+pub fn check_port_free(addr: SocketAddr) -> std::io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    match probe.bind(&addr.into()) {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(std::io::Error::new(
+            e.kind(),
+            format!(
+                "UDP {addr} is already in use by another process (another collector?); \
+                 pass --reuse-port (`reuse_port = true`) to share it, each process then \
+                 receiving part of the reports"
+            ),
+        )),
+        Err(e) => Err(e),
+        Ok(()) => Ok(()),
+    }
+}
+
 /// Opens a report socket on `addr` (`SO_REUSEPORT`, receive buffer `buffer` bytes).
 pub fn open_socket(addr: SocketAddr, buffer: usize) -> std::io::Result<UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
@@ -443,6 +604,9 @@ pub fn spawn_receivers(
     let mut bound = Vec::new();
     let mut handles = Vec::new();
     for &addr in &collector.config.listen {
+        if !collector.config.reuse_port {
+            check_port_free(addr)?;
+        }
         let first = open_socket(addr, collector.config.recv_buffer)?;
         let local = first.local_addr()?;
         bound.push(local);
@@ -549,7 +713,9 @@ fn receive_batches(c: &Collector, sock: UdpSocket) -> std::io::Result<()> {
                 let mut tally = Tally::default();
                 for (m, buf) in meta.iter().zip(bufs.iter()).take(n) {
                     let stride = m.stride.max(1);
-                    for datagram in buf[..m.len].chunks(stride) {
+                    // An empty datagram is one message of no chunks: counted all the same.
+                    let empty = (m.len == 0).then_some(&[][..]);
+                    for datagram in buf[..m.len].chunks(stride).chain(empty) {
                         if c.config.discard {
                             tally.received += 1;
                         } else {

@@ -6,9 +6,12 @@
 use intscope_wire::int::IntHeader;
 use intscope_wire::locate::{DetectConfig, FlowKey, Packet, Start};
 use intscope_wire::metadata::{Format, HopView, Stack};
-use intscope_wire::report::{InType, IndividualReport, Report};
+use intscope_wire::report::{
+    GROUP_LEN, INDIVIDUAL_LEN, InType, IndividualHeaderRepr, IndividualReport, IntMainRepr, Report,
+    TLV_LEN, TlvHeaderRepr,
+};
 use intscope_wire::warning::Warning;
-use intscope_wire::{Error, IntBlock};
+use intscope_wire::{Error, IntBlock, Layer};
 
 /// Most hops a record keeps; longer paths are cut (and flagged), the newest hops kept.
 pub const MAX_HOPS: usize = 16;
@@ -439,6 +442,139 @@ impl<F: FnMut(&Record)> RecordSink for EachRecord<'_, F> {
     }
 }
 
+/// The field an error about a report's copy of the packet names ([`no_packet`]).
+pub const INNER_PACKET: &str = "inner packet";
+
+/// What the wire crate tolerates but a collector cannot use, checked per report so that bytes
+/// that merely happen to parse are not taken for reports (Report v2.0 §"Individual Report
+/// Header"):
+/// - RepType "3 – 15: Reserved", and 2 (IOAM), whose main contents "will be defined in a future
+///   version": where the inner contents begin is unknown;
+/// - InType "6-15: Reserved";
+/// - for RepType 1, MD Length "must be derived based on the adjusted RepMdBits (and DSMdBits)"
+///   (§"Individual Report Main Contents for RepType 1"): at least what the bits describe, and
+///   exactly that without domain-specific bits;
+/// - InType 0 is "None": no inner contents; InType 3, 4 and 5 announce a packet, so there is one;
+/// - InType 1: TLVs that fit (§"Individual Report Inner Contents for InType 1"), of a defined
+///   TLVType ("4-15: Reserved").
+///
+/// The packet itself is checked as it is decoded ([`fill_inner`]). Scalars, not the report, are
+/// passed: a reference would make the caller keep the report in memory rather than registers.
+#[inline(always)]
+fn validate_v2(
+    h: IndividualHeaderRepr,
+    main: Option<IntMainRepr>,
+    md: usize,
+    inner_type: InType,
+    inner: &[u8],
+    at: usize,
+) -> Result<(), Error> {
+    if h.rep_type > 1 || h.in_type > 5 {
+        return Err(reserved_type(h, at));
+    }
+    if h.rep_type == 1
+        && let Some(main) = main
+    {
+        let base = Format::ReportV2.baseline_len(main.rep_md_bits);
+        let domain = 4 * main.ds_md_bits.count_ones() as usize;
+        if md < base + domain || (domain == 0 && md != base) {
+            return Err(Error::bad_value(
+                Layer::ReportIndividual,
+                at + 2,
+                "MD Length",
+                "the words RepMdBits and DSMdBits describe",
+                (md / 4) as u64,
+            ));
+        }
+    }
+    match inner_type {
+        InType::None if !inner.is_empty() => Err(Error::bad_value(
+            Layer::ReportIndividual,
+            at + 1,
+            "Report Length",
+            "no inner contents after the main contents (InType 0, None)",
+            inner.len() as u64,
+        )),
+        InType::Ethernet | InType::Ipv4 | InType::Ipv6 if inner.is_empty() => {
+            Err(no_packet(inner_type, at))
+        }
+        InType::Tlv => validate_tlvs(inner, at),
+        _ => Ok(()),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn reserved_type(h: IndividualHeaderRepr, at: usize) -> Error {
+    if h.rep_type > 1 {
+        Error::bad_value(
+            Layer::ReportIndividual,
+            at,
+            "RepType",
+            "0 (Inner Only) or 1 (INT); 2 (IOAM) has no defined contents, 3-15 are reserved",
+            u64::from(h.rep_type),
+        )
+    } else {
+        Error::bad_value(
+            Layer::ReportIndividual,
+            at,
+            "InType",
+            "0-5 (6-15 are reserved)",
+            u64::from(h.in_type),
+        )
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn validate_tlvs(inner: &[u8], at: usize) -> Result<(), Error> {
+    let mut rest = inner;
+    while !rest.is_empty() {
+        let h = TlvHeaderRepr::parse(rest).map_err(|e| e.shifted(at))?;
+        let end = TLV_LEN + usize::from(h.length) * 4;
+        if end > rest.len() {
+            return Err(Error::bad_length(
+                Layer::ReportTlv,
+                at,
+                "TLVLength",
+                end,
+                rest.len(),
+            ));
+        }
+        if let InType::Reserved(_) = h.in_type() {
+            return Err(Error::bad_value(
+                Layer::ReportTlv,
+                at,
+                "TLVType",
+                "0-3 (4-15 are reserved)",
+                u64::from(h.tlv_type),
+            ));
+        }
+        rest = &rest[end..];
+    }
+    Ok(())
+}
+
+/// The error for a report whose copy of the packet (of type `t`) holds no IP header where its
+/// type says one is (after Ethernet, VLAN tags and MPLS labels for an Ethernet frame): a report
+/// of such a packet gives no flow, and random bytes that parse as a report end here.
+#[cold]
+#[inline(never)]
+fn no_packet(t: InType, at: usize) -> Error {
+    let layer = match t {
+        InType::Ipv4 => Layer::Ipv4,
+        InType::Ipv6 => Layer::Ipv6,
+        _ => Layer::Ethernet,
+    };
+    Error::bad_value(
+        layer,
+        at,
+        INNER_PACKET,
+        "a packet with a valid IPv4 or IPv6 header",
+        u64::from(t.raw()),
+    )
+}
+
 /// Decodes every individual report of a datagram (the UDP payload), calling `sink` with each.
 /// Returns the number of reports; an error means the datagram (or the rest of it) is malformed.
 pub fn decode_datagram(
@@ -473,19 +609,53 @@ pub fn decode_into(
             let mut n = 0;
             for ir in report.individual_reports() {
                 let ir = ir?;
+                let at = ir.offset;
+                validate_v2(
+                    ir.header,
+                    ir.main,
+                    ir.metadata.len(),
+                    ir.inner_type,
+                    ir.inner,
+                    at,
+                )?;
                 let record = out.slot();
                 record.reset(time_ns, Version::V2);
                 record.node_id = group.node_id;
                 record.hw_id = group.hw_id;
                 record.seq = group.sequence;
                 record.first_in_datagram = n == 0;
-                fill_v2(record, &ir, cfg, mode);
+                if !fill_v2(record, &ir, cfg, mode) {
+                    return Err(no_packet(ir.inner_type, at));
+                }
                 out.filled();
                 n += 1;
+            }
+            if n == 0 {
+                // "Each telemetry report packet contains one or more individual reports".
+                return Err(Error::truncated(
+                    Layer::ReportIndividual,
+                    GROUP_LEN,
+                    INDIVIDUAL_LEN,
+                    0,
+                ));
             }
             Ok(n)
         }
         Report::V1 { header, inner, .. } => {
+            let in_type = match header.nproto {
+                0 => InType::Ethernet,
+                1 => InType::Ipv4,
+                2 => InType::Ipv6,
+                n => {
+                    return Err(Error::bad_value(
+                        Layer::ReportV1,
+                        0,
+                        "NProto",
+                        "0 (Ethernet), 1 (IPv4) or 2 (IPv6)",
+                        u64::from(n),
+                    ));
+                }
+            };
             let record = out.slot();
             record.reset(time_ns, Version::V1);
             record.node_id = header.switch_id;
@@ -499,7 +669,9 @@ pub fn decode_into(
                 2 => Start::Ipv6,
                 _ => Start::Ethernet,
             };
-            fill_inner(record, inner, start, cfg, mode);
+            if !fill_inner(record, inner, start, cfg, mode) && !inner.is_empty() {
+                return Err(no_packet(in_type, intscope_wire::report::V1_LEN));
+            }
             // v1.0 sinks report their own metadata in the stack; the node is the last hop.
             if record
                 .hops()
@@ -524,7 +696,9 @@ pub fn decode_into(
             record.dropped = fixed.d;
             record.congested = fixed.q;
             record.tracked = fixed.f;
-            fill_inner(record, inner, Start::Ethernet, cfg, mode);
+            if !fill_inner(record, inner, Start::Ethernet, cfg, mode) && !inner.is_empty() {
+                return Err(no_packet(InType::Ethernet, payload.len() - inner.len()));
+            }
             if let Some(s) = switch {
                 record.node_id = s.switch_id;
                 record.drop_reason = s.drop_reason;
@@ -551,7 +725,14 @@ pub fn decode_into(
     }
 }
 
-fn fill_v2(record: &mut Record, ir: &IndividualReport<'_>, cfg: &DetectConfig, mode: FlowKeyMode) {
+/// Fills `record` from report `ir`; returns whether the packet it carries, if its type says
+/// there is one, has an IP layer ([`fill_inner`]).
+fn fill_v2(
+    record: &mut Record,
+    ir: &IndividualReport<'_>,
+    cfg: &DetectConfig,
+    mode: FlowKeyMode,
+) -> bool {
     let h = ir.header;
     record.dropped = h.d;
     record.congested = h.q;
@@ -563,8 +744,9 @@ fn fill_v2(record: &mut Record, ir: &IndividualReport<'_>, cfg: &DetectConfig, m
         InType::Ethernet => Some(Start::Ethernet),
         _ => None,
     };
+    let mut packet = true;
     if let Some(start) = start {
-        fill_inner(record, ir.inner, start, cfg, mode);
+        packet = fill_inner(record, ir.inner, start, cfg, mode);
     } else if ir.inner_type == InType::Tlv {
         for tlv in ir.tlvs().flatten() {
             let start = match tlv.header.in_type() {
@@ -573,7 +755,7 @@ fn fill_v2(record: &mut Record, ir: &IndividualReport<'_>, cfg: &DetectConfig, m
                 InType::Ethernet => Start::Ethernet,
                 _ => continue,
             };
-            fill_inner(record, tlv.data, start, cfg, mode);
+            packet = fill_inner(record, tlv.data, start, cfg, mode);
             break;
         }
     }
@@ -598,21 +780,24 @@ fn fill_v2(record: &mut Record, ir: &IndividualReport<'_>, cfg: &DetectConfig, m
     {
         record.push(Hop::at(record.node_id));
     }
+    packet
 }
 
-/// Flow key, TTL and the embedded INT stack of the truncated packet.
+/// Flow key, TTL and the embedded INT stack of the truncated packet. Returns whether it has an
+/// IP layer (a whole, valid IPv4 or IPv6 header, after Ethernet, VLAN tags and MPLS labels when
+/// it starts with Ethernet): a copy of a packet without one is no report of a flow.
 fn fill_inner(
     record: &mut Record,
     bytes: &[u8],
     start: Start,
     cfg: &DetectConfig,
     mode: FlowKeyMode,
-) {
+) -> bool {
     let mut p = Packet::new(bytes);
     if p.locate(start, cfg).is_err() {
         // A truncated packet too short for its L4 header still tells the IP layer.
         record.flow = p.flow;
-        return;
+        return p.ip.is_some();
     }
     if let Some((_, block)) = &p.int {
         push_stack(record, block);
@@ -626,6 +811,7 @@ fn fill_inner(
         _ => &p.flow,
     };
     record.flow = *flow;
+    p.ip.is_some()
 }
 
 fn push_stack(record: &mut Record, block: &IntBlock<'_>) {

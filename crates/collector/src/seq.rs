@@ -1,8 +1,27 @@
 //! Lost-report accounting per (node, hw_id): Report v2.0 §"Telemetry Report Group Header" —
 //! the sequence number "can be used to detect loss of telemetry reports". A real deployment lost
 //! half its reports unnoticed; this makes every gap visible.
+//!
+//! A sequence number is only as trustworthy as its sender: a spoofed datagram or a rebooted
+//! switch jumps anywhere in the number space. A forward jump is counted as loss only within a
+//! window ([`DEFAULT_SEQ_WINDOW`], configurable); beyond it, or far back, the stream is taken to
+//! have been reset (counted as such, not as loss). A jump of more than [`CONFIRM_ABOVE`] numbers
+//! within the window is counted only once the next report continues from it: a stream of random
+//! numbers then almost never confirms one, and `reports_lost` stays near the small gaps' share.
+//! The trackers are bounded too: past the limit the least recently seen eighth is evicted
+//! (counted), and the loss they had counted stays in the total.
 
 use rustc_hash::FxHashMap as HashMap;
+
+/// Forward jumps up to this many numbers count as lost reports; beyond it, as a reset.
+pub const DEFAULT_SEQ_WINDOW: u32 = 65_536;
+
+/// Numbers this far back (or less) are late arrivals, counted as reordered; further back, a reset.
+const LATE_WINDOW: u64 = 1024;
+
+/// Gaps up to this many numbers count as loss at once; larger ones (within the window) when the
+/// next report continues from them.
+pub const CONFIRM_ABOVE: u64 = 1024;
 
 /// What one sequence number tells about the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +39,11 @@ pub enum SeqOutcome {
     },
     /// An old number arrived late (counted as reordered, not lost).
     Late,
-    /// A jump so far back the source restarted its counter.
+    /// A jump forward, within the window but too far to count before the next report confirms
+    /// it (then reported as a [`SeqOutcome::Gap`]).
+    Jump,
+    /// An implausible jump (beyond the window forward, or far back): the source restarted its
+    /// counter, or the report is not its own. Counted as a reset, not as loss.
     Restart,
 }
 
@@ -35,22 +58,56 @@ pub struct SeqState {
     pub lost: u64,
     /// Reports that arrived after a later one.
     pub reordered: u64,
-    /// Counter restarts seen.
+    /// Sequence resets: counter restarts and jumps too far to be loss.
     pub restarts: u64,
+    /// A large gap waiting for the next report to confirm it (0: none).
+    #[serde(skip)]
+    unconfirmed: u32,
+    /// The number expected before that gap.
+    #[serde(skip)]
+    unconfirmed_from: u32,
+    /// Report time it was last seen (for eviction).
+    #[serde(skip)]
+    seen: u64,
 }
 
 /// Sequence trackers by (node, hw_id).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SeqTracker {
     sources: HashMap<(u32, u8), SeqState>,
+    /// Largest forward jump counted as loss.
+    window: u64,
+    /// Most sources tracked.
+    limit: usize,
+    /// Loss counted by sources since evicted (the total never goes down).
+    lost_evicted: u64,
+    /// Resets counted by sources since evicted.
+    restarts_evicted: u64,
+    /// Sources evicted to stay within the limit.
+    pub evicted: u64,
 }
 
-/// Gaps larger than this fraction of the number space are treated as restarts or reordering.
-const HALF: u64 = 2;
+impl Default for SeqTracker {
+    fn default() -> Self {
+        SeqTracker::new(DEFAULT_SEQ_WINDOW, usize::MAX)
+    }
+}
 
 impl SeqTracker {
-    /// Accounts `seq` (of `bits` width) from `(node, hw_id)`.
-    pub fn observe(&mut self, node: u32, hw_id: u8, seq: u32, bits: u32) -> SeqOutcome {
+    /// Trackers that count forward jumps up to `window` as loss and hold at most `limit` sources.
+    pub fn new(window: u32, limit: usize) -> Self {
+        SeqTracker {
+            sources: HashMap::default(),
+            window: u64::from(window.max(1)),
+            limit: limit.max(1),
+            lost_evicted: 0,
+            restarts_evicted: 0,
+            evicted: 0,
+        }
+    }
+
+    /// Accounts `seq` (of `bits` width) from `(node, hw_id)` at report time `now`.
+    pub fn observe(&mut self, node: u32, hw_id: u8, seq: u32, bits: u32, now: u64) -> SeqOutcome {
         let space: u64 = 1u64 << bits;
         let mask = (space - 1) as u32;
         let seq = seq & mask;
@@ -60,35 +117,77 @@ impl SeqTracker {
                 SeqState {
                     next: seq.wrapping_add(1) & mask,
                     received: 1,
+                    seen: now,
                     ..SeqState::default()
                 },
             );
+            if self.sources.len() > self.limit {
+                self.evict();
+            }
             return SeqOutcome::First;
         };
         s.received += 1;
+        s.seen = now;
         // `space` is a power of two: the mask is the modulo without a division per datagram.
         let ahead = (u64::from(seq) + space - u64::from(s.next)) & (space - 1);
-        if ahead == 0 {
+        if ahead == 0 && s.unconfirmed == 0 {
             s.next = seq.wrapping_add(1) & mask;
             SeqOutcome::InOrder
-        } else if ahead < space / HALF {
-            let expected = s.next;
-            s.lost += ahead;
+        } else if ahead <= CONFIRM_ABOVE {
+            // This report continues the stream: a large gap before it is confirmed.
+            let lost = ahead + u64::from(s.unconfirmed);
+            let expected = if s.unconfirmed > 0 {
+                s.unconfirmed_from
+            } else {
+                s.next
+            };
+            s.unconfirmed = 0;
+            s.lost += lost;
             s.next = seq.wrapping_add(1) & mask;
-            SeqOutcome::Gap {
-                lost: ahead,
-                expected,
+            SeqOutcome::Gap { lost, expected }
+        } else if ahead <= self.window && ahead < space / 2 {
+            // A previous unconfirmed gap was followed by another jump: neither is counted.
+            if s.unconfirmed > 0 {
+                s.restarts += 1;
             }
-        } else if space - ahead <= 1024 {
-            // Within the last 1024 numbers: a late arrival we had counted as lost.
+            s.unconfirmed = ahead as u32;
+            s.unconfirmed_from = s.next;
+            s.next = seq.wrapping_add(1) & mask;
+            SeqOutcome::Jump
+        } else if space - ahead <= LATE_WINDOW {
+            // Within the last numbers: a late arrival we had counted as lost.
             s.reordered += 1;
             s.lost = s.lost.saturating_sub(1);
             SeqOutcome::Late
         } else {
             s.restarts += 1;
+            s.unconfirmed = 0;
             s.next = seq.wrapping_add(1) & mask;
             SeqOutcome::Restart
         }
+    }
+
+    /// Evicts the least recently seen eighth of the sources (at least one), keeping what they
+    /// counted in the totals: one pass every `limit / 8` new sources, none per report.
+    #[cold]
+    #[inline(never)]
+    fn evict(&mut self) {
+        let keep = self.limit - self.limit / 8;
+        let k = self.sources.len().saturating_sub(keep).max(1);
+        let mut times: Vec<u64> = self.sources.values().map(|s| s.seen).collect();
+        let mut cut = crate::id_table::Cutoff::oldest(&mut times, k);
+        let (mut lost, mut restarts) = (0, 0);
+        self.sources.retain(|_, s| {
+            let evict = cut.take(s.seen);
+            if evict {
+                lost += s.lost;
+                restarts += s.restarts;
+            }
+            !evict
+        });
+        self.lost_evicted += lost;
+        self.restarts_evicted += restarts;
+        self.evicted += k as u64;
     }
 
     /// All sources and their counters.
@@ -96,9 +195,24 @@ impl SeqTracker {
         self.sources.iter().map(|(k, v)| (*k, v))
     }
 
-    /// Reports lost across all sources.
+    /// Sources tracked.
+    pub fn len(&self) -> usize {
+        self.sources.len()
+    }
+
+    /// Whether no source is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.sources.is_empty()
+    }
+
+    /// Reports lost across all sources, evicted ones included.
     pub fn total_lost(&self) -> u64 {
-        self.sources.values().map(|s| s.lost).sum()
+        self.lost_evicted + self.sources.values().map(|s| s.lost).sum::<u64>()
+    }
+
+    /// Sequence resets across all sources, evicted ones included.
+    pub fn total_restarts(&self) -> u64 {
+        self.restarts_evicted + self.sources.values().map(|s| s.restarts).sum::<u64>()
     }
 }
 
@@ -109,35 +223,103 @@ mod tests {
     #[test]
     fn gaps_wraps_late_and_restarts() {
         let mut t = SeqTracker::default();
-        assert_eq!(t.observe(1, 0, 10, 22), SeqOutcome::First);
-        assert_eq!(t.observe(1, 0, 11, 22), SeqOutcome::InOrder);
+        assert_eq!(t.observe(1, 0, 10, 22, 0), SeqOutcome::First);
+        assert_eq!(t.observe(1, 0, 11, 22, 0), SeqOutcome::InOrder);
         assert_eq!(
-            t.observe(1, 0, 15, 22),
+            t.observe(1, 0, 15, 22, 0),
             SeqOutcome::Gap {
                 lost: 3,
                 expected: 12
             }
         );
-        assert_eq!(t.observe(1, 0, 13, 22), SeqOutcome::Late);
+        assert_eq!(t.observe(1, 0, 13, 22, 0), SeqOutcome::Late);
         let max = (1u32 << 22) - 1;
         let mut w = SeqTracker::default();
-        w.observe(2, 1, max - 1, 22);
-        assert_eq!(w.observe(2, 1, max, 22), SeqOutcome::InOrder);
-        assert_eq!(w.observe(2, 1, 0, 22), SeqOutcome::InOrder, "22-bit wrap");
+        w.observe(2, 1, max - 1, 22, 0);
+        assert_eq!(w.observe(2, 1, max, 22, 0), SeqOutcome::InOrder);
         assert_eq!(
-            w.observe(2, 1, 2_000_000, 22),
-            SeqOutcome::Gap {
-                lost: 1_999_999,
-                expected: 1
-            },
-            "forward jumps under half the space are loss"
+            w.observe(2, 1, 0, 22, 0),
+            SeqOutcome::InOrder,
+            "22-bit wrap"
         );
         assert_eq!(
-            w.observe(2, 1, 5, 22),
+            w.observe(2, 1, 60_000, 22, 0),
+            SeqOutcome::Jump,
+            "a large jump within the window waits for the next report"
+        );
+        assert_eq!(
+            w.observe(2, 1, 60_001, 22, 0),
+            SeqOutcome::Gap {
+                lost: 59_999,
+                expected: 1
+            },
+            "the next report in order confirms it as loss"
+        );
+        assert_eq!(w.observe(2, 1, 100_000, 22, 0), SeqOutcome::Jump);
+        assert_eq!(
+            w.observe(2, 1, 3_000_000, 22, 0),
+            SeqOutcome::Restart,
+            "a jump not confirmed is not loss"
+        );
+        assert_eq!(
+            w.observe(2, 1, 3_000_002 + DEFAULT_SEQ_WINDOW, 22, 0),
+            SeqOutcome::Restart,
+            "a jump beyond the window is a reset, not loss"
+        );
+        assert_eq!(
+            w.observe(2, 1, 5, 22, 0),
             SeqOutcome::Restart,
             "a jump far back is a counter restart"
         );
+        assert_eq!(
+            w.observe(2, 1, 6, 22, 0),
+            SeqOutcome::InOrder,
+            "resynchronised"
+        );
+        assert_eq!((w.total_lost(), w.total_restarts()), (59_999, 3));
         let s = t.sources().next().unwrap().1;
         assert_eq!((s.received, s.lost, s.reordered), (4, 2, 1));
+    }
+
+    /// Spoofed or garbage sequence numbers: each implausible jump is a reset, a jump within the
+    /// window is not confirmed by the next number, and what counts as loss is the small gaps'
+    /// share.
+    #[test]
+    fn random_sequence_numbers_are_resets_not_loss() {
+        let mut t = SeqTracker::new(4096, usize::MAX);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let n = 100_000u64;
+        let mut resets = 0;
+        for _ in 0..n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if t.observe(7, 0, x as u32, 22, 0) == SeqOutcome::Restart {
+                resets += 1;
+            }
+        }
+        assert!(resets > n * 99 / 100, "{resets}");
+        assert_eq!(t.total_restarts(), resets);
+        // Only gaps up to CONFIRM_ABOVE count unconfirmed: 1024 / 2²² of the reports, 512 each,
+        // an eighth of a report per report. The old half-space rule gave ~1 M.
+        assert!(t.total_lost() < n / 2, "{}", t.total_lost());
+    }
+
+    /// Past the limit the least recently seen sources go, and their loss stays counted.
+    #[test]
+    fn trackers_are_bounded_and_keep_the_loss_of_the_evicted() {
+        let mut t = SeqTracker::new(DEFAULT_SEQ_WINDOW, 64);
+        t.observe(1, 0, 0, 22, 0);
+        t.observe(1, 0, 11, 22, 1);
+        for node in 100..10_000 {
+            let now = u64::from(node) * 10;
+            t.observe(node, 0, 0, 22, now);
+            // Source 1 stays recent: it is never the one evicted.
+            t.observe(1, 0, 12 + node - 100, 22, now + 1);
+            assert!(t.len() <= 64);
+        }
+        assert!(t.sources().any(|(k, _)| k == (1, 0)));
+        assert_eq!(t.evicted as usize, 9_900 + 1 - t.len());
+        assert_eq!(t.total_lost(), 10);
     }
 }

@@ -20,7 +20,7 @@ use crate::detect::DetectConfig;
 pub use crate::event::EVENT_LOG;
 use crate::event::{Event, EventKind, EventLog, lock};
 pub use crate::fabric::{
-    FabricShard, FlowSeen, IntervalAgg, LinkKey, LinkState, NodeState, Parts, PortState,
+    Evicted, FabricShard, FlowSeen, IntervalAgg, LinkKey, LinkState, NodeState, Parts, PortState,
     QUEUE_BUCKET_NS, QUEUE_SERIES, QueueKey, QueueState, RecordCounters, node_shard,
 };
 use crate::flow::{FlowState, key_hash};
@@ -97,6 +97,62 @@ thread_local! {
 /// Most shards of each kind (a batch tracks the shards it still has to visit in one word).
 pub const MAX_SHARDS: usize = 64;
 
+/// Bounds on the live state, whatever the reports claim (the `[limits]` table of the collector
+/// configuration, docs/collector-config.md). A table that reaches its bound evicts its least
+/// recently seen eighth (report time; counted in [`Evicted`]), so memory and the number of
+/// metric series stay bounded under a flood of made-up node IDs, ports or flows. Each shard
+/// holds its share (the bound divided by the shards, rounded up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Nodes (as reporters or hops).
+    pub nodes: usize,
+    /// (node, hw_id) report sequence trackers.
+    pub sources: usize,
+    /// Egress ports, over all nodes.
+    pub ports: usize,
+    /// Queues, over all ports (each keeps a heatmap of up to 4 KiB).
+    pub queues: usize,
+    /// Links between nodes.
+    pub links: usize,
+    /// Flows in live state.
+    pub flows: usize,
+    /// A sequence number this far ahead of the expected one, or less, means lost reports (more
+    /// than 1024 once the next report confirms it); further ahead, or more than 1024 back, it is
+    /// counted as a reset of the sequence.
+    pub sequence_window: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            nodes: 16_384,
+            sources: 65_536,
+            ports: 262_144,
+            queues: 65_536,
+            links: 262_144,
+            flows: 2_000_000,
+            sequence_window: crate::seq::DEFAULT_SEQ_WINDOW,
+        }
+    }
+}
+
+impl Limits {
+    /// One shard's share of `n` shards (at least 8 of each).
+    pub fn per_shard(&self, n: usize) -> Limits {
+        let share = |v: usize| v.div_ceil(n.max(1)).max(8);
+        Limits {
+            nodes: share(self.nodes),
+            sources: share(self.sources),
+            ports: share(self.ports),
+            queues: share(self.queues),
+            links: share(self.links),
+            flows: share(self.flows),
+            sequence_window: self.sequence_window,
+        }
+    }
+}
+
 /// The live state: shards of flows, shards of the fabric, the event log.
 #[derive(Debug)]
 pub struct State {
@@ -116,13 +172,19 @@ impl State {
 
     /// `shards` shards of each kind (one per receive thread is the usual choice).
     pub fn with_shards(cfg: DetectConfig, shards: usize) -> Self {
+        State::with_limits(cfg, Limits::default(), shards)
+    }
+
+    /// `shards` shards of each kind, holding at most `limits` between them.
+    pub fn with_limits(cfg: DetectConfig, limits: Limits, shards: usize) -> Self {
         let n = shards.clamp(1, MAX_SHARDS);
+        let share = limits.per_shard(n);
         State {
             flows: (0..n)
-                .map(|_| Mutex::new(FlowShard::new(cfg.clone())))
+                .map(|_| Mutex::new(FlowShard::with_limits(cfg.clone(), share)))
                 .collect(),
             fabric: (0..n)
-                .map(|_| Mutex::new(FabricShard::new(cfg.clone())))
+                .map(|_| Mutex::new(FabricShard::with_limits(cfg.clone(), share)))
                 .collect(),
             log: Mutex::new(EventLog::default()),
             next_flow_id: AtomicU64::new(1),
@@ -440,6 +502,42 @@ impl View<'_> {
     /// Reports lost, from sequence gaps.
     pub fn reports_lost(&self) -> u64 {
         self.fabric.iter().map(|s| s.seq.total_lost()).sum()
+    }
+
+    /// Sequence resets: restarted counters and jumps too far to be loss.
+    pub fn sequence_resets(&self) -> u64 {
+        self.fabric.iter().map(|s| s.seq.total_restarts()).sum()
+    }
+
+    /// Entries evicted to stay within the limits, by kind.
+    pub fn evicted(&self) -> Evicted {
+        let mut total = Evicted::default();
+        for s in &self.fabric {
+            total.add(&s.evicted());
+        }
+        for s in &self.flows {
+            total.flows += s.flows_evicted;
+        }
+        total
+    }
+
+    /// Entries held: (nodes, sources, ports, queues, links, flows).
+    pub fn held(&self) -> [(&'static str, usize); 6] {
+        let (mut nodes, mut sources, mut ports, mut queues, mut links) = (0, 0, 0, 0, 0);
+        for s in &self.fabric {
+            let (p, q, l) = s.held();
+            nodes += s.nodes.len();
+            sources += s.seq.len();
+            (ports, queues, links) = (ports + p, queues + q, links + l);
+        }
+        [
+            ("node", nodes),
+            ("source", sources),
+            ("port", ports),
+            ("queue", queues),
+            ("link", links),
+            ("flow", self.flow_count()),
+        ]
     }
 
     /// Records processed, by version.

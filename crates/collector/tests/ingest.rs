@@ -10,7 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::*;
-use intscope_collector::ingest::{Collector, CollectorConfig, kernel_drops, spawn_receivers};
+use intscope_collector::ingest::{
+    Collector, CollectorConfig, Discard, kernel_drops, spawn_receivers,
+};
 use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};
 use intscope_collector::record::RecordBatch;
 use intscope_collector::state::EVENT_LOG;
@@ -20,7 +22,7 @@ fn accounted(c: &Collector) -> (u64, u64) {
     let s = &c.stats;
     (
         g(&s.received),
-        g(&s.accepted) + g(&s.malformed) + g(&s.unknown_version) + g(&s.not_allowed),
+        g(&s.accepted) + Discard::ALL.iter().map(|&d| g(s.discarded(d))).sum::<u64>(),
     )
 }
 
@@ -368,4 +370,10 @@ fn documented_config_parses() {
     assert_eq!(cfg.detect.congestion_start, 1000);
     assert_eq!(cfg.store.retention_hours, 24);
     assert_eq!(cfg.listen[0].port(), 32766);
+    assert_eq!(
+        cfg.limits,
+        intscope_collector::state::Limits::default(),
+        "the documented limits are the defaults"
+    );
+    assert!(!cfg.reuse_port);
 }
