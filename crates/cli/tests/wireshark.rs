@@ -1579,15 +1579,11 @@ fn corrupted_vectors_match_dump() {
     compare_with("corrupt vectors", &pcap, &opts, false);
 }
 
-/// The legacy formats where the two tools once differed, one frame each, against dump and with
-/// the expert info each must raise (dump's JSON must carry the same code, so the frame really
-/// exercises it): INT v0.5 whose shim length outgrows its Total Hop Count, a v0.5 shim length of
-/// 0, v0.5 bit 6 and bit 15, v1.0 bit 15 (Checksum Complement, once unavailable), an unknown
-/// legacy version nibble, 2016 blocks with a disagreeing hop count, BOS misplaced / missing, a
-/// version that is not 0, an inconsistent destination header, and a Geneve header whose INT
-/// option is followed by a malformed option (the INT block is kept, the frame marked).
-#[test]
-fn legacy_frames_match_dump() {
+/// One frame per legacy case of [`legacy_frames_match_dump`], with the tshark keys it must carry
+/// and the `field` of dump's error, if it must fail.
+type LegacyCase = (Vec<u8>, &'static [&'static str], Option<&'static str>);
+
+fn legacy_cases() -> Vec<LegacyCase> {
     fn words(ws: &[u32]) -> Vec<u8> {
         ws.iter().flat_map(|w| w.to_be_bytes()).collect()
     }
@@ -1636,7 +1632,7 @@ fn legacy_frames_match_dump() {
     geneve[53] = 0x05;
     geneve[74..78].copy_from_slice(&[0, 0, 0x01, 0x1f]);
 
-    let cases: Vec<(Vec<u8>, &[&str], Option<&str>)> = vec![
+    vec![
         // Two hops by the shim, one by the count; bits 0, 6 (queue 2, congestion 12), 15.
         (
             udp_frame(
@@ -1697,7 +1693,19 @@ fn legacy_frames_match_dump() {
             None,
         ),
         (geneve, &["int.malformed", "int.hop_tree"], None),
-    ];
+    ]
+}
+
+/// The legacy formats where the two tools once differed, one frame each, against dump and with
+/// the expert info each must raise (dump's JSON must carry the same code, so the frame really
+/// exercises it): INT v0.5 whose shim length outgrows its Total Hop Count, a v0.5 shim length of
+/// 0, v0.5 bit 6 and bit 15, v1.0 bit 15 (Checksum Complement, once unavailable), an unknown
+/// legacy version nibble, 2016 blocks with a disagreeing hop count, BOS misplaced / missing, a
+/// version that is not 0, an inconsistent destination header, and a Geneve header whose INT
+/// option is followed by a malformed option (the INT block is kept, the frame marked).
+#[test]
+fn legacy_frames_match_dump() {
+    let cases = legacy_cases();
     let frames: Vec<Vec<u8>> = cases.iter().map(|(f, _, _)| f.clone()).collect();
     let dir = tempdir("legacy");
     let pcap = dir.join("legacy.pcap");
@@ -1743,4 +1751,39 @@ fn legacy_frames_match_dump() {
     assert_eq!(hop["reserved_bit15"], 0xdead_beefu32);
     assert_eq!(d[2]["int"]["hops"][0]["checksum_complement"], 0x1234_abcd);
     assert!(d[2]["int"]["hops"][1]["checksum_complement"].is_null());
+}
+
+/// As [`corrupted_frames_match_dump`], for the legacy frames of [`legacy_cases`] and the 2016
+/// specification's example: their INT bytes (and the VXLAN-GPE header in front of 2016 blocks)
+/// overwritten; whatever dump decodes the plugin decodes the same way, and the script never fails.
+#[test]
+fn corrupted_legacy_frames_match_dump() {
+    let mut seed = 0xbb67_ae85_84ca_a73bu64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut frames = Vec::new();
+    for (f, _, _) in legacy_cases() {
+        // After Ethernet/IPv4/UDP: the INT block (or VXLAN-GPE and the 2016 blocks).
+        let (a, b) = (42, f.len().min(42 + 64));
+        for _ in 0..60 {
+            let mut g = f.clone();
+            for _ in 0..1 + next() % 3 {
+                let at = a + (next() as usize) % (b - a);
+                g[at] = match next() % 4 {
+                    0 => 0xff,
+                    1 => 0,
+                    _ => next() as u8,
+                };
+            }
+            frames.push(g);
+        }
+    }
+    let dir = tempdir("corrupt-legacy");
+    let pcap = dir.join("corrupt.pcap");
+    write_pcap(&pcap, &frames);
+    compare_with("corrupt legacy", &pcap, &Opts::default(), false);
 }
