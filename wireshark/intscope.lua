@@ -128,7 +128,7 @@ fld("data", ProtoField.bytes, "int.data", "Undecoded INT data")
 -- Per-hop (and per-report) metadata: one set under int.hop.*, one under intrep.md.*
 -- (INT v2.1 section "INT-MD Metadata Header Format", Instruction Bitmap; Report v2.0 section
 -- "Individual Report Main Contents for RepType 1", RepMdBits).
-local INT_ONLY = { checksum_complement = true, reserved_bit15 = true, queue_congestion = true,
+local INT_ONLY = { checksum_complement = true, reserved_bit8 = true, reserved_bit15 = true, queue_congestion = true,
     congestion_queue_id = true, congestion_status = true, bos = true, ingress_port_id = true, egress_port_id = true }
 local REPORT_ONLY = { drop_reason = true, drop_reason_name = true }
 local function md_fields(prefix, key)
@@ -151,7 +151,7 @@ local function md_fields(prefix, key)
     m("egress_tx_util", ProtoField.uint32, "Egress interface Tx utilization")
     m("buffer_id", ProtoField.uint8, "Buffer ID")
     m("buffer_occupancy", ProtoField.uint32, "Buffer occupancy")
-    for n = 9, 15 do m("reserved_bit" .. n, ProtoField.uint32, "Reserved bit " .. n, base.HEX) end
+    for n = 8, 15 do m("reserved_bit" .. n, ProtoField.uint32, "Reserved bit " .. n, base.HEX) end
     m("checksum_complement", ProtoField.uint32, "Checksum Complement", base.HEX)
     m("drop_reason", ProtoField.uint8, "Drop reason", base.DEC, drop_reasons)
     m("drop_reason_name", ProtoField.string, "Drop reason name")
@@ -248,7 +248,9 @@ local E = {
 local WARNINGS = {
     ["shim-length-counts-shim"] =
         "INT shim Length counts the shim word (INT v1.0 semantics) although the header is v2; decoded with v1.0 semantics",
-    ["legacy-shim-length"] = "INT v0.5 shim Length disagrees with the metadata header; header used",
+    ["legacy-shim-length"] = "INT v0.5 shim Length cannot be right (shorter than header and tail, or past the "
+        .. "packet); the header's Total Hop Count used",
+    ["legacy-hop-count"] = "INT Total Hop Count disagrees with the shim length; the shim length bounded the stack",
     ["stack-leftover"] = "INT metadata stack length is not a whole number of hops",
     ["hop-too-short"] = "Hop ML is shorter than the metadata the instruction bitmap requests",
     ["unknown-domain"] = "Domain Specific ID not in the registry: domain metadata shown raw",
@@ -262,6 +264,7 @@ local WARNINGS = {
     ["v1-header-version-0"] = "INT v1.0 metadata header carries version 0",
     ["truncated-int"] = "the report's truncated packet ends inside the INT stack; the hops present were decoded",
     ["bos-missing"] = "2016 format: the bottom-of-stack bit is not set on the last metadata word",
+    ["bos-misplaced"] = "2016 format: the bottom-of-stack bit is set on a metadata word before the last",
 }
 local W = {}
 local int_experts, rep_experts = {}, {}
@@ -467,6 +470,7 @@ local function add_hop(t, M, tvb, off, bm, fmt, dlen, ds_id, ds_bits)
     if fmt == FMT_2016 then
         local names = { [0] = "node_id", "ingress_port_id", "hop_latency", "queue_occupancy", "ingress_ts",
             "egress_port_id", "queue_congestion", "egress_tx_util" }
+        local bos_at = nil
         for n = 0, 15 do
             if pos[n] then
                 local w = word(n)
@@ -481,9 +485,11 @@ local function add_hop(t, M, tvb, off, bm, fmt, dlen, ds_id, ds_bits)
                         t:add(M[name], r(n), v)
                     end
                 end
-                if band(w, 0x80000000) ~= 0 then t:add(M.bos, r(n), true) end
+                bos_at = bos_at or (band(w, 0x80000000) ~= 0 and pos[n])
             end
         end
+        -- One flag per hop, on its first word carrying BOS (dump: `bos: true` on that hop).
+        if bos_at then t:add(M.bos, tvb(bos_at, 4), true) end
         return at
     end
     if pos[0] then
@@ -599,8 +605,9 @@ local function add_hop(t, M, tvb, off, bm, fmt, dlen, ds_id, ds_bits)
                     t:add(M.drop_reason_name, tvb(pos[15] + 1, 1), drop_reasons[reason]):set_generated()
                 end
             end
-        elseif fmt == FMT_V2 then
-            -- INT v2.1: Checksum Complement 0xFFFFFFFF means "not used" (shared/spec errata).
+        elseif fmt == FMT_V2 or fmt == FMT_V1 then
+            -- INT v2.1 / v1.0: Checksum Complement; 0xFFFFFFFF means "not used" (shared/spec
+            -- errata). INT v0.5 (ONOS fabric.p4) leaves bit 15 reserved.
             if w == ONES32 then unavailable(t, M, r(15), "checksum_complement")
             else t:add(M.checksum_complement, r(15), w) end
         else
@@ -795,7 +802,8 @@ parse_legacy_block = function(tvb, off, encap, blk)
     local v1_consistent = band(h2, 0x1f) == count
     local start = off + 12
     local avail = tvb:len() - off
-    if rshift(h0, 4) == 1 or (not v05_consistent and v1_consistent) then
+    local nibble = rshift(h0, 4)
+    if nibble == 1 or (nibble == 0 and not v05_consistent and v1_consistent) then
         local h = { ver = rshift(h0, 4), rep = band(rshift(h0, 2), 3), c = band(h0, 2) ~= 0, e = band(h0, 1) ~= 0,
             m = band(h1, 0x80) ~= 0, hop_ml = band(h2, 0x1f), rhc = h3, bitmap = bitmap }
         if h.ver == 0 then blk.warnings[#blk.warnings + 1] = "v1-header-version-0" end
@@ -813,19 +821,36 @@ parse_legacy_block = function(tvb, off, encap, blk)
         return blk
     end
     if not v05_consistent then
+        if rshift(h0, 6) ~= 0 then
+            -- Neither v1.0's version nibble (1, or 0 from some generators) nor v0.5's 2-bit 0.
+            fail(off + 4, string.format("INT v1.0/v0.5 header at byte %d: Ver is %d, expected 1 (INT v1.0, 4 bits) "
+                .. "or 0 (INT v0.5, 2 bits)", off + 4, nibble))
+        end
         fail(off + 4, string.format("INT v1.0/v0.5 header at byte %d: metadata header 0x%08x is neither a v1.0 "
             .. "nor a v0.5 header consistent with its instruction bitmap",
             off + 4, u32(tvb, off + 4)))
     end
     local h = { ver = rshift(h0, 6), rep = band(rshift(h0, 4), 3), c = band(h0, 0x08) ~= 0, e = band(h0, 0x04) ~= 0,
         ins_cnt = band(h1, 0x1f), max_hop = h2, total_hop = h3, bitmap = bitmap }
-    local stack_len = h.total_hop * h.ins_cnt * 4
-    local total = 12 + stack_len + 4
-    if total > avail then
-        fail(off + 7, string.format("INT v0.5 header at byte %d: total_hop_count claims %d bytes, only %d available",
-            off + 4, total, avail))
+    -- The shim length bounds the stack (what follows the block is read from there); a Total Hop
+    -- Count that disagrees is a warning. A shim length that cannot be right (shorter than header
+    -- and tail, past the bytes: generators that leave it 0) gives way to the count.
+    local counted = h.total_hop * h.ins_cnt * 4
+    local by_shim = shim.length * 4
+    local stack_len
+    if by_shim >= 16 and by_shim <= avail then
+        stack_len = by_shim - 16
+        if stack_len ~= counted then blk.warnings[#blk.warnings + 1] = "legacy-hop-count" end
+    else
+        blk.warnings[#blk.warnings + 1] = "legacy-shim-length"
+        if 16 + counted > avail then
+            fail(off + 7, string.format(
+                "INT v0.5 header at byte %d: total_hop_count claims %d bytes, only %d available",
+                off + 4, 16 + counted, avail))
+        end
+        stack_len = counted
     end
-    if shim.length * 4 ~= total then blk.warnings[#blk.warnings + 1] = "legacy-shim-length" end
+    local total = 12 + stack_len + 4
     blk.kind, blk.version, blk.spec, blk.hdr = "v05", 0, "0.5", h
     blk.body_off, blk.body_len, blk.len = start, stack_len, total
     blk.tail_off = start + stack_len
@@ -851,17 +876,35 @@ local function parse_2016_block(tvb, off)
         fail(off + 2, string.format("INT (2016) shim at byte %d: Length claims %d bytes, only %d available", off, total, avail))
     end
     blk.len = total
+    local h = nil
     if total >= 12 then
         local h0, h1 = u8(tvb, off + 4), u8(tvb, off + 5)
-        local h = { ver = rshift(h0, 6), rep = band(rshift(h0, 4), 3), c = band(h0, 0x08) ~= 0, e = band(h0, 0x04) ~= 0,
+        h = { ver = rshift(h0, 6), rep = band(rshift(h0, 4), 3), c = band(h0, 0x08) ~= 0, e = band(h0, 0x04) ~= 0,
             ins_cnt = band(h1, 0x1f), max_hop = u8(tvb, off + 6), total_hop = u8(tvb, off + 7), bitmap = u16(tvb, off + 8) }
+    end
+    local consistent = h and h.ver == 0 and h.ins_cnt > 0 and h.ins_cnt == popcount16(h.bitmap)
+    -- A hop-by-hop header (type 1) must be a consistent version-0 header; a destination header
+    -- (type 2) is decoded the same way when it is one (as in the specification's example), kept
+    -- as opaque data otherwise (crates/wire/src/legacy.rs `parse_gpe_2016`).
+    if shim.type == 1 then
+        if not h then
+            fail(off + 4, string.format("INT (2016) header at byte %d: needs 8 bytes, only %d available",
+                off + 4, total - 4))
+        elseif h.ver ~= 0 then
+            fail(off + 4, string.format("INT (2016) header at byte %d: Ver is %d, expected 0 (2016 specification)",
+                off + 4, h.ver))
+        elseif not consistent then
+            fail(off + 5, string.format("INT (2016) header at byte %d: Instruction Count %d is not the number of bits "
+                .. "set in the instruction bitmap 0x%04x", off + 4, h.ins_cnt, h.bitmap))
+        end
+    end
+    if consistent and (shim.type == 1 or shim.type == 2) then
         blk.hdr = h
         blk.body_off, blk.body_len = off + 12, total - 12
-        -- "the length of the INT metadata stack must always be (Instruction Count * 4 * Total Hop Count)"
+        -- "the length of the INT metadata stack must always be (Instruction Count * 4 * Total Hop
+        -- Count)": the shim length bounds the stack, a count that disagrees is a warning.
         if h.ins_cnt * 4 * h.total_hop ~= blk.body_len then
-            fail(off + 7, string.format(
-                "INT (2016) header at byte %d: InsCnt %d x TotalHopCnt %d words do not fill the %d-byte stack",
-                off + 4, h.ins_cnt, h.total_hop, blk.body_len))
+            blk.warnings[#blk.warnings + 1] = "legacy-hop-count"
         end
     else
         blk.kind = "opaque"
@@ -889,6 +932,7 @@ local function add_shim(t, tvb, blk)
         st:add(F.shim_dscp, tvb(off + 3, 1), rshift(s.last, 2))
     elseif s.kind == "2016" then
         st:add(F.shim_type, tvb(off, 1), s.type)
+        st:add(F.shim_reserved, tvb(off + 1, 1), s.rsvd)
         st:add(F.shim_length, tvb(off + 2, 1), s.length)
         st:add(F.shim_next_protocol, tvb(off + 3, 1), s.next_protocol)
     elseif s.kind == "geneve" then
@@ -938,6 +982,17 @@ local function add_stack(t, tvb, blk, pinfo)
         fmt, hop_len = FMT_2016, h.ins_cnt * 4
     end
     local body_off, body_len = blk.body_off, blk.body_len
+    -- 2016 section 5.3.3: BOS marks "the last metadata instance in the stack"; checked over every
+    -- whole word of the stack (crates/wire/src/int.rs `bos_check`).
+    if fmt == FMT_2016 then
+        local words = math.floor(body_len / 4)
+        local misplaced = false
+        for k = 0, words - 2 do
+            if band(u8(tvb, body_off + 4 * k), 0x80) ~= 0 then misplaced = true end
+        end
+        if words > 0 and band(u8(tvb, body_off + 4 * (words - 1)), 0x80) == 0 then warn(t, "bos-missing") end
+        if misplaced then warn(t, "bos-misplaced") end
+    end
     local base = baseline_len(fmt, h.bitmap)
     if base > hop_len then
         warn(t, "hop-too-short")
@@ -975,7 +1030,6 @@ local function add_stack(t, tvb, blk, pinfo)
     local at, i = 0, 0
     local ds_id = h.ds_id or 0
     local ds_bits = h.ds_instruction or 0
-    local last_word = nil
     while at < body_len do
         local remaining = body_len - at
         local is_last = remaining < 2 * hop_len + source_only
@@ -990,12 +1044,8 @@ local function add_stack(t, tvb, blk, pinfo)
         local ht = t:add(F.hop, tvb(body_off + at, total), i)
         ht:set_text(string.format("Hop %d%s", i, i == 0 and " (top of stack: most recent)" or ""))
         add_hop(ht, F.HOP, tvb, body_off + at, h.bitmap, fmt, dlen, ds_id, ds_bits)
-        last_word = body_off + at + total - 4
         at = at + math.max(total, math.min(hop_len, remaining))
         i = i + 1
-    end
-    if fmt == FMT_2016 and last_word and band(u8(tvb, last_word), 0x80) == 0 then
-        warn(t, "bos-missing")
     end
 end
 
@@ -1297,9 +1347,13 @@ gpe_2016.dissector = guarded(function(tvb, pinfo, tree)
     end
     add_block(tree, tvb, blk, pinfo, gpe_depth > 0)
     -- "all VXLAN GPE headers for the INT Headers other than the last one will carry 0x05".
-    if gpe_depth >= 7 then return tvb:len() end
+    local nxt = blk.shim.next_protocol
+    if gpe_depth >= 7 and (nxt == p_int.prefs.gpe_next_proto or nxt == p_int.prefs.gpe_next_proto_2016) then
+        tree:add_proto_expert_info(E.malformed, "more than 8 stacked INT headers")
+        return tvb:len()
+    end
     gpe_depth = gpe_depth + 1
-    local okc, e = pcall(dispatch_gpe, blk.shim.next_protocol, tvb, blk.len, pinfo, tree)
+    local okc, e = pcall(dispatch_gpe, nxt, tvb, blk.len, pinfo, tree)
     gpe_depth = gpe_depth - 1
     if not okc then error(e, 0) end
     pinfo.cols.protocol:set("INT")
@@ -1358,9 +1412,10 @@ geneve_int.dissector = guarded(function(tvb, pinfo, tree)
             stop, tvb:len()))
         return tvb:len()
     end
-    -- Every option is checked before the INT one is shown: a malformed option list is an error
-    -- of the whole header, as in dump.
-    local at, int_at, int_len = 8, nil, nil
+    -- Options in order, as dump reads them: the first INT option is decoded when reached (a
+    -- malformed one ends the header); a malformed option after it keeps the INT block shown
+    -- before the error, as dump keeps the layers before a malformed one.
+    local at, shown = 8, false
     while at + 4 <= stop do
         local class = u16(tvb, at)
         local olen = 4 + band(u8(tvb, at + 3), 0x1f) * 4
@@ -1369,19 +1424,19 @@ geneve_int.dissector = guarded(function(tvb, pinfo, tree)
                 "Geneve option at byte %d: Length claims %d bytes, only %d available", at, olen, stop - at))
             return tvb:len()
         end
-        if class == p_int.prefs.geneve_class and not int_at then int_at, int_len = at, olen end
-        at = at + olen
-    end
-    if int_at then
-        local opt = tvb(0, int_at + int_len):tvb()
-        local ok, blk = pcall(parse_block, opt, int_at, "geneve", SEM_SPEC)
-        if ok then
+        if class == p_int.prefs.geneve_class and not shown then
+            shown = true
+            local opt = tvb(0, at + olen):tvb()
+            local ok, blk = pcall(parse_block, opt, at, "geneve", SEM_SPEC)
+            if not ok then
+                add_error(tree, p_int, E.malformed, opt, blk)
+                return tvb:len()
+            end
             pinfo.cols.protocol:set("INT")
             pinfo.cols.info:append(" [INT over Geneve]")
             add_block(tree, opt, blk, pinfo, false)
-        else
-            add_error(tree, p_int, E.malformed, opt, blk)
         end
+        at = at + olen
     end
     return tvb:len()
 end)

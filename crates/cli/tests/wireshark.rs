@@ -6,15 +6,11 @@
 //!
 //! tshark is required: CI installs it (`.ci/run`); a missing tshark fails these tests.
 //!
-//! Relaxed comparisons (dump differs from the spec there until issue 22 is merged; the Lua
-//! follows the spec / ONOS):
-//! * INT v0.5 instruction bit 6: dump prints one 32-bit `queue_congestion`; the plugin splits it
-//!   into `congestion_queue_id` (8 bits) and `congestion_status` (24 bits) as ONOS fabric.p4's
-//!   `int_q_congestion_t`. Compared as `queue_id << 24 | status` ([`RELAX_V05_CONGESTION`]).
-//! * The 2016 format (VXLAN-GPE next protocol 0x05, BOS bits, 0x7FFFFFFF invalid): dump does not
-//!   decode it yet; frames where only the plugin finds such a block are accepted
-//!   ([`RELAX_2016_ONLY_IN_PLUGIN`]) and the format is checked against the 2016 spec's own
-//!   example instead (`spec_2016_example`).
+//! Two relaxed comparisons remain: [`RELAX_L4_PROTOCOL_MISMATCH`] (a limitation of Wireshark's
+//! TCP dissector, not of either decoder) and [`RELAX_2016_OPAQUE_VERSION`] (a dump bug); the
+//! legacy formats (INT v1.0, v0.5 with its bit 6
+//! split as ONOS fabric.p4's `int_q_congestion_t`, the 2016 format with its BOS bits) compare
+//! field by field like every other block (`legacy_frames_match_dump`, `spec_2016_example`).
 
 mod common;
 
@@ -24,14 +20,15 @@ use std::process::Command;
 use common::{bin, repo, succeed};
 use serde_json::{Map, Value};
 
-/// See the module comment: set to false once dump splits v0.5 bit 6 (issue 22).
-const RELAX_V05_CONGESTION: bool = true;
-/// See the module comment: set to false once dump decodes the 2016 format (issue 22).
-const RELAX_2016_ONLY_IN_PLUGIN: bool = true;
 /// CableLabs' IPv6 vectors keep IP next header = TCP in front of the inserted UDP header: dump
 /// re-reads the segment as UDP (`l4-protocol-mismatch`), Wireshark's TCP dissector takes it and
 /// the plugin never sees the INT behind it. Not an issue-22 item: a known limitation.
 const RELAX_L4_PROTOCOL_MISMATCH: bool = true;
+/// A 2016-format block kept as opaque data (a destination header inconsistent with its bitmap):
+/// dump prints `"version": 2` (`IntBlock::version` falls through to 2 for `IntHeader::Opaque`),
+/// against docs/dump-json.md ("0 (v0.5 and the 2016 format)"); the plugin shows 0. A wire bug,
+/// reported, not the plugin's to copy: set to false once `version()` knows the 2016 shim.
+const RELAX_2016_OPAQUE_VERSION: bool = true;
 
 fn plugin() -> String {
     repo("wireshark/intscope.lua")
@@ -356,20 +353,6 @@ fn cmp_hop(c: &mut Cmp, path: &str, dump: &Value, ts: &Value, prefix: &str) {
             cmp_domain(c, &p, v, ts.get(format!("{prefix}.ds_tree")), prefix);
             continue;
         }
-        if k == "queue_congestion" && RELAX_V05_CONGESTION {
-            // INT v0.5 bit 6 (see the module comment).
-            let q = ts
-                .get(format!("{prefix}.congestion_queue_id"))
-                .and_then(num);
-            let s = ts.get(format!("{prefix}.congestion_status")).and_then(num);
-            expected.extend(["congestion_queue_id".into(), "congestion_status".into()]);
-            match (v.as_u64(), q, s) {
-                (Some(w), Some(q), Some(s)) if w == q << 24 | s => {}
-                (None, None, None) if unavailable.iter().any(|u| u == "congestion_queue_id") => {}
-                _ => c.fail(format!("{p}: dump {v}, tshark {q:?}/{s:?}")),
-            }
-            continue;
-        }
         expected.push(k.clone());
         if v.is_null() {
             if !unavailable.iter().any(|u| u == k) {
@@ -385,7 +368,7 @@ fn cmp_hop(c: &mut Cmp, path: &str, dump: &Value, ts: &Value, prefix: &str) {
             let Some(name) = k.strip_prefix(&format!("{prefix}.")) else {
                 continue;
             };
-            if name.starts_with("ds") || name == "unavailable" || name == "bos" {
+            if name.starts_with("ds") || name == "unavailable" {
                 continue;
             }
             if !expected.iter().any(|e| e == name) {
@@ -432,6 +415,14 @@ fn cmp_int(c: &mut Cmp, path: &str, dump: &Value, ts: &Value) {
                 }
             }
             "domain" => cmp_domain(c, &p, v, ts.get("int.hop.ds_tree"), "int.hop"),
+            "version"
+                if RELAX_2016_OPAQUE_VERSION
+                    && d.get("spec") == Some(&"2016".into())
+                    && d.contains_key("data")
+                    && v == 2 =>
+            {
+                c.field(&p, &Value::from(0), f.get("int.version"));
+            }
             "stack_error" => {
                 let mut keys = Vec::new();
                 keys_under(ts, &mut keys);
@@ -645,14 +636,8 @@ fn compare_with(name: &str, pcap: &Path, opts: &Opts, strict: bool) -> usize {
         find_all(tf, "int", &mut tints);
         // An INT item without an encapsulation only carries an error (dump: no `int` object).
         tints.retain(|i| i.get("int.encap").is_some());
-        let only_2016 = tints
-            .iter()
-            .all(|i| i.get("int.spec") == Some(&"2016".into()));
         let l4_mismatch = df.to_string().contains("l4-protocol-mismatch");
-        if dints.len() != tints.len()
-            && !(dints.is_empty() && only_2016 && RELAX_2016_ONLY_IN_PLUGIN)
-            && !(l4_mismatch && RELAX_L4_PROTOCOL_MISMATCH)
-        {
+        if dints.len() != tints.len() && !(l4_mismatch && RELAX_L4_PROTOCOL_MISMATCH) {
             c.fail(format!(
                 "dump has {} INT blocks, tshark {}",
                 dints.len(),
@@ -718,7 +703,6 @@ fn compare_with(name: &str, pcap: &Path, opts: &Opts, strict: bool) -> usize {
                 k.strip_prefix("int.warning.")
                     .or_else(|| k.strip_prefix("intrep.warning."))
             })
-            .filter(|c| *c != "bos_missing")
             .map(|c| c.replace('_', "-"))
             .collect();
         tcodes.sort();
@@ -1067,6 +1051,8 @@ fn spec_2016_example() {
     let dir = tempdir("2016");
     let pcap = dir.join("2016.pcap");
     write_pcap(&pcap, &[f]);
+    // Field by field against dump first (both blocks, the BOS hop, the invalid word).
+    assert_eq!(compare("2016", &pcap, &Opts::default()), 1);
     let t = tshark(&pcap, &Opts::default());
     let mut ints = Vec::new();
     find_all(&t[0], "int", &mut ints);
@@ -1591,4 +1577,213 @@ fn corrupted_vectors_match_dump() {
         ..Opts::default()
     };
     compare_with("corrupt vectors", &pcap, &opts, false);
+}
+
+/// One frame per legacy case of [`legacy_frames_match_dump`], with the tshark keys it must carry
+/// and the `field` of dump's error, if it must fail.
+type LegacyCase = (Vec<u8>, &'static [&'static str], Option<&'static str>);
+
+fn legacy_cases() -> Vec<LegacyCase> {
+    fn words(ws: &[u32]) -> Vec<u8> {
+        ws.iter().flat_map(|w| w.to_be_bytes()).collect()
+    }
+    // INT v0.5 (ONOS fabric.p4): shim type(8) rsvd(8) len(8) rsvd(8); header ver(2) rep(2) c e
+    // rsvd(5) ins_cnt(5) | max_hop(8) total_hop(8) | bitmap(16) rsvd(16); stack; tail.
+    let v05 = |len: u8, ins_cnt: u8, total: u8, bitmap: u16, stack: &[u32]| {
+        let mut b = vec![1, 0, len, 0, 0, ins_cnt, 8, total];
+        b.extend(bitmap.to_be_bytes());
+        b.extend([0, 0]);
+        b.extend(words(stack));
+        b.extend([17, 0x13, 0x88, 0x5c]);
+        b.extend(b"payload!");
+        b
+    };
+    // INT v1.0 (GEANT / AmLight): shim type(8) rsvd(8) len(8) dscp(6) rsvd(2); header ver(4)
+    // rep(2) c e | m rsvd | rsvd hop_ml(5) | rhc(8) | bitmap(16) rsvd(16).
+    let v1 = |ver: u8, bitmap: u16, stack: &[u32]| {
+        let len = (12 + stack.len() * 4) / 4;
+        let mut b = vec![1, 0, len as u8, 0x0a << 2, ver << 4, 0];
+        b.extend([bitmap.count_ones() as u8, 6]);
+        b.extend(bitmap.to_be_bytes());
+        b.extend([0, 0]);
+        b.extend(words(stack));
+        b.extend(b"payload!");
+        b
+    };
+    // The 2016 format after VXLAN-GPE next protocol 0x05 (int-spec-2016.txt 5.3.2-5.3.3).
+    let y2016 = |itype: u8, b0: u8, ins_cnt: u8, total: u8, bitmap: u16, stack: &[u32]| {
+        let mut g = vec![0x0c, 0, 0, 0x05, 0, 0, 0x2a, 0];
+        g.extend([itype, 0, (3 + stack.len()) as u8, 0]);
+        g.extend([b0, ins_cnt, 8, total]);
+        g.extend(bitmap.to_be_bytes());
+        g.extend([0, 0]);
+        g.extend(words(stack));
+        let mut f = Vec::new();
+        etherparse::PacketBuilder::ethernet2([0; 6], [1; 6])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .udp(999, 4790)
+            .write(&mut f, &g)
+            .unwrap();
+        f
+    };
+    // Sample frame 7 (INT-MD in a Geneve option): the option cut to one hop, then an option
+    // whose Length runs past the options.
+    let mut geneve = sample_frames()[7].clone();
+    geneve[53] = 0x05;
+    geneve[74..78].copy_from_slice(&[0, 0, 0x01, 0x1f]);
+
+    vec![
+        // Two hops by the shim, one by the count; bits 0, 6 (queue 2, congestion 12), 15.
+        (
+            udp_frame(
+                0x17,
+                5000,
+                &v05(
+                    10,
+                    3,
+                    1,
+                    0x8201,
+                    &[1, 0x0200_000c, 0xdead_beef, 2, u32::MAX, 5],
+                ),
+            ),
+            &["int.warning.legacy_hop_count"],
+            None,
+        ),
+        (
+            udp_frame(0x17, 5000, &v05(0, 1, 1, 0x8000, &[7])),
+            &["int.warning.legacy_shim_length"],
+            None,
+        ),
+        (
+            udp_frame(0x17, 5000, &v1(1, 0x8001, &[1, 0x1234_abcd, 2, u32::MAX])),
+            &["int.hop.checksum_complement"],
+            None,
+        ),
+        (
+            udp_frame(0x17, 5000, &v1(7, 0x8001, &[1, 0x1234_abcd])),
+            &["int.malformed"],
+            Some("Ver"),
+        ),
+        (
+            y2016(1, 0, 1, 3, 0x8000, &[0x8000_0005, 0x8000_0004]),
+            &["int.warning.legacy_hop_count", "int.warning.bos_misplaced"],
+            None,
+        ),
+        // Bits 1, 5, 6, 8: port IDs, congestion, reserved bit 8 (one word invalid).
+        (
+            y2016(
+                1,
+                0,
+                4,
+                2,
+                0x4680,
+                &[10, 0x7fff_ffff, 0x12345, 1, 11, 12, 13, 2],
+            ),
+            &["int.warning.bos_missing", "int.hop.reserved_bit8"],
+            None,
+        ),
+        (
+            y2016(1, 0x40, 1, 1, 0x8000, &[0x8000_0001]),
+            &["int.malformed"],
+            Some("Ver"),
+        ),
+        (
+            y2016(2, 0, 2, 1, 0x8000, &[0x8000_0001]),
+            &["int.data"],
+            None,
+        ),
+        (geneve, &["int.malformed", "int.hop_tree"], None),
+    ]
+}
+
+/// The legacy formats where the two tools once differed, one frame each, against dump and with
+/// the expert info each must raise (dump's JSON must carry the same code, so the frame really
+/// exercises it): INT v0.5 whose shim length outgrows its Total Hop Count, a v0.5 shim length of
+/// 0, v0.5 bit 6 and bit 15, v1.0 bit 15 (Checksum Complement, once unavailable), an unknown
+/// legacy version nibble, 2016 blocks with a disagreeing hop count, BOS misplaced / missing, a
+/// version that is not 0, an inconsistent destination header, and a Geneve header whose INT
+/// option is followed by a malformed option (the INT block is kept, the frame marked).
+#[test]
+fn legacy_frames_match_dump() {
+    let cases = legacy_cases();
+    let frames: Vec<Vec<u8>> = cases.iter().map(|(f, _, _)| f.clone()).collect();
+    let dir = tempdir("legacy");
+    let pcap = dir.join("legacy.pcap");
+    write_pcap(&pcap, &frames);
+    let opts = Opts::default();
+    compare("legacy", &pcap, &opts);
+    let d = dump(&pcap, &opts);
+    let t = tshark(&pcap, &opts);
+    for (i, (_, keys, error_field)) in cases.iter().enumerate() {
+        for key in *keys {
+            assert!(
+                has_key(&t[i], key),
+                "frame {}: no {key}: {}",
+                i + 1,
+                short(&t[i])
+            );
+            if let Some(code) = key.strip_prefix("int.warning.") {
+                let code = code.replace('_', "-");
+                assert!(
+                    d[i].to_string().contains(&format!("\"code\":\"{code}\"")),
+                    "frame {}: dump has no {code}: {}",
+                    i + 1,
+                    d[i]
+                );
+            }
+        }
+        if let Some(field) = error_field {
+            assert_eq!(d[i]["error"]["field"], *field, "frame {}: {}", i + 1, d[i]);
+        }
+    }
+    // The layers before the malformed Geneve option: dump and the plugin keep the INT block.
+    assert_eq!(
+        d[8]["int"]["hops"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        d[8]
+    );
+    assert!(d[8].get("error").is_some());
+    // v0.5 bit 6 split, v1.0 bit 15 a Checksum Complement, v0.5 bit 15 reserved.
+    let hop = &d[0]["int"]["hops"][0];
+    assert_eq!(hop["congestion_queue_id"], 2);
+    assert_eq!(hop["congestion_status"], 12);
+    assert_eq!(hop["reserved_bit15"], 0xdead_beefu32);
+    assert_eq!(d[2]["int"]["hops"][0]["checksum_complement"], 0x1234_abcd);
+    assert!(d[2]["int"]["hops"][1]["checksum_complement"].is_null());
+}
+
+/// As [`corrupted_frames_match_dump`], for the legacy frames of [`legacy_cases`] and the 2016
+/// specification's example: their INT bytes (and the VXLAN-GPE header in front of 2016 blocks)
+/// overwritten; whatever dump decodes the plugin decodes the same way, and the script never fails.
+#[test]
+fn corrupted_legacy_frames_match_dump() {
+    let mut seed = 0xbb67_ae85_84ca_a73bu64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut frames = Vec::new();
+    for (f, _, _) in legacy_cases() {
+        // After Ethernet/IPv4/UDP: the INT block (or VXLAN-GPE and the 2016 blocks).
+        let (a, b) = (42, f.len().min(42 + 64));
+        for _ in 0..60 {
+            let mut g = f.clone();
+            for _ in 0..1 + next() % 3 {
+                let at = a + (next() as usize) % (b - a);
+                g[at] = match next() % 4 {
+                    0 => 0xff,
+                    1 => 0,
+                    _ => next() as u8,
+                };
+            }
+            frames.push(g);
+        }
+    }
+    let dir = tempdir("corrupt-legacy");
+    let pcap = dir.join("corrupt.pcap");
+    write_pcap(&pcap, &frames);
+    compare_with("corrupt legacy", &pcap, &Opts::default(), false);
 }
