@@ -6,8 +6,8 @@
 //!
 //! tshark is required: CI installs it (`.ci/run`); a missing tshark fails these tests.
 //!
-//! Two relaxed comparisons remain: [`RELAX_L4_PROTOCOL_MISMATCH`] (a limitation of Wireshark's
-//! TCP dissector, not of either decoder) and [`RELAX_2016_OPAQUE_VERSION`] (a dump bug); the
+//! One relaxed comparison remains: [`RELAX_L4_PROTOCOL_MISMATCH`] (a limitation of Wireshark's
+//! TCP dissector, not of either decoder); the
 //! legacy formats (INT v1.0, v0.5 with its bit 6
 //! split as ONOS fabric.p4's `int_q_congestion_t`, the 2016 format with its BOS bits) compare
 //! field by field like every other block (`legacy_frames_match_dump`, `spec_2016_example`).
@@ -24,11 +24,6 @@ use serde_json::{Map, Value};
 /// re-reads the segment as UDP (`l4-protocol-mismatch`), Wireshark's TCP dissector takes it and
 /// the plugin never sees the INT behind it. Not an issue-22 item: a known limitation.
 const RELAX_L4_PROTOCOL_MISMATCH: bool = true;
-/// A 2016-format block kept as opaque data (a destination header inconsistent with its bitmap):
-/// dump prints `"version": 2` (`IntBlock::version` falls through to 2 for `IntHeader::Opaque`),
-/// against docs/dump-json.md ("0 (v0.5 and the 2016 format)"); the plugin shows 0. A wire bug,
-/// reported, not the plugin's to copy: set to false once `version()` knows the 2016 shim.
-const RELAX_2016_OPAQUE_VERSION: bool = true;
 
 fn plugin() -> String {
     repo("wireshark/intscope.lua")
@@ -415,14 +410,6 @@ fn cmp_int(c: &mut Cmp, path: &str, dump: &Value, ts: &Value) {
                 }
             }
             "domain" => cmp_domain(c, &p, v, ts.get("int.hop.ds_tree"), "int.hop"),
-            "version"
-                if RELAX_2016_OPAQUE_VERSION
-                    && d.get("spec") == Some(&"2016".into())
-                    && d.contains_key("data")
-                    && v == 2 =>
-            {
-                c.field(&p, &Value::from(0), f.get("int.version"));
-            }
             "stack_error" => {
                 let mut keys = Vec::new();
                 keys_under(ts, &mut keys);

@@ -242,6 +242,13 @@ impl<'a> IntBlock<'a> {
         match self.header {
             IntHeader::V1(_) => 1,
             IntHeader::V05(..) | IntHeader::V2016(_) => 0,
+            // A 2016-format block kept whole (its destination header does not fit its bitmap):
+            // only that format puts a legacy shim after VXLAN-GPE.
+            IntHeader::Opaque
+                if matches!(self.shim, AnyShim::Legacy(_)) && self.encap == Encap::VxlanGpe =>
+            {
+                0
+            }
             _ => 2,
         }
     }
