@@ -557,6 +557,8 @@ fn receive_batches(c: &Collector, sock: UdpSocket) -> std::io::Result<()> {
                         }
                     }
                 }
+                // Back-pressure from the store: a batch holds at most one flush interval.
+                c.store_stats.wait_for_writer();
                 c.correlate(&mut batch);
                 c.count(&tally);
             }

@@ -48,11 +48,11 @@ fn batches_round_trip_and_prune() {
             ..HistoryQuery::default()
         })
         .unwrap();
-    assert_eq!(drops[0]["evidence"]["drop_reason_name"], "routing-miss");
-    assert_eq!(drops[0]["flow"]["dst_port"], 80);
+    assert_eq!(drops["events"][0]["evidence"]["drop_reason_name"], "routing-miss");
+    assert_eq!(drops["events"][0]["flow"]["dst_port"], 80);
     let flows = store.flows(&HistoryQuery::default()).unwrap();
-    assert_eq!(flows[0]["reports"], 3);
-    assert_eq!(flows[0]["path"][1]["node_id"], 101);
+    assert_eq!(flows["flows"][0]["reports"], 3);
+    assert_eq!(flows["flows"][0]["path"][1]["node_id"], 101);
     assert_eq!(
         store.next_event_id().unwrap(),
         b.events.last().unwrap().id + 1
@@ -80,7 +80,7 @@ fn batches_round_trip_and_prune() {
             ..HistoryQuery::default()
         })
         .unwrap();
-    assert_eq!(congestion[0]["max_occupancy"], 5000);
+    assert_eq!(congestion["queues"][0]["max_occupancy"], 5000);
 
     store.prune(2 * S + 1, 0).unwrap();
     let counts = store.counts().unwrap();
