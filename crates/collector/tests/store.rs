@@ -48,7 +48,10 @@ fn batches_round_trip_and_prune() {
             ..HistoryQuery::default()
         })
         .unwrap();
-    assert_eq!(drops["events"][0]["evidence"]["drop_reason_name"], "routing-miss");
+    assert_eq!(
+        drops["events"][0]["evidence"]["drop_reason_name"],
+        "routing-miss"
+    );
     assert_eq!(drops["events"][0]["flow"]["dst_port"], 80);
     let flows = store.flows(&HistoryQuery::default()).unwrap();
     assert_eq!(flows["flows"][0]["reports"], 3);
