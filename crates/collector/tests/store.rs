@@ -182,3 +182,167 @@ fn a_slow_writer_defers_flushes_instead_of_dropping_batches() {
     assert_eq!(stats.backlog_dropped.load(Relaxed), 0);
     assert_eq!(stats.pending.load(Relaxed), 0);
 }
+
+/// Two collector lifetimes over one store: the stored counters are the sums of both, never the
+/// second's counts alone; within a lifetime, each flush adds only what is new.
+#[test]
+fn counters_accumulate_across_restarts() {
+    let dir = std::env::temp_dir().join(format!("intscope-store-runs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = |k: u32, drop: bool| {
+        let mut r = Rep::new(7, &[H(1, 2, 900, 10), H(101, 2, 900, 10)], H(2, 3, 900, 10));
+        r.seq = k;
+        r.drop = drop.then_some(29);
+        r.datagram()
+    };
+    let mut sent = (0u64, 0u64);
+    let (mut earlier_drop_events, mut this_life_drop_events) = (0u64, 0u64);
+    for life in 0..2u64 {
+        earlier_drop_events += this_life_drop_events;
+        let store = SqliteStore::open(&dir).unwrap();
+        let mut s = state();
+        s.continue_event_ids(store.next_event_id().unwrap());
+        let stats = StoreStats::default();
+        let mut last_event = 1;
+        // Three flushes per life, with new reports before each.
+        for flush in 0..3u32 {
+            for k in 0..10u32 {
+                let n = flush * 10 + k;
+                feed(
+                    &mut s,
+                    &report(n, k == 9),
+                    life * 100 * S + u64::from(n) * MS,
+                );
+                sent.0 += 1;
+                sent.1 += u64::from(k == 9);
+            }
+            store
+                .write(&collect_batch(&s, &mut last_event, Vec::new(), &stats))
+                .unwrap();
+            let flows = store.flows(&HistoryQuery::default()).unwrap();
+            assert_eq!(
+                flows["flows"][0]["reports"], sent.0,
+                "life {life} flush {flush}"
+            );
+            assert_eq!(flows["flows"][0]["drops"], sent.1);
+            let totals = store.totals().unwrap();
+            assert_eq!(totals["reports_v2"], sent.0, "{totals}");
+            let live_drops = s
+                .read()
+                .event_counts()
+                .get(&intscope_collector::event::EventKind::Drop)
+                .copied()
+                .unwrap_or(0);
+            assert!(live_drops > 0);
+            assert_eq!(
+                totals["events_drop"].as_u64(),
+                Some(earlier_drop_events + live_drops),
+                "{totals}"
+            );
+            this_life_drop_events = live_drops;
+        }
+        // A flush with nothing new changes no sum.
+        store
+            .write(&collect_batch(&s, &mut last_event, Vec::new(), &stats))
+            .unwrap();
+        assert_eq!(store.totals().unwrap()["reports_v2"], sent.0);
+    }
+    assert_eq!(sent, (60, 6));
+    // The flow's first sighting is the first life's.
+    let store = SqliteStore::open(&dir).unwrap();
+    let flows = store.flows(&HistoryQuery::default()).unwrap();
+    assert_eq!(flows["flows"][0]["first_seen_ns"], 0);
+    assert_eq!(flows["flows"][0]["reports"], 60);
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A store file from before the run columns opens, and its counts go on from where they were.
+#[test]
+fn an_older_store_file_is_upgraded_in_place() {
+    let dir = std::env::temp_dir().join(format!("intscope-store-old-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let conn = rusqlite::Connection::open(dir.join("intscope.db")).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE flows(
+          src TEXT NOT NULL, dst TEXT NOT NULL, proto INTEGER NOT NULL, src_port INTEGER NOT NULL, dst_port INTEGER NOT NULL,
+          first_seen_ns INTEGER NOT NULL, last_seen_ns INTEGER NOT NULL, reports INTEGER NOT NULL, drops INTEGER NOT NULL,
+          last_drop_reason INTEGER, path TEXT NOT NULL, path_changes INTEGER NOT NULL, e2e_p50 INTEGER, e2e_p99 INTEGER,
+          PRIMARY KEY(src, dst, proto, src_port, dst_port));",
+    )
+    .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(&dir).unwrap();
+    let mut s = state();
+    let d = Rep::new(7, &[H(1, 2, 900, 10)], H(2, 3, 900, 10)).datagram();
+    feed(&mut s, &d, 0);
+    let key = s.read().flows().next().unwrap().key;
+    let f = intscope_collector::event::FlowRef::from(&key);
+    drop(store);
+    let conn = rusqlite::Connection::open(dir.join("intscope.db")).unwrap();
+    conn.execute(
+        "INSERT INTO flows(src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,path,path_changes)
+         VALUES(?1,?2,?3,?4,?5,0,0,1000,3,'[]',0)",
+        rusqlite::params![f.src, f.dst, f.proto, f.src_port, f.dst_port],
+    )
+    .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(&dir).unwrap();
+    let stats = StoreStats::default();
+    store
+        .write(&collect_batch(&s, &mut 1, Vec::new(), &stats))
+        .unwrap();
+    let flows = store.flows(&HistoryQuery::default()).unwrap();
+    assert_eq!(flows["flows"][0]["reports"], 1001);
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Back-pressure: while a commit is under way and the newest committed batch is a flush interval
+/// old, a receive thread waits for the commit instead of growing the next batch past one
+/// interval; otherwise it never waits.
+#[test]
+fn receive_threads_wait_for_a_slow_commit_once_an_interval_is_full() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::{Duration, Instant};
+    let store = Arc::new(SlowStore {
+        written: Default::default(),
+    });
+    let stats = Arc::new(StoreStats::default());
+    let cfg = StoreConfig {
+        flush_interval_ms: 100,
+        ..StoreConfig::default()
+    };
+    let (tx, writer) = spawn_writer(store.clone(), cfg, Arc::clone(&stats));
+    let flusher = Flusher::new(tx.clone(), Arc::clone(&stats));
+    // Nothing pending: no wait.
+    let t = Instant::now();
+    stats.wait_for_writer();
+    assert!(t.elapsed() < Duration::from_millis(20));
+    // A batch taken at once commits in 300 ms; within the first interval ingest goes on.
+    assert!(flusher.offer(|| Some(Batch::default())));
+    let t = Instant::now();
+    stats.wait_for_writer();
+    assert!(t.elapsed() < Duration::from_millis(50), "{:?}", t.elapsed());
+    // Past the interval, the next records wait for the commit.
+    std::thread::sleep(Duration::from_millis(120));
+    stats.wait_for_writer();
+    assert_eq!(stats.pending.load(Relaxed), 0, "waited until the commit");
+    assert_eq!(store.written.load(Relaxed), 1);
+    assert_eq!(stats.ingest_pauses.load(Relaxed), 1);
+    assert!(stats.ingest_paused_ms.load(Relaxed) >= 100);
+    // The committed batch was taken 300 ms ago, more than an interval: the next batch holds
+    // what came since, and its commit is waited for as well.
+    assert!(flusher.offer(|| Some(Batch::default())));
+    stats.wait_for_writer();
+    assert_eq!(stats.pending.load(Relaxed), 0);
+    assert_eq!(stats.ingest_pauses.load(Relaxed), 2);
+    drop(flusher);
+    drop(tx);
+    writer.join().unwrap();
+    // With the writer gone nothing waits.
+    stats.wait_for_writer();
+    assert_eq!(stats.ingest_pauses.load(Relaxed), 2);
+}
