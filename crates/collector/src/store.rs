@@ -719,8 +719,9 @@ impl Default for StoreConfig {
 /// What the receive threads' back-pressure looks at (see [`StoreStats::wait_for_writer`]).
 #[derive(Debug, Default)]
 struct Gate {
-    /// When the flusher took the newest committed batch (`None`: no writer, no back-pressure).
-    committed_take: Option<Instant>,
+    /// When ingest must stop: by then it will have run one flush interval since the take of
+    /// the newest committed batch (`None`: no writer, no back-pressure).
+    deadline: Option<Instant>,
     /// The flush interval.
     interval: Duration,
     /// The writer thread ended: nothing to wait for.
@@ -744,8 +745,8 @@ pub struct StoreStats {
     pub pending: AtomicU64,
     /// Events that left the in-memory log before a flush could store them.
     pub events_missed: AtomicU64,
-    /// Times a receive thread waited for the writer (a commit took longer than the rest of
-    /// the interval); datagrams meanwhile queue in the socket buffer, or the kernel drops and
+    /// Times a receive thread waited for the store (the next batch was due and not yet
+    /// committed); datagrams meanwhile queue in the socket buffer, or the kernel drops and
     /// counts them.
     pub ingest_pauses: AtomicU64,
     /// Milliseconds receive threads spent waiting for the writer, summed over threads.
@@ -754,24 +755,34 @@ pub struct StoreStats {
     /// `/api/stats` shows these rather than query the database while it is being written).
     pub snapshot: Mutex<Option<Value>>,
     gate: Mutex<Gate>,
+    /// When ingest must next check the gate ([`now_ms`]; 0: no writer, never): the receive
+    /// threads' fast path is one load and a clock read.
+    gate_deadline_ms: AtomicU64,
     committed: Condvar,
+}
+
+/// Milliseconds since the first call in this process (1 or more; 0 means "no deadline").
+fn now_ms(at: Instant) -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    at.saturating_duration_since(epoch).as_millis() as u64 + 1
 }
 
 impl StoreStats {
     /// Back-pressure, called by a receive thread before it adds a batch of records to the live
-    /// state: while the writer is still committing and the newest committed batch was taken a
-    /// flush interval ago or more, waits for the commit. So no batch holds more than one
-    /// interval of input, and a kill -9 loses at most one interval, however slow the disk.
+    /// state: once ingest has run one flush interval since the take of the newest committed
+    /// batch (the writer still commits the next one, or the flusher is late), waits until a
+    /// newer batch is committed. So the input the file does not hold never spans more than one
+    /// interval of ingest, and a kill -9 loses at most that, however slow the disk or busy the
+    /// CPU; time spent waiting does not count, since nothing was taken in meanwhile.
     pub fn wait_for_writer(&self) {
-        if self.pending.load(Ordering::Acquire) == 0 {
+        let deadline = self.gate_deadline_ms.load(Ordering::Acquire);
+        if deadline == 0 || now_ms(Instant::now()) < deadline {
             return;
         }
         let mut g = lock(&self.gate);
         let mut waited: Option<Instant> = None;
-        while self.pending.load(Ordering::Acquire) > 0
-            && !g.writer_gone
-            && g.committed_take.is_some_and(|t| t.elapsed() >= g.interval)
-        {
+        while !g.writer_gone && g.deadline.is_some_and(|d| Instant::now() >= d) {
             waited.get_or_insert_with(Instant::now);
             g = self
                 .committed
@@ -786,20 +797,30 @@ impl StoreStats {
         }
     }
 
+    fn set_deadline(&self, g: &mut Gate, deadline: Instant) {
+        g.deadline = Some(deadline);
+        self.gate_deadline_ms
+            .store(now_ms(deadline), Ordering::Release);
+    }
+
     fn writer_started(&self, interval: Duration) {
         let mut g = lock(&self.gate);
         g.interval = interval;
-        g.committed_take = Some(Instant::now());
         g.writer_gone = false;
+        self.set_deadline(&mut g, Instant::now() + interval);
     }
 
     /// The writer is done with a batch taken at `taken_at` (committed or failed: either way
-    /// ingest may go on).
+    /// ingest may go on). Ingest ran since the take until now, or until the gate closed: the
+    /// rest of an interval is what it may run before the next batch is committed.
     fn batch_done(&self, taken_at: Option<Instant>) {
         self.pending.fetch_sub(1, Ordering::AcqRel);
         let mut g = lock(&self.gate);
-        if let Some(t) = taken_at {
-            g.committed_take = Some(g.committed_take.map_or(t, |c| c.max(t)));
+        if let (Some(t), Some(d)) = (taken_at, g.deadline) {
+            let now = Instant::now();
+            let ran = d.min(now).saturating_duration_since(t);
+            let next = now + g.interval.saturating_sub(ran);
+            self.set_deadline(&mut g, next);
         }
         drop(g);
         self.committed.notify_all();
@@ -807,6 +828,7 @@ impl StoreStats {
 
     fn writer_ended(&self) {
         lock(&self.gate).writer_gone = true;
+        self.gate_deadline_ms.store(0, Ordering::Release);
         self.committed.notify_all();
     }
 }
@@ -1010,8 +1032,8 @@ fn submit(tx: &SyncSender<Batch>, batch: Batch, stats: &StoreStats) {
 
 /// Takes batches from the live state for the writer, one at a time: while the previous batch is
 /// still being committed the flush is put off, and the receive threads, in
-/// [`StoreStats::wait_for_writer`], stop adding to the live state once it holds a full interval,
-/// so the next batch never covers more than one interval of input.
+/// [`StoreStats::wait_for_writer`], stop adding to the live state once it holds a full interval
+/// not yet committed, so no batch covers more than one interval of input.
 #[derive(Debug)]
 pub struct Flusher {
     tx: SyncSender<Batch>,

@@ -299,50 +299,107 @@ fn an_older_store_file_is_upgraded_in_place() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Back-pressure: while a commit is under way and the newest committed batch is a flush interval
-/// old, a receive thread waits for the commit instead of growing the next batch past one
-/// interval; otherwise it never waits.
+/// A store that takes 300 ms to commit and remembers the last batch it committed (its
+/// `time_ns`, which the test uses as a count of the input the batch holds).
+struct Recording {
+    committed: std::sync::atomic::AtomicU64,
+}
+
+impl Store for Recording {
+    fn write(&self, b: &Batch) -> Result<(), StoreError> {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        self.committed
+            .store(b.time_ns, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    fn prune(&self, _: u64, _: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn next_event_id(&self) -> Result<u64, StoreError> {
+        Ok(1)
+    }
+    fn events(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn flows(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn queue_series(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn flow_series(
+        &self,
+        _: &intscope_collector::event::FlowRef,
+        _: &HistoryQuery,
+    ) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn counts(&self) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+}
+
+/// Back-pressure with a writer slower than the flush interval (300 ms commits, 100 ms
+/// interval): the receive thread waits whenever the input not yet committed spans an interval,
+/// so what a kill would lose (input since the newest committed batch) never exceeds one interval
+/// — 100 units of 1 ms here — where without the wait it would reach the commit's 300 ms and more.
 #[test]
-fn receive_threads_wait_for_a_slow_commit_once_an_interval_is_full() {
+fn ingest_waits_so_uncommitted_input_never_exceeds_one_interval() {
     use std::sync::Arc;
-    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
     use std::time::{Duration, Instant};
-    let store = Arc::new(SlowStore {
-        written: Default::default(),
+    let store = Arc::new(Recording {
+        committed: AtomicU64::new(0),
     });
     let stats = Arc::new(StoreStats::default());
+    let interval = Duration::from_millis(100);
     let cfg = StoreConfig {
         flush_interval_ms: 100,
         ..StoreConfig::default()
     };
     let (tx, writer) = spawn_writer(store.clone(), cfg, Arc::clone(&stats));
-    let flusher = Flusher::new(tx.clone(), Arc::clone(&stats));
-    // Nothing pending: no wait.
-    let t = Instant::now();
-    stats.wait_for_writer();
-    assert!(t.elapsed() < Duration::from_millis(20));
-    // A batch taken at once commits in 300 ms; within the first interval ingest goes on.
-    assert!(flusher.offer(|| Some(Batch::default())));
-    let t = Instant::now();
-    stats.wait_for_writer();
-    assert!(t.elapsed() < Duration::from_millis(50), "{:?}", t.elapsed());
-    // Past the interval, the next records wait for the commit.
-    std::thread::sleep(Duration::from_millis(120));
-    stats.wait_for_writer();
-    assert_eq!(stats.pending.load(Relaxed), 0, "waited until the commit");
-    assert_eq!(store.written.load(Relaxed), 1);
-    assert_eq!(stats.ingest_pauses.load(Relaxed), 1);
-    assert!(stats.ingest_paused_ms.load(Relaxed) >= 100);
-    // The committed batch was taken 300 ms ago, more than an interval: the next batch holds
-    // what came since, and its commit is waited for as well.
-    assert!(flusher.offer(|| Some(Batch::default())));
-    stats.wait_for_writer();
-    assert_eq!(stats.pending.load(Relaxed), 0);
-    assert_eq!(stats.ingest_pauses.load(Relaxed), 2);
-    drop(flusher);
-    drop(tx);
+    let input = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    // The flusher, as the collector runs it: every 10 ms, once an interval has passed.
+    let flusher = {
+        let (stats, input, stop) = (Arc::clone(&stats), Arc::clone(&input), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let flusher = Flusher::new(tx, stats);
+            let mut last = Instant::now();
+            while !stop.load(SeqCst) {
+                std::thread::sleep(Duration::from_millis(10));
+                if last.elapsed() >= interval
+                    && flusher.offer(|| {
+                        Some(Batch {
+                            time_ns: input.load(SeqCst),
+                            ..Batch::default()
+                        })
+                    })
+                {
+                    last = Instant::now();
+                }
+            }
+            flusher.finish(|| None);
+        })
+    };
+    // The receive thread: one unit of input a millisecond, through the gate.
+    let mut worst = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        stats.wait_for_writer();
+        let n = input.fetch_add(1, SeqCst) + 1;
+        worst = worst.max(n - store.committed.load(SeqCst));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop.store(true, SeqCst);
+    flusher.join().unwrap();
     writer.join().unwrap();
-    // With the writer gone nothing waits.
-    stats.wait_for_writer();
-    assert_eq!(stats.ingest_pauses.load(Relaxed), 2);
+    assert!(stats.batches.load(SeqCst) >= 3);
+    assert!(stats.ingest_pauses.load(SeqCst) >= 2);
+    assert!(
+        worst <= 101,
+        "uncommitted input reached {worst} ms of units, more than one interval"
+    );
+    assert!(worst >= 50, "the input ran: {worst}");
 }
