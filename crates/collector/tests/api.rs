@@ -65,6 +65,7 @@ fn collector(
             &mut rec,
         );
         if let Some(store) = &c.store
+            && flushes > 0
             && (i + 1) % per_flush == 0
         {
             store
@@ -651,5 +652,52 @@ fn tls_round_trip_with_a_self_signed_certificate() {
     let _ = http_get(addr, "/api/stats", "");
     std::thread::sleep(Duration::from_millis(100));
     assert!(a.http.tls_failed.load(Ordering::Relaxed) >= 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `/api/stats` and history queries do not wait for a big flush: stats read the writer's last
+/// snapshot, history queries have their own connections (WAL readers never wait on a commit).
+#[test]
+fn readers_do_not_wait_for_a_big_flush() {
+    let dir = tempdir("flush");
+    // Not flushed yet: the collector's own flusher takes every flow in its first batch.
+    let c = collector(Some(&dir), 100_000, 30_000, 0);
+    let store = c.start_store().unwrap();
+    let app = api::router(Arc::clone(&c));
+    let pending = || c.store_stats.pending.load(Ordering::Relaxed);
+    // The first flush (after one interval) commits 100 000 flows.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pending() == 0 {
+        assert!(Instant::now() < deadline, "no flush started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut during = 0;
+    let mut slowest = Duration::ZERO;
+    rt().block_on(async {
+        while pending() > 0 {
+            for uri in [
+                "/api/stats",
+                "/api/history/events?limit=5",
+                "/api/flows?limit=5",
+            ] {
+                let t = Instant::now();
+                let (status, _, body) = get(&app, uri).await;
+                assert_eq!(status, StatusCode::OK, "{uri}: {body}");
+                slowest = slowest.max(t.elapsed());
+            }
+            during += 1;
+        }
+    });
+    eprintln!("{during} rounds of reads during the flush, the slowest read {slowest:?}");
+    assert!(
+        during >= 3,
+        "the flush ended before the readers could ask: {during}"
+    );
+    assert!(
+        slowest < Duration::from_millis(500),
+        "a reader waited {slowest:?}"
+    );
+    c.stop();
+    store.finish();
     let _ = std::fs::remove_dir_all(&dir);
 }
