@@ -268,7 +268,16 @@ fn kill_9_during_ingest_loses_nothing_committed() {
     let _ = blast.wait();
 
     let c = Running::start(&["--listen", "127.0.0.1:0", "--data", data]);
-    let rows = c.get("/api/stats")["store"]["rows"].clone();
+    // The store's row counts, as the writer read them at start.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let rows = loop {
+        let rows = c.get("/api/stats")["store"]["rows"].clone();
+        if rows.is_object() {
+            break rows;
+        }
+        assert!(Instant::now() < deadline, "no row counts");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     for table in ["events", "flows", "queue_stats", "raw_reports"] {
         assert!(
             rows[table].as_u64().unwrap() >= committed[table].as_u64().unwrap(),

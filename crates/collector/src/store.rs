@@ -974,7 +974,12 @@ pub fn spawn_writer(
             }
             let _ended = Ended(Arc::clone(&stats));
             let mut n = 0u64;
-            let mut snapshot_at: Option<Instant> = None;
+            // What the store holds from earlier runs, shown before the first commit.
+            let snapshot = |store: &dyn Store| {
+                json!({"rows": store.counts().ok(), "totals": store.totals().ok()})
+            };
+            *lock(&stats.snapshot) = Some(snapshot(&*store));
+            let mut snapshot_at = Some(Instant::now());
             for batch in rx {
                 let written = store.write(&batch);
                 stats.batch_done(batch.taken_at);
@@ -998,11 +1003,7 @@ pub fn spawn_writer(
                 }
                 if snapshot_at.is_none_or(|t| t.elapsed() >= SNAPSHOT_EVERY) {
                     snapshot_at = Some(Instant::now());
-                    let snap = json!({
-                        "rows": store.counts().ok(),
-                        "totals": store.totals().ok(),
-                    });
-                    *lock(&stats.snapshot) = Some(snap);
+                    *lock(&stats.snapshot) = Some(snapshot(&*store));
                 }
             }
         })
