@@ -732,3 +732,63 @@ fn the_api_off_loopback_needs_a_token() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("empty"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--tls-cert`/`--tls-key`: the API over HTTPS, with a certificate made for the test; a
+/// certificate that does not load stops the start with the file named.
+#[test]
+fn the_api_over_tls() {
+    let dir = tempdir("tls");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_file, cert.cert.pem()).unwrap();
+    std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+    let c = Running::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--no-store",
+        "--tls-cert",
+        cert_file.to_str().unwrap(),
+        "--tls-key",
+        key_file.to_str().unwrap(),
+    ]);
+    let port = c.http.rsplit(':').next().unwrap().to_string();
+    let out = Command::new("curl")
+        .args(["-sf", "--cacert", cert_file.to_str().unwrap()])
+        .args(["--resolve", &format!("localhost:{port}:127.0.0.1")])
+        .arg(format!("https://localhost:{port}/api/stats"))
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(stats["ingest"].is_object());
+    // Plain HTTP on the TLS port gets no answer.
+    assert_eq!(c.status("/api/stats", &["-m", "5"]), 0);
+    let stderr = c.stop();
+    assert!(stderr.contains("https://"), "{stderr}");
+
+    let out = bin()
+        .args([
+            "collect",
+            "--no-store",
+            "--http",
+            "127.0.0.1:0",
+            "--tls-cert",
+        ])
+        .arg(&cert_file)
+        .arg("--tls-key")
+        .arg(dir.join("missing.pem"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("missing.pem"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

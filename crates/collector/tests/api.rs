@@ -701,3 +701,62 @@ fn readers_do_not_wait_for_a_big_flush() {
     store.finish();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A client that reads an event stream too slowly for the in-memory log is dropped: a last
+/// `lagged` event says how many it missed and where to resume, the stream ends, and it is
+/// counted. Memory per client stays one batch, whatever it does not read.
+#[test]
+fn a_lagging_event_stream_is_dropped_and_counted() {
+    use futures_util::StreamExt;
+    let c = collector(None, 50, 10, 1);
+    let a = Api::new(Arc::clone(&c), ApiConfig::default());
+    let app = api::app(Arc::clone(&a));
+    // Drop reports with their own times a second apart: one event each.
+    let mut g = Generator::new(LoadConfig {
+        flows: 1000,
+        hops: 4,
+        version: LoadVersion::V2,
+        batch: 8,
+        drop_every: 1,
+        ..LoadConfig::default()
+    });
+    let (mut buf, mut rec) = (Vec::new(), RecordBatch::default());
+    let mut t = 10_000_000_000u64;
+    let mut feed = |n: usize| {
+        for _ in 0..n {
+            g.next_datagram(&mut buf);
+            t += 2_000_000_000;
+            c.ingest(&buf, "10.0.0.1".parse().unwrap(), t, &mut rec);
+        }
+    };
+    feed(100);
+    rt().block_on(async {
+        let resp = app
+            .clone()
+            .oneshot(
+                Request::get("/api/events/stream?after=0")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let mut body = resp.into_body().into_data_stream();
+        let first = body.next().await.unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&first).contains("id:"));
+        // The client stops reading while more than a log's worth of events happens.
+        feed(3000);
+        assert!(c.state.events().next_id() > 10_000 + 300);
+        let mut rest = String::new();
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(chunk) = body.next().await {
+                rest.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "the stream ended");
+        let lagged = rest.split("event: lagged").nth(1).expect("a lagged event");
+        assert!(lagged.contains("\"missed\""), "{lagged}");
+        assert!(lagged.contains("\"resume_after\""));
+    });
+    assert_eq!(a.stats.streams_dropped_lagged.load(Ordering::Relaxed), 1);
+}
