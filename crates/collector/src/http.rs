@@ -101,7 +101,7 @@ pub async fn serve(
     stats: Arc<HttpStats>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let max = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+    let max = limits.max_connections.clamp(1, u32::MAX as usize);
     let slots = Arc::new(Semaphore::new(max));
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let (closing_tx, closing) = watch::channel(false);

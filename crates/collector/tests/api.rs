@@ -357,6 +357,27 @@ fn a_slow_history_query_is_stopped_at_its_deadline() {
         assert!(started.elapsed() < Duration::from_secs(5));
     });
     assert!(a.stats.query_timeouts.load(Ordering::Relaxed) >= 2);
+
+    // A request that outlasts the request timeout is answered 503 at that timeout.
+    let a = Api::new(
+        Arc::clone(&c),
+        ApiConfig {
+            query_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_millis(20),
+            ..ApiConfig::default()
+        },
+    );
+    let app = api::app(a);
+    rt().block_on(async {
+        let t = Instant::now();
+        let (status, _, _) = get(&app, "/api/history/events?kind=none-such").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            t.elapsed() < Duration::from_millis(900),
+            "{:?}",
+            t.elapsed()
+        );
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }
 
