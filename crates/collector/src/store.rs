@@ -69,8 +69,8 @@ impl StoreError {
 /// A flow's summary as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlowRow {
-    /// The flow.
-    pub flow: FlowRef,
+    /// The flow (its text form is made by the writer, off the state's locks).
+    pub key: intscope_wire::locate::FlowKey,
     /// First report.
     pub first_seen_ns: u64,
     /// Last report.
@@ -455,13 +455,14 @@ impl Store for SqliteStore {
             let mut fs =
                 tx.prepare_cached("INSERT INTO flow_stats VALUES(?1,?2,?3,?4,?5,?6,?7)")?;
             for f in &b.flows {
+                let flow = FlowRef::from(&f.key);
                 let rowid: i64 = fl.query_row(
                     params![
-                        f.flow.src,
-                        f.flow.dst,
-                        f.flow.proto,
-                        f.flow.src_port,
-                        f.flow.dst_port,
+                        flow.src,
+                        flow.dst,
+                        flow.proto,
+                        flow.src_port,
+                        flow.dst_port,
                         i(f.first_seen_ns),
                         i(f.last_seen_ns),
                         i(f.reports),
@@ -856,7 +857,7 @@ pub fn collect_batch(
             if let Some(f) = shard.flows.get_mut(&key) {
                 f.dirty = false;
                 b.flows.push(FlowRow {
-                    flow: FlowRef::from(&f.key),
+                    key: f.key,
                     first_seen_ns: f.first_seen_ns,
                     last_seen_ns: f.last_seen_ns,
                     reports: f.reports,
