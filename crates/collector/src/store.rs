@@ -706,6 +706,11 @@ pub struct StoreConfig {
     pub raw_reports: u64,
     /// Raw datagrams kept per flush interval at most (the rest are counted, not kept).
     pub raw_per_flush: usize,
+    /// Ingest waits for the store rather than let a batch hold more than one interval, so a
+    /// kill -9 loses at most `flush_interval_ms` (true); or the live state never waits and the
+    /// store's intervals stretch when it falls behind (false: more input taken under overload,
+    /// more lost by a kill -9).
+    pub backpressure: bool,
 }
 
 impl Default for StoreConfig {
@@ -715,6 +720,7 @@ impl Default for StoreConfig {
             retention_hours: 24,
             raw_reports: 100_000,
             raw_per_flush: 1000,
+            backpressure: true,
         }
     }
 }
@@ -964,7 +970,9 @@ pub fn spawn_writer(
     stats: Arc<StoreStats>,
 ) -> (SyncSender<Batch>, JoinHandle<()>) {
     let (tx, rx): (SyncSender<Batch>, Receiver<Batch>) = sync_channel(8);
-    stats.writer_started(Duration::from_millis(cfg.flush_interval_ms.max(10)));
+    if cfg.backpressure {
+        stats.writer_started(Duration::from_millis(cfg.flush_interval_ms.max(10)));
+    }
     let handle = std::thread::Builder::new()
         .name("store-writer".into())
         .spawn(move || {

@@ -403,3 +403,36 @@ fn ingest_waits_so_uncommitted_input_never_exceeds_one_interval() {
     );
     assert!(worst >= 50, "the input ran: {worst}");
 }
+
+/// `store.backpressure = false`: ingest never waits, whatever the writer does.
+#[test]
+fn without_backpressure_ingest_never_waits() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::{Duration, Instant};
+    let store = Arc::new(SlowStore {
+        written: Default::default(),
+    });
+    let stats = Arc::new(StoreStats::default());
+    let cfg = StoreConfig {
+        flush_interval_ms: 10,
+        backpressure: false,
+        ..StoreConfig::default()
+    };
+    let (tx, writer) = spawn_writer(store.clone(), cfg, Arc::clone(&stats));
+    let flusher = Flusher::new(tx.clone(), Arc::clone(&stats));
+    assert!(flusher.offer(|| Some(Batch::default())));
+    std::thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    stats.wait_for_writer();
+    assert!(t.elapsed() < Duration::from_millis(20));
+    assert_eq!(
+        stats.pending.load(Relaxed),
+        1,
+        "the commit was still under way"
+    );
+    drop(flusher);
+    drop(tx);
+    writer.join().unwrap();
+    assert_eq!(stats.ingest_pauses.load(Relaxed), 0);
+}
