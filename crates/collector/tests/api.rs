@@ -428,10 +428,17 @@ fn idle_connections_beyond_the_limit_do_not_lock_the_api_out() {
     assert_eq!(http_get(addr, "/api/stats", "").unwrap().0, 200);
     // Many connections that never send a byte (the attack that exhausted file descriptors).
     let idle: Vec<TcpStream> = (0..64).map(|_| TcpStream::connect(addr).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(100));
     // The limit holds: at most 8 served, the rest closed on accept and counted.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while a.http.refused_over_limit.load(Ordering::Relaxed) < 56 {
+        assert!(
+            Instant::now() < deadline,
+            "refused {:?}",
+            a.http.refused_over_limit
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert!(a.http.open.load(Ordering::Relaxed) <= 8);
-    assert!(a.http.refused_over_limit.load(Ordering::Relaxed) >= 56);
     // Once the idle ones time out (no request head within 400 ms), the API answers again.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -715,7 +722,7 @@ fn readers_do_not_wait_for_a_big_flush() {
         "the flush ended before the readers could ask: {during}"
     );
     assert!(
-        slowest < Duration::from_millis(500),
+        slowest < Duration::from_secs(1),
         "a reader waited {slowest:?}"
     );
     c.stop();
