@@ -404,6 +404,7 @@ async fn stats(AxState(api): Shared) -> Result<Json<Value>, ApiError> {
         "connections_open": g(&h.open),
         "connections_accepted": g(&h.accepted),
         "connections_refused_over_limit": g(&h.refused_over_limit),
+        "connections_evicted_silent": g(&h.evicted_silent),
         "connections_idle_closed": g(&h.idle_closed),
         "connection_errors": g(&h.errors),
         "tls_failed": g(&h.tls_failed),
@@ -949,6 +950,7 @@ pub fn render_metrics(api: &Api) -> String {
     for (event, v) in [
         ("accepted", g(&h.accepted)),
         ("refused_over_limit", g(&h.refused_over_limit)),
+        ("evicted_silent", g(&h.evicted_silent)),
         ("idle_closed", g(&h.idle_closed)),
         ("error", g(&h.errors)),
         ("tls_failed", g(&h.tls_failed)),

@@ -1,6 +1,7 @@
 //! Serving the API over HTTP/1.1, and optionally TLS (rustls), with the limits a network-facing
-//! server needs: at most `max_connections` connections at once (those beyond are closed at
-//! once and counted), a deadline for each request head (`header_timeout`, which also bounds how
+//! server needs: at most `max_connections` connections at once (at the limit, the oldest
+//! connection that has not sent a byte yet makes room for the new one; with none such, the new
+//! one is closed at once; both counted), a deadline for each request head (`header_timeout`, which also bounds how
 //! long a kept-alive connection may sit waiting for its next request), and an idle timeout
 //! (`idle_timeout`: no byte read or written, e.g. a client that stopped reading an event
 //! stream). hyper serves each connection; this module is the accept loop around it.
@@ -57,6 +58,8 @@ pub struct HttpStats {
     pub open: AtomicU64,
     /// Connections closed on accept because `max_connections` were open.
     pub refused_over_limit: AtomicU64,
+    /// Connections closed to make room at the limit: they had not sent a byte.
+    pub evicted_silent: AtomicU64,
     /// Connections closed because nothing moved for `idle_timeout`.
     pub idle_closed: AtomicU64,
     /// Connections that ended in a protocol error (a request head not sent within
@@ -105,6 +108,8 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(max));
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let (closing_tx, closing) = watch::channel(false);
+    let open: Open = Arc::default();
+    let mut next_id = 0u64;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, _peer) = tokio::select! {
@@ -122,7 +127,18 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+        let slot = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => Some(slot),
+            // At the limit: a connection that never sent a byte (an idle flood) gives way.
+            Err(_) if evict_silent(&open, &stats) => {
+                tokio::time::timeout(Duration::from_secs(1), Arc::clone(&slots).acquire_owned())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            }
+            Err(_) => None,
+        };
+        let Some(slot) = slot else {
             stats.refused_over_limit.fetch_add(1, Ordering::Relaxed);
             drop(stream);
             continue;
@@ -130,15 +146,19 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         stats.accepted.fetch_add(1, Ordering::Relaxed);
         stats.open.fetch_add(1, Ordering::Relaxed);
-        let (app, limits, stats, closing, acceptor) = (
+        let (app, limits, stats, closing, acceptor, open) = (
             app.clone(),
             limits.clone(),
             Arc::clone(&stats),
             closing.clone(),
             acceptor.clone(),
+            Arc::clone(&open),
         );
+        let activity = Activity::new();
+        next_id += 1;
+        let id = next_id;
+        lock(&open).push((id, Arc::clone(&activity)));
         tokio::spawn(async move {
-            let activity = Activity::new();
             let io = Watched {
                 inner: stream,
                 activity: Arc::clone(&activity),
@@ -146,16 +166,22 @@ pub async fn serve(
             match acceptor {
                 None => connection(io, app, &limits, &stats, &activity, closing).await,
                 Some(acceptor) => {
-                    match tokio::time::timeout(limits.header_timeout, acceptor.accept(io)).await {
-                        Ok(Ok(tls)) => {
-                            connection(tls, app, &limits, &stats, &activity, closing).await;
-                        }
-                        _ => {
-                            stats.tls_failed.fetch_add(1, Ordering::Relaxed);
-                        }
+                    let handshake =
+                        tokio::time::timeout(limits.header_timeout, acceptor.accept(io));
+                    tokio::select! {
+                        tls = handshake => match tls {
+                            Ok(Ok(tls)) => {
+                                connection(tls, app, &limits, &stats, &activity, closing).await;
+                            }
+                            _ => {
+                                stats.tls_failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                        },
+                        () = activity.evict.notified() => {}
                     }
                 }
             }
+            lock(&open).retain(|(i, _)| *i != id);
             stats.open.fetch_sub(1, Ordering::Relaxed);
             drop(slot);
         });
@@ -167,7 +193,29 @@ pub async fn serve(
     Ok(())
 }
 
-/// Serves one connection until it ends, goes idle or the server shuts down.
+/// The open connections, oldest first.
+type Open = Arc<std::sync::Mutex<Vec<(u64, Arc<Activity>)>>>;
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Tells the oldest connection that has not sent a byte to close; whether there was one.
+fn evict_silent(open: &Open, stats: &HttpStats) -> bool {
+    let mut open = lock(open);
+    let Some(at) = open
+        .iter()
+        .position(|(_, a)| !a.read_any.load(Ordering::Relaxed))
+    else {
+        return false;
+    };
+    let (_, activity) = open.remove(at);
+    activity.evict.notify_one();
+    stats.evicted_silent.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+/// Serves one connection until it ends, goes idle, is evicted or the server shuts down.
 async fn connection<I>(
     io: I,
     app: Router,
@@ -201,6 +249,7 @@ async fn connection<I>(
                     return;
                 }
             }
+            () = activity.evict.notified() => return,
             changed = closing.changed(), if !draining => {
                 draining = true;
                 if changed.is_ok() {
@@ -211,11 +260,13 @@ async fn connection<I>(
     }
 }
 
-/// When a connection last moved a byte.
+/// When a connection last moved a byte, whether it ever sent one, and its eviction notice.
 #[derive(Debug)]
 struct Activity {
     epoch: Instant,
     last_ms: AtomicU64,
+    read_any: std::sync::atomic::AtomicBool,
+    evict: tokio::sync::Notify,
 }
 
 impl Activity {
@@ -223,6 +274,8 @@ impl Activity {
         Arc::new(Activity {
             epoch: Instant::now(),
             last_ms: AtomicU64::new(0),
+            read_any: std::sync::atomic::AtomicBool::new(false),
+            evict: tokio::sync::Notify::new(),
         })
     }
 
@@ -255,6 +308,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
         let r = Pin::new(&mut this.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             this.activity.touch();
+            this.activity.read_any.store(true, Ordering::Relaxed);
         }
         r
     }
