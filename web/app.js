@@ -7,8 +7,15 @@ let timers = [];
 let stream = null;
 let charts = [];
 
+// A collector served off loopback asks for its bearer token (401): asked once, kept for the tab.
+let token = sessionStorage.getItem('intscope-token') || '';
 const api = async (path) => {
-  const r = await fetch(path);
+  let r = await fetch(path, token ? { headers: { Authorization: `Bearer ${token}` } } : {});
+  if (r.status === 401) {
+    token = (window.prompt('This collector needs its API token:') || '').trim();
+    sessionStorage.setItem('intscope-token', token);
+    r = await fetch(path, { headers: { Authorization: `Bearer ${token}` } });
+  }
   if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
   return r.json();
 };
@@ -207,7 +214,8 @@ async function events(params) {
     stream = null;
     document.getElementById('live').textContent = document.getElementById('livebox').checked ? '· live' : '· paused';
     if (!document.getElementById('livebox').checked) return;
-    stream = new EventSource(`/api/events/stream?after=${last}${filters}`);
+    // EventSource cannot send headers: the stream takes the token as access_token.
+    stream = new EventSource(`/api/events/stream?after=${last}${filters}${token ? `&access_token=${encodeURIComponent(token)}` : ''}`);
     stream.onmessage = stream.onerror = null;
     const add = (m) => { const rows = document.getElementById('rows'); if (rows) rows.insertAdjacentHTML('afterbegin', row(JSON.parse(m.data))); };
     ['path-change', 'latency-anomaly', 'drop', 'congestion-start', 'congestion-end', 'microburst', 'lost-reports', 'hop-limit', 'mtu-exceeded', 'non-int-hops'].forEach((k) => stream.addEventListener(k, add));

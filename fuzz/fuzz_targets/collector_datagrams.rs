@@ -10,6 +10,7 @@
 //! correlate instead of having to find their layout.
 use std::net::{IpAddr, Ipv4Addr};
 
+use intscope_collector::api::{Api, ApiConfig, render_metrics};
 use intscope_collector::ingest::{Collector, CollectorConfig};
 use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};
 use intscope_collector::record::RecordBatch;
@@ -66,6 +67,6 @@ fuzz_target!(|data: &[u8]| {
         collector.correlate(&mut batch);
     }
     collector.tick(time_ns + 10_000_000_000);
-    let page = intscope_collector::api::render_metrics(&collector);
+    let page = render_metrics(&Api::new(collector, ApiConfig::default()));
     assert!(page.ends_with("# EOF\n"), "metrics page is not terminated");
 });

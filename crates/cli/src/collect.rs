@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use intscope_collector::api;
+use anyhow::{Context, Result, bail};
+use intscope_collector::api::{self, ApiConfig};
+use intscope_collector::http::HttpLimits;
 use intscope_collector::ingest::{Collector, CollectorConfig, IpNet, spawn_receivers};
 use intscope_collector::record::RecordBatch;
 use intscope_wire::locate::{DetectConfig, Packet, Start};
@@ -69,6 +70,118 @@ pub struct CollectArgs {
     /// process then gets part of the reports). Without it a port in use is an error.
     #[arg(long)]
     pub reuse_port: bool,
+    /// HTTP API access, TLS and limits (docs/collector-config.md, "Security and limits").
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+/// The HTTP API's access control, TLS and limits.
+#[derive(Debug, clap::Args)]
+pub struct ApiArgs {
+    /// File holding the bearer token the API then requires on /api/ and /metrics
+    /// (`Authorization: Bearer <token>`). Needed to serve --http off loopback.
+    #[arg(long, value_name = "FILE")]
+    pub api_token_file: Option<PathBuf>,
+    /// Serve the API off loopback without a token: anyone who reaches the port reads everything.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// TLS certificate chain (PEM): serve HTTPS (with --tls-key).
+    #[arg(long, value_name = "FILE.pem", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE.pem", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// HTTP connections served at once; more are closed on accept and counted.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub http_max_connections: usize,
+    /// Seconds a client has to send a request head (also how long a kept-alive connection
+    /// waits for its next request).
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub http_header_timeout: f64,
+    /// Seconds without a byte moving either way after which a connection is closed.
+    #[arg(long, value_name = "S", default_value_t = 60.0)]
+    pub http_idle_timeout: f64,
+    /// Seconds a request may take to produce its response (503 after).
+    #[arg(long, value_name = "S", default_value_t = 30.0)]
+    pub http_request_timeout: f64,
+    /// Seconds a history query may run before it is stopped (504).
+    #[arg(long, value_name = "S", default_value_t = 5.0)]
+    pub query_timeout: f64,
+    /// History queries running or waiting at once (503 beyond).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub max_queries: usize,
+    /// Live event streams open at once (503 beyond).
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub max_event_streams: usize,
+    /// Most series /metrics renders (the rest are counted in
+    /// intscope_metrics_series_truncated).
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub metrics_max_series: usize,
+}
+
+fn seconds(flag: &str, s: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .with_context(|| format!("--{flag} {s}: a positive number of seconds"))
+}
+
+/// The API's settings from the flags, and the access policy: off loopback, a token or an
+/// explicit --insecure-no-auth, said on start.
+fn api_config(a: &ApiArgs, http: SocketAddr) -> Result<ApiConfig> {
+    let token = match &a.api_token_file {
+        Some(p) => {
+            let t = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read the API token file {}", p.display()))?;
+            let t = t.trim().to_string();
+            if t.is_empty() {
+                bail!("the API token file {} is empty", p.display());
+            }
+            Some(t)
+        }
+        None => None,
+    };
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(c), Some(k)) => Some(
+            intscope_collector::http::tls_config(c, k).map_err(|e| anyhow::anyhow!("TLS: {e}"))?,
+        ),
+        _ => None,
+    };
+    if !http.ip().is_loopback() {
+        match (&token, a.insecure_no_auth) {
+            (None, false) => bail!(
+                "the HTTP API would listen on {http}, off loopback, with no authentication: \
+                 give --api-token-file FILE (clients then send `Authorization: Bearer <token>`), \
+                 or --insecure-no-auth to serve it open"
+            ),
+            (None, true) => tracing::warn!(
+                "HTTP API on {http} is off loopback with NO authentication (--insecure-no-auth): \
+                 anyone who can reach it reads all telemetry"
+            ),
+            (Some(_), _) if tls.is_none() => tracing::warn!(
+                "HTTP API on {http} is off loopback: bearer token required, but sent in clear \
+                 text (no --tls-cert/--tls-key)"
+            ),
+            (Some(_), _) => {
+                tracing::warn!("HTTP API on {http} is off loopback: HTTPS, bearer token required")
+            }
+        }
+    }
+    Ok(ApiConfig {
+        token,
+        tls,
+        http: HttpLimits {
+            max_connections: a.http_max_connections.max(1),
+            header_timeout: seconds("http-header-timeout", a.http_header_timeout)?,
+            idle_timeout: seconds("http-idle-timeout", a.http_idle_timeout)?,
+            ..HttpLimits::default()
+        },
+        request_timeout: seconds("http-request-timeout", a.http_request_timeout)?,
+        query_timeout: seconds("query-timeout", a.query_timeout)?,
+        max_queries: a.max_queries.max(1),
+        max_streams: a.max_event_streams.max(1),
+        max_series: a.metrics_max_series,
+    })
 }
 
 fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
@@ -110,6 +223,18 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
 pub fn run(args: &CollectArgs) -> Result<()> {
     let cfg = load_config(args)?;
     let http = cfg.http;
+    // Refuses an open API off loopback before anything starts.
+    let api_cfg = api_config(&args.api, http)?;
+    let scheme = if api_cfg.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let auth = if api_cfg.token.is_some() {
+        " (bearer token required)"
+    } else {
+        ""
+    };
     let collector = Collector::open(cfg).context("opening the history store")?;
     let store = collector.start_store();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -137,8 +262,9 @@ pub fn run(args: &CollectArgs) -> Result<()> {
         };
         // One line a script can read to find the (possibly ephemeral) ports.
         println!("{}", serde_json::json!({"http": http_addr.to_string(), "listen": udp.iter().map(ToString::to_string).collect::<Vec<_>>()}));
-        eprintln!("intscope collect: API and UI on http://{http_addr}/ , reports on {udp:?}");
-        api::serve(listener, Arc::clone(&collector), shutdown_signal()).await.context("HTTP server")?;
+        eprintln!("intscope collect: API and UI on {scheme}://{http_addr}/{auth}, reports on {udp:?}");
+        let api = api::Api::new(Arc::clone(&collector), api_cfg);
+        api::serve_with(listener, api, shutdown_signal()).await.context("HTTP server")?;
         collector.stop();
         for h in handles {
             let _ = h.join();

@@ -1,12 +1,21 @@
-//! The HTTP API (JSON; described in `docs/collector-api.md`) and the Prometheus `/metrics`
-//! endpoint, served by axum from the shared [`Collector`].
+//! The HTTP API (JSON; described in `docs/collector-api.openapi.yaml`) and the Prometheus
+//! `/metrics` endpoint, served by axum from the shared [`Collector`].
+//!
+//! Every answer is bounded: lists take a `limit` with a documented maximum (a 400 above it) and
+//! page by an opaque cursor; history queries run on the blocking pool, a bounded number at once
+//! (503 beyond), each with a deadline SQLite enforces (504); `/metrics` renders at most
+//! `max_series` series. Off loopback a bearer token guards the API (see [`ApiConfig`]).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, Query, State as AxState};
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Json};
+use axum::extract::{FromRequestParts, Path, Query, Request, State as AxState};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -14,16 +23,130 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use tokio_rustls::rustls;
 
 use crate::event::{Event, EventKind, FlowRef};
 use crate::flow::FlowState;
+use crate::http::{HttpLimits, HttpStats};
 use crate::ingest::Collector;
 use crate::rank;
 use crate::search::FlowSearch;
 use crate::state::View;
+use crate::store::{HistoryQuery, Store, StoreError};
 
-/// The router of the API.
+/// Most flows one `/api/flows` page holds.
+pub const MAX_FLOWS_LIMIT: usize = 10_000;
+/// Largest `offset` of `/api/flows` (deeper pages: follow `next`).
+pub const MAX_FLOWS_OFFSET: usize = 100_000;
+/// Most nodes or links one page holds (also the default).
+pub const MAX_LIST_LIMIT: usize = 10_000;
+/// Most queues one `/api/queues` page holds (each carries its recent series; also the default).
+pub const MAX_QUEUES_LIMIT: usize = 5_000;
+/// Most sources (node, hw_id) `/api/stats` lists (the count is always complete).
+pub const MAX_STATS_SOURCES: usize = 1_000;
+/// Most events one server-sent-events message batch carries; the rest follow at once.
+pub const STREAM_BATCH: usize = 256;
+
+/// Settings of the API server: access, limits, TLS.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Bearer token every `/api/` and `/metrics` request must carry (`Authorization: Bearer`;
+    /// the event stream may pass it as `access_token`, since browsers' EventSource cannot set
+    /// headers). `None`: open (the default on loopback).
+    pub token: Option<String>,
+    /// TLS (HTTPS) when set.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Connection limits and timeouts.
+    pub http: HttpLimits,
+    /// Longest time to produce a response's head (503 after it).
+    pub request_timeout: Duration,
+    /// Longest a history query may run, waiting for a reader included (504 after it).
+    pub query_timeout: Duration,
+    /// History queries running or waiting at once (503 beyond).
+    pub max_queries: usize,
+    /// Live event streams open at once (503 beyond).
+    pub max_streams: usize,
+    /// Most series `/metrics` renders; the rest are counted in
+    /// `intscope_metrics_series_truncated`.
+    pub max_series: usize,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            token: None,
+            tls: None,
+            http: HttpLimits::default(),
+            request_timeout: Duration::from_secs(30),
+            query_timeout: crate::store::DEFAULT_QUERY_TIMEOUT,
+            max_queries: 16,
+            max_streams: 32,
+            max_series: 10_000,
+        }
+    }
+}
+
+/// Counters of the API (shown by `/metrics` and `/api/stats`).
+#[derive(Debug, Default)]
+pub struct ApiStats {
+    /// Requests refused for a missing or wrong token.
+    pub unauthorized: AtomicU64,
+    /// Requests refused as malformed or out of range (400).
+    pub bad_requests: AtomicU64,
+    /// History queries that ran past `query_timeout` (504).
+    pub query_timeouts: AtomicU64,
+    /// History queries refused because `max_queries` were under way (503).
+    pub queries_refused: AtomicU64,
+    /// Event streams refused because `max_streams` were open (503).
+    pub streams_refused: AtomicU64,
+    /// Event streams ended because the client read too slowly: events it had not been sent
+    /// left the in-memory log.
+    pub streams_dropped_lagged: AtomicU64,
+    /// Series left out of the last `/metrics` answer (`max_series`).
+    pub metrics_series_truncated: AtomicU64,
+}
+
+/// What the handlers share: the collector, the settings, the counters and the slots.
+#[derive(Debug)]
+pub struct Api {
+    /// The collector served.
+    pub collector: Arc<Collector>,
+    /// Settings.
+    pub cfg: ApiConfig,
+    /// API counters.
+    pub stats: ApiStats,
+    /// HTTP server counters.
+    pub http: Arc<HttpStats>,
+    queries: Arc<Semaphore>,
+    streams: Arc<Semaphore>,
+}
+
+impl Api {
+    /// The API of `collector` with `cfg`.
+    pub fn new(collector: Arc<Collector>, cfg: ApiConfig) -> Arc<Self> {
+        Arc::new(Api {
+            collector,
+            queries: Arc::new(Semaphore::new(cfg.max_queries.max(1))),
+            streams: Arc::new(Semaphore::new(cfg.max_streams.max(1))),
+            cfg,
+            stats: ApiStats::default(),
+            http: Arc::new(HttpStats::default()),
+        })
+    }
+}
+
+/// The router of the API with the default settings (open, loopback use).
 pub fn router(collector: Arc<Collector>) -> Router {
+    app(Api::new(collector, ApiConfig::default()))
+}
+
+/// The router of the API: routes, the token check, the request timeout.
+pub fn app(api: Arc<Api>) -> Router {
+    let timeout = tower_http::timeout::TimeoutLayer::with_status_code(
+        StatusCode::SERVICE_UNAVAILABLE,
+        api.cfg.request_timeout,
+    );
     Router::new()
         .route("/api/stats", get(stats))
         .route("/api/nodes", get(nodes))
@@ -38,35 +161,268 @@ pub fn router(collector: Arc<Collector>) -> Router {
         .route("/api/history/queues", get(history_queues))
         .route("/metrics", get(metrics))
         .merge(crate::ui::routes())
-        .with_state(collector)
+        .layer(timeout)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&api), auth))
+        .with_state(api)
 }
 
-type Shared = AxState<Arc<Collector>>;
+type Shared = AxState<Arc<Api>>;
 
-/// An HTTP error (status and message).
-type ApiError = (StatusCode, String);
+/// An HTTP error: status and a JSON body `{"error": message, "status": code}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn bad(api: &Api, message: impl Into<String>) -> Self {
+        api.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    fn store(api: &Api, e: StoreError) -> Self {
+        match e {
+            StoreError::BadRequest(m) => ApiError::bad(api, m),
+            StoreError::Timeout => {
+                api.stats.query_timeouts.fetch_add(1, Ordering::Relaxed);
+                ApiError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "history query ran past {} ms and was stopped; narrow it (since, until, limit)",
+                        api.cfg.query_timeout.as_millis()
+                    ),
+                )
+            }
+            StoreError::Busy => {
+                api.stats.queries_refused.fetch_add(1, Ordering::Relaxed);
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            }
+            e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({"error": self.message, "status": self.status.as_u16()}));
+        (self.status, body).into_response()
+    }
+}
+
+/// A query string, its errors answered as JSON 400s.
+struct Q<T>(T);
+
+impl<T: serde::de::DeserializeOwned> FromRequestParts<Arc<Api>> for Q<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, api: &Arc<Api>) -> Result<Self, ApiError> {
+        Query::<T>::try_from_uri(&parts.uri)
+            .map(|Query(v)| Q(v))
+            .map_err(|e| ApiError::bad(api, e.body_text()))
+    }
+}
+
+/// The token check: `/api/` and `/metrics` need the bearer token when one is configured; the
+/// UI's files (code, no data) do not.
+async fn auth(AxState(api): Shared, req: Request, next: Next) -> Response {
+    let Some(token) = api.cfg.token.as_deref() else {
+        return next.run(req).await;
+    };
+    let path = req.uri().path();
+    if !(path.starts_with("/api/") || path == "/metrics") {
+        return next.run(req).await;
+    }
+    let header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    #[derive(serde::Deserialize)]
+    struct AccessToken {
+        access_token: Option<String>,
+    }
+    let given = header.or_else(|| {
+        (path == "/api/events/stream")
+            .then(|| Query::<AccessToken>::try_from_uri(req.uri()).ok())
+            .flatten()
+            .and_then(|Query(q)| q.access_token)
+    });
+    if given.is_some_and(|g| {
+        bool::from(subtle::ConstantTimeEq::ct_eq(
+            g.as_bytes(),
+            token.as_bytes(),
+        ))
+    }) {
+        return next.run(req).await;
+    }
+    api.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
+    let mut r = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "this API needs a bearer token (Authorization: Bearer <token>)",
+    )
+    .into_response();
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"intscope\""),
+    );
+    r
+}
 
 fn with_state<T>(c: &Collector, f: impl FnOnce(&View<'_>) -> T) -> Result<T, ApiError> {
     Ok(f(&c.state.read()))
 }
 
-async fn stats(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
+/// Checks a `limit` against its maximum: the default when absent, a 400 when 0 or above.
+fn limit(api: &Api, given: Option<usize>, default: usize, max: usize) -> Result<usize, ApiError> {
+    match given.unwrap_or(default) {
+        0 => Err(ApiError::bad(api, "limit must be at least 1")),
+        n if n > max => Err(ApiError::bad(
+            api,
+            format!("limit {n} is above the maximum of {max}; page with `cursor`"),
+        )),
+        n => Ok(n),
+    }
+}
+
+/// Parses a cursor of `N` dot-separated numbers (the key of a page's last row).
+fn parse_cursor<const N: usize>(api: &Api, c: Option<&str>) -> Result<Option<[u64; N]>, ApiError> {
+    let Some(c) = c.filter(|c| !c.is_empty()) else {
+        return Ok(None);
+    };
+    let parts: Vec<u64> = c
+        .split('.')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|_| ApiError::bad(api, format!("cursor {c:?} is not one this endpoint issued")))?;
+    <[u64; N]>::try_from(parts)
+        .map(Some)
+        .map_err(|_| ApiError::bad(api, format!("cursor {c:?} is not one this endpoint issued")))
+}
+
+fn cursor_text(key: &[u64]) -> String {
+    key.iter().map(u64::to_string).collect::<Vec<_>>().join(".")
+}
+
+/// A page of an array endpoint: the rows after `after` (sorted by key), at most `limit`, and the
+/// `Link: <...>; rel="next"` header (RFC 8288) when more follow.
+fn array_page<const N: usize>(
+    path: &str,
+    mut rows: Vec<([u64; N], Value)>,
+    after: Option<[u64; N]>,
+    limit: usize,
+) -> (HeaderMap, Json<Value>) {
+    rows.sort_unstable_by_key(|r| r.0);
+    let start = after.map_or(0, |a| rows.partition_point(|(k, _)| *k <= a));
+    let more = rows.len() - start > limit;
+    let page: Vec<([u64; N], Value)> = rows.drain(start..).take(limit).collect();
+    let mut headers = HeaderMap::new();
+    if more && let Some((k, _)) = page.last() {
+        let link = format!(
+            "<{path}?limit={limit}&cursor={}>; rel=\"next\"",
+            cursor_text(k)
+        );
+        if let Ok(v) = HeaderValue::from_str(&link) {
+            headers.insert(header::LINK, v);
+        }
+    }
+    (
+        headers,
+        Json(Value::Array(page.into_iter().map(|(_, v)| v).collect())),
+    )
+}
+
+/// Runs a store query on the blocking pool: at most `max_queries` at once (503 beyond), each
+/// within `query_timeout` (504 after it: SQLite interrupts the query itself).
+async fn store_query(
+    api: &Arc<Api>,
+    mut q: HistoryQuery,
+    f: impl FnOnce(&dyn Store, &HistoryQuery) -> Result<Value, StoreError> + Send + 'static,
+) -> Result<Value, ApiError> {
+    let Some(store) = api.collector.store.clone() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no history store (start with --data DIR)",
+        ));
+    };
+    let Ok(slot) = Arc::clone(&api.queries).try_acquire_owned() else {
+        return Err(ApiError::store(api, StoreError::Busy));
+    };
+    q.timeout = Some(api.cfg.query_timeout);
+    let task = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        f(&*store, &q)
+    });
+    // SQLite stops the query at the deadline; this is the backstop should it not.
+    match tokio::time::timeout(api.cfg.query_timeout + Duration::from_secs(1), task).await {
+        Ok(Ok(r)) => r.map_err(|e| ApiError::store(api, e)),
+        Ok(Err(e)) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            e.to_string(),
+        )),
+        Err(_) => Err(ApiError::store(api, StoreError::Timeout)),
+    }
+}
+
+async fn stats(AxState(api): Shared) -> Result<Json<Value>, ApiError> {
+    let c = &api.collector;
     let ingest = c.stats.snapshot();
-    let g = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-    let store = c.store.as_ref().map(|s| {
+    let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    // What the writer last read: the API never waits on the database it is writing.
+    let store = c.store.as_ref().map(|_| {
+        let snap = c
+            .store_stats
+            .snapshot
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or(None)
+            .unwrap_or(Value::Null);
         json!({
-            "rows": s.counts().ok(),
+            "rows": snap["rows"],
+            "totals": snap["totals"],
             "batches": g(&c.store_stats.batches),
             "failed": g(&c.store_stats.failed),
             "backlog_dropped": g(&c.store_stats.backlog_dropped),
             "flushes_deferred": g(&c.store_stats.flushes_deferred),
+            "ingest_pauses": g(&c.store_stats.ingest_pauses),
+            "ingest_paused_ms": g(&c.store_stats.ingest_paused_ms),
             "events_missed": g(&c.store_stats.events_missed),
             "raw_not_kept": g(&c.raw_skipped),
         })
     });
-    with_state(&c, |s| {
-        let sources: Vec<Value> = s
-            .sources()
+    let h = &api.http;
+    let a = &api.stats;
+    let api_stats = json!({
+        "connections_open": g(&h.open),
+        "connections_accepted": g(&h.accepted),
+        "connections_refused_over_limit": g(&h.refused_over_limit),
+        "connections_evicted_silent": g(&h.evicted_silent),
+        "connections_idle_closed": g(&h.idle_closed),
+        "connection_errors": g(&h.errors),
+        "tls_failed": g(&h.tls_failed),
+        "unauthorized": g(&a.unauthorized),
+        "bad_requests": g(&a.bad_requests),
+        "query_timeouts": g(&a.query_timeouts),
+        "queries_refused": g(&a.queries_refused),
+        "streams_refused": g(&a.streams_refused),
+        "streams_dropped_lagged": g(&a.streams_dropped_lagged),
+        "metrics_series_truncated": g(&a.metrics_series_truncated),
+    });
+    with_state(c, |s| {
+        let mut sources: Vec<_> = s.sources().collect();
+        let sources_total = sources.len();
+        sources.sort_unstable_by_key(|(k, _)| *k);
+        let sources: Vec<Value> = sources
+            .into_iter()
+            .take(MAX_STATS_SOURCES)
             .map(|((node, hw), st)| json!({"node_id": node, "hw_id": hw, "received": st.received, "lost": st.lost, "reordered": st.reordered, "restarts": st.restarts}))
             .collect();
         let events: serde_json::Map<String, Value> = s
@@ -83,6 +439,7 @@ async fn stats(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
             "held": s.held().iter().map(|&(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
             "limits": c.config.limits,
             "sources": sources,
+            "sources_total": sources_total,
             "flows": s.flow_count(),
             "flows_expired": s.flows_expired(),
             "nodes": s.nodes().count(),
@@ -90,44 +447,32 @@ async fn stats(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
             "events": events,
             "events_suppressed": s.events_suppressed(),
             "store": store,
+            "api": api_stats,
         }))
     })
 }
 
-fn history(
-    c: &Collector,
-    f: impl FnOnce(&dyn crate::store::Store) -> Result<Value, crate::store::StoreError>,
-) -> Result<Json<Value>, ApiError> {
-    let Some(store) = c.store.as_deref() else {
-        return Err((
-            StatusCode::NOT_FOUND,
-            "no history store (start with --data DIR)".into(),
-        ));
-    };
-    f(store)
-        .map(Json)
-        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
-}
-
 async fn history_events(
-    AxState(c): Shared,
-    Query(q): Query<crate::store::HistoryQuery>,
+    AxState(api): Shared,
+    Q(q): Q<HistoryQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    history(&c, |s| s.events(&q))
+    store_query(&api, q, |s, q| s.events(q)).await.map(Json)
 }
 
 async fn history_flows(
-    AxState(c): Shared,
-    Query(q): Query<crate::store::HistoryQuery>,
+    AxState(api): Shared,
+    Q(q): Q<HistoryQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    history(&c, |s| s.flows(&q))
+    store_query(&api, q, |s, q| s.flows(q)).await.map(Json)
 }
 
 async fn history_queues(
-    AxState(c): Shared,
-    Query(q): Query<crate::store::HistoryQuery>,
+    AxState(api): Shared,
+    Q(q): Q<HistoryQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    history(&c, |s| s.queue_series(&q))
+    store_query(&api, q, |s, q| s.queue_series(q))
+        .await
+        .map(Json)
 }
 
 /// A reported Tx utilization as a fraction of line rate (`tx_util_full_scale` is 1.0).
@@ -136,73 +481,104 @@ fn utilization(tx_util: Option<u32>, full_scale: u32) -> Option<f64> {
     Some((u * 1000.0).round() / 1000.0)
 }
 
-async fn nodes(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
-    let full_scale = c.config.tx_util_full_scale;
-    with_state(&c, |s| {
-        let mut nodes: Vec<_> = s.nodes().collect();
-        nodes.sort_unstable_by_key(|(id, _)| *id);
-        Json(Value::Array(
-            nodes
-                .into_iter()
-                .map(|(id, n)| {
-                    let ports: Vec<Value> = n.ports.in_id_order()
-                        .into_iter()
-                        .map(|(p, ps)| json!({"port": p, "tx_util": ps.tx_util, "utilization": utilization(ps.tx_util, full_scale), "hop_latency": ps.last_latency, "hop_latency_baseline": ps.latency_baseline.round(), "drops": ps.drops}))
-                        .collect();
-                    let drops: Vec<Value> = n.drops.iter().map(|(r, c)| json!({"reason": r, "name": intscope_wire::report::drop_reason_name(*r), "count": c})).collect();
-                    json!({"node_id": id, "first_seen_ns": n.first_seen_ns, "last_seen_ns": n.last_seen_ns, "reports_sent": n.reports_sent, "hops_seen": n.hops_seen, "drops": drops, "ports": ports})
-                })
-                .collect(),
-        ))
-    })
+/// Query of the array endpoints (`/api/nodes`, `/api/links`, `/api/queues`).
+#[derive(Debug, serde::Deserialize)]
+pub struct ListQuery {
+    /// Page size (default and maximum: [`MAX_LIST_LIMIT`], queues [`MAX_QUEUES_LIMIT`]).
+    pub limit: Option<usize>,
+    /// Continue after this row (from the `Link` header of the previous page).
+    pub cursor: Option<String>,
 }
 
-async fn links(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
-    let full_scale = c.config.tx_util_full_scale;
-    with_state(&c, |s| {
-        let mut v: Vec<Value> = s
-            .links()
-            .map(|((a, ap, b, bp), l)| {
-                // The link carries what the upstream node's egress port sends.
-                let tx_util = s.node(a).and_then(|n| n.ports.get(&ap)).and_then(|p| p.tx_util);
-                json!({"from_node": a, "from_port": ap, "to_node": b, "to_port": bp, "reports": l.reports,
-                       "last_seen_ns": l.last_seen_ns, "tx_util": tx_util, "utilization": utilization(tx_util, full_scale)})
+async fn nodes(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResponse, ApiError> {
+    let limit = limit(&api, q.limit, MAX_LIST_LIMIT, MAX_LIST_LIMIT)?;
+    let after = parse_cursor::<1>(&api, q.cursor.as_deref())?;
+    let full_scale = api.collector.config.tx_util_full_scale;
+    with_state(&api.collector, |s| {
+        let mut nodes: Vec<_> = s
+            .nodes()
+            .filter(|(id, _)| after.is_none_or(|[a]| u64::from(*id) > a))
+            .collect();
+        nodes.sort_unstable_by_key(|(id, _)| *id);
+        nodes.truncate(limit + 1);
+        let rows = nodes
+            .into_iter()
+            .map(|(id, n)| {
+                let ports: Vec<Value> = n.ports.in_id_order()
+                    .into_iter()
+                    .map(|(p, ps)| json!({"port": p, "tx_util": ps.tx_util, "utilization": utilization(ps.tx_util, full_scale), "hop_latency": ps.last_latency, "hop_latency_baseline": ps.latency_baseline.round(), "drops": ps.drops}))
+                    .collect();
+                let drops: Vec<Value> = n.drops.iter().map(|(r, c)| json!({"reason": r, "name": intscope_wire::report::drop_reason_name(*r), "count": c})).collect();
+                ([u64::from(id)], json!({"node_id": id, "first_seen_ns": n.first_seen_ns, "last_seen_ns": n.last_seen_ns, "reports_sent": n.reports_sent, "hops_seen": n.hops_seen, "drops": drops, "ports": ports}))
             })
             .collect();
-        v.sort_by_key(|x| {
-            (
-                x["from_node"].as_u64(),
-                x["from_port"].as_u64(),
-                x["to_node"].as_u64(),
-            )
-        });
-        Json(Value::Array(v))
+        array_page("/api/nodes", rows, None, limit)
     })
 }
 
-async fn queues(AxState(c): Shared) -> Result<Json<Value>, ApiError> {
-    with_state(&c, |s| {
-        let mut queues: Vec<_> = s.queues().collect();
+async fn links(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResponse, ApiError> {
+    let limit = limit(&api, q.limit, MAX_LIST_LIMIT, MAX_LIST_LIMIT)?;
+    let after = parse_cursor::<4>(&api, q.cursor.as_deref())?;
+    let full_scale = api.collector.config.tx_util_full_scale;
+    with_state(&api.collector, |s| {
+        let rows: Vec<([u64; 4], Value)> = s
+            .links()
+            .map(|((a, ap, b, bp), l)| {
+                let key = [u64::from(a), u64::from(ap), u64::from(b), u64::from(bp)];
+                (key, (a, ap, b, bp, l))
+            })
+            .filter(|(k, _)| after.is_none_or(|a| *k > a))
+            .map(|(k, (a, ap, b, bp, l))| {
+                // The link carries what the upstream node's egress port sends.
+                let tx_util = s.node(a).and_then(|n| n.ports.get(&ap)).and_then(|p| p.tx_util);
+                (k, json!({"from_node": a, "from_port": ap, "to_node": b, "to_port": bp, "reports": l.reports,
+                       "last_seen_ns": l.last_seen_ns, "tx_util": tx_util, "utilization": utilization(tx_util, full_scale)}))
+            })
+            .collect();
+        array_page("/api/links", rows, None, limit)
+    })
+}
+
+async fn queues(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResponse, ApiError> {
+    let limit = limit(&api, q.limit, MAX_QUEUES_LIMIT, MAX_QUEUES_LIMIT)?;
+    let after = parse_cursor::<3>(&api, q.cursor.as_deref())?;
+    with_state(&api.collector, |s| {
+        let mut queues: Vec<_> = s
+            .queues()
+            .map(|(k, q)| {
+                (
+                    [
+                        u64::from(k.node()),
+                        u64::from(k.port()),
+                        u64::from(k.queue()),
+                    ],
+                    q,
+                )
+            })
+            .filter(|(k, _)| after.is_none_or(|a| *k > a))
+            .collect();
         queues.sort_unstable_by_key(|(k, _)| *k);
-        Json(Value::Array(
-            queues
-                .into_iter()
-                .map(|(k, q)| {
-                    let series: Vec<[u64; 2]> = q.series().map(|(t, o)| [t, u64::from(o)]).collect();
-                    json!({"node_id": k.node(), "port": k.port(), "queue_id": k.queue(), "occupancy": q.occupancy, "max_occupancy": q.max_occupancy, "hop_latency": q.hop_latency, "reports": q.reports, "last_seen_ns": q.last_seen_ns, "series": series})
-                })
-                .collect(),
-        ))
+        queues.truncate(limit + 1);
+        let rows = queues
+            .into_iter()
+            .map(|(k, q)| {
+                let series: Vec<[u64; 2]> = q.series().map(|(t, o)| [t, u64::from(o)]).collect();
+                (k, json!({"node_id": k[0], "port": k[1], "queue_id": k[2], "occupancy": q.occupancy, "max_occupancy": q.max_occupancy, "hop_latency": q.hop_latency, "reports": q.reports, "last_seen_ns": q.last_seen_ns, "series": series}))
+            })
+            .collect();
+        array_page("/api/queues", rows, None, limit)
     })
 }
 
 /// Query of `/api/flows`.
 #[derive(Debug, serde::Deserialize)]
 pub struct FlowQuery {
-    /// Page size (default 100, at most 10 000).
+    /// Page size (default 100, at most [`MAX_FLOWS_LIMIT`]).
     pub limit: Option<usize>,
-    /// Rows to skip.
+    /// Rows to skip (at most [`MAX_FLOWS_OFFSET`]).
     pub offset: Option<usize>,
+    /// Continue after the last flow of a previous page (its `next`).
+    pub cursor: Option<String>,
     /// `last_seen` (default), `reports`, `drops`, `p99`, `path_changes`, `first_seen`.
     pub sort: Option<String>,
     /// Substring of the flow's addresses or ports.
@@ -227,40 +603,83 @@ fn flow_summary(f: &FlowState) -> Value {
     })
 }
 
-async fn flows(AxState(c): Shared, Query(q): Query<FlowQuery>) -> Result<Json<Value>, ApiError> {
+async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<Value>, ApiError> {
+    let limit = limit(&api, q.limit, 100, MAX_FLOWS_LIMIT)?;
+    let offset = q.offset.unwrap_or(0);
+    if offset > MAX_FLOWS_OFFSET {
+        return Err(ApiError::bad(
+            &api,
+            format!(
+                "offset {offset} is above the maximum of {MAX_FLOWS_OFFSET}; page with `cursor`"
+            ),
+        ));
+    }
+    let sort = q.sort.as_deref().unwrap_or("last_seen");
+    // One key per flow, read once in the same pass as the filters (the flows are many),
+    // larger first; ties by ID.
+    let key: fn(&FlowState) -> u64 = match sort {
+        "reports" => |f| f.reports,
+        "drops" => |f| f.drops,
+        "p99" => |f| f.e2e.quantile(0.99).unwrap_or(0),
+        "path_changes" => |f| f.path_changes,
+        "first_seen" => |f| u64::MAX - f.first_seen_ns,
+        "last_seen" => |f| f.last_seen_ns,
+        other => {
+            return Err(ApiError::bad(
+                &api,
+                format!(
+                    "sort {other:?}: one of last_seen, reports, drops, p99, path_changes, first_seen"
+                ),
+            ));
+        }
+    };
+    // A cursor is the sort, the key and the ID of the page's last flow: the next page is the
+    // flows after it in the same order.
+    let after = match q.cursor.as_deref().filter(|c| !c.is_empty()) {
+        None => None,
+        Some(c) => {
+            let (s, rest) = c.split_once('.').unwrap_or(("", c));
+            if s != sort {
+                return Err(ApiError::bad(
+                    &api,
+                    format!("cursor {c:?} is not one of sort {sort:?}"),
+                ));
+            }
+            let [k, id] = parse_cursor::<2>(&api, Some(rest))?.unwrap_or_default();
+            Some((std::cmp::Reverse(k), id))
+        }
+    };
     // Built before the state is locked: its tables take a millisecond or two.
     let mut search = q.q.as_deref().map(|t| FlowSearch::new(&t.to_lowercase()));
-    with_state(&c, |s| {
-        // One key per flow, read once in the same pass as the filters (the flows are many),
-        // larger first; ties by ID.
-        let key: fn(&FlowState) -> u64 = match q.sort.as_deref().unwrap_or("last_seen") {
-            "reports" => |f| f.reports,
-            "drops" => |f| f.drops,
-            "p99" => |f| f.e2e.quantile(0.99).unwrap_or(0),
-            "path_changes" => |f| f.path_changes,
-            "first_seen" => |f| u64::MAX - f.first_seen_ns,
-            _ => |f| f.last_seen_ns,
-        };
-        let offset = q.offset.unwrap_or(0);
-        let limit = q.limit.unwrap_or(100).min(10_000);
+    with_state(&api.collector, |s| {
         // The page is among the `wanted` first flows: only those are kept, so nothing is
-        // collected for the rest of a million.
-        let wanted = offset.saturating_add(limit);
+        // collected for the rest of a million; one more tells whether a next page exists.
+        let wanted = offset.saturating_add(limit).saturating_add(1);
         let mut total = 0usize;
         let matching = s
             .flows()
             .filter(|f| q.node.is_none_or(|n| f.path.iter().any(|h| h.node_id == n)))
             .filter(|f| search.as_mut().is_none_or(|search| search.matches(&f.key)))
-            .inspect(|_| total += 1);
+            .inspect(|_| total += 1)
+            .filter(|f| after.is_none_or(|a| (std::cmp::Reverse(key(f)), f.id) > a));
         // Larger sort key first; ties by ID.
         let first = rank::smallest(matching, wanted, |f| (std::cmp::Reverse(key(f)), f.id));
-        let page: Vec<Value> = first.into_iter().skip(offset).map(flow_summary).collect();
-        Json(json!({"total": total, "flows": page}))
+        let more = first.len() == wanted;
+        let page: Vec<&FlowState> = first.into_iter().skip(offset).take(limit).collect();
+        let next = more
+            .then(|| page.last().map(|f| format!("{sort}.{}.{}", key(f), f.id)))
+            .flatten();
+        let page: Vec<Value> = page.into_iter().map(flow_summary).collect();
+        Json(json!({"total": total, "flows": page, "next": next}))
     })
 }
 
-async fn flow(AxState(c): Shared, Path(id): Path<u64>) -> Result<Json<Value>, ApiError> {
-    let found = with_state(&c, |s| {
+async fn flow(
+    AxState(api): Shared,
+    id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Path(id) = id.map_err(|e| ApiError::bad(&api, e.body_text()))?;
+    let found = with_state(&api.collector, |s| {
         s.flow_by_id(id).map(|f| {
             let key = FlowRef::from(&f.key);
             let mut v = flow_summary(f);
@@ -285,14 +704,17 @@ async fn flow(AxState(c): Shared, Path(id): Path<u64>) -> Result<Json<Value>, Ap
         })
     })?;
     let Some((key, mut v)) = found else {
-        return Err((StatusCode::NOT_FOUND, format!("no flow with id {id}")));
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no flow with id {id}"),
+        ));
     };
-    // The flow's longer history, per store interval (outside the state lock: a disk read).
-    if let Some(store) = c.store.as_deref() {
-        let intervals = store
-            .flow_series(&key, &crate::store::HistoryQuery::default())
-            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-        v["intervals"] = intervals;
+    // The flow's longer history, per store interval (a disk read, on the blocking pool).
+    if api.collector.store.is_some() {
+        v["intervals"] = store_query(&api, HistoryQuery::default(), move |s, q| {
+            s.flow_series(&key, q)
+        })
+        .await?;
     }
     Ok(Json(v))
 }
@@ -308,21 +730,43 @@ pub struct EventQuery {
     pub flow: Option<u64>,
     /// Only events with a larger ID (for polling).
     pub after: Option<u64>,
-    /// At most this many, newest first (default 200).
+    /// Only events with a smaller ID: the next page back (from the `Link` header).
+    pub cursor: Option<String>,
+    /// At most this many, newest first (default 200, at most the log's size,
+    /// [`crate::state::EVENT_LOG`]).
     pub limit: Option<usize>,
 }
 
-async fn events(AxState(c): Shared, Query(q): Query<EventQuery>) -> Result<Json<Value>, ApiError> {
-    with_state(&c, |s| {
-        let v: Vec<_> = s
+async fn events(AxState(api): Shared, Q(q): Q<EventQuery>) -> Result<impl IntoResponse, ApiError> {
+    let limit = limit(&api, q.limit, 200, crate::state::EVENT_LOG)?;
+    let before = parse_cursor::<1>(&api, q.cursor.as_deref())?;
+    with_state(&api.collector, |s| {
+        // Keyed by the reverse of the ID: newest first, and the cursor is the last ID sent.
+        let rows: Vec<([u64; 1], Value)> = s
             .events()
             .iter()
             .rev()
             .filter(|e| selected(e, q.kind, q.node, q.flow))
             .filter(|e| q.after.is_none_or(|a| e.id > a))
-            .take(q.limit.unwrap_or(200))
+            .filter(|e| before.is_none_or(|[b]| e.id < b))
+            .take(limit + 1)
+            .map(|e| ([u64::MAX - e.id], json!(e)))
             .collect();
-        Json(json!(v))
+        let (mut headers, body) = array_page("/api/events", rows, None, limit);
+        // The Link header names the next page by the last ID, not its reverse.
+        if let Some(last) = body
+            .0
+            .as_array()
+            .and_then(|a| a.last())
+            .and_then(|e| e["id"].as_u64())
+            && headers.contains_key(header::LINK)
+            && let Ok(v) = HeaderValue::from_str(&format!(
+                "</api/events?limit={limit}&cursor={last}>; rel=\"next\""
+            ))
+        {
+            headers.insert(header::LINK, v);
+        }
+        (headers, body)
     })
 }
 
@@ -347,47 +791,87 @@ pub struct StreamQuery {
 }
 
 /// Server-sent events: each new event as `event: <kind>` with the event's JSON as data. The log is
-/// polled every 200 ms, so a slow client never holds the state lock.
+/// polled every 200 ms, so a slow client never holds the state lock, and a client costs one
+/// batch of at most [`STREAM_BATCH`] events: the stream moves only as fast as the client reads.
+/// A client so slow that events it was not sent left the log gets a last `lagged` event and is
+/// dropped (counted); `max_streams` streams at most are open at once.
 async fn event_stream(
-    AxState(c): Shared,
-    Query(q): Query<StreamQuery>,
-) -> axum::response::sse::Sse<
-    impl futures_util::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>,
+    AxState(api): Shared,
+    Q(q): Q<StreamQuery>,
+) -> Result<
+    axum::response::sse::Sse<
+        impl futures_util::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>,
+    >,
+    ApiError,
 > {
     use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
     use futures_util::StreamExt;
+    let Ok(slot) = Arc::clone(&api.streams).try_acquire_owned() else {
+        api.stats.streams_refused.fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{} event streams are open, the most allowed",
+                api.cfg.max_streams
+            ),
+        ));
+    };
     let start = q
         .after
-        .unwrap_or_else(|| c.state.events().next_id().saturating_sub(1));
-    let stream = futures_util::stream::unfold((c, start, q), |(c, mut last, q)| async move {
+        .unwrap_or_else(|| api.collector.state.events().next_id().saturating_sub(1));
+    // (api, slot, last ID looked at, first poll, query); `None` once the stream is to end.
+    let state = Some((api, slot, start, true, q));
+    let stream = futures_util::stream::unfold(state, |state| async move {
+        let (api, slot, mut last, mut first, q) = state?;
         loop {
             let from = last;
-            let batch: Vec<SseEvent> = c
-                .state
-                .events()
-                .events()
-                .iter()
-                .filter(|e| e.id > from)
-                .inspect(|e| last = last.max(e.id))
-                .filter(|e| selected(e, q.kind, q.node, q.flow))
-                .map(|e| {
-                    SseEvent::default()
-                        .event(e.kind.label())
-                        .id(e.id.to_string())
-                        .data(serde_json::to_string(e).unwrap_or_default())
-                })
-                .collect();
+            let mut lagged = None;
+            let batch: Vec<SseEvent> = {
+                let log = api.collector.state.events();
+                let oldest = log.events().front().map(|e| e.id);
+                if !first
+                    && let Some(o) = oldest
+                    && o > from + 1
+                {
+                    lagged = Some(o - from - 1);
+                }
+                log.events()
+                    .iter()
+                    .filter(|e| e.id > from)
+                    .take(STREAM_BATCH)
+                    .inspect(|e| last = last.max(e.id))
+                    .filter(|e| selected(e, q.kind, q.node, q.flow))
+                    .map(|e| {
+                        SseEvent::default()
+                            .event(e.kind.label())
+                            .id(e.id.to_string())
+                            .data(serde_json::to_string(e).unwrap_or_default())
+                    })
+                    .collect()
+            };
+            if let Some(missed) = lagged {
+                api.stats
+                    .streams_dropped_lagged
+                    .fetch_add(1, Ordering::Relaxed);
+                let bye = SseEvent::default()
+                    .event("lagged")
+                    .data(json!({"missed": missed, "resume_after": last}).to_string());
+                return Some((futures_util::stream::iter(vec![Ok(bye)]), None));
+            }
             if !batch.is_empty() {
                 return Some((
-                    futures_util::stream::iter(batch.into_iter().map(Ok)),
-                    (c, last, q),
+                    futures_util::stream::iter(batch.into_iter().map(Ok).collect::<Vec<_>>()),
+                    Some((api, slot, last, false, q)),
                 ));
             }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            first = false;
+            if last == from {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
     })
     .flatten();
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
 type Labels = Vec<(String, String)>;
@@ -399,13 +883,38 @@ fn labels(pairs: &[(&str, String)]) -> Labels {
         .collect()
 }
 
+/// Series `/metrics` may still render; those beyond are counted instead.
+struct Budget {
+    left: usize,
+    truncated: u64,
+}
+
+impl Budget {
+    fn take(&mut self) -> bool {
+        if self.left == 0 {
+            self.truncated += 1;
+            false
+        } else {
+            self.left -= 1;
+            true
+        }
+    }
+}
+
 /// Renders the metrics in the Prometheus text format. Names follow
 /// `intscope_<name>_<unit>_total`; label values come from small sets (outcome, version, kind) or
-/// from the network's own inventory (node, port, queue).
-pub fn render_metrics(c: &Collector) -> String {
+/// from the network's own inventory (node, port, queue). The inventory's series stop at
+/// `max_series` (in the order sources, queues, ports, drops); `intscope_metrics_series_truncated`
+/// says how many were left out, so the answer's size and time stay bounded whatever the input.
+pub fn render_metrics(api: &Api) -> String {
+    let c = &api.collector;
+    let mut budget = Budget {
+        left: api.cfg.max_series,
+        truncated: 0,
+    };
     let mut reg = Registry::with_prefix("intscope");
     let datagrams = Family::<Labels, Counter>::default();
-    let g = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let discarded = crate::ingest::Discard::ALL.map(|d| (d.label(), g(c.stats.discarded(d))));
     for (outcome, v) in discarded.into_iter().chain([
         ("accepted", g(&c.stats.accepted)),
@@ -428,12 +937,67 @@ pub fn render_metrics(c: &Collector) -> String {
         "Report datagrams received, by outcome",
         datagrams,
     );
-    let socket_errors = Counter::<u64>::default();
-    socket_errors.inc_by(g(&c.stats.socket_errors));
+    let counter = |v: u64| {
+        let c = Counter::<u64>::default();
+        c.inc_by(v);
+        c
+    };
     reg.register(
         "ingest_socket_errors",
         "Socket receive errors",
-        socket_errors,
+        counter(g(&c.stats.socket_errors)),
+    );
+    let h = &api.http;
+    let http = Family::<Labels, Counter>::default();
+    for (event, v) in [
+        ("accepted", g(&h.accepted)),
+        ("refused_over_limit", g(&h.refused_over_limit)),
+        ("evicted_silent", g(&h.evicted_silent)),
+        ("idle_closed", g(&h.idle_closed)),
+        ("error", g(&h.errors)),
+        ("tls_failed", g(&h.tls_failed)),
+        ("accept_error", g(&h.accept_errors)),
+    ] {
+        http.get_or_create(&labels(&[("event", event.into())]))
+            .inc_by(v);
+    }
+    reg.register(
+        "http_connections",
+        "HTTP connections, by what happened",
+        http,
+    );
+    let open = Gauge::<i64>::default();
+    open.set(g(&h.open) as i64);
+    reg.register("http_connections_open", "HTTP connections open", open);
+    let a = &api.stats;
+    let refused = Family::<Labels, Counter>::default();
+    for (reason, v) in [
+        ("unauthorized", g(&a.unauthorized)),
+        ("bad_request", g(&a.bad_requests)),
+        ("query_timeout", g(&a.query_timeouts)),
+        ("queries_busy", g(&a.queries_refused)),
+        ("streams_busy", g(&a.streams_refused)),
+        ("stream_lagged", g(&a.streams_dropped_lagged)),
+    ] {
+        refused
+            .get_or_create(&labels(&[("reason", reason.into())]))
+            .inc_by(v);
+    }
+    reg.register(
+        "api_requests_failed",
+        "API requests refused or cut short, by reason",
+        refused,
+    );
+    let st = &c.store_stats;
+    reg.register(
+        "store_batches",
+        "Store batches committed",
+        counter(g(&st.batches)),
+    );
+    reg.register(
+        "store_ingest_pauses",
+        "Times ingest waited for the store writer (back-pressure)",
+        counter(g(&st.ingest_pauses)),
     );
     let s = c.state.read();
     let counters = s.counters();
@@ -454,6 +1018,9 @@ pub fn render_metrics(c: &Collector) -> String {
     );
     let lost = Family::<Labels, Counter>::default();
     for ((node, hw), st) in s.sources() {
+        if !budget.take() {
+            continue;
+        }
         lost.get_or_create(&labels(&[
             ("node", node.to_string()),
             ("hw_id", hw.to_string()),
@@ -502,6 +1069,9 @@ pub fn render_metrics(c: &Collector) -> String {
     let occupancy = Family::<Labels, Gauge>::default();
     let qlat = Family::<Labels, Gauge>::default();
     for (k, qs) in s.queues() {
+        if !budget.take() {
+            continue;
+        }
         let l = labels(&[
             ("node", k.node().to_string()),
             ("port", k.port().to_string()),
@@ -528,6 +1098,9 @@ pub fn render_metrics(c: &Collector) -> String {
     for (node, n) in s.nodes() {
         for (port, ps) in &n.ports {
             if let Some(u) = ps.tx_util {
+                if !budget.take() {
+                    continue;
+                }
                 let l = labels(&[("node", node.to_string()), ("port", port.to_string())]);
                 util.get_or_create(&l).set(i64::from(u));
                 if let Some(r) = utilization(Some(u), c.config.tx_util_full_scale) {
@@ -536,6 +1109,9 @@ pub fn render_metrics(c: &Collector) -> String {
             }
         }
         for (reason, count) in &n.drops {
+            if !budget.take() {
+                continue;
+            }
             let name = intscope_wire::report::drop_reason_name(*reason)
                 .map_or_else(|| reason.to_string(), str::to_string);
             drops
@@ -543,6 +1119,7 @@ pub fn render_metrics(c: &Collector) -> String {
                 .inc_by(*count);
         }
     }
+    drop(s);
     reg.register(
         "port_tx_utilization",
         "Egress port Tx utilization reported (device units)",
@@ -554,29 +1131,55 @@ pub fn render_metrics(c: &Collector) -> String {
         util_ratio,
     );
     reg.register("drops", "Drops reported, by node and reason", drops);
-    drop(s);
+    api.stats
+        .metrics_series_truncated
+        .store(budget.truncated, Ordering::Relaxed);
+    let truncated = Gauge::<i64>::default();
+    truncated.set(budget.truncated as i64);
+    reg.register(
+        "metrics_series_truncated",
+        "Series left out of this answer (more than max_series)",
+        truncated,
+    );
     let mut out = String::new();
     let _ = encode(&mut out, &reg);
     out
 }
 
-async fn metrics(AxState(c): Shared) -> impl IntoResponse {
+async fn metrics(AxState(api): Shared) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        render_metrics(&c),
+        render_metrics(&api),
     )
 }
 
-/// Serves the API on `listener` until `shutdown` completes.
+/// Serves the API with the default settings on `listener` until `shutdown` completes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     collector: Arc<Collector>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(collector))
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_with(
+        listener,
+        Api::new(collector, ApiConfig::default()),
+        shutdown,
+    )
+    .await
+}
+
+/// Serves `api` on `listener` (its limits, TLS and token) until `shutdown` completes.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    api: Arc<Api>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (limits, tls, http) = (
+        api.cfg.http.clone(),
+        api.cfg.tls.clone(),
+        Arc::clone(&api.http),
+    );
+    crate::http::serve(listener, app(api), limits, tls, http, shutdown).await
 }

@@ -391,13 +391,14 @@ impl Collector {
             .spawn(move || {
                 let mut last_event = c.state.events().next_id();
                 let interval = Duration::from_millis(c.config.store.flush_interval_ms.max(10));
-                let mut waited = Duration::ZERO;
+                // Wall-clock time: ingest waits for this flush (store back-pressure).
+                let mut last = std::time::Instant::now();
                 while !c.stopped() {
                     std::thread::sleep(Duration::from_millis(10));
-                    waited += Duration::from_millis(10);
                     // A deferred flush is retried at the next tick, not a whole interval later.
-                    if waited >= interval && flusher.offer(|| c.take_batch(&mut last_event)) {
-                        waited = Duration::ZERO;
+                    if last.elapsed() >= interval && flusher.offer(|| c.take_batch(&mut last_event))
+                    {
+                        last = std::time::Instant::now();
                     }
                 }
                 flusher.finish(|| c.take_batch(&mut last_event));
@@ -723,6 +724,8 @@ fn receive_batches(c: &Collector, sock: UdpSocket) -> std::io::Result<()> {
                         }
                     }
                 }
+                // Back-pressure from the store: a batch holds at most one flush interval.
+                c.store_stats.wait_for_writer();
                 c.correlate(&mut batch);
                 c.count(&tally);
             }

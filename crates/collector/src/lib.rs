@@ -16,6 +16,7 @@ pub mod evidence;
 pub mod fabric;
 pub mod flow;
 pub mod flow_shard;
+pub mod http;
 pub mod id_table;
 pub mod ingest;
 pub mod loadgen;

@@ -4,22 +4,28 @@
 //!
 //! Writes are batched off the ingest path: a flusher takes what changed from the live state
 //! once per interval and hands it to a writer thread, which commits it in one transaction. The
-//! live state never waits for the disk. Backends sit behind [`Store`], so a distributed one
-//! (ClickHouse) can replace SQLite without touching the other stages.
+//! live state never waits for the disk. When the writer falls behind, ingest pauses instead
+//! ([`StoreStats::wait_for_writer`]): a batch never holds more than one interval of input, so a
+//! kill -9 loses at most one interval at any load. Counters are stored as sums over the
+//! collector's lifetimes: each write adds what changed since the last one (a restart adds, never
+//! overwrites). Readers (the API) have their own connections (WAL: they never wait on a commit),
+//! a bounded pool of them, and a deadline enforced inside SQLite (a progress handler), so a query
+//! really stops. Backends sit behind [`Store`], so a distributed one (ClickHouse) can replace
+//! SQLite without touching the other stages.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Value, json};
 
 use crate::event::{Event, FlowRef};
-use crate::flow::FlowInterval;
+use crate::flow::{FlowInterval, Path as FlowPath};
 use crate::state::State;
 
 /// A store error.
@@ -36,13 +42,35 @@ pub enum StoreError {
         /// The error.
         source: std::io::Error,
     },
+    /// The query ran past its deadline and was interrupted (the API answers 504).
+    #[error("store: query timed out")]
+    Timeout,
+    /// Every reader is busy and the wait queue is full (the API answers 503).
+    #[error("store: too many queries at once")]
+    Busy,
+    /// A query parameter is out of range or a cursor is not one this store issued (400).
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+impl StoreError {
+    fn from_sqlite(e: rusqlite::Error) -> Self {
+        match e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if f.code == rusqlite::ErrorCode::OperationInterrupted =>
+            {
+                StoreError::Timeout
+            }
+            e => StoreError::Sqlite(e),
+        }
+    }
 }
 
 /// A flow's summary as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlowRow {
-    /// The flow.
-    pub flow: FlowRef,
+    /// The flow (its text form is made by the writer, off the state's locks).
+    pub key: intscope_wire::locate::FlowKey,
     /// First report.
     pub first_seen_ns: u64,
     /// Last report.
@@ -53,8 +81,11 @@ pub struct FlowRow {
     pub drops: u64,
     /// Last drop reason.
     pub last_drop_reason: Option<u8>,
-    /// Path as JSON (node, ports per hop).
-    pub path: String,
+    /// Path (node, ports per hop), serialized by the writer, off the state's locks.
+    pub path: FlowPath,
+    /// The live flow's API ID: with the store's run, it names this in-memory life of the flow,
+    /// whose counters the store adds to the stored sums once (see [`SqliteStore`]).
+    pub live_id: u64,
     /// Path changes.
     pub path_changes: u64,
     /// End-to-end latency p50 / p99.
@@ -99,7 +130,21 @@ pub struct Batch {
     pub ports: Vec<AggRow>,
     /// Raw datagrams (time, source, bytes).
     pub raw: Vec<(u64, IpAddr, Vec<u8>)>,
+    /// The collector's counters as of this batch (totals of this run: the store keeps their
+    /// sums over runs).
+    pub totals: Vec<(String, u64)>,
+    /// When the flusher took the batch from the live state.
+    pub taken_at: Option<Instant>,
 }
+
+/// Most rows one history query returns (`limit` above it is a 400).
+pub const MAX_HISTORY_LIMIT: u32 = 10_000;
+
+/// How long a history query may run by default before SQLite interrupts it.
+pub const DEFAULT_QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Reader connections of a [`SqliteStore`] (queries beyond wait for one, within their deadline).
+pub const READERS: usize = 2;
 
 /// Filter of history queries.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -112,8 +157,52 @@ pub struct HistoryQuery {
     pub kind: Option<String>,
     /// Node.
     pub node: Option<u32>,
-    /// At most this many rows (default 500).
+    /// At most this many rows (default 500, queues 10 000; at most [`MAX_HISTORY_LIMIT`]).
     pub limit: Option<u32>,
+    /// Continue after the last row of a previous page (its `next`; opaque).
+    pub cursor: Option<String>,
+    /// Deadline of the query (default [`DEFAULT_QUERY_TIMEOUT`]); set by the API, not the URL.
+    #[serde(skip)]
+    pub timeout: Option<Duration>,
+}
+
+impl HistoryQuery {
+    /// The page size: `limit`, or `default`; a 400 above [`MAX_HISTORY_LIMIT`] or at 0.
+    pub fn page_size(&self, default: u32) -> Result<u32, StoreError> {
+        match self.limit.unwrap_or(default) {
+            0 => Err(StoreError::BadRequest("limit must be at least 1".into())),
+            n if n > MAX_HISTORY_LIMIT => Err(StoreError::BadRequest(format!(
+                "limit {n} is above the maximum of {MAX_HISTORY_LIMIT}; page with `cursor`"
+            ))),
+            n => Ok(n),
+        }
+    }
+
+    /// The cursor's two numbers, if it is one of `kind` (`e`, `f`, `q`).
+    fn cursor(&self, kind: char) -> Result<Option<(i64, i64)>, StoreError> {
+        let Some(c) = self.cursor.as_deref().filter(|c| !c.is_empty()) else {
+            return Ok(None);
+        };
+        let bad =
+            || StoreError::BadRequest(format!("cursor {c:?} is not one this endpoint issued"));
+        let rest = c
+            .strip_prefix(kind)
+            .and_then(|r| r.strip_prefix('.'))
+            .ok_or_else(bad)?;
+        let (a, b) = rest.split_once('.').unwrap_or((rest, "0"));
+        Ok(Some((
+            a.parse().map_err(|_| bad())?,
+            b.parse().map_err(|_| bad())?,
+        )))
+    }
+}
+
+/// A page of rows under `name`, with the cursor of the next page (`null` on the last).
+fn page(name: &str, mut rows: Vec<(Value, String)>, limit: u32) -> Value {
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next = more.then(|| rows.last().map(|(_, c)| c.clone())).flatten();
+    json!({name: rows.into_iter().map(|(v, _)| v).collect::<Vec<_>>(), "next": next})
 }
 
 /// A history backend.
@@ -124,17 +213,21 @@ pub trait Store: Send + Sync {
     fn prune(&self, before_ns: u64, keep_raw: u64) -> Result<(), StoreError>;
     /// The next free event ID (to continue numbering after a restart).
     fn next_event_id(&self) -> Result<u64, StoreError>;
-    /// Stored events, newest first.
+    /// Stored events, newest first: `{"events": [...], "next": cursor}`.
     fn events(&self, q: &HistoryQuery) -> Result<Value, StoreError>;
-    /// Stored flow summaries, most recently seen first.
+    /// Stored flow summaries, most recently seen first: `{"flows": [...], "next": cursor}`.
     fn flows(&self, q: &HistoryQuery) -> Result<Value, StoreError>;
-    /// Stored queue aggregates of a node, oldest first.
+    /// Stored queue aggregates, oldest first: `{"queues": [...], "next": cursor}`.
     fn queue_series(&self, q: &HistoryQuery) -> Result<Value, StoreError>;
     /// One flow's latency series (per-interval aggregates), oldest first; the newest `limit`
     /// rows (default 600) between `since` and `until`.
     fn flow_series(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Value, StoreError>;
     /// Row counts per table.
     fn counts(&self) -> Result<Value, StoreError>;
+    /// The collector's counters summed over every run that wrote to this store.
+    fn totals(&self) -> Result<Value, StoreError> {
+        Ok(json!({}))
+    }
 }
 
 const SCHEMA: &str = "
@@ -164,14 +257,49 @@ CREATE TABLE IF NOT EXISTS port_stats(
 CREATE INDEX IF NOT EXISTS port_stats_time ON port_stats(time_ns);
 CREATE TABLE IF NOT EXISTS raw_reports(
   id INTEGER PRIMARY KEY AUTOINCREMENT, time_ns INTEGER NOT NULL, source TEXT NOT NULL, datagram BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS totals(
+  name TEXT PRIMARY KEY, value INTEGER NOT NULL, run INTEGER NOT NULL, run_value INTEGER NOT NULL);
 ";
 
-/// The embedded SQLite backend.
+/// Columns the `flows` table gained after its first release (added to older files at open):
+/// which in-memory life of the flow (`run`, `live_id`) last wrote it, and that life's counts as
+/// written, so the next write adds only what is new.
+const FLOW_RUN_COLUMNS: [&str; 5] = [
+    "run",
+    "live_id",
+    "run_reports",
+    "run_drops",
+    "run_path_changes",
+];
+
+/// A distinct ID per opened store (time of opening, made unique within the process), naming
+/// this run's rows.
+fn new_run_id() -> i64 {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let now = crate::ingest::now_ns() & ((1 << 62) - 1);
+    i(now.wrapping_add(SEQ.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// Reader connections: taken one per query, waited for within the query's deadline.
+#[derive(Debug, Default)]
+struct Readers {
+    free: Mutex<Vec<Connection>>,
+    returned: Condvar,
+}
+
+/// The embedded SQLite backend: one writer connection, [`READERS`] reader connections.
 #[derive(Debug)]
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    readers: Readers,
+    /// This run's ID (see [`FLOW_RUN_COLUMNS`]).
+    run: i64,
     /// Where the database file is.
     pub path: PathBuf,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl SqliteStore {
@@ -192,16 +320,75 @@ impl SqliteStore {
         // the flows table's indexes then stay in memory instead of being re-read page by page.
         conn.pragma_update(None, "cache_size", -65_536)?;
         conn.execute_batch(SCHEMA)?;
+        let have: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('flows')")?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        for col in FLOW_RUN_COLUMNS {
+            if !have.iter().any(|h| h == col) {
+                conn.execute_batch(&format!(
+                    "ALTER TABLE flows ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0"
+                ))?;
+            }
+        }
+        let mut readers = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            let r = Connection::open(&path)?;
+            // Readers never write: a bug cannot turn an API query into a write.
+            r.pragma_update(None, "query_only", true)?;
+            // Short: a reader waits for a lock only around a WAL checkpoint, and its query's
+            // deadline (the progress handler) does not run while it waits.
+            r.busy_timeout(Duration::from_millis(500))?;
+            readers.push(r);
+        }
         Ok(SqliteStore {
             conn: Mutex::new(conn),
+            readers: Readers {
+                free: Mutex::new(readers),
+                returned: Condvar::new(),
+            },
+            run: new_run_id(),
             path,
         })
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        lock(&self.conn)
+    }
+
+    /// Runs `f` on a reader connection, within `timeout` (default [`DEFAULT_QUERY_TIMEOUT`]):
+    /// waiting for a free reader counts toward it, and SQLite's progress handler interrupts the
+    /// query when it passes, so a runaway query stops rather than holding the connection.
+    fn read<T>(
+        &self,
+        timeout: Option<Duration>,
+        f: impl FnOnce(&Connection) -> Result<T, rusqlite::Error>,
+    ) -> Result<T, StoreError> {
+        let deadline = Instant::now() + timeout.unwrap_or(DEFAULT_QUERY_TIMEOUT);
+        let conn = {
+            let mut free = lock(&self.readers.free);
+            loop {
+                if let Some(c) = free.pop() {
+                    break c;
+                }
+                let left = deadline
+                    .checked_duration_since(Instant::now())
+                    .ok_or(StoreError::Timeout)?;
+                free = self
+                    .readers
+                    .returned
+                    .wait_timeout(free, left)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
+            }
+        };
+        // Checked every thousand virtual-machine steps: microseconds apart.
+        conn.progress_handler(1000, Some(move || Instant::now() >= deadline));
+        let result = f(&conn);
+        conn.progress_handler(0, None::<fn() -> bool>);
+        lock(&self.readers.free).push(conn);
+        self.readers.returned.notify_one();
+        result.map_err(StoreError::from_sqlite)
     }
 }
 
@@ -246,34 +433,47 @@ impl Store for SqliteStore {
                     e.evidence.to_json().to_string()
                 ])?;
             }
+            // A flow's counters in memory count from the start of its in-memory life (this
+            // run, since it was last idle): the stored sums get what is new since this life's
+            // last write, and a new life (restart, or the flow came back) adds all of its own.
             let mut fl = tx.prepare_cached(
-                "INSERT INTO flows(src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,last_drop_reason,path,path_changes,e2e_p50,e2e_p99)
-                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)
+                "INSERT INTO flows(src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,last_drop_reason,path,path_changes,e2e_p50,e2e_p99,
+                                   run,live_id,run_reports,run_drops,run_path_changes)
+                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?8,?9,?12)
                  ON CONFLICT(src,dst,proto,src_port,dst_port) DO UPDATE SET
-                   last_seen_ns=excluded.last_seen_ns, reports=excluded.reports, drops=excluded.drops,
-                   last_drop_reason=excluded.last_drop_reason, path=excluded.path, path_changes=excluded.path_changes,
-                   e2e_p50=excluded.e2e_p50, e2e_p99=excluded.e2e_p99
+                   first_seen_ns=min(first_seen_ns, excluded.first_seen_ns),
+                   last_seen_ns=max(last_seen_ns, excluded.last_seen_ns),
+                   reports=reports + excluded.reports - CASE WHEN run=excluded.run AND live_id=excluded.live_id THEN run_reports ELSE 0 END,
+                   drops=drops + excluded.drops - CASE WHEN run=excluded.run AND live_id=excluded.live_id THEN run_drops ELSE 0 END,
+                   path_changes=path_changes + excluded.path_changes - CASE WHEN run=excluded.run AND live_id=excluded.live_id THEN run_path_changes ELSE 0 END,
+                   last_drop_reason=coalesce(excluded.last_drop_reason, last_drop_reason), path=excluded.path,
+                   e2e_p50=excluded.e2e_p50, e2e_p99=excluded.e2e_p99,
+                   run=excluded.run, live_id=excluded.live_id, run_reports=excluded.run_reports,
+                   run_drops=excluded.run_drops, run_path_changes=excluded.run_path_changes
                  RETURNING rowid",
             )?;
             let mut fs =
                 tx.prepare_cached("INSERT INTO flow_stats VALUES(?1,?2,?3,?4,?5,?6,?7)")?;
             for f in &b.flows {
+                let flow = FlowRef::from(&f.key);
                 let rowid: i64 = fl.query_row(
                     params![
-                        f.flow.src,
-                        f.flow.dst,
-                        f.flow.proto,
-                        f.flow.src_port,
-                        f.flow.dst_port,
+                        flow.src,
+                        flow.dst,
+                        flow.proto,
+                        flow.src_port,
+                        flow.dst_port,
                         i(f.first_seen_ns),
                         i(f.last_seen_ns),
                         i(f.reports),
                         i(f.drops),
                         f.last_drop_reason,
-                        f.path,
+                        serde_json::to_string(&*f.path).unwrap_or_default(),
                         i(f.path_changes),
                         f.e2e_p50.map(i),
-                        f.e2e_p99.map(i)
+                        f.e2e_p99.map(i),
+                        self.run,
+                        i(f.live_id)
                     ],
                     |r| r.get(0),
                 )?;
@@ -320,6 +520,16 @@ impl Store for SqliteStore {
             for (t, src, d) in &b.raw {
                 r.execute(params![i(*t), src.to_string(), d])?;
             }
+            // The same for the collector's counters, one life per run.
+            let mut t = tx.prepare_cached(
+                "INSERT INTO totals(name,value,run,run_value) VALUES(?1,?2,?3,?2)
+                 ON CONFLICT(name) DO UPDATE SET
+                   value=value + excluded.run_value - CASE WHEN run=excluded.run THEN run_value ELSE 0 END,
+                   run=excluded.run, run_value=excluded.run_value",
+            )?;
+            for (name, v) in &b.totals {
+                t.execute(params![name, i(*v), self.run])?;
+            }
         }
         tx.commit()?;
         Ok(())
@@ -350,101 +560,137 @@ impl Store for SqliteStore {
     }
 
     fn events(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
-        let conn = self.conn();
-        let mut st = conn.prepare_cached(
-            "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence FROM events
-             WHERE time_ns >= ?1 AND time_ns <= ?2 AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
-             ORDER BY id DESC LIMIT ?5",
-        )?;
-        let rows = st.query_map(
-            params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.kind, q.node, q.limit.unwrap_or(500)],
-            |r| {
-                let evidence: String = r.get(12)?;
-                let src: Option<String> = r.get(7)?;
-                Ok(json!({
-                    "id": r.get::<_, i64>(0)?, "time_ns": r.get::<_, i64>(1)?, "kind": r.get::<_, String>(2)?,
-                    "node_id": r.get::<_, Option<i64>>(3)?, "port": r.get::<_, Option<i64>>(4)?, "queue_id": r.get::<_, Option<i64>>(5)?,
-                    "flow_id": r.get::<_, Option<i64>>(6)?,
-                    "flow": src.map(|s| Ok::<_, rusqlite::Error>(json!({"src": s, "dst": r.get::<_, String>(8)?, "proto": r.get::<_, i64>(9)?, "src_port": r.get::<_, i64>(10)?, "dst_port": r.get::<_, i64>(11)?}))).transpose()?,
-                    "evidence": serde_json::from_str::<Value>(&evidence).unwrap_or(Value::Null),
-                }))
-            },
-        )?;
-        Ok(Value::Array(rows.collect::<Result<_, _>>()?))
+        let limit = q.page_size(500)?;
+        let after = q.cursor('e')?.map_or(i64::MAX, |(id, _)| id);
+        let rows = self.read(q.timeout, |conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence FROM events
+                 WHERE id < ?6 AND time_ns >= ?1 AND time_ns <= ?2 AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
+                 ORDER BY id DESC LIMIT ?5",
+            )?;
+            st.query_map(
+                params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.kind, q.node, limit + 1, after],
+                |r| {
+                    let evidence: String = r.get(12)?;
+                    let src: Option<String> = r.get(7)?;
+                    let id = r.get::<_, i64>(0)?;
+                    Ok((json!({
+                        "id": id, "time_ns": r.get::<_, i64>(1)?, "kind": r.get::<_, String>(2)?,
+                        "node_id": r.get::<_, Option<i64>>(3)?, "port": r.get::<_, Option<i64>>(4)?, "queue_id": r.get::<_, Option<i64>>(5)?,
+                        "flow_id": r.get::<_, Option<i64>>(6)?,
+                        "flow": src.map(|s| Ok::<_, rusqlite::Error>(json!({"src": s, "dst": r.get::<_, String>(8)?, "proto": r.get::<_, i64>(9)?, "src_port": r.get::<_, i64>(10)?, "dst_port": r.get::<_, i64>(11)?}))).transpose()?,
+                        "evidence": serde_json::from_str::<Value>(&evidence).unwrap_or(Value::Null),
+                    }), format!("e.{id}")))
+                },
+            )?
+            .collect::<Result<Vec<_>, _>>()
+        })?;
+        Ok(page("events", rows, limit))
     }
 
     fn flows(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
-        let conn = self.conn();
-        let mut st = conn.prepare_cached(
-            "SELECT src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,last_drop_reason,path,path_changes,e2e_p50,e2e_p99
-             FROM flows WHERE last_seen_ns >= ?1 AND first_seen_ns <= ?2 ORDER BY last_seen_ns DESC LIMIT ?3",
-        )?;
-        let rows = st.query_map(params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.limit.unwrap_or(500)], |r| {
-            let path: String = r.get(10)?;
-            Ok(json!({
-                "flow": {"src": r.get::<_, String>(0)?, "dst": r.get::<_, String>(1)?, "proto": r.get::<_, i64>(2)?, "src_port": r.get::<_, i64>(3)?, "dst_port": r.get::<_, i64>(4)?},
-                "first_seen_ns": r.get::<_, i64>(5)?, "last_seen_ns": r.get::<_, i64>(6)?, "reports": r.get::<_, i64>(7)?, "drops": r.get::<_, i64>(8)?,
-                "last_drop_reason": r.get::<_, Option<i64>>(9)?, "path": serde_json::from_str::<Value>(&path).unwrap_or(Value::Null),
-                "path_changes": r.get::<_, i64>(11)?, "e2e_latency_p50": r.get::<_, Option<i64>>(12)?, "e2e_latency_p99": r.get::<_, Option<i64>>(13)?,
-            }))
+        let limit = q.page_size(500)?;
+        let (t, id) = q.cursor('f')?.unwrap_or((i64::MAX, i64::MAX));
+        let rows = self.read(q.timeout, |conn| {
+            // Newest first, ties by row: (last_seen_ns, rowid) is the index's order, so a page
+            // starts at its cursor without reading the pages before it.
+            let mut st = conn.prepare_cached(
+                "SELECT src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,last_drop_reason,path,path_changes,e2e_p50,e2e_p99,rowid
+                 FROM flows WHERE (last_seen_ns, rowid) < (?4, ?5) AND last_seen_ns >= ?1 AND first_seen_ns <= ?2
+                 ORDER BY last_seen_ns DESC, rowid DESC LIMIT ?3",
+            )?;
+            st.query_map(params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), limit + 1, t, id], |r| {
+                let path: String = r.get(10)?;
+                let last: i64 = r.get(6)?;
+                Ok((json!({
+                    "flow": {"src": r.get::<_, String>(0)?, "dst": r.get::<_, String>(1)?, "proto": r.get::<_, i64>(2)?, "src_port": r.get::<_, i64>(3)?, "dst_port": r.get::<_, i64>(4)?},
+                    "first_seen_ns": r.get::<_, i64>(5)?, "last_seen_ns": last, "reports": r.get::<_, i64>(7)?, "drops": r.get::<_, i64>(8)?,
+                    "last_drop_reason": r.get::<_, Option<i64>>(9)?, "path": serde_json::from_str::<Value>(&path).unwrap_or(Value::Null),
+                    "path_changes": r.get::<_, i64>(11)?, "e2e_latency_p50": r.get::<_, Option<i64>>(12)?, "e2e_latency_p99": r.get::<_, Option<i64>>(13)?,
+                }), format!("f.{last}.{}", r.get::<_, i64>(14)?)))
+            })?
+            .collect::<Result<Vec<_>, _>>()
         })?;
-        Ok(Value::Array(rows.collect::<Result<_, _>>()?))
+        Ok(page("flows", rows, limit))
     }
 
     fn queue_series(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
-        let conn = self.conn();
-        let mut st = conn.prepare_cached(
-            "SELECT time_ns,node_id,port,queue_id,samples,avg_occupancy,max_occupancy FROM queue_stats
-             WHERE time_ns >= ?1 AND time_ns <= ?2 AND (?3 IS NULL OR node_id = ?3) ORDER BY time_ns LIMIT ?4",
-        )?;
-        let rows = st.query_map(params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.node, q.limit.unwrap_or(10_000)], |r| {
-            Ok(json!({"time_ns": r.get::<_, i64>(0)?, "node_id": r.get::<_, i64>(1)?, "port": r.get::<_, i64>(2)?, "queue_id": r.get::<_, i64>(3)?,
-                      "samples": r.get::<_, i64>(4)?, "avg_occupancy": r.get::<_, f64>(5)?, "max_occupancy": r.get::<_, i64>(6)?}))
+        let limit = q.page_size(MAX_HISTORY_LIMIT)?;
+        let (t, id) = q.cursor('q')?.unwrap_or((i64::MIN, i64::MIN));
+        let rows = self.read(q.timeout, |conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT time_ns,node_id,port,queue_id,samples,avg_occupancy,max_occupancy,rowid FROM queue_stats
+                 WHERE (time_ns, rowid) > (?5, ?6) AND time_ns >= ?1 AND time_ns <= ?2 AND (?3 IS NULL OR node_id = ?3)
+                 ORDER BY time_ns, rowid LIMIT ?4",
+            )?;
+            st.query_map(params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.node, limit + 1, t, id], |r| {
+                let time: i64 = r.get(0)?;
+                Ok((json!({"time_ns": time, "node_id": r.get::<_, i64>(1)?, "port": r.get::<_, i64>(2)?, "queue_id": r.get::<_, i64>(3)?,
+                          "samples": r.get::<_, i64>(4)?, "avg_occupancy": r.get::<_, f64>(5)?, "max_occupancy": r.get::<_, i64>(6)?}),
+                    format!("q.{time}.{}", r.get::<_, i64>(7)?)))
+            })?
+            .collect::<Result<Vec<_>, _>>()
         })?;
-        Ok(Value::Array(rows.collect::<Result<_, _>>()?))
+        Ok(page("queues", rows, limit))
     }
 
     fn flow_series(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Value, StoreError> {
-        let conn = self.conn();
-        let mut st = conn.prepare_cached(
-            "SELECT s.time_ns,s.samples,s.e2e_avg,s.e2e_max,s.hop_latency_max,s.queue_occupancy_max
-             FROM flows f JOIN flow_stats s ON s.flow = f.rowid
-             WHERE f.src = ?1 AND f.dst = ?2 AND f.proto = ?3 AND f.src_port = ?4 AND f.dst_port = ?5
-               AND s.time_ns >= ?6 AND s.time_ns <= ?7
-             ORDER BY s.time_ns DESC LIMIT ?8",
-        )?;
-        let rows = st.query_map(
-            params![flow.src, flow.dst, flow.proto, flow.src_port, flow.dst_port,
-                    i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.limit.unwrap_or(600)],
-            |r| {
-                let hops = |s: String| serde_json::from_str::<Value>(&s).unwrap_or(Value::Null);
-                Ok(json!({
-                    "time_ns": r.get::<_, i64>(0)?, "samples": r.get::<_, i64>(1)?,
-                    "e2e_latency_avg": r.get::<_, Option<i64>>(2)?, "e2e_latency_max": r.get::<_, Option<i64>>(3)?,
-                    "hop_latency_max": hops(r.get(4)?), "queue_occupancy_max": hops(r.get(5)?),
-                }))
-            },
-        )?;
-        let mut rows: Vec<Value> = rows.collect::<Result<_, _>>()?;
+        let limit = q.page_size(600)?;
+        let mut rows = self.read(q.timeout, |conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT s.time_ns,s.samples,s.e2e_avg,s.e2e_max,s.hop_latency_max,s.queue_occupancy_max
+                 FROM flows f JOIN flow_stats s ON s.flow = f.rowid
+                 WHERE f.src = ?1 AND f.dst = ?2 AND f.proto = ?3 AND f.src_port = ?4 AND f.dst_port = ?5
+                   AND s.time_ns >= ?6 AND s.time_ns <= ?7
+                 ORDER BY s.time_ns DESC LIMIT ?8",
+            )?;
+            st.query_map(
+                params![flow.src, flow.dst, flow.proto, flow.src_port, flow.dst_port,
+                        i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), limit],
+                |r| {
+                    let hops = |s: String| serde_json::from_str::<Value>(&s).unwrap_or(Value::Null);
+                    Ok(json!({
+                        "time_ns": r.get::<_, i64>(0)?, "samples": r.get::<_, i64>(1)?,
+                        "e2e_latency_avg": r.get::<_, Option<i64>>(2)?, "e2e_latency_max": r.get::<_, Option<i64>>(3)?,
+                        "hop_latency_max": hops(r.get(4)?), "queue_occupancy_max": hops(r.get(5)?),
+                    }))
+                },
+            )?
+            .collect::<Result<Vec<_>, _>>()
+        })?;
         rows.reverse();
         Ok(Value::Array(rows))
     }
 
     fn counts(&self) -> Result<Value, StoreError> {
-        let conn = self.conn();
-        let mut m = serde_json::Map::new();
-        for t in [
-            "events",
-            "flows",
-            "flow_stats",
-            "queue_stats",
-            "port_stats",
-            "raw_reports",
-        ] {
-            let n: i64 = conn.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))?;
-            m.insert(t.into(), json!(n));
-        }
-        Ok(Value::Object(m))
+        self.read(None, |conn| {
+            let mut m = serde_json::Map::new();
+            for t in [
+                "events",
+                "flows",
+                "flow_stats",
+                "queue_stats",
+                "port_stats",
+                "raw_reports",
+            ] {
+                let n: i64 =
+                    conn.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))?;
+                m.insert(t.into(), json!(n));
+            }
+            Ok(Value::Object(m))
+        })
+    }
+
+    fn totals(&self) -> Result<Value, StoreError> {
+        self.read(None, |conn| {
+            let mut st = conn.prepare_cached("SELECT name, value FROM totals ORDER BY name")?;
+            let m = st
+                .query_map([], |r| {
+                    Ok((r.get::<_, String>(0)?, json!(r.get::<_, i64>(1)?)))
+                })?
+                .collect::<Result<serde_json::Map<_, _>, _>>()?;
+            Ok(Value::Object(m))
+        })
     }
 }
 
@@ -452,7 +698,7 @@ impl Store for SqliteStore {
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
-    /// Seconds between flushes.
+    /// Milliseconds between flushes: the most input a kill -9 can lose, at any load.
     pub flush_interval_ms: u64,
     /// Hours of history kept.
     pub retention_hours: u64,
@@ -460,6 +706,11 @@ pub struct StoreConfig {
     pub raw_reports: u64,
     /// Raw datagrams kept per flush interval at most (the rest are counted, not kept).
     pub raw_per_flush: usize,
+    /// Ingest waits for the store rather than let a batch hold more than one interval, so a
+    /// kill -9 loses at most `flush_interval_ms` (true); or the live state never waits and the
+    /// store's intervals stretch when it falls behind (false: more input taken under overload,
+    /// more lost by a kill -9).
+    pub backpressure: bool,
 }
 
 impl Default for StoreConfig {
@@ -469,11 +720,24 @@ impl Default for StoreConfig {
             retention_hours: 24,
             raw_reports: 100_000,
             raw_per_flush: 1000,
+            backpressure: true,
         }
     }
 }
 
-/// Counters of the store path.
+/// What the receive threads' back-pressure looks at (see [`StoreStats::wait_for_writer`]).
+#[derive(Debug, Default)]
+struct Gate {
+    /// When ingest must stop: by then it will have run one flush interval since the take of
+    /// the newest committed batch (`None`: no writer, no back-pressure).
+    deadline: Option<Instant>,
+    /// The flush interval.
+    interval: Duration,
+    /// The writer thread ended: nothing to wait for.
+    writer_gone: bool,
+}
+
+/// Counters of the store path, and the hand-off between the receive threads and the writer.
 #[derive(Debug, Default)]
 pub struct StoreStats {
     /// Batches committed.
@@ -483,17 +747,103 @@ pub struct StoreStats {
     /// Batches dropped because the writer fell behind (logged; [`Flusher`] defers instead, so
     /// this stays 0 unless batches are submitted around it).
     pub backlog_dropped: AtomicU64,
-    /// Flushes put off because the writer was still committing the previous batch: the live
-    /// state keeps accumulating (flow and queue aggregates cover a longer interval), nothing is
-    /// lost but events beyond the in-memory log (`events_missed`).
+    /// Flushes put off because the writer was still committing the previous batch (ingest
+    /// pauses meanwhile, see `ingest_pauses`).
     pub flushes_deferred: AtomicU64,
     /// Batches handed to the writer and not yet committed.
     pub pending: AtomicU64,
     /// Events that left the in-memory log before a flush could store them.
     pub events_missed: AtomicU64,
+    /// Times a receive thread waited for the store (the next batch was due and not yet
+    /// committed); datagrams meanwhile queue in the socket buffer, or the kernel drops and
+    /// counts them.
+    pub ingest_pauses: AtomicU64,
+    /// Milliseconds receive threads spent waiting for the writer, summed over threads.
+    pub ingest_paused_ms: AtomicU64,
+    /// Rows per table and the stored totals, as the writer last read them (the API's
+    /// `/api/stats` shows these rather than query the database while it is being written).
+    pub snapshot: Mutex<Option<Value>>,
+    gate: Mutex<Gate>,
+    /// When ingest must next check the gate ([`now_ms`]; 0: no writer, never): the receive
+    /// threads' fast path is one load and a clock read.
+    gate_deadline_ms: AtomicU64,
+    committed: Condvar,
 }
 
-/// Takes what changed since the last flush out of the live state.
+/// Milliseconds since the first call in this process (1 or more; 0 means "no deadline").
+fn now_ms(at: Instant) -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    at.saturating_duration_since(epoch).as_millis() as u64 + 1
+}
+
+impl StoreStats {
+    /// Back-pressure, called by a receive thread before it adds a batch of records to the live
+    /// state: once ingest has run one flush interval since the take of the newest committed
+    /// batch (the writer still commits the next one, or the flusher is late), waits until a
+    /// newer batch is committed. So the input the file does not hold never spans more than one
+    /// interval of ingest, and a kill -9 loses at most that, however slow the disk or busy the
+    /// CPU; time spent waiting does not count, since nothing was taken in meanwhile.
+    pub fn wait_for_writer(&self) {
+        let deadline = self.gate_deadline_ms.load(Ordering::Acquire);
+        if deadline == 0 || now_ms(Instant::now()) < deadline {
+            return;
+        }
+        let mut g = lock(&self.gate);
+        let mut waited: Option<Instant> = None;
+        while !g.writer_gone && g.deadline.is_some_and(|d| Instant::now() >= d) {
+            waited.get_or_insert_with(Instant::now);
+            g = self
+                .committed
+                .wait_timeout(g, Duration::from_millis(50))
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        if let Some(since) = waited {
+            self.ingest_pauses.fetch_add(1, Ordering::Relaxed);
+            self.ingest_paused_ms
+                .fetch_add(since.elapsed().as_millis() as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn set_deadline(&self, g: &mut Gate, deadline: Instant) {
+        g.deadline = Some(deadline);
+        self.gate_deadline_ms
+            .store(now_ms(deadline), Ordering::Release);
+    }
+
+    fn writer_started(&self, interval: Duration) {
+        let mut g = lock(&self.gate);
+        g.interval = interval;
+        g.writer_gone = false;
+        self.set_deadline(&mut g, Instant::now() + interval);
+    }
+
+    /// The writer is done with a batch taken at `taken_at` (committed or failed: either way
+    /// ingest may go on). Ingest ran since the take until now, or until the gate closed: the
+    /// rest of an interval is what it may run before the next batch is committed.
+    fn batch_done(&self, taken_at: Option<Instant>) {
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+        let mut g = lock(&self.gate);
+        if let (Some(t), Some(d)) = (taken_at, g.deadline) {
+            let now = Instant::now();
+            let ran = d.min(now).saturating_duration_since(t);
+            let next = now + g.interval.saturating_sub(ran);
+            self.set_deadline(&mut g, next);
+        }
+        drop(g);
+        self.committed.notify_all();
+    }
+
+    fn writer_ended(&self) {
+        lock(&self.gate).writer_gone = true;
+        self.gate_deadline_ms.store(0, Ordering::Release);
+        self.committed.notify_all();
+    }
+}
+
+/// Takes what changed since the last flush out of the live state. Each shard is locked only to
+/// copy its changed rows out (paths are shared, serialized later by the writer).
 pub fn collect_batch(
     state: &State,
     last_event: &mut u64,
@@ -505,18 +855,22 @@ pub fn collect_batch(
         raw,
         ..Batch::default()
     };
+    let (mut flows_expired, mut suppressed) = (0u64, 0u64);
     state.each_flow_shard(|shard| {
+        flows_expired += shard.flows_expired;
+        suppressed += shard.raiser.suppressed;
         for key in std::mem::take(&mut shard.dirty_flows) {
             if let Some(f) = shard.flows.get_mut(&key) {
                 f.dirty = false;
                 b.flows.push(FlowRow {
-                    flow: FlowRef::from(&f.key),
+                    key: f.key,
                     first_seen_ns: f.first_seen_ns,
                     last_seen_ns: f.last_seen_ns,
                     reports: f.reports,
                     drops: f.drops,
                     last_drop_reason: f.last_drop_reason,
-                    path: serde_json::to_string(&f.path).unwrap_or_default(),
+                    path: Arc::clone(&f.path),
+                    live_id: f.id,
                     path_changes: f.path_changes,
                     e2e_p50: f.e2e.quantile(0.5),
                     e2e_p99: f.e2e.quantile(0.99),
@@ -541,8 +895,19 @@ pub fn collect_batch(
             .cloned()
             .collect();
         *last_event = log.next_id();
+        for (kind, n) in log.counts() {
+            b.totals.push((format!("events_{}", kind.label()), *n));
+        }
     }
+    let mut counters = crate::state::RecordCounters::default();
+    let mut lost = 0u64;
     state.each_fabric_shard(|shard| {
+        counters.v2 += shard.counters.v2;
+        counters.v1 += shard.counters.v1;
+        counters.v05 += shard.counters.v05;
+        counters.without_flow += shard.counters.without_flow;
+        lost += shard.seq.total_lost();
+        suppressed += shard.raiser.suppressed;
         for (&node, n) in &mut shard.nodes {
             for (&port, ps) in &mut n.ports {
                 for (queue, qs) in ps.queues_mut() {
@@ -579,23 +944,56 @@ pub fn collect_batch(
             }
         }
     });
+    b.totals.extend(
+        [
+            ("reports_v2", counters.v2),
+            ("reports_v1", counters.v1),
+            ("reports_v05", counters.v05),
+            ("reports_without_flow", counters.without_flow),
+            ("reports_lost", lost),
+            ("flows_expired", flows_expired),
+            ("events_suppressed", suppressed),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
     b
 }
 
-/// The writer thread: commits batches in order; prunes every minute.
+/// How often the writer re-reads the row counts for `/api/stats` (a count is a table scan).
+const SNAPSHOT_EVERY: Duration = Duration::from_secs(2);
+
+/// The writer thread: commits batches in order; prunes every minute; refreshes the
+/// [`StoreStats::snapshot`] the API shows.
 pub fn spawn_writer(
     store: Arc<dyn Store>,
     cfg: StoreConfig,
     stats: Arc<StoreStats>,
 ) -> (SyncSender<Batch>, JoinHandle<()>) {
     let (tx, rx): (SyncSender<Batch>, Receiver<Batch>) = sync_channel(8);
+    if cfg.backpressure {
+        stats.writer_started(Duration::from_millis(cfg.flush_interval_ms.max(10)));
+    }
     let handle = std::thread::Builder::new()
         .name("store-writer".into())
         .spawn(move || {
+            /// Tells the receive threads the writer is gone, however the thread ends.
+            struct Ended(Arc<StoreStats>);
+            impl Drop for Ended {
+                fn drop(&mut self) {
+                    self.0.writer_ended();
+                }
+            }
+            let _ended = Ended(Arc::clone(&stats));
             let mut n = 0u64;
+            // What the store holds from earlier runs, shown before the first commit.
+            let snapshot = |store: &dyn Store| {
+                json!({"rows": store.counts().ok(), "totals": store.totals().ok()})
+            };
+            *lock(&stats.snapshot) = Some(snapshot(&*store));
+            let mut snapshot_at = Some(Instant::now());
             for batch in rx {
                 let written = store.write(&batch);
-                stats.pending.fetch_sub(1, Ordering::Relaxed);
+                stats.batch_done(batch.taken_at);
                 match written {
                     Ok(()) => {
                         stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -614,6 +1012,10 @@ pub fn spawn_writer(
                         tracing::error!("store prune failed: {e}");
                     }
                 }
+                if snapshot_at.is_none_or(|t| t.elapsed() >= SNAPSHOT_EVERY) {
+                    snapshot_at = Some(Instant::now());
+                    *lock(&stats.snapshot) = Some(snapshot(&*store));
+                }
             }
         })
         .expect("spawning the store writer");
@@ -622,11 +1024,11 @@ pub fn spawn_writer(
 
 /// Hands a batch to the writer without blocking the caller; a full queue is counted and logged.
 fn submit(tx: &SyncSender<Batch>, batch: Batch, stats: &StoreStats) {
-    stats.pending.fetch_add(1, Ordering::Relaxed);
+    stats.pending.fetch_add(1, Ordering::AcqRel);
     match tx.try_send(batch) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) => {
-            stats.pending.fetch_sub(1, Ordering::Relaxed);
+            stats.pending.fetch_sub(1, Ordering::AcqRel);
             let n = stats.backlog_dropped.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 dropped_batches = n + 1,
@@ -634,17 +1036,16 @@ fn submit(tx: &SyncSender<Batch>, batch: Batch, stats: &StoreStats) {
             );
         }
         Err(TrySendError::Disconnected(_)) => {
-            stats.pending.fetch_sub(1, Ordering::Relaxed);
+            stats.pending.fetch_sub(1, Ordering::AcqRel);
             stats.failed.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-/// Takes batches from the live state for the writer, but only while the writer keeps up: when
-/// the previous batch is still being committed (more changed flows than the store commits in an
-/// interval — about 120 000 a second on the project's machine, `--bench store`), the flush is put
-/// off and the live state goes on accumulating, so a slow disk lengthens the store's intervals
-/// instead of losing batches.
+/// Takes batches from the live state for the writer, one at a time: while the previous batch is
+/// still being committed the flush is put off, and the receive threads, in
+/// [`StoreStats::wait_for_writer`], stop adding to the live state once it holds a full interval
+/// not yet committed, so no batch covers more than one interval of input.
 #[derive(Debug)]
 pub struct Flusher {
     tx: SyncSender<Batch>,
@@ -660,23 +1061,25 @@ impl Flusher {
     /// A flush is due: takes a batch with `take` and hands it over, or defers it while the writer
     /// is busy (returns whether a batch was handed over).
     pub fn offer(&self, take: impl FnOnce() -> Option<Batch>) -> bool {
-        if self.stats.pending.load(Ordering::Relaxed) > 0 {
+        if self.stats.pending.load(Ordering::Acquire) > 0 {
             self.stats.flushes_deferred.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let Some(batch) = take() else {
+        let Some(mut batch) = take() else {
             return false;
         };
+        batch.taken_at = Some(Instant::now());
         submit(&self.tx, batch, &self.stats);
         true
     }
 
     /// The last flush, at shutdown: waits for the writer to take it.
     pub fn finish(self, take: impl FnOnce() -> Option<Batch>) {
-        if let Some(batch) = take() {
-            self.stats.pending.fetch_add(1, Ordering::Relaxed);
+        if let Some(mut batch) = take() {
+            batch.taken_at = Some(Instant::now());
+            self.stats.pending.fetch_add(1, Ordering::AcqRel);
             if self.tx.send(batch).is_err() {
-                self.stats.pending.fetch_sub(1, Ordering::Relaxed);
+                self.stats.pending.fetch_sub(1, Ordering::AcqRel);
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::*;
-use intscope_collector::api::render_metrics;
+use intscope_collector::api::{Api, ApiConfig, render_metrics};
 use intscope_collector::ingest::{Collector, CollectorConfig, Discard, spawn_receivers};
 use intscope_collector::record::RecordBatch;
 use intscope_collector::state::Limits;
@@ -94,7 +94,7 @@ fn random_node_ids_and_ports_stay_within_the_limits() {
     }
     assert_eq!(g(&c.stats.received), n);
     assert_eq!(g(&c.stats.accepted), n, "made-up IDs are valid reports");
-    let metrics = render_metrics(&c);
+    let metrics = render_metrics(&Api::new(Arc::clone(&c), ApiConfig::default()));
     let s = c.state.read();
     let held: std::collections::HashMap<_, _> = s.held().into_iter().collect();
     assert!(held["node"] <= 256, "{held:?}");

@@ -48,11 +48,14 @@ fn batches_round_trip_and_prune() {
             ..HistoryQuery::default()
         })
         .unwrap();
-    assert_eq!(drops[0]["evidence"]["drop_reason_name"], "routing-miss");
-    assert_eq!(drops[0]["flow"]["dst_port"], 80);
+    assert_eq!(
+        drops["events"][0]["evidence"]["drop_reason_name"],
+        "routing-miss"
+    );
+    assert_eq!(drops["events"][0]["flow"]["dst_port"], 80);
     let flows = store.flows(&HistoryQuery::default()).unwrap();
-    assert_eq!(flows[0]["reports"], 3);
-    assert_eq!(flows[0]["path"][1]["node_id"], 101);
+    assert_eq!(flows["flows"][0]["reports"], 3);
+    assert_eq!(flows["flows"][0]["path"][1]["node_id"], 101);
     assert_eq!(
         store.next_event_id().unwrap(),
         b.events.last().unwrap().id + 1
@@ -80,7 +83,7 @@ fn batches_round_trip_and_prune() {
             ..HistoryQuery::default()
         })
         .unwrap();
-    assert_eq!(congestion[0]["max_occupancy"], 5000);
+    assert_eq!(congestion["queues"][0]["max_occupancy"], 5000);
 
     store.prune(2 * S + 1, 0).unwrap();
     let counts = store.counts().unwrap();
@@ -178,4 +181,258 @@ fn a_slow_writer_defers_flushes_instead_of_dropping_batches() {
     assert_eq!(stats.flushes_deferred.load(Relaxed), 5);
     assert_eq!(stats.backlog_dropped.load(Relaxed), 0);
     assert_eq!(stats.pending.load(Relaxed), 0);
+}
+
+/// Two collector lifetimes over one store: the stored counters are the sums of both, never the
+/// second's counts alone; within a lifetime, each flush adds only what is new.
+#[test]
+fn counters_accumulate_across_restarts() {
+    let dir = std::env::temp_dir().join(format!("intscope-store-runs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = |k: u32, drop: bool| {
+        let mut r = Rep::new(7, &[H(1, 2, 900, 10), H(101, 2, 900, 10)], H(2, 3, 900, 10));
+        r.seq = k;
+        r.drop = drop.then_some(29);
+        r.datagram()
+    };
+    let mut sent = (0u64, 0u64);
+    let (mut earlier_drop_events, mut this_life_drop_events) = (0u64, 0u64);
+    for life in 0..2u64 {
+        earlier_drop_events += this_life_drop_events;
+        let store = SqliteStore::open(&dir).unwrap();
+        let mut s = state();
+        s.continue_event_ids(store.next_event_id().unwrap());
+        let stats = StoreStats::default();
+        let mut last_event = 1;
+        // Three flushes per life, with new reports before each.
+        for flush in 0..3u32 {
+            for k in 0..10u32 {
+                let n = flush * 10 + k;
+                feed(
+                    &mut s,
+                    &report(n, k == 9),
+                    life * 100 * S + u64::from(n) * MS,
+                );
+                sent.0 += 1;
+                sent.1 += u64::from(k == 9);
+            }
+            store
+                .write(&collect_batch(&s, &mut last_event, Vec::new(), &stats))
+                .unwrap();
+            let flows = store.flows(&HistoryQuery::default()).unwrap();
+            assert_eq!(
+                flows["flows"][0]["reports"], sent.0,
+                "life {life} flush {flush}"
+            );
+            assert_eq!(flows["flows"][0]["drops"], sent.1);
+            let totals = store.totals().unwrap();
+            assert_eq!(totals["reports_v2"], sent.0, "{totals}");
+            let live_drops = s
+                .read()
+                .event_counts()
+                .get(&intscope_collector::event::EventKind::Drop)
+                .copied()
+                .unwrap_or(0);
+            assert!(live_drops > 0);
+            assert_eq!(
+                totals["events_drop"].as_u64(),
+                Some(earlier_drop_events + live_drops),
+                "{totals}"
+            );
+            this_life_drop_events = live_drops;
+        }
+        // A flush with nothing new changes no sum.
+        store
+            .write(&collect_batch(&s, &mut last_event, Vec::new(), &stats))
+            .unwrap();
+        assert_eq!(store.totals().unwrap()["reports_v2"], sent.0);
+    }
+    assert_eq!(sent, (60, 6));
+    // The flow's first sighting is the first life's.
+    let store = SqliteStore::open(&dir).unwrap();
+    let flows = store.flows(&HistoryQuery::default()).unwrap();
+    assert_eq!(flows["flows"][0]["first_seen_ns"], 0);
+    assert_eq!(flows["flows"][0]["reports"], 60);
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A store file from before the run columns opens, and its counts go on from where they were.
+#[test]
+fn an_older_store_file_is_upgraded_in_place() {
+    let dir = std::env::temp_dir().join(format!("intscope-store-old-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let conn = rusqlite::Connection::open(dir.join("intscope.db")).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE flows(
+          src TEXT NOT NULL, dst TEXT NOT NULL, proto INTEGER NOT NULL, src_port INTEGER NOT NULL, dst_port INTEGER NOT NULL,
+          first_seen_ns INTEGER NOT NULL, last_seen_ns INTEGER NOT NULL, reports INTEGER NOT NULL, drops INTEGER NOT NULL,
+          last_drop_reason INTEGER, path TEXT NOT NULL, path_changes INTEGER NOT NULL, e2e_p50 INTEGER, e2e_p99 INTEGER,
+          PRIMARY KEY(src, dst, proto, src_port, dst_port));",
+    )
+    .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(&dir).unwrap();
+    let mut s = state();
+    let d = Rep::new(7, &[H(1, 2, 900, 10)], H(2, 3, 900, 10)).datagram();
+    feed(&mut s, &d, 0);
+    let key = s.read().flows().next().unwrap().key;
+    let f = intscope_collector::event::FlowRef::from(&key);
+    drop(store);
+    let conn = rusqlite::Connection::open(dir.join("intscope.db")).unwrap();
+    conn.execute(
+        "INSERT INTO flows(src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,path,path_changes)
+         VALUES(?1,?2,?3,?4,?5,0,0,1000,3,'[]',0)",
+        rusqlite::params![f.src, f.dst, f.proto, f.src_port, f.dst_port],
+    )
+    .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(&dir).unwrap();
+    let stats = StoreStats::default();
+    store
+        .write(&collect_batch(&s, &mut 1, Vec::new(), &stats))
+        .unwrap();
+    let flows = store.flows(&HistoryQuery::default()).unwrap();
+    assert_eq!(flows["flows"][0]["reports"], 1001);
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A store that takes 300 ms to commit and remembers the last batch it committed (its
+/// `time_ns`, which the test uses as a count of the input the batch holds).
+struct Recording {
+    committed: std::sync::atomic::AtomicU64,
+}
+
+impl Store for Recording {
+    fn write(&self, b: &Batch) -> Result<(), StoreError> {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        self.committed
+            .store(b.time_ns, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    fn prune(&self, _: u64, _: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn next_event_id(&self) -> Result<u64, StoreError> {
+        Ok(1)
+    }
+    fn events(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn flows(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn queue_series(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn flow_series(
+        &self,
+        _: &intscope_collector::event::FlowRef,
+        _: &HistoryQuery,
+    ) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn counts(&self) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+}
+
+/// Back-pressure with a writer slower than the flush interval (300 ms commits, 100 ms
+/// interval): the receive thread waits whenever the input not yet committed spans an interval,
+/// so what a kill would lose (input since the newest committed batch) never exceeds one interval
+/// — 100 units of 1 ms here — where without the wait it would reach the commit's 300 ms and more.
+#[test]
+fn ingest_waits_so_uncommitted_input_never_exceeds_one_interval() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    use std::time::{Duration, Instant};
+    let store = Arc::new(Recording {
+        committed: AtomicU64::new(0),
+    });
+    let stats = Arc::new(StoreStats::default());
+    let interval = Duration::from_millis(100);
+    let cfg = StoreConfig {
+        flush_interval_ms: 100,
+        ..StoreConfig::default()
+    };
+    let (tx, writer) = spawn_writer(store.clone(), cfg, Arc::clone(&stats));
+    let input = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    // The flusher, as the collector runs it: every 10 ms, once an interval has passed.
+    let flusher = {
+        let (stats, input, stop) = (Arc::clone(&stats), Arc::clone(&input), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let flusher = Flusher::new(tx, stats);
+            let mut last = Instant::now();
+            while !stop.load(SeqCst) {
+                std::thread::sleep(Duration::from_millis(10));
+                if last.elapsed() >= interval
+                    && flusher.offer(|| {
+                        Some(Batch {
+                            time_ns: input.load(SeqCst),
+                            ..Batch::default()
+                        })
+                    })
+                {
+                    last = Instant::now();
+                }
+            }
+            flusher.finish(|| None);
+        })
+    };
+    // The receive thread: one unit of input a millisecond, through the gate.
+    let mut worst = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        stats.wait_for_writer();
+        let n = input.fetch_add(1, SeqCst) + 1;
+        worst = worst.max(n - store.committed.load(SeqCst));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop.store(true, SeqCst);
+    flusher.join().unwrap();
+    writer.join().unwrap();
+    assert!(stats.batches.load(SeqCst) >= 3);
+    assert!(stats.ingest_pauses.load(SeqCst) >= 2);
+    assert!(
+        worst <= 101,
+        "uncommitted input reached {worst} ms of units, more than one interval"
+    );
+    assert!(worst >= 50, "the input ran: {worst}");
+}
+
+/// `store.backpressure = false`: ingest never waits, whatever the writer does.
+#[test]
+fn without_backpressure_ingest_never_waits() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::{Duration, Instant};
+    let store = Arc::new(SlowStore {
+        written: Default::default(),
+    });
+    let stats = Arc::new(StoreStats::default());
+    let cfg = StoreConfig {
+        flush_interval_ms: 10,
+        backpressure: false,
+        ..StoreConfig::default()
+    };
+    let (tx, writer) = spawn_writer(store.clone(), cfg, Arc::clone(&stats));
+    let flusher = Flusher::new(tx.clone(), Arc::clone(&stats));
+    assert!(flusher.offer(|| Some(Batch::default())));
+    std::thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    stats.wait_for_writer();
+    assert!(t.elapsed() < Duration::from_millis(20));
+    assert_eq!(
+        stats.pending.load(Relaxed),
+        1,
+        "the commit was still under way"
+    );
+    drop(flusher);
+    drop(tx);
+    writer.join().unwrap();
+    assert_eq!(stats.ingest_pauses.load(Relaxed), 0);
 }
