@@ -417,7 +417,7 @@ fn idle_connections_beyond_the_limit_do_not_lock_the_api_out() {
         ApiConfig {
             http: HttpLimits {
                 max_connections: 8,
-                header_timeout: Duration::from_millis(400),
+                header_timeout: Duration::from_millis(1500),
                 idle_timeout: Duration::from_secs(30),
                 ..HttpLimits::default()
             },
@@ -469,6 +469,9 @@ fn idle_connections_beyond_the_limit_do_not_lock_the_api_out() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    // Until the server has read a head's bytes its connection looks silent and would give way:
+    // let it read them (well within the header timeout).
+    std::thread::sleep(Duration::from_millis(300));
     let refused = a.http.refused_over_limit.load(Ordering::Relaxed);
     assert!(
         http_get(addr, "/api/stats", "").is_err(),
