@@ -116,14 +116,19 @@ pub struct WatchEntry {
     pub dst_ports: Option<(u16, u16)>,
     /// Source port range, inclusive.
     pub src_ports: Option<(u16, u16)>,
+    /// Source *or* destination in this prefix (SD-Fabric's `watchSubnets` meaning, one entry
+    /// per prefix).
+    pub subnet: Option<IpNet>,
     /// Ingress interface (the device's level-1 port the packet arrived on).
     pub ingress_port: Option<u16>,
     /// Reports this node sends about these flows (default: all: flow, drop, queue).
     pub reports: Option<Vec<ReportCategory>>,
-    /// Match the innermost flow through a tunnel (GTP-U, as SD-Fabric watches mobile user
-    /// traffic; VXLAN, Geneve, GRE, IP-in-IP) instead of the packet's own headers. INT still goes
-    /// on the outer headers.
-    pub inner: bool,
+    /// Which headers the entry matches. Unset (the default): the user's flow inside a GTP-U tunnel
+    /// (SD-Fabric: "For GTP-U encapsulated traffic, the watchlist is always applied to the inner
+    /// headers"), the packet's own headers otherwise. `true`: the innermost flow through any
+    /// tunnel (GTP-U, VXLAN, Geneve, GRE, IP-in-IP), never a packet without one. `false`: the
+    /// packet's own headers, GTP-U included. INT always goes on the outer headers.
+    pub inner: Option<bool>,
     /// INT mode for these flows (default: the node's).
     pub mode: Option<Mode>,
     /// Instruction bitmap for these flows (default: the node's).
@@ -180,6 +185,20 @@ impl Default for ProbeConfig {
             discard: true,
         }
     }
+}
+
+/// Which dropped packets get drop reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DropReports {
+    /// Packets of watched flows (a watchlist entry or `watch_subnets` matches, or the packet
+    /// carries INT, so a source watched it): SD-Fabric's behaviour, and Report v2.0
+    /// §"Telemetry Report Associations" ("Dropped Packets ... matching a watchlist"). With an
+    /// empty watchlist no drop is reported.
+    #[default]
+    Watched,
+    /// Every dropped packet except report traffic; unwatched ones have F = 0.
+    All,
 }
 
 /// A kind of report a watchlist entry asks for (SD-Fabric's report types).
@@ -277,8 +296,14 @@ pub struct NodeConfig {
     pub instructions: u16,
     /// Source: Remaining Hop Count at creation.
     pub max_hops: u8,
-    /// Source: flows to monitor (empty: none).
+    /// Source (and every node in INT-XD): flows to monitor (empty: none).
     pub watchlist: Vec<WatchEntry>,
+    /// SD-Fabric's `watchSubnets`: a packet is watched when its source or destination address
+    /// is in one of these prefixes (GTP-U: the user's inner addresses). Checked after
+    /// `watchlist`, with the node's settings.
+    pub watch_subnets: Vec<IpNet>,
+    /// Drop reports for watched flows only (`"watched"`, default) or for every drop (`"all"`).
+    pub drop_reports: DropReports,
     /// Source: probe packets to generate (`[[probes]]`).
     pub probes: Vec<ProbeConfig>,
     /// Sink: where its own metadata goes.
@@ -386,6 +411,8 @@ impl Default for NodeConfig {
             instructions: 0xf000,
             max_hops: 8,
             watchlist: Vec::new(),
+            watch_subnets: Vec::new(),
+            drop_reports: DropReports::Watched,
             probes: Vec::new(),
             sink_metadata: SinkMetadata::Report,
             restore_dscp: true,

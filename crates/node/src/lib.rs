@@ -8,9 +8,10 @@ pub mod config;
 pub mod export;
 pub mod filter;
 pub mod frame;
+pub mod netcfg;
 pub mod node;
 pub mod telemetry;
 
-pub use config::{Mode, NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry};
+pub use config::{DropReports, Mode, NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry};
 pub use node::{Node, NodeStats, Outcome};
 pub use telemetry::{StaticTelemetry, Telemetry};

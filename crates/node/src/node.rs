@@ -22,10 +22,10 @@ use intscope_wire::shim::{
 };
 
 use crate::config::{
-    Mode, MtuAction, NodeConfig, ProbeConfig, ReportCategory, ReportFormat, Role, SinkMetadata,
-    SourceEncap, Unsupported, WatchEntry,
+    DropReports, Mode, MtuAction, NodeConfig, ProbeConfig, ReportCategory, ReportFormat, Role,
+    SinkMetadata, SourceEncap, Unsupported, WatchEntry,
 };
-use crate::filter::{Decision, ReportFilter};
+use crate::filter::ReportFilter;
 use crate::frame::{self, Layout};
 use crate::telemetry::Telemetry;
 
@@ -92,6 +92,10 @@ pub struct NodeStats {
     pub clones: u64,
     /// Source: probe packets generated.
     pub probes: u64,
+    /// Queue reports sent apart from any other report (unwatched packets, INT-MD transit).
+    pub queue_reports: u64,
+    /// Drops not reported because the packet was on no watchlist (`drop_reports = "watched"`).
+    pub unwatched_drops: u64,
 }
 
 /// A software INT node.
@@ -100,6 +104,8 @@ pub struct Node {
     cfg: NodeConfig,
     detect: DetectConfig,
     filter: ReportFilter,
+    /// The watchlist entries, then one per `watch_subnets` prefix.
+    watch: Vec<WatchEntry>,
     seq: u32,
     /// Some watchlist entry matches on the ingress interface.
     watch_by_ingress: bool,
@@ -129,6 +135,9 @@ struct Watch {
     discard: bool,
     /// The reports wanted about these flows.
     wants: Wants,
+    /// The flow the entry matched (inside a tunnel, or the packet's own): the key of the report
+    /// filters.
+    key: FlowKey,
 }
 
 /// Which report categories apply ([`ReportCategory`]).
@@ -156,7 +165,7 @@ impl Wants {
 }
 
 impl Watch {
-    fn of(w: &WatchEntry, cfg: &NodeConfig) -> Self {
+    fn of(w: &WatchEntry, key: FlowKey, cfg: &NodeConfig) -> Self {
         Watch {
             mode: w.mode.unwrap_or(cfg.mode),
             instructions: w.instructions.unwrap_or(cfg.instructions),
@@ -169,30 +178,47 @@ impl Watch {
             clone: w.clone,
             discard: w.clone,
             wants: Wants::of(w.reports.as_deref()),
+            key,
         }
     }
 }
 
-/// The first watchlist entry that matches: on the packet's own headers (`outer`), or with `inner` set,
-/// on the innermost flow through a tunnel (GTP-U as SD-Fabric watches it, VXLAN, Geneve, GRE);
-/// an inner entry never matches a packet without a tunnel.
+/// The first watchlist entry that matches, with the flow it matched: the packet's own headers
+/// (`outer`), or the flow inside a tunnel (`inner`) as the entry's `inner` says — unset, inside
+/// GTP-U only (`gtpu`), as SD-Fabric applies its watchlist.
 fn watch_entry<'a>(
     list: &'a [WatchEntry],
     outer: &FlowKey,
     inner: Option<&FlowKey>,
+    gtpu: bool,
     ingress: Option<u16>,
-) -> Option<&'a WatchEntry> {
-    list.iter().find(|w| {
-        let Some(f) = (if w.inner { inner } else { Some(outer) }) else {
-            return false;
+) -> Option<(&'a WatchEntry, FlowKey)> {
+    list.iter().find_map(|w| {
+        let f = match w.inner {
+            Some(true) => inner?,
+            None if gtpu => inner.unwrap_or(outer),
+            _ => outer,
         };
-        w.ingress_port.is_none_or(|p| Some(p) == ingress)
-            && w.src.is_none_or(|n| n.contains(&f.src_ip()))
-            && w.dst.is_none_or(|n| n.contains(&f.dst_ip()))
+        let (src, dst) = (f.src_ip(), f.dst_ip());
+        let hit = w.ingress_port.is_none_or(|p| Some(p) == ingress)
+            && w.subnet
+                .is_none_or(|n| n.contains(&src) || n.contains(&dst))
+            && w.src.is_none_or(|n| n.contains(&src))
+            && w.dst.is_none_or(|n| n.contains(&dst))
             && w.proto.is_none_or(|p| p == f.proto)
             && port_in(w.dst_ports, f.dst_port)
-            && port_in(w.src_ports, f.src_port)
+            && port_in(w.src_ports, f.src_port);
+        hit.then_some((w, *f))
     })
+}
+
+/// The node's watchlist: its entries, then one entry per `watch_subnets` prefix.
+fn watchlist(cfg: &NodeConfig) -> Vec<WatchEntry> {
+    let subnets = cfg.watch_subnets.iter().map(|n| WatchEntry {
+        subnet: Some(*n),
+        ..WatchEntry::default()
+    });
+    cfg.watchlist.iter().cloned().chain(subnets).collect()
 }
 
 impl Node {
@@ -209,9 +235,11 @@ impl Node {
             gre_proto: Some(cfg.int_gre_proto),
             ..DetectConfig::default()
         };
-        let cfg_watch_by_ingress = cfg.watchlist.iter().any(|w| w.ingress_port.is_some());
+        let watch = watchlist(&cfg);
+        let cfg_watch_by_ingress = watch.iter().any(|w| w.ingress_port.is_some());
         Node {
             filter: ReportFilter::new(cfg.filters.clone()),
+            watch,
             cfg,
             detect,
             seq: 0,
@@ -274,7 +302,7 @@ impl Node {
             let parsed = Packet::parse(&frame, Start::Ethernet, &self.detect).ok()?;
             (Layout::of(&parsed)?, parsed.flow?)
         };
-        let mut w = Watch::of(&WatchEntry::default(), &self.cfg);
+        let mut w = Watch::of(&WatchEntry::default(), flow, &self.cfg);
         w.discard = p.discard;
         match self.source(&mut frame, layout, flow, tel, w) {
             Insertion::TooBig => None,
@@ -308,22 +336,23 @@ impl Node {
                 return out;
             }
         };
+        // Report traffic is never watched nor queue-reported (a report about a report would
+        // follow it through every congested queue).
+        let report_traffic =
+            matches!(&located, Err(Some((layout, _))) if self.is_report(layout, frame));
         // The watchlist entry of an INT-free packet, with the node's defaults filled in.
         let watch = match &located {
-            Err(Some((layout, flow))) if !self.is_report(layout, frame) => {
-                // The ingress interface only when an entry asks for one (it costs a device read).
-                let ingress = if self.watch_by_ingress {
-                    tel.hop(self.cfg.node_id).l1_ingress_if
-                } else {
-                    None
-                };
-                watch_entry(&self.cfg.watchlist, flow, inner_flow.as_ref(), ingress)
-                    .map(|w| Watch::of(w, &self.cfg))
-            }
+            Err(Some((_, flow))) if !report_traffic => self.watched(tel, flow, inner_flow.as_ref()),
             _ => None,
         };
+        // SD-Fabric: "all subsequent packets in the same queue will be reported, independently
+        // of the watchlist, up to the quota" — unless the packet's own entry opts out.
+        let congested = self.filter.has_queues()
+            && !report_traffic
+            && watch.as_ref().is_none_or(|w| w.wants.queue)
+            && self.congested(tel);
         match (self.cfg.role, located, watch) {
-            (_, Err(Some((_, flow))), Some(w)) if w.mode == Mode::Xd => {
+            (_, Err(Some(_)), Some(w)) if w.mode == Mode::Xd => {
                 // INT-XD: a postcard with this node's metadata; the packet is untouched.
                 let n = out.reports.len();
                 out.reports.extend(self.report(
@@ -331,8 +360,9 @@ impl Node {
                     w.instructions,
                     tel,
                     true,
-                    Some(flow),
-                    w.wants,
+                    Some(w.key),
+                    w.wants.flow,
+                    congested,
                 ));
                 self.stats.postcards += (out.reports.len() - n) as u64;
             }
@@ -345,7 +375,7 @@ impl Node {
             {
                 let instructions = w.instructions;
                 let mx = w.mode == Mode::Mx;
-                let wants = w.wants;
+                let (key, wants) = (w.key, w.wants);
                 let insertion = if w.clone {
                     // INT v2.1 §"INT Applied to Synthetic Traffic": the packet goes on as it is;
                     // a copy carries INT, marked D for the sink to discard after reporting.
@@ -369,10 +399,16 @@ impl Node {
                         instructions,
                         tel,
                         true,
-                        Some(flow),
-                        wants,
+                        Some(key),
+                        wants.flow,
+                        congested,
                     ));
                     self.stats.mx_reports += (out.reports.len() - n) as u64;
+                } else {
+                    // INT-MD: the packet's metadata goes to the sink; a queue report goes now.
+                    let reported = out.synthetic.last().map_or(frame.as_slice(), Vec::as_slice);
+                    let r = self.queue_report(reported, tel, congested, true);
+                    out.reports.extend(r);
                 }
             }
             (Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))), _)
@@ -383,14 +419,28 @@ impl Node {
             {
                 out.reports
                     .push(self.intermediate_report(frame, &l, off, shim, h, tel));
+                // The intermediate report is about the stack, not this queue.
+                out.reports
+                    .extend(self.queue_report(frame, tel, congested, true));
             }
             (Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))), _) => {
+                if congested {
+                    out.reports
+                        .extend(self.queue_report(frame, tel, congested, true));
+                }
                 self.transit(frame, &l, off, shim, h, tel)
             }
             (Role::Transit, Ok(Some((_, _, IntHeader::Mx(h), _))), _) => {
                 let n = out.reports.len();
-                out.reports
-                    .extend(self.report(frame, h.instructions, tel, true, flow, Wants::ALL));
+                out.reports.extend(self.report(
+                    frame,
+                    h.instructions,
+                    tel,
+                    true,
+                    flow,
+                    true,
+                    congested,
+                ));
                 self.stats.mx_reports += (out.reports.len() - n) as u64;
             }
             (Role::Sink, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))), _) => {
@@ -399,8 +449,15 @@ impl Node {
                     self.transit(frame, &l, off, shim, h, tel);
                 }
                 let own = self.cfg.sink_metadata == SinkMetadata::Report;
-                out.reports
-                    .extend(self.report(frame, h.instructions, tel, own, flow, Wants::ALL));
+                out.reports.extend(self.report(
+                    frame,
+                    h.instructions,
+                    tel,
+                    own,
+                    flow,
+                    true,
+                    congested,
+                ));
                 self.strip(frame);
                 if h.d {
                     self.stats.discarded += 1;
@@ -409,8 +466,15 @@ impl Node {
             }
             (Role::Sink, Ok(Some((_, _, IntHeader::Mx(h), _))), _) => {
                 let n = out.reports.len();
-                out.reports
-                    .extend(self.report(frame, h.instructions, tel, true, flow, Wants::ALL));
+                out.reports.extend(self.report(
+                    frame,
+                    h.instructions,
+                    tel,
+                    true,
+                    flow,
+                    true,
+                    congested,
+                ));
                 self.stats.mx_reports += (out.reports.len() - n) as u64;
                 self.strip(frame);
                 if h.d {
@@ -418,10 +482,74 @@ impl Node {
                     out.forward = false;
                 }
             }
-            _ => self.stats.untouched += 1,
+            (_, located, watch) => {
+                self.stats.untouched += 1;
+                // Watched by the source's watchlist (INT in the packet) or this node's.
+                let tracked = matches!(located, Ok(Some(_))) || watch.is_some();
+                out.reports
+                    .extend(self.queue_report(frame, tel, congested, tracked));
+            }
         }
         self.stats.reports += out.reports.len() as u64;
         out
+    }
+
+    /// The watchlist entry matching an INT-free packet's flow (`inner`: the flow inside its
+    /// tunnel), with the node's settings filled in.
+    fn watched(
+        &self,
+        tel: &dyn Telemetry,
+        flow: &FlowKey,
+        inner: Option<&FlowKey>,
+    ) -> Option<Watch> {
+        // The ingress interface only when an entry asks for one (it costs a device read).
+        let ingress = if self.watch_by_ingress {
+            tel.hop(self.cfg.node_id).l1_ingress_if
+        } else {
+            None
+        };
+        let gtpu = flow.proto == 17
+            && self
+                .detect
+                .gtpu_port
+                .is_some_and(|p| p == flow.dst_port || p == flow.src_port);
+        watch_entry(&self.watch, flow, inner, gtpu, ingress)
+            .map(|(w, key)| Watch::of(w, key, &self.cfg))
+    }
+
+    /// Whether the packet's queue is congested and its quota allows a queue report (the quota
+    /// is spent).
+    fn congested(&mut self, tel: &dyn Telemetry) -> bool {
+        let hop = tel.hop(self.cfg.node_id);
+        self.filter.queue(
+            u32::from(hop.l1_egress_if.unwrap_or(0)),
+            hop.queue_id.unwrap_or(0),
+            hop.hop_latency.unwrap_or(0),
+        )
+    }
+
+    /// SD-Fabric's queue congestion report (Q) about a packet that gets no other report from
+    /// this node, watched (`tracked`: F) or not, with this node's metadata as the node's
+    /// instruction bitmap asks.
+    fn queue_report(
+        &mut self,
+        frame: &[u8],
+        tel: &dyn Telemetry,
+        congested: bool,
+        tracked: bool,
+    ) -> Option<Vec<u8>> {
+        if !congested {
+            return None;
+        }
+        let hop = tel.hop(self.cfg.node_id);
+        let bits = self.cfg.instructions & !NODE_ID & !BIT15 & hop.available_bits();
+        let flags = ReportFlags {
+            congested: true,
+            tracked,
+            ..ReportFlags::default()
+        };
+        self.stats.queue_reports += 1;
+        Some(self.build_report(frame, &hop, bits, flags))
     }
 
     fn is_report(&self, l: &Layout, frame: &[u8]) -> bool {
@@ -854,6 +982,8 @@ impl Node {
         let bits = h.instructions & !NODE_ID & !BIT15 & hop.available_bits();
         let flags = ReportFlags {
             intermediate: true,
+            tracked: true,
+            flow: true,
             ..ReportFlags::default()
         };
         let report = self.build_report(frame, &hop, bits, flags);
@@ -1035,7 +1165,8 @@ impl Node {
 
     /// A drop report about a packet this node dropped, with the reason (SD-Fabric's codes):
     /// Report v2.0 with D set and RepMdBits bit 15 (queue ID + drop reason), or a v0.5 drop
-    /// header.
+    /// header. Only for watched packets unless `drop_reports = "all"` (a packet carrying INT was
+    /// watched by its source), at most one per second per 5-tuple with the filters on.
     pub fn drop_report(
         &mut self,
         frame: &[u8],
@@ -1043,22 +1174,31 @@ impl Node {
         tel: &dyn Telemetry,
     ) -> Option<Vec<u8>> {
         let mut hop = tel.hop(self.cfg.node_id);
-        let parsed = Packet::parse(frame, Start::Ethernet, &self.detect).ok();
-        if let Some(p) = &parsed
-            && let Some(flow) = p.flow
+        // (watched, wants drop reports, the 5-tuple the filter counts).
+        let (tracked, wanted, key) = match Packet::parse(frame, Start::Ethernet, &self.detect) {
+            Ok(p) if p.int.is_some() => (true, true, p.flow),
+            Ok(p) => match p.flow {
+                Some(flow) => {
+                    let report_traffic = Layout::of(&p).is_some_and(|l| self.is_report(&l, frame));
+                    match self.watched(tel, &flow, p.inner_flow.as_ref()) {
+                        _ if report_traffic => (false, false, None),
+                        Some(w) => (true, w.wants.drop, Some(w.key)),
+                        None => (false, true, Some(flow)),
+                    }
+                }
+                None => (false, true, None),
+            },
+            Err(_) => (false, true, None),
+        };
+        if !wanted || (!tracked && self.cfg.drop_reports == DropReports::Watched) {
+            self.stats.unwatched_drops += 1;
+            return None;
+        }
+        if let Some(k) = key
+            && !self.filter.drop(k, hop.ingress_ts.unwrap_or(0))
         {
-            // A watchlist entry for this flow that does not ask for drop reports.
-            let unwanted = watch_entry(
-                &self.cfg.watchlist,
-                &flow,
-                p.inner_flow.as_ref(),
-                hop.l1_ingress_if,
-            )
-            .is_some_and(|w| !Wants::of(w.reports.as_deref()).drop);
-            if unwanted || !self.filter.drop(flow, reason, hop.ingress_ts.unwrap_or(0)) {
-                self.stats.filtered += 1;
-                return None;
-            }
+            self.stats.filtered += 1;
+            return None;
         }
         let bits = (self.cfg.instructions & !NODE_ID & hop.available_bits()) | BIT15;
         hop.drop_reason = Some(reason);
@@ -1066,13 +1206,17 @@ impl Node {
         self.stats.reports += 1;
         let flags = ReportFlags {
             dropped: true,
+            tracked,
             ..ReportFlags::default()
         };
         Some(self.build_report(frame, &hop, bits, flags))
     }
 
-    /// A report datagram about `frame` (as received, truncated), with this node's metadata in
-    /// the report header unless it went on the stack (`own` false).
+    /// A report datagram about `frame` (as received, truncated) of a watched packet, with this
+    /// node's metadata in the report header unless it went on the stack (`own` false): sent when
+    /// a flow report is wanted (`want_flow`) and due for `flow` by the filters, or when the
+    /// packet's queue is `congested` (Q).
+    #[allow(clippy::too_many_arguments)]
     fn report(
         &mut self,
         frame: &[u8],
@@ -1080,29 +1224,24 @@ impl Node {
         tel: &dyn Telemetry,
         own: bool,
         flow: Option<FlowKey>,
-        wants: Wants,
+        want_flow: bool,
+        congested: bool,
     ) -> Option<Vec<u8>> {
         let hop = tel.hop(self.cfg.node_id);
         // SD-Fabric's smart filters (off unless configured): once per interval per 5-tuple,
-        // sooner on a change; queue reports (Q) while a configured queue is congested.
-        let decision = match flow {
-            Some(f) => self.filter.flow(
-                f,
-                hop.ingress_ts.unwrap_or(0),
-                u32::from(hop.l1_ingress_if.unwrap_or(0)),
-                u32::from(hop.l1_egress_if.unwrap_or(0)),
-                hop.queue_id.unwrap_or(0),
-                hop.hop_latency.unwrap_or(0),
-            ),
-            None => Decision {
-                report: true,
-                congested: false,
-                flow_due: true,
-            },
-        };
-        // A watchlist entry may want only some kinds of report.
-        let wanted = (decision.flow_due && wants.flow) || (decision.congested && wants.queue);
-        if !decision.report || !wanted {
+        // sooner on a change.
+        let due = want_flow
+            && flow.is_none_or(|f| {
+                self.filter.flow(
+                    f,
+                    hop.ingress_ts.unwrap_or(0),
+                    u32::from(hop.l1_ingress_if.unwrap_or(0)),
+                    u32::from(hop.l1_egress_if.unwrap_or(0)),
+                    hop.queue_id.unwrap_or(0),
+                    hop.hop_latency.unwrap_or(0),
+                )
+            });
+        if !due && !congested {
             self.stats.filtered += 1;
             return None;
         }
@@ -1115,7 +1254,9 @@ impl Node {
             0
         };
         let flags = ReportFlags {
-            congested: decision.congested,
+            congested,
+            tracked: true,
+            flow: due,
             ..ReportFlags::default()
         };
         Some(self.build_report(frame, &hop, bits, flags))
@@ -1168,7 +1309,9 @@ impl Node {
             md_length: (md.len() / 4) as u8,
             d: flags.dropped,
             q: flags.congested,
-            f: true,
+            // Report v2.0 §"Individual Report Header": F, "the packet matched a watchlist
+            // somewhere (in case of INT-MD, INT-MX or IOAM) or locally (in case of INT-XD)".
+            f: flags.tracked,
             i: flags.intermediate,
             reserved: 0,
         }
@@ -1216,7 +1359,8 @@ impl Node {
             nproto: if dropped { 1 } else { 2 },
             d: dropped,
             q: congested,
-            f: !dropped,
+            // fabric-tna's report type bits: F is a flow report.
+            f: flags.flow,
             reserved: 0,
             hw_id: 0,
             sequence,
@@ -1238,6 +1382,10 @@ struct ReportFlags {
     congested: bool,
     /// I: a transit hop's intermediate report of the stack so far.
     intermediate: bool,
+    /// F (v2.0): the packet matched a watchlist, here or at its source.
+    tracked: bool,
+    /// A flow report (postcard) was due: v0.5's F, which is a report type there.
+    flow: bool,
 }
 
 /// The longest Geneve option: a 5-bit Length of 4-byte words.

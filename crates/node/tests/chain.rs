@@ -778,16 +778,25 @@ fn gtpu_watchlists_match_the_users_flow() {
     // On the outer headers, the tunnel endpoints do not match the user's destination...
     let mut outer = source(WatchEntry {
         dst: users,
+        inner: Some(false),
         ..WatchEntry::default()
     });
     let mut f = host1.clone();
     outer.process(&mut f, &tel(&outer));
     assert_eq!((f == host1, outer.stats.untouched), (true, 1));
+    // ...by default a GTP-U packet is matched on the user's headers, as SD-Fabric does.
+    let mut default = source(WatchEntry {
+        dst: users,
+        ..WatchEntry::default()
+    });
+    let mut g = host1.clone();
+    default.process(&mut g, &tel(&default));
+    assert_eq!(default.stats.inserted, 1);
     // ...inside the tunnel they do; INT goes on the outer UDP header.
     let mut inner = source(WatchEntry {
         dst: users,
         proto: Some(6),
-        inner: true,
+        inner: Some(true),
         ..WatchEntry::default()
     });
     let mut s3 = node(3, Role::Sink, SourceEncap::UdpPort, 3);
@@ -1192,7 +1201,7 @@ fn vxlan_gpe_carries_int_and_vxlan_comes_back_as_it_was() {
         let vx = |id, role| {
             Node::new(NodeConfig {
                 watchlist: vec![WatchEntry {
-                    inner: true,
+                    inner: Some(true),
                     dst: "192.168.7.0/24".parse().ok(),
                     ..WatchEntry::default()
                 }],
@@ -1260,7 +1269,7 @@ fn geneve_option_carries_int_within_its_124_bytes() {
         Node::new(NodeConfig {
             instructions,
             watchlist: vec![WatchEntry {
-                inner: true,
+                inner: Some(true),
                 ..WatchEntry::default()
             }],
             ..node(id, role, SourceEncap::Geneve, id * 100)
