@@ -62,11 +62,11 @@ pub struct NodeArgs {
     pub collector: Option<SocketAddr>,
     /// Source address of reports written to a pcap.
     #[arg(long, default_value = "192.0.2.1:50000")]
-    pub report_source: SocketAddrV4,
+    pub report_source: SocketAddr,
     /// Collector address written into report frames in a pcap (default: the netcfg's
-    /// collector, else 192.0.2.100:32766).
+    /// collector, else 192.0.2.100:32766). IPv4 or IPv6: the frames follow its family.
     #[arg(long)]
-    pub report_destination: Option<SocketAddrV4>,
+    pub report_destination: Option<SocketAddr>,
 }
 
 fn writer(path: &PathBuf) -> Result<PcapWriter<BufWriter<File>>> {
@@ -110,11 +110,8 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     let mut node = Node::new(cfg);
     let report_destination = args
         .report_destination
-        .or(match netcfg_collector {
-            Some(SocketAddr::V4(a)) => Some(a),
-            _ => None,
-        })
-        .unwrap_or(SocketAddrV4::new([192, 0, 2, 100].into(), 32766));
+        .or(netcfg_collector)
+        .unwrap_or(SocketAddrV4::new([192, 0, 2, 100].into(), 32766).into());
     // A netcfg names the collector: reports go there unless a pcap or another collector is given.
     let collector = args
         .collector

@@ -21,6 +21,7 @@ pub mod checksum;
 #[cfg(feature = "dissect")]
 pub mod dissect;
 pub mod domain;
+pub mod drop_reason;
 pub mod encap;
 pub mod error;
 mod field;
