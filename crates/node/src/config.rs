@@ -65,6 +65,17 @@ pub enum SinkMetadata {
     Stack,
 }
 
+/// What a DSCP-marking source does with a packet that arrives marked but carries no INT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MarkedWithoutInt {
+    /// Rewrite the marking bits with `remark_dscp`, then process the packet as any other.
+    #[default]
+    Remark,
+    /// Forward it unchanged without INT processing (the operator keeps such packets out).
+    Skip,
+}
+
 /// What a transit hop does when its metadata would exceed the egress MTU (INT v2.1 §"MTU
 /// Settings": it must do one of the two, never fragment).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -280,8 +291,21 @@ pub struct NodeConfig {
     pub mode: Mode,
     /// Egress link MTU: the largest IP packet the node may send.
     pub mtu: usize,
-    /// DSCP value marking INT (`dscp` encapsulation and detection).
+    /// DSCP value marking INT (`dscp` encapsulation and detection), within `int_dscp_mask`.
     pub int_dscp: u8,
+    /// The DSCP bits that mark INT (INT v2.1 §"INT over TCP/UDP": "A value or a bit can be
+    /// used"): 0x3F (default) marks with the whole value `int_dscp`; a single bit (e.g. 0x20 with
+    /// `int_dscp` 0x20) marks with that bit and leaves the others to QoS.
+    pub int_dscp_mask: u8,
+    /// A source using DSCP marking, for a packet arriving with the INT marking but no INT
+    /// header (INT v2.1: a node forwarding a packet into the domain without INT "must ensure that
+    /// the DSCP/Traffic class value is not the same as any of the values used to indicate INT"):
+    /// `"remark"` it with `remark_dscp` (default), or `"skip"` it (forwarded as it came, no INT
+    /// added). Counted in `marked_without_int` either way.
+    pub dscp_marked_without_int: MarkedWithoutInt,
+    /// The DSCP bits under `int_dscp_mask` written when remarking (default 0: best effort for
+    /// value marking; the marking bit cleared for bit marking); the other bits are kept.
+    pub remark_dscp: u8,
     /// UDP destination port of INT (INT_TBD).
     pub int_udp_port: u16,
     /// GRE protocol type of INT (TBD_INT in the spec; default 0x88B5, IEEE 802 "local
@@ -337,6 +361,26 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
+    /// Whether a source marks INT with the DSCP (the node's or a watchlist entry's `dscp`
+    /// encapsulation).
+    pub fn marks_dscp(&self) -> bool {
+        self.encap == SourceEncap::Dscp
+            || self
+                .watchlist
+                .iter()
+                .any(|w| w.encap == Some(SourceEncap::Dscp))
+    }
+
+    /// `dscp` with the INT marking written in.
+    pub fn mark_dscp(&self, dscp: u8) -> u8 {
+        (dscp & !self.int_dscp_mask) | (self.int_dscp & self.int_dscp_mask)
+    }
+
+    /// `dscp` with the INT marking replaced by `remark_dscp`.
+    pub fn remark(&self, dscp: u8) -> u8 {
+        (dscp & !self.int_dscp_mask) | (self.remark_dscp & self.int_dscp_mask)
+    }
+
     /// The probe marker as the number it is on the wire.
     pub fn probe_marker(&self) -> Option<u64> {
         let b: [u8; 8] = self.probe_marker.as_ref()?.0.as_slice().try_into().ok()?;
@@ -346,6 +390,19 @@ impl NodeConfig {
     /// Checks what serde cannot: metadata sizes the INT headers can express, a probe marker of
     /// 8 bytes where one is needed.
     pub fn validate(&self) -> Result<(), String> {
+        let mask = self.int_dscp_mask;
+        if mask == 0 || mask > 0x3f || self.int_dscp > 0x3f || self.int_dscp & !mask != 0 {
+            return Err(format!(
+                "int_dscp 0x{:02x} / int_dscp_mask 0x{mask:02x}: a 6-bit DSCP value inside a non-zero mask",
+                self.int_dscp
+            ));
+        }
+        if self.remark_dscp & mask == self.int_dscp & mask {
+            return Err(format!(
+                "remark_dscp 0x{:02x} would mark INT again (int_dscp 0x{:02x} under mask 0x{mask:02x})",
+                self.remark_dscp, self.int_dscp
+            ));
+        }
         for (i, p) in self.probes.iter().enumerate() {
             if p.src.is_ipv4() != p.dst.is_ipv4() || p.dst.is_unspecified() {
                 return Err(format!(
@@ -404,6 +461,9 @@ impl Default for NodeConfig {
             mode: Mode::Md,
             mtu: 1500,
             int_dscp: 0x17,
+            int_dscp_mask: 0x3f,
+            dscp_marked_without_int: MarkedWithoutInt::Remark,
+            remark_dscp: 0,
             int_udp_port: 17768,
             probe_marker: None,
             int_gre_proto: 0x88b5,

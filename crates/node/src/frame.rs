@@ -173,14 +173,20 @@ pub fn refresh_ipv4_checksum(frame: &mut [u8], ip_at: usize) {
 
 /// Sets the IP DSCP, keeping ECN.
 pub fn set_dscp(frame: &mut [u8], l: &Layout, dscp: u8) {
-    if l.v6 {
-        let tc = ((frame[l.ip_at] & 0x0f) << 4) | (frame[l.ip_at + 1] >> 4);
+    set_dscp_at(frame, l.ip_at, l.v6, dscp);
+}
+
+/// Sets the DSCP of the IP header at `ip_at` (IPv6 when `v6`), keeping ECN and the IPv4 header
+/// checksum right.
+pub fn set_dscp_at(frame: &mut [u8], ip_at: usize, v6: bool, dscp: u8) {
+    if v6 {
+        let tc = ((frame[ip_at] & 0x0f) << 4) | (frame[ip_at + 1] >> 4);
         let tc = (dscp << 2) | (tc & 3);
-        frame[l.ip_at] = (frame[l.ip_at] & 0xf0) | (tc >> 4);
-        frame[l.ip_at + 1] = (frame[l.ip_at + 1] & 0x0f) | (tc << 4);
+        frame[ip_at] = (frame[ip_at] & 0xf0) | (tc >> 4);
+        frame[ip_at + 1] = (frame[ip_at + 1] & 0x0f) | (tc << 4);
     } else {
-        frame[l.ip_at + 1] = (dscp << 2) | (frame[l.ip_at + 1] & 3);
-        refresh_ipv4_checksum(frame, l.ip_at);
+        frame[ip_at + 1] = (dscp << 2) | (frame[ip_at + 1] & 3);
+        refresh_ipv4_checksum(frame, ip_at);
     }
 }
 

@@ -22,8 +22,8 @@ use intscope_wire::shim::{
 };
 
 use crate::config::{
-    DropReports, Mode, MtuAction, NodeConfig, ProbeConfig, ReportCategory, ReportFormat, Role,
-    SinkMetadata, SourceEncap, Unsupported, WatchEntry,
+    DropReports, MarkedWithoutInt, Mode, MtuAction, NodeConfig, ProbeConfig, ReportCategory,
+    ReportFormat, Role, SinkMetadata, SourceEncap, Unsupported, WatchEntry,
 };
 use crate::filter::ReportFilter;
 use crate::frame::{self, Layout};
@@ -96,6 +96,9 @@ pub struct NodeStats {
     pub queue_reports: u64,
     /// Drops not reported because the packet was on no watchlist (`drop_reports = "watched"`).
     pub unwatched_drops: u64,
+    /// Source: packets that arrived with the INT DSCP marking and no INT header (remarked, or
+    /// skipped, as `dscp_marked_without_int` says).
+    pub marked_without_int: u64,
 }
 
 /// A software INT node.
@@ -109,6 +112,8 @@ pub struct Node {
     seq: u32,
     /// Some watchlist entry matches on the ingress interface.
     watch_by_ingress: bool,
+    /// A source marking INT with the DSCP (so it keeps unmarked what enters without INT).
+    marks_dscp: bool,
     /// When each probe stream's next probe is due (ns; `None` before the first).
     next_probe: Vec<Option<u64>>,
     /// Counters.
@@ -228,7 +233,7 @@ impl Node {
             int_udp_ports: vec![cfg.int_udp_port],
             dscp: Some(DscpMatch {
                 value: cfg.int_dscp,
-                mask: 0x3f,
+                mask: cfg.int_dscp_mask,
             }),
             report_ports: cfg.report_ports.clone(),
             probe_marker: cfg.probe_marker(),
@@ -237,6 +242,7 @@ impl Node {
         };
         let watch = watchlist(&cfg);
         let cfg_watch_by_ingress = watch.iter().any(|w| w.ingress_port.is_some());
+        let marks_dscp = cfg.marks_dscp();
         Node {
             filter: ReportFilter::new(cfg.filters.clone()),
             watch,
@@ -244,6 +250,7 @@ impl Node {
             detect,
             seq: 0,
             watch_by_ingress: cfg_watch_by_ingress,
+            marks_dscp,
             next_probe: Vec::new(),
             stats: NodeStats::default(),
         }
@@ -313,6 +320,39 @@ impl Node {
         }
     }
 
+    /// A DSCP-marking source's check of a packet entering the domain: INT-marked DSCP without
+    /// an INT header (INT v2.1 §"INT over TCP/UDP": "Any time a node forwards a packet into the
+    /// INT domain and there is no INT header present, it must ensure that the DSCP/Traffic class
+    /// value is not the same as any of the values used to indicate INT"). `true`: skip the
+    /// packet (configured so); remarked packets go on to be processed.
+    fn entering_marked(&mut self, frame: &mut [u8]) -> bool {
+        if self.cfg.role != Role::Source || !self.marks_dscp {
+            return false;
+        }
+        let plain = DetectConfig {
+            dscp: None,
+            ..self.detect.clone()
+        };
+        let Some(ip) = Packet::parse(frame, Start::Ethernet, &plain)
+            .ok()
+            .and_then(|p| p.ip)
+            .filter(|ip| self.detect.dscp.is_some_and(|m| m.matches(ip.dscp)))
+        else {
+            return false;
+        };
+        if Packet::parse(frame, Start::Ethernet, &self.detect).is_ok_and(|p| p.int.is_some()) {
+            return false;
+        }
+        self.stats.marked_without_int += 1;
+        match self.cfg.dscp_marked_without_int {
+            MarkedWithoutInt::Remark => {
+                frame::set_dscp_at(frame, ip.offset, ip.version == 6, self.cfg.remark(ip.dscp));
+                false
+            }
+            MarkedWithoutInt::Skip => true,
+        }
+    }
+
     /// Processes one Ethernet frame in place.
     pub fn process(&mut self, frame: &mut Vec<u8>, tel: &dyn Telemetry) -> Outcome {
         self.stats.frames += 1;
@@ -321,6 +361,10 @@ impl Node {
             reports: Vec::new(),
             synthetic: Vec::new(),
         };
+        if self.entering_marked(frame) {
+            self.stats.untouched += 1;
+            return out;
+        }
         let (flow, inner_flow, located) = match Packet::parse(frame, Start::Ethernet, &self.detect)
         {
             Ok(p) => (
@@ -750,7 +794,8 @@ impl Node {
                 frame::insert(frame, at, &block);
                 frame::adjust_ip_len(frame, &l, block.len() as isize);
                 if encap == SourceEncap::Dscp {
-                    frame::set_dscp(frame, &l, self.cfg.int_dscp);
+                    let marked = self.cfg.mark_dscp(frame::dscp(frame, &l));
+                    frame::set_dscp(frame, &l, marked);
                 }
             }
             SourceEncap::Geneve => {
