@@ -154,10 +154,16 @@ pub struct WatchEntry {
     pub ds_instruction: u16,
     /// DS Flags.
     pub ds_flags: u16,
-    /// The source's domain-specific metadata (hex): INT-MD, after its baseline metadata in its
-    /// hop (transit hops that do not know the domain pad theirs with all ones); INT-MX, the
-    /// source-inserted metadata after the header. A multiple of 4 bytes.
+    /// The source's domain-specific metadata (hex): INT-MD, its export metadata after its
+    /// baseline metadata in its hop, inside Hop ML (empty: the known domain's `values`; transit
+    /// hops that do not know the domain pad theirs with all ones); INT-MX, the source-inserted
+    /// metadata after the header. A multiple of 4 bytes.
     pub ds_metadata: HexBytes,
+    /// INT-MD 'source-only' domain-specific metadata (hex, a multiple of 4 bytes): after the
+    /// source's hop at the bottom of the stack, excluded from Hop ML and counted in the shim
+    /// length (INT v2.1 §"INT-MD Metadata Header Format", DS Instruction). With a known domain,
+    /// its size must be what the DS Instruction's source-inserted bits define.
+    pub source_only: HexBytes,
     /// Clone-and-mark (INT v2.1 §"INT Applied to Synthetic Traffic"): leave these packets alone
     /// and send an INT-marked copy with the D bit, which the sink reports and discards.
     pub clone: bool,
@@ -328,6 +334,9 @@ pub struct NodeConfig {
     pub watch_subnets: Vec<IpNet>,
     /// Drop reports for watched flows only (`"watched"`, default) or for every drop (`"all"`).
     pub drop_reports: DropReports,
+    /// INT domains this node knows (`[[domains]]`): their DS Instruction bits, this node's
+    /// export metadata values and the DS Flags it sets.
+    pub domains: Vec<crate::domain::KnownDomain>,
     /// Source: probe packets to generate (`[[probes]]`).
     pub probes: Vec<ProbeConfig>,
     /// Sink: where its own metadata goes.
@@ -426,6 +435,54 @@ impl NodeConfig {
         if wants_marker && self.probe_marker.is_none() {
             return Err("the probe-marker encapsulation needs probe_marker".into());
         }
+        let mut ids = std::collections::BTreeSet::new();
+        for d in &self.domains {
+            d.validate()?;
+            if !ids.insert(d.id) {
+                return Err(format!("domains[0x{:04x}]: defined twice", d.id));
+            }
+        }
+        for (i, w) in self.watchlist.iter().enumerate() {
+            let so = w.source_only.0.len();
+            if so % 4 != 0 {
+                return Err(format!(
+                    "watchlist[{i}]: source_only is {so} bytes, not a multiple of 4"
+                ));
+            }
+            let Some(d) = self
+                .domains
+                .iter()
+                .find(|d| d.id == w.ds_id && w.ds_id != 0)
+            else {
+                continue;
+            };
+            let d = crate::domain::Domain::of(d);
+            use intscope_wire::domain::Mode as DsMode;
+            let (Some(export), Some(inserted)) = (
+                d.len_of(w.ds_instruction, DsMode::Export),
+                d.len_of(w.ds_instruction, DsMode::SourceInserted),
+            ) else {
+                return Err(format!(
+                    "watchlist[{i}]: ds_instruction 0x{:04x} sets bits domain 0x{:04x} does not define",
+                    w.ds_instruction, w.ds_id
+                ));
+            };
+            let mx = w.mode.unwrap_or(self.mode) == Mode::Mx;
+            let ds = w.ds_metadata.0.len();
+            let (what, found, wanted) = if mx {
+                ("ds_metadata (source-inserted)", ds, inserted)
+            } else if ds != 0 && ds != export {
+                ("ds_metadata (export)", ds, export)
+            } else {
+                ("source_only", so, inserted)
+            };
+            if found != wanted {
+                return Err(format!(
+                    "watchlist[{i}]: {what} is {found} bytes; domain 0x{:04x} defines {wanted} for ds_instruction 0x{:04x}",
+                    w.ds_id, w.ds_instruction
+                ));
+            }
+        }
         let entries = std::iter::once((None, self.instructions)).chain(
             self.watchlist
                 .iter()
@@ -472,6 +529,7 @@ impl Default for NodeConfig {
             max_hops: 8,
             watchlist: Vec::new(),
             watch_subnets: Vec::new(),
+            domains: Vec::new(),
             drop_reports: DropReports::Watched,
             probes: Vec::new(),
             sink_metadata: SinkMetadata::Report,

@@ -77,6 +77,25 @@ pub fn udp_overwrite(frame: &mut [u8], l: &Layout, at: usize, new: &[u8]) {
     frame[at..at + new.len()].copy_from_slice(new);
 }
 
+/// Overwrites bytes at `at` (an even offset from the L4 header) inside the packet's TCP, UDP or
+/// GRE part with `new` of the same length, keeping the TCP checksum, a non-zero UDP checksum or a
+/// GRE checksum right.
+pub fn payload_overwrite(frame: &mut [u8], l: &Layout, at: usize, new: &[u8]) {
+    match l.proto {
+        17 => udp_overwrite(frame, l, at, new),
+        6 => {
+            let csum_at = l.l4_checksum_at();
+            let c = checksum::update(be16(frame, csum_at), &frame[at..at + new.len()], new);
+            put16(frame, csum_at, c);
+            frame[at..at + new.len()].copy_from_slice(new);
+        }
+        _ => {
+            frame[at..at + new.len()].copy_from_slice(new);
+            refresh_gre_checksum(frame, l);
+        }
+    }
+}
+
 /// The UDP length, checksum and IP length for `old` bytes of the payload becoming `new`.
 fn udp_resize(frame: &mut [u8], l: &Layout, old: &[u8], new: &[u8]) {
     let old_len = l4_len(frame, l);

@@ -5,6 +5,7 @@
 //! files, the simulator, live interfaces), so chains of nodes give reproducible bytes.
 
 pub mod config;
+pub mod domain;
 pub mod export;
 pub mod filter;
 pub mod frame;

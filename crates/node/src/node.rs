@@ -6,12 +6,13 @@
 use std::net::IpAddr;
 
 use etherparse::PacketBuilder;
+use intscope_wire::domain::Mode as DsMode;
 use intscope_wire::encap::GPE_NEXT_PROTO_INT;
 use intscope_wire::int::{AnyShim, IntHeader};
 use intscope_wire::locate::{DetectConfig, DscpMatch, FlowKey, Packet, Start};
 use intscope_wire::md::{MD_HEADER_LEN, MdHeaderRepr};
 use intscope_wire::metadata::{BIT15, Format, HopMetadata, NODE_ID, RESERVED_BITS};
-use intscope_wire::mx::MxHeaderRepr;
+use intscope_wire::mx::{MX_HEADER_LEN, MxHeaderRepr};
 use intscope_wire::report::{
     GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05_DROP_LEN, V05_FIXED_LEN, V05_LOCAL_LEN,
     V05FixedRepr, V05SwitchRepr,
@@ -25,6 +26,7 @@ use crate::config::{
     DropReports, MarkedWithoutInt, Mode, MtuAction, NodeConfig, ProbeConfig, ReportCategory,
     ReportFormat, Role, SinkMetadata, SourceEncap, Unsupported, WatchEntry,
 };
+use crate::domain::DsReport;
 use crate::filter::ReportFilter;
 use crate::frame::{self, Layout};
 use crate::telemetry::Telemetry;
@@ -109,6 +111,8 @@ pub struct Node {
     filter: ReportFilter,
     /// The watchlist entries, then one per `watch_subnets` prefix.
     watch: Vec<WatchEntry>,
+    /// The domains this node knows.
+    domains: Vec<crate::domain::Domain>,
     seq: u32,
     /// Some watchlist entry matches on the ingress interface.
     watch_by_ingress: bool,
@@ -134,6 +138,8 @@ struct Watch {
     ds_instruction: u16,
     ds_flags: u16,
     ds_metadata: Vec<u8>,
+    /// INT-MD 'source-only' metadata, after the source's hop.
+    source_only: Vec<u8>,
     /// Send an INT-marked clone instead of adding INT to the packet.
     clone: bool,
     /// D bit: the sink discards the packet after reporting.
@@ -180,6 +186,7 @@ impl Watch {
             ds_instruction: w.ds_instruction,
             ds_flags: w.ds_flags,
             ds_metadata: w.ds_metadata.0.clone(),
+            source_only: w.source_only.0.clone(),
             clone: w.clone,
             discard: w.clone,
             wants: Wants::of(w.reports.as_deref()),
@@ -246,6 +253,7 @@ impl Node {
         Node {
             filter: ReportFilter::new(cfg.filters.clone()),
             watch,
+            domains: cfg.domains.iter().map(crate::domain::Domain::of).collect(),
             cfg,
             detect,
             seq: 0,
@@ -254,6 +262,14 @@ impl Node {
             next_probe: Vec::new(),
             stats: NodeStats::default(),
         }
+    }
+
+    /// A domain this node knows (the default domain 0 is no domain).
+    fn domain(&self, id: u16) -> Option<&crate::domain::Domain> {
+        if id == 0 {
+            return None;
+        }
+        self.domains.iter().find(|d| d.id == id)
     }
 
     /// The configuration.
@@ -407,6 +423,7 @@ impl Node {
                     Some(w.key),
                     w.wants.flow,
                     congested,
+                    DsFields::of_watch(&w, None),
                 ));
                 self.stats.postcards += (out.reports.len() - n) as u64;
             }
@@ -420,6 +437,8 @@ impl Node {
                 let instructions = w.instructions;
                 let mx = w.mode == Mode::Mx;
                 let (key, wants) = (w.key, w.wants);
+                let (ds_id, ds_instruction, ds_flags) = (w.ds_id, w.ds_instruction, w.ds_flags);
+                let inserted = w.ds_metadata.clone();
                 let insertion = if w.clone {
                     // INT v2.1 §"INT Applied to Synthetic Traffic": the packet goes on as it is;
                     // a copy carries INT, marked D for the sink to discard after reporting.
@@ -446,6 +465,12 @@ impl Node {
                         Some(key),
                         wants.flow,
                         congested,
+                        DsFields {
+                            id: ds_id,
+                            instruction: ds_instruction,
+                            flags: ds_flags,
+                            mx_body: Some(&inserted),
+                        },
                     ));
                     self.stats.mx_reports += (out.reports.len() - n) as u64;
                 } else {
@@ -474,8 +499,9 @@ impl Node {
                 }
                 self.transit(frame, &l, off, shim, h, tel)
             }
-            (Role::Transit, Ok(Some((_, _, IntHeader::Mx(h), _))), _) => {
+            (Role::Transit, Ok(Some((off, shim, IntHeader::Mx(h), l))), _) => {
                 let n = out.reports.len();
+                let body = mx_body(frame, off, shim);
                 out.reports.extend(self.report(
                     frame,
                     h.instructions,
@@ -484,8 +510,12 @@ impl Node {
                     flow,
                     true,
                     congested,
+                    DsFields::of_mx(&h, Some(body)),
                 ));
                 self.stats.mx_reports += (out.reports.len() - n) as u64;
+                if let Some(l) = l {
+                    self.set_mx_ds_flags(frame, &l, off, &h);
+                }
             }
             (Role::Sink, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))), _) => {
                 if self.cfg.sink_metadata == SinkMetadata::Stack {
@@ -493,6 +523,11 @@ impl Node {
                     self.transit(frame, &l, off, shim, h, tel);
                 }
                 let own = self.cfg.sink_metadata == SinkMetadata::Report;
+                let ds = if own {
+                    DsFields::of_md(&h)
+                } else {
+                    DsFields::default()
+                };
                 out.reports.extend(self.report(
                     frame,
                     h.instructions,
@@ -501,6 +536,7 @@ impl Node {
                     flow,
                     true,
                     congested,
+                    ds,
                 ));
                 self.strip(frame);
                 if h.d {
@@ -508,8 +544,9 @@ impl Node {
                     out.forward = false;
                 }
             }
-            (Role::Sink, Ok(Some((_, _, IntHeader::Mx(h), _))), _) => {
+            (Role::Sink, Ok(Some((off, shim, IntHeader::Mx(h), _))), _) => {
                 let n = out.reports.len();
+                let body = mx_body(frame, off, shim);
                 out.reports.extend(self.report(
                     frame,
                     h.instructions,
@@ -518,6 +555,7 @@ impl Node {
                     flow,
                     true,
                     congested,
+                    DsFields::of_mx(&h, Some(body)),
                 ));
                 self.stats.mx_reports += (out.reports.len() - n) as u64;
                 self.strip(frame);
@@ -593,7 +631,41 @@ impl Node {
             ..ReportFlags::default()
         };
         self.stats.queue_reports += 1;
-        Some(self.build_report(frame, &hop, bits, flags))
+        Some(self.build_report(frame, &hop, bits, flags, &DsReport::default()))
+    }
+
+    /// The domain-specific part of this node's report: for a known domain its export metadata
+    /// and the source-inserted metadata to report, with the DS Flags it sets; otherwise DSMdBits
+    /// 0 (Report v2.0 §"Individual Report Main Contents": a node not knowing the domain may "Set
+    /// the Telemetry Report DSMdBits field to zero").
+    fn ds_report(&self, f: DsFields<'_>) -> DsReport {
+        match self.domain(f.id) {
+            Some(d) => d.report(
+                f.instruction,
+                f.flags | d.set_ds_flags,
+                f.mx_body,
+                self.cfg.role == Role::Sink,
+            ),
+            None => DsReport {
+                id: f.id,
+                bits: 0,
+                status: f.flags,
+                md: Vec::new(),
+            },
+        }
+    }
+
+    /// INT v2.1 §"INT-MX Header Format": "Intermediate transit nodes may set bits in the DS
+    /// Flags field" — a known domain's, with the L4 (or GRE) checksum kept right.
+    fn set_mx_ds_flags(&self, frame: &mut [u8], l: &Layout, off: usize, h: &MxHeaderRepr) {
+        let Some(d) = self.domain(h.ds_id) else {
+            return;
+        };
+        let flags = h.ds_flags | d.set_ds_flags;
+        if flags != h.ds_flags {
+            let at = off + SHIM_LEN + MX_DS_FLAGS_AT;
+            frame::payload_overwrite(frame, l, at, &flags.to_be_bytes());
+        }
     }
 
     fn is_report(&self, l: &Layout, frame: &[u8]) -> bool {
@@ -624,9 +696,25 @@ impl Node {
     ) -> Insertion {
         let instructions = w.instructions;
         let mx = w.mode == Mode::Mx;
-        // INT-MD: this hop's baseline metadata, its domain-specific metadata, and the Checksum
-        // Complement last; INT-MX: the domain's source-inserted metadata after the header.
-        let hop_ml = ((Format::IntV2.baseline_len(instructions) + w.ds_metadata.len()) / 4) as u8;
+        let domain = self.domain(w.ds_id);
+        // INT-MD: this hop's baseline metadata, its domain-specific export metadata (the entry's,
+        // else the known domain's values), and the Checksum Complement last; then the
+        // 'source-only' metadata outside Hop ML. INT-MX: the domain's source-inserted metadata
+        // after the header.
+        let ds_hop = match domain {
+            _ if mx || !w.ds_metadata.is_empty() => w.ds_metadata.clone(),
+            Some(d) => {
+                let mut v = vec![0u8; d.len_of(w.ds_instruction, DsMode::Export).unwrap_or(0)];
+                if !d.fill_export(w.ds_instruction, &mut v) {
+                    v.clear();
+                }
+                v
+            }
+            None => Vec::new(),
+        };
+        let source_only: &[u8] = if mx { &[] } else { &w.source_only };
+        let ds_flags = w.ds_flags | domain.map_or(0, |d| d.set_ds_flags);
+        let hop_ml = ((Format::IntV2.baseline_len(instructions) + ds_hop.len()) / 4) as u8;
         let encap = match (w.encap, l.proto) {
             (SourceEncap::UdpPort, 6) => SourceEncap::UdpNew,
             (e, _) => e,
@@ -654,17 +742,19 @@ impl Node {
         } else {
             own.resize(usize::from(hop_ml) * 4, 0);
             let mut hop = tel.hop(self.cfg.node_id);
-            hop.domain = &w.ds_metadata;
+            hop.domain = &ds_hop;
             hop.encode(instructions, Format::IntV2, &mut own);
         }
         // A Geneve option holds at most 124 bytes (5-bit Length): the header, the source's hop
         // and as many more hops as fit (INT v2.1 §"INT over Geneve").
         let geneve_hops = if encap == SourceEncap::Geneve && hop_ml > 0 {
-            (GENEVE_OPTION_MAX - MD_HEADER_LEN) / (usize::from(hop_ml) * 4)
+            (GENEVE_OPTION_MAX - MD_HEADER_LEN).saturating_sub(source_only.len())
+                / (usize::from(hop_ml) * 4)
         } else {
             usize::MAX
         };
-        let fits = ip_len + fixed - source_inserted + own.len() <= self.cfg.mtu && geneve_hops > 0;
+        let fits = ip_len + fixed - source_inserted + own.len() + source_only.len() <= self.cfg.mtu
+            && geneve_hops > 0;
         let mut header = MdHeaderRepr {
             version: 2,
             hop_ml,
@@ -672,7 +762,7 @@ impl Node {
             instructions,
             ds_id: w.ds_id,
             ds_instruction: w.ds_instruction,
-            ds_flags: w.ds_flags,
+            ds_flags,
             d: w.discard,
             ..Default::default()
         };
@@ -686,7 +776,13 @@ impl Node {
             own.clear();
             Insertion::NoMetadata
         };
-        let words = ((MD_HEADER_LEN + own.len()) / 4) as u8;
+        // The source-only metadata goes with the source's hop (none without it).
+        let source_only = if own.is_empty() || mx {
+            &[][..]
+        } else {
+            source_only
+        };
+        let words = ((MD_HEADER_LEN + own.len() + source_only.len()) / 4) as u8;
         let int_type = if mx { 3 } else { 1 };
         let (npt, content) = match encap {
             SourceEncap::Dscp | SourceEncap::ProbeMarker => {
@@ -745,7 +841,7 @@ impl Node {
                 instructions,
                 ds_id: w.ds_id,
                 ds_instruction: w.ds_instruction,
-                ds_flags: w.ds_flags,
+                ds_flags,
                 d: w.discard,
                 ..MxHeaderRepr::default()
             }
@@ -754,6 +850,7 @@ impl Node {
             header.emit(&mut block[4..16]);
         }
         block.extend_from_slice(&own);
+        block.extend_from_slice(source_only);
         if encap == SourceEncap::ProbeMarker {
             let marker = self.cfg.probe_marker().unwrap_or(0).to_be_bytes();
             block.splice(0..0, marker);
@@ -784,9 +881,9 @@ impl Node {
                     frame::set16(frame, l.l4_at + 4, new_len);
                 }
                 if !own.is_empty() && self.complements(instructions, udp, old_csum) {
-                    // The checksum stays; the last word of our metadata makes it right.
+                    // The checksum stays; the last word of our hop's metadata makes it right.
                     let c = intscope_wire::checksum::checksum_complement(old_csum, csum);
-                    let end = block.len();
+                    let end = block.len() - source_only.len();
                     block[end - 4..].copy_from_slice(&c.to_be_bytes());
                 } else {
                     frame::set16(frame, csum_at, csum);
@@ -927,10 +1024,19 @@ impl Node {
         // checksum is updated from those bytes alone.
         const HEAD: usize = SHIM_LEN + MD_HEADER_LEN;
         let hop_len = usize::from(h.hop_ml) * 4;
-        // INT v2.1 §"INT-MD Metadata Header Format": domain-specific metadata this node cannot
-        // provide (Hop ML beyond the bitmap's), or reserved instruction bits, are padded with all
-        // ones — or, configured so, the hop skips INT processing altogether.
-        let unknown_domain = hop_len > Format::IntV2.baseline_len(h.instructions);
+        // INT v2.1 §"INT-MD Metadata Header Format": domain-specific metadata of a known domain
+        // is this node's (its values, all ones where it has none, and its DS Flags set); of a
+        // domain it does not know (Hop ML beyond the bitmap's), or for reserved instruction bits,
+        // all ones — or, configured so, the hop skips INT processing altogether.
+        let base = Format::IntV2.baseline_len(h.instructions);
+        let ds_len = hop_len.saturating_sub(base);
+        let known = match h.ds_id {
+            0 => None,
+            id => self.domains.iter().position(|d| {
+                d.id == id && d.len_of(h.ds_instruction, DsMode::Export) == Some(ds_len)
+            }),
+        };
+        let unknown_domain = ds_len > 0 && known.is_none();
         if (unknown_domain && self.cfg.unknown_domain == Unsupported::Skip)
             || (h.instructions & RESERVED_BITS != 0 && self.cfg.reserved_bits == Unsupported::Skip)
         {
@@ -938,6 +1044,9 @@ impl Node {
             return;
         }
         let mut header = h;
+        if let Some(i) = known {
+            header.ds_flags |= self.domains[i].set_ds_flags;
+        }
         let mut new = [0u8; HEAD + MAX_HOP_BYTES];
         let mut own = 0;
         if h.remaining_hop_count == 0 {
@@ -953,12 +1062,19 @@ impl Node {
         } else {
             own = hop_len;
             let hop = &mut new[HEAD..HEAD + hop_len];
-            let base = Format::IntV2.baseline_len(h.instructions);
             if base <= hop_len {
                 tel.hop(self.cfg.node_id)
                     .encode(h.instructions, Format::IntV2, hop);
-                // Domain-specific metadata of a domain this node does not know: all ones (pad).
-                hop[base..].fill(0xff);
+                match known {
+                    Some(i) => {
+                        // Before the Checksum Complement, which stays last.
+                        let at = base - if h.instructions & BIT15 != 0 { 4 } else { 0 };
+                        let ds = &mut hop[at..at + ds_len];
+                        self.domains[i].fill_export(h.ds_instruction, ds);
+                    }
+                    // A domain this node does not know: all ones (pad).
+                    None => hop[base..].fill(0xff),
+                }
             } else {
                 hop.fill(0xff);
             }
@@ -1031,7 +1147,8 @@ impl Node {
             flow: true,
             ..ReportFlags::default()
         };
-        let report = self.build_report(frame, &hop, bits, flags);
+        let ds = self.ds_report(DsFields::of_md(&h));
+        let report = self.build_report(frame, &hop, bits, flags, &ds);
         self.stats.intermediate += 1;
 
         let mut s = shim_of(shim);
@@ -1254,7 +1371,7 @@ impl Node {
             tracked,
             ..ReportFlags::default()
         };
-        Some(self.build_report(frame, &hop, bits, flags))
+        Some(self.build_report(frame, &hop, bits, flags, &DsReport::default()))
     }
 
     /// A report datagram about `frame` (as received, truncated) of a watched packet, with this
@@ -1271,6 +1388,7 @@ impl Node {
         flow: Option<FlowKey>,
         want_flow: bool,
         congested: bool,
+        ds: DsFields<'_>,
     ) -> Option<Vec<u8>> {
         let hop = tel.hop(self.cfg.node_id);
         // SD-Fabric's smart filters (off unless configured): once per interval per 5-tuple,
@@ -1304,7 +1422,8 @@ impl Node {
             flow: due,
             ..ReportFlags::default()
         };
-        Some(self.build_report(frame, &hop, bits, flags))
+        let ds = self.ds_report(ds);
+        Some(self.build_report(frame, &hop, bits, flags, &ds))
     }
 
     fn build_report(
@@ -1313,6 +1432,7 @@ impl Node {
         hop: &HopMetadata,
         bits: u16,
         flags: ReportFlags,
+        ds: &DsReport,
     ) -> Vec<u8> {
         let inner = &frame[..frame.len().min(self.cfg.report_truncate)];
         let sequence = self.seq;
@@ -1321,7 +1441,8 @@ impl Node {
             ReportFormat::V2 => {
                 let mut md = vec![0u8; Format::ReportV2.baseline_len(bits)];
                 hop.encode(bits, Format::ReportV2, &mut md);
-                self.report_v2(inner, sequence, bits, &md, flags)
+                md.extend_from_slice(&ds.md);
+                self.report_v2(inner, sequence, bits, &md, flags, ds)
             }
             ReportFormat::V05 => self.report_v05(inner, sequence, hop, flags),
         }
@@ -1336,6 +1457,7 @@ impl Node {
         bits: u16,
         md: &[u8],
         flags: ReportFlags,
+        ds: &DsReport,
     ) -> Vec<u8> {
         let padded = inner.len().div_ceil(4) * 4;
         let words = (8 + md.len() + padded) / 4;
@@ -1361,9 +1483,13 @@ impl Node {
             reserved: 0,
         }
         .emit(&mut out[8..12]);
+        // §"Individual Report Main Contents": the DS metadata follows the baseline's and counts
+        // in MD Length; DSMdstatus carries the packet's DS Flags as this node leaves them.
         IntMainRepr {
             rep_md_bits: bits,
-            ..IntMainRepr::default()
+            ds_id: ds.id,
+            ds_md_bits: ds.bits,
+            ds_md_status: ds.status,
         }
         .emit(&mut out[12..20]);
         out.extend_from_slice(md);
@@ -1432,6 +1558,57 @@ struct ReportFlags {
     /// A flow report (postcard) was due: v0.5's F, which is a report type there.
     flow: bool,
 }
+
+/// The domain fields of the INT header (or watchlist entry) a report is about, and the INT-MX
+/// header's source-inserted metadata.
+#[derive(Debug, Clone, Copy, Default)]
+struct DsFields<'a> {
+    id: u16,
+    instruction: u16,
+    flags: u16,
+    mx_body: Option<&'a [u8]>,
+}
+
+impl<'a> DsFields<'a> {
+    fn of_watch(w: &Watch, mx_body: Option<&'a [u8]>) -> Self {
+        DsFields {
+            id: w.ds_id,
+            instruction: w.ds_instruction,
+            flags: w.ds_flags,
+            mx_body,
+        }
+    }
+
+    fn of_md(h: &MdHeaderRepr) -> Self {
+        DsFields {
+            id: h.ds_id,
+            instruction: h.ds_instruction,
+            flags: h.ds_flags,
+            mx_body: None,
+        }
+    }
+
+    fn of_mx(h: &MxHeaderRepr, mx_body: Option<&'a [u8]>) -> Self {
+        DsFields {
+            id: h.ds_id,
+            instruction: h.ds_instruction,
+            flags: h.ds_flags,
+            mx_body,
+        }
+    }
+}
+
+/// The source-inserted metadata of an INT-MX block at `off` (after its shim and header).
+fn mx_body(frame: &[u8], off: usize, shim: AnyShim) -> &[u8] {
+    let end = off + SHIM_LEN + shim_of(shim).length_words() * 4;
+    frame
+        .get(off + SHIM_LEN + MX_HEADER_LEN..end)
+        .unwrap_or_default()
+}
+
+/// Where DS Flags sit in the INT-MX header (INT v2.1 §"INT-MX Header Format": the last 16 bits
+/// of its 12 bytes).
+const MX_DS_FLAGS_AT: usize = 10;
 
 /// The longest Geneve option: a 5-bit Length of 4-byte words.
 const GENEVE_OPTION_MAX: usize = 31 * 4;

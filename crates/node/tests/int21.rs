@@ -169,3 +169,258 @@ fn dscp_settings_are_validated() {
     assert!(bad(0x17, 0x3f, 0x17), "remarking to the marking");
     assert!(bad(0x20, 0x20, 0x3f), "remarking keeps the bit");
 }
+
+fn config(toml_text: &str) -> NodeConfig {
+    let cfg: NodeConfig = toml::from_str(toml_text).unwrap();
+    cfg.validate().unwrap();
+    cfg
+}
+
+/// Where INT starts in an IPv4/UDP frame with INT after the UDP header.
+const INT_AT: usize = 14 + 20 + 8;
+
+/// INT v2.1 §"Example with INT-MD including domain specific source-only metadata": the gateway
+/// (source) puts Host1's MAC after its own hop, outside Hop ML; hop1 and hop2 push their node
+/// IDs above it. The header and stack leaving hop2 are the spec's, byte for byte.
+#[test]
+fn source_only_metadata_as_in_the_spec_example() {
+    let common = r#"
+        instructions = 0x8000
+        max_hops = 8
+        [[domains]]
+        id = 0x5453
+        name = "transparent-security"
+        [[domains.metadata]]
+        bit = 0
+        name = "host_mac"
+        size = 8
+        mode = "source-inserted"
+        reporting = "all"
+        mutability = "source-only"
+    "#;
+    let gateway = config(&format!(
+        r#"node_id = 1
+        role = "source"
+        {common}
+        [[watchlist]]
+        ds_id = 0x5453
+        ds_instruction = 0x8000
+        ds_flags = 0x4000
+        source_only = "a6:1a:f6:b1:64:7d:00:00"
+        "#
+    ));
+    let hop = |id| config(&format!("node_id = {id}\nrole = \"transit\"\n{common}"));
+    let host1 = udp_frame(0, [10, 0, 3, 3]);
+    let mut f = host1.clone();
+    for cfg in [gateway, hop(2), hop(3)] {
+        let mut n = Node::new(cfg);
+        n.process(&mut f, &tel(&n));
+    }
+    #[rustfmt::skip]
+    let expected: [u8; 32] = [
+        0x20, 0x00, 0x01, 0x05, // Ver 2, Hop ML 1, Remaining Hop Count 5
+        0x80, 0x00, 0x54, 0x53, // node ID; Domain Specific ID 'TS'
+        0x80, 0x00, 0x40, 0x00, // DS Instruction bit 0; DS Flags bit 1
+        0, 0, 0, 3, // node id of hop2
+        0, 0, 0, 2, // node id of hop1
+        0, 0, 0, 1, // node id of the gateway
+        0xa6, 0x1a, 0xf6, 0xb1, // Host1's MAC, source-only
+        0x64, 0x7d, 0x00, 0x00,
+    ];
+    assert_eq!(&f[INT_AT + 4..INT_AT + 36], &expected);
+    assert_eq!(
+        f[INT_AT + 1],
+        8,
+        "the shim counts the header, the stack and the MAC"
+    );
+    checked(&f, 0x17, 0x3f);
+    // The sink restores Host1's packet and reports the stack with the MAC in it.
+    let mut sink = Node::new(NodeConfig {
+        node_id: 4,
+        role: Role::Sink,
+        ..NodeConfig::default()
+    });
+    let out = sink.process(&mut f, &tel(&sink));
+    assert_eq!(f, host1);
+    let r = intscope_wire::report::Report::parse(&out.reports[0]).unwrap();
+    let one = r.individual_reports().next().unwrap().unwrap();
+    assert!(
+        one.inner
+            .windows(6)
+            .any(|w| w == [0xa6, 0x1a, 0xf6, 0xb1, 0x64, 0x7d])
+    );
+}
+
+const EXPORT_DOMAIN: &str = r#"
+    [[domains.metadata]]
+    bit = 2
+    name = "queue_delay"
+    size = 4
+    mode = "export"
+"#;
+
+/// A transit hop that knows the domain writes its own export metadata (before the Checksum
+/// Complement, which stays last) and sets its DS Flags; one that does not pads with all ones.
+#[test]
+fn known_domains_get_their_metadata_at_transit() {
+    let node = |id: u32, role: &str, value: Option<&str>, flags: u16, known: bool| {
+        let domain = if known {
+            format!(
+                "[[domains]]\nid = 0xABCD\nset_ds_flags = {flags}\n{}{EXPORT_DOMAIN}",
+                value.map_or(String::new(), |v| format!(
+                    "values = {{ queue_delay = \"{v}\" }}\n"
+                ))
+            )
+        } else {
+            String::new()
+        };
+        Node::new(config(&format!(
+            "node_id = {id}\nrole = \"{role}\"\ninstructions = 0x8001\n\
+             [[watchlist]]\nds_id = 0xABCD\nds_instruction = 0x2000\n{domain}"
+        )))
+    };
+    let mut f = udp_frame(0, [10, 0, 3, 3]);
+    let host1 = f.clone();
+    let mut nodes = [
+        node(1, "source", Some("0x00000001"), 0, true),
+        node(2, "transit", Some("0x00000010"), 0x0001, true),
+        node(3, "transit", None, 0, false),
+    ];
+    for n in &mut nodes {
+        n.process(&mut f, &tel(n));
+        checked(&f, 0x17, 0x3f);
+    }
+    let md = &f[INT_AT + 4..];
+    assert_eq!(
+        md[2] & 0x1f,
+        3,
+        "Hop ML: node ID, the domain's word, the complement"
+    );
+    assert_eq!(
+        &md[10..12],
+        &[0x00, 0x01],
+        "DS Flags set by the hop that knows the domain"
+    );
+    let stack = &md[12..12 + 36];
+    let word = |hop: usize, i: usize| &stack[hop * 12 + i * 4..hop * 12 + i * 4 + 4];
+    assert_eq!(
+        (word(0, 0), word(0, 1)),
+        (&[0, 0, 0, 3][..], &[0xff; 4][..])
+    );
+    assert_eq!(
+        (word(1, 0), word(1, 1)),
+        (&[0, 0, 0, 2][..], &[0, 0, 0, 0x10][..])
+    );
+    assert_eq!(
+        (word(2, 0), word(2, 1)),
+        (&[0, 0, 0, 1][..], &[0, 0, 0, 1][..])
+    );
+    let mut sink = Node::new(NodeConfig {
+        role: Role::Sink,
+        ..NodeConfig::default()
+    });
+    sink.process(&mut f, &tel(&sink));
+    assert_eq!(f, host1);
+}
+
+/// INT-MX reports carry the domain's fields: DS ID, DSMdBits of what is included (export
+/// metadata with a value; source-inserted metadata reported by all nodes, or by the sink), the
+/// metadata itself after the baseline's (in MD Length), and the DS Flags in DSMdstatus; a
+/// transit hop sets its DS Flags in the packet. A node not knowing the domain reports DSMdBits 0.
+#[test]
+fn mx_reports_carry_domain_specific_metadata() {
+    let domain = |value: &str, flags: u16| {
+        format!(
+            r#"[[domains]]
+            id = 0xABCD
+            set_ds_flags = {flags}
+            values = {{ queue_delay = "{value}" }}
+            [[domains.metadata]]
+            bit = 0
+            name = "seq"
+            size = 4
+            mode = "source-inserted"
+            reporting = "all"
+            [[domains.metadata]]
+            bit = 1
+            name = "flow_id"
+            size = 4
+            mode = "source-inserted"
+            reporting = "sink"
+            {EXPORT_DOMAIN}"#
+        )
+    };
+    let node = |id: u32, role: &str, domains: &str| {
+        Node::new(config(&format!(
+            "node_id = {id}\nrole = \"{role}\"\nmode = \"mx\"\ninstructions = 0x8000\n\
+             [[watchlist]]\nds_id = 0xABCD\nds_instruction = 0xE000\n\
+             ds_metadata = \"0000000f12345678\"\n{domains}"
+        )))
+    };
+    let mut nodes = [
+        node(1, "source", &domain("0x00000001", 0)),
+        node(2, "transit", &domain("0x00000010", 0x0100)),
+        node(3, "transit", ""),
+        node(4, "sink", &domain("0x00000020", 0)),
+    ];
+    let host1 = udp_frame(0, [10, 0, 3, 3]);
+    let mut f = host1.clone();
+    let mut seen = Vec::new();
+    for n in &mut nodes {
+        let out = n.process(&mut f, &tel(n));
+        checked(&f, 0x17, 0x3f);
+        let r = intscope_wire::report::Report::parse(&out.reports[0]).unwrap();
+        let one = r.individual_reports().next().unwrap().unwrap();
+        let main = one.main.unwrap();
+        assert_eq!(one.header.md_length as usize * 4, one.metadata.len());
+        seen.push((
+            main.ds_id,
+            main.ds_md_bits,
+            main.ds_md_status,
+            one.metadata.to_vec(),
+        ));
+    }
+    assert_eq!(f, host1, "the sink removed INT-MX");
+    // Baseline: no metadata (node ID moves to the group header).
+    assert_eq!(
+        seen,
+        vec![
+            (0xABCD, 0xA000, 0, vec![0, 0, 0, 0xf, 0, 0, 0, 1]),
+            (0xABCD, 0xA000, 0x0100, vec![0, 0, 0, 0xf, 0, 0, 0, 0x10]),
+            (0xABCD, 0, 0x0100, vec![]),
+            (
+                0xABCD,
+                0xE000,
+                0x0100,
+                vec![0, 0, 0, 0xf, 0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0x20]
+            ),
+        ]
+    );
+}
+
+#[test]
+fn domain_settings_are_validated() {
+    let bad = |extra: &str| {
+        let cfg: NodeConfig = toml::from_str(extra).unwrap();
+        cfg.validate().unwrap_err()
+    };
+    assert!(bad("[[domains]]\nid = 0").contains("default domain"));
+    let d = format!("[[domains]]\nid = 0xABCD\n{EXPORT_DOMAIN}");
+    assert!(bad(&format!("{d}\n[[domains]]\nid = 0xABCD")).contains("twice"));
+    assert!(
+        bad(&format!(
+            "[[watchlist]]\nds_id = 0xABCD\nds_instruction = 0x4000\n{d}"
+        ))
+        .contains("does not define")
+    );
+    assert!(
+        bad(&format!(
+            "[[watchlist]]\nds_id = 0xABCD\nds_instruction = 0x2000\nds_metadata = \"00\"\n{d}"
+        ))
+        .contains("ds_metadata (export) is 1 bytes")
+    );
+    assert!(
+        bad("[[domains]]\nid = 1\nvalues = { x = \"00000000\" }")
+            .contains("no metadata of that name")
+    );
+}
