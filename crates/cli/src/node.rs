@@ -211,7 +211,7 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         "inserted": st.inserted, "inserted_m": st.inserted_m, "too_big": st.too_big, "added": st.added,
         "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "malformed": st.malformed,
         "filtered": st.filtered, "clones": st.clones, "skipped": st.skipped, "probes": st.probes, "intermediate": st.intermediate,
-        "postcards": st.postcards, "mx_reports": st.mx_reports, "queue_reports": st.queue_reports, "unwatched_drops": st.unwatched_drops, "marked_without_int": st.marked_without_int,
+        "postcards": st.postcards, "mx_reports": st.mx_reports, "queue_reports": st.queue_reports, "unwatched_drops": st.unwatched_drops, "marked_without_int": st.marked_without_int, "destinations": st.destinations,
     })
     .to_string())
 }

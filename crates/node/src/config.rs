@@ -164,6 +164,10 @@ pub struct WatchEntry {
     /// length (INT v2.1 §"INT-MD Metadata Header Format", DS Instruction). With a known domain,
     /// its size must be what the DS Instruction's source-inserted bits define.
     pub source_only: HexBytes,
+    /// The body of a Destination header (INT type 2; hex, whole 4-byte words, at most 1020
+    /// bytes) the source adds after the MD or MX header, for the sink alone (INT v2.1 §"INT
+    /// Header Types": e.g. a sequence number). TCP/UDP encapsulations only.
+    pub destination: HexBytes,
     /// Clone-and-mark (INT v2.1 §"INT Applied to Synthetic Traffic"): leave these packets alone
     /// and send an INT-marked copy with the D bit, which the sink reports and discards.
     pub clone: bool,
@@ -443,6 +447,22 @@ impl NodeConfig {
             }
         }
         for (i, w) in self.watchlist.iter().enumerate() {
+            let dest = w.destination.0.len();
+            if dest % 4 != 0 || dest > intscope_wire::destination::MAX_BODY_LEN {
+                return Err(format!(
+                    "watchlist[{i}]: destination is {dest} bytes, not whole words of at most 1020"
+                ));
+            }
+            if dest > 0
+                && matches!(
+                    w.encap.unwrap_or(self.encap),
+                    SourceEncap::Gre | SourceEncap::VxlanGpe | SourceEncap::Geneve
+                )
+            {
+                return Err(format!(
+                    "watchlist[{i}]: a destination header needs a TCP/UDP encapsulation"
+                ));
+            }
             let so = w.source_only.0.len();
             if so % 4 != 0 {
                 return Err(format!(

@@ -6,6 +6,7 @@
 use std::net::IpAddr;
 
 use etherparse::PacketBuilder;
+use intscope_wire::destination::{Destination, DestinationRepr};
 use intscope_wire::domain::Mode as DsMode;
 use intscope_wire::encap::GPE_NEXT_PROTO_INT;
 use intscope_wire::int::{AnyShim, IntHeader};
@@ -19,7 +20,7 @@ use intscope_wire::report::{
 };
 use intscope_wire::shim::{
     GENEVE_INT_OPTION_CLASS, GeneveOptionRepr, GpeShimRepr, GreShimRepr, SHIM_LEN, Shim,
-    TcpUdpShimRepr,
+    TcpUdpShim, TcpUdpShimRepr,
 };
 
 use crate::config::{
@@ -40,6 +41,8 @@ pub struct Outcome {
     pub reports: Vec<Vec<u8>>,
     /// Synthetic frames to send after this one (INT-marked clones, D bit set).
     pub synthetic: Vec<Vec<u8>>,
+    /// Sink: the body of the Destination header (INT type 2) it consumed, if the packet had one.
+    pub destination: Option<Vec<u8>>,
 }
 
 /// What a source did to a packet.
@@ -98,6 +101,8 @@ pub struct NodeStats {
     pub queue_reports: u64,
     /// Drops not reported because the packet was on no watchlist (`drop_reports = "watched"`).
     pub unwatched_drops: u64,
+    /// Sink: Destination headers consumed.
+    pub destinations: u64,
     /// Source: packets that arrived with the INT DSCP marking and no INT header (remarked, or
     /// skipped, as `dscp_marked_without_int` says).
     pub marked_without_int: u64,
@@ -140,6 +145,8 @@ struct Watch {
     ds_metadata: Vec<u8>,
     /// INT-MD 'source-only' metadata, after the source's hop.
     source_only: Vec<u8>,
+    /// The body of a Destination header to add.
+    destination: Vec<u8>,
     /// Send an INT-marked clone instead of adding INT to the packet.
     clone: bool,
     /// D bit: the sink discards the packet after reporting.
@@ -187,6 +194,7 @@ impl Watch {
             ds_flags: w.ds_flags,
             ds_metadata: w.ds_metadata.0.clone(),
             source_only: w.source_only.0.clone(),
+            destination: w.destination.0.clone(),
             clone: w.clone,
             discard: w.clone,
             wants: Wants::of(w.reports.as_deref()),
@@ -376,6 +384,7 @@ impl Node {
             forward: true,
             reports: Vec::new(),
             synthetic: Vec::new(),
+            destination: None,
         };
         if self.entering_marked(frame) {
             self.stats.untouched += 1;
@@ -538,6 +547,7 @@ impl Node {
                     congested,
                     ds,
                 ));
+                out.destination = self.consume_destination(frame, off, shim);
                 self.strip(frame);
                 if h.d {
                     self.stats.discarded += 1;
@@ -558,6 +568,7 @@ impl Node {
                     DsFields::of_mx(&h, Some(body)),
                 ));
                 self.stats.mx_reports += (out.reports.len() - n) as u64;
+                out.destination = self.consume_destination(frame, off, shim);
                 self.strip(frame);
                 if h.d {
                     self.stats.discarded += 1;
@@ -668,6 +679,20 @@ impl Node {
         }
     }
 
+    /// The body of the Destination header after the TCP/UDP INT block at `off`, which the sink
+    /// consumes (INT v2.1 §"INT Header Types").
+    fn consume_destination(&mut self, frame: &[u8], off: usize, shim: AnyShim) -> Option<Vec<u8>> {
+        let AnyShim::V2(Shim::TcpUdp(_)) = shim else {
+            return None;
+        };
+        // The shim as it is now (a sink pushing its metadata on the stack made it longer).
+        let shim = TcpUdpShimRepr::parse(&TcpUdpShim::new_checked(frame.get(off..)?).ok()?);
+        let end = off + SHIM_LEN + usize::from(shim.length) * 4;
+        let d = destination_at(frame, end)?;
+        self.stats.destinations += 1;
+        Some(d.body().to_vec())
+    }
+
     fn is_report(&self, l: &Layout, frame: &[u8]) -> bool {
         l.proto == 17
             && self
@@ -731,7 +756,21 @@ impl Node {
             _ => 0,
         };
         let source_inserted = if mx { w.ds_metadata.len() } else { 0 };
-        let fixed = new_udp + SHIM_LEN + MD_HEADER_LEN + source_inserted;
+        // INT v2.1 §"INT Header Types": a Destination header follows the MD or MX header (after
+        // TCP/UDP only: the other shims have no type-2 form defined).
+        let destination = match encap {
+            SourceEncap::Dscp
+            | SourceEncap::UdpPort
+            | SourceEncap::UdpNew
+            | SourceEncap::ProbeMarker
+                if !w.destination.is_empty() =>
+            {
+                Some(&w.destination[..])
+            }
+            _ => None,
+        };
+        let dest_len = destination.map_or(0, |d| SHIM_LEN + d.len());
+        let fixed = new_udp + SHIM_LEN + MD_HEADER_LEN + source_inserted + dest_len;
         let ip_len = Self::ip_packet_len(frame, &l);
         if ip_len + fixed > self.cfg.mtu {
             return Insertion::TooBig;
@@ -851,6 +890,19 @@ impl Node {
         }
         block.extend_from_slice(&own);
         block.extend_from_slice(source_only);
+        if let Some(body) = destination {
+            let d = DestinationRepr {
+                npt,
+                content,
+                body: body.to_vec(),
+            };
+            let at = block.len();
+            block.resize(at + d.buffer_len(), 0);
+            if d.emit(&mut block[at..]).is_err() {
+                // Validation keeps bodies to whole words within the shim's Length.
+                block.truncate(at);
+            }
+        }
         if encap == SourceEncap::ProbeMarker {
             let marker = self.cfg.probe_marker().unwrap_or(0).to_be_bytes();
             block.splice(0..0, marker);
@@ -883,7 +935,7 @@ impl Node {
                 if !own.is_empty() && self.complements(instructions, udp, old_csum) {
                     // The checksum stays; the last word of our hop's metadata makes it right.
                     let c = intscope_wire::checksum::checksum_complement(old_csum, csum);
-                    let end = block.len() - source_only.len();
+                    let end = block.len() - source_only.len() - dest_len;
                     block[end - 4..].copy_from_slice(&c.to_be_bytes());
                 } else {
                     frame::set16(frame, csum_at, csum);
@@ -1195,7 +1247,14 @@ impl Node {
         let p = Packet::parse(frame, Start::Ethernet, &self.detect).ok()?;
         let l = Layout::of(&p)?;
         let (off, block) = p.int?;
-        let len = block.len;
+        // A Destination header after a TCP/UDP block goes with it.
+        let len = block.len
+            + match block.shim {
+                AnyShim::V2(Shim::TcpUdp(_)) => {
+                    destination_at(frame, off + block.len).map_or(0, |d| d.total_len())
+                }
+                _ => 0,
+            };
         if let AnyShim::V2(Shim::Gre(g)) = block.shim {
             self.strip_gre(frame, &l, off, len, g);
             self.stats.sunk += 1;
@@ -1596,6 +1655,11 @@ impl<'a> DsFields<'a> {
             mx_body,
         }
     }
+}
+
+/// The Destination header at `at`, if one is there.
+fn destination_at(frame: &[u8], at: usize) -> Option<Destination<&[u8]>> {
+    Destination::new_checked(frame.get(at..)?).ok()
 }
 
 /// The source-inserted metadata of an INT-MX block at `off` (after its shim and header).

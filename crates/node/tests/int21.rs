@@ -33,6 +33,7 @@ fn tel(n: &Node) -> StaticTelemetry {
 fn checked(frame: &[u8], value: u8, mask: u8) -> Packet<'_> {
     let cfg = DetectConfig {
         dscp: Some(DscpMatch { value, mask }),
+        int_udp_ports: vec![17768],
         verify_checksums: true,
         ..DetectConfig::default()
     };
@@ -423,4 +424,70 @@ fn domain_settings_are_validated() {
         bad("[[domains]]\nid = 1\nvalues = { x = \"00000000\" }")
             .contains("no metadata of that name")
     );
+}
+
+/// The Destination header (INT type 2): produced by the source after the MD (or MX) header,
+/// ignored by transit hops, consumed by the sink, which restores the packet.
+#[test]
+fn destination_headers_from_source_to_sink() {
+    for (encap, mode) in [
+        ("udp-port", "md"),
+        ("udp-new", "md"),
+        ("dscp", "md"),
+        ("udp-port", "mx"),
+    ] {
+        let node = |id: u32, role: &str| {
+            Node::new(config(&format!(
+                "node_id = {id}\nrole = \"{role}\"\nmode = \"{mode}\"\nencap = \"{encap}\"\n\
+                 instructions = 0x8000\n\
+                 [[watchlist]]\ndestination = \"00000007 40000000\"\n"
+            )))
+        };
+        let host1 = udp_frame(0, [10, 0, 3, 3]);
+        let mut f = host1.clone();
+        let mut source = node(1, "source");
+        source.process(&mut f, &tel(&source));
+        let p = checked(&f, 0x17, 0x3f);
+        let (at, block) = p.int.expect(encap);
+        let dest = at + block.len;
+        let shim = if encap == "udp-port" {
+            [0x24, 0x02, 0x13, 0x89] // NPT 1, the original port 5001
+        } else if encap == "udp-new" {
+            [0x28, 0x02, 0x00, 0x11] // NPT 2, UDP
+        } else {
+            [0x20, 0x02, 0x00, 0x00] // NPT 0, DSCP 0
+        };
+        assert_eq!(
+            &f[dest..dest + 12],
+            &[&shim[..], &[0, 0, 0, 7, 0x40, 0, 0, 0]].concat()[..],
+            "{encap}/{mode}: the destination header right after the INT block"
+        );
+        let mut transit = node(2, "transit");
+        transit.process(&mut f, &tel(&transit));
+        let p = checked(&f, 0x17, 0x3f);
+        let (at, block) = p.int.unwrap();
+        assert_eq!(
+            &f[at + block.len..at + block.len + 4],
+            &shim,
+            "{encap}/{mode}: transit hops leave it alone"
+        );
+        let mut sink = node(3, "sink");
+        let out = sink.process(&mut f, &tel(&sink));
+        assert_eq!(f, host1, "{encap}/{mode}: the sink removes both headers");
+        assert_eq!(out.destination, Some(vec![0, 0, 0, 7, 0x40, 0, 0, 0]));
+        assert_eq!(sink.stats.destinations, 1);
+    }
+    // A packet without one: nothing consumed.
+    let mut plain = Node::new(NodeConfig {
+        role: Role::Source,
+        watchlist: vec![WatchEntry::default()],
+        ..NodeConfig::default()
+    });
+    let mut f = udp_frame(0, [10, 0, 3, 3]);
+    plain.process(&mut f, &tel(&plain));
+    let mut sink = Node::new(NodeConfig {
+        role: Role::Sink,
+        ..NodeConfig::default()
+    });
+    assert_eq!(sink.process(&mut f, &tel(&sink)).destination, None);
 }

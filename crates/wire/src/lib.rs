@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 
 pub mod checksum;
+pub mod destination;
 #[cfg(feature = "dissect")]
 pub mod dissect;
 pub mod domain;
