@@ -105,9 +105,7 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         .as_ref()
         .or(args.netcfg.as_ref())
         .map_or(String::new(), |p| p.display().to_string());
-    cfg.validate()
-        .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
-    let mut node = Node::new(cfg);
+    let mut node = Node::new(cfg).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     let report_destination = args
         .report_destination
         .or(netcfg_collector)

@@ -401,35 +401,42 @@ impl NodeConfig {
     }
 
     /// Checks what serde cannot: metadata sizes the INT headers can express, a probe marker of
-    /// 8 bytes where one is needed.
-    pub fn validate(&self) -> Result<(), String> {
+    /// 8 bytes where one is needed, a DSCP marking that can be written, domains and watchlist
+    /// entries that agree. [`crate::Node::new`] calls it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let mask = self.int_dscp_mask;
-        if mask == 0 || mask > 0x3f || self.int_dscp > 0x3f || self.int_dscp & !mask != 0 {
-            return Err(format!(
-                "int_dscp 0x{:02x} / int_dscp_mask 0x{mask:02x}: a 6-bit DSCP value inside a non-zero mask",
-                self.int_dscp
-            ));
+        let (value, remark) = (self.int_dscp, self.remark_dscp);
+        if mask == 0 || mask > 0x3f || value > 0x3f || value & !mask != 0 {
+            return Err(ConfigError::DscpMarking { value, mask });
         }
-        if self.remark_dscp & mask == self.int_dscp & mask {
-            return Err(format!(
-                "remark_dscp 0x{:02x} would mark INT again (int_dscp 0x{:02x} under mask 0x{mask:02x})",
-                self.remark_dscp, self.int_dscp
-            ));
+        if remark & mask == value & mask {
+            return Err(ConfigError::Remark {
+                remark,
+                value,
+                mask,
+            });
         }
-        for (i, p) in self.probes.iter().enumerate() {
+        if self.mtu < MIN_MTU {
+            return Err(ConfigError::Mtu(self.mtu));
+        }
+        for (index, p) in self.probes.iter().enumerate() {
             if p.src.is_ipv4() != p.dst.is_ipv4() || p.dst.is_unspecified() {
-                return Err(format!(
-                    "probes[{i}]: src and dst must be addresses of one family"
-                ));
+                return Err(ConfigError::Probe {
+                    index,
+                    problem: "src and dst must be addresses of one family",
+                });
             }
             if p.interval_ns == 0 {
-                return Err(format!("probes[{i}]: interval_ns must be positive"));
+                return Err(ConfigError::Probe {
+                    index,
+                    problem: "interval_ns must be positive",
+                });
             }
         }
         if let Some(m) = &self.probe_marker
             && m.0.len() != 8
         {
-            return Err(format!("probe_marker is {} bytes, not 8", m.0.len()));
+            return Err(ConfigError::ProbeMarkerLen(m.0.len()));
         }
         let wants_marker = self.encap == SourceEncap::ProbeMarker
             || self
@@ -437,71 +444,24 @@ impl NodeConfig {
                 .iter()
                 .any(|w| w.encap == Some(SourceEncap::ProbeMarker));
         if wants_marker && self.probe_marker.is_none() {
-            return Err("the probe-marker encapsulation needs probe_marker".into());
+            return Err(ConfigError::ProbeMarkerMissing);
         }
         let mut ids = std::collections::BTreeSet::new();
         for d in &self.domains {
             d.validate()?;
             if !ids.insert(d.id) {
-                return Err(format!("domains[0x{:04x}]: defined twice", d.id));
+                return Err(ConfigError::Domain {
+                    id: d.id,
+                    problem: "defined twice".into(),
+                });
             }
         }
         for (i, w) in self.watchlist.iter().enumerate() {
-            let dest = w.destination.0.len();
-            if dest % 4 != 0 || dest > intscope_wire::destination::MAX_BODY_LEN {
-                return Err(format!(
-                    "watchlist[{i}]: destination is {dest} bytes, not whole words of at most 1020"
-                ));
-            }
-            if dest > 0
-                && matches!(
-                    w.encap.unwrap_or(self.encap),
-                    SourceEncap::Gre | SourceEncap::VxlanGpe | SourceEncap::Geneve
-                )
-            {
-                return Err(format!(
-                    "watchlist[{i}]: a destination header needs a TCP/UDP encapsulation"
-                ));
-            }
-            let so = w.source_only.0.len();
-            if so % 4 != 0 {
-                return Err(format!(
-                    "watchlist[{i}]: source_only is {so} bytes, not a multiple of 4"
-                ));
-            }
-            let Some(d) = self
-                .domains
-                .iter()
-                .find(|d| d.id == w.ds_id && w.ds_id != 0)
-            else {
-                continue;
-            };
-            let d = crate::domain::Domain::of(d);
-            use intscope_wire::domain::Mode as DsMode;
-            let (Some(export), Some(inserted)) = (
-                d.len_of(w.ds_instruction, DsMode::Export),
-                d.len_of(w.ds_instruction, DsMode::SourceInserted),
-            ) else {
-                return Err(format!(
-                    "watchlist[{i}]: ds_instruction 0x{:04x} sets bits domain 0x{:04x} does not define",
-                    w.ds_instruction, w.ds_id
-                ));
-            };
-            let mx = w.mode.unwrap_or(self.mode) == Mode::Mx;
-            let ds = w.ds_metadata.0.len();
-            let (what, found, wanted) = if mx {
-                ("ds_metadata (source-inserted)", ds, inserted)
-            } else if ds != 0 && ds != export {
-                ("ds_metadata (export)", ds, export)
-            } else {
-                ("source_only", so, inserted)
-            };
-            if found != wanted {
-                return Err(format!(
-                    "watchlist[{i}]: {what} is {found} bytes; domain 0x{:04x} defines {wanted} for ds_instruction 0x{:04x}",
-                    w.ds_id, w.ds_instruction
-                ));
-            }
+            self.validate_entry(w)
+                .map_err(|problem| ConfigError::Watch {
+                    at: format!("watchlist[{i}]"),
+                    problem,
+                })?;
         }
         let entries = std::iter::once((None, self.instructions)).chain(
             self.watchlist
@@ -512,22 +472,143 @@ impl NodeConfig {
         for (i, instructions) in entries {
             let ds = i.map_or(0, |i| self.watchlist[i].ds_metadata.0.len());
             let at = i.map_or_else(|| "instructions".to_string(), |i| format!("watchlist[{i}]"));
-            if ds % 4 != 0 {
-                return Err(format!(
-                    "{at}: ds_metadata is {ds} bytes, not a multiple of 4"
-                ));
-            }
             // Hop ML is 5 bits of 4-byte words (INT v2.1 §"INT-MD Metadata Header Format").
             let words =
                 (intscope_wire::metadata::Format::IntV2.baseline_len(instructions) + ds) / 4;
             if words > 31 {
-                return Err(format!(
-                    "{at}: {words} words of metadata per hop; Hop ML holds at most 31"
-                ));
+                return Err(ConfigError::HopMl { at, words });
             }
         }
         Ok(())
     }
+
+    /// One watchlist entry's domain-specific and destination settings.
+    fn validate_entry(&self, w: &WatchEntry) -> Result<(), String> {
+        let dest = w.destination.0.len();
+        if !dest.is_multiple_of(4) || dest > intscope_wire::destination::MAX_BODY_LEN {
+            return Err(format!(
+                "destination is {dest} bytes, not whole words of at most 1020"
+            ));
+        }
+        if dest > 0
+            && matches!(
+                w.encap.unwrap_or(self.encap),
+                SourceEncap::Gre | SourceEncap::VxlanGpe | SourceEncap::Geneve
+            )
+        {
+            return Err("a destination header needs a TCP/UDP encapsulation".into());
+        }
+        let (ds, so) = (w.ds_metadata.0.len(), w.source_only.0.len());
+        if !ds.is_multiple_of(4) || !so.is_multiple_of(4) {
+            return Err(format!(
+                "ds_metadata ({ds} bytes) and source_only ({so} bytes) must be whole 4-byte words"
+            ));
+        }
+        let Some(d) = self
+            .domains
+            .iter()
+            .find(|d| d.id == w.ds_id && w.ds_id != 0)
+        else {
+            return Ok(());
+        };
+        let d = crate::domain::Domain::of(d);
+        use intscope_wire::domain::Mode as DsMode;
+        let (Some(export), Some(inserted)) = (
+            d.len_of(w.ds_instruction, DsMode::Export),
+            d.len_of(w.ds_instruction, DsMode::SourceInserted),
+        ) else {
+            return Err(format!(
+                "ds_instruction 0x{:04x} sets bits domain 0x{:04x} does not define",
+                w.ds_instruction, w.ds_id
+            ));
+        };
+        let mx = w.mode.unwrap_or(self.mode) == Mode::Mx;
+        let (what, found, wanted) = if mx {
+            ("ds_metadata (source-inserted)", ds, inserted)
+        } else if ds != 0 && ds != export {
+            ("ds_metadata (export)", ds, export)
+        } else {
+            ("source_only", so, inserted)
+        };
+        if found != wanted {
+            return Err(format!(
+                "{what} is {found} bytes; domain 0x{:04x} defines {wanted} for ds_instruction 0x{:04x}",
+                w.ds_id, w.ds_instruction
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The smallest MTU an IPv4 link may have (RFC 791: 68 bytes).
+pub const MIN_MTU: usize = 68;
+
+/// A node configuration that cannot run, naming the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The DSCP marking is not a 6-bit value inside a non-zero mask.
+    #[error(
+        "int_dscp 0x{value:02x} / int_dscp_mask 0x{mask:02x}: a 6-bit DSCP value inside a non-zero mask"
+    )]
+    DscpMarking {
+        /// `int_dscp`.
+        value: u8,
+        /// `int_dscp_mask`.
+        mask: u8,
+    },
+    /// Remarking would write the INT marking again.
+    #[error(
+        "remark_dscp 0x{remark:02x} would mark INT again (int_dscp 0x{value:02x} under mask 0x{mask:02x})"
+    )]
+    Remark {
+        /// `remark_dscp`.
+        remark: u8,
+        /// `int_dscp`.
+        value: u8,
+        /// `int_dscp_mask`.
+        mask: u8,
+    },
+    /// An MTU no IPv4 link has.
+    #[error("mtu {0} is below the 68 bytes every IPv4 link carries")]
+    Mtu(usize),
+    /// A probe stream that cannot be generated.
+    #[error("probes[{index}]: {problem}")]
+    Probe {
+        /// Index in `probes`.
+        index: usize,
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// A probe marker of another size than 64 bits.
+    #[error("probe_marker is {0} bytes, not 8")]
+    ProbeMarkerLen(usize),
+    /// The probe-marker encapsulation without a marker.
+    #[error("the probe-marker encapsulation needs probe_marker")]
+    ProbeMarkerMissing,
+    /// A `[[domains]]` entry.
+    #[error("domains[0x{id:04x}]: {problem}")]
+    Domain {
+        /// Its ID.
+        id: u16,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A watchlist entry's settings.
+    #[error("{at}: {problem}")]
+    Watch {
+        /// `watchlist[i]`.
+        at: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// More metadata per hop than Hop ML can say.
+    #[error("{at}: {words} words of metadata per hop; Hop ML holds at most 31")]
+    HopMl {
+        /// `instructions` or `watchlist[i]`.
+        at: String,
+        /// Words per hop.
+        words: usize,
+    },
 }
 
 impl Default for NodeConfig {

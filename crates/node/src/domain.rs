@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use intscope_wire::domain::{MetadataDef, Mode, Reporting};
 
-use crate::config::HexBytes;
+use crate::config::{ConfigError, HexBytes};
 
 /// A domain this node knows (`[[domains]]` in the node configuration).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -37,41 +37,44 @@ pub struct KnownDomain {
 impl KnownDomain {
     /// Checks what serde cannot: an ID other than 0, bits 0–15 each defined once with a size of
     /// a multiple of 4, values of the defined sizes for export metadata.
-    pub fn validate(&self) -> Result<(), String> {
-        let at = format!("domains[0x{:04x}]", self.id);
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |problem: String| ConfigError::Domain {
+            id: self.id,
+            problem,
+        };
         if self.id == 0 {
-            return Err(format!(
-                "{at}: id 0 is the default domain; its DS bits are reserved"
+            return Err(bad(
+                "id 0 is the default domain; its DS bits are reserved".into()
             ));
         }
         let mut seen = 0u16;
         for m in &self.metadata {
             let bit = 0x8000u16.checked_shr(u32::from(m.bit)).unwrap_or(0);
             if m.bit > 15 || seen & bit != 0 {
-                return Err(format!(
-                    "{at}: metadata {:?}: bit {} out of 0..=15 or defined twice",
+                return Err(bad(format!(
+                    "metadata {:?}: bit {} out of 0..=15 or defined twice",
                     m.name, m.bit
-                ));
+                )));
             }
             seen |= bit;
-            if m.size == 0 || m.size % 4 != 0 {
-                return Err(format!(
-                    "{at}: metadata {:?}: size {} is not a multiple of 4",
+            if m.size == 0 || !m.size.is_multiple_of(4) {
+                return Err(bad(format!(
+                    "metadata {:?}: size {} is not a multiple of 4",
                     m.name, m.size
-                ));
+                )));
             }
         }
         for (name, v) in &self.values {
             let Some(m) = self.metadata.iter().find(|m| &m.name == name) else {
-                return Err(format!("{at}: values.{name}: no metadata of that name"));
+                return Err(bad(format!("values.{name}: no metadata of that name")));
             };
             if m.mode != Mode::Export || v.0.len() != usize::from(m.size) {
-                return Err(format!(
-                    "{at}: values.{name}: {} bytes for {:?} metadata of {} bytes (export metadata only)",
+                return Err(bad(format!(
+                    "values.{name}: {} bytes for {:?} metadata of {} bytes (export metadata only)",
                     v.0.len(),
                     m.mode,
                     m.size
-                ));
+                )));
             }
         }
         Ok(())

@@ -13,6 +13,8 @@ pub mod netcfg;
 pub mod node;
 pub mod telemetry;
 
-pub use config::{DropReports, Mode, NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry};
+pub use config::{
+    ConfigError, DropReports, Mode, NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry,
+};
 pub use node::{Node, NodeStats, Outcome};
 pub use telemetry::{StaticTelemetry, Telemetry};

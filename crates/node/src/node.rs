@@ -24,8 +24,8 @@ use intscope_wire::shim::{
 };
 
 use crate::config::{
-    DropReports, MarkedWithoutInt, Mode, MtuAction, NodeConfig, ProbeConfig, ReportCategory,
-    ReportFormat, Role, SinkMetadata, SourceEncap, Unsupported, WatchEntry,
+    ConfigError, DropReports, MarkedWithoutInt, Mode, MtuAction, NodeConfig, ProbeConfig,
+    ReportCategory, ReportFormat, Role, SinkMetadata, SourceEncap, Unsupported, WatchEntry,
 };
 use crate::domain::DsReport;
 use crate::filter::ReportFilter;
@@ -242,8 +242,9 @@ fn watchlist(cfg: &NodeConfig) -> Vec<WatchEntry> {
 }
 
 impl Node {
-    /// A node with this configuration.
-    pub fn new(cfg: NodeConfig) -> Self {
+    /// A node with this configuration, once [`NodeConfig::validate`] accepts it.
+    pub fn new(cfg: NodeConfig) -> Result<Self, ConfigError> {
+        cfg.validate()?;
         let detect = DetectConfig {
             int_udp_ports: vec![cfg.int_udp_port],
             dscp: Some(DscpMatch {
@@ -258,7 +259,7 @@ impl Node {
         let watch = watchlist(&cfg);
         let cfg_watch_by_ingress = watch.iter().any(|w| w.ingress_port.is_some());
         let marks_dscp = cfg.marks_dscp();
-        Node {
+        Ok(Node {
             filter: ReportFilter::new(cfg.filters.clone()),
             watch,
             domains: cfg.domains.iter().map(crate::domain::Domain::of).collect(),
@@ -269,7 +270,7 @@ impl Node {
             marks_dscp,
             next_probe: Vec::new(),
             stats: NodeStats::default(),
-        }
+        })
     }
 
     /// A domain this node knows (the default domain 0 is no domain).

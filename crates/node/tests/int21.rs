@@ -60,9 +60,9 @@ fn dscp_bit_marking() {
     let host = udp_frame(0x0a, [10, 0, 3, 3]); // AF11
     let mut f = host.clone();
     let mut nodes = [
-        Node::new(cfg(1, Role::Source)),
-        Node::new(cfg(2, Role::Transit)),
-        Node::new(cfg(3, Role::Sink)),
+        Node::new(cfg(1, Role::Source)).unwrap(),
+        Node::new(cfg(2, Role::Transit)).unwrap(),
+        Node::new(cfg(3, Role::Sink)).unwrap(),
     ];
     nodes[0].process(&mut f, &tel(&nodes[0]));
     assert_eq!(f[15], (0x2a << 2) | 1, "AF11 with the INT bit, ECN kept");
@@ -95,6 +95,7 @@ fn packets_arriving_marked_without_int_are_remarked_or_skipped() {
             }],
             ..NodeConfig::default()
         })
+        .unwrap()
     };
     // Value marking, an unwatched packet marked 0x17: leaves with DSCP 0, ECN kept.
     let mut n = source(MarkedWithoutInt::Remark, 0x17, 0x3f);
@@ -144,7 +145,7 @@ fn packets_arriving_marked_without_int_are_remarked_or_skipped() {
         encap: SourceEncap::UdpPort,
         ..n.config().clone()
     };
-    n = Node::new(cfg);
+    n = Node::new(cfg).unwrap();
     let host = udp_frame(0x17, [10, 0, 9, 9]);
     let mut f = host.clone();
     n.process(&mut f, &tel(&n));
@@ -169,6 +170,28 @@ fn dscp_settings_are_validated() {
     assert!(bad(0x20, 0, 0), "no mask");
     assert!(bad(0x17, 0x3f, 0x17), "remarking to the marking");
     assert!(bad(0x20, 0x20, 0x3f), "remarking keeps the bit");
+    // Node::new refuses what validate refuses.
+    let err = Node::new(NodeConfig {
+        int_dscp: 0x21,
+        int_dscp_mask: 0x20,
+        ..NodeConfig::default()
+    })
+    .unwrap_err();
+    assert_eq!(
+        err,
+        intscope_node::ConfigError::DscpMarking {
+            value: 0x21,
+            mask: 0x20
+        }
+    );
+    assert_eq!(
+        Node::new(NodeConfig {
+            mtu: 40,
+            ..NodeConfig::default()
+        })
+        .unwrap_err(),
+        intscope_node::ConfigError::Mtu(40)
+    );
 }
 
 fn config(toml_text: &str) -> NodeConfig {
@@ -214,7 +237,7 @@ fn source_only_metadata_as_in_the_spec_example() {
     let host1 = udp_frame(0, [10, 0, 3, 3]);
     let mut f = host1.clone();
     for cfg in [gateway, hop(2), hop(3)] {
-        let mut n = Node::new(cfg);
+        let mut n = Node::new(cfg).unwrap();
         n.process(&mut f, &tel(&n));
     }
     #[rustfmt::skip]
@@ -240,7 +263,8 @@ fn source_only_metadata_as_in_the_spec_example() {
         node_id: 4,
         role: Role::Sink,
         ..NodeConfig::default()
-    });
+    })
+    .unwrap();
     let out = sink.process(&mut f, &tel(&sink));
     assert_eq!(f, host1);
     let r = intscope_wire::report::Report::parse(&out.reports[0]).unwrap();
@@ -279,6 +303,7 @@ fn known_domains_get_their_metadata_at_transit() {
             "node_id = {id}\nrole = \"{role}\"\ninstructions = 0x8001\n\
              [[watchlist]]\nds_id = 0xABCD\nds_instruction = 0x2000\n{domain}"
         )))
+        .unwrap()
     };
     let mut f = udp_frame(0, [10, 0, 3, 3]);
     let host1 = f.clone();
@@ -319,7 +344,8 @@ fn known_domains_get_their_metadata_at_transit() {
     let mut sink = Node::new(NodeConfig {
         role: Role::Sink,
         ..NodeConfig::default()
-    });
+    })
+    .unwrap();
     sink.process(&mut f, &tel(&sink));
     assert_eq!(f, host1);
 }
@@ -357,6 +383,7 @@ fn mx_reports_carry_domain_specific_metadata() {
              [[watchlist]]\nds_id = 0xABCD\nds_instruction = 0xE000\n\
              ds_metadata = \"0000000f12345678\"\n{domains}"
         )))
+        .unwrap()
     };
     let mut nodes = [
         node(1, "source", &domain("0x00000001", 0)),
@@ -403,7 +430,7 @@ fn mx_reports_carry_domain_specific_metadata() {
 fn domain_settings_are_validated() {
     let bad = |extra: &str| {
         let cfg: NodeConfig = toml::from_str(extra).unwrap();
-        cfg.validate().unwrap_err()
+        cfg.validate().unwrap_err().to_string()
     };
     assert!(bad("[[domains]]\nid = 0").contains("default domain"));
     let d = format!("[[domains]]\nid = 0xABCD\n{EXPORT_DOMAIN}");
@@ -416,9 +443,9 @@ fn domain_settings_are_validated() {
     );
     assert!(
         bad(&format!(
-            "[[watchlist]]\nds_id = 0xABCD\nds_instruction = 0x2000\nds_metadata = \"00\"\n{d}"
+            "[[watchlist]]\nds_id = 0xABCD\nds_instruction = 0x2000\nds_metadata = \"0000000000000000\"\n{d}"
         ))
-        .contains("ds_metadata (export) is 1 bytes")
+        .contains("ds_metadata (export) is 8 bytes")
     );
     assert!(
         bad("[[domains]]\nid = 1\nvalues = { x = \"00000000\" }")
@@ -442,6 +469,7 @@ fn destination_headers_from_source_to_sink() {
                  instructions = 0x8000\n\
                  [[watchlist]]\ndestination = \"00000007 40000000\"\n"
             )))
+            .unwrap()
         };
         let host1 = udp_frame(0, [10, 0, 3, 3]);
         let mut f = host1.clone();
@@ -482,12 +510,14 @@ fn destination_headers_from_source_to_sink() {
         role: Role::Source,
         watchlist: vec![WatchEntry::default()],
         ..NodeConfig::default()
-    });
+    })
+    .unwrap();
     let mut f = udp_frame(0, [10, 0, 3, 3]);
     plain.process(&mut f, &tel(&plain));
     let mut sink = Node::new(NodeConfig {
         role: Role::Sink,
         ..NodeConfig::default()
-    });
+    })
+    .unwrap();
     assert_eq!(sink.process(&mut f, &tel(&sink)).destination, None);
 }

@@ -176,6 +176,7 @@ fn switch(id: u32, role: Role, latency_ns: u32) -> Node {
         },
         ..NodeConfig::default()
     })
+    .unwrap()
 }
 
 fn tel(n: &Node, time_ns: u64) -> StaticTelemetry {
@@ -255,7 +256,7 @@ fn queue_reports_spend_a_quota_that_resets_below_reset_ns() {
     let aggressor = frame(Kind::Udp4, AGGRESSOR);
     let mut cfg = switch(2, Role::Transit, 0).config().clone();
     cfg.filters.queue_quota = 3;
-    let mut n = Node::new(cfg);
+    let mut n = Node::new(cfg).unwrap();
     let mut reports_at = |latency: u32| {
         let t = StaticTelemetry {
             model: TelemetryModel {
@@ -289,7 +290,8 @@ fn queue_reports_spend_a_quota_that_resets_below_reset_ns() {
             ..TelemetryModel::default()
         },
         ..n.config().clone()
-    });
+    })
+    .unwrap();
     let mut f = aggressor.clone();
     assert!(q1.process(&mut f, &tel(&q1, 1)).reports.is_empty());
 }
@@ -300,7 +302,7 @@ fn queue_reports_spend_a_quota_that_resets_below_reset_ns() {
 fn queue_reports_without_flow_filters_and_never_about_reports() {
     let mut cfg = switch(2, Role::Transit, 5_000).config().clone();
     cfg.filters.enabled = false;
-    let mut n = Node::new(cfg);
+    let mut n = Node::new(cfg).unwrap();
     let mut f = frame(Kind::Tcp4, AGGRESSOR);
     assert_eq!(n.process(&mut f, &tel(&n, 1)).reports.len(), 1);
     let mut report = Vec::new();
@@ -333,7 +335,8 @@ fn watch_subnets_match_source_or_destination() {
     let mut none = Node::new(NodeConfig {
         watch_subnets: Vec::new(),
         ..switch(1, Role::Transit, 100).config().clone()
-    });
+    })
+    .unwrap();
     let mut f = frame(Kind::Udp4, VICTIM);
     assert!(none.process(&mut f, &tel(&none, 1)).reports.is_empty());
 }
@@ -349,7 +352,8 @@ fn gtpu_is_watched_on_the_users_headers() {
     let mut endpoints = Node::new(NodeConfig {
         watch_subnets: vec!["192.0.2.0/24".parse().unwrap()],
         ..n.config().clone()
-    });
+    })
+    .unwrap();
     let mut f = frame(Kind::GtpU, AGGRESSOR);
     assert!(
         endpoints
@@ -387,14 +391,16 @@ fn drop_reports_for_watched_flows_once_a_second_per_five_tuple() {
     let mut empty = Node::new(NodeConfig {
         watch_subnets: Vec::new(),
         ..n.config().clone()
-    });
+    })
+    .unwrap();
     assert!(empty.drop_report(&victim, 29, &t0).is_none());
 
     // Configured for every drop: the unwatched one is reported, without F.
     let mut all = Node::new(NodeConfig {
         drop_reports: DropReports::All,
         ..empty.config().clone()
-    });
+    })
+    .unwrap();
     let r = all.drop_report(&aggressor, 29, &t0).expect("every drop");
     assert_eq!(drop_flags(&r), (true, false));
 }
@@ -407,11 +413,12 @@ fn int_packets_count_as_watched_for_drops() {
         role: Role::Source,
         watchlist: vec![WatchEntry::default()],
         ..NodeConfig::default()
-    });
+    })
+    .unwrap();
     let mut f = frame(Kind::Udp4, AGGRESSOR);
     source.process(&mut f, &tel(&source, 0));
     assert_eq!(source.stats.inserted, 1);
-    let mut transit = Node::new(NodeConfig::default());
+    let mut transit = Node::new(NodeConfig::default()).unwrap();
     let r = transit
         .drop_report(&f, 71, &tel(&transit, 0))
         .expect("an INT packet's drop");
@@ -427,16 +434,19 @@ fn f_bit_for_int_md_reports() {
         role: Role::Source,
         watchlist: vec![WatchEntry::default()],
         ..NodeConfig::default()
-    });
+    })
+    .unwrap();
     let mut transit = Node::new(NodeConfig {
         mode: Mode::Md,
         ..switch(2, Role::Transit, 5_000).config().clone()
-    });
+    })
+    .unwrap();
     let mut sink = Node::new(NodeConfig {
         node_id: 3,
         role: Role::Sink,
         ..NodeConfig::default()
-    });
+    })
+    .unwrap();
     let host = frame(Kind::Udp4, AGGRESSOR);
     let mut f = host.clone();
     source.process(&mut f, &tel(&source, 0));
@@ -480,7 +490,7 @@ fn a_netcfg_runs_as_sd_fabric_would() {
     };
     let imported = intscope_node::netcfg::import(netcfg, base).unwrap();
     assert_eq!(imported.config.report_format, ReportFormat::V05);
-    let mut n = Node::new(imported.config);
+    let mut n = Node::new(imported.config).unwrap();
     for (packet, flow_report) in [
         (frame(Kind::Udp4, VICTIM), true),
         (frame(Kind::Udp4, AGGRESSOR), false),
