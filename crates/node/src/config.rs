@@ -345,6 +345,10 @@ pub struct NodeConfig {
     pub probes: Vec<ProbeConfig>,
     /// Sink: where its own metadata goes.
     pub sink_metadata: SinkMetadata,
+    /// Sink: the domain's sources add Destination headers (watchlist `destination`), so one
+    /// after a TCP/UDP INT block, repeating its shim, is consumed with it. Off (the default), a
+    /// payload that happens to start like one is left alone: the spec signals none.
+    pub destination_headers: bool,
     /// Sink: restore the original DSCP saved in the shim (`dscp` encapsulation).
     pub restore_dscp: bool,
     /// Sink: bytes of the received packet carried in the report.
@@ -416,7 +420,7 @@ impl NodeConfig {
                 mask,
             });
         }
-        if self.mtu < MIN_MTU {
+        if !(MIN_MTU..=usize::from(u16::MAX)).contains(&self.mtu) {
             return Err(ConfigError::Mtu(self.mtu));
         }
         for (index, p) in self.probes.iter().enumerate() {
@@ -569,7 +573,7 @@ pub enum ConfigError {
         mask: u8,
     },
     /// An MTU no IPv4 link has.
-    #[error("mtu {0} is below the 68 bytes every IPv4 link carries")]
+    #[error("mtu {0}: not between the 68 bytes every IPv4 link carries and 65535")]
     Mtu(usize),
     /// A probe stream that cannot be generated.
     #[error("probes[{index}]: {problem}")]
@@ -634,6 +638,7 @@ impl Default for NodeConfig {
             drop_reports: DropReports::Watched,
             probes: Vec::new(),
             sink_metadata: SinkMetadata::Report,
+            destination_headers: false,
             restore_dscp: true,
             report_truncate: 256,
             report_format: ReportFormat::V2,

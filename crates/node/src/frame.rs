@@ -51,6 +51,28 @@ impl Layout {
     }
 }
 
+/// Whether the lengths the headers declare agree with each other and the frame: the IP packet
+/// within the frame (Ethernet padding may follow), the L4 header within the IP packet, a UDP
+/// length equal to what the IP packet holds. The node edits only such packets, so no length
+/// field it updates can wrap.
+pub fn consistent(frame: &[u8], l: &Layout) -> bool {
+    let Some(ip_len) = (if l.v6 {
+        frame
+            .get(l.ip_at + 4..l.ip_at + 6)
+            .map(|b| 40 + usize::from(u16::from_be_bytes([b[0], b[1]])))
+    } else {
+        frame
+            .get(l.ip_at + 2..l.ip_at + 4)
+            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+    }) else {
+        return false;
+    };
+    let ip_end = l.ip_at + ip_len;
+    ip_end <= frame.len()
+        && l.l4_at + l.l4_len <= ip_end
+        && (l.proto != 17 || usize::from(be16(frame, l.l4_at + 4)) == ip_end - l.l4_at)
+}
+
 /// Inserts `bytes` at `at`, inside a UDP datagram's payload (`l` is its layout), keeping the UDP
 /// length, a non-zero UDP checksum (RFC 1624) and the IP length right.
 pub fn udp_insert(frame: &mut Vec<u8>, l: &Layout, at: usize, bytes: &[u8]) {

@@ -406,6 +406,16 @@ impl Node {
                 return out;
             }
         };
+        let layout = match &located {
+            Ok(Some((_, _, _, l))) => *l,
+            Err(Some((l, _))) => Some(*l),
+            _ => None,
+        };
+        if layout.is_some_and(|l| !frame::consistent(frame, &l)) {
+            // Lengths that disagree: nothing this node writes would be right.
+            self.stats.malformed += 1;
+            return out;
+        }
         // Report traffic is never watched nor queue-reported (a report about a report would
         // follow it through every congested queue).
         let report_traffic =
@@ -687,11 +697,24 @@ impl Node {
             return None;
         };
         // The shim as it is now (a sink pushing its metadata on the stack made it longer).
-        let shim = TcpUdpShimRepr::parse(&TcpUdpShim::new_checked(frame.get(off..)?).ok()?);
-        let end = off + SHIM_LEN + usize::from(shim.length) * 4;
-        let d = destination_at(frame, end)?;
+        let d = self.destination_after(frame, off)?;
         self.stats.destinations += 1;
         Some(d.body().to_vec())
+    }
+
+    /// The Destination header after the TCP/UDP INT block at `off`, when this sink expects them
+    /// (`destination_headers`: the spec signals none, so a payload starting like one must not be
+    /// taken for one) and it repeats the block's shim (NPT and field), as sources write it.
+    fn destination_after<'f>(&self, frame: &'f [u8], off: usize) -> Option<Destination<&'f [u8]>> {
+        if !self.cfg.destination_headers {
+            return None;
+        }
+        // The shim as it is now (a sink pushing its metadata on the stack made it longer).
+        let shim = TcpUdpShimRepr::parse(&TcpUdpShim::new_checked(frame.get(off..)?).ok()?);
+        let end = off + SHIM_LEN + usize::from(shim.length) * 4;
+        Destination::new_checked(frame.get(end..)?)
+            .ok()
+            .filter(|d| d.npt() == shim.npt && d.content() == shim.content)
     }
 
     fn is_report(&self, l: &Layout, frame: &[u8]) -> bool {
@@ -937,7 +960,7 @@ impl Node {
                     // The checksum stays; the last word of our hop's metadata makes it right.
                     let c = intscope_wire::checksum::checksum_complement(old_csum, csum);
                     let end = block.len() - source_only.len() - dest_len;
-                    block[end - 4..].copy_from_slice(&c.to_be_bytes());
+                    block[end - 4..end].copy_from_slice(&c.to_be_bytes());
                 } else {
                     frame::set16(frame, csum_at, csum);
                 }
@@ -1251,9 +1274,9 @@ impl Node {
         // A Destination header after a TCP/UDP block goes with it.
         let len = block.len
             + match block.shim {
-                AnyShim::V2(Shim::TcpUdp(_)) => {
-                    destination_at(frame, off + block.len).map_or(0, |d| d.total_len())
-                }
+                AnyShim::V2(Shim::TcpUdp(_)) => self
+                    .destination_after(frame, off)
+                    .map_or(0, |d| d.total_len()),
                 _ => 0,
             };
         if let AnyShim::V2(Shim::Gre(g)) = block.shim {
@@ -1656,11 +1679,6 @@ impl<'a> DsFields<'a> {
             mx_body,
         }
     }
-}
-
-/// The Destination header at `at`, if one is there.
-fn destination_at(frame: &[u8], at: usize) -> Option<Destination<&[u8]>> {
-    Destination::new_checked(frame.get(at..)?).ok()
 }
 
 /// The source-inserted metadata of an INT-MX block at `off` (after its shim and header).

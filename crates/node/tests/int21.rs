@@ -457,16 +457,18 @@ fn domain_settings_are_validated() {
 /// ignored by transit hops, consumed by the sink, which restores the packet.
 #[test]
 fn destination_headers_from_source_to_sink() {
-    for (encap, mode) in [
-        ("udp-port", "md"),
-        ("udp-new", "md"),
-        ("dscp", "md"),
-        ("udp-port", "mx"),
+    for (encap, mode, bits) in [
+        ("udp-port", "md", 0x8000),
+        ("udp-new", "md", 0x8000),
+        ("dscp", "md", 0x8000),
+        ("udp-port", "mx", 0x8000),
+        // The Checksum Complement stays the last word of the source's hop.
+        ("udp-port", "md", 0x8001),
     ] {
         let node = |id: u32, role: &str| {
             Node::new(config(&format!(
                 "node_id = {id}\nrole = \"{role}\"\nmode = \"{mode}\"\nencap = \"{encap}\"\n\
-                 instructions = 0x8000\n\
+                 instructions = {bits}\ndestination_headers = true\n\
                  [[watchlist]]\ndestination = \"00000007 40000000\"\n"
             )))
             .unwrap()
@@ -505,19 +507,30 @@ fn destination_headers_from_source_to_sink() {
         assert_eq!(out.destination, Some(vec![0, 0, 0, 7, 0x40, 0, 0, 0]));
         assert_eq!(sink.stats.destinations, 1);
     }
-    // A packet without one: nothing consumed.
-    let mut plain = Node::new(NodeConfig {
-        role: Role::Source,
-        watchlist: vec![WatchEntry::default()],
-        ..NodeConfig::default()
-    })
-    .unwrap();
-    let mut f = udp_frame(0, [10, 0, 3, 3]);
-    plain.process(&mut f, &tel(&plain));
-    let mut sink = Node::new(NodeConfig {
-        role: Role::Sink,
-        ..NodeConfig::default()
-    })
-    .unwrap();
-    assert_eq!(sink.process(&mut f, &tel(&sink)).destination, None);
+    // Without one, a payload that starts like one stays: a sink expecting them checks that it
+    // repeats the INT shim; a sink not expecting them never looks.
+    for expect in [true, false] {
+        let mut plain = Node::new(NodeConfig {
+            role: Role::Source,
+            watchlist: vec![WatchEntry::default()],
+            ..NodeConfig::default()
+        })
+        .unwrap();
+        let mut host = Vec::new();
+        PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
+            .ipv4([10, 0, 1, 1], [10, 0, 3, 3], 64)
+            .udp(40000, 5001)
+            .write(&mut host, &[0x20, 0, 0, 0, 1, 2, 3, 4])
+            .unwrap();
+        let mut f = host.clone();
+        plain.process(&mut f, &tel(&plain));
+        let mut sink = Node::new(NodeConfig {
+            role: Role::Sink,
+            destination_headers: expect,
+            ..NodeConfig::default()
+        })
+        .unwrap();
+        assert_eq!(sink.process(&mut f, &tel(&sink)).destination, None);
+        assert_eq!(f, host, "the payload is the host's");
+    }
 }
