@@ -933,123 +933,151 @@ impl Node {
         }
         match encap {
             SourceEncap::Dscp | SourceEncap::UdpPort | SourceEncap::ProbeMarker => {
-                let at = l.l4_at + l.l4_len;
-                let old_len = frame::l4_len(frame, &l);
-                let new_len = old_len + block.len() as u16;
-                let csum_at = l.l4_checksum_at();
-                let udp = l.proto == 17;
-                let old_csum = frame::get16(frame, csum_at);
-                let mut csum =
-                    frame::updated_l4_checksum(old_csum, udp, &[], &block, old_len, new_len, udp);
-                if encap == SourceEncap::UdpPort {
-                    let old_port = frame::get16(frame, l.l4_at + 2);
-                    frame::set16(frame, l.l4_at + 2, self.cfg.int_udp_port);
-                    if csum != 0 {
-                        csum = intscope_wire::checksum::update(
-                            csum,
-                            &old_port.to_be_bytes(),
-                            &self.cfg.int_udp_port.to_be_bytes(),
-                        );
-                        csum = intscope_wire::checksum::udp_wire_checksum(csum);
-                    }
-                }
-                if udp {
-                    frame::set16(frame, l.l4_at + 4, new_len);
-                }
-                if !own.is_empty() && self.complements(instructions, udp, old_csum) {
-                    // The checksum stays; the last word of our hop's metadata makes it right.
-                    let c = intscope_wire::checksum::checksum_complement(old_csum, csum);
-                    let end = block.len() - source_only.len() - dest_len;
-                    block[end - 4..end].copy_from_slice(&c.to_be_bytes());
-                } else {
-                    frame::set16(frame, csum_at, csum);
-                }
-                frame::insert(frame, at, &block);
-                frame::adjust_ip_len(frame, &l, block.len() as isize);
-                if encap == SourceEncap::Dscp {
-                    let marked = self.cfg.mark_dscp(frame::dscp(frame, &l));
-                    frame::set_dscp(frame, &l, marked);
-                }
+                let hop_end = block.len() - source_only.len() - dest_len;
+                let hop_end = (!own.is_empty()).then_some(hop_end);
+                self.insert_after_l4(frame, &l, encap, &mut block, hop_end, instructions);
             }
             SourceEncap::Geneve => {
-                // After the existing options; the base header's Opt Len grows by the option.
-                let at = l.l4_at + 16 + usize::from(frame[l.l4_at + 8] & 0x3f) * 4;
-                if !frame::adjust_geneve_opt_len(frame, &l, (block.len() / 4) as isize) {
+                if !insert_geneve(frame, &l, &block) {
                     return Insertion::TooBig;
                 }
-                frame::udp_insert(frame, &l, at, &block);
             }
-            SourceEncap::VxlanGpe => {
-                // The VXLAN(-GPE) header now announces INT (P bit, next protocol 0x82); VXLAN
-                // becomes VXLAN-GPE on its port. The block follows the 8-byte header.
-                let vx = l.l4_at + 8;
-                let mut header: [u8; 8] = frame[vx..vx + 8].try_into().unwrap_or_default();
-                header[0] |= 0x04;
-                header[3] = GPE_NEXT_PROTO_INT;
-                let port = self.detect.vxlan_gpe_port.to_be_bytes();
-                frame::udp_overwrite(frame, &l, l.l4_at + 2, &port);
-                frame::udp_overwrite(frame, &l, vx, &header);
-                frame::udp_insert(frame, &l, vx + 8, &block);
-            }
-            SourceEncap::Gre if existing_gre => {
-                // INT v2.1 §"INT over IPv4/GRE", scenario 1: behind the GRE header (and its
-                // optional fields), whose protocol type becomes TBD_INT.
-                let flags = frame[l.l4_at];
-                let gre_len = 4 + 4
-                    * (usize::from(flags & 0x80 != 0)
-                        + usize::from(flags & 0x20 != 0)
-                        + usize::from(flags & 0x10 != 0));
-                frame::set16(frame, l.l4_at + 2, self.cfg.int_gre_proto);
-                frame::insert(frame, l.l4_at + gre_len, &block);
-                frame::payload_resized(frame, &l, block.len() as isize);
-            }
-            SourceEncap::Gre => {
-                // INT v2.1 §"INT over IPv4/GRE", scenario 2: an outer IP header (the packet's
-                // own, carrying GRE) and a GRE header with protocol type TBD_INT in front of
-                // the original IP packet, which is not touched.
-                let inner_len = Self::ip_packet_len(frame, &l);
-                let outer_len = if l.v6 { 40 } else { 20 };
-                let mut ins = frame[l.ip_at..l.ip_at + outer_len].to_vec();
-                let added = outer_len + 4 + block.len();
-                if l.v6 {
-                    ins[6] = frame::GRE;
-                    let payload = (inner_len + 4 + block.len()) as u16;
-                    ins[4..6].copy_from_slice(&payload.to_be_bytes());
-                } else {
-                    ins[0] = 0x45; // options stay with the inner header
-                    ins[9] = frame::GRE;
-                    ins[2..4].copy_from_slice(&((inner_len + added) as u16).to_be_bytes());
-                }
-                ins.extend_from_slice(&[0, 0]);
-                ins.extend_from_slice(&self.cfg.int_gre_proto.to_be_bytes());
-                ins.extend_from_slice(&block);
-                frame::insert(frame, l.ip_at, &ins);
-                if !l.v6 {
-                    frame::refresh_ipv4_checksum(frame, l.ip_at);
-                }
-            }
-            SourceEncap::UdpNew => {
-                // RFC 6936 / INT v2.1: the new UDP header's checksum is zero; the original L4
-                // header keeps its own, still valid (same addresses, same segment).
-                let seg = frame::l4_len(frame, &l);
-                let mut udp = [0u8; 8];
-                let h = {
-                    use std::hash::{Hash, Hasher};
-                    let mut s = std::collections::hash_map::DefaultHasher::new();
-                    flow.hash(&mut s);
-                    s.finish()
-                };
-                udp[0..2].copy_from_slice(&(0xc000 | (h as u16 & 0x3fff)).to_be_bytes());
-                udp[2..4].copy_from_slice(&self.cfg.int_udp_port.to_be_bytes());
-                udp[4..6].copy_from_slice(&(8 + block.len() as u16 + seg).to_be_bytes());
-                let mut ins = udp.to_vec();
-                ins.extend_from_slice(&block);
-                frame::insert(frame, l.l4_at, &ins);
-                frame::adjust_ip_len(frame, &l, ins.len() as isize);
-                frame::set_ip_proto(frame, &l, 17);
-            }
+            SourceEncap::VxlanGpe => self.insert_vxlan_gpe(frame, &l, &block),
+            SourceEncap::Gre if existing_gre => self.insert_behind_gre(frame, &l, &block),
+            SourceEncap::Gre => self.insert_gre(frame, &l, &block),
+            SourceEncap::UdpNew => self.insert_udp(frame, &l, &flow, &block),
         }
         insertion
+    }
+
+    /// INT v2.1 §"INT over TCP/UDP": the block right after the TCP/UDP header, announced by the
+    /// DSCP (NPT 0), the UDP destination port (NPT 1) or the probe marker in front of it; the
+    /// L4 checksum updated, or kept with the Checksum Complement at `hop_end`.
+    fn insert_after_l4(
+        &self,
+        frame: &mut Vec<u8>,
+        l: &Layout,
+        encap: SourceEncap,
+        block: &mut [u8],
+        hop_end: Option<usize>,
+        instructions: u16,
+    ) {
+        let at = l.l4_at + l.l4_len;
+        let old_len = frame::l4_len(frame, l);
+        let new_len = old_len + block.len() as u16;
+        let csum_at = l.l4_checksum_at();
+        let udp = l.proto == 17;
+        let old_csum = frame::get16(frame, csum_at);
+        let mut csum =
+            frame::updated_l4_checksum(old_csum, udp, &[], block, old_len, new_len, udp);
+        if encap == SourceEncap::UdpPort {
+            let old_port = frame::get16(frame, l.l4_at + 2);
+            frame::set16(frame, l.l4_at + 2, self.cfg.int_udp_port);
+            if csum != 0 {
+                csum = intscope_wire::checksum::update(
+                    csum,
+                    &old_port.to_be_bytes(),
+                    &self.cfg.int_udp_port.to_be_bytes(),
+                );
+                csum = intscope_wire::checksum::udp_wire_checksum(csum);
+            }
+        }
+        if udp {
+            frame::set16(frame, l.l4_at + 4, new_len);
+        }
+        if let Some(end) = hop_end
+            && self.complements(instructions, udp, old_csum)
+        {
+            // The checksum stays; the last word of our hop's metadata makes it right.
+            let c = intscope_wire::checksum::checksum_complement(old_csum, csum);
+            block[end - 4..end].copy_from_slice(&c.to_be_bytes());
+        } else {
+            frame::set16(frame, csum_at, csum);
+        }
+        frame::insert(frame, at, block);
+        frame::adjust_ip_len(frame, l, block.len() as isize);
+        if encap == SourceEncap::Dscp {
+            let marked = self.cfg.mark_dscp(frame::dscp(frame, l));
+            frame::set_dscp(frame, l, marked);
+        }
+    }
+
+    /// INT v2.1 §"INT over VXLAN GPE": the block after the VXLAN-GPE header.
+    fn insert_vxlan_gpe(&self, frame: &mut Vec<u8>, l: &Layout, block: &[u8]) {
+        // The VXLAN(-GPE) header now announces INT (P bit, next protocol 0x82); VXLAN
+        // becomes VXLAN-GPE on its port. The block follows the 8-byte header.
+        let vx = l.l4_at + 8;
+        let mut header: [u8; 8] = frame[vx..vx + 8].try_into().unwrap_or_default();
+        header[0] |= 0x04;
+        header[3] = GPE_NEXT_PROTO_INT;
+        let port = self.detect.vxlan_gpe_port.to_be_bytes();
+        frame::udp_overwrite(frame, l, l.l4_at + 2, &port);
+        frame::udp_overwrite(frame, l, vx, &header);
+        frame::udp_insert(frame, l, vx + 8, block);
+    }
+
+    /// INT v2.1 §"INT over IPv4/GRE", scenario 1: a GRE packet gets the block behind its GRE
+    /// header.
+    fn insert_behind_gre(&self, frame: &mut Vec<u8>, l: &Layout, block: &[u8]) {
+        // INT v2.1 §"INT over IPv4/GRE", scenario 1: behind the GRE header (and its
+        // optional fields), whose protocol type becomes TBD_INT.
+        let flags = frame[l.l4_at];
+        let gre_len = 4 + 4
+            * (usize::from(flags & 0x80 != 0)
+                + usize::from(flags & 0x20 != 0)
+                + usize::from(flags & 0x10 != 0));
+        frame::set16(frame, l.l4_at + 2, self.cfg.int_gre_proto);
+        frame::insert(frame, l.l4_at + gre_len, block);
+        frame::payload_resized(frame, l, block.len() as isize);
+    }
+
+    /// INT v2.1 §"INT over IPv4/GRE", scenario 2: a new outer IP header and GRE in front.
+    fn insert_gre(&self, frame: &mut Vec<u8>, l: &Layout, block: &[u8]) {
+        // INT v2.1 §"INT over IPv4/GRE", scenario 2: an outer IP header (the packet's
+        // own, carrying GRE) and a GRE header with protocol type TBD_INT in front of
+        // the original IP packet, which is not touched.
+        let inner_len = Self::ip_packet_len(frame, l);
+        let outer_len = if l.v6 { 40 } else { 20 };
+        let mut ins = frame[l.ip_at..l.ip_at + outer_len].to_vec();
+        let added = outer_len + 4 + block.len();
+        if l.v6 {
+            ins[6] = frame::GRE;
+            let payload = (inner_len + 4 + block.len()) as u16;
+            ins[4..6].copy_from_slice(&payload.to_be_bytes());
+        } else {
+            ins[0] = 0x45; // options stay with the inner header
+            ins[9] = frame::GRE;
+            ins[2..4].copy_from_slice(&((inner_len + added) as u16).to_be_bytes());
+        }
+        ins.extend_from_slice(&[0, 0]);
+        ins.extend_from_slice(&self.cfg.int_gre_proto.to_be_bytes());
+        ins.extend_from_slice(block);
+        frame::insert(frame, l.ip_at, &ins);
+        if !l.v6 {
+            frame::refresh_ipv4_checksum(frame, l.ip_at);
+        }
+    }
+
+    /// INT v2.1 §"INT over TCP/UDP", NPT 2: a new UDP header in front of the original L4 header.
+    fn insert_udp(&self, frame: &mut Vec<u8>, l: &Layout, flow: &FlowKey, block: &[u8]) {
+        // RFC 6936 / INT v2.1: the new UDP header's checksum is zero; the original L4
+        // header keeps its own, still valid (same addresses, same segment).
+        let seg = frame::l4_len(frame, l);
+        let mut udp = [0u8; 8];
+        let h = {
+            use std::hash::{Hash, Hasher};
+            let mut s = std::collections::hash_map::DefaultHasher::new();
+            flow.hash(&mut s);
+            s.finish()
+        };
+        udp[0..2].copy_from_slice(&(0xc000 | (h as u16 & 0x3fff)).to_be_bytes());
+        udp[2..4].copy_from_slice(&self.cfg.int_udp_port.to_be_bytes());
+        udp[4..6].copy_from_slice(&(8 + block.len() as u16 + seg).to_be_bytes());
+        let mut ins = udp.to_vec();
+        ins.extend_from_slice(block);
+        frame::insert(frame, l.l4_at, &ins);
+        frame::adjust_ip_len(frame, l, ins.len() as isize);
+        frame::set_ip_proto(frame, l, 17);
     }
 
     /// A VXLAN (RFC 7348) or VXLAN-GPE packet without INT: whether it is plain VXLAN, and the
@@ -1711,4 +1739,16 @@ fn shim_of(s: AnyShim) -> Shim {
             content: 0,
         }),
     }
+}
+
+/// INT v2.1 §"INT over Geneve": the block as an option after the existing ones; `false` when the
+/// base header's Opt Len cannot grow by it.
+fn insert_geneve(frame: &mut Vec<u8>, l: &Layout, block: &[u8]) -> bool {
+        // After the existing options; the base header's Opt Len grows by the option.
+        let at = l.l4_at + 16 + usize::from(frame[l.l4_at + 8] & 0x3f) * 4;
+        if !frame::adjust_geneve_opt_len(frame, l, (block.len() / 4) as isize) {
+            return false;
+        }
+        frame::udp_insert(frame, l, at, block);
+        true
 }
