@@ -118,13 +118,14 @@ pub(super) fn watchlist(cfg: &NodeConfig) -> Vec<WatchEntry> {
 
 impl Node {
     /// The watchlist entry matching an INT-free packet's flow (`inner`: the flow inside its
-    /// tunnel), with the node's settings filled in.
+    /// tunnel), with the node's settings filled in (boxed: the packet path moves only a pointer
+    /// for the packets nobody watches).
     pub(super) fn watched(
         &self,
         tel: &dyn Telemetry,
         flow: &FlowKey,
         inner: Option<&FlowKey>,
-    ) -> Option<Watch> {
+    ) -> Option<Box<Watch>> {
         // The ingress interface only when an entry asks for one (it costs a device read).
         let ingress = if self.watch_by_ingress {
             tel.hop(self.cfg.node_id).l1_ingress_if
@@ -137,6 +138,6 @@ impl Node {
                 .gtpu_port
                 .is_some_and(|p| p == flow.dst_port || p == flow.src_port);
         watch_entry(&self.watch, flow, inner, gtpu, ingress)
-            .map(|(w, key)| Watch::of(w, key, &self.cfg))
+            .map(|(w, key)| Box::new(Watch::of(w, key, &self.cfg)))
     }
 }
