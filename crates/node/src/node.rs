@@ -405,19 +405,11 @@ impl Node {
     }
 
     fn is_report(&self, l: &Layout, frame: &[u8]) -> bool {
-        l.proto == 17
-            && self
-                .cfg
-                .report_ports
-                .contains(&frame::get16(frame, l.l4_at + 2))
+        frame::udp_dst_port(frame, l).is_some_and(|p| self.cfg.report_ports.contains(&p))
     }
 
     fn ip_packet_len(frame: &[u8], l: &Layout) -> usize {
-        if l.v6 {
-            40 + usize::from(frame::get16(frame, l.ip_at + 4))
-        } else {
-            usize::from(frame::get16(frame, l.ip_at + 2))
-        }
+        frame::ip_packet_len(frame, l).unwrap_or(0)
     }
 }
 

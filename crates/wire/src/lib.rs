@@ -27,6 +27,7 @@ pub mod encap;
 pub mod error;
 mod field;
 pub mod int;
+pub mod ip;
 pub mod legacy;
 pub mod locate;
 pub mod md;
@@ -34,6 +35,8 @@ pub mod metadata;
 pub mod mx;
 pub mod report;
 pub mod shim;
+pub mod tunnel;
+pub mod udp;
 pub mod warning;
 
 pub use error::{Error, ErrorKind, Layer, Result};

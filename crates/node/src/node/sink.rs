@@ -2,6 +2,8 @@
 //! encapsulation; the Destination header consumed.
 
 use super::*;
+use intscope_wire::tunnel::{VXLAN_LEN, VxlanPacket};
+use intscope_wire::udp::UDP_HEADER_LEN;
 
 impl Node {
     /// The body of the Destination header after the TCP/UDP INT block at `off`, which the sink
@@ -94,10 +96,9 @@ impl Node {
                 let block = frame[off..off + len].to_vec();
                 let old_len = frame::l4_len(frame, &l);
                 let new_len = old_len - len as u16;
-                let udp = l.proto == 17;
-                let csum_at = l.l4_checksum_at();
-                let mut csum = frame::updated_l4_checksum(
-                    frame::get16(frame, csum_at),
+                let udp = l.is_udp();
+                let csum = frame::updated_l4_checksum(
+                    frame::l4_checksum(frame, &l),
                     udp,
                     &block,
                     &[],
@@ -105,23 +106,14 @@ impl Node {
                     new_len,
                     udp,
                 );
-                if npt == 1 {
-                    let int_port = frame::get16(frame, l.l4_at + 2);
-                    frame::set16(frame, l.l4_at + 2, s.udp_port());
-                    if csum != 0 {
-                        csum = intscope_wire::checksum::udp_wire_checksum(
-                            intscope_wire::checksum::update(
-                                csum,
-                                &int_port.to_be_bytes(),
-                                &s.udp_port().to_be_bytes(),
-                            ),
-                        );
-                    }
-                }
+                frame::set_l4_checksum(frame, &l, csum);
                 if udp {
-                    frame::set16(frame, l.l4_at + 4, new_len);
+                    frame::set_udp_len(frame, &l, new_len);
                 }
-                frame::set16(frame, csum_at, csum);
+                if npt == 1 {
+                    // The original destination port from the shim.
+                    frame::set_udp_dst_port(frame, &l, s.udp_port());
+                }
                 frame::remove(frame, off, len);
                 frame::adjust_ip_len(frame, &l, -(len as isize));
                 if npt == 0 && self.cfg.restore_dscp {
@@ -147,10 +139,10 @@ impl Node {
         if g.g {
             frame::remove(frame, l.ip_at, off + len - l.ip_at);
             // The EtherType in front of the IP header names what is there now.
-            frame::set16(frame, l.ip_at - 2, g.next_protocol);
+            frame::set_ethertype(frame, l, g.next_protocol);
         } else {
             frame::remove(frame, off, len);
-            frame::set16(frame, l.l4_at + 2, g.next_protocol);
+            frame::set_gre_protocol(frame, l, g.next_protocol);
             frame::payload_resized(frame, l, -(len as isize));
         }
     }
@@ -166,17 +158,18 @@ impl Node {
         len: usize,
         g: GpeShimRepr,
     ) -> Option<()> {
-        let vx = l.l4_at + 8;
-        if off != vx + 8 {
+        let vx = l.l4_at + UDP_HEADER_LEN;
+        if off != vx + VXLAN_LEN {
             return None;
         }
-        let mut header: [u8; 8] = frame[vx..vx + 8].try_into().ok()?;
-        header[3] = g.next_protocol;
+        let mut header: [u8; VXLAN_LEN] = frame.get(vx..vx + VXLAN_LEN)?.try_into().ok()?;
+        let mut v = VxlanPacket::new_checked(&mut header[..]).ok()?;
+        v.set_next_protocol(g.next_protocol);
         if g.g {
-            header[0] &= !0x04;
-            header[3] = 0;
-            let port = self.detect.vxlan_port.to_be_bytes();
-            frame::udp_overwrite(frame, l, l.l4_at + 2, &port);
+            // It was VXLAN: no next protocol, and VXLAN's port again.
+            v.set_next_protocol_present(false);
+            v.set_next_protocol(0);
+            frame::set_udp_dst_port(frame, l, self.detect.vxlan_port);
         }
         frame::udp_overwrite(frame, l, vx, &header);
         frame::udp_remove(frame, l, off, len);

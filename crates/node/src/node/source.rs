@@ -3,6 +3,9 @@
 //! Applied to Synthetic Traffic").
 
 use super::*;
+use intscope_wire::ip::{IPV4_MIN_LEN, IPV6_LEN, Ipv4Packet, Ipv6Packet, ethertype, protocol};
+use intscope_wire::tunnel::{GRE_BASE_LEN, GenevePacket, GrePacket, VXLAN_LEN, VxlanPacket};
+use intscope_wire::udp::{UDP_HEADER_LEN, UdpPacket, UdpRepr};
 
 /// What a source did to a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +18,10 @@ pub(super) enum Insertion {
     TooBig,
 }
 
+/// VXLAN-GPE's next protocol for Ethernet, what plain VXLAN carries (draft-ietf-nvo3-vxlan-gpe
+/// §3.2).
+const GPE_NEXT_PROTO_ETHERNET: u8 = 0x03;
+
 /// The longest Geneve option: a 5-bit Length of 4-byte words.
 pub(super) const GENEVE_OPTION_MAX: usize = 31 * 4;
 
@@ -22,7 +29,14 @@ pub(super) const GENEVE_OPTION_MAX: usize = 31 * 4;
 /// base header's Opt Len cannot grow by it.
 pub(super) fn insert_geneve(frame: &mut Vec<u8>, l: &Layout, block: &[u8]) -> bool {
     // After the existing options; the base header's Opt Len grows by the option.
-    let at = l.l4_at + 16 + usize::from(frame[l.l4_at + 8] & 0x3f) * 4;
+    let geneve_at = l.l4_at + UDP_HEADER_LEN;
+    let Some(at) = frame
+        .get(geneve_at..)
+        .and_then(|b| GenevePacket::new_checked(b).ok())
+        .map(|g| geneve_at + g.header_len())
+    else {
+        return false;
+    };
     if !frame::adjust_geneve_opt_len(frame, l, (block.len() / 4) as isize) {
         return false;
     }
@@ -123,7 +137,7 @@ impl Node {
         // What goes in front of the shim: a new UDP header, a probe marker, or an outer IP
         // header and GRE.
         // A GRE packet already: INT goes behind its GRE header (scenario 1, G = 0).
-        let existing_gre = encap == SourceEncap::Gre && l.proto == frame::GRE;
+        let existing_gre = encap == SourceEncap::Gre && l.proto == protocol::GRE;
         let new_udp = match (encap, l.v6) {
             (SourceEncap::UdpNew | SourceEncap::ProbeMarker, _) => 8,
             (SourceEncap::Gre, _) if existing_gre => 0,
@@ -203,7 +217,7 @@ impl Node {
             SourceEncap::Dscp | SourceEncap::ProbeMarker => {
                 (0, u16::from(frame::dscp(frame, &l)) << 2)
             }
-            SourceEncap::UdpPort => (1, frame::get16(frame, l.l4_at + 2)),
+            SourceEncap::UdpPort => (1, frame::udp_dst_port(frame, &l).unwrap_or(0)),
             SourceEncap::UdpNew => (2, u16::from(l.proto)),
             SourceEncap::Gre | SourceEncap::VxlanGpe | SourceEncap::Geneve => (0, 0),
         };
@@ -232,11 +246,11 @@ impl Node {
                 reserved: 0,
                 length: words,
                 next_protocol: if existing_gre {
-                    frame::get16(frame, l.l4_at + 2)
+                    frame::gre_protocol(frame, &l).unwrap_or(0)
                 } else if l.v6 {
-                    0x86dd
+                    ethertype::IPV6
                 } else {
-                    0x0800
+                    ethertype::IPV4
                 },
             })
         } else {
@@ -317,13 +331,13 @@ impl Node {
         let at = l.l4_at + l.l4_len;
         let old_len = frame::l4_len(frame, l);
         let new_len = old_len + block.len() as u16;
-        let csum_at = l.l4_checksum_at();
-        let udp = l.proto == 17;
-        let old_csum = frame::get16(frame, csum_at);
+        let udp = l.is_udp();
+        let old_csum = frame::l4_checksum(frame, l);
         let mut csum = frame::updated_l4_checksum(old_csum, udp, &[], block, old_len, new_len, udp);
         if encap == SourceEncap::UdpPort {
-            let old_port = frame::get16(frame, l.l4_at + 2);
-            frame::set16(frame, l.l4_at + 2, self.cfg.int_udp_port);
+            // NPT 1: the INT port replaces the destination port (saved in the shim).
+            let old_port = frame::udp_dst_port(frame, l).unwrap_or(0);
+            frame::put_udp_dst_port(frame, l, self.cfg.int_udp_port);
             if csum != 0 {
                 csum = intscope_wire::checksum::update(
                     csum,
@@ -334,7 +348,7 @@ impl Node {
             }
         }
         if udp {
-            frame::set16(frame, l.l4_at + 4, new_len);
+            frame::set_udp_len(frame, l, new_len);
         }
         if let Some(end) = hop_end
             && self.complements(instructions, udp, old_csum)
@@ -343,7 +357,7 @@ impl Node {
             let c = intscope_wire::checksum::checksum_complement(old_csum, csum);
             block[end - 4..end].copy_from_slice(&c.to_be_bytes());
         } else {
-            frame::set16(frame, csum_at, csum);
+            frame::set_l4_checksum(frame, l, csum);
         }
         frame::insert(frame, at, block);
         frame::adjust_ip_len(frame, l, block.len() as isize);
@@ -356,93 +370,116 @@ impl Node {
     /// INT v2.1 §"INT over VXLAN GPE": the block after the VXLAN-GPE header.
     pub(super) fn insert_vxlan_gpe(&self, frame: &mut Vec<u8>, l: &Layout, block: &[u8]) {
         // The VXLAN(-GPE) header now announces INT (P bit, next protocol 0x82); VXLAN
-        // becomes VXLAN-GPE on its port. The block follows the 8-byte header.
-        let vx = l.l4_at + 8;
-        let mut header: [u8; 8] = frame[vx..vx + 8].try_into().unwrap_or_default();
-        header[0] |= 0x04;
-        header[3] = GPE_NEXT_PROTO_INT;
-        let port = self.detect.vxlan_gpe_port.to_be_bytes();
-        frame::udp_overwrite(frame, l, l.l4_at + 2, &port);
+        // becomes VXLAN-GPE on its port. The block follows the header.
+        let vx = l.l4_at + UDP_HEADER_LEN;
+        let Some(mut header) = frame
+            .get(vx..vx + VXLAN_LEN)
+            .and_then(|b| <[u8; VXLAN_LEN]>::try_from(b).ok())
+        else {
+            return;
+        };
+        let Ok(mut v) = VxlanPacket::new_checked(&mut header[..]) else {
+            return;
+        };
+        v.set_next_protocol_present(true);
+        v.set_next_protocol(GPE_NEXT_PROTO_INT);
+        frame::set_udp_dst_port(frame, l, self.detect.vxlan_gpe_port);
         frame::udp_overwrite(frame, l, vx, &header);
-        frame::udp_insert(frame, l, vx + 8, block);
+        frame::udp_insert(frame, l, vx + VXLAN_LEN, block);
     }
 
     /// INT v2.1 §"INT over IPv4/GRE", scenario 1: a GRE packet gets the block behind its GRE
-    /// header.
+    /// header (and its optional fields), whose protocol type becomes TBD_INT.
     pub(super) fn insert_behind_gre(&self, frame: &mut Vec<u8>, l: &Layout, block: &[u8]) {
-        // INT v2.1 §"INT over IPv4/GRE", scenario 1: behind the GRE header (and its
-        // optional fields), whose protocol type becomes TBD_INT.
-        let flags = frame[l.l4_at];
-        let gre_len = 4 + 4
-            * (usize::from(flags & 0x80 != 0)
-                + usize::from(flags & 0x20 != 0)
-                + usize::from(flags & 0x10 != 0));
-        frame::set16(frame, l.l4_at + 2, self.cfg.int_gre_proto);
+        let Some(gre_len) = frame::gre_header_len(frame, l) else {
+            return;
+        };
+        frame::set_gre_protocol(frame, l, self.cfg.int_gre_proto);
         frame::insert(frame, l.l4_at + gre_len, block);
         frame::payload_resized(frame, l, block.len() as isize);
     }
 
-    /// INT v2.1 §"INT over IPv4/GRE", scenario 2: a new outer IP header and GRE in front.
+    /// INT v2.1 §"INT over IPv4/GRE", scenario 2: an outer IP header (the packet's own, without
+    /// IPv4 options, carrying GRE) and a GRE header with protocol type TBD_INT in front of the
+    /// original IP packet, which is not touched.
     pub(super) fn insert_gre(&self, frame: &mut Vec<u8>, l: &Layout, block: &[u8]) {
-        // INT v2.1 §"INT over IPv4/GRE", scenario 2: an outer IP header (the packet's
-        // own, carrying GRE) and a GRE header with protocol type TBD_INT in front of
-        // the original IP packet, which is not touched.
         let inner_len = Self::ip_packet_len(frame, l);
-        let outer_len = if l.v6 { 40 } else { 20 };
-        let mut ins = frame[l.ip_at..l.ip_at + outer_len].to_vec();
-        let added = outer_len + 4 + block.len();
-        if l.v6 {
-            ins[6] = frame::GRE;
-            let payload = (inner_len + 4 + block.len()) as u16;
-            ins[4..6].copy_from_slice(&payload.to_be_bytes());
+        let tail = GRE_BASE_LEN + block.len();
+        let mut ins = if l.v6 {
+            let Some(mut outer) = frame.get(l.ip_at..l.ip_at + IPV6_LEN).map(<[u8]>::to_vec) else {
+                return;
+            };
+            let Ok(mut ip) = Ipv6Packet::new_checked(&mut outer[..]) else {
+                return;
+            };
+            ip.set_next_header(protocol::GRE);
+            ip.set_payload_len((inner_len + tail) as u16);
+            outer
         } else {
-            ins[0] = 0x45; // options stay with the inner header
-            ins[9] = frame::GRE;
-            ins[2..4].copy_from_slice(&((inner_len + added) as u16).to_be_bytes());
+            let Some(mut outer) = frame
+                .get(l.ip_at..l.ip_at + IPV4_MIN_LEN)
+                .map(<[u8]>::to_vec)
+            else {
+                return;
+            };
+            // The inner header's options stay with it; the outer one is 20 bytes.
+            if let Some(b) = outer.first_mut() {
+                *b = (*b & 0xf0) | 5;
+            }
+            let Ok(mut ip) = Ipv4Packet::new_checked(&mut outer[..]) else {
+                return;
+            };
+            ip.set_protocol(protocol::GRE);
+            ip.set_total_len((inner_len + IPV4_MIN_LEN + tail) as u16);
+            ip.fill_checksum();
+            outer
+        };
+        let at = ins.len();
+        ins.resize(at + GRE_BASE_LEN, 0);
+        if let Ok(mut g) = GrePacket::new_checked(&mut ins[at..]) {
+            g.set_protocol(self.cfg.int_gre_proto);
         }
-        ins.extend_from_slice(&[0, 0]);
-        ins.extend_from_slice(&self.cfg.int_gre_proto.to_be_bytes());
         ins.extend_from_slice(block);
         frame::insert(frame, l.ip_at, &ins);
-        if !l.v6 {
-            frame::refresh_ipv4_checksum(frame, l.ip_at);
-        }
     }
 
     /// INT v2.1 §"INT over TCP/UDP", NPT 2: a new UDP header in front of the original L4 header.
     pub(super) fn insert_udp(&self, frame: &mut Vec<u8>, l: &Layout, flow: &FlowKey, block: &[u8]) {
         // RFC 6936 / INT v2.1: the new UDP header's checksum is zero; the original L4
-        // header keeps its own, still valid (same addresses, same segment).
+        // header keeps its own, still valid (same addresses, same segment). The source port
+        // spreads flows over ECMP paths from the ephemeral range.
         let seg = frame::l4_len(frame, l);
-        let mut udp = [0u8; 8];
         let h = {
             use std::hash::{Hash, Hasher};
             let mut s = std::collections::hash_map::DefaultHasher::new();
             flow.hash(&mut s);
             s.finish()
         };
-        udp[0..2].copy_from_slice(&(0xc000 | (h as u16 & 0x3fff)).to_be_bytes());
-        udp[2..4].copy_from_slice(&self.cfg.int_udp_port.to_be_bytes());
-        udp[4..6].copy_from_slice(&(8 + block.len() as u16 + seg).to_be_bytes());
-        let mut ins = udp.to_vec();
+        let repr = UdpRepr {
+            src_port: 0xc000 | (h as u16 & 0x3fff),
+            dst_port: self.cfg.int_udp_port,
+            length: (UDP_HEADER_LEN + block.len()) as u16 + seg,
+            checksum: 0,
+        };
+        let mut ins = vec![0u8; repr.buffer_len()];
+        if let Ok(mut u) = UdpPacket::new_checked(&mut ins[..]) {
+            repr.emit(&mut u);
+        }
         ins.extend_from_slice(block);
         frame::insert(frame, l.l4_at, &ins);
         frame::adjust_ip_len(frame, l, ins.len() as isize);
-        frame::set_ip_proto(frame, l, 17);
+        frame::set_ip_proto(frame, l, protocol::UDP);
     }
 
     /// A VXLAN (RFC 7348) or VXLAN-GPE packet without INT: whether it is plain VXLAN, and the
     /// next protocol of what it carries (VXLAN: Ethernet).
     pub(super) fn vxlan(&self, frame: &[u8], l: &Layout) -> Option<(bool, u8)> {
-        if l.proto != 17 || frame.len() < l.l4_at + 16 {
-            return None;
-        }
-        let port = frame::get16(frame, l.l4_at + 2);
-        let header = &frame[l.l4_at + 8..l.l4_at + 16];
+        let port = frame::udp_dst_port(frame, l)?;
+        let v = VxlanPacket::new_checked(frame.get(l.l4_at + UDP_HEADER_LEN..)?).ok()?;
         if port == self.detect.vxlan_port {
-            Some((true, 0x03))
-        } else if port == self.detect.vxlan_gpe_port && header[0] & 0x04 != 0 {
-            Some((false, header[3]))
+            Some((true, GPE_NEXT_PROTO_ETHERNET))
+        } else if port == self.detect.vxlan_gpe_port && v.next_protocol_present() {
+            Some((false, v.next_protocol()))
         } else {
             None
         }
@@ -450,9 +487,10 @@ impl Node {
 
     /// A Geneve packet (RFC 8926) without INT.
     pub(super) fn geneve(&self, frame: &[u8], l: &Layout) -> bool {
-        l.proto == 17
-            && frame.len() >= l.l4_at + 16
-            && frame::get16(frame, l.l4_at + 2) == self.detect.geneve_port
+        frame::udp_dst_port(frame, l) == Some(self.detect.geneve_port)
+            && frame
+                .get(l.l4_at + UDP_HEADER_LEN..)
+                .is_some_and(|b| GenevePacket::new_checked(b).is_ok())
     }
 
     pub(super) fn count(&mut self, insertion: Insertion) {

@@ -116,9 +116,8 @@ impl Node {
         if l.is_tcp_udp() {
             let old_len = frame::l4_len(frame, l);
             let new_len = old_len + own as u16;
-            let udp = l.proto == 17;
-            let csum_at = l.l4_checksum_at();
-            let old_csum = frame::get16(frame, csum_at);
+            let udp = l.is_udp();
+            let old_csum = frame::l4_checksum(frame, l);
             let csum = frame::updated_l4_checksum(
                 old_csum,
                 udp,
@@ -132,10 +131,10 @@ impl Node {
                 let c = intscope_wire::checksum::checksum_complement(old_csum, csum);
                 new[HEAD + own - 4..HEAD + own].copy_from_slice(&c.to_be_bytes());
             } else {
-                frame::set16(frame, csum_at, csum);
+                frame::set_l4_checksum(frame, l, csum);
             }
             if udp {
-                frame::set16(frame, l.l4_at + 4, new_len);
+                frame::set_udp_len(frame, l, new_len);
             }
         }
         let new = &new[..HEAD + own];
@@ -183,10 +182,9 @@ impl Node {
         if l.is_tcp_udp() {
             let old_len = frame::l4_len(frame, l);
             let new_len = old_len - stack as u16;
-            let udp = l.proto == 17;
-            let csum_at = l.l4_checksum_at();
+            let udp = l.is_udp();
             let csum = frame::updated_l4_checksum(
-                frame::get16(frame, csum_at),
+                frame::l4_checksum(frame, l),
                 udp,
                 &frame[off..off + HEAD + stack],
                 &head,
@@ -194,9 +192,9 @@ impl Node {
                 new_len,
                 udp,
             );
-            frame::set16(frame, csum_at, csum);
+            frame::set_l4_checksum(frame, l, csum);
             if udp {
-                frame::set16(frame, l.l4_at + 4, new_len);
+                frame::set_udp_len(frame, l, new_len);
             }
         }
         frame[off..off + HEAD].copy_from_slice(&head);

@@ -132,7 +132,7 @@ impl Node {
         } else {
             None
         };
-        let gtpu = flow.proto == 17
+        let gtpu = flow.proto == intscope_wire::ip::protocol::UDP
             && self
                 .detect
                 .gtpu_port
