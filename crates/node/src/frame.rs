@@ -84,14 +84,11 @@ pub fn ip_packet_len(frame: &[u8], l: &Layout) -> Option<usize> {
     }
 }
 
-/// Whether the lengths the headers declare agree with each other and the frame: the IP packet
-/// within the frame (Ethernet padding may follow), the L4 header within the IP packet, a UDP
-/// length equal to what the IP packet holds. The node edits only such packets, so no length
-/// field it updates can wrap.
-pub fn consistent(frame: &[u8], l: &Layout) -> bool {
-    let Some(ip_end) = ip_packet_len(frame, l).map(|n| l.ip_at + n) else {
-        return false;
-    };
+/// Whether the lengths the headers declare agree with each other and the frame: the IP packet,
+/// ending at `ip_end` as its header declares, within the frame (Ethernet padding may follow),
+/// the L4 header within the IP packet, a UDP length equal to what the IP packet holds. The node
+/// edits only such packets, so no length field it updates can wrap.
+pub fn consistent(frame: &[u8], l: &Layout, ip_end: usize) -> bool {
     ip_end <= frame.len()
         && l.l4_at + l.l4_len <= ip_end
         && (!l.is_udp() || udp_len(frame, l).map(usize::from) == Some(ip_end - l.l4_at))

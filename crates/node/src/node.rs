@@ -231,27 +231,28 @@ impl Node {
             self.stats.untouched += 1;
             return out;
         }
-        let (flow, inner_flow, located) = match Packet::parse(frame, Start::Ethernet, &self.detect)
-        {
-            Ok(p) => (
-                p.flow,
-                p.inner_flow,
-                p.int
-                    .map(|(off, b)| (off, b.shim, b.header, Layout::of(&p)))
-                    .map(Some)
-                    .ok_or_else(|| Layout::of(&p).zip(p.flow)),
-            ),
-            Err(_) => {
-                self.stats.malformed += 1;
-                return out;
-            }
-        };
+        let (flow, inner_flow, located, ip_end) =
+            match Packet::parse(frame, Start::Ethernet, &self.detect) {
+                Ok(p) => (
+                    p.flow,
+                    p.inner_flow,
+                    p.int
+                        .map(|(off, b)| (off, b.shim, b.header, Layout::of(&p)))
+                        .map(Some)
+                        .ok_or_else(|| Layout::of(&p).zip(p.flow)),
+                    p.ip.map_or(0, |ip| ip.offset + ip.declared_len),
+                ),
+                Err(_) => {
+                    self.stats.malformed += 1;
+                    return out;
+                }
+            };
         let layout = match &located {
             Ok(Some((_, _, _, l))) => *l,
             Err(Some((l, _))) => Some(*l),
             _ => None,
         };
-        if layout.is_some_and(|l| !frame::consistent(frame, &l)) {
+        if layout.is_some_and(|l| !frame::consistent(frame, &l, ip_end)) {
             // Lengths that disagree: nothing this node writes would be right.
             self.stats.malformed += 1;
             return out;
