@@ -30,6 +30,8 @@ pub struct Layout {
     pub proto: u8,
     /// L4 header length.
     pub l4_len: usize,
+    /// The IP packet's length as the parse found it declared, before this node's edits.
+    pub ip_len: usize,
 }
 
 impl Layout {
@@ -49,6 +51,7 @@ impl Layout {
             l4_at,
             proto,
             l4_len,
+            ip_len: ip.declared_len,
         })
     }
 

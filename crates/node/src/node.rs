@@ -332,8 +332,7 @@ impl Node {
             (Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))), _)
                 if self.cfg.on_mtu_exceeded == MtuAction::IntermediateReport
                     && h.remaining_hop_count > 0
-                    && Self::ip_packet_len(frame, &l) + usize::from(h.hop_ml) * 4
-                        > self.cfg.mtu =>
+                    && l.ip_len + usize::from(h.hop_ml) * 4 > self.cfg.mtu =>
             {
                 out.reports
                     .push(self.intermediate_report(frame, &l, off, shim, h, tel));
@@ -407,10 +406,6 @@ impl Node {
 
     fn is_report(&self, l: &Layout, frame: &[u8]) -> bool {
         frame::udp_dst_port(frame, l).is_some_and(|p| self.cfg.report_ports.contains(&p))
-    }
-
-    fn ip_packet_len(frame: &[u8], l: &Layout) -> usize {
-        frame::ip_packet_len(frame, l).unwrap_or(0)
     }
 }
 

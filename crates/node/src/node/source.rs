@@ -161,7 +161,7 @@ impl Node {
         };
         let dest_len = destination.map_or(0, |d| SHIM_LEN + d.len());
         let fixed = new_udp + SHIM_LEN + MD_HEADER_LEN + source_inserted + dest_len;
-        let ip_len = Self::ip_packet_len(frame, &l);
+        let ip_len = l.ip_len;
         if ip_len + fixed > self.cfg.mtu {
             return Insertion::TooBig;
         }
@@ -403,7 +403,7 @@ impl Node {
     /// IPv4 options, carrying GRE) and a GRE header with protocol type TBD_INT in front of the
     /// original IP packet, which is not touched.
     pub(super) fn insert_gre(&self, frame: &mut Vec<u8>, l: &Layout, block: &[u8]) {
-        let inner_len = Self::ip_packet_len(frame, l);
+        let inner_len = l.ip_len;
         let tail = GRE_BASE_LEN + block.len();
         let mut ins = if l.v6 {
             let Some(mut outer) = frame.get(l.ip_at..l.ip_at + IPV6_LEN).map(<[u8]>::to_vec) else {

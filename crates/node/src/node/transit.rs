@@ -75,7 +75,7 @@ impl Node {
         if h.remaining_hop_count == 0 {
             header.e = true;
             self.stats.hop_limit += 1;
-        } else if Self::ip_packet_len(frame, l) + hop_len > self.cfg.mtu
+        } else if l.ip_len + hop_len > self.cfg.mtu
             || matches!(shim, AnyShim::V2(Shim::Geneve(g))
                 if usize::from(g.length) * 4 + hop_len > GENEVE_OPTION_MAX)
         {
