@@ -292,14 +292,14 @@ impl Node {
                     // INT v2.1 §"INT Applied to Synthetic Traffic": the packet goes on as it is;
                     // a copy carries INT, marked D for the sink to discard after reporting.
                     let mut copy = frame.clone();
-                    let insertion = self.source(&mut copy, layout, flow, tel, *w);
+                    let insertion = self.source(&mut copy, layout, flow, tel, w);
                     if insertion != Insertion::TooBig {
                         out.synthetic.push(copy);
                         self.stats.clones += 1;
                     }
                     insertion
                 } else {
-                    self.source(frame, layout, flow, tel, *w)
+                    self.source(frame, layout, flow, tel, w)
                 };
                 self.count(insertion);
                 if mx {

@@ -118,14 +118,13 @@ pub(super) fn watchlist(cfg: &NodeConfig) -> Vec<WatchEntry> {
 
 impl Node {
     /// The watchlist entry matching an INT-free packet's flow (`inner`: the flow inside its
-    /// tunnel), with the node's settings filled in (boxed: the packet path moves only a pointer
-    /// for the packets nobody watches).
+    /// tunnel), with the node's settings filled in.
     pub(super) fn watched(
         &self,
         tel: &dyn Telemetry,
         flow: &FlowKey,
         inner: Option<&FlowKey>,
-    ) -> Option<Box<Watch>> {
+    ) -> Option<Watch> {
         // The ingress interface only when an entry asks for one (it costs a device read).
         let ingress = if self.watch_by_ingress {
             tel.hop(self.cfg.node_id).l1_ingress_if
@@ -138,6 +137,6 @@ impl Node {
                 .gtpu_port
                 .is_some_and(|p| p == flow.dst_port || p == flow.src_port);
         watch_entry(&self.watch, flow, inner, gtpu, ingress)
-            .map(|(w, key)| Box::new(Watch::of(w, key, &self.cfg)))
+            .map(|(w, key)| Watch::of(w, key, &self.cfg))
     }
 }
