@@ -94,12 +94,12 @@ pub(super) fn watch_entry<'a>(
             None if gtpu => inner.unwrap_or(outer),
             _ => outer,
         };
-        let (src, dst) = (f.src_ip(), f.dst_ip());
+        // Addresses are converted only for the entries that match on them.
         let hit = w.ingress_port.is_none_or(|p| Some(p) == ingress)
             && w.subnet
-                .is_none_or(|n| n.contains(&src) || n.contains(&dst))
-            && w.src.is_none_or(|n| n.contains(&src))
-            && w.dst.is_none_or(|n| n.contains(&dst))
+                .is_none_or(|n| n.contains(&f.src_ip()) || n.contains(&f.dst_ip()))
+            && w.src.is_none_or(|n| n.contains(&f.src_ip()))
+            && w.dst.is_none_or(|n| n.contains(&f.dst_ip()))
             && w.proto.is_none_or(|p| p == f.proto)
             && port_in(w.dst_ports, f.dst_port)
             && port_in(w.src_ports, f.src_port);
