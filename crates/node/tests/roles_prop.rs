@@ -1,6 +1,7 @@
 //! Property tests: random IPv4/IPv6 TCP/UDP frames through a source (every TCP/UDP and GRE
 //! encapsulation, INT-MD and INT-MX, random instruction bitmaps, with and without the Checksum
-//! Complement), up to four transit hops and a sink. After every hop every IP and L4 checksum
+//! Complement; the same frames as tenants of VXLAN and Geneve tunnels for the VXLAN-GPE and
+//! Geneve encapsulations), up to four transit hops and a sink. After every hop every IP and L4 checksum
 //! verifies; the sink hands the host the original frame byte for byte; INT-XD changes nothing.
 
 use etherparse::PacketBuilder;
@@ -181,6 +182,56 @@ proptest! {
         let out = sink.process(&mut f, &tel(&sink));
         prop_assert_eq!(sink.stats.sunk, 1);
         prop_assert!(!out.reports.is_empty());
+        prop_assert_eq!(f, original);
+    }
+
+    #[test]
+    fn tunnels_carry_int_and_come_back_as_they_were(
+        h in host(),
+        geneve in any::<bool>(),
+        options in 0usize..3,
+        outer_checksum in any::<bool>(),
+        mx in any::<bool>(),
+        bits in instructions(),
+        transits in 0u32..4,
+    ) {
+        // The random host frame as a tenant's, in VXLAN or in Geneve with 0-2 options of
+        // another class already there.
+        let tenant = frame(&h);
+        let mut tunnel = if geneve {
+            let mut g = vec![options as u8 * 2, 0, 0x65, 0x58, 0, 0, 0x2a, 0];
+            for i in 0..options {
+                g.extend_from_slice(&[0x01, 0x02, i as u8, 0x01, 0xde, 0xad, 0xbe, 0xef]);
+            }
+            g
+        } else {
+            vec![0x08, 0, 0, 0, 0, 0, 0x2a, 0]
+        };
+        tunnel.extend_from_slice(&tenant);
+        let mut original = Vec::new();
+        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 3], [2, 0, 0, 0, 0, 4])
+            .ipv4([192, 0, 2, 1], [192, 0, 2, 2], 64)
+            .udp(49152, if geneve { 6081 } else { 4789 })
+            .write(&mut original, &tunnel)
+            .unwrap();
+        if !outer_checksum {
+            original[14 + 20 + 6..14 + 20 + 8].fill(0);
+        }
+        let encap = if geneve { SourceEncap::Geneve } else { SourceEncap::VxlanGpe };
+        let mode = if mx { Mode::Mx } else { Mode::Md };
+        let mut f = original.clone();
+        let mut source = node(1, Role::Source, mode, encap, bits, true);
+        source.process(&mut f, &tel(&source));
+        prop_assert_eq!(source.stats.inserted + source.stats.inserted_m + source.stats.too_big, 1);
+        verify(&f)?;
+        for i in 0..transits {
+            let mut t = node(10 + i, Role::Transit, mode, encap, bits, true);
+            t.process(&mut f, &tel(&t));
+            prop_assert_eq!(t.stats.malformed, 0);
+            verify(&f)?;
+        }
+        let mut sink = node(9, Role::Sink, mode, encap, bits, true);
+        sink.process(&mut f, &tel(&sink));
         prop_assert_eq!(f, original);
     }
 
