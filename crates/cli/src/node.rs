@@ -21,8 +21,13 @@ use crate::live;
 #[derive(Debug, clap::Args)]
 pub struct NodeArgs {
     /// Node configuration (TOML, docs/node-config.md).
-    #[arg(long, value_name = "NODE.toml")]
-    pub config: PathBuf,
+    #[arg(long, value_name = "NODE.toml", required_unless_present = "netcfg")]
+    pub config: Option<PathBuf>,
+    /// An ONOS netcfg (JSON) with SD-Fabric's INT app block, applied over `--config` (or the
+    /// defaults): INT-XD, v0.5 reports to its `collectorIp`:`collectorPort`, its watch subnets,
+    /// filters and queue thresholds.
+    #[arg(long, value_name = "NETCFG.json")]
+    pub netcfg: Option<PathBuf>,
     /// Input capture (pcap or pcapng, Ethernet).
     #[arg(
         long = "in",
@@ -57,10 +62,11 @@ pub struct NodeArgs {
     pub collector: Option<SocketAddr>,
     /// Source address of reports written to a pcap.
     #[arg(long, default_value = "192.0.2.1:50000")]
-    pub report_source: SocketAddrV4,
-    /// Collector address written into report frames in a pcap.
-    #[arg(long, default_value = "192.0.2.100:32766")]
-    pub report_destination: SocketAddrV4,
+    pub report_source: SocketAddr,
+    /// Collector address written into report frames in a pcap (default: the netcfg's
+    /// collector, else 192.0.2.100:32766). IPv4 or IPv6: the frames follow its family.
+    #[arg(long)]
+    pub report_destination: Option<SocketAddr>,
 }
 
 fn writer(path: &PathBuf) -> Result<PcapWriter<BufWriter<File>>> {
@@ -77,13 +83,37 @@ fn writer(path: &PathBuf) -> Result<PcapWriter<BufWriter<File>>> {
 
 /// Runs the node; returns a summary line.
 pub fn run(args: &NodeArgs) -> Result<String> {
-    let text = std::fs::read_to_string(&args.config)
-        .with_context(|| format!("cannot read {}", args.config.display()))?;
-    let cfg: NodeConfig =
-        toml::from_str(&text).with_context(|| args.config.display().to_string())?;
-    cfg.validate()
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
-    let mut node = Node::new(cfg);
+    let mut cfg = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            toml::from_str(&text).with_context(|| path.display().to_string())?
+        }
+        None => NodeConfig::default(),
+    };
+    let mut netcfg_collector = None;
+    if let Some(path) = &args.netcfg {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let imported = intscope_node::netcfg::import(&text, cfg)
+            .with_context(|| path.display().to_string())?;
+        cfg = imported.config;
+        netcfg_collector = Some(imported.collector);
+    }
+    let source = args
+        .config
+        .as_ref()
+        .or(args.netcfg.as_ref())
+        .map_or(String::new(), |p| p.display().to_string());
+    let mut node = Node::new(cfg).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
+    let report_destination = args
+        .report_destination
+        .or(netcfg_collector)
+        .unwrap_or(SocketAddrV4::new([192, 0, 2, 100].into(), 32766).into());
+    // A netcfg names the collector: reports go there unless a pcap or another collector is given.
+    let collector = args
+        .collector
+        .or(netcfg_collector.filter(|_| args.reports.is_none()));
     let mut input: Box<dyn FrameSource> = match (&args.input, &args.interface) {
         (Some(path), _) => Box::new(PcapSource {
             capture: Capture::open(path)?,
@@ -98,7 +128,7 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         (None, None) => bail!("--out or --out-interface is required"),
     };
     let mut reports = args.reports.as_ref().map(writer).transpose()?;
-    let sock = match args.collector {
+    let sock = match collector {
         Some(c) => {
             let bind: SocketAddr = if c.is_ipv4() {
                 "0.0.0.0:0".parse()?
@@ -117,7 +147,7 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     let mut deliver = |ts: Duration, ready: &mut Vec<Vec<u8>>| -> Result<()> {
         for r in ready.drain(..) {
             if let Some(w) = reports.as_mut() {
-                let f = report_frame(args.report_source, args.report_destination, &r);
+                let f = report_frame(args.report_source, report_destination, &r);
                 w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))?;
             }
             if let Some(s) = &sock {
@@ -179,6 +209,7 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         "inserted": st.inserted, "inserted_m": st.inserted_m, "too_big": st.too_big, "added": st.added,
         "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "malformed": st.malformed,
         "filtered": st.filtered, "clones": st.clones, "skipped": st.skipped, "probes": st.probes, "intermediate": st.intermediate,
+        "postcards": st.postcards, "mx_reports": st.mx_reports, "queue_reports": st.queue_reports, "unwatched_drops": st.unwatched_drops, "marked_without_int": st.marked_without_int, "destinations": st.destinations,
     })
     .to_string())
 }

@@ -94,7 +94,7 @@ fn fabric(args: &FabricArgs) -> Result<Fabric> {
         topology: sc.topology.clone(),
         mode: args.mode.into(),
         ..SimConfig::default()
-    });
+    })?;
     let end = (args.duration * 1e9) as u64;
     for flow in mix(f.topology(), sc.flows, sc.seed, end, &sc.mix) {
         f.add_flow(flow);

@@ -265,3 +265,79 @@ fn collected_flows(reports: &PathBuf) -> serde_json::Value {
     let _ = c.wait();
     serde_json::from_slice(&flows.stdout).unwrap()
 }
+
+/// `intscope node --netcfg`: SD-Fabric's ONOS netcfg runs unchanged — postcards for the watched
+/// subnet, a queue report for the unwatched packet in the congested queue, v0.5 reports to the
+/// netcfg's collector (in report frames, and over UDP when no pcap is given).
+#[test]
+fn an_onos_netcfg_runs_unchanged() {
+    let dir = std::env::temp_dir().join(format!("intscope-netcfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = |n: &str| dir.join(n);
+    let sent = host_capture(&p("host1.pcap"));
+    // The device: node 2, its queue 0 at 5 µs (over the 2 µs trigger).
+    std::fs::write(
+        p("device.toml"),
+        "node_id = 2\n[telemetry]\nhop_latency_ns = 5000\n",
+    )
+    .unwrap();
+    let run = |netcfg: &str, reports: Option<&PathBuf>| {
+        let mut c = bin();
+        c.args(["node", "--netcfg", netcfg, "--config"])
+            .arg(p("device.toml"))
+            .arg("--in")
+            .arg(p("host1.pcap"))
+            .arg("--out")
+            .arg(p("out.pcap"));
+        if let Some(r) = reports {
+            c.arg("--reports").arg(r);
+        }
+        let out = succeed(&mut c);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let summary = run(&repo("examples/sd-fabric-netcfg.json"), Some(&p("r.pcap")));
+    assert_eq!(read(&p("out.pcap")), sent, "INT-XD changes no packet");
+    // 20 packets to 10.0.3.0/24, each a new 5-tuple; the 21st is watched by nobody, but it sat in
+    // the congested queue; the 20 watched postcards carry Q as well.
+    assert_eq!(
+        (
+            summary["postcards"].as_u64(),
+            summary["queue_reports"].as_u64()
+        ),
+        (Some(20), Some(1)),
+        "{summary}"
+    );
+    let frames = read(&p("r.pcap"));
+    assert_eq!(frames.len(), 21);
+    assert_eq!(
+        &frames[0][30..34],
+        &[10, 32, 11, 2],
+        "to the netcfg's collectorIp"
+    );
+    assert_eq!(
+        &frames[0][36..38],
+        &32766u16.to_be_bytes(),
+        "and collectorPort"
+    );
+    assert_eq!(frames[0][42] >> 4, 0, "Telemetry Report v0.5");
+
+    // Over UDP to the collector the netcfg names.
+    let collector = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    collector
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let port = collector.local_addr().unwrap().port();
+    let netcfg = std::fs::read_to_string(repo("examples/sd-fabric-netcfg.json"))
+        .unwrap()
+        .replace("10.32.11.2", "127.0.0.1")
+        .replace("32766", &port.to_string());
+    std::fs::write(p("local.json"), netcfg).unwrap();
+    let summary = run(p("local.json").to_str().unwrap(), None);
+    assert_eq!(summary["datagrams"], 21, "{summary}");
+    let mut buf = [0u8; 2048];
+    for _ in 0..21 {
+        let n = collector.recv(&mut buf).unwrap();
+        assert!(n > 12 && buf[0] >> 4 == 0, "a v0.5 report");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -24,6 +24,7 @@ fn node(id: u32, role: Role) -> Node {
         watchlist: vec![WatchEntry::default()],
         ..NodeConfig::default()
     })
+    .unwrap()
 }
 
 fn tel() -> StaticTelemetry {

@@ -65,6 +65,17 @@ pub enum SinkMetadata {
     Stack,
 }
 
+/// What a DSCP-marking source does with a packet that arrives marked but carries no INT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MarkedWithoutInt {
+    /// Rewrite the marking bits with `remark_dscp`, then process the packet as any other.
+    #[default]
+    Remark,
+    /// Forward it unchanged without INT processing (the operator keeps such packets out).
+    Skip,
+}
+
 /// What a transit hop does when its metadata would exceed the egress MTU (INT v2.1 §"MTU
 /// Settings": it must do one of the two, never fragment).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -116,14 +127,19 @@ pub struct WatchEntry {
     pub dst_ports: Option<(u16, u16)>,
     /// Source port range, inclusive.
     pub src_ports: Option<(u16, u16)>,
+    /// Source *or* destination in this prefix (SD-Fabric's `watchSubnets` meaning, one entry
+    /// per prefix).
+    pub subnet: Option<IpNet>,
     /// Ingress interface (the device's level-1 port the packet arrived on).
     pub ingress_port: Option<u16>,
     /// Reports this node sends about these flows (default: all: flow, drop, queue).
     pub reports: Option<Vec<ReportCategory>>,
-    /// Match the innermost flow through a tunnel (GTP-U, as SD-Fabric watches mobile user
-    /// traffic; VXLAN, Geneve, GRE, IP-in-IP) instead of the packet's own headers. INT still goes
-    /// on the outer headers.
-    pub inner: bool,
+    /// Which headers the entry matches. Unset (the default): the user's flow inside a GTP-U tunnel
+    /// (SD-Fabric: "For GTP-U encapsulated traffic, the watchlist is always applied to the inner
+    /// headers"), the packet's own headers otherwise. `true`: the innermost flow through any
+    /// tunnel (GTP-U, VXLAN, Geneve, GRE, IP-in-IP), never a packet without one. `false`: the
+    /// packet's own headers, GTP-U included. INT always goes on the outer headers.
+    pub inner: Option<bool>,
     /// INT mode for these flows (default: the node's).
     pub mode: Option<Mode>,
     /// Instruction bitmap for these flows (default: the node's).
@@ -138,10 +154,20 @@ pub struct WatchEntry {
     pub ds_instruction: u16,
     /// DS Flags.
     pub ds_flags: u16,
-    /// The source's domain-specific metadata (hex): INT-MD, after its baseline metadata in its
-    /// hop (transit hops that do not know the domain pad theirs with all ones); INT-MX, the
-    /// source-inserted metadata after the header. A multiple of 4 bytes.
+    /// The source's domain-specific metadata (hex): INT-MD, its export metadata after its
+    /// baseline metadata in its hop, inside Hop ML (empty: the known domain's `values`; transit
+    /// hops that do not know the domain pad theirs with all ones); INT-MX, the source-inserted
+    /// metadata after the header. A multiple of 4 bytes.
     pub ds_metadata: HexBytes,
+    /// INT-MD 'source-only' domain-specific metadata (hex, a multiple of 4 bytes): after the
+    /// source's hop at the bottom of the stack, excluded from Hop ML and counted in the shim
+    /// length (INT v2.1 §"INT-MD Metadata Header Format", DS Instruction). With a known domain,
+    /// its size must be what the DS Instruction's source-inserted bits define.
+    pub source_only: HexBytes,
+    /// The body of a Destination header (INT type 2; hex, whole 4-byte words, at most 1020
+    /// bytes) the source adds after the MD or MX header, for the sink alone (INT v2.1 §"INT
+    /// Header Types": e.g. a sequence number). TCP/UDP encapsulations only.
+    pub destination: HexBytes,
     /// Clone-and-mark (INT v2.1 §"INT Applied to Synthetic Traffic"): leave these packets alone
     /// and send an INT-marked copy with the D bit, which the sink reports and discards.
     pub clone: bool,
@@ -180,6 +206,20 @@ impl Default for ProbeConfig {
             discard: true,
         }
     }
+}
+
+/// Which dropped packets get drop reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DropReports {
+    /// Packets of watched flows (a watchlist entry or `watch_subnets` matches, or the packet
+    /// carries INT, so a source watched it): SD-Fabric's behaviour, and Report v2.0
+    /// §"Telemetry Report Associations" ("Dropped Packets ... matching a watchlist"). With an
+    /// empty watchlist no drop is reported.
+    #[default]
+    Watched,
+    /// Every dropped packet except report traffic; unwatched ones have F = 0.
+    All,
 }
 
 /// A kind of report a watchlist entry asks for (SD-Fabric's report types).
@@ -261,8 +301,21 @@ pub struct NodeConfig {
     pub mode: Mode,
     /// Egress link MTU: the largest IP packet the node may send.
     pub mtu: usize,
-    /// DSCP value marking INT (`dscp` encapsulation and detection).
+    /// DSCP value marking INT (`dscp` encapsulation and detection), within `int_dscp_mask`.
     pub int_dscp: u8,
+    /// The DSCP bits that mark INT (INT v2.1 §"INT over TCP/UDP": "A value or a bit can be
+    /// used"): 0x3F (default) marks with the whole value `int_dscp`; a single bit (e.g. 0x20 with
+    /// `int_dscp` 0x20) marks with that bit and leaves the others to QoS.
+    pub int_dscp_mask: u8,
+    /// A source using DSCP marking, for a packet arriving with the INT marking but no INT
+    /// header (INT v2.1: a node forwarding a packet into the domain without INT "must ensure that
+    /// the DSCP/Traffic class value is not the same as any of the values used to indicate INT"):
+    /// `"remark"` it with `remark_dscp` (default), or `"skip"` it (forwarded as it came, no INT
+    /// added). Counted in `marked_without_int` either way.
+    pub dscp_marked_without_int: MarkedWithoutInt,
+    /// The DSCP bits under `int_dscp_mask` written when remarking (default 0: best effort for
+    /// value marking; the marking bit cleared for bit marking); the other bits are kept.
+    pub remark_dscp: u8,
     /// UDP destination port of INT (INT_TBD).
     pub int_udp_port: u16,
     /// GRE protocol type of INT (TBD_INT in the spec; default 0x88B5, IEEE 802 "local
@@ -277,12 +330,25 @@ pub struct NodeConfig {
     pub instructions: u16,
     /// Source: Remaining Hop Count at creation.
     pub max_hops: u8,
-    /// Source: flows to monitor (empty: none).
+    /// Source (and every node in INT-XD): flows to monitor (empty: none).
     pub watchlist: Vec<WatchEntry>,
+    /// SD-Fabric's `watchSubnets`: a packet is watched when its source or destination address
+    /// is in one of these prefixes (GTP-U: the user's inner addresses). Checked after
+    /// `watchlist`, with the node's settings.
+    pub watch_subnets: Vec<IpNet>,
+    /// Drop reports for watched flows only (`"watched"`, default) or for every drop (`"all"`).
+    pub drop_reports: DropReports,
+    /// INT domains this node knows (`[[domains]]`): their DS Instruction bits, this node's
+    /// export metadata values and the DS Flags it sets.
+    pub domains: Vec<crate::domain::KnownDomain>,
     /// Source: probe packets to generate (`[[probes]]`).
     pub probes: Vec<ProbeConfig>,
     /// Sink: where its own metadata goes.
     pub sink_metadata: SinkMetadata,
+    /// Sink: the domain's sources add Destination headers (watchlist `destination`), so one
+    /// after a TCP/UDP INT block, repeating its shim, is consumed with it. Off (the default), a
+    /// payload that happens to start like one is left alone: the spec signals none.
+    pub destination_headers: bool,
     /// Sink: restore the original DSCP saved in the shim (`dscp` encapsulation).
     pub restore_dscp: bool,
     /// Sink: bytes of the received packet carried in the report.
@@ -312,6 +378,26 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
+    /// Whether a source marks INT with the DSCP (the node's or a watchlist entry's `dscp`
+    /// encapsulation).
+    pub fn marks_dscp(&self) -> bool {
+        self.encap == SourceEncap::Dscp
+            || self
+                .watchlist
+                .iter()
+                .any(|w| w.encap == Some(SourceEncap::Dscp))
+    }
+
+    /// `dscp` with the INT marking written in.
+    pub fn mark_dscp(&self, dscp: u8) -> u8 {
+        (dscp & !self.int_dscp_mask) | (self.int_dscp & self.int_dscp_mask)
+    }
+
+    /// `dscp` with the INT marking replaced by `remark_dscp`.
+    pub fn remark(&self, dscp: u8) -> u8 {
+        (dscp & !self.int_dscp_mask) | (self.remark_dscp & self.int_dscp_mask)
+    }
+
     /// The probe marker as the number it is on the wire.
     pub fn probe_marker(&self) -> Option<u64> {
         let b: [u8; 8] = self.probe_marker.as_ref()?.0.as_slice().try_into().ok()?;
@@ -319,22 +405,42 @@ impl NodeConfig {
     }
 
     /// Checks what serde cannot: metadata sizes the INT headers can express, a probe marker of
-    /// 8 bytes where one is needed.
-    pub fn validate(&self) -> Result<(), String> {
-        for (i, p) in self.probes.iter().enumerate() {
+    /// 8 bytes where one is needed, a DSCP marking that can be written, domains and watchlist
+    /// entries that agree. [`crate::Node::new`] calls it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mask = self.int_dscp_mask;
+        let (value, remark) = (self.int_dscp, self.remark_dscp);
+        if mask == 0 || mask > 0x3f || value > 0x3f || value & !mask != 0 {
+            return Err(ConfigError::DscpMarking { value, mask });
+        }
+        if remark & mask == value & mask {
+            return Err(ConfigError::Remark {
+                remark,
+                value,
+                mask,
+            });
+        }
+        if !(MIN_MTU..=usize::from(u16::MAX)).contains(&self.mtu) {
+            return Err(ConfigError::Mtu(self.mtu));
+        }
+        for (index, p) in self.probes.iter().enumerate() {
             if p.src.is_ipv4() != p.dst.is_ipv4() || p.dst.is_unspecified() {
-                return Err(format!(
-                    "probes[{i}]: src and dst must be addresses of one family"
-                ));
+                return Err(ConfigError::Probe {
+                    index,
+                    problem: "src and dst must be addresses of one family",
+                });
             }
             if p.interval_ns == 0 {
-                return Err(format!("probes[{i}]: interval_ns must be positive"));
+                return Err(ConfigError::Probe {
+                    index,
+                    problem: "interval_ns must be positive",
+                });
             }
         }
         if let Some(m) = &self.probe_marker
             && m.0.len() != 8
         {
-            return Err(format!("probe_marker is {} bytes, not 8", m.0.len()));
+            return Err(ConfigError::ProbeMarkerLen(m.0.len()));
         }
         let wants_marker = self.encap == SourceEncap::ProbeMarker
             || self
@@ -342,7 +448,24 @@ impl NodeConfig {
                 .iter()
                 .any(|w| w.encap == Some(SourceEncap::ProbeMarker));
         if wants_marker && self.probe_marker.is_none() {
-            return Err("the probe-marker encapsulation needs probe_marker".into());
+            return Err(ConfigError::ProbeMarkerMissing);
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for d in &self.domains {
+            d.validate()?;
+            if !ids.insert(d.id) {
+                return Err(ConfigError::Domain {
+                    id: d.id,
+                    problem: "defined twice".into(),
+                });
+            }
+        }
+        for (i, w) in self.watchlist.iter().enumerate() {
+            self.validate_entry(w)
+                .map_err(|problem| ConfigError::Watch {
+                    at: format!("watchlist[{i}]"),
+                    problem,
+                })?;
         }
         let entries = std::iter::once((None, self.instructions)).chain(
             self.watchlist
@@ -353,22 +476,143 @@ impl NodeConfig {
         for (i, instructions) in entries {
             let ds = i.map_or(0, |i| self.watchlist[i].ds_metadata.0.len());
             let at = i.map_or_else(|| "instructions".to_string(), |i| format!("watchlist[{i}]"));
-            if ds % 4 != 0 {
-                return Err(format!(
-                    "{at}: ds_metadata is {ds} bytes, not a multiple of 4"
-                ));
-            }
             // Hop ML is 5 bits of 4-byte words (INT v2.1 §"INT-MD Metadata Header Format").
             let words =
                 (intscope_wire::metadata::Format::IntV2.baseline_len(instructions) + ds) / 4;
             if words > 31 {
-                return Err(format!(
-                    "{at}: {words} words of metadata per hop; Hop ML holds at most 31"
-                ));
+                return Err(ConfigError::HopMl { at, words });
             }
         }
         Ok(())
     }
+
+    /// One watchlist entry's domain-specific and destination settings.
+    fn validate_entry(&self, w: &WatchEntry) -> Result<(), String> {
+        let dest = w.destination.0.len();
+        if !dest.is_multiple_of(4) || dest > intscope_wire::destination::MAX_BODY_LEN {
+            return Err(format!(
+                "destination is {dest} bytes, not whole words of at most 1020"
+            ));
+        }
+        if dest > 0
+            && matches!(
+                w.encap.unwrap_or(self.encap),
+                SourceEncap::Gre | SourceEncap::VxlanGpe | SourceEncap::Geneve
+            )
+        {
+            return Err("a destination header needs a TCP/UDP encapsulation".into());
+        }
+        let (ds, so) = (w.ds_metadata.0.len(), w.source_only.0.len());
+        if !ds.is_multiple_of(4) || !so.is_multiple_of(4) {
+            return Err(format!(
+                "ds_metadata ({ds} bytes) and source_only ({so} bytes) must be whole 4-byte words"
+            ));
+        }
+        let Some(d) = self
+            .domains
+            .iter()
+            .find(|d| d.id == w.ds_id && w.ds_id != 0)
+        else {
+            return Ok(());
+        };
+        let d = crate::domain::Domain::of(d);
+        use intscope_wire::domain::Mode as DsMode;
+        let (Some(export), Some(inserted)) = (
+            d.len_of(w.ds_instruction, DsMode::Export),
+            d.len_of(w.ds_instruction, DsMode::SourceInserted),
+        ) else {
+            return Err(format!(
+                "ds_instruction 0x{:04x} sets bits domain 0x{:04x} does not define",
+                w.ds_instruction, w.ds_id
+            ));
+        };
+        let mx = w.mode.unwrap_or(self.mode) == Mode::Mx;
+        let (what, found, wanted) = if mx {
+            ("ds_metadata (source-inserted)", ds, inserted)
+        } else if ds != 0 && ds != export {
+            ("ds_metadata (export)", ds, export)
+        } else {
+            ("source_only", so, inserted)
+        };
+        if found != wanted {
+            return Err(format!(
+                "{what} is {found} bytes; domain 0x{:04x} defines {wanted} for ds_instruction 0x{:04x}",
+                w.ds_id, w.ds_instruction
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The smallest MTU an IPv4 link may have (RFC 791: 68 bytes).
+pub const MIN_MTU: usize = 68;
+
+/// A node configuration that cannot run, naming the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The DSCP marking is not a 6-bit value inside a non-zero mask.
+    #[error(
+        "int_dscp 0x{value:02x} / int_dscp_mask 0x{mask:02x}: a 6-bit DSCP value inside a non-zero mask"
+    )]
+    DscpMarking {
+        /// `int_dscp`.
+        value: u8,
+        /// `int_dscp_mask`.
+        mask: u8,
+    },
+    /// Remarking would write the INT marking again.
+    #[error(
+        "remark_dscp 0x{remark:02x} would mark INT again (int_dscp 0x{value:02x} under mask 0x{mask:02x})"
+    )]
+    Remark {
+        /// `remark_dscp`.
+        remark: u8,
+        /// `int_dscp`.
+        value: u8,
+        /// `int_dscp_mask`.
+        mask: u8,
+    },
+    /// An MTU no IPv4 link has.
+    #[error("mtu {0}: not between the 68 bytes every IPv4 link carries and 65535")]
+    Mtu(usize),
+    /// A probe stream that cannot be generated.
+    #[error("probes[{index}]: {problem}")]
+    Probe {
+        /// Index in `probes`.
+        index: usize,
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// A probe marker of another size than 64 bits.
+    #[error("probe_marker is {0} bytes, not 8")]
+    ProbeMarkerLen(usize),
+    /// The probe-marker encapsulation without a marker.
+    #[error("the probe-marker encapsulation needs probe_marker")]
+    ProbeMarkerMissing,
+    /// A `[[domains]]` entry.
+    #[error("domains[0x{id:04x}]: {problem}")]
+    Domain {
+        /// Its ID.
+        id: u16,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A watchlist entry's settings.
+    #[error("{at}: {problem}")]
+    Watch {
+        /// `watchlist[i]`.
+        at: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// More metadata per hop than Hop ML can say.
+    #[error("{at}: {words} words of metadata per hop; Hop ML holds at most 31")]
+    HopMl {
+        /// `instructions` or `watchlist[i]`.
+        at: String,
+        /// Words per hop.
+        words: usize,
+    },
 }
 
 impl Default for NodeConfig {
@@ -379,6 +623,9 @@ impl Default for NodeConfig {
             mode: Mode::Md,
             mtu: 1500,
             int_dscp: 0x17,
+            int_dscp_mask: 0x3f,
+            dscp_marked_without_int: MarkedWithoutInt::Remark,
+            remark_dscp: 0,
             int_udp_port: 17768,
             probe_marker: None,
             int_gre_proto: 0x88b5,
@@ -386,8 +633,12 @@ impl Default for NodeConfig {
             instructions: 0xf000,
             max_hops: 8,
             watchlist: Vec::new(),
+            watch_subnets: Vec::new(),
+            domains: Vec::new(),
+            drop_reports: DropReports::Watched,
             probes: Vec::new(),
             sink_metadata: SinkMetadata::Report,
+            destination_headers: false,
             restore_dscp: true,
             report_truncate: 256,
             report_format: ReportFormat::V2,

@@ -1,29 +1,48 @@
 //! Report delivery: sequence numbers per destination, coalescing several individual reports into
 //! one v2.0 datagram within a size and time budget, and the Ethernet/IPv4/UDP framing of a report
 //! written to a pcap (Report v2.0 §"Outer Encapsulation": the source address identifies the
-//! reporting node; DF set).
+//! reporting node; IPv4 with DF set, or IPv6).
 
-use std::net::SocketAddrV4;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use etherparse::PacketBuilder;
 use intscope_wire::report::{GROUP_LEN, GroupHeaderRepr};
 
-/// An Ethernet frame carrying `payload` from `src` to `collector` over UDP (checksum computed).
-pub fn report_frame(src: SocketAddrV4, collector: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
-    let builder = PacketBuilder::ethernet2([0x02, 0, 0, 0, 0, 1], [0x02, 0, 0, 0, 0, 2])
-        .ipv4(src.ip().octets(), collector.ip().octets(), 64)
-        .udp(src.port(), collector.port());
+/// An Ethernet frame carrying `payload` from `src` to `collector` over UDP (checksum computed),
+/// over IPv4 or IPv6 as the addresses are (Report v2.0 §"Outer Encapsulation": "an Ethernet
+/// header, followed by an IPv4 or IPv6 header, followed by the UDP header"). When one address is IPv4 and the other IPv6, the IPv4 one is
+/// written IPv4-mapped (`::ffff:a.b.c.d`) in an IPv6 header.
+pub fn report_frame(
+    src: impl Into<SocketAddr>,
+    collector: impl Into<SocketAddr>,
+    payload: &[u8],
+) -> Vec<u8> {
+    let (src, collector) = (src.into(), collector.into());
+    let eth = PacketBuilder::ethernet2([0x02, 0, 0, 0, 0, 1], [0x02, 0, 0, 0, 0, 2]);
+    let builder = match (src.ip(), collector.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => eth.ipv4(s.octets(), d.octets(), 64),
+        (s, d) => eth.ipv6(v6(s).octets(), v6(d).octets(), 64),
+    }
+    .udp(src.port(), collector.port());
     let mut out = Vec::with_capacity(builder.size(payload.len()));
     // Writing into a Vec cannot fail.
     let _ = builder.write(&mut out, payload);
-    // Report v2.0 §"Outer Encapsulation": set DF so the IPv4 ID need not be unique.
-    out[14 + 6] |= 0x40;
-    let ihl = 14;
-    out[ihl + 10] = 0;
-    out[ihl + 11] = 0;
-    let c = intscope_wire::checksum::internet_checksum(&out[ihl..ihl + 20]);
-    out[ihl + 10..ihl + 12].copy_from_slice(&c.to_be_bytes());
+    if src.is_ipv4() && collector.is_ipv4() {
+        // Report v2.0 §"Outer Encapsulation": set DF so the IPv4 ID need not be unique.
+        let ip = &mut out[14..14 + 20];
+        ip[6] |= 0x40;
+        ip[10..12].fill(0);
+        let c = intscope_wire::checksum::internet_checksum(ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+    }
     out
+}
+
+fn v6(a: IpAddr) -> Ipv6Addr {
+    match a {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    }
 }
 
 /// Report sequence numbers per (node, hw_id) for one destination (Report v2.0 §"Telemetry Report
@@ -165,5 +184,68 @@ impl Exporter {
             self.sequencer.stamp(&mut p.datagram);
             out.push(p.datagram);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn report_frames_over_ipv4_with_df() {
+        let f = report_frame(
+            "192.0.2.1:50000".parse::<SocketAddr>().unwrap(),
+            "192.0.2.100:32766".parse::<SocketAddr>().unwrap(),
+            &[1, 2, 3, 4],
+        );
+        assert_eq!(f.len(), 14 + 20 + 8 + 4);
+        assert_eq!(&f[12..14], &[0x08, 0x00]);
+        assert_eq!(f[14 + 6] & 0x40, 0x40, "DF");
+        assert_eq!(intscope_wire::checksum::internet_checksum(&f[14..34]), 0);
+        assert_eq!(&f[14 + 12..14 + 20], &[192, 0, 2, 1, 192, 0, 2, 100]);
+        assert_eq!(&f[34..38], &[0xc3, 0x50, 0x7f, 0xfe]);
+        assert_eq!(&f[42..], &[1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn report_frames_over_ipv6() {
+        let f = report_frame(
+            "[2001:db8::1]:50000".parse::<SocketAddr>().unwrap(),
+            "[2001:db8::64]:32766".parse::<SocketAddr>().unwrap(),
+            &[1, 2, 3, 4],
+        );
+        assert_eq!(f.len(), 14 + 40 + 8 + 4);
+        assert_eq!(&f[12..14], &[0x86, 0xdd]);
+        assert_eq!(f[14] >> 4, 6);
+        assert_eq!(
+            &f[14 + 4..14 + 8],
+            &[0, 12, 17, 64],
+            "payload length, UDP, hop limit"
+        );
+        assert_eq!(f[14 + 8 + 15], 1);
+        assert_eq!(f[14 + 24 + 15], 0x64);
+        assert_eq!(&f[54..58], &[0xc3, 0x50, 0x7f, 0xfe]);
+        assert_ne!(&f[60..62], &[0, 0], "IPv6 needs the UDP checksum");
+        let p = intscope_wire::locate::Packet::parse(
+            &f,
+            intscope_wire::locate::Start::Ethernet,
+            &intscope_wire::locate::DetectConfig {
+                verify_checksums: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(!p.warnings.has(intscope_wire::Warning::BadL4Checksum));
+        // An IPv4 source towards an IPv6 collector: IPv4-mapped.
+        let m = report_frame(
+            "192.0.2.1:50000".parse::<SocketAddr>().unwrap(),
+            "[2001:db8::64]:32766".parse::<SocketAddr>().unwrap(),
+            &[],
+        );
+        assert_eq!(
+            &m[14 + 8..14 + 24],
+            &Ipv4Addr::new(192, 0, 2, 1).to_ipv6_mapped().octets()
+        );
     }
 }

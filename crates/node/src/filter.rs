@@ -1,8 +1,13 @@
 //! SD-Fabric's report filters (shared/spec/sd-fabric-int.txt, "Smart filters and triggers"):
 //! flow reports at most once per interval per 5-tuple unless the ingress/egress port or queue
 //! changed or the hop latency moved by more than `minFlowHopLatencyChangeNs` (a power of two);
-//! drop reports at the same rate per 5-tuple and reason; queue congestion reports for configured
-//! queues once latency crosses `triggerNs`, up to a quota per event, reset below `resetNs`.
+//! drop reports at the same rate per 5-tuple ("For flow reports and drop reports, the pipeline
+//! generates 1 report/sec for each 5-tuple"), whatever the reason; queue congestion reports for
+//! configured queues while latency is at or above `triggerNs`, "independently of the watchlist,
+//! up to the quota", which resets once latency falls below `resetNs`.
+//!
+//! Bounds: the flow and drop tables hold the 5-tuples of the last interval (older entries are
+//! swept once an interval); the quota table one entry per (egress port, configured queue).
 
 use std::collections::HashMap;
 
@@ -24,16 +29,17 @@ pub struct QueueThreshold {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FilterConfig {
-    /// Report every packet (no filtering) when false.
+    /// Flow and drop reports for every packet (no per-5-tuple limit) when false. Queue reports
+    /// follow `queues` either way.
     pub enabled: bool,
     /// Flow and drop reports per 5-tuple at most once per this interval, ns.
     pub interval_ns: u64,
     /// `minFlowHopLatencyChangeNs`: a latency change at least this large reports at once
     /// (rounded down to a power of two, as SD-Fabric implements it).
     pub min_flow_hop_latency_change_ns: u32,
-    /// Queues with congestion reports.
+    /// Queues with congestion reports (`queueReportLatencyThresholds`; empty: none).
     pub queues: Vec<QueueThreshold>,
-    /// Queue reports per congestion event.
+    /// Queue reports per congestion event (SD-Fabric: 1024).
     pub queue_quota: u32,
 }
 
@@ -58,23 +64,12 @@ struct Last {
     latency_bucket: u32,
 }
 
-/// What the filter decided for one packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
-    /// Send a report.
-    pub report: bool,
-    /// It is a queue congestion report (Q flag).
-    pub congested: bool,
-    /// A flow report is due (first, interval passed, or a change).
-    pub flow_due: bool,
-}
-
 /// The filter state of one node.
 #[derive(Debug, Default)]
 pub struct ReportFilter {
     cfg: FilterConfig,
     flows: HashMap<FlowKey, Last>,
-    drops: HashMap<(FlowKey, u8), u64>,
+    drops: HashMap<FlowKey, u64>,
     quota: HashMap<(u32, u8), u32>,
     /// When entries older than the interval are next forgotten (they suppress nothing).
     next_sweep: u64,
@@ -95,7 +90,8 @@ impl ReportFilter {
         latency / pow2
     }
 
-    /// A flow (or postcard) report for `flow` seen now at these ports / queue / latency.
+    /// Whether a flow (or postcard) report for `flow` seen now at these ports / queue / latency
+    /// is due: the first of the interval, or a change (always, with the filters off).
     pub fn flow(
         &mut self,
         flow: FlowKey,
@@ -104,16 +100,11 @@ impl ReportFilter {
         egress: u32,
         queue: u8,
         latency: u32,
-    ) -> Decision {
+    ) -> bool {
         if !self.cfg.enabled {
-            return Decision {
-                report: true,
-                congested: false,
-                flow_due: true,
-            };
+            return true;
         }
         self.sweep(now);
-        let congested = self.queue(egress, queue, latency);
         let bucket = self.bucket(latency);
         let interval = self.cfg.interval_ns;
         let next = Last {
@@ -136,25 +127,21 @@ impl ReportFilter {
         if due {
             self.flows.insert(flow, next);
         }
-        let report = due || congested;
-        Decision {
-            report,
-            congested,
-            flow_due: due,
-        }
+        due
     }
 
-    /// A drop report for `flow` with `reason`.
-    pub fn drop(&mut self, flow: FlowKey, reason: u8, now: u64) -> bool {
+    /// Whether a drop report for `flow` is due: one per interval per 5-tuple, whatever the
+    /// reason (always, with the filters off).
+    pub fn drop(&mut self, flow: FlowKey, now: u64) -> bool {
         if !self.cfg.enabled {
             return true;
         }
         self.sweep(now);
-        let last = self.drops.get(&(flow, reason)).copied();
+        let last = self.drops.get(&flow).copied();
         if last.is_some_and(|t| now.saturating_sub(t) < self.cfg.interval_ns) {
             return false;
         }
-        self.drops.insert((flow, reason), now);
+        self.drops.insert(flow, now);
         true
     }
 
@@ -178,8 +165,15 @@ impl ReportFilter {
         self.flows.len() + self.drops.len()
     }
 
-    /// Queue congestion: `true` while latency is at or above the trigger and quota remains.
-    fn queue(&mut self, port: u32, queue: u8, latency: u32) -> bool {
+    /// Some queue has report thresholds (queue reports are possible at all).
+    pub fn has_queues(&self) -> bool {
+        !self.cfg.queues.is_empty()
+    }
+
+    /// A packet leaving through `port`'s `queue` after `latency` ns in it: `true` when it gets a
+    /// queue report (latency at or above the trigger, quota left; the quota is spent). A latency
+    /// below the reset threshold refills the quota. Queues without thresholds never report.
+    pub fn queue(&mut self, port: u32, queue: u8, latency: u32) -> bool {
         let Some(t) = self
             .cfg
             .queues
@@ -226,26 +220,23 @@ mod tests {
             enabled: true,
             ..FilterConfig::default()
         });
-        assert!(f.flow(key(1), 0, 1, 2, 0, 1000).report, "first packet");
+        assert!(f.flow(key(1), 0, 1, 2, 0, 1000), "first packet");
         // SD-Fabric compares latency masked to the step: 1000 and 1020 share a 256 ns step.
         assert!(
-            !f.flow(key(1), S / 2, 1, 2, 0, 1020).report,
+            !f.flow(key(1), S / 2, 1, 2, 0, 1020),
             "same ports, latency in the same step"
         );
         assert!(
-            f.flow(key(1), S / 2 + 1, 1, 3, 0, 1020).report,
+            f.flow(key(1), S / 2 + 1, 1, 3, 0, 1020),
             "egress port changed"
         );
         assert!(
-            f.flow(key(1), S / 2 + 2, 1, 3, 0, 1900).report,
+            f.flow(key(1), S / 2 + 2, 1, 3, 0, 1900),
             "latency moved to another 256 ns step"
         );
-        assert!(!f.flow(key(1), S / 2 + 3, 1, 3, 0, 1950).report);
-        assert!(
-            f.flow(key(1), S * 2, 1, 3, 0, 1950).report,
-            "a second passed"
-        );
-        assert!(f.flow(key(2), S * 2, 1, 3, 0, 1950).report, "per 5-tuple");
+        assert!(!f.flow(key(1), S / 2 + 3, 1, 3, 0, 1950));
+        assert!(f.flow(key(1), S * 2, 1, 3, 0, 1950), "a second passed");
+        assert!(f.flow(key(2), S * 2, 1, 3, 0, 1950), "per 5-tuple");
     }
 
     #[test]
@@ -255,34 +246,31 @@ mod tests {
             ..FilterConfig::default()
         });
         for k in 0..1000 {
-            assert!(f.flow(key(k), 0, 1, 2, 0, 100).report);
-            assert!(f.drop(key(k), 71, 0));
+            assert!(f.flow(key(k), 0, 1, 2, 0, 100));
+            assert!(f.drop(key(k), 0));
         }
         assert_eq!(f.tracked(), 2000);
-        assert!(
-            !f.flow(key(1), S / 2, 1, 2, 0, 100).report,
-            "still suppressed"
-        );
+        assert!(!f.flow(key(1), S / 2, 1, 2, 0, 100), "still suppressed");
         // An interval later the old entries are gone, and nothing changes for the flows.
-        assert!(f.flow(key(1), S + 1, 1, 2, 0, 100).report);
+        assert!(f.flow(key(1), S + 1, 1, 2, 0, 100));
         assert_eq!(f.tracked(), 1);
-        assert!(
-            !f.flow(key(1), S + 2, 1, 2, 0, 100).report,
-            "remembered again"
-        );
-        assert!(f.drop(key(7), 71, S + 3), "due, as it was before");
+        assert!(!f.flow(key(1), S + 2, 1, 2, 0, 100), "remembered again");
+        assert!(f.drop(key(7), S + 3), "due, as it was before");
     }
 
     #[test]
-    fn drops_once_per_second_per_reason() {
+    fn drops_once_per_second_per_five_tuple() {
         let mut f = ReportFilter::new(FilterConfig {
             enabled: true,
             ..FilterConfig::default()
         });
-        assert!(f.drop(key(1), 71, 0));
-        assert!(!f.drop(key(1), 71, 10));
-        assert!(f.drop(key(1), 29, 10), "another reason");
-        assert!(f.drop(key(1), 71, S + 10));
+        assert!(f.drop(key(1), 0));
+        assert!(
+            !f.drop(key(1), 10),
+            "another drop (of any reason) in the second"
+        );
+        assert!(f.drop(key(2), 10), "another 5-tuple");
+        assert!(f.drop(key(1), S + 10), "a second later");
     }
 
     #[test]
@@ -298,29 +286,42 @@ mod tests {
             queue_quota: 3,
             ..FilterConfig::default()
         });
-        f.flow(key(9), 0, 1, 2, 0, 100);
-        let congested: Vec<bool> = (0..5)
-            .map(|i| f.flow(key(9), 1 + i, 1, 2, 0, 5000).congested)
-            .collect();
+        assert!(!f.queue(2, 0, 100));
+        let congested: Vec<bool> = (0..5).map(|_| f.queue(2, 0, 5000)).collect();
         assert_eq!(
             congested,
             vec![true, true, true, false, false],
             "quota 3 per event"
         );
+        assert!(!f.queue(2, 0, 1500), "between reset and trigger: no report");
+        assert!(!f.queue(2, 0, 5000), "and no refill");
+        assert!(!f.queue(2, 0, 900), "below trigger/2: quota reset");
+        assert!(f.queue(2, 0, 5000));
         assert!(
-            !f.flow(key(9), 10, 1, 2, 0, 900).congested,
-            "below trigger/2: quota reset"
+            f.queue(3, 0, 5000),
+            "another port's queue 0 has its own quota"
         );
-        assert!(f.flow(key(9), 11, 1, 2, 0, 5000).congested);
-        assert!(
-            !f.flow(key(9), 12, 1, 2, 7, 5000).congested,
-            "queue 7 has no threshold"
-        );
+        assert!(!f.queue(2, 7, 5000), "queue 7 has no threshold");
+    }
+
+    #[test]
+    fn queue_reports_do_not_need_the_flow_filters() {
+        let mut f = ReportFilter::new(FilterConfig {
+            queues: vec![QueueThreshold {
+                queue_id: 1,
+                trigger_ns: 10,
+                reset_ns: Some(5),
+            }],
+            ..FilterConfig::default()
+        });
+        assert!(f.has_queues());
+        assert!(f.queue(1, 1, 10), "at the trigger");
+        assert!(!f.queue(1, 1, 9));
     }
 
     #[test]
     fn disabled_reports_everything() {
         let mut f = ReportFilter::default();
-        assert!((0..10).all(|i| f.flow(key(1), i, 1, 2, 0, 1).report));
+        assert!((0..10).all(|i| f.flow(key(1), i, 1, 2, 0, 1)));
     }
 }

@@ -1,9 +1,21 @@
 //! Editing a frame in place: where its IP and L4 headers are, moving bytes in and out, and
-//! keeping the IP length, IPv4 header checksum and UDP length right. INT v2.1 §"Checksum
-//! Update": L4 checksums are updated incrementally so corruption upstream stays detectable.
+//! keeping the IP length, IPv4 header checksum and UDP length right — through wire's checked
+//! views (`ip`, `udp`, `tunnel`), so no field is a bare offset. INT v2.1 §"Checksum Update": L4
+//! checksums are updated incrementally so corruption upstream stays detectable.
+//!
+//! Every function here is called on a frame [`consistent`] accepted, whose headers the views
+//! therefore always hold; a view that does not fit leaves the frame as it is.
 
 use intscope_wire::checksum;
+use intscope_wire::ip::{Ipv4Packet, Ipv6Packet, protocol};
 use intscope_wire::locate::Packet;
+use intscope_wire::tunnel::{GENEVE_MAX_OPT_WORDS, GenevePacket, GrePacket};
+use intscope_wire::udp::UdpPacket;
+
+/// Where the TCP checksum sits in its header (RFC 9293 §3.1).
+const TCP_CHECKSUM_AT: usize = 16;
+/// Where the UDP checksum sits in its header (RFC 768).
+const UDP_CHECKSUM_AT: usize = 6;
 
 /// Where the layers of a frame are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +30,8 @@ pub struct Layout {
     pub proto: u8,
     /// L4 header length.
     pub l4_len: usize,
+    /// The IP packet's length as the parse found it declared, before this node's edits.
+    pub ip_len: usize,
 }
 
 impl Layout {
@@ -37,17 +51,112 @@ impl Layout {
             l4_at,
             proto,
             l4_len,
+            ip_len: ip.declared_len,
         })
     }
 
     /// TCP or UDP (INT after the L4 header is possible).
     pub fn is_tcp_udp(&self) -> bool {
-        matches!(self.proto, 6 | 17)
+        matches!(self.proto, protocol::TCP | protocol::UDP)
+    }
+
+    /// UDP.
+    pub fn is_udp(&self) -> bool {
+        self.proto == protocol::UDP
     }
 
     /// Offset of the L4 checksum field.
     pub fn l4_checksum_at(&self) -> usize {
-        self.l4_at + if self.proto == 6 { 16 } else { 6 }
+        self.l4_at
+            + if self.proto == protocol::TCP {
+                TCP_CHECKSUM_AT
+            } else {
+                UDP_CHECKSUM_AT
+            }
+    }
+}
+
+/// The IP packet's length as its header declares it.
+pub fn ip_packet_len(frame: &[u8], l: &Layout) -> Option<usize> {
+    let ip = frame.get(l.ip_at..)?;
+    if l.v6 {
+        let p = Ipv6Packet::new_checked(ip).ok()?;
+        Some(intscope_wire::ip::IPV6_LEN + usize::from(p.payload_len()))
+    } else {
+        Some(usize::from(Ipv4Packet::new_checked(ip).ok()?.total_len()))
+    }
+}
+
+/// Whether the lengths the headers declare agree with each other and the frame: the IP packet,
+/// ending at `ip_end` as its header declares, within the frame (Ethernet padding may follow),
+/// the L4 header within the IP packet, a UDP length equal to what the IP packet holds. The node
+/// edits only such packets, so no length field it updates can wrap.
+pub fn consistent(frame: &[u8], l: &Layout, ip_end: usize) -> bool {
+    ip_end <= frame.len()
+        && l.l4_at + l.l4_len <= ip_end
+        && (!l.is_udp() || udp_len(frame, l).map(usize::from) == Some(ip_end - l.l4_at))
+}
+
+fn udp_len(frame: &[u8], l: &Layout) -> Option<u16> {
+    Some(UdpPacket::new_checked(frame.get(l.l4_at..)?).ok()?.len())
+}
+
+/// The UDP destination port of a UDP packet.
+pub fn udp_dst_port(frame: &[u8], l: &Layout) -> Option<u16> {
+    if !l.is_udp() {
+        return None;
+    }
+    Some(
+        UdpPacket::new_checked(frame.get(l.l4_at..)?)
+            .ok()?
+            .dst_port(),
+    )
+}
+
+fn udp_view<'a>(frame: &'a mut [u8], l: &Layout) -> Option<UdpPacket<&'a mut [u8]>> {
+    UdpPacket::new_checked(frame.get_mut(l.l4_at..)?).ok()
+}
+
+/// Sets the UDP length.
+pub fn set_udp_len(frame: &mut [u8], l: &Layout, v: u16) {
+    if let Some(mut u) = udp_view(frame, l) {
+        u.set_len(v);
+    }
+}
+
+/// Writes the UDP destination port field alone (the caller accounts for it in the checksum).
+pub fn put_udp_dst_port(frame: &mut [u8], l: &Layout, port: u16) {
+    if let Some(mut u) = udp_view(frame, l) {
+        u.set_dst_port(port);
+    }
+}
+
+/// Sets the UDP destination port, keeping a non-zero UDP checksum right (RFC 1624).
+pub fn set_udp_dst_port(frame: &mut [u8], l: &Layout, port: u16) {
+    let Some(mut u) = udp_view(frame, l) else {
+        return;
+    };
+    let (old, csum) = (u.dst_port(), u.checksum());
+    u.set_dst_port(port);
+    if csum != 0 {
+        let c = checksum::update(csum, &old.to_be_bytes(), &port.to_be_bytes());
+        u.set_checksum(checksum::udp_wire_checksum(c));
+    }
+}
+
+/// The L4 (TCP or UDP) checksum.
+pub fn l4_checksum(frame: &[u8], l: &Layout) -> u16 {
+    let at = l.l4_checksum_at();
+    frame
+        .get(at..at + 2)
+        .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
+}
+
+/// Sets the L4 (TCP or UDP) checksum.
+pub fn set_l4_checksum(frame: &mut [u8], l: &Layout, v: u16) {
+    let at = l.l4_checksum_at();
+    if let Some(b) = frame.get_mut(at..at + 2) {
+        b.copy_from_slice(&v.to_be_bytes());
     }
 }
 
@@ -68,28 +177,52 @@ pub fn udp_remove(frame: &mut Vec<u8>, l: &Layout, at: usize, len: usize) {
 /// Overwrites bytes at `at` (an even offset in a UDP datagram, header or payload) with `new` of
 /// the same length, keeping a non-zero UDP checksum right.
 pub fn udp_overwrite(frame: &mut [u8], l: &Layout, at: usize, new: &[u8]) {
-    let csum_at = l.l4_checksum_at();
-    let csum = be16(frame, csum_at);
+    let csum = l4_checksum(frame, l);
     if csum != 0 {
         let c = checksum::update(csum, &frame[at..at + new.len()], new);
-        put16(frame, csum_at, checksum::udp_wire_checksum(c));
+        set_l4_checksum(frame, l, checksum::udp_wire_checksum(c));
     }
     frame[at..at + new.len()].copy_from_slice(new);
+}
+
+/// Overwrites bytes at `at` (an even offset from the L4 header) inside the packet's TCP, UDP or
+/// GRE part with `new` of the same length, keeping the TCP checksum, a non-zero UDP checksum or a
+/// GRE checksum right.
+pub fn payload_overwrite(frame: &mut [u8], l: &Layout, at: usize, new: &[u8]) {
+    match l.proto {
+        protocol::UDP => udp_overwrite(frame, l, at, new),
+        protocol::TCP => {
+            let c = checksum::update(l4_checksum(frame, l), &frame[at..at + new.len()], new);
+            set_l4_checksum(frame, l, c);
+            frame[at..at + new.len()].copy_from_slice(new);
+        }
+        _ => {
+            frame[at..at + new.len()].copy_from_slice(new);
+            refresh_gre_checksum(frame, l);
+        }
+    }
 }
 
 /// The UDP length, checksum and IP length for `old` bytes of the payload becoming `new`.
 fn udp_resize(frame: &mut [u8], l: &Layout, old: &[u8], new: &[u8]) {
     let old_len = l4_len(frame, l);
     let new_len = (usize::from(old_len) + new.len() - old.len()) as u16;
-    let csum_at = l.l4_checksum_at();
-    let c = updated_l4_checksum(be16(frame, csum_at), true, old, new, old_len, new_len, true);
-    put16(frame, csum_at, c);
-    put16(frame, l.l4_at + 4, new_len);
+    let c = updated_l4_checksum(
+        l4_checksum(frame, l),
+        true,
+        old,
+        new,
+        old_len,
+        new_len,
+        true,
+    );
+    set_l4_checksum(frame, l, c);
+    set_udp_len(frame, l, new_len);
     adjust_ip_len(frame, l, new.len() as isize - old.len() as isize);
 }
 
 /// IP protocol number of GRE.
-pub const GRE: u8 = 47;
+pub const GRE: u8 = protocol::GRE;
 
 /// After `delta` bytes were inserted (or removed) inside the IP payload: the IP length, and for
 /// a GRE packet its checksum, which covers the payload. One call for every INT edit behind IP.
@@ -98,37 +231,42 @@ pub fn payload_resized(frame: &mut [u8], l: &Layout, delta: isize) {
     refresh_gre_checksum(frame, l);
 }
 
-/// Recomputes the GRE checksum (RFC 2784: over the GRE header and payload) when the header
-/// carries one (C bit); INT bytes inserted or removed behind GRE change what it covers.
+/// Recomputes the GRE checksum (RFC 2784: over the GRE header and payload, to the end of the IP
+/// packet) when the header carries one (C bit); INT bytes inserted or removed behind GRE change
+/// what it covers.
 fn refresh_gre_checksum(frame: &mut [u8], l: &Layout) {
-    if l.proto != GRE || frame.get(l.l4_at).is_none_or(|f| f & 0x80 == 0) {
+    if l.proto != GRE {
         return;
     }
-    put16(frame, l.l4_at + 4, 0);
-    let c = checksum::internet_checksum(&frame[l.l4_at..]);
-    put16(frame, l.l4_at + 4, c);
+    let end = ip_packet_len(frame, l).map_or(frame.len(), |n| (l.ip_at + n).min(frame.len()));
+    if let Some(mut g) = frame
+        .get_mut(l.l4_at..end)
+        .and_then(|b| GrePacket::new_checked(b).ok())
+    {
+        g.fill_checksum();
+    }
 }
 
 /// Adds `delta_words` to the Geneve header's Opt Len (RFC 8926 §3.4: 6 bits of 4-byte words, the
 /// header 8 bytes into the UDP payload), keeping a non-zero UDP checksum right. `false` when the
 /// result does not fit the field.
 pub fn adjust_geneve_opt_len(frame: &mut [u8], l: &Layout, delta_words: isize) -> bool {
-    let at = l.l4_at + 8;
-    let len = (frame[at] & 0x3f) as isize + delta_words;
-    if !(0..=0x3f).contains(&len) {
+    let at = l.l4_at + intscope_wire::udp::UDP_HEADER_LEN;
+    let Some(old) = frame.get(at..at + 2).map(|b| [b[0], b[1]]) else {
         return false;
-    }
-    let new = [(frame[at] & 0xc0) | len as u8, frame[at + 1]];
+    };
+    let Some(words) = GenevePacket::new_checked(&frame[at..])
+        .ok()
+        .map(|g| g.opt_len_words() as isize + delta_words)
+        .and_then(|w| u8::try_from(w).ok())
+        .filter(|w| *w <= GENEVE_MAX_OPT_WORDS)
+    else {
+        return false;
+    };
+    // Opt Len is the first byte's low 6 bits; the Version bits stay.
+    let new = [(old[0] & !GENEVE_MAX_OPT_WORDS) | words, old[1]];
     udp_overwrite(frame, l, at, &new);
     true
-}
-
-fn be16(f: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([f[at], f[at + 1]])
-}
-
-fn put16(f: &mut [u8], at: usize, v: u16) {
-    f[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
 /// Inserts `bytes` at `at`.
@@ -147,59 +285,115 @@ pub fn remove(frame: &mut Vec<u8>, at: usize, len: usize) -> Vec<u8> {
 /// Adds `delta` to the IP length (IPv4 total length, header checksum updated as RFC 1624 says so
 /// an error upstream stays detectable; IPv6 payload length).
 pub fn adjust_ip_len(frame: &mut [u8], l: &Layout, delta: isize) {
+    let Some(ip) = frame.get_mut(l.ip_at..) else {
+        return;
+    };
     if l.v6 {
-        let v = be16(frame, l.ip_at + 4);
-        put16(frame, l.ip_at + 4, (v as isize + delta) as u16);
-    } else {
-        let old = be16(frame, l.ip_at + 2);
+        if let Ok(mut p) = Ipv6Packet::new_checked(ip) {
+            let v = p.payload_len();
+            p.set_payload_len((v as isize + delta) as u16);
+        }
+    } else if let Ok(mut p) = Ipv4Packet::new_checked(ip) {
+        let old = p.total_len();
         let new = (old as isize + delta) as u16;
-        put16(frame, l.ip_at + 2, new);
-        let c = checksum::update(
-            be16(frame, l.ip_at + 10),
-            &old.to_be_bytes(),
-            &new.to_be_bytes(),
-        );
-        put16(frame, l.ip_at + 10, c);
+        p.set_total_len(new);
+        let c = checksum::update(p.checksum(), &old.to_be_bytes(), &new.to_be_bytes());
+        p.set_checksum(c);
     }
 }
 
 /// Recomputes the IPv4 header checksum (20..60 bytes: full recomputation is exact and cheap).
 pub fn refresh_ipv4_checksum(frame: &mut [u8], ip_at: usize) {
-    let ihl = usize::from(frame[ip_at] & 0x0f) * 4;
-    put16(frame, ip_at + 10, 0);
-    let c = checksum::internet_checksum(&frame[ip_at..ip_at + ihl]);
-    put16(frame, ip_at + 10, c);
+    if let Some(mut p) = frame
+        .get_mut(ip_at..)
+        .and_then(|b| Ipv4Packet::new_checked(b).ok())
+    {
+        p.fill_checksum();
+    }
 }
 
 /// Sets the IP DSCP, keeping ECN.
 pub fn set_dscp(frame: &mut [u8], l: &Layout, dscp: u8) {
-    if l.v6 {
-        let tc = ((frame[l.ip_at] & 0x0f) << 4) | (frame[l.ip_at + 1] >> 4);
-        let tc = (dscp << 2) | (tc & 3);
-        frame[l.ip_at] = (frame[l.ip_at] & 0xf0) | (tc >> 4);
-        frame[l.ip_at + 1] = (frame[l.ip_at + 1] & 0x0f) | (tc << 4);
-    } else {
-        frame[l.ip_at + 1] = (dscp << 2) | (frame[l.ip_at + 1] & 3);
-        refresh_ipv4_checksum(frame, l.ip_at);
+    set_dscp_at(frame, l.ip_at, l.v6, dscp);
+}
+
+/// Sets the DSCP of the IP header at `ip_at` (IPv6 when `v6`), keeping ECN and the IPv4 header
+/// checksum right.
+pub fn set_dscp_at(frame: &mut [u8], ip_at: usize, v6: bool, dscp: u8) {
+    let Some(ip) = frame.get_mut(ip_at..) else {
+        return;
+    };
+    if v6 {
+        if let Ok(mut p) = Ipv6Packet::new_checked(ip) {
+            p.set_dscp(dscp);
+        }
+    } else if let Ok(mut p) = Ipv4Packet::new_checked(ip) {
+        p.set_dscp(dscp);
+        p.fill_checksum();
     }
 }
 
 /// The IP DSCP.
 pub fn dscp(frame: &[u8], l: &Layout) -> u8 {
+    let ip = frame.get(l.ip_at..).unwrap_or_default();
     if l.v6 {
-        (((frame[l.ip_at] & 0x0f) << 4) | (frame[l.ip_at + 1] >> 4)) >> 2
+        Ipv6Packet::new_checked(ip).map_or(0, |p| p.dscp())
     } else {
-        frame[l.ip_at + 1] >> 2
+        Ipv4Packet::new_checked(ip).map_or(0, |p| p.dscp())
     }
 }
 
 /// Sets the IP protocol (IPv4 protocol or IPv6 next header of the fixed header).
 pub fn set_ip_proto(frame: &mut [u8], l: &Layout, proto: u8) {
+    let Some(ip) = frame.get_mut(l.ip_at..) else {
+        return;
+    };
     if l.v6 {
-        frame[l.ip_at + 6] = proto;
-    } else {
-        frame[l.ip_at + 9] = proto;
-        refresh_ipv4_checksum(frame, l.ip_at);
+        if let Ok(mut p) = Ipv6Packet::new_checked(ip) {
+            p.set_next_header(proto);
+        }
+    } else if let Ok(mut p) = Ipv4Packet::new_checked(ip) {
+        p.set_protocol(proto);
+        p.fill_checksum();
+    }
+}
+
+/// Sets the GRE header's Protocol Type (its checksum is refreshed by [`payload_resized`]).
+pub fn set_gre_protocol(frame: &mut [u8], l: &Layout, v: u16) {
+    if let Some(mut g) = frame
+        .get_mut(l.l4_at..)
+        .and_then(|b| GrePacket::new_checked(b).ok())
+    {
+        g.set_protocol(v);
+    }
+}
+
+/// The GRE header's length with its optional fields.
+pub fn gre_header_len(frame: &[u8], l: &Layout) -> Option<usize> {
+    Some(
+        GrePacket::new_checked(frame.get(l.l4_at..)?)
+            .ok()?
+            .header_len(),
+    )
+}
+
+/// The GRE header's Protocol Type.
+pub fn gre_protocol(frame: &[u8], l: &Layout) -> Option<u16> {
+    Some(
+        GrePacket::new_checked(frame.get(l.l4_at..)?)
+            .ok()?
+            .protocol(),
+    )
+}
+
+/// Sets the EtherType in front of the IP header (what follows the Ethernet or VLAN header).
+pub fn set_ethertype(frame: &mut [u8], l: &Layout, ethertype: u16) {
+    if let Some(b) = l
+        .ip_at
+        .checked_sub(2)
+        .and_then(|at| frame.get_mut(at..l.ip_at))
+    {
+        b.copy_from_slice(&ethertype.to_be_bytes());
     }
 }
 
@@ -233,21 +427,8 @@ pub fn updated_l4_checksum(
 
 /// The L4 segment length (UDP length field, or IP payload length minus earlier headers for TCP).
 pub fn l4_len(frame: &[u8], l: &Layout) -> u16 {
-    if l.proto == 17 {
-        be16(frame, l.l4_at + 4)
-    } else if l.v6 {
-        (usize::from(be16(frame, l.ip_at + 4)) + l.ip_at + 40 - l.l4_at) as u16
-    } else {
-        (usize::from(be16(frame, l.ip_at + 2)) + l.ip_at - l.l4_at) as u16
+    if l.is_udp() {
+        return udp_len(frame, l).unwrap_or(0);
     }
-}
-
-/// Reads a 16-bit field.
-pub fn get16(frame: &[u8], at: usize) -> u16 {
-    be16(frame, at)
-}
-
-/// Writes a 16-bit field.
-pub fn set16(frame: &mut [u8], at: usize, v: u16) {
-    put16(frame, at, v);
+    ip_packet_len(frame, l).map_or(0, |n| (l.ip_at + n).saturating_sub(l.l4_at) as u16)
 }

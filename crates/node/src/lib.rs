@@ -5,12 +5,16 @@
 //! files, the simulator, live interfaces), so chains of nodes give reproducible bytes.
 
 pub mod config;
+pub mod domain;
 pub mod export;
 pub mod filter;
 pub mod frame;
+pub mod netcfg;
 pub mod node;
 pub mod telemetry;
 
-pub use config::{Mode, NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry};
+pub use config::{
+    ConfigError, DropReports, Mode, NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry,
+};
 pub use node::{Node, NodeStats, Outcome};
 pub use telemetry::{StaticTelemetry, Telemetry};

@@ -11,7 +11,9 @@ use std::net::Ipv4Addr;
 use etherparse::PacketBuilder;
 use intscope_node::config::TelemetryModel;
 use intscope_node::frame::refresh_ipv4_checksum;
-use intscope_node::{Mode, Node, NodeConfig, Role, SourceEncap, Telemetry, WatchEntry};
+use intscope_node::{
+    ConfigError, Mode, Node, NodeConfig, Role, SourceEncap, Telemetry, WatchEntry,
+};
 use intscope_wire::metadata::HopMetadata;
 
 use crate::topology::{Topology, host_ip, locate, spine_id};
@@ -316,7 +318,7 @@ pub struct Fabric {
     now: u64,
 }
 
-fn node(cfg: &SimConfig, id: u32, role: Role) -> Node {
+fn node(cfg: &SimConfig, id: u32, role: Role) -> Result<Node, ConfigError> {
     Node::new(NodeConfig {
         node_id: id,
         role,
@@ -350,20 +352,23 @@ fn flow_hash(f: &[u8]) -> u64 {
 }
 
 impl Fabric {
-    /// A fabric with every switch running INT in `cfg.mode`.
-    pub fn new(cfg: SimConfig) -> Self {
+    /// A fabric with every switch running INT in `cfg.mode`; an error when the switches'
+    /// configuration cannot run (e.g. an MTU below 68, more metadata than Hop ML holds).
+    pub fn new(cfg: SimConfig) -> Result<Self, ConfigError> {
         let t = &cfg.topology;
         let leaves = (1..=t.leaves)
-            .map(|l| LeafNodes {
-                source: node(&cfg, l, Role::Source),
-                transit: node(&cfg, l, Role::Transit),
-                sink: node(&cfg, l, Role::Sink),
+            .map(|l| {
+                Ok(LeafNodes {
+                    source: node(&cfg, l, Role::Source)?,
+                    transit: node(&cfg, l, Role::Transit)?,
+                    sink: node(&cfg, l, Role::Sink)?,
+                })
             })
-            .collect();
+            .collect::<Result<_, ConfigError>>()?;
         let spines = (1..=t.spines)
             .map(|s| node(&cfg, spine_id(s), Role::Transit))
-            .collect();
-        Fabric {
+            .collect::<Result<_, _>>()?;
+        Ok(Fabric {
             cfg,
             leaves,
             spines,
@@ -375,7 +380,7 @@ impl Fabric {
             sequencer: Default::default(),
             stats: SimStats::default(),
             now: 0,
-        }
+        })
     }
 
     /// The topology.

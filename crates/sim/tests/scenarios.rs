@@ -21,7 +21,7 @@ fn run(mode: Mode, faults: Vec<Scheduled>, until_ms: u64) -> (Fabric, Arc<Collec
 }
 
 fn run_with(cfg: SimConfig, faults: Vec<Scheduled>, until_ms: u64) -> (Fabric, Arc<Collector>) {
-    let mut fabric = Fabric::new(cfg);
+    let mut fabric = Fabric::new(cfg).unwrap();
     for f in default_mix(fabric.topology(), 48, 7, until_ms * MS) {
         fabric.add_flow(f);
     }

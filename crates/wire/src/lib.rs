@@ -18,13 +18,16 @@
 #![deny(unsafe_code)]
 
 pub mod checksum;
+pub mod destination;
 #[cfg(feature = "dissect")]
 pub mod dissect;
 pub mod domain;
+pub mod drop_reason;
 pub mod encap;
 pub mod error;
 mod field;
 pub mod int;
+pub mod ip;
 pub mod legacy;
 pub mod locate;
 pub mod md;
@@ -32,6 +35,8 @@ pub mod metadata;
 pub mod mx;
 pub mod report;
 pub mod shim;
+pub mod tunnel;
+pub mod udp;
 pub mod warning;
 
 pub use error::{Error, ErrorKind, Layer, Result};

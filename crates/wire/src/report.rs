@@ -950,26 +950,8 @@ impl<'a> Report<'a> {
     }
 }
 
-/// SD-Fabric / fabric-tna drop reason names (stratum/fabric-tna `p4src/shared/define.p4`,
-/// `IntDropReason_t`; the table in `shared/spec/sd-fabric-int.txt`).
+/// A drop reason's name: SD-Fabric / fabric-tna's table (stratum/fabric-tna
+/// `p4src/shared/define.p4`, `IntDropReason_t`), else p4lang/switch's ([`crate::drop_reason`]).
 pub fn drop_reason_name(code: u8) -> Option<&'static str> {
-    Some(match code {
-        0 => "unknown",
-        26 => "ip-ttl-zero",
-        29 => "routing-miss",
-        55 => "port-vlan-mapping-miss",
-        71 => "traffic-manager",
-        80 => "acl-deny",
-        89 => "bridging-miss",
-        128 => "next-id-miss",
-        129 => "mpls-miss",
-        130 => "egress-next-miss",
-        131 => "mpls-ttl-zero",
-        132 => "downlink-pdr-miss",
-        133 => "uplink-pdr-miss",
-        134 => "far-miss",
-        150 => "spgw-uplink-recirc-deny",
-        160 => "ingress-qos-meter",
-        _ => return None,
-    })
+    crate::drop_reason::name(code)
 }

@@ -1,0 +1,503 @@
+//! The INT source (INT v2.1 §"INT Source Node"): shim, INT-MD or INT-MX header, its own metadata
+//! and what else it inserts, one function per encapsulation; clones and probe packets (§"INT
+//! Applied to Synthetic Traffic").
+
+use super::*;
+use intscope_wire::ip::{IPV4_MIN_LEN, IPV6_LEN, Ipv4Packet, Ipv6Packet, ethertype, protocol};
+use intscope_wire::tunnel::{GRE_BASE_LEN, GenevePacket, GrePacket, VXLAN_LEN, VxlanPacket};
+use intscope_wire::udp::{UDP_HEADER_LEN, UdpPacket, UdpRepr};
+
+/// What a source did to a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Insertion {
+    /// INT with this node's metadata.
+    Full,
+    /// INT without metadata: M bit (no room) or a Remaining Hop Count of 0.
+    NoMetadata,
+    /// No INT: the fixed headers would exceed the MTU.
+    TooBig,
+}
+
+/// VXLAN-GPE's next protocol for Ethernet, what plain VXLAN carries (draft-ietf-nvo3-vxlan-gpe
+/// §3.2).
+const GPE_NEXT_PROTO_ETHERNET: u8 = 0x03;
+
+/// The longest Geneve option: a 5-bit Length of 4-byte words.
+pub(super) const GENEVE_OPTION_MAX: usize = 31 * 4;
+
+/// INT v2.1 §"INT over Geneve": the block as an option after the existing ones; `false` when the
+/// base header's Opt Len cannot grow by it.
+pub(super) fn insert_geneve(frame: &mut Vec<u8>, l: &Layout, block: &[u8]) -> bool {
+    // After the existing options; the base header's Opt Len grows by the option.
+    let geneve_at = l.l4_at + UDP_HEADER_LEN;
+    let Some(at) = frame
+        .get(geneve_at..)
+        .and_then(|b| GenevePacket::new_checked(b).ok())
+        .map(|g| geneve_at + g.header_len())
+    else {
+        return false;
+    };
+    if !frame::adjust_geneve_opt_len(frame, l, (block.len() / 4) as isize) {
+        return false;
+    }
+    frame::udp_insert(frame, l, at, block);
+    true
+}
+
+impl Node {
+    /// The probe packets due by `now_ns` (at most 1024 per stream per call), INT-marked with the
+    /// node's settings and `tel`'s metadata; the first of each stream is due at once.
+    pub fn probes(&mut self, now_ns: u64, tel: &dyn Telemetry) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for i in 0..self.cfg.probes.len() {
+            let p = self.cfg.probes[i].clone();
+            let next = self.next_probe.get(i).copied().flatten().unwrap_or(now_ns);
+            let mut due = next;
+            let mut sent = 0;
+            while due <= now_ns && sent < 1024 {
+                if let Some(frame) = self.probe(&p, tel) {
+                    out.push(frame);
+                }
+                due += p.interval_ns;
+                sent += 1;
+            }
+            if due <= now_ns {
+                // Far behind (a gap in capture time): skip ahead rather than burst.
+                due = now_ns + p.interval_ns;
+            }
+            self.next_probe.resize(self.cfg.probes.len(), None);
+            self.next_probe[i] = Some(due);
+        }
+        out
+    }
+
+    pub(super) fn probe(&mut self, p: &ProbeConfig, tel: &dyn Telemetry) -> Option<Vec<u8>> {
+        let seq = self.stats.probes;
+        let eth = PacketBuilder::ethernet2([0x02, 0, 0, 0, 0, 1], [0x02, 0, 0, 0, 0, 2]);
+        let ip = match (p.src, p.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => eth.ipv4(s.octets(), d.octets(), 64),
+            (IpAddr::V6(s), IpAddr::V6(d)) => eth.ipv6(s.octets(), d.octets(), 64),
+            _ => return None,
+        };
+        let builder = ip.udp(p.src_port, p.dst_port);
+        let mut payload = vec![0u8; p.size.saturating_sub(builder.size(0)).max(8)];
+        payload[..8].copy_from_slice(&seq.to_be_bytes());
+        let mut frame = Vec::with_capacity(p.size + 128);
+        builder.write(&mut frame, &payload).ok()?;
+        let (layout, flow) = {
+            let parsed = Packet::parse(&frame, Start::Ethernet, &self.detect).ok()?;
+            (Layout::of(&parsed)?, parsed.flow?)
+        };
+        let mut w = Watch::of(&WatchEntry::default(), flow, &self.cfg);
+        w.discard = p.discard;
+        match self.source(&mut frame, layout, flow, tel, w) {
+            Insertion::TooBig => None,
+            _ => {
+                self.stats.probes += 1;
+                Some(frame)
+            }
+        }
+    }
+
+    /// INT v2.1 §"INT Source Node" and §"MTU Settings": no INT when the fixed headers do not fit;
+    /// M bit when this node's own metadata does not.
+    pub(super) fn source(
+        &mut self,
+        frame: &mut Vec<u8>,
+        l: Layout,
+        flow: FlowKey,
+        tel: &dyn Telemetry,
+        w: Watch,
+    ) -> Insertion {
+        let instructions = w.instructions;
+        let mx = w.mode == Mode::Mx;
+        let domain = self.domain(w.ds_id);
+        // INT-MD: this hop's baseline metadata, its domain-specific export metadata (the entry's,
+        // else the known domain's values), and the Checksum Complement last; then the
+        // 'source-only' metadata outside Hop ML. INT-MX: the domain's source-inserted metadata
+        // after the header.
+        let ds_hop = match domain {
+            _ if mx || !w.ds_metadata.is_empty() => w.ds_metadata.clone(),
+            Some(d) => {
+                let mut v = vec![0u8; d.len_of(w.ds_instruction, DsMode::Export).unwrap_or(0)];
+                if !d.fill_export(w.ds_instruction, &mut v) {
+                    v.clear();
+                }
+                v
+            }
+            None => Vec::new(),
+        };
+        let source_only: &[u8] = if mx { &[] } else { &w.source_only };
+        let ds_flags = w.ds_flags | domain.map_or(0, |d| d.set_ds_flags);
+        let hop_ml = ((Format::IntV2.baseline_len(instructions) + ds_hop.len()) / 4) as u8;
+        let encap = match (w.encap, l.proto) {
+            (SourceEncap::UdpPort, 6) => SourceEncap::UdpNew,
+            (e, _) => e,
+        };
+        // What goes in front of the shim: a new UDP header, a probe marker, or an outer IP
+        // header and GRE.
+        // A GRE packet already: INT goes behind its GRE header (scenario 1, G = 0).
+        let existing_gre = encap == SourceEncap::Gre && l.proto == protocol::GRE;
+        let new_udp = match (encap, l.v6) {
+            (SourceEncap::UdpNew | SourceEncap::ProbeMarker, _) => 8,
+            (SourceEncap::Gre, _) if existing_gre => 0,
+            (SourceEncap::Gre, false) => 20 + 4,
+            (SourceEncap::Gre, true) => 40 + 4,
+            _ => 0,
+        };
+        let source_inserted = if mx { w.ds_metadata.len() } else { 0 };
+        // INT v2.1 §"INT Header Types": a Destination header follows the MD or MX header (after
+        // TCP/UDP only: the other shims have no type-2 form defined).
+        let destination = match encap {
+            SourceEncap::Dscp
+            | SourceEncap::UdpPort
+            | SourceEncap::UdpNew
+            | SourceEncap::ProbeMarker
+                if !w.destination.is_empty() =>
+            {
+                Some(&w.destination[..])
+            }
+            _ => None,
+        };
+        let dest_len = destination.map_or(0, |d| SHIM_LEN + d.len());
+        let fixed = new_udp + SHIM_LEN + MD_HEADER_LEN + source_inserted + dest_len;
+        let ip_len = l.ip_len;
+        if ip_len + fixed > self.cfg.mtu {
+            return Insertion::TooBig;
+        }
+        let mut own = Vec::new();
+        if mx {
+            own.extend_from_slice(&w.ds_metadata);
+        } else {
+            own.resize(usize::from(hop_ml) * 4, 0);
+            let mut hop = tel.hop(self.cfg.node_id);
+            hop.domain = &ds_hop;
+            hop.encode(instructions, Format::IntV2, &mut own);
+        }
+        // A Geneve option holds at most 124 bytes (5-bit Length): the header, the source's hop
+        // and as many more hops as fit (INT v2.1 §"INT over Geneve").
+        let geneve_hops = if encap == SourceEncap::Geneve && hop_ml > 0 {
+            (GENEVE_OPTION_MAX - MD_HEADER_LEN).saturating_sub(source_only.len())
+                / (usize::from(hop_ml) * 4)
+        } else {
+            usize::MAX
+        };
+        let fits = ip_len + fixed - source_inserted + own.len() + source_only.len() <= self.cfg.mtu
+            && geneve_hops > 0;
+        let mut header = MdHeaderRepr {
+            version: 2,
+            hop_ml,
+            remaining_hop_count: w.max_hops.min(geneve_hops.min(255) as u8),
+            instructions,
+            ds_id: w.ds_id,
+            ds_instruction: w.ds_instruction,
+            ds_flags,
+            d: w.discard,
+            ..Default::default()
+        };
+        let insertion = if mx || (fits && header.remaining_hop_count > 0) {
+            header.remaining_hop_count = header.remaining_hop_count.saturating_sub(1);
+            Insertion::Full
+        } else {
+            if !fits {
+                header.m = true;
+            }
+            own.clear();
+            Insertion::NoMetadata
+        };
+        // The source-only metadata goes with the source's hop (none without it).
+        let source_only = if own.is_empty() || mx {
+            &[][..]
+        } else {
+            source_only
+        };
+        let words = ((MD_HEADER_LEN + own.len() + source_only.len()) / 4) as u8;
+        let int_type = if mx { 3 } else { 1 };
+        let (npt, content) = match encap {
+            SourceEncap::Dscp | SourceEncap::ProbeMarker => {
+                (0, u16::from(frame::dscp(frame, &l)) << 2)
+            }
+            SourceEncap::UdpPort => (1, frame::udp_dst_port(frame, &l).unwrap_or(0)),
+            SourceEncap::UdpNew => (2, u16::from(l.proto)),
+            SourceEncap::Gre | SourceEncap::VxlanGpe | SourceEncap::Geneve => (0, 0),
+        };
+        let vxlan = self.vxlan(frame, &l);
+        let shim = if let (SourceEncap::VxlanGpe, Some((was_vxlan, next))) = (encap, vxlan) {
+            Shim::Gpe(GpeShimRepr {
+                int_type,
+                reserved: 0,
+                length: words,
+                g: was_vxlan,
+                reserved2: 0,
+                next_protocol: next,
+            })
+        } else if encap == SourceEncap::Geneve {
+            Shim::Geneve(GeneveOptionRepr {
+                option_class: GENEVE_INT_OPTION_CLASS,
+                option_type: int_type,
+                reserved: 0,
+                length: words,
+            })
+        } else if encap == SourceEncap::Gre {
+            // G = 1: this source added the GRE header; the sink removes it again.
+            Shim::Gre(GreShimRepr {
+                int_type,
+                g: !existing_gre,
+                reserved: 0,
+                length: words,
+                next_protocol: if existing_gre {
+                    frame::gre_protocol(frame, &l).unwrap_or(0)
+                } else if l.v6 {
+                    ethertype::IPV6
+                } else {
+                    ethertype::IPV4
+                },
+            })
+        } else {
+            Shim::TcpUdp(TcpUdpShimRepr {
+                int_type,
+                npt,
+                reserved: 0,
+                length: words,
+                content,
+            })
+        };
+        let mut block = vec![0u8; SHIM_LEN + MD_HEADER_LEN];
+        shim.emit(&mut block[..4]);
+        if mx {
+            MxHeaderRepr {
+                version: 2,
+                instructions,
+                ds_id: w.ds_id,
+                ds_instruction: w.ds_instruction,
+                ds_flags,
+                d: w.discard,
+                ..MxHeaderRepr::default()
+            }
+            .emit(&mut block[4..16]);
+        } else {
+            header.emit(&mut block[4..16]);
+        }
+        block.extend_from_slice(&own);
+        block.extend_from_slice(source_only);
+        if let Some(body) = destination {
+            let d = DestinationRepr {
+                npt,
+                content,
+                body: body.to_vec(),
+            };
+            let at = block.len();
+            block.resize(at + d.buffer_len(), 0);
+            if d.emit(&mut block[at..]).is_err() {
+                // Validation keeps bodies to whole words within the shim's Length.
+                block.truncate(at);
+            }
+        }
+        if encap == SourceEncap::ProbeMarker {
+            let marker = self.cfg.probe_marker().unwrap_or(0).to_be_bytes();
+            block.splice(0..0, marker);
+        }
+        match encap {
+            SourceEncap::Dscp | SourceEncap::UdpPort | SourceEncap::ProbeMarker => {
+                let hop_end = block.len() - source_only.len() - dest_len;
+                let hop_end = (!own.is_empty()).then_some(hop_end);
+                self.insert_after_l4(frame, &l, encap, &mut block, hop_end, instructions);
+            }
+            SourceEncap::Geneve => {
+                if !insert_geneve(frame, &l, &block) {
+                    return Insertion::TooBig;
+                }
+            }
+            SourceEncap::VxlanGpe => self.insert_vxlan_gpe(frame, &l, &block),
+            SourceEncap::Gre if existing_gre => self.insert_behind_gre(frame, &l, &block),
+            SourceEncap::Gre => self.insert_gre(frame, &l, &block),
+            SourceEncap::UdpNew => self.insert_udp(frame, &l, &flow, &block),
+        }
+        insertion
+    }
+
+    /// INT v2.1 §"INT over TCP/UDP": the block right after the TCP/UDP header, announced by the
+    /// DSCP (NPT 0), the UDP destination port (NPT 1) or the probe marker in front of it; the
+    /// L4 checksum updated, or kept with the Checksum Complement at `hop_end`.
+    pub(super) fn insert_after_l4(
+        &self,
+        frame: &mut Vec<u8>,
+        l: &Layout,
+        encap: SourceEncap,
+        block: &mut [u8],
+        hop_end: Option<usize>,
+        instructions: u16,
+    ) {
+        let at = l.l4_at + l.l4_len;
+        let old_len = frame::l4_len(frame, l);
+        let new_len = old_len + block.len() as u16;
+        let udp = l.is_udp();
+        let old_csum = frame::l4_checksum(frame, l);
+        let mut csum = frame::updated_l4_checksum(old_csum, udp, &[], block, old_len, new_len, udp);
+        if encap == SourceEncap::UdpPort {
+            // NPT 1: the INT port replaces the destination port (saved in the shim).
+            let old_port = frame::udp_dst_port(frame, l).unwrap_or(0);
+            frame::put_udp_dst_port(frame, l, self.cfg.int_udp_port);
+            if csum != 0 {
+                csum = intscope_wire::checksum::update(
+                    csum,
+                    &old_port.to_be_bytes(),
+                    &self.cfg.int_udp_port.to_be_bytes(),
+                );
+                csum = intscope_wire::checksum::udp_wire_checksum(csum);
+            }
+        }
+        if udp {
+            frame::set_udp_len(frame, l, new_len);
+        }
+        if let Some(end) = hop_end
+            && self.complements(instructions, udp, old_csum)
+        {
+            // The checksum stays; the last word of our hop's metadata makes it right.
+            let c = intscope_wire::checksum::checksum_complement(old_csum, csum);
+            block[end - 4..end].copy_from_slice(&c.to_be_bytes());
+        } else {
+            frame::set_l4_checksum(frame, l, csum);
+        }
+        frame::insert(frame, at, block);
+        frame::adjust_ip_len(frame, l, block.len() as isize);
+        if encap == SourceEncap::Dscp {
+            let marked = self.cfg.mark_dscp(frame::dscp(frame, l));
+            frame::set_dscp(frame, l, marked);
+        }
+    }
+
+    /// INT v2.1 §"INT over VXLAN GPE": the block after the VXLAN-GPE header.
+    pub(super) fn insert_vxlan_gpe(&self, frame: &mut Vec<u8>, l: &Layout, block: &[u8]) {
+        // The VXLAN(-GPE) header now announces INT (P bit, next protocol 0x82); VXLAN
+        // becomes VXLAN-GPE on its port. The block follows the header.
+        let vx = l.l4_at + UDP_HEADER_LEN;
+        let Some(mut header) = frame
+            .get(vx..vx + VXLAN_LEN)
+            .and_then(|b| <[u8; VXLAN_LEN]>::try_from(b).ok())
+        else {
+            return;
+        };
+        let Ok(mut v) = VxlanPacket::new_checked(&mut header[..]) else {
+            return;
+        };
+        v.set_next_protocol_present(true);
+        v.set_next_protocol(GPE_NEXT_PROTO_INT);
+        frame::set_udp_dst_port(frame, l, self.detect.vxlan_gpe_port);
+        frame::udp_overwrite(frame, l, vx, &header);
+        frame::udp_insert(frame, l, vx + VXLAN_LEN, block);
+    }
+
+    /// INT v2.1 §"INT over IPv4/GRE", scenario 1: a GRE packet gets the block behind its GRE
+    /// header (and its optional fields), whose protocol type becomes TBD_INT.
+    pub(super) fn insert_behind_gre(&self, frame: &mut Vec<u8>, l: &Layout, block: &[u8]) {
+        let Some(gre_len) = frame::gre_header_len(frame, l) else {
+            return;
+        };
+        frame::set_gre_protocol(frame, l, self.cfg.int_gre_proto);
+        frame::insert(frame, l.l4_at + gre_len, block);
+        frame::payload_resized(frame, l, block.len() as isize);
+    }
+
+    /// INT v2.1 §"INT over IPv4/GRE", scenario 2: an outer IP header (the packet's own, without
+    /// IPv4 options, carrying GRE) and a GRE header with protocol type TBD_INT in front of the
+    /// original IP packet, which is not touched.
+    pub(super) fn insert_gre(&self, frame: &mut Vec<u8>, l: &Layout, block: &[u8]) {
+        let inner_len = l.ip_len;
+        let tail = GRE_BASE_LEN + block.len();
+        let mut ins = if l.v6 {
+            let Some(mut outer) = frame.get(l.ip_at..l.ip_at + IPV6_LEN).map(<[u8]>::to_vec) else {
+                return;
+            };
+            let Ok(mut ip) = Ipv6Packet::new_checked(&mut outer[..]) else {
+                return;
+            };
+            ip.set_next_header(protocol::GRE);
+            ip.set_payload_len((inner_len + tail) as u16);
+            outer
+        } else {
+            let Some(mut outer) = frame
+                .get(l.ip_at..l.ip_at + IPV4_MIN_LEN)
+                .map(<[u8]>::to_vec)
+            else {
+                return;
+            };
+            // The inner header's options stay with it; the outer one is 20 bytes.
+            if let Some(b) = outer.first_mut() {
+                *b = (*b & 0xf0) | 5;
+            }
+            let Ok(mut ip) = Ipv4Packet::new_checked(&mut outer[..]) else {
+                return;
+            };
+            ip.set_protocol(protocol::GRE);
+            ip.set_total_len((inner_len + IPV4_MIN_LEN + tail) as u16);
+            ip.fill_checksum();
+            outer
+        };
+        let at = ins.len();
+        ins.resize(at + GRE_BASE_LEN, 0);
+        if let Ok(mut g) = GrePacket::new_checked(&mut ins[at..]) {
+            g.set_protocol(self.cfg.int_gre_proto);
+        }
+        ins.extend_from_slice(block);
+        frame::insert(frame, l.ip_at, &ins);
+    }
+
+    /// INT v2.1 §"INT over TCP/UDP", NPT 2: a new UDP header in front of the original L4 header.
+    pub(super) fn insert_udp(&self, frame: &mut Vec<u8>, l: &Layout, flow: &FlowKey, block: &[u8]) {
+        // RFC 6936 / INT v2.1: the new UDP header's checksum is zero; the original L4
+        // header keeps its own, still valid (same addresses, same segment). The source port
+        // spreads flows over ECMP paths from the ephemeral range.
+        let seg = frame::l4_len(frame, l);
+        let h = {
+            use std::hash::{Hash, Hasher};
+            let mut s = std::collections::hash_map::DefaultHasher::new();
+            flow.hash(&mut s);
+            s.finish()
+        };
+        let repr = UdpRepr {
+            src_port: 0xc000 | (h as u16 & 0x3fff),
+            dst_port: self.cfg.int_udp_port,
+            length: (UDP_HEADER_LEN + block.len()) as u16 + seg,
+            checksum: 0,
+        };
+        let mut ins = vec![0u8; repr.buffer_len()];
+        if let Ok(mut u) = UdpPacket::new_checked(&mut ins[..]) {
+            repr.emit(&mut u);
+        }
+        ins.extend_from_slice(block);
+        frame::insert(frame, l.l4_at, &ins);
+        frame::adjust_ip_len(frame, l, ins.len() as isize);
+        frame::set_ip_proto(frame, l, protocol::UDP);
+    }
+
+    /// A VXLAN (RFC 7348) or VXLAN-GPE packet without INT: whether it is plain VXLAN, and the
+    /// next protocol of what it carries (VXLAN: Ethernet).
+    pub(super) fn vxlan(&self, frame: &[u8], l: &Layout) -> Option<(bool, u8)> {
+        let port = frame::udp_dst_port(frame, l)?;
+        let v = VxlanPacket::new_checked(frame.get(l.l4_at + UDP_HEADER_LEN..)?).ok()?;
+        if port == self.detect.vxlan_port {
+            Some((true, GPE_NEXT_PROTO_ETHERNET))
+        } else if port == self.detect.vxlan_gpe_port && v.next_protocol_present() {
+            Some((false, v.next_protocol()))
+        } else {
+            None
+        }
+    }
+
+    /// A Geneve packet (RFC 8926) without INT.
+    pub(super) fn geneve(&self, frame: &[u8], l: &Layout) -> bool {
+        frame::udp_dst_port(frame, l) == Some(self.detect.geneve_port)
+            && frame
+                .get(l.l4_at + UDP_HEADER_LEN..)
+                .is_some_and(|b| GenevePacket::new_checked(b).is_ok())
+    }
+
+    pub(super) fn count(&mut self, insertion: Insertion) {
+        match insertion {
+            Insertion::Full => self.stats.inserted += 1,
+            Insertion::NoMetadata => self.stats.inserted_m += 1,
+            Insertion::TooBig => self.stats.too_big += 1,
+        }
+    }
+}
