@@ -10,7 +10,7 @@
 //!
 //! The rule: this crate opens no socket or file, starts no thread, never reads a clock, and
 //! depends on no I/O crate (tokio, axum, rusqlite, socket2, quinn-udp, nix, prometheus-client,
-//! hyper). Time comes from the records (report time),
+//! hyper; `tests/no_io_deps.rs` checks its manifest). Time comes from the records (report time),
 //! and the caller hands over datagrams and the time it received them. Why: a collector must be
 //! testable and embeddable. The same input in the same batches gives the same state and events,
 //! so replays, unit tests and fuzzing are deterministic, and any runtime (the socket collector in
