@@ -8,22 +8,19 @@
 //! reusable record) → [`state`] (correlation and detectors: [`flow_shard`]s by flow, [`fabric`]
 //! shards by node, one [`event`] log) → [`api`] (HTTP JSON and `/metrics`). Time comes from the
 //! records, so replays are deterministic.
+//!
+//! This crate holds the I/O adapters (sockets, store, HTTP, UI); decoding, correlation and the
+//! detectors live in `intscope-core`, which does no I/O and reads no clock. Its modules are
+//! re-exported here under their old paths, so `intscope_collector::state::State` and friends
+//! keep working.
+
+pub use intscope_core::{
+    detect, event, evidence, fabric, flow, flow_shard, id_table, loadgen, rank, record, search,
+    seq, state,
+};
 
 pub mod api;
-pub mod detect;
-pub mod event;
-pub mod evidence;
-pub mod fabric;
-pub mod flow;
-pub mod flow_shard;
 pub mod http;
-pub mod id_table;
 pub mod ingest;
-pub mod loadgen;
-pub mod rank;
-pub mod record;
-pub mod search;
-pub mod seq;
-pub mod state;
 pub mod store;
 pub mod ui;
