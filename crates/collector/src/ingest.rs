@@ -22,7 +22,7 @@ use crate::detect::DetectConfig as Thresholds;
 use crate::record::{FlowKeyMode, RecordBatch, decode_into};
 use crate::state::{Limits, State};
 use crate::store::{
-    Flusher, SqliteStore, Store, StoreConfig, StoreError, StoreStats, collect_batch, spawn_writer,
+    FlushTake, Flusher, SqliteStore, Store, StoreConfig, StoreError, StoreStats, spawn_writer,
 };
 
 /// Why a datagram was discarded. Every received datagram is accepted or discarded for exactly
@@ -396,12 +396,13 @@ impl Collector {
                 while !c.stopped() {
                     std::thread::sleep(Duration::from_millis(10));
                     // A deferred flush is retried at the next tick, not a whole interval later.
-                    if last.elapsed() >= interval && flusher.offer(|| c.take_batch(&mut last_event))
+                    if last.elapsed() >= interval
+                        && flusher.offer_parts(|| c.take_batch(&mut last_event))
                     {
                         last = std::time::Instant::now();
                     }
                 }
-                flusher.finish(|| c.take_batch(&mut last_event));
+                flusher.finish_parts(|| c.take_batch(&mut last_event));
             })
             .ok()?;
         Some(StoreHandle {
@@ -411,7 +412,8 @@ impl Collector {
         })
     }
 
-    fn take_batch(&self, last_event: &mut u64) -> Option<crate::store::Batch> {
+    /// Begins a flush: the parts of at most `store.flush_chunk_flows` flow rows each.
+    fn take_batch(&self, last_event: &mut u64) -> Option<FlushTake<'_>> {
         let raw = self
             .raw
             .lock()
@@ -420,11 +422,12 @@ impl Collector {
                 std::mem::take(&mut *r)
             })
             .unwrap_or_default();
-        Some(collect_batch(
+        Some(FlushTake::new(
             &self.state,
             last_event,
             raw,
             &self.store_stats,
+            self.config.store.flush_chunk_flows,
         ))
     }
 

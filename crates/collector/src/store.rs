@@ -3,10 +3,11 @@
 //! `docs/collector-store.md`.
 //!
 //! Writes are batched off the ingest path: a flusher takes what changed from the live state
-//! once per interval and hands it to a writer thread, which commits it in one transaction. The
-//! live state never waits for the disk. When the writer falls behind, ingest pauses instead
-//! ([`StoreStats::wait_for_writer`]): a batch never holds more than one interval of input, so a
-//! kill -9 loses at most one interval at any load. Counters are stored as sums over the
+//! once per interval and hands it to a writer thread, in parts of a bounded number of flows
+//! ([`FlushTake`]) so a flush's memory does not grow with the flows, and the writer commits the
+//! parts in one transaction. The live state never waits for the disk. When the writer falls
+//! behind, ingest pauses instead ([`StoreStats::wait_for_writer`]): a batch never holds more
+//! than one interval of input, so a kill -9 loses at most one interval at any load. Counters are stored as sums over the
 //! collector's lifetimes: each write adds what changed since the last one (a restart adds, never
 //! overwrites). Readers (the API) have their own connections (WAL: they never wait on a commit),
 //! a bounded pool of them, and a deadline enforced inside SQLite (a progress handler), so a query
@@ -16,7 +17,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -133,8 +134,11 @@ pub struct Batch {
     /// The collector's counters as of this batch (totals of this run: the store keeps their
     /// sums over runs).
     pub totals: Vec<(String, u64)>,
-    /// When the flusher took the batch from the live state.
+    /// When the flusher began taking the batch from the live state.
     pub taken_at: Option<Instant>,
+    /// Further parts of the same flush follow: the writer commits a flush's parts in one
+    /// transaction (see [`FlushTake`]).
+    pub more: bool,
 }
 
 /// Most rows one history query returns (`limit` above it is a 400).
@@ -145,6 +149,13 @@ pub const DEFAULT_QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Reader connections of a [`SqliteStore`] (queries beyond wait for one, within their deadline).
 pub const READERS: usize = 2;
+
+/// SQLite page cache of the writer connection, KiB (`PRAGMA cache_size`; SQLite's default is
+/// 2 000): part of the store's memory bound (`docs/collector-store.md`, Memory).
+pub const WRITER_CACHE_KIB: i64 = 65_536;
+
+/// SQLite page cache of each reader connection, KiB.
+pub const READER_CACHE_KIB: i64 = 2_048;
 
 /// Filter of history queries.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -209,6 +220,15 @@ fn page(name: &str, mut rows: Vec<(Value, String)>, limit: u32) -> Value {
 pub trait Store: Send + Sync {
     /// Commits a batch (one transaction).
     fn write(&self, batch: &Batch) -> Result<(), StoreError>;
+    /// Commits the parts of one flush, in order, dropping each once written, so the writer
+    /// holds one part at a time. A backend that can commits them in one transaction (nothing of
+    /// the flush is stored when a part fails); this default commits each part on its own.
+    fn write_parts(&self, parts: &mut dyn Iterator<Item = Batch>) -> Result<(), StoreError> {
+        for p in parts {
+            self.write(&p)?;
+        }
+        Ok(())
+    }
     /// Deletes history older than `before_ns` and raw datagrams beyond the newest `keep_raw`.
     fn prune(&self, before_ns: u64, keep_raw: u64) -> Result<(), StoreError>;
     /// The next free event ID (to continue numbering after a restart).
@@ -316,9 +336,9 @@ impl SqliteStore {
         // an OS crash can lose the last transactions.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.busy_timeout(Duration::from_secs(5))?;
-        // 64 MiB of page cache (the default is 2 MiB): a flush upserts every changed flow, and
-        // the flows table's indexes then stay in memory instead of being re-read page by page.
-        conn.pragma_update(None, "cache_size", -65_536)?;
+        // A flush upserts every changed flow: with a large cache the flows table's indexes stay
+        // in memory instead of being re-read page by page.
+        conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
         conn.execute_batch(SCHEMA)?;
         let have: Vec<String> = conn
             .prepare("SELECT name FROM pragma_table_info('flows')")?
@@ -339,6 +359,8 @@ impl SqliteStore {
             // Short: a reader waits for a lock only around a WAL checkpoint, and its query's
             // deadline (the progress handler) does not run while it waits.
             r.busy_timeout(Duration::from_millis(500))?;
+            // SQLite's default, set so the memory bound does not depend on the build's.
+            r.pragma_update(None, "cache_size", -READER_CACHE_KIB)?;
             readers.push(r);
         }
         Ok(SqliteStore {
@@ -405,10 +427,9 @@ fn per_hop_json(values: &[Option<u32>]) -> String {
     serde_json::to_string(&values[..used]).unwrap_or_default()
 }
 
-impl Store for SqliteStore {
-    fn write(&self, b: &Batch) -> Result<(), StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
+impl SqliteStore {
+    /// Adds one batch's rows to the open transaction `tx`.
+    fn write_rows(&self, tx: &rusqlite::Transaction<'_>, b: &Batch) -> Result<(), StoreError> {
         {
             let mut ev = tx.prepare_cached(
                 "INSERT OR REPLACE INTO events(id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence)
@@ -530,6 +551,26 @@ impl Store for SqliteStore {
             for (name, v) in &b.totals {
                 t.execute(params![name, i(*v), self.run])?;
             }
+        }
+        Ok(())
+    }
+}
+
+impl Store for SqliteStore {
+    fn write(&self, b: &Batch) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        self.write_rows(&tx, b)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// One transaction for all the parts: a kill -9 or a failed part leaves none of the flush.
+    fn write_parts(&self, parts: &mut dyn Iterator<Item = Batch>) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        for part in parts {
+            self.write_rows(&tx, &part)?;
         }
         tx.commit()?;
         Ok(())
@@ -694,6 +735,10 @@ impl Store for SqliteStore {
     }
 }
 
+/// Default of [`StoreConfig::flush_chunk_flows`]: a part's rows take a few tens of MiB at most,
+/// and the writer commits a part in a fraction of a second.
+pub const DEFAULT_FLUSH_CHUNK_FLOWS: usize = 65_536;
+
 /// Store settings (the `[store]` table of the collector config).
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -711,6 +756,10 @@ pub struct StoreConfig {
     /// store's intervals stretch when it falls behind (false: more input taken under overload,
     /// more lost by a kill -9).
     pub backpressure: bool,
+    /// Most changed flows a flush takes from the live state and hands to the writer at once
+    /// (the flush's memory bound; a flush of more is streamed in parts of this many, committed
+    /// in one transaction).
+    pub flush_chunk_flows: usize,
 }
 
 impl Default for StoreConfig {
@@ -721,6 +770,7 @@ impl Default for StoreConfig {
             raw_reports: 100_000,
             raw_per_flush: 1000,
             backpressure: true,
+            flush_chunk_flows: DEFAULT_FLUSH_CHUNK_FLOWS,
         }
     }
 }
@@ -744,14 +794,17 @@ pub struct StoreStats {
     pub batches: AtomicU64,
     /// Batches that failed to commit (logged).
     pub failed: AtomicU64,
-    /// Batches dropped because the writer fell behind (logged; [`Flusher`] defers instead, so
-    /// this stays 0 unless batches are submitted around it).
+    /// Batches dropped because the writer fell behind: always 0, as [`Flusher`] defers a flush
+    /// and waits for the writer to take each part instead (kept for the API's readers).
     pub backlog_dropped: AtomicU64,
     /// Flushes put off because the writer was still committing the previous batch (ingest
     /// pauses meanwhile, see `ingest_pauses`).
     pub flushes_deferred: AtomicU64,
     /// Batches handed to the writer and not yet committed.
     pub pending: AtomicU64,
+    /// Parts of flushes handed to the writer (a flush is one part per `flush_chunk_flows`
+    /// changed flows, at least one).
+    pub parts: AtomicU64,
     /// Events that left the in-memory log before a flush could store them.
     pub events_missed: AtomicU64,
     /// Times a receive thread waited for the store (the next batch was due and not yet
@@ -842,134 +895,250 @@ impl StoreStats {
     }
 }
 
-/// Takes what changed since the last flush out of the live state. Each shard is locked only to
-/// copy its changed rows out (paths are shared, serialized later by the writer).
+/// Takes what changed since the last flush out of the live state, as one batch (tests, the
+/// store bench; the collector streams a flush in parts with [`FlushTake`]).
 pub fn collect_batch(
     state: &State,
     last_event: &mut u64,
     raw: Vec<(u64, IpAddr, Vec<u8>)>,
     stats: &StoreStats,
 ) -> Batch {
-    let mut b = Batch {
-        time_ns: state.last_time_ns(),
-        raw,
-        ..Batch::default()
-    };
-    let (mut flows_expired, mut suppressed) = (0u64, 0u64);
-    state.each_flow_shard(|shard| {
-        flows_expired += shard.flows_expired;
-        suppressed += shard.raiser.suppressed;
-        for key in std::mem::take(&mut shard.dirty_flows) {
-            if let Some(f) = shard.flows.get_mut(&key) {
-                f.dirty = false;
-                b.flows.push(FlowRow {
-                    key: f.key,
-                    first_seen_ns: f.first_seen_ns,
-                    last_seen_ns: f.last_seen_ns,
-                    reports: f.reports,
-                    drops: f.drops,
-                    last_drop_reason: f.last_drop_reason,
-                    path: Arc::clone(&f.path),
-                    live_id: f.id,
-                    path_changes: f.path_changes,
-                    e2e_p50: f.e2e.quantile(0.5),
-                    e2e_p99: f.e2e.quantile(0.99),
-                    interval: Some(std::mem::take(&mut f.interval)).filter(|v| v.samples > 0),
-                });
+    let mut take = FlushTake::new(state, last_event, raw, stats, usize::MAX);
+    let b = take.next().unwrap_or_default();
+    debug_assert!(!b.more && take.next().is_none());
+    b
+}
+
+/// One flush, taken from the live state in parts of at most `chunk` flow rows each, so the
+/// flush's memory is bounded by the chunk whatever the number of changed flows (see
+/// `docs/collector-store.md`, Memory). [`FlushTake::new`] takes, under each shard's lock, the
+/// keys of its changed flows (moving the shard's list, no copy) and everything but the flows:
+/// events, queue and port aggregates, counters, raw datagrams, which go in the first part. Each
+/// part then copies the rows of the next `chunk` keys, shard by shard under its lock. A flow
+/// that changes after its keys were taken and before its row is copied is written with its
+/// newer counts (nothing is lost); one that changes after its row was copied is in the next
+/// flush.
+#[derive(Debug)]
+pub struct FlushTake<'a> {
+    state: &'a State,
+    /// The changed flows' keys not yet copied, per shard. [`State::each_flow_shard`] visits the
+    /// shards in no fixed order (free ones first), so a shard is known by its address, which
+    /// stays put while the state lives.
+    keys: Vec<(usize, Vec<intscope_wire::locate::FlowKey>)>,
+    /// How many keys are left in `keys`.
+    left: usize,
+    /// The first part's content (taken at once), until it is handed out.
+    head: Option<Batch>,
+    /// Most flow rows a part holds.
+    chunk: usize,
+    time_ns: u64,
+    done: bool,
+}
+
+impl<'a> FlushTake<'a> {
+    /// Takes the flush's keys and non-flow content (see the type's documentation); `chunk` is
+    /// the most flow rows a part holds (at least 1).
+    pub fn new(
+        state: &'a State,
+        last_event: &mut u64,
+        raw: Vec<(u64, IpAddr, Vec<u8>)>,
+        stats: &StoreStats,
+        chunk: usize,
+    ) -> Self {
+        let mut b = Batch {
+            time_ns: state.last_time_ns(),
+            raw,
+            ..Batch::default()
+        };
+        let (mut flows_expired, mut suppressed) = (0u64, 0u64);
+        let mut keys = Vec::with_capacity(state.shards());
+        state.each_flow_shard(|shard| {
+            flows_expired += shard.flows_expired;
+            suppressed += shard.raiser.suppressed;
+            let taken = std::mem::take(&mut shard.dirty_flows);
+            keys.push((shard_id(shard), taken));
+        });
+        let left = keys.iter().map(|(_, k)| k.len()).sum();
+        {
+            let log = state.events();
+            if let Some(first) = log.events().front()
+                && first.id > *last_event
+            {
+                stats
+                    .events_missed
+                    .fetch_add(first.id - *last_event, Ordering::Relaxed);
+            }
+            b.events = log
+                .events()
+                .iter()
+                .filter(|e| e.id >= *last_event)
+                .cloned()
+                .collect();
+            *last_event = log.next_id();
+            for (kind, n) in log.counts() {
+                b.totals.push((format!("events_{}", kind.label()), *n));
             }
         }
-    });
-    {
-        let log = state.events();
-        if let Some(first) = log.events().front()
-            && first.id > *last_event
-        {
-            stats
-                .events_missed
-                .fetch_add(first.id - *last_event, Ordering::Relaxed);
-        }
-        b.events = log
-            .events()
-            .iter()
-            .filter(|e| e.id >= *last_event)
-            .cloned()
-            .collect();
-        *last_event = log.next_id();
-        for (kind, n) in log.counts() {
-            b.totals.push((format!("events_{}", kind.label()), *n));
-        }
-    }
-    let mut counters = crate::state::RecordCounters::default();
-    let mut lost = 0u64;
-    state.each_fabric_shard(|shard| {
-        counters.v2 += shard.counters.v2;
-        counters.v1 += shard.counters.v1;
-        counters.v05 += shard.counters.v05;
-        counters.without_flow += shard.counters.without_flow;
-        lost += shard.seq.total_lost();
-        suppressed += shard.raiser.suppressed;
-        for (&node, n) in &mut shard.nodes {
-            for (&port, ps) in &mut n.ports {
-                for (queue, qs) in ps.queues_mut() {
-                    let a = std::mem::take(&mut qs.interval);
-                    if a.samples > 0 {
-                        b.queues.push(AggRow {
+        let mut counters = crate::state::RecordCounters::default();
+        let mut lost = 0u64;
+        state.each_fabric_shard(|shard| {
+            counters.v2 += shard.counters.v2;
+            counters.v1 += shard.counters.v1;
+            counters.v05 += shard.counters.v05;
+            counters.without_flow += shard.counters.without_flow;
+            lost += shard.seq.total_lost();
+            suppressed += shard.raiser.suppressed;
+            for (&node, n) in &mut shard.nodes {
+                for (&port, ps) in &mut n.ports {
+                    for (queue, qs) in ps.queues_mut() {
+                        let a = std::mem::take(&mut qs.interval);
+                        if a.samples > 0 {
+                            b.queues.push(AggRow {
+                                node_id: node,
+                                port,
+                                queue_id: Some(queue),
+                                samples: a.samples,
+                                avg: a.sum as f64 / a.samples as f64,
+                                max: a.max,
+                                drops: 0,
+                            });
+                        }
+                    }
+                    let a = std::mem::take(&mut ps.interval);
+                    if a.samples > 0 || a.drops > 0 {
+                        let avg = if a.samples > 0 {
+                            a.sum as f64 / a.samples as f64
+                        } else {
+                            0.0
+                        };
+                        b.ports.push(AggRow {
                             node_id: node,
                             port,
-                            queue_id: Some(queue),
+                            queue_id: None,
                             samples: a.samples,
-                            avg: a.sum as f64 / a.samples as f64,
+                            avg,
                             max: a.max,
-                            drops: 0,
+                            drops: a.drops,
                         });
                     }
                 }
-                let a = std::mem::take(&mut ps.interval);
-                if a.samples > 0 || a.drops > 0 {
-                    let avg = if a.samples > 0 {
-                        a.sum as f64 / a.samples as f64
-                    } else {
-                        0.0
-                    };
-                    b.ports.push(AggRow {
-                        node_id: node,
-                        port,
-                        queue_id: None,
-                        samples: a.samples,
-                        avg,
-                        max: a.max,
-                        drops: a.drops,
-                    });
-                }
             }
+        });
+        b.totals.extend(
+            [
+                ("reports_v2", counters.v2),
+                ("reports_v1", counters.v1),
+                ("reports_v05", counters.v05),
+                ("reports_without_flow", counters.without_flow),
+                ("reports_lost", lost),
+                ("flows_expired", flows_expired),
+                ("events_suppressed", suppressed),
+            ]
+            .map(|(k, v)| (k.to_string(), v)),
+        );
+        FlushTake {
+            state,
+            keys,
+            left,
+            time_ns: b.time_ns,
+            head: Some(b),
+            chunk: chunk.max(1),
+            done: false,
         }
-    });
-    b.totals.extend(
-        [
-            ("reports_v2", counters.v2),
-            ("reports_v1", counters.v1),
-            ("reports_v05", counters.v05),
-            ("reports_without_flow", counters.without_flow),
-            ("reports_lost", lost),
-            ("flows_expired", flows_expired),
-            ("events_suppressed", suppressed),
-        ]
-        .map(|(k, v)| (k.to_string(), v)),
-    );
-    b
+    }
+
+    /// Changed flows whose rows are not yet taken.
+    pub fn flows_left(&self) -> usize {
+        self.left
+    }
+}
+
+impl Iterator for FlushTake<'_> {
+    type Item = Batch;
+
+    /// The next part: the first one holds the non-flow content; every part but the last has
+    /// `more` set.
+    fn next(&mut self) -> Option<Batch> {
+        if self.done {
+            return None;
+        }
+        let mut b = self.head.take().unwrap_or_else(|| Batch {
+            time_ns: self.time_ns,
+            ..Batch::default()
+        });
+        let cap = self.chunk.min(self.left);
+        if cap > 0 {
+            b.flows.reserve_exact(cap);
+            let (keys, left) = (&mut self.keys, &mut self.left);
+            self.state.each_flow_shard(|shard| {
+                let id = shard_id(shard);
+                let Some((_, shard_keys)) = keys.iter_mut().find(|(s, _)| *s == id) else {
+                    return;
+                };
+                while b.flows.len() < cap
+                    && let Some(key) = shard_keys.pop()
+                {
+                    *left -= 1;
+                    // Not dirty: the flow went away and its key came back as a new flow,
+                    // listed again for the next flush (or this row was already copied).
+                    if let Some(f) = shard.flows.get_mut(&key)
+                        && f.dirty
+                    {
+                        f.dirty = false;
+                        b.flows.push(flow_row(f));
+                    }
+                }
+                if shard_keys.is_empty() {
+                    // Its memory goes back as the flush proceeds.
+                    *shard_keys = Vec::new();
+                }
+            });
+        }
+        b.more = self.left > 0;
+        self.done = !b.more;
+        Some(b)
+    }
+}
+
+/// A flow shard's identity within its state (see [`FlushTake`]'s `keys`).
+fn shard_id(shard: &crate::flow_shard::FlowShard) -> usize {
+    std::ptr::from_ref(shard).addr()
+}
+
+/// A live flow's stored row; takes the flow's interval (the next starts empty).
+fn flow_row(f: &mut crate::flow::FlowState) -> FlowRow {
+    FlowRow {
+        key: f.key,
+        first_seen_ns: f.first_seen_ns,
+        last_seen_ns: f.last_seen_ns,
+        reports: f.reports,
+        drops: f.drops,
+        last_drop_reason: f.last_drop_reason,
+        path: Arc::clone(&f.path),
+        live_id: f.id,
+        path_changes: f.path_changes,
+        e2e_p50: f.e2e.quantile(0.5),
+        e2e_p99: f.e2e.quantile(0.99),
+        interval: Some(std::mem::take(&mut f.interval)).filter(|v| v.samples > 0),
+    }
 }
 
 /// How often the writer re-reads the row counts for `/api/stats` (a count is a table scan).
 const SNAPSHOT_EVERY: Duration = Duration::from_secs(2);
 
-/// The writer thread: commits batches in order; prunes every minute; refreshes the
-/// [`StoreStats::snapshot`] the API shows.
+/// Parts a flush may have queued between the flusher and the writer: none, the flusher hands a
+/// part over only when the writer takes it (so at most two parts of flow rows exist at once:
+/// the one being written and the one being handed over).
+pub const WRITER_QUEUE: usize = 0;
+
+/// The writer thread: commits flushes in order, each flush's parts in one transaction; prunes
+/// every 60 flushes; refreshes the [`StoreStats::snapshot`] the API shows.
 pub fn spawn_writer(
     store: Arc<dyn Store>,
     cfg: StoreConfig,
     stats: Arc<StoreStats>,
 ) -> (SyncSender<Batch>, JoinHandle<()>) {
-    let (tx, rx): (SyncSender<Batch>, Receiver<Batch>) = sync_channel(8);
+    let (tx, rx): (SyncSender<Batch>, Receiver<Batch>) = sync_channel(WRITER_QUEUE);
     if cfg.backpressure {
         stats.writer_started(Duration::from_millis(cfg.flush_interval_ms.max(10)));
     }
@@ -991,9 +1160,17 @@ pub fn spawn_writer(
             };
             *lock(&stats.snapshot) = Some(snapshot(&*store));
             let mut snapshot_at = Some(Instant::now());
-            for batch in rx {
-                let written = store.write(&batch);
-                stats.batch_done(batch.taken_at);
+            while let Ok(first) = rx.recv() {
+                let (taken_at, time_ns) = (first.taken_at, first.time_ns);
+                let mut parts = Parts {
+                    first: Some(first),
+                    rx: &rx,
+                    done: false,
+                };
+                let written = store.write_parts(&mut parts);
+                // A failed flush's remaining parts are not written; the next flush starts clean.
+                parts.by_ref().for_each(drop);
+                stats.batch_done(taken_at);
                 match written {
                     Ok(()) => {
                         stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -1005,9 +1182,8 @@ pub fn spawn_writer(
                 }
                 n += 1;
                 if n.is_multiple_of(60) {
-                    let horizon = batch
-                        .time_ns
-                        .saturating_sub(cfg.retention_hours * 3_600_000_000_000);
+                    let horizon =
+                        time_ns.saturating_sub(cfg.retention_hours * 3_600_000_000_000);
                     if let Err(e) = store.prune(horizon, cfg.raw_reports) {
                         tracing::error!("store prune failed: {e}");
                     }
@@ -1022,30 +1198,32 @@ pub fn spawn_writer(
     (tx, handle)
 }
 
-/// Hands a batch to the writer without blocking the caller; a full queue is counted and logged.
-fn submit(tx: &SyncSender<Batch>, batch: Batch, stats: &StoreStats) {
-    stats.pending.fetch_add(1, Ordering::AcqRel);
-    match tx.try_send(batch) {
-        Ok(()) => {}
-        Err(TrySendError::Full(_)) => {
-            stats.pending.fetch_sub(1, Ordering::AcqRel);
-            let n = stats.backlog_dropped.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                dropped_batches = n + 1,
-                "store writer behind: batch dropped"
-            );
+/// The parts of one flush as the writer receives them: up to the one without `more` (or the
+/// flusher's end).
+struct Parts<'a> {
+    first: Option<Batch>,
+    rx: &'a Receiver<Batch>,
+    done: bool,
+}
+
+impl Iterator for Parts<'_> {
+    type Item = Batch;
+
+    fn next(&mut self) -> Option<Batch> {
+        if self.done {
+            return None;
         }
-        Err(TrySendError::Disconnected(_)) => {
-            stats.pending.fetch_sub(1, Ordering::AcqRel);
-            stats.failed.fetch_add(1, Ordering::Relaxed);
-        }
+        let part = self.first.take().or_else(|| self.rx.recv().ok());
+        self.done = part.as_ref().is_none_or(|p| !p.more);
+        part
     }
 }
 
 /// Takes batches from the live state for the writer, one at a time: while the previous batch is
 /// still being committed the flush is put off, and the receive threads, in
 /// [`StoreStats::wait_for_writer`], stop adding to the live state once it holds a full interval
-/// not yet committed, so no batch covers more than one interval of input.
+/// not yet committed, so no batch covers more than one interval of input. A flush's parts are
+/// handed over one by one as the writer takes them ([`WRITER_QUEUE`]).
 #[derive(Debug)]
 pub struct Flusher {
     tx: SyncSender<Batch>,
@@ -1061,27 +1239,58 @@ impl Flusher {
     /// A flush is due: takes a batch with `take` and hands it over, or defers it while the writer
     /// is busy (returns whether a batch was handed over).
     pub fn offer(&self, take: impl FnOnce() -> Option<Batch>) -> bool {
+        self.offer_parts(|| take().map(std::iter::once))
+    }
+
+    /// [`Flusher::offer`] for a flush in parts ([`FlushTake`]): each part is handed over when
+    /// the writer takes it, so the flusher waits on the writer meanwhile (the receive threads
+    /// do not: they wait only at the back-pressure gate).
+    pub fn offer_parts<I: Iterator<Item = Batch>>(&self, take: impl FnOnce() -> Option<I>) -> bool {
         if self.stats.pending.load(Ordering::Acquire) > 0 {
             self.stats.flushes_deferred.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let Some(mut batch) = take() else {
-            return false;
-        };
-        batch.taken_at = Some(Instant::now());
-        submit(&self.tx, batch, &self.stats);
-        true
+        self.hand_over(take)
     }
 
     /// The last flush, at shutdown: waits for the writer to take it.
     pub fn finish(self, take: impl FnOnce() -> Option<Batch>) {
-        if let Some(mut batch) = take() {
-            batch.taken_at = Some(Instant::now());
-            self.stats.pending.fetch_add(1, Ordering::AcqRel);
-            if self.tx.send(batch).is_err() {
-                self.stats.pending.fetch_sub(1, Ordering::AcqRel);
-                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+        self.finish_parts(|| take().map(std::iter::once));
+    }
+
+    /// [`Flusher::finish`] for a flush in parts.
+    pub fn finish_parts<I: Iterator<Item = Batch>>(self, take: impl FnOnce() -> Option<I>) {
+        self.hand_over(take);
+    }
+
+    /// Takes a flush and hands its parts over, each stamped with when the take began (input
+    /// from then on may be missing from the flush). A part without `more` ends the flush; if
+    /// the parts run out before one, an empty part ends it.
+    fn hand_over<I: Iterator<Item = Batch>>(&self, take: impl FnOnce() -> Option<I>) -> bool {
+        let taken_at = Some(Instant::now());
+        let Some(parts) = take() else {
+            return false;
+        };
+        self.stats.pending.fetch_add(1, Ordering::AcqRel);
+        let mut ended = false;
+        let mut gone = false;
+        for mut part in parts.chain(std::iter::once(Batch::default())) {
+            part.taken_at = taken_at;
+            ended = !part.more;
+            if self.tx.send(part).is_err() {
+                gone = true;
+                break;
+            }
+            self.stats.parts.fetch_add(1, Ordering::Relaxed);
+            if ended {
+                break;
             }
         }
+        if gone {
+            // The writer is gone: no commit will count this flush.
+            self.stats.pending.fetch_sub(1, Ordering::AcqRel);
+            self.stats.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        ended && !gone
     }
 }

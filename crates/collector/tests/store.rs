@@ -4,8 +4,8 @@ mod common;
 
 use common::*;
 use intscope_collector::store::{
-    Batch, Flusher, HistoryQuery, SqliteStore, Store, StoreConfig, StoreError, StoreStats,
-    collect_batch, spawn_writer,
+    Batch, FlushTake, Flusher, HistoryQuery, SqliteStore, Store, StoreConfig, StoreError,
+    StoreStats, collect_batch, spawn_writer,
 };
 
 #[test]
@@ -435,4 +435,179 @@ fn without_backpressure_ingest_never_waits() {
     drop(tx);
     writer.join().unwrap();
     assert_eq!(stats.ingest_pauses.load(Relaxed), 0);
+}
+
+/// A store that records each flush's parts (flow rows per part) and how far the flusher ever
+/// got ahead of it (parts handed over beyond those the writer had received).
+struct PartsStore {
+    stats: std::sync::Arc<StoreStats>,
+    flushes: std::sync::Mutex<Vec<Vec<usize>>>,
+    received: std::sync::atomic::AtomicU64,
+    ahead: std::sync::atomic::AtomicU64,
+}
+
+impl Store for PartsStore {
+    fn write(&self, b: &Batch) -> Result<(), StoreError> {
+        self.flushes.lock().unwrap().push(vec![b.flows.len()]);
+        Ok(())
+    }
+    fn write_parts(&self, parts: &mut dyn Iterator<Item = Batch>) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mut rows = Vec::new();
+        for p in parts {
+            rows.push(p.flows.len());
+            let received = self.received.fetch_add(1, SeqCst) + 1;
+            // Time for the flusher to run ahead, if anything lets it.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let handed = self.stats.parts.load(SeqCst);
+            self.ahead
+                .fetch_max(handed.saturating_sub(received), SeqCst);
+        }
+        self.flushes.lock().unwrap().push(rows);
+        Ok(())
+    }
+    fn prune(&self, _: u64, _: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn next_event_id(&self) -> Result<u64, StoreError> {
+        Ok(1)
+    }
+    fn events(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn flows(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn queue_series(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn flow_series(
+        &self,
+        _: &intscope_collector::event::FlowRef,
+        _: &HistoryQuery,
+    ) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+    fn counts(&self) -> Result<serde_json::Value, StoreError> {
+        Ok(serde_json::Value::Null)
+    }
+}
+
+/// A state holding `flows` changed flows (one report each, with latency samples).
+fn state_with_flows(flows: u16) -> intscope_collector::state::State {
+    let mut s = state();
+    for f in 0..flows {
+        let r = Rep::new(f, &[H(1, 2, 900, 10)], H(2, 3, 900, 10));
+        feed(&mut s, &r.datagram(), S);
+    }
+    s
+}
+
+/// The flush's memory is bounded in shape: a flush of 5 000 changed flows with a chunk of
+/// 1 000 reaches the writer as five parts of 1 000 rows in one `write_parts` (one transaction),
+/// and the flusher never has a part queued beyond the one the writer is writing (it builds the
+/// next part only while it waits to hand it over), whatever the number of changed flows.
+#[test]
+fn a_flush_is_streamed_in_parts_of_at_most_the_chunk_with_no_queue() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering::SeqCst;
+    let s = state_with_flows(5000);
+    let stats = Arc::new(StoreStats::default());
+    let store = Arc::new(PartsStore {
+        stats: Arc::clone(&stats),
+        flushes: Default::default(),
+        received: Default::default(),
+        ahead: Default::default(),
+    });
+    let (tx, writer) = spawn_writer(store.clone(), StoreConfig::default(), Arc::clone(&stats));
+    let flusher = Flusher::new(tx, Arc::clone(&stats));
+    let mut last_event = 1;
+    assert!(flusher.offer_parts(|| {
+        let take = FlushTake::new(&s, &mut last_event, Vec::new(), &stats, 1000);
+        assert_eq!(take.flows_left(), 5000);
+        Some(take)
+    }));
+    // Nothing changed since: the last flush is one part without flows.
+    flusher.finish_parts(|| {
+        Some(FlushTake::new(
+            &s,
+            &mut last_event,
+            Vec::new(),
+            &stats,
+            1000,
+        ))
+    });
+    writer.join().unwrap();
+    assert_eq!(*store.flushes.lock().unwrap(), [vec![1000; 5], vec![0]]);
+    assert_eq!(
+        store.ahead.load(SeqCst),
+        0,
+        "the flusher handed parts over before the writer took them"
+    );
+    assert_eq!(stats.parts.load(SeqCst), 6);
+    assert_eq!(stats.batches.load(SeqCst), 2);
+    assert_eq!(stats.pending.load(SeqCst), 0);
+}
+
+/// A flush streamed in parts stores exactly what the same flush taken whole stores: every flow
+/// row and every flow_stats row, once.
+#[test]
+fn a_flush_in_parts_stores_what_a_whole_flush_stores() {
+    use std::sync::Arc;
+    let dirs: Vec<_> = ["whole", "parts"]
+        .iter()
+        .map(|k| {
+            let d = std::env::temp_dir().join(format!("intscope-store-{k}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            d
+        })
+        .collect();
+    let whole = SqliteStore::open(&dirs[0]).unwrap();
+    let stats = Arc::new(StoreStats::default());
+    let s = state_with_flows(3000);
+    whole
+        .write(&collect_batch(&s, &mut 1, Vec::new(), &stats))
+        .unwrap();
+
+    let parts = Arc::new(SqliteStore::open(&dirs[1]).unwrap());
+    let (tx, writer) = spawn_writer(parts.clone(), StoreConfig::default(), Arc::clone(&stats));
+    let flusher = Flusher::new(tx, Arc::clone(&stats));
+    let s = state_with_flows(3000);
+    flusher.finish_parts(|| Some(FlushTake::new(&s, &mut 1, Vec::new(), &stats, 700)));
+    writer.join().unwrap();
+    assert_eq!(stats.parts.load(std::sync::atomic::Ordering::SeqCst), 5);
+
+    let counts = whole.counts().unwrap();
+    assert_eq!(counts["flows"], 3000);
+    assert_eq!(counts["flow_stats"], 3000);
+    assert_eq!(parts.counts().unwrap(), counts);
+    let sorted = |st: &SqliteStore| {
+        let q = HistoryQuery {
+            limit: Some(10_000),
+            ..HistoryQuery::default()
+        };
+        let mut rows: Vec<String> = st.flows(&q).unwrap()["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.to_string())
+            .collect();
+        rows.sort();
+        rows
+    };
+    assert_eq!(sorted(&parts), sorted(&whole));
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// A flow row's size is what the memory bound of a flush (`docs/collector-store.md`, Memory)
+/// counts on: two parts of `flush_chunk_flows` rows of at most 256 bytes each.
+#[test]
+fn a_flow_row_stays_small() {
+    let row = std::mem::size_of::<intscope_collector::store::FlowRow>();
+    assert!(
+        row <= 256,
+        "FlowRow is {row} bytes: update the memory bound"
+    );
 }
