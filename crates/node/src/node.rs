@@ -9,32 +9,18 @@
 //!
 //! Report filters are [`crate::filter`], known INT domains [`crate::domain`], the byte editing
 //! with its length and checksum upkeep [`crate::frame`].
-use std::net::IpAddr;
 
-use etherparse::PacketBuilder;
-use intscope_wire::destination::{Destination, DestinationRepr};
-use intscope_wire::domain::Mode as DsMode;
-use intscope_wire::encap::GPE_NEXT_PROTO_INT;
 use intscope_wire::int::{AnyShim, IntHeader};
-use intscope_wire::locate::{DetectConfig, DscpMatch, FlowKey, Packet, Start};
-use intscope_wire::md::{MD_HEADER_LEN, MdHeaderRepr};
-use intscope_wire::metadata::{BIT15, Format, HopMetadata, NODE_ID, RESERVED_BITS};
-use intscope_wire::mx::{MX_HEADER_LEN, MxHeaderRepr};
-use intscope_wire::report::{
-    GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05_DROP_LEN, V05_FIXED_LEN, V05_LOCAL_LEN,
-    V05FixedRepr, V05SwitchRepr,
-};
-use intscope_wire::shim::{
-    GENEVE_INT_OPTION_CLASS, GeneveOptionRepr, GpeShimRepr, GreShimRepr, SHIM_LEN, Shim,
-    TcpUdpShim, TcpUdpShimRepr,
-};
+use intscope_wire::locate::{DetectConfig, DscpMatch, Packet, Start};
+use intscope_wire::shim::{Shim, TcpUdpShimRepr};
 
 use crate::config::{
-    ConfigError, DropReports, MarkedWithoutInt, Mode, MtuAction, NodeConfig, ProbeConfig,
-    ReportCategory, ReportFormat, Role, SinkMetadata, SourceEncap, Unsupported, WatchEntry,
+    ConfigError, MarkedWithoutInt, Mode, MtuAction, NodeConfig, Role, SinkMetadata, SourceEncap,
+    WatchEntry,
 };
-use crate::domain::DsReport;
 use crate::filter::ReportFilter;
+use crate::frame::{self, Layout};
+use crate::telemetry::Telemetry;
 
 mod postcard;
 mod report;
@@ -43,11 +29,9 @@ mod source;
 mod transit;
 mod watch;
 
-use crate::frame::{self, Layout};
-use crate::telemetry::Telemetry;
-use report::{DsFields, ReportFlags, mx_body};
-use source::{GENEVE_OPTION_MAX, Insertion};
-use watch::{Watch, watchlist};
+use report::DsFields;
+use source::Insertion;
+use watch::watchlist;
 
 /// What happened to a frame.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

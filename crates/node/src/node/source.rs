@@ -2,13 +2,29 @@
 //! and what else it inserts, one function per encapsulation; clones and probe packets (§"INT
 //! Applied to Synthetic Traffic").
 
-use super::*;
-use intscope_wire::encap::GreRepr;
+use super::Node;
+use super::watch::Watch;
+use crate::config::{Mode, ProbeConfig, SourceEncap, WatchEntry};
+use crate::frame::{self, Layout};
+use crate::telemetry::Telemetry;
+use etherparse::PacketBuilder;
+use intscope_wire::destination::{Destination, DestinationRepr};
+use intscope_wire::domain::Mode as DsMode;
+use intscope_wire::encap::{GPE_NEXT_PROTO_INT, GreRepr};
 use intscope_wire::ip::{
     IPV4_MIN_LEN, IPV6_LEN, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, ethertype, protocol,
 };
+use intscope_wire::locate::{FlowKey, Packet, Start};
+use intscope_wire::md::{MD_HEADER_LEN, MdHeaderRepr};
+use intscope_wire::metadata::Format;
+use intscope_wire::mx::MxHeaderRepr;
+use intscope_wire::shim::{
+    GENEVE_INT_OPTION_CLASS, GeneveOptionRepr, GpeShimRepr, GreShimRepr, SHIM_LEN, Shim,
+    TcpUdpShimRepr,
+};
 use intscope_wire::tunnel::{GenevePacket, GrePacket, VXLAN_LEN, VxlanPacket};
 use intscope_wire::udp::{UDP_HEADER_LEN, UdpPacket, UdpRepr};
+use std::net::IpAddr;
 
 /// What a source did to a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
