@@ -9,32 +9,18 @@
 //!
 //! Report filters are [`crate::filter`], known INT domains [`crate::domain`], the byte editing
 //! with its length and checksum upkeep [`crate::frame`].
-use std::net::IpAddr;
 
-use etherparse::PacketBuilder;
-use intscope_wire::destination::{Destination, DestinationRepr};
-use intscope_wire::domain::Mode as DsMode;
-use intscope_wire::encap::GPE_NEXT_PROTO_INT;
 use intscope_wire::int::{AnyShim, IntHeader};
 use intscope_wire::locate::{DetectConfig, DscpMatch, FlowKey, Packet, Start};
-use intscope_wire::md::{MD_HEADER_LEN, MdHeaderRepr};
-use intscope_wire::metadata::{BIT15, Format, HopMetadata, NODE_ID, RESERVED_BITS};
-use intscope_wire::mx::{MX_HEADER_LEN, MxHeaderRepr};
-use intscope_wire::report::{
-    GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05_DROP_LEN, V05_FIXED_LEN, V05_LOCAL_LEN,
-    V05FixedRepr, V05SwitchRepr,
-};
-use intscope_wire::shim::{
-    GENEVE_INT_OPTION_CLASS, GeneveOptionRepr, GpeShimRepr, GreShimRepr, SHIM_LEN, Shim,
-    TcpUdpShim, TcpUdpShimRepr,
-};
+use intscope_wire::shim::{Shim, TcpUdpShimRepr};
 
 use crate::config::{
-    ConfigError, DropReports, MarkedWithoutInt, Mode, MtuAction, NodeConfig, ProbeConfig,
-    ReportCategory, ReportFormat, Role, SinkMetadata, SourceEncap, Unsupported, WatchEntry,
+    ConfigError, MarkedWithoutInt, Mode, MtuAction, NodeConfig, Role, SinkMetadata, SourceEncap,
+    WatchEntry,
 };
-use crate::domain::DsReport;
 use crate::filter::ReportFilter;
+use crate::frame::{self, Layout};
+use crate::telemetry::Telemetry;
 
 mod postcard;
 mod report;
@@ -43,11 +29,9 @@ mod source;
 mod transit;
 mod watch;
 
-use crate::frame::{self, Layout};
-use crate::telemetry::Telemetry;
-use report::{DsFields, ReportFlags, mx_body};
-use source::{GENEVE_OPTION_MAX, Insertion};
-use watch::{Watch, watchlist};
+use report::DsFields;
+use source::Insertion;
+use watch::watchlist;
 
 /// What happened to a frame.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -261,6 +245,16 @@ impl Node {
         // follow it through every congested queue).
         let report_traffic =
             matches!(&located, Err(Some((layout, _))) if self.is_report(layout, frame));
+        let located = match located {
+            Ok(Some(int)) => {
+                // INT in the packet: its source's watchlist decided; this node's is not read.
+                let congested = self.filter.has_queues() && self.congested(tel);
+                self.int_packet(frame, tel, &mut out, int, flow, congested);
+                self.stats.reports += out.reports.len() as u64;
+                return out;
+            }
+            other => other,
+        };
         // The watchlist entry of an INT-free packet, with the node's defaults filled in.
         let watch = match &located {
             Err(Some((_, flow))) if !report_traffic => self.watched(tel, flow, inner_flow.as_ref()),
@@ -329,7 +323,31 @@ impl Node {
                     out.reports.extend(r);
                 }
             }
-            (Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))), _)
+            (_, located, watch) => {
+                self.stats.untouched += 1;
+                // Watched by the source's watchlist (INT in the packet) or this node's.
+                let tracked = matches!(located, Ok(Some(_))) || watch.is_some();
+                out.reports
+                    .extend(self.queue_report(frame, tel, congested, tracked));
+            }
+        }
+        self.stats.reports += out.reports.len() as u64;
+        out
+    }
+
+    /// A packet carrying INT, handed to this node's role (INT v2.1 §"INT Transit Hop Node",
+    /// §"INT Sink Node"); anything else goes on untouched, with a queue report if due.
+    fn int_packet(
+        &mut self,
+        frame: &mut Vec<u8>,
+        tel: &dyn Telemetry,
+        out: &mut Outcome,
+        int: (usize, AnyShim, IntHeader, Option<Layout>),
+        flow: Option<FlowKey>,
+        congested: bool,
+    ) {
+        match (self.cfg.role, int) {
+            (Role::Transit, (off, shim, IntHeader::Md(h), Some(l)))
                 if self.cfg.on_mtu_exceeded == MtuAction::IntermediateReport
                     && h.remaining_hop_count > 0
                     && l.ip_len + usize::from(h.hop_ml) * 4 > self.cfg.mtu =>
@@ -340,21 +358,21 @@ impl Node {
                 out.reports
                     .extend(self.queue_report(frame, tel, congested, true));
             }
-            (Role::Transit, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))), _) => {
+            (Role::Transit, (off, shim, IntHeader::Md(h), Some(l))) => {
                 if congested {
                     out.reports
                         .extend(self.queue_report(frame, tel, congested, true));
                 }
                 self.transit(frame, &l, off, shim, h, tel)
             }
-            (Role::Transit, Ok(Some((off, shim, IntHeader::Mx(h), l))), _) => {
+            (Role::Transit, (off, shim, IntHeader::Mx(h), l)) => {
                 out.reports
                     .extend(self.mx_report(frame, off, shim, &h, flow, tel, congested));
                 if let Some(l) = l {
                     self.set_mx_ds_flags(frame, &l, off, &h);
                 }
             }
-            (Role::Sink, Ok(Some((off, shim, IntHeader::Md(h), Some(l)))), _) => {
+            (Role::Sink, (off, shim, IntHeader::Md(h), Some(l))) => {
                 if self.cfg.sink_metadata == SinkMetadata::Stack {
                     // Option 1: push our metadata like a transit hop, then report the stack.
                     self.transit(frame, &l, off, shim, h, tel);
@@ -382,7 +400,7 @@ impl Node {
                     out.forward = false;
                 }
             }
-            (Role::Sink, Ok(Some((off, shim, IntHeader::Mx(h), _))), _) => {
+            (Role::Sink, (off, shim, IntHeader::Mx(h), _)) => {
                 out.reports
                     .extend(self.mx_report(frame, off, shim, &h, flow, tel, congested));
                 out.destination = self.consume_destination(frame, off, shim);
@@ -392,16 +410,12 @@ impl Node {
                     out.forward = false;
                 }
             }
-            (_, located, watch) => {
+            _ => {
                 self.stats.untouched += 1;
-                // Watched by the source's watchlist (INT in the packet) or this node's.
-                let tracked = matches!(located, Ok(Some(_))) || watch.is_some();
                 out.reports
-                    .extend(self.queue_report(frame, tel, congested, tracked));
+                    .extend(self.queue_report(frame, tel, congested, true));
             }
         }
-        self.stats.reports += out.reports.len() as u64;
-        out
     }
 
     fn is_report(&self, l: &Layout, frame: &[u8]) -> bool {

@@ -8,9 +8,10 @@
 //! follow it (as for MD and MX), right after the MD or MX block; NPT and the shim's last 16 bits
 //! repeat the preceding shim's, so either shim restores the packet.
 //!
-//! Panic contract: after [`Destination::new_checked`] succeeds no accessor panics;
-//! [`DestinationRepr::emit`] never panics into a buffer of [`DestinationRepr::buffer_len`] bytes
-//! (it returns an error for a shorter one).
+//! Panic contract: after [`Destination::new_checked`] (or [`Destination::new_for_emit`])
+//! succeeds no accessor or setter panics; [`DestinationRepr::emit`] writes into a view and
+//! returns an error, writing nothing, when the view does not hold
+//! [`DestinationRepr::buffer_len`] bytes.
 
 use crate::error::{Error, Layer, Result, check_len};
 use crate::field::{be16, put16};
@@ -83,10 +84,46 @@ impl<T: AsRef<[u8]>> Destination<T> {
     }
 }
 
+impl Destination<&mut [u8]> {
+    /// Wraps `buffer` to emit a [`DestinationRepr`] into: checks it holds the shim and writes
+    /// Type 2 with an empty body, so the view's invariant holds before the Repr fills it.
+    pub fn new_for_emit(buffer: &mut [u8]) -> Result<Destination<&mut [u8]>> {
+        check_len(Layer::IntShim, buffer, SHIM_LEN)?;
+        buffer[field::TYPE_NPT] = DESTINATION_TYPE << 4;
+        buffer[field::LENGTH] = 0;
+        Ok(Destination { buffer })
+    }
+}
+
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Destination<T> {
     /// Sets the shim's last 16 bits.
     pub fn set_content(&mut self, v: u16) {
         put16(self.buffer.as_mut(), field::CONTENT, v);
+    }
+
+    /// Sets NPT (the low 2 bits of `npt`).
+    pub fn set_npt(&mut self, npt: u8) {
+        let b = self.buffer.as_mut();
+        b[field::TYPE_NPT] = (b[field::TYPE_NPT] & 0xf3) | ((npt & 0x3) << 2);
+    }
+
+    /// Sets the body to `body`, Length with it; an error, writing nothing, when `body` is not
+    /// whole words of at most [`MAX_BODY_LEN`] bytes or the buffer does not hold it.
+    pub fn set_body(&mut self, body: &[u8]) -> Result<()> {
+        if !body.len().is_multiple_of(4) || body.len() > MAX_BODY_LEN {
+            return Err(Error::bad_length(
+                Layer::IntShim,
+                0,
+                "Length",
+                body.len(),
+                MAX_BODY_LEN,
+            ));
+        }
+        check_len(Layer::IntShim, self.b(), SHIM_LEN + body.len())?;
+        let b = self.buffer.as_mut();
+        b[field::LENGTH] = (body.len() / 4) as u8;
+        b[SHIM_LEN..SHIM_LEN + body.len()].copy_from_slice(body);
+        Ok(())
     }
 }
 
@@ -116,23 +153,13 @@ impl DestinationRepr {
         SHIM_LEN + self.body.len()
     }
 
-    /// Writes the header into the first [`Self::buffer_len`] bytes of `out`; an error when `out`
-    /// is shorter or the body is not whole words of at most [`MAX_BODY_LEN`] bytes.
-    pub fn emit(&self, out: &mut [u8]) -> Result<()> {
-        if !self.body.len().is_multiple_of(4) || self.body.len() > MAX_BODY_LEN {
-            return Err(Error::bad_length(
-                Layer::IntShim,
-                0,
-                "Length",
-                self.body.len(),
-                MAX_BODY_LEN,
-            ));
-        }
-        check_len(Layer::IntShim, out, self.buffer_len())?;
-        out[field::TYPE_NPT] = (DESTINATION_TYPE << 4) | ((self.npt & 0x3) << 2);
-        out[field::LENGTH] = (self.body.len() / 4) as u8;
-        put16(out, field::CONTENT, self.content);
-        out[SHIM_LEN..self.buffer_len()].copy_from_slice(&self.body);
+    /// Writes the header into a view; an error, writing nothing, when the view does not hold
+    /// [`Self::buffer_len`] bytes or the body is not whole words of at most [`MAX_BODY_LEN`]
+    /// bytes.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Destination<T>) -> Result<()> {
+        v.set_body(&self.body)?;
+        v.set_npt(self.npt);
+        v.set_content(self.content);
         Ok(())
     }
 }
@@ -164,18 +191,30 @@ mod tests {
     fn test_emit() {
         let mut out = [0xa5u8; 12];
         assert_eq!(repr().buffer_len(), 12);
-        repr().emit(&mut out).unwrap();
+        let mut v = Destination::new_for_emit(&mut out[..]).unwrap();
+        repr().emit(&mut v).unwrap();
         assert_eq!(out, BYTES);
-        let mut short = [0u8; 11];
+        let mut short = [0xa5u8; 11];
+        let mut v = Destination::new_for_emit(&mut short[..]).unwrap();
         assert!(
-            repr().emit(&mut short).is_err(),
+            repr().emit(&mut v).is_err(),
             "too short: an error, no panic"
         );
+        assert_eq!(
+            &short[..4],
+            &[0x20, 0, 0xa5, 0xa5],
+            "the error wrote nothing"
+        );
+        assert!(Destination::new_for_emit(&mut [0u8; 3][..]).is_err());
         let odd = DestinationRepr {
             body: vec![1, 2, 3],
             ..repr()
         };
-        assert!(odd.emit(&mut [0u8; 16]).is_err());
+        let mut b = [0u8; 16];
+        assert!(
+            odd.emit(&mut Destination::new_for_emit(&mut b[..]).unwrap())
+                .is_err()
+        );
     }
 
     #[test]

@@ -1,8 +1,14 @@
 //! Tunnel headers that carry INT: VXLAN-GPE (draft-ietf-nvo3-vxlan-gpe), Geneve (RFC 8926) and
 //! GRE (RFC 2784 / RFC 2890). etherparse has none of them; they are small and fixed-layout.
+//!
+//! Each owned Repr parses from and emits into its checked view in [`crate::tunnel`]:
+//! `Repr::parse(&view)`, `Repr::buffer_len()`, `Repr::emit(&self, &mut view)`. Panic contract:
+//! `emit` never panics; a view too short for [`GreRepr::buffer_len`] or
+//! [`GeneveRepr::buffer_len`] bytes, or a field value too wide for its bits, is an error (the
+//! fixed-size VXLAN-GPE header is guaranteed by the view's `new_checked`).
 
-use crate::error::{Error, Layer, Result, check_len};
-use crate::field::{be16, be24, put16};
+use crate::error::{Error, Layer, Result};
+use crate::tunnel::{GenevePacket, GrePacket, VxlanPacket};
 
 /// VXLAN-GPE next protocol for INT (INT v2.1 §"INT over VXLAN GPE"; not yet IANA-reserved).
 pub const GPE_NEXT_PROTO_INT: u8 = 0x82;
@@ -32,13 +38,12 @@ pub struct VxlanGpeRepr {
 }
 
 /// Size of the VXLAN-GPE header.
-pub const VXLAN_GPE_LEN: usize = 8;
+pub const VXLAN_GPE_LEN: usize = crate::tunnel::VXLAN_LEN;
 
 impl VxlanGpeRepr {
-    /// Reads the header at the start of `b`; the P bit must be set (next protocol present).
-    pub fn parse(b: &[u8]) -> Result<Self> {
-        check_len(Layer::VxlanGpe, b, VXLAN_GPE_LEN)?;
-        if b[0] & 0x04 == 0 {
+    /// Reads a checked view; the P bit must be set (next protocol present).
+    pub fn parse<T: AsRef<[u8]>>(v: &VxlanPacket<T>) -> Result<Self> {
+        if !v.next_protocol_present() {
             return Err(Error::bad_value(
                 Layer::VxlanGpe,
                 0,
@@ -48,20 +53,27 @@ impl VxlanGpeRepr {
             ));
         }
         Ok(VxlanGpeRepr {
-            flags: b[0],
-            reserved: be16(b, 1),
-            next_protocol: b[3],
-            vni: be24(b, 4),
-            reserved2: b[7],
+            flags: v.flags(),
+            reserved: v.reserved(),
+            next_protocol: v.next_protocol(),
+            vni: v.vni(),
+            reserved2: v.last_reserved(),
         })
     }
-    /// Writes the header.
-    pub fn emit(&self, b: &mut [u8]) {
-        b[0] = self.flags;
-        put16(b, 1, self.reserved);
-        b[3] = self.next_protocol;
-        b[4..7].copy_from_slice(&self.vni.to_be_bytes()[1..]);
-        b[7] = self.reserved2;
+
+    /// Bytes [`Self::emit`] writes.
+    pub const fn buffer_len(&self) -> usize {
+        VXLAN_GPE_LEN
+    }
+
+    /// Writes the header into a view; an error, writing nothing, for a VNI beyond 24 bits.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut VxlanPacket<T>) -> Result<()> {
+        v.set_vni(self.vni)?;
+        v.set_flags(self.flags);
+        v.set_reserved(self.reserved);
+        v.set_next_protocol(self.next_protocol);
+        v.set_last_reserved(self.reserved2);
+        Ok(())
     }
 }
 
@@ -84,52 +96,66 @@ pub struct GeneveRepr {
 }
 
 /// Size of the Geneve base header.
-pub const GENEVE_LEN: usize = 8;
+pub const GENEVE_LEN: usize = crate::tunnel::GENEVE_BASE_LEN;
 
 impl GeneveRepr {
-    /// Reads the base header at the start of `b` and checks that its options fit.
-    pub fn parse(b: &[u8]) -> Result<Self> {
-        check_len(Layer::Geneve, b, GENEVE_LEN)?;
-        let r = GeneveRepr {
-            version: b[0] >> 6,
-            opt_len: b[0] & 0x3f,
-            flags: b[1],
-            protocol_type: be16(b, 2),
-            vni: be24(b, 4),
-            reserved: b[7],
-        };
-        if r.version != 0 {
+    /// Reads a checked view (which holds the options Opt Len counts); Ver must be 0.
+    pub fn parse<T: AsRef<[u8]>>(v: &GenevePacket<T>) -> Result<Self> {
+        if v.version() != 0 {
             return Err(Error::bad_value(
                 Layer::Geneve,
                 0,
                 "Ver",
                 "0",
-                u64::from(r.version),
+                u64::from(v.version()),
             ));
         }
-        let total = GENEVE_LEN + usize::from(r.opt_len) * 4;
-        if total > b.len() {
-            return Err(Error::bad_length(
-                Layer::Geneve,
-                0,
-                "Opt Len",
-                total,
-                b.len(),
-            ));
-        }
-        Ok(r)
+        Ok(GeneveRepr {
+            version: v.version(),
+            opt_len: v.opt_len_words(),
+            flags: v.flags(),
+            protocol_type: v.protocol(),
+            vni: v.vni(),
+            reserved: v.last_reserved(),
+        })
     }
+
     /// Header plus options, in bytes.
     pub fn total_len(&self) -> usize {
         GENEVE_LEN + usize::from(self.opt_len) * 4
     }
-    /// Writes the base header.
-    pub fn emit(&self, b: &mut [u8]) {
-        b[0] = (self.version << 6) | (self.opt_len & 0x3f);
-        b[1] = self.flags;
-        put16(b, 2, self.protocol_type);
-        b[4..7].copy_from_slice(&self.vni.to_be_bytes()[1..]);
-        b[7] = self.reserved;
+
+    /// Bytes the view must hold for [`Self::emit`]: the base header and the options Opt Len
+    /// counts (emit writes the base header; the options are the caller's).
+    pub fn buffer_len(&self) -> usize {
+        self.total_len()
+    }
+
+    /// Writes the base header into a view; an error, writing nothing, when the view does not
+    /// hold [`Self::buffer_len`] bytes or a field is wider than its bits.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut GenevePacket<T>) -> Result<()> {
+        if self.version > 3 {
+            let found = u64::from(self.version);
+            return Err(Error::bad_value(Layer::Geneve, 0, "Ver", "0..=3", found));
+        }
+        if self.vni > 0x00ff_ffff {
+            let found = u64::from(self.vni);
+            return Err(Error::bad_value(
+                Layer::Geneve,
+                4,
+                "VNI",
+                "0..=0xffffff",
+                found,
+            ));
+        }
+        // Opt Len first: it is the check against the buffer; Ver and VNI fit, checked above.
+        v.set_opt_len_words(self.opt_len)?;
+        v.set_version(self.version)?;
+        v.set_vni(self.vni)?;
+        v.set_flags(self.flags);
+        v.set_protocol(self.protocol_type);
+        v.set_last_reserved(self.reserved);
+        Ok(())
     }
 }
 
@@ -156,10 +182,9 @@ impl GreRepr {
     const K: u16 = 0x2000;
     const S: u16 = 0x1000;
 
-    /// Reads the header at the start of `b`.
-    pub fn parse(b: &[u8]) -> Result<Self> {
-        check_len(Layer::Gre, b, 4)?;
-        let fv = be16(b, 0);
+    /// Reads a checked view (which holds the optional fields); R and Ver must be 0.
+    pub fn parse<T: AsRef<[u8]>>(v: &GrePacket<T>) -> Result<Self> {
+        let fv = v.flags_version();
         if fv & Self::R != 0 {
             return Err(Error::bad_value(Layer::Gre, 0, "R (routing) bit", "0", 1));
         }
@@ -173,28 +198,13 @@ impl GreRepr {
                 u64::from(version),
             ));
         }
-        let mut r = GreRepr {
+        Ok(GreRepr {
             flags_version: fv,
-            protocol_type: be16(b, 2),
-            checksum: None,
-            key: None,
-            sequence: None,
-        };
-        let need = r.header_len();
-        check_len(Layer::Gre, b, need)?;
-        let mut at = 4;
-        if fv & Self::C != 0 {
-            r.checksum = Some(be16(b, at));
-            at += 4;
-        }
-        if fv & Self::K != 0 {
-            r.key = Some(crate::field::be32(b, at));
-            at += 4;
-        }
-        if fv & Self::S != 0 {
-            r.sequence = Some(crate::field::be32(b, at));
-        }
-        Ok(r)
+            protocol_type: v.protocol(),
+            checksum: v.checksum(),
+            key: v.key(),
+            sequence: v.sequence(),
+        })
     }
 
     /// Header length including optional fields.
@@ -205,22 +215,27 @@ impl GreRepr {
             + 4 * usize::from(f & Self::S != 0)
     }
 
-    /// Writes the header (optional fields as flagged; checksum as given, offset zero).
-    pub fn emit(&self, b: &mut [u8]) {
-        put16(b, 0, self.flags_version);
-        put16(b, 2, self.protocol_type);
-        let mut at = 4;
+    /// Bytes [`Self::emit`] writes.
+    pub fn buffer_len(&self) -> usize {
+        self.header_len()
+    }
+
+    /// Writes the header into a view (optional fields as flagged, absent values as zero; the
+    /// checksum as given, Reserved1 zero); an error, writing nothing, when the view does not hold
+    /// [`Self::buffer_len`] bytes.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut GrePacket<T>) -> Result<()> {
+        v.set_flags_version(self.flags_version)?;
+        v.set_protocol(self.protocol_type);
+        // Each setter only fails when its flag is clear, which the flags just written decide.
         if self.flags_version & Self::C != 0 {
-            put16(b, at, self.checksum.unwrap_or(0));
-            put16(b, at + 2, 0);
-            at += 4;
+            v.set_checksum(self.checksum.unwrap_or(0))?;
         }
         if self.flags_version & Self::K != 0 {
-            crate::field::put32(b, at, self.key.unwrap_or(0));
-            at += 4;
+            v.set_key(self.key.unwrap_or(0))?;
         }
         if self.flags_version & Self::S != 0 {
-            crate::field::put32(b, at, self.sequence.unwrap_or(0));
+            v.set_sequence(self.sequence.unwrap_or(0))?;
         }
+        Ok(())
     }
 }

@@ -1,12 +1,15 @@
 //! IPv4 (RFC 791) and IPv6 (RFC 8200) headers as checked views with setters, for nodes that edit
-//! packets in place: the length, DSCP and protocol fields and the IPv4 header checksum.
-//! (Parsing whole packets is [`crate::locate`]'s, over etherparse.)
+//! packets in place: the length, DSCP and protocol fields and the IPv4 header checksum; and owned
+//! Reprs of the headers a node builds (an outer header for GRE), which parse from and emit into
+//! the views. (Parsing whole packets is [`crate::locate`]'s, over etherparse.)
 //!
-//! Panic contract: after `new_checked` succeeds no accessor or setter panics.
+//! Panic contract: after `new_checked` (or `new_for_emit`) succeeds no accessor or setter
+//! panics; `Repr::emit` writes into a view, which holds `Repr::buffer_len()` bytes.
 
 use crate::checksum::internet_checksum;
 use crate::error::{Error, Layer, Result, check_len};
-use crate::field::{be16, put16};
+use crate::field::{be16, be32, put16, put32};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// IP protocol numbers (IANA "Assigned Internet Protocol Numbers").
 pub mod protocol {
@@ -39,10 +42,18 @@ mod field {
     pub const VER_IHL: usize = 0;
     pub const TOS: usize = 1;
     pub const TOTAL_LEN: usize = 2;
+    pub const IDENT: usize = 4;
+    pub const FLAGS_FRAG: usize = 6;
+    pub const TTL: usize = 8;
     pub const PROTOCOL: usize = 9;
     pub const CHECKSUM: usize = 10;
+    pub const SRC: usize = 12;
+    pub const DST: usize = 16;
     pub const V6_PAYLOAD_LEN: usize = 4;
     pub const V6_NEXT_HEADER: usize = 6;
+    pub const V6_HOP_LIMIT: usize = 7;
+    pub const V6_SRC: usize = 8;
+    pub const V6_DST: usize = 24;
 }
 
 /// A checked view of an IPv4 header (its options included).
@@ -88,9 +99,39 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         self.b()[field::TOS] >> 2
     }
 
+    /// ECN (2 bits).
+    pub fn ecn(&self) -> u8 {
+        self.b()[field::TOS] & 0x03
+    }
+
     /// Total Length.
     pub fn total_len(&self) -> u16 {
         be16(self.b(), field::TOTAL_LEN)
+    }
+
+    /// Identification.
+    pub fn ident(&self) -> u16 {
+        be16(self.b(), field::IDENT)
+    }
+
+    /// Flags (3 bits) and Fragment Offset (13 bits).
+    pub fn flags_frag(&self) -> u16 {
+        be16(self.b(), field::FLAGS_FRAG)
+    }
+
+    /// Time to Live.
+    pub fn ttl(&self) -> u8 {
+        self.b()[field::TTL]
+    }
+
+    /// Source Address.
+    pub fn src_addr(&self) -> Ipv4Addr {
+        Ipv4Addr::from(be32(self.b(), field::SRC))
+    }
+
+    /// Destination Address.
+    pub fn dst_addr(&self) -> Ipv4Addr {
+        Ipv4Addr::from(be32(self.b(), field::DST))
     }
 
     /// Protocol.
@@ -109,15 +150,57 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 }
 
+impl Ipv4Packet<&mut [u8]> {
+    /// Wraps `buffer` to emit an [`Ipv4Repr`] into: checks it holds a 20-byte header and writes
+    /// Version 4 and IHL 5, so the view's invariant holds before the Repr fills it.
+    pub fn new_for_emit(buffer: &mut [u8]) -> Result<Ipv4Packet<&mut [u8]>> {
+        check_len(Layer::Ipv4, buffer, IPV4_MIN_LEN)?;
+        buffer[field::VER_IHL] = 0x45;
+        Ok(Ipv4Packet { buffer })
+    }
+}
+
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     fn m(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
 
-    /// Sets the DSCP, keeping ECN (the checksum is left to [`Self::fill_checksum`]).
+    /// Sets ECN (the low 2 bits of `v`), keeping the DSCP.
+    pub fn set_ecn(&mut self, v: u8) {
+        let b = self.m();
+        b[field::TOS] = (b[field::TOS] & 0xfc) | (v & 0x03);
+    }
+
+    /// Sets Identification.
+    pub fn set_ident(&mut self, v: u16) {
+        put16(self.m(), field::IDENT, v);
+    }
+
+    /// Sets Flags and Fragment Offset.
+    pub fn set_flags_frag(&mut self, v: u16) {
+        put16(self.m(), field::FLAGS_FRAG, v);
+    }
+
+    /// Sets Time to Live.
+    pub fn set_ttl(&mut self, v: u8) {
+        self.m()[field::TTL] = v;
+    }
+
+    /// Sets Source Address.
+    pub fn set_src_addr(&mut self, a: Ipv4Addr) {
+        put32(self.m(), field::SRC, a.to_bits());
+    }
+
+    /// Sets Destination Address.
+    pub fn set_dst_addr(&mut self, a: Ipv4Addr) {
+        put32(self.m(), field::DST, a.to_bits());
+    }
+
+    /// Sets the DSCP (the low 6 bits of `dscp`), keeping ECN (the checksum is left to
+    /// [`Self::fill_checksum`]).
     pub fn set_dscp(&mut self, dscp: u8) {
         let b = self.m();
-        b[field::TOS] = (dscp << 2) | (b[field::TOS] & 0x03);
+        b[field::TOS] = ((dscp & 0x3f) << 2) | (b[field::TOS] & 0x03);
     }
 
     /// Sets Total Length.
@@ -183,6 +266,36 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         (((b[0] & 0x0f) << 4) | (b[1] >> 4)) >> 2
     }
 
+    /// Traffic Class (DSCP and ECN).
+    pub fn traffic_class(&self) -> u8 {
+        let b = self.b();
+        ((b[0] & 0x0f) << 4) | (b[1] >> 4)
+    }
+
+    /// Flow Label (20 bits).
+    pub fn flow_label(&self) -> u32 {
+        be32(self.b(), 0) & 0x000f_ffff
+    }
+
+    /// Hop Limit.
+    pub fn hop_limit(&self) -> u8 {
+        self.b()[field::V6_HOP_LIMIT]
+    }
+
+    /// Source Address.
+    pub fn src_addr(&self) -> Ipv6Addr {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&self.b()[field::V6_SRC..field::V6_SRC + 16]);
+        Ipv6Addr::from(a)
+    }
+
+    /// Destination Address.
+    pub fn dst_addr(&self) -> Ipv6Addr {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&self.b()[field::V6_DST..field::V6_DST + 16]);
+        Ipv6Addr::from(a)
+    }
+
     /// Payload Length.
     pub fn payload_len(&self) -> u16 {
         be16(self.b(), field::V6_PAYLOAD_LEN)
@@ -194,14 +307,50 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 }
 
+impl Ipv6Packet<&mut [u8]> {
+    /// Wraps `buffer` to emit an [`Ipv6Repr`] into: checks it holds the 40-byte fixed header
+    /// and writes Version 6, so the view's invariant holds before the Repr fills it.
+    pub fn new_for_emit(buffer: &mut [u8]) -> Result<Ipv6Packet<&mut [u8]>> {
+        check_len(Layer::Ipv6, buffer, IPV6_LEN)?;
+        buffer[0] = (buffer[0] & 0x0f) | 0x60;
+        Ok(Ipv6Packet { buffer })
+    }
+}
+
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
-    /// Sets the DSCP, keeping ECN.
+    /// Sets the DSCP (the low 6 bits of `dscp`), keeping ECN.
     pub fn set_dscp(&mut self, dscp: u8) {
+        let tc = ((dscp & 0x3f) << 2) | (self.traffic_class() & 0x03);
+        self.set_traffic_class(tc);
+    }
+
+    /// Sets Traffic Class.
+    pub fn set_traffic_class(&mut self, tc: u8) {
         let b = self.buffer.as_mut();
-        let tc = ((b[0] & 0x0f) << 4) | (b[1] >> 4);
-        let tc = (dscp << 2) | (tc & 0x03);
         b[0] = (b[0] & 0xf0) | (tc >> 4);
         b[1] = (b[1] & 0x0f) | (tc << 4);
+    }
+
+    /// Sets Flow Label (the low 20 bits of `v`).
+    pub fn set_flow_label(&mut self, v: u32) {
+        let b = self.buffer.as_mut();
+        b[1] = (b[1] & 0xf0) | ((v >> 16) as u8 & 0x0f);
+        put16(b, 2, v as u16);
+    }
+
+    /// Sets Hop Limit.
+    pub fn set_hop_limit(&mut self, v: u8) {
+        self.buffer.as_mut()[field::V6_HOP_LIMIT] = v;
+    }
+
+    /// Sets Source Address.
+    pub fn set_src_addr(&mut self, a: Ipv6Addr) {
+        self.buffer.as_mut()[field::V6_SRC..field::V6_SRC + 16].copy_from_slice(&a.octets());
+    }
+
+    /// Sets Destination Address.
+    pub fn set_dst_addr(&mut self, a: Ipv6Addr) {
+        self.buffer.as_mut()[field::V6_DST..field::V6_DST + 16].copy_from_slice(&a.octets());
     }
 
     /// Sets Payload Length.
@@ -212,6 +361,116 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     /// Sets Next Header of the fixed header.
     pub fn set_next_header(&mut self, v: u8) {
         self.buffer.as_mut()[field::V6_NEXT_HEADER] = v;
+    }
+}
+
+/// An IPv4 header without options (RFC 791 §3.1); the checksum is computed on emit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4Repr {
+    /// DSCP (6 bits).
+    pub dscp: u8,
+    /// ECN (2 bits).
+    pub ecn: u8,
+    /// Total Length.
+    pub total_len: u16,
+    /// Identification.
+    pub ident: u16,
+    /// Flags (3 bits) and Fragment Offset (13 bits).
+    pub flags_frag: u16,
+    /// Time to Live.
+    pub ttl: u8,
+    /// Protocol.
+    pub protocol: u8,
+    /// Source Address.
+    pub src_addr: Ipv4Addr,
+    /// Destination Address.
+    pub dst_addr: Ipv4Addr,
+}
+
+impl Ipv4Repr {
+    /// Reads a checked view; its options, if any, are not part of the Repr.
+    pub fn parse<T: AsRef<[u8]>>(v: &Ipv4Packet<T>) -> Self {
+        Ipv4Repr {
+            dscp: v.dscp(),
+            ecn: v.ecn(),
+            total_len: v.total_len(),
+            ident: v.ident(),
+            flags_frag: v.flags_frag(),
+            ttl: v.ttl(),
+            protocol: v.protocol(),
+            src_addr: v.src_addr(),
+            dst_addr: v.dst_addr(),
+        }
+    }
+
+    /// Bytes [`Self::emit`] writes: a header without options.
+    pub const fn buffer_len(&self) -> usize {
+        IPV4_MIN_LEN
+    }
+
+    /// Writes the header (IHL 5, DSCP and ECN to their bits) with its checksum into a view.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Ipv4Packet<T>) {
+        v.set_no_options();
+        v.set_dscp(self.dscp);
+        v.set_ecn(self.ecn);
+        v.set_total_len(self.total_len);
+        v.set_ident(self.ident);
+        v.set_flags_frag(self.flags_frag);
+        v.set_ttl(self.ttl);
+        v.set_protocol(self.protocol);
+        v.set_src_addr(self.src_addr);
+        v.set_dst_addr(self.dst_addr);
+        v.fill_checksum();
+    }
+}
+
+/// The IPv6 fixed header (RFC 8200 §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv6Repr {
+    /// Traffic Class (DSCP and ECN).
+    pub traffic_class: u8,
+    /// Flow Label (20 bits).
+    pub flow_label: u32,
+    /// Payload Length.
+    pub payload_len: u16,
+    /// Next Header.
+    pub next_header: u8,
+    /// Hop Limit.
+    pub hop_limit: u8,
+    /// Source Address.
+    pub src_addr: Ipv6Addr,
+    /// Destination Address.
+    pub dst_addr: Ipv6Addr,
+}
+
+impl Ipv6Repr {
+    /// Reads a checked view.
+    pub fn parse<T: AsRef<[u8]>>(v: &Ipv6Packet<T>) -> Self {
+        Ipv6Repr {
+            traffic_class: v.traffic_class(),
+            flow_label: v.flow_label(),
+            payload_len: v.payload_len(),
+            next_header: v.next_header(),
+            hop_limit: v.hop_limit(),
+            src_addr: v.src_addr(),
+            dst_addr: v.dst_addr(),
+        }
+    }
+
+    /// Bytes [`Self::emit`] writes.
+    pub const fn buffer_len(&self) -> usize {
+        IPV6_LEN
+    }
+
+    /// Writes the fixed header into a view (the Flow Label to its 20 bits).
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Ipv6Packet<T>) {
+        v.set_traffic_class(self.traffic_class);
+        v.set_flow_label(self.flow_label);
+        v.set_payload_len(self.payload_len);
+        v.set_next_header(self.next_header);
+        v.set_hop_limit(self.hop_limit);
+        v.set_src_addr(self.src_addr);
+        v.set_dst_addr(self.dst_addr);
     }
 }
 

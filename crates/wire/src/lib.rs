@@ -10,7 +10,10 @@
 //! iterators of `Result`. No I/O, no clock, no allocation on the decode path.
 //!
 //! **Panic contract.** Decoders take arbitrary bytes and return [`Error`] — they never panic
-//! (fuzzed: `fuzz/`). `emit` functions write into a buffer the caller sized for the `Repr`.
+//! (fuzzed: `fuzz/`). The headers a node builds or rewrites in place (UDP, IPv4, IPv6, GRE,
+//! Geneve, VXLAN-GPE, Destination) emit into checked views: a buffer too short for the `Repr` is
+//! an error at the view's constructor or at `emit`, never a panic. The other `emit` functions
+//! write into a buffer the caller sized for the `Repr`.
 //!
 //! Hand-written here: the INT-specific formats, GRE / VXLAN-GPE / Geneve (not in etherparse) and
 //! RFC 1624 checksum updates. Ethernet, VLAN, IPv4, IPv6 and TCP/UDP headers come from

@@ -24,6 +24,7 @@ use crate::int::{AnyShim, Encap, IntBlock, IntHeader, LengthSemantics};
 use crate::legacy::GPE_NEXT_PROTO_INT_2016;
 use crate::metadata::Format;
 use crate::shim::{GENEVE_INT_OPTION_CLASS, IntType, Shim};
+use crate::tunnel::{GenevePacket, GrePacket, VxlanPacket};
 use crate::warning::{Warning, Warnings};
 
 /// A DSCP value and the bits of it that mark INT.
@@ -743,7 +744,9 @@ fn vxlan_gpe<'a>(
     p: &mut Packet<'a>,
     depth: u8,
 ) -> Result<()> {
-    let gpe = VxlanGpeRepr::parse(data).map_err(|e| e.shifted(offset))?;
+    let gpe = VxlanPacket::new_checked(data)
+        .and_then(|v| VxlanGpeRepr::parse(&v))
+        .map_err(|e| e.shifted(offset))?;
     let mut next = gpe.next_protocol;
     let mut at = crate::encap::VXLAN_GPE_LEN;
     let mut blocks = 0;
@@ -798,7 +801,9 @@ fn geneve<'a>(
     p: &mut Packet<'a>,
     depth: u8,
 ) -> Result<()> {
-    let g = GeneveRepr::parse(data).map_err(|e| e.shifted(offset))?;
+    let g = GenevePacket::new_checked(data)
+        .and_then(|v| GeneveRepr::parse(&v))
+        .map_err(|e| e.shifted(offset))?;
     let mut at = crate::encap::GENEVE_LEN;
     let end = g.total_len();
     while at + 4 <= end {
@@ -921,7 +926,9 @@ fn gre<'a>(
     p: &mut Packet<'a>,
     depth: u8,
 ) -> Result<()> {
-    let g = GreRepr::parse(data).map_err(|e| e.shifted(offset))?;
+    let g = GrePacket::new_checked(data)
+        .and_then(|v| GreRepr::parse(&v))
+        .map_err(|e| e.shifted(offset))?;
     let mut at = g.header_len();
     let mut proto = g.protocol_type;
     if Some(proto) == cfg.gre_proto {

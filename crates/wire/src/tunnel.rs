@@ -1,19 +1,32 @@
 //! Tunnel headers INT rides in, as checked views with setters for nodes that edit them in place:
 //! GRE (RFC 2784 / RFC 2890), Geneve (RFC 8926) and VXLAN / VXLAN-GPE (RFC 7348,
-//! draft-ietf-nvo3-vxlan-gpe). [`crate::encap`] holds their owned Reprs for decoding.
+//! draft-ietf-nvo3-vxlan-gpe). [`crate::encap`] holds their owned Reprs, which parse from and
+//! emit into these views.
 //!
-//! Panic contract: after `new_checked` succeeds no accessor or setter panics; a setter whose
-//! value does not fit its field returns an error and writes nothing.
+//! Panic contract: after `new_checked` (or `new_for_emit`) succeeds no accessor or setter panics;
+//! a setter whose value does not fit its field, or would make the header longer than the buffer,
+//! returns an error and writes nothing.
 
 use crate::checksum::internet_checksum;
 use crate::error::{Error, Layer, Result, check_len};
-use crate::field::{be16, put16};
+use crate::field::{be16, be24, be32, put16, put32};
 
 /// GRE flag bits (first byte).
 mod gre_flags {
     pub const C: u8 = 0x80;
+    /// R (RFC 1701 routing): like C, it makes the checksum and offset word present.
+    pub const R: u8 = 0x40;
     pub const K: u8 = 0x20;
     pub const S: u8 = 0x10;
+}
+
+/// GRE header length for the first flags byte `f`: 4 bytes and 4 more for each of checksum
+/// (C or R), key and sequence number present.
+fn gre_header_len(f: u8) -> usize {
+    GRE_BASE_LEN
+        + 4 * (usize::from(f & (gre_flags::C | gre_flags::R) != 0)
+            + usize::from(f & gre_flags::K != 0)
+            + usize::from(f & gre_flags::S != 0))
 }
 
 /// A checked view of a GRE header and the payload after it (the whole buffer is what the GRE
@@ -44,25 +57,100 @@ impl<T: AsRef<[u8]>> GrePacket<T> {
         self.b()[0] & gre_flags::C != 0
     }
 
-    /// Header length: 4 bytes and 4 more for each of checksum, key and sequence number present.
+    /// Header length: 4 bytes and 4 more for each of checksum (C or R), key and sequence
+    /// number present.
     pub fn header_len(&self) -> usize {
-        let f = self.b()[0];
-        GRE_BASE_LEN
-            + 4 * (usize::from(f & gre_flags::C != 0)
-                + usize::from(f & gre_flags::K != 0)
-                + usize::from(f & gre_flags::S != 0))
+        gre_header_len(self.b()[0])
+    }
+
+    /// The first 16 bits: flags, Recur and Version.
+    pub fn flags_version(&self) -> u16 {
+        be16(self.b(), 0)
     }
 
     /// Protocol Type (an EtherType).
     pub fn protocol(&self) -> u16 {
         be16(self.b(), 2)
     }
+
+    /// Where the key would be: after the checksum word when C or R is set.
+    fn key_at(&self) -> usize {
+        GRE_BASE_LEN + 4 * usize::from(self.b()[0] & (gre_flags::C | gre_flags::R) != 0)
+    }
+
+    fn seq_at(&self) -> usize {
+        self.key_at() + 4 * usize::from(self.b()[0] & gre_flags::K != 0)
+    }
+
+    /// Checksum, when C is set.
+    pub fn checksum(&self) -> Option<u16> {
+        self.checksum_present()
+            .then(|| be16(self.b(), GRE_BASE_LEN))
+    }
+
+    /// Key (RFC 2890), when K is set.
+    pub fn key(&self) -> Option<u32> {
+        (self.b()[0] & gre_flags::K != 0).then(|| be32(self.b(), self.key_at()))
+    }
+
+    /// Sequence Number (RFC 2890), when S is set.
+    pub fn sequence(&self) -> Option<u32> {
+        (self.b()[0] & gre_flags::S != 0).then(|| be32(self.b(), self.seq_at()))
+    }
+}
+
+impl GrePacket<&mut [u8]> {
+    /// Wraps `buffer` to emit a [`crate::encap::GreRepr`] into: checks it holds the base header
+    /// and clears the flags, so the view's length invariant holds before the Repr sets them.
+    pub fn new_for_emit(buffer: &mut [u8]) -> Result<GrePacket<&mut [u8]>> {
+        check_len(Layer::Gre, buffer, GRE_BASE_LEN)?;
+        put16(buffer, 0, 0);
+        Ok(GrePacket { buffer })
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> GrePacket<T> {
+    /// Sets the first 16 bits; an error, writing nothing, when the optional fields they announce
+    /// do not fit the buffer.
+    pub fn set_flags_version(&mut self, v: u16) -> Result<()> {
+        check_len(Layer::Gre, self.b(), gre_header_len((v >> 8) as u8))?;
+        put16(self.buffer.as_mut(), 0, v);
+        Ok(())
+    }
+
     /// Sets Protocol Type.
     pub fn set_protocol(&mut self, v: u16) {
         put16(self.buffer.as_mut(), 2, v);
+    }
+
+    /// Sets the checksum word: Checksum and a zero Reserved1 (RFC 2784 §2.5); an error when C
+    /// is not set.
+    pub fn set_checksum(&mut self, v: u16) -> Result<()> {
+        if !self.checksum_present() {
+            return Err(Error::bad_value(Layer::Gre, 0, "C bit", "1", 0));
+        }
+        put32(self.buffer.as_mut(), GRE_BASE_LEN, u32::from(v) << 16);
+        Ok(())
+    }
+
+    /// Sets Key; an error when K is not set.
+    pub fn set_key(&mut self, v: u32) -> Result<()> {
+        if self.b()[0] & gre_flags::K == 0 {
+            return Err(Error::bad_value(Layer::Gre, 0, "K bit", "1", 0));
+        }
+        let at = self.key_at();
+        put32(self.buffer.as_mut(), at, v);
+        Ok(())
+    }
+
+    /// Sets Sequence Number; an error when S is not set.
+    pub fn set_sequence(&mut self, v: u32) -> Result<()> {
+        if self.b()[0] & gre_flags::S == 0 {
+            return Err(Error::bad_value(Layer::Gre, 0, "S bit", "1", 0));
+        }
+        let at = self.seq_at();
+        put32(self.buffer.as_mut(), at, v);
+        Ok(())
     }
 
     /// Recomputes the checksum over header and payload when the header carries one (RFC 2784
@@ -101,6 +189,26 @@ impl<T: AsRef<[u8]>> GenevePacket<T> {
         self.buffer.as_ref()
     }
 
+    /// Ver (2 bits).
+    pub fn version(&self) -> u8 {
+        self.b()[0] >> 6
+    }
+
+    /// The second byte: O (0x80), C (0x40) and reserved bits.
+    pub fn flags(&self) -> u8 {
+        self.b()[1]
+    }
+
+    /// Virtual Network Identifier (24 bits).
+    pub fn vni(&self) -> u32 {
+        be24(self.b(), 4)
+    }
+
+    /// The last reserved byte.
+    pub fn last_reserved(&self) -> u8 {
+        self.b()[7]
+    }
+
     /// Opt Len: the options' length in 4-byte words.
     pub fn opt_len_words(&self) -> u8 {
         self.b()[0] & GENEVE_MAX_OPT_WORDS
@@ -117,8 +225,19 @@ impl<T: AsRef<[u8]>> GenevePacket<T> {
     }
 }
 
+impl GenevePacket<&mut [u8]> {
+    /// Wraps `buffer` to emit a [`crate::encap::GeneveRepr`] into: checks it holds the base
+    /// header and sets Opt Len to 0, so the view's length invariant holds before the Repr sets it.
+    pub fn new_for_emit(buffer: &mut [u8]) -> Result<GenevePacket<&mut [u8]>> {
+        check_len(Layer::Geneve, buffer, GENEVE_BASE_LEN)?;
+        buffer[0] &= !GENEVE_MAX_OPT_WORDS;
+        Ok(GenevePacket { buffer })
+    }
+}
+
 impl<T: AsRef<[u8]> + AsMut<[u8]>> GenevePacket<T> {
-    /// Sets Opt Len (the Version bits kept); an error beyond 6 bits.
+    /// Sets Opt Len (the Version bits kept); an error, writing nothing, beyond 6 bits or when the
+    /// buffer does not hold that many option words.
     pub fn set_opt_len_words(&mut self, words: u8) -> Result<()> {
         if words > GENEVE_MAX_OPT_WORDS {
             return Err(Error::bad_value(
@@ -129,10 +248,66 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> GenevePacket<T> {
                 u64::from(words),
             ));
         }
+        check_len(
+            Layer::Geneve,
+            self.b(),
+            GENEVE_BASE_LEN + usize::from(words) * 4,
+        )?;
         let b = self.buffer.as_mut();
         b[0] = (b[0] & !GENEVE_MAX_OPT_WORDS) | words;
         Ok(())
     }
+
+    /// Sets Ver; an error beyond 2 bits.
+    pub fn set_version(&mut self, v: u8) -> Result<()> {
+        if v > 3 {
+            return Err(Error::bad_value(
+                Layer::Geneve,
+                0,
+                "Ver",
+                "0..=3",
+                u64::from(v),
+            ));
+        }
+        let b = self.buffer.as_mut();
+        b[0] = (b[0] & GENEVE_MAX_OPT_WORDS) | (v << 6);
+        Ok(())
+    }
+
+    /// Sets the second byte (O, C, reserved).
+    pub fn set_flags(&mut self, v: u8) {
+        self.buffer.as_mut()[1] = v;
+    }
+
+    /// Sets Protocol Type.
+    pub fn set_protocol(&mut self, v: u16) {
+        put16(self.buffer.as_mut(), 2, v);
+    }
+
+    /// Sets VNI; an error beyond 24 bits.
+    pub fn set_vni(&mut self, v: u32) -> Result<()> {
+        put_vni(Layer::Geneve, self.buffer.as_mut(), v)
+    }
+
+    /// Sets the last reserved byte.
+    pub fn set_last_reserved(&mut self, v: u8) {
+        self.buffer.as_mut()[7] = v;
+    }
+}
+
+/// Writes a 24-bit VNI at bytes 4..7 (Geneve and VXLAN alike); an error beyond 24 bits.
+fn put_vni(layer: Layer, b: &mut [u8], v: u32) -> Result<()> {
+    if v > 0x00ff_ffff {
+        return Err(Error::bad_value(
+            layer,
+            4,
+            "VNI",
+            "0..=0xffffff",
+            u64::from(v),
+        ));
+    }
+    b[4..7].copy_from_slice(&v.to_be_bytes()[1..]);
+    Ok(())
 }
 
 /// The VXLAN and VXLAN-GPE header.
@@ -154,6 +329,26 @@ impl<T: AsRef<[u8]>> VxlanPacket<T> {
     pub fn new_checked(buffer: T) -> Result<Self> {
         check_len(Layer::VxlanGpe, buffer.as_ref(), VXLAN_LEN)?;
         Ok(VxlanPacket { buffer })
+    }
+
+    /// The first byte: flags (I = 0x08, P = 0x04) and, in VXLAN-GPE, Ver.
+    pub fn flags(&self) -> u8 {
+        self.buffer.as_ref()[0]
+    }
+
+    /// The 16 reserved bits after the flags.
+    pub fn reserved(&self) -> u16 {
+        be16(self.buffer.as_ref(), 1)
+    }
+
+    /// VXLAN Network Identifier (24 bits).
+    pub fn vni(&self) -> u32 {
+        be24(self.buffer.as_ref(), 4)
+    }
+
+    /// The last reserved byte.
+    pub fn last_reserved(&self) -> u8 {
+        self.buffer.as_ref()[7]
     }
 
     /// P: VXLAN-GPE's Next Protocol is present.
@@ -182,6 +377,26 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> VxlanPacket<T> {
     pub fn set_next_protocol(&mut self, v: u8) {
         self.buffer.as_mut()[3] = v;
     }
+
+    /// Sets the first byte (flags and version).
+    pub fn set_flags(&mut self, v: u8) {
+        self.buffer.as_mut()[0] = v;
+    }
+
+    /// Sets the 16 reserved bits after the flags.
+    pub fn set_reserved(&mut self, v: u16) {
+        put16(self.buffer.as_mut(), 1, v);
+    }
+
+    /// Sets VNI; an error beyond 24 bits.
+    pub fn set_vni(&mut self, v: u32) -> Result<()> {
+        put_vni(Layer::VxlanGpe, self.buffer.as_mut(), v)
+    }
+
+    /// Sets the last reserved byte.
+    pub fn set_last_reserved(&mut self, v: u8) {
+        self.buffer.as_mut()[7] = v;
+    }
 }
 
 #[cfg(test)]
@@ -206,6 +421,21 @@ mod tests {
             "optional fields cut short"
         );
         assert!(GrePacket::new_checked(&b[..3]).is_err());
+        let mut g = GrePacket::new_checked(&mut b[..12]).unwrap();
+        assert_eq!(
+            (g.checksum().is_some(), g.key(), g.sequence()),
+            (true, Some(7), None)
+        );
+        assert!(g.set_sequence(1).is_err(), "S is clear");
+        assert!(
+            g.set_flags_version(0xb000).is_err(),
+            "C, K and S need 16 bytes"
+        );
+        g.set_flags_version(0x3000).unwrap();
+        g.set_key(0x0102_0304).unwrap();
+        g.set_sequence(9).unwrap();
+        assert!(g.set_checksum(1).is_err(), "C is clear");
+        assert_eq!(&b[..12], &[0x30, 0, 0x88, 0xb5, 1, 2, 3, 4, 0, 0, 0, 9]);
     }
 
     #[test]
@@ -218,13 +448,19 @@ mod tests {
             (g.opt_len_words(), g.header_len(), g.protocol()),
             (2, 16, 0x6558)
         );
-        g.set_opt_len_words(7).unwrap();
+        g.set_opt_len_words(1).unwrap();
         assert!(g.set_opt_len_words(64).is_err());
-        assert_eq!(b[0], 0x07, "the error wrote nothing");
-        assert!(
-            GenevePacket::new_checked(&b[..]).is_err(),
-            "7 words are not there"
+        assert!(g.set_opt_len_words(3).is_err(), "3 words are not there");
+        g.set_version(1).unwrap();
+        assert!(g.set_version(4).is_err());
+        g.set_vni(0x00ab_cdef).unwrap();
+        assert!(g.set_vni(1 << 24).is_err());
+        assert_eq!(
+            (g.version(), g.opt_len_words(), g.vni()),
+            (1, 1, 0xab_cdef),
+            "the errors wrote nothing"
         );
+        assert_eq!(b[0], 0x41);
     }
 
     #[test]

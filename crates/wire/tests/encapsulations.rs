@@ -11,6 +11,7 @@ use intscope_wire::int::{Encap, IntHeader};
 use intscope_wire::locate::{DetectConfig, Packet, Start};
 use intscope_wire::report::{GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, Report};
 use intscope_wire::shim::{GpeShimRepr, GreShimRepr, IntType, Shim};
+use intscope_wire::tunnel::{GrePacket, VxlanPacket};
 
 #[test]
 fn probe_marker_signals_int() {
@@ -88,7 +89,8 @@ fn vxlan_gpe_stacked_md_and_destination_headers() {
         vni: 1,
         reserved2: 0,
     }
-    .emit(&mut gpe);
+    .emit(&mut VxlanPacket::new_checked(&mut gpe[..]).unwrap())
+    .unwrap();
     // First INT header (MD) points at another INT header (0x82); the last points at Ethernet.
     let first = md_block(
         Shim::Gpe(GpeShimRepr {
@@ -162,7 +164,8 @@ fn gre_with_key_and_sequence() {
         sequence: Some(9),
     };
     assert_eq!(gre.header_len(), 12);
-    gre.emit(&mut g);
+    gre.emit(&mut GrePacket::new_for_emit(&mut g[..]).unwrap())
+        .unwrap();
     let int = md_block(
         Shim::Gre(GreShimRepr {
             int_type: 1,

@@ -11,6 +11,7 @@ use intscope_wire::report::{
     GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05FixedRepr, V05SwitchRepr,
 };
 use intscope_wire::shim::{GeneveOptionRepr, GpeShimRepr, GreShimRepr, Shim, TcpUdpShimRepr};
+use intscope_wire::tunnel::{GenevePacket, GrePacket, VxlanPacket};
 
 const INT_PORT: u16 = 17768;
 
@@ -99,7 +100,8 @@ fn sample_frames() -> Vec<Vec<u8>> {
         key: None,
         sequence: None,
     }
-    .emit(&mut gre);
+    .emit(&mut GrePacket::new_for_emit(&mut gre[..]).unwrap())
+    .unwrap();
     let gshim = Shim::Gre(GreShimRepr {
         int_type: 1,
         g: true,
@@ -126,7 +128,8 @@ fn sample_frames() -> Vec<Vec<u8>> {
         vni: 42,
         reserved2: 0,
     }
-    .emit(&mut gpe);
+    .emit(&mut VxlanPacket::new_checked(&mut gpe[..]).unwrap())
+    .unwrap();
     let vshim = Shim::Gpe(GpeShimRepr {
         int_type: 1,
         reserved: 0,
@@ -145,7 +148,7 @@ fn sample_frames() -> Vec<Vec<u8>> {
             &[gpe, md_block(vshim, md(5), &three, &[]), inner_eth()].concat(),
         ),
     ));
-    let mut geneve = vec![0u8; 8];
+    let mut geneve = vec![0u8; 8 + 4 * 63];
     GeneveRepr {
         version: 0,
         opt_len: 10,
@@ -154,7 +157,9 @@ fn sample_frames() -> Vec<Vec<u8>> {
         vni: 7,
         reserved: 0,
     }
-    .emit(&mut geneve);
+    .emit(&mut GenevePacket::new_for_emit(&mut geneve[..]).unwrap())
+    .unwrap();
+    geneve.truncate(8);
     let oshim = Shim::Geneve(GeneveOptionRepr {
         option_class: 0x0103,
         option_type: 1,

@@ -15,6 +15,7 @@ use intscope_wire::report::{
     GroupHeaderRepr, InType, IndividualHeaderRepr, IntMainRepr, Report, TlvHeaderRepr,
 };
 use intscope_wire::shim::{GeneveOptionRepr, GpeShimRepr, GreShimRepr, Shim, TcpUdpShimRepr};
+use intscope_wire::tunnel::{GenevePacket, GrePacket, VxlanPacket};
 
 const INT_PORT: u16 = 17768;
 
@@ -279,7 +280,8 @@ fn gre_frame(int: &[u8], inner: &[u8]) -> Vec<u8> {
         key: None,
         sequence: None,
     }
-    .emit(&mut g);
+    .emit(&mut GrePacket::new_for_emit(&mut g[..]).unwrap())
+    .unwrap();
     eth_ipv4(47, 0, &[g, int.to_vec(), inner.to_vec()].concat())
 }
 
@@ -345,7 +347,8 @@ fn md_and_mx_over_vxlan_gpe() {
             vni: 42,
             reserved2: 0,
         }
-        .emit(b)
+        .emit(&mut VxlanPacket::new_checked(b).unwrap())
+        .unwrap()
     };
     let mut hdr = vec![0u8; 8];
     gpe(&mut hdr);
@@ -428,7 +431,7 @@ fn md_and_mx_over_geneve() {
         &[0x01, 0x03, 1, 9],
         "Option Class=0x0103 Type=1 Len=9"
     );
-    let mut g = vec![0u8; 8];
+    let mut g = vec![0u8; 8 + 4 * 63];
     GeneveRepr {
         version: 0,
         opt_len: 10,
@@ -437,7 +440,9 @@ fn md_and_mx_over_geneve() {
         vni: 7,
         reserved: 0,
     }
-    .emit(&mut g);
+    .emit(&mut GenevePacket::new_for_emit(&mut g[..]).unwrap())
+    .unwrap();
+    g.truncate(8);
     let frame = eth_ipv4(17, 0, &udp(999, 6081, &[g, int, inner_ethernet()].concat()));
     let p = Packet::parse(&frame, Start::Ethernet, &cfg()).unwrap();
     assert_eq!(p.int.unwrap().1.encap, Encap::Geneve);
@@ -449,7 +454,7 @@ fn md_and_mx_over_geneve() {
     // Opt Len must be 4 (RFC 8926: it counts option headers and data).
     let int = mx_block(opt(3), mx(), &[]);
     assert_eq!(&int[..4], &[0x01, 0x03, 3, 3]);
-    let mut g = vec![0u8; 8];
+    let mut g = vec![0u8; 8 + 4 * 63];
     GeneveRepr {
         version: 0,
         opt_len: 4,
@@ -458,7 +463,9 @@ fn md_and_mx_over_geneve() {
         vni: 7,
         reserved: 0,
     }
-    .emit(&mut g);
+    .emit(&mut GenevePacket::new_for_emit(&mut g[..]).unwrap())
+    .unwrap();
+    g.truncate(8);
     let frame = eth_ipv4(17, 0, &udp(999, 6081, &[g, int, inner_ethernet()].concat()));
     let p = Packet::parse(&frame, Start::Ethernet, &cfg()).unwrap();
     assert!(matches!(p.int.unwrap().1.header, IntHeader::Mx(_)));

@@ -3,7 +3,13 @@
 //! untouched) and INT-MX reports (each node "directly send[s] the metadata to the monitoring
 //! system by following the instructions embedded in the packets").
 
-use super::*;
+use super::Node;
+use super::report::{DsFields, mx_body};
+use super::watch::Watch;
+use crate::telemetry::Telemetry;
+use intscope_wire::int::AnyShim;
+use intscope_wire::locate::FlowKey;
+use intscope_wire::mx::MxHeaderRepr;
 
 impl Node {
     /// INT-XD: this node's postcard about a watched packet, when the flow filter lets one through

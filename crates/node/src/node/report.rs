@@ -2,7 +2,22 @@
 //! INT-MX reports, sink reports, intermediate, queue and drop reports, with the report filters
 //! and the domain-specific fields.
 
-use super::*;
+use super::watch::Watch;
+use super::{Node, shim_of};
+use crate::config::{DropReports, ReportFormat, Role};
+use crate::domain::DsReport;
+use crate::frame::Layout;
+use crate::telemetry::Telemetry;
+use intscope_wire::int::AnyShim;
+use intscope_wire::locate::{FlowKey, Packet, Start};
+use intscope_wire::md::MdHeaderRepr;
+use intscope_wire::metadata::{BIT15, Format, HopMetadata, NODE_ID};
+use intscope_wire::mx::{MX_HEADER_LEN, MxHeaderRepr};
+use intscope_wire::report::{
+    GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05_DROP_LEN, V05_FIXED_LEN, V05_LOCAL_LEN,
+    V05FixedRepr, V05SwitchRepr,
+};
+use intscope_wire::shim::SHIM_LEN;
 
 /// What a report says about its packet (Report v2.0 §"Individual Report Header": D, Q, I).
 #[derive(Debug, Clone, Copy, Default)]

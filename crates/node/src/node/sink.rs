@@ -1,7 +1,13 @@
 //! The INT sink (INT v2.1 §"INT Sink Node"): INT removed and the original packet restored in every
 //! encapsulation; the Destination header consumed.
 
-use super::*;
+use super::Node;
+use crate::frame::{self, Layout};
+use intscope_wire::destination::Destination;
+use intscope_wire::int::AnyShim;
+use intscope_wire::locate::{Packet, Start};
+use intscope_wire::shim::{GpeShimRepr, GreShimRepr, SHIM_LEN, Shim, TcpUdpShim, TcpUdpShimRepr};
+
 use intscope_wire::tunnel::{VXLAN_LEN, VxlanPacket};
 use intscope_wire::udp::UDP_HEADER_LEN;
 

@@ -2,10 +2,29 @@
 //! and what else it inserts, one function per encapsulation; clones and probe packets (§"INT
 //! Applied to Synthetic Traffic").
 
-use super::*;
-use intscope_wire::ip::{IPV4_MIN_LEN, IPV6_LEN, Ipv4Packet, Ipv6Packet, ethertype, protocol};
-use intscope_wire::tunnel::{GRE_BASE_LEN, GenevePacket, GrePacket, VXLAN_LEN, VxlanPacket};
+use super::Node;
+use super::watch::Watch;
+use crate::config::{Mode, ProbeConfig, SourceEncap, WatchEntry};
+use crate::frame::{self, Layout};
+use crate::telemetry::Telemetry;
+use etherparse::PacketBuilder;
+use intscope_wire::destination::{Destination, DestinationRepr};
+use intscope_wire::domain::Mode as DsMode;
+use intscope_wire::encap::{GPE_NEXT_PROTO_INT, GreRepr};
+use intscope_wire::ip::{
+    IPV4_MIN_LEN, IPV6_LEN, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, ethertype, protocol,
+};
+use intscope_wire::locate::{FlowKey, Packet, Start};
+use intscope_wire::md::{MD_HEADER_LEN, MdHeaderRepr};
+use intscope_wire::metadata::Format;
+use intscope_wire::mx::MxHeaderRepr;
+use intscope_wire::shim::{
+    GENEVE_INT_OPTION_CLASS, GeneveOptionRepr, GpeShimRepr, GreShimRepr, SHIM_LEN, Shim,
+    TcpUdpShimRepr,
+};
+use intscope_wire::tunnel::{GenevePacket, GrePacket, VXLAN_LEN, VxlanPacket};
 use intscope_wire::udp::{UDP_HEADER_LEN, UdpPacket, UdpRepr};
+use std::net::IpAddr;
 
 /// What a source did to a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,7 +307,9 @@ impl Node {
             };
             let at = block.len();
             block.resize(at + d.buffer_len(), 0);
-            if d.emit(&mut block[at..]).is_err() {
+            let emitted =
+                Destination::new_for_emit(&mut block[at..]).and_then(|mut v| d.emit(&mut v));
+            if emitted.is_err() {
                 // Validation keeps bodies to whole words within the shim's Length.
                 block.truncate(at);
             }
@@ -404,40 +425,49 @@ impl Node {
     /// original IP packet, which is not touched.
     pub(super) fn insert_gre(&self, frame: &mut Vec<u8>, l: &Layout, block: &[u8]) {
         let inner_len = l.ip_len;
-        let tail = GRE_BASE_LEN + block.len();
-        let mut ins = if l.v6 {
-            let Some(mut outer) = frame.get(l.ip_at..l.ip_at + IPV6_LEN).map(<[u8]>::to_vec) else {
-                return;
-            };
-            let Ok(mut ip) = Ipv6Packet::new_checked(&mut outer[..]) else {
-                return;
-            };
-            ip.set_next_header(protocol::GRE);
-            ip.set_payload_len((inner_len + tail) as u16);
-            outer
-        } else {
-            let Some(mut outer) = frame
-                .get(l.ip_at..l.ip_at + IPV4_MIN_LEN)
-                .map(<[u8]>::to_vec)
-            else {
-                return;
-            };
-            // The inner header's options stay with it; the outer one is 20 bytes.
-            if let Some(b) = outer.first_mut() {
-                *b = (*b & 0xf0) | 5;
-            }
-            let Ok(mut ip) = Ipv4Packet::new_checked(&mut outer[..]) else {
-                return;
-            };
-            ip.set_protocol(protocol::GRE);
-            ip.set_total_len((inner_len + IPV4_MIN_LEN + tail) as u16);
-            ip.fill_checksum();
-            outer
+        let gre = GreRepr {
+            flags_version: 0,
+            protocol_type: self.cfg.int_gre_proto,
+            checksum: None,
+            key: None,
+            sequence: None,
         };
-        let at = ins.len();
-        ins.resize(at + GRE_BASE_LEN, 0);
-        if let Ok(mut g) = GrePacket::new_checked(&mut ins[at..]) {
-            g.set_protocol(self.cfg.int_gre_proto);
+        let tail = gre.buffer_len() + block.len();
+        let Some(inner) = frame.get(l.ip_at..) else {
+            return;
+        };
+        let mut ins = Vec::with_capacity(IPV6_LEN + tail);
+        let emitted = if l.v6 {
+            let Ok(inner) = Ipv6Packet::new_checked(inner) else {
+                return;
+            };
+            let outer = Ipv6Repr {
+                next_header: protocol::GRE,
+                payload_len: (inner_len + tail) as u16,
+                ..Ipv6Repr::parse(&inner)
+            };
+            ins.resize(outer.buffer_len() + gre.buffer_len(), 0);
+            Ipv6Packet::new_for_emit(&mut ins[..]).map(|mut v| outer.emit(&mut v))
+        } else {
+            let Ok(inner) = Ipv4Packet::new_checked(inner) else {
+                return;
+            };
+            // The inner header's options stay with it; the outer one has none.
+            let outer = Ipv4Repr {
+                protocol: protocol::GRE,
+                total_len: (inner_len + IPV4_MIN_LEN + tail) as u16,
+                ..Ipv4Repr::parse(&inner)
+            };
+            ins.resize(outer.buffer_len() + gre.buffer_len(), 0);
+            Ipv4Packet::new_for_emit(&mut ins[..]).map(|mut v| outer.emit(&mut v))
+        };
+        let at = ins.len() - gre.buffer_len();
+        let emitted = emitted.and_then(|()| {
+            GrePacket::new_for_emit(&mut ins[at..]).and_then(|mut v| gre.emit(&mut v))
+        });
+        if emitted.is_err() {
+            // Sized from the Reprs just above: cannot happen, but nothing half-built goes out.
+            return;
         }
         ins.extend_from_slice(block);
         frame::insert(frame, l.ip_at, &ins);

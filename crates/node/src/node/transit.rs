@@ -1,7 +1,18 @@
 //! The INT transit hop (INT v2.1 §"INT Transit Hop Node"): its metadata pushed on the INT-MD stack,
 //! E and M bits, intermediate reports (§"MTU Settings"), DS Flags of known domains.
 
-use super::*;
+use super::report::{DsFields, ReportFlags};
+use super::source::GENEVE_OPTION_MAX;
+use super::{Node, shim_of};
+use crate::config::Unsupported;
+use crate::frame::{self, Layout};
+use crate::telemetry::Telemetry;
+use intscope_wire::domain::Mode as DsMode;
+use intscope_wire::int::AnyShim;
+use intscope_wire::md::{MD_HEADER_LEN, MdHeaderRepr};
+use intscope_wire::metadata::{BIT15, Format, NODE_ID, RESERVED_BITS};
+use intscope_wire::mx::MxHeaderRepr;
+use intscope_wire::shim::{SHIM_LEN, Shim};
 
 /// Where DS Flags sit in the INT-MX header (INT v2.1 §"INT-MX Header Format": the last 16 bits
 /// of its 12 bytes).

@@ -2,7 +2,10 @@
 //! "a telemetry specific access control list (called a watchlist)"): watchlist entries and
 //! SD-Fabric's `watchSubnets`, on the packet's own headers or the flow inside its tunnel.
 
-use super::*;
+use super::Node;
+use crate::config::{Mode, NodeConfig, ReportCategory, SourceEncap, WatchEntry};
+use crate::telemetry::Telemetry;
+use intscope_wire::locate::FlowKey;
 
 pub(super) fn port_in(range: Option<(u16, u16)>, p: u16) -> bool {
     range.is_none_or(|(lo, hi)| (lo..=hi).contains(&p))
