@@ -78,6 +78,28 @@ local drop_reasons = {
     [132] = "downlink-pdr-miss", [133] = "uplink-pdr-miss", [134] = "far-miss",
     [150] = "spgw-uplink-recirc-deny", [160] = "ingress-qos-meter",
 }
+-- p4lang/switch drop_reason_codes.h, the table Report v2.0 points to: the fallback for codes
+-- SD-Fabric does not name, as dump reads them (crates/wire/src/drop_reason.rs).
+local p4lang_switch_drop_reasons = {
+    [0] = "unknown", [10] = "outer-src-mac-zero", [11] = "outer-src-mac-multicast",
+    [12] = "outer-dst-mac-zero", [13] = "outer-ethernet-miss", [14] = "src-mac-zero",
+    [15] = "src-mac-multicast", [16] = "dst-mac-zero", [25] = "outer-ip-version-invalid",
+    [26] = "outer-ip-ttl-zero", [27] = "outer-ip-src-multicast", [28] = "outer-ip-src-loopback",
+    [29] = "outer-ip-miss", [30] = "outer-ip-ihl-invalid", [40] = "ip-version-invalid",
+    [41] = "ip-ttl-zero", [42] = "ip-src-multicast", [43] = "ip-src-loopback", [44] = "ip-ihl-invalid",
+    [55] = "port-vlan-mapping-miss", [56] = "stp-check-fail-ingress", [57] = "stp-check-fail-egress",
+    [58] = "same-ifindex", [59] = "multicast-snooping-enabled", [70] = "mtu-check-fail",
+    [71] = "traffic-manager", [72] = "meter", [73] = "wred", [80] = "acl-deny", [81] = "racl-deny",
+    [82] = "urpf-check-fail", [83] = "ipsg-miss", [84] = "ifindex", [85] = "cpu-color-yellow",
+    [86] = "cpu-color-red", [87] = "storm-control-color-yellow", [88] = "storm-control-color-red",
+    [89] = "l2-miss-unicast", [90] = "l2-miss-multicast", [91] = "l2-miss-broadcast",
+    [92] = "egress-acl-deny", [93] = "nhop", [94] = "rmac-hit-non-ip", [95] = "mlag", [96] = "ttl4",
+    [97] = "same-port-check", [98] = "pfc-tc-drop", [100] = "csum-error", [101] = "parser-error",
+    [254] = "others-ingress", [255] = "others-egress",
+}
+for code, name in pairs(p4lang_switch_drop_reasons) do
+    if drop_reasons[code] == nil then drop_reasons[code] = name end
+end
 local rep_types = { [0] = "Inner Only", [1] = "INT", [2] = "IOAM" }
 local in_types = { [0] = "None", [1] = "TLV", [2] = "Domain-specific extension", [3] = "Ethernet",
     [4] = "IPv4", [5] = "IPv6" }
