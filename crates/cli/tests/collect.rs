@@ -3,12 +3,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, repo, succeed};
+use common::{bin, interop_file, repo, startup_line, succeed, wait_until_accounted};
 
 struct Running {
     child: Child,
@@ -34,12 +33,7 @@ impl Running {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let v: serde_json::Value =
-            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        let v = startup_line(&mut child);
         let listen = v["listen"]
             .as_array()
             .unwrap()
@@ -131,16 +125,8 @@ fn replay_of_the_sample_capture_is_served() {
 
 #[test]
 fn replay_of_an_onos_v05_capture() {
-    let shared = std::env::var_os("INTSCOPE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(repo("../shared")));
-    let file = shared
-        .join("interop/serkantul_prometheus_int_exporter__src_test_resources_int_report.pcap");
-    assert!(
-        file.exists(),
-        "interop corpus not found at {} (set INTSCOPE_SHARED)",
-        file.display()
-    );
+    let file =
+        interop_file("serkantul_prometheus_int_exporter__src_test_resources_int_report.pcap");
     let c = Running::start(&[
         "--replay",
         file.to_str().unwrap(),
@@ -169,17 +155,12 @@ fn blast_and_account(c: &Running, args: &[&str]) -> serde_json::Value {
     let sent: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let datagrams = sent["datagrams"].as_u64().unwrap();
     assert!(datagrams > 1000, "{sent}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s = c.get("/api/stats");
-        let got = s["ingest"]["datagrams_received"].as_u64().unwrap()
-            + s["ingest"]["kernel_dropped"].as_u64().unwrap_or(0);
-        if got >= datagrams || Instant::now() > deadline {
-            assert_eq!(got, datagrams, "{s}");
-            return s;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_accounted(
+        datagrams,
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || c.get("/api/stats"),
+    )
 }
 
 #[test]
