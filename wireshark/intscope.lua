@@ -1029,6 +1029,13 @@ local function add_stack(t, tvb, blk, pinfo)
 end
 
 -- Adds an INT block's tree (block already parsed), returning the tree item.
+-- A header flag that also raises a note in the expert info when set (E: max hop count
+-- exceeded, M: MTU exceeded), so a filter on the expert finds the packets.
+local function add_noted_flag(ht, field, range, set, note)
+    local it = ht:add(field, range, set)
+    if set then it:add_proto_expert_info(note) end
+end
+
 -- The first byte of the v1.0, v0.5 and 2016 metadata headers: Ver, Rep, C and E alike
 -- (the generations share that byte's layout); returns the 8-byte header's tree item.
 local function add_ver_rep_c_e(t, tvb, hoff, h)
@@ -1036,8 +1043,7 @@ local function add_ver_rep_c_e(t, tvb, hoff, h)
     ht:add(F.ver, tvb(hoff, 1), h.ver)
     ht:add(F.rep, tvb(hoff, 1), h.rep)
     ht:add(F.c, tvb(hoff, 1), h.c)
-    local ei = ht:add(F.e, tvb(hoff, 1), h.e)
-    if h.e then ei:add_proto_expert_info(E.e_bit) end
+    add_noted_flag(ht, F.e, tvb(hoff, 1), h.e, E.e_bit)
     return ht
 end
 
@@ -1060,10 +1066,8 @@ local function add_block(tree, tvb, blk, pinfo, stacked)
         local ht = t:add(F.hdr, tvb(hoff, 12))
         ht:add(F.ver, tvb(hoff, 1), h.ver)
         ht:add(F.d, tvb(hoff, 1), h.d)
-        local ei = ht:add(F.e, tvb(hoff, 1), h.e)
-        if h.e then ei:add_proto_expert_info(E.e_bit) end
-        local mi = ht:add(F.m, tvb(hoff, 1), h.m)
-        if h.m then mi:add_proto_expert_info(E.m_bit) end
+        add_noted_flag(ht, F.e, tvb(hoff, 1), h.e, E.e_bit)
+        add_noted_flag(ht, F.m, tvb(hoff, 1), h.m, E.m_bit)
         if h.reserved ~= 0 then ht:add(F.reserved, tvb(hoff, 3), h.reserved) end
         ht:add(F.hop_ml, tvb(hoff + 2, 1), h.hop_ml)
         ht:add(F.remaining_hop_count, tvb(hoff + 3, 1), h.rhc)
@@ -1085,8 +1089,7 @@ local function add_block(tree, tvb, blk, pinfo, stacked)
         add_domain(t, F.HOP, tvb, blk.body_off, blk.body_len, h.ds_id, h.ds_instruction, { "source-inserted" })
     elseif blk.kind == "v1" then
         local ht = add_ver_rep_c_e(t, tvb, hoff, h)
-        local mi = ht:add(F.m, tvb(hoff + 1, 1), h.m)
-        if h.m then mi:add_proto_expert_info(E.m_bit) end
+        add_noted_flag(ht, F.m, tvb(hoff + 1, 1), h.m, E.m_bit)
         ht:add(F.hop_ml, tvb(hoff + 2, 1), h.hop_ml)
         ht:add(F.remaining_hop_count, tvb(hoff + 3, 1), h.rhc)
         ht:add(F.instruction_bitmap, tvb(hoff + 4, 2), h.bitmap)
@@ -1638,6 +1641,15 @@ end
 
 local report_summary = nil -- the Info column of the report being dissected
 
+-- The v1.0 and v0.5 report headers' first word both carry the D, Q and F flags as three
+-- adjacent bits (D the highest, at `d_mask`) and the 6-bit hardware ID in the low bits.
+local function add_dqf_hw_id(t, r, w, d_mask)
+    t:add(F.r_d, r, band(w, d_mask) ~= 0)
+    t:add(F.r_q, r, band(w, rshift(d_mask, 1)) ~= 0)
+    t:add(F.r_f, r, band(w, rshift(d_mask, 2)) ~= 0)
+    t:add(F.r_hw_id, r, band(w, 0x3f))
+end
+
 -- Telemetry Report v1.0 (GEANT int-platforms int_report.p4): `ver(4) len(4) nprot(3)
 -- rep_md_bits(6) rsvd(6) d q f hw_id(6) | switch_id(32) | seq_num(32) | ingress_tstamp(32)`.
 local function report_v1(t, tvb, pinfo)
@@ -1652,10 +1664,7 @@ local function report_v1(t, tvb, pinfo)
     local nproto = band(rshift(w, 21), 7)
     t:add(F.r_nproto, r, nproto)
     t:add(F.r_v1_rep_md_bits, r, band(rshift(w, 15), 0x3f))
-    t:add(F.r_d, r, band(w, 0x100) ~= 0)
-    t:add(F.r_q, r, band(w, 0x80) ~= 0)
-    t:add(F.r_f, r, band(w, 0x40) ~= 0)
-    t:add(F.r_hw_id, r, band(w, 0x3f))
+    add_dqf_hw_id(t, r, w, 0x100)
     t:add(F.r_node_id, tvb(4, 4))
     t:add(F.r_seq, tvb(8, 4))
     t:add(F.r_ingress_ts, tvb(12, 4))
@@ -1679,10 +1688,7 @@ local function report_v05(t, tvb, pinfo, version1)
     if nproto > 2 then
         fail(0, string.format("Telemetry report v0.5: NProto is %d, expected 0 (Ethernet), 1 (drop) or 2 (switch-local)", nproto))
     end
-    t:add(F.r_d, r, band(w, 0x00800000) ~= 0)
-    t:add(F.r_q, r, band(w, 0x00400000) ~= 0)
-    t:add(F.r_f, r, band(w, 0x00200000) ~= 0)
-    t:add(F.r_hw_id, r, band(w, 0x3f))
+    add_dqf_hw_id(t, r, w, 0x00800000)
     t:add(F.r_seq, tvb(4, 4))
     t:add(F.r_ingress_ts, tvb(8, 4))
     report_summary = string.format("Telemetry report v0.5%s, seq %d",
