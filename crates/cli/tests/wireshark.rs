@@ -35,6 +35,13 @@ fn tempdir(name: &str) -> PathBuf {
     d
 }
 
+/// `frames` written to `<name>.pcap` in this test's own directory, for both tools to read.
+fn frames_pcap(name: &str, frames: &[Vec<u8>]) -> PathBuf {
+    let pcap = tempdir(name).join(format!("{name}.pcap"));
+    write_pcap(&pcap, frames);
+    pcap
+}
+
 /// tshark must be there: a silent skip would let the dissector rot.
 fn require_tshark() {
     let ok = Command::new("tshark")
@@ -59,6 +66,15 @@ struct Opts {
 }
 
 impl Opts {
+    /// The sample capture's settings: INT on UDP port 17768 and GRE protocol 0x4569.
+    fn sample() -> Opts {
+        Opts {
+            int_udp_ports: vec![17768],
+            gre_proto: Some(0x4569),
+            ..Opts::default()
+        }
+    }
+
     fn dump_args(&self) -> Vec<String> {
         let mut a = Vec::new();
         for p in &self.int_udp_ports {
@@ -741,11 +757,7 @@ fn sample() -> PathBuf {
 
 #[test]
 fn sample_capture_matches_dump() {
-    let opts = Opts {
-        int_udp_ports: vec![17768],
-        gre_proto: Some(0x4569),
-        ..Opts::default()
-    };
+    let opts = Opts::sample();
     // 10 frames carry INT or a report; the 11th is malformed (and must be marked so).
     assert_eq!(compare("sample", &sample(), &opts), 10);
 }
@@ -844,9 +856,7 @@ fn interop_vectors_match_dump() {
             frames.push(udp_frame(0, 556, &v));
         }
     }
-    let dir = tempdir("vectors");
-    let pcap = dir.join("vectors.pcap");
-    write_pcap(&pcap, &frames);
+    let pcap = frames_pcap("vectors", &frames);
     let opts = Opts {
         int_udp_ports: vec![555],
         report_ports: vec![556],
@@ -918,14 +928,8 @@ fn truncated_frames_are_marked_not_lua_errors() {
             cut.push(g);
         }
     }
-    let dir = tempdir("cut");
-    let pcap = dir.join("cut.pcap");
-    write_pcap(&pcap, &cut);
-    let opts = Opts {
-        int_udp_ports: vec![17768],
-        gre_proto: Some(0x4569),
-        ..Opts::default()
-    };
+    let pcap = frames_pcap("cut", &cut);
+    let opts = Opts::sample();
     compare_with("cut", &pcap, &opts, false);
 }
 
@@ -977,9 +981,7 @@ fn spec_2016_example() {
         .udp(999, 4790)
         .write(&mut f, &gpe)
         .unwrap();
-    let dir = tempdir("2016");
-    let pcap = dir.join("2016.pcap");
-    write_pcap(&pcap, &[f]);
+    let pcap = frames_pcap("2016", &[f]);
     // Field by field against dump first (both blocks, the BOS hop, the invalid word).
     assert_eq!(compare("2016", &pcap, &Opts::default()), 1);
     let t = tshark(&pcap, &Opts::default());
@@ -1170,10 +1172,8 @@ fn node_encapsulations_match_dump() {
     let common = "int_udp_port = 17768\nint_dscp = 0x17\nint_gre_proto = 0x4569\n\
                   probe_marker = \"0x1122334455667788\"\n";
     let opts = Opts {
-        int_udp_ports: vec![17768],
-        gre_proto: Some(0x4569),
         probe_marker: Some("0x1122334455667788".into()),
-        ..Opts::default()
+        ..Opts::sample()
     };
     let mut total = 0;
     // The last column: bytes of the packet a report carries (90 cuts the INT stacks).
@@ -1363,9 +1363,7 @@ fn synthetic_reports_match_dump() {
         mx,
         stacked,
     ];
-    let dir = tempdir("synthetic");
-    let pcap = dir.join("synthetic.pcap");
-    write_pcap(&pcap, &frames);
+    let pcap = frames_pcap("synthetic", &frames);
     let opts = Opts {
         int_udp_ports: vec![17768],
         domains: Some(repo("examples/domains.toml")),
@@ -1452,14 +1450,8 @@ fn corrupted_frames_match_dump() {
             a + (rng.next() as usize) % (b - a)
         }));
     }
-    let dir = tempdir("corrupt");
-    let pcap = dir.join("corrupt.pcap");
-    write_pcap(&pcap, &frames);
-    let opts = Opts {
-        int_udp_ports: vec![17768],
-        gre_proto: Some(0x4569),
-        ..Opts::default()
-    };
+    let pcap = frames_pcap("corrupt", &frames);
+    let opts = Opts::sample();
     compare_with("corrupt", &pcap, &opts, false);
 }
 
@@ -1492,9 +1484,7 @@ fn corrupted_vectors_match_dump() {
         });
         frames.extend(copies.iter().map(|g| udp_frame(0, 556, g)));
     }
-    let dir = tempdir("corrupt-vectors");
-    let pcap = dir.join("corrupt.pcap");
-    write_pcap(&pcap, &frames);
+    let pcap = frames_pcap("corrupt-vectors", &frames);
     let opts = Opts {
         int_udp_ports: vec![555],
         report_ports: vec![556],
@@ -1632,9 +1622,7 @@ fn legacy_cases() -> Vec<LegacyCase> {
 fn legacy_frames_match_dump() {
     let cases = legacy_cases();
     let frames: Vec<Vec<u8>> = cases.iter().map(|(f, _, _)| f.clone()).collect();
-    let dir = tempdir("legacy");
-    let pcap = dir.join("legacy.pcap");
-    write_pcap(&pcap, &frames);
+    let pcap = frames_pcap("legacy", &frames);
     let opts = Opts::default();
     compare("legacy", &pcap, &opts);
     let d = dump(&pcap, &opts);
@@ -1692,8 +1680,6 @@ fn corrupted_legacy_frames_match_dump() {
             a + (rng.next() as usize) % (b - a)
         }));
     }
-    let dir = tempdir("corrupt-legacy");
-    let pcap = dir.join("corrupt.pcap");
-    write_pcap(&pcap, &frames);
+    let pcap = frames_pcap("corrupt-legacy", &frames);
     compare_with("corrupt legacy", &pcap, &Opts::default(), false);
 }
