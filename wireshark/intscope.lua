@@ -1036,6 +1036,16 @@ local function add_noted_flag(ht, field, range, set, note)
     if set then it:add_proto_expert_info(note) end
 end
 
+-- Bytes 4-11 of the INT-MD and INT-MX headers, alike in both (INT v2.1 "INT-MD Metadata Header
+-- Format", "INT-MX Header Format"): Instruction Bitmap, Domain Specific ID, DS Instruction,
+-- DS Flags.
+local function add_bitmap_and_domain(ht, tvb, hoff, h)
+    ht:add(F.instruction_bitmap, tvb(hoff + 4, 2), h.bitmap)
+    ht:add(F.ds_id, tvb(hoff + 6, 2), h.ds_id)
+    ht:add(F.ds_instruction, tvb(hoff + 8, 2), h.ds_instruction)
+    ht:add(F.ds_flags, tvb(hoff + 10, 2), h.ds_flags)
+end
+
 -- The first byte of the v1.0, v0.5 and 2016 metadata headers: Ver, Rep, C and E alike
 -- (the generations share that byte's layout); returns the 8-byte header's tree item.
 local function add_ver_rep_c_e(t, tvb, hoff, h)
@@ -1071,20 +1081,14 @@ local function add_block(tree, tvb, blk, pinfo, stacked)
         if h.reserved ~= 0 then ht:add(F.reserved, tvb(hoff, 3), h.reserved) end
         ht:add(F.hop_ml, tvb(hoff + 2, 1), h.hop_ml)
         ht:add(F.remaining_hop_count, tvb(hoff + 3, 1), h.rhc)
-        ht:add(F.instruction_bitmap, tvb(hoff + 4, 2), h.bitmap)
-        ht:add(F.ds_id, tvb(hoff + 6, 2), h.ds_id)
-        ht:add(F.ds_instruction, tvb(hoff + 8, 2), h.ds_instruction)
-        ht:add(F.ds_flags, tvb(hoff + 10, 2), h.ds_flags)
+        add_bitmap_and_domain(ht, tvb, hoff, h)
         add_stack(t, tvb, blk, pinfo)
     elseif blk.kind == "mx" then
         local ht = t:add(F.hdr, tvb(hoff, 12))
         ht:add(F.ver, tvb(hoff, 1), h.ver)
         ht:add(F.d, tvb(hoff, 1), h.d)
         if h.reserved ~= 0 then ht:add(F.reserved, tvb(hoff, 4), h.reserved) end
-        ht:add(F.instruction_bitmap, tvb(hoff + 4, 2), h.bitmap)
-        ht:add(F.ds_id, tvb(hoff + 6, 2), h.ds_id)
-        ht:add(F.ds_instruction, tvb(hoff + 8, 2), h.ds_instruction)
-        ht:add(F.ds_flags, tvb(hoff + 10, 2), h.ds_flags)
+        add_bitmap_and_domain(ht, tvb, hoff, h)
         -- INT v2.1 "INT-MX Header Format": optional source-inserted domain-specific metadata.
         add_domain(t, F.HOP, tvb, blk.body_off, blk.body_len, h.ds_id, h.ds_instruction, { "source-inserted" })
     elseif blk.kind == "v1" then
