@@ -78,24 +78,26 @@ local drop_reasons = {
     [132] = "downlink-pdr-miss", [133] = "uplink-pdr-miss", [134] = "far-miss",
     [150] = "spgw-uplink-recirc-deny", [160] = "ingress-qos-meter",
 }
--- p4lang/switch's drop reasons (p4src/includes/drop_reason_codes.h) for the codes SD-Fabric does
--- not define: SD-Fabric's name wins where both do, as in dump (wire::drop_reason::name).
-for code, name in pairs({
-    [10] = "outer-src-mac-zero", [11] = "outer-src-mac-multicast", [12] = "outer-dst-mac-zero",
-    [13] = "outer-ethernet-miss", [14] = "src-mac-zero", [15] = "src-mac-multicast",
-    [16] = "dst-mac-zero", [25] = "outer-ip-version-invalid", [27] = "outer-ip-src-multicast",
-    [28] = "outer-ip-src-loopback", [30] = "outer-ip-ihl-invalid", [40] = "ip-version-invalid",
-    [41] = "ip-ttl-zero", [42] = "ip-src-multicast", [43] = "ip-src-loopback",
-    [44] = "ip-ihl-invalid", [56] = "stp-check-fail-ingress", [57] = "stp-check-fail-egress",
+-- p4lang/switch drop_reason_codes.h, the table Report v2.0 points to: the fallback for codes
+-- SD-Fabric does not name, as dump reads them (crates/wire/src/drop_reason.rs).
+local p4lang_switch_drop_reasons = {
+    [0] = "unknown", [10] = "outer-src-mac-zero", [11] = "outer-src-mac-multicast",
+    [12] = "outer-dst-mac-zero", [13] = "outer-ethernet-miss", [14] = "src-mac-zero",
+    [15] = "src-mac-multicast", [16] = "dst-mac-zero", [25] = "outer-ip-version-invalid",
+    [26] = "outer-ip-ttl-zero", [27] = "outer-ip-src-multicast", [28] = "outer-ip-src-loopback",
+    [29] = "outer-ip-miss", [30] = "outer-ip-ihl-invalid", [40] = "ip-version-invalid",
+    [41] = "ip-ttl-zero", [42] = "ip-src-multicast", [43] = "ip-src-loopback", [44] = "ip-ihl-invalid",
+    [55] = "port-vlan-mapping-miss", [56] = "stp-check-fail-ingress", [57] = "stp-check-fail-egress",
     [58] = "same-ifindex", [59] = "multicast-snooping-enabled", [70] = "mtu-check-fail",
-    [72] = "meter", [73] = "wred", [81] = "racl-deny", [82] = "urpf-check-fail",
-    [83] = "ipsg-miss", [84] = "ifindex", [85] = "cpu-color-yellow", [86] = "cpu-color-red",
-    [87] = "storm-control-color-yellow", [88] = "storm-control-color-red",
-    [90] = "l2-miss-multicast", [91] = "l2-miss-broadcast", [92] = "egress-acl-deny",
-    [93] = "nhop", [94] = "rmac-hit-non-ip", [95] = "mlag", [96] = "ttl4",
+    [71] = "traffic-manager", [72] = "meter", [73] = "wred", [80] = "acl-deny", [81] = "racl-deny",
+    [82] = "urpf-check-fail", [83] = "ipsg-miss", [84] = "ifindex", [85] = "cpu-color-yellow",
+    [86] = "cpu-color-red", [87] = "storm-control-color-yellow", [88] = "storm-control-color-red",
+    [89] = "l2-miss-unicast", [90] = "l2-miss-multicast", [91] = "l2-miss-broadcast",
+    [92] = "egress-acl-deny", [93] = "nhop", [94] = "rmac-hit-non-ip", [95] = "mlag", [96] = "ttl4",
     [97] = "same-port-check", [98] = "pfc-tc-drop", [100] = "csum-error", [101] = "parser-error",
     [254] = "others-ingress", [255] = "others-egress",
-}) do
+}
+for code, name in pairs(p4lang_switch_drop_reasons) do
     if drop_reasons[code] == nil then drop_reasons[code] = name end
 end
 local rep_types = { [0] = "Inner Only", [1] = "INT", [2] = "IOAM" }
@@ -512,39 +514,34 @@ local function add_hop(t, M, tvb, off, bm, fmt, dlen, ds_id, ds_bits)
         if bos_at then t:add(M.bos, tvb(bos_at, 4), true) end
         return at
     end
-    if pos[0] then
-        local w = word(0)
-        if w == ONES32 then unavailable(t, M, r(0), "node_id") else t:add(M.node_id, r(0), w) end
+    -- A value of all ones is the node's "invalid" marker (see above): each field it carries is
+    -- shown as unavailable instead of as a number.
+    local function add_word(n, name)
+        if not pos[n] then return end
+        local w = word(n)
+        if w == ONES32 then unavailable(t, M, r(n), name) else t:add(M[name], r(n), w) end
     end
-    if pos[1] then
-        local w = word(1)
-        if w == ONES32 then
-            unavailable(t, M, r(1), "l1_ingress_if")
-            unavailable(t, M, r(1), "l1_egress_if")
+    -- Bit `n`'s `width` bytes carry two fields, the first `first_len` bytes long.
+    local function add_pair(n, width, first, first_len, second)
+        local rr = r(n, width)
+        if rr:bytes():tohex() == string.rep("FF", width) then
+            unavailable(t, M, rr, first)
+            unavailable(t, M, rr, second)
         else
-            t:add(M.l1_ingress_if, tvb(pos[1], 2))
-            t:add(M.l1_egress_if, tvb(pos[1] + 2, 2))
+            t:add(M[first], tvb(pos[n], first_len))
+            t:add(M[second], tvb(pos[n] + first_len, width - first_len))
         end
     end
-    if pos[2] then
-        local w = word(2)
-        if w == ONES32 then unavailable(t, M, r(2), "hop_latency") else t:add(M.hop_latency, r(2), w) end
-    end
+    add_word(0, "node_id")
+    if pos[1] then add_pair(1, 4, "l1_ingress_if", 2, "l1_egress_if") end
+    add_word(2, "hop_latency")
     -- Report bit 15's Queue ID stands in for bit 3's when bit 3 is absent or unavailable.
     local q15 = fmt == FMT_REP and pos[15] and word(15) ~= ONES32
-    if pos[3] then
-        local w = word(3)
-        if w == ONES32 then
-            if q15 then
-                t:add(M.queue_id, r(15, 1))
-            else
-                unavailable(t, M, r(3), "queue_id")
-            end
-            unavailable(t, M, r(3), "queue_occupancy")
-        else
-            t:add(M.queue_id, tvb(pos[3], 1))
-            t:add(M.queue_occupancy, tvb(pos[3] + 1, 3))
-        end
+    if pos[3] and q15 and word(3) == ONES32 then
+        t:add(M.queue_id, r(15, 1))
+        unavailable(t, M, r(3), "queue_occupancy")
+    elseif pos[3] then
+        add_pair(3, 4, "queue_id", 1, "queue_occupancy")
     elseif fmt == FMT_REP and pos[15] then
         if q15 then t:add(M.queue_id, r(15, 1)) else unavailable(t, M, r(15), "queue_id") end
     end
@@ -564,59 +561,22 @@ local function add_hop(t, M, tvb, off, bm, fmt, dlen, ds_id, ds_bits)
         if fmt == FMT_V05 then
             -- INT v0.5 bit 6: queue ID (8) + congestion status (24), ONOS fabric.p4
             -- int_q_congestion_t.
-            local w = word(6)
-            if w == ONES32 then
-                unavailable(t, M, r(6), "congestion_queue_id")
-                unavailable(t, M, r(6), "congestion_status")
-            else
-                t:add(M.congestion_queue_id, tvb(pos[6], 1))
-                t:add(M.congestion_status, tvb(pos[6] + 1, 3))
-            end
-        elseif fmt == FMT_V1 then
-            local w = word(6)
-            if w == ONES32 then
-                unavailable(t, M, r(6), "l2_ingress_if")
-                unavailable(t, M, r(6), "l2_egress_if")
-            else
-                t:add(M.l2_ingress_if, tvb(pos[6], 2), u16(tvb, pos[6]))
-                t:add(M.l2_egress_if, tvb(pos[6] + 2, 2), u16(tvb, pos[6] + 2))
-            end
+            add_pair(6, 4, "congestion_queue_id", 1, "congestion_status")
         else
-            local rr = r(6, 8)
-            if rr:bytes():tohex() == "FFFFFFFFFFFFFFFF" then
-                unavailable(t, M, rr, "l2_ingress_if")
-                unavailable(t, M, rr, "l2_egress_if")
+            -- Level 2 interfaces: two 16-bit halves of one word (v1.0), two words (v2.x).
+            if fmt == FMT_V1 then
+                add_pair(6, 4, "l2_ingress_if", 2, "l2_egress_if")
             else
-                t:add(M.l2_ingress_if, tvb(pos[6], 4))
-                t:add(M.l2_egress_if, tvb(pos[6] + 4, 4))
+                add_pair(6, 8, "l2_ingress_if", 4, "l2_egress_if")
             end
         end
     end
-    if pos[7] then
-        local w = word(7)
-        if w == ONES32 then unavailable(t, M, r(7), "egress_tx_util") else t:add(M.egress_tx_util, r(7), w) end
-    end
-    if pos[8] then
-        local w = word(8)
-        if w == ONES32 then
-            unavailable(t, M, r(8), "buffer_id")
-            unavailable(t, M, r(8), "buffer_occupancy")
-        else
-            t:add(M.buffer_id, tvb(pos[8], 1))
-            t:add(M.buffer_occupancy, tvb(pos[8] + 1, 3))
-        end
-    end
-    for n = 9, 14 do
-        if pos[n] then
-            local name = "reserved_bit" .. n
-            local w = word(n)
-            if w == ONES32 then unavailable(t, M, r(n), name) else t:add(M[name], r(n), w) end
-        end
-    end
+    add_word(7, "egress_tx_util")
+    if pos[8] then add_pair(8, 4, "buffer_id", 1, "buffer_occupancy") end
+    for n = 9, 14 do add_word(n, "reserved_bit" .. n) end
     if pos[15] then
-        local w = word(15)
         if fmt == FMT_REP then
-            if w == ONES32 then
+            if word(15) == ONES32 then
                 unavailable(t, M, r(15), "drop_reason")
             else
                 local reason = u8(tvb, pos[15] + 1)
@@ -628,10 +588,9 @@ local function add_hop(t, M, tvb, off, bm, fmt, dlen, ds_id, ds_bits)
         elseif fmt == FMT_V2 or fmt == FMT_V1 then
             -- INT v2.1 / v1.0: Checksum Complement; 0xFFFFFFFF means "not used" (shared/spec
             -- errata). INT v0.5 (ONOS fabric.p4) leaves bit 15 reserved.
-            if w == ONES32 then unavailable(t, M, r(15), "checksum_complement")
-            else t:add(M.checksum_complement, r(15), w) end
+            add_word(15, "checksum_complement")
         else
-            if w == ONES32 then unavailable(t, M, r(15), "reserved_bit15") else t:add(M.reserved_bit15, r(15), w) end
+            add_word(15, "reserved_bit15")
         end
     end
     if dlen > 0 then
@@ -1070,6 +1029,34 @@ local function add_stack(t, tvb, blk, pinfo)
 end
 
 -- Adds an INT block's tree (block already parsed), returning the tree item.
+-- A header flag that also raises a note in the expert info when set (E: max hop count
+-- exceeded, M: MTU exceeded), so a filter on the expert finds the packets.
+local function add_noted_flag(ht, field, range, set, note)
+    local it = ht:add(field, range, set)
+    if set then it:add_proto_expert_info(note) end
+end
+
+-- Bytes 4-11 of the INT-MD and INT-MX headers, alike in both (INT v2.1 "INT-MD Metadata Header
+-- Format", "INT-MX Header Format"): Instruction Bitmap, Domain Specific ID, DS Instruction,
+-- DS Flags.
+local function add_bitmap_and_domain(ht, tvb, hoff, h)
+    ht:add(F.instruction_bitmap, tvb(hoff + 4, 2), h.bitmap)
+    ht:add(F.ds_id, tvb(hoff + 6, 2), h.ds_id)
+    ht:add(F.ds_instruction, tvb(hoff + 8, 2), h.ds_instruction)
+    ht:add(F.ds_flags, tvb(hoff + 10, 2), h.ds_flags)
+end
+
+-- The first byte of the v1.0, v0.5 and 2016 metadata headers: Ver, Rep, C and E alike
+-- (the generations share that byte's layout); returns the 8-byte header's tree item.
+local function add_ver_rep_c_e(t, tvb, hoff, h)
+    local ht = t:add(F.hdr, tvb(hoff, 8))
+    ht:add(F.ver, tvb(hoff, 1), h.ver)
+    ht:add(F.rep, tvb(hoff, 1), h.rep)
+    ht:add(F.c, tvb(hoff, 1), h.c)
+    add_noted_flag(ht, F.e, tvb(hoff, 1), h.e, E.e_bit)
+    return ht
+end
+
 local function add_block(tree, tvb, blk, pinfo, stacked)
     local t = tree:add(p_int, tvb(blk.off, blk.len))
     local names = { md = "INT-MD", mx = "INT-MX", v1 = "INT v1.0", v05 = "INT v0.5", ["2016"] = "INT (2016)" }
@@ -1089,49 +1076,30 @@ local function add_block(tree, tvb, blk, pinfo, stacked)
         local ht = t:add(F.hdr, tvb(hoff, 12))
         ht:add(F.ver, tvb(hoff, 1), h.ver)
         ht:add(F.d, tvb(hoff, 1), h.d)
-        local ei = ht:add(F.e, tvb(hoff, 1), h.e)
-        if h.e then ei:add_proto_expert_info(E.e_bit) end
-        local mi = ht:add(F.m, tvb(hoff, 1), h.m)
-        if h.m then mi:add_proto_expert_info(E.m_bit) end
+        add_noted_flag(ht, F.e, tvb(hoff, 1), h.e, E.e_bit)
+        add_noted_flag(ht, F.m, tvb(hoff, 1), h.m, E.m_bit)
         if h.reserved ~= 0 then ht:add(F.reserved, tvb(hoff, 3), h.reserved) end
         ht:add(F.hop_ml, tvb(hoff + 2, 1), h.hop_ml)
         ht:add(F.remaining_hop_count, tvb(hoff + 3, 1), h.rhc)
-        ht:add(F.instruction_bitmap, tvb(hoff + 4, 2), h.bitmap)
-        ht:add(F.ds_id, tvb(hoff + 6, 2), h.ds_id)
-        ht:add(F.ds_instruction, tvb(hoff + 8, 2), h.ds_instruction)
-        ht:add(F.ds_flags, tvb(hoff + 10, 2), h.ds_flags)
+        add_bitmap_and_domain(ht, tvb, hoff, h)
         add_stack(t, tvb, blk, pinfo)
     elseif blk.kind == "mx" then
         local ht = t:add(F.hdr, tvb(hoff, 12))
         ht:add(F.ver, tvb(hoff, 1), h.ver)
         ht:add(F.d, tvb(hoff, 1), h.d)
         if h.reserved ~= 0 then ht:add(F.reserved, tvb(hoff, 4), h.reserved) end
-        ht:add(F.instruction_bitmap, tvb(hoff + 4, 2), h.bitmap)
-        ht:add(F.ds_id, tvb(hoff + 6, 2), h.ds_id)
-        ht:add(F.ds_instruction, tvb(hoff + 8, 2), h.ds_instruction)
-        ht:add(F.ds_flags, tvb(hoff + 10, 2), h.ds_flags)
+        add_bitmap_and_domain(ht, tvb, hoff, h)
         -- INT v2.1 "INT-MX Header Format": optional source-inserted domain-specific metadata.
         add_domain(t, F.HOP, tvb, blk.body_off, blk.body_len, h.ds_id, h.ds_instruction, { "source-inserted" })
     elseif blk.kind == "v1" then
-        local ht = t:add(F.hdr, tvb(hoff, 8))
-        ht:add(F.ver, tvb(hoff, 1), h.ver)
-        ht:add(F.rep, tvb(hoff, 1), h.rep)
-        ht:add(F.c, tvb(hoff, 1), h.c)
-        local ei = ht:add(F.e, tvb(hoff, 1), h.e)
-        if h.e then ei:add_proto_expert_info(E.e_bit) end
-        local mi = ht:add(F.m, tvb(hoff + 1, 1), h.m)
-        if h.m then mi:add_proto_expert_info(E.m_bit) end
+        local ht = add_ver_rep_c_e(t, tvb, hoff, h)
+        add_noted_flag(ht, F.m, tvb(hoff + 1, 1), h.m, E.m_bit)
         ht:add(F.hop_ml, tvb(hoff + 2, 1), h.hop_ml)
         ht:add(F.remaining_hop_count, tvb(hoff + 3, 1), h.rhc)
         ht:add(F.instruction_bitmap, tvb(hoff + 4, 2), h.bitmap)
         add_stack(t, tvb, blk, pinfo)
     elseif blk.kind == "v05" or (blk.kind == "2016") then
-        local ht = t:add(F.hdr, tvb(hoff, 8))
-        ht:add(F.ver, tvb(hoff, 1), h.ver)
-        ht:add(F.rep, tvb(hoff, 1), h.rep)
-        ht:add(F.c, tvb(hoff, 1), h.c)
-        local ei = ht:add(F.e, tvb(hoff, 1), h.e)
-        if h.e then ei:add_proto_expert_info(E.e_bit) end
+        local ht = add_ver_rep_c_e(t, tvb, hoff, h)
         ht:add(F.ins_cnt, tvb(hoff + 1, 1), h.ins_cnt)
         ht:add(F.max_hop_count, tvb(hoff + 2, 1), h.max_hop)
         ht:add(F.total_hop_count, tvb(hoff + 3, 1), h.total_hop)
@@ -1326,60 +1294,48 @@ local function gpe_p_bit_clear(tvb)
     return p == 0
 end
 
+-- The INT-over-VXLAN-GPE dissectors differ only in how the block is parsed, which next-protocol
+-- values mean "another INT header follows", and the Info text.
+local function gpe_dissector(parse, is_int_next, info)
+    return guarded(function(tvb, pinfo, tree)
+        if gpe_depth == 0 and gpe_p_bit_clear(tvb) then
+            add_error(tree, p_int, E.malformed, tvb,
+                { intscope = true, off = 0, msg = "VXLAN-GPE header: P bit is 0, expected 1 (next protocol present)" })
+            return tvb:len()
+        end
+        local ok, blk = pcall(parse, tvb)
+        if not ok then
+            add_error(tree, p_int, E.malformed, tvb, blk)
+            return tvb:len()
+        end
+        add_block(tree, tvb, blk, pinfo, gpe_depth > 0)
+        local nxt = blk.shim.next_protocol
+        if gpe_depth >= 7 and is_int_next(nxt) then
+            tree:add_proto_expert_info(E.malformed, "more than 8 stacked INT headers")
+            return tvb:len()
+        end
+        gpe_depth = gpe_depth + 1
+        local okc, e = pcall(dispatch_gpe, nxt, tvb, blk.len, pinfo, tree)
+        gpe_depth = gpe_depth - 1
+        if not okc then error(e, 0) end
+        pinfo.cols.protocol:set("INT")
+        pinfo.cols.info:append(info(blk))
+        return tvb:len()
+    end)
+end
+
 local gpe_int = Proto("int_gpe", "INT over VXLAN-GPE")
-gpe_int.dissector = guarded(function(tvb, pinfo, tree)
-    if gpe_depth == 0 and gpe_p_bit_clear(tvb) then
-        add_error(tree, p_int, E.malformed, tvb,
-            { intscope = true, off = 0, msg = "VXLAN-GPE header: P bit is 0, expected 1 (next protocol present)" })
-        return tvb:len()
-    end
-    local ok, blk = pcall(parse_block, tvb, 0, "vxlan-gpe", SEM_SPEC)
-    if not ok then
-        add_error(tree, p_int, E.malformed, tvb, blk)
-        return tvb:len()
-    end
-    add_block(tree, tvb, blk, pinfo, gpe_depth > 0)
-    local nxt = blk.shim.next_protocol
-    if gpe_depth >= 7 and nxt == p_int.prefs.gpe_next_proto then
-        tree:add_proto_expert_info(E.malformed, "more than 8 stacked INT headers")
-        return tvb:len()
-    end
-    gpe_depth = gpe_depth + 1
-    local okc, e = pcall(dispatch_gpe, nxt, tvb, blk.len, pinfo, tree)
-    gpe_depth = gpe_depth - 1
-    if not okc then error(e, 0) end
-    pinfo.cols.protocol:set("INT")
-    pinfo.cols.info:append(" [" .. blk.summary .. " over VXLAN-GPE]")
-    return tvb:len()
-end)
+gpe_int.dissector = gpe_dissector(
+    function(tvb) return parse_block(tvb, 0, "vxlan-gpe", SEM_SPEC) end,
+    function(nxt) return nxt == p_int.prefs.gpe_next_proto end,
+    function(blk) return " [" .. blk.summary .. " over VXLAN-GPE]" end)
 
 local gpe_2016 = Proto("int_gpe2016", "INT (2016) over VXLAN-GPE")
-gpe_2016.dissector = guarded(function(tvb, pinfo, tree)
-    if gpe_depth == 0 and gpe_p_bit_clear(tvb) then
-        add_error(tree, p_int, E.malformed, tvb,
-            { intscope = true, off = 0, msg = "VXLAN-GPE header: P bit is 0, expected 1 (next protocol present)" })
-        return tvb:len()
-    end
-    local ok, blk = pcall(parse_2016_block, tvb, 0)
-    if not ok then
-        add_error(tree, p_int, E.malformed, tvb, blk)
-        return tvb:len()
-    end
-    add_block(tree, tvb, blk, pinfo, gpe_depth > 0)
-    -- "all VXLAN GPE headers for the INT Headers other than the last one will carry 0x05".
-    local nxt = blk.shim.next_protocol
-    if gpe_depth >= 7 and (nxt == p_int.prefs.gpe_next_proto or nxt == p_int.prefs.gpe_next_proto_2016) then
-        tree:add_proto_expert_info(E.malformed, "more than 8 stacked INT headers")
-        return tvb:len()
-    end
-    gpe_depth = gpe_depth + 1
-    local okc, e = pcall(dispatch_gpe, nxt, tvb, blk.len, pinfo, tree)
-    gpe_depth = gpe_depth - 1
-    if not okc then error(e, 0) end
-    pinfo.cols.protocol:set("INT")
-    pinfo.cols.info:append(" [INT (2016) over VXLAN-GPE]")
-    return tvb:len()
-end)
+-- "all VXLAN GPE headers for the INT Headers other than the last one will carry 0x05".
+gpe_2016.dissector = gpe_dissector(
+    function(tvb) return parse_2016_block(tvb, 0) end,
+    function(nxt) return nxt == p_int.prefs.gpe_next_proto or nxt == p_int.prefs.gpe_next_proto_2016 end,
+    function() return " [INT (2016) over VXLAN-GPE]" end)
 
 ---------------------------------------------------------------------------------------------
 -- INT over GRE (INT v2.1 "INT over IPv4/GRE": GRE protocol type TBD_INT, then the GRE shim)
@@ -1689,6 +1645,15 @@ end
 
 local report_summary = nil -- the Info column of the report being dissected
 
+-- The v1.0 and v0.5 report headers' first word both carry the D, Q and F flags as three
+-- adjacent bits (D the highest, at `d_mask`) and the 6-bit hardware ID in the low bits.
+local function add_dqf_hw_id(t, r, w, d_mask)
+    t:add(F.r_d, r, band(w, d_mask) ~= 0)
+    t:add(F.r_q, r, band(w, rshift(d_mask, 1)) ~= 0)
+    t:add(F.r_f, r, band(w, rshift(d_mask, 2)) ~= 0)
+    t:add(F.r_hw_id, r, band(w, 0x3f))
+end
+
 -- Telemetry Report v1.0 (GEANT int-platforms int_report.p4): `ver(4) len(4) nprot(3)
 -- rep_md_bits(6) rsvd(6) d q f hw_id(6) | switch_id(32) | seq_num(32) | ingress_tstamp(32)`.
 local function report_v1(t, tvb, pinfo)
@@ -1703,10 +1668,7 @@ local function report_v1(t, tvb, pinfo)
     local nproto = band(rshift(w, 21), 7)
     t:add(F.r_nproto, r, nproto)
     t:add(F.r_v1_rep_md_bits, r, band(rshift(w, 15), 0x3f))
-    t:add(F.r_d, r, band(w, 0x100) ~= 0)
-    t:add(F.r_q, r, band(w, 0x80) ~= 0)
-    t:add(F.r_f, r, band(w, 0x40) ~= 0)
-    t:add(F.r_hw_id, r, band(w, 0x3f))
+    add_dqf_hw_id(t, r, w, 0x100)
     t:add(F.r_node_id, tvb(4, 4))
     t:add(F.r_seq, tvb(8, 4))
     t:add(F.r_ingress_ts, tvb(12, 4))
@@ -1730,10 +1692,7 @@ local function report_v05(t, tvb, pinfo, version1)
     if nproto > 2 then
         fail(0, string.format("Telemetry report v0.5: NProto is %d, expected 0 (Ethernet), 1 (drop) or 2 (switch-local)", nproto))
     end
-    t:add(F.r_d, r, band(w, 0x00800000) ~= 0)
-    t:add(F.r_q, r, band(w, 0x00400000) ~= 0)
-    t:add(F.r_f, r, band(w, 0x00200000) ~= 0)
-    t:add(F.r_hw_id, r, band(w, 0x3f))
+    add_dqf_hw_id(t, r, w, 0x00800000)
     t:add(F.r_seq, tvb(4, 4))
     t:add(F.r_ingress_ts, tvb(8, 4))
     report_summary = string.format("Telemetry report v0.5%s, seq %d",
@@ -1871,22 +1830,19 @@ local function apply_prefs()
     ethertype_table = DissectorTable.get("ethertype")
     local ok_gpe, t = pcall(DissectorTable.get, "vxlan.next_proto")
     gpe_table = ok_gpe and t or nil
-    -- INT UDP ports
-    for p in pairs(registered.int_ports) do udp:remove(p, udp_int) end
+    -- The ports registered last time are removed first, so a changed preference moves them.
+    local function register_ports(key, ports, dissector)
+        for p in pairs(registered[key]) do udp:remove(p, dissector) end
+        registered[key] = {}
+        for p in pairs(ports) do
+            udp:add(p, dissector)
+            registered[key][p] = true
+        end
+    end
     int_udp_ports = range_set(p_int.prefs.udp_ports)
-    registered.int_ports = {}
-    for p in pairs(int_udp_ports) do
-        udp:add(p, udp_int)
-        registered.int_ports[p] = true
-    end
-    -- Report ports
-    for p in pairs(registered.rep_ports) do udp:remove(p, p_rep) end
+    register_ports("int_ports", int_udp_ports, udp_int)
     report_ports = range_set(p_rep.prefs.udp_ports)
-    registered.rep_ports = {}
-    for p in pairs(report_ports) do
-        udp:add(p, p_rep)
-        registered.rep_ports[p] = true
-    end
+    register_ports("rep_ports", report_ports, p_rep)
     -- DSCP value[/mask]
     local ds = tostring(p_int.prefs.dscp or "")
     if ds:lower() == "none" or ds == "" then

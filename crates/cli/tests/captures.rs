@@ -8,12 +8,12 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{bin, repo};
+use common::{DUMP_SAMPLE_JSON, bin, repo};
 use pcap_file::DataLink;
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
@@ -21,17 +21,6 @@ use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
 
 /// Longest any one run may take (the whole sample dumps in milliseconds).
 const DEADLINE: Duration = Duration::from_secs(20);
-
-/// The options under which every frame of the sample decodes as the other tests expect.
-const DUMP: [&str; 7] = [
-    "dump",
-    "--format",
-    "json",
-    "--int-udp-port",
-    "17768",
-    "--int-gre-proto",
-    "0x4569",
-];
 
 fn sample() -> Vec<u8> {
     std::fs::read(repo("examples/sample.pcap")).unwrap()
@@ -57,6 +46,23 @@ impl Drop for Temp {
     }
 }
 
+/// The exit status of `child`, polled every `poll`; `None` once [`DEADLINE`] has passed, by
+/// which time the child is killed and reaped so that no test leaves a process behind.
+fn exit_within_deadline(child: &mut Child, poll: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if start.elapsed() > DEADLINE {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return None;
+        }
+        std::thread::sleep(poll);
+    }
+}
+
 /// Runs `cmd` with stdout and stderr in files, killing it and failing at the deadline.
 fn run_with_deadline(cmd: &mut Command) -> Output {
     let out = Temp::new("stdout", b"");
@@ -67,22 +73,13 @@ fn run_with_deadline(cmd: &mut Command) -> Output {
         .stderr(std::fs::File::create(&err.0).unwrap())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > DEADLINE {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            let head: String = std::fs::read_to_string(&err.0)
-                .unwrap_or_default()
-                .chars()
-                .take(400)
-                .collect();
-            panic!("{cmd:?} did not end within {DEADLINE:?}: {head}");
-        }
-        std::thread::sleep(Duration::from_millis(2));
+    let Some(status) = exit_within_deadline(&mut child, Duration::from_millis(2)) else {
+        let head: String = std::fs::read_to_string(&err.0)
+            .unwrap_or_default()
+            .chars()
+            .take(400)
+            .collect();
+        panic!("{cmd:?} did not end within {DEADLINE:?}: {head}");
     };
     Output {
         status,
@@ -92,7 +89,7 @@ fn run_with_deadline(cmd: &mut Command) -> Output {
 }
 
 fn dump(file: &Path) -> (Option<i32>, Vec<String>, String) {
-    let out = run_with_deadline(bin().args(DUMP).arg(file));
+    let out = run_with_deadline(bin().args(DUMP_SAMPLE_JSON).arg(file));
     let lines = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -311,9 +308,14 @@ fn pcapng_cut_anywhere_ends_with_the_frames_before_it() {
     }
 }
 
-fn set_block_len(ng: &mut [u8], at: usize, len: u32, trailer_at: usize) {
-    ng[at + 4..at + 8].copy_from_slice(&len.to_le_bytes());
-    ng[trailer_at..trailer_at + 4].copy_from_slice(&len.to_le_bytes());
+/// `ng` with the little-endian `value` written at each of `offsets` (a block's leading length
+/// at `at + 4`, its trailing copy, or a field inside it).
+fn with_u32_le(ng: &[u8], offsets: &[usize], value: u32) -> Vec<u8> {
+    let mut b = ng.to_vec();
+    for &o in offsets {
+        b[o..o + 4].copy_from_slice(&value.to_le_bytes());
+    }
+    b
 }
 
 /// pcapng blocks whose lengths are odd, too small, disagree with their trailer or are
@@ -327,77 +329,41 @@ fn pcapng_bad_block_lengths_end_at_the_block() {
     let len = (blocks[k + 1] - at) as u32;
     let trailer = blocks[k + 1] - 4;
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        (
-            "odd",
-            {
-                let mut b = ng.clone();
-                set_block_len(&mut b, at, len + 1, trailer);
-                b
-            },
-            "% 4",
-        ),
+        ("odd", with_u32_le(&ng, &[at + 4, trailer], len + 1), "% 4"),
         (
             "odd-leading-only",
-            {
-                let mut b = ng.clone();
-                b[at + 4..at + 8].copy_from_slice(&(len + 2).to_le_bytes());
-                b
-            },
+            with_u32_le(&ng, &[at + 4], len + 2),
             "corrupt record",
         ),
         (
             "trailer-disagrees",
-            {
-                let mut b = ng.clone();
-                b[trailer..trailer + 4].copy_from_slice(&(len + 4).to_le_bytes());
-                b
-            },
+            with_u32_le(&ng, &[trailer], len + 4),
             "initial_length != trailer_length",
         ),
         (
             "too-small",
-            {
-                let mut b = ng.clone();
-                set_block_len(&mut b, at, 8, trailer);
-                b
-            },
+            with_u32_le(&ng, &[at + 4, trailer], 8),
             "initial_len < 12",
         ),
         (
             "zero",
-            {
-                let mut b = ng.clone();
-                set_block_len(&mut b, at, 0, trailer);
-                b
-            },
+            with_u32_le(&ng, &[at + 4, trailer], 0),
             "initial_len < 12",
         ),
         (
             "huge",
-            {
-                let mut b = ng.clone();
-                set_block_len(&mut b, at, 0xffff_fff0, trailer);
-                b
-            },
+            with_u32_le(&ng, &[at + 4, trailer], 0xffff_fff0),
             "maximum",
         ),
         (
             "past-the-end",
-            {
-                let mut b = ng.clone();
-                set_block_len(&mut b, at, 1 << 20, trailer);
-                b
-            },
+            with_u32_le(&ng, &[at + 4, trailer], 1 << 20),
             "cut short",
         ),
         (
             "packet-longer-than-block",
-            {
-                let mut b = ng.clone();
-                // EPB body: interface, ts high, ts low, captured length.
-                b[at + 20..at + 24].copy_from_slice(&(len * 2).to_le_bytes());
-                b
-            },
+            // EPB body: interface, ts high, ts low, captured length.
+            with_u32_le(&ng, &[at + 20], len * 2),
             "corrupt record",
         ),
     ];
@@ -500,18 +466,8 @@ fn replay_of_a_cut_capture_serves_what_it_read() {
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > DEADLINE {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("collect did not stop on SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = exit_within_deadline(&mut child, Duration::from_millis(10))
+        .expect("collect did not stop on SIGTERM");
     let stderr = erx.recv_timeout(DEADLINE).expect("stderr closes at exit");
     assert!(status.success(), "{stderr}");
     assert!(stats.status.success(), "GET /api/stats");

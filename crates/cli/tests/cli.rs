@@ -4,26 +4,14 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{bin, succeed, tshark_frames};
+use common::{DUMP_SAMPLE_JSON, bin, interop_file, succeed, tshark_frames};
 
 fn sample() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap")
 }
 
 fn dump_json() -> Vec<serde_json::Value> {
-    let out = succeed(
-        bin()
-            .args([
-                "dump",
-                "--format",
-                "json",
-                "--int-udp-port",
-                "17768",
-                "--int-gre-proto",
-                "0x4569",
-            ])
-            .arg(sample()),
-    );
+    let out = succeed(bin().args(DUMP_SAMPLE_JSON).arg(sample()));
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -159,15 +147,7 @@ fn tshark_reads_our_frames_cleanly() {
 /// pcapng input: the BMv2 INT-MX capture from the interop corpus (read in place).
 #[test]
 fn reads_pcapng() {
-    let shared = std::env::var_os("INTSCOPE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    let file = shared.join("interop/laofan13_P4-INT__int-mx_pcap_s2-eth1_in.pcap");
-    assert!(
-        file.exists(),
-        "interop corpus not found at {} (set INTSCOPE_SHARED)",
-        file.display()
-    );
+    let file = interop_file("laofan13_P4-INT__int-mx_pcap_s2-eth1_in.pcap");
     let out = bin()
         .args(["dump", "--format", "json"])
         .arg(&file)

@@ -3,12 +3,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, repo, succeed};
+use common::{bin, interop_file, repo, startup_line, succeed, wait_until_accounted};
 
 struct Running {
     child: Child,
@@ -34,12 +33,7 @@ impl Running {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let v: serde_json::Value =
-            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        let v = startup_line(&mut child);
         let listen = v["listen"]
             .as_array()
             .unwrap()
@@ -131,16 +125,8 @@ fn replay_of_the_sample_capture_is_served() {
 
 #[test]
 fn replay_of_an_onos_v05_capture() {
-    let shared = std::env::var_os("INTSCOPE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(repo("../shared")));
-    let file = shared
-        .join("interop/serkantul_prometheus_int_exporter__src_test_resources_int_report.pcap");
-    assert!(
-        file.exists(),
-        "interop corpus not found at {} (set INTSCOPE_SHARED)",
-        file.display()
-    );
+    let file =
+        interop_file("serkantul_prometheus_int_exporter__src_test_resources_int_report.pcap");
     let c = Running::start(&[
         "--replay",
         file.to_str().unwrap(),
@@ -169,17 +155,12 @@ fn blast_and_account(c: &Running, args: &[&str]) -> serde_json::Value {
     let sent: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let datagrams = sent["datagrams"].as_u64().unwrap();
     assert!(datagrams > 1000, "{sent}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s = c.get("/api/stats");
-        let got = s["ingest"]["datagrams_received"].as_u64().unwrap()
-            + s["ingest"]["kernel_dropped"].as_u64().unwrap_or(0);
-        if got >= datagrams || Instant::now() > deadline {
-            assert_eq!(got, datagrams, "{s}");
-            return s;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_accounted(
+        datagrams,
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || c.get("/api/stats"),
+    )
 }
 
 #[test]
@@ -511,25 +492,20 @@ fn sim_with_random_faults_to_pcap_replays_into_the_collector() {
     c.stop();
 }
 
+/// The stderr of `intscope collect` with `args`, which must refuse to start.
+fn collect_refuses(args: &[&str]) -> String {
+    let out = bin().arg("collect").args(args).output().unwrap();
+    assert!(!out.status.success(), "collect {args:?} started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// A second `collect` on a port the first holds fails at start with a clear error (it used to
 /// start and silently take a share of the reports); with `--reuse-port` it shares the port.
 #[test]
 fn a_second_collect_on_the_same_port_fails_without_reuse_port() {
     let first = Running::start(&["--listen", "127.0.0.1:0", "--no-store"]);
     let port = first.listen[0].clone();
-    let out = bin()
-        .args([
-            "collect",
-            "--listen",
-            &port,
-            "--http",
-            "127.0.0.1:0",
-            "--no-store",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = collect_refuses(&["--listen", &port, "--http", "127.0.0.1:0", "--no-store"]);
     assert!(
         stderr.contains("already in use") && stderr.contains("--reuse-port"),
         "{stderr}"
@@ -722,19 +698,13 @@ fn kill_9_under_load_loses_at_most_one_flush_interval() {
 /// start.
 #[test]
 fn the_api_off_loopback_needs_a_token() {
-    let out = bin()
-        .args([
-            "collect",
-            "--http",
-            "0.0.0.0:0",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-store",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = collect_refuses(&[
+        "--http",
+        "0.0.0.0:0",
+        "--listen",
+        "127.0.0.1:0",
+        "--no-store",
+    ]);
     assert!(
         err.contains("off loopback")
             && err.contains("--api-token-file")
@@ -785,19 +755,14 @@ fn the_api_off_loopback_needs_a_token() {
     assert!(stderr.contains("bearer token required"), "{stderr}");
     // An empty token file is an error, not an open API.
     std::fs::write(&token, "\n").unwrap();
-    let out = bin()
-        .args([
-            "collect",
-            "--http",
-            "0.0.0.0:0",
-            "--no-store",
-            "--api-token-file",
-        ])
-        .arg(&token)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("empty"));
+    let stderr = collect_refuses(&[
+        "--http",
+        "0.0.0.0:0",
+        "--no-store",
+        "--api-token-file",
+        token.to_str().unwrap(),
+    ]);
+    assert!(stderr.contains("empty"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -839,24 +804,15 @@ fn the_api_over_tls() {
     let stderr = c.stop();
     assert!(stderr.contains("https://"), "{stderr}");
 
-    let out = bin()
-        .args([
-            "collect",
-            "--no-store",
-            "--http",
-            "127.0.0.1:0",
-            "--tls-cert",
-        ])
-        .arg(&cert_file)
-        .arg("--tls-key")
-        .arg(dir.join("missing.pem"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("missing.pem"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = collect_refuses(&[
+        "--no-store",
+        "--http",
+        "127.0.0.1:0",
+        "--tls-cert",
+        cert_file.to_str().unwrap(),
+        "--tls-key",
+        dir.join("missing.pem").to_str().unwrap(),
+    ]);
+    assert!(stderr.contains("missing.pem"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,33 +4,15 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{bin, repo, succeed, tshark_frames};
+use common::{bin, host_traffic, repo, startup_line, succeed, tshark_frames, write_pcap};
 
 use etherparse::PacketBuilder;
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 
-fn host_capture(path: &PathBuf) -> Vec<Vec<u8>> {
-    let mut frames = Vec::new();
-    for i in 0..20u16 {
-        let b = PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2]).ipv4(
-            [10, 0, 1, 1],
-            [10, 0, 3, (i % 4) as u8 + 1],
-            64,
-        );
-        let mut f = Vec::new();
-        if i % 2 == 0 {
-            b.udp(40000 + i, 5001).write(&mut f, b"over udp").unwrap();
-        } else {
-            b.tcp(40000 + i, 443, 1, 1024)
-                .ack(1)
-                .write(&mut f, b"over tcp")
-                .unwrap();
-        }
-        frames.push(f);
-    }
+fn host_capture(path: &Path) -> Vec<Vec<u8>> {
+    let mut frames = host_traffic(20);
     // One frame nobody watches (other destination network).
     let mut f = Vec::new();
     PacketBuilder::ethernet2([0; 6], [1; 6])
@@ -39,22 +21,7 @@ fn host_capture(path: &PathBuf) -> Vec<Vec<u8>> {
         .write(&mut f, b"x")
         .unwrap();
     frames.push(f);
-    let mut w = PcapWriter::with_header(
-        std::fs::File::create(path).unwrap(),
-        PcapHeader {
-            datalink: pcap_file::DataLink::ETHERNET,
-            ..PcapHeader::default()
-        },
-    )
-    .unwrap();
-    for (i, f) in frames.iter().enumerate() {
-        w.write_packet(&PcapPacket::new(
-            std::time::Duration::from_millis(1_700_000_000_000 + i as u64),
-            f.len() as u32,
-            f,
-        ))
-        .unwrap();
-    }
+    write_pcap(path, &frames);
     frames
 }
 
@@ -247,16 +214,7 @@ fn collected_flows(reports: &PathBuf) -> serde_json::Value {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(c.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let http = serde_json::from_str::<serde_json::Value>(&line).unwrap()["http"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let http = startup_line(&mut c)["http"].as_str().unwrap().to_string();
     let flows = Command::new("curl")
         .args(["-sf", &format!("http://{http}/api/flows?limit=100")])
         .output()

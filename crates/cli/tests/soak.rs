@@ -7,33 +7,15 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::bin;
+use common::{Rng, bin, startup_line, wait_until_accounted};
 use intscope_collector::loadgen::{Generator, LoadConfig};
-
-/// A small xorshift generator: the hostile traffic only needs to be arbitrary, and a fixed seed
-/// makes a failing run repeatable.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn fill(&mut self, buf: &mut [u8]) {
-        for b in buf {
-            *b = self.next() as u8;
-        }
-    }
-}
 
 struct Collector {
     child: Child,
@@ -55,12 +37,7 @@ impl Collector {
             .stderr(Stdio::null())
             .spawn()
             .expect("intscope collect starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let v: serde_json::Value =
-            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        let v = startup_line(&mut child);
         Collector {
             http: v["http"].as_str().unwrap().parse().unwrap(),
             listen: v["listen"][0].as_str().unwrap().parse().unwrap(),
@@ -248,17 +225,12 @@ fn soak_with_hostile_traffic_while_the_api_is_read() {
 
     // Every datagram sent is received or counted by the kernel, and every received one has an
     // outcome.
-    let wait = Instant::now() + Duration::from_secs(20);
-    let s = loop {
-        let s = stats(c.http);
-        let got = s["ingest"]["datagrams_received"].as_u64().unwrap()
-            + s["ingest"]["kernel_dropped"].as_u64().unwrap_or(0);
-        if got >= sent || Instant::now() > wait {
-            assert_eq!(got, sent, "{s}");
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let s = wait_until_accounted(
+        sent,
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || stats(c.http),
+    );
     let ingest = &s["ingest"];
     let received = ingest["datagrams_received"].as_u64().unwrap();
     // `malformed` is the sum of the malformed reasons, kept for older dashboards.

@@ -17,7 +17,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{bin, repo, succeed};
+use common::{Rng, bin, host_traffic, interop_dir, repo, succeed, write_pcap};
 use serde_json::{Map, Value};
 
 /// CableLabs' IPv6 vectors keep IP next header = TCP in front of the inserted UDP header: dump
@@ -29,23 +29,17 @@ fn plugin() -> String {
     repo("wireshark/intscope.lua")
 }
 
-fn shared() -> PathBuf {
-    let base = std::env::var_os("INTSCOPE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    let dir = base.join("interop");
-    assert!(
-        dir.join("INDEX.md").exists(),
-        "interop corpus not found at {} (set INTSCOPE_SHARED)",
-        dir.display()
-    );
-    dir
-}
-
 fn tempdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("intscope-ws-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// `frames` written to `<name>.pcap` in this test's own directory, for both tools to read.
+fn frames_pcap(name: &str, frames: &[Vec<u8>]) -> PathBuf {
+    let pcap = tempdir(name).join(format!("{name}.pcap"));
+    write_pcap(&pcap, frames);
+    pcap
 }
 
 /// tshark must be there: a silent skip would let the dissector rot.
@@ -72,6 +66,15 @@ struct Opts {
 }
 
 impl Opts {
+    /// The sample capture's settings: INT on UDP port 17768 and GRE protocol 0x4569.
+    fn sample() -> Opts {
+        Opts {
+            int_udp_ports: vec![17768],
+            gre_proto: Some(0x4569),
+            ..Opts::default()
+        }
+    }
+
     fn dump_args(&self) -> Vec<String> {
         let mut a = Vec::new();
         for p in &self.int_udp_ports {
@@ -539,28 +542,21 @@ fn dump_ints<'a>(frame: &'a Value, out: &mut Vec<&'a Value>) {
             out.push(v);
         }
     }
-    if let Some(r) = frame.get("report") {
-        if let Some(i) = r.get("inner") {
+    // A report's own inner packet, then each individual report's, then each of its TLVs'.
+    fn inner_ints<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
+        if let Some(i) = v.get("inner") {
             dump_ints(i, out);
         }
-        for ir in r
-            .get("reports")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(i) = ir.get("inner") {
-                dump_ints(i, out);
-            }
-            for t in ir
-                .get("tlvs")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(i) = t.get("inner") {
-                    dump_ints(i, out);
-                }
+    }
+    fn elements<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
+        v.get(key).and_then(Value::as_array).into_iter().flatten()
+    }
+    if let Some(r) = frame.get("report") {
+        inner_ints(r, out);
+        for ir in elements(r, "reports") {
+            inner_ints(ir, out);
+            for t in elements(ir, "tlvs") {
+                inner_ints(t, out);
             }
         }
     }
@@ -761,18 +757,14 @@ fn sample() -> PathBuf {
 
 #[test]
 fn sample_capture_matches_dump() {
-    let opts = Opts {
-        int_udp_ports: vec![17768],
-        gre_proto: Some(0x4569),
-        ..Opts::default()
-    };
+    let opts = Opts::sample();
     // 10 frames carry INT or a report; the 11th is malformed (and must be marked so).
     assert_eq!(compare("sample", &sample(), &opts), 10);
 }
 
 #[test]
 fn interop_captures_match_dump() {
-    let dir = shared();
+    let dir = interop_dir();
     let mut decoded = 0;
     for (file, opts) in [
         (
@@ -812,7 +804,7 @@ fn interop_captures_match_dump() {
 
 /// `## name` → bytes, from one of the corpus's vectors-*.txt files.
 fn vectors(file: &str) -> Vec<(String, Vec<u8>)> {
-    let text = std::fs::read_to_string(shared().join(file)).unwrap();
+    let text = std::fs::read_to_string(interop_dir().join(file)).unwrap();
     let mut out = Vec::new();
     let mut name = None;
     for line in text.lines() {
@@ -826,26 +818,6 @@ fn vectors(file: &str) -> Vec<(String, Vec<u8>)> {
         }
     }
     out
-}
-
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-    let mut w = PcapWriter::with_header(
-        std::fs::File::create(path).unwrap(),
-        PcapHeader {
-            datalink: pcap_file::DataLink::ETHERNET,
-            ..PcapHeader::default()
-        },
-    )
-    .unwrap();
-    for (i, f) in frames.iter().enumerate() {
-        w.write_packet(&PcapPacket::new(
-            std::time::Duration::from_millis(1_700_000_000_000 + i as u64),
-            f.len() as u32,
-            f,
-        ))
-        .unwrap();
-    }
 }
 
 fn udp_frame(dscp: u8, dport: u16, payload: &[u8]) -> Vec<u8> {
@@ -884,9 +856,7 @@ fn interop_vectors_match_dump() {
             frames.push(udp_frame(0, 556, &v));
         }
     }
-    let dir = tempdir("vectors");
-    let pcap = dir.join("vectors.pcap");
-    write_pcap(&pcap, &frames);
+    let pcap = frames_pcap("vectors", &frames);
     let opts = Opts {
         int_udp_ports: vec![555],
         report_ports: vec![556],
@@ -902,25 +872,7 @@ fn interop_vectors_match_dump() {
 fn node_and_sim_captures_match_dump() {
     let dir = tempdir("node");
     let p = |n: &str| dir.join(n);
-    let mut frames = Vec::new();
-    for i in 0..12u16 {
-        let b = etherparse::PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2]).ipv4(
-            [10, 0, 1, 1],
-            [10, 0, 3, (i % 4) as u8 + 1],
-            64,
-        );
-        let mut f = Vec::new();
-        if i % 2 == 0 {
-            b.udp(40000 + i, 5001).write(&mut f, b"over udp").unwrap();
-        } else {
-            b.tcp(40000 + i, 443, 1, 1024)
-                .ack(1)
-                .write(&mut f, b"over tcp")
-                .unwrap();
-        }
-        frames.push(f);
-    }
-    write_pcap(&p("host.pcap"), &frames);
+    write_pcap(&p("host.pcap"), &host_traffic(12));
     let node = |config: &str, input: &str, output: &str, reports: Option<&str>| {
         let mut c = bin();
         c.args(["node", "--config", &repo(config), "--in"])
@@ -976,14 +928,8 @@ fn truncated_frames_are_marked_not_lua_errors() {
             cut.push(g);
         }
     }
-    let dir = tempdir("cut");
-    let pcap = dir.join("cut.pcap");
-    write_pcap(&pcap, &cut);
-    let opts = Opts {
-        int_udp_ports: vec![17768],
-        gre_proto: Some(0x4569),
-        ..Opts::default()
-    };
+    let pcap = frames_pcap("cut", &cut);
+    let opts = Opts::sample();
     compare_with("cut", &pcap, &opts, false);
 }
 
@@ -1035,9 +981,7 @@ fn spec_2016_example() {
         .udp(999, 4790)
         .write(&mut f, &gpe)
         .unwrap();
-    let dir = tempdir("2016");
-    let pcap = dir.join("2016.pcap");
-    write_pcap(&pcap, &[f]);
+    let pcap = frames_pcap("2016", &[f]);
     // Field by field against dump first (both blocks, the BOS hop, the invalid word).
     assert_eq!(compare("2016", &pcap, &Opts::default()), 1);
     let t = tshark(&pcap, &Opts::default());
@@ -1228,10 +1172,8 @@ fn node_encapsulations_match_dump() {
     let common = "int_udp_port = 17768\nint_dscp = 0x17\nint_gre_proto = 0x4569\n\
                   probe_marker = \"0x1122334455667788\"\n";
     let opts = Opts {
-        int_udp_ports: vec![17768],
-        gre_proto: Some(0x4569),
         probe_marker: Some("0x1122334455667788".into()),
-        ..Opts::default()
+        ..Opts::sample()
     };
     let mut total = 0;
     // The last column: bytes of the packet a report carries (90 cuts the INT stacks).
@@ -1421,9 +1363,7 @@ fn synthetic_reports_match_dump() {
         mx,
         stacked,
     ];
-    let dir = tempdir("synthetic");
-    let pcap = dir.join("synthetic.pcap");
-    write_pcap(&pcap, &frames);
+    let pcap = frames_pcap("synthetic", &frames);
     let opts = Opts {
         int_udp_ports: vec![17768],
         domains: Some(repo("examples/domains.toml")),
@@ -1457,6 +1397,31 @@ fn synthetic_reports_match_dump() {
     assert_eq!(flat(ints[1], &[])["int.type"], "3");
 }
 
+/// `copies` copies of `frame`, each with one to three bytes overwritten (with 0xff, 0 or an
+/// arbitrary value) at positions `pick` draws: the corruption tests share it so that they
+/// differ only in which bytes they may touch.
+fn corrupted_copies(
+    frame: &[u8],
+    copies: usize,
+    rng: &mut Rng,
+    mut pick: impl FnMut(&mut Rng) -> usize,
+) -> Vec<Vec<u8>> {
+    (0..copies)
+        .map(|_| {
+            let mut g = frame.to_vec();
+            for _ in 0..1 + rng.next() % 3 {
+                let at = pick(rng);
+                g[at] = match rng.next() % 4 {
+                    0 => 0xff,
+                    1 => 0,
+                    _ => rng.next() as u8,
+                };
+            }
+            g
+        })
+        .collect()
+}
+
 /// Corrupted frames: bytes of the sample's INT blocks and report headers overwritten (a fixed
 /// pseudo-random sequence; the Ethernet/IP/TCP/UDP headers stay intact, those are Wireshark's).
 /// Whatever dump decodes the plugin decodes the same way, what dump rejects is marked, and the
@@ -1477,37 +1442,16 @@ fn corrupted_frames_match_dump() {
         &[(42, 66)],
         &[(42, 66)],
     ];
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut frames = Vec::new();
     for (f, region) in s[1..].iter().zip(regions) {
-        for _ in 0..60 {
-            let mut g = f.clone();
-            for _ in 0..1 + next() % 3 {
-                let (a, b) = region[(next() as usize) % region.len()];
-                let at = a + (next() as usize) % (b - a);
-                g[at] = match next() % 4 {
-                    0 => 0xff,
-                    1 => 0,
-                    _ => next() as u8,
-                };
-            }
-            frames.push(g);
-        }
+        frames.extend(corrupted_copies(f, 60, &mut rng, |rng| {
+            let (a, b) = region[(rng.next() as usize) % region.len()];
+            a + (rng.next() as usize) % (b - a)
+        }));
     }
-    let dir = tempdir("corrupt");
-    let pcap = dir.join("corrupt.pcap");
-    write_pcap(&pcap, &frames);
-    let opts = Opts {
-        int_udp_ports: vec![17768],
-        gre_proto: Some(0x4569),
-        ..Opts::default()
-    };
+    let pcap = frames_pcap("corrupt", &frames);
+    let opts = Opts::sample();
     compare_with("corrupt", &pcap, &opts, false);
 }
 
@@ -1525,13 +1469,7 @@ fn corrupted_vectors_match_dump() {
             payloads.push(v);
         }
     }
-    let mut seed = 0x6a09_e667_f3bc_c908u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = Rng(0x6a09_e667_f3bc_c908);
     let mut frames = Vec::new();
     for p in &payloads {
         // The report headers, and the INT block behind the inner UDP header to port 555 (the
@@ -1540,23 +1478,13 @@ fn corrupted_vectors_match_dump() {
         if let Some(i) = p.windows(2).position(|w| w == [0x02, 0x2b]) {
             regions.push((i + 6, (i + 42).min(p.len())));
         }
-        for _ in 0..40 {
-            let mut g = p.clone();
-            for _ in 0..1 + next() % 3 {
-                let (a, b) = regions[(next() as usize) % regions.len()];
-                let at = a + (next() as usize) % (b - a);
-                g[at] = match next() % 4 {
-                    0 => 0xff,
-                    1 => 0,
-                    _ => next() as u8,
-                };
-            }
-            frames.push(udp_frame(0, 556, &g));
-        }
+        let copies = corrupted_copies(p, 40, &mut rng, |rng| {
+            let (a, b) = regions[(rng.next() as usize) % regions.len()];
+            a + (rng.next() as usize) % (b - a)
+        });
+        frames.extend(copies.iter().map(|g| udp_frame(0, 556, g)));
     }
-    let dir = tempdir("corrupt-vectors");
-    let pcap = dir.join("corrupt.pcap");
-    write_pcap(&pcap, &frames);
+    let pcap = frames_pcap("corrupt-vectors", &frames);
     let opts = Opts {
         int_udp_ports: vec![555],
         report_ports: vec![556],
@@ -1694,9 +1622,7 @@ fn legacy_cases() -> Vec<LegacyCase> {
 fn legacy_frames_match_dump() {
     let cases = legacy_cases();
     let frames: Vec<Vec<u8>> = cases.iter().map(|(f, _, _)| f.clone()).collect();
-    let dir = tempdir("legacy");
-    let pcap = dir.join("legacy.pcap");
-    write_pcap(&pcap, &frames);
+    let pcap = frames_pcap("legacy", &frames);
     let opts = Opts::default();
     compare("legacy", &pcap, &opts);
     let d = dump(&pcap, &opts);
@@ -1745,32 +1671,15 @@ fn legacy_frames_match_dump() {
 /// overwritten; whatever dump decodes the plugin decodes the same way, and the script never fails.
 #[test]
 fn corrupted_legacy_frames_match_dump() {
-    let mut seed = 0xbb67_ae85_84ca_a73bu64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = Rng(0xbb67_ae85_84ca_a73b);
     let mut frames = Vec::new();
     for (f, _, _) in legacy_cases() {
         // After Ethernet/IPv4/UDP: the INT block (or VXLAN-GPE and the 2016 blocks).
         let (a, b) = (42, f.len().min(42 + 64));
-        for _ in 0..60 {
-            let mut g = f.clone();
-            for _ in 0..1 + next() % 3 {
-                let at = a + (next() as usize) % (b - a);
-                g[at] = match next() % 4 {
-                    0 => 0xff,
-                    1 => 0,
-                    _ => next() as u8,
-                };
-            }
-            frames.push(g);
-        }
+        frames.extend(corrupted_copies(&f, 60, &mut rng, |rng| {
+            a + (rng.next() as usize) % (b - a)
+        }));
     }
-    let dir = tempdir("corrupt-legacy");
-    let pcap = dir.join("corrupt.pcap");
-    write_pcap(&pcap, &frames);
+    let pcap = frames_pcap("corrupt-legacy", &frames);
     compare_with("corrupt legacy", &pcap, &Opts::default(), false);
 }

@@ -81,6 +81,19 @@ fn collector(
     c
 }
 
+/// The response to GET `uri` (with `token` as a bearer token), its body unread: event streams
+/// stay open while the test holds it.
+async fn respond(app: &axum::Router, uri: &str, token: Option<&str>) -> axum::response::Response {
+    let mut req = Request::get(uri);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    app.clone()
+        .oneshot(req.body(Body::empty()).unwrap())
+        .await
+        .unwrap()
+}
+
 async fn get(app: &axum::Router, uri: &str) -> (StatusCode, axum::http::HeaderMap, Value) {
     get_with(app, uri, None).await
 }
@@ -90,16 +103,7 @@ async fn get_with(
     uri: &str,
     token: Option<&str>,
 ) -> (StatusCode, axum::http::HeaderMap, Value) {
-    let mut req = Request::get(uri);
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    let resp = app
-        .clone()
-        .oneshot(req.body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let (parts, body) = resp.into_parts();
+    let (parts, body) = respond(app, uri, token).await.into_parts();
     let bytes = axum::body::to_bytes(body, 64 << 20).await.unwrap();
     let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     (parts.status, parts.headers, v)
@@ -564,15 +568,7 @@ fn the_token_is_required_when_configured() {
         // The UI's files carry no data: they load without the token.
         assert_eq!(get(&app, "/").await.0, StatusCode::OK);
         // The browser's EventSource cannot send headers: the stream takes the token in the URL.
-        let resp = app
-            .clone()
-            .oneshot(
-                Request::get("/api/events/stream?access_token=s3cret-token")
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
+        let resp = respond(&app, "/api/events/stream?access_token=s3cret-token", None).await;
         assert_eq!(resp.status(), StatusCode::OK);
         // Only there.
         assert_eq!(
@@ -598,39 +594,19 @@ fn event_streams_are_limited_and_metrics_bounded() {
     );
     let app = api::app(Arc::clone(&a));
     rt().block_on(async {
-        let first = app
-            .clone()
-            .oneshot(
-                Request::get("/api/events/stream?after=0")
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
+        let first = respond(&app, "/api/events/stream?after=0", None).await;
         assert_eq!(first.status(), StatusCode::OK);
         let (status, _, body) = get(&app, "/api/events/stream").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
         drop(first);
-        let again = app
-            .clone()
-            .oneshot(
-                Request::get("/api/events/stream")
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
+        let again = respond(&app, "/api/events/stream", None).await;
         assert_eq!(
             again.status(),
             StatusCode::OK,
             "the slot is free once the stream ends"
         );
 
-        let resp = app
-            .clone()
-            .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
-            .await
-            .unwrap();
+        let resp = respond(&app, "/metrics", None).await;
         let text = String::from_utf8(
             axum::body::to_bytes(resp.into_body(), 1 << 20)
                 .await
@@ -793,15 +769,7 @@ fn a_lagging_event_stream_is_dropped_and_counted() {
     };
     feed(100);
     rt().block_on(async {
-        let resp = app
-            .clone()
-            .oneshot(
-                Request::get("/api/events/stream?after=0")
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
+        let resp = respond(&app, "/api/events/stream?after=0", None).await;
         let mut body = resp.into_body().into_data_stream();
         let first = body.next().await.unwrap().unwrap();
         assert!(String::from_utf8_lossy(&first).contains("id:"));

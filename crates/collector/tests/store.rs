@@ -100,6 +100,38 @@ fn batches_round_trip_and_prune() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The [`Store`] methods other than `write`, for the test stores below that only watch what the
+/// writer commits: nothing to prune, no history to serve, event IDs from 1.
+macro_rules! no_history {
+    () => {
+        fn prune(&self, _: u64, _: u64) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn next_event_id(&self) -> Result<u64, StoreError> {
+            Ok(1)
+        }
+        fn events(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+            Ok(serde_json::Value::Null)
+        }
+        fn flows(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+            Ok(serde_json::Value::Null)
+        }
+        fn queue_series(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+            Ok(serde_json::Value::Null)
+        }
+        fn flow_series(
+            &self,
+            _: &intscope_collector::event::FlowRef,
+            _: &HistoryQuery,
+        ) -> Result<serde_json::Value, StoreError> {
+            Ok(serde_json::Value::Null)
+        }
+        fn counts(&self) -> Result<serde_json::Value, StoreError> {
+            Ok(serde_json::Value::Null)
+        }
+    };
+}
+
 /// A store that takes its time to commit.
 struct SlowStore {
     written: std::sync::atomic::AtomicU64,
@@ -112,31 +144,7 @@ impl Store for SlowStore {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
-    fn prune(&self, _: u64, _: u64) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn next_event_id(&self) -> Result<u64, StoreError> {
-        Ok(1)
-    }
-    fn events(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
-    fn flows(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
-    fn queue_series(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
-    fn flow_series(
-        &self,
-        _: &intscope_collector::event::FlowRef,
-        _: &HistoryQuery,
-    ) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
-    fn counts(&self) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
+    no_history!();
 }
 
 #[test]
@@ -312,31 +320,7 @@ impl Store for Recording {
             .store(b.time_ns, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
-    fn prune(&self, _: u64, _: u64) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn next_event_id(&self) -> Result<u64, StoreError> {
-        Ok(1)
-    }
-    fn events(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
-    fn flows(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
-    fn queue_series(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
-    fn flow_series(
-        &self,
-        _: &intscope_collector::event::FlowRef,
-        _: &HistoryQuery,
-    ) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
-    fn counts(&self) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
+    no_history!();
 }
 
 /// Back-pressure with a writer slower than the flush interval (300 ms commits, 100 ms
@@ -466,31 +450,7 @@ impl Store for PartsStore {
         self.flushes.lock().unwrap().push(rows);
         Ok(())
     }
-    fn prune(&self, _: u64, _: u64) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn next_event_id(&self) -> Result<u64, StoreError> {
-        Ok(1)
-    }
-    fn events(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
-    fn flows(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
-    fn queue_series(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
-    fn flow_series(
-        &self,
-        _: &intscope_collector::event::FlowRef,
-        _: &HistoryQuery,
-    ) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
-    fn counts(&self) -> Result<serde_json::Value, StoreError> {
-        Ok(serde_json::Value::Null)
-    }
+    no_history!();
 }
 
 /// A state holding `flows` changed flows (one report each, with latency samples).

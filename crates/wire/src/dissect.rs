@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 use crate::domain::{Mode, Registry};
 use crate::error::Error;
 use crate::int::{AnyShim, Encap, IntBlock, IntHeader};
+use crate::legacy::V05HeaderRepr;
 use crate::locate::{DetectConfig, FlowKey, Packet, Start};
 use crate::metadata::{Format, HopMetadata};
 use crate::report::{InType, IndividualReport, RepType, Report, drop_reason_name};
@@ -214,6 +215,45 @@ fn hop_value(h: &HopMetadata<'_>, format: Format) -> Map<String, Value> {
     m
 }
 
+/// The fields of the INT v0.5 metadata header, which the 2016 format shares (one parser, one
+/// [`V05HeaderRepr`]), in the order `dump` prints them.
+fn insert_v05_header(m: &mut Map<String, Value>, h: &V05HeaderRepr) {
+    for (k, v) in [
+        ("rep", json!(h.rep)),
+        ("c", json!(h.c)),
+        ("e", json!(h.e)),
+        ("ins_cnt", json!(h.ins_cnt)),
+        ("max_hop_count", json!(h.max_hop_count)),
+        ("total_hop_count", json!(h.total_hop_count)),
+        ("instruction_bitmap", json!(h.instructions)),
+    ] {
+        m.insert(k.into(), v);
+    }
+}
+
+/// The instruction and domain-specific fields INT-MD and INT-MX headers share (INT v2.1
+/// "INT-MD Metadata Header Format", "INT-MX Header Format"); the reserved bits only when set.
+fn insert_domain_header(
+    m: &mut Map<String, Value>,
+    instructions: u16,
+    ds_id: u16,
+    ds_instruction: u16,
+    ds_flags: u16,
+    reserved: u64,
+) {
+    for (k, v) in [
+        ("instruction_bitmap", json!(instructions)),
+        ("ds_id", json!(ds_id)),
+        ("ds_instruction", json!(ds_instruction)),
+        ("ds_flags", json!(ds_flags)),
+    ] {
+        m.insert(k.into(), v);
+    }
+    if reserved != 0 {
+        m.insert("reserved".into(), json!(reserved));
+    }
+}
+
 fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut Warnings) -> Value {
     let mut m = Map::new();
     m.insert("encap".into(), json!(block.encap.name()));
@@ -243,31 +283,29 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
                 ("m", json!(h.m)),
                 ("hop_ml", json!(h.hop_ml)),
                 ("remaining_hop_count", json!(h.remaining_hop_count)),
-                ("instruction_bitmap", json!(h.instructions)),
-                ("ds_id", json!(h.ds_id)),
-                ("ds_instruction", json!(h.ds_instruction)),
-                ("ds_flags", json!(h.ds_flags)),
             ] {
                 m.insert(k.into(), v);
             }
-            if h.reserved != 0 {
-                m.insert("reserved".into(), json!(h.reserved));
-            }
+            insert_domain_header(
+                &mut m,
+                h.instructions,
+                h.ds_id,
+                h.ds_instruction,
+                h.ds_flags,
+                h.reserved.into(),
+            );
             (Format::IntV2, h.ds_id, h.ds_instruction)
         }
         IntHeader::Mx(h) => {
-            for (k, v) in [
-                ("d", json!(h.d)),
-                ("instruction_bitmap", json!(h.instructions)),
-                ("ds_id", json!(h.ds_id)),
-                ("ds_instruction", json!(h.ds_instruction)),
-                ("ds_flags", json!(h.ds_flags)),
-            ] {
-                m.insert(k.into(), v);
-            }
-            if h.reserved != 0 {
-                m.insert("reserved".into(), json!(h.reserved));
-            }
+            m.insert("d".into(), json!(h.d));
+            insert_domain_header(
+                &mut m,
+                h.instructions,
+                h.ds_id,
+                h.ds_instruction,
+                h.ds_flags,
+                h.reserved.into(),
+            );
             let dv = domain_value(
                 h.ds_id,
                 h.ds_instruction,
@@ -295,35 +333,15 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
             (Format::IntV1, 0, 0)
         }
         IntHeader::V05(h, tail) => {
-            for (k, v) in [
-                ("rep", json!(h.rep)),
-                ("c", json!(h.c)),
-                ("e", json!(h.e)),
-                ("ins_cnt", json!(h.ins_cnt)),
-                ("max_hop_count", json!(h.max_hop_count)),
-                ("total_hop_count", json!(h.total_hop_count)),
-                ("instruction_bitmap", json!(h.instructions)),
-                (
-                    "tail",
-                    json!({"next_proto": tail.next_proto, "dest_port": tail.dest_port, "dscp": tail.dscp}),
-                ),
-            ] {
-                m.insert(k.into(), v);
-            }
+            insert_v05_header(&mut m, &h);
+            m.insert(
+                "tail".into(),
+                json!({"next_proto": tail.next_proto, "dest_port": tail.dest_port, "dscp": tail.dscp}),
+            );
             (Format::IntV05, 0, 0)
         }
         IntHeader::V2016(h) => {
-            for (k, v) in [
-                ("rep", json!(h.rep)),
-                ("c", json!(h.c)),
-                ("e", json!(h.e)),
-                ("ins_cnt", json!(h.ins_cnt)),
-                ("max_hop_count", json!(h.max_hop_count)),
-                ("total_hop_count", json!(h.total_hop_count)),
-                ("instruction_bitmap", json!(h.instructions)),
-            ] {
-                m.insert(k.into(), v);
-            }
+            insert_v05_header(&mut m, &h);
             (Format::Int2016, 0, 0)
         }
         IntHeader::Opaque => {

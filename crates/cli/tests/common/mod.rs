@@ -1,8 +1,9 @@
 //! Helpers shared by the binary's end-to-end tests.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 /// The `intscope` binary under test.
 pub fn bin() -> Command {
@@ -16,6 +17,139 @@ pub fn repo(path: &str) -> String {
         .join(path)
         .display()
         .to_string()
+}
+
+/// The `dump` options under which every frame of `examples/sample.pcap` decodes as the tests
+/// expect (its INT rides UDP port 17768 and GRE protocol 0x4569).
+pub const DUMP_SAMPLE_JSON: [&str; 7] = [
+    "dump",
+    "--format",
+    "json",
+    "--int-udp-port",
+    "17768",
+    "--int-gre-proto",
+    "0x4569",
+];
+
+/// The interop corpus (`$INTSCOPE_SHARED/interop`, read in place, never copied into the repo).
+pub fn interop_dir() -> PathBuf {
+    let base = std::env::var_os("INTSCOPE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+    let dir = base.join("interop");
+    assert!(
+        dir.join("INDEX.md").exists(),
+        "interop corpus not found at {} (set INTSCOPE_SHARED)",
+        dir.display()
+    );
+    dir
+}
+
+/// A file of the interop corpus; fails the test when it is missing, so a moved corpus is noticed.
+pub fn interop_file(name: &str) -> PathBuf {
+    let file = interop_dir().join(name);
+    assert!(
+        file.exists(),
+        "{} not in the interop corpus",
+        file.display()
+    );
+    file
+}
+
+/// A small xorshift generator: the tests' bytes only need to be arbitrary, and a fixed seed
+/// makes a failing run repeatable.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next value of the sequence.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Fills `buf` with the next values' low bytes.
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for b in buf {
+            *b = self.next() as u8;
+        }
+    }
+}
+
+/// Writes `frames` as an Ethernet pcap, a millisecond apart.
+pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    let mut w = PcapWriter::with_header(
+        std::fs::File::create(path).unwrap(),
+        PcapHeader {
+            datalink: pcap_file::DataLink::ETHERNET,
+            ..PcapHeader::default()
+        },
+    )
+    .unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        w.write_packet(&PcapPacket::new(
+            Duration::from_millis(1_700_000_000_000 + i as u64),
+            f.len() as u32,
+            f,
+        ))
+        .unwrap();
+    }
+}
+
+/// `n` host packets from 10.0.1.1 to 10.0.3.1–4, UDP and TCP in turn: the traffic the example
+/// nodes (examples/node-*.toml) watch and add INT to.
+pub fn host_traffic(n: u16) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let b = etherparse::PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
+                .ipv4([10, 0, 1, 1], [10, 0, 3, (i % 4) as u8 + 1], 64);
+            let mut f = Vec::new();
+            if i % 2 == 0 {
+                b.udp(40000 + i, 5001).write(&mut f, b"over udp").unwrap();
+            } else {
+                b.tcp(40000 + i, 443, 1, 1024)
+                    .ack(1)
+                    .write(&mut f, b"over tcp")
+                    .unwrap();
+            }
+            f
+        })
+        .collect()
+}
+
+/// The line `intscope collect` prints on stdout once it listens (its UDP and API addresses), read
+/// from `child`'s piped stdout: tests wait for it before they send or ask anything.
+pub fn startup_line(child: &mut std::process::Child) -> serde_json::Value {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().expect("stdout is piped"))
+        .read_line(&mut line)
+        .unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+}
+
+/// Polls the collector's statistics (`stats`) until `sent` datagrams are accounted for —
+/// received, or dropped and counted by the kernel — or `within` has passed, and fails the test
+/// unless every one is; returns the statistics then.
+pub fn wait_until_accounted(
+    sent: u64,
+    within: Duration,
+    poll: Duration,
+    mut stats: impl FnMut() -> serde_json::Value,
+) -> serde_json::Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let s = stats();
+        let got = s["ingest"]["datagrams_received"].as_u64().unwrap()
+            + s["ingest"]["kernel_dropped"].as_u64().unwrap_or(0);
+        if got >= sent || Instant::now() > deadline {
+            assert_eq!(got, sent, "{s}");
+            return s;
+        }
+        std::thread::sleep(poll);
+    }
 }
 
 /// Runs `cmd` to completion; fails the test with its stderr unless it succeeded.
