@@ -128,7 +128,7 @@ fn seconds(flag: &str, s: f64) -> Result<Duration> {
 
 /// The API's settings from the flags, and the access policy: off loopback, a token or an
 /// explicit --insecure-no-auth, said on start.
-fn api_config(a: &ApiArgs, http: SocketAddr) -> Result<ApiConfig> {
+pub(crate) fn api_config(a: &ApiArgs, http: SocketAddr) -> Result<ApiConfig> {
     let token = match &a.api_token_file {
         Some(p) => {
             let t = std::fs::read_to_string(p)

@@ -206,6 +206,10 @@ pub struct DemoArgs {
     /// Keep serving the API after the simulation ends, until Ctrl-C.
     #[arg(long)]
     pub serve: bool,
+    /// HTTP API access, TLS and limits, as for `intscope collect`: off loopback the demo's API
+    /// needs a token or an explicit --insecure-no-auth too.
+    #[command(flatten)]
+    pub api: crate::collect::ApiArgs,
 }
 
 /// Runs `intscope demo`: a collector on loopback and the fabric reporting to it over UDP.
@@ -221,6 +225,8 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
         data: Some(data.clone()),
         ..CollectorConfig::default()
     };
+    // Checked before anything starts: an open API off loopback is refused here too.
+    let api_cfg = crate::collect::api_config(&args.api, args.http)?;
     let collector = Collector::open(cfg).context("opening the history store")?;
     let store = collector.start_store();
     let (udp, handles) = spawn_receivers(&collector).context("opening the report socket")?;
@@ -234,9 +240,9 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
     let http = listener.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = rt.spawn(intscope_collector::api::serve(
+    let server = rt.spawn(intscope_collector::api::serve_with(
         listener,
-        Arc::clone(&collector),
+        intscope_collector::api::Api::new(Arc::clone(&collector), api_cfg),
         async {
             let _ = rx.await;
         },

@@ -694,6 +694,24 @@ fn kill_9_under_load_loses_at_most_one_flush_interval() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The demo's API follows the same access policy: off loopback it refuses to start open.
+#[test]
+fn the_demo_api_off_loopback_needs_a_token() {
+    let out = bin()
+        .args(["demo", "--http", "0.0.0.0:0", "--duration", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the demo served an open API off loopback"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("off loopback") && err.contains("--api-token-file"),
+        "{err}"
+    );
+}
+
 /// Off loopback the API needs a token, or an explicit --insecure-no-auth; either is said on
 /// start.
 #[test]
