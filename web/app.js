@@ -286,7 +286,7 @@ window.addEventListener('hashchange', route);
 setInterval(async () => {
   try {
     const s = await api('/api/stats');
-    status.textContent = `${s.ingest.reports_decoded} reports · ${s.flows} flows · ${s.reports_lost} lost`;
+    status.textContent = `${s.ingest.reports_decoded} reports · ${s.flows} flows · ${s.reports_lost} reports lost in ${s.report_groups_lost} groups`;
   } catch (e) {
     status.textContent = `collector unreachable: ${e.message}`;
   }

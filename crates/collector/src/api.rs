@@ -423,7 +423,7 @@ async fn stats(AxState(api): Shared) -> Result<Json<Value>, ApiError> {
         let sources: Vec<Value> = sources
             .into_iter()
             .take(MAX_STATS_SOURCES)
-            .map(|((node, hw), st)| json!({"node_id": node, "hw_id": hw, "received": st.received, "lost": st.lost, "reordered": st.reordered, "restarts": st.restarts}))
+            .map(|((node, hw), st)| json!({"node_id": node, "hw_id": hw, "report_groups_received": st.groups_received, "reports_received": st.reports_received, "report_groups_lost": st.groups_lost, "reports_lost": st.reports_lost, "report_groups_reordered": st.reordered, "restarts": st.restarts}))
             .collect();
         let events: serde_json::Map<String, Value> = s
             .event_counts()
@@ -434,6 +434,7 @@ async fn stats(AxState(api): Shared) -> Result<Json<Value>, ApiError> {
             "ingest": ingest,
             "reports": s.counters(),
             "reports_lost": s.reports_lost(),
+            "report_groups_lost": s.report_groups_lost(),
             "sequence_resets": s.sequence_resets(),
             "evicted": s.evicted(),
             "held": s.held().iter().map(|&(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
@@ -1017,20 +1018,27 @@ pub fn render_metrics(api: &Api) -> String {
         reports,
     );
     let lost = Family::<Labels, Counter>::default();
+    let groups_lost = Family::<Labels, Counter>::default();
     for ((node, hw), st) in s.sources() {
+        // Two series a source, each within the budget.
         if !budget.take() {
             continue;
         }
-        lost.get_or_create(&labels(&[
-            ("node", node.to_string()),
-            ("hw_id", hw.to_string()),
-        ]))
-        .inc_by(st.lost);
+        let l = labels(&[("node", node.to_string()), ("hw_id", hw.to_string())]);
+        lost.get_or_create(&l).inc_by(st.reports_lost);
+        if budget.take() {
+            groups_lost.get_or_create(&l).inc_by(st.groups_lost);
+        }
     }
     reg.register(
         "reports_lost",
-        "Reports missing from sequence gaps, by source",
+        "Reports missing from sequence gaps, by source (v2.0: each lost group at the source's mean reports per group)",
         lost,
+    );
+    reg.register(
+        "report_groups_lost",
+        "Report groups (datagrams, one sequence number each) missing from sequence gaps, by source",
+        groups_lost,
     );
     let resets = Counter::<u64>::default();
     resets.inc_by(s.sequence_resets());

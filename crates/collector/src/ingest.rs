@@ -232,7 +232,8 @@ pub struct CollectorConfig {
     pub http: SocketAddr,
     /// Receive threads per listen address.
     pub threads: usize,
-    /// Socket receive buffer in bytes (`SO_RCVBUFFORCE` when root).
+    /// Socket receive buffer in bytes: `SO_RCVBUFFORCE` when permitted (root or `CAP_NET_ADMIN`),
+    /// else `SO_RCVBUF`, capped by `net.core.rmem_max` (with a warning when that gives less).
     pub recv_buffer: usize,
     /// Accept reports only from these networks (empty: from anywhere).
     pub allow: Vec<IpNet>,
@@ -583,21 +584,93 @@ pub fn check_port_free(addr: SocketAddr) -> std::io::Result<()> {
     }
 }
 
-/// Opens a report socket on `addr` (`SO_REUSEPORT`, receive buffer `buffer` bytes).
+/// Opens a report socket on `addr` (`SO_REUSEPORT`, receive buffer `buffer` bytes: see
+/// [`set_recv_buffer`]).
 pub fn open_socket(addr: SocketAddr, buffer: usize) -> std::io::Result<UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     s.set_reuse_port(true)?;
-    // The kernel caps this at net.core.rmem_max (raise it with sysctl for high rates; the
-    // effective size is logged).
-    s.set_recv_buffer_size(buffer)?;
-    tracing::info!(
-        requested = buffer,
-        effective = s.recv_buffer_size().unwrap_or(0),
-        "report socket {addr}"
-    );
+    let got = set_recv_buffer(&s, buffer)?;
+    match got.shortfall() {
+        Some(warning) => tracing::warn!("report socket {addr}: {warning}"),
+        None => tracing::info!(
+            requested = got.asked,
+            effective = got.effective,
+            forced = got.forced,
+            "report socket {addr}"
+        ),
+    }
     s.bind(&addr.into())?;
     s.set_read_timeout(Some(Duration::from_millis(100)))?;
     Ok(s.into())
+}
+
+/// The receive buffer a socket asked for and got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvBuffer {
+    /// Bytes asked for.
+    pub asked: usize,
+    /// Bytes the kernel reports (`SO_RCVBUF` read back): twice what it granted, the doubling
+    /// being room for its bookkeeping overhead (socket(7)).
+    pub effective: usize,
+    /// Whether `SO_RCVBUFFORCE` was permitted (root or `CAP_NET_ADMIN`): then
+    /// `net.core.rmem_max` does not cap it.
+    pub forced: bool,
+}
+
+impl RecvBuffer {
+    /// Bytes granted: half of what the kernel reports.
+    pub fn granted(&self) -> usize {
+        self.effective / 2
+    }
+
+    /// A warning when the kernel granted less than was asked (it caps `SO_RCVBUF` at
+    /// `net.core.rmem_max`), naming the setting to raise.
+    pub fn shortfall(&self) -> Option<String> {
+        (self.granted() < self.asked).then(|| {
+            format!(
+                "receive buffer {} bytes asked, {} granted: SO_RCVBUFFORCE is not permitted \
+                 (needs root or CAP_NET_ADMIN) and SO_RCVBUF is capped by net.core.rmem_max; \
+                 raise it (sysctl -w net.core.rmem_max={}) or reports will be dropped in bursts",
+                self.asked,
+                self.granted(),
+                self.asked
+            )
+        })
+    }
+}
+
+/// Sets the receive buffer of `s` to `buffer` bytes: `SO_RCVBUFFORCE` when permitted (root or
+/// `CAP_NET_ADMIN`: `net.core.rmem_max` does not cap it), else `SO_RCVBUF`, which the kernel
+/// caps at `net.core.rmem_max`. Returns what was asked and what the socket reports.
+pub fn set_recv_buffer(s: &impl std::os::fd::AsFd, buffer: usize) -> std::io::Result<RecvBuffer> {
+    let s = socket2::SockRef::from(s);
+    // The kernel takes an int and doubles it: larger values would wrap.
+    let asked = buffer.min(i32::MAX as usize / 2);
+    let forced = force_recv_buffer(&s, asked);
+    if !forced {
+        s.set_recv_buffer_size(asked)?;
+    }
+    Ok(RecvBuffer {
+        asked,
+        effective: s.recv_buffer_size()?,
+        forced,
+    })
+}
+
+/// The receive buffer size the kernel reports for `s` (`SO_RCVBUF` read back).
+pub fn recv_buffer_size(s: &impl std::os::fd::AsFd) -> std::io::Result<usize> {
+    socket2::SockRef::from(s).recv_buffer_size()
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn force_recv_buffer(s: &socket2::SockRef<'_>, buffer: usize) -> bool {
+    // EPERM without CAP_NET_ADMIN: the caller falls back to SO_RCVBUF.
+    nix::sys::socket::setsockopt(&**s, nix::sys::socket::sockopt::RcvBufForce, &buffer).is_ok()
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn force_recv_buffer(_: &socket2::SockRef<'_>, _: usize) -> bool {
+    false
 }
 
 /// Starts `threads` receive threads per listen address. Returns the bound addresses (port 0

@@ -986,7 +986,7 @@ impl<'a> FlushTake<'a> {
             counters.v1 += shard.counters.v1;
             counters.v05 += shard.counters.v05;
             counters.without_flow += shard.counters.without_flow;
-            lost += shard.seq.total_lost();
+            lost += shard.seq.total_reports_lost();
             suppressed += shard.raiser.suppressed;
             for (&node, n) in &mut shard.nodes {
                 for (&port, ps) in &mut n.ports {

@@ -120,7 +120,8 @@ fn random_node_ids_and_ports_stay_within_the_limits() {
         assert!(s.node(node).is_some(), "the real node {node} stays");
     }
     assert!(
-        s.sources().any(|((node, _), st)| node == 2 && st.lost == 0),
+        s.sources()
+            .any(|((node, _), st)| node == 2 && st.groups_lost == 0),
         "the real source stays, with its sequence intact"
     );
     // Series: per source, queue (two gauges), port (two gauges), drop reason, and a fixed few.
@@ -187,7 +188,7 @@ fn random_sequence_numbers_are_resets_not_loss() {
     assert!(lost < n / 2, "{lost}");
     let st = s.sources().find(|(k, _)| *k == (2, 0)).unwrap().1;
     assert_eq!(st.restarts, resets);
-    assert_eq!(st.received, n);
+    assert_eq!(st.groups_received, n);
 }
 
 /// Random bytes, and random bytes behind each known version nibble: every datagram is accepted

@@ -377,3 +377,48 @@ fn documented_config_parses() {
     );
     assert!(!cfg.reuse_port);
 }
+
+/// The receive buffer is what was asked for when SO_RCVBUFFORCE is permitted (root, as these
+/// tests run here and in CI), whatever `net.core.rmem_max` says; otherwise a shortfall names
+/// `net.core.rmem_max`.
+#[test]
+fn the_receive_buffer_is_forced_when_permitted() {
+    use intscope_collector::ingest::{RecvBuffer, open_socket, recv_buffer_size, set_recv_buffer};
+    let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    // More than SO_RCVBUF alone may get.
+    let asked = (rmem_max + (1 << 20)).max(16 << 20);
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let got = set_recv_buffer(&sock, asked).unwrap();
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if root {
+        assert!(got.forced, "{got:?}");
+        assert_eq!(got.granted(), asked, "{got:?}");
+        assert_eq!(recv_buffer_size(&sock).unwrap(), 2 * asked);
+        assert!(got.shortfall().is_none());
+        // The socket the collector opens gets it too.
+        let s = open_socket("127.0.0.1:0".parse().unwrap(), asked).unwrap();
+        assert_eq!(recv_buffer_size(&s).unwrap(), 2 * asked);
+    } else {
+        assert!(!got.forced);
+        let w = got
+            .shortfall()
+            .expect("SO_RCVBUF is capped below what was asked");
+        assert!(w.contains("net.core.rmem_max"), "{w}");
+    }
+    let capped = RecvBuffer {
+        asked: 64 << 20,
+        effective: 8 << 20,
+        forced: false,
+    };
+    let w = capped.shortfall().unwrap();
+    assert!(
+        w.contains("net.core.rmem_max") && w.contains("4194304 granted"),
+        "{w}"
+    );
+}

@@ -71,7 +71,8 @@ pub enum Evidence {
     LostReports {
         /// Hardware subsystem of the source.
         hw_id: u8,
-        /// Reports missing.
+        /// Sequence numbers missing: report groups (datagrams), one report each in v1.0 and
+        /// v0.5.
         lost: u64,
         /// Sequence number expected.
         expected_seq: u32,

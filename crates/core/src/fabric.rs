@@ -304,7 +304,8 @@ impl Held {
 pub struct Evicted {
     /// Nodes (with their ports, queues and links, not counted again below).
     pub nodes: u64,
-    /// (node, hw_id) sequence trackers (their loss stays in `reports_lost`).
+    /// (node, hw_id) sequence trackers (their loss stays in `reports_lost` and
+    /// `report_groups_lost`).
     pub sources: u64,
     /// Ports.
     pub ports: u64,
@@ -529,6 +530,8 @@ impl FabricShard {
         }
         if r.first_in_datagram {
             self.observe_sequence(r, log);
+        } else {
+            self.seq.add_report(r.node_id, r.hw_id);
         }
         let grew = &mut self.grew;
         let reporter = self.nodes.get_or_insert_with(r.node_id, || {

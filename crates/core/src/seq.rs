@@ -2,12 +2,23 @@
 //! the sequence number "can be used to detect loss of telemetry reports". A real deployment lost
 //! half its reports unnoticed; this makes every gap visible.
 //!
+//! What a sequence number counts: there is "at most one instance of the Telemetry Report Group
+//! Header in a packet", and it carries the one Sequence Number of the packet's "one or more
+//! individual reports" (Report v2.0 §"Individual Report Header"). So in v2.0 a gap counts lost
+//! *report groups* (datagrams), each of which held an unknown number of reports. In v1.0 and
+//! v0.5 every datagram is one report with its own sequence number (the fixed report header is
+//! followed by exactly one copy of a packet), so a group is one report. Hence two counters:
+//! `groups_lost`, exact (as exact as the sequence numbers), and `reports_lost`, which for v2.0
+//! is an estimate: each lost group is taken to have held the source's mean number of reports
+//! per received group (exact when the source's groups are all the same size, and exact for
+//! v1.0 and v0.5, whose mean is 1).
+//!
 //! A sequence number is only as trustworthy as its sender: a spoofed datagram or a rebooted
 //! switch jumps anywhere in the number space. A forward jump is counted as loss only within a
 //! window ([`DEFAULT_SEQ_WINDOW`], configurable); beyond it, or far back, the stream is taken to
 //! have been reset (counted as such, not as loss). A jump of more than [`CONFIRM_ABOVE`] numbers
 //! within the window is counted only once the next report continues from it: a stream of random
-//! numbers then almost never confirms one, and `reports_lost` stays near the small gaps' share.
+//! numbers then almost never confirms one, and the loss stays near the small gaps' share.
 //! The trackers are bounded too: past the limit the least recently seen eighth is evicted
 //! (counted), and the loss they had counted stays in the total.
 
@@ -32,7 +43,7 @@ pub enum SeqOutcome {
     InOrder,
     /// `lost` numbers were skipped.
     Gap {
-        /// Reports missing between the previous and this one.
+        /// Report groups (datagrams) missing between the previous and this one.
         lost: u64,
         /// The number expected.
         expected: u32,
@@ -52,11 +63,16 @@ pub enum SeqOutcome {
 pub struct SeqState {
     /// The next expected number.
     pub next: u32,
-    /// Reports received.
-    pub received: u64,
-    /// Reports never received (sum of gaps).
-    pub lost: u64,
-    /// Reports that arrived after a later one.
+    /// Report groups (datagrams, one sequence number each) received.
+    pub groups_received: u64,
+    /// Individual reports received in those groups.
+    pub reports_received: u64,
+    /// Report groups never received (sum of the gaps).
+    pub groups_lost: u64,
+    /// Reports never received: each lost group at the mean reports per received group when it
+    /// was found missing (see the module doc: exact for v1.0 and v0.5, an estimate for v2.0).
+    pub reports_lost: u64,
+    /// Report groups that arrived after a later one.
     pub reordered: u64,
     /// Sequence resets: counter restarts and jumps too far to be loss.
     pub restarts: u64,
@@ -79,12 +95,27 @@ pub struct SeqTracker {
     window: u64,
     /// Most sources tracked.
     limit: usize,
-    /// Loss counted by sources since evicted (the total never goes down).
-    lost_evicted: u64,
+    /// Groups lost, counted by sources since evicted (the total never goes down).
+    groups_lost_evicted: u64,
+    /// Reports lost, counted by sources since evicted.
+    reports_lost_evicted: u64,
     /// Resets counted by sources since evicted.
     restarts_evicted: u64,
     /// Sources evicted to stay within the limit.
     pub evicted: u64,
+    /// The source of the group being read and its reports after the first, added to its
+    /// counters when another group arrives: one lookup a group, none a report.
+    pending: Option<((u32, u8), u64)>,
+}
+
+impl SeqState {
+    /// Reports that `groups` groups held, at this source's mean reports per received group
+    /// (rounded to the nearest report).
+    fn reports_in(&self, groups: u64) -> u64 {
+        let n = u128::from(self.groups_received.max(1));
+        let r = u128::from(self.reports_received.max(self.groups_received));
+        u64::try_from((u128::from(groups) * r + n / 2) / n).unwrap_or(u64::MAX)
+    }
 }
 
 impl Default for SeqTracker {
@@ -100,23 +131,38 @@ impl SeqTracker {
             sources: HashMap::default(),
             window: u64::from(window.max(1)),
             limit: limit.max(1),
-            lost_evicted: 0,
+            groups_lost_evicted: 0,
+            reports_lost_evicted: 0,
             restarts_evicted: 0,
             evicted: 0,
+            pending: None,
         }
     }
 
-    /// Accounts `seq` (of `bits` width) from `(node, hw_id)` at report time `now`.
+    /// Accounts the group with sequence number `seq` (of `bits` width) from `(node, hw_id)` at
+    /// report time `now`, and the first of its reports (the others: [`SeqTracker::add_reports`]).
     pub fn observe(&mut self, node: u32, hw_id: u8, seq: u32, bits: u32, now: u64) -> SeqOutcome {
         let space: u64 = 1u64 << bits;
         let mask = (space - 1) as u32;
         let seq = seq & mask;
+        let extra = match self.pending {
+            Some((k, n)) if k == (node, hw_id) => {
+                self.pending = None;
+                n
+            }
+            Some(_) => {
+                self.flush_pending();
+                0
+            }
+            None => 0,
+        };
         let Some(s) = self.sources.get_mut(&(node, hw_id)) else {
             self.sources.insert(
                 (node, hw_id),
                 SeqState {
                     next: seq.wrapping_add(1) & mask,
-                    received: 1,
+                    groups_received: 1,
+                    reports_received: 1,
                     seen: now,
                     ..SeqState::default()
                 },
@@ -126,11 +172,13 @@ impl SeqTracker {
             }
             return SeqOutcome::First;
         };
-        s.received += 1;
         s.seen = now;
+        s.reports_received += extra;
         // `space` is a power of two: the mask is the modulo without a division per datagram.
         let ahead = (u64::from(seq) + space - u64::from(s.next)) & (space - 1);
         if ahead == 0 && s.unconfirmed == 0 {
+            s.groups_received += 1;
+            s.reports_received += 1;
             s.next = seq.wrapping_add(1) & mask;
             SeqOutcome::InOrder
         } else if ahead <= CONFIRM_ABOVE {
@@ -142,7 +190,11 @@ impl SeqTracker {
                 s.next
             };
             s.unconfirmed = 0;
-            s.lost += lost;
+            // Estimated before this group counts, from the groups received before the gap.
+            s.reports_lost += s.reports_in(lost);
+            s.groups_lost += lost;
+            s.groups_received += 1;
+            s.reports_received += 1;
             s.next = seq.wrapping_add(1) & mask;
             SeqOutcome::Gap { lost, expected }
         } else if ahead <= self.window && ahead < space / 2 {
@@ -152,18 +204,46 @@ impl SeqTracker {
             }
             s.unconfirmed = ahead as u32;
             s.unconfirmed_from = s.next;
+            s.groups_received += 1;
+            s.reports_received += 1;
             s.next = seq.wrapping_add(1) & mask;
             SeqOutcome::Jump
         } else if space - ahead <= LATE_WINDOW {
             // Within the last numbers: a late arrival we had counted as lost.
             s.reordered += 1;
-            s.lost = s.lost.saturating_sub(1);
+            // What its gap added for it, at today's mean (its own size is not known yet).
+            s.reports_lost = s.reports_lost.saturating_sub(s.reports_in(1));
+            s.groups_lost = s.groups_lost.saturating_sub(1);
+            s.groups_received += 1;
+            s.reports_received += 1;
             SeqOutcome::Late
         } else {
             s.restarts += 1;
             s.unconfirmed = 0;
+            s.groups_received += 1;
+            s.reports_received += 1;
             s.next = seq.wrapping_add(1) & mask;
             SeqOutcome::Restart
+        }
+    }
+
+    /// Counts one more report in the group last observed from `(node, hw_id)` (a v2.0 group's
+    /// reports after its first), for the mean group size that prices lost groups.
+    pub fn add_report(&mut self, node: u32, hw_id: u8) {
+        match &mut self.pending {
+            Some((k, n)) if *k == (node, hw_id) => *n += 1,
+            _ => {
+                self.flush_pending();
+                self.pending = Some(((node, hw_id), 1));
+            }
+        }
+    }
+
+    fn flush_pending(&mut self) {
+        if let Some((k, n)) = self.pending.take()
+            && let Some(s) = self.sources.get_mut(&k)
+        {
+            s.reports_received += n;
         }
     }
 
@@ -176,23 +256,33 @@ impl SeqTracker {
         let k = self.sources.len().saturating_sub(keep).max(1);
         let mut times: Vec<u64> = self.sources.values().map(|s| s.seen).collect();
         let mut cut = crate::id_table::Cutoff::oldest(&mut times, k);
-        let (mut lost, mut restarts) = (0, 0);
+        let (mut groups, mut reports, mut restarts) = (0, 0, 0);
         self.sources.retain(|_, s| {
             let evict = cut.take(s.seen);
             if evict {
-                lost += s.lost;
+                groups += s.groups_lost;
+                reports += s.reports_lost;
                 restarts += s.restarts;
             }
             !evict
         });
-        self.lost_evicted += lost;
+        self.groups_lost_evicted += groups;
+        self.reports_lost_evicted += reports;
         self.restarts_evicted += restarts;
         self.evicted += k as u64;
     }
 
-    /// All sources and their counters.
-    pub fn sources(&self) -> impl Iterator<Item = ((u32, u8), &SeqState)> {
-        self.sources.iter().map(|(k, v)| (*k, v))
+    /// All sources and their counters (the group being read included).
+    pub fn sources(&self) -> impl Iterator<Item = ((u32, u8), SeqState)> {
+        self.sources.iter().map(|(k, v)| {
+            let mut v = *v;
+            if let Some((pk, n)) = self.pending
+                && pk == *k
+            {
+                v.reports_received += n;
+            }
+            (*k, v)
+        })
     }
 
     /// Sources tracked.
@@ -205,9 +295,15 @@ impl SeqTracker {
         self.sources.is_empty()
     }
 
-    /// Reports lost across all sources, evicted ones included.
-    pub fn total_lost(&self) -> u64 {
-        self.lost_evicted + self.sources.values().map(|s| s.lost).sum::<u64>()
+    /// Reports lost across all sources, evicted ones included (v2.0: estimated, see the module
+    /// doc).
+    pub fn total_reports_lost(&self) -> u64 {
+        self.reports_lost_evicted + self.sources.values().map(|s| s.reports_lost).sum::<u64>()
+    }
+
+    /// Report groups (datagrams) lost across all sources, evicted ones included.
+    pub fn total_groups_lost(&self) -> u64 {
+        self.groups_lost_evicted + self.sources.values().map(|s| s.groups_lost).sum::<u64>()
     }
 
     /// Sequence resets across all sources, evicted ones included.
@@ -276,9 +372,14 @@ mod tests {
             SeqOutcome::InOrder,
             "resynchronised"
         );
-        assert_eq!((w.total_lost(), w.total_restarts()), (59_999, 3));
+        assert_eq!((w.total_groups_lost(), w.total_restarts()), (59_999, 3));
+        assert_eq!(
+            w.total_reports_lost(),
+            59_999,
+            "one report a group: as many reports"
+        );
         let s = t.sources().next().unwrap().1;
-        assert_eq!((s.received, s.lost, s.reordered), (4, 2, 1));
+        assert_eq!((s.groups_received, s.groups_lost, s.reordered), (4, 2, 1));
     }
 
     /// Spoofed or garbage sequence numbers: each implausible jump is a reset, a jump within the
@@ -302,7 +403,7 @@ mod tests {
         assert_eq!(t.total_restarts(), resets);
         // Only gaps up to CONFIRM_ABOVE count unconfirmed: 1024 / 2²² of the reports, 512 each,
         // an eighth of a report per report. The old half-space rule gave ~1 M.
-        assert!(t.total_lost() < n / 2, "{}", t.total_lost());
+        assert!(t.total_groups_lost() < n / 2, "{}", t.total_groups_lost());
     }
 
     /// Past the limit the least recently seen sources go, and their loss stays counted.
@@ -320,6 +421,31 @@ mod tests {
         }
         assert!(t.sources().any(|(k, _)| k == (1, 0)));
         assert_eq!(t.evicted as usize, 9_900 + 1 - t.len());
-        assert_eq!(t.total_lost(), 10);
+        assert_eq!(t.total_groups_lost(), 10);
+        assert_eq!(t.total_reports_lost(), 10);
+    }
+
+    /// A v2.0 group's report count is unknowable once lost: it is priced at the source's mean
+    /// group size, and a late group takes back what its gap added.
+    #[test]
+    fn lost_groups_are_priced_at_the_mean_group_size() {
+        let mut t = SeqTracker::default();
+        for seq in 0..4 {
+            t.observe(1, 0, seq, 22, 0);
+            // Groups of 4 and 12 reports: a mean of 8.
+            for _ in 0..if seq % 2 == 0 { 3 } else { 11 } {
+                t.add_report(1, 0);
+            }
+        }
+        assert!(matches!(
+            t.observe(1, 0, 7, 22, 0),
+            SeqOutcome::Gap { lost: 3, .. }
+        ));
+        assert_eq!((t.total_groups_lost(), t.total_reports_lost()), (3, 24));
+        for _ in 0..7 {
+            t.add_report(1, 0);
+        }
+        assert_eq!(t.observe(1, 0, 5, 22, 0), SeqOutcome::Late);
+        assert_eq!((t.total_groups_lost(), t.total_reports_lost()), (2, 16));
     }
 }

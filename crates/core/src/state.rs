@@ -495,13 +495,20 @@ impl View<'_> {
     }
 
     /// Report sequence accounting per (node, hw_id).
-    pub fn sources(&self) -> impl Iterator<Item = ((u32, u8), &SeqState)> {
+    pub fn sources(&self) -> impl Iterator<Item = ((u32, u8), SeqState)> {
         self.fabric.iter().flat_map(|s| s.seq.sources())
     }
 
-    /// Reports lost, from sequence gaps.
+    /// Reports lost, from sequence gaps: exact for v1.0 and v0.5 (one report a sequence
+    /// number), for v2.0 each lost group at its source's mean reports per group
+    /// ([`crate::seq`]).
     pub fn reports_lost(&self) -> u64 {
-        self.fabric.iter().map(|s| s.seq.total_lost()).sum()
+        self.fabric.iter().map(|s| s.seq.total_reports_lost()).sum()
+    }
+
+    /// Report groups (datagrams, one sequence number each) lost, from sequence gaps.
+    pub fn report_groups_lost(&self) -> u64 {
+        self.fabric.iter().map(|s| s.seq.total_groups_lost()).sum()
     }
 
     /// Sequence resets: restarted counters and jumps too far to be loss.
