@@ -586,16 +586,23 @@ mod tests {
     fn every_shard_is_visited_once_even_when_some_are_busy() {
         let shards: Vec<Mutex<u32>> = (0..5).map(|_| Mutex::new(0)).collect();
         let busy = shards[1].lock().unwrap();
+        let visited = AtomicU64::new(0);
         let waiter = std::thread::scope(|s| {
             let h = s.spawn(|| {
                 let mut order = Vec::new();
                 each_shard(&shards, |i, v| {
                     *v += 1;
                     order.push(i);
+                    visited.fetch_add(1, Ordering::SeqCst);
                 });
                 order
             });
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            // Release the busy shard once the free ones are done (or after a deadline, so a
+            // visit that waits on the busy shard first fails the order check instead of hanging).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while visited.load(Ordering::SeqCst) < 4 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             drop(busy);
             h.join().unwrap()
         });
