@@ -292,8 +292,8 @@ impl Default for CollectorConfig {
                 intscope_wire::report::DEFAULT_REPORT_PORT,
             ))],
             http: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            // One: on two cores shared with the senders a second thread measured slower (v0.5 at
-            // full rate: 0.77 of the bare receive loop with two threads, 0.82 with one).
+            // One: on two cores shared with the senders a second thread was slower (BENCHMARKS.md,
+            // end to end).
             threads: 1,
             recv_buffer: 64 << 20,
             allow: Vec::new(),

@@ -169,7 +169,7 @@ impl PathTable {
 
 /// The live flows: their states in one contiguous slab, found by key through an index of slot
 /// numbers. The flow list scans every flow for its sort key; over a slab that streams memory,
-/// where a pointer per flow (boxed states) made a million flows' scan take 1.5× as long. The
+/// where a pointer per flow (boxed states) made the scan chase pointers through the heap. The
 /// index holds 8-byte entries (the key is compared in the slab), so it stays in cache where a map
 /// holding the 38-byte keys missed it on every lookup. An entry is a slot number and 32 bits of
 /// its key's hash ([`IndexEntry`]): a lookup reads the slab only for the entry whose hash bits

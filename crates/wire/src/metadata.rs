@@ -549,7 +549,7 @@ impl<'a> HopMetadata<'a> {
 /// carry a BOS bit the generic accessors would read as part of the value; [`HopView::value_2016`]
 /// reads them). Every hop of a stack shares one bitmap, so the layout is
 /// looked up once per stack (or lone view) and a field read is an index into it, not two
-/// popcounts (−24 decode instructions per report, callgrind on the collector's pipeline bench).
+/// popcounts.
 static LAYOUTS: [[Layout; 512]; 3] = [
     layouts(Format::IntV2),
     layouts(Format::IntV1),
