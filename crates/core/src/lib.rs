@@ -5,8 +5,9 @@
 //! into a reusable record; [`state`] correlates records in [`flow_shard`]s by flow key (paths,
 //! latency, joins of per-hop reports; [`flow`]) and in [`fabric`] shards by node (ports, queues,
 //! links, report sequence numbers with [`seq`]), runs the [`detect`]ors and keeps the [`event`]
-//! log with its typed [`evidence`]. [`loadgen`] builds synthetic report traffic for tests and
-//! benchmarks.
+//! log with its typed [`evidence`]; [`incident`] is the typed shape of an episode with a
+//! lifecycle that the store keeps and the console shows. [`loadgen`] builds synthetic report
+//! traffic for tests and benchmarks.
 //!
 //! The rule: this crate opens no socket or file, starts no thread, never reads a clock, and
 //! depends on no I/O crate (tokio, axum, rusqlite, socket2, quinn-udp, nix, prometheus-client,
@@ -23,6 +24,7 @@ pub mod fabric;
 pub mod flow;
 pub mod flow_shard;
 pub mod id_table;
+pub mod incident;
 pub mod loadgen;
 pub mod rank;
 pub mod record;
