@@ -318,3 +318,113 @@ impl Snapshot {
             .unwrap_or(0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use intscope_wire::locate::DetectConfig;
+
+    use crate::loadgen::{Generator, INT_PORT, LoadConfig, LoadVersion};
+    use crate::record::{FlowKeyMode, Record, decode_datagram};
+    use crate::state::State;
+
+    fn fed(shards: usize, datagrams: u64) -> (State, Generator) {
+        let cfg = DetectConfig {
+            int_udp_ports: vec![INT_PORT],
+            ..DetectConfig::default()
+        };
+        let mut g = Generator::new(LoadConfig {
+            flows: 300,
+            hops: 4,
+            version: LoadVersion::V2,
+            batch: 8,
+            drop_every: 7,
+            ..LoadConfig::default()
+        });
+        let state = State::with_shards(crate::detect::DetectConfig::default(), shards);
+        let (mut buf, mut rec) = (Vec::new(), Record::default());
+        for t in 0..datagrams {
+            g.next_datagram(&mut buf);
+            decode_datagram(
+                &buf,
+                t * 1_000,
+                &cfg,
+                FlowKeyMode::Innermost,
+                &mut rec,
+                |r| state.process(r),
+            )
+            .unwrap();
+        }
+        (state, g)
+    }
+
+    /// A snapshot answers as the locked view does, row for row.
+    #[test]
+    fn a_snapshot_answers_as_the_locked_view() {
+        for shards in [1, 3] {
+            let (state, _) = fed(shards, 2_000);
+            let snap = state.snapshot(None);
+            let v = state.read();
+            assert_eq!(snap.flow_count(), v.flow_count());
+            assert!(snap.flow_count() > 0);
+            for f in v.flows() {
+                let r = snap.flow_by_id(f.id).expect("every flow by its ID");
+                assert_eq!(
+                    (r.key, r.reports, r.drops, r.last_seen_ns, r.first_seen_ns),
+                    (f.key, f.reports, f.drops, f.last_seen_ns, f.first_seen_ns)
+                );
+                assert_eq!(r.path, f.path);
+                assert_eq!(r.e2e_p99, f.e2e.quantile(0.99));
+                assert_eq!(
+                    r.path_history().collect::<Vec<_>>(),
+                    f.path_history().collect::<Vec<_>>()
+                );
+                assert_eq!(r.recent.iter().count(), f.recent.iter().count());
+            }
+            assert!(snap.flow_by_id(u64::MAX).is_none());
+            let nodes = |it: &mut dyn Iterator<Item = u32>| {
+                let mut n: Vec<u32> = it.collect();
+                n.sort_unstable();
+                n
+            };
+            assert_eq!(
+                nodes(&mut snap.nodes().map(|(id, _)| id)),
+                nodes(&mut v.nodes().map(|(id, _)| id))
+            );
+            for (id, n) in v.nodes() {
+                assert_eq!(snap.node(id).unwrap().reports_sent, n.reports_sent);
+            }
+            assert_eq!(snap.queues().count(), v.queues().count());
+            assert_eq!(snap.links().count(), v.links().count());
+            assert_eq!(snap.sources().count(), v.sources().count());
+            assert_eq!(snap.reports_lost(), v.reports_lost());
+            assert_eq!(snap.held(), v.held());
+            assert_eq!(snap.evicted(), v.evicted());
+            assert_eq!(snap.counters().v2, v.counters().v2);
+            assert_eq!(snap.event_counts(), v.event_counts());
+            assert_eq!(snap.events_suppressed(), v.events_suppressed());
+        }
+    }
+
+    /// A shard nothing touched since the last snapshot is shared with it, not copied; one that
+    /// changed is copied again.
+    #[test]
+    fn unchanged_shards_are_shared_and_changed_ones_copied() {
+        let (state, _) = fed(2, 500);
+        let first = state.snapshot(None);
+        assert!(!state.changed_since(&first));
+        let second = state.snapshot(Some(&first));
+        for (a, b) in first.flows.iter().zip(&second.flows) {
+            assert!(Arc::ptr_eq(a, b));
+        }
+        for (a, b) in first.fabric.iter().zip(&second.fabric) {
+            assert!(Arc::ptr_eq(a, b));
+        }
+        state.tick(10_000_000_000);
+        assert!(state.changed_since(&second));
+        let third = state.snapshot(Some(&second));
+        assert!(!Arc::ptr_eq(&second.flows[0], &third.flows[0]));
+        assert_eq!(third.sequence, second.sequence + 1);
+    }
+}
