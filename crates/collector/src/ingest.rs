@@ -399,8 +399,9 @@ pub struct Collector {
     receivers: AtomicUsize,
     /// What readers see: the latest snapshot (held only to clone or swap the pointer).
     published: Mutex<Arc<Published>>,
-    /// One publisher at a time.
-    publishing: Mutex<()>,
+    /// One publisher at a time; it holds the flow copies of a snapshot no reader holds any
+    /// more, to fill again.
+    publishing: Mutex<Vec<crate::snapshot::FlowShardSnapshot>>,
     /// Wall time (ns) from which the next snapshot is due.
     next_publish_ns: AtomicU64,
 }
@@ -467,7 +468,7 @@ impl Collector {
             raw_skipped: AtomicU64::new(0),
             receivers: AtomicUsize::new(0),
             published: Mutex::new(Arc::default()),
-            publishing: Mutex::new(()),
+            publishing: Mutex::new(Vec::new()),
             next_publish_ns: AtomicU64::new(0),
         }))
     }
@@ -650,8 +651,8 @@ impl Collector {
     pub fn snapshot(&self) -> Arc<Published> {
         let current = self.current();
         if self.receivers.load(Ordering::SeqCst) == 0 && self.state.changed_since(&current.state) {
-            let _one = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
-            return self.publish_locked(now_ns());
+            let mut spare = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
+            return self.publish_locked(now_ns(), &mut spare);
         }
         current
     }
@@ -667,27 +668,41 @@ impl Collector {
         if now < self.next_publish_ns.load(Ordering::Relaxed) {
             return;
         }
-        if let Ok(_one) = self.publishing.try_lock() {
+        if let Ok(mut spare) = self.publishing.try_lock() {
             // Another thread may have published while this one waited for the flag.
             if now >= self.next_publish_ns.load(Ordering::Relaxed) {
-                self.publish_locked(now);
+                self.publish_locked(now, &mut spare);
             }
         }
     }
 
-    fn publish_locked(&self, now: u64) -> Arc<Published> {
+    fn publish_locked(
+        &self,
+        now: u64,
+        spare: &mut Vec<crate::snapshot::FlowShardSnapshot>,
+    ) -> Arc<Published> {
         let started = std::time::Instant::now();
         let previous = self.current();
         // Counters first: the datagrams they count were correlated before they were counted.
         let ingest = self.stats.counts();
-        let state = self.state.snapshot(Some(&previous.state));
+        let state = self
+            .state
+            .snapshot_into(Some(&previous.state), std::mem::take(spare));
         drop(previous);
         let p = Arc::new(Published {
             state,
             ingest,
             at_ns: now,
         });
-        *self.published.lock().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&p);
+        let old = std::mem::replace(
+            &mut *self.published.lock().unwrap_or_else(|e| e.into_inner()),
+            Arc::clone(&p),
+        );
+        // The old snapshot's flow copies are the next one's buffers, unless a reader still
+        // holds it (then it is freed when the reader lets go).
+        if let Ok(old) = Arc::try_unwrap(old) {
+            *spare = old.state.into_spare();
+        }
         let cost = started.elapsed().as_nanos() as u64;
         let interval = self.config.snapshot_interval_ms.saturating_mul(1_000_000);
         let gap = cost

@@ -108,22 +108,26 @@ pub struct FlowShardSnapshot {
 impl FlowShardSnapshot {
     /// A copy of `shard`.
     pub fn of(shard: &FlowShard) -> Self {
-        let rows: Vec<FlowRow> = shard.flows.values().map(FlowRow::of).collect();
-        let mut by_id: Vec<(u64, u32)> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.id, i as u32))
-            .collect();
+        let mut s = FlowShardSnapshot::default();
+        s.fill(shard);
+        s
+    }
+
+    /// Makes this a copy of `shard`, in the memory this one holds: a snapshot the readers have
+    /// let go of is the next one's buffer, so that a large table is not allocated (and its
+    /// pages faulted in) afresh at every publication.
+    pub fn fill(&mut self, shard: &FlowShard) {
+        self.rows.clear();
+        self.rows.extend(shard.flows.values().map(FlowRow::of));
+        self.by_id.clear();
+        self.by_id
+            .extend(self.rows.iter().enumerate().map(|(i, r)| (r.id, i as u32)));
         // The slab is mostly in ID order already (flows take free slots only after evictions
         // and expiries), which the sort finds in one pass.
-        by_id.sort_unstable();
-        FlowShardSnapshot {
-            rows,
-            by_id,
-            flows_expired: shard.flows_expired,
-            flows_evicted: shard.flows_evicted,
-            suppressed: shard.raiser.suppressed,
-        }
+        self.by_id.sort_unstable();
+        self.flows_expired = shard.flows_expired;
+        self.flows_evicted = shard.flows_evicted;
+        self.suppressed = shard.raiser.suppressed;
     }
 
     fn flow_by_id(&self, id: u64) -> Option<&FlowRow> {
@@ -181,6 +185,19 @@ pub struct Snapshot {
     pub(crate) event_counts: BTreeMap<EventKind, u64>,
     /// How many snapshots the state had built before this one.
     pub sequence: u64,
+}
+
+impl Snapshot {
+    /// The flow shards' copies no one else holds any more, for [`State::snapshot`] to fill
+    /// again (see [`FlowShardSnapshot::fill`]).
+    ///
+    /// [`State::snapshot`]: crate::state::State::snapshot
+    pub fn into_spare(self) -> Vec<FlowShardSnapshot> {
+        self.flows
+            .into_iter()
+            .filter_map(|s| Arc::try_unwrap(s).ok())
+            .collect()
+    }
 }
 
 impl Snapshot {

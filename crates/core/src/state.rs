@@ -221,6 +221,16 @@ impl State {
     /// ones first; a shard unchanged since `prev` was taken is shared with it, not copied. The
     /// event counts are read last, so they include the events of every copied record.
     pub fn snapshot(&self, prev: Option<&Snapshot>) -> Snapshot {
+        self.snapshot_into(prev, Vec::new())
+    }
+
+    /// [`State::snapshot`], filling the flow shard copies in `spare` (from
+    /// [`Snapshot::into_spare`]) before allocating new ones.
+    pub fn snapshot_into(
+        &self,
+        prev: Option<&Snapshot>,
+        mut spare: Vec<FlowShardSnapshot>,
+    ) -> Snapshot {
         let n = self.flows.len();
         let prev = prev.filter(|p| p.flows.len() == n && p.fabric.len() == n);
         let mut generations = vec![0u64; 2 * n];
@@ -232,7 +242,11 @@ impl State {
             generations[s] = g;
             flows[s] = Some(match prev {
                 Some(p) if p.generations[s] == g => Arc::clone(&p.flows[s]),
-                _ => Arc::new(FlowShardSnapshot::of(shard)),
+                _ => {
+                    let mut copy = spare.pop().unwrap_or_default();
+                    copy.fill(shard);
+                    Arc::new(copy)
+                }
             });
         });
         each_shard(&self.fabric, |s, shard| {
