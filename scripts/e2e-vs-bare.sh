@@ -3,7 +3,8 @@
 # alternately `recvloop` (blocking recvmmsg, count and discard, the same socket and buffer as
 # `intscope collect`) and `intscope collect --no-store`, each fed by the same `intscope blast`
 # for DURATION s at RATE. Prints one JSON line per pair: both sides' received datagrams and
-# reports per second, the ratio (collect / bare), CPU per received datagram of each receiver,
+# reports per second, the ratio (collect / bare), CPU per received datagram of each receiver
+# (collect: its receive threads, and the whole process with the API),
 # kernel drops and /proc/loadavg before each.
 # Usage: scripts/e2e-vs-bare.sh [VERSION...]   (default: 2 0.5)
 # Env: RUNS=pairs per version (3), DURATION=s (5), RATE=reports/s (0: full), FLOWS (10000),
@@ -36,8 +37,19 @@ fi
 
 field() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])" "$1" "$2"; }
 wait_line() { for _ in $(seq 100); do [ -s "$1" ] && return; sleep 0.1; done; echo "no output in $1" >&2; exit 1; }
-# CPU seconds (user + system) of process $1 and its threads.
-cpu_of() { python3 -c "import sys; f=open('/proc/%s/stat' % sys.argv[1]).read().rsplit(')',1)[1].split(); print((int(f[11])+int(f[12]))/100)" "$1"; }
+# CPU seconds (user + system) of process $1's receive threads (named ingest-*), and of the whole
+# process (the API's threads included).
+cpu_of() { python3 - "$1" <<'PY'
+import os, sys
+def cpu(path):
+    f = open(path).read().rsplit(')', 1)[1].split()
+    return (int(f[11]) + int(f[12])) / 100
+d = "/proc/%s/task" % sys.argv[1]
+ingest = sum(cpu("%s/%s/stat" % (d, t)) for t in os.listdir(d)
+             if open("%s/%s/comm" % (d, t)).read().startswith("ingest"))
+print(ingest, cpu("/proc/%s/stat" % sys.argv[1]))
+PY
+}
 
 blast() { # $1 target, $2 version
     "${BLAST_PIN[@]}" "$D/intscope" blast --to "$1" --rate "${RATE:-0}" --duration "$DURATION" --flows "${FLOWS:-10000}" \
@@ -109,8 +121,10 @@ if os.path.exists(rf):
     if t:
         q = lambda p: round(t[min(len(t) - 1, int(len(t) * p))] * 1000, 1)
         reads = {"n": len(t), "p50_ms": q(0.5), "p99_ms": q(0.99)}
+(i0, p0), (i1, p1) = (map(float, c0.split()), map(float, c1.split()))
 print(json.dumps({"load": load, "blast": json.loads(b), "ingest": s["ingest"], "flows": s.get("flows"),
-                  "cpu_seconds": round(float(c1) - float(c0), 2), "reads": reads,
+                  "cpu_seconds": round(i1 - i0, 2), "process_cpu_seconds": round(p1 - p0, 2), "reads": reads,
+                  "snapshot_cost_ms": s.get("snapshot_cost_ms"),
                   "report_groups_lost": s.get("report_groups_lost"), "reports_lost": s.get("reports_lost")}))
 PY
 }
@@ -142,6 +156,8 @@ print(json.dumps({
                 "kernel_dropped": i.get("kernel_dropped"),
                 "dropped_pct": round(100 * (i.get("kernel_dropped") or 0) / max(sent, 1), 2),
                 "cpu_us_per_datagram": round(e["cpu_seconds"] * 1e6 / max(i["datagrams_received"], 1), 3),
+                "process_cpu_us_per_datagram": round(e["process_cpu_seconds"] * 1e6 / max(i["datagrams_received"], 1), 3),
+                "snapshot_cost_ms": e["snapshot_cost_ms"],
                 "flows": e["flows"], "reads": e["reads"]},
     "ratio": round(ed / bd, 3) if bd else None,
 }))

@@ -463,6 +463,7 @@ async fn stats(AxState(api): Shared) -> Result<Json<Value>, ApiError> {
             "store": store,
             "api": api_stats,
             "snapshot_age_ms": snapshot_age_ms,
+            "snapshot_cost_ms": published.previous_cost_ns / 1_000_000,
         }))
     })
 }

@@ -288,10 +288,11 @@ pub struct CollectorConfig {
     /// Bytes of a receive slot, the largest datagram taken whole (larger ones are discarded as
     /// `oversize`); within [`SLOT_RANGE`].
     pub recv_slot: usize,
-    /// Longest the API's view of the live state (flows, nodes, queues, links, statistics) may
-    /// lag ingest, in ms: the receive threads publish a snapshot at least this often while
-    /// reports arrive, more often while publishing is cheap, and within [`IDLE`] of the last
-    /// report when they stop.
+    /// How often the receive threads publish the snapshot the API reads the live state from
+    /// (flows, nodes, queues, links, statistics, `/metrics`), in ms, while reports arrive and
+    /// within [`IDLE`] of the last. A large state is published less often: never sooner than
+    /// 20 times what the last snapshot cost, so publishing takes at most about a twentieth of
+    /// a receive thread (at a million flows, every few seconds).
     pub snapshot_interval_ms: u64,
     /// Accept reports only from these networks (empty: from anywhere).
     pub allow: Vec<IpNet>,
@@ -359,7 +360,7 @@ impl Default for CollectorConfig {
             recv_batch: 64,
             // The payload of a jumbo frame: a report datagram from a switch fits.
             recv_slot: 9216,
-            snapshot_interval_ms: 1000,
+            snapshot_interval_ms: 100,
             allow: Vec::new(),
             reuse_port: false,
             limits: Limits::default(),
@@ -404,6 +405,8 @@ pub struct Collector {
     publishing: Mutex<Vec<crate::snapshot::FlowShardSnapshot>>,
     /// Wall time (ns) from which the next snapshot is due.
     next_publish_ns: AtomicU64,
+    /// What the last snapshot cost to take, ns.
+    publish_cost_ns: AtomicU64,
 }
 
 /// A published snapshot: the live state and the ingest counters at one moment, the counters read
@@ -416,15 +419,14 @@ pub struct Published {
     pub ingest: IngestCounts,
     /// When it was taken (ns since the epoch; 0: never).
     pub at_ns: u64,
+    /// What the previous one cost to take, ns.
+    pub previous_cost_ns: u64,
 }
 
 /// Publishing may take at most about one part in this of a receive thread's time: the next
-/// snapshot is due this many times the last one's cost after it (within
-/// `snapshot_interval_ms`).
+/// snapshot is due this many times the last one's cost after it, when that is longer than
+/// `snapshot_interval_ms`.
 const PUBLISH_BUDGET: u64 = 20;
-
-/// The shortest time between two snapshots under load, however cheap.
-const MIN_PUBLISH_NS: u64 = 10_000_000;
 
 impl std::fmt::Debug for dyn Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -470,6 +472,7 @@ impl Collector {
             published: Mutex::new(Arc::default()),
             publishing: Mutex::new(Vec::new()),
             next_publish_ns: AtomicU64::new(0),
+            publish_cost_ns: AtomicU64::new(0),
         }))
     }
 
@@ -639,10 +642,17 @@ impl Collector {
         }
     }
 
-    /// A receive thread's idle work: detector ticks, and the snapshot catching up.
+    /// A receive thread's idle work: detector ticks, and the snapshot catching up. A snapshot
+    /// that lacks datagrams already counted is published now, however long the last one took
+    /// (the thread has nothing else to do); otherwise when due.
     fn idle(&self, now: u64) {
         self.tick(now);
-        self.publish_due(now);
+        let behind = self.current().ingest.received != self.stats.received.load(Ordering::Relaxed);
+        if behind && let Ok(mut spare) = self.publishing.try_lock() {
+            self.publish_locked(now, &mut spare);
+        } else {
+            self.publish_due(now);
+        }
     }
 
     /// What readers see (the API, `/metrics`): the latest published snapshot, never a shard
@@ -662,8 +672,8 @@ impl Collector {
     }
 
     /// Publishes a snapshot if one is due at `now` (wall time, ns) and no other thread is
-    /// publishing: at least every `snapshot_interval_ms`, and more often while a snapshot costs
-    /// less than one part in [`PUBLISH_BUDGET`] of the time between two.
+    /// publishing: every `snapshot_interval_ms`, or [`PUBLISH_BUDGET`] times the last one's cost
+    /// when that is longer.
     pub fn publish_due(&self, now: u64) {
         if now < self.next_publish_ns.load(Ordering::Relaxed) {
             return;
@@ -693,6 +703,7 @@ impl Collector {
             state,
             ingest,
             at_ns: now,
+            previous_cost_ns: self.publish_cost_ns.load(Ordering::Relaxed),
         });
         let old = std::mem::replace(
             &mut *self.published.lock().unwrap_or_else(|e| e.into_inner()),
@@ -705,10 +716,8 @@ impl Collector {
         }
         let cost = started.elapsed().as_nanos() as u64;
         let interval = self.config.snapshot_interval_ms.saturating_mul(1_000_000);
-        let gap = cost
-            .saturating_mul(PUBLISH_BUDGET)
-            .max(MIN_PUBLISH_NS)
-            .min(interval.max(MIN_PUBLISH_NS));
+        self.publish_cost_ns.store(cost, Ordering::Relaxed);
+        let gap = cost.saturating_mul(PUBLISH_BUDGET).max(interval);
         self.next_publish_ns
             .store(now.saturating_add(gap), Ordering::Relaxed);
         p

@@ -603,3 +603,52 @@ fn reading_the_flow_list_during_ingest_drops_nothing() {
     }
     let _ = stop_tx.send(());
 }
+
+/// A datagram larger than a receive slot is cut short by the kernel: it is counted as
+/// `oversize`, not decoded from its first part; datagrams that fit, before and after it, are
+/// decoded whole.
+#[test]
+fn a_datagram_larger_than_a_slot_is_counted_as_oversize() {
+    let c = Collector::open(CollectorConfig {
+        threads: 1,
+        recv_slot: 512,
+        ..config()
+    })
+    .unwrap();
+    let (bound, handles) = spawn_receivers(&c).unwrap();
+    let good = Rep::new(1, &[H(1, 2, 100, 10)], H(2, 3, 100, 10)).datagram();
+    assert!(good.len() <= 512);
+    let mut big = good.clone();
+    big.resize(513, 0);
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for d in [&good, &big, &good] {
+        tx.send_to(d, bound[0]).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.stats.received.load(Ordering::Relaxed) < 3 {
+        assert!(Instant::now() < deadline, "not received");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(c.stats.oversize.load(Ordering::Relaxed), 1);
+    assert_eq!(c.stats.accepted.load(Ordering::Relaxed), 2);
+    assert_eq!(
+        c.stats.malformed.load(Ordering::Relaxed),
+        0,
+        "not malformed"
+    );
+    let (received, sum) = accounted(&c);
+    assert_eq!(received, sum);
+    assert!(
+        c.stats
+            .last_error
+            .lock()
+            .unwrap()
+            .as_deref()
+            .unwrap()
+            .contains("larger than recv_slot (512 bytes)")
+    );
+    c.stop();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
