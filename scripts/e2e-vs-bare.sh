@@ -12,7 +12,8 @@
 #      MODE=e2e (decode and correlate) or discard (`collect --discard`: the same receive loop
 #      without decoding), THREADS=collect's receive threads (1),
 #      READS=1: during the collect side, read the flow list back to back
-#      (`/api/flows?limit=100&sort=reports`) and report the reads' p50/p99 latency,
+#      (`/api/flows?limit=100&sort=reports`) and report the p50/p99 latency of the reads that
+#      began while blast was sending,
 #      TASKSET=CPU list to pin both receivers to (e.g. 1; blast then gets the others),
 #      BIN_DIR (target/release; needs
 #      `cargo build --release -p intscope -p intscope-collector --bin intscope --bin recvloop`).
@@ -77,10 +78,10 @@ import os, sys, time, urllib.request
 url = "http://%s/api/flows?limit=100&sort=reports" % sys.argv[1]
 took = []
 while not os.path.exists(sys.argv[2]):
-    t = time.monotonic()
+    t = time.time()
     urllib.request.urlopen(url, timeout=30).read()
-    took.append(time.monotonic() - t)
-open(sys.argv[3], "w").write("\n".join("%.6f" % x for x in took))
+    took.append((t, time.time() - t))
+open(sys.argv[3], "w").write("\n".join("%.6f %.6f" % x for x in took))
 PY
 }
 
@@ -104,6 +105,7 @@ e2e() { # $1 version -> JSON {load, blast, ingest, cpu_seconds, reads}
     fi
     cpu0=$(cpu_of "$p")
     b=$(blast "$udp" "$1")
+    date +%s.%N >"$TMP/blast_end"
     # The backlog drains, and the snapshot catches up (within its interval).
     sleep 1.5
     cpu1=$(cpu_of "$p")
@@ -111,13 +113,16 @@ e2e() { # $1 version -> JSON {load, blast, ingest, cpu_seconds, reads}
     s=$(curl -s "http://$http/api/stats")
     kill -INT "$p"
     wait "$p" 2>/dev/null || true
-    python3 - "$load" "$b" "$s" "$cpu0" "$cpu1" "$TMP/reads" <<'PY'
+    python3 - "$load" "$b" "$s" "$cpu0" "$cpu1" "$TMP/reads" "$(cat "$TMP/blast_end")" <<'PY'
 import json, os, sys
-load, b, s, c0, c1, rf = sys.argv[1:]
+load, b, s, c0, c1, rf, end = sys.argv[1:]
 s = json.loads(s)
 reads = None
 if os.path.exists(rf):
-    t = sorted(float(x) for x in open(rf).read().split())
+    # Only the reads that began while blast was sending.
+    start = float(end) - json.loads(b)["seconds"]
+    rows = [l.split() for l in open(rf).read().splitlines() if l]
+    t = sorted(float(d) for (at, d) in rows if start <= float(at) <= float(end))
     if t:
         q = lambda p: round(t[min(len(t) - 1, int(len(t) * p))] * 1000, 1)
         reads = {"n": len(t), "p50_ms": q(0.5), "p99_ms": q(0.99)}
