@@ -15,6 +15,7 @@
 #      (`/api/flows?limit=100&sort=reports`) and report the p50/p99 latency of the reads that
 #      began while blast was sending,
 #      TASKSET=CPU list to pin both receivers to (e.g. 1; blast then gets the others),
+#      COLLECT_ARGS=more `intscope collect` flags (e.g. "--recv-batch 16"),
 #      BIN_DIR (target/release; needs
 #      `cargo build --release -p intscope -p intscope-collector --bin intscope --bin recvloop`).
 set -euo pipefail
@@ -91,7 +92,7 @@ e2e() { # $1 version -> JSON {load, blast, ingest, cpu_seconds, reads}
     out=$TMP/e2e
     [ "$MODE" = discard ] && extra=(--discard)
     "${PIN[@]}" "$D/intscope" collect --listen 127.0.0.1:0 --http 127.0.0.1:0 --int-udp-port 17768 --no-store \
-        --threads "$THREADS" "${extra[@]}" >"$out" 2>/dev/null &
+        --threads "$THREADS" "${extra[@]}" ${COLLECT_ARGS:-} >"$out" 2>/dev/null &
     local p=$!
     PIDS+=("$p")
     wait_line "$out"
