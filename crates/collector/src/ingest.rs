@@ -672,7 +672,7 @@ impl Collector {
     }
 
     /// Publishes a snapshot if one is due at `now` (wall time, ns) and no other thread is
-    /// publishing: every `snapshot_interval_ms`, or [`PUBLISH_BUDGET`] times the last one's cost
+    /// publishing: every `snapshot_interval_ms`, or 20 times the last one's cost
     /// when that is longer.
     pub fn publish_due(&self, now: u64) {
         if now < self.next_publish_ns.load(Ordering::Relaxed) {
