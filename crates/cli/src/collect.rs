@@ -61,6 +61,13 @@ pub struct CollectArgs {
     /// Receive threads per listen address (`threads` in the config file).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Datagrams one receive call takes at most, 1 to 1024 (`recv_batch` in the config file).
+    #[arg(long, value_name = "N")]
+    pub recv_batch: Option<usize>,
+    /// Bytes of a receive slot, 64 to 65535: larger datagrams are discarded as `oversize`
+    /// (`recv_slot` in the config file).
+    #[arg(long, value_name = "BYTES")]
+    pub recv_slot: Option<usize>,
     // Who may send reports, and sharing the port (docs/collector-config.md, "Exposure").
     /// Accept reports only from this source network; repeatable (replaces `allow` in the
     /// config file). Without any, a listen address off loopback takes reports from anyone.
@@ -211,6 +218,27 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
     cfg.discard = args.discard;
     if let Some(n) = args.threads {
         cfg.threads = n;
+    }
+    if let Some(n) = args.recv_batch {
+        cfg.recv_batch = n;
+    }
+    if let Some(n) = args.recv_slot {
+        cfg.recv_slot = n;
+    }
+    if !(1..=intscope_collector::ingest::MAX_BATCH).contains(&cfg.recv_batch) {
+        bail!(
+            "recv_batch {} is not within 1 to {}",
+            cfg.recv_batch,
+            intscope_collector::ingest::MAX_BATCH
+        );
+    }
+    if !intscope_collector::ingest::SLOT_RANGE.contains(&cfg.recv_slot) {
+        bail!(
+            "recv_slot {} is not within {} to {} bytes",
+            cfg.recv_slot,
+            intscope_collector::ingest::SLOT_RANGE.start(),
+            intscope_collector::ingest::SLOT_RANGE.end()
+        );
     }
     if !args.allow.is_empty() {
         cfg.allow = args.allow.clone();

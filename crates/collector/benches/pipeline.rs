@@ -13,8 +13,8 @@ use intscope_collector::loadgen::{self, Generator, INT_PORT, LoadConfig, LoadVer
 use intscope_collector::record::{FlowKeyMode, Record, RecordBatch, decode_datagram};
 use intscope_collector::state::State;
 
-/// Datagrams per receive call (quinn-udp's `recvmmsg` batch on Linux).
-const RECEIVE_BATCH: usize = 32;
+/// Datagrams per receive call (the receive threads' default `recv_batch`).
+const RECEIVE_BATCH: usize = 64;
 
 /// A collector as `intscope collect --threads <threads>` opens it: one shard of each kind per
 /// receive thread.

@@ -27,11 +27,11 @@ use tokio::sync::Semaphore;
 use tokio_rustls::rustls;
 
 use crate::event::{Event, EventKind, FlowRef};
-use crate::flow::FlowState;
 use crate::http::{HttpLimits, HttpStats};
-use crate::ingest::Collector;
+use crate::ingest::{Collector, Published};
 use crate::rank;
 use crate::search::FlowSearch;
+use crate::snapshot::{FlowRow, Snapshot};
 use crate::state::View;
 use crate::store::{HistoryQuery, Store, StoreError};
 
@@ -281,6 +281,16 @@ fn with_state<T>(c: &Collector, f: impl FnOnce(&View<'_>) -> T) -> Result<T, Api
     Ok(f(&c.state.read()))
 }
 
+/// Runs `f` on the latest published snapshot of the live state: reads never take the shard
+/// locks ingest writes under (see [`Collector::snapshot`]).
+fn with_snapshot<T>(c: &Collector, f: impl FnOnce(&Snapshot) -> T) -> Result<T, ApiError> {
+    with_published(&c.snapshot(), f)
+}
+
+fn with_published<T>(p: &Published, f: impl FnOnce(&Snapshot) -> T) -> Result<T, ApiError> {
+    Ok(f(&p.state))
+}
+
 /// Checks a `limit` against its maximum: the default when absent, a 400 when 0 or above.
 fn limit(api: &Api, given: Option<usize>, default: usize, max: usize) -> Result<usize, ApiError> {
     match given.unwrap_or(default) {
@@ -374,7 +384,10 @@ async fn store_query(
 
 async fn stats(AxState(api): Shared) -> Result<Json<Value>, ApiError> {
     let c = &api.collector;
-    let ingest = c.stats.snapshot();
+    // The counters and the state of one moment: every datagram counted is in the state.
+    let published = c.snapshot();
+    let ingest = published.ingest.json(&c.stats);
+    let snapshot_age_ms = crate::ingest::now_ns().saturating_sub(published.at_ns) / 1_000_000;
     let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
     // What the writer last read: the API never waits on the database it is writing.
     let store = c.store.as_ref().map(|_| {
@@ -416,7 +429,7 @@ async fn stats(AxState(api): Shared) -> Result<Json<Value>, ApiError> {
         "streams_dropped_lagged": g(&a.streams_dropped_lagged),
         "metrics_series_truncated": g(&a.metrics_series_truncated),
     });
-    with_state(c, |s| {
+    with_published(&published, |s| {
         let mut sources: Vec<_> = s.sources().collect();
         let sources_total = sources.len();
         sources.sort_unstable_by_key(|(k, _)| *k);
@@ -449,6 +462,8 @@ async fn stats(AxState(api): Shared) -> Result<Json<Value>, ApiError> {
             "events_suppressed": s.events_suppressed(),
             "store": store,
             "api": api_stats,
+            "snapshot_age_ms": snapshot_age_ms,
+            "snapshot_cost_ms": published.previous_cost_ns / 1_000_000,
         }))
     })
 }
@@ -495,7 +510,7 @@ async fn nodes(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResp
     let limit = limit(&api, q.limit, MAX_LIST_LIMIT, MAX_LIST_LIMIT)?;
     let after = parse_cursor::<1>(&api, q.cursor.as_deref())?;
     let full_scale = api.collector.config.tx_util_full_scale;
-    with_state(&api.collector, |s| {
+    with_snapshot(&api.collector, |s| {
         let mut nodes: Vec<_> = s
             .nodes()
             .filter(|(id, _)| after.is_none_or(|[a]| u64::from(*id) > a))
@@ -521,7 +536,7 @@ async fn links(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResp
     let limit = limit(&api, q.limit, MAX_LIST_LIMIT, MAX_LIST_LIMIT)?;
     let after = parse_cursor::<4>(&api, q.cursor.as_deref())?;
     let full_scale = api.collector.config.tx_util_full_scale;
-    with_state(&api.collector, |s| {
+    with_snapshot(&api.collector, |s| {
         let rows: Vec<([u64; 4], Value)> = s
             .links()
             .map(|((a, ap, b, bp), l)| {
@@ -543,7 +558,7 @@ async fn links(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResp
 async fn queues(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResponse, ApiError> {
     let limit = limit(&api, q.limit, MAX_QUEUES_LIMIT, MAX_QUEUES_LIMIT)?;
     let after = parse_cursor::<3>(&api, q.cursor.as_deref())?;
-    with_state(&api.collector, |s| {
+    with_snapshot(&api.collector, |s| {
         let mut queues: Vec<_> = s
             .queues()
             .map(|(k, q)| {
@@ -588,7 +603,7 @@ pub struct FlowQuery {
     pub node: Option<u32>,
 }
 
-fn flow_summary(f: &FlowState) -> Value {
+fn flow_summary(f: &FlowRow) -> Value {
     json!({
         "id": f.id,
         "flow": FlowRef::from(&f.key),
@@ -599,8 +614,8 @@ fn flow_summary(f: &FlowState) -> Value {
         "last_drop_reason": f.last_drop_reason,
         "path": f.path.iter().map(|h| h.node_id).collect::<Vec<_>>(),
         "path_changes": f.path_changes,
-        "e2e_latency_p50": f.e2e.quantile(0.5),
-        "e2e_latency_p99": f.e2e.quantile(0.99),
+        "e2e_latency_p50": f.e2e_p50,
+        "e2e_latency_p99": f.e2e_p99,
     })
 }
 
@@ -618,10 +633,10 @@ async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<Value>, 
     let sort = q.sort.as_deref().unwrap_or("last_seen");
     // One key per flow, read once in the same pass as the filters (the flows are many),
     // larger first; ties by ID.
-    let key: fn(&FlowState) -> u64 = match sort {
+    let key: fn(&FlowRow) -> u64 = match sort {
         "reports" => |f| f.reports,
         "drops" => |f| f.drops,
-        "p99" => |f| f.e2e.quantile(0.99).unwrap_or(0),
+        "p99" => |f| f.e2e_p99.unwrap_or(0),
         "path_changes" => |f| f.path_changes,
         "first_seen" => |f| u64::MAX - f.first_seen_ns,
         "last_seen" => |f| f.last_seen_ns,
@@ -652,7 +667,7 @@ async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<Value>, 
     };
     // Built before the state is locked: its tables take a millisecond or two.
     let mut search = q.q.as_deref().map(|t| FlowSearch::new(&t.to_lowercase()));
-    with_state(&api.collector, |s| {
+    with_snapshot(&api.collector, |s| {
         // The page is among the `wanted` first flows: only those are kept, so nothing is
         // collected for the rest of a million; one more tells whether a next page exists.
         let wanted = offset.saturating_add(limit).saturating_add(1);
@@ -666,7 +681,7 @@ async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<Value>, 
         // Larger sort key first; ties by ID.
         let first = rank::smallest(matching, wanted, |f| (std::cmp::Reverse(key(f)), f.id));
         let more = first.len() == wanted;
-        let page: Vec<&FlowState> = first.into_iter().skip(offset).take(limit).collect();
+        let page: Vec<&FlowRow> = first.into_iter().skip(offset).take(limit).collect();
         let next = more
             .then(|| page.last().map(|f| format!("{sort}.{}.{}", key(f), f.id)))
             .flatten();
@@ -680,7 +695,7 @@ async fn flow(
     id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Path(id) = id.map_err(|e| ApiError::bad(&api, e.body_text()))?;
-    let found = with_state(&api.collector, |s| {
+    let found = with_snapshot(&api.collector, |s| {
         s.flow_by_id(id).map(|f| {
             let key = FlowRef::from(&f.key);
             let mut v = flow_summary(f);
@@ -695,10 +710,15 @@ async fn flow(
                 ),
             );
             o.insert("series".into(), json!(f.recent));
-            let events: Vec<_> = s
+            // The event log has its own lock, which the shards take only to append.
+            let events: Vec<_> = api
+                .collector
+                .state
+                .events()
                 .events()
                 .iter()
                 .filter(|e| e.flow_id == Some(id))
+                .cloned()
                 .collect();
             o.insert("events".into(), json!(events));
             (key, v)
@@ -1000,7 +1020,8 @@ pub fn render_metrics(api: &Api) -> String {
         "Times ingest waited for the store writer (back-pressure)",
         counter(g(&st.ingest_pauses)),
     );
-    let s = c.state.read();
+    let published = c.snapshot();
+    let s = &published.state;
     let counters = s.counters();
     let reports = Family::<Labels, Counter>::default();
     for (v, n) in [
@@ -1127,7 +1148,6 @@ pub fn render_metrics(api: &Api) -> String {
                 .inc_by(*count);
         }
     }
-    drop(s);
     reg.register(
         "port_tx_utilization",
         "Egress port Tx utilization reported (device units)",

@@ -6,7 +6,7 @@
 //! `SO_REUSEPORT` alone a second collector would silently take a share of the reports.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -18,8 +18,12 @@ use intscope_wire::locate::DetectConfig;
 pub use ipnet::IpNet;
 use socket2::{Domain, Protocol, Socket, Type};
 
+mod recv;
+pub use recv::{IDLE, MAX_BATCH, SLOT_RANGE};
+
 use crate::detect::DetectConfig as Thresholds;
 use crate::record::{FlowKeyMode, RecordBatch, decode_into};
+use crate::snapshot::Snapshot;
 use crate::state::{Limits, State};
 use crate::store::{
     FlushTake, Flusher, SqliteStore, Store, StoreConfig, StoreError, StoreStats, spawn_writer,
@@ -47,11 +51,13 @@ pub enum Discard {
     BadInner,
     /// Malformed: another field holds a value the format does not allow.
     BadValue,
+    /// Larger than a receive slot (`recv_slot`): the kernel cut it short, so it is not decoded.
+    Oversize,
 }
 
 impl Discard {
     /// Every reason, in output order.
-    pub const ALL: [Discard; 8] = [
+    pub const ALL: [Discard; 9] = [
         Discard::NotAllowed,
         Discard::ZeroLength,
         Discard::UnknownVersion,
@@ -60,6 +66,7 @@ impl Discard {
         Discard::UnknownType,
         Discard::BadInner,
         Discard::BadValue,
+        Discard::Oversize,
     ];
 
     /// The label in `/api/stats` and `/metrics`.
@@ -73,6 +80,7 @@ impl Discard {
             Discard::UnknownType => "unknown_type",
             Discard::BadInner => "bad_inner",
             Discard::BadValue => "bad_value",
+            Discard::Oversize => "oversize",
         }
     }
 
@@ -80,7 +88,7 @@ impl Discard {
     pub fn is_malformed(self) -> bool {
         !matches!(
             self,
-            Discard::NotAllowed | Discard::ZeroLength | Discard::UnknownVersion
+            Discard::NotAllowed | Discard::ZeroLength | Discard::UnknownVersion | Discard::Oversize
         )
     }
 
@@ -138,6 +146,8 @@ pub struct IngestStats {
     pub bad_inner: AtomicU64,
     /// Discarded, malformed: another bad field.
     pub bad_value: AtomicU64,
+    /// Discarded: larger than a receive slot.
+    pub oversize: AtomicU64,
     /// Socket receive errors.
     pub socket_errors: AtomicU64,
     /// The last decode error, for the API ("malformed at offset X").
@@ -182,6 +192,7 @@ impl IngestStats {
             Discard::UnknownType => &self.unknown_type,
             Discard::BadInner => &self.bad_inner,
             Discard::BadValue => &self.bad_value,
+            Discard::Oversize => &self.oversize,
         }
     }
 
@@ -193,22 +204,59 @@ impl IngestStats {
         self.discarded(reason).fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A snapshot as JSON.
-    pub fn snapshot(&self) -> serde_json::Value {
+    /// The counters now, as plain numbers.
+    pub fn counts(&self) -> IngestCounts {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        IngestCounts {
+            received: g(&self.received),
+            accepted: g(&self.accepted),
+            reports: g(&self.reports),
+            malformed: g(&self.malformed),
+            discarded: Discard::ALL.map(|d| g(self.discarded(d))),
+            socket_errors: g(&self.socket_errors),
+        }
+    }
+
+    /// The counters now as JSON (the `ingest` part of `/api/stats`).
+    pub fn snapshot(&self) -> serde_json::Value {
+        self.counts().json(self)
+    }
+}
+
+/// [`IngestStats`]' counters at one moment (published with the state's snapshot, so that the
+/// datagrams they count are all in it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IngestCounts {
+    /// Datagrams received.
+    pub received: u64,
+    /// Datagrams decoded (fully or partly).
+    pub accepted: u64,
+    /// Individual reports decoded.
+    pub reports: u64,
+    /// Discarded as malformed, any kind.
+    pub malformed: u64,
+    /// Discarded, by reason, in the order of [`Discard::ALL`].
+    pub discarded: [u64; Discard::ALL.len()],
+    /// Socket receive errors.
+    pub socket_errors: u64,
+}
+
+impl IngestCounts {
+    /// As JSON, with the kernel's drop count and the last error read now from `stats`.
+    pub fn json(&self, stats: &IngestStats) -> serde_json::Value {
         let mut discarded = serde_json::Map::new();
-        discarded.insert("malformed".into(), g(&self.malformed).into());
-        for reason in Discard::ALL {
-            discarded.insert(reason.label().into(), g(self.discarded(reason)).into());
+        discarded.insert("malformed".into(), self.malformed.into());
+        for (reason, n) in Discard::ALL.iter().zip(self.discarded) {
+            discarded.insert(reason.label().into(), n.into());
         }
         serde_json::json!({
-            "datagrams_received": g(&self.received),
-            "datagrams_accepted": g(&self.accepted),
-            "reports_decoded": g(&self.reports),
+            "datagrams_received": self.received,
+            "datagrams_accepted": self.accepted,
+            "reports_decoded": self.reports,
             "discarded": discarded,
-            "socket_errors": g(&self.socket_errors),
-            "kernel_dropped": self.socket_inodes.lock().ok().and_then(|i| kernel_drops(&i)),
-            "last_error": self.last_error.lock().map(|e| e.clone()).unwrap_or(None),
+            "socket_errors": self.socket_errors,
+            "kernel_dropped": stats.socket_inodes.lock().ok().and_then(|i| kernel_drops(&i)),
+            "last_error": stats.last_error.lock().map(|e| e.clone()).unwrap_or(None),
         })
     }
 }
@@ -235,6 +283,17 @@ pub struct CollectorConfig {
     /// Socket receive buffer in bytes: `SO_RCVBUFFORCE` when permitted (root or `CAP_NET_ADMIN`),
     /// else `SO_RCVBUF`, capped by `net.core.rmem_max` (with a warning when that gives less).
     pub recv_buffer: usize,
+    /// Datagrams one receive call (`recvmmsg`) may take, 1 to [`MAX_BATCH`].
+    pub recv_batch: usize,
+    /// Bytes of a receive slot, the largest datagram taken whole (larger ones are discarded as
+    /// `oversize`); within [`SLOT_RANGE`].
+    pub recv_slot: usize,
+    /// How often the receive threads publish the snapshot the API reads the live state from
+    /// (flows, nodes, queues, links, statistics, `/metrics`), in ms, while reports arrive and
+    /// within [`IDLE`] of the last. A large state is published less often: never sooner than
+    /// 20 times what the last snapshot cost, so publishing takes at most about a twentieth of
+    /// a receive thread (at a million flows, every few seconds).
+    pub snapshot_interval_ms: u64,
     /// Accept reports only from these networks (empty: from anywhere).
     pub allow: Vec<IpNet>,
     /// Share the report ports with other processes (`SO_REUSEPORT` across processes). Off, a
@@ -296,6 +355,12 @@ impl Default for CollectorConfig {
             // end to end).
             threads: 1,
             recv_buffer: 64 << 20,
+            // Enough datagrams a call that the system call's cost is spread thin, few enough
+            // that the batch's records stay in cache while they are correlated.
+            recv_batch: 64,
+            // The payload of a jumbo frame: a report datagram from a switch fits.
+            recv_slot: 9216,
+            snapshot_interval_ms: 100,
             allow: Vec::new(),
             reuse_port: false,
             limits: Limits::default(),
@@ -331,7 +396,37 @@ pub struct Collector {
     raw_taken: std::sync::atomic::AtomicUsize,
     /// Raw datagrams not kept because the per-flush sample was full.
     pub raw_skipped: AtomicU64,
+    /// Receive threads running: while there are any, they publish the readers' snapshots.
+    receivers: AtomicUsize,
+    /// What readers see: the latest snapshot (held only to clone or swap the pointer).
+    published: Mutex<Arc<Published>>,
+    /// One publisher at a time; it holds the flow copies of a snapshot no reader holds any
+    /// more, to fill again.
+    publishing: Mutex<Vec<crate::snapshot::FlowShardSnapshot>>,
+    /// Wall time (ns) from which the next snapshot is due.
+    next_publish_ns: AtomicU64,
+    /// What the last snapshot cost to take, ns.
+    publish_cost_ns: AtomicU64,
 }
+
+/// A published snapshot: the live state and the ingest counters at one moment, the counters read
+/// first, so that every datagram they count has its records in the state.
+#[derive(Debug, Default)]
+pub struct Published {
+    /// The live state.
+    pub state: Snapshot,
+    /// The ingest counters.
+    pub ingest: IngestCounts,
+    /// When it was taken (ns since the epoch; 0: never).
+    pub at_ns: u64,
+    /// What the previous one cost to take, ns.
+    pub previous_cost_ns: u64,
+}
+
+/// Publishing may take at most about one part in this of a receive thread's time: the next
+/// snapshot is due this many times the last one's cost after it, when that is longer than
+/// `snapshot_interval_ms`.
+const PUBLISH_BUDGET: u64 = 20;
 
 impl std::fmt::Debug for dyn Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -373,6 +468,11 @@ impl Collector {
             raw: Mutex::new(Vec::new()),
             raw_taken: std::sync::atomic::AtomicUsize::new(0),
             raw_skipped: AtomicU64::new(0),
+            receivers: AtomicUsize::new(0),
+            published: Mutex::new(Arc::default()),
+            publishing: Mutex::new(Vec::new()),
+            next_publish_ns: AtomicU64::new(0),
+            publish_cost_ns: AtomicU64::new(0),
         }))
     }
 
@@ -529,6 +629,100 @@ impl Collector {
         self.state.tick(time_ns);
     }
 
+    /// Counts a datagram discarded for `reason` before decoding, keeping `what` (from `src`) as
+    /// the last error.
+    fn note_discard(&self, reason: Discard, src: IpAddr, what: impl FnOnce() -> String) {
+        let count = self.stats.discard(reason);
+        if count < 10 || count.is_power_of_two() {
+            let msg = format!("from {src}: {}", what());
+            tracing::warn!(discarded = count + 1, "telemetry report {msg}");
+            if let Ok(mut last) = self.stats.last_error.lock() {
+                *last = Some(msg);
+            }
+        }
+    }
+
+    /// A receive thread's idle work: detector ticks, and the snapshot catching up. A snapshot
+    /// that lacks datagrams already counted is published now, however long the last one took
+    /// (the thread has nothing else to do); otherwise when due.
+    fn idle(&self, now: u64) {
+        self.tick(now);
+        let behind = self.current().ingest.received != self.stats.received.load(Ordering::Relaxed);
+        if behind && let Ok(mut spare) = self.publishing.try_lock() {
+            self.publish_locked(now, &mut spare);
+        } else {
+            self.publish_due(now);
+        }
+    }
+
+    /// What readers see (the API, `/metrics`): the latest published snapshot, never a shard
+    /// lock. Without receive threads (a replay, a test) nobody else publishes, so a snapshot the
+    /// state has moved on from is brought up to date here: no receive thread waits then.
+    pub fn snapshot(&self) -> Arc<Published> {
+        let current = self.current();
+        if self.receivers.load(Ordering::SeqCst) == 0 && self.state.changed_since(&current.state) {
+            let mut spare = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
+            return self.publish_locked(now_ns(), &mut spare);
+        }
+        current
+    }
+
+    fn current(&self) -> Arc<Published> {
+        Arc::clone(&self.published.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Publishes a snapshot if one is due at `now` (wall time, ns) and no other thread is
+    /// publishing: every `snapshot_interval_ms`, or 20 times the last one's cost
+    /// when that is longer.
+    pub fn publish_due(&self, now: u64) {
+        if now < self.next_publish_ns.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Ok(mut spare) = self.publishing.try_lock() {
+            // Another thread may have published while this one waited for the flag.
+            if now >= self.next_publish_ns.load(Ordering::Relaxed) {
+                self.publish_locked(now, &mut spare);
+            }
+        }
+    }
+
+    fn publish_locked(
+        &self,
+        now: u64,
+        spare: &mut Vec<crate::snapshot::FlowShardSnapshot>,
+    ) -> Arc<Published> {
+        let started = std::time::Instant::now();
+        let previous = self.current();
+        // Counters first: the datagrams they count were correlated before they were counted.
+        let ingest = self.stats.counts();
+        let state = self
+            .state
+            .snapshot_into(Some(&previous.state), std::mem::take(spare));
+        drop(previous);
+        let p = Arc::new(Published {
+            state,
+            ingest,
+            at_ns: now,
+            previous_cost_ns: self.publish_cost_ns.load(Ordering::Relaxed),
+        });
+        let old = std::mem::replace(
+            &mut *self.published.lock().unwrap_or_else(|e| e.into_inner()),
+            Arc::clone(&p),
+        );
+        // The old snapshot's flow copies are the next one's buffers, unless a reader still
+        // holds it (then it is freed when the reader lets go).
+        if let Ok(old) = Arc::try_unwrap(old) {
+            *spare = old.state.into_spare();
+        }
+        let cost = started.elapsed().as_nanos() as u64;
+        let interval = self.config.snapshot_interval_ms.saturating_mul(1_000_000);
+        self.publish_cost_ns.store(cost, Ordering::Relaxed);
+        let gap = cost.saturating_mul(PUBLISH_BUDGET).max(interval);
+        self.next_publish_ns
+            .store(now.saturating_add(gap), Ordering::Relaxed);
+        p
+    }
+
     /// Asks the receive threads to stop (they notice within their poll interval).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -600,7 +794,7 @@ pub fn open_socket(addr: SocketAddr, buffer: usize) -> std::io::Result<UdpSocket
         ),
     }
     s.bind(&addr.into())?;
-    s.set_read_timeout(Some(Duration::from_millis(100)))?;
+    s.set_read_timeout(Some(IDLE))?;
     Ok(s.into())
 }
 
@@ -705,7 +899,7 @@ pub fn spawn_receivers(
             let c = Arc::clone(collector);
             let h = std::thread::Builder::new()
                 .name(format!("ingest-{local}-{i}"))
-                .spawn(move || receive_loop(&c, sock))?;
+                .spawn(move || recv::receive_loop(&c, sock))?;
             handles.push(h);
         }
     }
@@ -724,88 +918,4 @@ fn socket_inode(sock: &UdpSocket) -> Option<u64> {
 #[cfg(not(unix))]
 fn socket_inode(_: &UdpSocket) -> Option<u64> {
     None
-}
-
-/// Receives batches of datagrams until the collector stops. quinn-udp does the batching:
-/// `recvmmsg` (up to [`quinn_udp::BATCH_SIZE`] buffers per system call) and UDP GRO (several
-/// datagrams of one sender in one buffer, `stride` bytes apart), on a non-blocking socket whose
-/// readiness a single-threaded tokio runtime waits for (idle: every 100 ms, to tick the detectors
-/// and notice a stop).
-fn receive_loop(c: &Collector, sock: UdpSocket) {
-    if let Err(e) = receive_batches(c, sock) {
-        c.stats.socket_errors.fetch_add(1, Ordering::Relaxed);
-        tracing::error!("receive thread ended: {e}");
-    }
-}
-
-fn receive_batches(c: &Collector, sock: UdpSocket) -> std::io::Result<()> {
-    use std::io::IoSliceMut;
-    use tokio::io::Interest;
-
-    let udp = quinn_udp::UdpSocketState::new((&sock).into())?;
-    // quinn-udp turns UDP GRO on; it goes off again: with it the kernel would queue (and, when
-    // the buffer is full, drop and count) several datagrams as one, and the account of every
-    // datagram — received, or dropped by the kernel — would no longer add up.
-    #[cfg(target_os = "linux")]
-    nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::UdpGroSegment, &false)
-        .map_err(std::io::Error::from)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()?;
-    rt.block_on(async {
-        let sock = tokio::net::UdpSocket::from_std(sock)?;
-        // One GRO buffer can hold up to 64 datagrams of one sender.
-        let size = 65_536 * udp.gro_segments().clamp(1, 2);
-        let mut storage = vec![0u8; size * quinn_udp::BATCH_SIZE];
-        let mut meta = vec![quinn_udp::RecvMeta::default(); quinn_udp::BATCH_SIZE];
-        let mut batch = RecordBatch::default();
-        while !c.stopped() {
-            match tokio::time::timeout(Duration::from_millis(100), sock.readable()).await {
-                Err(_) => {
-                    // Idle: episodes of queues that went quiet still end.
-                    c.tick(now_ns());
-                    continue;
-                }
-                Ok(ready) => ready?,
-            }
-            loop {
-                let mut bufs: Vec<IoSliceMut<'_>> =
-                    storage.chunks_mut(size).map(IoSliceMut::new).collect();
-                let got = sock.try_io(Interest::READABLE, || {
-                    udp.recv((&sock).into(), &mut bufs, &mut meta)
-                });
-                let n = match got {
-                    Ok(n) => n,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        c.stats.socket_errors.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!("receive error: {e}");
-                        break;
-                    }
-                };
-                let now = now_ns();
-                // Decode the whole batch first, without locks, then correlate it shard by shard.
-                let mut tally = Tally::default();
-                for (m, buf) in meta.iter().zip(bufs.iter()).take(n) {
-                    let stride = m.stride.max(1);
-                    // An empty datagram is one message of no chunks: counted all the same.
-                    let empty = (m.len == 0).then_some(&[][..]);
-                    for datagram in buf[..m.len].chunks(stride).chain(empty) {
-                        if c.config.discard {
-                            tally.received += 1;
-                        } else {
-                            c.decode_counted(datagram, m.addr.ip(), now, &mut batch, &mut tally);
-                        }
-                    }
-                }
-                // Back-pressure from the store: a batch holds at most one flush interval.
-                c.store_stats.wait_for_writer();
-                c.correlate(&mut batch);
-                c.count(&tally);
-            }
-        }
-        Ok(())
-    })
 }

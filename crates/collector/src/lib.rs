@@ -16,7 +16,7 @@
 
 pub use intscope_core::{
     detect, event, evidence, fabric, flow, flow_shard, id_table, loadgen, rank, record, search,
-    seq, state,
+    seq, snapshot, state,
 };
 
 pub mod api;

@@ -212,6 +212,20 @@ fn loopback_traffic_is_accounted_for_and_served() {
         );
     }
 
+    // The API answers from a snapshot the receive threads publish: it has caught up once its
+    // counters have (within the idle interval of the last datagram).
+    loop {
+        let stats: serde_json::Value =
+            serde_json::from_str(&http_get(http, "/api/stats").1).unwrap();
+        if stats["ingest"]["datagrams_received"] == received {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the snapshot did not catch up: {stats}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (code, body) = http_get(http, "/api/flows?limit=5&sort=reports");
     assert_eq!(code, 200);
     let flows: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -421,4 +435,220 @@ fn the_receive_buffer_is_forced_when_permitted() {
         w.contains("net.core.rmem_max") && w.contains("4194304 granted"),
         "{w}"
     );
+}
+
+/// One phase of [`reading_the_flow_list_during_ingest_drops_nothing`]: `datagrams` paced at
+/// `per_s`, while `reader` (if any) reads back to back. Returns (kernel drops during the phase,
+/// reads done, read latencies).
+fn paced_phase(
+    c: &Arc<Collector>,
+    to: SocketAddr,
+    g: &mut Generator,
+    datagrams: u64,
+    per_s: u64,
+    reader: Option<&(dyn Fn() + Sync)>,
+) -> (u64, usize, Vec<Duration>) {
+    let inodes = c.stats.socket_inodes.lock().unwrap().clone();
+    let drops_before = kernel_drops(&inodes).unwrap();
+    let received_before = c.stats.received.load(Ordering::Relaxed);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    std::thread::scope(|s| {
+        let reads = reader.map(|read| {
+            s.spawn(|| {
+                let mut took = Vec::new();
+                while !done.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    read();
+                    took.push(t.elapsed());
+                }
+                took
+            })
+        });
+        // Bursts every 5 ms, as a switch's exporter sends them.
+        let burst = (per_s / 200).max(1);
+        let start = Instant::now();
+        let mut buf = Vec::new();
+        for i in 0..datagrams {
+            if i % burst == 0 {
+                let due = start + Duration::from_secs_f64(i as f64 / per_s as f64);
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            }
+            g.next_datagram(&mut buf);
+            tx.send_to(&buf, to).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let dropped = loop {
+            let received = c.stats.received.load(Ordering::Relaxed) - received_before;
+            let dropped = kernel_drops(&inodes).unwrap() - drops_before;
+            if received + dropped >= datagrams {
+                break dropped;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{received} + {dropped} of {datagrams}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        done.store(true, Ordering::Relaxed);
+        let took = reads.map(|h| h.join().unwrap()).unwrap_or_default();
+        (dropped, took.len(), took)
+    })
+}
+
+fn quantile(took: &mut [Duration], q: f64) -> Duration {
+    took.sort_unstable();
+    took.get(((took.len() as f64 * q) as usize).min(took.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Reading the flow list back to back while reports arrive costs no report: the API reads the
+/// snapshot the receive thread publishes, never the shard locks it correlates under. The same
+/// paced traffic into one collector holding many flows, first without reads, then with a reader
+/// asking for the flow list as fast as it answers: the kernel drops no more datagrams with the
+/// reader than without (a small receive buffer, so that a receive thread held up for a few tens
+/// of milliseconds would overflow it). A third phase, the control, holds the shard locks as the
+/// API's reads did before: the same check catches it.
+#[test]
+fn reading_the_flow_list_during_ingest_drops_nothing() {
+    const FLOWS: u32 = 20_000;
+    let c = Collector::open(CollectorConfig {
+        threads: 1,
+        recv_buffer: 1 << 20,
+        ..config()
+    })
+    .unwrap();
+    let mut g = Generator::new(LoadConfig {
+        flows: FLOWS,
+        hops: 4,
+        version: LoadVersion::V2,
+        batch: 8,
+        ..LoadConfig::default()
+    });
+    // Every flow in the state before the phases.
+    let (mut buf, mut rec) = (Vec::new(), RecordBatch::default());
+    for i in 0.. {
+        g.next_datagram(&mut buf);
+        let now = intscope_collector::ingest::now_ns();
+        c.ingest(&buf, "10.0.0.1".parse().unwrap(), now, &mut rec);
+        if i % 1000 == 0 && c.state.read().flow_count() == FLOWS as usize {
+            break;
+        }
+        assert!(i < 100 * FLOWS, "the generator's flows did not all turn up");
+    }
+    let (bound, handles) = spawn_receivers(&c).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let http = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    rt.spawn(intscope_collector::api::serve(
+        listener,
+        Arc::clone(&c),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    let (datagrams, per_s) = (4_000, 2_000);
+    let (quiet, _, _) = paced_phase(&c, bound[0], &mut g, datagrams, per_s, None);
+    let read_api = || {
+        let (code, body) = http_get(http, "/api/flows?limit=100&sort=reports");
+        assert_eq!(code, 200, "{body}");
+        assert!(
+            body.contains(&format!("\"total\":{FLOWS}")),
+            "{}",
+            &body[..80]
+        );
+    };
+    let (with_reads, reads, mut took) =
+        paced_phase(&c, bound[0], &mut g, datagrams, per_s, Some(&read_api));
+    // The control: a reader holding every shard lock for 100 ms at a time, as the flow list did
+    // for tens of milliseconds at a million flows before it read snapshots. The same check must
+    // catch it, or it could not catch anything.
+    let read_locked = || {
+        let v = c.state.read();
+        assert_eq!(v.flow_count(), FLOWS as usize);
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (locked, locked_reads, _) =
+        paced_phase(&c, bound[0], &mut g, datagrams, per_s, Some(&read_locked));
+    eprintln!(
+        "{datagrams} datagrams at {per_s}/s into {FLOWS} flows: {quiet} dropped without reads, \
+         {with_reads} with {reads} flow-list reads (p50 {:?}, p99 {:?}); {locked} with \
+         {locked_reads} reads holding the shard locks",
+        quantile(&mut took, 0.5),
+        quantile(&mut took, 0.99),
+    );
+    assert!(reads >= 10, "the reader kept reading: {reads}");
+    // A few datagrams of noise on a shared machine; reads that held the receive thread up cost
+    // hundreds, as the control shows.
+    let noise = datagrams / 200;
+    assert!(
+        with_reads <= quiet + noise,
+        "{with_reads} dropped with reads, {quiet} without"
+    );
+    assert!(
+        locked > quiet + noise,
+        "the control lost nothing ({locked}): the check cannot tell"
+    );
+    c.stop();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let _ = stop_tx.send(());
+}
+
+/// A datagram larger than a receive slot is cut short by the kernel: it is counted as
+/// `oversize`, not decoded from its first part; datagrams that fit, before and after it, are
+/// decoded whole.
+#[test]
+fn a_datagram_larger_than_a_slot_is_counted_as_oversize() {
+    let c = Collector::open(CollectorConfig {
+        threads: 1,
+        recv_slot: 512,
+        ..config()
+    })
+    .unwrap();
+    let (bound, handles) = spawn_receivers(&c).unwrap();
+    let good = Rep::new(1, &[H(1, 2, 100, 10)], H(2, 3, 100, 10)).datagram();
+    assert!(good.len() <= 512);
+    let mut big = good.clone();
+    big.resize(513, 0);
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for d in [&good, &big, &good] {
+        tx.send_to(d, bound[0]).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.stats.received.load(Ordering::Relaxed) < 3 {
+        assert!(Instant::now() < deadline, "not received");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(c.stats.oversize.load(Ordering::Relaxed), 1);
+    assert_eq!(c.stats.accepted.load(Ordering::Relaxed), 2);
+    assert_eq!(
+        c.stats.malformed.load(Ordering::Relaxed),
+        0,
+        "not malformed"
+    );
+    let (received, sum) = accounted(&c);
+    assert_eq!(received, sum);
+    assert!(
+        c.stats
+            .last_error
+            .lock()
+            .unwrap()
+            .as_deref()
+            .unwrap()
+            .contains("larger than recv_slot (512 bytes)")
+    );
+    c.stop();
+    for h in handles {
+        h.join().unwrap();
+    }
 }

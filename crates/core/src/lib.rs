@@ -30,4 +30,5 @@ pub mod rank;
 pub mod record;
 pub mod search;
 pub mod seq;
+pub mod snapshot;
 pub mod state;

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use crate::detect::DetectConfig;
 pub use crate::event::EVENT_LOG;
@@ -27,6 +27,7 @@ use crate::flow::{FlowState, key_hash};
 pub use crate::flow_shard::{FlowShard, flow_shard};
 use crate::record::Record;
 use crate::seq::SeqState;
+use crate::snapshot::{FabricShardSnapshot, FlowShardSnapshot, Snapshot};
 
 /// A batch's work space, kept per thread between batches instead of allocated for each.
 #[derive(Default)]
@@ -162,6 +163,11 @@ pub struct State {
     next_flow_id: AtomicU64,
     /// Report time of the next sweep, the same for every shard.
     next_sweep_ns: AtomicU64,
+    /// Per shard (flows, then fabric): how many times it was handed out to change, so that a
+    /// snapshot copies only the shards that may have changed since the last one.
+    generations: Box<[AtomicU64]>,
+    /// Snapshots built.
+    snapshots: AtomicU64,
 }
 
 impl State {
@@ -189,6 +195,74 @@ impl State {
             log: Mutex::new(EventLog::default()),
             next_flow_id: AtomicU64::new(1),
             next_sweep_ns: AtomicU64::new(0),
+            generations: (0..2 * n).map(|_| AtomicU64::new(0)).collect(),
+            snapshots: AtomicU64::new(0),
+        }
+    }
+
+    /// Marks flow shard `s` (or fabric shard `s` when `fabric`) as changed.
+    fn touch(&self, fabric: bool, s: usize) {
+        let i = if fabric { self.flows.len() + s } else { s };
+        self.generations[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether any shard may have changed since `snap` was taken.
+    pub fn changed_since(&self, snap: &Snapshot) -> bool {
+        snap.generations.len() != self.generations.len()
+            || self
+                .generations
+                .iter()
+                .zip(&snap.generations)
+                .any(|(g, &seen)| g.load(Ordering::Relaxed) != seen)
+    }
+
+    /// A snapshot of everything, for readers that must not hold the shard locks (see
+    /// [`crate::snapshot`]). Each shard is copied under its lock, one at a time, taking the free
+    /// ones first; a shard unchanged since `prev` was taken is shared with it, not copied. The
+    /// event counts are read last, so they include the events of every copied record.
+    pub fn snapshot(&self, prev: Option<&Snapshot>) -> Snapshot {
+        self.snapshot_into(prev, Vec::new())
+    }
+
+    /// [`State::snapshot`], filling the flow shard copies in `spare` (from
+    /// [`Snapshot::into_spare`]) before allocating new ones.
+    pub fn snapshot_into(
+        &self,
+        prev: Option<&Snapshot>,
+        mut spare: Vec<FlowShardSnapshot>,
+    ) -> Snapshot {
+        let n = self.flows.len();
+        let prev = prev.filter(|p| p.flows.len() == n && p.fabric.len() == n);
+        let mut generations = vec![0u64; 2 * n];
+        let mut flows: Vec<Option<Arc<FlowShardSnapshot>>> = vec![None; n];
+        let mut fabric: Vec<Option<Arc<FabricShardSnapshot>>> = vec![None; n];
+        each_shard(&self.flows, |s, shard| {
+            // Read under the lock: no change can slip between the count and the copy.
+            let g = self.generations[s].load(Ordering::Relaxed);
+            generations[s] = g;
+            flows[s] = Some(match prev {
+                Some(p) if p.generations[s] == g => Arc::clone(&p.flows[s]),
+                _ => {
+                    let mut copy = spare.pop().unwrap_or_default();
+                    copy.fill(shard);
+                    Arc::new(copy)
+                }
+            });
+        });
+        each_shard(&self.fabric, |s, shard| {
+            let g = self.generations[n + s].load(Ordering::Relaxed);
+            generations[n + s] = g;
+            fabric[s] = Some(match prev {
+                Some(p) if p.generations[n + s] == g => Arc::clone(&p.fabric[s]),
+                _ => Arc::new(FabricShardSnapshot::of(shard)),
+            });
+        });
+        Snapshot {
+            flows: flows.into_iter().flatten().collect(),
+            fabric: fabric.into_iter().flatten().collect(),
+            generations,
+            event_counts: lock(&self.log).counts().clone(),
+            sequence: self.snapshots.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -267,6 +341,7 @@ impl State {
         }
         self.next_sweep_ns.fetch_max(next_sweep, Ordering::Relaxed);
         each_shard(&self.flows, |s, shard| {
+            self.touch(false, s);
             let work = &flow_work[s];
             // Flow states are correlation's cache misses: start loading the shard's first, in a
             // tight loop whose lookups the CPU overlaps, then process.
@@ -292,6 +367,7 @@ impl State {
                 .map(|(r, &s)| Parts::of(r, s)),
         );
         each_shard(&self.fabric, |s, shard| {
+            self.touch(true, s);
             for &w in &fabric_work[s] {
                 let (i, part) = fabric_part(w & !SWEEP);
                 let (r, parts) = (&records[i], &parts[i]);
@@ -321,6 +397,8 @@ impl State {
         hashes.clear();
         hashes.extend(records.iter().map(|r| r.flow.as_ref().map_or(0, key_hash)));
         let (mut flows, mut fabric) = (lock(flows), lock(fabric));
+        self.touch(false, 0);
+        self.touch(true, 0);
         // Flow states are correlation's cache misses: start loading them all first, in a tight
         // loop whose lookups the CPU overlaps.
         hints.clear();
@@ -355,8 +433,14 @@ impl State {
     pub fn tick(&self, now: u64) {
         self.next_sweep_ns
             .fetch_max(now + SWEEP_NS, Ordering::Relaxed);
-        each_shard(&self.flows, |_, s| s.sweep(now, &self.log));
-        each_shard(&self.fabric, |_, s| s.sweep(now, &self.log));
+        each_shard(&self.flows, |i, s| {
+            self.touch(false, i);
+            s.sweep(now, &self.log);
+        });
+        each_shard(&self.fabric, |i, s| {
+            self.touch(true, i);
+            s.sweep(now, &self.log);
+        });
     }
 
     /// Continue event IDs after those a store already holds.
@@ -380,12 +464,18 @@ impl State {
 
     /// Visits each flow shard under its lock, one at a time (the store's flush).
     pub fn each_flow_shard(&self, mut f: impl FnMut(&mut FlowShard)) {
-        each_shard(&self.flows, |_, s| f(s));
+        each_shard(&self.flows, |i, s| {
+            self.touch(false, i);
+            f(s);
+        });
     }
 
     /// Visits each fabric shard under its lock, one at a time (the store's flush).
     pub fn each_fabric_shard(&self, mut f: impl FnMut(&mut FabricShard)) {
-        each_shard(&self.fabric, |_, s| f(s));
+        each_shard(&self.fabric, |i, s| {
+            self.touch(true, i);
+            f(s);
+        });
     }
 
     /// A consistent view of everything, for readers (the API): every shard and the event log are

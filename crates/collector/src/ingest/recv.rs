@@ -1,0 +1,165 @@
+//! The receive threads' loop: blocking `recvmmsg` into a fixed set of slots, the same system
+//! calls as the bare loop (`recvloop`), with no async runtime on the path. Each call blocks for
+//! the first datagram (up to the socket's read timeout, [`IDLE`]) and takes whatever else is
+//! queued, up to `recv_batch` datagrams of at most `recv_slot` bytes each. The batch is decoded
+//! without locks, then correlated shard by shard; `--discard` is the same loop minus the decode.
+//!
+//! Shutdown and idle work need no wake-up: the read timeout returns the call every [`IDLE`]
+//! without traffic, and the loop checks the stop flag after every call.
+
+use std::io::IoSliceMut;
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg};
+
+use super::{Collector, Discard, Tally, now_ns};
+use crate::record::RecordBatch;
+
+/// How long a receive call waits for a first datagram before the loop looks at the stop flag and
+/// does its idle work (detector ticks, publishing the API's snapshot): short enough for a prompt
+/// stop, long enough to cost nothing.
+pub const IDLE: Duration = Duration::from_millis(100);
+
+/// Most datagrams one receive call may take (`recv_batch`): the kernel's `UIO_MAXIOV`.
+pub const MAX_BATCH: usize = 1024;
+
+/// Smallest and largest receive slot (`recv_slot`): the largest UDP payload fits in the largest.
+pub const SLOT_RANGE: std::ops::RangeInclusive<usize> = 64..=65_535;
+
+/// One received datagram's metadata, copied out of the system call's headers so that the slots
+/// can be read once the call's borrows end.
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    len: usize,
+    src: IpAddr,
+    truncated: bool,
+}
+
+/// The source address of a datagram. A UDP socket always reports one; should it not, the
+/// unspecified address stands in (which an allowlist does not contain).
+fn source(addr: Option<&SockaddrStorage>) -> IpAddr {
+    let Some(a) = addr else {
+        return IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    };
+    if let Some(v4) = a.as_sockaddr_in() {
+        IpAddr::V4(v4.ip())
+    } else if let Some(v6) = a.as_sockaddr_in6() {
+        // A v4-mapped source on a dual-stack socket is the v4 address it maps.
+        let ip = v6.ip();
+        ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    }
+}
+
+/// Receives batches of datagrams on `sock` until the collector stops.
+pub(super) fn receive_loop(c: &Collector, sock: UdpSocket) {
+    c.receivers.fetch_add(1, Ordering::SeqCst);
+    if let Err(e) = receive_batches(c, &sock) {
+        c.stats.socket_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::error!("receive thread ended: {e}");
+    }
+    c.receivers.fetch_sub(1, Ordering::SeqCst);
+}
+
+fn receive_batches(c: &Collector, sock: &UdpSocket) -> std::io::Result<()> {
+    sock.set_read_timeout(Some(IDLE))?;
+    let fd = sock.as_raw_fd();
+    let batch = c.config.recv_batch.clamp(1, MAX_BATCH);
+    let slot = c
+        .config
+        .recv_slot
+        .clamp(*SLOT_RANGE.start(), *SLOT_RANGE.end());
+    // One allocation for every slot: the batch's datagrams lie next to each other.
+    let mut storage = vec![0u8; batch * slot];
+    let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(batch, None);
+    let mut meta: Vec<Meta> = Vec::with_capacity(batch);
+    let mut records = RecordBatch::default();
+    let mut errors_in_a_row = 0u32;
+    while !c.stopped() {
+        meta.clear();
+        let got = {
+            let mut iovs: Vec<[IoSliceMut<'_>; 1]> = storage
+                .chunks_mut(slot)
+                .map(|s| [IoSliceMut::new(s)])
+                .collect();
+            // Blocks for the first datagram (up to the read timeout), then takes what is queued.
+            recvmmsg(
+                fd,
+                &mut headers,
+                iovs.iter_mut(),
+                MsgFlags::MSG_WAITFORONE,
+                None,
+            )
+            .map(|msgs| {
+                meta.extend(msgs.map(|m| Meta {
+                    len: m.bytes,
+                    src: source(m.address.as_ref()),
+                    truncated: m.flags.contains(MsgFlags::MSG_TRUNC),
+                }));
+            })
+        };
+        match got {
+            Ok(()) => errors_in_a_row = 0,
+            Err(Errno::EAGAIN | Errno::EINTR) => {
+                // Idle: episodes of queues that went quiet still end, and the API's snapshot
+                // catches up with the last batch.
+                c.idle(now_ns());
+                continue;
+            }
+            Err(e) => {
+                c.stats.socket_errors.fetch_add(1, Ordering::Relaxed);
+                errors_in_a_row += 1;
+                if errors_in_a_row < 10 || errors_in_a_row.is_power_of_two() {
+                    tracing::warn!(errors = errors_in_a_row, "receive error: {e}");
+                }
+                // A persistent error (a closed socket) must not spin a core.
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        }
+        let now = now_ns();
+        let mut tally = Tally::default();
+        for (m, buf) in meta.iter().zip(storage.chunks(slot)) {
+            if m.truncated {
+                // Larger than the slot: the kernel cut it, so it cannot be decoded whole.
+                tally.received += 1;
+                c.note_discard(Discard::Oversize, m.src, || {
+                    format!("datagram larger than recv_slot ({slot} bytes)")
+                });
+            } else if c.config.discard {
+                tally.received += 1;
+            } else {
+                c.decode_counted(&buf[..m.len], m.src, now, &mut records, &mut tally);
+            }
+        }
+        // Back-pressure from the store: a batch holds at most one flush interval.
+        c.store_stats.wait_for_writer();
+        c.correlate(&mut records);
+        c.count(&tally);
+        c.publish_due(now);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_of_each_family() {
+        let v4: SockaddrStorage = std::net::SocketAddr::from(([192, 0, 2, 1], 9)).into();
+        assert_eq!(source(Some(&v4)), IpAddr::from([192, 0, 2, 1]));
+        let mapped: SockaddrStorage =
+            std::net::SocketAddr::new("::ffff:192.0.2.7".parse().unwrap(), 9).into();
+        assert_eq!(source(Some(&mapped)), IpAddr::from([192, 0, 2, 7]));
+        let v6: SockaddrStorage =
+            std::net::SocketAddr::new("2001:db8::1".parse().unwrap(), 9).into();
+        assert_eq!(source(Some(&v6)), "2001:db8::1".parse::<IpAddr>().unwrap());
+        assert_eq!(source(None), IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    }
+}
