@@ -2,7 +2,7 @@
 //! fabric, the traffic mix and a fault timeline in seconds. The built-in default shows every
 //! fault kind within a minute.
 
-use crate::fabric::{Fault, MixShape, Scheduled, Xorshift};
+use crate::fabric::{Delivery, Fault, MixShape, Scheduled, SimConfig, Xorshift};
 use crate::topology::Topology;
 
 /// A fault with its time window in seconds.
@@ -37,6 +37,8 @@ pub struct Scenario {
     pub period_s: f64,
     /// Random faults added to the timeline in every period (drawn from `seed`; each 1–5 s long).
     pub random_faults: usize,
+    /// The report network between the fabric and the collector.
+    pub delivery: Delivery,
 }
 
 impl Default for Scenario {
@@ -53,6 +55,7 @@ impl Default for Scenario {
             mix: MixShape::default(),
             period_s: 60.0,
             random_faults: 0,
+            delivery: Delivery::default(),
             fault: vec![
                 f(
                     3.0,
@@ -116,6 +119,16 @@ impl Default for Scenario {
 }
 
 impl Scenario {
+    /// The fabric of this scenario with every switch in `mode` (other settings: the defaults).
+    pub fn sim_config(&self, mode: intscope_node::Mode) -> SimConfig {
+        SimConfig {
+            topology: self.topology.clone(),
+            mode,
+            delivery: self.delivery.clone(),
+            ..SimConfig::default()
+        }
+    }
+
     /// A fault of a random kind at a random place of the topology, starting within `span_s`.
     fn random_fault(&self, rng: &mut Xorshift, span_s: f64) -> TimedFault {
         let t = &self.topology;
@@ -259,6 +272,7 @@ mod tests {
                     (leaf, 1)
                 }
                 Fault::NonIntSpine { spine } | Fault::SmallMtu { spine, .. } => (1, spine),
+                Fault::SilentDrop { .. } => unreachable!("silent drops are scripted only"),
                 Fault::Loop { .. } => unreachable!("loops are scripted only"),
             };
             assert!(
