@@ -392,6 +392,8 @@ struct Joins {
 #[derive(Debug, Clone, Copy)]
 struct Card {
     hop: Hop,
+    /// The packet's [`crate::record::Record::packet_fp`] (0: unknown).
+    packet: u32,
     /// Report time of this report.
     seen_ns: u64,
     /// Report time of the node's first report of the flow through these ports.
@@ -417,6 +419,10 @@ pub type Link = ((u32, u32), (u32, u32));
 #[derive(Debug, Default)]
 pub struct LinkTable {
     peers: rustc_hash::FxHashMap<(u32, u32), Peer>,
+    /// Ports seen where a packet entered or left the fabric (the first hop of its reports, or
+    /// the last), with how often: a port without a peer is an edge port after
+    /// [`EDGE_SIGHTINGS`] (a lost report of a neighbour makes a stray one).
+    edges: rustc_hash::FxHashMap<(u32, u32), u8>,
     /// Links not learned because the table was full ([`MAX_LINK_PORTS`]).
     pub unlearned: u64,
 }
@@ -427,8 +433,11 @@ struct Peer {
     votes: u8,
 }
 
-/// Most (node, port) ends a shard's [`LinkTable`] holds (32 K links).
+/// Most (node, port) ends a shard's [`LinkTable`] holds (32 K links), and most edge ports.
 pub const MAX_LINK_PORTS: usize = 65_536;
+
+/// Sightings that make a port with no learned link an edge port.
+pub const EDGE_SIGHTINGS: u8 = 2;
 
 impl LinkTable {
     /// The (node, ingress port) that (node, egress port) `from` leads to.
@@ -439,6 +448,22 @@ impl LinkTable {
     /// Whether `port` of a node is a fabric port (has a learned peer).
     pub fn is_fabric_port(&self, at: (u32, u32)) -> bool {
         self.peers.contains_key(&at)
+    }
+
+    /// Whether packets enter or leave the fabric by this port of a node: seen so, and no link
+    /// learned on it.
+    pub fn is_edge(&self, at: (u32, u32)) -> bool {
+        !self.peers.contains_key(&at) && self.edges.get(&at).is_some_and(|&n| n >= EDGE_SIGHTINGS)
+    }
+
+    /// Counts one sighting of a packet entering or leaving the fabric by this port.
+    pub fn edge(&mut self, at: (u32, u32)) {
+        if self.edges.len() >= MAX_LINK_PORTS && !self.edges.contains_key(&at) {
+            self.unlearned += 1;
+            return;
+        }
+        let n = self.edges.entry(at).or_insert(0);
+        *n = n.saturating_add(1);
     }
 
     /// Ends held.
@@ -473,12 +498,70 @@ impl LinkTable {
         }
     }
 
-    /// Learns the links between consecutive hops of a complete path.
+    /// Learns the links between consecutive hops of a complete path, and its ends.
     pub fn learn_path(&mut self, path: &[PathHop]) {
+        if let (Some(first), Some(last)) = (path.first(), path.last()) {
+            for _ in 0..EDGE_SIGHTINGS {
+                if let Some(p) = first.ingress_if {
+                    self.edge((first.node_id, p));
+                }
+                if let Some(p) = last.egress_if {
+                    self.edge((last.node_id, p));
+                }
+            }
+        }
         for w in path.windows(2) {
             if let (Some(out), Some(into)) = (w[0].egress_if, w[1].ingress_if) {
                 self.learn(((w[0].node_id, out), (w[1].node_id, into)));
             }
+        }
+    }
+}
+
+/// Pairs the reports that arrived since the last join with the flow's other reports of the same
+/// packet — the same fingerprint, and the next hop's ingress timestamp within
+/// `link_delay_max_ns` after this hop's egress timestamp (INT v2.1 §"INT-XD": every node on the
+/// way reports the packet's metadata itself) — and teaches `links` what the pairs show: a link
+/// between consecutive hops; a packet's first hop (a successor, no predecessor) entered by an
+/// edge port, its last (a predecessor, no successor) left by one. Run a window after the
+/// reports came, so that a packet's reports are all in whatever order they arrived.
+fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: u64) {
+    let same_packet = |a: &Card, b: &Card| a.packet == 0 || b.packet == 0 || a.packet == b.packet;
+    // The closest `b` whose ingress follows `a`'s egress within a link's delay.
+    let next = |a: &Card| {
+        let egress = a.hop.egress_ts()?;
+        cards
+            .iter()
+            .filter(|b| b.hop.node_id != a.hop.node_id && same_packet(a, b))
+            .filter_map(|b| Some((b.hop.ingress_ts()?.checked_sub(egress)?, b)))
+            .filter(|(gap, _)| *gap <= link_delay_max_ns)
+            .min_by_key(|(gap, _)| *gap)
+            .map(|(_, b)| b)
+    };
+    for a in cards.iter().filter(|c| c.fresh) {
+        let succ = next(a);
+        let pred = cards.iter().find(|b| {
+            b.hop.node_id != a.hop.node_id && next(b).is_some_and(|n| std::ptr::eq(n, a))
+        });
+        for (x, y) in [(Some(a), succ), (pred, Some(a))] {
+            if let (Some(x), Some(y)) = (x, y)
+                && let (Some(out), Some(into)) = (x.hop.egress_if(), y.hop.ingress_if())
+            {
+                links.learn(((x.hop.node_id, out), (y.hop.node_id, into)));
+            }
+        }
+        match (pred, succ) {
+            (None, Some(_)) => {
+                if let Some(ingress) = a.hop.ingress_if() {
+                    links.edge((a.hop.node_id, ingress));
+                }
+            }
+            (Some(_), None) => {
+                if let Some(egress) = a.hop.egress_if() {
+                    links.edge((a.hop.node_id, egress));
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -843,51 +926,12 @@ impl FlowState {
         self.joins.as_ref().map_or(0, |j| j.cards.len())
     }
 
-    /// Keeps a per-hop report (INT-XD postcard, INT-MX report) of `hop` seen at `now`: the
-    /// node's latest. Returns the links it shows — the hops of this flow whose timestamps say
-    /// the same packet went from one to the other within `link_delay_max_ns` (INT v2.1 §"INT-XD":
-    /// "each INT node ... sends the metadata of the packet as postcards"; the ingress timestamp
-    /// of the next hop follows the egress timestamp of this one by the link's delay) — and
-    /// whether the shard is to queue the flow for its join, due a window (`window_ns`) after
-    /// the first report since the last join.
-    pub fn add_card(
-        &mut self,
-        now: u64,
-        hop: Hop,
-        link_delay_max_ns: u64,
-        window_ns: u64,
-    ) -> (Vec<Link>, bool) {
+    /// Keeps a per-hop report (INT-XD postcard, INT-MX report) of `hop` seen at `now`, of the
+    /// packet with fingerprint `packet` ([`crate::record::Record::packet_fp`]): the node's
+    /// latest. Returns whether the shard is to queue the flow for its join, due a window
+    /// (`window_ns`) after the first report since the last join.
+    pub fn add_card(&mut self, now: u64, hop: Hop, packet: u32, window_ns: u64) -> bool {
         let joins = self.joins();
-        let mut links = Vec::new();
-        // The hop's predecessor and successor: the closest timestamps that fit a link.
-        let before = hop.ingress_ts().and_then(|ingress| {
-            joins
-                .cards
-                .iter()
-                .filter(|c| c.hop.node_id != hop.node_id)
-                .filter_map(|c| Some((ingress.checked_sub(c.hop.egress_ts()?)?, c.hop)))
-                .filter(|(gap, _)| *gap <= link_delay_max_ns)
-                .min_by_key(|(gap, _)| *gap)
-        });
-        let after = hop.egress_ts().and_then(|egress| {
-            joins
-                .cards
-                .iter()
-                .filter(|c| c.hop.node_id != hop.node_id)
-                .filter_map(|c| Some((c.hop.ingress_ts()?.checked_sub(egress)?, c.hop)))
-                .filter(|(gap, _)| *gap <= link_delay_max_ns)
-                .min_by_key(|(gap, _)| *gap)
-        });
-        if let Some((_, b)) = before
-            && let (Some(out), Some(into)) = (b.egress_if(), hop.ingress_if())
-        {
-            links.push(((b.node_id, out), (hop.node_id, into)));
-        }
-        if let Some((_, a)) = after
-            && let (Some(out), Some(into)) = (hop.egress_if(), a.ingress_if())
-        {
-            links.push(((hop.node_id, out), (a.node_id, into)));
-        }
         match joins
             .cards
             .iter_mut()
@@ -897,6 +941,7 @@ impl FlowState {
                 let same_ports = PathHop::from(&c.hop) == PathHop::from(&hop);
                 *c = Card {
                     hop,
+                    packet,
                     seen_ns: now,
                     since_ns: if same_ports { c.since_ns } else { now },
                     fresh: true,
@@ -911,6 +956,7 @@ impl FlowState {
                 }
                 joins.cards.push(Card {
                     hop,
+                    packet,
                     seen_ns: now,
                     since_ns: now,
                     fresh: true,
@@ -920,22 +966,28 @@ impl FlowState {
         if !std::mem::replace(&mut joins.queued, true) {
             joins.due_ns = now.saturating_add(window_ns).saturating_add(1);
         }
-        let schedule = !std::mem::replace(&mut joins.in_queue, true);
-        (links, schedule)
+        !std::mem::replace(&mut joins.in_queue, true)
     }
 
     /// The cards as a path, by the fabric's links ([`Joined`]); clears the scheduled join.
     /// Reports of nodes off a complete chain that are older than its newest report by more than
     /// `window_ns` are of a path the flow left, and are forgotten; newer ones make the join
     /// [`Joined::Partial`] (the new path is not whole yet).
-    pub fn join_cards(&mut self, links: &LinkTable, window_ns: u64) -> Joined {
+    pub fn join_cards(
+        &mut self,
+        links: &mut LinkTable,
+        link_delay_max_ns: u64,
+        window_ns: u64,
+    ) -> Joined {
         let Some(joins) = self.joins.as_mut() else {
             return Joined::Partial(Vec::new(), None);
         };
         joins.queued = false;
+        learn_from_packets(&joins.cards, links, link_delay_max_ns);
         for c in &mut joins.cards {
             c.fresh = false;
         }
+        let links = &*links;
         let cards = &joins.cards;
         let mut broken = None;
         let mut chain: Vec<usize> = Vec::with_capacity(cards.len());
@@ -944,7 +996,7 @@ impl FlowState {
             let Some(ingress) = first.ingress_if() else {
                 continue;
             };
-            if links.is_fabric_port((first.node_id, ingress)) {
+            if !links.is_edge((first.node_id, ingress)) {
                 continue;
             }
             chain.clear();
@@ -955,7 +1007,9 @@ impl FlowState {
                     break false;
                 };
                 let Some((node, port)) = links.peer((cur.hop.node_id, egress)) else {
-                    break true;
+                    // The path ends where the packets leave the fabric; a port not known
+                    // either way may be a link not learned yet.
+                    break links.is_edge((cur.hop.node_id, egress));
                 };
                 let next = cards
                     .iter()
@@ -1300,12 +1354,13 @@ mod tests {
             .with_timestamps(Some(at), Some(at + 1000))
     }
 
-    /// Adds a card at report time `now` and learns the links it shows.
-    fn add(f: &mut FlowState, links: &mut LinkTable, now: u64, hop: Hop) {
-        let (learned, _) = f.add_card(now, hop, 5_000, 10_000_000);
-        for l in learned {
-            links.learn(l);
-        }
+    /// Adds a card at report time `now` (no fingerprint: timestamps alone pair reports).
+    fn add(f: &mut FlowState, now: u64, hop: Hop) {
+        f.add_card(now, hop, 0, 10 * MS);
+    }
+
+    fn join(f: &mut FlowState, links: &mut LinkTable) -> Joined {
+        f.join_cards(links, 5_000, 10 * MS)
     }
 
     fn nodes(j: &Joined) -> Vec<u32> {
@@ -1317,98 +1372,56 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// One packet over leaf 1 (host port 1 to uplink 5), spine 101 (port 1 to 2), leaf 2
+    /// (uplink 5 to host port 3), entering at `t`, reported at `now`, in any order.
+    fn packet(f: &mut FlowState, now: u64, t: u64) {
+        add(f, now, card(2, 5, 3, t + 3_000));
+        add(f, now + 1, card(1, 1, 5, t));
+        add(f, now + 2, card(101, 1, 2, t + 1_500));
+    }
+
     #[test]
     fn postcards_of_one_packet_teach_the_links_that_join_later_ones() {
         let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
-        // One packet: leaf 1 (host port 1 to uplink 5), spine 101 (port 1 to 2), leaf 2
-        // (uplink 5 to host port 3); 500 ns links. Reported in any order.
-        add(&mut f, &mut links, 10, card(2, 5, 3, 3_000));
-        add(&mut f, &mut links, 11, card(1, 1, 5, 0));
-        add(&mut f, &mut links, 12, card(101, 1, 2, 1_500));
+        packet(&mut f, 10, 0);
+        let j = join(&mut f, &mut links);
         assert_eq!(links.peer((1, 5)), Some((101, 1)));
         assert_eq!(links.peer((101, 2)), Some((2, 5)));
         assert_eq!(links.peer((2, 5)), Some((101, 2)), "links are duplex");
         assert!(!links.is_fabric_port((1, 1)) && !links.is_fabric_port((2, 3)));
-        let j = f.join_cards(&links, 10 * MS);
-        assert!(matches!(j, Joined::Complete(_)));
+        assert!(matches!(j, Joined::Partial(..)), "edges seen once: {j:?}");
+        packet(&mut f, 100 * MS, 100 * MS);
+        let j = join(&mut f, &mut links);
+        assert!(links.is_edge((1, 1)) && links.is_edge((2, 3)) && !links.is_edge((1, 5)));
+        assert!(matches!(j, Joined::Complete(_)), "{j:?}");
         assert_eq!(nodes(&j), [1, 101, 2]);
         // A second later only leaf 2 reports (a filter: its latency stepped): the other hops'
         // latest reports still make the path, in link order, not report order.
-        add(&mut f, &mut links, 1_000 * MS, card(2, 5, 3, 1_000 * MS));
-        let j = f.join_cards(&links, 10 * MS);
+        add(&mut f, 1_000 * MS, card(2, 5, 3, 1_000 * MS));
+        let j = join(&mut f, &mut links);
         assert_eq!(nodes(&j), [1, 101, 2]);
         let Joined::Complete(chain) = j else { panic!() };
         assert_eq!(chain[2].1, 1_000 * MS, "with when each hop last reported");
     }
 
     #[test]
-    fn a_moved_flow_joins_once_its_new_hops_reported_and_forgets_the_old() {
+    fn reports_of_other_packets_never_pair() {
         let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
-        add(&mut f, &mut links, 0, card(1, 1, 5, 0));
-        add(&mut f, &mut links, 1, card(101, 1, 2, 1_500));
-        add(&mut f, &mut links, 2, card(2, 5, 3, 3_000));
-        assert_eq!(nodes(&f.join_cards(&links, 10 * MS)), [1, 101, 2]);
-        // Leaf 1 now sends over spine 102 (uplink 6): until spine 102 and leaf 2 reported the
-        // packet, the path is not whole.
-        let t = 500 * MS;
-        add(&mut f, &mut links, t, card(1, 1, 6, t));
-        let j = f.join_cards(&links, 10 * MS);
-        assert!(matches!(j, Joined::Partial(..)), "{j:?}");
-        add(&mut f, &mut links, t + 1, card(102, 1, 2, t + 1_500));
-        add(&mut f, &mut links, t + 2, card(2, 6, 3, t + 3_000));
-        let j = f.join_cards(&links, 10 * MS);
-        assert!(matches!(j, Joined::Complete(_)), "{j:?}");
-        assert_eq!(nodes(&j), [1, 102, 2]);
+        // A burst: the sink's report of one packet, 400 ns later the source's of another, its
+        // ingress timestamp right after the first one's egress.
+        f.add_card(0, card(2, 5, 3, 3_000), 7, 10 * MS);
+        f.add_card(1, card(1, 1, 5, 4_400), 8, 10 * MS);
+        join(&mut f, &mut links);
+        assert!(links.is_empty(), "different fingerprints");
+        // The same packet's report from spine 101 pairs with its source's.
+        f.add_card(2, card(101, 1, 2, 5_900), 8, 10 * MS);
+        join(&mut f, &mut links);
+        assert_eq!(links.peer((1, 5)), Some((101, 1)));
         assert_eq!(
-            f.pending_hops(),
-            3,
-            "spine 101's report was of the old path"
+            links.peer((101, 2)),
+            None,
+            "the sink's report is another packet's"
         );
-    }
-
-    #[test]
-    fn hops_without_known_links_are_never_a_complete_path() {
-        let (mut f, links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
-        // No timestamps: nothing pairs the reports, every hop looks like a path's first and
-        // last.
-        for (k, node) in [1u32, 101, 2].into_iter().enumerate() {
-            let hop = Hop::at(node).with_interfaces(Some(1), Some(2));
-            f.add_card(k as u64, hop, 5_000, 10 * MS);
-        }
-        let j = f.join_cards(&links, 10 * MS);
-        assert!(matches!(j, Joined::Partial(..)), "{j:?}");
-        assert_eq!(
-            nodes(&j),
-            [1, 101, 2],
-            "in the order the nodes first reported"
-        );
-        // Much later one node alone reports: still no path of one hop.
-        f.add_card(
-            1_000 * MS,
-            Hop::at(101).with_interfaces(Some(1), Some(2)),
-            5_000,
-            10 * MS,
-        );
-        assert!(matches!(f.join_cards(&links, 10 * MS), Joined::Partial(..)));
-        assert_eq!(f.pending_hops(), 3);
-    }
-
-    #[test]
-    fn a_fresh_report_off_the_chain_waits_and_a_missing_hop_is_named() {
-        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
-        add(&mut f, &mut links, 0, card(1, 1, 5, 0));
-        add(&mut f, &mut links, 1, card(101, 1, 2, 1_500));
-        add(&mut f, &mut links, 2, card(2, 5, 3, 3_000));
-        f.join_cards(&links, 10 * MS);
-        // Another flow taught leaf 1's uplink 6 to spine 102; this flow's next packet goes
-        // there, and spine 102 never reports it.
-        links.learn(((1, 6), (102, 1)));
-        add(&mut f, &mut links, 100 * MS, card(1, 1, 6, 100 * MS));
-        let j = f.join_cards(&links, 10 * MS);
-        let Joined::Partial(_, Some((at, seen))) = j else {
-            panic!("{j:?}")
-        };
-        assert_eq!((at.node_id, at.egress_if(), seen), (1, Some(6), 100 * MS));
     }
 
     #[test]
@@ -1427,6 +1440,78 @@ mod tests {
             Some((101, 1)),
             "one stray pairing does not flip it"
         );
+    }
+
+    #[test]
+    fn a_moved_flow_joins_once_its_new_hops_reported_and_forgets_the_old() {
+        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
+        packet(&mut f, 0, 0);
+        join(&mut f, &mut links);
+        packet(&mut f, 10 * MS, 10 * MS);
+        assert_eq!(nodes(&join(&mut f, &mut links)), [1, 101, 2]);
+        // Leaf 1 now sends over spine 102 (uplink 6): until spine 102 and leaf 2 reported the
+        // packet, the path is not whole.
+        let t = 500 * MS;
+        add(&mut f, t, card(1, 1, 6, t));
+        let j = join(&mut f, &mut links);
+        assert!(matches!(j, Joined::Partial(..)), "{j:?}");
+        add(&mut f, t + 1, card(102, 1, 2, t + 1_500));
+        add(&mut f, t + 2, card(2, 6, 3, t + 3_000));
+        let j = join(&mut f, &mut links);
+        assert!(matches!(j, Joined::Complete(_)), "{j:?}");
+        assert_eq!(nodes(&j), [1, 102, 2]);
+        assert_eq!(
+            f.pending_hops(),
+            3,
+            "spine 101's report was of the old path"
+        );
+    }
+
+    #[test]
+    fn hops_without_known_links_are_never_a_complete_path() {
+        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
+        // No timestamps: nothing pairs the reports, every hop looks like a path's first and
+        // last.
+        for (k, node) in [1u32, 101, 2].into_iter().enumerate() {
+            add(
+                &mut f,
+                k as u64,
+                Hop::at(node).with_interfaces(Some(1), Some(2)),
+            );
+        }
+        let j = join(&mut f, &mut links);
+        assert!(matches!(j, Joined::Partial(..)), "{j:?}");
+        assert_eq!(
+            nodes(&j),
+            [1, 101, 2],
+            "in the order the nodes first reported"
+        );
+        // Much later one node alone reports: still no path of one hop.
+        add(
+            &mut f,
+            1_000 * MS,
+            Hop::at(101).with_interfaces(Some(1), Some(2)),
+        );
+        assert!(matches!(join(&mut f, &mut links), Joined::Partial(..)));
+        assert_eq!(f.pending_hops(), 3);
+    }
+
+    #[test]
+    fn a_fresh_report_off_the_chain_waits_and_a_missing_hop_is_named() {
+        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
+        packet(&mut f, 0, 0);
+        join(&mut f, &mut links);
+        packet(&mut f, 10 * MS, 10 * MS);
+        join(&mut f, &mut links);
+        // Another flow taught leaf 1's uplink 6 to spine 102; this flow's next packet goes
+        // there, and spine 102 never reports it.
+        links.learn(((1, 6), (102, 1)));
+        add(&mut f, 100 * MS, card(1, 1, 6, 100 * MS));
+        let j = join(&mut f, &mut links);
+        let Joined::Partial(_, Some((at, seen))) = j else {
+            panic!("{j:?}")
+        };
+        assert_eq!((at.node_id, at.egress_if(), seen), (1, Some(6), 100 * MS));
     }
 
     proptest::proptest! {

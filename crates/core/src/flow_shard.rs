@@ -162,6 +162,7 @@ impl FlowShard {
         now: u64,
         key: FlowKey,
         hop: crate::record::Hop,
+        packet: u32,
         join_before: bool,
         log: &Mutex<EventLog>,
     ) {
@@ -172,12 +173,7 @@ impl FlowShard {
             return;
         };
         let window = self.cfg.join_window_ns;
-        let (links, schedule) =
-            flow.add_card(now, hop, self.cfg.postcards.link_delay_max_ns, window);
-        for l in links {
-            self.links.learn(l);
-        }
-        if schedule {
+        if flow.add_card(now, hop, packet, window) {
             self.pending_joins.push_back((now + window + 1, key));
         }
     }
@@ -191,7 +187,8 @@ impl FlowShard {
         let silent_ns = self.cfg.postcards.silent_drop_ns;
         let silent;
         let mut change = None;
-        match flow.join_cards(&self.links, self.cfg.join_window_ns) {
+        let link_delay = self.cfg.postcards.link_delay_max_ns;
+        match flow.join_cards(&mut self.links, link_delay, self.cfg.join_window_ns) {
             Joined::Complete(chain) => {
                 let hops: Vec<_> = chain.iter().map(|(h, _)| *h).collect();
                 let before = Arc::clone(&flow.path);
@@ -309,7 +306,7 @@ impl FlowShard {
             // An INT-XD postcard or INT-MX report: one node's view, joined with the others' a
             // window later. A dropped packet's report says where it died, not where it goes.
             if !(r.dropped || r.drop_reason.is_some()) {
-                postcard = Some((*hop, flow.join_before(hop.node_id)));
+                postcard = Some((*hop, r.packet_fp, flow.join_before(hop.node_id)));
             }
         } else {
             flow.observe_latency(now, r.hops());
@@ -317,8 +314,8 @@ impl FlowShard {
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
         }
-        if let Some((hop, join_before)) = postcard {
-            self.add_postcard(now, key, hop, join_before, log);
+        if let Some((hop, packet, join_before)) = postcard {
+            self.add_postcard(now, key, hop, packet, join_before, log);
         }
         // `flow_ids` holds one entry per flow, and its length is at hand.
         if self.flow_ids.len() > self.max_flows {

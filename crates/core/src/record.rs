@@ -276,6 +276,13 @@ pub struct Record {
     /// length"): `flow` has ports 0, 0 — the flow's addresses and protocol, ports unknown —
     /// rather than ports taken from the INT encapsulation's UDP header or from bytes past the end.
     pub flow_partial: bool,
+    /// A fingerprint of the reported packet that every hop sees alike (0: none): the IPv4
+    /// identification and the first [`FINGERPRINT_BYTES`] bytes from the L4 header on (ports,
+    /// checksum, TCP sequence numbers, the start of the payload), hashed. Per-hop reports of one
+    /// packet (INT-XD, INT-MX: no hop changes those bytes) carry the same one, so it tells two
+    /// packets of a flow apart when their timestamps would pair them. Not computed for reports
+    /// with an INT-MD stack, which every hop changes (and which need no joining).
+    pub packet_fp: u32,
     /// IP TTL / hop limit of the reported packet as the reporting node saw it.
     pub ip_ttl: Option<u8>,
     /// E bit of the embedded INT-MD header: the hop limit was reached.
@@ -308,6 +315,7 @@ impl Default for Record {
             drop_reason: None,
             flow: None,
             flow_partial: false,
+            packet_fp: 0,
             ip_ttl: None,
             hop_limit_exceeded: false,
             mtu_exceeded: false,
@@ -358,6 +366,7 @@ impl Record {
             drop_reason,
             flow,
             flow_partial,
+            packet_fp,
             ip_ttl,
             hop_limit_exceeded,
             mtu_exceeded,
@@ -370,6 +379,7 @@ impl Record {
         (*t, *v, *node_id, *hw_id, *seq) = (time_ns, version, 0, 0, 0);
         (*dropped, *congested, *tracked, *intermediate) = (false, false, false, false);
         (*drop_reason, *flow, *ip_ttl, *flow_partial) = (None, None, None, false);
+        *packet_fp = 0;
         (*hop_limit_exceeded, *mtu_exceeded, *path_truncated) = (false, false, false);
         (*int_hops, *hop_count) = (0, 0);
         *first_in_datagram = true;
@@ -814,8 +824,15 @@ fn fill_inner(
         }
         return p.ip.is_some();
     }
-    if let Some((_, block)) = &p.int {
-        push_stack(record, block);
+    match &p.int {
+        Some((at, block)) => {
+            push_stack(record, block);
+            if matches!(block.header, IntHeader::Mx(_)) {
+                // What follows the INT-MX block: the original L4 header (NPT=2) or payload.
+                record.packet_fp = fingerprint(bytes, &p, at + block.len);
+            }
+        }
+        None => record.packet_fp = p.l4.map_or(0, |l4| fingerprint(bytes, &p, l4.offset)),
     }
     record.ip_ttl = p.ip.map(|ip| ip.ttl);
     // After the stack walk, and straight from the chosen field: read right after `locate` wrote
@@ -838,6 +855,29 @@ fn fill_inner(
         }
     }
     p.ip.is_some()
+}
+
+/// Bytes from the L4 header on that [`Record::packet_fp`] covers: a UDP header and 16 bytes of
+/// what follows, a TCP header's ports, sequence and acknowledgement numbers — within any report
+/// truncation that keeps the L4 header.
+pub const FINGERPRINT_BYTES: usize = 24;
+
+/// [`Record::packet_fp`] of a located packet, over the IPv4 identification and the bytes from
+/// `from` on (FNV-1a; 0 is kept for "none").
+#[inline(never)]
+fn fingerprint(bytes: &[u8], p: &Packet<'_>, from: usize) -> u32 {
+    let mut h = 0x811c_9dc5u32;
+    let mut mix = |b: &[u8]| {
+        for &x in b {
+            h = (h ^ u32::from(x)).wrapping_mul(0x0100_0193);
+        }
+    };
+    if let Some(ip) = p.ip.filter(|ip| ip.version == 4) {
+        mix(bytes.get(ip.offset + 4..ip.offset + 6).unwrap_or(&[]));
+    }
+    let end = from.saturating_add(FINGERPRINT_BYTES).min(bytes.len());
+    mix(bytes.get(from..end).unwrap_or(&[]));
+    h.max(1)
 }
 
 /// The record's flow without its ports, marked partial ([`Record::flow_partial`]).
