@@ -1037,4 +1037,128 @@ mod tests {
         q.bin_bytes = 10_000_000;
         assert_eq!(q.account_tx(5 * UTIL_BIN_NS, 1250, 10.0), UTIL_FULL_SCALE);
     }
+
+    fn xd_fabric(delivery: Delivery) -> Fabric {
+        // Filters off: every packet reported at every hop.
+        let mut f = Fabric::new(SimConfig {
+            mode: Mode::Xd,
+            delivery,
+            filters: intscope_node::filter::FilterConfig::default(),
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let shape = MixShape {
+            elephant_every: 0,
+            mouse_pps: 2_000.0,
+            burst_packets: 3,
+            ..MixShape::default()
+        };
+        for flow in mix(&Topology::default(), 16, 3, 200_000_000, &shape) {
+            f.add_flow(flow);
+        }
+        f
+    }
+
+    fn run_all(f: &mut Fabric) -> Vec<Report> {
+        let mut out = Vec::new();
+        for step in 1..=20u64 {
+            f.run(step * 10_000_000);
+            out.extend(f.take_reports());
+        }
+        out.extend(f.take_all_reports());
+        out
+    }
+
+    fn seq(r: &Report) -> (u32, u32) {
+        let g = intscope_wire::report::GroupHeaderRepr::parse(&r.payload).unwrap();
+        (g.node_id, g.sequence)
+    }
+
+    #[test]
+    fn switches_number_their_reports_in_the_order_they_send_them() {
+        let mut f = xd_fabric(Delivery::default());
+        let reports = run_all(&mut f);
+        assert_eq!(reports.len() as u64, f.stats.reports);
+        assert!(reports.len() > 5_000, "{}", reports.len());
+        assert!(
+            reports.windows(2).all(|w| w[0].time_ns <= w[1].time_ns),
+            "in time order"
+        );
+        let mut next: HashMap<u32, u32> = HashMap::new();
+        for r in &reports {
+            let (node, s) = seq(r);
+            let n = next.entry(node).or_insert(0);
+            assert_eq!(s, *n, "node {node}: one after the other");
+            *n += 1;
+        }
+        assert_eq!(next.len(), 6, "four leaves, two spines");
+    }
+
+    #[test]
+    fn the_report_network_loses_duplicates_and_reorders_as_configured() {
+        let delivery = Delivery {
+            loss: 0.1,
+            duplicate: 0.05,
+            reorder: 0.05,
+            reorder_depth: 4,
+            seed: 9,
+        };
+        let mut f = xd_fabric(delivery.clone());
+        let reports = run_all(&mut f);
+        let st = f.stats.clone();
+        let made = st.reports as f64;
+        for (got, share) in [
+            (st.reports_lost, 0.1),
+            (st.reports_duplicated, 0.05 * 0.9),
+            (st.reports_reordered, 0.05 * 0.9),
+        ] {
+            let want = made * share;
+            assert!(
+                (got as f64 - want).abs() < want * 0.2,
+                "{got} vs {want}: {st:?}"
+            );
+        }
+        assert_eq!(
+            reports.len() as u64,
+            st.reports - st.reports_lost + st.reports_duplicated
+        );
+        let late = reports
+            .windows(2)
+            .filter(|w| seq(&w[1]).0 == seq(&w[0]).0 && seq(&w[1]).1 < seq(&w[0]).1)
+            .count();
+        assert!(late > 0, "reordered numbers arrive after later ones");
+        let again = xd_fabric(delivery);
+        let mut again = again;
+        assert_eq!(run_all(&mut again), reports, "seeded: the same run again");
+        assert!(matches!(
+            Fabric::new(SimConfig {
+                delivery: Delivery {
+                    loss: 1.5,
+                    ..Delivery::default()
+                },
+                ..SimConfig::default()
+            }),
+            Err(SimError::Share { .. })
+        ));
+    }
+
+    #[test]
+    fn bursts_keep_the_mean_rate() {
+        let shape = MixShape {
+            elephant_every: 0,
+            mouse_pps: 1_000.0,
+            burst_packets: 4,
+            ..MixShape::default()
+        };
+        let mut f = Fabric::new(SimConfig::default()).unwrap();
+        let flows = mix(&Topology::default(), 8, 5, 1_000_000_000, &shape);
+        assert!(flows.iter().all(|f| f.burst == 4));
+        for flow in flows {
+            f.add_flow(flow);
+        }
+        f.run(1_000_000_000);
+        // 8 flows at 1000 packets/s for a second, within the jitter.
+        assert!((7_000..9_000).contains(&f.stats.sent), "{}", f.stats.sent);
+        assert!(f.stats.max_queue_cells < 100, "{}", f.stats.max_queue_cells);
+    }
 }

@@ -284,4 +284,34 @@ mod tests {
             a.iter().map(|s| std::mem::discriminant(&s.fault)).collect();
         assert!(kinds.len() >= 3, "a mix of kinds");
     }
+
+    #[test]
+    fn the_xd_scenarios_are_the_issues_fabric() {
+        for text in [
+            include_str!("../../../examples/sim-xd-clean.toml"),
+            include_str!("../../../examples/sim-xd-faults.toml"),
+        ] {
+            let sc: Scenario = toml::from_str(text).unwrap();
+            assert_eq!(
+                (sc.topology.leaves, sc.topology.spines, sc.flows),
+                (8, 4, 400)
+            );
+            assert_eq!(sc.mix.burst_packets, 4);
+            let cfg = sc.sim_config(intscope_node::Mode::Xd);
+            assert_eq!(cfg.delivery, sc.delivery);
+            assert_eq!(cfg.topology, sc.topology);
+        }
+        let faults: Scenario =
+            toml::from_str(include_str!("../../../examples/sim-xd-faults.toml")).unwrap();
+        assert_eq!(faults.delivery.loss, 0.01);
+        assert!(
+            faults
+                .schedule(60.0)
+                .iter()
+                .any(|s| s.fault == Fault::SilentDrop { leaf: 5, spine: 4 })
+        );
+        let clean: Scenario =
+            toml::from_str(include_str!("../../../examples/sim-xd-clean.toml")).unwrap();
+        assert!(clean.schedule(600.0).is_empty(), "fault-free");
+    }
 }

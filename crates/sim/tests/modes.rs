@@ -261,6 +261,11 @@ fn fault_free_xd_and_mx_raise_no_path_changes() {
         if lossy {
             assert!(fabric.stats.reports_lost > 100, "{:?}", fabric.stats);
             assert!(fabric.stats.reports_reordered > 50 && fabric.stats.reports_duplicated > 50);
+        } else {
+            // Every switch numbers its reports per (node, hw_id) in the order it sends them:
+            // no gap, so no loss, however a packet's later hops were simulated first.
+            assert_eq!(c.state.read().reports_lost(), 0, "{mode:?}");
+            assert!(events(&c, EventKind::LostReports).is_empty(), "{mode:?}");
         }
         for kind in [EventKind::PathChange, EventKind::Drop] {
             let ev = events(&c, kind);
@@ -413,6 +418,75 @@ fn a_silent_drop_is_found_at_the_hop_before_the_cable() {
         assert!(
             events(&c, EventKind::PathChange).is_empty(),
             "{mode:?}: nothing moved"
+        );
+    }
+}
+
+/// The done-criterion: ten simulated minutes (`INTSCOPE_SIM_SECONDS` to change) of the
+/// fault-free `examples/sim-xd-clean.toml` in XD and in MX, with the collector's defaults and
+/// the switches' (SD-Fabric's 1 s report interval), raise no path change and no drop, and
+/// every flow ends on its path. Release mode, a few minutes:
+/// `cargo test --release -p intscope-sim --test modes -- --ignored`.
+#[test]
+#[ignore = "minutes of simulation: run in release mode"]
+fn ten_fault_free_minutes_of_xd_and_mx_raise_nothing() {
+    let seconds: u64 = std::env::var("INTSCOPE_SIM_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/sim-xd-clean.toml"
+    );
+    let sc: intscope_sim::Scenario =
+        toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for mode in [Mode::Xd, Mode::Mx] {
+        let end = seconds * 1_000_000_000;
+        let mut fabric = Fabric::new(sc.sim_config(mode)).unwrap();
+        for f in mix(fabric.topology(), sc.flows, sc.seed, end, &sc.mix) {
+            fabric.add_flow(f);
+        }
+        let c = Collector::open(CollectorConfig {
+            data: None,
+            int_udp_ports: vec![17768],
+            ..CollectorConfig::default()
+        })
+        .unwrap();
+        let mut batch = RecordBatch::default();
+        let mut t = 0;
+        while t < end {
+            t += 20 * MS;
+            fabric.run(t);
+            for r in fabric.take_reports() {
+                c.ingest(&r.payload, r.source.into(), r.time_ns, &mut batch);
+            }
+        }
+        c.tick(end + 1_000 * MS);
+        for kind in [
+            EventKind::PathChange,
+            EventKind::Drop,
+            EventKind::LostReports,
+        ] {
+            let ev = events(&c, kind);
+            assert!(
+                ev.is_empty(),
+                "{mode:?}: {} {kind:?}, e.g. {:?}",
+                ev.len(),
+                ev.first()
+            );
+        }
+        let flows = seen(&c);
+        assert_eq!(flows.len(), 400);
+        let wrong = on_a_wrong_path(&flows);
+        assert!(
+            wrong.is_empty(),
+            "{mode:?}: {} e.g. {:?}",
+            wrong.len(),
+            wrong.first()
+        );
+        assert!(
+            flows.values().all(|f| !f.partial),
+            "{mode:?}: every path complete"
         );
     }
 }
