@@ -1,6 +1,10 @@
 //! A simulation file (`intscope sim --topology FILE.toml`, `intscope demo --topology`): the
-//! fabric, the traffic mix and a fault timeline in seconds. The built-in default shows every
-//! fault kind within a minute.
+//! fabric (`[topology]`), the traffic mix (`[mix]`, with `burst_packets` for bursty traffic
+//! within the links' capacity), a fault timeline in seconds (`[[fault]]`, `kind = "link-down"`,
+//! `"silent-drop"`, ...) and the report network between fabric and collector (`[delivery]`:
+//! `loss`, `duplicate`, `reorder` shares, `reorder_depth`, `seed`). The built-in default shows
+//! every fault kind within a minute; `examples/sim-xd-clean.toml` and `sim-xd-faults.toml` are
+//! the 8-leaf, 4-spine, 400-flow fabric of issue #16.
 
 use crate::fabric::{Delivery, Fault, MixShape, Scheduled, SimConfig, Xorshift};
 use crate::topology::Topology;
