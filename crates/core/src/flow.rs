@@ -413,9 +413,11 @@ pub type Link = ((u32, u32), (u32, u32));
 /// INT-MD paths (consecutive hops) and from per-hop reports of one packet (the next hop's
 /// ingress timestamp follows this hop's egress timestamp within the link delay); a link is
 /// duplex, so either direction teaches both. A port with a peer is a fabric port; a hop that
-/// entered by another port is a path's first, one that left by another its last. A report of
-/// a missing hop could pair the wrong ports: each port keeps its peer by majority, so the
-/// links seen on every packet outvote such a pairing.
+/// entered by another port is a path's first, one that left by another its last. A lost report
+/// of the hop between two others pairs them as if linked; such a pairing spans that hop and
+/// both links, so it has a longer gap (next ingress after this egress) than the link itself: a
+/// port keeps the peer with the shortest gap seen (within a slack for serialization), and among
+/// pairings of about the same gap the one seen most.
 #[derive(Debug, Default)]
 pub struct LinkTable {
     peers: rustc_hash::FxHashMap<(u32, u32), Peer>,
@@ -431,6 +433,8 @@ pub struct LinkTable {
 struct Peer {
     at: (u32, u32),
     votes: u8,
+    /// Shortest gap seen between this port's egress and the peer's ingress timestamps, ns.
+    gap_ns: u64,
 }
 
 /// Most (node, port) ends a shard's [`LinkTable`] holds (32 K links), and most edge ports.
@@ -476,24 +480,45 @@ impl LinkTable {
         self.peers.is_empty()
     }
 
-    /// Counts one sighting of link `a` → `b` (and so `b` → `a`).
-    pub fn learn(&mut self, (a, b): Link) {
+    /// Counts one sighting of link `a` → `b` (and so `b` → `a`) whose packet took `gap_ns` from
+    /// `a`'s egress timestamp to `b`'s ingress timestamp.
+    pub fn learn(&mut self, (a, b): Link, gap_ns: u64) {
         if a == b {
             return;
         }
-        self.vote(a, b);
-        self.vote(b, a);
+        self.vote(a, b, gap_ns);
+        self.vote(b, a, gap_ns);
     }
 
-    fn vote(&mut self, from: (u32, u32), to: (u32, u32)) {
+    fn vote(&mut self, from: (u32, u32), to: (u32, u32), gap_ns: u64) {
         let full = self.peers.len() >= MAX_LINK_PORTS;
+        let new = Peer {
+            at: to,
+            votes: 1,
+            gap_ns,
+        };
         match self.peers.get_mut(&from) {
-            Some(p) if p.at == to => p.votes = p.votes.saturating_add(1).min(16),
-            Some(p) if p.votes > 1 => p.votes -= 1,
-            Some(p) => *p = Peer { at: to, votes: 1 },
+            Some(p) if p.at == to => {
+                p.votes = p.votes.saturating_add(1).min(16);
+                p.gap_ns = p.gap_ns.min(gap_ns);
+            }
+            Some(p) => {
+                // Serialization of the packet varies a link's gap; another hop and link add
+                // more than that.
+                let slack = p.gap_ns.min(gap_ns) / 2 + 100;
+                if gap_ns.saturating_add(slack) < p.gap_ns {
+                    *p = new;
+                } else if gap_ns > p.gap_ns.saturating_add(slack) {
+                    // A pairing over a hop whose report was lost.
+                } else if p.votes > 1 {
+                    p.votes -= 1;
+                } else {
+                    *p = new;
+                }
+            }
             None if full => self.unlearned += 1,
             None => {
-                self.peers.insert(from, Peer { at: to, votes: 1 });
+                self.peers.insert(from, new);
             }
         }
     }
@@ -510,9 +535,10 @@ impl LinkTable {
                 }
             }
         }
+        // A stack is one packet's: its links are certain (no gap can beat them).
         for w in path.windows(2) {
             if let (Some(out), Some(into)) = (w[0].egress_if, w[1].ingress_if) {
-                self.learn(((w[0].node_id, out), (w[1].node_id, into)));
+                self.learn(((w[0].node_id, out), (w[1].node_id, into)), 0);
             }
         }
     }
@@ -527,7 +553,7 @@ impl LinkTable {
 /// reports came, so that a packet's reports are all in whatever order they arrived.
 fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: u64) {
     let same_packet = |a: &Card, b: &Card| a.packet == 0 || b.packet == 0 || a.packet == b.packet;
-    // The closest `b` whose ingress follows `a`'s egress within a link's delay.
+    // The closest `b` whose ingress follows `a`'s egress within a link's delay, and the gap.
     let next = |a: &Card| {
         let egress = a.hop.egress_ts()?;
         cards
@@ -536,18 +562,19 @@ fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: 
             .filter_map(|b| Some((b.hop.ingress_ts()?.checked_sub(egress)?, b)))
             .filter(|(gap, _)| *gap <= link_delay_max_ns)
             .min_by_key(|(gap, _)| *gap)
-            .map(|(_, b)| b)
     };
     for a in cards.iter().filter(|c| c.fresh) {
         let succ = next(a);
-        let pred = cards.iter().find(|b| {
-            b.hop.node_id != a.hop.node_id && next(b).is_some_and(|n| std::ptr::eq(n, a))
+        let pred = cards.iter().find_map(|b| {
+            let (gap, n) = next(b).filter(|_| b.hop.node_id != a.hop.node_id)?;
+            std::ptr::eq(n, a).then_some((gap, b))
         });
-        for (x, y) in [(Some(a), succ), (pred, Some(a))] {
-            if let (Some(x), Some(y)) = (x, y)
-                && let (Some(out), Some(into)) = (x.hop.egress_if(), y.hop.ingress_if())
-            {
-                links.learn(((x.hop.node_id, out), (y.hop.node_id, into)));
+        for (gap, x, y) in [succ.map(|(g, b)| (g, a, b)), pred.map(|(g, b)| (g, b, a))]
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(out), Some(into)) = (x.hop.egress_if(), y.hop.ingress_if()) {
+                links.learn(((x.hop.node_id, out), (y.hop.node_id, into)), gap);
             }
         }
         match (pred, succ) {
@@ -1425,21 +1452,34 @@ mod tests {
     }
 
     #[test]
-    fn a_link_seen_on_every_packet_outvotes_a_pairing_from_a_lost_report() {
+    fn the_real_neighbour_outvotes_a_pairing_over_a_lost_report() {
         let mut links = LinkTable::default();
-        // Spine 101's report lost: leaf 1's and leaf 2's paired as if linked.
-        links.learn(((1, 5), (2, 5)));
+        // Spine 101's report lost: leaf 1's and leaf 2's paired as if linked. Its gap spans
+        // the spine (1 µs) and two links (500 ns each).
+        links.learn(((1, 5), (2, 5)), 2_000);
         assert_eq!(links.peer((1, 5)), Some((2, 5)));
-        for _ in 0..3 {
-            links.learn(((1, 5), (101, 1)));
-        }
-        assert_eq!(links.peer((1, 5)), Some((101, 1)));
-        links.learn(((1, 5), (2, 5)));
+        links.learn(((1, 5), (101, 1)), 500);
         assert_eq!(
             links.peer((1, 5)),
             Some((101, 1)),
-            "one stray pairing does not flip it"
+            "a shorter gap is the neighbour"
         );
+        for _ in 0..20 {
+            links.learn(((1, 5), (2, 5)), 2_000);
+        }
+        assert_eq!(
+            links.peer((1, 5)),
+            Some((101, 1)),
+            "pairings over a hop never flip it"
+        );
+        // Pairings of about the same gap: the one seen most.
+        links.learn(((7, 1), (8, 1)), 500);
+        links.learn(((7, 1), (8, 1)), 500);
+        links.learn(((7, 1), (9, 1)), 600);
+        assert_eq!(links.peer((7, 1)), Some((8, 1)));
+        links.learn(((7, 1), (9, 1)), 600);
+        links.learn(((7, 1), (9, 1)), 600);
+        assert_eq!(links.peer((7, 1)), Some((9, 1)));
     }
 
     #[test]
@@ -1505,7 +1545,7 @@ mod tests {
         join(&mut f, &mut links);
         // Another flow taught leaf 1's uplink 6 to spine 102; this flow's next packet goes
         // there, and spine 102 never reports it.
-        links.learn(((1, 6), (102, 1)));
+        links.learn(((1, 6), (102, 1)), 500);
         add(&mut f, 100 * MS, card(1, 1, 6, 100 * MS));
         let j = join(&mut f, &mut links);
         let Joined::Partial(_, Some((at, seen))) = j else {

@@ -46,12 +46,13 @@ pub struct PostcardConfig {
 }
 
 impl Default for PostcardConfig {
-    /// Links up to 5 µs (a few hundred metres of fibre and PTP's offset), silent drops after 3 s
-    /// (three of SD-Fabric's report intervals).
+    /// Links up to 5 µs (a few hundred metres of fibre and PTP's offset), silent drops after 5 s
+    /// (five of SD-Fabric's report intervals: a healthy hop whose reports are lost now and
+    /// then is not taken for one that stopped seeing the flow).
     fn default() -> Self {
         PostcardConfig {
             link_delay_max_ns: 5_000,
-            silent_drop_ns: 3_000_000_000,
+            silent_drop_ns: 5_000_000_000,
         }
     }
 }
