@@ -523,6 +523,24 @@ impl LinkTable {
         }
     }
 
+    /// Whether `path` is a chain of the links known now, from an edge port to an edge port: a
+    /// path joined before a link was learned right (a lost or filtered report paired two hops
+    /// over a third) is not, and its correction is no change of the flow's path.
+    pub fn holds(&self, path: &[PathHop]) -> bool {
+        let (Some(first), Some(last)) = (path.first(), path.last()) else {
+            return false;
+        };
+        let edge = |n: u32, p: Option<u32>| p.is_some_and(|p| self.is_edge((n, p)));
+        edge(first.node_id, first.ingress_if)
+            && edge(last.node_id, last.egress_if)
+            && path.windows(2).all(|w| {
+                let (Some(out), Some(into)) = (w[0].egress_if, w[1].ingress_if) else {
+                    return false;
+                };
+                self.peer((w[0].node_id, out)) == Some((w[1].node_id, into))
+            })
+    }
+
     /// Learns the links between consecutive hops of a complete path, and its ends.
     pub fn learn_path(&mut self, path: &[PathHop]) {
         if let (Some(first), Some(last)) = (path.first(), path.last()) {
@@ -569,7 +587,9 @@ fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: 
             let (gap, n) = next(b).filter(|_| b.hop.node_id != a.hop.node_id)?;
             std::ptr::eq(n, a).then_some((gap, b))
         });
-        for (gap, x, y) in [succ.map(|(g, b)| (g, a, b)), pred.map(|(g, b)| (g, b, a))]
+        // A pair of fresh reports is counted once, as the first one's successor.
+        let pred_link = pred.filter(|(_, b)| !b.fresh).map(|(g, b)| (g, b, a));
+        for (gap, x, y) in [succ.map(|(g, b)| (g, a, b)), pred_link]
             .into_iter()
             .flatten()
         {
@@ -1480,6 +1500,28 @@ mod tests {
         links.learn(((7, 1), (9, 1)), 600);
         links.learn(((7, 1), (9, 1)), 600);
         assert_eq!(links.peer((7, 1)), Some((9, 1)));
+    }
+
+    #[test]
+    fn a_path_joined_over_a_link_learned_wrong_no_longer_holds() {
+        let mut links = LinkTable::default();
+        for _ in 0..EDGE_SIGHTINGS {
+            links.edge((1, 1));
+            links.edge((2, 3));
+        }
+        let hop = |node, i, e| PathHop {
+            node_id: node,
+            ingress_if: Some(i),
+            egress_if: Some(e),
+        };
+        let short = [hop(1, 1, 5), hop(2, 5, 3)];
+        let whole = [hop(1, 1, 5), hop(101, 1, 2), hop(2, 5, 3)];
+        links.learn(((1, 5), (2, 5)), 2_000);
+        assert!(links.holds(&short) && !links.holds(&whole));
+        links.learn(((1, 5), (101, 1)), 500);
+        links.learn(((101, 2), (2, 5)), 500);
+        assert!(links.holds(&whole) && !links.holds(&short));
+        assert!(!links.holds(&whole[..2]), "spine 101's port 2 is no edge");
     }
 
     #[test]

@@ -193,6 +193,10 @@ impl FlowShard {
             Joined::Complete(chain) => {
                 let hops: Vec<_> = chain.iter().map(|(h, _)| *h).collect();
                 let before = Arc::clone(&flow.path);
+                if !flow.path_partial && !self.links.holds(&before) {
+                    // Joined over a link learned wrong since: a correction, not a change.
+                    flow.path_partial = true;
+                }
                 change = flow.observe_joined_path(now, &hops, &mut self.paths);
                 flow.observe_latency(now, &hops);
                 if !Arc::ptr_eq(&before, &flow.path) {

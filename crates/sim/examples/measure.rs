@@ -59,12 +59,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::net::IpAddr::V6(_) => None,
     };
     let mut wrong = Vec::new();
+    let mut changed = Vec::new();
     let mut partial = 0;
     let mut flows = 0;
     let mut changes = 0;
     for f in s.flows() {
         flows += 1;
         changes += f.path_changes;
+        if f.path_changes > 0 && changed.len() < 3 {
+            let history: Vec<String> = f
+                .path_history()
+                .map(|(t, p)| {
+                    format!(
+                        "{t}: {:?}",
+                        p.iter()
+                            .map(|h| (h.node_id, h.ingress_if, h.egress_if))
+                            .collect::<Vec<_>>()
+                    )
+                })
+                .collect();
+            changed.push(format!(
+                "{}->{} {history:?}",
+                f.key.src_ip(),
+                f.key.dst_ip()
+            ));
+        }
         partial += usize::from(f.path_partial);
         let ids: Vec<u32> = f.path.iter().map(|h| h.node_id).collect();
         let right = ids.len() == 3
@@ -80,6 +99,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .map(|(k, v)| (format!("{k:?}"), *v))
         .collect();
+    let examples = |kind: &str| -> Vec<serde_json::Value> {
+        s.events()
+            .iter()
+            .filter(|e| format!("{:?}", e.kind) == kind)
+            .take(3)
+            .map(|e| {
+                serde_json::json!({
+                    "time_ns": e.time_ns, "node": e.node_id, "port": e.port,
+                    "flow": e.flow.map(|f| format!("{}->{}", f.src_ip(), f.dst_ip())),
+                    "evidence": e.evidence.to_json(),
+                })
+            })
+            .collect()
+    };
     let st = &fabric.stats;
     let out = serde_json::json!({
         "mode": format!("{mode:?}"),
@@ -95,6 +128,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "flows_on_a_wrong_path": wrong.len(),
         "flows_on_a_partial_path": partial,
         "wrong_examples": wrong.iter().take(5).collect::<Vec<_>>(),
+        "path_change_examples": examples("PathChange"),
+        "changed_flows": changed,
+        "drop_examples": examples("Drop"),
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())

@@ -288,6 +288,42 @@ fn fault_free_xd_and_mx_raise_no_path_changes() {
     }
 }
 
+/// A fifth of the reports lost: reports of the hop between two others go missing often, and
+/// what remains must still not pair them as linked — no path change, no flow on a wrong path.
+#[test]
+fn a_fifth_of_reports_lost_moves_no_path() {
+    let until = 1_000;
+    let traffic = flows(until * MS);
+    let delivery = Delivery {
+        loss: 0.2,
+        seed: 5,
+        ..Delivery::default()
+    };
+    for mode in [Mode::Xd, Mode::Mx] {
+        let (fabric, c) = run(sim_config(mode, delivery.clone()), &traffic, &[], until);
+        assert!(fabric.stats.reports_lost > 1_000, "{:?}", fabric.stats);
+        let ev = events(&c, EventKind::PathChange);
+        assert!(
+            ev.is_empty(),
+            "{mode:?}: {} e.g. {:?}",
+            ev.len(),
+            ev.first()
+        );
+        let flows = seen(&c);
+        assert!(flows.values().all(|f| f.changes == 0), "{mode:?}");
+        let wrong: Vec<_> = on_a_wrong_path(&flows)
+            .into_iter()
+            .filter(|w| !w.ends_with("partial=true"))
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{mode:?}: {} e.g. {:?}",
+            wrong.len(),
+            wrong.first()
+        );
+    }
+}
+
 /// A failed link moves the flows it carried — and, as ECMP rehashes over the spines left, some
 /// others between the same leaves: exactly those MD's stacks show moving, each once.
 #[test]
