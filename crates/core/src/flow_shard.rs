@@ -1,7 +1,8 @@
 //! One shard of the flows' state: each flow's path (complete stacks at once; INT-XD / INT-MX
 //! per-hop reports joined by the fabric's links a window after they arrive, intermediate heads
-//! within a window), its latency, path-change and silent-drop detection. A flow belongs to one shard ([`flow_shard`], from its key's hash), so its reports
-//! are correlated in order by one thread at a time while other shards' flows proceed in parallel.
+//! within a window), its latency, path-change and silent-drop detection. A flow belongs to one
+//! shard ([`flow_shard`], from its key's hash), so its reports are correlated in order by one
+//! thread at a time while other shards' flows proceed in parallel.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -199,9 +200,6 @@ impl FlowShard {
                 }
                 change = flow.observe_joined_path(now, &hops, &mut self.paths);
                 flow.observe_latency(now, &hops);
-                if !Arc::ptr_eq(&before, &flow.path) {
-                    self.links.learn_path(&flow.path);
-                }
                 silent = chain
                     .windows(2)
                     .find(|w| w[0].1 >= w[1].1.saturating_add(silent_ns))
