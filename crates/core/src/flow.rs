@@ -622,7 +622,7 @@ pub enum Joined {
     Complete(Vec<(Hop, u64)>),
     /// The reports do not make a whole path (yet): the hops as far as they go, in the order the
     /// nodes first reported the flow, and the hop after which a known link leads to a node that
-    /// never reported it (with when that hop last did).
+    /// never reported it (with how long that hop has reported the flow leaving by that port).
     Partial(Vec<Hop>, Option<(Hop, u64)>),
 }
 
@@ -1066,7 +1066,7 @@ impl FlowState {
                     Some(_) => break false,
                     None => {
                         if cards.iter().all(|c| c.hop.node_id != node) {
-                            broken = Some((cur.hop, cur.seen_ns));
+                            broken = Some((cur.hop, cur.seen_ns - cur.since_ns));
                         }
                         break false;
                     }
@@ -1590,10 +1590,15 @@ mod tests {
         links.learn(((1, 6), (102, 1)), 500);
         add(&mut f, 100 * MS, card(1, 1, 6, 100 * MS));
         let j = join(&mut f, &mut links);
-        let Joined::Partial(_, Some((at, seen))) = j else {
+        let Joined::Partial(_, Some((at, sending))) = j else {
             panic!("{j:?}")
         };
-        assert_eq!((at.node_id, at.egress_if(), seen), (1, Some(6), 100 * MS));
+        assert_eq!((at.node_id, at.egress_if(), sending), (1, Some(6), 0));
+        add(&mut f, 900 * MS, card(1, 1, 6, 900 * MS));
+        let Joined::Partial(_, Some((_, sending))) = join(&mut f, &mut links) else {
+            panic!()
+        };
+        assert_eq!(sending, 800 * MS, "since it first left by port 6");
     }
 
     proptest::proptest! {

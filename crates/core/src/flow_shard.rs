@@ -40,7 +40,8 @@ pub struct PostcardConfig {
     /// same packet (link delay plus clock offset), ns: what pairs two reports into a link.
     pub link_delay_max_ns: u64,
     /// A silent drop: a node keeps reporting a flow this long after the next node of its path
-    /// last did (or, never having seen it there, since the flow began), ns. Longer than a
+    /// last did (or, the next node never having seen it, since the node first sent it that
+    /// way), ns. Longer than a
     /// switch's report filter interval (SD-Fabric: 1 s), which is how long a healthy next hop
     /// may go without reporting.
     pub silent_drop_ns: u64,
@@ -210,8 +211,10 @@ impl FlowShard {
             }
             Joined::Partial(hops, broken) => {
                 flow.observe_joined_partial(now, &hops, &mut self.paths);
+                // Never seen at the next hop while this one kept sending there: for as long
+                // as it has sent the flow that way (a path that just moved waits).
                 silent = broken
-                    .filter(|(_, seen)| *seen >= flow.first_seen_ns.saturating_add(silent_ns))
+                    .filter(|(_, sending)| *sending >= silent_ns)
                     .map(|(h, _)| h);
             }
         }

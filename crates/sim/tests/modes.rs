@@ -343,10 +343,10 @@ fn a_failed_link_moves_the_flows_md_sees_moving_and_no_others() {
             std::slice::from_ref(&down),
             until,
         );
-        let events = events(&c, EventKind::PathChange);
-        (seen(&c), events)
+        let changes = events(&c, EventKind::PathChange);
+        (seen(&c), changes, c)
     };
-    let (md, md_events) = run_in(Mode::Md);
+    let (md, md_events, _) = run_in(Mode::Md);
     let moved: Vec<_> = md
         .iter()
         .filter(|(_, f)| f.changes > 0)
@@ -363,7 +363,7 @@ fn a_failed_link_moves_the_flows_md_sees_moving_and_no_others() {
         "the flows over the link are among them"
     );
     for mode in [Mode::Xd, Mode::Mx] {
-        let (got, ev) = run_in(mode);
+        let (got, ev, c) = run_in(mode);
         for (k, f) in &got {
             assert_eq!(
                 f.history, md[k].history,
@@ -375,6 +375,12 @@ fn a_failed_link_moves_the_flows_md_sees_moving_and_no_others() {
             ev.len(),
             md_events.len(),
             "{mode:?}: one event per moved flow"
+        );
+        let drops = events(&c, EventKind::Drop);
+        assert!(
+            drops.is_empty(),
+            "{mode:?}: a moved flow is no silent drop: {:?}",
+            drops.first()
         );
         for e in &ev {
             let old = e.evidence.to_json()["old_path"][1]["node_id"].as_u64();
