@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use intscope_node::Mode;
-use intscope_sim::{Fabric, Scenario, SimConfig, mix};
+use intscope_sim::{Fabric, Scenario, mix};
 
 /// INT mode flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -90,11 +90,7 @@ fn fabric(args: &FabricArgs) -> Result<Fabric> {
         bail!("--duration must be positive");
     }
     let sc = scenario(args.topology.as_ref())?;
-    let mut f = Fabric::new(SimConfig {
-        topology: sc.topology.clone(),
-        mode: args.mode.into(),
-        ..SimConfig::default()
-    })?;
+    let mut f = Fabric::new(sc.sim_config(args.mode.into()))?;
     let end = (args.duration * 1e9) as u64;
     for flow in mix(f.topology(), sc.flows, sc.seed, end, &sc.mix) {
         f.add_flow(flow);

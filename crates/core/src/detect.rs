@@ -29,6 +29,8 @@ pub struct DetectConfig {
     /// A flow without a report for this long leaves the live state (its summary stays in the
     /// store), so memory holds the active flows, not every flow ever seen.
     pub flow_idle_ns: u64,
+    /// INT-XD / INT-MX: joining per-hop reports into paths, and silent drops.
+    pub postcards: crate::flow_shard::PostcardConfig,
 }
 
 impl Default for DetectConfig {
@@ -45,6 +47,7 @@ impl Default for DetectConfig {
             join_window_ns: 100_000_000,
             episode_quiet_ns: 50_000_000,
             flow_idle_ns: 600_000_000_000,
+            postcards: crate::flow_shard::PostcardConfig::default(),
         }
     }
 }

@@ -373,14 +373,260 @@ fn prefetch_lines<T>(value: &T) {
 /// any, so they live behind one pointer.
 #[derive(Debug, Clone, Default)]
 struct Joins {
-    /// INT-XD / INT-MX per-hop reports waiting to be joined into a path: (order key, time, hop).
-    pending: Vec<(u64, u64, Hop)>,
+    /// INT-XD / INT-MX: the latest per-hop report of each node on the flow's way (at most
+    /// [`MAX_CARDS`]), joined into a path by the fabric's links ([`FlowState::join_cards`]).
+    cards: Vec<Card>,
+    /// A join of the cards is due, at `due_ns`.
+    queued: bool,
+    due_ns: u64,
+    /// The shard's queue of joins holds an entry for this flow (one at most).
+    in_queue: bool,
+    /// The node a silent drop was raised at, until the next hop sees the flow again.
+    silent_at: Option<u32>,
     /// Heads of paths from intermediate reports (I bit), waiting for the report of the rest:
     /// (time, hops).
     heads: VecDeque<(u64, Vec<Hop>)>,
 }
 
-/// A flow's state, kept small (576 bytes): its long history goes to the store as
+/// One node's latest per-hop report of a flow (INT-XD postcard, INT-MX report).
+#[derive(Debug, Clone, Copy)]
+struct Card {
+    hop: Hop,
+    /// The packet's [`crate::record::Record::packet_fp`] (0: unknown).
+    packet: u32,
+    /// Report time of this report.
+    seen_ns: u64,
+    /// Report time of the node's first report of the flow through these ports.
+    since_ns: u64,
+    /// Reported since the last join.
+    fresh: bool,
+}
+
+/// Per-hop reports a flow keeps, one per node: longer paths than this are not joined whole (the
+/// card seen longest ago makes room).
+pub const MAX_CARDS: usize = 16;
+
+/// A directed fabric link learned from the reports: (node, egress port) to (node, ingress port).
+pub type Link = ((u32, u32), (u32, u32));
+
+/// The fabric's links as the reports showed them, one peer per (node, port). Learned from
+/// INT-MD paths (consecutive hops) and from per-hop reports of one packet (the next hop's
+/// ingress timestamp follows this hop's egress timestamp within the link delay); a link is
+/// duplex, so either direction teaches both. A port with a peer is a fabric port; a hop that
+/// entered by another port is a path's first, one that left by another its last. A lost report
+/// of the hop between two others pairs them as if linked; such a pairing spans that hop and
+/// both links, so it has a longer gap (next ingress after this egress) than the link itself: a
+/// port keeps the peer with the shortest gap seen (within a slack for serialization), and among
+/// pairings of about the same gap the one seen most.
+#[derive(Debug, Default)]
+pub struct LinkTable {
+    peers: rustc_hash::FxHashMap<(u32, u32), Peer>,
+    /// Ports seen where a packet entered or left the fabric (the first hop of its reports, or
+    /// the last), with how often: a port without a peer is an edge port after
+    /// [`EDGE_SIGHTINGS`] (a lost report of a neighbour makes a stray one).
+    edges: rustc_hash::FxHashMap<(u32, u32), u8>,
+    /// Links not learned because the table was full ([`MAX_LINK_PORTS`]).
+    pub unlearned: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    at: (u32, u32),
+    votes: u8,
+    /// Shortest gap seen between this port's egress and the peer's ingress timestamps, ns.
+    gap_ns: u64,
+}
+
+/// Most (node, port) ends a shard's [`LinkTable`] holds (32 K links), and most edge ports.
+pub const MAX_LINK_PORTS: usize = 65_536;
+
+/// Sightings that make a port with no learned link an edge port.
+pub const EDGE_SIGHTINGS: u8 = 2;
+
+impl LinkTable {
+    /// The (node, ingress port) that (node, egress port) `from` leads to.
+    pub fn peer(&self, from: (u32, u32)) -> Option<(u32, u32)> {
+        self.peers.get(&from).map(|p| p.at)
+    }
+
+    /// Whether `port` of a node is a fabric port (has a learned peer).
+    pub fn is_fabric_port(&self, at: (u32, u32)) -> bool {
+        self.peers.contains_key(&at)
+    }
+
+    /// Whether packets enter or leave the fabric by this port of a node: seen so, and no link
+    /// learned on it.
+    pub fn is_edge(&self, at: (u32, u32)) -> bool {
+        !self.peers.contains_key(&at) && self.edges.get(&at).is_some_and(|&n| n >= EDGE_SIGHTINGS)
+    }
+
+    /// Counts one sighting of a packet entering or leaving the fabric by this port.
+    pub fn edge(&mut self, at: (u32, u32)) {
+        if self.edges.len() >= MAX_LINK_PORTS && !self.edges.contains_key(&at) {
+            self.unlearned += 1;
+            return;
+        }
+        let n = self.edges.entry(at).or_insert(0);
+        *n = n.saturating_add(1);
+    }
+
+    /// Ends held.
+    pub fn len(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Whether no link is known.
+    pub fn is_empty(&self) -> bool {
+        self.peers.is_empty()
+    }
+
+    /// Counts one sighting of link `a` → `b` (and so `b` → `a`) whose packet took `gap_ns` from
+    /// `a`'s egress timestamp to `b`'s ingress timestamp.
+    pub fn learn(&mut self, (a, b): Link, gap_ns: u64) {
+        if a == b {
+            return;
+        }
+        self.vote(a, b, gap_ns);
+        self.vote(b, a, gap_ns);
+    }
+
+    fn vote(&mut self, from: (u32, u32), to: (u32, u32), gap_ns: u64) {
+        let full = self.peers.len() >= MAX_LINK_PORTS;
+        let new = Peer {
+            at: to,
+            votes: 1,
+            gap_ns,
+        };
+        match self.peers.get_mut(&from) {
+            Some(p) if p.at == to => {
+                p.votes = p.votes.saturating_add(1).min(16);
+                p.gap_ns = p.gap_ns.min(gap_ns);
+            }
+            Some(p) => {
+                // Serialization of the packet varies a link's gap; another hop and link add
+                // more than that.
+                let slack = p.gap_ns.min(gap_ns) / 2 + 100;
+                if gap_ns.saturating_add(slack) < p.gap_ns {
+                    *p = new;
+                } else if gap_ns > p.gap_ns.saturating_add(slack) {
+                    // A pairing over a hop whose report was lost.
+                } else if p.votes > 1 {
+                    p.votes -= 1;
+                } else {
+                    *p = new;
+                }
+            }
+            None if full => self.unlearned += 1,
+            None => {
+                self.peers.insert(from, new);
+            }
+        }
+    }
+
+    /// Whether `path` is a chain of the links known now, from an edge port to an edge port: a
+    /// path joined before a link was learned right (a lost or filtered report paired two hops
+    /// over a third) is not, and its correction is no change of the flow's path.
+    pub fn holds(&self, path: &[PathHop]) -> bool {
+        let (Some(first), Some(last)) = (path.first(), path.last()) else {
+            return false;
+        };
+        let edge = |n: u32, p: Option<u32>| p.is_some_and(|p| self.is_edge((n, p)));
+        edge(first.node_id, first.ingress_if)
+            && edge(last.node_id, last.egress_if)
+            && path.windows(2).all(|w| {
+                let (Some(out), Some(into)) = (w[0].egress_if, w[1].ingress_if) else {
+                    return false;
+                };
+                self.peer((w[0].node_id, out)) == Some((w[1].node_id, into))
+            })
+    }
+
+    /// Learns the links between consecutive hops of a complete path, and its ends.
+    pub fn learn_path(&mut self, path: &[PathHop]) {
+        if let (Some(first), Some(last)) = (path.first(), path.last()) {
+            for _ in 0..EDGE_SIGHTINGS {
+                if let Some(p) = first.ingress_if {
+                    self.edge((first.node_id, p));
+                }
+                if let Some(p) = last.egress_if {
+                    self.edge((last.node_id, p));
+                }
+            }
+        }
+        // A stack is one packet's: its links are certain (no gap can beat them).
+        for w in path.windows(2) {
+            if let (Some(out), Some(into)) = (w[0].egress_if, w[1].ingress_if) {
+                self.learn(((w[0].node_id, out), (w[1].node_id, into)), 0);
+            }
+        }
+    }
+}
+
+/// Pairs the reports that arrived since the last join with the flow's other reports of the same
+/// packet — the same fingerprint, and the next hop's ingress timestamp within
+/// `link_delay_max_ns` after this hop's egress timestamp (INT v2.1 §"INT-XD": every node on the
+/// way reports the packet's metadata itself) — and teaches `links` what the pairs show: a link
+/// between consecutive hops; a packet's first hop (a successor, no predecessor) entered by an
+/// edge port, its last (a predecessor, no successor) left by one. Run a window after the
+/// reports came, so that a packet's reports are all in whatever order they arrived.
+fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: u64) {
+    let same_packet = |a: &Card, b: &Card| a.packet == 0 || b.packet == 0 || a.packet == b.packet;
+    // The closest `b` whose ingress follows `a`'s egress within a link's delay, and the gap.
+    let next = |a: &Card| {
+        let egress = a.hop.egress_ts()?;
+        cards
+            .iter()
+            .filter(|b| b.hop.node_id != a.hop.node_id && same_packet(a, b))
+            .filter_map(|b| Some((b.hop.ingress_ts()?.checked_sub(egress)?, b)))
+            .filter(|(gap, _)| *gap <= link_delay_max_ns)
+            .min_by_key(|(gap, _)| *gap)
+    };
+    for a in cards.iter().filter(|c| c.fresh) {
+        let succ = next(a);
+        let pred = cards.iter().find_map(|b| {
+            let (gap, n) = next(b).filter(|_| b.hop.node_id != a.hop.node_id)?;
+            std::ptr::eq(n, a).then_some((gap, b))
+        });
+        // A pair of fresh reports is counted once, as the first one's successor.
+        let pred_link = pred.filter(|(_, b)| !b.fresh).map(|(g, b)| (g, b, a));
+        for (gap, x, y) in [succ.map(|(g, b)| (g, a, b)), pred_link]
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(out), Some(into)) = (x.hop.egress_if(), y.hop.ingress_if()) {
+                links.learn(((x.hop.node_id, out), (y.hop.node_id, into)), gap);
+            }
+        }
+        match (pred, succ) {
+            (None, Some(_)) => {
+                if let Some(ingress) = a.hop.ingress_if() {
+                    links.edge((a.hop.node_id, ingress));
+                }
+            }
+            (Some(_), None) => {
+                if let Some(egress) = a.hop.egress_if() {
+                    links.edge((a.hop.node_id, egress));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What the per-hop reports of a flow say about its path ([`FlowState::join_cards`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Joined {
+    /// A chain of at least two hops from a first hop (entered by a port that is no fabric link)
+    /// to a last (left by one that is none), each the link's peer of the one before, and no
+    /// other recent report: the flow's path, with when each hop last reported it.
+    Complete(Vec<(Hop, u64)>),
+    /// The reports do not make a whole path (yet): the hops as far as they go, in the order the
+    /// nodes first reported the flow, and the hop after which a known link leads to a node that
+    /// never reported it (with how long that hop has reported the flow leaving by that port).
+    Partial(Vec<Hop>, Option<(Hop, u64)>),
+}
+
+/// A flow's state, kept small/// A flow's state, kept small (576 bytes): its long history goes to the store as
 /// per-interval aggregates ([`FlowInterval`]), memory keeps only the last few samples.
 ///
 /// `repr(C)` keeps the declared order: the path (whose pointer also marks an occupied slab slot)
@@ -633,25 +879,8 @@ impl FlowState {
     /// all on it, in order — is no change.
     pub fn observe_path(&mut self, now: u64, path: &[Hop], paths: &mut PathTable) -> Option<Path> {
         let was_partial = std::mem::replace(&mut self.path_partial, false);
-        let same = self.path.len() == path.len()
-            && self
-                .path
-                .iter()
-                .zip(path)
-                .all(|(a, b)| *a == PathHop::from(b));
-        if same {
-            return None;
-        }
-        let new = paths.intern(path);
-        let completed = was_partial && on_path(self.path.iter().copied(), &new);
-        let old = std::mem::replace(&mut self.path, new);
-        let old_since = std::mem::replace(&mut self.path_since_ns, now);
-        if !old.is_empty() {
-            if self.earlier_paths.len() == PATH_HISTORY - 1 {
-                self.earlier_paths.pop_front();
-            }
-            self.earlier_paths.push_back((old_since, Arc::clone(&old)));
-        }
+        let old = self.replace_path(now, path, paths)?;
+        let completed = was_partial && on_path(old.iter().copied(), &self.path);
         if old.is_empty() || completed {
             return None;
         }
@@ -687,19 +916,6 @@ impl FlowState {
         self.joins.as_ref().map_or(0, |j| j.heads.len())
     }
 
-    /// Per-hop reports waiting to be joined.
-    pub fn pending_hops(&self) -> usize {
-        self.joins.as_ref().map_or(0, |j| j.pending.len())
-    }
-
-    /// Whether the window of the pending per-hop reports has passed at `now`.
-    pub fn join_due(&self, now: u64, window_ns: u64) -> bool {
-        self.joins
-            .as_ref()
-            .and_then(|j| j.pending.first())
-            .is_some_and(|(_, t, _)| now.saturating_sub(*t) > window_ns)
-    }
-
     /// Keeps an intermediate report's hops (INT v2.1 §"MTU Settings": a transit hop without room
     /// reported the stack so far and removed it) until the report of the rest of the path. A
     /// head that starts where the flow's path starts is a new packet's; one that starts further
@@ -730,34 +946,219 @@ impl FlowState {
         joins.heads.pop_front().map(|(_, h)| h)
     }
 
-    /// Adds a per-hop report (INT-XD postcard, INT-MX report) to the path being joined. Returns the
-    /// joined path when the previous packet's hops are complete: the window since the first
-    /// pending hop has passed, or this node already reported for it.
-    pub fn join_hop(&mut self, now: u64, hop: Hop, window_ns: u64) -> Option<Vec<Hop>> {
-        let done = self.join_due(now, window_ns)
-            || self
-                .joins
-                .as_ref()
-                .is_some_and(|j| j.pending.iter().any(|(_, _, h)| h.node_id == hop.node_id));
-        let joined = if done { Some(self.take_joined()) } else { None };
-        // Hops of one packet are ordered by their ingress timestamps when they carry them, else by
-        // arrival at the collector.
-        self.joins()
-            .pending
-            .push((hop.ingress_ts().unwrap_or(now), now, hop));
-        joined
+    /// Whether a join of the per-hop reports is scheduled and `node` already reported since the
+    /// last one: its new report is of a later packet, so the reports before it are joined first
+    /// (unfiltered postcards come for every packet; this joins them packet by packet).
+    pub fn join_before(&self, node: u32) -> bool {
+        self.joins
+            .as_ref()
+            .is_some_and(|j| j.queued && j.cards.iter().any(|c| c.hop.node_id == node && c.fresh))
     }
 
-    /// The pending hops as a path, in hop order.
-    pub fn take_joined(&mut self) -> Vec<Hop> {
+    /// When the scheduled join of the per-hop reports is due, if one is.
+    pub fn join_due_ns(&self) -> Option<u64> {
+        self.joins.as_ref().filter(|j| j.queued).map(|j| j.due_ns)
+    }
+
+    /// The deadline of the flow is taken from the shard's queue; returns when its join is due
+    /// if not yet at `now` (the flow is then queued again with it).
+    pub fn requeue_join(&mut self, now: u64) -> Option<u64> {
+        let j = self.joins.as_mut()?;
+        j.in_queue = j.queued && j.due_ns > now;
+        j.in_queue.then_some(j.due_ns)
+    }
+
+    /// Per-hop reports held for joining (one per node).
+    pub fn pending_hops(&self) -> usize {
+        self.joins.as_ref().map_or(0, |j| j.cards.len())
+    }
+
+    /// Keeps a per-hop report (INT-XD postcard, INT-MX report) of `hop` seen at `now`, of the
+    /// packet with fingerprint `packet` ([`crate::record::Record::packet_fp`]): the node's
+    /// latest. Returns whether the shard is to queue the flow for its join, due a window
+    /// (`window_ns`) after the first report since the last join.
+    pub fn add_card(&mut self, now: u64, hop: Hop, packet: u32, window_ns: u64) -> bool {
+        let joins = self.joins();
+        match joins
+            .cards
+            .iter_mut()
+            .find(|c| c.hop.node_id == hop.node_id)
+        {
+            Some(c) => {
+                let same_ports = PathHop::from(&c.hop) == PathHop::from(&hop);
+                *c = Card {
+                    hop,
+                    packet,
+                    seen_ns: now,
+                    since_ns: if same_ports { c.since_ns } else { now },
+                    fresh: true,
+                };
+            }
+            None => {
+                if joins.cards.len() == MAX_CARDS
+                    && let Some(oldest) =
+                        (0..joins.cards.len()).min_by_key(|&i| joins.cards[i].seen_ns)
+                {
+                    joins.cards.swap_remove(oldest);
+                }
+                joins.cards.push(Card {
+                    hop,
+                    packet,
+                    seen_ns: now,
+                    since_ns: now,
+                    fresh: true,
+                });
+            }
+        }
+        if !std::mem::replace(&mut joins.queued, true) {
+            joins.due_ns = now.saturating_add(window_ns).saturating_add(1);
+        }
+        !std::mem::replace(&mut joins.in_queue, true)
+    }
+
+    /// The cards as a path, by the fabric's links ([`Joined`]); clears the scheduled join.
+    /// Reports of nodes off a complete chain that are older than its newest report by more than
+    /// `window_ns` are of a path the flow left, and are forgotten; newer ones make the join
+    /// [`Joined::Partial`] (the new path is not whole yet).
+    pub fn join_cards(
+        &mut self,
+        links: &mut LinkTable,
+        link_delay_max_ns: u64,
+        window_ns: u64,
+    ) -> Joined {
         let Some(joins) = self.joins.as_mut() else {
-            return Vec::new();
+            return Joined::Partial(Vec::new(), None);
         };
-        // Sorted in place and emptied, not replaced: the next packet's hops reuse the space.
-        joins.pending.sort_by_key(|(k, t, _)| (*k, *t));
-        let path = joins.pending.iter().map(|(_, _, h)| *h).collect();
-        joins.pending.clear();
-        path
+        joins.queued = false;
+        learn_from_packets(&joins.cards, links, link_delay_max_ns);
+        for c in &mut joins.cards {
+            c.fresh = false;
+        }
+        let links = &*links;
+        let cards = &joins.cards;
+        let mut broken = None;
+        let mut chain: Vec<usize> = Vec::with_capacity(cards.len());
+        for start in 0..cards.len() {
+            let first = &cards[start].hop;
+            let Some(ingress) = first.ingress_if() else {
+                continue;
+            };
+            if !links.is_edge((first.node_id, ingress)) {
+                continue;
+            }
+            chain.clear();
+            chain.push(start);
+            let complete = loop {
+                let cur = &cards[chain[chain.len() - 1]];
+                let Some(egress) = cur.hop.egress_if() else {
+                    break false;
+                };
+                let Some((node, port)) = links.peer((cur.hop.node_id, egress)) else {
+                    // The path ends where the packets leave the fabric; a port not known
+                    // either way may be a link not learned yet.
+                    break links.is_edge((cur.hop.node_id, egress));
+                };
+                let next = cards
+                    .iter()
+                    .position(|c| c.hop.node_id == node && c.hop.ingress_if() == Some(port));
+                match next {
+                    Some(n) if !chain.contains(&n) && chain.len() < MAX_CARDS => chain.push(n),
+                    Some(_) => break false,
+                    None => {
+                        if cards.iter().all(|c| c.hop.node_id != node) {
+                            broken = Some((cur.hop, cur.seen_ns - cur.since_ns));
+                        }
+                        break false;
+                    }
+                }
+            };
+            // One hop alone is no evidence: before any of its ports' links are learned every
+            // hop looks like a whole path (a flow within one switch stays partial).
+            if !complete || chain.len() < 2 {
+                continue;
+            }
+            let newest = chain.iter().map(|&i| cards[i].seen_ns).max().unwrap_or(0);
+            let fresh_elsewhere = (0..cards.len()).any(|i| {
+                !chain.contains(&i) && cards[i].seen_ns.saturating_add(window_ns) > newest
+            });
+            if fresh_elsewhere {
+                continue;
+            }
+            let path = chain
+                .iter()
+                .map(|&i| (cards[i].hop, cards[i].seen_ns))
+                .collect();
+            let mut keep = vec![false; cards.len()];
+            for &i in &chain {
+                keep[i] = true;
+            }
+            let mut k = keep.iter();
+            joins.cards.retain(|_| k.next().copied().unwrap_or(true));
+            return Joined::Complete(path);
+        }
+        let mut order: Vec<&Card> = cards.iter().collect();
+        order.sort_by_key(|c| (c.since_ns, c.hop.ingress_ts().unwrap_or(0), c.seen_ns));
+        Joined::Partial(order.iter().map(|c| c.hop).collect(), broken)
+    }
+
+    /// Whether a silent drop was raised for this flow at a node whose next hop has not seen the
+    /// flow since; `at` marks (or with `None` clears) it. Returns whether it was marked before.
+    pub fn mark_silent(&mut self, at: Option<u32>) -> Option<u32> {
+        match (self.joins.as_mut(), at) {
+            (Some(j), _) => std::mem::replace(&mut j.silent_at, at),
+            (None, None) => None,
+            (None, Some(_)) => std::mem::replace(&mut self.joins().silent_at, at),
+        }
+    }
+
+    /// Records a path joined from per-hop reports: a complete one replaces a partial (or no)
+    /// path without counting as a change; between complete paths it is compared as
+    /// [`FlowState::observe_path`] does. Returns the previous path if it changed.
+    pub fn observe_joined_path(
+        &mut self,
+        now: u64,
+        path: &[Hop],
+        paths: &mut PathTable,
+    ) -> Option<Path> {
+        if self.path_partial || self.path.is_empty() {
+            self.path_partial = false;
+            self.replace_path(now, path, paths);
+            return None;
+        }
+        self.observe_path(now, path, paths)
+    }
+
+    /// Shows a partial path joined from per-hop reports while no complete one is known: never a
+    /// change.
+    pub fn observe_joined_partial(&mut self, now: u64, path: &[Hop], paths: &mut PathTable) {
+        if (self.path_partial || self.path.is_empty()) && !path.is_empty() {
+            self.replace_path(now, path, paths);
+            self.path_partial = true;
+        }
+    }
+
+    /// Makes `path` the current one (the old one goes to the history); returns the old one if
+    /// they differ.
+    fn replace_path(&mut self, now: u64, path: &[Hop], paths: &mut PathTable) -> Option<Path> {
+        let same = self.path.len() == path.len()
+            && self
+                .path
+                .iter()
+                .zip(path)
+                .all(|(a, b)| *a == PathHop::from(b));
+        if same {
+            return None;
+        }
+        let new = paths.intern(path);
+        let old = std::mem::replace(&mut self.path, new);
+        let old_since = std::mem::replace(&mut self.path_since_ns, now);
+        if !old.is_empty() {
+            if self.earlier_paths.len() == PATH_HISTORY - 1 {
+                self.earlier_paths.pop_front();
+            }
+            self.earlier_paths.push_back((old_since, Arc::clone(&old)));
+        }
+        Some(old)
     }
 
     /// Records latencies of a report's path.
@@ -989,6 +1390,215 @@ mod tests {
             None,
             "another hash, another bucket"
         );
+    }
+
+    /// A postcard of `node`, in by `ingress`, out by `egress`, at the hop's ingress time `at`
+    /// (1 µs through the switch).
+    fn card(node: u32, ingress: u32, egress: u32, at: u64) -> Hop {
+        Hop::at(node)
+            .with_interfaces(Some(ingress), Some(egress))
+            .with_hop_latency(Some(1000))
+            .with_timestamps(Some(at), Some(at + 1000))
+    }
+
+    /// Adds a card at report time `now` (no fingerprint: timestamps alone pair reports).
+    fn add(f: &mut FlowState, now: u64, hop: Hop) {
+        f.add_card(now, hop, 0, 10 * MS);
+    }
+
+    fn join(f: &mut FlowState, links: &mut LinkTable) -> Joined {
+        f.join_cards(links, 5_000, 10 * MS)
+    }
+
+    fn nodes(j: &Joined) -> Vec<u32> {
+        match j {
+            Joined::Complete(c) => c.iter().map(|(h, _)| h.node_id).collect(),
+            Joined::Partial(p, _) => p.iter().map(|h| h.node_id).collect(),
+        }
+    }
+
+    const MS: u64 = 1_000_000;
+
+    /// One packet over leaf 1 (host port 1 to uplink 5), spine 101 (port 1 to 2), leaf 2
+    /// (uplink 5 to host port 3), entering at `t`, reported at `now`, in any order.
+    fn packet(f: &mut FlowState, now: u64, t: u64) {
+        add(f, now, card(2, 5, 3, t + 3_000));
+        add(f, now + 1, card(1, 1, 5, t));
+        add(f, now + 2, card(101, 1, 2, t + 1_500));
+    }
+
+    #[test]
+    fn postcards_of_one_packet_teach_the_links_that_join_later_ones() {
+        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
+        packet(&mut f, 10, 0);
+        let j = join(&mut f, &mut links);
+        assert_eq!(links.peer((1, 5)), Some((101, 1)));
+        assert_eq!(links.peer((101, 2)), Some((2, 5)));
+        assert_eq!(links.peer((2, 5)), Some((101, 2)), "links are duplex");
+        assert!(!links.is_fabric_port((1, 1)) && !links.is_fabric_port((2, 3)));
+        assert!(matches!(j, Joined::Partial(..)), "edges seen once: {j:?}");
+        packet(&mut f, 100 * MS, 100 * MS);
+        let j = join(&mut f, &mut links);
+        assert!(links.is_edge((1, 1)) && links.is_edge((2, 3)) && !links.is_edge((1, 5)));
+        assert!(matches!(j, Joined::Complete(_)), "{j:?}");
+        assert_eq!(nodes(&j), [1, 101, 2]);
+        // A second later only leaf 2 reports (a filter: its latency stepped): the other hops'
+        // latest reports still make the path, in link order, not report order.
+        add(&mut f, 1_000 * MS, card(2, 5, 3, 1_000 * MS));
+        let j = join(&mut f, &mut links);
+        assert_eq!(nodes(&j), [1, 101, 2]);
+        let Joined::Complete(chain) = j else { panic!() };
+        assert_eq!(chain[2].1, 1_000 * MS, "with when each hop last reported");
+    }
+
+    #[test]
+    fn reports_of_other_packets_never_pair() {
+        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
+        // A burst: the sink's report of one packet, 400 ns later the source's of another, its
+        // ingress timestamp right after the first one's egress.
+        f.add_card(0, card(2, 5, 3, 3_000), 7, 10 * MS);
+        f.add_card(1, card(1, 1, 5, 4_400), 8, 10 * MS);
+        join(&mut f, &mut links);
+        assert!(links.is_empty(), "different fingerprints");
+        // The same packet's report from spine 101 pairs with its source's.
+        f.add_card(2, card(101, 1, 2, 5_900), 8, 10 * MS);
+        join(&mut f, &mut links);
+        assert_eq!(links.peer((1, 5)), Some((101, 1)));
+        assert_eq!(
+            links.peer((101, 2)),
+            None,
+            "the sink's report is another packet's"
+        );
+    }
+
+    #[test]
+    fn the_real_neighbour_outvotes_a_pairing_over_a_lost_report() {
+        let mut links = LinkTable::default();
+        // Spine 101's report lost: leaf 1's and leaf 2's paired as if linked. Its gap spans
+        // the spine (1 µs) and two links (500 ns each).
+        links.learn(((1, 5), (2, 5)), 2_000);
+        assert_eq!(links.peer((1, 5)), Some((2, 5)));
+        links.learn(((1, 5), (101, 1)), 500);
+        assert_eq!(
+            links.peer((1, 5)),
+            Some((101, 1)),
+            "a shorter gap is the neighbour"
+        );
+        for _ in 0..20 {
+            links.learn(((1, 5), (2, 5)), 2_000);
+        }
+        assert_eq!(
+            links.peer((1, 5)),
+            Some((101, 1)),
+            "pairings over a hop never flip it"
+        );
+        // Pairings of about the same gap: the one seen most.
+        links.learn(((7, 1), (8, 1)), 500);
+        links.learn(((7, 1), (8, 1)), 500);
+        links.learn(((7, 1), (9, 1)), 600);
+        assert_eq!(links.peer((7, 1)), Some((8, 1)));
+        links.learn(((7, 1), (9, 1)), 600);
+        links.learn(((7, 1), (9, 1)), 600);
+        assert_eq!(links.peer((7, 1)), Some((9, 1)));
+    }
+
+    #[test]
+    fn a_path_joined_over_a_link_learned_wrong_no_longer_holds() {
+        let mut links = LinkTable::default();
+        for _ in 0..EDGE_SIGHTINGS {
+            links.edge((1, 1));
+            links.edge((2, 3));
+        }
+        let hop = |node, i, e| PathHop {
+            node_id: node,
+            ingress_if: Some(i),
+            egress_if: Some(e),
+        };
+        let short = [hop(1, 1, 5), hop(2, 5, 3)];
+        let whole = [hop(1, 1, 5), hop(101, 1, 2), hop(2, 5, 3)];
+        links.learn(((1, 5), (2, 5)), 2_000);
+        assert!(links.holds(&short) && !links.holds(&whole));
+        links.learn(((1, 5), (101, 1)), 500);
+        links.learn(((101, 2), (2, 5)), 500);
+        assert!(links.holds(&whole) && !links.holds(&short));
+        assert!(!links.holds(&whole[..2]), "spine 101's port 2 is no edge");
+    }
+
+    #[test]
+    fn a_moved_flow_joins_once_its_new_hops_reported_and_forgets_the_old() {
+        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
+        packet(&mut f, 0, 0);
+        join(&mut f, &mut links);
+        packet(&mut f, 10 * MS, 10 * MS);
+        assert_eq!(nodes(&join(&mut f, &mut links)), [1, 101, 2]);
+        // Leaf 1 now sends over spine 102 (uplink 6): until spine 102 and leaf 2 reported the
+        // packet, the path is not whole.
+        let t = 500 * MS;
+        add(&mut f, t, card(1, 1, 6, t));
+        let j = join(&mut f, &mut links);
+        assert!(matches!(j, Joined::Partial(..)), "{j:?}");
+        add(&mut f, t + 1, card(102, 1, 2, t + 1_500));
+        add(&mut f, t + 2, card(2, 6, 3, t + 3_000));
+        let j = join(&mut f, &mut links);
+        assert!(matches!(j, Joined::Complete(_)), "{j:?}");
+        assert_eq!(nodes(&j), [1, 102, 2]);
+        assert_eq!(
+            f.pending_hops(),
+            3,
+            "spine 101's report was of the old path"
+        );
+    }
+
+    #[test]
+    fn hops_without_known_links_are_never_a_complete_path() {
+        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
+        // No timestamps: nothing pairs the reports, every hop looks like a path's first and
+        // last.
+        for (k, node) in [1u32, 101, 2].into_iter().enumerate() {
+            add(
+                &mut f,
+                k as u64,
+                Hop::at(node).with_interfaces(Some(1), Some(2)),
+            );
+        }
+        let j = join(&mut f, &mut links);
+        assert!(matches!(j, Joined::Partial(..)), "{j:?}");
+        assert_eq!(
+            nodes(&j),
+            [1, 101, 2],
+            "in the order the nodes first reported"
+        );
+        // Much later one node alone reports: still no path of one hop.
+        add(
+            &mut f,
+            1_000 * MS,
+            Hop::at(101).with_interfaces(Some(1), Some(2)),
+        );
+        assert!(matches!(join(&mut f, &mut links), Joined::Partial(..)));
+        assert_eq!(f.pending_hops(), 3);
+    }
+
+    #[test]
+    fn a_fresh_report_off_the_chain_waits_and_a_missing_hop_is_named() {
+        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
+        packet(&mut f, 0, 0);
+        join(&mut f, &mut links);
+        packet(&mut f, 10 * MS, 10 * MS);
+        join(&mut f, &mut links);
+        // Another flow taught leaf 1's uplink 6 to spine 102; this flow's next packet goes
+        // there, and spine 102 never reports it.
+        links.learn(((1, 6), (102, 1)), 500);
+        add(&mut f, 100 * MS, card(1, 1, 6, 100 * MS));
+        let j = join(&mut f, &mut links);
+        let Joined::Partial(_, Some((at, sending))) = j else {
+            panic!("{j:?}")
+        };
+        assert_eq!((at.node_id, at.egress_if(), sending), (1, Some(6), 0));
+        add(&mut f, 900 * MS, card(1, 1, 6, 900 * MS));
+        let Joined::Partial(_, Some((_, sending))) = join(&mut f, &mut links) else {
+            panic!()
+        };
+        assert_eq!(sending, 800 * MS, "since it first left by port 6");
     }
 
     proptest::proptest! {

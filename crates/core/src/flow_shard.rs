@@ -1,7 +1,8 @@
 //! One shard of the flows' state: each flow's path (complete stacks at once; INT-XD / INT-MX
-//! per-hop reports and intermediate heads joined within a window), its latency, and path-change
-//! detection. A flow belongs to one shard ([`flow_shard`], from its key's hash), so its reports
-//! are correlated in order by one thread at a time while other shards' flows proceed in parallel.
+//! per-hop reports joined by the fabric's links a window after they arrive, intermediate heads
+//! within a window), its latency, path-change and silent-drop detection. A flow belongs to one
+//! shard ([`flow_shard`], from its key's hash), so its reports are correlated in order by one
+//! thread at a time while other shards' flows proceed in parallel.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -14,10 +15,52 @@ use crate::detect::DetectConfig;
 use crate::event::{EventKind, EventLog, Place, Raiser};
 use crate::evidence::Evidence;
 use crate::fabric::{FlowSeen, excess, spread};
-use crate::flow::{FlowState, FlowTable, Path, PathTable};
+use crate::flow::{FlowState, FlowTable, Joined, LinkTable, Path, PathTable};
 use crate::id_table::Cutoff;
 use crate::record::Record;
 use crate::state::Limits;
+
+/// Joining INT-XD postcards and INT-MX reports into paths (`[detect.postcards]`).
+///
+/// Per-hop reports of one flow come from each node separately, and with SD-Fabric's report
+/// filters each node reports different packets at different times (a flow once a second, or
+/// when its ports or latency change). So a flow keeps each node's latest report, and a window
+/// (`join_window_ns`) after reports arrive they are chained into a path by the fabric's links:
+/// from the hop that entered by a port with no fabric link, over each link to the node that
+/// reported the flow entering by its far end, to the hop that left by a port with no link. Links
+/// are learned from INT-MD paths and from reports of one packet at two nodes (Telemetry Report
+/// v2.0 §"Individual Report Main Contents": each report carries the hop's metadata, here its
+/// ports and ingress / egress timestamps). Only a complete chain is compared with the flow's
+/// path; anything else is a partial path, shown while no complete one is known and never a
+/// change. Switch clocks are taken to agree within `link_delay_max_ns` (PTP).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PostcardConfig {
+    /// Most time from one hop's egress timestamp to the next hop's ingress timestamp of the
+    /// same packet (link delay plus clock offset), ns: what pairs two reports into a link.
+    pub link_delay_max_ns: u64,
+    /// A silent drop: a node keeps reporting a flow this long after the next node of its path
+    /// last did (or, the next node never having seen it, since the node first sent it that
+    /// way), ns. Longer than a
+    /// switch's report filter interval (SD-Fabric: 1 s), which is how long a healthy next hop
+    /// may go without reporting.
+    pub silent_drop_ns: u64,
+}
+
+impl Default for PostcardConfig {
+    /// Links up to 5 µs (a few hundred metres of fibre and PTP's offset), silent drops after 5 s
+    /// (five of SD-Fabric's report intervals: a healthy hop whose reports are lost now and
+    /// then is not taken for one that stopped seeing the flow).
+    fn default() -> Self {
+        PostcardConfig {
+            link_delay_max_ns: 5_000,
+            silent_drop_ns: 5_000_000_000,
+        }
+    }
+}
+
+/// The drop reason name of a silent drop (no switch reported it; see [`PostcardConfig`]).
+pub const SILENT_DROP: &str = "silent";
 
 /// The shard of `n` that owns the flow whose key hashes to `hash` ([`crate::flow::key_hash`]).
 #[inline]
@@ -40,8 +83,11 @@ pub struct FlowShard {
     flow_ids: Vec<(u64, FlowKey)>,
     /// Flows changed since the last store flush.
     pub dirty_flows: Vec<FlowKey>,
-    /// Flows with per-hop reports waiting to be joined: (deadline, flow).
+    /// Flows with per-hop reports waiting to be joined: (deadline, flow). One entry per flow
+    /// at most (a flow is queued again only once its entry left), so bounded by the flows.
     pending_joins: VecDeque<(u64, FlowKey)>,
+    /// The fabric's links, learned from the paths and per-hop reports of this shard's flows.
+    pub links: LinkTable,
     /// Report time of the next look for idle flows.
     next_idle_sweep_ns: u64,
     /// Flows that left memory after `flow_idle_ns` without a report.
@@ -94,7 +140,6 @@ impl FlowShard {
         if now >= self.next_idle_sweep_ns {
             self.expire_idle_flows(now);
         }
-        let window = self.cfg.join_window_ns;
         while let Some(&(deadline, key)) = self.pending_joins.front() {
             if deadline > now {
                 break;
@@ -103,16 +148,94 @@ impl FlowShard {
             let Some(flow) = self.flows.get_mut(&key) else {
                 continue;
             };
-            if !flow.join_due(now, window) {
-                continue;
+            // A join run early (a node reported the next packet) leaves its entry; the join
+            // scheduled since is due later.
+            if let Some(due) = flow.requeue_join(now) {
+                self.pending_joins.push_back((due, key));
+            } else if flow.join_due_ns().is_some() {
+                self.join(now, key, log);
             }
-            let path = flow.take_joined();
-            let change = flow.observe_partial_path(now, &path, &mut self.paths);
-            flow.observe_latency(now, &path);
-            let id = flow.id;
-            if let Some(old) = change {
-                self.path_changed(now, key, id, old, log);
+        }
+    }
+
+    /// Keeps a flow's per-hop report for its next join, after joining those before it if it is
+    /// of a later packet (`join_before`).
+    fn add_postcard(
+        &mut self,
+        now: u64,
+        key: FlowKey,
+        hop: crate::record::Hop,
+        packet: u32,
+        join_before: bool,
+        log: &Mutex<EventLog>,
+    ) {
+        if join_before {
+            self.join(now, key, log);
+        }
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let window = self.cfg.join_window_ns;
+        if flow.add_card(now, hop, packet, window) {
+            self.pending_joins.push_back((now + window + 1, key));
+        }
+    }
+
+    /// Joins a flow's per-hop reports into its path ([`PostcardConfig`]), and looks for a silent
+    /// drop along it: a node that keeps reporting the flow while the next one does not.
+    fn join(&mut self, now: u64, key: FlowKey, log: &Mutex<EventLog>) {
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let silent_ns = self.cfg.postcards.silent_drop_ns;
+        let silent;
+        let mut change = None;
+        let link_delay = self.cfg.postcards.link_delay_max_ns;
+        match flow.join_cards(&mut self.links, link_delay, self.cfg.join_window_ns) {
+            Joined::Complete(chain) => {
+                let hops: Vec<_> = chain.iter().map(|(h, _)| *h).collect();
+                let before = Arc::clone(&flow.path);
+                if !flow.path_partial && !self.links.holds(&before) {
+                    // Joined over a link learned wrong since: a correction, not a change.
+                    flow.path_partial = true;
+                }
+                change = flow.observe_joined_path(now, &hops, &mut self.paths);
+                flow.observe_latency(now, &hops);
+                silent = chain
+                    .windows(2)
+                    .find(|w| w[0].1 >= w[1].1.saturating_add(silent_ns))
+                    .map(|w| w[0].0);
+                if silent.is_none() {
+                    flow.mark_silent(None);
+                }
             }
+            Joined::Partial(hops, broken) => {
+                flow.observe_joined_partial(now, &hops, &mut self.paths);
+                // Never seen at the next hop while this one kept sending there: for as long
+                // as it has sent the flow that way (a path that just moved waits).
+                silent = broken
+                    .filter(|(_, sending)| *sending >= silent_ns)
+                    .map(|(h, _)| h);
+            }
+        }
+        let id = flow.id;
+        let raise = silent.filter(|h| flow.mark_silent(Some(h.node_id)) != Some(h.node_id));
+        if let Some(old) = change {
+            self.path_changed(now, key, id, old, log);
+        }
+        if let Some(at) = raise {
+            // The packets left `at` by this port and never reached the next hop.
+            let place = Place {
+                node: Some(at.node_id),
+                port: at.egress_if(),
+                queue: None,
+                flow: Some((key, id)),
+            };
+            self.raiser
+                .raise(log, now, EventKind::Drop, place, || Evidence::Drop {
+                    drop_reason: None,
+                    drop_reason_name: Some(SILENT_DROP),
+                });
         }
     }
 
@@ -151,6 +274,7 @@ impl FlowShard {
         // Complete paths (INT-MD stacks, v0.5/v1.0 stacks) say which way the flow went at once;
         // per-hop reports (INT-XD postcards, INT-MX) from different nodes are joined first.
         let mut change = None;
+        let mut postcard = None;
         let mut head_hops = 0;
         let head = if r.intermediate || flow.waiting_heads() == 0 {
             None
@@ -176,26 +300,28 @@ impl FlowShard {
             if r.path_truncated || r.dropped || r.drop_reason.is_some() {
                 change = flow.observe_partial_path(now, hops, paths);
             } else {
+                let before = Arc::as_ptr(&flow.path);
                 change = flow.observe_path(now, hops, paths);
                 flow.observe_latency(now, hops);
+                if !std::ptr::eq(before, Arc::as_ptr(&flow.path)) {
+                    // A new path (rare): its links join per-hop reports.
+                    self.links.learn_path(&flow.path);
+                }
             }
         } else if let [hop] = r.hops() {
-            let joined = flow.join_hop(now, *hop, self.cfg.join_window_ns);
-            if flow.pending_hops() == 1 {
-                // A new packet's hops: join them when the window passes, even if the flow's next
-                // packet never comes.
-                self.pending_joins
-                    .push_back((now + self.cfg.join_window_ns + 1, key));
-            }
-            if let Some(path) = joined {
-                change = flow.observe_partial_path(now, &path, paths);
-                flow.observe_latency(now, &path);
+            // An INT-XD postcard or INT-MX report: one node's view, joined with the others' a
+            // window later. A dropped packet's report says where it died, not where it goes.
+            if !(r.dropped || r.drop_reason.is_some()) {
+                postcard = Some((*hop, r.packet_fp, flow.join_before(hop.node_id)));
             }
         } else {
             flow.observe_latency(now, r.hops());
         }
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
+        }
+        if let Some((hop, packet, join_before)) = postcard {
+            self.add_postcard(now, key, hop, packet, join_before, log);
         }
         // `flow_ids` holds one entry per flow, and its length is at hand.
         if self.flow_ids.len() > self.max_flows {

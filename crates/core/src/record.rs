@@ -3,13 +3,14 @@
 //! each hop's ports, latency and queue. Built on the zero-copy `intscope-wire` decoders; the
 //! record is reused between reports so decoding does not allocate.
 
-use intscope_wire::int::IntHeader;
+use intscope_wire::int::{AnyShim, IntHeader};
 use intscope_wire::locate::{DetectConfig, FlowKey, Packet, Start};
 use intscope_wire::metadata::{Format, HopView, Stack};
 use intscope_wire::report::{
     GROUP_LEN, INDIVIDUAL_LEN, InType, IndividualHeaderRepr, IndividualReport, IntMainRepr, Report,
     TLV_LEN, TlvHeaderRepr,
 };
+use intscope_wire::shim::Shim;
 use intscope_wire::warning::Warning;
 use intscope_wire::{Error, IntBlock, Layer};
 
@@ -270,6 +271,18 @@ pub struct Record {
     pub drop_reason: Option<u8>,
     /// The original packet's flow.
     pub flow: Option<FlowKey>,
+    /// The report's copy of the packet ends before the original L4 ports (Telemetry Report
+    /// v2.0 §"Individual Report Main Contents": the packet is "truncated ... to a configured
+    /// length"): `flow` has ports 0, 0 — the flow's addresses and protocol, ports unknown —
+    /// rather than ports taken from the INT encapsulation's UDP header or from bytes past the end.
+    pub flow_partial: bool,
+    /// A fingerprint of the reported packet that every hop sees alike (0: none): the IPv4
+    /// identification and the first [`FINGERPRINT_BYTES`] bytes from the L4 header on (ports,
+    /// checksum, TCP sequence numbers, the start of the payload), hashed. Per-hop reports of one
+    /// packet (INT-XD, INT-MX: no hop changes those bytes) carry the same one, so it tells two
+    /// packets of a flow apart when their timestamps would pair them. Not computed for reports
+    /// with an INT-MD stack, which every hop changes (and which need no joining).
+    pub packet_fp: u32,
     /// IP TTL / hop limit of the reported packet as the reporting node saw it.
     pub ip_ttl: Option<u8>,
     /// E bit of the embedded INT-MD header: the hop limit was reached.
@@ -301,6 +314,8 @@ impl Default for Record {
             intermediate: false,
             drop_reason: None,
             flow: None,
+            flow_partial: false,
+            packet_fp: 0,
             ip_ttl: None,
             hop_limit_exceeded: false,
             mtu_exceeded: false,
@@ -350,6 +365,8 @@ impl Record {
             intermediate,
             drop_reason,
             flow,
+            flow_partial,
+            packet_fp,
             ip_ttl,
             hop_limit_exceeded,
             mtu_exceeded,
@@ -361,7 +378,8 @@ impl Record {
         } = self;
         (*t, *v, *node_id, *hw_id, *seq) = (time_ns, version, 0, 0, 0);
         (*dropped, *congested, *tracked, *intermediate) = (false, false, false, false);
-        (*drop_reason, *flow, *ip_ttl) = (None, None, None);
+        (*drop_reason, *flow, *ip_ttl, *flow_partial) = (None, None, None, false);
+        *packet_fp = 0;
         (*hop_limit_exceeded, *mtu_exceeded, *path_truncated) = (false, false, false);
         (*int_hops, *hop_count) = (0, 0);
         *first_in_datagram = true;
@@ -795,12 +813,26 @@ fn fill_inner(
 ) -> bool {
     let mut p = Packet::new(bytes);
     if p.locate(start, cfg).is_err() {
-        // A truncated packet too short for its L4 header still tells the IP layer.
+        // A truncated packet too short for its L4 header still tells the IP layer; ports read
+        // so far are the packet's only if no INT encapsulation came after them.
         record.flow = p.flow;
+        if p.l4.is_none()
+            || p.int.is_some()
+            || p.l4.is_some_and(|l4| cfg.is_int_udp_port(l4.dst_port))
+        {
+            mark_ports_unknown(record);
+        }
         return p.ip.is_some();
     }
-    if let Some((_, block)) = &p.int {
-        push_stack(record, block);
+    match &p.int {
+        Some((at, block)) => {
+            push_stack(record, block);
+            if matches!(block.header, IntHeader::Mx(_)) {
+                // What follows the INT-MX block: the original L4 header (NPT=2) or payload.
+                record.packet_fp = fingerprint(bytes, &p, at + block.len);
+            }
+        }
+        None => record.packet_fp = p.l4.map_or(0, |l4| fingerprint(bytes, &p, l4.offset)),
     }
     record.ip_ttl = p.ip.map(|ip| ip.ttl);
     // After the stack walk, and straight from the chosen field: read right after `locate` wrote
@@ -810,7 +842,51 @@ fn fill_inner(
         _ => &p.flow,
     };
     record.flow = *flow;
+    if mode == FlowKeyMode::Outer || p.inner_flow.is_none() {
+        // INT v2.1 §"INT over TCP/UDP", NPT=2: the original L4 header follows the INT block;
+        // a copy cut before its ports leaves the INT UDP header's in the key.
+        if let Some((at, block)) = &p.int
+            && let AnyShim::V2(Shim::TcpUdp(shim)) = block.shim
+            && shim.npt == 2
+            && matches!(shim.ip_proto(), 6 | 17)
+            && bytes.len().saturating_sub(at + block.len) < 4
+        {
+            mark_ports_unknown(record);
+        }
+    }
     p.ip.is_some()
+}
+
+/// Bytes from the L4 header on that [`Record::packet_fp`] covers: a UDP header and 16 bytes of
+/// what follows, a TCP header's ports, sequence and acknowledgement numbers — within any report
+/// truncation that keeps the L4 header.
+pub const FINGERPRINT_BYTES: usize = 24;
+
+/// [`Record::packet_fp`] of a located packet, over the IPv4 identification and the bytes from
+/// `from` on (FNV-1a; 0 is kept for "none").
+#[inline(never)]
+fn fingerprint(bytes: &[u8], p: &Packet<'_>, from: usize) -> u32 {
+    let mut h = 0x811c_9dc5u32;
+    let mut mix = |b: &[u8]| {
+        for &x in b {
+            h = (h ^ u32::from(x)).wrapping_mul(0x0100_0193);
+        }
+    };
+    if let Some(ip) = p.ip.filter(|ip| ip.version == 4) {
+        mix(bytes.get(ip.offset + 4..ip.offset + 6).unwrap_or(&[]));
+    }
+    let end = from.saturating_add(FINGERPRINT_BYTES).min(bytes.len());
+    mix(bytes.get(from..end).unwrap_or(&[]));
+    h.max(1)
+}
+
+/// The record's flow without its ports, marked partial ([`Record::flow_partial`]).
+#[cold]
+fn mark_ports_unknown(record: &mut Record) {
+    if let Some(f) = &mut record.flow {
+        (f.src_port, f.dst_port) = (0, 0);
+        record.flow_partial = true;
+    }
 }
 
 fn push_stack(record: &mut Record, block: &IntBlock<'_>) {
@@ -944,5 +1020,78 @@ mod tests {
         );
         let flow = record.flow.unwrap();
         assert_eq!((flow.src_port, flow.dst_port), (1111, 2222));
+    }
+
+    /// A TCP flow carried in INT over a new UDP header (INT v2.1 §"INT over TCP/UDP", NPT=2),
+    /// reported with the copy cut after `keep` bytes of its TCP header: the INT UDP header's
+    /// ports are not the flow's.
+    fn npt2_report(keep: usize) -> Vec<u8> {
+        let tcp = "0d05 01bb 00000001 00000000 5010ffff 00000000";
+        let tcp = hex::decode(tcp.replace(' ', "")).unwrap();
+        // Shim: type 1 (MD), NPT 2, 4 words, IP protocol 6; MD header (Hop ML 1, node ID
+        // only), one hop (node 5).
+        let int = "18040006 20000107 80000000 00000000 00000005";
+        let int = hex::decode(int.replace(' ', "")).unwrap();
+        let udp_len = 8 + int.len() + tcp.len();
+        let ip = format!(
+            "4500{:04x} 00000000 40110000 0a000101 0a000303 0457 4568 {udp_len:04x} 0000",
+            20 + udp_len
+        );
+        let mut frame =
+            hex::decode(format!("000000000002 000000000001 0800 {ip}").replace(' ', "")).unwrap();
+        frame.extend_from_slice(&int);
+        frame.extend_from_slice(&tcp[..keep]);
+        // Padded to whole words (Report Length counts words): padding after a cut looks like
+        // packet bytes, so the cuts tested leave fewer than four bytes in all.
+        let words = (8 + frame.len()).div_ceil(4);
+        frame.resize((words - 2) * 4, 0);
+        // Group header: version 2, sequence 1, node 5.
+        let mut out = hex::decode("2000000100000005").unwrap();
+        // Individual report: RepType 1, InType 3 (Ethernet), length in words, no metadata.
+        out.extend_from_slice(&[0x13, words as u8, 0, 0x10]);
+        out.extend_from_slice(&[0; 8]);
+        out.extend_from_slice(&frame);
+        out
+    }
+
+    #[test]
+    fn ports_past_the_truncation_are_unknown_not_invented() {
+        let cfg = DetectConfig {
+            int_udp_ports: vec![0x4568],
+            truncated: true,
+            ..DetectConfig::default()
+        };
+        let decode = |keep| {
+            let mut record = Record::default();
+            let mut got = None;
+            decode_datagram(
+                &npt2_report(keep),
+                1,
+                &cfg,
+                FlowKeyMode::Innermost,
+                &mut record,
+                |r| {
+                    got = Some((r.flow.unwrap(), r.flow_partial));
+                },
+            )
+            .unwrap();
+            got.unwrap()
+        };
+        let (whole, partial) = decode(20);
+        assert_eq!(
+            (whole.proto, whole.src_port, whole.dst_port, partial),
+            (6, 3333, 443, false)
+        );
+        for keep in [0, 1, 2] {
+            let (cut, partial) = decode(keep);
+            assert_eq!(
+                (cut.proto, cut.src_port, cut.dst_port, partial),
+                (6, 0, 0, true),
+                "cut after {keep} bytes of TCP: not the INT UDP ports"
+            );
+            assert_eq!((cut.src, cut.dst), (whole.src, whole.dst));
+        }
+        let (four, partial) = decode(4);
+        assert_eq!((four.src_port, four.dst_port, partial), (3333, 443, false));
     }
 }

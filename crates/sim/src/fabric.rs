@@ -88,6 +88,15 @@ pub enum Fault {
         /// The MTU.
         mtu: usize,
     },
+    /// A bad cable between a leaf and a spine: every packet crossing it, either way, is lost
+    /// without a drop report, while routing still uses the link (no switch noticed). Only the
+    /// per-hop reports of INT-XD / INT-MX show it: the flow is seen before the link, never after.
+    SilentDrop {
+        /// Leaf.
+        leaf: u32,
+        /// Spine (1-based).
+        spine: u32,
+    },
     /// A routing loop: the spine sends `dst_leaf` traffic to `leaf`, which sends it back.
     Loop {
         /// Spine (1-based).
@@ -132,6 +141,9 @@ pub struct FlowSpec {
     pub start_ns: u64,
     /// No packet after this, ns.
     pub end_ns: u64,
+    /// Packets sent back to back (at the host's line rate) in each burst, the gap after a burst
+    /// keeping the mean rate at `pps`; 1: evenly spaced packets.
+    pub burst: u32,
 }
 
 /// What the fabric runs.
@@ -154,6 +166,40 @@ pub struct SimConfig {
     pub filters: intscope_node::filter::FilterConfig,
     /// What a transit switch without room for its metadata does (M bit or intermediate report).
     pub on_mtu_exceeded: intscope_node::config::MtuAction,
+    /// What the network between the switches and the collector does to reports.
+    pub delivery: Delivery,
+}
+
+/// Impairments of the report network between the fabric and the collector (`[delivery]` in a
+/// simulation file), drawn from `seed` so runs replay exactly. Applied after the switches
+/// numbered their reports: a lost report is a gap in its (node, hw_id) sequence, a duplicate
+/// repeats a number, a reordered one arrives late with its original number.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Delivery {
+    /// Share of reports lost (0..=1).
+    pub loss: f64,
+    /// Share of reports delivered twice.
+    pub duplicate: f64,
+    /// Share of reports held back and delivered after `reorder_depth` later ones.
+    pub reorder: f64,
+    /// How many later reports overtake a reordered one.
+    pub reorder_depth: usize,
+    /// Seed of the draws.
+    pub seed: u64,
+}
+
+impl Default for Delivery {
+    /// A perfect network: nothing lost, duplicated or reordered.
+    fn default() -> Self {
+        Delivery {
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_depth: 8,
+            seed: 1,
+        }
+    }
 }
 
 impl Default for SimConfig {
@@ -167,6 +213,7 @@ impl Default for SimConfig {
             max_hops: 8,
             filters: sd_fabric_filters(),
             on_mtu_exceeded: intscope_node::config::MtuAction::MBit,
+            delivery: Delivery::default(),
         }
     }
 }
@@ -183,6 +230,22 @@ pub fn sd_fabric_filters() -> intscope_node::filter::FilterConfig {
         }],
         ..intscope_node::filter::FilterConfig::default()
     }
+}
+
+/// Why a fabric cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A switch's configuration cannot run.
+    #[error(transparent)]
+    Node(#[from] ConfigError),
+    /// A share (a probability) outside 0..=1.
+    #[error("{what} must be within 0..=1, not {share}")]
+    Share {
+        /// The setting.
+        what: &'static str,
+        /// Its value.
+        share: f64,
+    },
 }
 
 /// A report datagram leaving a switch: when, from which switch address, the UDP payload.
@@ -209,6 +272,16 @@ pub struct SimStats {
     pub reports: u64,
     /// Sum of delivery latencies, ns (for the mean).
     pub latency_sum_ns: u64,
+    /// Packets lost on a silently dropping link ([`Fault::SilentDrop`]), without a report.
+    pub silent_drops: u64,
+    /// Reports the report network lost ([`Delivery::loss`]).
+    pub reports_lost: u64,
+    /// Reports delivered twice.
+    pub reports_duplicated: u64,
+    /// Reports delivered late, after later ones.
+    pub reports_reordered: u64,
+    /// Highest egress queue occupancy any port saw, 80-byte cells.
+    pub max_queue_cells: u32,
 }
 
 #[derive(Debug, Default)]
@@ -302,6 +375,9 @@ struct LeafNodes {
     sink: Node,
 }
 
+/// A report made and not yet sent: (time, order of making, switch, datagram).
+type Made = (u64, u64, u32, Vec<u8>);
+
 /// The simulated fabric.
 pub struct Fabric {
     cfg: SimConfig,
@@ -311,8 +387,14 @@ pub struct Fabric {
     faults: Vec<Scheduled>,
     flows: Vec<FlowSpec>,
     next: BinaryHeap<Reverse<(u64, usize, u64)>>,
-    reports: Vec<Report>,
+    /// Reports made, by time and order of making, until no report can come before them.
+    made: BinaryHeap<Reverse<Made>>,
+    made_count: u64,
     sequencer: intscope_node::export::Sequencer,
+    /// The report network's draws, and the reports it holds back: (reports still to overtake,
+    /// report).
+    delivery_rng: Xorshift,
+    held: VecDeque<(usize, Report)>,
     /// Counters.
     pub stats: SimStats,
     now: u64,
@@ -354,8 +436,18 @@ fn flow_hash(f: &[u8]) -> u64 {
 impl Fabric {
     /// A fabric with every switch running INT in `cfg.mode`; an error when the switches'
     /// configuration cannot run (e.g. an MTU below 68, more metadata than Hop ML holds).
-    pub fn new(cfg: SimConfig) -> Result<Self, ConfigError> {
+    pub fn new(cfg: SimConfig) -> Result<Self, SimError> {
         let t = &cfg.topology;
+        let d = &cfg.delivery;
+        for (what, share) in [
+            ("delivery.loss", d.loss),
+            ("delivery.duplicate", d.duplicate),
+            ("delivery.reorder", d.reorder),
+        ] {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(SimError::Share { what, share });
+            }
+        }
         let leaves = (1..=t.leaves)
             .map(|l| {
                 Ok(LeafNodes {
@@ -368,6 +460,7 @@ impl Fabric {
         let spines = (1..=t.spines)
             .map(|s| node(&cfg, spine_id(s), Role::Transit))
             .collect::<Result<_, _>>()?;
+        let delivery_rng = Xorshift::new(cfg.delivery.seed);
         Ok(Fabric {
             cfg,
             leaves,
@@ -376,8 +469,11 @@ impl Fabric {
             faults: Vec::new(),
             flows: Vec::new(),
             next: BinaryHeap::new(),
-            reports: Vec::new(),
+            made: BinaryHeap::new(),
+            made_count: 0,
             sequencer: Default::default(),
+            delivery_rng,
+            held: VecDeque::new(),
             stats: SimStats::default(),
             now: 0,
         })
@@ -424,6 +520,7 @@ impl Fabric {
                     size: 1400,
                     start_ns: s.from_ns + k as u64 * 7,
                     end_ns: end,
+                    burst: 1,
                 });
             }
         }
@@ -454,22 +551,97 @@ impl Fabric {
             self.stats.sent += 1;
             self.walk(t, frame);
             // Deterministic jitter of ±25% keeps flows from marching in lockstep.
-            let gap = 1e9 / f.pps;
             let jitter = ((i as u64)
                 .wrapping_mul(2_654_435_761)
                 .wrapping_add(n.wrapping_mul(40_503))
                 % 500) as f64
                 / 1000.0
                 + 0.75;
-            self.next
-                .push(Reverse((t + (gap * jitter).max(1.0) as u64, i, n + 1)));
+            let burst = u64::from(f.burst.max(1));
+            let gap = if (n + 1) % burst != 0 {
+                // Within a burst: back to back at the host's line rate.
+                f.size as f64 * 8.0 / self.cfg.topology.host_gbps
+            } else {
+                // After it: the rest of the burst's share of time at the mean rate.
+                let line = f.size as f64 * 8.0 / self.cfg.topology.host_gbps;
+                (1e9 / f.pps * burst as f64 - line * (burst - 1) as f64).max(line) * jitter
+            };
+            self.next.push(Reverse((t + gap.max(1.0) as u64, i, n + 1)));
         }
         self.now = self.now.max(until_ns);
     }
 
-    /// Reports produced since the last call, in time order.
+    /// The reports sent to the collector since the last call, in the order they arrive there:
+    /// those made before the time [`Fabric::run`] reached (no packet can report earlier any
+    /// more), in time order, numbered per (node, hw_id) in that order as switches number them
+    /// (Report v2.0 §"Telemetry Report Group Header": "the sequence of reports from a specific
+    /// combination of (Node ID, hw_id) to a particular telemetry report destination"), then
+    /// passed through the report network ([`Delivery`]).
     pub fn take_reports(&mut self) -> Vec<Report> {
-        std::mem::take(&mut self.reports)
+        self.release(self.now)
+    }
+
+    /// [`Fabric::take_reports`], and every report still waiting (the run is over): reports of
+    /// packets in flight at the end and reports the network holds back.
+    pub fn take_all_reports(&mut self) -> Vec<Report> {
+        let mut out = self.release(u64::MAX);
+        out.extend(self.held.drain(..).map(|(_, r)| r));
+        out
+    }
+
+    fn release(&mut self, before: u64) -> Vec<Report> {
+        let mut out = Vec::new();
+        while let Some(Reverse((t, ..))) = self.made.peek() {
+            if *t >= before {
+                break;
+            }
+            let Some(Reverse((time_ns, _, id, mut payload))) = self.made.pop() else {
+                break;
+            };
+            self.sequencer.stamp(&mut payload);
+            self.deliver(
+                Report {
+                    time_ns,
+                    source: Self::report_source(id),
+                    payload,
+                },
+                &mut out,
+            );
+        }
+        out
+    }
+
+    /// Passes one report through the report network into `out`.
+    fn deliver(&mut self, r: Report, out: &mut Vec<Report>) {
+        let d = &self.cfg.delivery;
+        let (loss, duplicate, reorder, depth) = (d.loss, d.duplicate, d.reorder, d.reorder_depth);
+        let mut draw = || (self.delivery_rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+        let (lost, twice, late) = (draw() < loss, draw() < duplicate, draw() < reorder);
+        if lost {
+            self.stats.reports_lost += 1;
+            return;
+        }
+        let time_ns = r.time_ns;
+        if late && depth > 0 {
+            self.stats.reports_reordered += 1;
+            self.held.push_back((depth, r));
+        } else {
+            if twice {
+                self.stats.reports_duplicated += 1;
+                out.push(r.clone());
+            }
+            out.push(r);
+        }
+        // Held reports arrive once `depth` later ones overtook them, at the time of the last.
+        for h in &mut self.held {
+            h.0 = h.0.saturating_sub(1);
+        }
+        while self.held.front().is_some_and(|h| h.0 == 0) {
+            if let Some((_, mut r)) = self.held.pop_front() {
+                r.time_ns = r.time_ns.max(time_ns);
+                out.push(r);
+            }
+        }
     }
 
     fn packet(f: &FlowSpec, n: u64) -> Vec<u8> {
@@ -501,14 +673,13 @@ impl Fabric {
         Ipv4Addr::new(192, 168, (id >> 8) as u8, id as u8)
     }
 
-    fn emit(&mut self, t: u64, id: u32, mut payload: Vec<u8>) {
-        self.sequencer.stamp(&mut payload);
+    /// A report made at `t` by switch `id`: numbered and sent when no earlier one can come
+    /// ([`Fabric::take_reports`]): a packet's walk makes its later hops' reports before other
+    /// packets' earlier ones.
+    fn emit(&mut self, t: u64, id: u32, payload: Vec<u8>) {
         self.stats.reports += 1;
-        self.reports.push(Report {
-            time_ns: t,
-            source: Self::report_source(id),
-            payload,
-        });
+        self.made_count += 1;
+        self.made.push(Reverse((t, self.made_count, id, payload)));
     }
 
     fn drop(&mut self, t: u64, place: Place, frame: &[u8], reason: u8, tel: &SimTelemetry) {
@@ -607,6 +778,10 @@ impl Fabric {
             q.bytes -= b;
         }
         let occupancy = q.bytes;
+        self.stats.max_queue_cells = self
+            .stats
+            .max_queue_cells
+            .max(occupancy.div_ceil(CELL_BYTES));
         if occupancy + bytes > buffer {
             return None;
         }
@@ -714,6 +889,15 @@ impl Fabric {
                 Place::Leaf(l) => (Place::Spine(topo.spine_of_port(egress).unwrap_or(1)), l),
                 Place::Spine(s) => (Place::Leaf(egress), topo.uplink(s)),
             };
+            let (leaf, spine) = match place {
+                Place::Spine(s) => (in_port, s),
+                Place::Leaf(l) => (l, topo.spine_of_port(in_port).unwrap_or(0)),
+            };
+            let cut = |f: &Fault| matches!(f, Fault::SilentDrop { leaf: fl, spine: fs } if *fl == leaf && *fs == spine);
+            if self.active(cut).is_some() {
+                self.stats.silent_drops += 1;
+                return;
+            }
             from_host = false;
         }
     }
@@ -753,6 +937,10 @@ pub struct MixShape {
     pub mouse_pps: f64,
     /// The share of flows that are TCP-like (port 443); the rest are UDP.
     pub tcp_share: f64,
+    /// Packets each flow sends back to back in a burst, at its host's line rate, before a gap
+    /// that keeps its mean rate (1: evenly spaced). Bursty traffic within the links' capacity:
+    /// queues fill and drain without congestion.
+    pub burst_packets: u32,
 }
 
 impl Default for MixShape {
@@ -764,6 +952,7 @@ impl Default for MixShape {
             elephant_mbps: 200.0,
             mouse_pps: 100.0,
             tcp_share: 0.5,
+            burst_packets: 1,
         }
     }
 }
@@ -816,6 +1005,7 @@ pub fn mix(t: &Topology, n: usize, seed: u64, end_ns: u64, shape: &MixShape) -> 
             },
             start_ns: rnd() % 1_000_000,
             end_ns,
+            burst: shape.burst_packets.max(1),
         });
     }
     out
@@ -846,5 +1036,129 @@ mod tests {
         // More than the port can send (a rate change mid-bin) is capped at full scale.
         q.bin_bytes = 10_000_000;
         assert_eq!(q.account_tx(5 * UTIL_BIN_NS, 1250, 10.0), UTIL_FULL_SCALE);
+    }
+
+    fn xd_fabric(delivery: Delivery) -> Fabric {
+        // Filters off: every packet reported at every hop.
+        let mut f = Fabric::new(SimConfig {
+            mode: Mode::Xd,
+            delivery,
+            filters: intscope_node::filter::FilterConfig::default(),
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let shape = MixShape {
+            elephant_every: 0,
+            mouse_pps: 2_000.0,
+            burst_packets: 3,
+            ..MixShape::default()
+        };
+        for flow in mix(&Topology::default(), 16, 3, 200_000_000, &shape) {
+            f.add_flow(flow);
+        }
+        f
+    }
+
+    fn run_all(f: &mut Fabric) -> Vec<Report> {
+        let mut out = Vec::new();
+        for step in 1..=20u64 {
+            f.run(step * 10_000_000);
+            out.extend(f.take_reports());
+        }
+        out.extend(f.take_all_reports());
+        out
+    }
+
+    fn seq(r: &Report) -> (u32, u32) {
+        let g = intscope_wire::report::GroupHeaderRepr::parse(&r.payload).unwrap();
+        (g.node_id, g.sequence)
+    }
+
+    #[test]
+    fn switches_number_their_reports_in_the_order_they_send_them() {
+        let mut f = xd_fabric(Delivery::default());
+        let reports = run_all(&mut f);
+        assert_eq!(reports.len() as u64, f.stats.reports);
+        assert!(reports.len() > 5_000, "{}", reports.len());
+        assert!(
+            reports.windows(2).all(|w| w[0].time_ns <= w[1].time_ns),
+            "in time order"
+        );
+        let mut next: HashMap<u32, u32> = HashMap::new();
+        for r in &reports {
+            let (node, s) = seq(r);
+            let n = next.entry(node).or_insert(0);
+            assert_eq!(s, *n, "node {node}: one after the other");
+            *n += 1;
+        }
+        assert_eq!(next.len(), 6, "four leaves, two spines");
+    }
+
+    #[test]
+    fn the_report_network_loses_duplicates_and_reorders_as_configured() {
+        let delivery = Delivery {
+            loss: 0.1,
+            duplicate: 0.05,
+            reorder: 0.05,
+            reorder_depth: 4,
+            seed: 9,
+        };
+        let mut f = xd_fabric(delivery.clone());
+        let reports = run_all(&mut f);
+        let st = f.stats.clone();
+        let made = st.reports as f64;
+        for (got, share) in [
+            (st.reports_lost, 0.1),
+            (st.reports_duplicated, 0.05 * 0.9),
+            (st.reports_reordered, 0.05 * 0.9),
+        ] {
+            let want = made * share;
+            assert!(
+                (got as f64 - want).abs() < want * 0.2,
+                "{got} vs {want}: {st:?}"
+            );
+        }
+        assert_eq!(
+            reports.len() as u64,
+            st.reports - st.reports_lost + st.reports_duplicated
+        );
+        let late = reports
+            .windows(2)
+            .filter(|w| seq(&w[1]).0 == seq(&w[0]).0 && seq(&w[1]).1 < seq(&w[0]).1)
+            .count();
+        assert!(late > 0, "reordered numbers arrive after later ones");
+        let again = xd_fabric(delivery);
+        let mut again = again;
+        assert_eq!(run_all(&mut again), reports, "seeded: the same run again");
+        assert!(matches!(
+            Fabric::new(SimConfig {
+                delivery: Delivery {
+                    loss: 1.5,
+                    ..Delivery::default()
+                },
+                ..SimConfig::default()
+            }),
+            Err(SimError::Share { .. })
+        ));
+    }
+
+    #[test]
+    fn bursts_keep_the_mean_rate() {
+        let shape = MixShape {
+            elephant_every: 0,
+            mouse_pps: 1_000.0,
+            burst_packets: 4,
+            ..MixShape::default()
+        };
+        let mut f = Fabric::new(SimConfig::default()).unwrap();
+        let flows = mix(&Topology::default(), 8, 5, 1_000_000_000, &shape);
+        assert!(flows.iter().all(|f| f.burst == 4));
+        for flow in flows {
+            f.add_flow(flow);
+        }
+        f.run(1_000_000_000);
+        // 8 flows at 1000 packets/s for a second, within the jitter.
+        assert!((7_000..9_000).contains(&f.stats.sent), "{}", f.stats.sent);
+        assert!(f.stats.max_queue_cells < 100, "{}", f.stats.max_queue_cells);
     }
 }

@@ -9,7 +9,8 @@ pub mod scenario;
 pub mod topology;
 
 pub use fabric::{
-    Fabric, Fault, FlowSpec, MixShape, Report, Scheduled, SimConfig, SimStats, default_mix, mix,
+    Delivery, Fabric, Fault, FlowSpec, MixShape, Report, Scheduled, SimConfig, SimError, SimStats,
+    default_mix, mix,
 };
 pub use scenario::Scenario;
 pub use topology::Topology;

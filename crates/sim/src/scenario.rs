@@ -1,8 +1,12 @@
 //! A simulation file (`intscope sim --topology FILE.toml`, `intscope demo --topology`): the
-//! fabric, the traffic mix and a fault timeline in seconds. The built-in default shows every
-//! fault kind within a minute.
+//! fabric (`[topology]`), the traffic mix (`[mix]`, with `burst_packets` for bursty traffic
+//! within the links' capacity), a fault timeline in seconds (`[[fault]]`, `kind = "link-down"`,
+//! `"silent-drop"`, ...) and the report network between fabric and collector (`[delivery]`:
+//! `loss`, `duplicate`, `reorder` shares, `reorder_depth`, `seed`). The built-in default shows
+//! every fault kind within a minute; `examples/sim-xd-clean.toml` and `sim-xd-faults.toml` are
+//! the 8-leaf, 4-spine, 400-flow fabric of issue #16.
 
-use crate::fabric::{Fault, MixShape, Scheduled, Xorshift};
+use crate::fabric::{Delivery, Fault, MixShape, Scheduled, SimConfig, Xorshift};
 use crate::topology::Topology;
 
 /// A fault with its time window in seconds.
@@ -37,6 +41,8 @@ pub struct Scenario {
     pub period_s: f64,
     /// Random faults added to the timeline in every period (drawn from `seed`; each 1–5 s long).
     pub random_faults: usize,
+    /// The report network between the fabric and the collector.
+    pub delivery: Delivery,
 }
 
 impl Default for Scenario {
@@ -53,6 +59,7 @@ impl Default for Scenario {
             mix: MixShape::default(),
             period_s: 60.0,
             random_faults: 0,
+            delivery: Delivery::default(),
             fault: vec![
                 f(
                     3.0,
@@ -116,6 +123,16 @@ impl Default for Scenario {
 }
 
 impl Scenario {
+    /// The fabric of this scenario with every switch in `mode` (other settings: the defaults).
+    pub fn sim_config(&self, mode: intscope_node::Mode) -> SimConfig {
+        SimConfig {
+            topology: self.topology.clone(),
+            mode,
+            delivery: self.delivery.clone(),
+            ..SimConfig::default()
+        }
+    }
+
     /// A fault of a random kind at a random place of the topology, starting within `span_s`.
     fn random_fault(&self, rng: &mut Xorshift, span_s: f64) -> TimedFault {
         let t = &self.topology;
@@ -259,6 +276,7 @@ mod tests {
                     (leaf, 1)
                 }
                 Fault::NonIntSpine { spine } | Fault::SmallMtu { spine, .. } => (1, spine),
+                Fault::SilentDrop { .. } => unreachable!("silent drops are scripted only"),
                 Fault::Loop { .. } => unreachable!("loops are scripted only"),
             };
             assert!(
@@ -269,5 +287,35 @@ mod tests {
         let kinds: std::collections::HashSet<_> =
             a.iter().map(|s| std::mem::discriminant(&s.fault)).collect();
         assert!(kinds.len() >= 3, "a mix of kinds");
+    }
+
+    #[test]
+    fn the_xd_scenarios_are_the_issues_fabric() {
+        for text in [
+            include_str!("../../../examples/sim-xd-clean.toml"),
+            include_str!("../../../examples/sim-xd-faults.toml"),
+        ] {
+            let sc: Scenario = toml::from_str(text).unwrap();
+            assert_eq!(
+                (sc.topology.leaves, sc.topology.spines, sc.flows),
+                (8, 4, 400)
+            );
+            assert_eq!(sc.mix.burst_packets, 4);
+            let cfg = sc.sim_config(intscope_node::Mode::Xd);
+            assert_eq!(cfg.delivery, sc.delivery);
+            assert_eq!(cfg.topology, sc.topology);
+        }
+        let faults: Scenario =
+            toml::from_str(include_str!("../../../examples/sim-xd-faults.toml")).unwrap();
+        assert_eq!(faults.delivery.loss, 0.01);
+        assert!(
+            faults
+                .schedule(60.0)
+                .iter()
+                .any(|s| s.fault == Fault::SilentDrop { leaf: 5, spine: 4 })
+        );
+        let clean: Scenario =
+            toml::from_str(include_str!("../../../examples/sim-xd-clean.toml")).unwrap();
+        assert!(clean.schedule(600.0).is_empty(), "fault-free");
     }
 }

@@ -188,22 +188,37 @@ fn incast_is_a_microburst_with_its_culprits() {
         !bursts.is_empty(),
         "the receiving leaf's host port saw the burst"
     );
-    let evidence = bursts[0].evidence.to_json();
-    let culprits = evidence["culprit_flows"].as_array().unwrap();
-    assert!(culprits.len() > 3);
+    // Reports arrive in time order, as the switches send them: the burst's queue fills and
+    // drains between senders' packets, so it may show as several episodes (until the
+    // detectors merge flapping, issue #16); together they name the senders.
+    let evidence: Vec<serde_json::Value> = bursts.iter().map(|b| b.evidence.to_json()).collect();
+    let culprits: Vec<&serde_json::Value> = evidence
+        .iter()
+        .flat_map(|e| e["culprit_flows"].as_array().unwrap())
+        .collect();
+    let senders: std::collections::BTreeSet<String> = culprits
+        .iter()
+        .filter(|c| c["flow"]["dst"] == "10.0.3.1" && c["flow"]["dst_port"] == 9000)
+        .map(|c| c["flow"]["src"].to_string())
+        .collect();
+    assert!(senders.len() > 3, "{senders:?}");
     assert!(
         culprits
             .iter()
             .all(|c| c["flow"]["dst"] == "10.0.3.1" || c["flow"]["dst_port"] != 9000),
         "incast senders are named"
     );
-    assert!(
-        culprits
-            .iter()
-            .take(3)
-            .all(|c| c["flow"]["dst"] == "10.0.3.1"),
-        "the incast flows rank first"
-    );
+    for e in &evidence {
+        assert!(
+            e["culprit_flows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .take(3)
+                .all(|c| c["flow"]["dst"] == "10.0.3.1"),
+            "the incast flows rank first: {e}"
+        );
+    }
 }
 
 #[test]
