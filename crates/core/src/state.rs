@@ -25,6 +25,8 @@ pub use crate::fabric::{
 };
 use crate::flow::{FlowState, key_hash};
 pub use crate::flow_shard::{FlowShard, flow_shard};
+use crate::incident::Incident;
+use crate::incidents::IncidentLog;
 use crate::record::Record;
 use crate::seq::SeqState;
 
@@ -186,7 +188,7 @@ impl State {
             fabric: (0..n)
                 .map(|_| Mutex::new(FabricShard::with_limits(cfg.clone(), share)))
                 .collect(),
-            log: Mutex::new(EventLog::default()),
+            log: Mutex::new(EventLog::new(&cfg)),
             next_flow_id: AtomicU64::new(1),
             next_sweep_ns: AtomicU64::new(0),
         }
@@ -367,6 +369,35 @@ impl State {
     /// The event log (only it is locked: the shards go on).
     pub fn events(&self) -> MutexGuard<'_, EventLog> {
         lock(&self.log)
+    }
+
+    /// Runs `f` on the incident log, after every shard handed over what it observed.
+    pub fn with_incidents<T>(&self, f: impl FnOnce(&mut IncidentLog) -> T) -> T {
+        self.flush_incidents();
+        f(&mut lock(&self.log).incidents)
+    }
+
+    /// Every incident held, newest (highest ID) first.
+    pub fn incidents(&self) -> Vec<Incident> {
+        self.with_incidents(|l| {
+            let mut all: Vec<Incident> = l.iter().cloned().collect();
+            all.sort_by_key(|i| std::cmp::Reverse(i.id));
+            all
+        })
+    }
+
+    /// Incidents started, updated or resolved since the last call (the store's flush).
+    pub fn take_changed_incidents(&self) -> Vec<Incident> {
+        self.with_incidents(IncidentLog::take_changed)
+    }
+
+    /// Continue incident IDs after those a store already holds.
+    pub fn continue_incident_ids(&self, next: u64) {
+        lock(&self.log).incidents.continue_ids(next);
+    }
+
+    fn flush_incidents(&self) {
+        each_shard(&self.fabric, |_, s| s.raiser.incidents.flush(&self.log));
     }
 
     /// The latest record time seen.
