@@ -103,7 +103,8 @@ fn kind_index(kind: IncidentKind) -> usize {
 
 /// The severity rule: congestion, latency, report loss, MTU and hops without INT are
 /// `warning`; a microburst `info`; drops and hop limits `major`, a silent drop `critical`;
-/// path changes `major`, `critical` when at least eight flows moved.
+/// path changes `major`, `critical` when at least eight flows moved, `info` when the flows
+/// went back to their paths before (`link-restored`, `node-restored`: a fault repaired).
 pub fn severity(kind: IncidentKind, cause: Option<&str>, flows: u64) -> Severity {
     match kind {
         IncidentKind::Microburst => Severity::Info,
@@ -114,6 +115,9 @@ pub fn severity(kind: IncidentKind, cause: Option<&str>, flows: u64) -> Severity
         | IncidentKind::NonIntHops => Severity::Warning,
         IncidentKind::Drop if cause == Some("silent") => Severity::Critical,
         IncidentKind::Drop | IncidentKind::HopLimit => Severity::Major,
+        IncidentKind::PathChange if cause.is_some_and(|c| c.ends_with("-restored")) => {
+            Severity::Info
+        }
         IncidentKind::PathChange if flows >= FLOWS_FOR_CRITICAL => Severity::Critical,
         IncidentKind::PathChange => Severity::Major,
     }
@@ -254,6 +258,10 @@ impl Delta {
     }
 
     fn add(&mut self, o: &Observation) {
+        if self.observations == 0 {
+            // A delta opened by an episode's end: its first observation is a restart.
+            self.first_rx = o.received_ns;
+        }
         self.observations += 1;
         self.first_ns = self.first_ns.min(o.at_ns);
         self.last_ns = self.last_ns.max(o.at_ns);
@@ -471,12 +479,24 @@ struct Move {
     at_ns: u64,
     received_ns: u64,
     flow: FlowWeight,
-    /// Links of the old path missing from the new one.
-    left_links: Vec<Link>,
-    /// Nodes of the old path missing from the new one.
-    left_nodes: Vec<u32>,
-    /// Where the paths diverge (the link the flow left first), for a move no other explains.
+    /// The flow went back to the path it had before its previous move (a fault repaired):
+    /// named after where it returned, not what it left.
+    restored: bool,
+    /// The links that name it: of the old path missing from the new one (a fault), or of the
+    /// new path missing from the old one (a return).
+    links: Vec<Link>,
+    /// The nodes, likewise.
+    nodes: Vec<u32>,
+    /// The flow's first path change in it.
     evidence: Evidence,
+}
+
+/// Flows whose last move is remembered, to tell a return from a move.
+pub const REMEMBERED_MOVES: usize = 65_536;
+
+/// A link without its direction: its ends in ID order (a physical link fails both ways).
+fn undirected(l: Link) -> Link {
+    if l.0 <= l.2 { l } else { (l.2, l.3, l.0, l.1) }
 }
 
 /// A link as a path shows it: (node, egress port, next node, its ingress port).
@@ -551,6 +571,9 @@ pub struct IncidentLog {
     /// Path changes that were no change of forwarding (a path that only lost or gained hops).
     pub moves_ignored: u64,
     moves: VecDeque<Move>,
+    /// Each flow's last move (old path, new path), the oldest forgotten first.
+    last_moves: HashMap<u64, (Path, Path)>,
+    last_move_order: VecDeque<u64>,
     /// Receive time, the newest a flush or move brought.
     now_rx: u64,
     next_settle_rx: u64,
@@ -588,6 +611,8 @@ impl IncidentLog {
             merged: 0,
             moves_ignored: 0,
             moves: VecDeque::new(),
+            last_moves: HashMap::default(),
+            last_move_order: VecDeque::new(),
             now_rx: 0,
             next_settle_rx: 0,
         }
@@ -893,11 +918,19 @@ impl IncidentLog {
         }
     }
 
+    /// Correlates every path change still waiting, however recent (the end of a replay: no
+    /// later change will come to join them).
+    pub fn correlate_now(&mut self) {
+        if !self.moves.is_empty() {
+            self.correlate();
+        }
+    }
+
     /// A flow's path changed from `old` to `new` at `at_ns` (received at `received_ns`): if it
     /// left a link or node of an ongoing path-change incident it joins it, else it waits
-    /// `path_correlation_ns` for the other flows of the same fault. Returns whether it was a
-    /// move (see [`moved`]).
-    #[allow(clippy::too_many_arguments)]
+    /// `path_correlation_ns` for the other flows of the same fault. A flow that goes back to
+    /// the path it had before its previous move is a return (the fault repaired), named after
+    /// where it returned. Returns whether it was a move (see [`moved`]).
     pub fn observe_move(
         &mut self,
         at_ns: u64,
@@ -912,18 +945,28 @@ impl IncidentLog {
             self.moves_ignored += 1;
             return false;
         };
-        let fw = FlowWeight {
-            key: flow.0,
-            id: flow.1,
-            weight: 1,
-            samples: 1,
+        let restored = self
+            .last_moves
+            .get(&flow.1)
+            .is_some_and(|(before, _)| before == new);
+        let (links, nodes) = if restored {
+            moved(new, old).unwrap_or_default()
+        } else {
+            (left_links, left_nodes)
         };
+        self.remember_move(flow.1, old, new);
         let m = Move {
             at_ns,
             received_ns,
-            flow: fw,
-            left_links,
-            left_nodes,
+            flow: FlowWeight {
+                key: flow.0,
+                id: flow.1,
+                weight: 1,
+                samples: 1,
+            },
+            restored,
+            links,
+            nodes,
             evidence: evidence(),
         };
         let joined = self
@@ -943,72 +986,123 @@ impl IncidentLog {
         true
     }
 
-    /// Groups the waiting path changes into incidents: the link or node that the most of them
-    /// left is named first (a link before a node that explains as many: it is more specific),
-    /// its flows become one incident, and so on until every change is placed.
+    fn remember_move(&mut self, flow: u64, old: &Path, new: &Path) {
+        if self
+            .last_moves
+            .insert(flow, (old.clone(), new.clone()))
+            .is_none()
+        {
+            self.last_move_order.push_back(flow);
+            if self.last_move_order.len() > REMEMBERED_MOVES
+                && let Some(gone) = self.last_move_order.pop_front()
+            {
+                self.last_moves.remove(&gone);
+            }
+        }
+    }
+
+    /// Groups the waiting path changes into incidents: the link (either direction) or node
+    /// that the most of them left is named first (a link before a node that explains as
+    /// many: it is more specific), its flows become one incident, and so on until every change
+    /// is placed. Returns are grouped apart, by where they returned.
     fn correlate(&mut self) {
-        let mut moves: Vec<Move> = self.moves.drain(..).collect();
-        while !moves.is_empty() {
-            let mut score: HashMap<(Option<Link>, u32), u64> = HashMap::default();
-            for m in &moves {
-                for l in &m.left_links {
-                    *score.entry((Some(*l), l.0)).or_default() += 1;
+        let (returns, faults): (Vec<Move>, Vec<Move>) =
+            self.moves.drain(..).partition(|m| m.restored);
+        for mut moves in [faults, returns] {
+            while !moves.is_empty() {
+                let Some((place, cause)) = best_cause(&moves) else {
+                    break;
+                };
+                let (mine, rest): (Vec<Move>, Vec<Move>) = moves
+                    .into_iter()
+                    .partition(|m| covers(&place, Some(cause), m));
+                moves = rest;
+                if mine.is_empty() {
+                    break;
                 }
-                for &n in &m.left_nodes {
-                    *score.entry((None, n)).or_default() += 1;
-                }
+                let key =
+                    IncidentKey::new(IncidentKind::PathChange, place, Some(Cow::Borrowed(cause)));
+                let d = move_delta(&mine, Some(mine[0].evidence.clone()));
+                self.apply(key, d);
             }
-            let Some((&(link, node), _)) = score.iter().max_by(|a, b| {
-                a.1.cmp(b.1)
-                    .then(a.0.0.is_some().cmp(&b.0.0.is_some()))
-                    .then(b.0.cmp(a.0))
-            }) else {
-                // Moves that left nothing nameable: placed where they diverge.
-                break;
-            };
-            let (place, cause) = match link {
-                Some(l) => (
-                    IncidentPlace {
-                        node: Some(l.0),
-                        port: l.1,
-                        peer_node: Some(l.2),
-                        peer_port: l.3,
-                        ..IncidentPlace::default()
-                    },
-                    "link",
-                ),
-                None => (
-                    IncidentPlace {
-                        node: Some(node),
-                        ..IncidentPlace::default()
-                    },
-                    "node",
-                ),
-            };
-            let (mine, rest): (Vec<Move>, Vec<Move>) = moves
-                .into_iter()
-                .partition(|m| covers(&place, Some(cause), m));
-            moves = rest;
-            if mine.is_empty() {
-                break;
-            }
-            let key = IncidentKey::new(IncidentKind::PathChange, place, Some(Cow::Borrowed(cause)));
-            let d = move_delta(&mine, Some(mine[0].evidence.clone()));
-            self.apply(key, d);
         }
     }
 }
 
-/// Whether a move left the link or node an incident is placed at.
+/// The link or node that explains the most of `moves` (all faults, or all returns), with the
+/// incident cause naming it.
+fn best_cause(moves: &[Move]) -> Option<(IncidentPlace, &'static str)> {
+    // Candidates: undirected links (with how often each direction was named) and nodes.
+    let mut links: HashMap<Link, (u64, HashMap<Link, u64>)> = HashMap::default();
+    let mut nodes: HashMap<u32, u64> = HashMap::default();
+    for m in moves {
+        let mut seen: Vec<Link> = Vec::new();
+        for &l in &m.links {
+            let u = undirected(l);
+            let c = links.entry(u).or_default();
+            if !seen.contains(&u) {
+                seen.push(u);
+                c.0 += 1;
+            }
+            *c.1.entry(l).or_default() += 1;
+        }
+        for &n in &m.nodes {
+            *nodes.entry(n).or_default() += 1;
+        }
+    }
+    let best_link = links
+        .iter()
+        .max_by(|a, b| a.1.0.cmp(&b.1.0).then(b.0.cmp(a.0)))
+        .map(|(_, (n, dirs))| {
+            let dir = dirs
+                .iter()
+                .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+                .map(|(l, _)| *l);
+            (*n, dir)
+        });
+    let best_node = nodes
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(n, c)| (*n, *c));
+    let restored = moves.first().is_some_and(|m| m.restored);
+    match (best_link, best_node) {
+        (Some((n, Some(l))), node) if node.is_none_or(|(_, c)| n >= c) => Some((
+            IncidentPlace {
+                node: Some(l.0),
+                port: l.1,
+                peer_node: Some(l.2),
+                peer_port: l.3,
+                ..IncidentPlace::default()
+            },
+            if restored { "link-restored" } else { "link" },
+        )),
+        (_, Some((n, _))) => Some((
+            IncidentPlace {
+                node: Some(n),
+                ..IncidentPlace::default()
+            },
+            if restored { "node-restored" } else { "node" },
+        )),
+        _ => None,
+    }
+}
+
+/// Whether a move left (or, for a return, came back to) the link or node an incident is
+/// placed at; a link in either direction.
 fn covers(place: &IncidentPlace, cause: Option<&str>, m: &Move) -> bool {
+    let restored_cause = cause.is_some_and(|c| c.ends_with("-restored"));
+    if restored_cause != m.restored {
+        return false;
+    }
     match cause {
-        Some("node") => place.node.is_some_and(|n| m.left_nodes.contains(&n)),
-        _ => m.left_links.iter().any(|l| {
-            place.node == Some(l.0)
-                && place.port == l.1
-                && place.peer_node == Some(l.2)
-                && place.peer_port == l.3
-        }),
+        Some("node" | "node-restored") => place.node.is_some_and(|n| m.nodes.contains(&n)),
+        _ => {
+            let Some((a, b)) = place.node.zip(place.peer_node) else {
+                return false;
+            };
+            let here = undirected((a, place.port, b, place.peer_port));
+            m.links.iter().any(|&l| undirected(l) == here)
+        }
     }
 }
 
@@ -1057,6 +1151,79 @@ mod tests {
             links,
             vec![(1, Some(3), 101, Some(1)), (101, Some(2), 2, Some(1))]
         );
+    }
+
+    fn path(hops: &[(u32, u32, u32)]) -> Path {
+        Arc::from(
+            hops.iter()
+                .map(|&(n, i, e)| hop(n, i, e))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    fn flow(n: u16) -> (FlowKey, u64) {
+        let key = FlowKey {
+            src: "::ffff:10.0.0.1".parse().unwrap(),
+            dst: "::ffff:10.0.0.2".parse().unwrap(),
+            proto: 6,
+            src_port: n,
+            dst_port: 80,
+        };
+        (key, u64::from(n))
+    }
+
+    fn ev() -> Evidence {
+        Evidence::Drop {
+            drop_reason: None,
+            drop_reason_name: None,
+        }
+    }
+
+    /// Leaf L's port 4 + s faces spine 100 + s, whose port L faces leaf L: the link 1 ↔ 101
+    /// fails. Flows from leaf 1 left 1 → 101, flows to leaf 1 left 101 → 1: one link, both
+    /// directions, one incident; their return is one `link-restored` incident there.
+    #[test]
+    fn a_link_down_both_ways_is_one_incident_and_its_repair_another() {
+        let mut log = IncidentLog::default();
+        let mut t = 0;
+        let mut moves = Vec::new();
+        for (f, (a, b)) in [(1, 2), (1, 3), (2, 1), (3, 1), (1, 2), (3, 1)]
+            .into_iter()
+            .enumerate()
+        {
+            let via = |s: u32| path(&[(a, 1, 4 + s), (100 + s, a, b), (b, 4 + s, 1)]);
+            moves.push((flow(f as u16), via(1), via(2)));
+        }
+        for (f, old, new) in &moves {
+            t += 1_000;
+            assert!(log.observe_move(t, t, *f, old, new, ev));
+        }
+        assert_eq!(log.iter().count(), 0, "waiting for the correlation window");
+        log.settle(t + 2_000_000_000);
+        let all: Vec<&Incident> = log.iter().collect();
+        assert_eq!(all.len(), 1, "{all:#?}");
+        assert_eq!(all[0].cause.as_deref(), Some("link"));
+        let ends = [all[0].place.node, all[0].place.peer_node];
+        assert!(
+            ends.contains(&Some(1)) && ends.contains(&Some(101)),
+            "{:?}",
+            all[0].place
+        );
+        assert_eq!(all[0].counts.flows, 6);
+        // The link comes back: every flow returns.
+        for (f, old, new) in &moves {
+            t += 1_000;
+            log.observe_move(3_000_000_000 + t, 3_000_000_000 + t, *f, new, old, ev);
+        }
+        log.settle(6_000_000_000);
+        let restored: Vec<&Incident> = log
+            .iter()
+            .filter(|i| i.cause.as_deref() == Some("link-restored"))
+            .collect();
+        assert_eq!(restored.len(), 1);
+        assert_eq!(restored[0].severity, Severity::Info);
+        assert_eq!(restored[0].counts.flows, 6);
+        assert_eq!(log.iter().count(), 2);
     }
 
     #[test]

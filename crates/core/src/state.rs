@@ -391,6 +391,12 @@ impl State {
         self.with_incidents(IncidentLog::take_changed)
     }
 
+    /// The input is over (the end of a replay): correlates the path changes still waiting
+    /// for `path_correlation_ns`. Call after the last [`State::tick`].
+    pub fn finish_incidents(&self) {
+        self.with_incidents(IncidentLog::correlate_now);
+    }
+
     /// Continue incident IDs after those a store already holds.
     pub fn continue_incident_ids(&self, next: u64) {
         lock(&self.log).incidents.continue_ids(next);
