@@ -692,3 +692,39 @@ mod api {
         }
     }
 }
+
+/// The collector's clock runs an hour ahead of the switches': every time in an incident and
+/// an event is the switches', the collector's apart in `received_ns`.
+#[test]
+fn incidents_and_events_keep_switch_time_and_receive_time_apart() {
+    const HOUR: u64 = 3_600 * S;
+    let mut s = state();
+    let send = |occ: u32, switch: u64, s: &mut State| {
+        let mut r = Rep::new(1, &[LEAF1, H(101, 2, 900, occ)], LEAF2);
+        r.hop_ts = Some(switch);
+        feed(s, &r.datagram(), switch + HOUR);
+    };
+    send(100, 10 * S, &mut s);
+    send(4000, 11 * S, &mut s);
+    send(100, 11 * S + MS, &mut s);
+    let i = &incidents(&s, &[IncidentKind::Microburst])[0];
+    assert_eq!((i.start_ns, i.end_ns), (11 * S, Some(11 * S + MS)));
+    assert_eq!(i.received_ns, Some(11 * S + HOUR));
+    // A path change: the flow moves to spine 102.
+    let mut r = Rep::new(1, &[LEAF1, H(102, 2, 900, 10)], LEAF2);
+    r.hop_ts = Some(11 * S + 2 * MS);
+    feed(&mut s, &r.datagram(), 11 * S + 2 * MS + HOUR);
+    s.tick(13 * S + HOUR);
+    let i = &incidents(&s, &[IncidentKind::PathChange])[0];
+    assert_eq!(i.start_ns, 11 * S + 2 * MS);
+    assert_eq!(i.received_ns, Some(11 * S + 2 * MS + HOUR));
+    for kind in [
+        EventKind::CongestionStart,
+        EventKind::Microburst,
+        EventKind::PathChange,
+    ] {
+        let e = &events(&s, kind)[0];
+        assert!(e.time_ns < 12 * S, "{e:?}");
+        assert!(e.received_ns.unwrap() > HOUR, "{e:?}");
+    }
+}

@@ -331,6 +331,10 @@ pub struct Raiser {
     pub suppressed: u64,
     /// This shard's incident observations on their way to the log.
     pub incidents: IncidentSink,
+    /// Switch time minus receive time of the record being processed ([`Raiser::set_clock`]):
+    /// what [`Raiser::raise`] adds to its receive time to give events and incidents switch
+    /// time (for a path change, the record's own).
+    clock_offset: i64,
 }
 
 /// When each (kind, place) last raised an event.
@@ -382,7 +386,8 @@ impl Raiser {
     /// is the log's, shared (they are rare; the others are raised only by their place's shard).
     /// A path change also goes to the incidents (one per link or node the flows left), and is
     /// not logged at all when forwarding did not change (a path that only lost or gained hops:
-    /// see [`crate::incidents::moved`]). `now` is report (receive) time, the event's time too.
+    /// see [`crate::incidents::moved`]). `now` is report (receive) time; the event's time is
+    /// switch time, by the offset of the record being processed ([`Raiser::set_clock`]).
     // Out of line: events are rare next to reports, and inlining each call site's evidence
     // builder into the per-report path slowed every report (measured, pipeline bench).
     #[inline(never)]
@@ -397,7 +402,20 @@ impl Raiser {
         if kind == EventKind::PathChange {
             return self.path_change(log, now, place, evidence());
         }
-        self.raise_at(log, now, now, kind, place, 0, evidence);
+        let at = self.switch_time(now);
+        self.raise_at(log, now, at, kind, place, 0, evidence);
+    }
+
+    /// The record about to be processed: its switch time ([`crate::fabric::switch_time`])
+    /// against its receive time sets the clock [`Raiser::raise`] gives its events.
+    #[inline]
+    pub fn set_clock(&mut self, r: &crate::record::Record) {
+        self.clock_offset = crate::fabric::switch_time(r).wrapping_sub(r.time_ns) as i64;
+    }
+
+    /// Receive time `now` on the switches' clock, by the last record's offset.
+    fn switch_time(&self, now: u64) -> u64 {
+        now.wrapping_add(self.clock_offset as u64)
     }
 
     /// [`Raiser::raise`] at switch time `at_ns` (the event's time; `now` is the receive time
@@ -447,6 +465,7 @@ impl Raiser {
 
     #[cold]
     fn path_change(&mut self, log: &Mutex<EventLog>, now: u64, place: Place, ev: Evidence) {
+        let at = self.switch_time(now);
         let mut log = lock(log);
         if let (
             Evidence::PathChange {
@@ -458,7 +477,7 @@ impl Raiser {
             let copy = ev.clone();
             if !log
                 .incidents
-                .observe_move(now, now, flow, old_path, new_path, move || copy)
+                .observe_move(at, now, flow, old_path, new_path, move || copy)
             {
                 return;
             }
@@ -474,7 +493,7 @@ impl Raiser {
             ]),
         );
         if self.limit.admit(key, now, self.interval_ns) {
-            log.push(now, now, EventKind::PathChange, place, ev);
+            log.push(at, now, EventKind::PathChange, place, ev);
         } else {
             self.suppressed += 1;
         }

@@ -1308,12 +1308,18 @@ fn hop_clock(hop: &Hop, now: u64) -> u64 {
     hop.egress_ts().or(hop.ingress_ts()).unwrap_or(now)
 }
 
-/// Switch time of a report: its reporter's own hop's timestamps, else the report's time.
+/// Switch time of a report: the newest timestamp its hops carry (the reporter's own hop's
+/// first), else the report's time.
+pub fn switch_time(r: &Record) -> u64 {
+    report_clock(r)
+}
+
 fn report_clock(r: &Record) -> u64 {
-    match r.hops().last() {
-        Some(h) if h.node_id == r.node_id => hop_clock(h, r.time_ns),
-        _ => r.time_ns,
-    }
+    r.hops()
+        .iter()
+        .rev()
+        .find_map(|h| h.egress_ts().or(h.ingress_ts()))
+        .unwrap_or(r.time_ns)
 }
 
 fn queue_place(key: QueueKey, flow: Option<(FlowKey, u64)>) -> Place {

@@ -336,9 +336,9 @@ impl SeqTracker {
                 let (w, b) = (off / 64, 1u64 << (off % 64));
                 (g.filled[w] & b == 0).then(|| g.filled[w] |= b)
             });
-            s.groups_received += 1;
-            s.reports_received += 1;
             if hole.is_none() {
+                s.groups_received += 1;
+                s.reports_received += 1;
                 s.duplicates += 1;
                 return SeqOutcome::Duplicate;
             }
@@ -347,6 +347,8 @@ impl SeqTracker {
             // What its gap added for it, at today's mean (its own size is not known yet).
             s.reports_lost = s.reports_lost.saturating_sub(s.reports_in(1));
             s.groups_lost = s.groups_lost.saturating_sub(1);
+            s.groups_received += 1;
+            s.reports_received += 1;
             SeqOutcome::Late
         } else {
             s.restarts += 1;
@@ -561,6 +563,33 @@ mod tests {
         // Only gaps up to CONFIRM_ABOVE count unconfirmed: 1024 / 2²² of the reports, 512 each,
         // an eighth of a report per report. The old half-space rule gave ~1 M.
         assert!(t.total_groups_lost() < n / 2, "{}", t.total_groups_lost());
+    }
+
+    /// A late number fills its gap once; again, or never missing, it is a duplicate; what no
+    /// late number filled within the reorder time is confirmed.
+    #[test]
+    fn late_fills_duplicates_and_confirmation() {
+        let mut t = SeqTracker::default();
+        t.observe(1, 0, 0, 22, 0);
+        assert!(matches!(
+            t.observe(1, 0, 4, 22, 10),
+            SeqOutcome::Gap { lost: 3, .. }
+        ));
+        assert_eq!(t.observe(1, 0, 2, 22, 20), SeqOutcome::Late);
+        assert_eq!(t.observe(1, 0, 2, 22, 30), SeqOutcome::Duplicate);
+        assert_eq!(t.observe(1, 0, 4, 22, 40), SeqOutcome::Duplicate);
+        assert_eq!(t.observe(1, 0, 0, 22, 40), SeqOutcome::Duplicate);
+        assert!(t.confirm(50, 100).is_empty(), "within the reorder time");
+        let c = t.confirm(110, 100);
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].groups, c[0].reports, c[0].expected_seq), (2, 2, 1));
+        assert_eq!(t.total_groups_lost(), 2);
+        let s = t.sources().next().unwrap().1;
+        assert_eq!((s.reordered, s.duplicates), (1, 3));
+        // Too late: its gap was confirmed and forgotten, so it changes nothing.
+        assert_eq!(t.observe(1, 0, 1, 22, 120), SeqOutcome::Duplicate);
+        assert_eq!(t.total_groups_lost(), 2);
+        assert!(t.confirm(1_000, 100).is_empty());
     }
 
     /// Past the limit the least recently seen sources go, and their loss stays counted.

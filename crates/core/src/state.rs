@@ -281,6 +281,7 @@ impl State {
                 if w & SWEEP != 0 {
                     shard.sweep(r.time_ns, &self.log);
                 } else if let Some(key) = r.flow {
+                    shard.raiser.set_clock(r);
                     seen[i] =
                         shard.process(r, key, hashes[i], hints[i], &self.next_flow_id, &self.log);
                 }
@@ -336,6 +337,7 @@ impl State {
         for (i, r) in records.iter().enumerate() {
             let seen = match r.flow {
                 Some(key) => {
+                    flows.raiser.set_clock(r);
                     flows.process(r, key, hashes[i], hints[i], &self.next_flow_id, &self.log)
                 }
                 None => FlowSeen::default(),
