@@ -728,3 +728,28 @@ fn incidents_and_events_keep_switch_time_and_receive_time_apart() {
         assert!(e.received_ns.unwrap() > HOUR, "{e:?}");
     }
 }
+
+/// A congestion lasting longer than `incident_quiet_ns` stays one ongoing incident that shows
+/// its samples and peak while it lasts, and ends at the low sample.
+#[test]
+fn a_long_congestion_is_updated_while_it_lasts() {
+    let s = state();
+    let mut t = 0;
+    for k in 0..8_000u32 {
+        s.process(&queue_sample(1 + (k % 2) as u16, 2000 + k % 500, t, false));
+        t += MS;
+    }
+    let i = &incidents(&s, &[IncidentKind::Congestion])[0];
+    assert_eq!(i.state, IncidentState::Ongoing);
+    assert!(i.counts.samples > 7_800, "{}", i.counts.samples);
+    assert_eq!(i.peak.map(|p| p.value), Some(2499));
+    assert!(i.last_update_ns > 7 * S);
+    s.process(&queue_sample(1, 100, t, false));
+    let all = incidents(&s, &[IncidentKind::Congestion]);
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].state, IncidentState::Resolved);
+    assert_eq!(all[0].counts.samples, 8_000);
+    assert_eq!(all[0].counts.episodes, 1);
+    assert_eq!(all[0].end_ns, Some(t));
+    assert_eq!(all[0].flows.len(), 2);
+}

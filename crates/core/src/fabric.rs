@@ -634,6 +634,7 @@ impl FabricShard {
             samples: new,
             reports: new,
             value: Some((u64::from(ep.max_occupancy), Unit::Occupancy)),
+            value_at_ns: Some(ep.max_at_ns),
             ..Observation::sample(ep.last_high_ns, ep.last_seen_ns)
         };
         let (start, max) = (ep.start_ns, ep.max_occupancy);

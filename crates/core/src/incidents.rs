@@ -154,6 +154,8 @@ pub struct Observation {
     pub packets_dropped: Option<u64>,
     /// Its value, for the peak.
     pub value: Option<(u64, Unit)>,
+    /// When the value was seen, if not at `at_ns` (an episode's highest sample).
+    pub value_at_ns: Option<u64>,
     /// The threshold crossed.
     pub threshold: Option<u64>,
     /// The normal value.
@@ -175,6 +177,7 @@ impl Observation {
             reports_lost: 0,
             packets_dropped: None,
             value: None,
+            value_at_ns: None,
             threshold: None,
             baseline: None,
             start_uncertainty_ns: 0,
@@ -273,7 +276,12 @@ impl Delta {
             *self.packets_dropped.get_or_insert(0) += p;
         }
         if let Some((value, unit)) = o.value {
-            raise_peak(&mut self.peak, value, unit, o.at_ns);
+            raise_peak(
+                &mut self.peak,
+                value,
+                unit,
+                o.value_at_ns.unwrap_or(o.at_ns),
+            );
         }
         self.threshold = self.threshold.or(o.threshold);
         self.baseline = self.baseline.or(o.baseline);
