@@ -380,7 +380,8 @@ impl Raiser {
     }
 
     /// Logs an event of `kind` at `place`, unless one like it was logged within the interval.
-    /// Episode ends, starts and report loss are always logged. `evidence` is built only for
+    /// Episode starts and ends are always logged (the fabric raises them once per incident:
+    /// a restart within the merge window raises none). `evidence` is built only for
     /// events that are logged: most repeats are rate-limited away. Hop-limit and MTU events
     /// name the hop after the last one that recorded, which any shard may find, so their limit
     /// is the log's, shared (they are rare; the others are raised only by their place's shard).
