@@ -515,23 +515,17 @@ fn links(p: &[PathHop]) -> impl Iterator<Item = Link> + '_ {
         .map(|w| (w[0].node_id, w[0].egress_if, w[1].node_id, w[1].ingress_if))
 }
 
-/// The links and nodes `old` had that `new` lacks, if the flow really moved: `new` must also
-/// have a node or link `old` lacked. A path that only lost hops (a hop that stopped adding INT,
-/// an MTU or hop limit, a drop before the sink) or only gained them is no change of forwarding.
+/// The links and nodes `old` had that `new` lacks, if the flow really moved: each path must
+/// have a hop (node with its ingress and egress ports) the other lacks. A path that only lost
+/// hops (a hop that stopped adding INT, an MTU or hop limit, a drop before the sink, a partial
+/// per-hop path), only gained them (a hop that records again) or holds the same hops in
+/// another order (per-hop reports joined out of order) is no change of forwarding.
 pub fn moved(old: &Path, new: &Path) -> Option<(Vec<Link>, Vec<u32>)> {
     let old_links: Vec<Link> = links(old).collect();
     let new_links: Vec<Link> = links(new).collect();
-    let gained_node = new
-        .iter()
-        .any(|h| !old.iter().any(|o| o.node_id == h.node_id));
-    // A link whose ends were both on the old path, further apart, only skips a hop that
-    // stopped recording: no link gained.
-    let gained_link = new_links.iter().any(|l| {
-        let a = old.iter().position(|h| h.node_id == l.0);
-        let b = old.iter().position(|h| h.node_id == l.2);
-        !old_links.contains(l) && !matches!((a, b), (Some(a), Some(b)) if b > a + 1)
-    });
-    if old.is_empty() || new.is_empty() || !(gained_node || gained_link) {
+    let gained = new.iter().any(|h| !old.contains(h));
+    let lost = old.iter().any(|h| !new.contains(h));
+    if old.is_empty() || new.is_empty() || !(gained && lost) {
         return None;
     }
     let left_nodes: Vec<u32> = old
@@ -1153,6 +1147,16 @@ mod tests {
         let other: Path = Arc::from(vec![hop(1, 1, 4), hop(102, 1, 2), hop(2, 1, 5)]);
         assert!(moved(&old, &shorter).is_none(), "a hop stopped recording");
         assert!(moved(&shorter, &old).is_none(), "a hop recorded again");
+        let reordered: Path = Arc::from(vec![hop(101, 1, 2), hop(1, 1, 3), hop(2, 1, 5)]);
+        assert!(
+            moved(&old, &reordered).is_none(),
+            "per-hop reports out of order"
+        );
+        let other_port: Path = Arc::from(vec![hop(1, 1, 4), hop(101, 2, 2), hop(2, 1, 5)]);
+        assert!(
+            moved(&old, &other_port).is_some(),
+            "another link to the same spine"
+        );
         let (links, nodes) = moved(&old, &other).unwrap();
         assert_eq!(nodes, vec![101]);
         assert_eq!(
