@@ -388,6 +388,7 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
     let end = c.state.last_time_ns();
     let d = &c.config.detect;
     c.tick(end.saturating_add(d.join_window_ns.max(d.episode_quiet_ns) + 1));
+    c.state.finish_incidents();
     let mut summary = format!(
         "replayed {}: {frames} frames, {datagrams} report datagrams, {skipped} other frames, {:.2} s",
         file.display(),

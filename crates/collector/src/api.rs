@@ -156,6 +156,8 @@ pub fn app(api: Arc<Api>) -> Router {
         .route("/api/flows/{id}", get(flow))
         .route("/api/events", get(events))
         .route("/api/events/stream", get(event_stream))
+        .route("/api/incidents", get(incidents))
+        .route("/api/incidents/{id}", get(incident))
         .route("/api/history/events", get(history_events))
         .route("/api/history/flows", get(history_flows))
         .route("/api/history/queues", get(history_queues))
@@ -798,6 +800,162 @@ fn selected(e: &Event, kind: Option<EventKind>, node: Option<u32>, flow: Option<
         && flow.is_none_or(|f| e.flow_id == Some(f))
 }
 
+/// Most incidents one page of `/api/incidents` holds (default [`INCIDENTS_DEFAULT`]).
+pub const INCIDENTS_MAX: usize = 1000;
+/// Incidents a page holds when the query names no `limit`.
+pub const INCIDENTS_DEFAULT: usize = 100;
+
+/// Query of `/api/incidents`.
+#[derive(Debug, serde::Deserialize)]
+pub struct IncidentQuery {
+    /// Only `ongoing` or `resolved` ones.
+    pub state: Option<crate::incident::IncidentState>,
+    /// Only this kind (its label, e.g. `path-change`).
+    pub kind: Option<String>,
+    /// Only incidents at this node (as the place's node or its peer).
+    pub node: Option<u32>,
+    /// Only incidents that lasted until this switch time or later (ns).
+    pub since: Option<u64>,
+    /// Only incidents that started at this switch time or earlier (ns).
+    pub until: Option<u64>,
+    /// At most this many, newest (highest ID) first: default [`INCIDENTS_DEFAULT`], at most
+    /// [`INCIDENTS_MAX`].
+    pub limit: Option<usize>,
+    /// The `next` of the previous page: only incidents with a smaller ID.
+    pub cursor: Option<String>,
+}
+
+/// `GET /api/incidents`: `{"incidents": [Incident...], "next": cursor or null}`, newest first.
+async fn incidents(AxState(api): Shared, Q(q): Q<IncidentQuery>) -> Result<Json<Value>, ApiError> {
+    use crate::incident::IncidentKind;
+    let limit = limit(&api, q.limit, INCIDENTS_DEFAULT, INCIDENTS_MAX)?;
+    let before = parse_cursor::<1>(&api, q.cursor.as_deref())?.map(|[b]| b);
+    let kind = match q.kind.as_deref() {
+        None => None,
+        Some(k) => Some(IncidentKind::from_label(k).ok_or_else(|| {
+            let known: Vec<_> = IncidentKind::ALL.iter().map(|k| k.label()).collect();
+            ApiError::bad(&api, format!("kind {k:?} is none of {}", known.join(", ")))
+        })?),
+    };
+    let mut page = api.collector.state.with_incidents(|log| {
+        let mut page: Vec<&crate::incident::Incident> = log
+            .iter()
+            .filter(|i| q.state.is_none_or(|s| i.state == s))
+            .filter(|i| kind.is_none_or(|k| i.kind == k))
+            .filter(|i| {
+                q.node
+                    .is_none_or(|n| i.place.node == Some(n) || i.place.peer_node == Some(n))
+            })
+            .filter(|i| {
+                q.since
+                    .is_none_or(|t| i.end_ns.unwrap_or(i.last_update_ns) >= t)
+            })
+            .filter(|i| q.until.is_none_or(|t| i.start_ns <= t))
+            .filter(|i| before.is_none_or(|b| i.id < b))
+            .collect();
+        page.sort_unstable_by_key(|i| std::cmp::Reverse(i.id));
+        page.truncate(limit + 1);
+        page.into_iter()
+            .map(|i| i.to_json())
+            .collect::<Vec<Value>>()
+    });
+    let next = (page.len() > limit).then(|| {
+        page.truncate(limit);
+        page.last()
+            .and_then(|i| i["id"].as_u64())
+            .map(|id| id.to_string())
+    });
+    Ok(Json(json!({"incidents": page, "next": next.flatten()})))
+}
+
+/// `GET /api/incidents/{id}`: the incident, or a JSON 404.
+async fn incident(
+    AxState(api): Shared,
+    id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Path(id) = id.map_err(|e| ApiError::bad(&api, e.body_text()))?;
+    api.collector
+        .state
+        .with_incidents(|log| log.get(id).map(|i| i.to_json()))
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("no incident with id {id} (resolved ones leave after the newest 1024 of their kind)"),
+            )
+        })
+}
+
+/// The incidents' metrics: held by kind and state, started, evicted, merged episodes, path
+/// changes that were no move, and the events that left the full log by kind. Registered
+/// before the state's view is taken (the incident log shares the event log's lock).
+fn incident_metrics(c: &crate::ingest::Collector, reg: &mut Registry) {
+    use crate::incident::IncidentKind;
+    let (held, started, evicted, merged, ignored) = c.state.with_incidents(|l| {
+        let held: Vec<_> = IncidentKind::ALL
+            .iter()
+            .map(|&k| (k, l.ongoing(k), l.resolved(k)))
+            .collect();
+        (held, l.started, l.evicted, l.merged, l.moves_ignored)
+    });
+    let gauge = Family::<Labels, Gauge>::default();
+    let started_c = Family::<Labels, Counter>::default();
+    let evicted_c = Family::<Labels, Counter>::default();
+    for (i, (k, ongoing, resolved)) in held.into_iter().enumerate() {
+        for (state, n) in [("ongoing", ongoing), ("resolved", resolved)] {
+            gauge
+                .get_or_create(&labels(&[
+                    ("kind", k.label().into()),
+                    ("state", state.into()),
+                ]))
+                .set(n as i64);
+        }
+        started_c
+            .get_or_create(&labels(&[("kind", k.label().into())]))
+            .inc_by(started[i]);
+        evicted_c
+            .get_or_create(&labels(&[("kind", k.label().into())]))
+            .inc_by(evicted[i]);
+    }
+    reg.register(
+        "incidents",
+        "Incidents held, by kind and state (ongoing; resolved: the newest 1024 of each kind)",
+        gauge,
+    );
+    reg.register("incidents_started", "Incidents started, by kind", started_c);
+    reg.register(
+        "incidents_evicted",
+        "Incidents evicted by the per-kind quotas (ongoing resolved early, resolved dropped)",
+        evicted_c,
+    );
+    let m = Counter::<u64>::default();
+    m.inc_by(merged);
+    reg.register(
+        "incident_episodes_merged",
+        "Episodes merged into an incident that was ongoing or ended within incident_merge_ns",
+        m,
+    );
+    let ig = Counter::<u64>::default();
+    ig.inc_by(ignored);
+    reg.register(
+        "path_changes_ignored",
+        "Path changes that were no change of forwarding (a path that only lost or gained hops)",
+        ig,
+    );
+    let ev = Family::<Labels, Counter>::default();
+    let log = c.state.events();
+    for (k, n) in log.evicted() {
+        ev.get_or_create(&labels(&[("kind", k.label().into())]))
+            .inc_by(*n);
+    }
+    drop(log);
+    reg.register(
+        "events_evicted",
+        "Events that left the full event log, by kind (taken from kinds above their share first)",
+        ev,
+    );
+}
+
 /// Query of `/api/events/stream`.
 #[derive(Debug, serde::Deserialize)]
 pub struct StreamQuery {
@@ -934,6 +1092,7 @@ pub fn render_metrics(api: &Api) -> String {
         truncated: 0,
     };
     let mut reg = Registry::with_prefix("intscope");
+    incident_metrics(c, &mut reg);
     let datagrams = Family::<Labels, Counter>::default();
     let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let discarded = crate::ingest::Discard::ALL.map(|d| (d.label(), g(c.stats.discarded(d))));
@@ -1158,7 +1317,11 @@ pub fn render_metrics(api: &Api) -> String {
         "Egress port Tx utilization as a fraction of line rate (tx_util_full_scale = 1)",
         util_ratio,
     );
-    reg.register("drops", "Drops reported, by node and reason", drops);
+    reg.register(
+        "drops",
+        "Drop reports received (not packets: switches filter drop reports), by node and reason",
+        drops,
+    );
     api.stats
         .metrics_series_truncated
         .store(budget.truncated, Ordering::Relaxed);

@@ -177,8 +177,10 @@ fn microburst_is_a_short_episode() {
         MS / 2,
     );
     let mb = events(&s, EventKind::Microburst);
-    assert_eq!(mb.len(), 1);
-    assert_eq!(mb[0].evidence.to_json()["duration_ns"], MS / 2);
+    assert_eq!(mb.len(), 1, "raised at the low sample, not later");
+    // One congested sample: the burst spans nothing seen, and ended before the low sample.
+    assert_eq!(mb[0].evidence.to_json()["duration_ns"], 0);
+    assert_eq!(mb[0].evidence.to_json()["end_uncertainty_ns"], MS / 2);
     assert_eq!(mb[0].evidence.to_json()["max_occupancy"], 4000);
     assert!(events(&s, EventKind::CongestionEnd).is_empty());
 }
@@ -195,6 +197,12 @@ fn lost_reports_from_sequence_gaps() {
     let mut r = Rep::new(1, &[LEAF1], LEAF2);
     r.seq = 10;
     feed(&mut s, &r.datagram(), 10 * MS);
+    assert_eq!(s.read().reports_lost(), 6, "counted at once");
+    assert!(
+        events(&s, EventKind::LostReports).is_empty(),
+        "raised only once no late report filled the gap within report_reorder_ns"
+    );
+    s.tick(10 * MS + 20 * MS);
     let ev = events(&s, EventKind::LostReports);
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].node_id, Some(2));

@@ -256,17 +256,20 @@ fn a_quiet_queue_closes_at_the_same_moment_with_any_shards() {
     let four = [State::with_shards(Thresholds::default(), 4)];
     replay(&datagrams, &one, &four);
     let four = &four[0];
-    let ends = |s: &State| -> Vec<u64> {
+    let ends = |s: &State| -> Vec<(u64, Option<u64>)> {
         s.events()
             .events()
             .iter()
             .filter(|e| e.kind == EventKind::CongestionEnd)
-            .map(|e| e.time_ns)
+            .map(|e| (e.time_ns, e.received_ns))
             .collect()
     };
     let end = ends(&one);
     assert_eq!(end.len(), 1, "closed by the quiet timeout");
-    assert!(end[0] > 54 * MS && end[0] < 60 * MS, "{end:?}");
+    // Switch time: the last congested sample; raised at the sweep after 50 ms of quiet.
+    assert_eq!(end[0].0, 19 * MS / 4);
+    let raised = end[0].1.unwrap();
+    assert!(raised > 54 * MS && raised < 60 * MS, "{end:?}");
     assert_eq!(ends(four), end);
     assert_eq!(content(four), content(&one));
 }

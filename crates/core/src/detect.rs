@@ -26,6 +26,19 @@ pub struct DetectConfig {
     /// A congestion episode with no congested sample for this long is over (switches that
     /// filter reports, like SD-Fabric's, go quiet when a queue drains).
     pub episode_quiet_ns: u64,
+    /// An incident that ends and restarts at the same place (kind, place, cause) within this
+    /// much switch time is one incident (flapping is merged).
+    pub incident_merge_ns: u64,
+    /// An incident without evidence for this long (receive time) is resolved: drops, report
+    /// loss, path changes, hop limit, MTU, hops without INT, and latency whose port stopped
+    /// reporting (congestion: `episode_quiet_ns`).
+    pub incident_quiet_ns: u64,
+    /// Path changes are correlated over this much receive time: the link or node most of them
+    /// left is named as one incident with their flows.
+    pub path_correlation_ns: u64,
+    /// A report sequence gap is confirmed as loss (and raised) only when no late report
+    /// filled it within this much receive time: reordered reports raise nothing.
+    pub report_reorder_ns: u64,
     /// A flow without a report for this long leaves the live state (its summary stays in the
     /// store), so memory holds the active flows, not every flow ever seen.
     pub flow_idle_ns: u64,
@@ -48,6 +61,10 @@ impl Default for DetectConfig {
             episode_quiet_ns: 50_000_000,
             flow_idle_ns: 600_000_000_000,
             postcards: crate::flow_shard::PostcardConfig::default(),
+            incident_merge_ns: 1_000_000_000,
+            incident_quiet_ns: 5_000_000_000,
+            path_correlation_ns: 1_000_000_000,
+            report_reorder_ns: 20_000_000,
         }
     }
 }

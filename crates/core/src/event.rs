@@ -9,7 +9,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use intscope_wire::locate::FlowKey;
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::detect::DetectConfig;
 use crate::evidence::Evidence;
+use crate::incidents::{IncidentLog, IncidentSink};
 
 /// Kinds of event.
 #[derive(
@@ -159,10 +161,17 @@ pub struct Event {
     pub flow_id: Option<u64>,
     /// Evidence (kind-specific).
     pub evidence: Evidence,
+    /// The collector's receive time of the report that raised it (`time_ns` is switch time
+    /// when the report's metadata carries timestamps, else this same receive time).
+    pub received_ns: Option<u64>,
 }
 
-/// Events kept in memory (the newest).
+/// Events kept in memory (the newest, within each kind's share).
 pub const EVENT_LOG: usize = 10_000;
+
+/// A kind's share of the event log: when the log is full, its oldest eighth goes, taken from
+/// the kinds that hold more than this first, so a flood of one kind cannot push out the others.
+pub const EVENT_KIND_SHARE: usize = EVENT_LOG / EventKind::ALL.len();
 
 /// Where an event happened and to which flow (its key and API ID).
 #[derive(Debug, Clone, Copy, Default)]
@@ -183,7 +192,11 @@ pub struct Place {
 pub struct EventLog {
     events: VecDeque<Event>,
     counts: BTreeMap<EventKind, u64>,
+    evicted: BTreeMap<EventKind, u64>,
     next_id: u64,
+    /// The incidents the detectors' observations make (the same lock: a shard hands over its
+    /// events and incident observations in one go).
+    pub incidents: IncidentLog,
     /// The rate limit of places that more than one shard can raise events at (see
     /// [`Raiser::raise`]).
     shared_limit: RateLimit,
@@ -191,16 +204,28 @@ pub struct EventLog {
 
 impl Default for EventLog {
     fn default() -> Self {
-        EventLog {
-            events: VecDeque::new(),
-            counts: BTreeMap::new(),
-            next_id: 1,
-            shared_limit: RateLimit::default(),
-        }
+        EventLog::new(&DetectConfig::default())
     }
 }
 
 impl EventLog {
+    /// A log whose incidents follow `cfg`'s lifecycle thresholds.
+    pub fn new(cfg: &DetectConfig) -> Self {
+        EventLog {
+            events: VecDeque::new(),
+            counts: BTreeMap::new(),
+            evicted: BTreeMap::new(),
+            next_id: 1,
+            incidents: IncidentLog::new(cfg),
+            shared_limit: RateLimit::default(),
+        }
+    }
+
+    /// Events that left the log full, by kind (see [`EVENT_KIND_SHARE`]).
+    pub fn evicted(&self) -> &BTreeMap<EventKind, u64> {
+        &self.evicted
+    }
+
     /// The newest events, oldest first.
     pub fn events(&self) -> &VecDeque<Event> {
         &self.events
@@ -221,12 +246,19 @@ impl EventLog {
         self.next_id = self.next_id.max(next);
     }
 
-    fn push(&mut self, time_ns: u64, kind: EventKind, place: Place, evidence: Evidence) {
+    fn push(
+        &mut self,
+        time_ns: u64,
+        received_ns: u64,
+        kind: EventKind,
+        place: Place,
+        evidence: Evidence,
+    ) {
         *self.counts.entry(kind).or_default() += 1;
         let id = self.next_id;
         self.next_id += 1;
-        if self.events.len() == EVENT_LOG {
-            self.events.pop_front();
+        if self.events.len() >= EVENT_LOG {
+            self.make_room();
         }
         self.events.push_back(Event {
             id,
@@ -238,6 +270,53 @@ impl EventLog {
             flow: place.flow.map(|f| f.0),
             flow_id: place.flow.map(|f| f.1),
             evidence,
+            received_ns: Some(received_ns),
+        });
+    }
+
+    /// Drops an eighth of the full log, oldest first, from the kinds above their share
+    /// (the largest first); only when no kind is above it, the oldest of all. One pass per
+    /// eighth of the log's size, nothing per event.
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self) {
+        let index = |k: EventKind| EventKind::ALL.iter().position(|&x| x == k).unwrap_or(0);
+        let mut held = [0usize; EventKind::ALL.len()];
+        for e in &self.events {
+            held[index(e.kind)] += 1;
+        }
+        let mut take = [0usize; EventKind::ALL.len()];
+        let mut left = EVENT_LOG / 8;
+        while left > 0 {
+            let (k, n) = held
+                .iter()
+                .zip(&take)
+                .map(|(h, t)| h - t)
+                .enumerate()
+                .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
+                .unwrap_or((0, 0));
+            if n <= EVENT_KIND_SHARE {
+                break;
+            }
+            take[k] += 1;
+            left -= 1;
+        }
+        let evicted = &mut self.evicted;
+        self.events.retain(|e| {
+            let k = index(e.kind);
+            let go = if take[k] > 0 {
+                take[k] -= 1;
+                true
+            } else if left > 0 {
+                left -= 1;
+                true
+            } else {
+                false
+            };
+            if go {
+                *evicted.entry(e.kind).or_default() += 1;
+            }
+            !go
         });
     }
 }
@@ -250,6 +329,12 @@ pub struct Raiser {
     limit: RateLimit,
     /// Events suppressed by the per-place rate limit.
     pub suppressed: u64,
+    /// This shard's incident observations on their way to the log.
+    pub incidents: IncidentSink,
+    /// Switch time minus receive time of the record being processed ([`Raiser::set_clock`]):
+    /// what [`Raiser::raise`] adds to its receive time to give events and incidents switch
+    /// time (for a path change, the record's own).
+    clock_offset: i64,
 }
 
 /// When each (kind, place) last raised an event.
@@ -279,17 +364,31 @@ impl RateLimit {
 impl Raiser {
     /// Raises at most one event per kind, place and flow every `interval_ns` (report time).
     pub fn new(interval_ns: u64) -> Self {
+        Raiser::with_config(&DetectConfig {
+            event_interval_ns: interval_ns,
+            ..DetectConfig::default()
+        })
+    }
+
+    /// A raiser with `cfg`'s event interval and incident merge window.
+    pub fn with_config(cfg: &DetectConfig) -> Self {
         Raiser {
-            interval_ns,
+            interval_ns: cfg.event_interval_ns,
+            incidents: IncidentSink::new(cfg.incident_merge_ns),
             ..Raiser::default()
         }
     }
 
     /// Logs an event of `kind` at `place`, unless one like it was logged within the interval.
-    /// Episode ends, starts and report loss are always logged. `evidence` is built only for
+    /// Episode starts and ends are always logged (the fabric raises them once per incident:
+    /// a restart within the merge window raises none). `evidence` is built only for
     /// events that are logged: most repeats are rate-limited away. Hop-limit and MTU events
     /// name the hop after the last one that recorded, which any shard may find, so their limit
     /// is the log's, shared (they are rare; the others are raised only by their place's shard).
+    /// A path change also goes to the incidents (one per link or node the flows left), and is
+    /// not logged at all when forwarding did not change (a path that only lost or gained hops:
+    /// see [`crate::incidents::moved`]). `now` is report (receive) time; the event's time is
+    /// switch time, by the offset of the record being processed ([`Raiser::set_clock`]).
     // Out of line: events are rare next to reports, and inlining each call site's evidence
     // builder into the per-report path slowed every report (measured, pipeline bench).
     #[inline(never)]
@@ -301,12 +400,42 @@ impl Raiser {
         place: Place,
         evidence: impl FnOnce() -> Evidence,
     ) {
+        if kind == EventKind::PathChange {
+            return self.path_change(log, now, place, evidence());
+        }
+        let at = self.switch_time(now);
+        self.raise_at(log, now, at, kind, place, 0, evidence);
+    }
+
+    /// The record about to be processed: its switch time ([`crate::fabric::switch_time`])
+    /// against its receive time sets the clock [`Raiser::raise`] gives its events.
+    #[inline]
+    pub fn set_clock(&mut self, r: &crate::record::Record) {
+        self.clock_offset = crate::fabric::switch_time(r).wrapping_sub(r.time_ns) as i64;
+    }
+
+    /// Receive time `now` on the switches' clock, by the last record's offset.
+    fn switch_time(&self, now: u64) -> u64 {
+        now.wrapping_add(self.clock_offset as u64)
+    }
+
+    /// [`Raiser::raise`] at switch time `at_ns` (the event's time; `now` is the receive time
+    /// the rate limit runs on), rate-limited per place, flow and `extra` (e.g. an hw_id).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    pub fn raise_at(
+        &mut self,
+        log: &Mutex<EventLog>,
+        now: u64,
+        at_ns: u64,
+        kind: EventKind,
+        place: Place,
+        extra: u64,
+        evidence: impl FnOnce() -> Evidence,
+    ) {
         let limited = !matches!(
             kind,
-            EventKind::CongestionEnd
-                | EventKind::Microburst
-                | EventKind::LostReports
-                | EventKind::CongestionStart
+            EventKind::CongestionEnd | EventKind::Microburst | EventKind::CongestionStart
         );
         let key = || {
             let place = [
@@ -314,13 +443,14 @@ impl Raiser {
                 u64::from(place.port.unwrap_or(0)),
                 u64::from(place.queue.unwrap_or(0)),
                 place.flow.map_or(0, |f| flow_hash(&f.0)),
+                extra,
             ];
             (kind, place_hash(&place))
         };
         if matches!(kind, EventKind::HopLimit | EventKind::MtuExceeded) {
             let mut log = lock(log);
             if log.shared_limit.admit(key(), now, self.interval_ns) {
-                log.push(now, kind, place, evidence());
+                log.push(at_ns, now, kind, place, evidence());
             } else {
                 self.suppressed += 1;
             }
@@ -331,7 +461,43 @@ impl Raiser {
             return;
         }
         let evidence = evidence();
-        lock(log).push(now, kind, place, evidence);
+        lock(log).push(at_ns, now, kind, place, evidence);
+    }
+
+    #[cold]
+    fn path_change(&mut self, log: &Mutex<EventLog>, now: u64, place: Place, ev: Evidence) {
+        let at = self.switch_time(now);
+        let mut log = lock(log);
+        if let (
+            Evidence::PathChange {
+                old_path, new_path, ..
+            },
+            Some(flow),
+        ) = (&ev, place.flow)
+        {
+            let copy = ev.clone();
+            if !log
+                .incidents
+                .observe_move(at, now, flow, old_path, new_path, move || copy)
+            {
+                return;
+            }
+        }
+        let key = (
+            EventKind::PathChange,
+            place_hash(&[
+                u64::from(place.node.unwrap_or(0)),
+                u64::from(place.port.unwrap_or(0)),
+                0,
+                place.flow.map_or(0, |f| flow_hash(&f.0)),
+                0,
+            ]),
+        );
+        if self.limit.admit(key, now, self.interval_ns) {
+            log.push(at, now, EventKind::PathChange, place, ev);
+        } else {
+            self.suppressed += 1;
+        }
     }
 }
 

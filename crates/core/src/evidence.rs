@@ -60,20 +60,25 @@ pub enum Evidence {
     Episode {
         /// Switch time of its first congested sample.
         start_ns: u64,
-        /// Duration on the switch's clock.
+        /// Duration on the switch's clock: from the first to the last congested sample.
         duration_ns: u64,
+        /// The episode ended within this much after its last congested sample: the time to the
+        /// first normal one (0 when it ended by going quiet).
+        end_uncertainty_ns: u64,
         /// Highest occupancy.
         max_occupancy: u32,
         /// The flows that filled the queue most, largest share first.
         culprit_flows: Vec<Culprit>,
     },
-    /// Lost reports: a sequence gap.
+    /// Lost reports: a sequence gap no late report filled within `report_reorder_ns`.
     LostReports {
         /// Hardware subsystem of the source.
         hw_id: u8,
         /// Sequence numbers missing: report groups (datagrams), one report each in v1.0 and
         /// v0.5.
         lost: u64,
+        /// Reports lost, estimated: each group at the source's mean reports per group.
+        reports_lost: u64,
         /// Sequence number expected.
         expected_seq: u32,
         /// Sequence number received.
@@ -106,6 +111,14 @@ pub enum Evidence {
         int_hops: u8,
         /// Hops that added no INT metadata.
         non_int_hops: u8,
+        /// The last hop that added INT before the hidden ones (`None`: none before the
+        /// reporter).
+        last_int_node: Option<u32>,
+        /// The next hop that did (the next in the stack, or the reporter).
+        next_int_node: u32,
+        /// The node behind the last INT hop's egress port, from the links seen, when it is
+        /// not the next INT hop (the hop without INT, most likely).
+        suspect_node: Option<u32>,
     },
 }
 

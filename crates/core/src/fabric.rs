@@ -20,6 +20,8 @@ use crate::detect::DetectConfig;
 use crate::event::{EventKind, EventLog, Place, Raiser};
 use crate::evidence::{Culprit, Evidence};
 use crate::id_table::{Cutoff, IdTable};
+use crate::incident::{EndReason, IncidentKind, IncidentPlace, Unit};
+use crate::incidents::{End, EpisodeTotals, FlowWeight, IncidentKey, Observation, RANKED_FLOWS};
 use crate::rank;
 use crate::record::{Hop, Record, Version};
 use crate::seq::{SeqOutcome, SeqTracker};
@@ -75,6 +77,11 @@ pub struct QueueState {
     /// The buckets before it, oldest first (bounded: with the current one, [`QUEUE_SERIES`]).
     closed_buckets: VecDeque<(u64, u32)>,
     episode: Option<Episode>,
+    /// Switch clock of the last sample (the start of an episode lies after it).
+    last_clock_ns: Option<u64>,
+    /// Switch clock of the last episode's end (a restart within the merge window is the same
+    /// incident, and raises no new start event).
+    last_end_ns: Option<u64>,
 }
 
 impl QueueState {
@@ -109,10 +116,24 @@ struct Episode {
     /// Report time of the last congested sample (for the quiet timeout).
     last_seen_ns: u64,
     max_occupancy: u32,
+    /// Switch clock of the highest occupancy.
+    max_at_ns: u64,
     total: u64,
-    /// Per flow: its API ID and its occupancy sum over the episode's samples.
-    flows: HashMap<FlowKey, (u64, u64)>,
+    /// Congested samples.
+    samples: u64,
+    /// Of those, handed to the incident already.
+    samples_reported: u64,
+    /// Receive time of the last hand-over to the incident.
+    reported_ns: u64,
+    /// It restarted its queue's incident (within the merge window of the last end): no
+    /// start or end event of its own.
+    merged: bool,
+    /// Per flow: its API ID, its occupancy sum and its samples over the episode.
+    flows: HashMap<FlowKey, (u64, u64, u64)>,
 }
+
+/// How often (receive time) an open congestion episode updates its ongoing incident.
+const EPISODE_UPDATE_NS: u64 = 100_000_000;
 
 /// Occupancy buckets kept per queue (256 × 250 ms: the last 64 s).
 pub const QUEUE_SERIES: usize = 256;
@@ -157,8 +178,12 @@ pub struct PortState {
     pub latency_samples: u32,
     /// Last hop latency.
     pub last_latency: Option<u32>,
-    /// Drops reported at this port.
+    /// Drop reports received for this port (switches filter drop reports, so this is not a
+    /// count of packets).
     pub drops: u64,
+    /// Switch clock of the last anomalous hop latency while an anomaly lasts (the baseline is
+    /// frozen until a normal sample ends it).
+    latency_anomaly: Option<u64>,
     /// Its egress queues, by queue ID.
     queues: IdTable<QueueState>,
     /// Links leaving through it, by the next node, then that node's ingress port (one, unless
@@ -357,7 +382,7 @@ impl FabricShard {
     /// A shard with these detector thresholds that holds at most `limits`.
     pub fn with_limits(cfg: DetectConfig, limits: Limits) -> Self {
         FabricShard {
-            raiser: Raiser::new(cfg.event_interval_ns),
+            raiser: Raiser::with_config(&cfg),
             seq: SeqTracker::new(limits.sequence_window, limits.sources),
             cfg,
             limits,
@@ -488,8 +513,8 @@ impl FabricShard {
 
     fn reporter_part(&mut self, r: &Record, parts: &Parts, log: &Mutex<EventLog>) {
         self.last_time_ns = self.last_time_ns.max(r.time_ns);
-        self.observe_reporter(r, log);
-        self.observe_reporter_flags(r, parts.seen, parts.gap.as_ref(), log);
+        self.observe_reporter(r);
+        self.observe_reporter_flags(r, parts, log);
         if parts.last_recorded.is_none() && (r.hop_limit_exceeded || r.mtu_exceeded) {
             self.observe_limits(r, None, parts.seen.id, log);
         }
@@ -510,15 +535,18 @@ impl FabricShard {
         self.last_time_ns = self.last_time_ns.max(r.time_ns);
         let next = r.hops().get(index + 1).filter(|_| parts.links);
         self.observe_hop(r, hop, next, parts.seen.id, log);
-        if parts.last_recorded == Some(index) && (r.hop_limit_exceeded || r.mtu_exceeded) {
-            self.observe_limits(r, Some(hop), parts.seen.id, log);
+        if parts.last_recorded == Some(index) {
+            if r.hop_limit_exceeded || r.mtu_exceeded {
+                self.observe_limits(r, Some(hop), parts.seen.id, log);
+            }
+            self.observe_hidden(r, Some((index, hop)), parts, log);
         }
         if self.grew {
             self.enforce_limits();
         }
     }
 
-    fn observe_reporter(&mut self, r: &Record, log: &Mutex<EventLog>) {
+    fn observe_reporter(&mut self, r: &Record) {
         let now = r.time_ns;
         match r.version {
             Version::V2 => self.counters.v2 += 1,
@@ -529,7 +557,7 @@ impl FabricShard {
             self.counters.without_flow += 1;
         }
         if r.first_in_datagram {
-            self.observe_sequence(r, log);
+            self.observe_sequence(r);
         } else {
             self.seq.add_report(r.node_id, r.hw_id);
         }
@@ -564,6 +592,7 @@ impl FabricShard {
                 continue;
             };
             if now.saturating_sub(last_seen) <= quiet {
+                self.update_episode(now, key, log);
                 i += 1;
                 continue;
             }
@@ -571,29 +600,111 @@ impl FabricShard {
             let Some(ep) = self.queue_mut(key).and_then(|q| q.episode.take()) else {
                 continue;
             };
-            let end = ep.last_high_ns;
+            let end = End {
+                at_ns: ep.last_high_ns,
+                uncertainty_ns: 0,
+                reason: EndReason::Quiet,
+            };
             self.close_episode(now, key, ep, end, log);
         }
+        let reorder = self.cfg.report_reorder_ns;
+        for c in self.seq.confirm(now, reorder) {
+            self.report_loss(c, log);
+        }
+        let mut log = crate::event::lock(log);
+        self.raiser.incidents.flush_into(&mut log.incidents);
+        log.incidents.settle(now);
     }
 
-    fn observe_sequence(&mut self, r: &Record, log: &Mutex<EventLog>) {
-        if let SeqOutcome::Gap { lost, expected } =
-            self.seq
-                .observe(r.node_id, r.hw_id, r.seq, r.version.seq_bits(), r.time_ns)
+    /// Hands what an open episode counted since the last time to its ongoing incident, every
+    /// [`EPISODE_UPDATE_NS`] (so a long episode shows its samples and stays alive).
+    fn update_episode(&mut self, now: u64, key: QueueKey, log: &Mutex<EventLog>) {
+        let Some(ep) = self.queue_mut(key).and_then(|q| q.episode.as_mut()) else {
+            return;
+        };
+        if now.saturating_sub(ep.reported_ns) < EPISODE_UPDATE_NS
+            || ep.samples == ep.samples_reported
         {
-            let ev = move || Evidence::LostReports {
-                hw_id: r.hw_id,
-                lost,
-                expected_seq: expected,
-                received_seq: r.seq,
-            };
-            let place = Place {
-                node: Some(r.node_id),
-                ..Place::default()
-            };
-            self.raiser
-                .raise(log, r.time_ns, EventKind::LostReports, place, ev);
+            return;
         }
+        let new = ep.samples - ep.samples_reported;
+        ep.samples_reported = ep.samples;
+        ep.reported_ns = now;
+        let o = Observation {
+            samples: new,
+            reports: new,
+            value: Some((u64::from(ep.max_occupancy), Unit::Occupancy)),
+            value_at_ns: Some(ep.max_at_ns),
+            ..Observation::sample(ep.last_high_ns, ep.last_seen_ns)
+        };
+        let (start, max) = (ep.start_ns, ep.max_occupancy);
+        self.raiser
+            .incidents
+            .observe(log, congestion_key(key), &o, move || Evidence::Episode {
+                start_ns: start,
+                duration_ns: 0,
+                end_uncertainty_ns: 0,
+                max_occupancy: max,
+                culprit_flows: Vec::new(),
+            });
+    }
+
+    /// Loss a sequence gap confirmed: a (rate-limited) event and the source's incident.
+    fn report_loss(&mut self, c: crate::seq::Confirmed, log: &Mutex<EventLog>) {
+        let place = Place {
+            node: Some(c.node),
+            ..Place::default()
+        };
+        self.raiser.raise_at(
+            log,
+            c.received_ns,
+            c.received_ns,
+            EventKind::LostReports,
+            place,
+            u64::from(c.hw_id),
+            || Evidence::LostReports {
+                hw_id: c.hw_id,
+                lost: c.groups,
+                reports_lost: c.reports,
+                expected_seq: c.expected_seq,
+                received_seq: c.received_seq,
+            },
+        );
+        let key = IncidentKey::new(
+            IncidentKind::ReportLoss,
+            IncidentPlace {
+                node: Some(c.node),
+                hw_id: Some(c.hw_id),
+                ..IncidentPlace::default()
+            },
+            None,
+        );
+        let o = Observation {
+            samples: 1,
+            reports: 0,
+            reports_lost: c.reports,
+            value: Some((c.reports, Unit::Reports)),
+            ..Observation::sample(c.received_ns, c.received_ns)
+        };
+        self.raiser
+            .incidents
+            .observe(log, key, &o, || Evidence::LostReports {
+                hw_id: c.hw_id,
+                lost: c.groups,
+                reports_lost: c.reports,
+                expected_seq: c.expected_seq,
+                received_seq: c.received_seq,
+            });
+    }
+
+    /// Accounts the report's sequence number. Gaps count as loss at once; their event and
+    /// incident wait for [`SeqTracker::confirm`] (at the sweep), so a reordered report that
+    /// fills a gap raises nothing.
+    fn observe_sequence(&mut self, r: &Record) {
+        let outcome = self
+            .seq
+            .observe(r.node_id, r.hw_id, r.seq, r.version.seq_bits(), r.time_ns);
+        debug_assert!(!matches!(outcome, SeqOutcome::Gap { lost: 0, .. }));
     }
 
     /// Queue `key`, if seen.
@@ -662,33 +773,75 @@ impl FabricShard {
             if let Some(lat) = hop.hop_latency() {
                 ps.last_latency = Some(lat);
                 ps.interval.add(u64::from(lat));
-                let anomalous = ps.latency_samples >= self.cfg.latency_warmup
-                    && f64::from(lat) > self.cfg.latency_factor * ps.latency_baseline
-                    && f64::from(lat) - ps.latency_baseline > self.cfg.latency_min_excess_ns as f64;
+                let cfg = &self.cfg;
+                let anomalous = ps.latency_samples >= cfg.latency_warmup
+                    && f64::from(lat) > cfg.latency_factor * ps.latency_baseline
+                    && f64::from(lat) - ps.latency_baseline > cfg.latency_min_excess_ns as f64;
                 let baseline = ps.latency_baseline;
-                // Anomalies move the baseline slowly, so one spike does not hide the next.
-                let alpha = if anomalous { 1.0 / 256.0 } else { 1.0 / 16.0 };
-                ps.latency_baseline = if ps.latency_samples == 0 {
-                    f64::from(lat)
-                } else {
-                    baseline + alpha * (f64::from(lat) - baseline)
-                };
+                let clock = hop_clock(hop, now);
+                // An anomaly does not move the baseline: it stays frozen while the anomaly
+                // lasts, so a lasting fault stays visible instead of becoming the new normal.
+                if !anomalous {
+                    ps.latency_baseline = if ps.latency_samples == 0 {
+                        f64::from(lat)
+                    } else {
+                        baseline + (f64::from(lat) - baseline) / 16.0
+                    };
+                }
                 ps.latency_samples = ps.latency_samples.saturating_add(1);
+                let key = || {
+                    IncidentKey::new(
+                        IncidentKind::Latency,
+                        IncidentPlace {
+                            node: Some(hop.node_id),
+                            port: Some(port),
+                            ..IncidentPlace::default()
+                        },
+                        None,
+                    )
+                };
                 if anomalous {
+                    ps.latency_anomaly = Some(clock);
                     let ev = move || Evidence::LatencyAnomaly {
                         hop_latency: lat,
                         baseline: baseline.round(),
                         factor: (f64::from(lat) / baseline.max(1.0) * 10.0).round() / 10.0,
                         queue_occupancy: hop.queue_occupancy(),
                     };
+                    let flow = r.flow.zip(id);
+                    let threshold = (cfg.latency_factor * baseline)
+                        .max(baseline + cfg.latency_min_excess_ns as f64)
+                        .round() as u64;
+                    let o = Observation {
+                        value: Some((u64::from(lat), Unit::Nanoseconds)),
+                        threshold: Some(threshold),
+                        baseline: Some(baseline.round() as u64),
+                        flow: flow.map(|(key, id)| FlowWeight {
+                            key,
+                            id,
+                            weight: 1,
+                            samples: 1,
+                        }),
+                        ..Observation::sample(clock, now)
+                    };
+                    self.raiser.incidents.observe(log, key(), &o, ev);
                     let place = Place {
                         node: Some(hop.node_id),
                         port: Some(port),
                         queue: hop.queue_id(),
-                        flow: r.flow.zip(id),
+                        flow,
                     };
                     self.raiser
-                        .raise(log, now, EventKind::LatencyAnomaly, place, ev);
+                        .raise_at(log, now, clock, EventKind::LatencyAnomaly, place, 0, ev);
+                } else if let Some(last) = ps.latency_anomaly.take() {
+                    let end = End {
+                        at_ns: clock,
+                        uncertainty_ns: clock.saturating_sub(last),
+                        reason: EndReason::Normal,
+                    };
+                    self.raiser
+                        .incidents
+                        .end(log, key(), end, EpisodeTotals::default());
                 }
             }
             if let Some((to, to_port)) = next.and_then(|b| Some((b.node_id, b.ingress_if()?))) {
@@ -720,42 +873,72 @@ impl FabricShard {
 }
 
 impl FabricShard {
-    /// Raises the end of a congestion episode: a microburst if it was short, with the flows that
-    /// filled the queue most.
+    /// Ends a congestion episode: its incident learns the end, the samples, the peak and the
+    /// flows that filled the queue (with their shares); the first episode of an incident also
+    /// raises its end event (a microburst if its congested samples spanned at most
+    /// `microburst_max_ns`), at once.
     #[inline(never)]
     fn close_episode(
         &mut self,
         now: u64,
         key: QueueKey,
         ep: Episode,
-        end: u64,
+        end: End,
         log: &Mutex<EventLog>,
     ) {
-        let duration = end.saturating_sub(ep.start_ns);
-        // Only the top ten are named: largest share first, ties by flow key.
-        let culprits = rank::smallest(ep.flows.iter(), 10, |&(k, (_, sum))| (Reverse(*sum), *k));
+        if let Some(qs) = self.queue_mut(key) {
+            qs.last_end_ns = Some(end.at_ns);
+        }
+        let span = ep.last_high_ns.saturating_sub(ep.start_ns);
         let total = ep.total.max(1) as f64;
-        let ranked: Vec<_> = culprits
-            .into_iter()
-            .map(|(k, (id, occ_sum))| Culprit {
-                flow: *k,
-                flow_id: *id,
-                share: ((*occ_sum as f64) / total * 1000.0).round() / 1000.0,
+        let ranked = rank::smallest(ep.flows.iter(), RANKED_FLOWS, |&(k, (_, sum, _))| {
+            (Reverse(*sum), *k)
+        });
+        let flows: Vec<FlowWeight> = ranked
+            .iter()
+            .map(|(k, (id, sum, samples))| FlowWeight {
+                key: **k,
+                id: *id,
+                weight: *sum,
+                samples: *samples,
             })
             .collect();
-        let kind = if duration <= self.cfg.microburst_max_ns {
-            EventKind::Microburst
-        } else {
-            EventKind::CongestionEnd
-        };
-        let ev = move || Evidence::Episode {
-            start_ns: ep.start_ns,
-            duration_ns: duration,
-            max_occupancy: ep.max_occupancy,
-            culprit_flows: ranked,
+        if !ep.merged {
+            // Only the top ten are named: largest share first, ties by flow key.
+            let culprits: Vec<Culprit> = flows
+                .iter()
+                .take(10)
+                .map(|f| Culprit {
+                    flow: f.key,
+                    flow_id: f.id,
+                    share: ((f.weight as f64) / total * 1000.0).round() / 1000.0,
+                })
+                .collect();
+            let kind = if span <= self.cfg.microburst_max_ns {
+                EventKind::Microburst
+            } else {
+                EventKind::CongestionEnd
+            };
+            let (start, max) = (ep.start_ns, ep.max_occupancy);
+            let ev = move || Evidence::Episode {
+                start_ns: start,
+                duration_ns: span,
+                end_uncertainty_ns: end.uncertainty_ns,
+                max_occupancy: max,
+                culprit_flows: culprits,
+            };
+            self.raiser
+                .raise_at(log, now, end.at_ns, kind, queue_place(key, None), 0, ev);
+        }
+        let totals = EpisodeTotals {
+            samples: ep.samples - ep.samples_reported,
+            peak: Some((u64::from(ep.max_occupancy), Unit::Occupancy, ep.max_at_ns)),
+            span_ns: span,
+            flows,
         };
         self.raiser
-            .raise(log, now, kind, queue_place(key, None), ev);
+            .incidents
+            .end(log, congestion_key(key), end, totals);
     }
 
     /// The node at the other end of `node`'s egress `port`, if a link from it has been seen
@@ -767,78 +950,161 @@ impl FabricShard {
             .map(|(to, _, _)| to)
     }
 
-    /// The reporter's drop and hidden-hop detectors.
-    fn observe_reporter_flags(
-        &mut self,
-        r: &Record,
-        seen: FlowSeen,
-        gap: Option<&TtlGap>,
-        log: &Mutex<EventLog>,
-    ) {
+    /// The reporter's drop detector, and the hidden-hop detector when no hop before the
+    /// reporter recorded (else it runs in that hop's shard, [`FabricShard::observe_hidden`]).
+    fn observe_reporter_flags(&mut self, r: &Record, parts: &Parts, log: &Mutex<EventLog>) {
         let dropped = r.dropped || r.drop_reason.is_some();
-        let hidden_hops = self.cfg.non_int_hops && gap.is_some_and(|g| g.non_int > 0);
-        if !(dropped || hidden_hops) {
-            return;
-        }
-        let now = r.time_ns;
-        let flow = r.flow.zip(seen.id);
         if dropped {
-            let last = r.hops().last().copied().unwrap_or_default();
-            let (grew, held) = (&mut self.grew, &mut self.held);
-            let node = self.nodes.get_or_insert_with(r.node_id, || {
-                *grew = true;
-                NodeState {
-                    first_seen_ns: now,
-                    last_seen_ns: now,
-                    ..NodeState::default()
-                }
-            });
-            *node.drops.entry(r.drop_reason.unwrap_or(0)).or_default() += 1;
-            if let Some(p) = last.egress_if() {
-                let ps = node.ports.get_or_insert_with(p, || {
-                    *grew = true;
-                    held.ports += 1;
-                    PortState::default()
-                });
-                ps.last_seen_ns = now;
-                ps.drops += 1;
-                ps.interval.drops += 1;
+            self.observe_drop(r, parts.seen, log);
+        }
+        if parts.last_recorded.is_none() {
+            self.observe_hidden(r, None, parts, log);
+        }
+    }
+
+    /// A drop report: one incident per (reporting node, port, reason).
+    fn observe_drop(&mut self, r: &Record, seen: FlowSeen, log: &Mutex<EventLog>) {
+        let now = r.time_ns;
+        let clock = report_clock(r);
+        let flow = r.flow.zip(seen.id);
+        let last = r.hops().last().copied().unwrap_or_default();
+        let (grew, held) = (&mut self.grew, &mut self.held);
+        let node = self.nodes.get_or_insert_with(r.node_id, || {
+            *grew = true;
+            NodeState {
+                first_seen_ns: now,
+                last_seen_ns: now,
+                ..NodeState::default()
             }
-            let ev = move || Evidence::Drop {
-                drop_reason: r.drop_reason,
-                drop_reason_name: r.drop_reason.and_then(drop_reason_name),
-            };
-            let place = Place {
+        });
+        *node.drops.entry(r.drop_reason.unwrap_or(0)).or_default() += 1;
+        if let Some(p) = last.egress_if() {
+            let ps = node.ports.get_or_insert_with(p, || {
+                *grew = true;
+                held.ports += 1;
+                PortState::default()
+            });
+            ps.last_seen_ns = now;
+            ps.drops += 1;
+            ps.interval.drops += 1;
+        }
+        let ev = move || Evidence::Drop {
+            drop_reason: r.drop_reason,
+            drop_reason_name: r.drop_reason.and_then(drop_reason_name),
+        };
+        let cause: std::borrow::Cow<'static, str> = match r.drop_reason {
+            Some(code) => match drop_reason_name(code) {
+                Some(name) => name.into(),
+                None => format!("reason-{code}").into(),
+            },
+            None => "unknown".into(),
+        };
+        let key = IncidentKey::new(
+            IncidentKind::Drop,
+            IncidentPlace {
                 node: Some(r.node_id),
                 port: last.egress_if(),
-                queue: last.queue_id(),
-                flow,
-            };
-            self.raiser.raise(log, now, EventKind::Drop, place, ev);
-        }
-        if let Some(gap) = gap.filter(|_| hidden_hops) {
-            let head_hops = seen.head_hops;
-            let ev = move || Evidence::NonIntHops {
-                ip_ttl: r.ip_ttl,
-                assumed_initial_ttl: gap.initial_ttl,
-                ttl_decrement: gap.ttl_decrement,
-                int_hops: r.int_hops + head_hops,
-                non_int_hops: gap.non_int,
-            };
-            let place = Place {
-                node: Some(r.node_id),
-                flow,
-                ..Place::default()
-            };
-            self.raiser
-                .raise(log, now, EventKind::NonIntHops, place, ev);
-        }
+                ..IncidentPlace::default()
+            },
+            Some(cause),
+        );
+        let o = Observation {
+            flow: flow.map(|(key, id)| FlowWeight {
+                key,
+                id,
+                weight: 1,
+                samples: 1,
+            }),
+            ..Observation::sample(clock, now)
+        };
+        self.raiser.incidents.observe(log, key, &o, ev);
+        let place = Place {
+            node: Some(r.node_id),
+            port: last.egress_if(),
+            queue: last.queue_id(),
+            flow,
+        };
+        self.raiser
+            .raise_at(log, now, clock, EventKind::Drop, place, 0, ev);
+    }
+
+    /// Hops without INT, from the TTL: placed between `last`, the last hop that recorded
+    /// (its egress port), and the next INT hop (the peer: the next hop of the stack or the
+    /// reporter), naming the node behind `last`'s port when the links seen tell it. Without
+    /// a recorded hop before the reporter, at the reporter.
+    fn observe_hidden(
+        &mut self,
+        r: &Record,
+        last: Option<(usize, &Hop)>,
+        parts: &Parts,
+        log: &Mutex<EventLog>,
+    ) {
+        let Some(gap) = parts.gap.filter(|g| self.cfg.non_int_hops && g.non_int > 0) else {
+            return;
+        };
+        let now = r.time_ns;
+        let next = last.and_then(|(i, _)| r.hops().get(i + 1));
+        let peer = next.map_or(r.node_id, |h| h.node_id);
+        let suspect = last
+            .and_then(|(_, h)| self.next_node(h.node_id, h.egress_if()?))
+            .filter(|&n| n != peer);
+        let (node, port) = match last {
+            Some((_, h)) => (h.node_id, h.egress_if()),
+            None => (r.node_id, None),
+        };
+        let clock = last.map_or_else(|| report_clock(r), |(_, h)| hop_clock(h, now));
+        let head_hops = parts.seen.head_hops;
+        let ev = move || Evidence::NonIntHops {
+            ip_ttl: r.ip_ttl,
+            assumed_initial_ttl: gap.initial_ttl,
+            ttl_decrement: gap.ttl_decrement,
+            int_hops: r.int_hops + head_hops,
+            non_int_hops: gap.non_int,
+            last_int_node: last.map(|(_, h)| h.node_id),
+            next_int_node: peer,
+            suspect_node: suspect,
+        };
+        let flow = r.flow.zip(parts.seen.id);
+        // One incident per hidden node when the links name it, else per port it hides
+        // behind (the next INT hop differs from flow to flow: it is in the evidence).
+        let iplace = match suspect {
+            Some(n) => IncidentPlace {
+                node: Some(n),
+                ..IncidentPlace::default()
+            },
+            None => IncidentPlace {
+                node: Some(node),
+                port,
+                ..IncidentPlace::default()
+            },
+        };
+        let key = IncidentKey::new(IncidentKind::NonIntHops, iplace, None);
+        let o = Observation {
+            value: Some((u64::from(gap.non_int), Unit::Hops)),
+            flow: flow.map(|(key, id)| FlowWeight {
+                key,
+                id,
+                weight: 1,
+                samples: 1,
+            }),
+            ..Observation::sample(clock, now)
+        };
+        self.raiser.incidents.observe(log, key, &o, ev);
+        let place = Place {
+            node: Some(node),
+            port,
+            flow,
+            ..Place::default()
+        };
+        self.raiser
+            .raise_at(log, now, clock, EventKind::NonIntHops, place, 0, ev);
     }
 
     /// The hop-limit (E) and MTU (M) detectors. The bit was set by the first hop that added
     /// nothing: the one after `last`, the last hop that recorded, found through the links seen
-    /// so far (they live in `last`'s shard, which is why this runs there). The event goes to
-    /// that hop when known, else to the reporting node.
+    /// so far (they live in `last`'s shard, which is why this runs there). The event and the
+    /// incident go to that hop when known, else to `last`'s egress port, else to the reporting
+    /// node: one incident per place.
     #[cold]
     #[inline(never)]
     fn observe_limits(
@@ -848,9 +1114,13 @@ impl FabricShard {
         id: Option<u64>,
         log: &Mutex<EventLog>,
     ) {
-        for (flagged, kind) in [
-            (r.hop_limit_exceeded, EventKind::HopLimit),
-            (r.mtu_exceeded, EventKind::MtuExceeded),
+        for (flagged, kind, ikind) in [
+            (
+                r.hop_limit_exceeded,
+                EventKind::HopLimit,
+                IncidentKind::HopLimit,
+            ),
+            (r.mtu_exceeded, EventKind::MtuExceeded, IncidentKind::Mtu),
         ] {
             if !flagged {
                 continue;
@@ -864,12 +1134,42 @@ impl FabricShard {
                 suspect_node: suspect,
                 reported_by: r.node_id,
             };
+            let iplace = match (suspect, last) {
+                (Some(n), _) => IncidentPlace {
+                    node: Some(n),
+                    ..IncidentPlace::default()
+                },
+                (None, Some(h)) => IncidentPlace {
+                    node: Some(h.node_id),
+                    port: h.egress_if(),
+                    ..IncidentPlace::default()
+                },
+                (None, None) => IncidentPlace {
+                    node: Some(r.node_id),
+                    ..IncidentPlace::default()
+                },
+            };
+            let flow = r.flow.zip(id);
+            let clock = last.map_or_else(|| report_clock(r), |h| hop_clock(h, r.time_ns));
+            let o = Observation {
+                flow: flow.map(|(key, id)| FlowWeight {
+                    key,
+                    id,
+                    weight: 1,
+                    samples: 1,
+                }),
+                ..Observation::sample(clock, r.time_ns)
+            };
+            self.raiser
+                .incidents
+                .observe(log, IncidentKey::new(ikind, iplace, None), &o, ev);
             let place = Place {
                 node: Some(suspect.unwrap_or(r.node_id)),
-                flow: r.flow.zip(id),
+                flow,
                 ..Place::default()
             };
-            self.raiser.raise(log, r.time_ns, kind, place, ev);
+            self.raiser
+                .raise_at(log, r.time_ns, clock, kind, place, 0, ev);
         }
     }
 }
@@ -888,7 +1188,7 @@ fn observe_queue(
     r: &Record,
     id: Option<u64>,
     log: &Mutex<EventLog>,
-) -> Option<(Episode, u64)> {
+) -> Option<(Episode, End)> {
     {
         let now = r.time_ns;
         // Episodes are timed on the switch's clock when its metadata carries timestamps (one
@@ -901,38 +1201,61 @@ fn observe_queue(
         qs.reports += 1;
         qs.last_seen_ns = now;
         qs.add_to_series(now, occ);
-        let mut started = false;
+        let mut started = None;
         let mut ended = None;
+        let last_clock = qs.last_clock_ns.replace(clock);
         if let Some(ep) = qs.episode.as_mut() {
             if occ <= cfg.congestion_end {
-                ended = qs.episode.take().map(|ep| (ep, clock));
+                // The end lies between the last congested sample and this one.
+                let end = End {
+                    at_ns: clock,
+                    uncertainty_ns: clock.saturating_sub(ep.last_high_ns),
+                    reason: EndReason::Normal,
+                };
+                ended = qs.episode.take().map(|ep| (ep, end));
             } else {
                 ep.last_high_ns = clock;
                 ep.last_seen_ns = now;
-                ep.max_occupancy = ep.max_occupancy.max(occ);
+                if occ > ep.max_occupancy {
+                    ep.max_occupancy = occ;
+                    ep.max_at_ns = clock;
+                }
                 ep.total += u64::from(occ);
+                ep.samples += 1;
                 if let Some((k, id)) = r.flow.zip(id)
                     && (ep.flows.len() < EPISODE_FLOWS || ep.flows.contains_key(&k))
                 {
-                    ep.flows.entry(k).or_insert((id, 0)).1 += u64::from(occ);
+                    let f = ep.flows.entry(k).or_insert((id, 0, 0));
+                    f.1 += u64::from(occ);
+                    f.2 += 1;
                 }
             }
         } else if occ >= cfg.congestion_start || (r.congested && occ > cfg.congestion_end) {
+            // The switch's Q flag starts an episode below `congestion_start`, but never at or
+            // below `congestion_end`, where it would end at once.
+            let merged = qs
+                .last_end_ns
+                .is_some_and(|e| clock.saturating_sub(e) <= cfg.incident_merge_ns);
             let mut ep = Episode {
                 start_ns: clock,
                 last_high_ns: clock,
                 last_seen_ns: now,
                 max_occupancy: occ,
+                max_at_ns: clock,
                 total: u64::from(occ),
+                samples: 1,
+                samples_reported: 1,
+                reported_ns: now,
+                merged,
                 flows: HashMap::default(),
             };
             if let Some((k, id)) = r.flow.zip(id) {
-                ep.flows.insert(k, (id, u64::from(occ)));
+                ep.flows.insert(k, (id, u64::from(occ), 1));
             }
             qs.episode = Some(ep);
-            started = true;
+            started = Some((merged, last_clock.map_or(0, |l| clock.saturating_sub(l))));
         }
-        if started {
+        if let Some((merged, uncertainty)) = started {
             if !open_episodes.contains(&key) {
                 open_episodes.push(key);
             }
@@ -943,16 +1266,61 @@ fn observe_queue(
                 hop_latency: hop.hop_latency(),
                 q_flag: r.congested,
             };
-            raiser.raise(
-                log,
-                now,
-                EventKind::CongestionStart,
-                queue_place(key, r.flow.zip(id)),
-                ev,
-            );
+            let o = Observation {
+                value: Some((u64::from(occ), Unit::Occupancy)),
+                threshold: Some(u64::from(threshold)),
+                start_uncertainty_ns: uncertainty,
+                ..Observation::sample(clock, now)
+            };
+            raiser.incidents.observe(log, congestion_key(key), &o, ev);
+            if !merged {
+                raiser.raise_at(
+                    log,
+                    now,
+                    clock,
+                    EventKind::CongestionStart,
+                    queue_place(key, r.flow.zip(id)),
+                    0,
+                    ev,
+                );
+            }
         }
         ended
     }
+}
+
+/// The congestion incident key of queue `key`.
+fn congestion_key(key: QueueKey) -> IncidentKey {
+    IncidentKey::new(
+        IncidentKind::Congestion,
+        IncidentPlace {
+            node: Some(key.node()),
+            port: Some(key.port()),
+            queue: Some(key.queue()),
+            ..IncidentPlace::default()
+        },
+        None,
+    )
+}
+
+/// Switch time of a hop: its egress timestamp, else its ingress one, else `now` (the report's
+/// time) when its metadata carries none.
+fn hop_clock(hop: &Hop, now: u64) -> u64 {
+    hop.egress_ts().or(hop.ingress_ts()).unwrap_or(now)
+}
+
+/// Switch time of a report: the newest timestamp its hops carry (the reporter's own hop's
+/// first), else the report's time.
+pub fn switch_time(r: &Record) -> u64 {
+    report_clock(r)
+}
+
+fn report_clock(r: &Record) -> u64 {
+    r.hops()
+        .iter()
+        .rev()
+        .find_map(|h| h.egress_ts().or(h.ingress_ts()))
+        .unwrap_or(r.time_ns)
 }
 
 fn queue_place(key: QueueKey, flow: Option<(FlowKey, u64)>) -> Place {

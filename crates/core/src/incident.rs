@@ -132,6 +132,21 @@ pub struct IncidentPlace {
     pub hw_id: Option<u8>,
 }
 
+/// Why an incident ended.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndReason {
+    /// A normal sample at the place (occupancy at or below `congestion_end`, a hop latency
+    /// within its baseline's bounds): `end_ns` is that sample's time.
+    Normal,
+    /// No evidence for the kind's quiet time: `end_ns` is the last evidence's time.
+    Quiet,
+    /// Resolved early to keep its kind within the ongoing quota (`end_ns`: last evidence).
+    Evicted,
+}
+
 /// What an incident counted, each named for what it counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct IncidentCounts {
@@ -144,9 +159,12 @@ pub struct IncidentCounts {
     pub packets_dropped: Option<u64>,
     /// Telemetry reports lost (report loss), estimated from sequence gaps.
     pub reports_lost: u64,
-    /// Distinct flows involved (all of them; [`Incident::flows`] lists the first
-    /// [`MAX_INCIDENT_FLOWS`]).
+    /// Distinct flows involved (exact up to `incidents::TRACKED_FLOWS`; [`Incident::flows`]
+    /// lists the first [`MAX_INCIDENT_FLOWS`]).
     pub flows: u64,
+    /// Episodes merged into it: 1, plus one for each end followed by a restart at the same
+    /// place within `incident_merge_ns` (flapping).
+    pub episodes: u64,
 }
 
 /// The unit of a peak value.
@@ -221,10 +239,14 @@ pub struct Incident {
     /// Switch time of the newest evidence.
     pub last_update_ns: u64,
     /// Switch time of the first normal sample after it (or of its last evidence when it ended
-    /// by going quiet), once resolved.
+    /// by going quiet or was evicted), once resolved.
     pub end_ns: Option<u64>,
-    /// The end lies within this much before `end_ns` (time since the last anomalous sample).
+    /// The end lies within this much before `end_ns` (time from the last anomalous sample to
+    /// the normal one; 0 when it ended quiet: then it lies after `end_ns`, within the quiet
+    /// time).
     pub end_uncertainty_ns: u64,
+    /// Why it ended, once resolved.
+    pub end_reason: Option<EndReason>,
     /// The collector's receive time of the first evidence, ns since the epoch (its own clock,
     /// kept apart from the switches'; `None` in replays without one).
     pub received_ns: Option<u64>,
@@ -301,12 +323,14 @@ mod tests {
             last_update_ns: 5_000,
             end_ns: None,
             end_uncertainty_ns: 0,
+            end_reason: None,
             received_ns: Some(2_000),
             updates: 3,
             counts: IncidentCounts {
                 samples: 4,
                 reports: 4,
                 flows: 1,
+                episodes: 1,
                 ..IncidentCounts::default()
             },
             peak: Some(Peak {

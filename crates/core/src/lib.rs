@@ -25,6 +25,7 @@ pub mod flow;
 pub mod flow_shard;
 pub mod id_table;
 pub mod incident;
+pub mod incidents;
 pub mod loadgen;
 pub mod rank;
 pub mod record;

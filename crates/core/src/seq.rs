@@ -21,6 +21,17 @@
 //! numbers then almost never confirms one, and the loss stays near the small gaps' share.
 //! The trackers are bounded too: past the limit the least recently seen eighth is evicted
 //! (counted), and the loss they had counted stays in the total.
+//!
+//! Reordered and duplicated reports: each source remembers its last [`OPEN_GAPS`] gaps of at
+//! most [`CONFIRM_ABOVE`] numbers with the numbers that have since arrived. A late number that
+//! falls in one fills it (counted as reordered; the loss it was counted as is taken back); a
+//! late number that is not missing (it arrived already, or its gap is no longer remembered) is
+//! a duplicate, counted as such, and changes no loss. A gap is *confirmed* once
+//! `report_reorder_ns` of receive time passed without filling it
+//! ([`SeqTracker::confirm`]): only confirmed loss raises an event or a report-loss incident,
+//! so a reordered report raises nothing. Loss totals count at once (and go down on a fill).
+
+use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -33,6 +44,59 @@ const LATE_WINDOW: u64 = 1024;
 /// Gaps up to this many numbers count as loss at once; larger ones (within the window) when the
 /// next report continues from them.
 pub const CONFIRM_ABOVE: u64 = 1024;
+
+/// Gaps a source remembers for reorder and duplicate detection (the oldest is confirmed
+/// early when a newer one needs room).
+pub const OPEN_GAPS: usize = 4;
+
+/// A gap waiting for its reorder time: the numbers missing and which arrived late since.
+#[derive(Debug, Clone, Default)]
+struct OpenGap {
+    from: u32,
+    len: u32,
+    /// Bit `i`: number `from + i` arrived late.
+    filled: Vec<u64>,
+    /// Receive time it was found.
+    seen_ns: u64,
+    /// Switch (report) time it was found, for the incident.
+    at_ns: u64,
+    /// The sequence number that revealed it.
+    received_seq: u32,
+}
+
+impl OpenGap {
+    fn offset(&self, seq: u32, mask: u32) -> Option<usize> {
+        let off = seq.wrapping_sub(self.from) & mask;
+        (off < self.len).then_some(off as usize)
+    }
+    fn missing(&self) -> u64 {
+        u64::from(self.len)
+            - self
+                .filled
+                .iter()
+                .map(|w| u64::from(w.count_ones()))
+                .sum::<u64>()
+    }
+}
+
+/// Loss confirmed: a gap no late report filled within the reorder time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Confirmed {
+    /// The source.
+    pub node: u32,
+    /// Its hardware subsystem.
+    pub hw_id: u8,
+    /// Report groups (datagrams) lost.
+    pub groups: u64,
+    /// Reports lost, estimated (see the module doc).
+    pub reports: u64,
+    /// The first missing number.
+    pub expected_seq: u32,
+    /// The number that revealed the gap.
+    pub received_seq: u32,
+    /// Receive time the gap was found.
+    pub received_ns: u64,
+}
 
 /// What one sequence number tells about the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,8 +112,10 @@ pub enum SeqOutcome {
         /// The number expected.
         expected: u32,
     },
-    /// An old number arrived late (counted as reordered, not lost).
+    /// An old number arrived late and filled its gap (counted as reordered, not lost).
     Late,
+    /// An old number that was not missing: a duplicate (counted, no loss change).
+    Duplicate,
     /// A jump forward, within the window but too far to count before the next report confirms
     /// it (then reported as a [`SeqOutcome::Gap`]).
     Jump,
@@ -58,7 +124,7 @@ pub enum SeqOutcome {
     Restart,
 }
 
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 /// Counters for one (node, hw_id).
 pub struct SeqState {
     /// The next expected number.
@@ -72,8 +138,11 @@ pub struct SeqState {
     /// Reports never received: each lost group at the mean reports per received group when it
     /// was found missing (see the module doc: exact for v1.0 and v0.5, an estimate for v2.0).
     pub reports_lost: u64,
-    /// Report groups that arrived after a later one.
+    /// Report groups that arrived after a later one and filled their gap.
     pub reordered: u64,
+    /// Report groups whose number had arrived already (or whose gap was no longer
+    /// remembered, see [`OPEN_GAPS`]).
+    pub duplicates: u64,
     /// Sequence resets: counter restarts and jumps too far to be loss.
     pub restarts: u64,
     /// A large gap waiting for the next report to confirm it (0: none).
@@ -85,6 +154,9 @@ pub struct SeqState {
     /// Report time it was last seen (for eviction).
     #[serde(skip)]
     seen: u64,
+    /// Gaps waiting for their reorder time.
+    #[serde(skip)]
+    gaps: Vec<OpenGap>,
 }
 
 /// Sequence trackers by (node, hw_id).
@@ -106,6 +178,25 @@ pub struct SeqTracker {
     /// The source of the group being read and its reports after the first, added to its
     /// counters when another group arrives: one lookup a group, none a report.
     pending: Option<((u32, u8), u64)>,
+    /// Sources with open gaps, by the receive time they were found (in order).
+    open: VecDeque<(u64, (u32, u8))>,
+    /// Loss confirmed early (a gap pushed out by newer ones, a large jump), for the next
+    /// [`SeqTracker::confirm`].
+    confirmed: Vec<Confirmed>,
+}
+
+/// What is left of gap `g` of source `key` (state `s`), confirmed.
+fn confirmed(key: (u32, u8), s: &SeqState, g: &OpenGap) -> Confirmed {
+    let groups = g.missing();
+    Confirmed {
+        node: key.0,
+        hw_id: key.1,
+        groups,
+        reports: s.reports_in(groups),
+        expected_seq: g.from,
+        received_seq: g.received_seq,
+        received_ns: g.at_ns,
+    }
 }
 
 impl SeqState {
@@ -136,6 +227,8 @@ impl SeqTracker {
             restarts_evicted: 0,
             evicted: 0,
             pending: None,
+            open: VecDeque::new(),
+            confirmed: Vec::new(),
         }
     }
 
@@ -189,13 +282,42 @@ impl SeqTracker {
             } else {
                 s.next
             };
+            let jumped = s.unconfirmed > 0;
             s.unconfirmed = 0;
             // Estimated before this group counts, from the groups received before the gap.
-            s.reports_lost += s.reports_in(lost);
+            let reports = s.reports_in(lost);
+            s.reports_lost += reports;
             s.groups_lost += lost;
             s.groups_received += 1;
             s.reports_received += 1;
             s.next = seq.wrapping_add(1) & mask;
+            let key = (node, hw_id);
+            if jumped || lost > CONFIRM_ABOVE {
+                // Too large to remember number by number: confirmed at once.
+                self.confirmed.push(Confirmed {
+                    node,
+                    hw_id,
+                    groups: lost,
+                    reports,
+                    expected_seq: expected,
+                    received_seq: seq,
+                    received_ns: now,
+                });
+            } else {
+                if s.gaps.len() == OPEN_GAPS {
+                    let old = s.gaps.remove(0);
+                    self.confirmed.push(confirmed(key, s, &old));
+                }
+                s.gaps.push(OpenGap {
+                    from: expected,
+                    len: lost as u32,
+                    filled: vec![0; (lost as usize).div_ceil(64)],
+                    seen_ns: now,
+                    at_ns: now,
+                    received_seq: seq,
+                });
+                self.open.push_back((now, key));
+            }
             SeqOutcome::Gap { lost, expected }
         } else if ahead <= self.window && ahead < space / 2 {
             // A previous unconfirmed gap was followed by another jump: neither is counted.
@@ -209,7 +331,18 @@ impl SeqTracker {
             s.next = seq.wrapping_add(1) & mask;
             SeqOutcome::Jump
         } else if space - ahead <= LATE_WINDOW {
-            // Within the last numbers: a late arrival we had counted as lost.
+            let hole = s.gaps.iter_mut().find_map(|g| {
+                let off = g.offset(seq, mask)?;
+                let (w, b) = (off / 64, 1u64 << (off % 64));
+                (g.filled[w] & b == 0).then(|| g.filled[w] |= b)
+            });
+            if hole.is_none() {
+                s.groups_received += 1;
+                s.reports_received += 1;
+                s.duplicates += 1;
+                return SeqOutcome::Duplicate;
+            }
+            // A late arrival we had counted as lost.
             s.reordered += 1;
             // What its gap added for it, at today's mean (its own size is not known yet).
             s.reports_lost = s.reports_lost.saturating_sub(s.reports_in(1));
@@ -237,6 +370,31 @@ impl SeqTracker {
                 self.pending = Some(((node, hw_id), 1));
             }
         }
+    }
+
+    /// Loss confirmed by receive time `now`: gaps found more than `reorder_ns` before it that
+    /// late reports did not fill entirely (what is left of them), and those confirmed early.
+    pub fn confirm(&mut self, now: u64, reorder_ns: u64) -> Vec<Confirmed> {
+        let mut out = std::mem::take(&mut self.confirmed);
+        while let Some(&(seen, key)) = self.open.front() {
+            if now.saturating_sub(seen) < reorder_ns {
+                break;
+            }
+            self.open.pop_front();
+            let Some(s) = self.sources.get_mut(&key) else {
+                continue;
+            };
+            while s
+                .gaps
+                .first()
+                .is_some_and(|g| now.saturating_sub(g.seen_ns) >= reorder_ns)
+            {
+                let g = s.gaps.remove(0);
+                out.push(confirmed(key, s, &g));
+            }
+        }
+        out.retain(|c| c.groups > 0);
+        out
     }
 
     fn flush_pending(&mut self) {
@@ -275,7 +433,8 @@ impl SeqTracker {
     /// All sources and their counters (the group being read included).
     pub fn sources(&self) -> impl Iterator<Item = ((u32, u8), SeqState)> {
         self.sources.iter().map(|(k, v)| {
-            let mut v = *v;
+            let mut v = v.clone();
+            v.gaps = Vec::new();
             if let Some((pk, n)) = self.pending
                 && pk == *k
             {
@@ -404,6 +563,33 @@ mod tests {
         // Only gaps up to CONFIRM_ABOVE count unconfirmed: 1024 / 2²² of the reports, 512 each,
         // an eighth of a report per report. The old half-space rule gave ~1 M.
         assert!(t.total_groups_lost() < n / 2, "{}", t.total_groups_lost());
+    }
+
+    /// A late number fills its gap once; again, or never missing, it is a duplicate; what no
+    /// late number filled within the reorder time is confirmed.
+    #[test]
+    fn late_fills_duplicates_and_confirmation() {
+        let mut t = SeqTracker::default();
+        t.observe(1, 0, 0, 22, 0);
+        assert!(matches!(
+            t.observe(1, 0, 4, 22, 10),
+            SeqOutcome::Gap { lost: 3, .. }
+        ));
+        assert_eq!(t.observe(1, 0, 2, 22, 20), SeqOutcome::Late);
+        assert_eq!(t.observe(1, 0, 2, 22, 30), SeqOutcome::Duplicate);
+        assert_eq!(t.observe(1, 0, 4, 22, 40), SeqOutcome::Duplicate);
+        assert_eq!(t.observe(1, 0, 0, 22, 40), SeqOutcome::Duplicate);
+        assert!(t.confirm(50, 100).is_empty(), "within the reorder time");
+        let c = t.confirm(110, 100);
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].groups, c[0].reports, c[0].expected_seq), (2, 2, 1));
+        assert_eq!(t.total_groups_lost(), 2);
+        let s = t.sources().next().unwrap().1;
+        assert_eq!((s.reordered, s.duplicates), (1, 3));
+        // Too late: its gap was confirmed and forgotten, so it changes nothing.
+        assert_eq!(t.observe(1, 0, 1, 22, 120), SeqOutcome::Duplicate);
+        assert_eq!(t.total_groups_lost(), 2);
+        assert!(t.confirm(1_000, 100).is_empty());
     }
 
     /// Past the limit the least recently seen sources go, and their loss stays counted.

@@ -25,6 +25,8 @@ pub use crate::fabric::{
 };
 use crate::flow::{FlowState, key_hash};
 pub use crate::flow_shard::{FlowShard, flow_shard};
+use crate::incident::Incident;
+use crate::incidents::IncidentLog;
 use crate::record::Record;
 use crate::seq::SeqState;
 use crate::snapshot::{FabricShardSnapshot, FlowShardSnapshot, Snapshot};
@@ -192,7 +194,7 @@ impl State {
             fabric: (0..n)
                 .map(|_| Mutex::new(FabricShard::with_limits(cfg.clone(), share)))
                 .collect(),
-            log: Mutex::new(EventLog::default()),
+            log: Mutex::new(EventLog::new(&cfg)),
             next_flow_id: AtomicU64::new(1),
             next_sweep_ns: AtomicU64::new(0),
             generations: (0..2 * n).map(|_| AtomicU64::new(0)).collect(),
@@ -354,6 +356,7 @@ impl State {
                 if w & SWEEP != 0 {
                     shard.sweep(r.time_ns, &self.log);
                 } else if let Some(key) = r.flow {
+                    shard.raiser.set_clock(r);
                     seen[i] =
                         shard.process(r, key, hashes[i], hints[i], &self.next_flow_id, &self.log);
                 }
@@ -412,6 +415,7 @@ impl State {
         for (i, r) in records.iter().enumerate() {
             let seen = match r.flow {
                 Some(key) => {
+                    flows.raiser.set_clock(r);
                     flows.process(r, key, hashes[i], hints[i], &self.next_flow_id, &self.log)
                 }
                 None => FlowSeen::default(),
@@ -451,6 +455,41 @@ impl State {
     /// The event log (only it is locked: the shards go on).
     pub fn events(&self) -> MutexGuard<'_, EventLog> {
         lock(&self.log)
+    }
+
+    /// Runs `f` on the incident log, after every shard handed over what it observed.
+    pub fn with_incidents<T>(&self, f: impl FnOnce(&mut IncidentLog) -> T) -> T {
+        self.flush_incidents();
+        f(&mut lock(&self.log).incidents)
+    }
+
+    /// Every incident held, newest (highest ID) first.
+    pub fn incidents(&self) -> Vec<Incident> {
+        self.with_incidents(|l| {
+            let mut all: Vec<Incident> = l.iter().cloned().collect();
+            all.sort_by_key(|i| std::cmp::Reverse(i.id));
+            all
+        })
+    }
+
+    /// Incidents started, updated or resolved since the last call (the store's flush).
+    pub fn take_changed_incidents(&self) -> Vec<Incident> {
+        self.with_incidents(IncidentLog::take_changed)
+    }
+
+    /// The input is over (the end of a replay): correlates the path changes still waiting
+    /// for `path_correlation_ns`. Call after the last [`State::tick`].
+    pub fn finish_incidents(&self) {
+        self.with_incidents(IncidentLog::correlate_now);
+    }
+
+    /// Continue incident IDs after those a store already holds.
+    pub fn continue_incident_ids(&self, next: u64) {
+        lock(&self.log).incidents.continue_ids(next);
+    }
+
+    fn flush_incidents(&self) {
+        each_shard(&self.fabric, |_, s| s.raiser.incidents.flush(&self.log));
     }
 
     /// The latest record time seen.

@@ -228,16 +228,35 @@ fn a_spine_without_int_is_found_from_ttl() {
     assert!(!ev.is_empty());
     for e in &ev {
         assert_eq!(e.evidence.to_json()["non_int_hops"], 1, "{e:?}");
-        // The sink found it: the destination's leaf.
-        let dst_leaf: u32 = FlowRef::from(e.flow.as_ref().unwrap())
-            .dst
-            .split('.')
-            .nth(2)
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert_eq!(e.node_id, Some(dst_leaf), "{e:?}");
+        // Placed between the last INT hop (the source's leaf, at its uplink) and the next
+        // (the destination's leaf, which found it), not at the destination without a port.
+        let leaf = |a: String| -> u32 { a.split('.').nth(2).unwrap().parse().unwrap() };
+        let flow = FlowRef::from(e.flow.as_ref().unwrap());
+        assert_eq!(e.node_id, Some(leaf(flow.src.clone())), "{e:?}");
+        assert!(e.port.is_some(), "{e:?}");
+        assert_eq!(
+            e.evidence.to_json()["next_int_node"],
+            leaf(flow.dst.clone()),
+            "{e:?}"
+        );
     }
+    // One incident per uplink the spine hides behind (the links cannot name a spine that
+    // never reported): at most one per leaf.
+    let incidents: Vec<_> = c
+        .state
+        .incidents()
+        .into_iter()
+        .filter(|i| i.kind == intscope_collector::incident::IncidentKind::NonIntHops)
+        .collect();
+    assert!(!incidents.is_empty());
+    let places: std::collections::HashSet<_> = incidents.iter().map(|i| i.place).collect();
+    assert_eq!(places.len(), incidents.len(), "one incident per place");
+    assert!(incidents.len() <= 4, "{incidents:?}");
+    assert!(
+        incidents
+            .iter()
+            .all(|i| i.place.node.is_some_and(|n| n < 100) && i.place.port.is_some())
+    );
     let s = c.state.read();
     assert!(
         s.flows().any(|f| f.path.len() == 2),

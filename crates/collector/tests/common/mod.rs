@@ -33,6 +33,8 @@ pub struct Rep {
     pub truncate: Option<usize>,
     /// The stack's hops give level 2 interface IDs (32-bit) instead of level 1.
     pub l2_interfaces: bool,
+    /// The stack's hops carry ingress and egress timestamps (switch time, ns): this one.
+    pub hop_ts: Option<u64>,
 }
 
 impl Rep {
@@ -48,6 +50,7 @@ impl Rep {
             ttl: None,
             truncate: None,
             l2_interfaces: false,
+            hop_ts: None,
         }
     }
 
@@ -56,7 +59,7 @@ impl Rep {
             BITMAP & !L1_INTERFACES | L2_INTERFACES
         } else {
             BITMAP
-        };
+        } | if self.hop_ts.is_some() { 0x0c00 } else { 0 };
         let hop_words = Format::IntV2.baseline_len(bitmap) / 4;
         let header = MdHeaderRepr {
             version: 2,
@@ -80,6 +83,8 @@ impl Rep {
                 hop_latency: Some(h.2),
                 queue_id: Some(0),
                 queue_occupancy: Some(h.3),
+                ingress_ts: self.hop_ts,
+                egress_ts: self.hop_ts,
                 ..Default::default()
             };
             at += hop.encode(bitmap, Format::IntV2, &mut body[at..]);
