@@ -15,8 +15,8 @@
 //! keep working.
 
 pub use intscope_core::{
-    detect, event, evidence, fabric, flow, flow_shard, id_table, loadgen, rank, record, search,
-    seq, state,
+    detect, event, evidence, fabric, flow, flow_shard, id_table, incident, loadgen, rank, record,
+    rows, search, seq, state,
 };
 
 pub mod api;

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use intscope_collector::store::{
-    Batch, FlushTake, Flusher, HistoryQuery, SqliteStore, Store, StoreConfig, StoreError,
+    Batch, FlushTake, Flusher, HistoryQuery, RowSink, SqliteStore, Store, StoreConfig, StoreError,
     StoreStats, collect_batch, spawn_writer,
 };
 
@@ -126,6 +126,16 @@ macro_rules! no_history {
         ) -> Result<serde_json::Value, StoreError> {
             Ok(serde_json::Value::Null)
         }
+        fn incidents(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+            Ok(serde_json::Value::Null)
+        }
+        fn flow(
+            &self,
+            _: &intscope_collector::event::FlowRef,
+            _: &HistoryQuery,
+        ) -> Result<Option<serde_json::Value>, StoreError> {
+            Ok(None)
+        }
         fn counts(&self) -> Result<serde_json::Value, StoreError> {
             Ok(serde_json::Value::Null)
         }
@@ -137,13 +147,18 @@ struct SlowStore {
     written: std::sync::atomic::AtomicU64,
 }
 
-impl Store for SlowStore {
+impl RowSink for SlowStore {
+    type Error = StoreError;
+
     fn write(&self, _: &Batch) -> Result<(), StoreError> {
         std::thread::sleep(std::time::Duration::from_millis(300));
         self.written
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
+}
+
+impl Store for SlowStore {
     no_history!();
 }
 
@@ -313,13 +328,18 @@ struct Recording {
     committed: std::sync::atomic::AtomicU64,
 }
 
-impl Store for Recording {
+impl RowSink for Recording {
+    type Error = StoreError;
+
     fn write(&self, b: &Batch) -> Result<(), StoreError> {
         std::thread::sleep(std::time::Duration::from_millis(300));
         self.committed
             .store(b.time_ns, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
+}
+
+impl Store for Recording {
     no_history!();
 }
 
@@ -430,7 +450,9 @@ struct PartsStore {
     ahead: std::sync::atomic::AtomicU64,
 }
 
-impl Store for PartsStore {
+impl RowSink for PartsStore {
+    type Error = StoreError;
+
     fn write(&self, b: &Batch) -> Result<(), StoreError> {
         self.flushes.lock().unwrap().push(vec![b.flows.len()]);
         Ok(())
@@ -450,6 +472,9 @@ impl Store for PartsStore {
         self.flushes.lock().unwrap().push(rows);
         Ok(())
     }
+}
+
+impl Store for PartsStore {
     no_history!();
 }
 
@@ -570,4 +595,18 @@ fn a_flow_row_stays_small() {
         row <= 256,
         "FlowRow is {row} bytes: update the memory bound"
     );
+}
+
+/// A collector without a store forgets what changed at each interval instead of flushing it:
+/// the changed-flow lists and intervals do not pile up, and a later flush holds only what is
+/// new since.
+#[test]
+fn discarding_changes_empties_what_a_flush_would_take() {
+    let s = state_with_flows(300);
+    assert_eq!(s.read().flows_to_store(), 300);
+    assert_eq!(intscope_collector::rows::discard_changes(&s), 300);
+    assert_eq!(s.read().flows_to_store(), 0);
+    let stats = StoreStats::default();
+    let b = collect_batch(&s, &mut 1, Vec::new(), &stats);
+    assert!(b.flows.is_empty() && b.queues.is_empty() && b.ports.is_empty());
 }

@@ -28,6 +28,7 @@ pub mod incident;
 pub mod loadgen;
 pub mod rank;
 pub mod record;
+pub mod rows;
 pub mod search;
 pub mod seq;
 pub mod state;
