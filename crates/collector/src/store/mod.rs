@@ -28,8 +28,10 @@ use crate::event::FlowRef;
 use crate::state::State;
 pub use intscope_core::rows::{AggRow, Batch, FlowRow, RowSink};
 
+pub mod clickhouse;
 mod sqlite;
 
+pub use self::clickhouse::{ClickHouseConfig, ClickHouseStore};
 pub use sqlite::SqliteStore;
 
 /// A store error.
