@@ -20,6 +20,7 @@ pub use intscope_core::{
 };
 
 pub mod api;
+pub mod api_cluster;
 pub mod http;
 pub mod ingest;
 pub mod store;

@@ -34,22 +34,35 @@ use super::{
 use crate::event::FlowRef;
 use intscope_core::rows::Batch;
 
-/// Where the store is and how it is laid out.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the store is and how it is laid out (`[store.clickhouse]` of the collector config).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ClickHouseConfig {
     /// HTTP URLs of the servers: one per shard (reads go to the first).
     pub urls: Vec<String>,
     /// The cluster name in the servers' `remote_servers` (required with more than one URL; its
     /// shards must be the URLs, in order).
+    #[serde(default)]
     pub cluster: Option<String>,
-    /// Database (created if missing).
+    /// Database (created if missing; default `intscope`).
+    #[serde(default = "default_database")]
     pub database: String,
-    /// This collector's name in the rows it writes (event and incident IDs are per collector).
+    /// This collector's name in the rows it writes (event and incident IDs are per collector;
+    /// default `collector`). Give each collector of a fabric its own.
+    #[serde(default = "default_source")]
     pub source: String,
 }
 
 /// Default database.
 pub const DEFAULT_DATABASE: &str = "intscope";
+
+fn default_database() -> String {
+    DEFAULT_DATABASE.into()
+}
+
+fn default_source() -> String {
+    "collector".into()
+}
 
 impl ClickHouseConfig {
     /// Parses the part after `clickhouse:` of a `--store` value: `URL[,URL...]`. With more than

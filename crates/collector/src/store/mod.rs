@@ -222,6 +222,22 @@ pub struct StoreConfig {
     /// (the flush's memory bound; a flush of more is streamed in parts of this many, committed
     /// in one transaction).
     pub flush_chunk_flows: usize,
+    /// Keep history in ClickHouse instead of the `data` directory's SQLite file
+    /// (`[store.clickhouse]`: `urls`, `cluster`, `database`, `source`; docs/scale-out.md).
+    pub clickhouse: Option<ClickHouseConfig>,
+}
+
+/// Opens the configured history store: ClickHouse when `[store.clickhouse]` is set, else the
+/// SQLite file in `data`, else none.
+pub fn open(
+    data: Option<&std::path::Path>,
+    cfg: &StoreConfig,
+) -> Result<Option<Arc<dyn Store>>, StoreError> {
+    Ok(match (&cfg.clickhouse, data) {
+        (Some(ch), _) => Some(Arc::new(ClickHouseStore::open(ch.clone())?)),
+        (None, Some(dir)) => Some(Arc::new(SqliteStore::open(dir)?)),
+        (None, None) => None,
+    })
 }
 
 impl Default for StoreConfig {
@@ -233,6 +249,7 @@ impl Default for StoreConfig {
             raw_per_flush: 1000,
             backpressure: true,
             flush_chunk_flows: DEFAULT_FLUSH_CHUNK_FLOWS,
+            clickhouse: None,
         }
     }
 }
