@@ -420,12 +420,22 @@ pub struct ClickHouseStore {
     config: ClickHouseConfig,
     /// One client per shard, in the cluster's shard order.
     shards: Vec<Client>,
-    /// The runtime the client's futures run on.
-    rt: tokio::runtime::Runtime,
+    /// The runtime the client's futures run on (taken only by `drop`).
+    rt: Option<tokio::runtime::Runtime>,
     /// This run's ID (the lives of flows and counters, as in SQLite).
     run: u64,
     /// Batches written by this run: the version of its counter rows.
     writes: std::sync::atomic::AtomicU64,
+}
+
+impl Drop for ClickHouseStore {
+    /// Without waiting: the store may be dropped by an async task (the API's), where a
+    /// runtime's blocking shutdown is not allowed.
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 fn ch_err(e: ::clickhouse::error::Error) -> StoreError {
@@ -479,7 +489,7 @@ impl ClickHouseStore {
         let s = ClickHouseStore {
             config,
             shards,
-            rt,
+            rt: Some(rt),
             run: new_run_id() as u64,
             writes: std::sync::atomic::AtomicU64::new(1),
         };
@@ -500,14 +510,15 @@ impl ClickHouseStore {
         F: Future + Send,
         F::Output: Send,
     {
+        let rt = self.rt.as_ref().expect("the runtime lives until drop");
         if tokio::runtime::Handle::try_current().is_ok() {
             std::thread::scope(|s| {
-                s.spawn(|| self.rt.block_on(f))
+                s.spawn(|| rt.block_on(f))
                     .join()
                     .unwrap_or_else(|p| std::panic::resume_unwind(p))
             })
         } else {
-            self.rt.block_on(f)
+            rt.block_on(f)
         }
     }
 
@@ -1193,7 +1204,7 @@ mod tests {
     #[test]
     fn days_map_to_partition_ids() {
         assert_eq!(civil_yyyymmdd(0), 19_700_101);
-        assert_eq!(civil_yyyymmdd(19_675), 20_231_115);
+        assert_eq!(civil_yyyymmdd(19_675), 20_231_114);
         assert_eq!(civil_yyyymmdd(11_016), 20_000_229);
     }
 
