@@ -980,11 +980,23 @@ impl Store for ClickHouseStore {
     fn flows(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
         let limit = q.page_size(500)?;
         let (t, h) = q.cursor('f')?.unwrap_or((i64::MAX, i64::MAX));
+        // First the page's flows by their hash alone (one cheap aggregation of three numeric
+        // columns), then the full summaries of those only (a primary-key lookup). The
+        // subquery reads the local table: on a cluster it runs on each shard, which holds
+        // every row of its flows.
+        let (db, local) = (&self.config.database, self.local("flows"));
+        let (since, until) = (q.since.unwrap_or(0), q.until.unwrap_or(u64::MAX));
+        let page_of = format!(
+            "flow_hash IN (SELECT flow_hash FROM {db}.{local} GROUP BY flow_hash
+               HAVING max(last_seen_ns) >= {since} AND min(first_seen_ns) <= {until}
+                 AND (max(last_seen_ns) < {t} OR (max(last_seen_ns) = {t} AND flow_hash < {h}))
+               ORDER BY max(last_seen_ns) DESC, flow_hash DESC LIMIT {})",
+            limit + 1
+        );
         let sql = self.flow_sql(
-            &format!("last_seen_ns >= {}", q.since.unwrap_or(0)),
+            &page_of,
             &format!(
-                "first_seen_ns <= {} AND (last_seen_ns < {t} OR (last_seen_ns = {t} AND flow_hash < {h}))",
-                q.until.unwrap_or(u64::MAX)
+                "last_seen_ns >= {since} AND first_seen_ns <= {until} AND (last_seen_ns < {t} OR (last_seen_ns = {t} AND flow_hash < {h}))"
             ),
             limit + 1,
         );
