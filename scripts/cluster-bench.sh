@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reports/s into a ClickHouse cluster through two collectors, and whether anything was lost.
 #
-#   scripts/cluster-bench.sh [--shards N] [--flows F] [--duration S] RATE...
+#   scripts/cluster-bench.sh [--shards N] [--flows F] [--duration S] [--no-store] RATE...
 #
 # For each RATE (reports/s offered to EACH collector): starts N ClickHouse shards (default 2) and
 # two release `intscope collect --store clickhouse:...` processes on loopback, blasts RATE
@@ -10,19 +10,22 @@
 # final flush) and reads the fabric's stored counters through `intscope serve`. One JSON line per
 # rate: sent, stored (reports_v2 in the store), kernel drops, discards, ingest pauses, and
 # whether sent = stored + counted losses. Needs `cargo build --release -p intscope`, curl and
-# clickhouse-server.
+# clickhouse-server. With --no-store the collectors keep no history (the same run without the
+# store, to compare): "stored" is then what the collectors decoded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 shards=2
 flows=10000
 duration=5
+nostore=0
 rates=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --shards) shards="$2"; shift 2 ;;
     --flows) flows="$2"; shift 2 ;;
     --duration) duration="$2"; shift 2 ;;
+    --no-store) nostore=1; shift ;;
     *) rates+=("$1"); shift ;;
   esac
 done
@@ -47,7 +50,8 @@ for rate in "${rates[@]}"; do
   urls=$(for i in $(seq 0 $((shards - 1))); do echo "http://127.0.0.1:$((port + i))"; done | paste -sd, -)
   https=() udps=() cpids=()
   for c in 1 2; do
-    "$bin" collect --listen 127.0.0.1:0 --http 127.0.0.1:0 --store "clickhouse:$urls" \
+    if [ "$nostore" = 1 ]; then store=(--no-store); else store=(--store "clickhouse:$urls"); fi
+    "$bin" collect --listen 127.0.0.1:0 --http 127.0.0.1:0 "${store[@]}" \
       --collector-name "c$c" >"$work/c$c.out" 2>"$work/c$c.err" &
     cpids+=($!)
     pids+=($!)
@@ -71,7 +75,7 @@ for rate in "${rates[@]}"; do
     sent_reports=$((sent_reports + r))
     sent_dgrams+=("$d")
   done
-  kernel=0 discards=0 pauses=0
+  kernel=0 discards=0 pauses=0 decoded=0
   for c in 0 1; do
     for _ in $(seq 1 300); do
       s=$(curl -s "http://${https[$c]}/api/stats")
@@ -86,6 +90,8 @@ for rate in "${rates[@]}"; do
     discards=$((discards + ${mal:-0} + ${na:-0}))
     p=$(echo "$s" | sed -n 's/.*"ingest_pauses":\([0-9]*\).*/\1/p')
     pauses=$((pauses + ${p:-0}))
+    v2=$(echo "$s" | sed -n 's/.*"reports":{"v2":\([0-9]*\).*/\1/p')
+    decoded=$((decoded + ${v2:-0}))
   done
   for p in "${cpids[@]}"; do kill -TERM "$p"; done
   for p in "${cpids[@]}"; do wait "$p" || true; done
@@ -99,6 +105,7 @@ for rate in "${rates[@]}"; do
   kill "$spid"
   stored=$(echo "$stats" | sed -n 's/.*"reports_v2":\([0-9]*\).*/\1/p')
   flows_stored=$(echo "$stats" | sed -n 's/.*"flows":\([0-9]*\).*/\1/p')
+  if [ "$nostore" = 1 ]; then stored=$decoded; flows_stored=0; fi
   # A kernel-dropped datagram held 8 reports (blast's batch).
   accounted=$((stored + 8 * kernel + discards))
   echo "{\"shards\":$shards,\"offered_per_collector\":$rate,\"offered_total\":$((2 * rate)),\"sent_reports\":$sent_reports,\"stored_reports\":$stored,\"kernel_dropped_datagrams\":$kernel,\"discarded\":$discards,\"ingest_pauses\":$pauses,\"flows_stored\":$flows_stored,\"lossless\":$([ "$stored" -eq "$sent_reports" ] && echo true || echo false),\"accounted\":$([ "$accounted" -eq "$sent_reports" ] && echo true || echo false),\"seconds\":$elapsed,\"load1\":$load}"

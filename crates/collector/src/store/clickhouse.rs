@@ -784,21 +784,25 @@ impl ClickHouseStore {
             src_port: 0,
             dst_port: 0,
         }));
-        self.run(async {
-            for (i, c) in self.shards.iter().enumerate() {
-                Self::insert_rows(c, &t_flows, &flows[i]).await?;
-                Self::insert_rows(c, &t_series, &series[i]).await?;
-                Self::insert_rows(c, &t_queues, &queues[i]).await?;
-                Self::insert_rows(c, &t_ports, &ports[i]).await?;
-                Self::insert_rows(c, &t_events, &events[i]).await?;
-                Self::insert_rows(c, &t_inc, &incidents[i]).await?;
-            }
-            let c = &self.shards[home];
-            Self::insert_rows(c, &t_raw, &raw).await?;
-            Self::insert_rows(c, &t_totals, &totals).await?;
-            Ok::<_, ::clickhouse::error::Error>(())
-        })
-        .map_err(ch_err)
+        // Every table's insert on every shard at once: a flush takes as long as its slowest
+        // insert, not their sum (the writer's latency is what ingest's back-pressure waits on).
+        type Insert<'a> =
+            std::pin::Pin<Box<dyn Future<Output = ::clickhouse::error::Result<()>> + Send + 'a>>;
+        let mut inserts: Vec<Insert<'_>> = Vec::new();
+        for (i, c) in self.shards.iter().enumerate() {
+            inserts.push(Box::pin(Self::insert_rows(c, &t_flows, &flows[i])));
+            inserts.push(Box::pin(Self::insert_rows(c, &t_series, &series[i])));
+            inserts.push(Box::pin(Self::insert_rows(c, &t_queues, &queues[i])));
+            inserts.push(Box::pin(Self::insert_rows(c, &t_ports, &ports[i])));
+            inserts.push(Box::pin(Self::insert_rows(c, &t_events, &events[i])));
+            inserts.push(Box::pin(Self::insert_rows(c, &t_inc, &incidents[i])));
+        }
+        let c = &self.shards[home];
+        inserts.push(Box::pin(Self::insert_rows(c, &t_raw, &raw)));
+        inserts.push(Box::pin(Self::insert_rows(c, &t_totals, &totals)));
+        self.run(futures_util::future::try_join_all(inserts))
+            .map(drop)
+            .map_err(ch_err)
     }
 
     /// Rows per table, each shard's local tables summed.
