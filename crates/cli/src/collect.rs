@@ -435,3 +435,28 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
     }
     Ok(summary)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_specs_parse_or_say_what_is_expected() {
+        assert_eq!(
+            parse_store("sqlite:/tmp/x", None, "c").unwrap(),
+            StoreSpec::Sqlite("/tmp/x".into())
+        );
+        let StoreSpec::ClickHouse(ch) =
+            parse_store("clickhouse:http://a:8123,http://b:8123", None, "c7").unwrap()
+        else {
+            panic!("not clickhouse");
+        };
+        assert_eq!(ch.urls.len(), 2);
+        assert_eq!(ch.cluster.as_deref(), Some("intscope"));
+        assert_eq!(ch.source, "c7");
+        for bad in ["sqlite:", "postgres:x", "clickhouse:", "nothing"] {
+            let e = parse_store(bad, None, "c").unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
+        }
+    }
+}
