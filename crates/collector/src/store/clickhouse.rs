@@ -1109,16 +1109,22 @@ impl Store for ClickHouseStore {
         if let Some(n) = q.node {
             filter += &format!(" AND node_id = {n}");
         }
-        // Each incident's newest version; its span must reach `since`.
+        // Each incident's newest version; its span must reach `since`. The page's incidents
+        // are chosen on the numeric columns first (per shard, from the local table, which
+        // holds every version of its incidents), then only their bodies are read.
+        let local = self.local("incidents");
+        let (since, n) = (q.since.unwrap_or(0), limit + 1);
         let sql = format!(
             "SELECT s AS start_ns, tie, body FROM (
-               SELECT any(start_ns) AS s, {EVENT_TIE} AS tie, argMax(body, version) AS body,
-                      argMax(ifNull(end_ns, last_update_ns), version) AS until_ns
-               FROM {db}.incidents WHERE {filter} GROUP BY source, id)
-             WHERE until_ns >= {} AND (s < {t} OR (s = {t} AND tie < {tie}))
-             ORDER BY s DESC, tie DESC LIMIT {}",
-            q.since.unwrap_or(0),
-            limit + 1
+               SELECT any(start_ns) AS s, {EVENT_TIE} AS tie, argMax(body, version) AS body
+               FROM {db}.incidents
+               WHERE (source, id) IN (
+                 SELECT source, id FROM {db}.{local} WHERE {filter} GROUP BY source, id
+                 HAVING argMax(ifNull(end_ns, last_update_ns), version) >= {since}
+                   AND (any(start_ns) < {t} OR (any(start_ns) = {t} AND {EVENT_TIE} < {tie}))
+                 ORDER BY any(start_ns) DESC, {EVENT_TIE} DESC LIMIT {n})
+               GROUP BY source, id)
+             ORDER BY s DESC, tie DESC LIMIT {n}"
         );
         let rows = self.read(
             q.timeout,
