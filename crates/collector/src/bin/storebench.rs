@@ -14,6 +14,8 @@
 //! switch configured with one collector) or steered by the flow's hash (every postcard of a
 //! flow to one collector). It prints how many stored flows have their whole path.
 //!
+//! `--intervals 0` writes nothing and times the queries on what the store already holds.
+//!
 //! ```text
 //! cargo build --release -p intscope-collector --bin storebench
 //! target/release/storebench --store clickhouse:http://127.0.0.1:8123 --flows 1000000 \
@@ -46,6 +48,16 @@ struct Args {
     incidents: u64,
     xd_split: Option<String>,
     database: Option<String>,
+}
+
+/// A flow key as the API shows it.
+#[derive(serde::Deserialize)]
+struct FlowKeyJson {
+    src: String,
+    dst: String,
+    proto: u8,
+    src_port: u16,
+    dst_port: u16,
 }
 
 fn usage() -> ! {
@@ -232,7 +244,34 @@ fn main() {
         return;
     }
     let store = open(&a, "bench");
-    let hops = 4u64;
+    if a.intervals == 0 {
+        // Queries only, on what the store holds: the series of flows from the newest page.
+        let page = store
+            .flows(&HistoryQuery {
+                limit: Some(1000),
+                timeout: Some(Duration::from_secs(120)),
+                ..HistoryQuery::default()
+            })
+            .expect("flow list");
+        let sample: Vec<FlowRef> = page["flows"]
+            .as_array()
+            .map(|fs| {
+                fs.iter()
+                    .filter_map(|f| serde_json::from_value::<FlowKeyJson>(f["flow"].clone()).ok())
+                    .map(|k| FlowRef {
+                        src: k.src,
+                        dst: k.dst,
+                        proto: k.proto,
+                        src_port: k.src_port,
+                        dst_port: k.dst_port,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(!sample.is_empty(), "the store holds no flows");
+        measure(&a, &*store, &sample, 0, 0, Duration::ZERO);
+        return;
+    }
     for chunk in (1..=a.incidents).collect::<Vec<_>>().chunks(10_000) {
         store
             .write(&Batch {
@@ -249,10 +288,6 @@ fn main() {
     let mut last_event = 1;
     let mut sample: Vec<FlowRef> = Vec::new();
     let (mut series_rows, mut write_time) = (0u64, Duration::ZERO);
-    let strict = HistoryQuery {
-        timeout: Some(Duration::from_secs(60)),
-        ..HistoryQuery::default()
-    };
     for interval in 1..=a.intervals {
         while state.read().flows_to_store() < a.flows as usize {
             for _ in 0..1000 {
@@ -276,32 +311,49 @@ fn main() {
         if !a.checkpoints.contains(&interval) {
             continue;
         }
-        let counts = store.counts().expect("counts");
-        let flows = time(a.queries, |_| {
-            store.flows(&strict).expect("flow list");
-        });
-        let series = time(a.queries, |i| {
-            let f = &sample[(i * 7919) % sample.len()];
-            let s = store.flow_series(f, &strict).expect("series");
-            assert!(
-                !s.as_array().is_none_or(Vec::is_empty),
-                "no series for {f:?}"
-            );
-        });
-        let incidents = time(a.queries, |_| {
-            store.incidents(&strict).expect("incidents");
-        });
-        println!(
-            "{}",
-            serde_json::json!({
-                "store": a.store, "intervals": interval, "flows": a.flows,
-                "series_rows": series_rows, "hop_rows": series_rows * hops,
-                "rows": counts,
-                "write_series_rows_per_s": (series_rows as f64 / write_time.as_secs_f64()).round(),
-                "flow_list_ms": {"p50": flows.0, "p99": flows.1},
-                "flow_series_ms": {"p50": series.0, "p99": series.1},
-                "incidents_ms": {"p50": incidents.0, "p99": incidents.1},
-            })
-        );
+        measure(&a, &*store, &sample, interval, series_rows, write_time);
     }
+}
+
+/// Times the three queries at this size and prints one JSON line.
+fn measure(
+    a: &Args,
+    store: &dyn Store,
+    sample: &[FlowRef],
+    interval: u32,
+    series_rows: u64,
+    write_time: Duration,
+) {
+    let hops = 4u64;
+    let strict = HistoryQuery {
+        timeout: Some(Duration::from_secs(60)),
+        ..HistoryQuery::default()
+    };
+    let counts = store.counts().expect("counts");
+    let flows = time(a.queries, |_| {
+        store.flows(&strict).expect("flow list");
+    });
+    let series = time(a.queries, |i| {
+        let f = &sample[(i * 7919) % sample.len()];
+        let s = store.flow_series(f, &strict).expect("series");
+        assert!(
+            !s.as_array().is_none_or(Vec::is_empty),
+            "no series for {f:?}"
+        );
+    });
+    let incidents = time(a.queries, |_| {
+        store.incidents(&strict).expect("incidents");
+    });
+    println!(
+        "{}",
+        serde_json::json!({
+            "store": a.store, "intervals": interval, "flows": a.flows,
+            "series_rows": series_rows, "hop_rows": series_rows * hops,
+            "rows": counts,
+            "write_series_rows_per_s": (series_rows as f64 / write_time.as_secs_f64()).round(),
+            "flow_list_ms": {"p50": flows.0, "p99": flows.1},
+            "flow_series_ms": {"p50": series.0, "p99": series.1},
+            "incidents_ms": {"p50": incidents.0, "p99": incidents.1},
+        })
+    );
 }
