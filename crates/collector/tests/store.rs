@@ -900,3 +900,94 @@ fn clickhouse_rollups_fill_and_retention_drops_days() {
         "the rollup's day went too"
     );
 }
+
+#[test]
+fn flow_pages_cover_every_flow_once_sqlite() {
+    flow_pages_cover_every_flow_once(&Backend::sqlite("pages"));
+}
+
+#[test]
+fn flow_pages_cover_every_flow_once_clickhouse() {
+    let server = Arc::new(ch::ClickHouse::start(1));
+    flow_pages_cover_every_flow_once(&Backend::clickhouse(&server, "pages"));
+}
+
+/// Flows last seen minutes to hours apart (so ClickHouse widens its search window several
+/// times), each written in two versions: pages of 7 list each flow once, newest first, as its
+/// newest version; `since` and `until` select by last and first sighting.
+fn flow_pages_cover_every_flow_once(backend: &Backend) {
+    let store = backend.open();
+    let key = |i: u16| intscope_wire::locate::FlowKey {
+        src: std::net::Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped(),
+        dst: std::net::Ipv4Addr::new(10, 0, 0, 2).to_ipv6_mapped(),
+        proto: 6,
+        src_port: i,
+        dst_port: 80,
+    };
+    let row = |i: u16, reports: u64| intscope_collector::store::FlowRow {
+        key: key(i),
+        first_seen_ns: u64::from(i) * 60 * S,
+        last_seen_ns: u64::from(i) * 60 * S + u64::from(i) * u64::from(i) * S,
+        reports,
+        drops: 0,
+        last_drop_reason: None,
+        path: std::sync::Arc::from(Vec::new()),
+        live_id: u64::from(i),
+        path_changes: 0,
+        e2e_p50: None,
+        e2e_p99: None,
+        interval: None,
+    };
+    for reports in [1, 5] {
+        store
+            .write(&Batch {
+                flows: (1..=50).map(|i| row(i, reports)).collect(),
+                ..Batch::default()
+            })
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .flows(&HistoryQuery {
+                limit: Some(7),
+                cursor: cursor.clone(),
+                ..HistoryQuery::default()
+            })
+            .unwrap();
+        for f in page["flows"].as_array().unwrap() {
+            assert_eq!(f["reports"], 5, "{f}");
+            seen.push(f["flow"]["src_port"].as_u64().unwrap());
+        }
+        match page["next"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (1..=50).rev().collect::<Vec<u64>>());
+    let ports = |q: HistoryQuery| -> Vec<u64> {
+        store.flows(&q).unwrap()["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["flow"]["src_port"].as_u64().unwrap())
+            .collect()
+    };
+    // Last seen at or after flow 40's last sighting.
+    assert_eq!(
+        ports(HistoryQuery {
+            since: Some(40 * 60 * S + 1600 * S),
+            ..HistoryQuery::default()
+        }),
+        (40..=50).rev().collect::<Vec<u64>>()
+    );
+    // First seen by flow 3's first sighting.
+    assert_eq!(
+        ports(HistoryQuery {
+            until: Some(3 * 60 * S),
+            ..HistoryQuery::default()
+        }),
+        [3, 2, 1]
+    );
+}
