@@ -572,9 +572,16 @@ impl ClickHouseStore {
                 let (time, order) = keys.split_once('|').unwrap_or(("time_ns", keys));
                 let part = DAY.replace("{t}", time);
                 let local = self.local(name);
+                // Flow summaries and incidents are read a page of keys at a time: a finer
+                // index reads fewer rows around each key than the default 8192.
+                let granularity = match name {
+                    "flows" | "incidents" => 1024,
+                    _ => 8192,
+                };
                 ddl.push(format!(
                     "CREATE TABLE IF NOT EXISTS {db}.{local} ({cols}) ENGINE = {engine} \
-                     PARTITION BY {part} ORDER BY ({order})"
+                     PARTITION BY {part} ORDER BY ({order}) \
+                     SETTINGS index_granularity = {granularity}"
                 ));
                 if let Some(c) = self.cluster() {
                     let key = match name {
@@ -991,7 +998,7 @@ impl Store for ClickHouseStore {
         let (db, local) = (&self.config.database, self.local("flows"));
         let (since, until) = (q.since.unwrap_or(0), q.until.unwrap_or(u64::MAX));
         // The newest flows have rows in the newest seconds: the page is looked for in a window
-        // back from the newest row (a scan of one column, cheap) widened eightfold until it
+        // back from the newest row (a scan of one column, cheap), from 50 ms widened 16-fold until it
         // holds a page or reaches `since`, rather than aggregating every flow ever stored.
         // With `until` the whole range is aggregated (a flow's first sighting may be in rows
         // before the window).
@@ -1010,7 +1017,7 @@ impl Store for ClickHouseStore {
                 .value,
             )
         };
-        let mut window: u64 = 2_000_000_000;
+        let mut window: u64 = 50_000_000;
         let mut rows = loop {
             let lower = match newest {
                 Some(n) => n.saturating_sub(window).max(since),
@@ -1038,7 +1045,7 @@ impl Store for ClickHouseStore {
             if rows.len() > limit as usize || lower == since {
                 break rows;
             }
-            window = window.saturating_mul(8);
+            window = window.saturating_mul(16);
         };
         // Each shard answered its own newest (see `flow_sql`): merged here.
         rows.sort_unstable_by(|a, b| {
