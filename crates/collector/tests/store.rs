@@ -892,6 +892,8 @@ fn clickhouse_rollups_fill_and_retention_drops_days() {
         ),
         "1\t20\t10\n2\t10\t11\n1\t10\t10\n"
     );
+    // The writer's cheap snapshot: rows from the parts' metadata.
+    assert_eq!(store.rows_stored().unwrap()["queue_stats"], 4);
     store.prune(day, 100).unwrap();
     assert_eq!(store.counts().unwrap()["queue_stats"], 1);
     assert_eq!(

@@ -1185,6 +1185,24 @@ impl Store for ClickHouseStore {
         self.count_tables()
     }
 
+    fn rows_stored(&self) -> Result<Value, StoreError> {
+        let db = lit(&self.config.database);
+        let mut m = serde_json::Map::new();
+        for c in &self.shards {
+            let sql = format!(
+                "SELECT table AS name, sum(rows) AS value FROM system.parts \
+                 WHERE active AND database = {db} GROUP BY table"
+            );
+            let rows = self.read(None, c.query(&sql).fetch_all::<NameCount>())?;
+            for r in rows {
+                let name = r.name.strip_suffix("_local").unwrap_or(&r.name).to_string();
+                let n = m.get(&name).and_then(Value::as_u64).unwrap_or(0);
+                m.insert(name, json!(n + r.value));
+            }
+        }
+        Ok(Value::Object(m))
+    }
+
     fn totals(&self) -> Result<Value, StoreError> {
         let db = &self.config.database;
         let sql = format!(
