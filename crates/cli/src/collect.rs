@@ -50,6 +50,19 @@ pub struct CollectArgs {
     /// Keep no history (live state only).
     #[arg(long)]
     pub no_store: bool,
+    /// Where history goes: `sqlite:DIR` (the default, ./intscope-data) or
+    /// `clickhouse:http://HOST:PORT[,http://HOST:PORT...]` (one server, or every shard of a
+    /// cluster in its `remote_servers` order; docs/scale-out.md).
+    #[arg(long, value_name = "BACKEND:WHERE", conflicts_with_all = ["no_store", "data"])]
+    pub store: Option<String>,
+    /// The ClickHouse cluster name (`remote_servers`) when --store names several servers.
+    /// Default `intscope`.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// This collector's name in the shared store (each collector of a fabric its own).
+    /// Default: the host name.
+    #[arg(long, value_name = "NAME")]
+    pub collector_name: Option<String>,
     /// UDP destination ports of reports inside the replayed capture; repeatable. Default: the
     /// listen ports.
     #[arg(long = "report-port", value_name = "P")]
@@ -212,8 +225,22 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
     if let Some(d) = &args.data {
         cfg.data = Some(d.clone());
     }
+    if let Some(spec) = &args.store {
+        let source = match &args.collector_name {
+            Some(n) => n.clone(),
+            None => host_name(),
+        };
+        match parse_store(spec, args.cluster.clone(), &source)? {
+            StoreSpec::Sqlite(dir) => {
+                cfg.data = Some(dir);
+                cfg.store.clickhouse = None;
+            }
+            StoreSpec::ClickHouse(ch) => cfg.store.clickhouse = Some(ch),
+        }
+    }
     if args.no_store || args.discard {
         cfg.data = None;
+        cfg.store.clickhouse = None;
     }
     cfg.discard = args.discard;
     if let Some(n) = args.threads {
@@ -245,6 +272,38 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
     }
     cfg.reuse_port |= args.reuse_port;
     Ok(cfg)
+}
+
+/// A `--store` value.
+#[derive(Debug, PartialEq)]
+pub(crate) enum StoreSpec {
+    /// SQLite in this directory.
+    Sqlite(PathBuf),
+    /// ClickHouse.
+    ClickHouse(intscope_collector::store::ClickHouseConfig),
+}
+
+/// Parses `sqlite:DIR` or `clickhouse:URL[,URL...]`.
+pub(crate) fn parse_store(spec: &str, cluster: Option<String>, source: &str) -> Result<StoreSpec> {
+    match spec.split_once(':') {
+        Some(("sqlite", dir)) if !dir.is_empty() => Ok(StoreSpec::Sqlite(dir.into())),
+        Some(("clickhouse", urls)) => Ok(StoreSpec::ClickHouse(
+            intscope_collector::store::ClickHouseConfig::parse(urls, cluster, source)
+                .map_err(|e| anyhow::anyhow!("--store {spec}: {e}"))?,
+        )),
+        _ => bail!(
+            "--store {spec}: expected sqlite:DIR or clickhouse:http://HOST:PORT[,http://HOST:PORT...]"
+        ),
+    }
+}
+
+/// The host's name (the default collector name in a shared store).
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "collector".into())
 }
 
 /// Runs the collector until Ctrl-C / SIGTERM.
@@ -307,7 +366,7 @@ pub fn run(args: &CollectArgs) -> Result<()> {
     })
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -404,4 +463,29 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
         );
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_specs_parse_or_say_what_is_expected() {
+        assert_eq!(
+            parse_store("sqlite:/tmp/x", None, "c").unwrap(),
+            StoreSpec::Sqlite("/tmp/x".into())
+        );
+        let StoreSpec::ClickHouse(ch) =
+            parse_store("clickhouse:http://a:8123,http://b:8123", None, "c7").unwrap()
+        else {
+            panic!("not clickhouse");
+        };
+        assert_eq!(ch.urls.len(), 2);
+        assert_eq!(ch.cluster.as_deref(), Some("intscope"));
+        assert_eq!(ch.source, "c7");
+        for bad in ["sqlite:", "postgres:x", "clickhouse:", "nothing"] {
+            let e = parse_store(bad, None, "c").unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
+        }
+    }
 }

@@ -8,6 +8,7 @@ mod detect;
 mod dump;
 mod live;
 mod node;
+mod serve;
 mod sim;
 mod text;
 mod wireshark;
@@ -28,6 +29,8 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Receive telemetry reports (or replay a capture of them) and serve the HTTP API.
     Collect(collect::CollectArgs),
+    /// Serve the API for a whole fabric from the store its collectors write (cluster mode).
+    Serve(serve::ServeArgs),
     /// Send synthetic telemetry reports to a collector (load tests, benchmarks).
     Blast(blast::BlastArgs),
     /// Run a software INT node (source, transit or sink) over a capture.
@@ -52,6 +55,7 @@ fn main() {
     let result = match &cli.command {
         Command::Dump(args) => dump::run(args, &mut std::io::stdout().lock()).map(|_| ()),
         Command::Collect(args) => collect::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Blast(args) => blast::run(args).map(|summary| println!("{summary}")),
         Command::Node(args) => node::run(args).map(|summary| println!("{summary}")),
         Command::Sim(args) => sim::run(args).map(|summary| println!("{summary}")),

@@ -13,7 +13,7 @@ use intscope_collector::detect::DetectConfig as Thresholds;
 use intscope_collector::loadgen::{self, Generator, LoadConfig};
 use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
 use intscope_collector::state::State;
-use intscope_collector::store::{SqliteStore, Store, StoreStats, collect_batch};
+use intscope_collector::store::{RowSink, SqliteStore, StoreStats, collect_batch};
 
 fn main() {
     let flows = common::flows_arg(100_000);

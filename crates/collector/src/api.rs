@@ -147,7 +147,7 @@ pub fn app(api: Arc<Api>) -> Router {
         StatusCode::SERVICE_UNAVAILABLE,
         api.cfg.request_timeout,
     );
-    Router::new()
+    let app = Router::new()
         .route("/api/stats", get(stats))
         .route("/api/nodes", get(nodes))
         .route("/api/links", get(links))
@@ -161,11 +161,24 @@ pub fn app(api: Arc<Api>) -> Router {
         .route("/api/history/events", get(history_events))
         .route("/api/history/flows", get(history_flows))
         .route("/api/history/queues", get(history_queues))
+        .route("/api/history/incidents", get(history_incidents))
         .route("/metrics", get(metrics))
         .merge(crate::ui::routes())
         .layer(timeout)
-        .layer(axum::middleware::from_fn_with_state(Arc::clone(&api), auth))
-        .with_state(api)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&api), auth));
+    // The fabric-wide reads of the store (every collector writing to it), as `intscope serve`
+    // answers them.
+    let fabric = api.collector.store.clone().map(|store| {
+        crate::api_cluster::app(
+            crate::api_cluster::FabricApi::new(store, api.cfg.clone()),
+            "/api/fabric",
+        )
+    });
+    let app = app.with_state(api);
+    match fabric {
+        Some(f) => app.merge(f),
+        None => app,
+    }
 }
 
 type Shared = AxState<Arc<Api>>;
@@ -482,6 +495,15 @@ async fn history_flows(
     Q(q): Q<HistoryQuery>,
 ) -> Result<Json<Value>, ApiError> {
     store_query(&api, q, |s, q| s.flows(q)).await.map(Json)
+}
+
+/// Stored incidents, each as its newest version, most recently started first:
+/// `?since&until&kind&node&limit&cursor` → `{"incidents": [...], "next"}`.
+async fn history_incidents(
+    AxState(api): Shared,
+    Q(q): Q<HistoryQuery>,
+) -> Result<Json<Value>, ApiError> {
+    store_query(&api, q, |s, q| s.incidents(q)).await.map(Json)
 }
 
 async fn history_queues(

@@ -25,9 +25,7 @@ use crate::detect::DetectConfig as Thresholds;
 use crate::record::{FlowKeyMode, RecordBatch, decode_into};
 use crate::snapshot::Snapshot;
 use crate::state::{Limits, State};
-use crate::store::{
-    FlushTake, Flusher, SqliteStore, Store, StoreConfig, StoreError, StoreStats, spawn_writer,
-};
+use crate::store::{FlushTake, Flusher, Store, StoreConfig, StoreError, StoreStats, spawn_writer};
 
 /// Why a datagram was discarded. Every received datagram is accepted or discarded for exactly
 /// one of these; the malformed ones ([`Discard::is_malformed`]) also add to
@@ -437,10 +435,7 @@ impl std::fmt::Debug for dyn Store {
 impl Collector {
     /// A collector with this configuration; opens the history store when `data` is set.
     pub fn open(config: CollectorConfig) -> Result<Arc<Self>, StoreError> {
-        let store: Option<Arc<dyn Store>> = match &config.data {
-            Some(dir) => Some(Arc::new(SqliteStore::open(dir)?)),
-            None => None,
-        };
+        let store = crate::store::open(config.data.as_deref(), &config.store)?;
         // One shard of each kind per receive thread: threads correlate side by side.
         let threads = config.threads.max(1) * config.listen.len().max(1);
         let state = State::with_limits(config.detect.clone(), config.limits, threads);

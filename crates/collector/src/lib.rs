@@ -16,10 +16,11 @@
 
 pub use intscope_core::{
     detect, event, evidence, fabric, flow, flow_shard, id_table, incident, incidents, loadgen,
-    rank, record, search, seq, snapshot, state,
+    rank, record, rows, search, seq, snapshot, state,
 };
 
 pub mod api;
+pub mod api_cluster;
 pub mod http;
 pub mod ingest;
 pub mod store;

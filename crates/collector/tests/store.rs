@@ -1,18 +1,80 @@
-//! The SQLite store: batches round-trip, retention prunes, event IDs continue.
+//! The stores (SQLite and a real ClickHouse server): batches round-trip, retention prunes,
+//! event IDs continue, counters add up over restarts, incidents keep their newest version.
 
+mod ch;
 mod common;
+
+use std::sync::Arc;
+
+use intscope_collector::incident::{
+    Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
+};
+use intscope_collector::store::AggRow;
 
 use common::*;
 use intscope_collector::store::{
-    Batch, FlushTake, Flusher, HistoryQuery, SqliteStore, Store, StoreConfig, StoreError,
-    StoreStats, collect_batch, spawn_writer,
+    Batch, ClickHouseStore, FlushTake, Flusher, HistoryQuery, RowSink, SqliteStore, Store,
+    StoreConfig, StoreError, StoreStats, collect_batch, spawn_writer,
 };
 
+/// A store to run the same test on: a SQLite directory, or a database on a ClickHouse server.
+enum Backend {
+    Sqlite(std::path::PathBuf),
+    ClickHouse(Arc<ch::ClickHouse>, String),
+}
+
+impl Backend {
+    fn sqlite(name: &str) -> Backend {
+        let dir =
+            std::env::temp_dir().join(format!("intscope-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Backend::Sqlite(dir)
+    }
+
+    fn clickhouse(server: &Arc<ch::ClickHouse>, name: &str) -> Backend {
+        Backend::ClickHouse(Arc::clone(server), name.replace('-', "_"))
+    }
+
+    /// Opens the store (again: the same directory or database).
+    fn open(&self) -> Arc<dyn Store> {
+        match self {
+            Backend::Sqlite(dir) => Arc::new(SqliteStore::open(dir).unwrap()),
+            Backend::ClickHouse(server, db) => {
+                Arc::new(ClickHouseStore::open(server.config(db, "test")).unwrap())
+            }
+        }
+    }
+
+    /// A retention horizon that removes everything before `t`: ClickHouse drops whole days.
+    fn horizon(&self, t: u64) -> u64 {
+        match self {
+            Backend::Sqlite(_) => t,
+            Backend::ClickHouse(..) => t.div_ceil(86_400 * S) * 86_400 * S,
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Backend::Sqlite(dir) = self {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 #[test]
-fn batches_round_trip_and_prune() {
-    let dir = std::env::temp_dir().join(format!("intscope-store-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let store = SqliteStore::open(&dir).unwrap();
+fn batches_round_trip_and_prune_sqlite() {
+    batches_round_trip_and_prune(&Backend::sqlite("rt"));
+}
+
+#[test]
+fn batches_round_trip_and_prune_clickhouse() {
+    let server = Arc::new(ch::ClickHouse::start(1));
+    batches_round_trip_and_prune(&Backend::clickhouse(&server, "rt"));
+}
+
+fn batches_round_trip_and_prune(backend: &Backend) {
+    let store = backend.open();
     assert_eq!(store.next_event_id().unwrap(), 1);
 
     let mut s = state();
@@ -85,7 +147,7 @@ fn batches_round_trip_and_prune() {
         .unwrap();
     assert_eq!(congestion["queues"][0]["max_occupancy"], 5000);
 
-    store.prune(2 * S + 1, 0).unwrap();
+    store.prune(backend.horizon(2 * S + 1), 0).unwrap();
     let counts = store.counts().unwrap();
     assert_eq!(
         (
@@ -96,8 +158,6 @@ fn batches_round_trip_and_prune() {
         ),
         (Some(0), Some(0), Some(0), Some(0))
     );
-    drop(store);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The [`Store`] methods other than `write`, for the test stores below that only watch what the
@@ -126,6 +186,16 @@ macro_rules! no_history {
         ) -> Result<serde_json::Value, StoreError> {
             Ok(serde_json::Value::Null)
         }
+        fn incidents(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
+            Ok(serde_json::Value::Null)
+        }
+        fn flow(
+            &self,
+            _: &intscope_collector::event::FlowRef,
+            _: &HistoryQuery,
+        ) -> Result<Option<serde_json::Value>, StoreError> {
+            Ok(None)
+        }
         fn counts(&self) -> Result<serde_json::Value, StoreError> {
             Ok(serde_json::Value::Null)
         }
@@ -137,13 +207,18 @@ struct SlowStore {
     written: std::sync::atomic::AtomicU64,
 }
 
-impl Store for SlowStore {
+impl RowSink for SlowStore {
+    type Error = StoreError;
+
     fn write(&self, _: &Batch) -> Result<(), StoreError> {
         std::thread::sleep(std::time::Duration::from_millis(300));
         self.written
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
+}
+
+impl Store for SlowStore {
     no_history!();
 }
 
@@ -194,9 +269,17 @@ fn a_slow_writer_defers_flushes_instead_of_dropping_batches() {
 /// Two collector lifetimes over one store: the stored counters are the sums of both, never the
 /// second's counts alone; within a lifetime, each flush adds only what is new.
 #[test]
-fn counters_accumulate_across_restarts() {
-    let dir = std::env::temp_dir().join(format!("intscope-store-runs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+fn counters_accumulate_across_restarts_sqlite() {
+    counters_accumulate_across_restarts(&Backend::sqlite("runs"));
+}
+
+#[test]
+fn counters_accumulate_across_restarts_clickhouse() {
+    let server = Arc::new(ch::ClickHouse::start(1));
+    counters_accumulate_across_restarts(&Backend::clickhouse(&server, "runs"));
+}
+
+fn counters_accumulate_across_restarts(backend: &Backend) {
     let report = |k: u32, drop: bool| {
         let mut r = Rep::new(7, &[H(1, 2, 900, 10), H(101, 2, 900, 10)], H(2, 3, 900, 10));
         r.seq = k;
@@ -207,7 +290,7 @@ fn counters_accumulate_across_restarts() {
     let (mut earlier_drop_events, mut this_life_drop_events) = (0u64, 0u64);
     for life in 0..2u64 {
         earlier_drop_events += this_life_drop_events;
-        let store = SqliteStore::open(&dir).unwrap();
+        let store = backend.open();
         let mut s = state();
         s.continue_event_ids(store.next_event_id().unwrap());
         let stats = StoreStats::default();
@@ -257,12 +340,10 @@ fn counters_accumulate_across_restarts() {
     }
     assert_eq!(sent, (60, 6));
     // The flow's first sighting is the first life's.
-    let store = SqliteStore::open(&dir).unwrap();
+    let store = backend.open();
     let flows = store.flows(&HistoryQuery::default()).unwrap();
     assert_eq!(flows["flows"][0]["first_seen_ns"], 0);
     assert_eq!(flows["flows"][0]["reports"], 60);
-    drop(store);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A store file from before the run columns opens, and its counts go on from where they were.
@@ -313,13 +394,18 @@ struct Recording {
     committed: std::sync::atomic::AtomicU64,
 }
 
-impl Store for Recording {
+impl RowSink for Recording {
+    type Error = StoreError;
+
     fn write(&self, b: &Batch) -> Result<(), StoreError> {
         std::thread::sleep(std::time::Duration::from_millis(300));
         self.committed
             .store(b.time_ns, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
+}
+
+impl Store for Recording {
     no_history!();
 }
 
@@ -430,7 +516,9 @@ struct PartsStore {
     ahead: std::sync::atomic::AtomicU64,
 }
 
-impl Store for PartsStore {
+impl RowSink for PartsStore {
+    type Error = StoreError;
+
     fn write(&self, b: &Batch) -> Result<(), StoreError> {
         self.flushes.lock().unwrap().push(vec![b.flows.len()]);
         Ok(())
@@ -450,6 +538,9 @@ impl Store for PartsStore {
         self.flushes.lock().unwrap().push(rows);
         Ok(())
     }
+}
+
+impl Store for PartsStore {
     no_history!();
 }
 
@@ -512,24 +603,31 @@ fn a_flush_is_streamed_in_parts_of_at_most_the_chunk_with_no_queue() {
 /// A flush streamed in parts stores exactly what the same flush taken whole stores: every flow
 /// row and every flow_stats row, once.
 #[test]
-fn a_flush_in_parts_stores_what_a_whole_flush_stores() {
-    use std::sync::Arc;
-    let dirs: Vec<_> = ["whole", "parts"]
-        .iter()
-        .map(|k| {
-            let d = std::env::temp_dir().join(format!("intscope-store-{k}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&d);
-            d
-        })
-        .collect();
-    let whole = SqliteStore::open(&dirs[0]).unwrap();
+fn a_flush_in_parts_stores_what_a_whole_flush_stores_sqlite() {
+    a_flush_in_parts_stores_what_a_whole_flush_stores(
+        &Backend::sqlite("whole"),
+        &Backend::sqlite("parts"),
+    );
+}
+
+#[test]
+fn a_flush_in_parts_stores_what_a_whole_flush_stores_clickhouse() {
+    let server = Arc::new(ch::ClickHouse::start(1));
+    a_flush_in_parts_stores_what_a_whole_flush_stores(
+        &Backend::clickhouse(&server, "whole"),
+        &Backend::clickhouse(&server, "parts"),
+    );
+}
+
+fn a_flush_in_parts_stores_what_a_whole_flush_stores(a: &Backend, b: &Backend) {
+    let whole = a.open();
     let stats = Arc::new(StoreStats::default());
     let s = state_with_flows(3000);
     whole
         .write(&collect_batch(&s, &mut 1, Vec::new(), &stats))
         .unwrap();
 
-    let parts = Arc::new(SqliteStore::open(&dirs[1]).unwrap());
+    let parts = b.open();
     let (tx, writer) = spawn_writer(parts.clone(), StoreConfig::default(), Arc::clone(&stats));
     let flusher = Flusher::new(tx, Arc::clone(&stats));
     let s = state_with_flows(3000);
@@ -541,7 +639,7 @@ fn a_flush_in_parts_stores_what_a_whole_flush_stores() {
     assert_eq!(counts["flows"], 3000);
     assert_eq!(counts["flow_stats"], 3000);
     assert_eq!(parts.counts().unwrap(), counts);
-    let sorted = |st: &SqliteStore| {
+    let sorted = |st: &dyn Store| {
         let q = HistoryQuery {
             limit: Some(10_000),
             ..HistoryQuery::default()
@@ -555,10 +653,7 @@ fn a_flush_in_parts_stores_what_a_whole_flush_stores() {
         rows.sort();
         rows
     };
-    assert_eq!(sorted(&parts), sorted(&whole));
-    for d in dirs {
-        let _ = std::fs::remove_dir_all(d);
-    }
+    assert_eq!(sorted(&*parts), sorted(&*whole));
 }
 
 /// A flow row's size is what the memory bound of a flush (`docs/collector-store.md`, Memory)
@@ -569,5 +664,332 @@ fn a_flow_row_stays_small() {
     assert!(
         row <= 256,
         "FlowRow is {row} bytes: update the memory bound"
+    );
+}
+
+/// A collector without a store forgets what changed at each interval instead of flushing it:
+/// the changed-flow lists and intervals do not pile up, and a later flush holds only what is
+/// new since.
+#[test]
+fn discarding_changes_empties_what_a_flush_would_take() {
+    let s = state_with_flows(300);
+    assert_eq!(s.read().flows_to_store(), 300);
+    assert_eq!(intscope_collector::rows::discard_changes(&s), 300);
+    assert_eq!(s.read().flows_to_store(), 0);
+    let stats = StoreStats::default();
+    let b = collect_batch(&s, &mut 1, Vec::new(), &stats);
+    assert!(b.flows.is_empty() && b.queues.is_empty() && b.ports.is_empty());
+}
+
+/// An incident as the detectors would hand it over: `updates` and `state` make its version.
+fn incident(
+    id: u64,
+    kind: IncidentKind,
+    node: u32,
+    start: u64,
+    updates: u64,
+    end: Option<u64>,
+) -> Incident {
+    Incident {
+        id,
+        kind,
+        place: IncidentPlace {
+            node: Some(node),
+            port: Some(3),
+            ..IncidentPlace::default()
+        },
+        cause: None,
+        state: if end.is_some() {
+            IncidentState::Resolved
+        } else {
+            IncidentState::Ongoing
+        },
+        severity: Severity::Warning,
+        start_ns: start,
+        start_uncertainty_ns: 0,
+        last_update_ns: start + updates * MS,
+        end_ns: end,
+        end_uncertainty_ns: 0,
+        received_ns: None,
+        updates,
+        counts: IncidentCounts {
+            samples: updates,
+            ..IncidentCounts::default()
+        },
+        peak: None,
+        threshold: Some(1000),
+        baseline: None,
+        flows: Vec::new(),
+        evidence: None,
+    }
+}
+
+#[test]
+fn incidents_keep_their_newest_version_sqlite() {
+    incidents_keep_their_newest_version(&Backend::sqlite("inc"));
+}
+
+#[test]
+fn incidents_keep_their_newest_version_clickhouse() {
+    let server = Arc::new(ch::ClickHouse::start(1));
+    incidents_keep_their_newest_version(&Backend::clickhouse(&server, "inc"));
+}
+
+/// Every version of an incident is written (start, updates, end, across flushes and out of
+/// order); a read shows each incident once, as its newest version, newest start first, filtered
+/// by time overlap, kind and node, and paged with a cursor.
+fn incidents_keep_their_newest_version(backend: &Backend) {
+    let store = backend.open();
+    let batch = |incidents: Vec<Incident>| Batch {
+        incidents,
+        ..Batch::default()
+    };
+    // 10 incidents, starting 1 s apart, alternating kind and node.
+    let kind = |i: u64| {
+        if i.is_multiple_of(2) {
+            IncidentKind::Congestion
+        } else {
+            IncidentKind::Drop
+        }
+    };
+    let first: Vec<Incident> = (1..=10)
+        .map(|i| incident(i, kind(i), 100 + (i % 2) as u32, i * S, 1, None))
+        .collect();
+    store.write(&batch(first)).unwrap();
+    // Updates; then incident 4 ends; then a stale version of 4 arrives late.
+    store
+        .write(&batch(vec![
+            incident(3, kind(3), 101, 3 * S, 5, None),
+            incident(4, kind(4), 100, 4 * S, 7, None),
+        ]))
+        .unwrap();
+    store
+        .write(&batch(vec![incident(
+            4,
+            kind(4),
+            100,
+            4 * S,
+            7,
+            Some(4 * S + 9 * MS),
+        )]))
+        .unwrap();
+    store
+        .write(&batch(vec![incident(4, kind(4), 100, 4 * S, 2, None)]))
+        .unwrap();
+
+    let all = store.incidents(&HistoryQuery::default()).unwrap();
+    let list = all["incidents"].as_array().unwrap();
+    assert_eq!(list.len(), 10, "{all}");
+    assert_eq!(all["next"], serde_json::Value::Null);
+    let ids: Vec<u64> = list.iter().map(|i| i["id"].as_u64().unwrap()).collect();
+    assert_eq!(
+        ids,
+        (1..=10).rev().collect::<Vec<_>>(),
+        "newest start first"
+    );
+    let four = list.iter().find(|i| i["id"] == 4).unwrap();
+    assert_eq!(four["state"], "resolved");
+    assert_eq!(four["updates"], 7);
+    assert_eq!(four["end_ns"], 4 * S + 9 * MS);
+    assert_eq!(list.iter().find(|i| i["id"] == 3).unwrap()["updates"], 5);
+    assert_eq!(store.counts().unwrap()["incidents"], 10);
+
+    let q = |f: &dyn Fn(&mut HistoryQuery)| {
+        let mut q = HistoryQuery::default();
+        f(&mut q);
+        store.incidents(&q).unwrap()["incidents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["id"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(q(&|q| q.kind = Some("drop".into())), [9, 7, 5, 3, 1]);
+    assert_eq!(q(&|q| q.node = Some(100)), [10, 8, 6, 4, 2]);
+    // Overlap: incident 4 lasted to 4 s + 9 ms; the others' last update is 1 ms after start.
+    assert_eq!(
+        q(&|q| {
+            q.since = Some(4 * S + 5 * MS);
+            q.until = Some(6 * S);
+        }),
+        [6, 5, 4]
+    );
+    // Pages of 3 cover all 10 once.
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .incidents(&HistoryQuery {
+                limit: Some(3),
+                cursor: cursor.clone(),
+                ..HistoryQuery::default()
+            })
+            .unwrap();
+        seen.extend(
+            page["incidents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["id"].as_u64().unwrap()),
+        );
+        match page["next"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (1..=10).rev().collect::<Vec<_>>());
+    assert!(matches!(
+        store.incidents(&HistoryQuery {
+            cursor: Some("f.1.2".into()),
+            ..HistoryQuery::default()
+        }),
+        Err(StoreError::BadRequest(_))
+    ));
+}
+
+/// The ClickHouse schema's per-minute rollups fill as rows are written, and a day's partition
+/// goes at retention.
+#[test]
+fn clickhouse_rollups_fill_and_retention_drops_days() {
+    let server = ch::ClickHouse::start(1);
+    let store = ClickHouseStore::open(server.config("rollup", "test")).unwrap();
+    let day = 86_400 * S;
+    let q = |node| AggRow {
+        node_id: node,
+        port: 1,
+        queue_id: Some(0),
+        samples: 10,
+        avg: 5.0,
+        max: 9 + u64::from(node),
+        drops: 0,
+    };
+    // Three intervals in one minute of day 0, one in day 1.
+    for (t, node) in [(S, 1), (2 * S, 1), (3 * S, 2), (day + S, 1)] {
+        store
+            .write(&Batch {
+                time_ns: t,
+                queues: vec![q(node)],
+                ..Batch::default()
+            })
+            .unwrap();
+    }
+    let rollup = |sql: &str| {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sS",
+                &format!("http://127.0.0.1:{}/", server.port),
+                "--data-binary",
+                sql,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(
+        rollup(
+            "SELECT node_id, sumMerge(samples_total), maxMerge(occupancy_max) FROM rollup.queue_stats_1m \
+             GROUP BY minute, node_id ORDER BY minute, node_id"
+        ),
+        "1\t20\t10\n2\t10\t11\n1\t10\t10\n"
+    );
+    // The writer's cheap snapshot: rows from the parts' metadata.
+    assert_eq!(store.rows_stored().unwrap()["queue_stats"], 4);
+    store.prune(day, 100).unwrap();
+    assert_eq!(store.counts().unwrap()["queue_stats"], 1);
+    assert_eq!(
+        rollup("SELECT count() FROM rollup.queue_stats_1m"),
+        "1\n",
+        "the rollup's day went too"
+    );
+}
+
+#[test]
+fn flow_pages_cover_every_flow_once_sqlite() {
+    flow_pages_cover_every_flow_once(&Backend::sqlite("pages"));
+}
+
+#[test]
+fn flow_pages_cover_every_flow_once_clickhouse() {
+    let server = Arc::new(ch::ClickHouse::start(1));
+    flow_pages_cover_every_flow_once(&Backend::clickhouse(&server, "pages"));
+}
+
+/// Flows last seen minutes to hours apart (so ClickHouse widens its search window several
+/// times), each written in two versions: pages of 7 list each flow once, newest first, as its
+/// newest version; `since` and `until` select by last and first sighting.
+fn flow_pages_cover_every_flow_once(backend: &Backend) {
+    let store = backend.open();
+    let key = |i: u16| intscope_wire::locate::FlowKey {
+        src: std::net::Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped(),
+        dst: std::net::Ipv4Addr::new(10, 0, 0, 2).to_ipv6_mapped(),
+        proto: 6,
+        src_port: i,
+        dst_port: 80,
+    };
+    let row = |i: u16, reports: u64| intscope_collector::store::FlowRow {
+        key: key(i),
+        first_seen_ns: u64::from(i) * 60 * S,
+        last_seen_ns: u64::from(i) * 60 * S + u64::from(i) * u64::from(i) * S,
+        reports,
+        drops: 0,
+        last_drop_reason: None,
+        path: std::sync::Arc::from(Vec::new()),
+        live_id: u64::from(i),
+        path_changes: 0,
+        e2e_p50: None,
+        e2e_p99: None,
+        interval: None,
+    };
+    for reports in [1, 5] {
+        store
+            .write(&Batch {
+                flows: (1..=50).map(|i| row(i, reports)).collect(),
+                ..Batch::default()
+            })
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .flows(&HistoryQuery {
+                limit: Some(7),
+                cursor: cursor.clone(),
+                ..HistoryQuery::default()
+            })
+            .unwrap();
+        for f in page["flows"].as_array().unwrap() {
+            assert_eq!(f["reports"], 5, "{f}");
+            seen.push(f["flow"]["src_port"].as_u64().unwrap());
+        }
+        match page["next"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (1..=50).rev().collect::<Vec<u64>>());
+    let ports = |q: HistoryQuery| -> Vec<u64> {
+        store.flows(&q).unwrap()["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["flow"]["src_port"].as_u64().unwrap())
+            .collect()
+    };
+    // Last seen at or after flow 40's last sighting.
+    assert_eq!(
+        ports(HistoryQuery {
+            since: Some(40 * 60 * S + 1600 * S),
+            ..HistoryQuery::default()
+        }),
+        (40..=50).rev().collect::<Vec<u64>>()
+    );
+    // First seen by flow 3's first sighting.
+    assert_eq!(
+        ports(HistoryQuery {
+            until: Some(3 * 60 * S),
+            ..HistoryQuery::default()
+        }),
+        [3, 2, 1]
     );
 }

@@ -29,6 +29,7 @@ pub mod incidents;
 pub mod loadgen;
 pub mod rank;
 pub mod record;
+pub mod rows;
 pub mod search;
 pub mod seq;
 pub mod snapshot;

@@ -1,0 +1,72 @@
+//! `intscope serve`: the API for a whole fabric, read from the history store that the
+//! collectors write (ClickHouse cluster mode; docs/scale-out.md). No reports are received here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use intscope_collector::api_cluster::{FabricApi, app};
+use intscope_collector::http::HttpStats;
+use intscope_collector::store::{ClickHouseStore, SqliteStore, Store};
+
+use crate::collect::{ApiArgs, StoreSpec, api_config, parse_store, shutdown_signal};
+
+/// Arguments of `intscope serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The store the collectors write: `clickhouse:http://HOST:PORT[,...]` (every shard) or
+    /// `sqlite:DIR`.
+    #[arg(long, value_name = "BACKEND:WHERE")]
+    pub store: String,
+    /// The ClickHouse cluster name when --store names several servers. Default `intscope`.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// HTTP API address.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8081")]
+    pub http: SocketAddr,
+    /// HTTP API access, TLS and limits (as for `collect`).
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+/// Serves until Ctrl-C / SIGTERM.
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let cfg = api_config(&args.api, args.http)?;
+    let store: Arc<dyn Store> = match parse_store(&args.store, args.cluster.clone(), "serve")? {
+        StoreSpec::Sqlite(dir) => {
+            Arc::new(SqliteStore::open(&dir).with_context(|| format!("opening {}", dir.display()))?)
+        }
+        StoreSpec::ClickHouse(ch) => {
+            Arc::new(ClickHouseStore::open(ch).context("connecting to ClickHouse")?)
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.http)
+            .await
+            .with_context(|| format!("cannot bind the HTTP API to {}", args.http))?;
+        let addr = listener.local_addr()?;
+        // One line a script can read to find the (possibly ephemeral) port.
+        println!("{}", serde_json::json!({"http": addr.to_string()}));
+        eprintln!(
+            "intscope serve: fabric API on http://{addr}/api/ from {}",
+            args.store
+        );
+        let (limits, tls) = (cfg.http.clone(), cfg.tls.clone());
+        let router = app(FabricApi::new(store, cfg), "/api");
+        intscope_collector::http::serve(
+            listener,
+            router,
+            limits,
+            tls,
+            Arc::new(HttpStats::default()),
+            shutdown_signal(),
+        )
+        .await
+        .context("HTTP server")
+    })
+}

@@ -1,0 +1,224 @@
+//! The API in cluster mode: answers for the whole fabric from the history store (ClickHouse
+//! written by every collector; SQLite works too, for one collector's history), with no live
+//! state. `intscope serve` serves it; a collector mounts the same routes under `/api/fabric`.
+//!
+//! Routes (JSON, the shapes of the history API, `docs/scale-out.md`):
+//! `GET /api/stats` (rows per table, counters summed over every collector and run),
+//! `/api/flows` (flow summaries, newest first, paged), `/api/flow?src&dst&proto&src_port&dst_port`
+//! (one flow: summary with its path, and its latency series), `/api/queues` (queue aggregates,
+//! oldest first, paged), `/api/events`, `/api/incidents` (each incident's newest version), and
+//! the same under `/api/history/`. Every list is bounded by `limit` (at most
+//! [`MAX_HISTORY_LIMIT`](crate::store::MAX_HISTORY_LIMIT)); at most `max_queries` queries run at
+//! once (503 beyond), each within `query_timeout` (504 after); a bearer token guards `/api/`
+//! when configured.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, Query, Request, State as AxState};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::api::ApiConfig;
+use crate::event::FlowRef;
+use crate::store::{HistoryQuery, Store, StoreError};
+
+/// The cluster API's shared state.
+pub struct FabricApi {
+    store: Arc<dyn Store>,
+    cfg: ApiConfig,
+    queries: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for FabricApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FabricApi").finish_non_exhaustive()
+    }
+}
+
+impl FabricApi {
+    /// The API over `store` with `cfg`'s token, query deadline and query bound.
+    pub fn new(store: Arc<dyn Store>, cfg: ApiConfig) -> Arc<Self> {
+        Arc::new(FabricApi {
+            store,
+            queries: Arc::new(Semaphore::new(cfg.max_queries.max(1))),
+            cfg,
+        })
+    }
+}
+
+type Shared = AxState<Arc<FabricApi>>;
+
+/// The routes, with the token check and the request timeout (paths as in the module
+/// documentation; `prefix` is `/api` for `serve`, `/api/fabric` inside a collector).
+pub fn app(api: Arc<FabricApi>, prefix: &str) -> Router {
+    let timeout = tower_http::timeout::TimeoutLayer::with_status_code(
+        StatusCode::SERVICE_UNAVAILABLE,
+        api.cfg.request_timeout,
+    );
+    let p = |s: &str| format!("{prefix}{s}");
+    Router::new()
+        .route(&p("/stats"), get(stats))
+        .route(&p("/flows"), get(flows))
+        .route(&p("/history/flows"), get(flows))
+        .route(&p("/flow"), get(flow))
+        .route(&p("/queues"), get(queues))
+        .route(&p("/history/queues"), get(queues))
+        .route(&p("/events"), get(events))
+        .route(&p("/history/events"), get(events))
+        .route(&p("/incidents"), get(incidents))
+        .route(&p("/history/incidents"), get(incidents))
+        .layer(timeout)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&api), auth))
+        .with_state(api)
+}
+
+/// An HTTP error as JSON `{"error", "status"}`.
+#[derive(Debug)]
+struct Error(StatusCode, String);
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let body = Json(json!({"error": self.1, "status": self.0.as_u16()}));
+        (self.0, body).into_response()
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        let status = match e {
+            StoreError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            StoreError::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            StoreError::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Error(status, e.to_string())
+    }
+}
+
+/// A query string, its errors answered as JSON 400s.
+struct Q<T>(T);
+
+impl<T: serde::de::DeserializeOwned> FromRequestParts<Arc<FabricApi>> for Q<T> {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, _: &Arc<FabricApi>) -> Result<Self, Error> {
+        Query::<T>::try_from_uri(&parts.uri)
+            .map(|Query(v)| Q(v))
+            .map_err(|e| Error(StatusCode::BAD_REQUEST, e.body_text()))
+    }
+}
+
+async fn auth(AxState(api): Shared, req: Request, next: Next) -> Response {
+    let Some(token) = api.cfg.token.as_deref() else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let ok = given.is_some_and(|g| {
+        use subtle::ConstantTimeEq;
+        g.as_bytes().ct_eq(token.as_bytes()).into()
+    });
+    if ok {
+        next.run(req).await
+    } else {
+        Error(
+            StatusCode::UNAUTHORIZED,
+            "a bearer token is required (Authorization: Bearer <token>)".into(),
+        )
+        .into_response()
+    }
+}
+
+/// Runs a store query on the blocking pool, bounded in number and time.
+async fn query<T: Send + 'static>(
+    api: &Arc<FabricApi>,
+    mut q: HistoryQuery,
+    f: impl FnOnce(&dyn Store, &HistoryQuery) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, Error> {
+    let Ok(slot) = Arc::clone(&api.queries).try_acquire_owned() else {
+        return Err(StoreError::Busy.into());
+    };
+    q.timeout = Some(api.cfg.query_timeout);
+    let store = Arc::clone(&api.store);
+    let task = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        f(&*store, &q)
+    });
+    match tokio::time::timeout(api.cfg.query_timeout + Duration::from_secs(1), task).await {
+        Ok(Ok(r)) => r.map_err(Error::from),
+        Ok(Err(e)) => Err(Error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        Err(_) => Err(StoreError::Timeout.into()),
+    }
+}
+
+async fn stats(AxState(api): Shared) -> Result<Json<Value>, Error> {
+    let v = query(&api, HistoryQuery::default(), |s, _| {
+        Ok(json!({"mode": "fabric", "rows": s.counts()?, "totals": s.totals()?}))
+    })
+    .await?;
+    Ok(Json(v))
+}
+
+async fn flows(AxState(api): Shared, Q(q): Q<HistoryQuery>) -> Result<Json<Value>, Error> {
+    query(&api, q, |s, q| s.flows(q)).await.map(Json)
+}
+
+/// One flow's key and the series' window.
+#[derive(Debug, serde::Deserialize)]
+struct FlowQuery {
+    src: String,
+    dst: String,
+    proto: u8,
+    src_port: u16,
+    dst_port: u16,
+    since: Option<u64>,
+    until: Option<u64>,
+    limit: Option<u32>,
+}
+
+async fn flow(AxState(api): Shared, Q(f): Q<FlowQuery>) -> Result<Json<Value>, Error> {
+    let key = FlowRef {
+        src: f.src,
+        dst: f.dst,
+        proto: f.proto,
+        src_port: f.src_port,
+        dst_port: f.dst_port,
+    };
+    let q = HistoryQuery {
+        since: f.since,
+        until: f.until,
+        limit: f.limit,
+        ..HistoryQuery::default()
+    };
+    let v = query(&api, q, move |s, q| {
+        Ok(match s.flow(&key, q)? {
+            Some(summary) => Some(json!({"flow": summary, "intervals": s.flow_series(&key, q)?})),
+            None => None,
+        })
+    })
+    .await?;
+    v.map(Json)
+        .ok_or_else(|| Error(StatusCode::NOT_FOUND, "no such flow in the store".into()))
+}
+
+async fn queues(AxState(api): Shared, Q(q): Q<HistoryQuery>) -> Result<Json<Value>, Error> {
+    query(&api, q, |s, q| s.queue_series(q)).await.map(Json)
+}
+
+async fn events(AxState(api): Shared, Q(q): Q<HistoryQuery>) -> Result<Json<Value>, Error> {
+    query(&api, q, |s, q| s.events(q)).await.map(Json)
+}
+
+async fn incidents(AxState(api): Shared, Q(q): Q<HistoryQuery>) -> Result<Json<Value>, Error> {
+    query(&api, q, |s, q| s.incidents(q)).await.map(Json)
+}

@@ -1,0 +1,581 @@
+//! The embedded SQLite backend: one file in WAL mode, zero setup, the collector's default.
+//! Readers (the API) have their own connections (WAL: they never wait on a commit), a bounded
+//! pool of them, and a deadline enforced inside SQLite (a progress handler), so a query really
+//! stops.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Value, json};
+
+use super::{
+    DEFAULT_QUERY_TIMEOUT, HistoryQuery, MAX_HISTORY_LIMIT, READER_CACHE_KIB, READERS, RowSink,
+    Store, StoreError, WRITER_CACHE_KIB, i, incident_version, lock, new_run_id, page, per_hop_json,
+};
+use crate::event::FlowRef;
+use intscope_core::rows::Batch;
+
+impl StoreError {
+    fn from_sqlite(e: rusqlite::Error) -> Self {
+        match e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if f.code == rusqlite::ErrorCode::OperationInterrupted =>
+            {
+                StoreError::Timeout
+            }
+            e => StoreError::Sqlite(e),
+        }
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS events(
+  id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, kind TEXT NOT NULL,
+  node_id INTEGER, port INTEGER, queue_id INTEGER, flow_id INTEGER,
+  src TEXT, dst TEXT, proto INTEGER, src_port INTEGER, dst_port INTEGER,
+  evidence TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_time ON events(time_ns);
+CREATE TABLE IF NOT EXISTS flows(
+  src TEXT NOT NULL, dst TEXT NOT NULL, proto INTEGER NOT NULL, src_port INTEGER NOT NULL, dst_port INTEGER NOT NULL,
+  first_seen_ns INTEGER NOT NULL, last_seen_ns INTEGER NOT NULL, reports INTEGER NOT NULL, drops INTEGER NOT NULL,
+  last_drop_reason INTEGER, path TEXT NOT NULL, path_changes INTEGER NOT NULL, e2e_p50 INTEGER, e2e_p99 INTEGER,
+  PRIMARY KEY(src, dst, proto, src_port, dst_port));
+CREATE INDEX IF NOT EXISTS flows_last_seen ON flows(last_seen_ns);
+CREATE TABLE IF NOT EXISTS flow_stats(
+  time_ns INTEGER NOT NULL, flow INTEGER NOT NULL, samples INTEGER NOT NULL,
+  e2e_avg INTEGER, e2e_max INTEGER, hop_latency_max TEXT NOT NULL, queue_occupancy_max TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS flow_stats_flow ON flow_stats(flow, time_ns);
+CREATE TABLE IF NOT EXISTS queue_stats(
+  time_ns INTEGER NOT NULL, node_id INTEGER NOT NULL, port INTEGER NOT NULL, queue_id INTEGER NOT NULL,
+  samples INTEGER NOT NULL, avg_occupancy REAL NOT NULL, max_occupancy INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS queue_stats_time ON queue_stats(time_ns);
+CREATE TABLE IF NOT EXISTS port_stats(
+  time_ns INTEGER NOT NULL, node_id INTEGER NOT NULL, port INTEGER NOT NULL,
+  samples INTEGER NOT NULL, avg_hop_latency REAL NOT NULL, max_hop_latency INTEGER NOT NULL, drops INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS port_stats_time ON port_stats(time_ns);
+CREATE TABLE IF NOT EXISTS raw_reports(
+  id INTEGER PRIMARY KEY AUTOINCREMENT, time_ns INTEGER NOT NULL, source TEXT NOT NULL, datagram BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS incidents(
+  id INTEGER PRIMARY KEY, version INTEGER NOT NULL, kind TEXT NOT NULL, node_id INTEGER,
+  start_ns INTEGER NOT NULL, last_update_ns INTEGER NOT NULL, end_ns INTEGER, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS incidents_start ON incidents(start_ns);
+CREATE TABLE IF NOT EXISTS totals(
+  name TEXT PRIMARY KEY, value INTEGER NOT NULL, run INTEGER NOT NULL, run_value INTEGER NOT NULL);
+";
+
+/// Columns the `flows` table gained after its first release (added to older files at open):
+/// which in-memory life of the flow (`run`, `live_id`) last wrote it, and that life's counts as
+/// written, so the next write adds only what is new.
+const FLOW_RUN_COLUMNS: [&str; 5] = [
+    "run",
+    "live_id",
+    "run_reports",
+    "run_drops",
+    "run_path_changes",
+];
+
+/// Reader connections: taken one per query, waited for within the query's deadline.
+#[derive(Debug, Default)]
+struct Readers {
+    free: Mutex<Vec<Connection>>,
+    returned: Condvar,
+}
+
+/// The embedded SQLite backend: one writer connection, [`READERS`] reader connections.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    readers: Readers,
+    /// This run's ID (see [`FLOW_RUN_COLUMNS`]).
+    run: i64,
+    /// Where the database file is.
+    pub path: PathBuf,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) `dir/intscope.db` in WAL mode.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = dir.join("intscope.db");
+        let conn = Connection::open(&path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        // NORMAL in WAL mode: a committed transaction survives a process crash (kill -9); only
+        // an OS crash can lose the last transactions.
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        // A flush upserts every changed flow: with a large cache the flows table's indexes stay
+        // in memory instead of being re-read page by page.
+        conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
+        conn.execute_batch(SCHEMA)?;
+        let have: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('flows')")?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        for col in FLOW_RUN_COLUMNS {
+            if !have.iter().any(|h| h == col) {
+                conn.execute_batch(&format!(
+                    "ALTER TABLE flows ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0"
+                ))?;
+            }
+        }
+        let mut readers = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            let r = Connection::open(&path)?;
+            // Readers never write: a bug cannot turn an API query into a write.
+            r.pragma_update(None, "query_only", true)?;
+            // Short: a reader waits for a lock only around a WAL checkpoint, and its query's
+            // deadline (the progress handler) does not run while it waits.
+            r.busy_timeout(Duration::from_millis(500))?;
+            // SQLite's default, set so the memory bound does not depend on the build's.
+            r.pragma_update(None, "cache_size", -READER_CACHE_KIB)?;
+            readers.push(r);
+        }
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            readers: Readers {
+                free: Mutex::new(readers),
+                returned: Condvar::new(),
+            },
+            run: new_run_id(),
+            path,
+        })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        lock(&self.conn)
+    }
+
+    /// Runs `f` on a reader connection, within `timeout` (default [`DEFAULT_QUERY_TIMEOUT`]):
+    /// waiting for a free reader counts toward it, and SQLite's progress handler interrupts the
+    /// query when it passes, so a runaway query stops rather than holding the connection.
+    fn read<T>(
+        &self,
+        timeout: Option<Duration>,
+        f: impl FnOnce(&Connection) -> Result<T, rusqlite::Error>,
+    ) -> Result<T, StoreError> {
+        let deadline = Instant::now() + timeout.unwrap_or(DEFAULT_QUERY_TIMEOUT);
+        let conn = {
+            let mut free = lock(&self.readers.free);
+            loop {
+                if let Some(c) = free.pop() {
+                    break c;
+                }
+                let left = deadline
+                    .checked_duration_since(Instant::now())
+                    .ok_or(StoreError::Timeout)?;
+                free = self
+                    .readers
+                    .returned
+                    .wait_timeout(free, left)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
+            }
+        };
+        // Checked every thousand virtual-machine steps: microseconds apart.
+        conn.progress_handler(1000, Some(move || Instant::now() >= deadline));
+        let result = f(&conn);
+        conn.progress_handler(0, None::<fn() -> bool>);
+        lock(&self.readers.free).push(conn);
+        self.readers.returned.notify_one();
+        result.map_err(StoreError::from_sqlite)
+    }
+}
+
+impl SqliteStore {
+    /// Adds one batch's rows to the open transaction `tx`.
+    fn write_rows(&self, tx: &rusqlite::Transaction<'_>, b: &Batch) -> Result<(), StoreError> {
+        {
+            let mut ev = tx.prepare_cached(
+                "INSERT OR REPLACE INTO events(id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence)
+                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+            )?;
+            for e in &b.events {
+                let f = e.flow.as_ref().map(FlowRef::from);
+                let f = f.as_ref();
+                ev.execute(params![
+                    i(e.id),
+                    i(e.time_ns),
+                    e.kind.label(),
+                    e.node_id,
+                    e.port,
+                    e.queue_id,
+                    e.flow_id.map(i),
+                    f.map(|f| &f.src),
+                    f.map(|f| &f.dst),
+                    f.map(|f| f.proto),
+                    f.map(|f| f.src_port),
+                    f.map(|f| f.dst_port),
+                    e.evidence.to_json().to_string()
+                ])?;
+            }
+            // A flow's counters in memory count from the start of its in-memory life (this
+            // run, since it was last idle): the stored sums get what is new since this life's
+            // last write, and a new life (restart, or the flow came back) adds all of its own.
+            let mut fl = tx.prepare_cached(
+                "INSERT INTO flows(src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,last_drop_reason,path,path_changes,e2e_p50,e2e_p99,
+                                   run,live_id,run_reports,run_drops,run_path_changes)
+                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?8,?9,?12)
+                 ON CONFLICT(src,dst,proto,src_port,dst_port) DO UPDATE SET
+                   first_seen_ns=min(first_seen_ns, excluded.first_seen_ns),
+                   last_seen_ns=max(last_seen_ns, excluded.last_seen_ns),
+                   reports=reports + excluded.reports - CASE WHEN run=excluded.run AND live_id=excluded.live_id THEN run_reports ELSE 0 END,
+                   drops=drops + excluded.drops - CASE WHEN run=excluded.run AND live_id=excluded.live_id THEN run_drops ELSE 0 END,
+                   path_changes=path_changes + excluded.path_changes - CASE WHEN run=excluded.run AND live_id=excluded.live_id THEN run_path_changes ELSE 0 END,
+                   last_drop_reason=coalesce(excluded.last_drop_reason, last_drop_reason), path=excluded.path,
+                   e2e_p50=excluded.e2e_p50, e2e_p99=excluded.e2e_p99,
+                   run=excluded.run, live_id=excluded.live_id, run_reports=excluded.run_reports,
+                   run_drops=excluded.run_drops, run_path_changes=excluded.run_path_changes
+                 RETURNING rowid",
+            )?;
+            let mut fs =
+                tx.prepare_cached("INSERT INTO flow_stats VALUES(?1,?2,?3,?4,?5,?6,?7)")?;
+            for f in &b.flows {
+                let flow = FlowRef::from(&f.key);
+                let rowid: i64 = fl.query_row(
+                    params![
+                        flow.src,
+                        flow.dst,
+                        flow.proto,
+                        flow.src_port,
+                        flow.dst_port,
+                        i(f.first_seen_ns),
+                        i(f.last_seen_ns),
+                        i(f.reports),
+                        i(f.drops),
+                        f.last_drop_reason,
+                        serde_json::to_string(&*f.path).unwrap_or_default(),
+                        i(f.path_changes),
+                        f.e2e_p50.map(i),
+                        f.e2e_p99.map(i),
+                        self.run,
+                        i(f.live_id)
+                    ],
+                    |r| r.get(0),
+                )?;
+                if let Some(v) = &f.interval {
+                    fs.execute(params![
+                        i(b.time_ns),
+                        rowid,
+                        v.samples,
+                        v.e2e_avg().map(i),
+                        v.e2e_max(),
+                        per_hop_json(&v.hop_latency_max()),
+                        per_hop_json(&v.queue_occupancy_max())
+                    ])?;
+                }
+            }
+            let mut q =
+                tx.prepare_cached("INSERT INTO queue_stats VALUES(?1,?2,?3,?4,?5,?6,?7)")?;
+            for a in &b.queues {
+                q.execute(params![
+                    i(b.time_ns),
+                    a.node_id,
+                    a.port,
+                    a.queue_id.unwrap_or(0),
+                    i(a.samples),
+                    a.avg,
+                    i(a.max)
+                ])?;
+            }
+            let mut p = tx.prepare_cached("INSERT INTO port_stats VALUES(?1,?2,?3,?4,?5,?6,?7)")?;
+            for a in &b.ports {
+                p.execute(params![
+                    i(b.time_ns),
+                    a.node_id,
+                    a.port,
+                    i(a.samples),
+                    a.avg,
+                    i(a.max),
+                    i(a.drops)
+                ])?;
+            }
+            let mut r = tx.prepare_cached(
+                "INSERT INTO raw_reports(time_ns,source,datagram) VALUES(?1,?2,?3)",
+            )?;
+            for (t, src, d) in &b.raw {
+                r.execute(params![i(*t), src.to_string(), d])?;
+            }
+            // Every version of an incident replaces the stored one unless that one is newer
+            // (parts of a flush, or a replay, may carry an older version after a newer one).
+            let mut inc = tx.prepare_cached(
+                "INSERT INTO incidents(id,version,kind,node_id,start_ns,last_update_ns,end_ns,body)
+                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8)
+                 ON CONFLICT(id) DO UPDATE SET version=excluded.version, kind=excluded.kind,
+                   node_id=excluded.node_id, start_ns=excluded.start_ns,
+                   last_update_ns=excluded.last_update_ns, end_ns=excluded.end_ns, body=excluded.body
+                 WHERE excluded.version >= incidents.version",
+            )?;
+            for n in &b.incidents {
+                inc.execute(params![
+                    i(n.id),
+                    i(incident_version(n)),
+                    n.kind.label(),
+                    n.place.node,
+                    i(n.start_ns),
+                    i(n.last_update_ns),
+                    n.end_ns.map(i),
+                    n.to_json().to_string()
+                ])?;
+            }
+            // The same for the collector's counters, one life per run.
+            let mut t = tx.prepare_cached(
+                "INSERT INTO totals(name,value,run,run_value) VALUES(?1,?2,?3,?2)
+                 ON CONFLICT(name) DO UPDATE SET
+                   value=value + excluded.run_value - CASE WHEN run=excluded.run THEN run_value ELSE 0 END,
+                   run=excluded.run, run_value=excluded.run_value",
+            )?;
+            for (name, v) in &b.totals {
+                t.execute(params![name, i(*v), self.run])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RowSink for SqliteStore {
+    type Error = StoreError;
+
+    fn write(&self, b: &Batch) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        self.write_rows(&tx, b)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// One transaction for all the parts: a kill -9 or a failed part leaves none of the flush.
+    fn write_parts(&self, parts: &mut dyn Iterator<Item = Batch>) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        for part in parts {
+            self.write_rows(&tx, &part)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+impl Store for SqliteStore {
+    fn prune(&self, before_ns: u64, keep_raw: u64) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let t = i(before_ns);
+        conn.execute("DELETE FROM events WHERE time_ns < ?1", [t])?;
+        conn.execute("DELETE FROM flows WHERE last_seen_ns < ?1", [t])?;
+        conn.execute("DELETE FROM flow_stats WHERE time_ns < ?1", [t])?;
+        conn.execute("DELETE FROM queue_stats WHERE time_ns < ?1", [t])?;
+        conn.execute("DELETE FROM port_stats WHERE time_ns < ?1", [t])?;
+        conn.execute(
+            "DELETE FROM incidents WHERE coalesce(end_ns, last_update_ns) < ?1",
+            [t],
+        )?;
+        conn.execute(
+            "DELETE FROM raw_reports WHERE id <= (SELECT max(id) FROM raw_reports) - ?1",
+            [i(keep_raw)],
+        )?;
+        Ok(())
+    }
+
+    fn next_event_id(&self) -> Result<u64, StoreError> {
+        let max: Option<i64> = self
+            .conn()
+            .query_row("SELECT max(id) FROM events", [], |r| r.get(0))
+            .optional()?
+            .flatten();
+        Ok(max.map_or(1, |m| m as u64 + 1))
+    }
+
+    fn events(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
+        let limit = q.page_size(500)?;
+        let after = q.cursor('e')?.map_or(i64::MAX, |(id, _)| id);
+        let rows = self.read(q.timeout, |conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence FROM events
+                 WHERE id < ?6 AND time_ns >= ?1 AND time_ns <= ?2 AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
+                 ORDER BY id DESC LIMIT ?5",
+            )?;
+            st.query_map(
+                params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.kind, q.node, limit + 1, after],
+                |r| {
+                    let evidence: String = r.get(12)?;
+                    let src: Option<String> = r.get(7)?;
+                    let id = r.get::<_, i64>(0)?;
+                    Ok((json!({
+                        "id": id, "time_ns": r.get::<_, i64>(1)?, "kind": r.get::<_, String>(2)?,
+                        "node_id": r.get::<_, Option<i64>>(3)?, "port": r.get::<_, Option<i64>>(4)?, "queue_id": r.get::<_, Option<i64>>(5)?,
+                        "flow_id": r.get::<_, Option<i64>>(6)?,
+                        "flow": src.map(|s| Ok::<_, rusqlite::Error>(json!({"src": s, "dst": r.get::<_, String>(8)?, "proto": r.get::<_, i64>(9)?, "src_port": r.get::<_, i64>(10)?, "dst_port": r.get::<_, i64>(11)?}))).transpose()?,
+                        "evidence": serde_json::from_str::<Value>(&evidence).unwrap_or(Value::Null),
+                    }), format!("e.{id}")))
+                },
+            )?
+            .collect::<Result<Vec<_>, _>>()
+        })?;
+        Ok(page("events", rows, limit))
+    }
+
+    fn flows(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
+        let limit = q.page_size(500)?;
+        let (t, id) = q.cursor('f')?.unwrap_or((i64::MAX, i64::MAX));
+        let rows = self.read(q.timeout, |conn| {
+            // Newest first, ties by row: (last_seen_ns, rowid) is the index's order, so a page
+            // starts at its cursor without reading the pages before it.
+            let mut st = conn.prepare_cached(
+                "SELECT src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,last_drop_reason,path,path_changes,e2e_p50,e2e_p99,rowid
+                 FROM flows WHERE (last_seen_ns, rowid) < (?4, ?5) AND last_seen_ns >= ?1 AND first_seen_ns <= ?2
+                 ORDER BY last_seen_ns DESC, rowid DESC LIMIT ?3",
+            )?;
+            st.query_map(params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), limit + 1, t, id], flow_json)?
+            .collect::<Result<Vec<_>, _>>()
+        })?;
+        Ok(page("flows", rows, limit))
+    }
+
+    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<Value>, StoreError> {
+        self.read(q.timeout, |conn| {
+            conn.prepare_cached(
+                "SELECT src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,last_drop_reason,path,path_changes,e2e_p50,e2e_p99,rowid
+                 FROM flows WHERE src = ?1 AND dst = ?2 AND proto = ?3 AND src_port = ?4 AND dst_port = ?5",
+            )?
+            .query_row(
+                params![flow.src, flow.dst, flow.proto, flow.src_port, flow.dst_port],
+                |r| flow_json(r).map(|(v, _)| v),
+            )
+            .optional()
+        })
+    }
+
+    fn incidents(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
+        let limit = q.page_size(500)?;
+        let (t, id) = q.cursor('i')?.unwrap_or((i64::MAX, i64::MAX));
+        let rows = self.read(q.timeout, |conn| {
+            // Overlapping [since, until]: started by `until`, not ended before `since`.
+            let mut st = conn.prepare_cached(
+                "SELECT start_ns, id, body FROM incidents
+                 WHERE (start_ns < ?5 OR (start_ns = ?5 AND id < ?6)) AND start_ns <= ?2
+                   AND coalesce(end_ns, last_update_ns) >= ?1
+                   AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
+                 ORDER BY start_ns DESC, id DESC LIMIT ?7",
+            )?;
+            st.query_map(
+                params![
+                    i(q.since.unwrap_or(0)),
+                    i(q.until.unwrap_or(u64::MAX)),
+                    q.kind,
+                    q.node,
+                    t,
+                    id,
+                    limit + 1
+                ],
+                |r| {
+                    let (start, id, body): (i64, i64, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
+                    Ok((
+                        serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
+                        format!("i.{start}.{id}"),
+                    ))
+                },
+            )?
+            .collect::<Result<Vec<_>, _>>()
+        })?;
+        Ok(page("incidents", rows, limit))
+    }
+
+    fn queue_series(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
+        let limit = q.page_size(MAX_HISTORY_LIMIT)?;
+        let (t, id) = q.cursor('q')?.unwrap_or((i64::MIN, i64::MIN));
+        let rows = self.read(q.timeout, |conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT time_ns,node_id,port,queue_id,samples,avg_occupancy,max_occupancy,rowid FROM queue_stats
+                 WHERE (time_ns, rowid) > (?5, ?6) AND time_ns >= ?1 AND time_ns <= ?2 AND (?3 IS NULL OR node_id = ?3)
+                 ORDER BY time_ns, rowid LIMIT ?4",
+            )?;
+            st.query_map(params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.node, limit + 1, t, id], |r| {
+                let time: i64 = r.get(0)?;
+                Ok((json!({"time_ns": time, "node_id": r.get::<_, i64>(1)?, "port": r.get::<_, i64>(2)?, "queue_id": r.get::<_, i64>(3)?,
+                          "samples": r.get::<_, i64>(4)?, "avg_occupancy": r.get::<_, f64>(5)?, "max_occupancy": r.get::<_, i64>(6)?}),
+                    format!("q.{time}.{}", r.get::<_, i64>(7)?)))
+            })?
+            .collect::<Result<Vec<_>, _>>()
+        })?;
+        Ok(page("queues", rows, limit))
+    }
+
+    fn flow_series(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Value, StoreError> {
+        let limit = q.page_size(600)?;
+        let mut rows = self.read(q.timeout, |conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT s.time_ns,s.samples,s.e2e_avg,s.e2e_max,s.hop_latency_max,s.queue_occupancy_max
+                 FROM flows f JOIN flow_stats s ON s.flow = f.rowid
+                 WHERE f.src = ?1 AND f.dst = ?2 AND f.proto = ?3 AND f.src_port = ?4 AND f.dst_port = ?5
+                   AND s.time_ns >= ?6 AND s.time_ns <= ?7
+                 ORDER BY s.time_ns DESC LIMIT ?8",
+            )?;
+            st.query_map(
+                params![flow.src, flow.dst, flow.proto, flow.src_port, flow.dst_port,
+                        i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), limit],
+                |r| {
+                    let hops = |s: String| serde_json::from_str::<Value>(&s).unwrap_or(Value::Null);
+                    Ok(json!({
+                        "time_ns": r.get::<_, i64>(0)?, "samples": r.get::<_, i64>(1)?,
+                        "e2e_latency_avg": r.get::<_, Option<i64>>(2)?, "e2e_latency_max": r.get::<_, Option<i64>>(3)?,
+                        "hop_latency_max": hops(r.get(4)?), "queue_occupancy_max": hops(r.get(5)?),
+                    }))
+                },
+            )?
+            .collect::<Result<Vec<_>, _>>()
+        })?;
+        rows.reverse();
+        Ok(Value::Array(rows))
+    }
+
+    fn counts(&self) -> Result<Value, StoreError> {
+        self.read(None, |conn| {
+            let mut m = serde_json::Map::new();
+            for t in [
+                "events",
+                "flows",
+                "flow_stats",
+                "queue_stats",
+                "port_stats",
+                "raw_reports",
+                "incidents",
+            ] {
+                let n: i64 =
+                    conn.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))?;
+                m.insert(t.into(), json!(n));
+            }
+            Ok(Value::Object(m))
+        })
+    }
+
+    fn totals(&self) -> Result<Value, StoreError> {
+        self.read(None, |conn| {
+            let mut st = conn.prepare_cached("SELECT name, value FROM totals ORDER BY name")?;
+            let m = st
+                .query_map([], |r| {
+                    Ok((r.get::<_, String>(0)?, json!(r.get::<_, i64>(1)?)))
+                })?
+                .collect::<Result<serde_json::Map<_, _>, _>>()?;
+            Ok(Value::Object(m))
+        })
+    }
+}
+
+/// A `flows` row (the columns of [`Store::flows`]'s query) as the API shows it, with its cursor.
+fn flow_json(r: &rusqlite::Row<'_>) -> Result<(Value, String), rusqlite::Error> {
+    let path: String = r.get(10)?;
+    let last: i64 = r.get(6)?;
+    Ok((
+        json!({
+            "flow": {"src": r.get::<_, String>(0)?, "dst": r.get::<_, String>(1)?, "proto": r.get::<_, i64>(2)?, "src_port": r.get::<_, i64>(3)?, "dst_port": r.get::<_, i64>(4)?},
+            "first_seen_ns": r.get::<_, i64>(5)?, "last_seen_ns": last, "reports": r.get::<_, i64>(7)?, "drops": r.get::<_, i64>(8)?,
+            "last_drop_reason": r.get::<_, Option<i64>>(9)?, "path": serde_json::from_str::<Value>(&path).unwrap_or(Value::Null),
+            "path_changes": r.get::<_, i64>(11)?, "e2e_latency_p50": r.get::<_, Option<i64>>(12)?, "e2e_latency_p99": r.get::<_, Option<i64>>(13)?,
+        }),
+        format!("f.{last}.{}", r.get::<_, i64>(14)?),
+    ))
+}

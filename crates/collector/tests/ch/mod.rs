@@ -1,0 +1,108 @@
+//! A real ClickHouse for tests: one server or a cluster on free loopback ports, started with
+//! `scripts/clickhouse.sh` in a temporary directory and stopped when dropped. No ClickHouse
+//! installed is a failure, not a skip (`.ci/run` installs it).
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::Command;
+
+use intscope_collector::store::ClickHouseConfig;
+
+/// Running servers (stopped on drop).
+pub struct ClickHouse {
+    dir: PathBuf,
+    /// HTTP port of the first server (the others follow).
+    pub port: u16,
+    /// Servers (shards).
+    pub shards: usize,
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/clickhouse.sh")
+}
+
+/// Whether every port a cluster at `base` uses is free now.
+fn free(base: u16, shards: usize) -> bool {
+    (0..shards as u16).all(|i| {
+        [base + i, base + 100 + i, base + 200 + i]
+            .iter()
+            .all(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+    })
+}
+
+impl ClickHouse {
+    /// Starts `shards` servers (a cluster named `intscope` when more than one).
+    pub fn start(shards: usize) -> ClickHouse {
+        assert!(
+            Command::new("sh")
+                .args([
+                    "-c",
+                    "command -v clickhouse-server || test -x /usr/sbin/clickhouse-server"
+                ])
+                .output()
+                .is_ok_and(|o| o.status.success()),
+            "clickhouse-server is not installed (apt-get install -y clickhouse-server clickhouse-client; .ci/run does)"
+        );
+        // Ports from the process ID and a counter, checked free (another test or process may
+        // race for them: the script then fails to start and the next base is tried).
+        static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+        for _ in 0..20 {
+            let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let base = 20_000 + ((std::process::id() as u16 % 400) * 50 + k * 5) % 30_000;
+            if !free(base, shards) {
+                continue;
+            }
+            let dir =
+                std::env::temp_dir().join(format!("intscope-ch-{}-{base}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let out = Command::new("bash")
+                .arg(script())
+                .arg("start")
+                .arg(&dir)
+                .args(["--shards", &shards.to_string(), "--port", &base.to_string()])
+                .output()
+                .expect("running scripts/clickhouse.sh");
+            let ch = ClickHouse {
+                dir,
+                port: base,
+                shards,
+            };
+            if out.status.success() {
+                return ch;
+            }
+            eprintln!(
+                "clickhouse at {base} did not start: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        panic!("could not start clickhouse-server on any free port");
+    }
+
+    /// The `--store clickhouse:` value.
+    pub fn urls(&self) -> String {
+        (0..self.shards as u16)
+            .map(|i| format!("http://127.0.0.1:{}", self.port + i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A store configuration on database `db`, writing as collector `source`.
+    pub fn config(&self, db: &str, source: &str) -> ClickHouseConfig {
+        let mut c = ClickHouseConfig::parse(&self.urls(), None, source).unwrap();
+        c.database = db.into();
+        c
+    }
+}
+
+impl Drop for ClickHouse {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(script())
+            .arg("stop")
+            .arg(&self.dir)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,117 @@
+//! The history incidents route and the fabric routes of a collector's API, over its store.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use intscope_collector::api::router;
+use intscope_collector::incident::{
+    Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
+};
+use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::store::Batch;
+use serde_json::Value;
+use tower::ServiceExt;
+
+fn incident(id: u64, kind: IncidentKind) -> Incident {
+    Incident {
+        id,
+        kind,
+        place: IncidentPlace {
+            node: Some(id as u32 % 3),
+            ..IncidentPlace::default()
+        },
+        cause: None,
+        state: IncidentState::Ongoing,
+        severity: Severity::Major,
+        start_ns: id * 1_000,
+        start_uncertainty_ns: 0,
+        last_update_ns: id * 1_000 + 10,
+        end_ns: None,
+        end_uncertainty_ns: 0,
+        received_ns: None,
+        updates: 1,
+        counts: IncidentCounts::default(),
+        peak: None,
+        threshold: None,
+        baseline: None,
+        flows: Vec::new(),
+        evidence: None,
+    }
+}
+
+async fn get(app: &axum::Router, uri: &str) -> (StatusCode, Value) {
+    let r = app
+        .clone()
+        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = r.status();
+    let body = axum::body::to_bytes(r.into_body(), 1 << 24).await.unwrap();
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn history_and_fabric_incidents_page_and_filter() {
+    let dir = std::env::temp_dir().join(format!("intscope-fabric-api-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let c: Arc<Collector> = Collector::open(CollectorConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        data: Some(dir.clone()),
+        ..CollectorConfig::default()
+    })
+    .unwrap();
+    let store = c.store.clone().unwrap();
+    store
+        .write(&Batch {
+            incidents: (1..=9)
+                .map(|i| {
+                    incident(
+                        i,
+                        if i % 3 == 0 {
+                            IncidentKind::Drop
+                        } else {
+                            IncidentKind::Latency
+                        },
+                    )
+                })
+                .collect(),
+            ..Batch::default()
+        })
+        .unwrap();
+    let app = router(Arc::clone(&c));
+    let (status, page) = get(&app, "/api/history/incidents?limit=4").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let ids: Vec<u64> = page["incidents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [9, 8, 7, 6]);
+    let next = page["next"].as_str().unwrap().to_string();
+    let (_, page2) = get(
+        &app,
+        &format!("/api/history/incidents?limit=4&cursor={next}"),
+    )
+    .await;
+    assert_eq!(page2["incidents"][0]["id"], 5);
+    let (_, drops) = get(&app, "/api/fabric/incidents?kind=drop").await;
+    assert_eq!(drops["incidents"].as_array().unwrap().len(), 3);
+    let (status, bad) = get(&app, "/api/history/incidents?cursor=zzz").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    let (status, _) = get(&app, "/api/history/incidents?limit=0").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, stats) = get(&app, "/api/fabric/stats").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(stats["rows"]["incidents"], 9);
+    let (status, _) = get(
+        &app,
+        "/api/fabric/flow?src=10.0.0.1&dst=10.0.0.2&proto=6&src_port=1&dst_port=2",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    drop(app);
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
