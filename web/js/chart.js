@@ -76,7 +76,17 @@ export function chart(el, opts) {
         })),
       ],
       axes: [
-        { ...AXIS, label: 'time (local)', labelSize: 18 },
+        {
+          ...AXIS,
+          label: 'time (local)',
+          labelSize: 18,
+          // 24-hour clock; fractions of a second when the view is that short.
+          values: (p, splits) => {
+            const span = p.scales.x.max - p.scales.x.min;
+            const digits = span < 2 ? 6 : span < 20 ? 3 : 0;
+            return splits.map((v) => clock(v * 1e9, digits));
+          },
+        },
         {
           ...AXIS,
           label: `${yLabel} (${suffix})`,

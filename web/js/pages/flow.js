@@ -65,7 +65,11 @@ export async function render(ctx) {
       'No samples of this flow in the chosen range: the charts show all that is known of it.';
   }
   rows = [...rows].sort((a, b) => a.time_ns - b.time_ns);
-  const extent = rows.length && !rows.every((s) => inRange(s.time_ns)) ? null : r;
+  // The range, from the flow's first sample when it began later (its samples fill the chart).
+  const first = rows.length ? rows[0].time_ns : r.since;
+  const extent = rows.every((s) => inRange(s.time_ns))
+    ? { since: Math.max(r.since, first - 1e9), until: r.until }
+    : null;
   const times = rows.map((s) => s.time_ns / 1e9);
   const hops = f.path_detail.length;
   const key = (k) => (stored ? `${k}_max` : k);
