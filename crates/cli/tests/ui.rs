@@ -746,6 +746,19 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
         past.contains("value=\"custom\" selected"),
         "the picker shows the custom range"
     );
+    // The flows of that range: the store's summaries, the congested queue's flows among them
+    // only if they were seen before it (the flows are older than the fault: all are).
+    let stored = page(
+        &console,
+        "flows-range",
+        &format!("flows?from={from}&to={to}&sort=drops"),
+        false,
+    );
+    assert!(
+        count(&stored, "flow-row") >= 20,
+        "stored flows of the range"
+    );
+    assert!(stored.contains("stored flows seen in the range"));
     // The heatmap over that range (the store's intervals) and over the last 5 minutes: the
     // congested queue's row is calm before and over the threshold now.
     let row_max = |dom: &str| -> u64 {

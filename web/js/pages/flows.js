@@ -1,5 +1,6 @@
-// Flows: the live flows, filtered by text and node, sorted by the header clicked (the server's
-// sorts; ties separated by p99, then p50, then reports). Filter and sort are in the URL.
+// Flows: the live flows seen in the range (or, for a brushed past range, the store's flow
+// summaries), filtered by text and node, sorted by the header clicked (the server's sorts; ties
+// separated by p99, then p50, then reports). Filter and sort are in the URL.
 
 import { api, qs } from '../api.js';
 import { clock, esc, flowText, ns, num, sortHeader } from '../fmt.js';
@@ -7,6 +8,29 @@ import { sawTime, setParams } from '../store.js';
 
 /** The server's sorts, larger first; p99 is the default (it separates flows; last seen did not). */
 const SORTS = ['p99', 'drops', 'reports', 'path_changes', 'last_seen', 'first_seen'];
+const KEYS = { p99: 'e2e_latency_p99', drops: 'drops', reports: 'reports', path_changes: 'path_changes' };
+/** Most stored flow summaries read for a past range. */
+const STORED = 1000;
+
+/** Larger first by `key`, ties by p99, p50, reports. */
+const order = (key) => (a, b) =>
+  (b[key] ?? 0) - (a[key] ?? 0) ||
+  (b.e2e_latency_p99 ?? 0) - (a.e2e_latency_p99 ?? 0) ||
+  (b.e2e_latency_p50 ?? 0) - (a.e2e_latency_p50 ?? 0) ||
+  b.reports - a.reports;
+
+/** The stored flows of a past range that match the filters (the store has no text filter). */
+async function stored(r, q, node, sort) {
+  const d = await api(`/api/history/flows${qs({ since: r.since, until: r.until, limit: STORED })}`);
+  const text = q.toLowerCase();
+  const rows = d.flows.filter(
+    (f) => (!text || flowText(f.flow).toLowerCase().includes(text)) && (!node || (f.path || []).includes(Number(node))),
+  );
+  rows.sort(order(KEYS[sort] || 'last_seen_ns'));
+  const more = d.next ? ` (of the ${num(STORED)} seen last)` : '';
+  const note = `${num(rows.length)} stored flows seen in the range${more}`;
+  return { rows, note };
+}
 
 export async function render(ctx) {
   const p = ctx.params;
@@ -25,26 +49,27 @@ export async function render(ctx) {
   const load = async () => {
     const q = $('q').value.trim();
     const node = $('node').value.trim();
-    const d = await api(`/api/flows${qs({ limit: 200, sort, q, node })}`);
+    let rows;
+    let note;
+    if (ctx.range.live) {
+      const d = await api(`/api/flows${qs({ limit: 200, sort, q, node })}`);
+      rows = (KEYS[sort] ? [...d.flows].sort(order(KEYS[sort])) : d.flows).filter(
+        (f) => f.last_seen_ns >= ctx.range.since,
+      );
+      note = `${num(d.total)} flows${d.total > rows.length ? `, ${rows.length} shown (seen in the range)` : ''}`;
+    } else {
+      ({ rows, note } = await stored(ctx.range, q, node, sort));
+    }
     if (!ctx.alive) return;
-    const key = { p99: 'e2e_latency_p99', drops: 'drops', reports: 'reports', path_changes: 'path_changes' }[sort];
-    const rows = key
-      ? [...d.flows].sort(
-          (a, b) =>
-            (b[key] ?? 0) - (a[key] ?? 0) ||
-            (b.e2e_latency_p99 ?? 0) - (a.e2e_latency_p99 ?? 0) ||
-            (b.e2e_latency_p50 ?? 0) - (a.e2e_latency_p50 ?? 0) ||
-            b.reports - a.reports,
-        )
-      : d.flows;
     for (const f of rows) sawTime(f.last_seen_ns);
-    $('total').textContent = `${num(d.total)} flows${d.total > rows.length ? `, the first ${rows.length} shown` : ''}`;
+    $('total').textContent = note;
     $('rows').innerHTML =
       rows
         .map(
-          (f) => `<tr class="clickable" data-test="flow-row" data-href="#/flow/${f.id}"
+          (f) => `<tr ${f.id != null ? `class="clickable" data-href="#/flow/${f.id}"` : ''} data-test="flow-row"
         data-p99="${f.e2e_latency_p99 ?? 0}" data-drops="${f.drops}">
-      <td><a href="#/flow/${f.id}">${esc(flowText(f.flow))}</a></td><td>${f.path.join(' → ')}</td>
+      <td>${f.id != null ? `<a href="#/flow/${f.id}">${esc(flowText(f.flow))}</a>` : esc(flowText(f.flow))}</td>
+      <td>${(f.path || []).join(' → ')}</td>
       <td class="num">${ns(f.e2e_latency_p50)}</td><td class="num">${ns(f.e2e_latency_p99)}</td>
         <td class="num">${num(f.reports)}</td>
       <td class="num">${num(f.drops)}</td><td class="num">${num(f.path_changes)}</td>
@@ -62,5 +87,5 @@ export async function render(ctx) {
   };
   $('q').oninput = filter;
   $('node').onchange = filter;
-  await ctx.every(3000, load, { always: true });
+  await ctx.every(3000, load);
 }
