@@ -49,16 +49,31 @@ export function qs(o) {
   return s ? `?${s}` : '';
 }
 
+/** Page size of incident queries (a cursor fetches the rest). */
+const INCIDENT_PAGE = 100;
+
+/** Up to `limit` rows of a list endpoint (`{<key>: [...], next}`), following its cursor. */
+async function pages(path, params, key, limit) {
+  const out = [];
+  let cursor = null;
+  do {
+    const d = await api(`${path}${qs({ ...params, limit: Math.min(INCIDENT_PAGE, limit - out.length), cursor })}`);
+    out.push(...(d[key] || []));
+    cursor = d.next;
+  } while (cursor && out.length < limit);
+  return out;
+}
+
 /**
- * Incidents of a range, newest first: the live list and, for a range that reaches back beyond
- * it, the store's, merged by ID (the live copy wins). Returns null when this collector has no
- * incident API (404 on the list), which pages show as "incidents unavailable".
+ * Incidents of a range, newest first: the live list and the store's, merged by ID (the live copy
+ * wins). Returns null when this collector has no incident API (404 on the list), which pages show
+ * as "incidents unavailable".
  */
 export async function incidents({ since, until, state: st, kind, node, limit = 200 }) {
   if (state.incidents === 'unavailable') return null;
   let live;
   try {
-    live = await api(`/api/incidents${qs({ state: st, kind, node, since, until, limit })}`);
+    live = await pages('/api/incidents', { state: st, kind, node, since, until }, 'incidents', limit);
     if (state.incidents !== 'available') set({ incidents: 'available' });
   } catch (e) {
     if (e.status === 404) {
@@ -70,12 +85,12 @@ export async function incidents({ since, until, state: st, kind, node, limit = 2
   const byId = new Map();
   if (st !== 'ongoing') {
     try {
-      const stored = await api(`/api/history/incidents${qs({ since, until, kind, node, limit })}`);
-      for (const i of stored.incidents || []) if (!st || i.state === st) byId.set(i.id, i);
+      const stored = await pages('/api/history/incidents', { since, until, kind, node }, 'incidents', limit);
+      for (const i of stored) if (!st || i.state === st) byId.set(i.id, i);
     } catch {
       // No store (404) or a busy one: the live list alone.
     }
   }
-  for (const i of live.incidents || []) byId.set(i.id, i);
+  for (const i of live) byId.set(i.id, i);
   return [...byId.values()].sort((a, b) => b.start_ns - a.start_ns || b.id - a.id);
 }

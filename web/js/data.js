@@ -2,7 +2,9 @@
 // range) and queue occupancy over a range (live samples and the store's per-interval maxima).
 
 import { api, qs } from './api.js';
+import { flowText, num } from './fmt.js';
 import { sawTime, state } from './store.js';
+import { nowNs } from './time.js';
 import { learnTiers } from './topology.js';
 
 /** Most flows read for the paths that place nodes in tiers. */
@@ -14,6 +16,10 @@ const HOST_PROBES_TOTAL = 256;
 /** Store queries of a range run in this many windows, at most this many rows each. */
 const QUEUE_WINDOWS = 30;
 const QUEUE_WINDOW_ROWS = 2000;
+/** Windows that ended this long ago are written: their rows are kept (at most WINDOW_CACHE). */
+const SETTLED_NS = 5e9;
+const WINDOW_CACHE = 240;
+const windowCache = new Map();
 
 /** Events this recent mark their node (when there is no incident API to say what is ongoing). */
 const RECENT_NS = 10e9;
@@ -57,17 +63,25 @@ export async function queueSeries(range, node) {
   };
   let sampled = false;
   let stored = true;
-  const span = (range.until - range.since) / QUEUE_WINDOWS;
-  const windows = Array.from({ length: QUEUE_WINDOWS }, (_, i) => [
-    range.since + i * span,
-    range.since + (i + 1) * span,
-  ]);
+  // Windows on fixed boundaries (multiples of their length), so a relative range that moves on
+  // reads again only the windows that are new or still being written.
+  const span = Math.max(1e6, Math.round((range.until - range.since) / QUEUE_WINDOWS));
+  const first = Math.floor(range.since / span) * span;
+  const windows = [];
+  for (let a = first; a < range.until; a += span) windows.push([a, a + span - 1]);
+  const settled = nowNs() - SETTLED_NS;
   for (let i = 0; i < windows.length && stored; i += 4) {
-    const part = windows
-      .slice(i, i + 4)
-      .map(([a, b]) =>
-        api(`/api/history/queues${qs({ since: Math.round(a), until: Math.round(b), node, limit: QUEUE_WINDOW_ROWS })}`),
-      );
+    const part = windows.slice(i, i + 4).map(([a, b]) => {
+      const key = `${node ?? ''}|${a}|${b}`;
+      if (windowCache.has(key)) return windowCache.get(key);
+      const q = api(`/api/history/queues${qs({ since: a, until: b, node, limit: QUEUE_WINDOW_ROWS })}`);
+      if (b < settled) {
+        windowCache.set(key, q);
+        q.catch(() => windowCache.delete(key));
+        if (windowCache.size > WINDOW_CACHE) windowCache.delete(windowCache.keys().next().value);
+      }
+      return q;
+    });
     const pages = await Promise.all(part).catch((e) => {
       if (e.status !== 404) throw e;
       stored = false;
@@ -75,7 +89,11 @@ export async function queueSeries(range, node) {
     });
     for (const p of pages) {
       if (p.next) sampled = true;
-      for (const r of p.queues) add(`${r.node_id}/${r.port}/${r.queue_id}`, r.time_ns, r.max_occupancy);
+      for (const r of p.queues) {
+        if (r.time_ns >= range.since && r.time_ns <= range.until) {
+          add(`${r.node_id}/${r.port}/${r.queue_id}`, r.time_ns, r.max_occupancy);
+        }
+      }
     }
   }
   const live = await api('/api/queues');
@@ -154,4 +172,29 @@ export async function fabricModel(range, incidentList) {
     for (const n of open.values()) worse(n, 'warning');
   }
   return { nodes, links, tiers, hosts: hostMap, ports, severity, flows: flows.flows, state };
+}
+
+/** Sort keys of flow rows (the API's flow summaries). */
+export const FLOW_KEYS = { p99: 'e2e_latency_p99', drops: 'drops', reports: 'reports', path_changes: 'path_changes' };
+/** Most stored flow summaries read for a past range. */
+const STORED = 1000;
+
+/** Larger first by `key`, ties by p99, p50, reports. */
+export const byFlowKey = (key) => (a, b) =>
+  (b[key] ?? 0) - (a[key] ?? 0) ||
+  (b.e2e_latency_p99 ?? 0) - (a.e2e_latency_p99 ?? 0) ||
+  (b.e2e_latency_p50 ?? 0) - (a.e2e_latency_p50 ?? 0) ||
+  b.reports - a.reports;
+
+/** The stored flows of a past range that match the filters (the store has no text filter). */
+export async function storedFlows(r, q, node, sort) {
+  const d = await api(`/api/history/flows${qs({ since: r.since, until: r.until, limit: STORED })}`);
+  const text = q.toLowerCase();
+  const rows = d.flows.filter(
+    (f) => (!text || flowText(f.flow).toLowerCase().includes(text)) && (!node || (f.path || []).includes(Number(node))),
+  );
+  rows.sort(byFlowKey(FLOW_KEYS[sort] || 'last_seen_ns'));
+  const more = d.next ? ` (of the ${num(STORED)} seen last)` : '';
+  const note = `${num(rows.length)} stored flows seen in the range${more}`;
+  return { rows, note };
 }

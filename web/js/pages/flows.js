@@ -3,34 +3,12 @@
 // separated by p99, then p50, then reports). Filter and sort are in the URL.
 
 import { api, qs } from '../api.js';
+import { FLOW_KEYS, byFlowKey, storedFlows } from '../data.js';
 import { clock, esc, flowText, ns, num, sortHeader } from '../fmt.js';
 import { sawTime, setParams } from '../store.js';
 
 /** The server's sorts, larger first; p99 is the default (it separates flows; last seen did not). */
 const SORTS = ['p99', 'drops', 'reports', 'path_changes', 'last_seen', 'first_seen'];
-const KEYS = { p99: 'e2e_latency_p99', drops: 'drops', reports: 'reports', path_changes: 'path_changes' };
-/** Most stored flow summaries read for a past range. */
-const STORED = 1000;
-
-/** Larger first by `key`, ties by p99, p50, reports. */
-const order = (key) => (a, b) =>
-  (b[key] ?? 0) - (a[key] ?? 0) ||
-  (b.e2e_latency_p99 ?? 0) - (a.e2e_latency_p99 ?? 0) ||
-  (b.e2e_latency_p50 ?? 0) - (a.e2e_latency_p50 ?? 0) ||
-  b.reports - a.reports;
-
-/** The stored flows of a past range that match the filters (the store has no text filter). */
-async function stored(r, q, node, sort) {
-  const d = await api(`/api/history/flows${qs({ since: r.since, until: r.until, limit: STORED })}`);
-  const text = q.toLowerCase();
-  const rows = d.flows.filter(
-    (f) => (!text || flowText(f.flow).toLowerCase().includes(text)) && (!node || (f.path || []).includes(Number(node))),
-  );
-  rows.sort(order(KEYS[sort] || 'last_seen_ns'));
-  const more = d.next ? ` (of the ${num(STORED)} seen last)` : '';
-  const note = `${num(rows.length)} stored flows seen in the range${more}`;
-  return { rows, note };
-}
 
 export async function render(ctx) {
   const p = ctx.params;
@@ -53,12 +31,12 @@ export async function render(ctx) {
     let note;
     if (ctx.range.live) {
       const d = await api(`/api/flows${qs({ limit: 200, sort, q, node })}`);
-      rows = (KEYS[sort] ? [...d.flows].sort(order(KEYS[sort])) : d.flows).filter(
+      rows = (FLOW_KEYS[sort] ? [...d.flows].sort(byFlowKey(FLOW_KEYS[sort])) : d.flows).filter(
         (f) => f.last_seen_ns >= ctx.range.since,
       );
       note = `${num(d.total)} flows${d.total > rows.length ? `, ${rows.length} shown (seen in the range)` : ''}`;
     } else {
-      ({ rows, note } = await stored(ctx.range, q, node, sort));
+      ({ rows, note } = await storedFlows(ctx.range, q, node, sort));
     }
     if (!ctx.alive) return;
     for (const f of rows) sawTime(f.last_seen_ns);

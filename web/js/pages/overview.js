@@ -2,9 +2,9 @@
 // the worst flows by p99 and by loss, the busiest links — each one click from its evidence.
 
 import { api, incidents, qs } from '../api.js';
-import { peak, queueSeries } from '../data.js';
+import { peak, queueSeries, storedFlows } from '../data.js';
 import { ago, byHurt, clock, esc, flowText, incidentPlace, ns, num, pct, peakText } from '../fmt.js';
-import { sawTime } from '../store.js';
+import { href, sawTime } from '../store.js';
 import { within } from '../time.js';
 
 const TOP = 5;
@@ -186,7 +186,7 @@ export async function render(ctx) {
     if (list) {
       $('hurt-note').textContent = '';
       rows = list
-        .filter((i) => i.state === 'ongoing' || (i.end_ns ?? i.last_update_ns) >= r.since)
+        .filter((i) => i.start_ns <= r.until && (i.state === 'ongoing' || (i.end_ns ?? i.last_update_ns) >= r.since))
         .sort(byHurt)
         .slice(0, 12)
         .map((i) => hurtRow(i, r.until, `#/incident/${i.id}`));
@@ -208,16 +208,26 @@ export async function render(ctx) {
     if (!ctx.alive) return;
     $('hurts').innerHTML = rows.join('') || '<tr><td class="empty" colspan="7">nothing hurts in this range</td></tr>';
 
-    const [byP99, byDrops, links, queues] = await Promise.all([
-      api(`/api/flows${qs({ sort: 'p99', limit: TOP })}`),
-      api(`/api/flows${qs({ sort: 'drops', limit: TOP })}`),
+    // A live range: the live flows; a past one: the store's summaries of the flows seen in it.
+    const worst = (sort) =>
+      r.live
+        ? api(`/api/flows${qs({ sort, limit: TOP })}`).then((d) => d.flows)
+        : storedFlows(r, '', '', sort).then((d) => d.rows.slice(0, TOP));
+    const [p99Flows, dropFlows, links, queues] = await Promise.all([
+      worst('p99'),
+      worst('drops'),
       api('/api/links'),
       queueSeries(r),
     ]);
     if (!ctx.alive) return;
+    const byP99 = { flows: p99Flows };
+    const byDrops = { flows: dropFlows };
     for (const f of byP99.flows) sawTime(f.last_seen_ns);
-    const flowRow = (f, v) => `<tr class="clickable" data-href="#/flow/${f.id}" data-test="overview-flow">
-      <td><a href="#/flow/${f.id}">${esc(flowText(f.flow))}</a></td><td class="num">${v}</td></tr>`;
+    // A stored flow has no live page: its link finds it among the range's stored flows.
+    const flowHref = (f) =>
+      f.id != null ? `#/flow/${f.id}` : href('flows', null, { q: f.flow.src, from: r.since, to: r.until });
+    const flowRow = (f, v) => `<tr class="clickable" data-href="${flowHref(f)}" data-test="overview-flow">
+      <td><a href="${flowHref(f)}">${esc(flowText(f.flow))}</a></td><td class="num">${v}</td></tr>`;
     $('worst-p99').innerHTML =
       byP99.flows.map((f) => flowRow(f, ns(f.e2e_latency_p99))).join('') || '<tr><td class="empty">no flows</td></tr>';
     const losing = byDrops.flows.filter((f) => f.drops > 0);
