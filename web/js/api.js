@@ -14,6 +14,77 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * Two clocks: events and incidents carry the switches' time, the rest (queue samples, flows'
+ * last seen, the range picker) the collector's. With synchronized switches they agree; when they
+ * differ by more than SKEW_MIN_NS (a simulator's clock starting at zero, a switch without PTP),
+ * switch times are shifted onto the collector's clock by the median difference between events'
+ * receive and switch times, so one range and one time axis hold both. The original is kept as
+ * `switch_ns` (`switch_start_ns` for incidents).
+ */
+const SKEW_MIN_NS = 1e9;
+/** How often the difference is measured again (it drifts when a switch's clock does). */
+const SKEW_EVERY_MS = 10000;
+let skewAt = 0;
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/** The shift onto the collector's clock (0 when the clocks agree). */
+export const shift = () => (Math.abs(state.skewNs) > SKEW_MIN_NS ? state.skewNs : 0);
+
+/** Learns the clocks' difference from events (those that carry their receive time). */
+function learnSkew(list) {
+  const xs = list.filter((e) => e.received_ns != null && e.time_ns != null).map((e) => e.received_ns - e.time_ns);
+  if (xs.length) state.skewNs = median(xs);
+}
+
+/** Measures the clocks' difference now and then, from the newest events (or incidents). */
+async function measureSkew() {
+  if (Date.now() - skewAt < SKEW_EVERY_MS) return;
+  skewAt = Date.now();
+  const ev = await api('/api/events?limit=100').catch(() => []);
+  learnSkew(ev);
+  if (!ev.some((e) => e.received_ns != null) && state.incidents !== 'unavailable') {
+    const d = await api('/api/incidents?limit=20').catch(() => ({ incidents: [] }));
+    learnSkew((d.incidents || []).map((i) => ({ received_ns: i.received_ns, time_ns: i.start_ns })));
+  }
+}
+
+/** Events on the collector's clock. */
+export function onCollectorClock(list) {
+  learnSkew(list);
+  const s = shift();
+  return s ? list.map((e) => ({ ...e, switch_ns: e.time_ns, time_ns: e.time_ns + s })) : list;
+}
+
+/** GETs an event list (`/api/events...`, or `key` of a history page) on the collector's clock. */
+export async function events(path, key) {
+  await measureSkew();
+  const d = await api(path);
+  if (!key) return onCollectorClock(d);
+  return { ...d, [key]: onCollectorClock(d[key] || []) };
+}
+
+/**
+ * An incident on the collector's clock: shifted by its own receive time's difference when it has
+ * one (placed where the collector saw it begin), else by the median.
+ */
+export function incidentOnCollectorClock(i) {
+  const s = shift();
+  if (!s) return i;
+  const own = i.received_ns != null ? i.received_ns - i.start_ns : s;
+  const d = Math.abs(own - s) < 3600e9 ? own : s;
+  const t = (v) => (v == null ? v : v + d);
+  return {
+    ...i,
+    switch_start_ns: i.start_ns,
+    start_ns: t(i.start_ns),
+    last_update_ns: t(i.last_update_ns),
+    end_ns: t(i.end_ns),
+    peak: i.peak ? { ...i.peak, at_ns: t(i.peak.at_ns) } : i.peak,
+  };
+}
+
 /** GETs `path` as JSON; throws ApiError on a non-2xx answer. */
 export async function api(path) {
   const opts = () => (token ? { headers: { Authorization: `Bearer ${token}` } } : {});
@@ -69,8 +140,12 @@ async function pages(path, params, key, limit) {
  * wins). Returns null when this collector has no incident API (404 on the list), which pages show
  * as "incidents unavailable".
  */
-export async function incidents({ since, until, state: st, kind, node, limit = 200 }) {
+export async function incidents({ since: from, until: to, state: st, kind, node, limit = 200 }) {
   if (state.incidents === 'unavailable') return null;
+  await measureSkew();
+  // The range on the switches' clock.
+  const since = from == null ? from : Math.round(from - shift());
+  const until = to == null ? to : Math.round(to - shift());
   let live;
   try {
     live = await pages('/api/incidents', { state: st, kind, node, since, until }, 'incidents', limit);
@@ -92,5 +167,5 @@ export async function incidents({ since, until, state: st, kind, node, limit = 2
     }
   }
   for (const i of live) byId.set(i.id, i);
-  return [...byId.values()].sort((a, b) => b.start_ns - a.start_ns || b.id - a.id);
+  return [...byId.values()].map(incidentOnCollectorClock).sort((a, b) => b.start_ns - a.start_ns || b.id - a.id);
 }

@@ -1,7 +1,7 @@
 // Data shared by pages: the fabric model (nodes, links, tiers, hosts, per-port state over a
 // range) and queue occupancy over a range (live samples and the store's per-interval maxima).
 
-import { api, qs } from './api.js';
+import { events, api, qs } from './api.js';
 import { flowText, num } from './fmt.js';
 import { sawTime, state } from './store.js';
 import { nowNs } from './time.js';
@@ -156,7 +156,7 @@ export async function fabricModel(range, incidentList) {
   } else {
     // No incident API: drops and congestion of the range's events; a node is marked while its
     // events are recent (within RECENT_NS of the range's end), so the mark clears once they stop.
-    const ev = await api('/api/events?limit=2000');
+    const ev = await events('/api/events?limit=2000');
     const open = new Map();
     for (const e of [...ev].reverse()) {
       if (e.time_ns < range.since || e.time_ns > range.until || e.node_id == null) continue;

@@ -2,8 +2,8 @@
 // with `render(ctx)`; `ctx` owns the page's timers, streams and charts, released when the route
 // changes, so no page leaves anything running behind it.
 
-import { api, incidents } from './api.js';
-import { esc, num } from './fmt.js';
+import { api, incidents, shift } from './api.js';
+import { esc, ns, num } from './fmt.js';
 import * as pages from './pages/index.js';
 import { parseHash, set, setParams, state, subscribe } from './store.js';
 import { RANGES, absolute, rangeOf } from './time.js';
@@ -92,9 +92,13 @@ async function refreshStatus() {
   try {
     const s = await api('/api/stats');
     const inc = state.incidents === 'unavailable' ? ' · incidents unavailable' : '';
+    const d = shift();
+    const clocks = d
+      ? ` · switch clock ${ns(Math.abs(d))} ${d > 0 ? 'behind' : 'ahead'}: shown on the collector's`
+      : '';
     status.textContent = `${num(s.ingest.reports_decoded)} reports · ${num(s.flows)} flows · ${num(
       s.reports_lost,
-    )} reports lost${inc}`;
+    )} reports lost${inc}${clocks}`;
   } catch (e) {
     status.textContent = `collector unreachable: ${esc(e.message)}`;
   }

@@ -12,6 +12,8 @@ export const state = {
   params: new URLSearchParams(),
   incidents: 'unknown',
   latestNs: 0,
+  /** The collector's clock minus the switches' (median over events' receive times), ns. */
+  skewNs: 0,
 };
 
 /** Merges `patch` into the state and tells the subscribers. */

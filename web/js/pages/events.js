@@ -1,7 +1,7 @@
 // Events: the live log (and its stream) for a live range, the store's for a brushed one; kind,
 // node and flow filters in the URL; times to the microsecond.
 
-import { api, qs, streamUrl } from '../api.js';
+import { events, onCollectorClock, qs, shift, streamUrl } from '../api.js';
 import { EVENT_KINDS, clock, esc, eventPlace, evidence, flowText } from '../fmt.js';
 import { setParams } from '../store.js';
 import { within } from '../time.js';
@@ -39,11 +39,14 @@ export async function render(ctx) {
   let list;
   let source;
   if (r.live) {
-    list = (await api(`/api/events${qs({ limit: 1000, kind, node, flow })}`)).filter((e) => within(r, e.time_ns));
+    list = (await events(`/api/events${qs({ limit: 1000, kind, node, flow })}`)).filter((e) => within(r, e.time_ns));
     source = 'the live log';
   } else {
     // A past range: the store (which has no flow filter: applied here).
-    const d = await api(`/api/history/events${qs({ since: r.since, until: r.until, kind, node, limit: 1000 })}`);
+    // The store keeps switch times: the range is asked on that clock.
+    await events('/api/events?limit=1');
+    const [since, until] = [Math.round(r.since - shift()), Math.round(r.until - shift())];
+    const d = await events(`/api/history/events${qs({ since, until, kind, node, limit: 1000 })}`, 'events');
     list = d.events.filter((e) => !flow || String(e.flow_id) === flow);
     source = `the store${d.next ? ', the newest 1000' : ''}`;
   }
@@ -54,6 +57,6 @@ export async function render(ctx) {
   // After the newest shown (none shown: only new ones).
   const after = list.length ? list[0].id : null;
   const stream = ctx.own(new EventSource(streamUrl(qs({ after, kind, node, flow }).slice(1))));
-  const add = (m) => $('rows')?.insertAdjacentHTML('afterbegin', row(JSON.parse(m.data)));
+  const add = (m) => $('rows')?.insertAdjacentHTML('afterbegin', row(onCollectorClock([JSON.parse(m.data)])[0]));
   for (const k of EVENT_KINDS) stream.addEventListener(k, add);
 }

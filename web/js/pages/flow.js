@@ -1,7 +1,7 @@
 // One flow: its path hop by hop, latency and occupancy over the range (the store's intervals,
 // or the recent samples in memory), path history and events. An unknown ID says so.
 
-import { api } from '../api.js';
+import { api, onCollectorClock } from '../api.js';
 import { chart } from '../chart.js';
 import { clock, esc, eventPlace, evidence, flowText, ns } from '../fmt.js';
 import { href, sawTime } from '../store.js';
@@ -26,7 +26,9 @@ export async function render(ctx) {
     <a href="#/flows?node=${h.node_id}">node ${h.node_id}</a><br>
     <span class="muted">in ${h.ingress_if ?? '–'} · out ${h.egress_if ?? '–'}</span></div>`;
   const inRange = (t) => t >= r.since && t <= r.until;
-  const events = f.events.filter((e) => inRange(e.time_ns)).reverse();
+  const events = onCollectorClock(f.events)
+    .filter((e) => inRange(e.time_ns))
+    .reverse();
   ctx.main.innerHTML = `<div class="panel" data-test="flow-detail"><h2>${esc(flowText(f.flow))}</h2>
       <p class="muted">${f.reports} reports · ${f.drops} drops · e2e p50 ${ns(f.e2e_latency_p50)} · p99
         <span data-test="flow-p99">${ns(f.e2e_latency_p99)}</span> · ${f.path_changes} path changes ·

@@ -2,7 +2,7 @@
 // uncertainty, the peak), its place on the map, the flows involved, the queue's occupancy
 // around it, the evidence and the events at the place meanwhile.
 
-import { api, incidents } from '../api.js';
+import { events, api, incidentOnCollectorClock, incidents } from '../api.js';
 import { chart } from '../chart.js';
 import { fabricModel, queueSeries } from '../data.js';
 import { clock, esc, eventPlace, evidence, flowText, incidentPlace, ns, num, peakText, stamp } from '../fmt.js';
@@ -32,7 +32,7 @@ function timeline(i, w) {
 export async function render(ctx) {
   let i;
   try {
-    i = await api(`/api/incidents/${encodeURIComponent(ctx.arg)}`);
+    i = incidentOnCollectorClock(await api(`/api/incidents/${encodeURIComponent(ctx.arg)}`));
   } catch (e) {
     if (e.status !== 404 && e.status !== 400) throw e;
     // A 404 is either no such incident or no incident API at all: the list tells which.
@@ -91,10 +91,10 @@ export async function render(ctx) {
   // Around the incident: a tenth of its length (at least a second) either side.
   const pad = Math.max((end - i.start_ns) / 10, 1e9);
   const around = { since: i.start_ns - pad, until: end + pad, live: false };
-  const [model, queues, events] = await Promise.all([
+  const [model, queues, placeEvents] = await Promise.all([
     fabricModel(ctx.range, await incidents({ since: ctx.range.since, until: ctx.range.until })),
     p.node != null && p.port != null ? queueSeries(around, p.node) : null,
-    p.node != null ? api(`/api/events?node=${p.node}&limit=1000`) : [],
+    p.node != null ? events(`/api/events?node=${p.node}&limit=1000`) : [],
   ]);
   if (!ctx.alive) return;
   const svg = $('map');
@@ -102,7 +102,7 @@ export async function render(ctx) {
   svg.setAttribute('height', height);
   svg.innerHTML = content;
   $('evs').innerHTML =
-    events
+    placeEvents
       .filter((e) => e.time_ns >= around.since && e.time_ns <= around.until && (p.port == null || e.port === p.port))
       .slice(0, 200)
       .map(

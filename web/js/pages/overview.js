@@ -1,7 +1,7 @@
 // Overview: what hurts now, ranked — incidents by severity (ongoing first), the hottest queues,
 // the worst flows by p99 and by loss, the busiest links — each one click from its evidence.
 
-import { api, incidents, qs } from '../api.js';
+import { events, api, incidents, qs } from '../api.js';
 import { peak, queueSeries, storedFlows } from '../data.js';
 import { ago, byHurt, clock, esc, flowText, incidentPlace, ns, num, pct, peakText } from '../fmt.js';
 import { href, sawTime } from '../store.js';
@@ -193,7 +193,7 @@ export async function render(ctx) {
     } else {
       $('hurt-note').innerHTML =
         '· <span data-test="incidents-unavailable">incidents unavailable</span>: episodes pieced from the events';
-      const ev = await api('/api/events?limit=2000');
+      const ev = await events('/api/events?limit=2000');
       rows = episodesFromEvents(ev, r)
         .sort(byHurt)
         .slice(0, 12)
