@@ -32,6 +32,9 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 /** The shift onto the collector's clock (0 when the clocks agree). */
 export const shift = () => (Math.abs(state.skewNs) > SKEW_MIN_NS ? state.skewNs : 0);
 
+/** A time of the collector's clock on the switches' (for queries; never before zero). */
+export const onSwitchClock = (t) => Math.max(0, Math.round(t - shift()));
+
 /** Learns the clocks' difference from events (those that carry their receive time). */
 function learnSkew(list) {
   const xs = list.filter((e) => e.received_ns != null && e.time_ns != null).map((e) => e.received_ns - e.time_ns);
@@ -50,11 +53,15 @@ async function measureSkew() {
   }
 }
 
-/** Events on the collector's clock. */
+/**
+ * Events on the collector's clock: each at its own receive time when it has one (a switch clock
+ * that drifts, or a simulator that lags, makes any one difference wrong for older events), else
+ * shifted by the median.
+ */
 export function onCollectorClock(list) {
   learnSkew(list);
   const s = shift();
-  return s ? list.map((e) => ({ ...e, switch_ns: e.time_ns, time_ns: e.time_ns + s })) : list;
+  return s ? list.map((e) => ({ ...e, switch_ns: e.time_ns, time_ns: e.received_ns ?? e.time_ns + s })) : list;
 }
 
 /** GETs an event list (`/api/events...`, or `key` of a history page) on the collector's clock. */
@@ -144,8 +151,8 @@ export async function incidents({ since: from, until: to, state: st, kind, node,
   if (state.incidents === 'unavailable') return null;
   await measureSkew();
   // The range on the switches' clock.
-  const since = from == null ? from : Math.round(from - shift());
-  const until = to == null ? to : Math.round(to - shift());
+  const since = from == null ? from : onSwitchClock(from);
+  const until = to == null ? to : onSwitchClock(to);
   let live;
   try {
     live = await pages('/api/incidents', { state: st, kind, node, since, until }, 'incidents', limit);

@@ -153,11 +153,18 @@ export const INCIDENT_KINDS = [
 /** Severities, least first. */
 export const SEVERITIES = ['info', 'warning', 'major', 'critical'];
 
-/** Orders incidents by what hurts most now: ongoing first, then severity, then newest. */
-export const byHurt = (a, b) =>
-  (a.state === 'ongoing' ? 0 : 1) - (b.state === 'ongoing' ? 0 : 1) ||
-  SEVERITIES.indexOf(b.severity) - SEVERITIES.indexOf(a.severity) ||
-  b.start_ns - a.start_ns;
+/**
+ * Orders incidents by what hurts most now: the ongoing ones first, most severe first (then the
+ * newest); then the resolved ones, the most recently ended first (then the most severe).
+ */
+export const byHurt = (a, b) => {
+  const ongoing = (i) => (i.state === 'ongoing' ? 0 : 1);
+  const sev = (i) => SEVERITIES.indexOf(i.severity);
+  const end = (i) => i.end_ns ?? i.last_update_ns ?? i.start_ns;
+  if (ongoing(a) !== ongoing(b)) return ongoing(a) - ongoing(b);
+  if (a.state === 'ongoing') return sev(b) - sev(a) || b.start_ns - a.start_ns;
+  return end(b) - end(a) || sev(b) - sev(a);
+};
 
 /** A sortable table header: a link that sets `param` to `key` (the sort shown with an arrow). */
 export const sortHeader = (label, key, current, extra = '') =>

@@ -93,9 +93,8 @@ async function refreshStatus() {
     const s = await api('/api/stats');
     const inc = state.incidents === 'unavailable' ? ' · incidents unavailable' : '';
     const d = shift();
-    const clocks = d
-      ? ` · switch clock ${ns(Math.abs(d))} ${d > 0 ? 'behind' : 'ahead'}: shown on the collector's`
-      : '';
+    const off = Math.abs(d) > 864e11 ? 'on another epoch' : `${ns(Math.abs(d))} ${d > 0 ? 'behind' : 'ahead'}`;
+    const clocks = d ? ` · switch clock ${off}: its times shown on the collector's` : '';
     status.textContent = `${num(s.ingest.reports_decoded)} reports · ${num(s.flows)} flows · ${num(
       s.reports_lost,
     )} reports lost${inc}${clocks}`;

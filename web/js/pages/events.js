@@ -1,7 +1,7 @@
 // Events: the live log (and its stream) for a live range, the store's for a brushed one; kind,
 // node and flow filters in the URL; times to the microsecond.
 
-import { events, onCollectorClock, qs, shift, streamUrl } from '../api.js';
+import { events, onCollectorClock, onSwitchClock, qs, streamUrl } from '../api.js';
 import { EVENT_KINDS, clock, esc, eventPlace, evidence, flowText } from '../fmt.js';
 import { setParams } from '../store.js';
 import { within } from '../time.js';
@@ -45,7 +45,7 @@ export async function render(ctx) {
     // A past range: the store (which has no flow filter: applied here).
     // The store keeps switch times: the range is asked on that clock.
     await events('/api/events?limit=1');
-    const [since, until] = [Math.round(r.since - shift()), Math.round(r.until - shift())];
+    const [since, until] = [onSwitchClock(r.since), onSwitchClock(r.until)];
     const d = await events(`/api/history/events${qs({ since, until, kind, node, limit: 1000 })}`, 'events');
     list = d.events.filter((e) => !flow || String(e.flow_id) === flow);
     source = `the store${d.next ? ', the newest 1000' : ''}`;
