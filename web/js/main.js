@@ -1,0 +1,112 @@
+// intscope console: the router, the range picker and the status line. Each page is a module
+// with `render(ctx)`; `ctx` owns the page's timers, streams and charts, released when the route
+// changes, so no page leaves anything running behind it.
+
+import { api, incidents, shift } from './api.js';
+import { esc, ns, num } from './fmt.js';
+import * as pages from './pages/index.js';
+import { parseHash, set, setParams, state, subscribe } from './store.js';
+import { RANGES, absolute, rangeOf } from './time.js';
+
+const main = document.getElementById('main');
+const status = document.getElementById('status');
+const picker = document.getElementById('range');
+let current = null;
+
+/** A page's context: its parameters and the things to release when it goes. */
+function context(route) {
+  const disposers = [];
+  const ctx = {
+    main,
+    arg: route.arg,
+    params: route.params,
+    range: rangeOf(route.params),
+    alive: true,
+    /** Runs `fn` now, then every `ms` while the page is shown: for live ranges, or `always`. */
+    every(ms, fn, { always = false } = {}) {
+      const run = () => fn().catch((e) => ctx.alive && ctx.error(e));
+      const first = run();
+      if (always || ctx.range.live) {
+        const t = setInterval(() => {
+          ctx.range = rangeOf(state.params);
+          run();
+        }, ms);
+        disposers.push(() => clearInterval(t));
+      }
+      return first;
+    },
+    /** Releases `x` (a uPlot chart, an EventSource, a function) when the page goes. */
+    own(x) {
+      disposers.push(() => (typeof x === 'function' ? x() : x.destroy ? x.destroy() : x.close()));
+      return x;
+    },
+    /** A brush selected [since, until] ns: the range becomes absolute. */
+    brush(since, until) {
+      setParams(absolute(since, until));
+    },
+    /** Shows an error of the page in the status line (the page keeps what it has drawn). */
+    error(e) {
+      status.textContent = e.message;
+      status.classList.add('bad');
+    },
+    dispose() {
+      ctx.alive = false;
+      for (const d of disposers.splice(0)) d();
+    },
+  };
+  return ctx;
+}
+
+function drawPicker() {
+  const r = rangeOf(state.params);
+  const opts = RANGES.map(([k]) => `<option value="${k}"${r.label === k ? ' selected' : ''}>last ${k}</option>`);
+  if (!r.live) opts.push('<option value="custom" selected>custom (brushed)</option>');
+  picker.innerHTML = opts.join('');
+}
+
+async function route() {
+  if (current) current.dispose();
+  const r = parseHash(location.hash);
+  set({ page: r.page, arg: r.arg, params: r.params });
+  drawPicker();
+  const nav = { flow: 'flows', incident: 'incidents' }[r.page] || r.page;
+  for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.page === nav);
+  const page = pages[r.page] || pages.overview;
+  status.classList.remove('bad');
+  const ctx = context(r);
+  current = ctx;
+  main.innerHTML = '';
+  try {
+    await page.render(ctx);
+  } catch (e) {
+    if (ctx.alive) ctx.error(e);
+  }
+}
+
+picker.onchange = () => setParams({ range: picker.value, from: null, to: null });
+
+// The status line: collector totals, and whether incidents are available. It writes only to its
+// own element: a page's message (a 404) stays.
+async function refreshStatus() {
+  if (status.classList.contains('bad')) return;
+  try {
+    const s = await api('/api/stats');
+    const inc = state.incidents === 'unavailable' ? ' · incidents unavailable' : '';
+    const d = shift();
+    const off = Math.abs(d) > 864e11 ? 'on another epoch' : `${ns(Math.abs(d))} ${d > 0 ? 'behind' : 'ahead'}`;
+    const clocks = d ? ` · switch clock ${off}: its times shown on the collector's` : '';
+    status.textContent = `${num(s.ingest.reports_decoded)} reports · ${num(s.flows)} flows · ${num(
+      s.reports_lost,
+    )} reports lost${inc}${clocks}`;
+  } catch (e) {
+    status.textContent = `collector unreachable: ${esc(e.message)}`;
+  }
+}
+
+subscribe(() => document.body.classList.toggle('no-incidents', state.incidents === 'unavailable'));
+window.addEventListener('hashchange', route);
+setInterval(refreshStatus, 3000);
+// Probes the incident API once so the navigation can say when it is missing.
+incidents({ limit: 1 }).catch(() => {});
+refreshStatus();
+route();

@@ -1,0 +1,137 @@
+// One incident: what, where and since when; its timeline (start and end with their
+// uncertainty, the peak), its place on the map, the flows involved, the queue's occupancy
+// around it, the evidence and the events at the place meanwhile.
+
+import { events, api, incidentOnCollectorClock, incidents } from '../api.js';
+import { chart } from '../chart.js';
+import { fabricModel, queueSeries } from '../data.js';
+import { clock, esc, eventPlace, evidence, flowText, incidentPlace, ns, num, peakText, stamp } from '../fmt.js';
+import { state } from '../store.js';
+import { LEGEND, drawMap } from '../topology.js';
+
+/** The timeline as SVG: the incident's span, the uncertainty before its start and its end, the peak. */
+function timeline(i, w) {
+  const end = i.end_ns ?? i.last_update_ns;
+  const t0 = i.start_ns - Math.max(i.start_uncertainty_ns, (end - i.start_ns) * 0.1, 1e6);
+  const t1 = end + Math.max((end - i.start_ns) * 0.1, 1e6);
+  const x = (t) => 10 + ((t - t0) / (t1 - t0)) * (w - 20);
+  const bar = (a, b, cls) =>
+    `<rect x="${x(a)}" y="20" width="${Math.max(1, x(b) - x(a))}" height="18" class="${cls}"/>`;
+  let s = bar(i.start_ns - i.start_uncertainty_ns, i.start_ns, 'unc');
+  s += bar(i.start_ns, end, `span ${i.state}`);
+  if (i.end_ns != null) s += bar(i.end_ns - i.end_uncertainty_ns, i.end_ns, 'unc');
+  if (i.peak) s += `<line x1="${x(i.peak.at_ns)}" x2="${x(i.peak.at_ns)}" y1="12" y2="46" class="peak"/>`;
+  const label = (t, text, anchor) =>
+    `<text x="${x(t)}" y="62" text-anchor="${anchor}" font-size="11">${esc(text)}</text>`;
+  s += label(i.start_ns, `start ${clock(i.start_ns)}`, 'start');
+  s += label(end, `${i.end_ns != null ? 'end' : 'last update'} ${clock(end)}`, 'end');
+  if (i.peak) s += `<text x="${x(i.peak.at_ns)}" y="10" text-anchor="middle" font-size="11">peak</text>`;
+  return `<svg width="100%" height="70" data-test="incident-timeline">${s}</svg>`;
+}
+
+export async function render(ctx) {
+  let i;
+  try {
+    i = incidentOnCollectorClock(await api(`/api/incidents/${encodeURIComponent(ctx.arg)}`));
+  } catch (e) {
+    if (e.status !== 404 && e.status !== 400) throw e;
+    // A 404 is either no such incident or no incident API at all: the list tells which.
+    if (state.incidents === 'unknown') await incidents({ limit: 1 }).catch(() => null);
+    const none = state.incidents === 'unavailable';
+    ctx.main.innerHTML = `<div class="panel" data-test="not-found">
+      <h2>${none ? 'Incidents unavailable' : 'No such incident'}</h2>
+      <p>${none ? 'This collector serves no incident API.' : `No incident with ID <b>${esc(ctx.arg)}</b>.`}
+      See <a href="#/incidents">the incidents</a> or <a href="#/events">the events</a>.</p></div>`;
+    return;
+  }
+  if (!ctx.alive) return;
+  const p = i.place;
+  const end = i.end_ns ?? i.last_update_ns;
+  const unc = (u) => (u ? ` (within ${ns(u)} before)` : '');
+  const cause = i.cause ? ` · ${esc(i.cause)}` : '';
+  const fact = (k, v) => `<tr><th>${k}</th><td>${v}</td></tr>`;
+  ctx.main.innerHTML = `<div class="panel" data-test="incident-detail" data-kind="${esc(i.kind)}">
+      <h2><span class="sev ${esc(i.severity)}">${esc(i.severity)}</span> ${esc(i.kind)}${cause}
+        at <span data-test="incident-place">${esc(incidentPlace(p))}</span>
+        <span class="state ${i.state}">${i.state}</span></h2>
+      <div id="timeline"></div>
+      <div class="grid"><table class="facts"><tbody>
+        ${fact('start', `<span data-test="incident-start">${stamp(i.start_ns)}</span>${unc(i.start_uncertainty_ns)}`)}
+        ${i.end_ns != null ? fact('end', `${stamp(end)}${unc(i.end_uncertainty_ns)}`) : fact('last update', stamp(end))}
+        ${fact('duration', ns(end - i.start_ns))}
+        ${fact('peak', i.peak ? `${esc(peakText(i.peak))} at ${clock(i.peak.at_ns)}` : '–')}
+        ${fact('threshold', i.threshold != null ? esc(peakText({ ...i.peak, value: i.threshold })) : '–')}
+        ${fact('baseline', i.baseline != null ? esc(peakText({ ...i.peak, value: i.baseline })) : '–')}
+      </tbody></table><table class="facts"><tbody>
+        ${fact('samples', num(i.counts.samples))}${fact('reports', num(i.counts.reports))}
+        ${fact('packets dropped', num(i.counts.packets_dropped))}${fact('reports lost', num(i.counts.reports_lost))}
+        ${fact('flows', num(i.counts.flows))}${fact('updates', num(i.updates))}
+        ${fact('received by the collector', i.received_ns != null ? stamp(i.received_ns) : '–')}
+      </tbody></table></div></div>
+    <div class="grid"><div class="panel"><h2>Place on the map</h2><svg id="map" width="100%" height="300"
+      data-test="incident-map"></svg>${LEGEND}</div>
+      <div class="panel scroll">
+        <h2>Flows involved <span class="muted">(${num(i.counts.flows)}, the most involved first)</span></h2>
+      <table data-test="incident-flows"><thead><tr><th>flow</th><th>share</th><th>samples</th></tr></thead><tbody>${
+        i.flows
+          .map(
+            (f) => `<tr data-test="incident-flow"><td><a href="#/flow/${f.flow_id}">${esc(flowText(f.flow))}</a></td>
+          <td class="num">${f.share != null ? `${(f.share * 100).toFixed(1)}%` : '–'}</td>
+            <td class="num">${num(f.samples)}</td></tr>`,
+          )
+          .join('') || '<tr><td class="empty" colspan="3">none listed</td></tr>'
+      }</tbody></table></div></div>
+    <div class="grid"><div class="panel"><div id="occ"></div></div>
+      <div class="panel scroll"><h2>Evidence <span class="muted">the first, in full</span></h2>
+      <pre data-test="incident-evidence">${esc(JSON.stringify(i.evidence, null, 1) ?? '–')}</pre></div></div>
+    <div class="panel scroll"><h2>Events at the place meanwhile</h2><table class="wrap"><tbody id="evs"></tbody>
+      </table></div>`;
+  const $ = (id) => document.getElementById(id);
+  $('timeline').innerHTML = timeline(i, $('timeline').clientWidth || 1000);
+  // Around the incident: a tenth of its length (at least a second) either side.
+  const pad = Math.max((end - i.start_ns) / 10, 1e9);
+  const around = { since: i.start_ns - pad, until: end + pad, live: false };
+  const [model, queues, placeEvents] = await Promise.all([
+    fabricModel(ctx.range, await incidents({ since: ctx.range.since, until: ctx.range.until })),
+    p.node != null && p.port != null ? queueSeries(around, p.node) : null,
+    p.node != null ? events(`/api/events?node=${p.node}&limit=1000`) : [],
+  ]);
+  if (!ctx.alive) return;
+  const svg = $('map');
+  const { svg: content, height } = drawMap(svg.clientWidth || 600, { ...model, highlight: p });
+  svg.setAttribute('height', height);
+  svg.innerHTML = content;
+  $('evs').innerHTML =
+    placeEvents
+      .filter((e) => e.time_ns >= around.since && e.time_ns <= around.until && (p.port == null || e.port === p.port))
+      .slice(0, 200)
+      .map(
+        (e) => `<tr><td class="muted nowrap">${clock(e.time_ns)}</td><td><span class="kind ${e.kind}">${e.kind}</span>
+          </td>
+        <td class="nowrap">${esc(eventPlace(e))}</td><td>${esc(evidence(e))}</td></tr>`,
+      )
+      .join('') || '<tr><td class="empty">none in the live log</td></tr>';
+  if (queues) {
+    const rows = [...queues.series].filter(
+      ([k]) => k.startsWith(`${p.node}/${p.port}/`) && (p.queue == null || k.endsWith(`/${p.queue}`)),
+    );
+    const times = [...new Set(rows.flatMap(([, s]) => s.map(([t]) => t)))].sort((a, b) => a - b);
+    const series = rows.map(([k, s]) => {
+      const m = new Map(s);
+      return { label: k, values: times.map((t) => m.get(t) ?? null) };
+    });
+    ctx.own(
+      chart($('occ'), {
+        title: `queue occupancy at node ${p.node} port ${p.port}`,
+        yLabel: 'occupancy',
+        unit: 'cells',
+        times: times.map((t) => t / 1e9),
+        series,
+        range: around,
+        marks: [i.start_ns / 1e9, end / 1e9],
+      }),
+    );
+  } else {
+    $('occ').innerHTML = '<p class="muted">no queue at this place</p>';
+  }
+}
