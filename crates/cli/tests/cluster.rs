@@ -121,6 +121,7 @@ fn incident(id: u64, node: u32, updates: u64, end: Option<u64>) -> Incident {
         last_update_ns: id * s + updates,
         end_ns: end,
         end_uncertainty_ns: 0,
+        end_reason: end.map(|_| intscope_collector::incident::EndReason::Normal),
         received_ns: None,
         updates,
         counts: IncidentCounts::default(),

@@ -441,6 +441,7 @@ impl Collector {
         let state = State::with_limits(config.detect.clone(), config.limits, threads);
         if let Some(s) = &store {
             state.continue_event_ids(s.next_event_id()?);
+            state.continue_incident_ids(s.next_incident_id()?);
         }
         let detect = DetectConfig {
             int_udp_ports: config.int_udp_ports.clone(),

@@ -29,6 +29,7 @@ fn incident(id: u64, kind: IncidentKind) -> Incident {
         last_update_ns: id * 1_000 + 10,
         end_ns: None,
         end_uncertainty_ns: 0,
+        end_reason: None,
         received_ns: None,
         updates: 1,
         counts: IncidentCounts::default(),

@@ -170,6 +170,9 @@ macro_rules! no_history {
         fn next_event_id(&self) -> Result<u64, StoreError> {
             Ok(1)
         }
+        fn next_incident_id(&self) -> Result<u64, StoreError> {
+            Ok(1)
+        }
         fn events(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
             Ok(serde_json::Value::Null)
         }
@@ -710,6 +713,7 @@ fn incident(
         last_update_ns: start + updates * MS,
         end_ns: end,
         end_uncertainty_ns: 0,
+        end_reason: end.map(|_| intscope_collector::incident::EndReason::Normal),
         received_ns: None,
         updates,
         counts: IncidentCounts {

@@ -231,6 +231,7 @@ impl<'a> FlushTake<'a> {
                 b.totals.push((format!("events_{}", kind.label()), *n));
             }
         }
+        b.incidents = state.take_changed_incidents();
         let mut counters = crate::fabric::RecordCounters::default();
         let mut lost = 0u64;
         state.each_fabric_shard(|shard| {

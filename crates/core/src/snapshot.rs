@@ -252,7 +252,7 @@ impl Snapshot {
 
     /// Report sequence accounting per (node, hw_id).
     pub fn sources(&self) -> impl Iterator<Item = ((u32, u8), SeqState)> + '_ {
-        self.fabric.iter().flat_map(|s| s.sources.iter().copied())
+        self.fabric.iter().flat_map(|s| s.sources.iter().cloned())
     }
 
     /// Reports lost, from sequence gaps (see [`View::reports_lost`](crate::state::View::reports_lost)).

@@ -208,6 +208,7 @@ fn incident(id: u64) -> Incident {
         last_update_ns: id * 1_000_000 + 500_000,
         end_ns: Some(id * 1_000_000 + 600_000),
         end_uncertainty_ns: 0,
+        end_reason: Some(intscope_collector::incident::EndReason::Normal),
         received_ns: None,
         updates: 4,
         counts: IncidentCounts {

@@ -946,6 +946,19 @@ impl Store for ClickHouseStore {
         Ok(m.value + 1)
     }
 
+    fn next_incident_id(&self) -> Result<u64, StoreError> {
+        let db = &self.config.database;
+        let q = self.read_query(
+            &format!(
+                "SELECT toUInt64(max(id)) AS value FROM {db}.incidents WHERE source = {}",
+                lit(&self.config.source)
+            ),
+            None,
+        );
+        let m = self.read(None, q.fetch_one::<One>())?;
+        Ok(m.value + 1)
+    }
+
     fn events(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
         let limit = q.page_size(500)?;
         let (t, tie) = q.cursor('e')?.unwrap_or((i64::MAX, i64::MAX));

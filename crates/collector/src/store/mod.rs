@@ -143,6 +143,9 @@ pub trait Store: RowSink<Error = StoreError> + Send + Sync {
     fn prune(&self, before_ns: u64, keep_raw: u64) -> Result<(), StoreError>;
     /// The next free event ID (to continue numbering after a restart).
     fn next_event_id(&self) -> Result<u64, StoreError>;
+    /// The next free incident ID (a restarted collector must not reuse the IDs of stored
+    /// incidents: the store keeps an incident's newest version by ID).
+    fn next_incident_id(&self) -> Result<u64, StoreError>;
     /// Stored events, newest first: `{"events": [...], "next": cursor}`.
     fn events(&self, q: &HistoryQuery) -> Result<Value, StoreError>;
     /// Stored flow summaries, most recently seen first: `{"flows": [...], "next": cursor}`.

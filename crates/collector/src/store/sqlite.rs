@@ -389,6 +389,15 @@ impl Store for SqliteStore {
         Ok(max.map_or(1, |m| m as u64 + 1))
     }
 
+    fn next_incident_id(&self) -> Result<u64, StoreError> {
+        let max: Option<i64> = self
+            .conn()
+            .query_row("SELECT max(id) FROM incidents", [], |r| r.get(0))
+            .optional()?
+            .flatten();
+        Ok(max.map_or(1, |m| m as u64 + 1))
+    }
+
     fn events(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
         let limit = q.page_size(500)?;
         let after = q.cursor('e')?.map_or(i64::MAX, |(id, _)| id);
