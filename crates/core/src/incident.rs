@@ -39,15 +39,17 @@ pub enum IncidentKind {
     Drop,
     /// Telemetry reports lost between a switch and the collector (place: node, hw_id).
     ReportLoss,
-    /// Flows moved to other paths (place: the link or node they left; its flows are the ones
-    /// that moved).
+    /// Flows moved to other paths (place: the link or node they left, `cause` `link` or
+    /// `node`; or where they went back to, `link-restored` or `node-restored`; its flows are
+    /// the ones that moved).
     PathChange,
     /// The INT hop limit was reached (E bit): a long path or a forwarding loop.
     HopLimit,
     /// A node could not add its metadata because of the MTU (M bit).
     Mtu,
-    /// Hops without INT on the path (place: between the last INT hop and the next, the peer
-    /// when known).
+    /// Hops without INT on the path (place: the last INT hop and its egress port, behind which
+    /// they hide, or the hidden node itself when the links seen name it; the next INT hop,
+    /// which differs from flow to flow, is in the evidence).
     NonIntHops,
 }
 
