@@ -199,8 +199,9 @@ fn two_collectors_into_a_two_shard_cluster_answer_for_the_fabric_once() {
     terminate(&mut c1);
     terminate(&mut c2);
 
-    // Incidents from two collectors (their IDs overlap: 1..=20 each), in versions.
-    for source in ["c1", "c2"] {
+    // Incidents of two more writers (their IDs overlap: 1..=20 each), in versions, beside the
+    // incidents the collectors raised themselves (theirs start in report time, these in 1970).
+    for source in ["w1", "w2"] {
         let mut cfg = cluster.config("intscope", source);
         cfg.cluster = Some("intscope".into());
         let w = ClickHouseStore::open(cfg).unwrap();
@@ -297,26 +298,41 @@ fn two_collectors_into_a_two_shard_cluster_answer_for_the_fabric_once() {
     // they are two rows, and the page order keeps both.
     assert!(distinct.len() * 2 >= events.len());
 
-    // Incidents: 40 (two collectors × 20), each once, as its newest version.
-    let incidents = all_pages(&http, "/api/incidents?limit=7", "incidents");
-    assert_eq!(incidents.len(), 40);
+    // Incidents: each once, as its newest version: the collectors' own, and the 40 written
+    // above (two writers × 20).
+    let incidents = all_pages(&http, "/api/incidents?limit=200", "incidents");
+    assert_eq!(
+        incidents.len() as u64,
+        stats["rows"]["incidents"].as_u64().unwrap(),
+        "{stats}"
+    );
+    let written: Vec<&Value> = incidents
+        .iter()
+        .filter(|i| i["start_ns"].as_u64().unwrap() < 1_000_000_000_000)
+        .collect();
+    assert_eq!(written.len(), 40);
+    assert!(incidents.len() > 40, "the collectors stored incidents of their own");
     let mut by_id: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
-    for i in &incidents {
+    for i in &written {
         by_id.entry(i["id"].as_u64().unwrap()).or_default().push(i);
     }
     assert_eq!(by_id.len(), 20);
     for (id, versions) in &by_id {
-        assert_eq!(versions.len(), 2, "incident {id}: one per collector");
+        assert_eq!(versions.len(), 2, "incident {id}: one per writer");
         for v in versions {
             assert_eq!(v["updates"], 3);
             assert_eq!(v["state"], if *id <= 10 { "resolved" } else { "ongoing" });
         }
     }
+    let at_4 = get(&http, "/api/incidents?node=4&limit=1000")["incidents"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(at_4.iter().all(|i| i["place"]["node"] == 4));
     assert_eq!(
-        get(&http, "/api/incidents?node=4")["incidents"]
-            .as_array()
-            .unwrap()
-            .len(),
+        at_4.iter()
+            .filter(|i| i["start_ns"].as_u64().unwrap() < 1_000_000_000_000)
+            .count(),
         2
     );
 
