@@ -311,7 +311,10 @@ fn two_collectors_into_a_two_shard_cluster_answer_for_the_fabric_once() {
         .filter(|i| i["start_ns"].as_u64().unwrap() < 1_000_000_000_000)
         .collect();
     assert_eq!(written.len(), 40);
-    assert!(incidents.len() > 40, "the collectors stored incidents of their own");
+    assert!(
+        incidents.len() > 40,
+        "the collectors stored incidents of their own"
+    );
     let mut by_id: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
     for i in &written {
         by_id.entry(i["id"].as_u64().unwrap()).or_default().push(i);

@@ -32,7 +32,6 @@ use crate::ingest::{Collector, Published};
 use crate::rank;
 use crate::search::FlowSearch;
 use crate::snapshot::{FlowRow, Snapshot};
-use crate::state::View;
 use crate::store::{HistoryQuery, Store, StoreError};
 
 /// Most flows one `/api/flows` page holds.
@@ -290,10 +289,6 @@ async fn auth(AxState(api): Shared, req: Request, next: Next) -> Response {
         HeaderValue::from_static("Bearer realm=\"intscope\""),
     );
     r
-}
-
-fn with_state<T>(c: &Collector, f: impl FnOnce(&View<'_>) -> T) -> Result<T, ApiError> {
-    Ok(f(&c.state.read()))
 }
 
 /// Runs `f` on the latest published snapshot of the live state: reads never take the shard
@@ -785,34 +780,37 @@ pub struct EventQuery {
 async fn events(AxState(api): Shared, Q(q): Q<EventQuery>) -> Result<impl IntoResponse, ApiError> {
     let limit = limit(&api, q.limit, 200, crate::state::EVENT_LOG)?;
     let before = parse_cursor::<1>(&api, q.cursor.as_deref())?;
-    with_state(&api.collector, |s| {
-        // Keyed by the reverse of the ID: newest first, and the cursor is the last ID sent.
-        let rows: Vec<([u64; 1], Value)> = s
-            .events()
+    // Only the event log's own lock, held while the page is copied out: never the shard locks
+    // ingest writes under, and no serializing under any lock.
+    let page: Vec<Event> = {
+        let log = api.collector.state.events();
+        log.events()
             .iter()
             .rev()
             .filter(|e| selected(e, q.kind, q.node, q.flow))
             .filter(|e| q.after.is_none_or(|a| e.id > a))
             .filter(|e| before.is_none_or(|[b]| e.id < b))
             .take(limit + 1)
-            .map(|e| ([u64::MAX - e.id], json!(e)))
-            .collect();
-        let (mut headers, body) = array_page("/api/events", rows, None, limit);
-        // The Link header names the next page by the last ID, not its reverse.
-        if let Some(last) = body
-            .0
-            .as_array()
-            .and_then(|a| a.last())
-            .and_then(|e| e["id"].as_u64())
-            && headers.contains_key(header::LINK)
-            && let Ok(v) = HeaderValue::from_str(&format!(
-                "</api/events?limit={limit}&cursor={last}>; rel=\"next\""
-            ))
-        {
-            headers.insert(header::LINK, v);
-        }
-        (headers, body)
-    })
+            .cloned()
+            .collect()
+    };
+    // Keyed by the reverse of the ID: newest first, and the cursor is the last ID sent.
+    let rows: Vec<([u64; 1], Value)> = page.iter().map(|e| ([u64::MAX - e.id], json!(e))).collect();
+    let (mut headers, body) = array_page("/api/events", rows, None, limit);
+    // The Link header names the next page by the last ID, not its reverse.
+    if let Some(last) = body
+        .0
+        .as_array()
+        .and_then(|a| a.last())
+        .and_then(|e| e["id"].as_u64())
+        && headers.contains_key(header::LINK)
+        && let Ok(v) = HeaderValue::from_str(&format!(
+            "</api/events?limit={limit}&cursor={last}>; rel=\"next\""
+        ))
+    {
+        headers.insert(header::LINK, v);
+    }
+    Ok((headers, body))
 }
 
 /// Whether `e` passes the kind, node and flow filters of an events query.

@@ -58,6 +58,10 @@ pub const TRACKED_FLOWS: usize = 1024;
 pub const RANKED_FLOWS: usize = 64;
 /// Path changes waiting for correlation.
 pub const PENDING_MOVES: usize = 4096;
+
+/// Searches for a common cause of pending path changes per correlation; the rest are placed
+/// one by one.
+pub const CORRELATION_ROUNDS: usize = 64;
 /// Distinct keys a shard's sink holds between flushes (a fuller sink flushes at once).
 pub const SINK_KEYS: usize = 4096;
 /// A path change that moved at least this many flows is critical (a link or node out).
@@ -1011,6 +1015,7 @@ impl IncidentLog {
         let (returns, faults): (Vec<Move>, Vec<Move>) =
             self.moves.drain(..).partition(|m| m.restored);
         for mut moves in [faults, returns] {
+            let mut rounds = 0;
             while !moves.is_empty() {
                 let Some((place, cause)) = best_cause(&moves) else {
                     break;
@@ -1022,11 +1027,47 @@ impl IncidentLog {
                 if mine.is_empty() {
                     break;
                 }
-                let key =
-                    IncidentKey::new(IncidentKind::PathChange, place, Some(Cow::Borrowed(cause)));
-                let d = move_delta(&mine, Some(mine[0].evidence.clone()));
-                self.apply(key, d);
+                let shared = mine.len() > 1;
+                self.apply_moves(place, cause, &mine);
+                rounds += 1;
+                // Each round costs a pass over what is left: once the best cause explains a
+                // single move (or after CORRELATION_ROUNDS), the rest share no cause worth a
+                // search, so each is placed on its own in one pass (spoofed or scattered
+                // paths would make the search quadratic in PENDING_MOVES).
+                if !shared || rounds >= CORRELATION_ROUNDS {
+                    self.apply_each(moves);
+                    break;
+                }
             }
+        }
+    }
+
+    /// One path-change incident for `moves`, at `place` for `cause`.
+    fn apply_moves(&mut self, place: IncidentPlace, cause: &'static str, moves: &[Move]) {
+        let key = IncidentKey::new(IncidentKind::PathChange, place, Some(Cow::Borrowed(cause)));
+        let d = move_delta(moves, Some(moves[0].evidence.clone()));
+        self.apply(key, d);
+    }
+
+    /// Moves that share no cause, each grouped with those of the same place and cause, in one
+    /// pass.
+    fn apply_each(&mut self, moves: Vec<Move>) {
+        let mut groups: Vec<((IncidentPlace, &'static str), Vec<Move>)> = Vec::new();
+        let mut index: HashMap<(IncidentPlace, &'static str), usize> = HashMap::default();
+        for m in moves {
+            let Some(c) = best_cause(std::slice::from_ref(&m)) else {
+                continue;
+            };
+            match index.get(&c) {
+                Some(&i) => groups[i].1.push(m),
+                None => {
+                    index.insert(c, groups.len());
+                    groups.push((c, vec![m]));
+                }
+            }
+        }
+        for ((place, cause), mine) in groups {
+            self.apply_moves(place, cause, &mine);
         }
     }
 }
