@@ -129,7 +129,7 @@ export async function fabricModel(range, incidentList) {
     links,
   );
   const hostMap = await learnHosts(flows.flows);
-  const { series } = await queueSeries(range);
+  const { series, live } = await queueSeries(range);
   const ports = new Map();
   for (const n of nodes) {
     for (const p of n.ports) ports.set(`${n.node_id}/${p.port}`, { util: p.utilization, occ: null, drops: 0 });
@@ -155,7 +155,8 @@ export async function fabricModel(range, incidentList) {
     }
   } else {
     // No incident API: drops and congestion of the range's events; a node is marked while its
-    // events are recent (within RECENT_NS of the range's end), so the mark clears once they stop.
+    // drops are recent (within RECENT_NS of the range's end), or while a queue whose congestion
+    // started without an end (a microburst ends one too) still holds more than its threshold.
     const ev = await events('/api/events?limit=2000');
     const open = new Map();
     for (const e of [...ev].reverse()) {
@@ -166,10 +167,11 @@ export async function fabricModel(range, incidentList) {
         if (e.time_ns > range.until - RECENT_NS) worse(e.node_id, 'major');
       }
       const q = `${e.node_id}/${e.port}/${e.queue_id}`;
-      if (e.kind === 'congestion-start') open.set(q, e.node_id);
-      if (e.kind === 'congestion-end') open.delete(q);
+      if (e.kind === 'congestion-start') open.set(q, { node: e.node_id, threshold: e.evidence?.threshold ?? 0 });
+      if (e.kind === 'congestion-end' || e.kind === 'microburst') open.delete(q);
     }
-    for (const n of open.values()) worse(n, 'warning');
+    const now = new Map(live.map((l) => [`${l.node_id}/${l.port}/${l.queue_id}`, l.occupancy]));
+    for (const [q, o] of open) if ((now.get(q) ?? 0) >= o.threshold) worse(o.node, 'warning');
   }
   return { nodes, links, tiers, hosts: hostMap, ports, severity, flows: flows.flows, state };
 }

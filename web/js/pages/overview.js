@@ -93,6 +93,7 @@ export function episodesFromEvents(events, range) {
       let ep = prev && prev.kind === 'congestion' && e.time_ns - prev.end_ns < EPISODE_GAP_NS ? prev : null;
       if (!ep) {
         ep = { kind: 'congestion', place, severity: 'warning', start_ns: e.time_ns, flows: [], counts: {} };
+        ep.threshold = v.threshold;
         out.push(ep);
       }
       Object.assign(ep, { state: 'ongoing', end_ns: null, last_update_ns: e.time_ns });
@@ -194,7 +195,19 @@ export async function render(ctx) {
       $('hurt-note').innerHTML =
         '· <span data-test="incidents-unavailable">incidents unavailable</span>: episodes pieced from the events';
       const ev = await events('/api/events?limit=2000');
+      // A congestion whose end event never came is over once its queue is below its threshold.
+      const queues = await api('/api/queues');
+      const occ = new Map(queues.map((q) => [`${q.node_id}/${q.port}/${q.queue_id}`, q.occupancy]));
+      const over = (ep) => {
+        const q = `${ep.place.node}/${ep.place.port}/${ep.place.queue}`;
+        const calm = ep.kind === 'congestion' && ep.state === 'ongoing' && (occ.get(q) ?? 0) < (ep.threshold ?? 0);
+        if (calm && ep.last_update_ns < r.until - EPISODE_GAP_NS) {
+          Object.assign(ep, { state: 'resolved', end_ns: ep.last_update_ns });
+        }
+        return ep;
+      };
       rows = episodesFromEvents(ev, r)
+        .map(over)
         .sort(byHurt)
         .slice(0, 12)
         .map((i) =>
