@@ -1232,7 +1232,8 @@ impl Store for ClickHouseStore {
 
 impl ClickHouseStore {
     /// The flow summaries query: each flow's lives (a collector's run and the flow's ID in it),
-    /// each life's newest version, summed per flow. `pre` filters rows before the grouping,
+    /// each life's newest version (by last sighting, then by reports: a life's counts only
+    /// grow, and two versions may share a sighting time), summed per flow. `pre` filters rows before the grouping,
     /// `post` flows after it. In a cluster a flow's rows are all on one shard, so each shard
     /// aggregates and sorts its own and the caller merges (no merge of partial aggregates).
     fn flow_sql(&self, pre: &str, post: &str, limit: u32) -> String {
@@ -1248,10 +1249,12 @@ impl ClickHouseStore {
                     sum(pc) AS path_changes, argMax(p50, l) AS e2e_p50, argMax(p99, l) AS e2e_p99
              FROM (
                SELECT flow_hash, src, dst, proto, src_port, dst_port, min(first_seen_ns) AS f, max(last_seen_ns) AS l,
-                      argMax(reports, last_seen_ns) AS r, argMax(drops, last_seen_ns) AS d,
-                      argMax(last_drop_reason, last_seen_ns) AS ldr, argMax(path, last_seen_ns) AS p,
-                      argMax(path_changes, last_seen_ns) AS pc, argMax(e2e_p50, last_seen_ns) AS p50,
-                      argMax(e2e_p99, last_seen_ns) AS p99
+                      argMax(reports, (last_seen_ns, reports)) AS r, argMax(drops, (last_seen_ns, reports)) AS d,
+                      argMax(last_drop_reason, (last_seen_ns, reports)) AS ldr,
+                      argMax(path, (last_seen_ns, reports)) AS p,
+                      argMax(path_changes, (last_seen_ns, reports)) AS pc,
+                      argMax(e2e_p50, (last_seen_ns, reports)) AS p50,
+                      argMax(e2e_p99, (last_seen_ns, reports)) AS p99
                FROM {db}.flows WHERE {pre}
                GROUP BY flow_hash, src, dst, proto, src_port, dst_port, source, run, live_id)
              GROUP BY flow_hash, src, dst, proto, src_port, dst_port
