@@ -17,6 +17,8 @@ const IO_CRATES: &[&str] = &[
     "futures-util",
     "pcap",
     "signal-hook",
+    "clickhouse",
+    "reqwest",
 ];
 
 fn manifest() -> Table {
