@@ -475,7 +475,10 @@ impl Collector {
     /// Starts the store's flusher and writer threads (no-op without a store). The handle's
     /// `finish` flushes what is left and waits for the writer.
     pub fn start_store(self: &Arc<Self>) -> Option<StoreHandle> {
-        let store = Arc::clone(self.store.as_ref()?);
+        let Some(store) = self.store.as_ref().map(Arc::clone) else {
+            self.start_change_discarder();
+            return None;
+        };
         let (tx, writer) = spawn_writer(
             store,
             self.config.store.clone(),
@@ -507,6 +510,30 @@ impl Collector {
             writer,
             tx,
         })
+    }
+
+    /// Without a store, forgets at each flush interval what a flush would have taken (changed
+    /// flows, interval aggregates, changed incidents), so it does not pile up for a flush that
+    /// never comes. The thread ends when the collector stops.
+    fn start_change_discarder(self: &Arc<Self>) {
+        let c = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("change-discarder".into())
+            .spawn(move || {
+                let interval = Duration::from_millis(c.config.store.flush_interval_ms.max(10));
+                let mut last = std::time::Instant::now();
+                while !c.stopped() {
+                    std::thread::sleep(Duration::from_millis(10));
+                    if last.elapsed() >= interval {
+                        intscope_core::rows::discard_changes(&c.state);
+                        c.state.take_changed_incidents();
+                        last = std::time::Instant::now();
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("no thread to discard changes without a store: {e}");
+        }
     }
 
     /// Begins a flush: the parts of at most `store.flush_chunk_flows` flow rows each.

@@ -652,3 +652,30 @@ fn a_datagram_larger_than_a_slot_is_counted_as_oversize() {
         h.join().unwrap();
     }
 }
+
+/// Without a store, what a flush would take (changed flows) is forgotten at each flush
+/// interval instead of piling up for a flush that never comes.
+#[test]
+fn without_a_store_changes_do_not_pile_up() {
+    let mut cfg = config();
+    cfg.store.flush_interval_ms = 20;
+    let c = Collector::open(cfg).unwrap();
+    let mut rec = RecordBatch::default();
+    let src = "192.0.2.1".parse().unwrap();
+    for flow in 0..50u16 {
+        let d = Rep::new(flow, &[H(1, 2, 100, 10)], H(2, 3, 100, 10)).datagram();
+        c.ingest(&d, src, u64::from(flow) * 1_000, &mut rec);
+    }
+    assert_eq!(c.state.read().flows_to_store(), 50);
+    assert!(c.start_store().is_none(), "no store configured");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.state.read().flows_to_store() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "changed flows were never discarded"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(c.state.read().flow_count(), 50, "the live flows stay");
+    c.stop();
+}
