@@ -87,6 +87,8 @@ impl Run {
             .map(|i| {
                 let mut j = i.to_json();
                 j["evidence"] = serde_json::Value::Null;
+                // The flows' keys are many lines' worth: their count says enough.
+                j["flows"] = serde_json::Value::Null;
                 j.to_string()
             })
             .collect::<Vec<_>>()
@@ -127,7 +129,8 @@ fn run(
     for r in fabric.take_all_reports() {
         c.ingest(&r.payload, r.source.into(), r.time_ns, &mut batch);
     }
-    c.tick(until_ms * MS + 50 * MS);
+    // Past the reorder time, so that every gap is confirmed or filled.
+    c.tick(until_ms * MS + 50 * MS + 5 * INTERVAL_NS);
     c.state.finish_incidents();
     let malformed = c.stats.malformed.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(malformed, 0, "every simulated report decodes");
@@ -466,5 +469,361 @@ fn a_silent_drop_is_found_before_the_cable_in_mx_and_xd() {
             "{mode:?}\n{}",
             r.dump()
         );
+    }
+}
+
+/// A spine forwarding without INT: hops without INT found between the leaves around it, at
+/// most one incident per leaf uplink it hides behind; in XD and MX, whose reports come from
+/// each INT hop alone, the gap in the joined path. No path change rides along.
+fn a_spine_without_int(modes: &[Mode]) {
+    let until = 150;
+    let flows = traffic(until * MS, false);
+    let hidden = at(0, u64::MAX, Fault::NonIntSpine { spine: 1 });
+    for &mode in modes {
+        let r = run(
+            mode,
+            Delivery::default(),
+            &flows,
+            std::slice::from_ref(&hidden),
+            until,
+        );
+        let non_int = r.of(IncidentKind::NonIntHops);
+        assert!(!non_int.is_empty(), "{mode:?}\n{}", r.dump());
+        assert!(non_int.len() <= 4, "{mode:?}\n{}", r.dump());
+        let places: BTreeSet<_> = non_int
+            .iter()
+            .map(|i| (i.place.node, i.place.port))
+            .collect();
+        assert_eq!(places.len(), non_int.len(), "{mode:?}: one per place");
+        for i in &non_int {
+            // The source leaf's uplink to the hidden spine.
+            assert!(
+                i.place.node.is_some_and(|n| n < 100),
+                "{mode:?}\n{}",
+                r.dump()
+            );
+            assert_eq!(
+                i.place.port,
+                Some(topology().uplink(1)),
+                "{mode:?}\n{}",
+                r.dump()
+            );
+            for f in flow_refs(i) {
+                assert_eq!(Some(leaf_of(&f.src)), i.place.node, "{mode:?} {f:?}");
+            }
+        }
+        assert_eq!(
+            r.incidents.len(),
+            non_int.len(),
+            "{mode:?}: nothing else\n{}",
+            r.dump()
+        );
+    }
+}
+
+#[test]
+fn a_spine_without_int_is_one_incident_per_uplink_in_md() {
+    a_spine_without_int(&[Mode::Md]);
+}
+
+/// The postcards of the leaves around the hidden spine carry the packet's TTL: two leaves
+/// one TTL apart more than one hop.
+#[test]
+#[ignore = "defect: in MX and XD a spine without INT raises no non-int-hops incident"]
+fn a_spine_without_int_is_one_incident_per_uplink_in_mx_and_xd() {
+    a_spine_without_int(&[Mode::Mx, Mode::Xd]);
+}
+
+/// A small MTU on both spines: elephants (1400 bytes) get no room for the spines' metadata.
+/// MTU incidents at the spines only, naming elephants only; no path change rides along.
+#[test]
+fn a_small_mtu_is_an_mtu_incident_at_the_spine() {
+    let until = 100;
+    let flows = traffic(until * MS, true);
+    let elephants: BTreeSet<(String, u16)> = flows
+        .iter()
+        .filter(|f| f.size == 1400)
+        .map(|f| (f.src.to_string(), f.sport))
+        .collect();
+    assert!(!elephants.is_empty());
+    let small = |spine| at(0, u64::MAX, Fault::SmallMtu { spine, mtu: 1400 });
+    for mode in MODES {
+        let r = run(
+            mode,
+            Delivery::default(),
+            &flows,
+            &[small(1), small(2)],
+            until,
+        );
+        let mtu = r.of(IncidentKind::Mtu);
+        if mode != Mode::Md {
+            // XD packets carry no INT bytes, MX ones only the header the source adds (which
+            // fits the source leaf's MTU): no hop lacks room for metadata it never adds.
+            assert!(r.incidents.is_empty(), "{mode:?}\n{}", r.dump());
+            continue;
+        }
+        assert!(!mtu.is_empty(), "{mode:?}\n{}", r.dump());
+        assert!(
+            mtu.len() <= 2,
+            "{mode:?}: at most one per spine\n{}",
+            r.dump()
+        );
+        for i in &mtu {
+            assert!(
+                matches!(i.place.node, Some(101 | 102)),
+                "{mode:?}\n{}",
+                r.dump()
+            );
+            for f in flow_refs(i) {
+                assert!(
+                    elephants.contains(&(f.src.clone(), f.src_port)),
+                    "{mode:?} {f:?}"
+                );
+            }
+        }
+        assert_eq!(
+            r.incidents.len(),
+            mtu.len(),
+            "{mode:?}: nothing else\n{}",
+            r.dump()
+        );
+    }
+}
+
+/// A forwarding loop between spine 1 and leaf 2 for leaf 3's traffic: TTL drops at the loop
+/// (one incident), in MD also the INT hop limit running out (one incident at the loop; XD and
+/// MX packets carry no hop count that runs out), the looping traffic's latency on the two
+/// links of the loop, and no path change: no looping packet completes a path.
+fn a_forwarding_loop(modes: &[Mode]) {
+    let until = 100;
+    let flows = traffic(until * MS, false);
+    let lp = at(
+        20,
+        u64::MAX,
+        Fault::Loop {
+            spine: 1,
+            leaf: 2,
+            dst_leaf: 3,
+        },
+    );
+    for &mode in modes {
+        let r = run(
+            mode,
+            Delivery::default(),
+            &flows,
+            std::slice::from_ref(&lp),
+            until,
+        );
+        assert!(r.fabric.stats.dropped[&intscope_sim::fabric::reason::TTL_ZERO] > 0);
+        let limit = r.of(IncidentKind::HopLimit);
+        assert_eq!(limit.is_empty(), mode != Mode::Md, "{mode:?}\n{}", r.dump());
+        let ttl = r.of(IncidentKind::Drop);
+        assert_eq!(ttl.len(), 1, "{mode:?}\n{}", r.dump());
+        assert!(limit.len() <= 2, "{mode:?}\n{}", r.dump());
+        for i in &limit {
+            assert!(
+                matches!(i.place.node, Some(2 | 101)),
+                "{mode:?}\n{}",
+                r.dump()
+            );
+            for f in flow_refs(i) {
+                assert_eq!(leaf_of(&f.dst), 3, "{mode:?} {f:?}");
+            }
+        }
+        for i in &r.incidents {
+            match i.kind {
+                IncidentKind::HopLimit => {}
+                IncidentKind::Latency => {
+                    let link = (i.place.node, i.place.port);
+                    assert!(
+                        link == (Some(2), Some(topology().uplink(1)))
+                            || link == (Some(101), Some(2)),
+                        "{mode:?}: the loop's links\n{}",
+                        r.dump()
+                    );
+                }
+                IncidentKind::Drop => {
+                    assert_eq!(
+                        i.cause.as_deref(),
+                        Some("ip-ttl-zero"),
+                        "{mode:?}\n{}",
+                        r.dump()
+                    );
+                    assert!(
+                        matches!(i.place.node, Some(2 | 101)),
+                        "{mode:?}\n{}",
+                        r.dump()
+                    );
+                }
+                _ => panic!("{mode:?}: {:?}\n{}", i.kind, r.dump()),
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "defect: MD raises 6 path-change incidents from looping packets' partial stacks"]
+fn a_forwarding_loop_is_a_hop_limit_incident_in_md() {
+    a_forwarding_loop(&[Mode::Md]);
+}
+
+#[test]
+fn a_forwarding_loop_is_a_ttl_drop_incident_in_mx_and_xd() {
+    a_forwarding_loop(&[Mode::Mx, Mode::Xd]);
+}
+
+/// A queue that flaps: the port towards the first elephant's host slows down for 10 ms five
+/// times, 10 ms apart. The flapping is merged: at most one incident per kind at the port, the
+/// congestion one counting several episodes, and nothing elsewhere but that queue's
+/// consequences.
+#[test]
+fn a_flapping_queue_is_one_incident() {
+    let until = 150;
+    let flows = traffic(until * MS, true);
+    let elephant = flows.iter().find(|f| f.size == 1400).unwrap();
+    let (leaf, host) = locate(elephant.dst).unwrap();
+    let slow: Vec<Scheduled> = (0..5)
+        .map(|k| {
+            at(
+                20 + 20 * k,
+                30 + 20 * k,
+                Fault::SlowPort {
+                    leaf,
+                    host,
+                    gbps: 0.1,
+                },
+            )
+        })
+        .collect();
+    for mode in MODES {
+        let r = run(mode, Delivery::default(), &flows, &slow, until);
+        let at_port: Vec<&Incident> = r
+            .incidents
+            .iter()
+            .filter(|i| (i.place.node, i.place.port) == (Some(leaf), Some(host)))
+            .collect();
+        let kinds: BTreeSet<IncidentKind> = at_port.iter().map(|i| i.kind).collect();
+        assert_eq!(
+            kinds.len(),
+            at_port.len(),
+            "{mode:?}: one per kind\n{}",
+            r.dump()
+        );
+        let queue: Vec<&&Incident> = at_port
+            .iter()
+            .filter(|i| matches!(i.kind, IncidentKind::Congestion | IncidentKind::Microburst))
+            .collect();
+        assert!(!queue.is_empty(), "{mode:?}\n{}", r.dump());
+        assert!(
+            queue.iter().map(|i| i.counts.episodes).sum::<u64>() >= 3,
+            "{mode:?}: the flaps are merged, not lost\n{}",
+            r.dump()
+        );
+        for i in &queue {
+            assert!(
+                i.start_ns >= 20 * MS && i.start_ns <= 20 * MS + INTERVAL_NS,
+                "{mode:?}"
+            );
+            let end = i.end_ns.unwrap_or(i.last_update_ns);
+            assert!(
+                end <= 110 * MS + INTERVAL_NS,
+                "{mode:?}: end {end}\n{}",
+                r.dump()
+            );
+            assert_eq!(
+                FlowRef::from(&i.flows[0].flow).dst,
+                elephant.dst.to_string(),
+                "{mode:?}: the elephant filled it"
+            );
+        }
+        assert_eq!(
+            r.incidents.len(),
+            at_port.len(),
+            "{mode:?}: nothing elsewhere\n{}",
+            r.dump()
+        );
+    }
+}
+
+/// A fifth of the reports lost: report-loss incidents stay a few per (node, hw_id), they
+/// count the reports the network lost within 10 %, and no other incident comes of it.
+#[test]
+fn a_fifth_of_reports_lost_is_a_few_report_loss_incidents() {
+    let until = 300;
+    let flows = traffic(until * MS, false);
+    let lossy = Delivery {
+        loss: 0.2,
+        seed: 5,
+        ..Delivery::default()
+    };
+    for mode in MODES {
+        let r = run(mode, lossy.clone(), &flows, &[], until);
+        let lost = r.fabric.stats.reports_lost;
+        assert!(lost > 100, "{mode:?}: {:?}", r.fabric.stats);
+        let loss = r.of(IncidentKind::ReportLoss);
+        let mut per_source: BTreeMap<(Option<u32>, Option<u8>), u64> = BTreeMap::new();
+        for i in &loss {
+            *per_source.entry((i.place.node, i.place.hw_id)).or_default() += 1;
+        }
+        assert!(
+            per_source.values().all(|n| *n <= 2),
+            "{mode:?}: {per_source:?}\n{}",
+            r.dump()
+        );
+        // Every source that lost reports has its incident (MD's spines send none).
+        let losing: BTreeSet<(Option<u32>, Option<u8>)> =
+            r.c.state
+                .read()
+                .sources()
+                .filter(|(_, s)| s.groups_lost > 0)
+                .map(|((node, hw), _)| (Some(node), Some(hw)))
+                .collect();
+        assert!(losing.len() >= 4, "{mode:?}: {losing:?}");
+        assert_eq!(
+            per_source.keys().copied().collect::<BTreeSet<_>>(),
+            losing,
+            "{mode:?}"
+        );
+        let counted: u64 = loss.iter().map(|i| i.counts.reports_lost).sum();
+        let within = |n: u64| n.abs_diff(lost) * 10 <= lost;
+        assert!(
+            within(counted),
+            "{mode:?}: incidents count {counted} of {lost}"
+        );
+        let total = r.c.state.read().reports_lost();
+        assert!(
+            within(total),
+            "{mode:?}: the state counts {total} of {lost}"
+        );
+        assert_eq!(
+            r.incidents.len(),
+            loss.len(),
+            "{mode:?}: nothing else\n{}",
+            r.dump()
+        );
+    }
+}
+
+/// Many reports reordered and duplicated, none lost: no report loss, no incident at all.
+#[test]
+fn reordered_and_duplicated_reports_raise_nothing() {
+    let until = 300;
+    let flows = traffic(until * MS, false);
+    let shuffled = Delivery {
+        duplicate: 0.1,
+        reorder: 0.1,
+        reorder_depth: 4,
+        seed: 9,
+        ..Delivery::default()
+    };
+    for mode in MODES {
+        let r = run(mode, shuffled.clone(), &flows, &[], until);
+        let st = &r.fabric.stats;
+        assert!(
+            st.reports_reordered > 50 && st.reports_duplicated > 50,
+            "{st:?}"
+        );
+        assert_eq!(r.c.state.read().reports_lost(), 0, "{mode:?}");
+        assert!(r.incidents.is_empty(), "{mode:?}\n{}", r.dump());
     }
 }
