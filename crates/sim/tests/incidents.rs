@@ -827,3 +827,97 @@ fn reordered_and_duplicated_reports_raise_nothing() {
         assert!(r.incidents.is_empty(), "{mode:?}\n{}", r.dump());
     }
 }
+
+/// What every incident promises whatever the fault: times in order (start, newest evidence,
+/// end), a resolved one with its end and reason, an ongoing one with neither, its listed flows
+/// within the bound and counted.
+fn inconsistencies(r: &Run) -> Vec<String> {
+    use intscope_collector::incident::{IncidentState, MAX_INCIDENT_FLOWS};
+    let mut out = Vec::new();
+    for i in &r.incidents {
+        let mut bad = |what: &str| {
+            let mut j = i.to_json();
+            j["evidence"] = serde_json::Value::Null;
+            j["flows"] = serde_json::Value::Null;
+            out.push(format!("{what}: {j}"));
+        };
+        if i.last_update_ns < i.start_ns {
+            bad("last update before the start");
+        }
+        match i.state {
+            IncidentState::Resolved => {
+                if i.end_ns.is_none() || i.end_reason.is_none() {
+                    bad("resolved without an end");
+                }
+                if i.end_ns.is_some_and(|e| e < i.last_update_ns) {
+                    bad("ends before its newest evidence");
+                }
+            }
+            IncidentState::Ongoing => {
+                if i.end_ns.is_some() || i.end_reason.is_some() {
+                    bad("ongoing with an end");
+                }
+            }
+        }
+        if i.flows.len() > MAX_INCIDENT_FLOWS || (i.flows.len() as u64) > i.counts.flows {
+            let listed: BTreeSet<u64> = i.flows.iter().map(|f| f.flow_id).collect();
+            bad(&format!(
+                "{} flows listed ({} distinct), beyond the bound or the count",
+                i.flows.len(),
+                listed.len()
+            ));
+        }
+        if i.counts.episodes == 0 {
+            bad("no episode");
+        }
+    }
+    out
+}
+
+/// Every incident of the faults above is consistent in itself, in every mode.
+#[test]
+#[ignore = "defect: a reopened (merged) incident's counts.flows forgets its earlier episodes' flows"]
+fn incidents_are_consistent() {
+    let until = 150;
+    let flows = traffic(until * MS, true);
+    let faults = [
+        at(
+            40,
+            u64::MAX,
+            Fault::Incast {
+                leaf: 3,
+                host: 1,
+                packets: 30,
+            },
+        ),
+        at(
+            20,
+            u64::MAX,
+            Fault::Loop {
+                spine: 1,
+                leaf: 2,
+                dst_leaf: 3,
+            },
+        ),
+        at(
+            30,
+            u64::MAX,
+            Fault::RoutingMiss {
+                leaf: 4,
+                dst_leaf: 1,
+            },
+        ),
+        at(60, u64::MAX, Fault::LinkDown { leaf: 2, spine: 2 }),
+    ];
+    let mut bad = Vec::new();
+    for mode in MODES {
+        let r = run(mode, Delivery::default(), &flows, &faults, until);
+        assert!(r.incidents.len() >= 3, "{mode:?}\n{}", r.dump());
+        bad.extend(
+            inconsistencies(&r)
+                .into_iter()
+                .map(|b| format!("{mode:?} {b}")),
+        );
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
