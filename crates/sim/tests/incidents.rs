@@ -188,6 +188,7 @@ fn moved_flows(c: &Collector) -> BTreeSet<(IpAddr, IpAddr, u16, u16)> {
 fn fault_free_runs_raise_no_incident() {
     let until = 300;
     let flows = traffic(until * MS, false);
+    let with_elephants = traffic(until * MS, true);
     let shuffled = Delivery {
         duplicate: 0.02,
         reorder: 0.02,
@@ -195,8 +196,12 @@ fn fault_free_runs_raise_no_incident() {
         ..Delivery::default()
     };
     for mode in MODES {
-        for delivery in [Delivery::default(), shuffled.clone()] {
-            let r = run(mode, delivery.clone(), &flows, &[], until);
+        for (delivery, flows) in [
+            (Delivery::default(), &flows),
+            (shuffled.clone(), &flows),
+            (Delivery::default(), &with_elephants),
+        ] {
+            let r = run(mode, delivery.clone(), flows, &[], until);
             assert!(r.fabric.stats.delivered > 1_000, "{:?}", r.fabric.stats);
             if delivery.reorder > 0.0 {
                 assert!(
@@ -238,6 +243,8 @@ fn a_failed_link_is_one_path_change_naming_it() {
         assert_eq!(i.place.node, Some(leaf), "{mode:?}\n{}", r.dump());
         assert_eq!(i.place.port, Some(topology().uplink(spine)), "{mode:?}");
         assert_eq!(i.place.peer_node, Some(spine_id(spine)), "{mode:?}");
+        // A spine's port towards a leaf is numbered after the leaf.
+        assert_eq!(i.place.peer_port, Some(leaf), "{mode:?}");
         let moved = moved_flows(&r.c);
         assert!(moved.len() > 3, "{mode:?}: {moved:?}");
         let listed: BTreeSet<_> = i
@@ -311,10 +318,19 @@ fn a_routing_miss_is_one_drop_incident_with_its_reason() {
         let i = drops[0];
         assert_eq!(i.place.node, Some(1), "{mode:?}");
         assert_eq!(i.cause.as_deref(), Some("routing-miss"), "{mode:?}");
-        assert!(!i.flows.is_empty());
-        for f in flow_refs(i) {
-            assert_eq!((leaf_of(&f.src), leaf_of(&f.dst)), (1, 2), "{mode:?} {f:?}");
-        }
+        let listed: BTreeSet<(String, u16)> = flow_refs(i)
+            .into_iter()
+            .map(|f| (f.src, f.src_port))
+            .collect();
+        let missed: BTreeSet<(String, u16)> = flows
+            .iter()
+            .filter(|f| {
+                locate(f.src).map(|l| l.0) == Some(1) && locate(f.dst).map(|l| l.0) == Some(2)
+            })
+            .map(|f| (f.src.to_string(), f.sport))
+            .collect();
+        assert!(!missed.is_empty());
+        assert_eq!(listed, missed, "{mode:?}: every flow from leaf 1 to leaf 2");
         assert!(
             i.start_ns >= 50 * MS && i.start_ns <= 50 * MS + INTERVAL_NS,
             "{mode:?}: start {}",
@@ -394,7 +410,8 @@ fn an_incast_is_one_queue_incident_with_its_senders() {
             .filter(|f| f.dst == "10.0.3.1" && f.dst_port == 9000)
             .map(|f| f.src)
             .collect();
-        assert!(senders.len() > 3, "{mode:?}: {senders:?}\n{}", r.dump());
+        // Every host on the other three leaves sends.
+        assert_eq!(senders.len(), 12, "{mode:?}: {senders:?}\n{}", r.dump());
         assert!(
             flow_refs(i)
                 .iter()
