@@ -415,7 +415,7 @@ impl Raiser {
     }
 
     /// Receive time `now` on the switches' clock, by the last record's offset.
-    fn switch_time(&self, now: u64) -> u64 {
+    pub fn switch_time(&self, now: u64) -> u64 {
         now.wrapping_add(self.clock_offset as u64)
     }
 

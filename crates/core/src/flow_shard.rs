@@ -17,6 +17,8 @@ use crate::evidence::Evidence;
 use crate::fabric::{FlowSeen, excess, spread};
 use crate::flow::{FlowState, FlowTable, Joined, LinkTable, Path, PathTable};
 use crate::id_table::Cutoff;
+use crate::incident::{IncidentKind, IncidentPlace};
+use crate::incidents::{FlowWeight, IncidentKey, Observation};
 use crate::record::Record;
 use crate::state::Limits;
 
@@ -156,6 +158,8 @@ impl FlowShard {
                 self.join(now, key, log);
             }
         }
+        // Silent drops found by the joins go to their incidents once per sweep.
+        self.raiser.incidents.flush(log);
     }
 
     /// Keeps a flow's per-hop report for its next join, after joining those before it if it is
@@ -220,11 +224,42 @@ impl FlowShard {
         }
         let id = flow.id;
         let raise = silent.filter(|h| flow.mark_silent(Some(h.node_id)) != Some(h.node_id));
+        // The hop the packets never reached: the next one of the flow's last whole path.
+        let peer = raise.and_then(|at| {
+            let i = flow.path.iter().position(|h| h.node_id == at.node_id)?;
+            flow.path.get(i + 1).copied()
+        });
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
         }
         if let Some(at) = raise {
-            // The packets left `at` by this port and never reached the next hop.
+            // The packets left `at` by this port and never reached the next hop: one drop
+            // incident per link and cause, its flows those that vanished on it.
+            let incident = IncidentKey::new(
+                IncidentKind::Drop,
+                IncidentPlace {
+                    node: Some(at.node_id),
+                    port: at.egress_if(),
+                    peer_node: peer.map(|p| p.node_id),
+                    peer_port: peer.and_then(|p| p.ingress_if),
+                    ..IncidentPlace::default()
+                },
+                Some(SILENT_DROP.into()),
+            );
+            let o = Observation {
+                flow: Some(FlowWeight {
+                    key,
+                    id,
+                    weight: 1,
+                    samples: 1,
+                }),
+                ..Observation::sample(self.raiser.switch_time(now), now)
+            };
+            let evidence = || Evidence::Drop {
+                drop_reason: None,
+                drop_reason_name: Some(SILENT_DROP),
+            };
+            self.raiser.incidents.observe(log, incident, &o, evidence);
             let place = Place {
                 node: Some(at.node_id),
                 port: at.egress_if(),

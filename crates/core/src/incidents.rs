@@ -476,7 +476,12 @@ impl Entry {
                 samples: f.samples,
             })
             .collect();
-        self.inc.counts.flows = self.inc.counts.flows.max(self.flow_ids.len() as u64);
+        self.inc.counts.flows = self
+            .inc
+            .counts
+            .flows
+            .max(self.flow_ids.len() as u64)
+            .max(self.ranked.len() as u64);
         self.inc.severity = severity(
             self.inc.kind,
             self.inc.cause.as_deref(),
@@ -771,6 +776,8 @@ impl IncidentLog {
                 e.inc.end_ns = None;
                 e.inc.end_uncertainty_ns = 0;
                 e.inc.end_reason = None;
+                // The flows it listed stay its flows: new ones count on top of them.
+                e.flow_ids = e.ranked.iter().map(|f| f.id).collect();
                 e.inc.counts.episodes += 1;
                 self.merged += 1;
                 self.make_room(key.kind);

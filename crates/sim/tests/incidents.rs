@@ -40,8 +40,9 @@ fn sim_config(mode: Mode, delivery: Delivery) -> SimConfig {
     }
 }
 
-/// The collector's windows scaled to the report interval above.
-fn detect() -> DetectConfig {
+/// The collector's windows scaled to the report interval above, for a report network that
+/// loses `loss` of the reports.
+fn detect(loss: f64) -> DetectConfig {
     let mut d = DetectConfig {
         join_window_ns: 10 * MS,
         episode_quiet_ns: 5 * MS,
@@ -53,8 +54,10 @@ fn detect() -> DetectConfig {
         ..DetectConfig::default()
     };
     // Ten report intervals: a healthy hop reports a sending flow at least every interval, and
-    // a lost report or two stretches that.
-    d.postcards.silent_drop_ns = 10 * INTERVAL_NS;
+    // a lost report or two stretches that. Where the report network loses a fifth of the
+    // reports, runs of lost reports of one hop are longer: the window must outlast them
+    // (`silent_drop_ns` in docs/collector-config.md), so it is three times as long.
+    d.postcards.silent_drop_ns = if loss > 0.05 { 30 } else { 10 } * INTERVAL_NS;
     d
 }
 
@@ -103,6 +106,7 @@ fn run(
     faults: &[Scheduled],
     until_ms: u64,
 ) -> Run {
+    let delivery_loss = delivery.loss;
     let mut fabric = Fabric::new(sim_config(mode, delivery)).unwrap();
     for f in flows {
         fabric.add_flow(f.clone());
@@ -113,7 +117,7 @@ fn run(
     let c = Collector::open(CollectorConfig {
         data: None,
         int_udp_ports: vec![17768],
-        detect: detect(),
+        detect: detect(delivery_loss),
         ..CollectorConfig::default()
     })
     .unwrap();
@@ -500,7 +504,6 @@ fn a_silent_drop_is_invisible_to_md() {
 }
 
 #[test]
-#[ignore = "defect: silent drops (flow_shard) raise `drop` events but no incident"]
 fn a_silent_drop_is_found_before_the_cable_in_mx_and_xd() {
     a_silent_drop(&[Mode::Mx, Mode::Xd]);
 }
@@ -909,7 +912,6 @@ fn inconsistencies(r: &Run) -> Vec<String> {
 
 /// Every incident of the faults above is consistent in itself, in every mode.
 #[test]
-#[ignore = "defect: a reopened (merged) incident's counts.flows forgets its earlier episodes' flows"]
 fn incidents_are_consistent() {
     let until = 150;
     let flows = traffic(until * MS, true);
