@@ -891,20 +891,28 @@ impl FlowState {
     /// Records a path that may lack hops: one joined from per-hop reports of switches that filter
     /// them (SD-Fabric's flow filter reports a flow again only when its ports or latency change),
     /// or a drop report's, which ends where the packet died. Hops that all lie, in order, on the
-    /// known path confirm it rather than change it; otherwise it becomes the path, marked partial
-    /// until a full one completes it.
+    /// known path confirm it rather than change it. A partial path never changes a complete
+    /// one either (a packet that died, looped into the hop limit or was cut short says where it
+    /// went, not where the flow goes): it is shown only while no complete path is known, marked
+    /// partial until a full one completes it. Returns the path it replaced as a change only
+    /// when that was itself partial and this one does not continue it, which never happens:
+    /// partial paths are never changes (the next complete path is).
     pub fn observe_partial_path(
         &mut self,
         now: u64,
         path: &[Hop],
         paths: &mut PathTable,
     ) -> Option<Path> {
+        if !self.path.is_empty() && !self.path_partial {
+            return None;
+        }
         if path.len() < self.path.len() && on_path(path.iter().map(PathHop::from), &self.path) {
             return None;
         }
-        let change = self.observe_path(now, path, paths);
+        // Not a change, whatever it replaces: only complete paths are compared.
+        let _ = self.observe_path(now, path, paths);
         self.path_partial = true;
-        change
+        None
     }
 
     fn joins(&mut self) -> &mut Joins {
