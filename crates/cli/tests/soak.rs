@@ -23,6 +23,16 @@ struct Collector {
     listen: SocketAddr,
 }
 
+/// A failed assertion must not leave the collector running.
+impl Drop for Collector {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl Collector {
     fn start(config: &std::path::Path, data: &std::path::Path) -> Collector {
         let mut child = bin()
