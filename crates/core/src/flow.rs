@@ -400,6 +400,9 @@ struct Card {
     since_ns: u64,
     /// Reported since the last join.
     fresh: bool,
+    /// The IP TTL of the packet in its report (INT-XD/MX: every hop's report holds a copy of
+    /// the packet as the hop saw it, so two hops' TTLs tell the hops between them).
+    ttl: Option<u8>,
 }
 
 /// Per-hop reports a flow keeps, one per node: longer paths than this are not joined whole (the
@@ -986,6 +989,41 @@ impl FlowState {
     /// latest. Returns whether the shard is to queue the flow for its join, due a window
     /// (`window_ns`) after the first report since the last join.
     pub fn add_card(&mut self, now: u64, hop: Hop, packet: u32, window_ns: u64) -> bool {
+        self.add_card_with_ttl(now, hop, packet, None, window_ns)
+    }
+
+    /// [`FlowState::add_card`] with the IP TTL the report's copy of the packet carries.
+    pub fn add_card_with_ttl(
+        &mut self,
+        now: u64,
+        hop: Hop,
+        packet: u32,
+        ttl: Option<u8>,
+        window_ns: u64,
+    ) -> bool {
+        let node = hop.node_id;
+        let queue = self.add_card_inner(now, hop, packet, window_ns);
+        if let Some(c) = self
+            .joins
+            .as_mut()
+            .and_then(|j| j.cards.iter_mut().find(|c| c.hop.node_id == node))
+        {
+            c.ttl = ttl;
+        }
+        queue
+    }
+
+    /// The IP TTL in `node`'s latest report of the flow, if it carried one.
+    pub fn card_ttl(&self, node: u32) -> Option<u8> {
+        self.joins
+            .as_ref()?
+            .cards
+            .iter()
+            .find(|c| c.hop.node_id == node)?
+            .ttl
+    }
+
+    fn add_card_inner(&mut self, now: u64, hop: Hop, packet: u32, window_ns: u64) -> bool {
         let joins = self.joins();
         match joins
             .cards
@@ -1000,6 +1038,7 @@ impl FlowState {
                     seen_ns: now,
                     since_ns: if same_ports { c.since_ns } else { now },
                     fresh: true,
+                    ttl: None,
                 };
             }
             None => {
@@ -1015,6 +1054,7 @@ impl FlowState {
                     seen_ns: now,
                     since_ns: now,
                     fresh: true,
+                    ttl: None,
                 });
             }
         }

@@ -162,14 +162,13 @@ impl FlowShard {
         self.raiser.incidents.flush(log);
     }
 
-    /// Keeps a flow's per-hop report for its next join, after joining those before it if it is
-    /// of a later packet (`join_before`).
+    /// Keeps a flow's per-hop report (its hop, packet fingerprint and the packet's IP TTL) for
+    /// its next join, after joining those before it if it is of a later packet (`join_before`).
     fn add_postcard(
         &mut self,
         now: u64,
         key: FlowKey,
-        hop: crate::record::Hop,
-        packet: u32,
+        (hop, packet, ttl): (crate::record::Hop, u32, Option<u8>),
         join_before: bool,
         log: &Mutex<EventLog>,
     ) {
@@ -180,7 +179,7 @@ impl FlowShard {
             return;
         };
         let window = self.cfg.join_window_ns;
-        if flow.add_card(now, hop, packet, window) {
+        if flow.add_card_with_ttl(now, hop, packet, ttl, window) {
             self.pending_joins.push_back((now + window + 1, key));
         }
     }
@@ -193,6 +192,7 @@ impl FlowShard {
         };
         let silent_ns = self.cfg.postcards.silent_drop_ns;
         let silent;
+        let mut hidden = None;
         let mut change = None;
         let link_delay = self.cfg.postcards.link_delay_max_ns;
         match flow.join_cards(&mut self.links, link_delay, self.cfg.join_window_ns) {
@@ -209,6 +209,15 @@ impl FlowShard {
                     .windows(2)
                     .find(|w| w[0].1 >= w[1].1.saturating_add(silent_ns))
                     .map(|w| w[0].0);
+                // Two neighbours of the joined path whose copies of the packet are more than
+                // one TTL apart have hops without INT between them.
+                hidden = chain.windows(2).find_map(|w| {
+                    let (a, b) = (
+                        flow.card_ttl(w[0].0.node_id)?,
+                        flow.card_ttl(w[1].0.node_id)?,
+                    );
+                    (a > b.saturating_add(1)).then_some((w[0].0, w[1].0, a, b))
+                });
                 if silent.is_none() {
                     flow.mark_silent(None);
                 }
@@ -231,6 +240,12 @@ impl FlowShard {
         });
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
+        }
+        if let Some((last, next, ttls)) = hidden
+            .filter(|_| self.cfg.non_int_hops)
+            .map(|(l, n, a, b)| (l, n, (a, b)))
+        {
+            self.hidden_hops(now, key, id, last, next, ttls, log);
         }
         if let Some(at) = raise {
             // The packets left `at` by this port and never reached the next hop: one drop
@@ -272,6 +287,63 @@ impl FlowShard {
                     drop_reason_name: Some(SILENT_DROP),
                 });
         }
+    }
+
+    /// INT-XD/MX: hops without INT between `last` and `next`, neighbours of the flow's joined
+    /// path, whose reports' copies of the packet carry TTLs `ttls` (at `last`, at `next`) more
+    /// than one apart: one non-int-hops incident per port they hide behind, as INT-MD's TTL
+    /// check places them. The evidence's `assumed_initial_ttl` is `last`'s TTL here.
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    fn hidden_hops(
+        &mut self,
+        now: u64,
+        key: FlowKey,
+        id: u64,
+        last: crate::record::Hop,
+        next: crate::record::Hop,
+        (at_last, at_next): (u8, u8),
+        log: &Mutex<EventLog>,
+    ) {
+        let non_int = at_last - at_next - 1;
+        let incident = IncidentKey::new(
+            IncidentKind::NonIntHops,
+            IncidentPlace {
+                node: Some(last.node_id),
+                port: last.egress_if(),
+                ..IncidentPlace::default()
+            },
+            None,
+        );
+        let o = Observation {
+            value: Some((u64::from(non_int), crate::incident::Unit::Hops)),
+            flow: Some(FlowWeight {
+                key,
+                id,
+                weight: 1,
+                samples: 1,
+            }),
+            ..Observation::sample(self.raiser.switch_time(now), now)
+        };
+        let evidence = move || Evidence::NonIntHops {
+            ip_ttl: Some(at_next),
+            assumed_initial_ttl: at_last,
+            ttl_decrement: at_last - at_next,
+            int_hops: 2,
+            non_int_hops: non_int,
+            last_int_node: Some(last.node_id),
+            next_int_node: next.node_id,
+            suspect_node: None,
+        };
+        self.raiser.incidents.observe(log, incident, &o, evidence);
+        let place = Place {
+            node: Some(last.node_id),
+            port: last.egress_if(),
+            queue: None,
+            flow: Some((key, id)),
+        };
+        self.raiser
+            .raise(log, now, EventKind::NonIntHops, place, evidence);
     }
 
     /// Correlates record `r` with its flow (keyed `key`, hashed `hash`, perhaps in slot `hint`
@@ -347,7 +419,7 @@ impl FlowShard {
             // An INT-XD postcard or INT-MX report: one node's view, joined with the others' a
             // window later. A dropped packet's report says where it died, not where it goes.
             if !(r.dropped || r.drop_reason.is_some()) {
-                postcard = Some((*hop, r.packet_fp, flow.join_before(hop.node_id)));
+                postcard = Some((*hop, r.packet_fp, r.ip_ttl, flow.join_before(hop.node_id)));
             }
         } else {
             flow.observe_latency(now, r.hops());
@@ -355,8 +427,8 @@ impl FlowShard {
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
         }
-        if let Some((hop, packet, join_before)) = postcard {
-            self.add_postcard(now, key, hop, packet, join_before, log);
+        if let Some((hop, packet, ttl, join_before)) = postcard {
+            self.add_postcard(now, key, (hop, packet, ttl), join_before, log);
         }
         // `flow_ids` holds one entry per flow, and its length is at hand.
         if self.flow_ids.len() > self.max_flows {

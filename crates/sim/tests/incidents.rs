@@ -565,7 +565,6 @@ fn a_spine_without_int_is_one_incident_per_uplink_in_md() {
 /// The postcards of the leaves around the hidden spine carry the packet's TTL: two leaves
 /// one TTL apart more than one hop.
 #[test]
-#[ignore = "defect: in MX and XD a spine without INT raises no non-int-hops incident"]
 fn a_spine_without_int_is_one_incident_per_uplink_in_mx_and_xd() {
     a_spine_without_int(&[Mode::Mx, Mode::Xd]);
 }
