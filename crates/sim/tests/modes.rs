@@ -504,11 +504,8 @@ fn ten_fault_free_minutes_of_xd_and_mx_raise_nothing() {
             }
         }
         c.tick(end + 1_000 * MS);
-        for kind in [
-            EventKind::PathChange,
-            EventKind::Drop,
-            EventKind::LostReports,
-        ] {
+        c.state.finish_incidents();
+        for kind in EventKind::ALL {
             let ev = events(&c, kind);
             assert!(
                 ev.is_empty(),
@@ -517,6 +514,13 @@ fn ten_fault_free_minutes_of_xd_and_mx_raise_nothing() {
                 ev.first()
             );
         }
+        let incidents = c.state.incidents();
+        assert!(
+            incidents.is_empty(),
+            "{mode:?}: {} incidents, e.g. {:?}",
+            incidents.len(),
+            incidents.first()
+        );
         let flows = seen(&c);
         assert_eq!(flows.len(), 400);
         let wrong = on_a_wrong_path(&flows);
