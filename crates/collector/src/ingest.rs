@@ -526,7 +526,6 @@ impl Collector {
                     std::thread::sleep(Duration::from_millis(10));
                     if last.elapsed() >= interval {
                         intscope_core::rows::discard_changes(&c.state);
-                        c.state.take_changed_incidents();
                         last = std::time::Instant::now();
                     }
                 }

@@ -253,6 +253,16 @@ pub struct RecordCounters {
     pub without_flow: u64,
 }
 
+impl RecordCounters {
+    /// Adds `other`'s counts (the totals of several shards).
+    pub fn add(&mut self, other: &RecordCounters) {
+        self.v2 += other.v2;
+        self.v1 += other.v1;
+        self.v05 += other.v05;
+        self.without_flow += other.without_flow;
+    }
+}
+
 /// What the flow stage learned about a record, for the fabric stage.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FlowSeen {
@@ -816,12 +826,7 @@ impl FabricShard {
                         value: Some((u64::from(lat), Unit::Nanoseconds)),
                         threshold: Some(threshold),
                         baseline: Some(baseline.round() as u64),
-                        flow: flow.map(|(key, id)| FlowWeight {
-                            key,
-                            id,
-                            weight: 1,
-                            samples: 1,
-                        }),
+                        flow: flow.map(FlowWeight::one),
                         ..Observation::sample(clock, now)
                     };
                     self.raiser.incidents.observe(log, key(), &o, ev);
@@ -1009,12 +1014,7 @@ impl FabricShard {
             Some(cause),
         );
         let o = Observation {
-            flow: flow.map(|(key, id)| FlowWeight {
-                key,
-                id,
-                weight: 1,
-                samples: 1,
-            }),
+            flow: flow.map(FlowWeight::one),
             ..Observation::sample(clock, now)
         };
         self.raiser.incidents.observe(log, key, &o, ev);
@@ -1081,12 +1081,7 @@ impl FabricShard {
         let key = IncidentKey::new(IncidentKind::NonIntHops, iplace, None);
         let o = Observation {
             value: Some((u64::from(gap.non_int), Unit::Hops)),
-            flow: flow.map(|(key, id)| FlowWeight {
-                key,
-                id,
-                weight: 1,
-                samples: 1,
-            }),
+            flow: flow.map(FlowWeight::one),
             ..Observation::sample(clock, now)
         };
         self.raiser.incidents.observe(log, key, &o, ev);
@@ -1152,12 +1147,7 @@ impl FabricShard {
             let flow = r.flow.zip(id);
             let clock = last.map_or_else(|| report_clock(r), |h| hop_clock(h, r.time_ns));
             let o = Observation {
-                flow: flow.map(|(key, id)| FlowWeight {
-                    key,
-                    id,
-                    weight: 1,
-                    samples: 1,
-                }),
+                flow: flow.map(FlowWeight::one),
                 ..Observation::sample(clock, r.time_ns)
             };
             self.raiser

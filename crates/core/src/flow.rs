@@ -992,27 +992,6 @@ impl FlowState {
         self.add_card_with_ttl(now, hop, packet, None, window_ns)
     }
 
-    /// [`FlowState::add_card`] with the IP TTL the report's copy of the packet carries.
-    pub fn add_card_with_ttl(
-        &mut self,
-        now: u64,
-        hop: Hop,
-        packet: u32,
-        ttl: Option<u8>,
-        window_ns: u64,
-    ) -> bool {
-        let node = hop.node_id;
-        let queue = self.add_card_inner(now, hop, packet, window_ns);
-        if let Some(c) = self
-            .joins
-            .as_mut()
-            .and_then(|j| j.cards.iter_mut().find(|c| c.hop.node_id == node))
-        {
-            c.ttl = ttl;
-        }
-        queue
-    }
-
     /// The IP TTL in `node`'s latest report of the flow, if it carried one.
     pub fn card_ttl(&self, node: u32) -> Option<u8> {
         self.joins
@@ -1023,7 +1002,15 @@ impl FlowState {
             .ttl
     }
 
-    fn add_card_inner(&mut self, now: u64, hop: Hop, packet: u32, window_ns: u64) -> bool {
+    /// [`FlowState::add_card`] with the IP TTL the report's copy of the packet carries.
+    pub fn add_card_with_ttl(
+        &mut self,
+        now: u64,
+        hop: Hop,
+        packet: u32,
+        ttl: Option<u8>,
+        window_ns: u64,
+    ) -> bool {
         let joins = self.joins();
         match joins
             .cards
@@ -1038,7 +1025,7 @@ impl FlowState {
                     seen_ns: now,
                     since_ns: if same_ports { c.since_ns } else { now },
                     fresh: true,
-                    ttl: None,
+                    ttl,
                 };
             }
             None => {
@@ -1054,7 +1041,7 @@ impl FlowState {
                     seen_ns: now,
                     since_ns: now,
                     fresh: true,
-                    ttl: None,
+                    ttl,
                 });
             }
         }

@@ -262,12 +262,7 @@ impl FlowShard {
                 Some(SILENT_DROP.into()),
             );
             let o = Observation {
-                flow: Some(FlowWeight {
-                    key,
-                    id,
-                    weight: 1,
-                    samples: 1,
-                }),
+                flow: Some(FlowWeight::one((key, id))),
                 ..Observation::sample(self.raiser.switch_time(now), now)
             };
             let evidence = || Evidence::Drop {
@@ -317,12 +312,7 @@ impl FlowShard {
         );
         let o = Observation {
             value: Some((u64::from(non_int), crate::incident::Unit::Hops)),
-            flow: Some(FlowWeight {
-                key,
-                id,
-                weight: 1,
-                samples: 1,
-            }),
+            flow: Some(FlowWeight::one((key, id))),
             ..Observation::sample(self.raiser.switch_time(now), now)
         };
         let evidence = move || Evidence::NonIntHops {

@@ -141,6 +141,18 @@ pub struct FlowWeight {
     pub samples: u64,
 }
 
+impl FlowWeight {
+    /// One sample of flow `key` (API ID `id`), weighing one report.
+    pub fn one((key, id): (FlowKey, u64)) -> Self {
+        FlowWeight {
+            key,
+            id,
+            weight: 1,
+            samples: 1,
+        }
+    }
+}
+
 /// One observation of an incident's evidence.
 #[derive(Debug, Clone)]
 pub struct Observation {
@@ -683,6 +695,11 @@ impl IncidentLog {
         out
     }
 
+    /// Marks every change as taken without copying it (a collector without a store).
+    pub fn forget_changed(&mut self) {
+        self.taken = self.version;
+    }
+
     fn bump(&mut self) -> u64 {
         self.version += 1;
         self.version
@@ -971,12 +988,7 @@ impl IncidentLog {
         let m = Move {
             at_ns,
             received_ns,
-            flow: FlowWeight {
-                key: flow.0,
-                id: flow.1,
-                weight: 1,
-                samples: 1,
-            },
+            flow: FlowWeight::one(flow),
             restored,
             links,
             nodes,

@@ -134,9 +134,11 @@ pub fn collect_batch(
 
 /// What a collector without history does at each flush interval instead of a flush: forgets
 /// what changed (the changed-flow lists, each changed flow's latency interval, the queue and
-/// port intervals) so it does not pile up between flushes that never come. Takes each shard's
+/// port intervals, the incidents' changes) so it does not pile up between flushes that never
+/// come. Takes each shard's
 /// lock once, for a pass over its changed flows only. Returns how many flows it unmarked.
 pub fn discard_changes(state: &State) -> usize {
+    state.forget_changed_incidents();
     let mut n = 0;
     state.each_flow_shard(|shard| {
         let keys = std::mem::take(&mut shard.dirty_flows);
@@ -235,10 +237,7 @@ impl<'a> FlushTake<'a> {
         let mut counters = crate::fabric::RecordCounters::default();
         let mut lost = 0u64;
         state.each_fabric_shard(|shard| {
-            counters.v2 += shard.counters.v2;
-            counters.v1 += shard.counters.v1;
-            counters.v05 += shard.counters.v05;
-            counters.without_flow += shard.counters.without_flow;
+            counters.add(&shard.counters);
             lost += shard.seq.total_reports_lost();
             suppressed += shard.raiser.suppressed;
             for (&node, n) in &mut shard.nodes {

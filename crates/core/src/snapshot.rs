@@ -306,10 +306,7 @@ impl Snapshot {
         self.fabric
             .iter()
             .fold(RecordCounters::default(), |mut t, s| {
-                t.v2 += s.counters.v2;
-                t.v1 += s.counters.v1;
-                t.v05 += s.counters.v05;
-                t.without_flow += s.counters.without_flow;
+                t.add(&s.counters);
                 t
             })
     }

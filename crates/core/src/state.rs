@@ -477,6 +477,11 @@ impl State {
         self.with_incidents(IncidentLog::take_changed)
     }
 
+    /// Forgets the incident changes a flush would take (a collector without a store).
+    pub fn forget_changed_incidents(&self) {
+        self.with_incidents(IncidentLog::forget_changed);
+    }
+
     /// The input is over (the end of a replay): correlates the path changes still waiting
     /// for `path_correlation_ns`. Call after the last [`State::tick`].
     pub fn finish_incidents(&self) {
@@ -681,10 +686,7 @@ impl View<'_> {
         self.fabric
             .iter()
             .fold(RecordCounters::default(), |mut t, s| {
-                t.v2 += s.counters.v2;
-                t.v1 += s.counters.v1;
-                t.v05 += s.counters.v05;
-                t.without_flow += s.counters.without_flow;
+                t.add(&s.counters);
                 t
             })
     }
