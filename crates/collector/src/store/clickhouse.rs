@@ -816,15 +816,7 @@ impl ClickHouseStore {
     fn count_tables(&self) -> Result<Value, StoreError> {
         let db = &self.config.database;
         let mut m = serde_json::Map::new();
-        for t in [
-            "events",
-            "flows",
-            "flow_stats",
-            "queue_stats",
-            "port_stats",
-            "raw_reports",
-            "incidents",
-        ] {
+        for t in super::COUNTED_TABLES {
             let sql = match t {
                 // Versions of one flow life or incident count once.
                 "flows" => format!(

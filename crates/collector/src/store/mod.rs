@@ -137,6 +137,17 @@ pub(crate) fn page(name: &str, mut rows: Vec<(Value, String)>, limit: u32) -> Va
     json!({name: rows.into_iter().map(|(v, _)| v).collect::<Vec<_>>(), "next": next})
 }
 
+/// The tables every store keeps, as `counts` reports them.
+pub const COUNTED_TABLES: [&str; 7] = [
+    "events",
+    "flows",
+    "flow_stats",
+    "queue_stats",
+    "port_stats",
+    "raw_reports",
+    "incidents",
+];
+
 /// A history backend: writes typed rows ([`RowSink`]) and answers the API's history queries.
 pub trait Store: RowSink<Error = StoreError> + Send + Sync {
     /// Deletes history older than `before_ns` and raw datagrams beyond the newest `keep_raw`.

@@ -544,15 +544,7 @@ impl Store for SqliteStore {
     fn counts(&self) -> Result<Value, StoreError> {
         self.read(None, |conn| {
             let mut m = serde_json::Map::new();
-            for t in [
-                "events",
-                "flows",
-                "flow_stats",
-                "queue_stats",
-                "port_stats",
-                "raw_reports",
-                "incidents",
-            ] {
+            for t in super::COUNTED_TABLES {
                 let n: i64 =
                     conn.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))?;
                 m.insert(t.into(), json!(n));
