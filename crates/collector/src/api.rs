@@ -17,11 +17,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
+use intscope_core::counters::{self, Samples};
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio_rustls::rustls;
@@ -104,6 +105,24 @@ pub struct ApiStats {
     pub streams_dropped_lagged: AtomicU64,
     /// Series left out of the last `/metrics` answer (`max_series`).
     pub metrics_series_truncated: AtomicU64,
+}
+
+impl ApiStats {
+    /// Adds the requests refused or cut short, by reason, to `out` (the series truncated are
+    /// added by whoever renders: `/metrics` its own answer's, `/api/stats` the last one's).
+    pub fn sample(&self, out: &mut Samples) {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        for (reason, n) in [
+            ("unauthorized", g(&self.unauthorized)),
+            ("bad_request", g(&self.bad_requests)),
+            ("query_timeout", g(&self.query_timeouts)),
+            ("queries_busy", g(&self.queries_refused)),
+            ("streams_busy", g(&self.streams_refused)),
+            ("stream_lagged", g(&self.streams_dropped_lagged)),
+        ] {
+            out.add(&counters::API_REQUESTS_FAILED, &[reason], n);
+        }
+    }
 }
 
 /// What the handlers share: the collector, the settings, the counters and the slots.
@@ -392,13 +411,95 @@ async fn store_query(
     }
 }
 
-async fn stats(AxState(api): Shared) -> Result<Json<Value>, ApiError> {
+/// The collector's counters at one moment, declared in [`counters`]: the state's totals and the
+/// ingest counts from the published snapshot (read together, so every datagram counted is in the
+/// state), the incident and event logs (their own lock, never a shard lock), and the HTTP, API
+/// and store counters read now. `/api/stats` and `/metrics` both render these.
+pub fn sample_counters(api: &Api, published: &Published, out: &mut Samples) {
     let c = &api.collector;
-    // The counters and the state of one moment: every datagram counted is in the state.
+    c.state.with_incidents(|log| log.sample(out));
+    counters::sample_events_evicted(c.state.events().evicted(), out);
+    published.ingest.sample(c.stats.kernel_dropped(), out);
+    api.http.sample(out);
+    api.stats.sample(out);
+    if c.store.is_some() {
+        c.store_stats
+            .sample(c.raw_skipped.load(Ordering::Relaxed), out);
+    }
+    published.state.sample(out);
+    let age = crate::ingest::now_ns().saturating_sub(published.at_ns) / 1_000_000;
+    out.add(&counters::SNAPSHOT_AGE, &[], age);
+    out.add(
+        &counters::SNAPSHOT_COST,
+        &[],
+        published.previous_cost_ns / 1_000_000,
+    );
+}
+
+/// One report source's sequence accounting in `/api/stats`.
+#[derive(Debug, Serialize)]
+pub struct SourceStats {
+    /// Node ID.
+    pub node_id: u32,
+    /// Hardware ID.
+    pub hw_id: u8,
+    /// Report groups (datagrams) received.
+    pub report_groups_received: u64,
+    /// Reports received.
+    pub reports_received: u64,
+    /// Report groups missing from sequence gaps.
+    pub report_groups_lost: u64,
+    /// Reports missing from sequence gaps.
+    pub reports_lost: u64,
+    /// Late report groups that filled a gap.
+    pub report_groups_reordered: u64,
+    /// Sequence restarts.
+    pub restarts: u64,
+}
+
+/// What `/api/stats` holds besides the counters of [`sample_counters`]: the last decode error,
+/// the kernel's drop count (`null` where unknown), the limits, the sources, and the store's row
+/// counts and totals as its writer last read them.
+#[derive(Debug, Serialize)]
+pub struct StatsBase<'a> {
+    /// Ingest details that are not counters.
+    pub ingest: IngestDetail,
+    /// The state's limits.
+    pub limits: &'a crate::state::Limits,
+    /// Sources in (node, hw_id) order, at most [`MAX_STATS_SOURCES`].
+    pub sources: Vec<SourceStats>,
+    /// The store (`null` without one).
+    pub store: Option<StoreDetail>,
+}
+
+/// The ingest details of `/api/stats` that are not counters.
+#[derive(Debug, Serialize)]
+pub struct IngestDetail {
+    /// Datagrams the kernel dropped (`null` where /proc is not readable; a counter otherwise).
+    pub kernel_dropped: Option<u64>,
+    /// The last decode error.
+    pub last_error: Option<String>,
+}
+
+/// The store's contents as its writer last read them.
+#[derive(Debug, Serialize)]
+pub struct StoreDetail {
+    /// Rows per table.
+    pub rows: Value,
+    /// Stored totals by name.
+    pub totals: Value,
+}
+
+async fn stats(AxState(api): Shared) -> Json<Value> {
+    let c = &api.collector;
     let published = c.snapshot();
-    let ingest = published.ingest.json(&c.stats);
-    let snapshot_age_ms = crate::ingest::now_ns().saturating_sub(published.at_ns) / 1_000_000;
-    let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let mut samples = Samples::default();
+    sample_counters(&api, &published, &mut samples);
+    samples.add(
+        &counters::METRICS_SERIES_TRUNCATED,
+        &[],
+        api.stats.metrics_series_truncated.load(Ordering::Relaxed),
+    );
     // What the writer last read: the API never waits on the database it is writing.
     let store = c.store.as_ref().map(|_| {
         let snap = c
@@ -408,74 +509,40 @@ async fn stats(AxState(api): Shared) -> Result<Json<Value>, ApiError> {
             .map(|s| s.clone())
             .unwrap_or(None)
             .unwrap_or(Value::Null);
-        json!({
-            "rows": snap["rows"],
-            "totals": snap["totals"],
-            "batches": g(&c.store_stats.batches),
-            "failed": g(&c.store_stats.failed),
-            "backlog_dropped": g(&c.store_stats.backlog_dropped),
-            "flushes_deferred": g(&c.store_stats.flushes_deferred),
-            "ingest_pauses": g(&c.store_stats.ingest_pauses),
-            "ingest_paused_ms": g(&c.store_stats.ingest_paused_ms),
-            "events_missed": g(&c.store_stats.events_missed),
-            "raw_not_kept": g(&c.raw_skipped),
+        StoreDetail {
+            rows: snap["rows"].clone(),
+            totals: snap["totals"].clone(),
+        }
+    });
+    let s = &published.state;
+    let mut sources: Vec<_> = s.sources().collect();
+    sources.sort_unstable_by_key(|(k, _)| *k);
+    let sources = sources
+        .into_iter()
+        .take(MAX_STATS_SOURCES)
+        .map(|((node, hw), st)| SourceStats {
+            node_id: node,
+            hw_id: hw,
+            report_groups_received: st.groups_received,
+            reports_received: st.reports_received,
+            report_groups_lost: st.groups_lost,
+            reports_lost: st.reports_lost,
+            report_groups_reordered: st.reordered,
+            restarts: st.restarts,
         })
-    });
-    let h = &api.http;
-    let a = &api.stats;
-    let api_stats = json!({
-        "connections_open": g(&h.open),
-        "connections_accepted": g(&h.accepted),
-        "connections_refused_over_limit": g(&h.refused_over_limit),
-        "connections_evicted_silent": g(&h.evicted_silent),
-        "connections_idle_closed": g(&h.idle_closed),
-        "connection_errors": g(&h.errors),
-        "tls_failed": g(&h.tls_failed),
-        "unauthorized": g(&a.unauthorized),
-        "bad_requests": g(&a.bad_requests),
-        "query_timeouts": g(&a.query_timeouts),
-        "queries_refused": g(&a.queries_refused),
-        "streams_refused": g(&a.streams_refused),
-        "streams_dropped_lagged": g(&a.streams_dropped_lagged),
-        "metrics_series_truncated": g(&a.metrics_series_truncated),
-    });
-    with_published(&published, |s| {
-        let mut sources: Vec<_> = s.sources().collect();
-        let sources_total = sources.len();
-        sources.sort_unstable_by_key(|(k, _)| *k);
-        let sources: Vec<Value> = sources
-            .into_iter()
-            .take(MAX_STATS_SOURCES)
-            .map(|((node, hw), st)| json!({"node_id": node, "hw_id": hw, "report_groups_received": st.groups_received, "reports_received": st.reports_received, "report_groups_lost": st.groups_lost, "reports_lost": st.reports_lost, "report_groups_reordered": st.reordered, "restarts": st.restarts}))
-            .collect();
-        let events: serde_json::Map<String, Value> = s
-            .event_counts()
-            .iter()
-            .map(|(k, v)| (k.label().to_string(), json!(v)))
-            .collect();
-        Json(json!({
-            "ingest": ingest,
-            "reports": s.counters(),
-            "reports_lost": s.reports_lost(),
-            "report_groups_lost": s.report_groups_lost(),
-            "sequence_resets": s.sequence_resets(),
-            "evicted": s.evicted(),
-            "held": s.held().iter().map(|&(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-            "limits": c.config.limits,
-            "sources": sources,
-            "sources_total": sources_total,
-            "flows": s.flow_count(),
-            "flows_expired": s.flows_expired(),
-            "nodes": s.nodes().count(),
-            "queues": s.queues().count(),
-            "events": events,
-            "events_suppressed": s.events_suppressed(),
-            "store": store,
-            "api": api_stats,
-            "snapshot_age_ms": snapshot_age_ms,
-            "snapshot_cost_ms": published.previous_cost_ns / 1_000_000,
-        }))
-    })
+        .collect();
+    let base = StatsBase {
+        ingest: IngestDetail {
+            kernel_dropped: c.stats.kernel_dropped(),
+            last_error: c.stats.last_error.lock().map(|e| e.clone()).unwrap_or(None),
+        },
+        limits: &c.config.limits,
+        sources,
+        store,
+    };
+    let mut v = serde_json::to_value(base).unwrap_or(Value::Null);
+    counters::merge_json(&mut v, samples.to_json());
+    Json(v)
 }
 
 async fn history_events(
@@ -906,76 +973,6 @@ async fn incident(
         })
 }
 
-/// The incidents' metrics: held by kind and state, started, evicted, merged episodes, path
-/// changes that were no move, and the events that left the full log by kind. Registered
-/// before the state's view is taken (the incident log shares the event log's lock).
-fn incident_metrics(c: &crate::ingest::Collector, reg: &mut Registry) {
-    use crate::incident::IncidentKind;
-    let (held, started, evicted, merged, ignored) = c.state.with_incidents(|l| {
-        let held: Vec<_> = IncidentKind::ALL
-            .iter()
-            .map(|&k| (k, l.ongoing(k), l.resolved(k)))
-            .collect();
-        (held, l.started, l.evicted, l.merged, l.moves_ignored)
-    });
-    let gauge = Family::<Labels, Gauge>::default();
-    let started_c = Family::<Labels, Counter>::default();
-    let evicted_c = Family::<Labels, Counter>::default();
-    for (i, (k, ongoing, resolved)) in held.into_iter().enumerate() {
-        for (state, n) in [("ongoing", ongoing), ("resolved", resolved)] {
-            gauge
-                .get_or_create(&labels(&[
-                    ("kind", k.label().into()),
-                    ("state", state.into()),
-                ]))
-                .set(n as i64);
-        }
-        started_c
-            .get_or_create(&labels(&[("kind", k.label().into())]))
-            .inc_by(started[i]);
-        evicted_c
-            .get_or_create(&labels(&[("kind", k.label().into())]))
-            .inc_by(evicted[i]);
-    }
-    reg.register(
-        "incidents",
-        "Incidents held, by kind and state (ongoing; resolved: the newest 1024 of each kind)",
-        gauge,
-    );
-    reg.register("incidents_started", "Incidents started, by kind", started_c);
-    reg.register(
-        "incidents_evicted",
-        "Incidents evicted by the per-kind quotas (ongoing resolved early, resolved dropped)",
-        evicted_c,
-    );
-    let m = Counter::<u64>::default();
-    m.inc_by(merged);
-    reg.register(
-        "incident_episodes_merged",
-        "Episodes merged into an incident that was ongoing or ended within incident_merge_ns",
-        m,
-    );
-    let ig = Counter::<u64>::default();
-    ig.inc_by(ignored);
-    reg.register(
-        "path_changes_ignored",
-        "Path changes that were no change of forwarding (a path that only lost or gained hops)",
-        ig,
-    );
-    let ev = Family::<Labels, Counter>::default();
-    let log = c.state.events();
-    for (k, n) in log.evicted() {
-        ev.get_or_create(&labels(&[("kind", k.label().into())]))
-            .inc_by(*n);
-    }
-    drop(log);
-    reg.register(
-        "events_evicted",
-        "Events that left the full event log, by kind (taken from kinds above their share first)",
-        ev,
-    );
-}
-
 /// Query of `/api/events/stream`.
 #[derive(Debug, serde::Deserialize)]
 pub struct StreamQuery {
@@ -1073,15 +1070,6 @@ async fn event_stream(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-type Labels = Vec<(String, String)>;
-
-fn labels(pairs: &[(&str, String)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_string(), v.clone()))
-        .collect()
-}
-
 /// Series `/metrics` may still render; those beyond are counted instead.
 struct Budget {
     left: usize,
@@ -1100,219 +1088,50 @@ impl Budget {
     }
 }
 
-/// Renders the metrics in the Prometheus text format. Names follow
-/// `intscope_<name>_<unit>_total`; label values come from small sets (outcome, version, kind) or
-/// from the network's own inventory (node, port, queue). The inventory's series stop at
-/// `max_series` (in the order sources, queues, ports, drops); `intscope_metrics_series_truncated`
-/// says how many were left out, so the answer's size and time stay bounded whatever the input.
-pub fn render_metrics(api: &Api) -> String {
-    let c = &api.collector;
-    let mut budget = Budget {
-        left: api.cfg.max_series,
-        truncated: 0,
-    };
-    let mut reg = Registry::with_prefix("intscope");
-    incident_metrics(c, &mut reg);
-    let datagrams = Family::<Labels, Counter>::default();
-    let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let discarded = crate::ingest::Discard::ALL.map(|d| (d.label(), g(c.stats.discarded(d))));
-    for (outcome, v) in discarded.into_iter().chain([
-        ("accepted", g(&c.stats.accepted)),
-        (
-            "kernel_dropped",
-            c.stats
-                .socket_inodes
-                .lock()
-                .ok()
-                .and_then(|i| crate::ingest::kernel_drops(&i))
-                .unwrap_or(0),
-        ),
-    ]) {
-        datagrams
-            .get_or_create(&labels(&[("outcome", outcome.into())]))
-            .inc_by(v);
-    }
-    reg.register(
-        "ingest_datagrams",
-        "Report datagrams received, by outcome",
-        datagrams,
-    );
-    let counter = |v: u64| {
-        let c = Counter::<u64>::default();
-        c.inc_by(v);
-        c
-    };
-    reg.register(
-        "ingest_socket_errors",
-        "Socket receive errors",
-        counter(g(&c.stats.socket_errors)),
-    );
-    let h = &api.http;
-    let http = Family::<Labels, Counter>::default();
-    for (event, v) in [
-        ("accepted", g(&h.accepted)),
-        ("refused_over_limit", g(&h.refused_over_limit)),
-        ("evicted_silent", g(&h.evicted_silent)),
-        ("idle_closed", g(&h.idle_closed)),
-        ("error", g(&h.errors)),
-        ("tls_failed", g(&h.tls_failed)),
-        ("accept_error", g(&h.accept_errors)),
-    ] {
-        http.get_or_create(&labels(&[("event", event.into())]))
-            .inc_by(v);
-    }
-    reg.register(
-        "http_connections",
-        "HTTP connections, by what happened",
-        http,
-    );
-    let open = Gauge::<i64>::default();
-    open.set(g(&h.open) as i64);
-    reg.register("http_connections_open", "HTTP connections open", open);
-    let a = &api.stats;
-    let refused = Family::<Labels, Counter>::default();
-    for (reason, v) in [
-        ("unauthorized", g(&a.unauthorized)),
-        ("bad_request", g(&a.bad_requests)),
-        ("query_timeout", g(&a.query_timeouts)),
-        ("queries_busy", g(&a.queries_refused)),
-        ("streams_busy", g(&a.streams_refused)),
-        ("stream_lagged", g(&a.streams_dropped_lagged)),
-    ] {
-        refused
-            .get_or_create(&labels(&[("reason", reason.into())]))
-            .inc_by(v);
-    }
-    reg.register(
-        "api_requests_failed",
-        "API requests refused or cut short, by reason",
-        refused,
-    );
-    let st = &c.store_stats;
-    reg.register(
-        "store_batches",
-        "Store batches committed",
-        counter(g(&st.batches)),
-    );
-    reg.register(
-        "store_ingest_pauses",
-        "Times ingest waited for the store writer (back-pressure)",
-        counter(g(&st.ingest_pauses)),
-    );
-    let published = c.snapshot();
-    let s = &published.state;
-    let counters = s.counters();
-    let reports = Family::<Labels, Counter>::default();
-    for (v, n) in [
-        ("2.0", counters.v2),
-        ("1.0", counters.v1),
-        ("0.5", counters.v05),
-    ] {
-        reports
-            .get_or_create(&labels(&[("version", v.into())]))
-            .inc_by(n);
-    }
-    reg.register(
-        "reports",
-        "Individual reports decoded, by report version",
-        reports,
-    );
-    let lost = Family::<Labels, Counter>::default();
-    let groups_lost = Family::<Labels, Counter>::default();
+/// Adds the network's per-entity series (loss per source, queues, ports, drops per node, in
+/// that order) while `budget` lasts.
+fn sample_inventory(s: &Snapshot, full_scale: u32, budget: &mut Budget, out: &mut Samples) {
     for ((node, hw), st) in s.sources() {
         // Two series a source, each within the budget.
         if !budget.take() {
             continue;
         }
-        let l = labels(&[("node", node.to_string()), ("hw_id", hw.to_string())]);
-        lost.get_or_create(&l).inc_by(st.reports_lost);
+        let (node, hw) = (node.to_string(), hw.to_string());
+        out.add(&counters::REPORTS_LOST, &[&node, &hw], st.reports_lost);
         if budget.take() {
-            groups_lost.get_or_create(&l).inc_by(st.groups_lost);
+            out.add(&counters::REPORT_GROUPS_LOST, &[&node, &hw], st.groups_lost);
         }
     }
-    reg.register(
-        "reports_lost",
-        "Reports missing from sequence gaps, by source (v2.0: each lost group at the source's mean reports per group)",
-        lost,
-    );
-    reg.register(
-        "report_groups_lost",
-        "Report groups (datagrams, one sequence number each) missing from sequence gaps, by source",
-        groups_lost,
-    );
-    let resets = Counter::<u64>::default();
-    resets.inc_by(s.sequence_resets());
-    reg.register(
-        "report_sequence_resets",
-        "Sequence jumps too far to be loss (restarted or spoofed sources)",
-        resets,
-    );
-    let evicted = Family::<Labels, Counter>::default();
-    for (kind, n) in s.evicted().by_kind() {
-        evicted
-            .get_or_create(&labels(&[("kind", kind.into())]))
-            .inc_by(n);
-    }
-    reg.register(
-        "state_evicted",
-        "Least recently seen entries evicted at the state's limits, by kind",
-        evicted,
-    );
-    let held = Family::<Labels, Gauge>::default();
-    for (kind, n) in s.held() {
-        held.get_or_create(&labels(&[("kind", kind.into())]))
-            .set(n as i64);
-    }
-    reg.register("state_entries", "Entries in live state, by kind", held);
-    let events = Family::<Labels, Counter>::default();
-    for k in EventKind::ALL {
-        events
-            .get_or_create(&labels(&[("kind", k.label().into())]))
-            .inc_by(s.event_counts().get(&k).copied().unwrap_or(0));
-    }
-    reg.register("events", "Events detected, by kind", events);
-    let flows = Gauge::<i64>::default();
-    flows.set(s.flow_count() as i64);
-    reg.register("flows_active", "Flows in memory", flows);
-    let occupancy = Family::<Labels, Gauge>::default();
-    let qlat = Family::<Labels, Gauge>::default();
     for (k, qs) in s.queues() {
         if !budget.take() {
             continue;
         }
-        let l = labels(&[
-            ("node", k.node().to_string()),
-            ("port", k.port().to_string()),
-            ("queue", k.queue().to_string()),
-        ]);
-        occupancy.get_or_create(&l).set(i64::from(qs.occupancy));
+        let l = [
+            k.node().to_string(),
+            k.port().to_string(),
+            k.queue().to_string(),
+        ];
+        let l = [l[0].as_str(), l[1].as_str(), l[2].as_str()];
+        out.add(&counters::QUEUE_OCCUPANCY, &l, u64::from(qs.occupancy));
         if let Some(lat) = qs.hop_latency {
-            qlat.get_or_create(&l).set(i64::from(lat));
+            out.add(&counters::QUEUE_HOP_LATENCY, &l, u64::from(lat));
         }
     }
-    reg.register(
-        "queue_occupancy",
-        "Last queue occupancy reported (device units)",
-        occupancy,
-    );
-    reg.register(
-        "queue_hop_latency_nanoseconds",
-        "Last hop latency through the queue",
-        qlat,
-    );
-    let util = Family::<Labels, Gauge>::default();
-    let util_ratio = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-    let drops = Family::<Labels, Counter>::default();
     for (node, n) in s.nodes() {
+        let node_s = node.to_string();
         for (port, ps) in &n.ports {
             if let Some(u) = ps.tx_util {
                 if !budget.take() {
                     continue;
                 }
-                let l = labels(&[("node", node.to_string()), ("port", port.to_string())]);
-                util.get_or_create(&l).set(i64::from(u));
-                if let Some(r) = utilization(Some(u), c.config.tx_util_full_scale) {
-                    util_ratio.get_or_create(&l).set(r);
+                let port = port.to_string();
+                out.add(
+                    &counters::PORT_TX_UTILIZATION,
+                    &[&node_s, &port],
+                    u64::from(u),
+                );
+                if let Some(r) = utilization(Some(u), full_scale) {
+                    out.add_float(&counters::PORT_TX_UTILIZATION_RATIO, &[&node_s, &port], r);
                 }
             }
         }
@@ -1322,39 +1141,94 @@ pub fn render_metrics(api: &Api) -> String {
             }
             let name = intscope_wire::report::drop_reason_name(*reason)
                 .map_or_else(|| reason.to_string(), str::to_string);
-            drops
-                .get_or_create(&labels(&[("node", node.to_string()), ("reason", name)]))
-                .inc_by(*count);
+            out.add(&counters::DROPS, &[&node_s, &name], *count);
         }
     }
-    reg.register(
-        "port_tx_utilization",
-        "Egress port Tx utilization reported (device units)",
-        util,
-    );
-    reg.register(
-        "port_tx_utilization_ratio",
-        "Egress port Tx utilization as a fraction of line rate (tx_util_full_scale = 1)",
-        util_ratio,
-    );
-    reg.register(
-        "drops",
-        "Drop reports received (not packets: switches filter drop reports), by node and reason",
-        drops,
+}
+
+/// Renders the metrics in the OpenMetrics text format: the counters of [`sample_counters`] (as
+/// `/api/stats` shows them) and the network's per-entity series, all declared in [`counters`].
+/// Label values come from small sets (outcome, version, kind) or from the network's own
+/// inventory (node, port, queue). The inventory's series stop at `max_series` (in the order
+/// sources, queues, ports, drops); `intscope_metrics_series_truncated` says how many were left
+/// out, so the answer's size and time stay bounded whatever the input. Everything is read from
+/// the published snapshot, never under the shard locks.
+pub fn render_metrics(api: &Api) -> String {
+    let published = api.collector.snapshot();
+    let mut samples = Samples::default();
+    sample_counters(api, &published, &mut samples);
+    let mut budget = Budget {
+        left: api.cfg.max_series,
+        truncated: 0,
+    };
+    sample_inventory(
+        &published.state,
+        api.collector.config.tx_util_full_scale,
+        &mut budget,
+        &mut samples,
     );
     api.stats
         .metrics_series_truncated
         .store(budget.truncated, Ordering::Relaxed);
-    let truncated = Gauge::<i64>::default();
-    truncated.set(budget.truncated as i64);
-    reg.register(
-        "metrics_series_truncated",
-        "Series left out of this answer (more than max_series)",
-        truncated,
-    );
+    samples.add(&counters::METRICS_SERIES_TRUNCATED, &[], budget.truncated);
+    openmetrics(samples)
+}
+
+/// The OpenMetrics text of `samples`, one family per declared metric (HELP, TYPE, UNIT), encoded
+/// by prometheus-client (names, label escaping, `_total`, `# EOF`).
+pub fn openmetrics(samples: Samples) -> String {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(Encoded(samples)));
     let mut out = String::new();
     let _ = encode(&mut out, &reg);
     out
+}
+
+fn encode_value(
+    e: &mut MetricEncoder,
+    kind: counters::Kind,
+    v: counters::Value,
+) -> std::fmt::Result {
+    use counters::{Kind, Value as V};
+    match (kind, v) {
+        (Kind::Counter, V::Int(n)) => e.encode_counter::<NoLabelSet, _, u64>(&n, None),
+        (Kind::Counter, V::Float(x)) => e.encode_counter::<NoLabelSet, _, u64>(&x, None),
+        (Kind::Gauge, V::Int(n)) => e.encode_gauge(&n),
+        (Kind::Gauge, V::Float(x)) => e.encode_gauge(&x),
+    }
+}
+
+/// Samples handed to prometheus-client's encoder.
+#[derive(Debug)]
+struct Encoded(Samples);
+
+impl prometheus_client::collector::Collector for Encoded {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        use counters::Kind;
+        for (m, samples) in self.0.families() {
+            let unit = m.unit.map(|u| Unit::Other(u.to_string()));
+            let ty = match m.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+            };
+            let name = format!("{}_{}", counters::PREFIX, m.name);
+            let mut me = enc.encode_descriptor(&name, m.help, unit.as_ref(), ty)?;
+            for s in samples {
+                let labels: Vec<(String, String)> = m
+                    .labels
+                    .iter()
+                    .zip(&s.labels)
+                    .map(|(k, v)| ((*k).to_string(), v.clone()))
+                    .collect();
+                if labels.is_empty() {
+                    encode_value(&mut me, m.kind, s.value)?;
+                } else {
+                    encode_value(&mut me.encode_family(&labels)?, m.kind, s.value)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 async fn metrics(AxState(api): Shared) -> impl IntoResponse {
