@@ -23,12 +23,13 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_rustls::rustls;
 
 use crate::event::{Event, EventKind, FlowRef};
 use crate::http::{HttpLimits, HttpStats};
+use crate::incident::Incident;
 use crate::ingest::{Collector, Published};
 use crate::rank;
 use crate::search::FlowSearch;
@@ -245,9 +246,21 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({"error": self.message, "status": self.status.as_u16()}));
+        let body = Json(ErrorBody {
+            error: self.message,
+            status: self.status.as_u16(),
+        });
         (self.status, body).into_response()
     }
+}
+
+/// The body of every error answer.
+#[derive(Debug, Serialize)]
+pub struct ErrorBody {
+    /// What was wrong and what to do.
+    pub error: String,
+    /// The HTTP status again.
+    pub status: u16,
 }
 
 /// A query string, its errors answered as JSON 400s.
@@ -353,16 +366,16 @@ fn cursor_text(key: &[u64]) -> String {
 
 /// A page of an array endpoint: the rows after `after` (sorted by key), at most `limit`, and the
 /// `Link: <...>; rel="next"` header (RFC 8288) when more follow.
-fn array_page<const N: usize>(
+fn array_page<const N: usize, T: Serialize>(
     path: &str,
-    mut rows: Vec<([u64; N], Value)>,
+    mut rows: Vec<([u64; N], T)>,
     after: Option<[u64; N]>,
     limit: usize,
-) -> (HeaderMap, Json<Value>) {
+) -> (HeaderMap, Json<Vec<T>>) {
     rows.sort_unstable_by_key(|r| r.0);
     let start = after.map_or(0, |a| rows.partition_point(|(k, _)| *k <= a));
     let more = rows.len() - start > limit;
-    let page: Vec<([u64; N], Value)> = rows.drain(start..).take(limit).collect();
+    let page: Vec<([u64; N], T)> = rows.drain(start..).take(limit).collect();
     let mut headers = HeaderMap::new();
     if more && let Some((k, _)) = page.last() {
         let link = format!(
@@ -373,10 +386,7 @@ fn array_page<const N: usize>(
             headers.insert(header::LINK, v);
         }
     }
-    (
-        headers,
-        Json(Value::Array(page.into_iter().map(|(_, v)| v).collect())),
-    )
+    (headers, Json(page.into_iter().map(|(_, v)| v).collect()))
 }
 
 /// Runs a store query on the blocking pool: at most `max_queries` at once (503 beyond), each
@@ -592,6 +602,53 @@ pub struct ListQuery {
     pub cursor: Option<String>,
 }
 
+/// A node of `/api/nodes`.
+#[derive(Debug, Serialize)]
+pub struct NodeRow {
+    /// Node ID.
+    pub node_id: u32,
+    /// First report or hop, ns.
+    pub first_seen_ns: u64,
+    /// Last report or hop, ns.
+    pub last_seen_ns: u64,
+    /// Reports it sent.
+    pub reports_sent: u64,
+    /// Times it was a hop of a path.
+    pub hops_seen: u64,
+    /// Drop reports by reason.
+    pub drops: Vec<DropCount>,
+    /// Its ports, by port ID.
+    pub ports: Vec<PortRow>,
+}
+
+/// Drop reports of one reason.
+#[derive(Debug, Serialize)]
+pub struct DropCount {
+    /// The reason code.
+    pub reason: u8,
+    /// Its name, when known.
+    pub name: Option<&'static str>,
+    /// Drop reports.
+    pub count: u64,
+}
+
+/// A port of a node.
+#[derive(Debug, Serialize)]
+pub struct PortRow {
+    /// Port ID.
+    pub port: u32,
+    /// Last Tx utilization reported (device units).
+    pub tx_util: Option<u32>,
+    /// `tx_util` as a fraction of line rate.
+    pub utilization: Option<f64>,
+    /// Last hop latency, ns.
+    pub hop_latency: Option<u32>,
+    /// The latency baseline, ns.
+    pub hop_latency_baseline: f64,
+    /// Drop reports at this port.
+    pub drops: u64,
+}
+
 async fn nodes(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResponse, ApiError> {
     let limit = limit(&api, q.limit, MAX_LIST_LIMIT, MAX_LIST_LIMIT)?;
     let after = parse_cursor::<1>(&api, q.cursor.as_deref())?;
@@ -606,16 +663,63 @@ async fn nodes(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResp
         let rows = nodes
             .into_iter()
             .map(|(id, n)| {
-                let ports: Vec<Value> = n.ports.in_id_order()
+                let ports = n
+                    .ports
+                    .in_id_order()
                     .into_iter()
-                    .map(|(p, ps)| json!({"port": p, "tx_util": ps.tx_util, "utilization": utilization(ps.tx_util, full_scale), "hop_latency": ps.last_latency, "hop_latency_baseline": ps.latency_baseline.round(), "drops": ps.drops}))
+                    .map(|(p, ps)| PortRow {
+                        port: p,
+                        tx_util: ps.tx_util,
+                        utilization: utilization(ps.tx_util, full_scale),
+                        hop_latency: ps.last_latency,
+                        hop_latency_baseline: ps.latency_baseline.round(),
+                        drops: ps.drops,
+                    })
                     .collect();
-                let drops: Vec<Value> = n.drops.iter().map(|(r, c)| json!({"reason": r, "name": intscope_wire::report::drop_reason_name(*r), "count": c})).collect();
-                ([u64::from(id)], json!({"node_id": id, "first_seen_ns": n.first_seen_ns, "last_seen_ns": n.last_seen_ns, "reports_sent": n.reports_sent, "hops_seen": n.hops_seen, "drops": drops, "ports": ports}))
+                let drops = n
+                    .drops
+                    .iter()
+                    .map(|(r, c)| DropCount {
+                        reason: *r,
+                        name: intscope_wire::report::drop_reason_name(*r),
+                        count: *c,
+                    })
+                    .collect();
+                let row = NodeRow {
+                    node_id: id,
+                    first_seen_ns: n.first_seen_ns,
+                    last_seen_ns: n.last_seen_ns,
+                    reports_sent: n.reports_sent,
+                    hops_seen: n.hops_seen,
+                    drops,
+                    ports,
+                };
+                ([u64::from(id)], row)
             })
             .collect();
         array_page("/api/nodes", rows, None, limit)
     })
+}
+
+/// A link of `/api/links`.
+#[derive(Debug, Serialize)]
+pub struct LinkRow {
+    /// Upstream node.
+    pub from_node: u32,
+    /// Its egress port.
+    pub from_port: u32,
+    /// Downstream node.
+    pub to_node: u32,
+    /// Its ingress port.
+    pub to_port: u32,
+    /// Reports that crossed it.
+    pub reports: u64,
+    /// Last crossing, ns.
+    pub last_seen_ns: u64,
+    /// The upstream port's last Tx utilization (device units).
+    pub tx_util: Option<u32>,
+    /// `tx_util` as a fraction of line rate.
+    pub utilization: Option<f64>,
 }
 
 async fn links(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResponse, ApiError> {
@@ -623,7 +727,7 @@ async fn links(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResp
     let after = parse_cursor::<4>(&api, q.cursor.as_deref())?;
     let full_scale = api.collector.config.tx_util_full_scale;
     with_snapshot(&api.collector, |s| {
-        let rows: Vec<([u64; 4], Value)> = s
+        let rows: Vec<([u64; 4], LinkRow)> = s
             .links()
             .map(|((a, ap, b, bp), l)| {
                 let key = [u64::from(a), u64::from(ap), u64::from(b), u64::from(bp)];
@@ -632,13 +736,48 @@ async fn links(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResp
             .filter(|(k, _)| after.is_none_or(|a| *k > a))
             .map(|(k, (a, ap, b, bp, l))| {
                 // The link carries what the upstream node's egress port sends.
-                let tx_util = s.node(a).and_then(|n| n.ports.get(&ap)).and_then(|p| p.tx_util);
-                (k, json!({"from_node": a, "from_port": ap, "to_node": b, "to_port": bp, "reports": l.reports,
-                       "last_seen_ns": l.last_seen_ns, "tx_util": tx_util, "utilization": utilization(tx_util, full_scale)}))
+                let tx_util = s
+                    .node(a)
+                    .and_then(|n| n.ports.get(&ap))
+                    .and_then(|p| p.tx_util);
+                let row = LinkRow {
+                    from_node: a,
+                    from_port: ap,
+                    to_node: b,
+                    to_port: bp,
+                    reports: l.reports,
+                    last_seen_ns: l.last_seen_ns,
+                    tx_util,
+                    utilization: utilization(tx_util, full_scale),
+                };
+                (k, row)
             })
             .collect();
         array_page("/api/links", rows, None, limit)
     })
+}
+
+/// A queue of `/api/queues`.
+#[derive(Debug, Serialize)]
+pub struct QueueRow {
+    /// Node ID.
+    pub node_id: u64,
+    /// Port ID.
+    pub port: u64,
+    /// Queue ID.
+    pub queue_id: u64,
+    /// Last occupancy reported.
+    pub occupancy: u32,
+    /// Largest occupancy reported.
+    pub max_occupancy: u32,
+    /// Last hop latency, ns.
+    pub hop_latency: Option<u32>,
+    /// Reports of it.
+    pub reports: u64,
+    /// Last report, ns.
+    pub last_seen_ns: u64,
+    /// Recent `[time_ns, occupancy]` samples.
+    pub series: Vec<[u64; 2]>,
 }
 
 async fn queues(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResponse, ApiError> {
@@ -665,7 +804,18 @@ async fn queues(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoRes
             .into_iter()
             .map(|(k, q)| {
                 let series: Vec<[u64; 2]> = q.series().map(|(t, o)| [t, u64::from(o)]).collect();
-                (k, json!({"node_id": k[0], "port": k[1], "queue_id": k[2], "occupancy": q.occupancy, "max_occupancy": q.max_occupancy, "hop_latency": q.hop_latency, "reports": q.reports, "last_seen_ns": q.last_seen_ns, "series": series}))
+                let row = QueueRow {
+                    node_id: k[0],
+                    port: k[1],
+                    queue_id: k[2],
+                    occupancy: q.occupancy,
+                    max_occupancy: q.max_occupancy,
+                    hop_latency: q.hop_latency,
+                    reports: q.reports,
+                    last_seen_ns: q.last_seen_ns,
+                    series,
+                };
+                (k, row)
             })
             .collect();
         array_page("/api/queues", rows, None, limit)
@@ -689,23 +839,91 @@ pub struct FlowQuery {
     pub node: Option<u32>,
 }
 
-fn flow_summary(f: &FlowRow) -> Value {
-    json!({
-        "id": f.id,
-        "flow": FlowRef::from(&f.key),
-        "first_seen_ns": f.first_seen_ns,
-        "last_seen_ns": f.last_seen_ns,
-        "reports": f.reports,
-        "drops": f.drops,
-        "last_drop_reason": f.last_drop_reason,
-        "path": f.path.iter().map(|h| h.node_id).collect::<Vec<_>>(),
-        "path_changes": f.path_changes,
-        "e2e_latency_p50": f.e2e_p50,
-        "e2e_latency_p99": f.e2e_p99,
-    })
+/// A flow of `/api/flows` (and the head of a flow's page).
+#[derive(Debug, Serialize)]
+pub struct FlowSummary {
+    /// Dense ID.
+    pub id: u64,
+    /// The flow's addresses and ports.
+    pub flow: FlowRef,
+    /// First report, ns.
+    pub first_seen_ns: u64,
+    /// Last report, ns.
+    pub last_seen_ns: u64,
+    /// Reports.
+    pub reports: u64,
+    /// Drop reports.
+    pub drops: u64,
+    /// Last drop reason.
+    pub last_drop_reason: Option<u8>,
+    /// Node IDs of the current path, source first.
+    pub path: Vec<u32>,
+    /// Path changes.
+    pub path_changes: u64,
+    /// Median end-to-end latency, ns.
+    pub e2e_latency_p50: Option<u64>,
+    /// 99th percentile end-to-end latency, ns.
+    pub e2e_latency_p99: Option<u64>,
 }
 
-async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<Value>, ApiError> {
+impl From<&FlowRow> for FlowSummary {
+    fn from(f: &FlowRow) -> Self {
+        FlowSummary {
+            id: f.id,
+            flow: FlowRef::from(&f.key),
+            first_seen_ns: f.first_seen_ns,
+            last_seen_ns: f.last_seen_ns,
+            reports: f.reports,
+            drops: f.drops,
+            last_drop_reason: f.last_drop_reason,
+            path: f.path.iter().map(|h| h.node_id).collect(),
+            path_changes: f.path_changes,
+            e2e_latency_p50: f.e2e_p50,
+            e2e_latency_p99: f.e2e_p99,
+        }
+    }
+}
+
+/// A page of `/api/flows`.
+#[derive(Debug, Serialize)]
+pub struct FlowPage {
+    /// Flows matching the filters (all pages).
+    pub total: usize,
+    /// This page.
+    pub flows: Vec<FlowSummary>,
+    /// Cursor of the next page; `None` on the last.
+    pub next: Option<String>,
+}
+
+/// A path and when it was first seen.
+#[derive(Debug, Serialize)]
+pub struct PathSince {
+    /// When it was first seen, ns.
+    pub since_ns: u64,
+    /// The path, source first.
+    pub path: crate::flow::Path,
+}
+
+/// One flow of `/api/flows/{id}`.
+#[derive(Debug, Serialize)]
+pub struct FlowDetail {
+    /// What the flow list shows.
+    #[serde(flatten)]
+    pub summary: FlowSummary,
+    /// The current path, hop by hop.
+    pub path_detail: crate::flow::Path,
+    /// Recent paths, oldest first, ending with the current one.
+    pub path_history: Vec<PathSince>,
+    /// The last latency samples.
+    pub series: crate::flow::SampleRing,
+    /// The flow's events in the in-memory log.
+    pub events: Vec<Event>,
+    /// With a store: the flow's series per store interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<Value>,
+}
+
+async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<FlowPage>, ApiError> {
     let limit = limit(&api, q.limit, 100, MAX_FLOWS_LIMIT)?;
     let offset = q.offset.unwrap_or(0);
     if offset > MAX_FLOWS_OFFSET {
@@ -771,33 +989,23 @@ async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<Value>, 
         let next = more
             .then(|| page.last().map(|f| format!("{sort}.{}.{}", key(f), f.id)))
             .flatten();
-        let page: Vec<Value> = page.into_iter().map(flow_summary).collect();
-        Json(json!({"total": total, "flows": page, "next": next}))
+        Json(FlowPage {
+            total,
+            flows: page.into_iter().map(FlowSummary::from).collect(),
+            next,
+        })
     })
 }
 
 async fn flow(
     AxState(api): Shared,
     id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<FlowDetail>, ApiError> {
     let Path(id) = id.map_err(|e| ApiError::bad(&api, e.body_text()))?;
     let found = with_snapshot(&api.collector, |s| {
         s.flow_by_id(id).map(|f| {
-            let key = FlowRef::from(&f.key);
-            let mut v = flow_summary(f);
-            let o = v.as_object_mut().expect("object");
-            o.insert("path_detail".into(), json!(&*f.path));
-            o.insert(
-                "path_history".into(),
-                Value::Array(
-                    f.path_history()
-                        .map(|(t, p)| json!({"since_ns": t, "path": &**p}))
-                        .collect(),
-                ),
-            );
-            o.insert("series".into(), json!(f.recent));
             // The event log has its own lock, which the shards take only to append.
-            let events: Vec<_> = api
+            let events: Vec<Event> = api
                 .collector
                 .state
                 .events()
@@ -806,11 +1014,23 @@ async fn flow(
                 .filter(|e| e.flow_id == Some(id))
                 .cloned()
                 .collect();
-            o.insert("events".into(), json!(events));
-            (key, v)
+            FlowDetail {
+                summary: FlowSummary::from(f),
+                path_detail: Arc::clone(&f.path),
+                path_history: f
+                    .path_history()
+                    .map(|(since_ns, p)| PathSince {
+                        since_ns,
+                        path: Arc::clone(p),
+                    })
+                    .collect(),
+                series: f.recent.clone(),
+                events,
+                intervals: None,
+            }
         })
     })?;
-    let Some((key, mut v)) = found else {
+    let Some(mut detail) = found else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no flow with id {id}"),
@@ -818,12 +1038,15 @@ async fn flow(
     };
     // The flow's longer history, per store interval (a disk read, on the blocking pool).
     if api.collector.store.is_some() {
-        v["intervals"] = store_query(&api, HistoryQuery::default(), move |s, q| {
-            s.flow_series(&key, q)
-        })
-        .await?;
+        let key = detail.summary.flow.clone();
+        detail.intervals = Some(
+            store_query(&api, HistoryQuery::default(), move |s, q| {
+                s.flow_series(&key, q)
+            })
+            .await?,
+        );
     }
-    Ok(Json(v))
+    Ok(Json(detail))
 }
 
 /// Query of `/api/events`.
@@ -862,14 +1085,10 @@ async fn events(AxState(api): Shared, Q(q): Q<EventQuery>) -> Result<impl IntoRe
             .collect()
     };
     // Keyed by the reverse of the ID: newest first, and the cursor is the last ID sent.
-    let rows: Vec<([u64; 1], Value)> = page.iter().map(|e| ([u64::MAX - e.id], json!(e))).collect();
+    let rows: Vec<([u64; 1], Event)> = page.into_iter().map(|e| ([u64::MAX - e.id], e)).collect();
     let (mut headers, body) = array_page("/api/events", rows, None, limit);
     // The Link header names the next page by the last ID, not its reverse.
-    if let Some(last) = body
-        .0
-        .as_array()
-        .and_then(|a| a.last())
-        .and_then(|e| e["id"].as_u64())
+    if let Some(last) = body.0.last().map(|e| e.id)
         && headers.contains_key(header::LINK)
         && let Ok(v) = HeaderValue::from_str(&format!(
             "</api/events?limit={limit}&cursor={last}>; rel=\"next\""
@@ -913,7 +1132,19 @@ pub struct IncidentQuery {
 }
 
 /// `GET /api/incidents`: `{"incidents": [Incident...], "next": cursor or null}`, newest first.
-async fn incidents(AxState(api): Shared, Q(q): Q<IncidentQuery>) -> Result<Json<Value>, ApiError> {
+/// A page of `/api/incidents`.
+#[derive(Debug, Serialize)]
+pub struct IncidentPage {
+    /// Newest (highest ID) first.
+    pub incidents: Vec<Incident>,
+    /// Cursor of the next page; `None` on the last.
+    pub next: Option<String>,
+}
+
+async fn incidents(
+    AxState(api): Shared,
+    Q(q): Q<IncidentQuery>,
+) -> Result<Json<IncidentPage>, ApiError> {
     use crate::incident::IncidentKind;
     let limit = limit(&api, q.limit, INCIDENTS_DEFAULT, INCIDENTS_MAX)?;
     let before = parse_cursor::<1>(&api, q.cursor.as_deref())?.map(|[b]| b);
@@ -942,28 +1173,27 @@ async fn incidents(AxState(api): Shared, Q(q): Q<IncidentQuery>) -> Result<Json<
             .collect();
         page.sort_unstable_by_key(|i| std::cmp::Reverse(i.id));
         page.truncate(limit + 1);
-        page.into_iter()
-            .map(|i| i.to_json())
-            .collect::<Vec<Value>>()
+        page.into_iter().cloned().collect::<Vec<Incident>>()
     });
     let next = (page.len() > limit).then(|| {
         page.truncate(limit);
-        page.last()
-            .and_then(|i| i["id"].as_u64())
-            .map(|id| id.to_string())
+        page.last().map(|i| i.id.to_string())
     });
-    Ok(Json(json!({"incidents": page, "next": next.flatten()})))
+    Ok(Json(IncidentPage {
+        incidents: page,
+        next: next.flatten(),
+    }))
 }
 
 /// `GET /api/incidents/{id}`: the incident, or a JSON 404.
 async fn incident(
     AxState(api): Shared,
     id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Incident>, ApiError> {
     let Path(id) = id.map_err(|e| ApiError::bad(&api, e.body_text()))?;
     api.collector
         .state
-        .with_incidents(|log| log.get(id).map(|i| i.to_json()))
+        .with_incidents(|log| log.get(id).cloned())
         .map(Json)
         .ok_or_else(|| {
             ApiError::new(
@@ -971,6 +1201,15 @@ async fn incident(
                 format!("no incident with id {id} (resolved ones leave after the newest 1024 of their kind)"),
             )
         })
+}
+
+/// The last message of an event stream whose client fell behind.
+#[derive(Debug, Serialize)]
+pub struct Lagged {
+    /// Events it was not sent.
+    pub missed: u64,
+    /// The ID to pass as `after` to resume.
+    pub resume_after: u64,
 }
 
 /// Query of `/api/events/stream`.
@@ -1049,9 +1288,13 @@ async fn event_stream(
                 api.stats
                     .streams_dropped_lagged
                     .fetch_add(1, Ordering::Relaxed);
-                let bye = SseEvent::default()
-                    .event("lagged")
-                    .data(json!({"missed": missed, "resume_after": last}).to_string());
+                let bye = SseEvent::default().event("lagged").data(
+                    serde_json::to_string(&Lagged {
+                        missed,
+                        resume_after: last,
+                    })
+                    .unwrap_or_default(),
+                );
                 return Some((futures_util::stream::iter(vec![Ok(bye)]), None));
             }
             if !batch.is_empty() {
