@@ -423,12 +423,18 @@ async fn store_query(
 
 /// The collector's counters at one moment, declared in [`counters`]: the state's totals and the
 /// ingest counts from the published snapshot (read together, so every datagram counted is in the
-/// state), the incident and event logs (their own lock, never a shard lock), and the HTTP, API
-/// and store counters read now. `/api/stats` and `/metrics` both render these.
+/// state), the incident and event logs (their own lock, never a shard lock: incidents as of the
+/// shards' last hand-over), and the HTTP, API and store counters read now. `/api/stats` and
+/// `/metrics` both render these.
 pub fn sample_counters(api: &Api, published: &Published, out: &mut Samples) {
     let c = &api.collector;
-    c.state.with_incidents(|log| log.sample(out));
-    counters::sample_events_evicted(c.state.events().evicted(), out);
+    {
+        // The incident log as the shards last handed over (each tick): reading it takes the
+        // log's lock only, never a shard's.
+        let log = c.state.events();
+        log.incidents.sample(out);
+        counters::sample_events_evicted(log.evicted(), out);
+    }
     published.ingest.sample(c.stats.kernel_dropped(), out);
     api.http.sample(out);
     api.stats.sample(out);
