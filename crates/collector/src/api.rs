@@ -1,5 +1,8 @@
-//! The HTTP API (JSON; described in `docs/collector-api.openapi.yaml`) and the Prometheus
-//! `/metrics` endpoint, served by axum from the shared [`Collector`].
+//! The HTTP API (JSON; described in `docs/collector-api.openapi.yaml`, which
+//! `tests/openapi.rs` checks every endpoint's answer against) and the Prometheus `/metrics`
+//! endpoint, served by axum from the shared [`Collector`]. Each answer is a typed response
+//! (`#[derive(Serialize)]`, core's types where they exist); `/api/stats` and `/metrics` render
+//! one list of counters declared in [`intscope_core::counters`].
 //!
 //! Every answer is bounded: lists take a `limit` with a documented maximum (a 400 above it) and
 //! page by an opaque cursor; history queries run on the blocking pool, a bounded number at once

@@ -237,6 +237,24 @@ fn served_metrics_and_stats_agree() {
         };
         let text = body("/metrics").await;
         let stats: Value = serde_json::from_str(&body("/api/stats").await).unwrap();
+        // The entries held are the rows the inventory endpoints list.
+        for (uri, key) in [
+            ("/api/nodes", "nodes"),
+            ("/api/queues", "queues"),
+            ("/api/links", "link"),
+        ] {
+            let rows: Value = serde_json::from_str(&body(uri).await).unwrap();
+            let held = if key == "link" {
+                &stats["held"]["link"]
+            } else {
+                &stats[key]
+            };
+            assert_eq!(
+                rows.as_array().unwrap().len() as u64,
+                held.as_u64().unwrap(),
+                "{uri}"
+            );
+        }
         (text, stats)
     });
     let parsed = parse(&text);
