@@ -1,5 +1,8 @@
-//! The HTTP API (JSON; described in `docs/collector-api.openapi.yaml`) and the Prometheus
-//! `/metrics` endpoint, served by axum from the shared [`Collector`].
+//! The HTTP API (JSON; described in `docs/collector-api.openapi.yaml`, which
+//! `tests/openapi.rs` checks every endpoint's answer against) and the Prometheus `/metrics`
+//! endpoint, served by axum from the shared [`Collector`]. Each answer is a typed response
+//! (`#[derive(Serialize)]`, core's types where they exist); `/api/stats` and `/metrics` render
+//! one list of counters declared in [`intscope_core::counters`].
 //!
 //! Every answer is bounded: lists take a `limit` with a documented maximum (a 400 above it) and
 //! page by an opaque cursor; history queries run on the blocking pool, a bounded number at once
@@ -17,17 +20,19 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
+use intscope_core::counters::{self, Samples};
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
-use serde_json::{Value, json};
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use serde::Serialize;
+use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_rustls::rustls;
 
 use crate::event::{Event, EventKind, FlowRef};
 use crate::http::{HttpLimits, HttpStats};
+use crate::incident::Incident;
 use crate::ingest::{Collector, Published};
 use crate::rank;
 use crate::search::FlowSearch;
@@ -104,6 +109,24 @@ pub struct ApiStats {
     pub streams_dropped_lagged: AtomicU64,
     /// Series left out of the last `/metrics` answer (`max_series`).
     pub metrics_series_truncated: AtomicU64,
+}
+
+impl ApiStats {
+    /// Adds the requests refused or cut short, by reason, to `out` (the series truncated are
+    /// added by whoever renders: `/metrics` its own answer's, `/api/stats` the last one's).
+    pub fn sample(&self, out: &mut Samples) {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        for (reason, n) in [
+            ("unauthorized", g(&self.unauthorized)),
+            ("bad_request", g(&self.bad_requests)),
+            ("query_timeout", g(&self.query_timeouts)),
+            ("queries_busy", g(&self.queries_refused)),
+            ("streams_busy", g(&self.streams_refused)),
+            ("stream_lagged", g(&self.streams_dropped_lagged)),
+        ] {
+            out.add(&counters::API_REQUESTS_FAILED, &[reason], n);
+        }
+    }
 }
 
 /// What the handlers share: the collector, the settings, the counters and the slots.
@@ -226,9 +249,21 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({"error": self.message, "status": self.status.as_u16()}));
+        let body = Json(ErrorBody {
+            error: self.message,
+            status: self.status.as_u16(),
+        });
         (self.status, body).into_response()
     }
+}
+
+/// The body of every error answer.
+#[derive(Debug, Serialize)]
+pub struct ErrorBody {
+    /// What was wrong and what to do.
+    pub error: String,
+    /// The HTTP status again.
+    pub status: u16,
 }
 
 /// A query string, its errors answered as JSON 400s.
@@ -334,16 +369,16 @@ fn cursor_text(key: &[u64]) -> String {
 
 /// A page of an array endpoint: the rows after `after` (sorted by key), at most `limit`, and the
 /// `Link: <...>; rel="next"` header (RFC 8288) when more follow.
-fn array_page<const N: usize>(
+fn array_page<const N: usize, T: Serialize>(
     path: &str,
-    mut rows: Vec<([u64; N], Value)>,
+    mut rows: Vec<([u64; N], T)>,
     after: Option<[u64; N]>,
     limit: usize,
-) -> (HeaderMap, Json<Value>) {
+) -> (HeaderMap, Json<Vec<T>>) {
     rows.sort_unstable_by_key(|r| r.0);
     let start = after.map_or(0, |a| rows.partition_point(|(k, _)| *k <= a));
     let more = rows.len() - start > limit;
-    let page: Vec<([u64; N], Value)> = rows.drain(start..).take(limit).collect();
+    let page: Vec<([u64; N], T)> = rows.drain(start..).take(limit).collect();
     let mut headers = HeaderMap::new();
     if more && let Some((k, _)) = page.last() {
         let link = format!(
@@ -354,10 +389,7 @@ fn array_page<const N: usize>(
             headers.insert(header::LINK, v);
         }
     }
-    (
-        headers,
-        Json(Value::Array(page.into_iter().map(|(_, v)| v).collect())),
-    )
+    (headers, Json(page.into_iter().map(|(_, v)| v).collect()))
 }
 
 /// Runs a store query on the blocking pool: at most `max_queries` at once (503 beyond), each
@@ -392,13 +424,101 @@ async fn store_query(
     }
 }
 
-async fn stats(AxState(api): Shared) -> Result<Json<Value>, ApiError> {
+/// The collector's counters at one moment, declared in [`counters`]: the state's totals and the
+/// ingest counts from the published snapshot (read together, so every datagram counted is in the
+/// state), the incident and event logs (their own lock, never a shard lock: incidents as of the
+/// shards' last hand-over), and the HTTP, API and store counters read now. `/api/stats` and
+/// `/metrics` both render these.
+pub fn sample_counters(api: &Api, published: &Published, out: &mut Samples) {
     let c = &api.collector;
-    // The counters and the state of one moment: every datagram counted is in the state.
+    {
+        // The incident log as the shards last handed over (each tick): reading it takes the
+        // log's lock only, never a shard's.
+        let log = c.state.events();
+        log.incidents.sample(out);
+        counters::sample_events_evicted(log.evicted(), out);
+    }
+    published.ingest.sample(c.stats.kernel_dropped(), out);
+    api.http.sample(out);
+    api.stats.sample(out);
+    if c.store.is_some() {
+        c.store_stats
+            .sample(c.raw_skipped.load(Ordering::Relaxed), out);
+    }
+    published.state.sample(out);
+    let age = crate::ingest::now_ns().saturating_sub(published.at_ns) / 1_000_000;
+    out.add(&counters::SNAPSHOT_AGE, &[], age);
+    out.add(
+        &counters::SNAPSHOT_COST,
+        &[],
+        published.previous_cost_ns / 1_000_000,
+    );
+}
+
+/// One report source's sequence accounting in `/api/stats`.
+#[derive(Debug, Serialize)]
+pub struct SourceStats {
+    /// Node ID.
+    pub node_id: u32,
+    /// Hardware ID.
+    pub hw_id: u8,
+    /// Report groups (datagrams) received.
+    pub report_groups_received: u64,
+    /// Reports received.
+    pub reports_received: u64,
+    /// Report groups missing from sequence gaps.
+    pub report_groups_lost: u64,
+    /// Reports missing from sequence gaps.
+    pub reports_lost: u64,
+    /// Late report groups that filled a gap.
+    pub report_groups_reordered: u64,
+    /// Sequence restarts.
+    pub restarts: u64,
+}
+
+/// What `/api/stats` holds besides the counters of [`sample_counters`]: the last decode error,
+/// the kernel's drop count (`null` where unknown), the limits, the sources, and the store's row
+/// counts and totals as its writer last read them.
+#[derive(Debug, Serialize)]
+pub struct StatsBase<'a> {
+    /// Ingest details that are not counters.
+    pub ingest: IngestDetail,
+    /// The state's limits.
+    pub limits: &'a crate::state::Limits,
+    /// Sources in (node, hw_id) order, at most [`MAX_STATS_SOURCES`].
+    pub sources: Vec<SourceStats>,
+    /// The store (`null` without one).
+    pub store: Option<StoreDetail>,
+}
+
+/// The ingest details of `/api/stats` that are not counters.
+#[derive(Debug, Serialize)]
+pub struct IngestDetail {
+    /// Datagrams the kernel dropped (`null` where /proc is not readable; a counter otherwise).
+    pub kernel_dropped: Option<u64>,
+    /// The last decode error.
+    pub last_error: Option<String>,
+}
+
+/// The store's contents as its writer last read them.
+#[derive(Debug, Serialize)]
+pub struct StoreDetail {
+    /// Rows per table.
+    pub rows: Value,
+    /// Stored totals by name.
+    pub totals: Value,
+}
+
+async fn stats(AxState(api): Shared) -> Json<Value> {
+    let c = &api.collector;
     let published = c.snapshot();
-    let ingest = published.ingest.json(&c.stats);
-    let snapshot_age_ms = crate::ingest::now_ns().saturating_sub(published.at_ns) / 1_000_000;
-    let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let mut samples = Samples::default();
+    sample_counters(&api, &published, &mut samples);
+    samples.add(
+        &counters::METRICS_SERIES_TRUNCATED,
+        &[],
+        api.stats.metrics_series_truncated.load(Ordering::Relaxed),
+    );
     // What the writer last read: the API never waits on the database it is writing.
     let store = c.store.as_ref().map(|_| {
         let snap = c
@@ -408,74 +528,40 @@ async fn stats(AxState(api): Shared) -> Result<Json<Value>, ApiError> {
             .map(|s| s.clone())
             .unwrap_or(None)
             .unwrap_or(Value::Null);
-        json!({
-            "rows": snap["rows"],
-            "totals": snap["totals"],
-            "batches": g(&c.store_stats.batches),
-            "failed": g(&c.store_stats.failed),
-            "backlog_dropped": g(&c.store_stats.backlog_dropped),
-            "flushes_deferred": g(&c.store_stats.flushes_deferred),
-            "ingest_pauses": g(&c.store_stats.ingest_pauses),
-            "ingest_paused_ms": g(&c.store_stats.ingest_paused_ms),
-            "events_missed": g(&c.store_stats.events_missed),
-            "raw_not_kept": g(&c.raw_skipped),
+        StoreDetail {
+            rows: snap["rows"].clone(),
+            totals: snap["totals"].clone(),
+        }
+    });
+    let s = &published.state;
+    let mut sources: Vec<_> = s.sources().collect();
+    sources.sort_unstable_by_key(|(k, _)| *k);
+    let sources = sources
+        .into_iter()
+        .take(MAX_STATS_SOURCES)
+        .map(|((node, hw), st)| SourceStats {
+            node_id: node,
+            hw_id: hw,
+            report_groups_received: st.groups_received,
+            reports_received: st.reports_received,
+            report_groups_lost: st.groups_lost,
+            reports_lost: st.reports_lost,
+            report_groups_reordered: st.reordered,
+            restarts: st.restarts,
         })
-    });
-    let h = &api.http;
-    let a = &api.stats;
-    let api_stats = json!({
-        "connections_open": g(&h.open),
-        "connections_accepted": g(&h.accepted),
-        "connections_refused_over_limit": g(&h.refused_over_limit),
-        "connections_evicted_silent": g(&h.evicted_silent),
-        "connections_idle_closed": g(&h.idle_closed),
-        "connection_errors": g(&h.errors),
-        "tls_failed": g(&h.tls_failed),
-        "unauthorized": g(&a.unauthorized),
-        "bad_requests": g(&a.bad_requests),
-        "query_timeouts": g(&a.query_timeouts),
-        "queries_refused": g(&a.queries_refused),
-        "streams_refused": g(&a.streams_refused),
-        "streams_dropped_lagged": g(&a.streams_dropped_lagged),
-        "metrics_series_truncated": g(&a.metrics_series_truncated),
-    });
-    with_published(&published, |s| {
-        let mut sources: Vec<_> = s.sources().collect();
-        let sources_total = sources.len();
-        sources.sort_unstable_by_key(|(k, _)| *k);
-        let sources: Vec<Value> = sources
-            .into_iter()
-            .take(MAX_STATS_SOURCES)
-            .map(|((node, hw), st)| json!({"node_id": node, "hw_id": hw, "report_groups_received": st.groups_received, "reports_received": st.reports_received, "report_groups_lost": st.groups_lost, "reports_lost": st.reports_lost, "report_groups_reordered": st.reordered, "restarts": st.restarts}))
-            .collect();
-        let events: serde_json::Map<String, Value> = s
-            .event_counts()
-            .iter()
-            .map(|(k, v)| (k.label().to_string(), json!(v)))
-            .collect();
-        Json(json!({
-            "ingest": ingest,
-            "reports": s.counters(),
-            "reports_lost": s.reports_lost(),
-            "report_groups_lost": s.report_groups_lost(),
-            "sequence_resets": s.sequence_resets(),
-            "evicted": s.evicted(),
-            "held": s.held().iter().map(|&(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-            "limits": c.config.limits,
-            "sources": sources,
-            "sources_total": sources_total,
-            "flows": s.flow_count(),
-            "flows_expired": s.flows_expired(),
-            "nodes": s.nodes().count(),
-            "queues": s.queues().count(),
-            "events": events,
-            "events_suppressed": s.events_suppressed(),
-            "store": store,
-            "api": api_stats,
-            "snapshot_age_ms": snapshot_age_ms,
-            "snapshot_cost_ms": published.previous_cost_ns / 1_000_000,
-        }))
-    })
+        .collect();
+    let base = StatsBase {
+        ingest: IngestDetail {
+            kernel_dropped: c.stats.kernel_dropped(),
+            last_error: c.stats.last_error.lock().map(|e| e.clone()).unwrap_or(None),
+        },
+        limits: &c.config.limits,
+        sources,
+        store,
+    };
+    let mut v = serde_json::to_value(base).unwrap_or(Value::Null);
+    counters::merge_json(&mut v, samples.to_json());
+    Json(v)
 }
 
 async fn history_events(
@@ -525,6 +611,53 @@ pub struct ListQuery {
     pub cursor: Option<String>,
 }
 
+/// A node of `/api/nodes`.
+#[derive(Debug, Serialize)]
+pub struct NodeRow {
+    /// Node ID.
+    pub node_id: u32,
+    /// First report or hop, ns.
+    pub first_seen_ns: u64,
+    /// Last report or hop, ns.
+    pub last_seen_ns: u64,
+    /// Reports it sent.
+    pub reports_sent: u64,
+    /// Times it was a hop of a path.
+    pub hops_seen: u64,
+    /// Drop reports by reason.
+    pub drops: Vec<DropCount>,
+    /// Its ports, by port ID.
+    pub ports: Vec<PortRow>,
+}
+
+/// Drop reports of one reason.
+#[derive(Debug, Serialize)]
+pub struct DropCount {
+    /// The reason code.
+    pub reason: u8,
+    /// Its name, when known.
+    pub name: Option<&'static str>,
+    /// Drop reports.
+    pub count: u64,
+}
+
+/// A port of a node.
+#[derive(Debug, Serialize)]
+pub struct PortRow {
+    /// Port ID.
+    pub port: u32,
+    /// Last Tx utilization reported (device units).
+    pub tx_util: Option<u32>,
+    /// `tx_util` as a fraction of line rate.
+    pub utilization: Option<f64>,
+    /// Last hop latency, ns.
+    pub hop_latency: Option<u32>,
+    /// The latency baseline, ns.
+    pub hop_latency_baseline: f64,
+    /// Drop reports at this port.
+    pub drops: u64,
+}
+
 async fn nodes(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResponse, ApiError> {
     let limit = limit(&api, q.limit, MAX_LIST_LIMIT, MAX_LIST_LIMIT)?;
     let after = parse_cursor::<1>(&api, q.cursor.as_deref())?;
@@ -539,16 +672,63 @@ async fn nodes(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResp
         let rows = nodes
             .into_iter()
             .map(|(id, n)| {
-                let ports: Vec<Value> = n.ports.in_id_order()
+                let ports = n
+                    .ports
+                    .in_id_order()
                     .into_iter()
-                    .map(|(p, ps)| json!({"port": p, "tx_util": ps.tx_util, "utilization": utilization(ps.tx_util, full_scale), "hop_latency": ps.last_latency, "hop_latency_baseline": ps.latency_baseline.round(), "drops": ps.drops}))
+                    .map(|(p, ps)| PortRow {
+                        port: p,
+                        tx_util: ps.tx_util,
+                        utilization: utilization(ps.tx_util, full_scale),
+                        hop_latency: ps.last_latency,
+                        hop_latency_baseline: ps.latency_baseline.round(),
+                        drops: ps.drops,
+                    })
                     .collect();
-                let drops: Vec<Value> = n.drops.iter().map(|(r, c)| json!({"reason": r, "name": intscope_wire::report::drop_reason_name(*r), "count": c})).collect();
-                ([u64::from(id)], json!({"node_id": id, "first_seen_ns": n.first_seen_ns, "last_seen_ns": n.last_seen_ns, "reports_sent": n.reports_sent, "hops_seen": n.hops_seen, "drops": drops, "ports": ports}))
+                let drops = n
+                    .drops
+                    .iter()
+                    .map(|(r, c)| DropCount {
+                        reason: *r,
+                        name: intscope_wire::report::drop_reason_name(*r),
+                        count: *c,
+                    })
+                    .collect();
+                let row = NodeRow {
+                    node_id: id,
+                    first_seen_ns: n.first_seen_ns,
+                    last_seen_ns: n.last_seen_ns,
+                    reports_sent: n.reports_sent,
+                    hops_seen: n.hops_seen,
+                    drops,
+                    ports,
+                };
+                ([u64::from(id)], row)
             })
             .collect();
         array_page("/api/nodes", rows, None, limit)
     })
+}
+
+/// A link of `/api/links`.
+#[derive(Debug, Serialize)]
+pub struct LinkRow {
+    /// Upstream node.
+    pub from_node: u32,
+    /// Its egress port.
+    pub from_port: u32,
+    /// Downstream node.
+    pub to_node: u32,
+    /// Its ingress port.
+    pub to_port: u32,
+    /// Reports that crossed it.
+    pub reports: u64,
+    /// Last crossing, ns.
+    pub last_seen_ns: u64,
+    /// The upstream port's last Tx utilization (device units).
+    pub tx_util: Option<u32>,
+    /// `tx_util` as a fraction of line rate.
+    pub utilization: Option<f64>,
 }
 
 async fn links(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResponse, ApiError> {
@@ -556,7 +736,7 @@ async fn links(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResp
     let after = parse_cursor::<4>(&api, q.cursor.as_deref())?;
     let full_scale = api.collector.config.tx_util_full_scale;
     with_snapshot(&api.collector, |s| {
-        let rows: Vec<([u64; 4], Value)> = s
+        let rows: Vec<([u64; 4], LinkRow)> = s
             .links()
             .map(|((a, ap, b, bp), l)| {
                 let key = [u64::from(a), u64::from(ap), u64::from(b), u64::from(bp)];
@@ -565,13 +745,48 @@ async fn links(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResp
             .filter(|(k, _)| after.is_none_or(|a| *k > a))
             .map(|(k, (a, ap, b, bp, l))| {
                 // The link carries what the upstream node's egress port sends.
-                let tx_util = s.node(a).and_then(|n| n.ports.get(&ap)).and_then(|p| p.tx_util);
-                (k, json!({"from_node": a, "from_port": ap, "to_node": b, "to_port": bp, "reports": l.reports,
-                       "last_seen_ns": l.last_seen_ns, "tx_util": tx_util, "utilization": utilization(tx_util, full_scale)}))
+                let tx_util = s
+                    .node(a)
+                    .and_then(|n| n.ports.get(&ap))
+                    .and_then(|p| p.tx_util);
+                let row = LinkRow {
+                    from_node: a,
+                    from_port: ap,
+                    to_node: b,
+                    to_port: bp,
+                    reports: l.reports,
+                    last_seen_ns: l.last_seen_ns,
+                    tx_util,
+                    utilization: utilization(tx_util, full_scale),
+                };
+                (k, row)
             })
             .collect();
         array_page("/api/links", rows, None, limit)
     })
+}
+
+/// A queue of `/api/queues`.
+#[derive(Debug, Serialize)]
+pub struct QueueRow {
+    /// Node ID.
+    pub node_id: u64,
+    /// Port ID.
+    pub port: u64,
+    /// Queue ID.
+    pub queue_id: u64,
+    /// Last occupancy reported.
+    pub occupancy: u32,
+    /// Largest occupancy reported.
+    pub max_occupancy: u32,
+    /// Last hop latency, ns.
+    pub hop_latency: Option<u32>,
+    /// Reports of it.
+    pub reports: u64,
+    /// Last report, ns.
+    pub last_seen_ns: u64,
+    /// Recent `[time_ns, occupancy]` samples.
+    pub series: Vec<[u64; 2]>,
 }
 
 async fn queues(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoResponse, ApiError> {
@@ -598,7 +813,18 @@ async fn queues(AxState(api): Shared, Q(q): Q<ListQuery>) -> Result<impl IntoRes
             .into_iter()
             .map(|(k, q)| {
                 let series: Vec<[u64; 2]> = q.series().map(|(t, o)| [t, u64::from(o)]).collect();
-                (k, json!({"node_id": k[0], "port": k[1], "queue_id": k[2], "occupancy": q.occupancy, "max_occupancy": q.max_occupancy, "hop_latency": q.hop_latency, "reports": q.reports, "last_seen_ns": q.last_seen_ns, "series": series}))
+                let row = QueueRow {
+                    node_id: k[0],
+                    port: k[1],
+                    queue_id: k[2],
+                    occupancy: q.occupancy,
+                    max_occupancy: q.max_occupancy,
+                    hop_latency: q.hop_latency,
+                    reports: q.reports,
+                    last_seen_ns: q.last_seen_ns,
+                    series,
+                };
+                (k, row)
             })
             .collect();
         array_page("/api/queues", rows, None, limit)
@@ -622,23 +848,91 @@ pub struct FlowQuery {
     pub node: Option<u32>,
 }
 
-fn flow_summary(f: &FlowRow) -> Value {
-    json!({
-        "id": f.id,
-        "flow": FlowRef::from(&f.key),
-        "first_seen_ns": f.first_seen_ns,
-        "last_seen_ns": f.last_seen_ns,
-        "reports": f.reports,
-        "drops": f.drops,
-        "last_drop_reason": f.last_drop_reason,
-        "path": f.path.iter().map(|h| h.node_id).collect::<Vec<_>>(),
-        "path_changes": f.path_changes,
-        "e2e_latency_p50": f.e2e_p50,
-        "e2e_latency_p99": f.e2e_p99,
-    })
+/// A flow of `/api/flows` (and the head of a flow's page).
+#[derive(Debug, Serialize)]
+pub struct FlowSummary {
+    /// Dense ID.
+    pub id: u64,
+    /// The flow's addresses and ports.
+    pub flow: FlowRef,
+    /// First report, ns.
+    pub first_seen_ns: u64,
+    /// Last report, ns.
+    pub last_seen_ns: u64,
+    /// Reports.
+    pub reports: u64,
+    /// Drop reports.
+    pub drops: u64,
+    /// Last drop reason.
+    pub last_drop_reason: Option<u8>,
+    /// Node IDs of the current path, source first.
+    pub path: Vec<u32>,
+    /// Path changes.
+    pub path_changes: u64,
+    /// Median end-to-end latency, ns.
+    pub e2e_latency_p50: Option<u64>,
+    /// 99th percentile end-to-end latency, ns.
+    pub e2e_latency_p99: Option<u64>,
 }
 
-async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<Value>, ApiError> {
+impl From<&FlowRow> for FlowSummary {
+    fn from(f: &FlowRow) -> Self {
+        FlowSummary {
+            id: f.id,
+            flow: FlowRef::from(&f.key),
+            first_seen_ns: f.first_seen_ns,
+            last_seen_ns: f.last_seen_ns,
+            reports: f.reports,
+            drops: f.drops,
+            last_drop_reason: f.last_drop_reason,
+            path: f.path.iter().map(|h| h.node_id).collect(),
+            path_changes: f.path_changes,
+            e2e_latency_p50: f.e2e_p50,
+            e2e_latency_p99: f.e2e_p99,
+        }
+    }
+}
+
+/// A page of `/api/flows`.
+#[derive(Debug, Serialize)]
+pub struct FlowPage {
+    /// Flows matching the filters (all pages).
+    pub total: usize,
+    /// This page.
+    pub flows: Vec<FlowSummary>,
+    /// Cursor of the next page; `None` on the last.
+    pub next: Option<String>,
+}
+
+/// A path and when it was first seen.
+#[derive(Debug, Serialize)]
+pub struct PathSince {
+    /// When it was first seen, ns.
+    pub since_ns: u64,
+    /// The path, source first.
+    pub path: crate::flow::Path,
+}
+
+/// One flow of `/api/flows/{id}`.
+#[derive(Debug, Serialize)]
+pub struct FlowDetail {
+    /// What the flow list shows.
+    #[serde(flatten)]
+    pub summary: FlowSummary,
+    /// The current path, hop by hop.
+    pub path_detail: crate::flow::Path,
+    /// Recent paths, oldest first, ending with the current one.
+    pub path_history: Vec<PathSince>,
+    /// The last latency samples.
+    pub series: crate::flow::SampleRing,
+    /// The flow's events in the in-memory log.
+    pub events: Vec<Event>,
+    /// With a store: the flow's series per store interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<Value>,
+}
+
+async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<FlowPage>, ApiError> {
     let limit = limit(&api, q.limit, 100, MAX_FLOWS_LIMIT)?;
     let offset = q.offset.unwrap_or(0);
     if offset > MAX_FLOWS_OFFSET {
@@ -704,33 +998,23 @@ async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<Value>, 
         let next = more
             .then(|| page.last().map(|f| format!("{sort}.{}.{}", key(f), f.id)))
             .flatten();
-        let page: Vec<Value> = page.into_iter().map(flow_summary).collect();
-        Json(json!({"total": total, "flows": page, "next": next}))
+        Json(FlowPage {
+            total,
+            flows: page.into_iter().map(FlowSummary::from).collect(),
+            next,
+        })
     })
 }
 
 async fn flow(
     AxState(api): Shared,
     id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<FlowDetail>, ApiError> {
     let Path(id) = id.map_err(|e| ApiError::bad(&api, e.body_text()))?;
     let found = with_snapshot(&api.collector, |s| {
         s.flow_by_id(id).map(|f| {
-            let key = FlowRef::from(&f.key);
-            let mut v = flow_summary(f);
-            let o = v.as_object_mut().expect("object");
-            o.insert("path_detail".into(), json!(&*f.path));
-            o.insert(
-                "path_history".into(),
-                Value::Array(
-                    f.path_history()
-                        .map(|(t, p)| json!({"since_ns": t, "path": &**p}))
-                        .collect(),
-                ),
-            );
-            o.insert("series".into(), json!(f.recent));
             // The event log has its own lock, which the shards take only to append.
-            let events: Vec<_> = api
+            let events: Vec<Event> = api
                 .collector
                 .state
                 .events()
@@ -739,11 +1023,23 @@ async fn flow(
                 .filter(|e| e.flow_id == Some(id))
                 .cloned()
                 .collect();
-            o.insert("events".into(), json!(events));
-            (key, v)
+            FlowDetail {
+                summary: FlowSummary::from(f),
+                path_detail: Arc::clone(&f.path),
+                path_history: f
+                    .path_history()
+                    .map(|(since_ns, p)| PathSince {
+                        since_ns,
+                        path: Arc::clone(p),
+                    })
+                    .collect(),
+                series: f.recent.clone(),
+                events,
+                intervals: None,
+            }
         })
     })?;
-    let Some((key, mut v)) = found else {
+    let Some(mut detail) = found else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no flow with id {id}"),
@@ -751,12 +1047,15 @@ async fn flow(
     };
     // The flow's longer history, per store interval (a disk read, on the blocking pool).
     if api.collector.store.is_some() {
-        v["intervals"] = store_query(&api, HistoryQuery::default(), move |s, q| {
-            s.flow_series(&key, q)
-        })
-        .await?;
+        let key = detail.summary.flow.clone();
+        detail.intervals = Some(
+            store_query(&api, HistoryQuery::default(), move |s, q| {
+                s.flow_series(&key, q)
+            })
+            .await?,
+        );
     }
-    Ok(Json(v))
+    Ok(Json(detail))
 }
 
 /// Query of `/api/events`.
@@ -795,14 +1094,10 @@ async fn events(AxState(api): Shared, Q(q): Q<EventQuery>) -> Result<impl IntoRe
             .collect()
     };
     // Keyed by the reverse of the ID: newest first, and the cursor is the last ID sent.
-    let rows: Vec<([u64; 1], Value)> = page.iter().map(|e| ([u64::MAX - e.id], json!(e))).collect();
+    let rows: Vec<([u64; 1], Event)> = page.into_iter().map(|e| ([u64::MAX - e.id], e)).collect();
     let (mut headers, body) = array_page("/api/events", rows, None, limit);
     // The Link header names the next page by the last ID, not its reverse.
-    if let Some(last) = body
-        .0
-        .as_array()
-        .and_then(|a| a.last())
-        .and_then(|e| e["id"].as_u64())
+    if let Some(last) = body.0.last().map(|e| e.id)
         && headers.contains_key(header::LINK)
         && let Ok(v) = HeaderValue::from_str(&format!(
             "</api/events?limit={limit}&cursor={last}>; rel=\"next\""
@@ -846,7 +1141,19 @@ pub struct IncidentQuery {
 }
 
 /// `GET /api/incidents`: `{"incidents": [Incident...], "next": cursor or null}`, newest first.
-async fn incidents(AxState(api): Shared, Q(q): Q<IncidentQuery>) -> Result<Json<Value>, ApiError> {
+/// A page of `/api/incidents`.
+#[derive(Debug, Serialize)]
+pub struct IncidentPage {
+    /// Newest (highest ID) first.
+    pub incidents: Vec<Incident>,
+    /// Cursor of the next page; `None` on the last.
+    pub next: Option<String>,
+}
+
+async fn incidents(
+    AxState(api): Shared,
+    Q(q): Q<IncidentQuery>,
+) -> Result<Json<IncidentPage>, ApiError> {
     use crate::incident::IncidentKind;
     let limit = limit(&api, q.limit, INCIDENTS_DEFAULT, INCIDENTS_MAX)?;
     let before = parse_cursor::<1>(&api, q.cursor.as_deref())?.map(|[b]| b);
@@ -875,28 +1182,27 @@ async fn incidents(AxState(api): Shared, Q(q): Q<IncidentQuery>) -> Result<Json<
             .collect();
         page.sort_unstable_by_key(|i| std::cmp::Reverse(i.id));
         page.truncate(limit + 1);
-        page.into_iter()
-            .map(|i| i.to_json())
-            .collect::<Vec<Value>>()
+        page.into_iter().cloned().collect::<Vec<Incident>>()
     });
     let next = (page.len() > limit).then(|| {
         page.truncate(limit);
-        page.last()
-            .and_then(|i| i["id"].as_u64())
-            .map(|id| id.to_string())
+        page.last().map(|i| i.id.to_string())
     });
-    Ok(Json(json!({"incidents": page, "next": next.flatten()})))
+    Ok(Json(IncidentPage {
+        incidents: page,
+        next: next.flatten(),
+    }))
 }
 
 /// `GET /api/incidents/{id}`: the incident, or a JSON 404.
 async fn incident(
     AxState(api): Shared,
     id: Result<Path<u64>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Incident>, ApiError> {
     let Path(id) = id.map_err(|e| ApiError::bad(&api, e.body_text()))?;
     api.collector
         .state
-        .with_incidents(|log| log.get(id).map(|i| i.to_json()))
+        .with_incidents(|log| log.get(id).cloned())
         .map(Json)
         .ok_or_else(|| {
             ApiError::new(
@@ -906,74 +1212,13 @@ async fn incident(
         })
 }
 
-/// The incidents' metrics: held by kind and state, started, evicted, merged episodes, path
-/// changes that were no move, and the events that left the full log by kind. Registered
-/// before the state's view is taken (the incident log shares the event log's lock).
-fn incident_metrics(c: &crate::ingest::Collector, reg: &mut Registry) {
-    use crate::incident::IncidentKind;
-    let (held, started, evicted, merged, ignored) = c.state.with_incidents(|l| {
-        let held: Vec<_> = IncidentKind::ALL
-            .iter()
-            .map(|&k| (k, l.ongoing(k), l.resolved(k)))
-            .collect();
-        (held, l.started, l.evicted, l.merged, l.moves_ignored)
-    });
-    let gauge = Family::<Labels, Gauge>::default();
-    let started_c = Family::<Labels, Counter>::default();
-    let evicted_c = Family::<Labels, Counter>::default();
-    for (i, (k, ongoing, resolved)) in held.into_iter().enumerate() {
-        for (state, n) in [("ongoing", ongoing), ("resolved", resolved)] {
-            gauge
-                .get_or_create(&labels(&[
-                    ("kind", k.label().into()),
-                    ("state", state.into()),
-                ]))
-                .set(n as i64);
-        }
-        started_c
-            .get_or_create(&labels(&[("kind", k.label().into())]))
-            .inc_by(started[i]);
-        evicted_c
-            .get_or_create(&labels(&[("kind", k.label().into())]))
-            .inc_by(evicted[i]);
-    }
-    reg.register(
-        "incidents",
-        "Incidents held, by kind and state (ongoing; resolved: the newest 1024 of each kind)",
-        gauge,
-    );
-    reg.register("incidents_started", "Incidents started, by kind", started_c);
-    reg.register(
-        "incidents_evicted",
-        "Incidents evicted by the per-kind quotas (ongoing resolved early, resolved dropped)",
-        evicted_c,
-    );
-    let m = Counter::<u64>::default();
-    m.inc_by(merged);
-    reg.register(
-        "incident_episodes_merged",
-        "Episodes merged into an incident that was ongoing or ended within incident_merge_ns",
-        m,
-    );
-    let ig = Counter::<u64>::default();
-    ig.inc_by(ignored);
-    reg.register(
-        "path_changes_ignored",
-        "Path changes that were no change of forwarding (a path that only lost or gained hops)",
-        ig,
-    );
-    let ev = Family::<Labels, Counter>::default();
-    let log = c.state.events();
-    for (k, n) in log.evicted() {
-        ev.get_or_create(&labels(&[("kind", k.label().into())]))
-            .inc_by(*n);
-    }
-    drop(log);
-    reg.register(
-        "events_evicted",
-        "Events that left the full event log, by kind (taken from kinds above their share first)",
-        ev,
-    );
+/// The last message of an event stream whose client fell behind.
+#[derive(Debug, Serialize)]
+pub struct Lagged {
+    /// Events it was not sent.
+    pub missed: u64,
+    /// The ID to pass as `after` to resume.
+    pub resume_after: u64,
 }
 
 /// Query of `/api/events/stream`.
@@ -1052,9 +1297,13 @@ async fn event_stream(
                 api.stats
                     .streams_dropped_lagged
                     .fetch_add(1, Ordering::Relaxed);
-                let bye = SseEvent::default()
-                    .event("lagged")
-                    .data(json!({"missed": missed, "resume_after": last}).to_string());
+                let bye = SseEvent::default().event("lagged").data(
+                    serde_json::to_string(&Lagged {
+                        missed,
+                        resume_after: last,
+                    })
+                    .unwrap_or_default(),
+                );
                 return Some((futures_util::stream::iter(vec![Ok(bye)]), None));
             }
             if !batch.is_empty() {
@@ -1071,15 +1320,6 @@ async fn event_stream(
     })
     .flatten();
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
-}
-
-type Labels = Vec<(String, String)>;
-
-fn labels(pairs: &[(&str, String)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_string(), v.clone()))
-        .collect()
 }
 
 /// Series `/metrics` may still render; those beyond are counted instead.
@@ -1100,219 +1340,50 @@ impl Budget {
     }
 }
 
-/// Renders the metrics in the Prometheus text format. Names follow
-/// `intscope_<name>_<unit>_total`; label values come from small sets (outcome, version, kind) or
-/// from the network's own inventory (node, port, queue). The inventory's series stop at
-/// `max_series` (in the order sources, queues, ports, drops); `intscope_metrics_series_truncated`
-/// says how many were left out, so the answer's size and time stay bounded whatever the input.
-pub fn render_metrics(api: &Api) -> String {
-    let c = &api.collector;
-    let mut budget = Budget {
-        left: api.cfg.max_series,
-        truncated: 0,
-    };
-    let mut reg = Registry::with_prefix("intscope");
-    incident_metrics(c, &mut reg);
-    let datagrams = Family::<Labels, Counter>::default();
-    let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let discarded = crate::ingest::Discard::ALL.map(|d| (d.label(), g(c.stats.discarded(d))));
-    for (outcome, v) in discarded.into_iter().chain([
-        ("accepted", g(&c.stats.accepted)),
-        (
-            "kernel_dropped",
-            c.stats
-                .socket_inodes
-                .lock()
-                .ok()
-                .and_then(|i| crate::ingest::kernel_drops(&i))
-                .unwrap_or(0),
-        ),
-    ]) {
-        datagrams
-            .get_or_create(&labels(&[("outcome", outcome.into())]))
-            .inc_by(v);
-    }
-    reg.register(
-        "ingest_datagrams",
-        "Report datagrams received, by outcome",
-        datagrams,
-    );
-    let counter = |v: u64| {
-        let c = Counter::<u64>::default();
-        c.inc_by(v);
-        c
-    };
-    reg.register(
-        "ingest_socket_errors",
-        "Socket receive errors",
-        counter(g(&c.stats.socket_errors)),
-    );
-    let h = &api.http;
-    let http = Family::<Labels, Counter>::default();
-    for (event, v) in [
-        ("accepted", g(&h.accepted)),
-        ("refused_over_limit", g(&h.refused_over_limit)),
-        ("evicted_silent", g(&h.evicted_silent)),
-        ("idle_closed", g(&h.idle_closed)),
-        ("error", g(&h.errors)),
-        ("tls_failed", g(&h.tls_failed)),
-        ("accept_error", g(&h.accept_errors)),
-    ] {
-        http.get_or_create(&labels(&[("event", event.into())]))
-            .inc_by(v);
-    }
-    reg.register(
-        "http_connections",
-        "HTTP connections, by what happened",
-        http,
-    );
-    let open = Gauge::<i64>::default();
-    open.set(g(&h.open) as i64);
-    reg.register("http_connections_open", "HTTP connections open", open);
-    let a = &api.stats;
-    let refused = Family::<Labels, Counter>::default();
-    for (reason, v) in [
-        ("unauthorized", g(&a.unauthorized)),
-        ("bad_request", g(&a.bad_requests)),
-        ("query_timeout", g(&a.query_timeouts)),
-        ("queries_busy", g(&a.queries_refused)),
-        ("streams_busy", g(&a.streams_refused)),
-        ("stream_lagged", g(&a.streams_dropped_lagged)),
-    ] {
-        refused
-            .get_or_create(&labels(&[("reason", reason.into())]))
-            .inc_by(v);
-    }
-    reg.register(
-        "api_requests_failed",
-        "API requests refused or cut short, by reason",
-        refused,
-    );
-    let st = &c.store_stats;
-    reg.register(
-        "store_batches",
-        "Store batches committed",
-        counter(g(&st.batches)),
-    );
-    reg.register(
-        "store_ingest_pauses",
-        "Times ingest waited for the store writer (back-pressure)",
-        counter(g(&st.ingest_pauses)),
-    );
-    let published = c.snapshot();
-    let s = &published.state;
-    let counters = s.counters();
-    let reports = Family::<Labels, Counter>::default();
-    for (v, n) in [
-        ("2.0", counters.v2),
-        ("1.0", counters.v1),
-        ("0.5", counters.v05),
-    ] {
-        reports
-            .get_or_create(&labels(&[("version", v.into())]))
-            .inc_by(n);
-    }
-    reg.register(
-        "reports",
-        "Individual reports decoded, by report version",
-        reports,
-    );
-    let lost = Family::<Labels, Counter>::default();
-    let groups_lost = Family::<Labels, Counter>::default();
+/// Adds the network's per-entity series (loss per source, queues, ports, drops per node, in
+/// that order) while `budget` lasts.
+fn sample_inventory(s: &Snapshot, full_scale: u32, budget: &mut Budget, out: &mut Samples) {
     for ((node, hw), st) in s.sources() {
         // Two series a source, each within the budget.
         if !budget.take() {
             continue;
         }
-        let l = labels(&[("node", node.to_string()), ("hw_id", hw.to_string())]);
-        lost.get_or_create(&l).inc_by(st.reports_lost);
+        let (node, hw) = (node.to_string(), hw.to_string());
+        out.add(&counters::REPORTS_LOST, &[&node, &hw], st.reports_lost);
         if budget.take() {
-            groups_lost.get_or_create(&l).inc_by(st.groups_lost);
+            out.add(&counters::REPORT_GROUPS_LOST, &[&node, &hw], st.groups_lost);
         }
     }
-    reg.register(
-        "reports_lost",
-        "Reports missing from sequence gaps, by source (v2.0: each lost group at the source's mean reports per group)",
-        lost,
-    );
-    reg.register(
-        "report_groups_lost",
-        "Report groups (datagrams, one sequence number each) missing from sequence gaps, by source",
-        groups_lost,
-    );
-    let resets = Counter::<u64>::default();
-    resets.inc_by(s.sequence_resets());
-    reg.register(
-        "report_sequence_resets",
-        "Sequence jumps too far to be loss (restarted or spoofed sources)",
-        resets,
-    );
-    let evicted = Family::<Labels, Counter>::default();
-    for (kind, n) in s.evicted().by_kind() {
-        evicted
-            .get_or_create(&labels(&[("kind", kind.into())]))
-            .inc_by(n);
-    }
-    reg.register(
-        "state_evicted",
-        "Least recently seen entries evicted at the state's limits, by kind",
-        evicted,
-    );
-    let held = Family::<Labels, Gauge>::default();
-    for (kind, n) in s.held() {
-        held.get_or_create(&labels(&[("kind", kind.into())]))
-            .set(n as i64);
-    }
-    reg.register("state_entries", "Entries in live state, by kind", held);
-    let events = Family::<Labels, Counter>::default();
-    for k in EventKind::ALL {
-        events
-            .get_or_create(&labels(&[("kind", k.label().into())]))
-            .inc_by(s.event_counts().get(&k).copied().unwrap_or(0));
-    }
-    reg.register("events", "Events detected, by kind", events);
-    let flows = Gauge::<i64>::default();
-    flows.set(s.flow_count() as i64);
-    reg.register("flows_active", "Flows in memory", flows);
-    let occupancy = Family::<Labels, Gauge>::default();
-    let qlat = Family::<Labels, Gauge>::default();
     for (k, qs) in s.queues() {
         if !budget.take() {
             continue;
         }
-        let l = labels(&[
-            ("node", k.node().to_string()),
-            ("port", k.port().to_string()),
-            ("queue", k.queue().to_string()),
-        ]);
-        occupancy.get_or_create(&l).set(i64::from(qs.occupancy));
+        let l = [
+            k.node().to_string(),
+            k.port().to_string(),
+            k.queue().to_string(),
+        ];
+        let l = [l[0].as_str(), l[1].as_str(), l[2].as_str()];
+        out.add(&counters::QUEUE_OCCUPANCY, &l, u64::from(qs.occupancy));
         if let Some(lat) = qs.hop_latency {
-            qlat.get_or_create(&l).set(i64::from(lat));
+            out.add(&counters::QUEUE_HOP_LATENCY, &l, u64::from(lat));
         }
     }
-    reg.register(
-        "queue_occupancy",
-        "Last queue occupancy reported (device units)",
-        occupancy,
-    );
-    reg.register(
-        "queue_hop_latency_nanoseconds",
-        "Last hop latency through the queue",
-        qlat,
-    );
-    let util = Family::<Labels, Gauge>::default();
-    let util_ratio = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-    let drops = Family::<Labels, Counter>::default();
     for (node, n) in s.nodes() {
+        let node_s = node.to_string();
         for (port, ps) in &n.ports {
             if let Some(u) = ps.tx_util {
                 if !budget.take() {
                     continue;
                 }
-                let l = labels(&[("node", node.to_string()), ("port", port.to_string())]);
-                util.get_or_create(&l).set(i64::from(u));
-                if let Some(r) = utilization(Some(u), c.config.tx_util_full_scale) {
-                    util_ratio.get_or_create(&l).set(r);
+                let port = port.to_string();
+                out.add(
+                    &counters::PORT_TX_UTILIZATION,
+                    &[&node_s, &port],
+                    u64::from(u),
+                );
+                if let Some(r) = utilization(Some(u), full_scale) {
+                    out.add_float(&counters::PORT_TX_UTILIZATION_RATIO, &[&node_s, &port], r);
                 }
             }
         }
@@ -1322,39 +1393,94 @@ pub fn render_metrics(api: &Api) -> String {
             }
             let name = intscope_wire::report::drop_reason_name(*reason)
                 .map_or_else(|| reason.to_string(), str::to_string);
-            drops
-                .get_or_create(&labels(&[("node", node.to_string()), ("reason", name)]))
-                .inc_by(*count);
+            out.add(&counters::DROPS, &[&node_s, &name], *count);
         }
     }
-    reg.register(
-        "port_tx_utilization",
-        "Egress port Tx utilization reported (device units)",
-        util,
-    );
-    reg.register(
-        "port_tx_utilization_ratio",
-        "Egress port Tx utilization as a fraction of line rate (tx_util_full_scale = 1)",
-        util_ratio,
-    );
-    reg.register(
-        "drops",
-        "Drop reports received (not packets: switches filter drop reports), by node and reason",
-        drops,
+}
+
+/// Renders the metrics in the OpenMetrics text format: the counters of [`sample_counters`] (as
+/// `/api/stats` shows them) and the network's per-entity series, all declared in [`counters`].
+/// Label values come from small sets (outcome, version, kind) or from the network's own
+/// inventory (node, port, queue). The inventory's series stop at `max_series` (in the order
+/// sources, queues, ports, drops); `intscope_metrics_series_truncated` says how many were left
+/// out, so the answer's size and time stay bounded whatever the input. Everything is read from
+/// the published snapshot, never under the shard locks.
+pub fn render_metrics(api: &Api) -> String {
+    let published = api.collector.snapshot();
+    let mut samples = Samples::default();
+    sample_counters(api, &published, &mut samples);
+    let mut budget = Budget {
+        left: api.cfg.max_series,
+        truncated: 0,
+    };
+    sample_inventory(
+        &published.state,
+        api.collector.config.tx_util_full_scale,
+        &mut budget,
+        &mut samples,
     );
     api.stats
         .metrics_series_truncated
         .store(budget.truncated, Ordering::Relaxed);
-    let truncated = Gauge::<i64>::default();
-    truncated.set(budget.truncated as i64);
-    reg.register(
-        "metrics_series_truncated",
-        "Series left out of this answer (more than max_series)",
-        truncated,
-    );
+    samples.add(&counters::METRICS_SERIES_TRUNCATED, &[], budget.truncated);
+    openmetrics(samples)
+}
+
+/// The OpenMetrics text of `samples`, one family per declared metric (HELP, TYPE, UNIT), encoded
+/// by prometheus-client (names, label escaping, `_total`, `# EOF`).
+pub fn openmetrics(samples: Samples) -> String {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(Encoded(samples)));
     let mut out = String::new();
     let _ = encode(&mut out, &reg);
     out
+}
+
+fn encode_value(
+    e: &mut MetricEncoder,
+    kind: counters::Kind,
+    v: counters::Value,
+) -> std::fmt::Result {
+    use counters::{Kind, Value as V};
+    match (kind, v) {
+        (Kind::Counter, V::Int(n)) => e.encode_counter::<NoLabelSet, _, u64>(&n, None),
+        (Kind::Counter, V::Float(x)) => e.encode_counter::<NoLabelSet, _, u64>(&x, None),
+        (Kind::Gauge, V::Int(n)) => e.encode_gauge(&n),
+        (Kind::Gauge, V::Float(x)) => e.encode_gauge(&x),
+    }
+}
+
+/// Samples handed to prometheus-client's encoder.
+#[derive(Debug)]
+struct Encoded(Samples);
+
+impl prometheus_client::collector::Collector for Encoded {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        use counters::Kind;
+        for (m, samples) in self.0.families() {
+            let unit = m.unit.map(|u| Unit::Other(u.to_string()));
+            let ty = match m.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+            };
+            let name = format!("{}_{}", counters::PREFIX, m.name);
+            let mut me = enc.encode_descriptor(&name, m.help, unit.as_ref(), ty)?;
+            for s in samples {
+                let labels: Vec<(String, String)> = m
+                    .labels
+                    .iter()
+                    .zip(&s.labels)
+                    .map(|(k, v)| ((*k).to_string(), v.clone()))
+                    .collect();
+                if labels.is_empty() {
+                    encode_value(&mut me, m.kind, s.value)?;
+                } else {
+                    encode_value(&mut me.encode_family(&labels)?, m.kind, s.value)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 async fn metrics(AxState(api): Shared) -> impl IntoResponse {

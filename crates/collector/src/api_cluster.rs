@@ -22,7 +22,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::api::ApiConfig;
@@ -85,7 +85,10 @@ struct Error(StatusCode, String);
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        let body = Json(json!({"error": self.1, "status": self.0.as_u16()}));
+        let body = Json(crate::api::ErrorBody {
+            error: self.1,
+            status: self.0.as_u16(),
+        });
         (self.0, body).into_response()
     }
 }
@@ -161,9 +164,33 @@ async fn query<T: Send + 'static>(
     }
 }
 
-async fn stats(AxState(api): Shared) -> Result<Json<Value>, Error> {
+/// `stats` of the fabric: what the store holds.
+#[derive(Debug, serde::Serialize)]
+pub struct FabricStats {
+    /// Always `"fabric"`.
+    pub mode: &'static str,
+    /// Rows per table.
+    pub rows: Value,
+    /// The collectors' counters summed over every run that wrote to the store.
+    pub totals: Value,
+}
+
+/// One flow of the fabric: its stored summary and its series.
+#[derive(Debug, serde::Serialize)]
+pub struct FabricFlow {
+    /// The stored summary.
+    pub flow: Value,
+    /// Its series per store interval.
+    pub intervals: Value,
+}
+
+async fn stats(AxState(api): Shared) -> Result<Json<FabricStats>, Error> {
     let v = query(&api, HistoryQuery::default(), |s, _| {
-        Ok(json!({"mode": "fabric", "rows": s.counts()?, "totals": s.totals()?}))
+        Ok(FabricStats {
+            mode: "fabric",
+            rows: s.counts()?,
+            totals: s.totals()?,
+        })
     })
     .await?;
     Ok(Json(v))
@@ -186,7 +213,7 @@ struct FlowQuery {
     limit: Option<u32>,
 }
 
-async fn flow(AxState(api): Shared, Q(f): Q<FlowQuery>) -> Result<Json<Value>, Error> {
+async fn flow(AxState(api): Shared, Q(f): Q<FlowQuery>) -> Result<Json<FabricFlow>, Error> {
     let key = FlowRef {
         src: f.src,
         dst: f.dst,
@@ -202,7 +229,10 @@ async fn flow(AxState(api): Shared, Q(f): Q<FlowQuery>) -> Result<Json<Value>, E
     };
     let v = query(&api, q, move |s, q| {
         Ok(match s.flow(&key, q)? {
-            Some(summary) => Some(json!({"flow": summary, "intervals": s.flow_series(&key, q)?})),
+            Some(summary) => Some(FabricFlow {
+                flow: summary,
+                intervals: s.flow_series(&key, q)?,
+            }),
             None => None,
         })
     })

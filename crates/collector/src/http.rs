@@ -71,6 +71,26 @@ pub struct HttpStats {
     pub accept_errors: AtomicU64,
 }
 
+impl HttpStats {
+    /// Adds the connection counters and the connections open to `out`.
+    pub fn sample(&self, out: &mut intscope_core::counters::Samples) {
+        use intscope_core::counters::{HTTP_CONNECTIONS, HTTP_CONNECTIONS_OPEN};
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        for (event, n) in [
+            ("accepted", g(&self.accepted)),
+            ("refused_over_limit", g(&self.refused_over_limit)),
+            ("evicted_silent", g(&self.evicted_silent)),
+            ("idle_closed", g(&self.idle_closed)),
+            ("error", g(&self.errors)),
+            ("tls_failed", g(&self.tls_failed)),
+            ("accept_error", g(&self.accept_errors)),
+        ] {
+            out.add(&HTTP_CONNECTIONS, &[event], n);
+        }
+        out.add(&HTTP_CONNECTIONS_OPEN, &[], g(&self.open));
+    }
+}
+
 /// Loads a PEM certificate chain and private key into a rustls server configuration (ring
 /// crypto provider, TLS 1.2 and 1.3, ALPN `http/1.1`).
 pub fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String> {

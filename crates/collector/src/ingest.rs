@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use intscope_core::counters::{self, Samples};
 use intscope_wire::Error;
 use intscope_wire::error::{ErrorKind, Layer};
 use intscope_wire::locate::DetectConfig;
@@ -219,6 +220,14 @@ impl IngestStats {
     pub fn snapshot(&self) -> serde_json::Value {
         self.counts().json(self)
     }
+
+    /// Datagrams the kernel dropped on the report sockets (`None` where /proc is not readable).
+    pub fn kernel_dropped(&self) -> Option<u64> {
+        self.socket_inodes
+            .lock()
+            .ok()
+            .and_then(|i| kernel_drops(&i))
+    }
 }
 
 /// [`IngestStats`]' counters at one moment (published with the state's snapshot, so that the
@@ -240,22 +249,36 @@ pub struct IngestCounts {
 }
 
 impl IngestCounts {
-    /// As JSON, with the kernel's drop count and the last error read now from `stats`.
-    pub fn json(&self, stats: &IngestStats) -> serde_json::Value {
-        let mut discarded = serde_json::Map::new();
-        discarded.insert("malformed".into(), self.malformed.into());
+    /// Adds these counts, with the kernel's drop count when known, to `out`.
+    pub fn sample(&self, kernel_dropped: Option<u64>, out: &mut Samples) {
+        out.add(&counters::INGEST_DATAGRAMS_RECEIVED, &[], self.received);
         for (reason, n) in Discard::ALL.iter().zip(self.discarded) {
-            discarded.insert(reason.label().into(), n.into());
+            out.add(&counters::INGEST_DATAGRAMS, &[reason.label()], n);
         }
-        serde_json::json!({
-            "datagrams_received": self.received,
-            "datagrams_accepted": self.accepted,
-            "reports_decoded": self.reports,
-            "discarded": discarded,
-            "socket_errors": self.socket_errors,
-            "kernel_dropped": stats.socket_inodes.lock().ok().and_then(|i| kernel_drops(&i)),
-            "last_error": stats.last_error.lock().map(|e| e.clone()).unwrap_or(None),
-        })
+        out.add(&counters::INGEST_DATAGRAMS, &["accepted"], self.accepted);
+        if let Some(k) = kernel_dropped {
+            out.add(&counters::INGEST_DATAGRAMS, &["kernel_dropped"], k);
+        }
+        out.add(&counters::INGEST_DATAGRAMS_MALFORMED, &[], self.malformed);
+        out.add(&counters::INGEST_REPORTS_DECODED, &[], self.reports);
+        out.add(&counters::INGEST_SOCKET_ERRORS, &[], self.socket_errors);
+    }
+
+    /// As JSON (the `ingest` part of `/api/stats`), with the kernel's drop count (`null` where
+    /// /proc is not readable) and the last error read now from `stats`.
+    pub fn json(&self, stats: &IngestStats) -> serde_json::Value {
+        let kernel = stats.kernel_dropped();
+        let mut out = Samples::default();
+        self.sample(kernel, &mut out);
+        let mut v = out.to_json()["ingest"].take();
+        counters::merge_json(
+            &mut v,
+            serde_json::json!({
+                "kernel_dropped": kernel,
+                "last_error": stats.last_error.lock().map(|e| e.clone()).unwrap_or(None),
+            }),
+        );
+        v
     }
 }
 

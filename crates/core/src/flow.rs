@@ -130,6 +130,19 @@ impl Histogram {
 /// A path, source first. Interned in a [`PathTable`]: the flows that take one path share it.
 pub type Path = Arc<[PathHop]>;
 
+/// A flow's recent paths with the time each was first seen, oldest first: the `earlier` ones,
+/// then the `current` one (since `since_ns`) unless it is empty. One implementation for the live
+/// flow ([`FlowState::path_history`]) and its published row
+/// ([`FlowRow::path_history`](crate::snapshot::FlowRow::path_history)).
+pub fn path_history<'a>(
+    earlier: impl IntoIterator<Item = &'a (u64, Path)>,
+    current: &'a Path,
+    since_ns: u64,
+) -> impl Iterator<Item = (u64, &'a Path)> {
+    let current = (!current.is_empty()).then_some((since_ns, current));
+    earlier.into_iter().map(|(t, p)| (*t, p)).chain(current)
+}
+
 /// The distinct paths of the live flows, each stored once (a million flows over a fabric take a
 /// few thousand paths).
 #[derive(Debug, Default)]
@@ -870,11 +883,7 @@ impl FlowState {
 
     /// Recent paths with the time each was first seen, oldest first, ending with the current one.
     pub fn path_history(&self) -> impl Iterator<Item = (u64, &Path)> {
-        let current = (!self.path.is_empty()).then_some((self.path_since_ns, &self.path));
-        self.earlier_paths
-            .iter()
-            .map(|(t, p)| (*t, p))
-            .chain(current)
+        path_history(&self.earlier_paths, &self.path, self.path_since_ns)
     }
 
     /// Records a full path observation; returns the previous path if it changed. A path known

@@ -27,6 +27,7 @@ use crate::flow::{FlowState, Path, SampleRing};
 use crate::flow_shard::FlowShard;
 use crate::id_table::IdTable;
 use crate::seq::SeqState;
+use crate::state::totals;
 
 /// One flow as readers see it: its identity, counters, path and latency quantiles.
 #[derive(Debug, Clone)]
@@ -86,11 +87,43 @@ impl FlowRow {
     /// Recent paths with the time each was first seen, oldest first, ending with the current one
     /// (as [`FlowState::path_history`]).
     pub fn path_history(&self) -> impl Iterator<Item = (u64, &Path)> {
-        let current = (!self.path.is_empty()).then_some((self.path_since_ns, &self.path));
-        self.earlier_paths
-            .iter()
-            .map(|(t, p)| (*t, p))
-            .chain(current)
+        crate::flow::path_history(&self.earlier_paths, &self.path, self.path_since_ns)
+    }
+}
+
+impl totals::FabricPart for FabricShardSnapshot {
+    fn nodes_sources(&self) -> (usize, usize) {
+        (self.nodes.len(), self.sources.len())
+    }
+
+    fn ports_queues_links(&self) -> (usize, usize, usize) {
+        self.held
+    }
+
+    fn evicted(&self) -> Evicted {
+        self.evicted
+    }
+
+    fn counters(&self) -> &RecordCounters {
+        &self.counters
+    }
+
+    fn suppressed(&self) -> u64 {
+        self.suppressed
+    }
+}
+
+impl totals::FlowPart for FlowShardSnapshot {
+    fn flow_count(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn flows_evicted(&self) -> u64 {
+        self.flows_evicted
+    }
+
+    fn suppressed(&self) -> u64 {
+        self.suppressed
     }
 }
 
@@ -272,43 +305,23 @@ impl Snapshot {
 
     /// Entries evicted to stay within the limits, by kind.
     pub fn evicted(&self) -> Evicted {
-        let mut total = Evicted::default();
-        for s in &self.fabric {
-            total.add(&s.evicted);
-        }
-        for s in &self.flows {
-            total.flows += s.flows_evicted;
-        }
-        total
+        totals::evicted(
+            self.fabric.iter().map(|s| &**s),
+            self.flows.iter().map(|s| &**s),
+        )
     }
 
     /// Entries held: (nodes, sources, ports, queues, links, flows).
     pub fn held(&self) -> [(&'static str, usize); 6] {
-        let (mut nodes, mut sources, mut ports, mut queues, mut links) = (0, 0, 0, 0, 0);
-        for s in &self.fabric {
-            let (p, q, l) = s.held;
-            nodes += s.nodes.len();
-            sources += s.sources.len();
-            (ports, queues, links) = (ports + p, queues + q, links + l);
-        }
-        [
-            ("node", nodes),
-            ("source", sources),
-            ("port", ports),
-            ("queue", queues),
-            ("link", links),
-            ("flow", self.flow_count()),
-        ]
+        totals::held(
+            self.fabric.iter().map(|s| &**s),
+            self.flows.iter().map(|s| &**s),
+        )
     }
 
     /// Records processed, by version.
     pub fn counters(&self) -> RecordCounters {
-        self.fabric
-            .iter()
-            .fold(RecordCounters::default(), |mut t, s| {
-                t.add(&s.counters);
-                t
-            })
+        totals::counters(self.fabric.iter().map(|s| &**s))
     }
 
     /// Events raised, by kind, when the snapshot was taken.
@@ -318,9 +331,10 @@ impl Snapshot {
 
     /// Events suppressed by the per-place rate limit.
     pub fn events_suppressed(&self) -> u64 {
-        let flows: u64 = self.flows.iter().map(|s| s.suppressed).sum();
-        let fabric: u64 = self.fabric.iter().map(|s| s.suppressed).sum();
-        flows + fabric
+        totals::suppressed(
+            self.fabric.iter().map(|s| &**s),
+            self.flows.iter().map(|s| &**s),
+        )
     }
 
     /// The latest record time the snapshot holds.

@@ -652,43 +652,23 @@ impl View<'_> {
 
     /// Entries evicted to stay within the limits, by kind.
     pub fn evicted(&self) -> Evicted {
-        let mut total = Evicted::default();
-        for s in &self.fabric {
-            total.add(&s.evicted());
-        }
-        for s in &self.flows {
-            total.flows += s.flows_evicted;
-        }
-        total
+        totals::evicted(
+            self.fabric.iter().map(|s| &**s),
+            self.flows.iter().map(|s| &**s),
+        )
     }
 
     /// Entries held: (nodes, sources, ports, queues, links, flows).
     pub fn held(&self) -> [(&'static str, usize); 6] {
-        let (mut nodes, mut sources, mut ports, mut queues, mut links) = (0, 0, 0, 0, 0);
-        for s in &self.fabric {
-            let (p, q, l) = s.held();
-            nodes += s.nodes.len();
-            sources += s.seq.len();
-            (ports, queues, links) = (ports + p, queues + q, links + l);
-        }
-        [
-            ("node", nodes),
-            ("source", sources),
-            ("port", ports),
-            ("queue", queues),
-            ("link", links),
-            ("flow", self.flow_count()),
-        ]
+        totals::held(
+            self.fabric.iter().map(|s| &**s),
+            self.flows.iter().map(|s| &**s),
+        )
     }
 
     /// Records processed, by version.
     pub fn counters(&self) -> RecordCounters {
-        self.fabric
-            .iter()
-            .fold(RecordCounters::default(), |mut t, s| {
-                t.add(&s.counters);
-                t
-            })
+        totals::counters(self.fabric.iter().map(|s| &**s))
     }
 
     /// The newest events, oldest first.
@@ -703,9 +683,127 @@ impl View<'_> {
 
     /// Events suppressed by the per-place rate limit.
     pub fn events_suppressed(&self) -> u64 {
-        let flows: u64 = self.flows.iter().map(|s| s.raiser.suppressed).sum();
-        let fabric: u64 = self.fabric.iter().map(|s| s.raiser.suppressed).sum();
-        flows + fabric
+        totals::suppressed(
+            self.fabric.iter().map(|s| &**s),
+            self.flows.iter().map(|s| &**s),
+        )
+    }
+}
+
+/// The state's totals over its shards, summed once for both kinds of reader: the locked
+/// [`View`] (live shards) and the published [`Snapshot`] (their copies) answer the same
+/// questions, each shard kind saying what it holds through [`FabricPart`] and [`FlowPart`].
+pub(crate) mod totals {
+    use crate::fabric::{Evicted, RecordCounters};
+
+    /// What one fabric shard, live or copied, adds to the totals.
+    pub(crate) trait FabricPart {
+        /// Nodes and sources held.
+        fn nodes_sources(&self) -> (usize, usize);
+        /// Ports, queues and links held.
+        fn ports_queues_links(&self) -> (usize, usize, usize);
+        /// Entries evicted (flows aside).
+        fn evicted(&self) -> Evicted;
+        /// Records processed, by version.
+        fn counters(&self) -> &RecordCounters;
+        /// Events suppressed by the rate limit.
+        fn suppressed(&self) -> u64;
+    }
+
+    /// What one flow shard, live or copied, adds to the totals.
+    pub(crate) trait FlowPart {
+        /// Flows held.
+        fn flow_count(&self) -> usize;
+        /// Flows evicted at the limit.
+        fn flows_evicted(&self) -> u64;
+        /// Events suppressed by the rate limit.
+        fn suppressed(&self) -> u64;
+    }
+
+    pub(crate) fn evicted<'a, B: FabricPart + 'a, F: FlowPart + 'a>(
+        fabric: impl Iterator<Item = &'a B>,
+        flows: impl Iterator<Item = &'a F>,
+    ) -> Evicted {
+        let mut total = Evicted::default();
+        for s in fabric {
+            total.add(&s.evicted());
+        }
+        total.flows += flows.map(FlowPart::flows_evicted).sum::<u64>();
+        total
+    }
+
+    pub(crate) fn held<'a, B: FabricPart + 'a, F: FlowPart + 'a>(
+        fabric: impl Iterator<Item = &'a B>,
+        flows: impl Iterator<Item = &'a F>,
+    ) -> [(&'static str, usize); 6] {
+        let (mut nodes, mut sources, mut ports, mut queues, mut links) = (0, 0, 0, 0, 0);
+        for s in fabric {
+            let (n, src) = s.nodes_sources();
+            let (p, q, l) = s.ports_queues_links();
+            (nodes, sources) = (nodes + n, sources + src);
+            (ports, queues, links) = (ports + p, queues + q, links + l);
+        }
+        [
+            ("node", nodes),
+            ("source", sources),
+            ("port", ports),
+            ("queue", queues),
+            ("link", links),
+            ("flow", flows.map(FlowPart::flow_count).sum()),
+        ]
+    }
+
+    pub(crate) fn counters<'a, B: FabricPart + 'a>(
+        fabric: impl Iterator<Item = &'a B>,
+    ) -> RecordCounters {
+        fabric.fold(RecordCounters::default(), |mut t, s| {
+            t.add(s.counters());
+            t
+        })
+    }
+
+    pub(crate) fn suppressed<'a, B: FabricPart + 'a, F: FlowPart + 'a>(
+        fabric: impl Iterator<Item = &'a B>,
+        flows: impl Iterator<Item = &'a F>,
+    ) -> u64 {
+        fabric.map(FabricPart::suppressed).sum::<u64>()
+            + flows.map(FlowPart::suppressed).sum::<u64>()
+    }
+}
+
+impl totals::FabricPart for FabricShard {
+    fn nodes_sources(&self) -> (usize, usize) {
+        (self.nodes.len(), self.seq.len())
+    }
+
+    fn ports_queues_links(&self) -> (usize, usize, usize) {
+        self.held()
+    }
+
+    fn evicted(&self) -> Evicted {
+        FabricShard::evicted(self)
+    }
+
+    fn counters(&self) -> &RecordCounters {
+        &self.counters
+    }
+
+    fn suppressed(&self) -> u64 {
+        self.raiser.suppressed
+    }
+}
+
+impl totals::FlowPart for FlowShard {
+    fn flow_count(&self) -> usize {
+        self.flows.len()
+    }
+
+    fn flows_evicted(&self) -> u64 {
+        self.flows_evicted
+    }
+
+    fn suppressed(&self) -> u64 {
+        self.raiser.suppressed
     }
 }
 

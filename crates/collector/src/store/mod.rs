@@ -322,6 +322,23 @@ pub struct StoreStats {
     committed: Condvar,
 }
 
+impl StoreStats {
+    /// Adds the store counters to `out`, with `raw_not_kept` (raw datagrams the per-flush
+    /// sample had no room for, counted by ingest).
+    pub fn sample(&self, raw_not_kept: u64, out: &mut intscope_core::counters::Samples) {
+        use intscope_core::counters as c;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        out.add(&c::STORE_BATCHES, &[], g(&self.batches));
+        out.add(&c::STORE_FAILED, &[], g(&self.failed));
+        out.add(&c::STORE_BACKLOG_DROPPED, &[], g(&self.backlog_dropped));
+        out.add(&c::STORE_FLUSHES_DEFERRED, &[], g(&self.flushes_deferred));
+        out.add(&c::STORE_INGEST_PAUSES, &[], g(&self.ingest_pauses));
+        out.add(&c::STORE_INGEST_PAUSED, &[], g(&self.ingest_paused_ms));
+        out.add(&c::STORE_EVENTS_MISSED, &[], g(&self.events_missed));
+        out.add(&c::STORE_RAW_NOT_KEPT, &[], raw_not_kept);
+    }
+}
+
 /// Milliseconds since the first call in this process (1 or more; 0 means "no deadline").
 fn now_ms(at: Instant) -> u64 {
     static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
