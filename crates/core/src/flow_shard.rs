@@ -392,9 +392,25 @@ impl FlowShard {
                 }
                 None => r.hops(),
             };
-            // Hops missing from the report (cut short), or a packet that died on the way: a
-            // partial path, and a latency that is no flow's.
-            if r.path_truncated || r.dropped || r.drop_reason.is_some() {
+            // Hops missing from the report (cut short, or past the hop limit: INT v2.1
+            // §"INT-MD Metadata Header Format", E bit), a packet that died on the way, or one
+            // reported before it left the fabric: a partial path, and a latency that is no
+            // flow's. A transit hop reports an INT-MD packet only for a congested queue (Report
+            // v2.0 §"Individual Report Header", Q), a drop (D) or an intermediate report (I); a
+            // Q report whose last hop leaves by a fabric port is a transit hop's, not the
+            // sink's. A flow whose packets loop or stop arriving has no new path, only reports
+            // of how far they went.
+            let inside = r.congested
+                && hops.last().is_some_and(|h| {
+                    h.egress_if()
+                        .is_some_and(|p| self.links.is_fabric_port((h.node_id, p)))
+                });
+            if r.path_truncated
+                || r.dropped
+                || r.drop_reason.is_some()
+                || r.hop_limit_exceeded
+                || inside
+            {
                 change = flow.observe_partial_path(now, hops, paths);
             } else {
                 let before = Arc::as_ptr(&flow.path);

@@ -697,7 +697,6 @@ fn a_forwarding_loop(modes: &[Mode]) {
 }
 
 #[test]
-#[ignore = "defect: MD raises a path-change incident at the loop's far link (flows that left it)"]
 fn a_forwarding_loop_is_a_hop_limit_incident_in_md() {
     a_forwarding_loop(&[Mode::Md]);
 }
