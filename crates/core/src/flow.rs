@@ -416,6 +416,8 @@ struct Card {
     /// The IP TTL of the packet in its report (INT-XD/MX: every hop's report holds a copy of
     /// the packet as the hop saw it, so two hops' TTLs tell the hops between them).
     ttl: Option<u8>,
+    /// The node's reports of the flow through these ports since `since_ns`.
+    reports: u32,
 }
 
 /// Per-hop reports a flow keeps, one per node: longer paths than this are not joined whole (the
@@ -463,6 +465,11 @@ impl LinkTable {
     /// The (node, ingress port) that (node, egress port) `from` leads to.
     pub fn peer(&self, from: (u32, u32)) -> Option<(u32, u32)> {
         self.peers.get(&from).map(|p| p.at)
+    }
+
+    /// How many sightings back the peer of (node, egress port) `from` (0: none; at most 16).
+    pub fn votes(&self, from: (u32, u32)) -> u8 {
+        self.peers.get(&from).map_or(0, |p| p.votes)
     }
 
     /// Whether `port` of a node is a fabric port (has a learned peer).
@@ -1011,6 +1018,43 @@ impl FlowState {
             .ttl
     }
 
+    /// When `node`'s latest report of the flow came, and since when it reported it through
+    /// the same ports: (since, seen), report time.
+    pub fn card_times(&self, node: u32) -> Option<(u64, u64)> {
+        let c = self
+            .joins
+            .as_ref()?
+            .cards
+            .iter()
+            .find(|c| c.hop.node_id == node)?;
+        Some((c.since_ns, c.seen_ns))
+    }
+
+    /// About how many of `node`'s reports of the flow (through its latest ports) came after
+    /// `after_ns`: those since it took these ports, spread evenly over the time since (a
+    /// switch's report filter reports a flow about once an interval), rounded down.
+    pub fn card_reports_after(&self, node: u32, after_ns: u64) -> u32 {
+        let Some(c) = self
+            .joins
+            .as_ref()
+            .and_then(|j| j.cards.iter().find(|c| c.hop.node_id == node))
+        else {
+            return 0;
+        };
+        if c.since_ns > after_ns {
+            return c.reports;
+        }
+        let span = c.seen_ns.saturating_sub(c.since_ns);
+        if span == 0 {
+            return 0;
+        }
+        // The first of them came at `since_ns`: `reports - 1` intervals over the span.
+        let within = u128::from(c.reports.saturating_sub(1))
+            * u128::from(c.seen_ns.saturating_sub(after_ns))
+            / u128::from(span);
+        u32::try_from(within).unwrap_or(u32::MAX)
+    }
+
     /// [`FlowState::add_card`] with the IP TTL the report's copy of the packet carries.
     pub fn add_card_with_ttl(
         &mut self,
@@ -1035,6 +1079,11 @@ impl FlowState {
                     since_ns: if same_ports { c.since_ns } else { now },
                     fresh: true,
                     ttl,
+                    reports: if same_ports {
+                        c.reports.saturating_add(1)
+                    } else {
+                        1
+                    },
                 };
             }
             None => {
@@ -1051,6 +1100,7 @@ impl FlowState {
                     since_ns: now,
                     fresh: true,
                     ttl,
+                    reports: 1,
                 });
             }
         }
@@ -1469,6 +1519,29 @@ mod tests {
         add(f, now, card(2, 5, 3, t + 3_000));
         add(f, now + 1, card(1, 1, 5, t));
         add(f, now + 2, card(101, 1, 2, t + 1_500));
+    }
+
+    #[test]
+    fn a_nodes_reports_after_a_time_are_counted_from_its_card() {
+        let mut paths = PathTable::default();
+        let mut f = flow_on(1, &mut paths);
+        assert_eq!(f.card_reports_after(1, 0), 0, "no card");
+        // Eleven reports, one every 10 ms from 100 ms, through the same ports.
+        for i in 0..11 {
+            add(&mut f, (100 + 10 * i) * MS, card(1, 1, 5, 0));
+        }
+        assert_eq!(f.card_times(1), Some((100 * MS, 200 * MS)));
+        assert_eq!(
+            f.card_reports_after(1, 50 * MS),
+            11,
+            "all, since before the first"
+        );
+        assert_eq!(f.card_reports_after(1, 150 * MS), 5, "those after 150 ms");
+        assert_eq!(f.card_reports_after(1, 200 * MS), 0);
+        // Other ports: counted afresh.
+        add(&mut f, 210 * MS, card(1, 1, 6, 0));
+        assert_eq!(f.card_reports_after(1, 0), 1);
+        assert_eq!(f.card_times(1), Some((210 * MS, 210 * MS)));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::detect::DetectConfig;
 use crate::event::{EventKind, EventLog, Place, Raiser};
 use crate::evidence::Evidence;
 use crate::fabric::{FlowSeen, excess, spread};
-use crate::flow::{FlowState, FlowTable, Joined, LinkTable, Path, PathTable};
+use crate::flow::{FlowState, FlowTable, Joined, LinkTable, Path, PathHop, PathTable};
 use crate::id_table::Cutoff;
 use crate::incident::{IncidentKind, IncidentPlace};
 use crate::incidents::{FlowWeight, IncidentKey, Observation};
@@ -47,18 +47,64 @@ pub struct PostcardConfig {
     /// switch's report filter interval (SD-Fabric: 1 s), which is how long a healthy next hop
     /// may go without reporting.
     pub silent_drop_ns: u64,
+    /// A silent drop also needs the next node's silence to be unlikely as report loss alone:
+    /// with a share `p` of the next node's reports lost over the window (its confirmed
+    /// sequence gaps against its reports received, [`crate::seq::LossHistory`]) and `m`
+    /// reports of the flow from this node since the next one's last, the drop is raised only
+    /// once `p^m` is at most this chance (each of those reports is a packet the next node
+    /// would have reported too, all of whose reports the network would have had to lose).
+    /// Where the next node lost nothing, `silent_drop_ns` alone decides; 1 turns the check
+    /// off, 0 lets any loss explain a silence.
+    pub silent_drop_chance: f64,
 }
 
 impl Default for PostcardConfig {
     /// Links up to 5 µs (a few hundred metres of fibre and PTP's offset), silent drops after 5 s
     /// (five of SD-Fabric's report intervals: a healthy hop whose reports are lost now and
-    /// then is not taken for one that stopped seeing the flow).
+    /// then is not taken for one that stopped seeing the flow), and a one-in-a-million chance
+    /// that report loss explains them (at a fifth of the reports lost, nine reports of the
+    /// flow in a row from the hop before).
     fn default() -> Self {
         PostcardConfig {
             link_delay_max_ns: 5_000,
             silent_drop_ns: 5_000_000_000,
+            silent_drop_chance: 1e-6,
         }
     }
+}
+
+/// How often (report time) a flow shard hands its count of per-hop reports received to the
+/// log's [`crate::seq::LossHistory`].
+const RECEIVED_FLUSH_NS: u64 = 10_000_000;
+
+/// Whether `next`'s silence over `window` (report time: its last report of the flow, this
+/// hop's latest) is likely enough to be report loss alone, given `m` reports of the flow from
+/// the hop before it in that window ([`PostcardConfig::silent_drop_chance`]). The loss share
+/// is taken over the window moved back by the reorder time and a hand-over of received counts:
+/// the newest gaps are not confirmed yet.
+fn lost_in_transit(
+    cfg: &DetectConfig,
+    log: &Mutex<EventLog>,
+    next: u32,
+    (since, until): (u64, u64),
+    m: u32,
+) -> bool {
+    let chance = cfg.postcards.silent_drop_chance;
+    if chance >= 1.0 {
+        return false;
+    }
+    let lag = cfg.report_reorder_ns.saturating_add(RECEIVED_FLUSH_NS);
+    let to = until.saturating_sub(lag);
+    let from = since.saturating_sub(lag).min(to);
+    let (lost, received) = crate::event::lock(log)
+        .incidents
+        .report_loss
+        .between(next, from, to);
+    if lost == 0 {
+        return false;
+    }
+    let p = lost as f64 / (lost + received) as f64;
+    p.powi(i32::try_from(m).unwrap_or(i32::MAX)) > chance
 }
 
 /// The drop reason name of a silent drop (no switch reported it; see [`PostcardConfig`]).
@@ -98,6 +144,11 @@ pub struct FlowShard {
     pub flows_evicted: u64,
     /// Most flows this shard holds.
     max_flows: usize,
+    /// Per-hop reports received per reporting node since they were last handed to the log's
+    /// [`crate::seq::LossHistory`] (at most one entry per node reporting this shard's flows).
+    received: rustc_hash::FxHashMap<u32, u64>,
+    /// Report time of the next hand-over of `received`.
+    next_received_ns: u64,
     /// This shard's events.
     pub raiser: Raiser,
 }
@@ -160,6 +211,13 @@ impl FlowShard {
         }
         // Silent drops found by the joins go to their incidents once per sweep.
         self.raiser.incidents.flush(log);
+        if now >= self.next_received_ns && !self.received.is_empty() {
+            self.next_received_ns = now.saturating_add(RECEIVED_FLUSH_NS);
+            let mut log = crate::event::lock(log);
+            for (node, n) in self.received.drain() {
+                log.incidents.report_loss.received(node, n, now);
+            }
+        }
     }
 
     /// Keeps a flow's per-hop report (its hop, packet fingerprint and the packet's IP TTL) for
@@ -208,15 +266,20 @@ impl FlowShard {
                 silent = chain
                     .windows(2)
                     .find(|w| w[0].1 >= w[1].1.saturating_add(silent_ns))
-                    .map(|w| w[0].0);
+                    .map(|w| (w[0].0, w[1].0.node_id, w[1].1, w[0].1));
                 // Two neighbours of the joined path whose copies of the packet are more than
-                // one TTL apart have hops without INT between them.
+                // one TTL apart have hops without INT between them — when the link between
+                // them was seen more than once: a link learned from one packet may pair two
+                // hops over a third whose report was lost (the third's own reports replace
+                // it), while hops without INT never report, so their link keeps its votes.
+                let links = &self.links;
                 hidden = chain.windows(2).find_map(|w| {
                     let (a, b) = (
                         flow.card_ttl(w[0].0.node_id)?,
                         flow.card_ttl(w[1].0.node_id)?,
                     );
-                    (a > b.saturating_add(1)).then_some((w[0].0, w[1].0, a, b))
+                    let seen_again = links.votes((w[0].0.node_id, w[0].0.egress_if()?)) > 1;
+                    (seen_again && a > b.saturating_add(1)).then_some((w[0].0, w[1].0, a, b))
                 });
                 if silent.is_none() {
                     flow.mark_silent(None);
@@ -228,13 +291,38 @@ impl FlowShard {
                 // as it has sent the flow that way (a path that just moved waits).
                 silent = broken
                     .filter(|(_, sending)| *sending >= silent_ns)
-                    .map(|(h, _)| h);
+                    .and_then(|(h, _)| {
+                        let next = self.links.peer((h.node_id, h.egress_if()?))?.0;
+                        let (since, seen) = flow.card_times(h.node_id)?;
+                        // Every report since it took these ports is one the next node missed.
+                        Some((h, next, since.saturating_sub(1), seen))
+                    });
             }
         }
+        // A silence the report network's loss explains well enough is no drop (yet): the
+        // next joins look again, with more reports of the flow from this hop.
+        let silent = silent
+            .filter(|&(h, next, since, until)| {
+                let m = flow.card_reports_after(h.node_id, since);
+                !lost_in_transit(&self.cfg, log, next, (since, until), m)
+            })
+            .map(|(h, ..)| h);
         let id = flow.id;
         let raise = silent.filter(|h| flow.mark_silent(Some(h.node_id)) != Some(h.node_id));
-        // The hop the packets never reached: the next one of the flow's last whole path.
+        // The hop the packets never reached: the far end of the link they left by, else the
+        // next one of the flow's last path (a partial path under report loss may hold hops
+        // out of order; the link does not).
         let peer = raise.and_then(|at| {
+            if let Some((node, port)) = at
+                .egress_if()
+                .and_then(|p| self.links.peer((at.node_id, p)))
+            {
+                return Some(PathHop {
+                    node_id: node,
+                    ingress_if: Some(port),
+                    egress_if: None,
+                });
+            }
             let i = flow.path.iter().position(|h| h.node_id == at.node_id)?;
             flow.path.get(i + 1).copied()
         });
@@ -392,9 +480,25 @@ impl FlowShard {
                 }
                 None => r.hops(),
             };
-            // Hops missing from the report (cut short), or a packet that died on the way: a
-            // partial path, and a latency that is no flow's.
-            if r.path_truncated || r.dropped || r.drop_reason.is_some() {
+            // Hops missing from the report (cut short, or past the hop limit: INT v2.1
+            // §"INT-MD Metadata Header Format", E bit), a packet that died on the way, or one
+            // reported before it left the fabric: a partial path, and a latency that is no
+            // flow's. A transit hop reports an INT-MD packet only for a congested queue (Report
+            // v2.0 §"Individual Report Header", Q), a drop (D) or an intermediate report (I); a
+            // Q report whose last hop leaves by a fabric port is a transit hop's, not the
+            // sink's. A flow whose packets loop or stop arriving has no new path, only reports
+            // of how far they went.
+            let inside = r.congested
+                && hops.last().is_some_and(|h| {
+                    h.egress_if()
+                        .is_some_and(|p| self.links.is_fabric_port((h.node_id, p)))
+                });
+            if r.path_truncated
+                || r.dropped
+                || r.drop_reason.is_some()
+                || r.hop_limit_exceeded
+                || inside
+            {
                 change = flow.observe_partial_path(now, hops, paths);
             } else {
                 let before = Arc::as_ptr(&flow.path);
@@ -408,6 +512,8 @@ impl FlowShard {
         } else if let [hop] = r.hops() {
             // An INT-XD postcard or INT-MX report: one node's view, joined with the others' a
             // window later. A dropped packet's report says where it died, not where it goes.
+            // Counted for its node's report loss (a silence of the node is weighed by it).
+            *self.received.entry(r.node_id).or_default() += 1;
             if !(r.dropped || r.drop_reason.is_some()) {
                 postcard = Some((*hop, r.packet_fp, r.ip_ttl, flow.join_before(hop.node_id)));
             }

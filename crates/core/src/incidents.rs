@@ -600,6 +600,10 @@ pub struct IncidentLog {
     /// Receive time, the newest a flush or move brought.
     now_rx: u64,
     next_settle_rx: u64,
+    /// Each node's recent reports received (from the flow shards) and lost (the report-loss
+    /// observations of the fabric shards pass through here): the loss share that tells a
+    /// silent drop from lost postcards ([`crate::flow_shard::PostcardConfig`]).
+    pub report_loss: crate::seq::LossHistory,
 }
 
 /// How often (receive time) the log looks for quiet incidents and due correlations.
@@ -638,6 +642,10 @@ impl IncidentLog {
             last_move_order: VecDeque::new(),
             now_rx: 0,
             next_settle_rx: 0,
+            // A silent-drop window (and the reorder time before it) within the history.
+            report_loss: crate::seq::LossHistory::new(
+                cfg.postcards.silent_drop_ns / (crate::seq::LOSS_BUCKETS as u64 / 4),
+            ),
         }
     }
 
@@ -714,6 +722,12 @@ impl IncidentLog {
 
     fn apply(&mut self, key: IncidentKey, d: Delta) {
         self.now_rx = self.now_rx.max(d.last_rx);
+        if key.kind == IncidentKind::ReportLoss
+            && d.reports_lost > 0
+            && let Some(node) = key.place.node
+        {
+            self.report_loss.lost(node, d.reports_lost, d.first_ns);
+        }
         let fresh = d.observations > 0 || d.end.is_none();
         let mut created = false;
         if !self.ongoing.contains_key(&key) {

@@ -471,9 +471,157 @@ impl SeqTracker {
     }
 }
 
+/// Time buckets a node's [`LossHistory`] keeps (the oldest is reused for the newest).
+pub const LOSS_BUCKETS: usize = 32;
+
+/// Most nodes a [`LossHistory`] holds; past it, nodes without a report for [`LOSS_BUCKETS`]
+/// buckets make room, and a node that finds no room is not tracked (counted).
+pub const MAX_LOSS_NODES: usize = 4096;
+
+/// One time bucket of a node's reports.
+#[derive(Debug, Clone, Copy, Default)]
+struct LossBucket {
+    /// Bucket number (report time / bucket width, plus one; 0: unused).
+    no: u64,
+    received: u32,
+    lost: u32,
+}
+
+/// Each node's recent reports received and lost, in time buckets (report time): what a flow
+/// stage needs to tell a missing per-hop report that the report network lost from one the
+/// node never sent (INT-XD/MX silent drops, `flow_shard::PostcardConfig::silent_drop_chance`).
+/// Loss is what the sequence numbers confirmed ([`SeqTracker::confirm`]: gaps that no late
+/// report filled), summed over a node's hw_ids: a postcard's hop names its node, not the
+/// subsystem that sent it. Bounded: [`LOSS_BUCKETS`] buckets per node, [`MAX_LOSS_NODES`] nodes.
+#[derive(Debug)]
+pub struct LossHistory {
+    nodes: HashMap<u32, [LossBucket; LOSS_BUCKETS]>,
+    bucket_ns: u64,
+    /// Newest bucket number seen.
+    newest: u64,
+    /// Reports of nodes not tracked for want of room.
+    pub untracked: u64,
+}
+
+impl LossHistory {
+    /// A history in buckets of `bucket_ns` (at least 1 ms).
+    pub fn new(bucket_ns: u64) -> Self {
+        LossHistory {
+            nodes: HashMap::default(),
+            bucket_ns: bucket_ns.max(1_000_000),
+            newest: 0,
+            untracked: 0,
+        }
+    }
+
+    /// Width of a bucket, ns: the history spans [`LOSS_BUCKETS`] of them.
+    pub fn bucket_ns(&self) -> u64 {
+        self.bucket_ns
+    }
+
+    fn bucket(&mut self, node: u32, at_ns: u64) -> Option<&mut LossBucket> {
+        let no = at_ns / self.bucket_ns + 1;
+        self.newest = self.newest.max(no);
+        if !self.nodes.contains_key(&node) && self.nodes.len() >= MAX_LOSS_NODES {
+            let oldest_kept = self.newest.saturating_sub(LOSS_BUCKETS as u64);
+            self.nodes
+                .retain(|_, b| b.iter().any(|b| b.no > oldest_kept));
+            if self.nodes.len() >= MAX_LOSS_NODES {
+                self.untracked += 1;
+                return None;
+            }
+        }
+        let b = &mut self.nodes.entry(node).or_default()[(no % LOSS_BUCKETS as u64) as usize];
+        if b.no > no {
+            // Older than the history reaches.
+            return None;
+        }
+        if b.no < no {
+            *b = LossBucket {
+                no,
+                ..LossBucket::default()
+            };
+        }
+        Some(b)
+    }
+
+    /// `n` reports of `node` received at report time `at_ns`.
+    pub fn received(&mut self, node: u32, n: u64, at_ns: u64) {
+        if let Some(b) = self.bucket(node, at_ns) {
+            b.received = b
+                .received
+                .saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+    }
+
+    /// `n` reports of `node` lost (a confirmed gap found at report time `at_ns`).
+    pub fn lost(&mut self, node: u32, n: u64, at_ns: u64) {
+        if let Some(b) = self.bucket(node, at_ns) {
+            b.lost = b.lost.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+    }
+
+    /// Reports of `node` (lost, received) in the buckets from the one holding `from_ns` to the
+    /// one holding `to_ns`, as far back as the history reaches.
+    pub fn between(&self, node: u32, from_ns: u64, to_ns: u64) -> (u64, u64) {
+        let Some(buckets) = self.nodes.get(&node) else {
+            return (0, 0);
+        };
+        let (from, to) = (from_ns / self.bucket_ns + 1, to_ns / self.bucket_ns + 1);
+        buckets
+            .iter()
+            .filter(|b| b.no != 0 && (from..=to).contains(&b.no))
+            .fold((0, 0), |(l, r), b| {
+                (l + u64::from(b.lost), r + u64::from(b.received))
+            })
+    }
+
+    /// Nodes held.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether no node is held.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loss_history_sums_a_window_and_forgets_what_it_cannot_hold() {
+        let ms = 1_000_000;
+        let mut h = LossHistory::new(10 * ms);
+        h.received(7, 8, 5 * ms);
+        h.lost(7, 2, 6 * ms);
+        h.received(7, 10, 25 * ms);
+        h.lost(8, 5, 25 * ms);
+        assert_eq!(h.between(7, 0, 9 * ms), (2, 8));
+        assert_eq!(h.between(7, 0, 30 * ms), (2, 18));
+        assert_eq!(h.between(7, 20 * ms, 30 * ms), (0, 10));
+        assert_eq!(h.between(8, 0, 30 * ms), (5, 0), "per node");
+        assert_eq!(h.between(9, 0, 30 * ms), (0, 0));
+        // A bucket LOSS_BUCKETS later takes the slot of the first: the first is gone, and a
+        // late loss for it is older than the history reaches.
+        let later = 5 * ms + LOSS_BUCKETS as u64 * 10 * ms;
+        h.received(7, 1, later);
+        assert_eq!(h.between(7, 0, later), (0, 11));
+        h.lost(7, 3, 5 * ms);
+        assert_eq!(h.between(7, 0, later), (0, 11));
+        // Bounded: past MAX_LOSS_NODES, stale nodes make room, and otherwise a node is not
+        // tracked.
+        let mut h = LossHistory::new(ms);
+        for n in 0..MAX_LOSS_NODES as u32 {
+            h.received(n, 1, 0);
+        }
+        h.received(u32::MAX, 1, 0);
+        assert_eq!((h.len(), h.untracked), (MAX_LOSS_NODES, 1));
+        h.received(u32::MAX, 1, 100 * ms);
+        assert_eq!((h.len(), h.untracked), (1, 1), "the stale nodes left");
+    }
 
     #[test]
     fn gaps_wraps_late_and_restarts() {

@@ -53,6 +53,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         collector.ingest(&r.payload, r.source.into(), r.time_ns, &mut batch);
     }
     collector.tick(end + 1_000_000_000);
+    // Before the view below, which holds every lock the incidents take.
+    let incidents = collector.state.incidents();
     let s = collector.state.read();
     let leaf_of = |ip: std::net::IpAddr| match ip {
         std::net::IpAddr::V4(a) => intscope_sim::topology::locate(a).map(|l| l.0),
@@ -113,6 +115,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect()
     };
+    // Incidents by kind and cause ("drop/silent": silent drops), with where the drops are.
+    let mut by_kind: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut drop_places = Vec::new();
+    for i in &incidents {
+        let name = match &i.cause {
+            Some(c) => format!("{:?}/{c}", i.kind),
+            None => format!("{:?}", i.kind),
+        };
+        *by_kind.entry(name).or_default() += 1;
+        if i.kind == intscope_collector::incident::IncidentKind::Drop && drop_places.len() < 10 {
+            drop_places.push(format!(
+                "{:?}:{:?}->{:?} {:?} start {} flows {}",
+                i.place.node, i.place.port, i.place.peer_node, i.cause, i.start_ns, i.counts.flows
+            ));
+        }
+    }
     let st = &fabric.stats;
     let out = serde_json::json!({
         "mode": format!("{mode:?}"),
@@ -124,6 +142,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "max_queue_cells": st.max_queue_cells,
         "flows": flows,
         "events": events,
+        "incidents": by_kind,
+        "drop_incidents": drop_places,
         "path_changes_counted_on_flows": changes,
         "flows_on_a_wrong_path": wrong.len(),
         "flows_on_a_partial_path": partial,
