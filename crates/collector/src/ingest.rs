@@ -421,9 +421,8 @@ pub struct Collector {
     receivers: AtomicUsize,
     /// What readers see: the latest snapshot (held only to clone or swap the pointer).
     published: Mutex<Arc<Published>>,
-    /// One publisher at a time; it holds the flow copies of a snapshot no reader holds any
-    /// more, to fill again.
-    publishing: Mutex<Vec<crate::snapshot::FlowShardSnapshot>>,
+    /// One publisher at a time.
+    publishing: Mutex<()>,
     /// Wall time (ns) from which the next snapshot is due.
     next_publish_ns: AtomicU64,
     /// What the last snapshot cost to take, ns.
@@ -489,7 +488,7 @@ impl Collector {
             raw_skipped: AtomicU64::new(0),
             receivers: AtomicUsize::new(0),
             published: Mutex::new(Arc::default()),
-            publishing: Mutex::new(Vec::new()),
+            publishing: Mutex::new(()),
             next_publish_ns: AtomicU64::new(0),
             publish_cost_ns: AtomicU64::new(0),
         }))
@@ -693,8 +692,8 @@ impl Collector {
     fn idle(&self, now: u64) {
         self.tick(now);
         let behind = self.current().ingest.received != self.stats.received.load(Ordering::Relaxed);
-        if behind && let Ok(mut spare) = self.publishing.try_lock() {
-            self.publish_locked(now, &mut spare);
+        if behind && let Ok(_publishing) = self.publishing.try_lock() {
+            self.publish_locked(now);
         } else {
             self.publish_due(now);
         }
@@ -706,8 +705,8 @@ impl Collector {
     pub fn snapshot(&self) -> Arc<Published> {
         let current = self.current();
         if self.receivers.load(Ordering::SeqCst) == 0 && self.state.changed_since(&current.state) {
-            let mut spare = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
-            return self.publish_locked(now_ns(), &mut spare);
+            let _publishing = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
+            return self.publish_locked(now_ns());
         }
         current
     }
@@ -723,26 +722,21 @@ impl Collector {
         if now < self.next_publish_ns.load(Ordering::Relaxed) {
             return;
         }
-        if let Ok(mut spare) = self.publishing.try_lock() {
+        if let Ok(_publishing) = self.publishing.try_lock() {
             // Another thread may have published while this one waited for the flag.
             if now >= self.next_publish_ns.load(Ordering::Relaxed) {
-                self.publish_locked(now, &mut spare);
+                self.publish_locked(now);
             }
         }
     }
 
-    fn publish_locked(
-        &self,
-        now: u64,
-        spare: &mut Vec<crate::snapshot::FlowShardSnapshot>,
-    ) -> Arc<Published> {
+    /// Publishes a snapshot now; the caller holds `publishing`.
+    fn publish_locked(&self, now: u64) -> Arc<Published> {
         let started = std::time::Instant::now();
         let previous = self.current();
         // Counters first: the datagrams they count were correlated before they were counted.
         let ingest = self.stats.counts();
-        let state = self
-            .state
-            .snapshot_into(Some(&previous.state), std::mem::take(spare));
+        let state = self.state.snapshot(Some(&previous.state));
         drop(previous);
         let p = Arc::new(Published {
             state,
@@ -754,11 +748,9 @@ impl Collector {
             &mut *self.published.lock().unwrap_or_else(|e| e.into_inner()),
             Arc::clone(&p),
         );
-        // The old snapshot's flow copies are the next one's buffers, unless a reader still
-        // holds it (then it is freed when the reader lets go).
-        if let Ok(old) = Arc::try_unwrap(old) {
-            *spare = old.state.into_spare();
-        }
+        // What the old snapshot does not share with the new one is freed here, or by the last
+        // reader holding it.
+        drop(old);
         let cost = started.elapsed().as_nanos() as u64;
         let interval = self.config.snapshot_interval_ms.saturating_mul(1_000_000);
         self.publish_cost_ns.store(cost, Ordering::Relaxed);

@@ -188,11 +188,18 @@ impl PathTable {
 /// its key's hash ([`IndexEntry`]): a lookup reads the slab only for the entry whose hash bits
 /// match, a prefetch and a rehash never read it (reading the slab to find which slot to prefetch
 /// was itself the cache miss the prefetch is for: 13 % of correlation).
+///
+/// The table also marks each slot written since the published snapshot's copy was taken (a flow
+/// created, handed out to change, or removed), one bit a slot, so that the next copy refreshes
+/// only those rows ([`FlowTable::changed`], [`crate::snapshot`]).
 #[derive(Debug, Default)]
 pub struct FlowTable {
     index: hashbrown::HashTable<IndexEntry>,
     slots: Vec<Option<FlowState>>,
     free: Vec<u32>,
+    /// Slots written since [`FlowTable::clear_changed`], a bit each (word `s / 64`, bit
+    /// `s % 64`); as many words as the slab needs.
+    changed: Vec<u64>,
 }
 
 /// An index entry: 32 bits of the key's hash (high half) and the slot number (low half).
@@ -268,10 +275,52 @@ impl FlowTable {
         self.slots[slot as usize].as_ref()
     }
 
-    /// The flow with this key, to change.
+    /// The flow with this key, to change (its slot is marked changed).
     pub fn get_mut(&mut self, key: &FlowKey) -> Option<&mut FlowState> {
         let slot = self.slot(key)?;
+        self.mark(slot);
         self.slots[slot as usize].as_mut()
+    }
+
+    /// Marks `slot` written: the next snapshot copies its row again.
+    #[inline]
+    fn mark(&mut self, slot: u32) {
+        let slot = slot as usize;
+        // `changed` grows with the slab, so the word is there.
+        if let Some(w) = self.changed.get_mut(slot / 64) {
+            *w |= 1 << (slot % 64);
+        }
+    }
+
+    /// Slots the slab has (held flows and free slots): a snapshot's rows are laid out by slot.
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The flow in `slot`, if any.
+    pub fn at_slot(&self, slot: usize) -> Option<&FlowState> {
+        self.slots.get(slot)?.as_ref()
+    }
+
+    /// Asks the CPU to start loading the flow in `slot` (a snapshot visiting the changed slots
+    /// prefetches the next ones: scattered over the slab, each is a cache miss).
+    #[inline]
+    pub fn prefetch_slot(&self, slot: usize) {
+        if let Some(f) = self.slots.get(slot) {
+            prefetch_lines(f);
+        }
+    }
+
+    /// The slots written (a flow created, handed out to change or removed) since the last
+    /// [`FlowTable::clear_changed`]: bit `s % 64` of word `s / 64` for slot `s`, one word per
+    /// 64 slots of the slab.
+    pub fn changed(&self) -> &[u64] {
+        &self.changed
+    }
+
+    /// Forgets which slots were written (a snapshot has copied them).
+    pub fn clear_changed(&mut self) {
+        self.changed.fill(0);
     }
 
     /// The flow with this key, made by `new` if it is not held.
@@ -307,6 +356,7 @@ impl FlowTable {
                     }
                     None => {
                         self.slots.push(flow);
+                        self.changed.resize(self.slots.len().div_ceil(64), 0);
                         (self.slots.len() - 1) as u32
                     }
                 };
@@ -317,6 +367,7 @@ impl FlowTable {
                 slot
             }
         };
+        self.mark(slot);
         self.slots[slot as usize]
             .as_mut()
             .expect("an indexed slot holds its flow")
@@ -357,6 +408,7 @@ impl FlowTable {
                 }
                 *entry = None;
                 self.free.push(slot as u32);
+                self.changed[slot / 64] |= 1 << (slot % 64);
             }
         }
     }
@@ -367,7 +419,7 @@ impl FlowTable {
 // from `unsafe` even though SSE is part of every x86-64 target.
 #[allow(unsafe_code)]
 #[inline]
-fn prefetch_lines<T>(value: &T) {
+pub(crate) fn prefetch_lines<T>(value: &T) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};

@@ -151,6 +151,9 @@ pub struct FlowShard {
     next_received_ns: u64,
     /// This shard's events.
     pub raiser: Raiser,
+    /// This shard's last copies for snapshots: the next one is made from them, the rows of
+    /// the slots written since ([`FlowTable::changed`]) made again.
+    pub copies: crate::snapshot::FlowCopies,
 }
 
 impl FlowShard {

@@ -4,14 +4,18 @@
 //! A [`Snapshot`] is immutable and shared ([`Arc`]): readers clone the pointer and work on it as
 //! long as they like. [`State::snapshot`](crate::state::State::snapshot) builds the next one
 //! shard by shard, each under its lock for the time of a copy, reusing the previous snapshot's
-//! part of any shard that has not changed since. The flow table is copied as compact
+//! part of any fabric shard that has not changed since. The flow table is copied as compact
 //! [`FlowRow`]s (what the flow list and a flow's page show, quantiles worked out once), not as
-//! whole flow states.
+//! whole flow states, and incrementally: each flow shard keeps its last two copies
+//! ([`FlowCopies`]) and its table marks the flows written since (created, updated, removed), so
+//! that the next copy makes again only their rows, in the copy before the last.
 //!
-//! Memory: a snapshot holds one row per live flow (`size_of::<FlowRow>()` each, the paths
-//! shared with the live state) and a copy of the fabric tables, all bounded by
-//! [`Limits`](crate::state::Limits). The publisher keeps one snapshot and builds the next beside
-//! it, so two at most are alive, plus any a reader still holds.
+//! Memory: a flow shard's copy holds one row per slot of its table (`size_of::<FlowRow>()`
+//! each, the paths shared with the live state; a slot freed by an eviction stays empty until a
+//! new flow takes it) and an (ID, slot) pair per flow; a fabric shard's, a copy of its tables;
+//! all bounded by [`Limits`](crate::state::Limits). Each flow shard keeps two copies (the
+//! published one and the one before it, to be brought up to date next), plus any that readers
+//! hold; an unchanged fabric shard's copy is shared by consecutive snapshots.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,7 +27,7 @@ use crate::fabric::{
     Evicted, FabricShard, LinkKey, LinkState, NodeState, QueueKey, QueueState, RecordCounters,
     node_shard,
 };
-use crate::flow::{FlowState, Path, SampleRing};
+use crate::flow::{FlowState, FlowTable, Path, SampleRing};
 use crate::flow_shard::FlowShard;
 use crate::id_table::IdTable;
 use crate::seq::SeqState;
@@ -127,11 +131,17 @@ impl totals::FlowPart for FlowShardSnapshot {
     }
 }
 
-/// One flow shard, copied.
-#[derive(Debug, Default)]
+/// How many changed slots ahead a copy prefetches.
+const PREFETCH_AHEAD: usize = 8;
+
+/// One flow shard, copied: a row per flow, laid out by the live table's slots (a free slot's row
+/// is `None`), and an index by ID. Made by [`FlowCopies::refresh`] from an earlier copy, so that
+/// it costs in proportion to the flows written since, not to the flows held.
+#[derive(Debug, Default, Clone)]
 pub struct FlowShardSnapshot {
-    rows: Vec<FlowRow>,
-    /// (ID, row index) in ID order, for lookups by ID.
+    /// Rows by slot of the live table.
+    rows: Vec<Option<FlowRow>>,
+    /// (ID, slot) in ID order, for lookups by ID.
     by_id: Vec<(u64, u32)>,
     flows_expired: u64,
     flows_evicted: u64,
@@ -139,34 +149,170 @@ pub struct FlowShardSnapshot {
 }
 
 impl FlowShardSnapshot {
-    /// A copy of `shard`.
+    /// A copy of `shard` made from scratch, every flow's row anew (what
+    /// [`FlowCopies::refresh`] gives, at the cost of all the flows).
     pub fn of(shard: &FlowShard) -> Self {
         let mut s = FlowShardSnapshot::default();
-        s.fill(shard);
+        s.update(&shard.flows, counts(shard), |_| u64::MAX);
         s
     }
 
-    /// Makes this a copy of `shard`, in the memory this one holds: a snapshot the readers have
-    /// let go of is the next one's buffer, so that a large table is not allocated (and its
-    /// pages faulted in) afresh at every publication.
-    pub fn fill(&mut self, shard: &FlowShard) {
-        self.rows.clear();
-        self.rows.extend(shard.flows.values().map(FlowRow::of));
-        self.by_id.clear();
-        self.by_id
-            .extend(self.rows.iter().enumerate().map(|(i, r)| (r.id, i as u32)));
-        // The slab is mostly in ID order already (flows take free slots only after evictions
-        // and expiries), which the sort finds in one pass.
-        self.by_id.sort_unstable();
-        self.flows_expired = shard.flows_expired;
-        self.flows_evicted = shard.flows_evicted;
-        self.suppressed = shard.raiser.suppressed;
+    /// Brings this copy up to `shard`: the rows of the slots `changed` marks (word `w` of the
+    /// marks, a bit per slot, as [`FlowTable::changed`](crate::flow::FlowTable::changed)) are
+    /// made again; the others must not have changed since this copy was made.
+    fn update(
+        &mut self,
+        table: &FlowTable,
+        counts: (u64, u64, u64),
+        changed: impl Fn(usize) -> u64,
+    ) {
+        // Slots the copy did not have are new, and marked.
+        self.rows.resize_with(table.slot_count(), || None);
+        // The slots to copy again, in order.
+        let mut slots: Vec<u32> = Vec::new();
+        for w in 0..self.rows.len().div_ceil(64) {
+            let mut bits = changed(w);
+            while bits != 0 {
+                slots.push((w * 64) as u32 + bits.trailing_zeros());
+                bits &= bits - 1;
+            }
+        }
+        // Flows that left their slot and came into one since.
+        let (mut gone, mut came) = (Vec::new(), Vec::new());
+        for (i, &slot) in slots.iter().enumerate() {
+            // Scattered over the slab, each flow and each row is a cache miss: start loading
+            // the one `PREFETCH_AHEAD` on, unless it follows its neighbour, which the CPU's own
+            // prefetcher finds (a dense run of changes streams).
+            if let Some(&[prev, ahead]) = slots.get(i + PREFETCH_AHEAD - 1..i + PREFETCH_AHEAD + 1)
+                && ahead > prev + 1
+            {
+                table.prefetch_slot(ahead as usize);
+                if let Some(row) = self.rows.get(ahead as usize) {
+                    crate::flow::prefetch_lines(row);
+                }
+            }
+            let Some(row) = self.rows.get_mut(slot as usize) else {
+                continue;
+            };
+            let now = table.at_slot(slot as usize).map(FlowRow::of);
+            let (was, is) = (row.as_ref().map(|r| r.id), now.as_ref().map(|r| r.id));
+            if was != is {
+                gone.extend(was);
+                came.extend(is.map(|id| (id, slot)));
+            }
+            *row = now;
+        }
+        if !gone.is_empty() {
+            gone.sort_unstable();
+            self.by_id.retain(|(id, _)| gone.binary_search(id).is_err());
+        }
+        if !came.is_empty() {
+            came.sort_unstable();
+            // IDs grow within a shard (taken under its lock), so the flows that came sort after
+            // those held before; should they not, the index is sorted whole.
+            let in_order = self
+                .by_id
+                .last()
+                .zip(came.first())
+                .is_none_or(|(a, b)| a.0 < b.0);
+            self.by_id.extend(came);
+            if !in_order {
+                self.by_id.sort_unstable();
+            }
+        }
+        (self.flows_expired, self.flows_evicted, self.suppressed) = counts;
     }
 
-    fn flow_by_id(&self, id: u64) -> Option<&FlowRow> {
-        let i = self.by_id.binary_search_by_key(&id, |&(id, _)| id).ok()?;
-        self.rows.get(self.by_id[i].1 as usize)
+    /// Every row, in slot order.
+    pub fn rows(&self) -> impl Iterator<Item = &FlowRow> {
+        self.rows.iter().flatten()
     }
+
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Whether no row is held.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// The row of the flow with API ID `id`.
+    pub fn flow_by_id(&self, id: u64) -> Option<&FlowRow> {
+        let i = self.by_id.binary_search_by_key(&id, |&(id, _)| id).ok()?;
+        self.rows.get(self.by_id[i].1 as usize)?.as_ref()
+    }
+}
+
+/// A flow shard's last two copies, kept by the shard (under its lock) so that the next copy is
+/// made from one of them. The latest is in the published snapshot; the one before it was in the
+/// snapshot before, which no reader holds any more as a rule by the time the next one is made:
+/// then that copy is brought up to date in place, its rows of the slots written since it was
+/// made (since the latest copy, and between the two) made again, and nothing else touched or
+/// allocated. When a reader still holds it, the latest copy is cloned instead (the cost of a
+/// full copy), and the reader frees the old one when it lets go. So two copies are alive, plus
+/// any a reader holds.
+#[derive(Debug, Default)]
+pub struct FlowCopies {
+    /// The latest copy.
+    latest: Arc<FlowShardSnapshot>,
+    /// The copy before it, and the slots written between the two (a bit each, as
+    /// [`FlowTable::changed`](crate::flow::FlowTable::changed)).
+    before: Option<(Arc<FlowShardSnapshot>, Vec<u64>)>,
+}
+
+impl FlowCopies {
+    /// `shard`'s copy as of now: the latest one when nothing changed since, else a new one
+    /// (see [`FlowCopies`]); the shard's changed marks are then cleared. Called under the
+    /// shard's lock.
+    pub fn refresh(shard: &mut FlowShard) -> Arc<FlowShardSnapshot> {
+        let counts = counts(shard);
+        let (copies, table) = (&mut shard.copies, &mut shard.flows);
+        let latest = &copies.latest;
+        let marks = table.changed();
+        let same = marks.iter().all(|&w| w == 0)
+            && (
+                latest.flows_expired,
+                latest.flows_evicted,
+                latest.suppressed,
+            ) == counts;
+        if same {
+            return Arc::clone(latest);
+        }
+        let marked = |w: usize| marks.get(w).copied().unwrap_or(0);
+        let from_latest = || {
+            let mut copy = FlowShardSnapshot::clone(latest);
+            copy.update(table, counts, marked);
+            Arc::new(copy)
+        };
+        let next = match copies.before.take() {
+            Some((mut old, between)) => match Arc::get_mut(&mut old) {
+                Some(copy) => {
+                    copy.update(table, counts, |w| {
+                        marked(w) | between.get(w).copied().unwrap_or(0)
+                    });
+                    old
+                }
+                // A reader still holds it.
+                None => from_latest(),
+            },
+            None => from_latest(),
+        };
+        let latest = std::mem::replace(&mut copies.latest, Arc::clone(&next));
+        copies.before = Some((latest, marks.to_vec()));
+        table.clear_changed();
+        next
+    }
+}
+
+/// A flow shard's counts a copy holds: (flows expired, flows evicted, events suppressed).
+fn counts(shard: &FlowShard) -> (u64, u64, u64) {
+    (
+        shard.flows_expired,
+        shard.flows_evicted,
+        shard.raiser.suppressed,
+    )
 }
 
 /// One fabric shard, copied.
@@ -221,27 +367,14 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The flow shards' copies no one else holds any more, for [`State::snapshot`] to fill
-    /// again (see [`FlowShardSnapshot::fill`]).
-    ///
-    /// [`State::snapshot`]: crate::state::State::snapshot
-    pub fn into_spare(self) -> Vec<FlowShardSnapshot> {
-        self.flows
-            .into_iter()
-            .filter_map(|s| Arc::try_unwrap(s).ok())
-            .collect()
-    }
-}
-
-impl Snapshot {
     /// Every flow.
     pub fn flows(&self) -> impl Iterator<Item = &FlowRow> {
-        self.flows.iter().flat_map(|s| s.rows.iter())
+        self.flows.iter().flat_map(|s| s.rows())
     }
 
     /// Flows.
     pub fn flow_count(&self) -> usize {
-        self.flows.iter().map(|s| s.rows.len()).sum()
+        self.flows.iter().map(|s| s.len()).sum()
     }
 
     /// The flow with API ID `id`.
@@ -353,9 +486,12 @@ mod tests {
 
     use intscope_wire::locate::DetectConfig;
 
+    use intscope_wire::locate::FlowKey;
+
+    use super::{FlowShardSnapshot, Snapshot};
     use crate::loadgen::{Generator, INT_PORT, LoadConfig, LoadVersion};
     use crate::record::{FlowKeyMode, Record, decode_datagram};
-    use crate::state::State;
+    use crate::state::{Limits, State};
 
     fn fed(shards: usize, datagrams: u64) -> (State, Generator) {
         let cfg = DetectConfig {
@@ -436,7 +572,8 @@ mod tests {
     }
 
     /// A shard nothing touched since the last snapshot is shared with it, not copied; one that
-    /// changed is copied again.
+    /// changed is copied again. A sweep that changes no flow leaves the flow shards' copies
+    /// shared.
     #[test]
     fn unchanged_shards_are_shared_and_changed_ones_copied() {
         let (state, _) = fed(2, 500);
@@ -452,7 +589,157 @@ mod tests {
         state.tick(10_000_000_000);
         assert!(state.changed_since(&second));
         let third = state.snapshot(Some(&second));
-        assert!(!Arc::ptr_eq(&second.flows[0], &third.flows[0]));
+        assert!(!Arc::ptr_eq(&second.fabric[0], &third.fabric[0]));
+        assert!(Arc::ptr_eq(&second.flows[0], &third.flows[0]));
         assert_eq!(third.sequence, second.sequence + 1);
+        // Past `flow_idle_ns` every flow leaves: the flow shards are copied again, empty.
+        state.tick(700_000_000_000);
+        let fourth = state.snapshot(Some(&third));
+        assert!(!Arc::ptr_eq(&third.flows[0], &fourth.flows[0]));
+        assert_eq!(fourth.flow_count(), 0);
+        assert_eq!(fourth.flows_expired(), third.flow_count() as u64);
+    }
+
+    /// The copies of `state`'s flow shards made from scratch, in shard order.
+    fn from_scratch(state: &State) -> Vec<FlowShardSnapshot> {
+        let mut copies = Vec::new();
+        state.each_flow_shard(|shard| copies.push(FlowShardSnapshot::of(shard)));
+        copies
+    }
+
+    /// Asserts that `snap`'s flow shards hold what copies made from scratch hold, row for row.
+    fn assert_as_from_scratch(snap: &Snapshot, fresh: &[FlowShardSnapshot]) {
+        assert_eq!(snap.flows.len(), fresh.len());
+        for (a, b) in snap.flows.iter().zip(fresh) {
+            let rows = |s: &FlowShardSnapshot| -> Vec<String> {
+                s.rows().map(|r| format!("{r:?}")).collect()
+            };
+            assert_eq!(rows(a), rows(b));
+            assert_eq!(a.len(), b.len());
+            assert_eq!(a.rows().count(), a.len());
+            assert_eq!(a.by_id, b.by_id);
+            for &(id, _) in b.by_id.iter() {
+                assert_eq!(
+                    format!("{:?}", a.flow_by_id(id)),
+                    format!("{:?}", b.flow_by_id(id))
+                );
+            }
+            assert_eq!(
+                (a.flows_expired, a.flows_evicted, a.suppressed),
+                (b.flows_expired, b.flows_evicted, b.suppressed)
+            );
+        }
+    }
+
+    /// Feeds `state` one more datagram from `g` at `t`; returns the keys of its reports.
+    fn one_more(state: &State, g: &mut Generator, t: u64) -> Vec<FlowKey> {
+        let (mut buf, mut rec) = (Vec::new(), Record::default());
+        g.next_datagram(&mut buf);
+        let cfg = DetectConfig {
+            int_udp_ports: vec![INT_PORT],
+            ..DetectConfig::default()
+        };
+        let mut touched = Vec::new();
+        decode_datagram(&buf, t, &cfg, FlowKeyMode::Innermost, &mut rec, |r| {
+            touched.push(r.flow.unwrap());
+            state.process(r)
+        })
+        .unwrap();
+        touched
+    }
+
+    /// The copy before the last is brought up to date in place once no reader holds it, and
+    /// cloned from the last while one does; either way it holds what a copy from scratch holds,
+    /// the flows just written with their new counts.
+    #[test]
+    fn the_copy_before_is_updated_in_place_unless_a_reader_holds_it() {
+        let (state, mut g) = fed(1, 2_000);
+        let first = state.snapshot(None);
+        one_more(&state, &mut g, 3_000_000_000);
+        let second = state.snapshot(Some(&first));
+        let first_copy = Arc::as_ptr(&first.flows[0]);
+        drop(first);
+        let touched = one_more(&state, &mut g, 4_000_000_000);
+        let third = state.snapshot(Some(&second));
+        assert_eq!(Arc::as_ptr(&third.flows[0]), first_copy, "updated in place");
+        assert_as_from_scratch(&third, &from_scratch(&state));
+        for key in touched {
+            let row = third.flows().find(|r| r.key == key).unwrap();
+            assert_eq!(row.last_seen_ns, 4_000_000_000);
+            assert!(row.reports > second.flow_by_id(row.id).unwrap().reports);
+        }
+        // `second` is still held: the next copy is a clone of `third`'s.
+        one_more(&state, &mut g, 5_000_000_000);
+        let fourth = state.snapshot(Some(&third));
+        assert!(!Arc::ptr_eq(&fourth.flows[0], &second.flows[0]));
+        assert!(!Arc::ptr_eq(&fourth.flows[0], &third.flows[0]));
+        assert_as_from_scratch(&fourth, &from_scratch(&state));
+        assert_eq!(second.flow_count(), fourth.flow_count());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+        /// After random updates, new flows, joins, evictions (a small flow limit) and expiries,
+        /// each snapshot's flow copies equal copies made from scratch, with readers holding
+        /// some of the snapshots before.
+        #[test]
+        fn an_incremental_copy_equals_one_from_scratch(
+            shards in 1usize..4,
+            flows in 20u32..400,
+            postcards: bool,
+            steps in proptest::collection::vec((0u8..5, 1u64..120), 1..16),
+        ) {
+            let cfg = DetectConfig {
+                int_udp_ports: vec![INT_PORT],
+                ..DetectConfig::default()
+            };
+            let limits = Limits { flows: 128, ..Limits::default() };
+            let state = State::with_limits(crate::detect::DetectConfig::default(), limits, shards);
+            let mut g = Generator::new(LoadConfig {
+                flows,
+                hops: 4,
+                // v0.5 postcards change flows as they are joined, in sweeps.
+                version: if postcards { LoadVersion::V05 } else { LoadVersion::V2 },
+                batch: 8,
+                drop_every: 7,
+                ..LoadConfig::default()
+            });
+            let (mut buf, mut rec, mut t) = (Vec::new(), Record::default(), 0u64);
+            let mut held: Vec<Arc<Snapshot>> = Vec::new();
+            for (op, n) in steps {
+                match op {
+                    // Reports: updates, new flows, evictions past the limit.
+                    0..=2 => {
+                        for _ in 0..n {
+                            t += 1_000;
+                            g.next_datagram(&mut buf);
+                            decode_datagram(&buf, t, &cfg, FlowKeyMode::Innermost, &mut rec, |r| {
+                                state.process(r)
+                            })
+                            .unwrap();
+                        }
+                    }
+                    // Time passes: flows idle for `flow_idle_ns` leave.
+                    3 => {
+                        t += n * 10_000_000_000;
+                        state.tick(t);
+                    }
+                    // A reader lets go of the oldest snapshot it holds.
+                    _ => {
+                        if !held.is_empty() {
+                            held.remove(0);
+                        }
+                    }
+                }
+                let snap = Arc::new(state.snapshot(held.last().map(|s| &**s)));
+                assert_as_from_scratch(&snap, &from_scratch(&state));
+                let v = state.read();
+                proptest::prop_assert_eq!(snap.flow_count(), v.flow_count());
+                proptest::prop_assert_eq!(snap.evicted(), v.evicted());
+                proptest::prop_assert_eq!(snap.flows_expired(), v.flows_expired());
+                drop(v);
+                held.push(snap);
+            }
+        }
     }
 }

@@ -29,7 +29,7 @@ use crate::incident::Incident;
 use crate::incidents::IncidentLog;
 use crate::record::Record;
 use crate::seq::SeqState;
-use crate::snapshot::{FabricShardSnapshot, FlowShardSnapshot, Snapshot};
+use crate::snapshot::{FabricShardSnapshot, FlowCopies, FlowShardSnapshot, Snapshot};
 
 /// A batch's work space, kept per thread between batches instead of allocated for each.
 #[derive(Default)]
@@ -220,38 +220,22 @@ impl State {
 
     /// A snapshot of everything, for readers that must not hold the shard locks (see
     /// [`crate::snapshot`]). Each shard is copied under its lock, one at a time, taking the free
-    /// ones first; a shard unchanged since `prev` was taken is shared with it, not copied. The
-    /// event counts are read last, so they include the events of every copied record.
+    /// ones first; a fabric shard unchanged since `prev` was taken is shared with it, not copied,
+    /// and a flow shard's copy is its last one with the rows of the flows written since made
+    /// again ([`FlowCopies::refresh`]). The event counts are read last, so they include
+    /// the events of every copied record.
     pub fn snapshot(&self, prev: Option<&Snapshot>) -> Snapshot {
-        self.snapshot_into(prev, Vec::new())
-    }
-
-    /// [`State::snapshot`], filling the flow shard copies in `spare` (from
-    /// [`Snapshot::into_spare`]) before allocating new ones.
-    pub fn snapshot_into(
-        &self,
-        prev: Option<&Snapshot>,
-        mut spare: Vec<FlowShardSnapshot>,
-    ) -> Snapshot {
         let n = self.flows.len();
         let prev = prev.filter(|p| p.flows.len() == n && p.fabric.len() == n);
         let mut generations = vec![0u64; 2 * n];
         let mut flows: Vec<Option<Arc<FlowShardSnapshot>>> = vec![None; n];
         let mut fabric: Vec<Option<Arc<FabricShardSnapshot>>> = vec![None; n];
         each_shard(&self.flows, |s, shard| {
-            // Read under the lock: no change can slip between the count and the copy.
-            let g = self.generations[s].load(Ordering::Relaxed);
-            generations[s] = g;
-            flows[s] = Some(match prev {
-                Some(p) if p.generations[s] == g => Arc::clone(&p.flows[s]),
-                _ => {
-                    let mut copy = spare.pop().unwrap_or_default();
-                    copy.fill(shard);
-                    Arc::new(copy)
-                }
-            });
+            generations[s] = self.generations[s].load(Ordering::Relaxed);
+            flows[s] = Some(FlowCopies::refresh(shard));
         });
         each_shard(&self.fabric, |s, shard| {
+            // Read under the lock: no change can slip between the count and the copy.
             let g = self.generations[n + s].load(Ordering::Relaxed);
             generations[n + s] = g;
             fabric[s] = Some(match prev {
