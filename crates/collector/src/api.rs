@@ -37,7 +37,10 @@ use crate::ingest::{Collector, Published};
 use crate::rank;
 use crate::search::FlowSearch;
 use crate::snapshot::{FlowRow, Snapshot};
-use crate::store::{HistoryQuery, Store, StoreError};
+use crate::store::{
+    FlowInterval, HistoryQuery, Page, QueueInterval, Store, StoreError, StoredEvent, StoredFlow,
+    StoredIncident,
+};
 
 /// Most flows one `/api/flows` page holds.
 pub const MAX_FLOWS_LIMIT: usize = 10_000;
@@ -394,11 +397,11 @@ fn array_page<const N: usize, T: Serialize>(
 
 /// Runs a store query on the blocking pool: at most `max_queries` at once (503 beyond), each
 /// within `query_timeout` (504 after it: SQLite interrupts the query itself).
-async fn store_query(
+async fn store_query<T: Send + 'static>(
     api: &Arc<Api>,
     mut q: HistoryQuery,
-    f: impl FnOnce(&dyn Store, &HistoryQuery) -> Result<Value, StoreError> + Send + 'static,
-) -> Result<Value, ApiError> {
+    f: impl FnOnce(&dyn Store, &HistoryQuery) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
     let Some(store) = api.collector.store.clone() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -567,14 +570,14 @@ async fn stats(AxState(api): Shared) -> Json<Value> {
 async fn history_events(
     AxState(api): Shared,
     Q(q): Q<HistoryQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Page<StoredEvent>>, ApiError> {
     store_query(&api, q, |s, q| s.events(q)).await.map(Json)
 }
 
 async fn history_flows(
     AxState(api): Shared,
     Q(q): Q<HistoryQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Page<StoredFlow>>, ApiError> {
     store_query(&api, q, |s, q| s.flows(q)).await.map(Json)
 }
 
@@ -583,14 +586,14 @@ async fn history_flows(
 async fn history_incidents(
     AxState(api): Shared,
     Q(q): Q<HistoryQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Page<StoredIncident>>, ApiError> {
     store_query(&api, q, |s, q| s.incidents(q)).await.map(Json)
 }
 
 async fn history_queues(
     AxState(api): Shared,
     Q(q): Q<HistoryQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Page<QueueInterval>>, ApiError> {
     store_query(&api, q, |s, q| s.queue_series(q))
         .await
         .map(Json)
@@ -929,7 +932,7 @@ pub struct FlowDetail {
     pub events: Vec<Event>,
     /// With a store: the flow's series per store interval.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub intervals: Option<Value>,
+    pub intervals: Option<Vec<FlowInterval>>,
 }
 
 async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<FlowPage>, ApiError> {

@@ -22,12 +22,14 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
-use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::api::ApiConfig;
 use crate::event::FlowRef;
-use crate::store::{HistoryQuery, Store, StoreError};
+use crate::store::{
+    FlowInterval, HistoryQuery, Page, QueueInterval, RowCounts, Store, StoreError, StoredEvent,
+    StoredFlow, StoredIncident, Totals,
+};
 
 /// The cluster API's shared state.
 pub struct FabricApi {
@@ -169,19 +171,19 @@ async fn query<T: Send + 'static>(
 pub struct FabricStats {
     /// Always `"fabric"`.
     pub mode: &'static str,
-    /// Rows per table.
-    pub rows: Value,
+    /// Rows per table ([`COUNTED_TABLES`](crate::store::COUNTED_TABLES)).
+    pub rows: RowCounts,
     /// The collectors' counters summed over every run that wrote to the store.
-    pub totals: Value,
+    pub totals: Totals,
 }
 
 /// One flow of the fabric: its stored summary and its series.
 #[derive(Debug, serde::Serialize)]
 pub struct FabricFlow {
     /// The stored summary.
-    pub flow: Value,
-    /// Its series per store interval.
-    pub intervals: Value,
+    pub flow: StoredFlow,
+    /// Its series per store interval, oldest first.
+    pub intervals: Vec<FlowInterval>,
 }
 
 async fn stats(AxState(api): Shared) -> Result<Json<FabricStats>, Error> {
@@ -196,7 +198,10 @@ async fn stats(AxState(api): Shared) -> Result<Json<FabricStats>, Error> {
     Ok(Json(v))
 }
 
-async fn flows(AxState(api): Shared, Q(q): Q<HistoryQuery>) -> Result<Json<Value>, Error> {
+async fn flows(
+    AxState(api): Shared,
+    Q(q): Q<HistoryQuery>,
+) -> Result<Json<Page<StoredFlow>>, Error> {
     query(&api, q, |s, q| s.flows(q)).await.map(Json)
 }
 
@@ -241,14 +246,23 @@ async fn flow(AxState(api): Shared, Q(f): Q<FlowQuery>) -> Result<Json<FabricFlo
         .ok_or_else(|| Error(StatusCode::NOT_FOUND, "no such flow in the store".into()))
 }
 
-async fn queues(AxState(api): Shared, Q(q): Q<HistoryQuery>) -> Result<Json<Value>, Error> {
+async fn queues(
+    AxState(api): Shared,
+    Q(q): Q<HistoryQuery>,
+) -> Result<Json<Page<QueueInterval>>, Error> {
     query(&api, q, |s, q| s.queue_series(q)).await.map(Json)
 }
 
-async fn events(AxState(api): Shared, Q(q): Q<HistoryQuery>) -> Result<Json<Value>, Error> {
+async fn events(
+    AxState(api): Shared,
+    Q(q): Q<HistoryQuery>,
+) -> Result<Json<Page<StoredEvent>>, Error> {
     query(&api, q, |s, q| s.events(q)).await.map(Json)
 }
 
-async fn incidents(AxState(api): Shared, Q(q): Q<HistoryQuery>) -> Result<Json<Value>, Error> {
+async fn incidents(
+    AxState(api): Shared,
+    Q(q): Q<HistoryQuery>,
+) -> Result<Json<Page<StoredIncident>>, Error> {
     query(&api, q, |s, q| s.incidents(q)).await.map(Json)
 }

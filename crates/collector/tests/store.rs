@@ -103,19 +103,40 @@ fn batches_round_trip_and_prune(backend: &Backend) {
     let counts = store.counts().unwrap();
     assert_eq!(counts["flows"], 1);
     assert_eq!(counts["raw_reports"], 1);
-    assert_eq!(counts["events"], b.events.len());
-    let drops = store
-        .events(&HistoryQuery {
-            kind: Some("drop".into()),
-            ..HistoryQuery::default()
-        })
-        .unwrap();
+    assert_eq!(counts["events"], b.events.len() as u64);
+    let drops = json(
+        store
+            .events(&HistoryQuery {
+                kind: Some("drop".into()),
+                ..HistoryQuery::default()
+            })
+            .unwrap(),
+    );
     assert_eq!(
         drops["events"][0]["evidence"]["drop_reason_name"],
         "routing-miss"
     );
     assert_eq!(drops["events"][0]["flow"]["dst_port"], 80);
-    let flows = store.flows(&HistoryQuery::default()).unwrap();
+    // Read back, each event is the live one without its receive time (the store keeps none),
+    // field for field; each incident is the one written.
+    let mut stored = json(store.events(&HistoryQuery::default()).unwrap())["events"].clone();
+    let mut live: Vec<serde_json::Value> = b.events.iter().rev().map(json).collect();
+    for e in &mut live {
+        e.as_object_mut().unwrap().remove("received_ns");
+    }
+    assert_eq!(stored.take(), serde_json::Value::Array(live));
+    assert!(!b.incidents.is_empty(), "the drop raised an incident");
+    let incidents = json(store.incidents(&HistoryQuery::default()).unwrap());
+    for n in &b.incidents {
+        let read = incidents["incidents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["id"] == n.id)
+            .unwrap_or_else(|| panic!("incident {} not read back: {incidents}", n.id));
+        assert_eq!(*read, n.to_json());
+    }
+    let flows = json(store.flows(&HistoryQuery::default()).unwrap());
     assert_eq!(flows["flows"][0]["reports"], 3);
     assert_eq!(flows["flows"][0]["path"][1]["node_id"], 101);
     assert_eq!(
@@ -124,9 +145,11 @@ fn batches_round_trip_and_prune(backend: &Backend) {
     );
     // The flow's per-interval latency series: its two delivered reports (the third was a drop).
     let key = s.read().flows().next().unwrap().key;
-    let series = store
-        .flow_series(&(&key).into(), &HistoryQuery::default())
-        .unwrap();
+    let series = json(
+        store
+            .flow_series(&(&key).into(), &HistoryQuery::default())
+            .unwrap(),
+    );
     assert_eq!(series.as_array().unwrap().len(), 1, "{series}");
     assert_eq!(series[0]["samples"], 2);
     assert_eq!(series[0]["time_ns"], 2 * S);
@@ -139,25 +162,40 @@ fn batches_round_trip_and_prune(backend: &Backend) {
         series[0]["queue_occupancy_max"],
         serde_json::json!([10, 5000, 10])
     );
-    let congestion = store
-        .queue_series(&HistoryQuery {
-            node: Some(101),
-            ..HistoryQuery::default()
-        })
-        .unwrap();
+    let congestion = json(
+        store
+            .queue_series(&HistoryQuery {
+                node: Some(101),
+                ..HistoryQuery::default()
+            })
+            .unwrap(),
+    );
     assert_eq!(congestion["queues"][0]["max_occupancy"], 5000);
 
     store.prune(backend.horizon(2 * S + 1), 0).unwrap();
     let counts = store.counts().unwrap();
     assert_eq!(
         (
-            counts["events"].as_u64(),
-            counts["flows"].as_u64(),
-            counts["flow_stats"].as_u64(),
-            counts["raw_reports"].as_u64()
+            counts["events"],
+            counts["flows"],
+            counts["flow_stats"],
+            counts["raw_reports"]
         ),
-        (Some(0), Some(0), Some(0), Some(0))
+        (0, 0, 0, 0)
     );
+}
+
+/// An empty page (of the test stores below).
+fn empty<T>() -> intscope_collector::store::Page<T> {
+    intscope_collector::store::Page {
+        items: Vec::new(),
+        next: None,
+    }
+}
+
+/// A read's answer as the API serves it (the assertions below read the JSON).
+fn json<T: serde::Serialize>(v: T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap()
 }
 
 /// The [`Store`] methods other than `write`, for the test stores below that only watch what the
@@ -173,34 +211,58 @@ macro_rules! no_history {
         fn next_incident_id(&self) -> Result<u64, StoreError> {
             Ok(1)
         }
-        fn events(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-            Ok(serde_json::Value::Null)
+        fn events(
+            &self,
+            _: &HistoryQuery,
+        ) -> Result<
+            intscope_collector::store::Page<intscope_collector::store::StoredEvent>,
+            StoreError,
+        > {
+            Ok(empty())
         }
-        fn flows(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-            Ok(serde_json::Value::Null)
+        fn flows(
+            &self,
+            _: &HistoryQuery,
+        ) -> Result<
+            intscope_collector::store::Page<intscope_collector::store::StoredFlow>,
+            StoreError,
+        > {
+            Ok(empty())
         }
-        fn queue_series(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-            Ok(serde_json::Value::Null)
+        fn queue_series(
+            &self,
+            _: &HistoryQuery,
+        ) -> Result<
+            intscope_collector::store::Page<intscope_collector::store::QueueInterval>,
+            StoreError,
+        > {
+            Ok(empty())
         }
         fn flow_series(
             &self,
             _: &intscope_collector::event::FlowRef,
             _: &HistoryQuery,
-        ) -> Result<serde_json::Value, StoreError> {
-            Ok(serde_json::Value::Null)
+        ) -> Result<Vec<intscope_collector::store::FlowInterval>, StoreError> {
+            Ok(Vec::new())
         }
-        fn incidents(&self, _: &HistoryQuery) -> Result<serde_json::Value, StoreError> {
-            Ok(serde_json::Value::Null)
+        fn incidents(
+            &self,
+            _: &HistoryQuery,
+        ) -> Result<
+            intscope_collector::store::Page<intscope_collector::store::StoredIncident>,
+            StoreError,
+        > {
+            Ok(empty())
         }
         fn flow(
             &self,
             _: &intscope_collector::event::FlowRef,
             _: &HistoryQuery,
-        ) -> Result<Option<serde_json::Value>, StoreError> {
+        ) -> Result<Option<intscope_collector::store::StoredFlow>, StoreError> {
             Ok(None)
         }
-        fn counts(&self) -> Result<serde_json::Value, StoreError> {
-            Ok(serde_json::Value::Null)
+        fn counts(&self) -> Result<intscope_collector::store::RowCounts, StoreError> {
+            Ok(Default::default())
         }
     };
 }
@@ -313,14 +375,14 @@ fn counters_accumulate_across_restarts(backend: &Backend) {
             store
                 .write(&collect_batch(&s, &mut last_event, Vec::new(), &stats))
                 .unwrap();
-            let flows = store.flows(&HistoryQuery::default()).unwrap();
+            let flows = json(store.flows(&HistoryQuery::default()).unwrap());
             assert_eq!(
                 flows["flows"][0]["reports"], sent.0,
                 "life {life} flush {flush}"
             );
             assert_eq!(flows["flows"][0]["drops"], sent.1);
             let totals = store.totals().unwrap();
-            assert_eq!(totals["reports_v2"], sent.0, "{totals}");
+            assert_eq!(totals["reports_v2"], sent.0, "{totals:?}");
             let live_drops = s
                 .read()
                 .event_counts()
@@ -329,9 +391,9 @@ fn counters_accumulate_across_restarts(backend: &Backend) {
                 .unwrap_or(0);
             assert!(live_drops > 0);
             assert_eq!(
-                totals["events_drop"].as_u64(),
-                Some(earlier_drop_events + live_drops),
-                "{totals}"
+                totals["events_drop"],
+                earlier_drop_events + live_drops,
+                "{totals:?}"
             );
             this_life_drop_events = live_drops;
         }
@@ -344,7 +406,7 @@ fn counters_accumulate_across_restarts(backend: &Backend) {
     assert_eq!(sent, (60, 6));
     // The flow's first sighting is the first life's.
     let store = backend.open();
-    let flows = store.flows(&HistoryQuery::default()).unwrap();
+    let flows = json(store.flows(&HistoryQuery::default()).unwrap());
     assert_eq!(flows["flows"][0]["first_seen_ns"], 0);
     assert_eq!(flows["flows"][0]["reports"], 60);
 }
@@ -385,7 +447,7 @@ fn an_older_store_file_is_upgraded_in_place() {
     store
         .write(&collect_batch(&s, &mut 1, Vec::new(), &stats))
         .unwrap();
-    let flows = store.flows(&HistoryQuery::default()).unwrap();
+    let flows = json(store.flows(&HistoryQuery::default()).unwrap());
     assert_eq!(flows["flows"][0]["reports"], 1001);
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
@@ -647,7 +709,7 @@ fn a_flush_in_parts_stores_what_a_whole_flush_stores(a: &Backend, b: &Backend) {
             limit: Some(10_000),
             ..HistoryQuery::default()
         };
-        let mut rows: Vec<String> = st.flows(&q).unwrap()["flows"]
+        let mut rows: Vec<String> = json(st.flows(&q).unwrap())["flows"]
             .as_array()
             .unwrap()
             .iter()
@@ -781,7 +843,7 @@ fn incidents_keep_their_newest_version(backend: &Backend) {
         .write(&batch(vec![incident(4, kind(4), 100, 4 * S, 2, None)]))
         .unwrap();
 
-    let all = store.incidents(&HistoryQuery::default()).unwrap();
+    let all = json(store.incidents(&HistoryQuery::default()).unwrap());
     let list = all["incidents"].as_array().unwrap();
     assert_eq!(list.len(), 10, "{all}");
     assert_eq!(all["next"], serde_json::Value::Null);
@@ -801,7 +863,7 @@ fn incidents_keep_their_newest_version(backend: &Backend) {
     let q = |f: &dyn Fn(&mut HistoryQuery)| {
         let mut q = HistoryQuery::default();
         f(&mut q);
-        store.incidents(&q).unwrap()["incidents"]
+        json(store.incidents(&q).unwrap())["incidents"]
             .as_array()
             .unwrap()
             .iter()
@@ -822,13 +884,15 @@ fn incidents_keep_their_newest_version(backend: &Backend) {
     let mut seen = Vec::new();
     let mut cursor = None;
     loop {
-        let page = store
-            .incidents(&HistoryQuery {
-                limit: Some(3),
-                cursor: cursor.clone(),
-                ..HistoryQuery::default()
-            })
-            .unwrap();
+        let page = json(
+            store
+                .incidents(&HistoryQuery {
+                    limit: Some(3),
+                    cursor: cursor.clone(),
+                    ..HistoryQuery::default()
+                })
+                .unwrap(),
+        );
         seen.extend(
             page["incidents"]
                 .as_array()
@@ -955,13 +1019,15 @@ fn flow_pages_cover_every_flow_once(backend: &Backend) {
     let mut seen = Vec::new();
     let mut cursor = None;
     loop {
-        let page = store
-            .flows(&HistoryQuery {
-                limit: Some(7),
-                cursor: cursor.clone(),
-                ..HistoryQuery::default()
-            })
-            .unwrap();
+        let page = json(
+            store
+                .flows(&HistoryQuery {
+                    limit: Some(7),
+                    cursor: cursor.clone(),
+                    ..HistoryQuery::default()
+                })
+                .unwrap(),
+        );
         for f in page["flows"].as_array().unwrap() {
             assert_eq!(f["reports"], 5, "{f}");
             seen.push(f["flow"]["src_port"].as_u64().unwrap());
@@ -973,7 +1039,7 @@ fn flow_pages_cover_every_flow_once(backend: &Backend) {
     }
     assert_eq!(seen, (1..=50).rev().collect::<Vec<u64>>());
     let ports = |q: HistoryQuery| -> Vec<u64> {
-        store.flows(&q).unwrap()["flows"]
+        json(store.flows(&q).unwrap())["flows"]
             .as_array()
             .unwrap()
             .iter()

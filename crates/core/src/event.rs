@@ -74,7 +74,7 @@ impl EventKind {
 }
 
 /// A flow as JSON-friendly strings.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FlowRef {
     /// Source address.
     pub src: String,

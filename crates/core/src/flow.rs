@@ -11,7 +11,7 @@ use intscope_wire::locate::FlowKey;
 use crate::record::Hop;
 
 /// One hop of a path: which node, in and out of which ports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct PathHop {
     /// Node ID.
     pub node_id: u32,

@@ -50,16 +50,6 @@ struct Args {
     database: Option<String>,
 }
 
-/// A flow key as the API shows it.
-#[derive(serde::Deserialize)]
-struct FlowKeyJson {
-    src: String,
-    dst: String,
-    proto: u8,
-    src_port: u16,
-    dst_port: u16,
-}
-
 fn usage() -> ! {
     eprintln!(
         "usage: storebench --store sqlite:DIR|clickhouse:URL[,URL...] [--cluster NAME] [--database DB] \
@@ -171,13 +161,13 @@ fn xd_split(a: &Args, how: &str) {
     let mut q = q;
     loop {
         let page = stores[0].flows(&q).expect("flows");
-        for f in page["flows"].as_array().expect("flows") {
+        for f in &page.items {
             flows += 1;
-            whole += u64::from(f["path"].as_array().is_some_and(|p| p.len() == 4));
-            reports += f["reports"].as_u64().unwrap_or(0);
+            whole += u64::from(f.path.len() == 4);
+            reports += f.reports;
         }
-        match page["next"].as_str() {
-            Some(c) => q.cursor = Some(c.into()),
+        match page.next {
+            Some(c) => q.cursor = Some(c),
             None => break,
         }
     }
@@ -254,21 +244,7 @@ fn main() {
                 ..HistoryQuery::default()
             })
             .expect("flow list");
-        let sample: Vec<FlowRef> = page["flows"]
-            .as_array()
-            .map(|fs| {
-                fs.iter()
-                    .filter_map(|f| serde_json::from_value::<FlowKeyJson>(f["flow"].clone()).ok())
-                    .map(|k| FlowRef {
-                        src: k.src,
-                        dst: k.dst,
-                        proto: k.proto,
-                        src_port: k.src_port,
-                        dst_port: k.dst_port,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let sample: Vec<FlowRef> = page.items.into_iter().map(|f| f.flow).collect();
         assert!(!sample.is_empty(), "the store holds no flows");
         measure(&a, &*store, &sample, 0, 0, Duration::ZERO);
         return;
@@ -337,10 +313,7 @@ fn measure(
     let series = time(a.queries, |i| {
         let f = &sample[(i * 7919) % sample.len()];
         let s = store.flow_series(f, &strict).expect("series");
-        assert!(
-            !s.as_array().is_none_or(Vec::is_empty),
-            "no series for {f:?}"
-        );
+        assert!(!s.is_empty(), "no series for {f:?}");
     });
     let incidents = time(a.queries, |_| {
         store.incidents(&strict).expect("incidents");

@@ -24,15 +24,17 @@ use std::time::Duration;
 
 use ::clickhouse::{Client, Row};
 
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-
+use super::read::{
+    FlowInterval, Page, QueueInterval, RowCounts, StoredEvent, StoredFlow, StoredIncident, Totals,
+    corrupt, parse_evidence, parse_hops, parse_incident, parse_kind, parse_path,
+};
 use super::{
     DEFAULT_QUERY_TIMEOUT, HistoryQuery, MAX_HISTORY_LIMIT, RowSink, Store, StoreError,
-    incident_version, new_run_id, page, per_hop_json,
+    incident_version, new_run_id, per_hop_json,
 };
 use crate::event::FlowRef;
 use intscope_core::rows::Batch;
+use serde::{Deserialize, Serialize};
 
 /// Where the store is and how it is laid out (`[store.clickhouse]` of the collector config).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -346,12 +348,24 @@ struct FlowOut {
 }
 
 impl FlowOut {
-    fn json(&self) -> Value {
-        json!({
-            "flow": {"src": self.src, "dst": self.dst, "proto": self.proto, "src_port": self.src_port, "dst_port": self.dst_port},
-            "first_seen_ns": self.first_seen_ns, "last_seen_ns": self.last_seen_ns, "reports": self.reports, "drops": self.drops,
-            "last_drop_reason": self.last_drop_reason, "path": serde_json::from_str::<Value>(&self.path).unwrap_or(Value::Null),
-            "path_changes": self.path_changes, "e2e_latency_p50": self.e2e_p50, "e2e_latency_p99": self.e2e_p99,
+    fn stored(self) -> Result<StoredFlow, StoreError> {
+        Ok(StoredFlow {
+            path: parse_path(&self.path)?,
+            flow: FlowRef {
+                src: self.src,
+                dst: self.dst,
+                proto: self.proto,
+                src_port: self.src_port,
+                dst_port: self.dst_port,
+            },
+            first_seen_ns: self.first_seen_ns,
+            last_seen_ns: self.last_seen_ns,
+            reports: self.reports,
+            drops: self.drops,
+            last_drop_reason: self.last_drop_reason,
+            path_changes: self.path_changes,
+            e2e_latency_p50: self.e2e_p50,
+            e2e_latency_p99: self.e2e_p99,
         })
     }
 }
@@ -813,9 +827,9 @@ impl ClickHouseStore {
     }
 
     /// Rows per table, each shard's local tables summed.
-    fn count_tables(&self) -> Result<Value, StoreError> {
+    fn count_tables(&self) -> Result<RowCounts, StoreError> {
         let db = &self.config.database;
-        let mut m = serde_json::Map::new();
+        let mut m = RowCounts::new();
         for t in super::COUNTED_TABLES {
             let sql = match t {
                 // Versions of one flow life or incident count once.
@@ -829,9 +843,9 @@ impl ClickHouseStore {
             };
             let q = self.read_query(&sql, None);
             let n = self.read(None, q.fetch_one::<One>())?;
-            m.insert(t.into(), json!(n.value));
+            m.insert(t.into(), n.value);
         }
-        Ok(Value::Object(m))
+        Ok(m)
     }
 }
 
@@ -951,7 +965,7 @@ impl Store for ClickHouseStore {
         Ok(m.value + 1)
     }
 
-    fn events(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
+    fn events(&self, q: &HistoryQuery) -> Result<Page<StoredEvent>, StoreError> {
         let limit = q.page_size(500)?;
         let (t, tie) = q.cursor('e')?.unwrap_or((i64::MAX, i64::MAX));
         let db = &self.config.database;
@@ -979,21 +993,40 @@ impl Store for ClickHouseStore {
         let rows = rows
             .into_iter()
             .map(|e| {
-                let flow = e.src.as_ref().map(|s| json!({"src": s, "dst": e.dst, "proto": e.proto, "src_port": e.src_port, "dst_port": e.dst_port}));
-                (
-                    json!({
-                        "id": e.id, "time_ns": e.time_ns, "kind": e.kind, "node_id": e.node_id, "port": e.port,
-                        "queue_id": e.queue_id, "flow_id": e.flow_id, "flow": flow,
-                        "evidence": serde_json::from_str::<Value>(&e.evidence).unwrap_or(Value::Null),
-                    }),
+                // The writer stores all of a flow's columns or none.
+                let flow = match (e.src, e.dst, e.proto, e.src_port, e.dst_port) {
+                    (Some(src), Some(dst), Some(proto), Some(src_port), Some(dst_port)) => {
+                        Some(FlowRef {
+                            src,
+                            dst,
+                            proto,
+                            src_port,
+                            dst_port,
+                        })
+                    }
+                    (None, ..) => None,
+                    _ => return Err(corrupt("stored event flow", "a key column is null")),
+                };
+                Ok((
+                    StoredEvent {
+                        id: e.id,
+                        time_ns: e.time_ns,
+                        kind: parse_kind(&e.kind)?,
+                        node_id: e.node_id,
+                        port: e.port,
+                        queue_id: e.queue_id,
+                        flow_id: e.flow_id,
+                        flow,
+                        evidence: parse_evidence(&e.evidence)?,
+                    },
                     format!("e.{}.{}", e.time_ns, e.tie),
-                )
+                ))
             })
-            .collect();
-        Ok(page("events", rows, limit))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(Page::of(rows, limit))
     }
 
-    fn flows(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
+    fn flows(&self, q: &HistoryQuery) -> Result<Page<StoredFlow>, StoreError> {
         let limit = q.page_size(500)?;
         let (t, h) = q.cursor('f')?.unwrap_or((i64::MAX, i64::MAX));
         // First the page's flows by their hash alone (one cheap aggregation of three numeric
@@ -1058,12 +1091,15 @@ impl Store for ClickHouseStore {
         });
         let rows = rows
             .into_iter()
-            .map(|f| (f.json(), format!("f.{}.{}", f.last_seen_ns, f.flow_hash)))
-            .collect();
-        Ok(page("flows", rows, limit))
+            .map(|f| {
+                let cursor = format!("f.{}.{}", f.last_seen_ns, f.flow_hash);
+                Ok((f.stored()?, cursor))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(Page::of(rows, limit))
     }
 
-    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<Value>, StoreError> {
+    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<StoredFlow>, StoreError> {
         let sql = self.flow_sql(
             &format!("flow_hash = {} AND {}", flow_hash(flow), key_filter(flow)),
             "1",
@@ -1073,10 +1109,10 @@ impl Store for ClickHouseStore {
             q.timeout,
             self.read_query(&sql, q.timeout).fetch_all::<FlowOut>(),
         )?;
-        Ok(rows.first().map(FlowOut::json))
+        rows.into_iter().next().map(FlowOut::stored).transpose()
     }
 
-    fn queue_series(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
+    fn queue_series(&self, q: &HistoryQuery) -> Result<Page<QueueInterval>, StoreError> {
         let limit = q.page_size(MAX_HISTORY_LIMIT)?;
         let (t, tie) = q.cursor('q')?.unwrap_or((i64::MIN, i64::MIN));
         let db = &self.config.database;
@@ -1102,16 +1138,27 @@ impl Store for ClickHouseStore {
             .into_iter()
             .map(|r| {
                 (
-                    json!({"time_ns": r.time_ns, "node_id": r.node_id, "port": r.port, "queue_id": r.queue_id,
-                           "samples": r.samples, "avg_occupancy": r.avg_occupancy, "max_occupancy": r.max_occupancy}),
+                    QueueInterval {
+                        time_ns: r.time_ns,
+                        node_id: r.node_id,
+                        port: r.port,
+                        queue_id: r.queue_id,
+                        samples: r.samples,
+                        avg_occupancy: r.avg_occupancy,
+                        max_occupancy: r.max_occupancy,
+                    },
                     format!("q.{}.{}", r.time_ns, r.tie),
                 )
             })
             .collect();
-        Ok(page("queues", rows, limit))
+        Ok(Page::of(rows, limit))
     }
 
-    fn flow_series(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Value, StoreError> {
+    fn flow_series(
+        &self,
+        flow: &FlowRef,
+        q: &HistoryQuery,
+    ) -> Result<Vec<FlowInterval>, StoreError> {
         let limit = q.page_size(600)?;
         let db = &self.config.database;
         let sql = format!(
@@ -1127,22 +1174,22 @@ impl Store for ClickHouseStore {
             q.timeout,
             self.read_query(&sql, q.timeout).fetch_all::<SeriesOut>(),
         )?;
-        let hops = |s: &str| serde_json::from_str::<Value>(s).unwrap_or(Value::Null);
-        Ok(Value::Array(
-            rows.iter()
-                .rev()
-                .map(|r| {
-                    json!({
-                        "time_ns": r.time_ns, "samples": r.samples,
-                        "e2e_latency_avg": r.e2e_avg, "e2e_latency_max": r.e2e_max,
-                        "hop_latency_max": hops(&r.hop_latency_max), "queue_occupancy_max": hops(&r.queue_occupancy_max),
-                    })
+        rows.iter()
+            .rev()
+            .map(|r| {
+                Ok(FlowInterval {
+                    time_ns: r.time_ns,
+                    samples: r.samples,
+                    e2e_latency_avg: r.e2e_avg,
+                    e2e_latency_max: r.e2e_max,
+                    hop_latency_max: parse_hops(&r.hop_latency_max)?,
+                    queue_occupancy_max: parse_hops(&r.queue_occupancy_max)?,
                 })
-                .collect(),
-        ))
+            })
+            .collect()
     }
 
-    fn incidents(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
+    fn incidents(&self, q: &HistoryQuery) -> Result<Page<StoredIncident>, StoreError> {
         let limit = q.page_size(500)?;
         let (t, tie) = q.cursor('i')?.unwrap_or((i64::MAX, i64::MAX));
         let db = &self.config.database;
@@ -1177,22 +1224,22 @@ impl Store for ClickHouseStore {
         let rows = rows
             .into_iter()
             .map(|r| {
-                (
-                    serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null),
+                Ok((
+                    parse_incident(&r.body)?,
                     format!("i.{}.{}", r.start_ns, r.tie),
-                )
+                ))
             })
-            .collect();
-        Ok(page("incidents", rows, limit))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(Page::of(rows, limit))
     }
 
-    fn counts(&self) -> Result<Value, StoreError> {
+    fn counts(&self) -> Result<RowCounts, StoreError> {
         self.count_tables()
     }
 
-    fn rows_stored(&self) -> Result<Value, StoreError> {
+    fn rows_stored(&self) -> Result<RowCounts, StoreError> {
         let db = lit(&self.config.database);
-        let mut m = serde_json::Map::new();
+        let mut m = RowCounts::new();
         for c in &self.shards {
             let sql = format!(
                 "SELECT table AS name, sum(rows) AS value FROM system.parts \
@@ -1201,14 +1248,13 @@ impl Store for ClickHouseStore {
             let rows = self.read(None, c.query(&sql).fetch_all::<NameCount>())?;
             for r in rows {
                 let name = r.name.strip_suffix("_local").unwrap_or(&r.name).to_string();
-                let n = m.get(&name).and_then(Value::as_u64).unwrap_or(0);
-                m.insert(name, json!(n + r.value));
+                *m.entry(name).or_default() += r.value;
             }
         }
-        Ok(Value::Object(m))
+        Ok(m)
     }
 
-    fn totals(&self) -> Result<Value, StoreError> {
+    fn totals(&self) -> Result<Totals, StoreError> {
         let db = &self.config.database;
         let sql = format!(
             "SELECT name, sum(v) AS value FROM (
@@ -1216,9 +1262,7 @@ impl Store for ClickHouseStore {
              GROUP BY name ORDER BY name"
         );
         let rows = self.read(None, self.read_query(&sql, None).fetch_all::<NameCount>())?;
-        Ok(Value::Object(
-            rows.into_iter().map(|r| (r.name, json!(r.value))).collect(),
-        ))
+        Ok(rows.into_iter().map(|r| (r.name, r.value)).collect())
     }
 }
 

@@ -29,9 +29,14 @@ use crate::state::State;
 pub use intscope_core::rows::{AggRow, Batch, FlowRow, RowSink};
 
 pub mod clickhouse;
+pub mod read;
 mod sqlite;
 
 pub use self::clickhouse::{ClickHouseConfig, ClickHouseStore};
+pub use read::{
+    FlowInterval, Listed, Page, QueueInterval, RowCounts, StoredEvent, StoredFlow, StoredIncident,
+    StoredIncidentFlow, Totals,
+};
 pub use sqlite::SqliteStore;
 
 /// A store error.
@@ -60,6 +65,10 @@ pub enum StoreError {
     /// A query parameter is out of range or a cursor is not one this store issued (400).
     #[error("{0}")]
     BadRequest(String),
+    /// A stored value could not be read back as what the store writes there (a damaged or
+    /// foreign database; 500).
+    #[error("store: unreadable row: {0}")]
+    Corrupt(String),
 }
 
 /// Most rows one history query returns (`limit` above it is a 400).
@@ -129,14 +138,6 @@ impl HistoryQuery {
     }
 }
 
-/// A page of rows under `name`, with the cursor of the next page (`null` on the last).
-pub(crate) fn page(name: &str, mut rows: Vec<(Value, String)>, limit: u32) -> Value {
-    let more = rows.len() > limit as usize;
-    rows.truncate(limit as usize);
-    let next = more.then(|| rows.last().map(|(_, c)| c.clone())).flatten();
-    json!({name: rows.into_iter().map(|(v, _)| v).collect::<Vec<_>>(), "next": next})
-}
-
 /// The tables every store keeps, as `counts` reports them.
 pub const COUNTED_TABLES: [&str; 7] = [
     "events",
@@ -157,32 +158,36 @@ pub trait Store: RowSink<Error = StoreError> + Send + Sync {
     /// The next free incident ID (a restarted collector must not reuse the IDs of stored
     /// incidents: the store keeps an incident's newest version by ID).
     fn next_incident_id(&self) -> Result<u64, StoreError>;
-    /// Stored events, newest first: `{"events": [...], "next": cursor}`.
-    fn events(&self, q: &HistoryQuery) -> Result<Value, StoreError>;
-    /// Stored flow summaries, most recently seen first: `{"flows": [...], "next": cursor}`.
-    fn flows(&self, q: &HistoryQuery) -> Result<Value, StoreError>;
-    /// Stored queue aggregates, oldest first: `{"queues": [...], "next": cursor}`.
-    fn queue_series(&self, q: &HistoryQuery) -> Result<Value, StoreError>;
+    /// Stored events, newest first (`{"events": [...], "next": cursor}` as JSON).
+    fn events(&self, q: &HistoryQuery) -> Result<Page<StoredEvent>, StoreError>;
+    /// Stored flow summaries, most recently seen first (`{"flows": [...], "next": cursor}`).
+    fn flows(&self, q: &HistoryQuery) -> Result<Page<StoredFlow>, StoreError>;
+    /// Stored queue aggregates, oldest first (`{"queues": [...], "next": cursor}`).
+    fn queue_series(&self, q: &HistoryQuery) -> Result<Page<QueueInterval>, StoreError>;
     /// One flow's latency series (per-interval aggregates), oldest first; the newest `limit`
     /// rows (default 600) between `since` and `until`.
-    fn flow_series(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Value, StoreError>;
-    /// Stored incidents, most recently started first, each as its newest version:
-    /// `{"incidents": [...], "next": cursor}`. Filters: `since`/`until` (the incident's span
+    fn flow_series(
+        &self,
+        flow: &FlowRef,
+        q: &HistoryQuery,
+    ) -> Result<Vec<FlowInterval>, StoreError>;
+    /// Stored incidents, most recently started first, each as its newest version
+    /// (`{"incidents": [...], "next": cursor}`). Filters: `since`/`until` (the incident's span
     /// overlaps them), `kind`, `node`.
-    fn incidents(&self, q: &HistoryQuery) -> Result<Value, StoreError>;
+    fn incidents(&self, q: &HistoryQuery) -> Result<Page<StoredIncident>, StoreError>;
     /// One flow's stored summary (as in [`Store::flows`]), if it is stored.
-    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<Value>, StoreError>;
-    /// Row counts per table.
-    fn counts(&self) -> Result<Value, StoreError>;
+    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<StoredFlow>, StoreError>;
+    /// Row counts per table ([`COUNTED_TABLES`]).
+    fn counts(&self) -> Result<RowCounts, StoreError>;
     /// Rows per table as cheaply as the backend can tell, for the writer's periodic snapshot
     /// (`/api/stats`): [`Store::counts`] by default; ClickHouse counts stored rows, versions
     /// not yet merged included, from its parts' metadata instead of counting distinct keys.
-    fn rows_stored(&self) -> Result<Value, StoreError> {
+    fn rows_stored(&self) -> Result<RowCounts, StoreError> {
         self.counts()
     }
     /// The collector's counters summed over every run that wrote to this store.
-    fn totals(&self) -> Result<Value, StoreError> {
-        Ok(json!({}))
+    fn totals(&self) -> Result<Totals, StoreError> {
+        Ok(Totals::new())
     }
 }
 

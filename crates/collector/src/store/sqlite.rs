@@ -7,15 +7,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::{Value, json};
-
+use super::read::{
+    FlowInterval, Page, QueueInterval, RowCounts, StoredEvent, StoredFlow, StoredIncident, Totals,
+    parse_evidence, parse_hops, parse_incident, parse_kind, parse_path,
+};
 use super::{
     DEFAULT_QUERY_TIMEOUT, HistoryQuery, MAX_HISTORY_LIMIT, READER_CACHE_KIB, READERS, RowSink,
-    Store, StoreError, WRITER_CACHE_KIB, i, incident_version, lock, new_run_id, page, per_hop_json,
+    Store, StoreError, WRITER_CACHE_KIB, i, incident_version, lock, new_run_id, per_hop_json,
 };
 use crate::event::FlowRef;
 use intscope_core::rows::Batch;
+use rusqlite::{Connection, OptionalExtension, params};
 
 impl StoreError {
     fn from_sqlite(e: rusqlite::Error) -> Self {
@@ -398,7 +400,7 @@ impl Store for SqliteStore {
         Ok(max.map_or(1, |m| m as u64 + 1))
     }
 
-    fn events(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
+    fn events(&self, q: &HistoryQuery) -> Result<Page<StoredEvent>, StoreError> {
         let limit = q.page_size(500)?;
         let after = q.cursor('e')?.map_or(i64::MAX, |(id, _)| id);
         let rows = self.read(q.timeout, |conn| {
@@ -410,24 +412,56 @@ impl Store for SqliteStore {
             st.query_map(
                 params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.kind, q.node, limit + 1, after],
                 |r| {
-                    let evidence: String = r.get(12)?;
                     let src: Option<String> = r.get(7)?;
-                    let id = r.get::<_, i64>(0)?;
-                    Ok((json!({
-                        "id": id, "time_ns": r.get::<_, i64>(1)?, "kind": r.get::<_, String>(2)?,
-                        "node_id": r.get::<_, Option<i64>>(3)?, "port": r.get::<_, Option<i64>>(4)?, "queue_id": r.get::<_, Option<i64>>(5)?,
-                        "flow_id": r.get::<_, Option<i64>>(6)?,
-                        "flow": src.map(|s| Ok::<_, rusqlite::Error>(json!({"src": s, "dst": r.get::<_, String>(8)?, "proto": r.get::<_, i64>(9)?, "src_port": r.get::<_, i64>(10)?, "dst_port": r.get::<_, i64>(11)?}))).transpose()?,
-                        "evidence": serde_json::from_str::<Value>(&evidence).unwrap_or(Value::Null),
-                    }), format!("e.{id}")))
+                    let flow = match src {
+                        Some(src) => Some(FlowRef {
+                            src,
+                            dst: r.get(8)?,
+                            proto: r.get(9)?,
+                            src_port: r.get(10)?,
+                            dst_port: r.get(11)?,
+                        }),
+                        None => None,
+                    };
+                    Ok(EventRow {
+                        id: r.get(0)?,
+                        time_ns: r.get(1)?,
+                        kind: r.get(2)?,
+                        node_id: r.get(3)?,
+                        port: r.get(4)?,
+                        queue_id: r.get(5)?,
+                        flow_id: r.get(6)?,
+                        flow,
+                        evidence: r.get(12)?,
+                    })
                 },
             )?
             .collect::<Result<Vec<_>, _>>()
         })?;
-        Ok(page("events", rows, limit))
+        let rows = rows
+            .into_iter()
+            .map(|e| {
+                let cursor = format!("e.{}", e.id);
+                Ok((
+                    StoredEvent {
+                        id: e.id,
+                        time_ns: e.time_ns,
+                        kind: parse_kind(&e.kind)?,
+                        node_id: e.node_id,
+                        port: e.port,
+                        queue_id: e.queue_id,
+                        flow_id: e.flow_id,
+                        flow: e.flow,
+                        evidence: parse_evidence(&e.evidence)?,
+                    },
+                    cursor,
+                ))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(Page::of(rows, limit))
     }
 
-    fn flows(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
+    fn flows(&self, q: &HistoryQuery) -> Result<Page<StoredFlow>, StoreError> {
         let limit = q.page_size(500)?;
         let (t, id) = q.cursor('f')?.unwrap_or((i64::MAX, i64::MAX));
         let rows = self.read(q.timeout, |conn| {
@@ -438,27 +472,32 @@ impl Store for SqliteStore {
                  FROM flows WHERE (last_seen_ns, rowid) < (?4, ?5) AND last_seen_ns >= ?1 AND first_seen_ns <= ?2
                  ORDER BY last_seen_ns DESC, rowid DESC LIMIT ?3",
             )?;
-            st.query_map(params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), limit + 1, t, id], flow_json)?
+            st.query_map(params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), limit + 1, t, id], flow_row)?
             .collect::<Result<Vec<_>, _>>()
         })?;
-        Ok(page("flows", rows, limit))
+        let rows = rows
+            .into_iter()
+            .map(|(f, cursor)| Ok((f.parse()?, cursor)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(Page::of(rows, limit))
     }
 
-    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<Value>, StoreError> {
-        self.read(q.timeout, |conn| {
+    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<StoredFlow>, StoreError> {
+        let row = self.read(q.timeout, |conn| {
             conn.prepare_cached(
                 "SELECT src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,last_drop_reason,path,path_changes,e2e_p50,e2e_p99,rowid
                  FROM flows WHERE src = ?1 AND dst = ?2 AND proto = ?3 AND src_port = ?4 AND dst_port = ?5",
             )?
             .query_row(
                 params![flow.src, flow.dst, flow.proto, flow.src_port, flow.dst_port],
-                |r| flow_json(r).map(|(v, _)| v),
+                |r| flow_row(r).map(|(v, _)| v),
             )
             .optional()
-        })
+        })?;
+        row.map(FlowText::parse).transpose()
     }
 
-    fn incidents(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
+    fn incidents(&self, q: &HistoryQuery) -> Result<Page<StoredIncident>, StoreError> {
         let limit = q.page_size(500)?;
         let (t, id) = q.cursor('i')?.unwrap_or((i64::MAX, i64::MAX));
         let rows = self.read(q.timeout, |conn| {
@@ -482,18 +521,19 @@ impl Store for SqliteStore {
                 ],
                 |r| {
                     let (start, id, body): (i64, i64, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
-                    Ok((
-                        serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
-                        format!("i.{start}.{id}"),
-                    ))
+                    Ok((body, format!("i.{start}.{id}")))
                 },
             )?
             .collect::<Result<Vec<_>, _>>()
         })?;
-        Ok(page("incidents", rows, limit))
+        let rows = rows
+            .into_iter()
+            .map(|(body, cursor)| Ok((parse_incident(&body)?, cursor)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(Page::of(rows, limit))
     }
 
-    fn queue_series(&self, q: &HistoryQuery) -> Result<Value, StoreError> {
+    fn queue_series(&self, q: &HistoryQuery) -> Result<Page<QueueInterval>, StoreError> {
         let limit = q.page_size(MAX_HISTORY_LIMIT)?;
         let (t, id) = q.cursor('q')?.unwrap_or((i64::MIN, i64::MIN));
         let rows = self.read(q.timeout, |conn| {
@@ -503,17 +543,30 @@ impl Store for SqliteStore {
                  ORDER BY time_ns, rowid LIMIT ?4",
             )?;
             st.query_map(params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.node, limit + 1, t, id], |r| {
-                let time: i64 = r.get(0)?;
-                Ok((json!({"time_ns": time, "node_id": r.get::<_, i64>(1)?, "port": r.get::<_, i64>(2)?, "queue_id": r.get::<_, i64>(3)?,
-                          "samples": r.get::<_, i64>(4)?, "avg_occupancy": r.get::<_, f64>(5)?, "max_occupancy": r.get::<_, i64>(6)?}),
-                    format!("q.{time}.{}", r.get::<_, i64>(7)?)))
+                let time: u64 = r.get(0)?;
+                Ok((
+                    QueueInterval {
+                        time_ns: time,
+                        node_id: r.get(1)?,
+                        port: r.get(2)?,
+                        queue_id: r.get(3)?,
+                        samples: r.get(4)?,
+                        avg_occupancy: r.get(5)?,
+                        max_occupancy: r.get(6)?,
+                    },
+                    format!("q.{time}.{}", r.get::<_, i64>(7)?),
+                ))
             })?
             .collect::<Result<Vec<_>, _>>()
         })?;
-        Ok(page("queues", rows, limit))
+        Ok(Page::of(rows, limit))
     }
 
-    fn flow_series(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Value, StoreError> {
+    fn flow_series(
+        &self,
+        flow: &FlowRef,
+        q: &HistoryQuery,
+    ) -> Result<Vec<FlowInterval>, StoreError> {
         let limit = q.page_size(600)?;
         let mut rows = self.read(q.timeout, |conn| {
             let mut st = conn.prepare_cached(
@@ -527,56 +580,105 @@ impl Store for SqliteStore {
                 params![flow.src, flow.dst, flow.proto, flow.src_port, flow.dst_port,
                         i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), limit],
                 |r| {
-                    let hops = |s: String| serde_json::from_str::<Value>(&s).unwrap_or(Value::Null);
-                    Ok(json!({
-                        "time_ns": r.get::<_, i64>(0)?, "samples": r.get::<_, i64>(1)?,
-                        "e2e_latency_avg": r.get::<_, Option<i64>>(2)?, "e2e_latency_max": r.get::<_, Option<i64>>(3)?,
-                        "hop_latency_max": hops(r.get(4)?), "queue_occupancy_max": hops(r.get(5)?),
-                    }))
+                    Ok((
+                        r.get::<_, u64>(0)?,
+                        r.get::<_, u64>(1)?,
+                        r.get::<_, Option<u64>>(2)?,
+                        r.get::<_, Option<u64>>(3)?,
+                        r.get::<_, String>(4)?,
+                        r.get::<_, String>(5)?,
+                    ))
                 },
             )?
             .collect::<Result<Vec<_>, _>>()
         })?;
         rows.reverse();
-        Ok(Value::Array(rows))
+        rows.into_iter()
+            .map(|(time_ns, samples, avg, max, hops, queues)| {
+                Ok(FlowInterval {
+                    time_ns,
+                    samples,
+                    e2e_latency_avg: avg,
+                    e2e_latency_max: max,
+                    hop_latency_max: parse_hops(&hops)?,
+                    queue_occupancy_max: parse_hops(&queues)?,
+                })
+            })
+            .collect()
     }
 
-    fn counts(&self) -> Result<Value, StoreError> {
+    fn counts(&self) -> Result<RowCounts, StoreError> {
         self.read(None, |conn| {
-            let mut m = serde_json::Map::new();
+            let mut m = RowCounts::new();
             for t in super::COUNTED_TABLES {
-                let n: i64 =
+                let n: u64 =
                     conn.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))?;
-                m.insert(t.into(), json!(n));
+                m.insert(t.into(), n);
             }
-            Ok(Value::Object(m))
+            Ok(m)
         })
     }
 
-    fn totals(&self) -> Result<Value, StoreError> {
+    fn totals(&self) -> Result<Totals, StoreError> {
         self.read(None, |conn| {
             let mut st = conn.prepare_cached("SELECT name, value FROM totals ORDER BY name")?;
-            let m = st
-                .query_map([], |r| {
-                    Ok((r.get::<_, String>(0)?, json!(r.get::<_, i64>(1)?)))
-                })?
-                .collect::<Result<serde_json::Map<_, _>, _>>()?;
-            Ok(Value::Object(m))
+            st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?)))?
+                .collect::<Result<Totals, _>>()
         })
     }
 }
 
-/// A `flows` row (the columns of [`Store::flows`]'s query) as the API shows it, with its cursor.
-fn flow_json(r: &rusqlite::Row<'_>) -> Result<(Value, String), rusqlite::Error> {
-    let path: String = r.get(10)?;
-    let last: i64 = r.get(6)?;
+/// A stored event's columns, its text ones not yet parsed (that happens outside the reader).
+struct EventRow {
+    id: u64,
+    time_ns: u64,
+    kind: String,
+    node_id: Option<u32>,
+    port: Option<u32>,
+    queue_id: Option<u8>,
+    flow_id: Option<u64>,
+    flow: Option<FlowRef>,
+    evidence: String,
+}
+
+/// A `flows` row, its path still the stored JSON text.
+struct FlowText {
+    flow: StoredFlow,
+    path: String,
+}
+
+impl FlowText {
+    fn parse(mut self) -> Result<StoredFlow, StoreError> {
+        self.flow.path = parse_path(&self.path)?;
+        Ok(self.flow)
+    }
+}
+
+/// A `flows` row (the columns of [`Store::flows`]'s query), with its cursor.
+fn flow_row(r: &rusqlite::Row<'_>) -> Result<(FlowText, String), rusqlite::Error> {
+    let last: u64 = r.get(6)?;
     Ok((
-        json!({
-            "flow": {"src": r.get::<_, String>(0)?, "dst": r.get::<_, String>(1)?, "proto": r.get::<_, i64>(2)?, "src_port": r.get::<_, i64>(3)?, "dst_port": r.get::<_, i64>(4)?},
-            "first_seen_ns": r.get::<_, i64>(5)?, "last_seen_ns": last, "reports": r.get::<_, i64>(7)?, "drops": r.get::<_, i64>(8)?,
-            "last_drop_reason": r.get::<_, Option<i64>>(9)?, "path": serde_json::from_str::<Value>(&path).unwrap_or(Value::Null),
-            "path_changes": r.get::<_, i64>(11)?, "e2e_latency_p50": r.get::<_, Option<i64>>(12)?, "e2e_latency_p99": r.get::<_, Option<i64>>(13)?,
-        }),
+        FlowText {
+            flow: StoredFlow {
+                flow: FlowRef {
+                    src: r.get(0)?,
+                    dst: r.get(1)?,
+                    proto: r.get(2)?,
+                    src_port: r.get(3)?,
+                    dst_port: r.get(4)?,
+                },
+                first_seen_ns: r.get(5)?,
+                last_seen_ns: last,
+                reports: r.get(7)?,
+                drops: r.get(8)?,
+                last_drop_reason: r.get(9)?,
+                path: Vec::new(),
+                path_changes: r.get(11)?,
+                e2e_latency_p50: r.get(12)?,
+                e2e_latency_p99: r.get(13)?,
+            },
+            path: r.get(10)?,
+        },
         format!("f.{last}.{}", r.get::<_, i64>(14)?),
     ))
 }

@@ -1,0 +1,298 @@
+//! What the store's reads return: typed rows, the same types both backends build and the API
+//! (`/api/history/*`, `/api/fabric/*`, `intscope serve`) serializes, so a backend cannot answer
+//! in a shape the other does not (schemas in `docs/collector-api.openapi.yaml`, checked by
+//! `tests/openapi.rs`).
+
+use std::collections::BTreeMap;
+
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::event::{EventKind, FlowRef};
+use crate::flow::PathHop;
+use intscope_core::incident::{
+    EndReason, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Peak, Severity,
+};
+
+use super::StoreError;
+
+/// A row type a [`Page`] lists, with the key its rows go under in the page's JSON.
+pub trait Listed {
+    /// The page's key (`{"<KEY>": [...], "next": cursor}`).
+    const KEY: &'static str;
+}
+
+/// One page of a history list: `{"<T::KEY>": [rows], "next": cursor}`, `next` being the cursor
+/// of the next page (`null` on the last).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    /// The rows, in the list's order.
+    pub items: Vec<T>,
+    /// Pass back as `cursor` for the next page; `None` on the last.
+    pub next: Option<String>,
+}
+
+impl<T> Page<T> {
+    /// The page of at most `limit` rows from `rows` (each with its cursor), fetched `limit + 1`
+    /// at a time: a row beyond `limit` means there is a next page, from the last row kept.
+    pub(crate) fn of(mut rows: Vec<(T, String)>, limit: u32) -> Self {
+        let more = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        let next = more.then(|| rows.last().map(|(_, c)| c.clone())).flatten();
+        Page {
+            items: rows.into_iter().map(|(v, _)| v).collect(),
+            next,
+        }
+    }
+}
+
+impl<T: Listed + Serialize> Serialize for Page<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry(T::KEY, &self.items)?;
+        m.serialize_entry("next", &self.next)?;
+        m.end()
+    }
+}
+
+/// A flow as the store keeps it: counters summed over every run (and, in a cluster, every
+/// collector) that wrote it; the path and percentiles of its newest write.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredFlow {
+    /// Its 5-tuple.
+    pub flow: FlowRef,
+    /// First report, ns.
+    pub first_seen_ns: u64,
+    /// Newest report, ns.
+    pub last_seen_ns: u64,
+    /// Reports.
+    pub reports: u64,
+    /// Drop reports.
+    pub drops: u64,
+    /// The newest drop reason code, if any drop was reported.
+    pub last_drop_reason: Option<u8>,
+    /// The newest path, source first.
+    pub path: Vec<PathHop>,
+    /// Path changes.
+    pub path_changes: u64,
+    /// End-to-end latency median, ns.
+    pub e2e_latency_p50: Option<u64>,
+    /// End-to-end latency 99th percentile, ns.
+    pub e2e_latency_p99: Option<u64>,
+}
+
+impl Listed for StoredFlow {
+    const KEY: &'static str = "flows";
+}
+
+/// One queue's occupancy over one store interval.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueInterval {
+    /// End of the interval (the flush's time), ns.
+    pub time_ns: u64,
+    /// Node.
+    pub node_id: u32,
+    /// Egress port.
+    pub port: u32,
+    /// Queue (0 where the reports carry none).
+    pub queue_id: u8,
+    /// Occupancy samples in the interval.
+    pub samples: u64,
+    /// Their mean.
+    pub avg_occupancy: f64,
+    /// Their maximum.
+    pub max_occupancy: u64,
+}
+
+impl Listed for QueueInterval {
+    const KEY: &'static str = "queues";
+}
+
+/// One flow's latency over one store interval (per-hop arrays source first, ending at the last
+/// hop with a value).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlowInterval {
+    /// End of the interval, ns.
+    pub time_ns: u64,
+    /// Latency samples in it.
+    pub samples: u64,
+    /// Mean end-to-end latency, ns.
+    pub e2e_latency_avg: Option<u64>,
+    /// Largest end-to-end latency, ns.
+    pub e2e_latency_max: Option<u64>,
+    /// Largest hop latency per hop, ns.
+    pub hop_latency_max: Vec<Option<u32>>,
+    /// Largest queue occupancy per hop.
+    pub queue_occupancy_max: Vec<Option<u32>>,
+}
+
+/// A stored event: the live [`Event`](crate::event::Event) without its receive time, which the
+/// store does not keep.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredEvent {
+    /// Its ID.
+    pub id: u64,
+    /// When (report time), ns.
+    pub time_ns: u64,
+    /// What.
+    pub kind: EventKind,
+    /// Node.
+    pub node_id: Option<u32>,
+    /// Port.
+    pub port: Option<u32>,
+    /// Queue.
+    pub queue_id: Option<u8>,
+    /// The flow's API ID in the collector that raised it.
+    pub flow_id: Option<u64>,
+    /// The flow.
+    pub flow: Option<FlowRef>,
+    /// The kind-specific evidence as the live event serves it: kept as its JSON, since the
+    /// evidence types only serialize (each kind's fields: the OpenAPI `Event` schema).
+    pub evidence: Value,
+}
+
+impl Listed for StoredEvent {
+    const KEY: &'static str = "events";
+}
+
+/// A stored incident: the newest version the store was given of an
+/// [`Incident`](intscope_core::incident::Incident), read back from the JSON it was stored as
+/// (the same fields, in the same order; `tests/store.rs` checks the round trip).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredIncident {
+    /// Its ID.
+    pub id: u64,
+    /// What.
+    pub kind: IncidentKind,
+    /// Where.
+    pub place: IncidentPlace,
+    /// The cause within the kind, when known.
+    pub cause: Option<String>,
+    /// Ongoing or resolved.
+    pub state: IncidentState,
+    /// How much it hurts.
+    pub severity: Severity,
+    /// Switch time of the first evidence, ns.
+    pub start_ns: u64,
+    /// The start lies within this much before `start_ns`.
+    pub start_uncertainty_ns: u64,
+    /// Switch time of the newest evidence.
+    pub last_update_ns: u64,
+    /// Once resolved: its end.
+    pub end_ns: Option<u64>,
+    /// The end lies within this much before `end_ns`.
+    pub end_uncertainty_ns: u64,
+    /// Why it ended, once resolved.
+    pub end_reason: Option<EndReason>,
+    /// The collector's receive time of the first evidence.
+    pub received_ns: Option<u64>,
+    /// Observations merged after the first.
+    pub updates: u64,
+    /// What it counted.
+    pub counts: IncidentCounts,
+    /// The worst value seen.
+    pub peak: Option<Peak>,
+    /// The threshold it crossed.
+    pub threshold: Option<u64>,
+    /// The normal value before it.
+    pub baseline: Option<u64>,
+    /// The flows involved, most involved first.
+    pub flows: Vec<StoredIncidentFlow>,
+    /// The first evidence in full, as its JSON (see [`StoredEvent::evidence`]).
+    pub evidence: Option<Value>,
+}
+
+impl Listed for StoredIncident {
+    const KEY: &'static str = "incidents";
+}
+
+/// A flow a stored incident involves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredIncidentFlow {
+    /// The flow.
+    pub flow: FlowRef,
+    /// Its API ID in the collector that saw it.
+    pub flow_id: u64,
+    /// Its share of the incident, when one is known.
+    pub share: Option<f64>,
+    /// Samples of this flow among the incident's.
+    pub samples: u64,
+}
+
+/// Rows per table (`counts`, `rows_stored`), by table name.
+pub type RowCounts = BTreeMap<String, u64>;
+
+/// The collector's counters summed over every run that wrote to the store, by name.
+pub type Totals = BTreeMap<String, u64>;
+
+/// Why a stored value could not be read back: the store holds text it did not write (a
+/// foreign or damaged file), answered as an error naming the row rather than a silent `null`.
+pub(crate) fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+/// A path stored as JSON text.
+pub(crate) fn parse_path(text: &str) -> Result<Vec<PathHop>, StoreError> {
+    serde_json::from_str(text).map_err(|e| corrupt("stored flow path", e))
+}
+
+/// Per-hop values stored as JSON text.
+pub(crate) fn parse_hops(text: &str) -> Result<Vec<Option<u32>>, StoreError> {
+    serde_json::from_str(text).map_err(|e| corrupt("stored per-hop values", e))
+}
+
+/// An event kind stored as its label.
+pub(crate) fn parse_kind(label: &str) -> Result<EventKind, StoreError> {
+    serde_json::from_value(Value::String(label.into())).map_err(|e| corrupt("stored event kind", e))
+}
+
+/// Evidence stored as JSON text.
+pub(crate) fn parse_evidence(text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| corrupt("stored event evidence", e))
+}
+
+/// An incident stored as JSON text.
+pub(crate) fn parse_incident(text: &str) -> Result<StoredIncident, StoreError> {
+    serde_json::from_str(text).map_err(|e| corrupt("stored incident", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_serializes_under_its_key_with_its_cursor() {
+        let row = |t| QueueInterval {
+            time_ns: t,
+            node_id: 1,
+            port: 2,
+            queue_id: 0,
+            samples: 3,
+            avg_occupancy: 1.5,
+            max_occupancy: 4,
+        };
+        let rows = vec![(row(1), "q.1.0".into()), (row(2), "q.2.0".into())];
+        let p = Page::of(rows.clone(), 1);
+        assert_eq!(
+            serde_json::to_value(&p).unwrap(),
+            serde_json::json!({"queues": [{"time_ns": 1, "node_id": 1, "port": 2, "queue_id": 0,
+                "samples": 3, "avg_occupancy": 1.5, "max_occupancy": 4}], "next": "q.1.0"})
+        );
+        let last = Page::of(rows, 2);
+        assert_eq!(last.items.len(), 2);
+        assert_eq!(serde_json::to_value(&last).unwrap()["next"], Value::Null);
+    }
+
+    #[test]
+    fn text_the_store_did_not_write_is_an_error() {
+        assert!(matches!(parse_path("[{]"), Err(StoreError::Corrupt(_))));
+        assert!(matches!(
+            parse_kind("no-such-kind"),
+            Err(StoreError::Corrupt(_))
+        ));
+        assert!(matches!(parse_incident("{}"), Err(StoreError::Corrupt(_))));
+        assert_eq!(parse_kind("drop").unwrap(), EventKind::Drop);
+        assert_eq!(parse_hops("[1,null,3]").unwrap(), [Some(1), None, Some(3)]);
+    }
+}
