@@ -38,8 +38,8 @@ use crate::rank;
 use crate::search::FlowSearch;
 use crate::snapshot::{FlowRow, Snapshot};
 use crate::store::{
-    FlowInterval, HistoryQuery, Page, QueueInterval, Store, StoreError, StoredEvent, StoredFlow,
-    StoredIncident,
+    FlowInterval, HistoryQuery, Page, QueueInterval, RowCounts, Store, StoreError, StoredEvent,
+    StoredFlow, StoredIncident, Totals,
 };
 
 /// Most flows one `/api/flows` page holds.
@@ -503,13 +503,14 @@ pub struct IngestDetail {
     pub last_error: Option<String>,
 }
 
-/// The store's contents as its writer last read them.
+/// The store's contents as its writer last read them (`null` before its first read or where
+/// the read failed).
 #[derive(Debug, Serialize)]
 pub struct StoreDetail {
     /// Rows per table.
-    pub rows: Value,
+    pub rows: Option<RowCounts>,
     /// Stored totals by name.
-    pub totals: Value,
+    pub totals: Option<Totals>,
 }
 
 async fn stats(AxState(api): Shared) -> Json<Value> {
@@ -530,10 +531,10 @@ async fn stats(AxState(api): Shared) -> Json<Value> {
             .lock()
             .map(|s| s.clone())
             .unwrap_or(None)
-            .unwrap_or(Value::Null);
+            .unwrap_or_default();
         StoreDetail {
-            rows: snap["rows"].clone(),
-            totals: snap["totals"].clone(),
+            rows: snap.rows,
+            totals: snap.totals,
         }
     });
     let s = &published.state;

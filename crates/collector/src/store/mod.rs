@@ -22,8 +22,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-
 use crate::event::FlowRef;
 use crate::state::State;
 pub use intscope_core::rows::{AggRow, Batch, FlowRow, RowSink};
@@ -319,7 +317,7 @@ pub struct StoreStats {
     pub ingest_paused_ms: AtomicU64,
     /// Rows per table and the stored totals, as the writer last read them (the API's
     /// `/api/stats` shows these rather than query the database while it is being written).
-    pub snapshot: Mutex<Option<Value>>,
+    pub snapshot: Mutex<Option<StoreSnapshot>>,
     gate: Mutex<Gate>,
     /// When ingest must next check the gate ([`now_ms`]; 0: no writer, never): the receive
     /// threads' fast path is one load and a clock read.
@@ -342,6 +340,15 @@ impl StoreStats {
         out.add(&c::STORE_EVENTS_MISSED, &[], g(&self.events_missed));
         out.add(&c::STORE_RAW_NOT_KEPT, &[], raw_not_kept);
     }
+}
+
+/// What the writer last read of the store's contents (`None` where the read failed).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct StoreSnapshot {
+    /// Rows per table ([`Store::rows_stored`]).
+    pub rows: Option<RowCounts>,
+    /// The stored totals ([`Store::totals`]).
+    pub totals: Option<Totals>,
 }
 
 /// Milliseconds since the first call in this process (1 or more; 0 means "no deadline").
@@ -496,8 +503,9 @@ pub fn spawn_writer(
             let _ended = Ended(Arc::clone(&stats));
             let mut n = 0u64;
             // What the store holds from earlier runs, shown before the first commit.
-            let snapshot = |store: &dyn Store| {
-                json!({"rows": store.rows_stored().ok(), "totals": store.totals().ok()})
+            let snapshot = |store: &dyn Store| StoreSnapshot {
+                rows: store.rows_stored().ok(),
+                totals: store.totals().ok(),
             };
             *lock(&stats.snapshot) = Some(snapshot(&*store));
             let mut snapshot_at = Some(Instant::now());
@@ -523,8 +531,7 @@ pub fn spawn_writer(
                 }
                 n += 1;
                 if n.is_multiple_of(60) {
-                    let horizon =
-                        time_ns.saturating_sub(cfg.retention_hours * 3_600_000_000_000);
+                    let horizon = time_ns.saturating_sub(cfg.retention_hours * 3_600_000_000_000);
                     if let Err(e) = store.prune(horizon, cfg.raw_reports) {
                         tracing::error!("store prune failed: {e}");
                     }
