@@ -2,7 +2,8 @@
 //! written by every collector; SQLite works too, for one collector's history), with no live
 //! state. `intscope serve` serves it; a collector mounts the same routes under `/api/fabric`.
 //!
-//! Routes (JSON, the shapes of the history API, `docs/scale-out.md`):
+//! Routes (JSON: the store's typed reads, [`crate::store::read`], serialized as they are; each
+//! route's schema in `docs/collector-api.openapi.yaml`, `docs/scale-out.md`):
 //! `GET /api/stats` (rows per table, counters summed over every collector and run),
 //! `/api/flows` (flow summaries, newest first, paged), `/api/flow?src&dst&proto&src_port&dst_port`
 //! (one flow: summary with its path, and its latency series), `/api/queues` (queue aggregates,
