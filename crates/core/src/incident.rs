@@ -199,10 +199,10 @@ pub struct Peak {
 }
 
 /// A flow an incident involves.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct IncidentFlow {
-    /// The flow (served as a [`FlowRef`]).
-    #[serde(serialize_with = "flow_ref")]
+    /// The flow (served as a [`FlowRef`], read back from one).
+    #[serde(serialize_with = "flow_ref", deserialize_with = "flow_key")]
     pub flow: FlowKey,
     /// Its API ID (in the collector that saw it).
     pub flow_id: u64,
@@ -217,10 +217,35 @@ fn flow_ref<S: serde::Serializer>(flow: &FlowKey, s: S) -> Result<S::Ok, S::Erro
     FlowRef::from(flow).serialize(s)
 }
 
+/// The key a [`FlowRef`] was written from (IPv4 addresses back as IPv4-mapped IPv6).
+fn flow_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<FlowKey, D::Error> {
+    use serde::de::Error;
+    let r: FlowRef = serde::Deserialize::deserialize(d)?;
+    let ip = |text: &str| {
+        text.parse::<std::net::IpAddr>()
+            .map(|ip| match ip {
+                std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                std::net::IpAddr::V6(v6) => v6,
+            })
+            .map_err(|e| D::Error::custom(format!("flow address {text:?}: {e}")))
+    };
+    Ok(FlowKey {
+        src: ip(&r.src)?,
+        dst: ip(&r.dst)?,
+        proto: r.proto,
+        src_port: r.src_port,
+        dst_port: r.dst_port,
+    })
+}
+
 /// One incident. Its JSON is its fields in declaration order under these names
 /// (`docs/collector-api.openapi.yaml`, schema `Incident`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Incident {
+///
+/// `E` is the evidence's type: the typed [`Evidence`] while the incident is live, its JSON
+/// (`serde_json::Value`) once read back from a store, so the stored shape cannot drift from the
+/// live one.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Incident<E = Evidence> {
     /// Increasing ID (unique within a collector; a cluster prefixes the collector's ID).
     pub id: u64,
     /// What.
@@ -265,17 +290,19 @@ pub struct Incident {
     /// The flows involved, most involved first (at most [`MAX_INCIDENT_FLOWS`]).
     pub flows: Vec<IncidentFlow>,
     /// The first evidence in full (paths before and after, the drop reason code, ...).
-    pub evidence: Option<Evidence>,
+    pub evidence: Option<E>,
 }
 
-impl Incident {
+impl<E> Incident<E> {
     /// Duration on the switches' clock: to the end, or to the newest evidence while ongoing.
     pub fn duration_ns(&self) -> u64 {
         self.end_ns
             .unwrap_or(self.last_update_ns)
             .saturating_sub(self.start_ns)
     }
+}
 
+impl Incident {
     /// As JSON (what the API serves and the store keeps).
     pub fn to_json(&self) -> serde_json::Value {
         // Only maps with non-string keys fail to serialize; there are none.

@@ -33,7 +33,7 @@ mod sqlite;
 pub use self::clickhouse::{ClickHouseConfig, ClickHouseStore};
 pub use read::{
     FlowInterval, Listed, Page, QueueInterval, RowCounts, StoredEvent, StoredFlow, StoredIncident,
-    StoredIncidentFlow, Totals,
+    Totals,
 };
 pub use sqlite::SqliteStore;
 

@@ -5,15 +5,13 @@
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
 use serde::ser::SerializeMap;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::event::{EventKind, FlowRef};
 use crate::flow::PathHop;
-use intscope_core::incident::{
-    EndReason, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Peak, Severity,
-};
+use intscope_core::incident::Incident;
 
 use super::StoreError;
 
@@ -157,67 +155,12 @@ impl Listed for StoredEvent {
 }
 
 /// A stored incident: the newest version the store was given of an
-/// [`Incident`](intscope_core::incident::Incident), read back from the JSON it was stored as
-/// (the same fields, in the same order; `tests/store.rs` checks the round trip).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoredIncident {
-    /// Its ID.
-    pub id: u64,
-    /// What.
-    pub kind: IncidentKind,
-    /// Where.
-    pub place: IncidentPlace,
-    /// The cause within the kind, when known.
-    pub cause: Option<String>,
-    /// Ongoing or resolved.
-    pub state: IncidentState,
-    /// How much it hurts.
-    pub severity: Severity,
-    /// Switch time of the first evidence, ns.
-    pub start_ns: u64,
-    /// The start lies within this much before `start_ns`.
-    pub start_uncertainty_ns: u64,
-    /// Switch time of the newest evidence.
-    pub last_update_ns: u64,
-    /// Once resolved: its end.
-    pub end_ns: Option<u64>,
-    /// The end lies within this much before `end_ns`.
-    pub end_uncertainty_ns: u64,
-    /// Why it ended, once resolved.
-    pub end_reason: Option<EndReason>,
-    /// The collector's receive time of the first evidence.
-    pub received_ns: Option<u64>,
-    /// Observations merged after the first.
-    pub updates: u64,
-    /// What it counted.
-    pub counts: IncidentCounts,
-    /// The worst value seen.
-    pub peak: Option<Peak>,
-    /// The threshold it crossed.
-    pub threshold: Option<u64>,
-    /// The normal value before it.
-    pub baseline: Option<u64>,
-    /// The flows involved, most involved first.
-    pub flows: Vec<StoredIncidentFlow>,
-    /// The first evidence in full, as its JSON (see [`StoredEvent::evidence`]).
-    pub evidence: Option<Value>,
-}
+/// [`Incident`](intscope_core::incident::Incident), read back from the JSON it was stored as,
+/// its evidence left as that JSON (`tests/store.rs` checks the round trip).
+pub type StoredIncident = Incident<Value>;
 
 impl Listed for StoredIncident {
     const KEY: &'static str = "incidents";
-}
-
-/// A flow a stored incident involves.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoredIncidentFlow {
-    /// The flow.
-    pub flow: FlowRef,
-    /// Its API ID in the collector that saw it.
-    pub flow_id: u64,
-    /// Its share of the incident, when one is known.
-    pub share: Option<f64>,
-    /// Samples of this flow among the incident's.
-    pub samples: u64,
 }
 
 /// Rows per table (`counts`, `rows_stored`), by table name.
