@@ -1,6 +1,8 @@
 //! The collector pipeline without sockets: decode → correlate → detect, on the load generator's
 //! traffic (v2.0, 8 reports per datagram, 4-node paths, 10 000 flows): one thread on one shard,
-//! and two threads on two shards.
+//! and two threads on two shards, either each correlating its own batches in every shard or
+//! (`_owner`, a prototype of owner-computes) each correlating only its own flow shard's records,
+//! handing the others to the other thread through a bounded ring.
 //!
 //! `cargo bench -p intscope-collector --bench pipeline`
 
@@ -8,13 +10,17 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use intscope_collector::detect::DetectConfig as Thresholds;
+use intscope_collector::flow::key_hash;
 use intscope_collector::ingest::{Collector, CollectorConfig, Tally};
 use intscope_collector::loadgen::{self, Generator, INT_PORT, LoadConfig, LoadVersion};
-use intscope_collector::record::{FlowKeyMode, Record, RecordBatch, decode_datagram};
-use intscope_collector::state::State;
+use intscope_collector::record::{FlowKeyMode, Record, RecordBatch, RecordSink, decode_datagram};
+use intscope_collector::state::{State, flow_shard};
 
 /// Datagrams per receive call (the receive threads' default `recv_batch`).
 const RECEIVE_BATCH: usize = 64;
+
+/// Receive batches' hand-offs a ring holds (owner-computes).
+const HANDOFF_RING: usize = 4;
 
 /// A collector as `intscope collect --threads <threads>` opens it: one shard of each kind per
 /// receive thread.
@@ -45,6 +51,128 @@ fn ingest_in_batches(
         collector.correlate(batch);
         collector.count(&tally);
     }
+}
+
+/// Decoded records sorted by flow shard as they are decoded: each is decoded into the receiving
+/// thread's own part and copied into another shard's part when its flow belongs there.
+struct Routed {
+    parts: Vec<Vec<Record>>,
+    lens: Vec<usize>,
+    own: usize,
+}
+
+impl Routed {
+    fn new(shards: usize, own: usize) -> Self {
+        Routed {
+            parts: (0..shards).map(|_| Vec::new()).collect(),
+            lens: vec![0; shards],
+            own,
+        }
+    }
+}
+
+impl RecordSink for Routed {
+    fn slot(&mut self) -> &mut Record {
+        let (part, len) = (&mut self.parts[self.own], self.lens[self.own]);
+        if part.len() == len {
+            part.push(Record::default());
+        }
+        &mut part[len]
+    }
+    fn filled(&mut self) {
+        let n = self.parts.len();
+        let own = self.own;
+        let r = &self.parts[own][self.lens[own]];
+        let s = r.flow.as_ref().map_or(own, |k| flow_shard(key_hash(k), n));
+        if s == own {
+            self.lens[own] += 1;
+            return;
+        }
+        let r = r.clone();
+        let (part, len) = (&mut self.parts[s], self.lens[s]);
+        if part.len() == len {
+            part.push(r);
+        } else {
+            part[len] = r;
+        }
+        self.lens[s] += 1;
+    }
+}
+
+/// A hand-off of records to their flow shard's owner: the records and how many are valid.
+type Handoff = (Vec<Record>, usize);
+
+/// Owner-computes, two threads: thread `own` decodes its receive batches, correlates the records
+/// of its own flow shard and hands the others to the other thread through a bounded ring, and
+/// correlates what the other thread hands it. Returns how often the ring was full (the sender
+/// then correlated what it had been handed and tried again).
+fn owner_computes(
+    collector: &Collector,
+    own: usize,
+    datagrams: &[&[u8]],
+    iters: u64,
+    t: &mut u64,
+    (tx, rx): (
+        std::sync::mpsc::SyncSender<Handoff>,
+        std::sync::mpsc::Receiver<Handoff>,
+    ),
+) -> u64 {
+    let src = std::net::IpAddr::from([10, 0, 0, 1]);
+    let other = 1 - own;
+    let mut routed = Routed::new(2, own);
+    let mut spare: Vec<Vec<Record>> = Vec::new();
+    let mut full = 0u64;
+    let take = |spare: &mut Vec<Vec<Record>>, v: Handoff| {
+        collector.state.process_batch(&v.0[..v.1]);
+        spare.push(v.0);
+    };
+    for _ in 0..iters {
+        for batch_of in datagrams.chunks(RECEIVE_BATCH) {
+            let mut tally = Tally::default();
+            for d in batch_of {
+                *t += 1000;
+                collector.decode_counted(black_box(d), src, *t, &mut routed, &mut tally);
+            }
+            if routed.lens[other] > 0 {
+                let fresh = spare.pop().unwrap_or_default();
+                let mut out = (
+                    std::mem::replace(&mut routed.parts[other], fresh),
+                    std::mem::take(&mut routed.lens[other]),
+                );
+                loop {
+                    match tx.try_send(out) {
+                        Ok(()) => break,
+                        Err(std::sync::mpsc::TrySendError::Full(back)) => {
+                            full += 1;
+                            out = back;
+                            match rx.try_recv() {
+                                Ok(v) => take(&mut spare, v),
+                                // The owner is behind (or not running: two cores are shared).
+                                Err(_) => std::thread::yield_now(),
+                            }
+                        }
+                        Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {
+                            unreachable!("the other thread waits for this one")
+                        }
+                    }
+                }
+            }
+            collector
+                .state
+                .process_batch(&routed.parts[own][..routed.lens[own]]);
+            routed.lens[own] = 0;
+            while let Ok(v) = rx.try_recv() {
+                take(&mut spare, v);
+            }
+            collector.count(&tally);
+        }
+    }
+    drop(tx);
+    // What the other thread still hands over, until it is done.
+    while let Ok(v) = rx.recv() {
+        take(&mut spare, v);
+    }
+    full
 }
 
 fn bench(c: &mut Criterion) {
@@ -142,6 +270,34 @@ fn bench(c: &mut Criterion) {
             start.elapsed()
         })
     });
+    // Owner-computes on the same two shards: each thread correlates only its own flow shard's
+    // records, handing the others over (the fabric stage still takes either fabric shard).
+    let full = std::sync::atomic::AtomicU64::new(0);
+    group.bench_function("collector_batches_2_threads_owner", |b| {
+        b.iter_custom(|iters| {
+            let (tx0, rx0) = std::sync::mpsc::sync_channel::<Handoff>(HANDOFF_RING);
+            let (tx1, rx1) = std::sync::mpsc::sync_channel::<Handoff>(HANDOFF_RING);
+            let mut ends = [Some((tx1, rx0)), Some((tx0, rx1))];
+            let start = std::time::Instant::now();
+            std::thread::scope(|scope| {
+                for (own, half) in halves.iter().enumerate() {
+                    let (collector, from, full) = (&collector, t, &full);
+                    let ends = ends[own].take().expect("each thread's ends");
+                    scope.spawn(move || {
+                        let mut t = from;
+                        let f = owner_computes(collector, own, half, iters, &mut t, ends);
+                        full.fetch_add(f, std::sync::atomic::Ordering::Relaxed);
+                    });
+                }
+            });
+            t += iters * payloads.len() as u64 * 1000;
+            start.elapsed()
+        })
+    });
+    eprintln!(
+        "owner-computes: hand-off ring full {} times",
+        full.load(std::sync::atomic::Ordering::Relaxed)
+    );
     group.finish();
 
     // v0.5 postcards, one per datagram, hop by hop per packet (SD-Fabric's reports), through

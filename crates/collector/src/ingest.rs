@@ -23,7 +23,7 @@ mod recv;
 pub use recv::{IDLE, MAX_BATCH, SLOT_RANGE};
 
 use crate::detect::DetectConfig as Thresholds;
-use crate::record::{FlowKeyMode, RecordBatch, decode_into};
+use crate::record::{FlowKeyMode, Record, RecordBatch, RecordSink, decode_into};
 use crate::snapshot::Snapshot;
 use crate::state::{Limits, State};
 use crate::store::{FlushTake, Flusher, Store, StoreConfig, StoreError, StoreStats, spawn_writer};
@@ -289,6 +289,22 @@ pub struct Tally {
     received: u64,
     accepted: u64,
     reports: u64,
+}
+
+/// A record sink that counts the records it was given.
+struct Counted<'a, S> {
+    sink: &'a mut S,
+    n: usize,
+}
+
+impl<S: RecordSink> RecordSink for Counted<'_, S> {
+    fn slot(&mut self) -> &mut Record {
+        self.sink.slot()
+    }
+    fn filled(&mut self) {
+        self.n += 1;
+        self.sink.filled();
+    }
 }
 
 /// Collector configuration (the `intscope collect --config` file; docs/collector-config.md).
@@ -593,13 +609,14 @@ impl Collector {
 
     /// [`Collector::decode`] with the datagram's common outcomes counted in `tally`, for
     /// [`Collector::count`] to add once per receive batch: three shared counters moved per
-    /// datagram were a cache line the receive threads took from each other.
+    /// datagram were a cache line the receive threads took from each other. The records go to
+    /// `batch`, or to any other sink (one that sorts them by flow shard, say).
     pub fn decode_counted(
         &self,
         payload: &[u8],
         src: IpAddr,
         time_ns: u64,
-        batch: &mut RecordBatch,
+        batch: &mut impl RecordSink,
         tally: &mut Tally,
     ) {
         tally.received += 1;
@@ -614,9 +631,15 @@ impl Collector {
         if self.store.is_some() {
             self.keep_raw(payload, src, time_ns);
         }
-        let before = batch.len();
-        let result = decode_into(payload, time_ns, &self.detect, self.config.flow_key, batch);
-        let n = batch.len() - before;
+        let mut out = Counted { sink: batch, n: 0 };
+        let result = decode_into(
+            payload,
+            time_ns,
+            &self.detect,
+            self.config.flow_key,
+            &mut out,
+        );
+        let n = out.n;
         tally.reports += n as u64;
         match result {
             Ok(_) => tally.accepted += 1,
