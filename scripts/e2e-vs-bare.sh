@@ -15,6 +15,10 @@
 #      (`/api/flows?limit=100&sort=reports`) and report the p50/p99 latency of the reads that
 #      began while blast was sending,
 #      TASKSET=CPU list to pin both receivers to (e.g. 1; blast then gets the others),
+#      NETNS=1: blast sends from a network namespace of its own over a veth pair (another
+#      machine's stand-in: its packets cross a link, not loopback; needs root; addresses from
+#      the benchmarking range 198.18.0.0/30, inside this run's own namespace; with TASKSET the
+#      sender keeps its own cores),
 #      COLLECT_ARGS=more `intscope collect` flags (e.g. "--recv-batch 16"),
 #      BIN_DIR (target/release; needs
 #      `cargo build --release -p intscope -p intscope-collector --bin intscope --bin recvloop`).
@@ -37,6 +41,24 @@ if [ -n "${TASKSET:-}" ]; then
     BLAST_PIN=(taskset -c "$OTHERS")
 fi
 
+LISTEN=127.0.0.1
+BLAST_NS=()
+if [ -n "${NETNS:-}" ]; then
+    NS=intscope-blast-$$
+    VETH=isb$$
+    ip netns add "$NS"
+    ip link add "${VETH}a" type veth peer name "${VETH}b"
+    ip link set "${VETH}b" netns "$NS"
+    ip addr add 198.18.0.1/30 dev "${VETH}a"
+    ip link set "${VETH}a" up
+    ip -n "$NS" addr add 198.18.0.2/30 dev "${VETH}b"
+    ip -n "$NS" link set "${VETH}b" up
+    ip -n "$NS" link set lo up
+    trap 'for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done; ip link del "${VETH}a" 2>/dev/null; ip netns del "$NS" 2>/dev/null; rm -rf "$TMP"' EXIT
+    LISTEN=198.18.0.1
+    BLAST_NS=(ip netns exec "$NS")
+fi
+
 field() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])" "$1" "$2"; }
 wait_line() { for _ in $(seq 100); do [ -s "$1" ] && return; sleep 0.1; done; echo "no output in $1" >&2; exit 1; }
 # CPU seconds (user + system) of process $1's receive threads (named ingest-*), and of the whole
@@ -54,7 +76,7 @@ PY
 }
 
 blast() { # $1 target, $2 version
-    "${BLAST_PIN[@]}" "$D/intscope" blast --to "$1" --rate "${RATE:-0}" --duration "$DURATION" --flows "${FLOWS:-10000}" \
+    "${BLAST_NS[@]}" "${BLAST_PIN[@]}" "$D/intscope" blast --to "$1" --rate "${RATE:-0}" --duration "$DURATION" --flows "${FLOWS:-10000}" \
         --hops "${HOPS:-4}" --version "$2" --batch "${BATCH:-8}" 2>/dev/null
 }
 
@@ -62,7 +84,7 @@ bare() { # $1 version -> JSON {load, blast, loop}
     local load out
     load=$(cat /proc/loadavg)
     out=$TMP/bare
-    "${PIN[@]}" "$D/recvloop" --idle-ms 1000 --duration-s $((DURATION + 30)) >"$out" &
+    "${PIN[@]}" "$D/recvloop" --listen "$LISTEN:0" --idle-ms 1000 --duration-s $((DURATION + 30)) >"$out" &
     local p=$!
     PIDS+=("$p")
     wait_line "$out"
@@ -91,7 +113,7 @@ e2e() { # $1 version -> JSON {load, blast, ingest, cpu_seconds, reads}
     load=$(cat /proc/loadavg)
     out=$TMP/e2e
     [ "$MODE" = discard ] && extra=(--discard)
-    "${PIN[@]}" "$D/intscope" collect --listen 127.0.0.1:0 --http 127.0.0.1:0 --int-udp-port 17768 --no-store \
+    "${PIN[@]}" "$D/intscope" collect --listen "$LISTEN:0" --http 127.0.0.1:0 --int-udp-port 17768 --no-store \
         --threads "$THREADS" "${extra[@]}" ${COLLECT_ARGS:-} >"$out" 2>/dev/null &
     local p=$!
     PIDS+=("$p")
