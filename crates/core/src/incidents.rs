@@ -516,6 +516,12 @@ struct Move {
     links: Vec<Link>,
     /// The nodes, likewise.
     nodes: Vec<u32>,
+    /// The links and nodes of the other direction: those the flow moved onto (a fault), or
+    /// left (a return). A link some flow moved onto in the same window is up: flows that left
+    /// it were rehashed (ECMP over a changed set of links), not failed over.
+    other: (Vec<Link>, Vec<u32>),
+    /// Every node of its old and new paths.
+    path_nodes: Vec<u32>,
     /// The flow's first path change in it.
     evidence: Evidence,
 }
@@ -993,12 +999,16 @@ impl IncidentLog {
             .last_moves
             .get(&flow.1)
             .is_some_and(|(before, _)| before == new);
-        let (links, nodes) = if restored {
-            moved(new, old).unwrap_or_default()
+        let onto = moved(new, old).unwrap_or_default();
+        let ((links, nodes), other) = if restored {
+            (onto, (left_links, left_nodes))
         } else {
-            (left_links, left_nodes)
+            ((left_links, left_nodes), onto)
         };
         self.remember_move(flow.1, old, new);
+        let mut path_nodes: Vec<u32> = old.iter().chain(new.iter()).map(|h| h.node_id).collect();
+        path_nodes.sort_unstable();
+        path_nodes.dedup();
         let m = Move {
             at_ns,
             received_ns,
@@ -1006,6 +1016,8 @@ impl IncidentLog {
             restored,
             links,
             nodes,
+            other,
+            path_nodes,
             evidence: evidence(),
         };
         let joined = self
@@ -1045,17 +1057,37 @@ impl IncidentLog {
     /// many: it is more specific), its flows become one incident, and so on until every change
     /// is placed. Returns are grouped apart, by where they returned.
     fn correlate(&mut self) {
+        // Links and nodes some flow moved onto (gained) and some flow left, in this window:
+        // a failed link is left and gained by none, a repaired one gained and left by none.
+        // The others are up, and flows that left them (or came back to them) were rehashed
+        // over a changed set of equal-cost links by the fault that names the window.
+        let mut gained = Busy::default();
+        let mut left = Busy::default();
+        for m in &self.moves {
+            let (g, l) = if m.restored {
+                ((&m.links, &m.nodes), (&m.other.0, &m.other.1))
+            } else {
+                ((&m.other.0, &m.other.1), (&m.links, &m.nodes))
+            };
+            gained.add(g.0, g.1);
+            left.add(l.0, l.1);
+        }
         let (returns, faults): (Vec<Move>, Vec<Move>) =
             self.moves.drain(..).partition(|m| m.restored);
-        for mut moves in [faults, returns] {
+        for (mut moves, up) in [(faults, &gained), (returns, &left)] {
             let mut rounds = 0;
             while !moves.is_empty() {
-                let Some((place, cause)) = best_cause(&moves) else {
+                let Some((place, cause)) = best_cause(&moves, up).or_else(|| {
+                    // Only rehashed flows left: placed as they are.
+                    best_cause(&moves, &Busy::default())
+                }) else {
                     break;
                 };
-                let (mine, rest): (Vec<Move>, Vec<Move>) = moves
-                    .into_iter()
-                    .partition(|m| covers(&place, Some(cause), m));
+                let ends: Vec<u32> = place.node.into_iter().chain(place.peer_node).collect();
+                let (mine, rest): (Vec<Move>, Vec<Move>) = moves.into_iter().partition(|m| {
+                    covers(&place, Some(cause), m)
+                        || (up.explains(m) && m.path_nodes.iter().any(|n| ends.contains(n)))
+                });
                 moves = rest;
                 if mine.is_empty() {
                     break;
@@ -1088,7 +1120,7 @@ impl IncidentLog {
         let mut groups: Vec<((IncidentPlace, &'static str), Vec<Move>)> = Vec::new();
         let mut index: HashMap<(IncidentPlace, &'static str), usize> = HashMap::default();
         for m in moves {
-            let Some(c) = best_cause(std::slice::from_ref(&m)) else {
+            let Some(c) = best_cause(std::slice::from_ref(&m), &Busy::default()) else {
                 continue;
             };
             match index.get(&c) {
@@ -1105,9 +1137,30 @@ impl IncidentLog {
     }
 }
 
+/// Links (undirected) and nodes that are up in a correlation window (see
+/// [`IncidentLog::correlate`]).
+#[derive(Debug, Default)]
+struct Busy {
+    links: HashSet<Link>,
+    nodes: HashSet<u32>,
+}
+
+impl Busy {
+    fn add(&mut self, links: &[Link], nodes: &[u32]) {
+        self.links.extend(links.iter().map(|&l| undirected(l)));
+        self.nodes.extend(nodes.iter().copied());
+    }
+
+    /// Whether every link and node that names `m` is up: a rehashed flow.
+    fn explains(&self, m: &Move) -> bool {
+        m.links.iter().all(|&l| self.links.contains(&undirected(l)))
+            && m.nodes.iter().all(|n| self.nodes.contains(n))
+    }
+}
+
 /// The link or node that explains the most of `moves` (all faults, or all returns), with the
-/// incident cause naming it.
-fn best_cause(moves: &[Move]) -> Option<(IncidentPlace, &'static str)> {
+/// incident cause naming it; links and nodes `up` are no candidates.
+fn best_cause(moves: &[Move], up: &Busy) -> Option<(IncidentPlace, &'static str)> {
     // Candidates: undirected links (with how often each direction was named) and nodes.
     let mut links: HashMap<Link, (u64, HashMap<Link, u64>)> = HashMap::default();
     let mut nodes: HashMap<u32, u64> = HashMap::default();
@@ -1115,6 +1168,9 @@ fn best_cause(moves: &[Move]) -> Option<(IncidentPlace, &'static str)> {
         let mut seen: Vec<Link> = Vec::new();
         for &l in &m.links {
             let u = undirected(l);
+            if up.links.contains(&u) {
+                continue;
+            }
             let c = links.entry(u).or_default();
             if !seen.contains(&u) {
                 seen.push(u);
@@ -1122,7 +1178,7 @@ fn best_cause(moves: &[Move]) -> Option<(IncidentPlace, &'static str)> {
             }
             *c.1.entry(l).or_default() += 1;
         }
-        for &n in &m.nodes {
+        for &n in m.nodes.iter().filter(|n| !up.nodes.contains(n)) {
             *nodes.entry(n).or_default() += 1;
         }
     }
