@@ -1057,7 +1057,7 @@ impl FlowState {
     /// latest. Returns whether the shard is to queue the flow for its join, due a window
     /// (`window_ns`) after the first report since the last join.
     pub fn add_card(&mut self, now: u64, hop: Hop, packet: u32, window_ns: u64) -> bool {
-        self.add_card_with_ttl(now, hop, packet, None, window_ns)
+        self.add_card_with_ttl(now, hop, packet, None, window_ns, u64::MAX)
     }
 
     /// The IP TTL in `node`'s latest report of the flow, if it carried one.
@@ -1107,7 +1107,10 @@ impl FlowState {
         u32::try_from(within).unwrap_or(u32::MAX)
     }
 
-    /// [`FlowState::add_card`] with the IP TTL the report's copy of the packet carries.
+    /// [`FlowState::add_card`] with the IP TTL the report's copy of the packet carries; a node
+    /// that had not reported the flow for `quiet_ns` starts its card afresh (since now), as
+    /// when its ports change: what it reports now is no continuation of what it reported
+    /// before its silence (the flow paused, or stopped reaching it).
     pub fn add_card_with_ttl(
         &mut self,
         now: u64,
@@ -1115,6 +1118,7 @@ impl FlowState {
         packet: u32,
         ttl: Option<u8>,
         window_ns: u64,
+        quiet_ns: u64,
     ) -> bool {
         let joins = self.joins();
         match joins
@@ -1123,7 +1127,8 @@ impl FlowState {
             .find(|c| c.hop.node_id == hop.node_id)
         {
             Some(c) => {
-                let same_ports = PathHop::from(&c.hop) == PathHop::from(&hop);
+                let same_ports = PathHop::from(&c.hop) == PathHop::from(&hop)
+                    && now.saturating_sub(c.seen_ns) < quiet_ns;
                 *c = Card {
                     hop,
                     packet,

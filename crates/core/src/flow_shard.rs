@@ -41,9 +41,9 @@ pub struct PostcardConfig {
     /// Most time from one hop's egress timestamp to the next hop's ingress timestamp of the
     /// same packet (link delay plus clock offset), ns: what pairs two reports into a link.
     pub link_delay_max_ns: u64,
-    /// A silent drop: a node keeps reporting a flow this long after the next node of its path
-    /// last did (or, the next node never having seen it, since the node first sent it that
-    /// way), ns. Longer than a
+    /// A silent drop: a node keeps reporting a flow (through the same ports, with no silence of
+    /// its own this long) this long after the next node of its path last did (or, the next
+    /// node never having seen it, since the node first sent it that way), ns. Longer than a
     /// switch's report filter interval (SD-Fabric: 1 s), which is how long a healthy next hop
     /// may go without reporting.
     pub silent_drop_ns: u64,
@@ -240,7 +240,8 @@ impl FlowShard {
             return;
         };
         let window = self.cfg.join_window_ns;
-        if flow.add_card_with_ttl(now, hop, packet, ttl, window) {
+        let quiet = self.cfg.postcards.silent_drop_ns;
+        if flow.add_card_with_ttl(now, hop, packet, ttl, window, quiet) {
             self.pending_joins.push_back((now + window + 1, key));
         }
     }
@@ -266,9 +267,16 @@ impl FlowShard {
                 }
                 change = flow.observe_joined_path(now, &hops, &mut self.paths);
                 flow.observe_latency(now, &hops);
+                // A hop that has reported the flow for `silent_ns` (without a silence of its
+                // own) since its next hop last did: a hop whose reports just resumed after the
+                // flow paused or stopped reaching it waits for the next hop's.
                 silent = chain
                     .windows(2)
-                    .find(|w| w[0].1 >= w[1].1.saturating_add(silent_ns))
+                    .find(|w| {
+                        let since = flow.card_times(w[0].0.node_id).map_or(w[0].1, |t| t.0);
+                        w[0].1 >= w[1].1.saturating_add(silent_ns)
+                            && since.saturating_add(silent_ns) <= w[0].1
+                    })
                     .map(|w| (w[0].0, w[1].0.node_id, w[1].1, w[0].1));
                 // Two neighbours of the joined path whose copies of the packet are more than
                 // one TTL apart have hops without INT between them — when the link between

@@ -516,6 +516,12 @@ struct Move {
     links: Vec<Link>,
     /// The nodes, likewise.
     nodes: Vec<u32>,
+    /// The links and nodes of the other direction: those the flow moved onto (a fault), or
+    /// left (a return). A link some flow moved onto in the same window is up: flows that left
+    /// it were rehashed (ECMP over a changed set of links), not failed over.
+    other: (Vec<Link>, Vec<u32>),
+    /// Every node of its old and new paths.
+    path_nodes: Vec<u32>,
     /// The flow's first path change in it.
     evidence: Evidence,
 }
@@ -594,6 +600,12 @@ pub struct IncidentLog {
     /// Path changes that were no change of forwarding (a path that only lost or gained hops).
     pub moves_ignored: u64,
     moves: VecDeque<Move>,
+    /// Links and nodes flows moved onto and left in the last correlation window: flows whose
+    /// moves were reported a window later (switches that filter reports report a flow once an
+    /// interval) are weighed with them.
+    last_up: (Busy, Busy),
+    /// Receive time of the window `last_up` was gathered in.
+    last_up_rx: u64,
     /// Each flow's last move (old path, new path), the oldest forgotten first.
     last_moves: HashMap<u64, (Path, Path)>,
     last_move_order: VecDeque<u64>,
@@ -638,6 +650,8 @@ impl IncidentLog {
             merged: 0,
             moves_ignored: 0,
             moves: VecDeque::new(),
+            last_up: Default::default(),
+            last_up_rx: 0,
             last_moves: HashMap::default(),
             last_move_order: VecDeque::new(),
             now_rx: 0,
@@ -993,12 +1007,16 @@ impl IncidentLog {
             .last_moves
             .get(&flow.1)
             .is_some_and(|(before, _)| before == new);
-        let (links, nodes) = if restored {
-            moved(new, old).unwrap_or_default()
+        let onto = moved(new, old).unwrap_or_default();
+        let ((links, nodes), other) = if restored {
+            (onto, (left_links, left_nodes))
         } else {
-            (left_links, left_nodes)
+            ((left_links, left_nodes), onto)
         };
         self.remember_move(flow.1, old, new);
+        let mut path_nodes: Vec<u32> = old.iter().chain(new.iter()).map(|h| h.node_id).collect();
+        path_nodes.sort_unstable();
+        path_nodes.dedup();
         let m = Move {
             at_ns,
             received_ns,
@@ -1006,6 +1024,8 @@ impl IncidentLog {
             restored,
             links,
             nodes,
+            other,
+            path_nodes,
             evidence: evidence(),
         };
         let joined = self
@@ -1045,17 +1065,47 @@ impl IncidentLog {
     /// many: it is more specific), its flows become one incident, and so on until every change
     /// is placed. Returns are grouped apart, by where they returned.
     fn correlate(&mut self) {
+        // Links and nodes some flow moved onto (gained) or, in a repair, left, in this window
+        // and the one before: a failed link is left and gained by none, a repaired one
+        // gained and left by none. The others are up, and flows that left them (or came back
+        // to them) were rehashed over a changed set of equal-cost links by the fault that
+        // names the window.
+        // Faults are weighed against the links faults moved flows onto, repairs against the
+        // links repairs moved flows off.
+        let mut gained = Busy::default();
+        let mut left = Busy::default();
+        for m in &self.moves {
+            let up = if m.restored { &mut left } else { &mut gained };
+            up.add(&m.other.0, &m.other.1);
+        }
+        let (mut last_gained, mut last_left) = std::mem::replace(&mut self.last_up, (gained, left));
+        // Only the window just before counts: older moves say nothing of the links now.
+        let recent = self.now_rx.saturating_sub(self.last_up_rx) <= 2 * self.timing.correlate_ns;
+        self.last_up_rx = self.now_rx;
+        if !recent {
+            (last_gained, last_left) = Default::default();
+        }
+        let (mut gained, mut left) = (last_gained, last_left);
+        gained.merge(&self.last_up.0);
+        left.merge(&self.last_up.1);
         let (returns, faults): (Vec<Move>, Vec<Move>) =
             self.moves.drain(..).partition(|m| m.restored);
-        for mut moves in [faults, returns] {
+        for (moves, up) in [(faults, &gained), (returns, &left)] {
+            // Rehashed flows of a fault whose incident a window before named it.
+            let mut moves = self.join_rehashed(moves, up);
             let mut rounds = 0;
             while !moves.is_empty() {
-                let Some((place, cause)) = best_cause(&moves) else {
+                let Some((place, cause)) = best_cause(&moves, up).or_else(|| {
+                    // Only rehashed flows left: placed as they are.
+                    best_cause(&moves, &Busy::default())
+                }) else {
                     break;
                 };
-                let (mine, rest): (Vec<Move>, Vec<Move>) = moves
-                    .into_iter()
-                    .partition(|m| covers(&place, Some(cause), m));
+                let ends: Vec<u32> = place.node.into_iter().chain(place.peer_node).collect();
+                let (mine, rest): (Vec<Move>, Vec<Move>) = moves.into_iter().partition(|m| {
+                    covers(&place, Some(cause), m)
+                        || (up.explains(m) && m.path_nodes.iter().any(|n| ends.contains(n)))
+                });
                 moves = rest;
                 if mine.is_empty() {
                     break;
@@ -1075,6 +1125,41 @@ impl IncidentLog {
         }
     }
 
+    /// Moves of rehashed flows (every link and node they left, or came back to, is `up`, see
+    /// [`IncidentLog::correlate`]) whose paths touch a link or node an ongoing path-change
+    /// incident of the same direction (fault or repair) names join it; returns the others.
+    fn join_rehashed(&mut self, moves: Vec<Move>, up: &Busy) -> Vec<Move> {
+        let faults: Vec<(IncidentKey, Vec<u32>)> = self
+            .ongoing
+            .values()
+            .filter(|e| e.key.kind == IncidentKind::PathChange)
+            .map(|e| {
+                let p = &e.key.place;
+                (
+                    e.key.clone(),
+                    p.node.into_iter().chain(p.peer_node).collect(),
+                )
+            })
+            .collect();
+        if faults.is_empty() {
+            return moves;
+        }
+        let mut rest = Vec::with_capacity(moves.len());
+        for m in moves {
+            let home = up.explains(&m).then(|| {
+                faults.iter().find(|(k, ends)| {
+                    let restored = k.cause.as_deref().is_some_and(|c| c.ends_with("-restored"));
+                    restored == m.restored && m.path_nodes.iter().any(|n| ends.contains(n))
+                })
+            });
+            match home.flatten() {
+                Some((key, _)) => self.apply(key.clone(), move_delta(&[m], None)),
+                None => rest.push(m),
+            }
+        }
+        rest
+    }
+
     /// One path-change incident for `moves`, at `place` for `cause`.
     fn apply_moves(&mut self, place: IncidentPlace, cause: &'static str, moves: &[Move]) {
         let key = IncidentKey::new(IncidentKind::PathChange, place, Some(Cow::Borrowed(cause)));
@@ -1088,7 +1173,7 @@ impl IncidentLog {
         let mut groups: Vec<((IncidentPlace, &'static str), Vec<Move>)> = Vec::new();
         let mut index: HashMap<(IncidentPlace, &'static str), usize> = HashMap::default();
         for m in moves {
-            let Some(c) = best_cause(std::slice::from_ref(&m)) else {
+            let Some(c) = best_cause(std::slice::from_ref(&m), &Busy::default()) else {
                 continue;
             };
             match index.get(&c) {
@@ -1105,9 +1190,36 @@ impl IncidentLog {
     }
 }
 
+/// Links (undirected) and nodes that are up in a correlation window (see
+/// [`IncidentLog::correlate`]).
+#[derive(Debug, Default)]
+struct Busy {
+    links: HashSet<Link>,
+    nodes: HashSet<u32>,
+}
+
+impl Busy {
+    fn add(&mut self, links: &[Link], nodes: &[u32]) {
+        self.links.extend(links.iter().map(|&l| undirected(l)));
+        self.nodes.extend(nodes.iter().copied());
+    }
+
+    fn merge(&mut self, other: &Busy) {
+        self.links.extend(other.links.iter().copied());
+        self.nodes.extend(other.nodes.iter().copied());
+    }
+
+    /// Whether a link or node that names `m` is up: a flow rehashed off (or back onto) a
+    /// link that still carries others, not one failed (or repaired) itself.
+    fn explains(&self, m: &Move) -> bool {
+        m.links.iter().any(|&l| self.links.contains(&undirected(l)))
+            || m.nodes.iter().any(|n| self.nodes.contains(n))
+    }
+}
+
 /// The link or node that explains the most of `moves` (all faults, or all returns), with the
-/// incident cause naming it.
-fn best_cause(moves: &[Move]) -> Option<(IncidentPlace, &'static str)> {
+/// incident cause naming it; links and nodes `up` are no candidates.
+fn best_cause(moves: &[Move], up: &Busy) -> Option<(IncidentPlace, &'static str)> {
     // Candidates: undirected links (with how often each direction was named) and nodes.
     let mut links: HashMap<Link, (u64, HashMap<Link, u64>)> = HashMap::default();
     let mut nodes: HashMap<u32, u64> = HashMap::default();
@@ -1115,6 +1227,9 @@ fn best_cause(moves: &[Move]) -> Option<(IncidentPlace, &'static str)> {
         let mut seen: Vec<Link> = Vec::new();
         for &l in &m.links {
             let u = undirected(l);
+            if up.links.contains(&u) {
+                continue;
+            }
             let c = links.entry(u).or_default();
             if !seen.contains(&u) {
                 seen.push(u);
@@ -1122,7 +1237,7 @@ fn best_cause(moves: &[Move]) -> Option<(IncidentPlace, &'static str)> {
             }
             *c.1.entry(l).or_default() += 1;
         }
-        for &n in &m.nodes {
+        for &n in m.nodes.iter().filter(|n| !up.nodes.contains(n)) {
             *nodes.entry(n).or_default() += 1;
         }
     }
@@ -1310,6 +1425,66 @@ mod tests {
         assert_eq!(restored[0].severity, Severity::Info);
         assert_eq!(restored[0].counts.flows, 6);
         assert_eq!(log.iter().count(), 2);
+    }
+
+    /// Three spines; link 1 ↔ 101 fails and leaf 1's flows spread over the two left, some of
+    /// them off 1 ↔ 102 (rehashed: other flows moved onto it). One incident, at 1 ↔ 101, with
+    /// every moved flow; a move a window later joins it; the repair is one `link-restored`
+    /// at 1 ↔ 101 though flows came back to 1 ↔ 102 too. A later, unrelated failure of
+    /// 1 ↔ 102 is named on its own: the old window's moves no longer make it look up.
+    #[test]
+    fn flows_rehashed_off_healthy_links_join_the_failed_links_incident() {
+        let via = |s: u32, b: u32| path(&[(1, 1, 4 + s), (100 + s, 1, b), (b, 4 + s, 1)]);
+        let mut log = IncidentLog::default();
+        // (flow, spine before, spine after, destination leaf)
+        let moves = [
+            (1, 1, 2, 2),
+            (2, 1, 3, 3),
+            (3, 1, 2, 3),
+            (4, 2, 3, 2),
+            (5, 2, 3, 3),
+        ];
+        let mut t = 0;
+        for &(f, a, b, d) in &moves {
+            t += 1_000;
+            assert!(log.observe_move(t, t, flow(f), &via(a, d), &via(b, d), ev));
+        }
+        log.settle(1_500_000_000);
+        // Reported a window later (a filtering switch).
+        let late = 1_600_000_000;
+        log.observe_move(late, late, flow(6), &via(2, 2), &via(3, 2), ev);
+        log.settle(3_000_000_000);
+        let all: Vec<&Incident> = log.iter().collect();
+        assert_eq!(all.len(), 1, "{all:#?}");
+        let ends = [all[0].place.node, all[0].place.peer_node];
+        assert!(
+            ends.contains(&Some(1)) && ends.contains(&Some(101)),
+            "{all:#?}"
+        );
+        assert_eq!(all[0].counts.flows, 6);
+        // The repair: every flow back where it was.
+        let back = 4_000_000_000;
+        for &(f, a, b, d) in &moves {
+            log.observe_move(back, back, flow(f), &via(b, d), &via(a, d), ev);
+        }
+        log.settle(back + 1_500_000_000);
+        let restored: Vec<&Incident> = log
+            .iter()
+            .filter(|i| i.cause.as_deref() == Some("link-restored"))
+            .collect();
+        assert_eq!(restored.len(), 1, "{restored:#?}");
+        let ends = [restored[0].place.node, restored[0].place.peer_node];
+        assert!(ends.contains(&Some(101)), "{restored:#?}");
+        // Much later 1 ↔ 102 fails by itself.
+        let later = 60_000_000_000;
+        log.observe_move(later, later, flow(7), &via(2, 2), &via(3, 2), ev);
+        log.settle(later + 1_500_000_000);
+        let named: Vec<_> = log
+            .iter()
+            .filter(|i| i.cause.as_deref() == Some("link") && i.state == IncidentState::Ongoing)
+            .map(|i| [i.place.node, i.place.peer_node])
+            .collect();
+        assert!(named.iter().any(|e| e.contains(&Some(102))), "{named:?}");
     }
 
     #[test]

@@ -115,7 +115,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect()
     };
-    // Incidents by kind and cause ("drop/silent": silent drops), with where the drops are.
+    // Incidents by kind and cause ("Drop/silent": silent drops), and where all but report loss are.
     let mut by_kind: std::collections::BTreeMap<String, u64> = Default::default();
     let mut drop_places = Vec::new();
     for i in &incidents {
@@ -124,10 +124,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             None => format!("{:?}", i.kind),
         };
         *by_kind.entry(name).or_default() += 1;
-        if i.kind == intscope_collector::incident::IncidentKind::Drop && drop_places.len() < 10 {
+        if i.kind != intscope_collector::incident::IncidentKind::ReportLoss
+            && drop_places.len() < 20
+        {
             drop_places.push(format!(
-                "{:?}:{:?}->{:?} {:?} start {} flows {}",
-                i.place.node, i.place.port, i.place.peer_node, i.cause, i.start_ns, i.counts.flows
+                "{:?} {:?}:{:?}->{:?} {:?} {}..{:?} ns, {} flows",
+                i.kind,
+                i.place.node,
+                i.place.port,
+                i.place.peer_node,
+                i.cause,
+                i.start_ns,
+                i.end_ns,
+                i.counts.flows
             ));
         }
     }
@@ -143,7 +152,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "flows": flows,
         "events": events,
         "incidents": by_kind,
-        "drop_incidents": drop_places,
+        "incident_places": drop_places,
         "path_changes_counted_on_flows": changes,
         "flows_on_a_wrong_path": wrong.len(),
         "flows_on_a_partial_path": partial,
