@@ -1168,7 +1168,7 @@ async fn incidents(
             ApiError::bad(&api, format!("kind {k:?} is none of {}", known.join(", ")))
         })?),
     };
-    let mut page = api.collector.state.with_incidents(|log| {
+    let mut page = api.collector.with_incidents(|log| {
         let mut page: Vec<&crate::incident::Incident> = log
             .iter()
             .filter(|i| q.state.is_none_or(|s| i.state == s))
@@ -1205,7 +1205,6 @@ async fn incident(
 ) -> Result<Json<Incident>, ApiError> {
     let Path(id) = id.map_err(|e| ApiError::bad(&api, e.body_text()))?;
     api.collector
-        .state
         .with_incidents(|log| log.get(id).cloned())
         .map(Json)
         .ok_or_else(|| {

@@ -734,6 +734,17 @@ impl Collector {
         current
     }
 
+    /// Runs `f` on the incident log for a reader. While receive threads run, the shards hand
+    /// their observations over at every sweep and tick, so only the log's lock is taken; without
+    /// them (a replay, a test) the shards are asked to hand over first.
+    pub fn with_incidents<T>(&self, f: impl FnOnce(&mut crate::incidents::IncidentLog) -> T) -> T {
+        if self.receivers.load(Ordering::SeqCst) == 0 {
+            self.state.with_incidents(f)
+        } else {
+            f(&mut self.state.events().incidents)
+        }
+    }
+
     fn current(&self) -> Arc<Published> {
         Arc::clone(&self.published.lock().unwrap_or_else(|e| e.into_inner()))
     }

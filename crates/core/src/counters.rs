@@ -181,6 +181,15 @@ metric!(
     "Path changes that were no change of forwarding (a path that only lost or gained hops)"
 );
 metric!(
+    LOSS_HISTORY_UNTRACKED,
+    "loss_history_untracked",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "incidents.loss_history_untracked")]),
+    "Reports of nodes beyond the report-loss history's bound (a silence of such a node is weighed as lossless)"
+);
+metric!(
     EVENTS_EVICTED,
     "events_evicted",
     Counter,
@@ -559,6 +568,7 @@ pub const ALL: &[&Metric] = &[
     &INCIDENTS_EVICTED,
     &INCIDENT_EPISODES_MERGED,
     &PATH_CHANGES_IGNORED,
+    &LOSS_HISTORY_UNTRACKED,
     &EVENTS_EVICTED,
     &INGEST_DATAGRAMS_RECEIVED,
     &INGEST_DATAGRAMS,
@@ -769,6 +779,7 @@ impl IncidentLog {
         }
         out.add(&INCIDENT_EPISODES_MERGED, &[], self.merged);
         out.add(&PATH_CHANGES_IGNORED, &[], self.moves_ignored);
+        out.add(&LOSS_HISTORY_UNTRACKED, &[], self.report_loss.untracked);
     }
 }
 

@@ -282,6 +282,14 @@ impl FlowTable {
         self.slots[slot as usize].as_mut()
     }
 
+    /// The flow with this key, for the store's flush, without marking its slot changed: the
+    /// caller may change only what no snapshot row shows (`dirty`, `interval`), or the next
+    /// snapshot would keep a stale row.
+    pub(crate) fn get_mut_for_flush(&mut self, key: &FlowKey) -> Option<&mut FlowState> {
+        let slot = self.slot(key)?;
+        self.slots[slot as usize].as_mut()
+    }
+
     /// Marks `slot` written: the next snapshot copies its row again.
     #[inline]
     fn mark(&mut self, slot: u32) {

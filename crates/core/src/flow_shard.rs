@@ -149,6 +149,9 @@ pub struct FlowShard {
     received: rustc_hash::FxHashMap<u32, u64>,
     /// Report time of the next hand-over of `received`.
     next_received_ns: u64,
+    /// Reports not counted in `received` for want of room (more nodes than
+    /// [`crate::seq::MAX_LOSS_NODES`] between two hand-overs); handed over with it.
+    received_untracked: u64,
     /// This shard's events.
     pub raiser: Raiser,
     /// This shard's last copies for snapshots: the next one is made from them, the rows of
@@ -220,6 +223,7 @@ impl FlowShard {
             for (node, n) in self.received.drain() {
                 log.incidents.report_loss.received(node, n, now);
             }
+            log.incidents.report_loss.untracked += std::mem::take(&mut self.received_untracked);
         }
     }
 
@@ -499,7 +503,7 @@ impl FlowShard {
             // Q report whose last hop leaves by a fabric port is a transit hop's, not the
             // sink's. A flow whose packets loop or stop arriving has no new path, only reports
             // of how far they went.
-            let inside = r.congested
+            let transit_queue_report = r.congested
                 && hops.last().is_some_and(|h| {
                     h.egress_if()
                         .is_some_and(|p| self.links.is_fabric_port((h.node_id, p)))
@@ -508,7 +512,7 @@ impl FlowShard {
                 || r.dropped
                 || r.drop_reason.is_some()
                 || r.hop_limit_exceeded
-                || inside
+                || transit_queue_report
             {
                 change = flow.observe_partial_path(now, hops, paths);
             } else {
@@ -524,7 +528,14 @@ impl FlowShard {
             // An INT-XD postcard or INT-MX report: one node's view, joined with the others' a
             // window later. A dropped packet's report says where it died, not where it goes.
             // Counted for its node's report loss (a silence of the node is weighed by it).
-            *self.received.entry(r.node_id).or_default() += 1;
+            if let Some(n) = self.received.get_mut(&r.node_id) {
+                *n += 1;
+            } else if self.received.len() < crate::seq::MAX_LOSS_NODES {
+                self.received.insert(r.node_id, 1);
+            } else {
+                // Bounded like the history it feeds: a node beyond it is weighed as lossless.
+                self.received_untracked += 1;
+            }
             if !(r.dropped || r.drop_reason.is_some()) {
                 postcard = Some((*hop, r.packet_fp, r.ip_ttl, flow.join_before(hop.node_id)));
             }

@@ -149,8 +149,10 @@ pub enum EndReason {
     Evicted,
 }
 
-/// What an incident counted, each named for what it counts.
+/// What an incident counted, each named for what it counts. A count missing from a stored
+/// incident (written by an older version) reads as 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct IncidentCounts {
     /// Samples (hops in reports) that showed the anomaly.
     pub samples: u64,

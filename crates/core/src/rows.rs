@@ -143,7 +143,7 @@ pub fn discard_changes(state: &State) -> usize {
     state.each_flow_shard(|shard| {
         let keys = std::mem::take(&mut shard.dirty_flows);
         for key in &keys {
-            if let Some(f) = shard.flows.get_mut(key) {
+            if let Some(f) = shard.flows.get_mut_for_flush(key) {
                 f.dirty = false;
                 f.interval = FlowInterval::default();
                 n += 1;
@@ -340,7 +340,7 @@ impl Iterator for FlushTake<'_> {
                     *left -= 1;
                     // Not dirty: the flow went away and its key came back as a new flow,
                     // listed again for the next flush (or this row was already copied).
-                    if let Some(f) = shard.flows.get_mut(&key)
+                    if let Some(f) = shard.flows.get_mut_for_flush(&key)
                         && f.dirty
                     {
                         f.dirty = false;

@@ -497,11 +497,18 @@ struct LossBucket {
 pub struct LossHistory {
     nodes: HashMap<u32, [LossBucket; LOSS_BUCKETS]>,
     bucket_ns: u64,
-    /// Newest bucket number seen.
-    newest: u64,
+    /// Newest bucket number a purge of stale nodes ran at.
+    purged_at: u64,
+    /// Nodes refused room since the last purge.
+    refused_since_purge: u32,
     /// Reports of nodes not tracked for want of room.
     pub untracked: u64,
 }
+
+/// A full history purges stale nodes when time reaches a new bucket, or after this many nodes
+/// were refused room since the last purge: a purge reads every node's buckets, so spoofed node
+/// IDs (or report times) cost at most one purge per this many reports, not one each.
+const PURGE_AFTER_REFUSED: u32 = 512;
 
 impl LossHistory {
     /// A history in buckets of `bucket_ns` (at least 1 ms).
@@ -509,7 +516,8 @@ impl LossHistory {
         LossHistory {
             nodes: HashMap::default(),
             bucket_ns: bucket_ns.max(1_000_000),
-            newest: 0,
+            purged_at: 0,
+            refused_since_purge: 0,
             untracked: 0,
         }
     }
@@ -521,12 +529,18 @@ impl LossHistory {
 
     fn bucket(&mut self, node: u32, at_ns: u64) -> Option<&mut LossBucket> {
         let no = at_ns / self.bucket_ns + 1;
-        self.newest = self.newest.max(no);
         if !self.nodes.contains_key(&node) && self.nodes.len() >= MAX_LOSS_NODES {
-            let oldest_kept = self.newest.saturating_sub(LOSS_BUCKETS as u64);
-            self.nodes
-                .retain(|_, b| b.iter().any(|b| b.no > oldest_kept));
+            if no > self.purged_at || self.refused_since_purge >= PURGE_AFTER_REFUSED {
+                // Stale as seen from this report's time, so one report from far in the future
+                // empties the history once, not for good.
+                let oldest_kept = no.saturating_sub(LOSS_BUCKETS as u64);
+                self.nodes
+                    .retain(|_, b| b.iter().any(|b| b.no > oldest_kept));
+                self.purged_at = self.purged_at.max(no);
+                self.refused_since_purge = 0;
+            }
             if self.nodes.len() >= MAX_LOSS_NODES {
+                self.refused_since_purge = self.refused_since_purge.saturating_add(1);
                 self.untracked += 1;
                 return None;
             }

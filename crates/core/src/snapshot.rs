@@ -119,7 +119,8 @@ impl totals::FabricPart for FabricShardSnapshot {
 
 impl totals::FlowPart for FlowShardSnapshot {
     fn flow_count(&self) -> usize {
-        self.rows.len()
+        // `rows` has a place per table slot, free ones included.
+        self.len()
     }
 
     fn flows_evicted(&self) -> u64 {
@@ -735,6 +736,7 @@ mod tests {
                 assert_as_from_scratch(&snap, &from_scratch(&state));
                 let v = state.read();
                 proptest::prop_assert_eq!(snap.flow_count(), v.flow_count());
+                proptest::prop_assert_eq!(snap.held(), v.held());
                 proptest::prop_assert_eq!(snap.evicted(), v.evicted());
                 proptest::prop_assert_eq!(snap.flows_expired(), v.flows_expired());
                 drop(v);
