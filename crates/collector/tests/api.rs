@@ -13,13 +13,12 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use common::INT_PORT;
 use intscope_collector::api::{self, Api, ApiConfig};
 use intscope_collector::http::HttpLimits;
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::ingest::Collector;
 use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};
 use intscope_collector::record::RecordBatch;
-use intscope_collector::store::{HistoryQuery, StoreError, StoreStats, collect_batch};
+use intscope_collector::store::{HistoryQuery, StoreError};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -34,50 +33,12 @@ fn tempdir(name: &str) -> std::path::PathBuf {
 fn collector(
     data: Option<&std::path::Path>,
     flows: u32,
-    datagrams: usize,
-    flushes: usize,
+    datagrams: u64,
+    flushes: u64,
 ) -> Arc<Collector> {
-    let c = Collector::open(CollectorConfig {
-        listen: vec!["127.0.0.1:0".parse().unwrap()],
-        int_udp_ports: vec![INT_PORT],
-        data: data.map(std::path::Path::to_path_buf),
-        ..CollectorConfig::default()
-    })
-    .unwrap();
-    let mut g = Generator::new(LoadConfig {
-        flows,
-        hops: 4,
-        version: LoadVersion::V2,
-        batch: 8,
-        drop_every: 50,
-        ..LoadConfig::default()
-    });
-    let (mut buf, mut rec) = (Vec::new(), RecordBatch::default());
-    let stats = StoreStats::default();
-    let mut last_event = 1;
-    let per_flush = datagrams / flushes.max(1);
-    for i in 0..datagrams {
-        g.next_datagram(&mut buf);
-        c.ingest(
-            &buf,
-            "10.0.0.1".parse().unwrap(),
-            1_000_000 + i as u64 * 10_000,
-            &mut rec,
-        );
-        if let Some(store) = &c.store
-            && flushes > 0
-            && (i + 1) % per_flush == 0
-        {
-            store
-                .write(&collect_batch(
-                    &c.state,
-                    &mut last_event,
-                    Vec::new(),
-                    &stats,
-                ))
-                .unwrap();
-        }
-    }
+    let c = common::open_collector(data);
+    let flush_every = datagrams.checked_div(flushes).unwrap_or(0);
+    common::feed_load(&c, common::v2_load(flows, 50), datagrams, flush_every);
     c
 }
 

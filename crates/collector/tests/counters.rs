@@ -9,41 +9,17 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::Request;
-use common::INT_PORT;
 use intscope_collector::api::{self, Api, ApiConfig};
-use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};
+use intscope_collector::ingest::Collector;
 use intscope_collector::record::RecordBatch;
 use intscope_core::counters::{self, Json, Kind, Samples};
 use serde_json::Value;
 use tower::ServiceExt;
 
 fn collector(data: Option<&std::path::Path>) -> Arc<Collector> {
-    let c = Collector::open(CollectorConfig {
-        listen: vec!["127.0.0.1:0".parse().unwrap()],
-        int_udp_ports: vec![INT_PORT],
-        data: data.map(std::path::Path::to_path_buf),
-        ..CollectorConfig::default()
-    })
-    .unwrap();
-    let mut g = Generator::new(LoadConfig {
-        flows: 40,
-        hops: 4,
-        version: LoadVersion::V2,
-        batch: 8,
-        drop_every: 20,
-        ..LoadConfig::default()
-    });
-    let (mut buf, mut rec) = (Vec::new(), RecordBatch::default());
-    for i in 0..600u64 {
-        g.next_datagram(&mut buf);
-        c.ingest(
-            &buf,
-            "10.0.0.1".parse().unwrap(),
-            1_000_000 + i * 10_000,
-            &mut rec,
-        );
-    }
+    let c = common::open_collector(data);
+    common::feed_load(&c, common::v2_load(40, 20), 600, 0);
+    let mut rec = RecordBatch::default();
     // A malformed datagram and an empty one: discard outcomes that are not 0.
     c.ingest(&[2, 0, 0], "10.0.0.1".parse().unwrap(), 9_000_000, &mut rec);
     c.ingest(&[], "10.0.0.1".parse().unwrap(), 9_000_000, &mut rec);

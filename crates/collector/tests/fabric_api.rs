@@ -1,5 +1,7 @@
 //! The history incidents route and the fabric routes of a collector's API, over its store.
 
+mod common;
+
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -121,43 +123,14 @@ async fn history_and_fabric_incidents_page_and_filter() {
 /// the list page by page, and one flow with its path and its series per store interval.
 #[tokio::test]
 async fn fabric_flow_views_serve_the_stored_rows() {
-    use intscope_collector::loadgen::{Generator, INT_PORT, LoadConfig, LoadVersion};
-    use intscope_collector::record::RecordBatch;
-    use intscope_collector::store::{HistoryQuery, StoreStats, collect_batch};
+    use intscope_collector::store::HistoryQuery;
 
     let dir = std::env::temp_dir().join(format!("intscope-fabric-flows-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let c: Arc<Collector> = Collector::open(CollectorConfig {
-        listen: vec!["127.0.0.1:0".parse().unwrap()],
-        int_udp_ports: vec![INT_PORT],
-        data: Some(dir.clone()),
-        ..CollectorConfig::default()
-    })
-    .unwrap();
+    let c = common::open_collector(Some(&dir));
     let store = c.store.clone().unwrap();
-    let mut g = Generator::new(LoadConfig {
-        flows: 12,
-        hops: 4,
-        version: LoadVersion::V2,
-        batch: 8,
-        ..LoadConfig::default()
-    });
-    let (mut buf, mut rec) = (Vec::new(), RecordBatch::default());
-    let (stats, mut last_event) = (StoreStats::default(), 1);
     // Two store intervals, every flow reported in each.
-    for i in 0..400u64 {
-        g.next_datagram(&mut buf);
-        c.ingest(
-            &buf,
-            "10.0.0.1".parse().unwrap(),
-            1_000_000 + i * 10_000,
-            &mut rec,
-        );
-        if (i + 1) % 200 == 0 {
-            let b = collect_batch(&c.state, &mut last_event, Vec::new(), &stats);
-            store.write(&b).unwrap();
-        }
-    }
+    common::feed_load(&c, common::v2_load(12, 1000), 400, 200);
     let app = router(Arc::clone(&c));
     let mut cursor = String::new();
     let mut listed = Vec::new();

@@ -10,12 +10,9 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use common::INT_PORT;
 use intscope_collector::api;
-use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};
-use intscope_collector::record::RecordBatch;
-use intscope_collector::store::{HistoryQuery, StoreStats, collect_batch};
+use intscope_collector::ingest::Collector;
+use intscope_collector::store::HistoryQuery;
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -174,53 +171,9 @@ fn response_schema<'a>(spec: &'a Value, template: &str, status: &str) -> &'a Val
     &r["content"]["application/json"]["schema"]
 }
 
-/// Feeds `c` load with drops (so events and incidents), calling `flush` twice on the way.
-fn feed(c: &Collector, mut flush: impl FnMut(&Collector)) {
-    let mut g = Generator::new(LoadConfig {
-        flows: 30,
-        hops: 4,
-        version: LoadVersion::V2,
-        batch: 8,
-        drop_every: 20,
-        ..LoadConfig::default()
-    });
-    let (mut buf, mut rec) = (Vec::new(), RecordBatch::default());
-    for i in 0..800u64 {
-        g.next_datagram(&mut buf);
-        c.ingest(
-            &buf,
-            "10.0.0.1".parse().unwrap(),
-            1_000_000 + i * 10_000,
-            &mut rec,
-        );
-        if (i + 1) % 400 == 0 {
-            flush(c);
-        }
-    }
-}
-
-/// A collector with a store, fed and flushed.
 fn collector(data: &std::path::Path) -> Arc<Collector> {
-    let c = Collector::open(CollectorConfig {
-        listen: vec!["127.0.0.1:0".parse().unwrap()],
-        int_udp_ports: vec![INT_PORT],
-        data: Some(data.to_path_buf()),
-        ..CollectorConfig::default()
-    })
-    .unwrap();
-    let stats = StoreStats::default();
-    let mut last_event = 1;
-    feed(&c, |c| {
-        let store = c.store.as_ref().unwrap();
-        store
-            .write(&collect_batch(
-                &c.state,
-                &mut last_event,
-                Vec::new(),
-                &stats,
-            ))
-            .unwrap();
-    });
+    let c = common::open_collector(Some(data));
+    common::feed_load(&c, common::v2_load(30, 20), 800, 400);
     c
 }
 
@@ -392,14 +345,8 @@ fn every_endpoint_answers_as_documented() {
         let schema = serde_json::json!({"$ref": "#/components/schemas/Event"});
         check(&spec, &schema, &event, "/api/events/stream", &mut errors);
         // Without a store: `store` is null and a flow has no `intervals`.
-        let bare = Collector::open(CollectorConfig {
-            listen: vec!["127.0.0.1:0".parse().unwrap()],
-            int_udp_ports: vec![INT_PORT],
-            data: None,
-            ..CollectorConfig::default()
-        })
-        .unwrap();
-        feed(&bare, |_| {});
+        let bare = common::open_collector(None);
+        common::feed_load(&bare, common::v2_load(30, 20), 800, 0);
         let bare_app = api::router(Arc::clone(&bare));
         let id = bare.snapshot().state.flows().next().unwrap().id;
         for (template, uri) in [

@@ -187,3 +187,62 @@ pub fn state() -> State {
 
 pub const MS: u64 = 1_000_000;
 pub const S: u64 = 1_000_000_000;
+
+/// A collector on `127.0.0.1:0` for the INT port, its history in `data` when given.
+pub fn open_collector(
+    data: Option<&std::path::Path>,
+) -> std::sync::Arc<intscope_collector::ingest::Collector> {
+    intscope_collector::ingest::Collector::open(intscope_collector::ingest::CollectorConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        int_udp_ports: vec![INT_PORT],
+        data: data.map(std::path::Path::to_path_buf),
+        ..intscope_collector::ingest::CollectorConfig::default()
+    })
+    .unwrap()
+}
+
+/// The load generator's v2.0 traffic of `flows` flows (4 hops, 8 reports a datagram), a drop
+/// report every `drop_every` reports (0: none).
+pub fn v2_load(flows: u32, drop_every: u64) -> intscope_collector::loadgen::LoadConfig {
+    intscope_collector::loadgen::LoadConfig {
+        flows,
+        hops: 4,
+        version: intscope_collector::loadgen::LoadVersion::V2,
+        batch: 8,
+        drop_every,
+        ..intscope_collector::loadgen::LoadConfig::default()
+    }
+}
+
+/// Feeds the collector `c` `datagrams` datagrams of `load`, 10 µs of switch time apart from 1 ms, and writes
+/// the state's changes to its store after every `flush_every` datagrams (0: never).
+pub fn feed_load(
+    c: &intscope_collector::ingest::Collector,
+    load: intscope_collector::loadgen::LoadConfig,
+    datagrams: u64,
+    flush_every: u64,
+) {
+    use intscope_collector::store::{StoreStats, collect_batch};
+    let mut g = intscope_collector::loadgen::Generator::new(load);
+    let (mut buf, mut rec) = (
+        Vec::new(),
+        intscope_collector::record::RecordBatch::default(),
+    );
+    let (stats, mut last_event) = (StoreStats::default(), 1);
+    for i in 0..datagrams {
+        g.next_datagram(&mut buf);
+        c.ingest(
+            &buf,
+            "10.0.0.1".parse().unwrap(),
+            1_000_000 + i * 10_000,
+            &mut rec,
+        );
+        if let Some(store) = &c.store
+            && flush_every > 0
+            && (i + 1) % flush_every == 0
+        {
+            let b = collect_batch(&c.state, &mut last_event, Vec::new(), &stats);
+            store.write(&b).unwrap();
+        }
+    }
+}
