@@ -151,8 +151,11 @@ pub struct IngestStats {
     pub socket_errors: AtomicU64,
     /// The last decode error, for the API ("malformed at offset X").
     pub last_error: Mutex<Option<String>>,
-    /// Inodes of the report sockets, to read their kernel drop counters.
+    /// Inodes of the open report sockets, to read their kernel drop counters.
     pub socket_inodes: Mutex<Vec<u64>>,
+    /// Kernel drops of report sockets already closed, read as each closed: the kernel forgets
+    /// a socket's counter with it, and the count must survive a stop.
+    pub closed_socket_drops: AtomicU64,
 }
 
 /// Datagrams the kernel dropped on these sockets (receive buffer full), from the `drops` column
@@ -221,12 +224,31 @@ impl IngestStats {
         self.counts().json(self)
     }
 
-    /// Datagrams the kernel dropped on the report sockets (`None` where /proc is not readable).
+    /// Datagrams the kernel dropped on the report sockets, open and closed (`None` where /proc
+    /// is not readable).
     pub fn kernel_dropped(&self) -> Option<u64> {
-        self.socket_inodes
-            .lock()
-            .ok()
-            .and_then(|i| kernel_drops(&i))
+        // Under the lock, so that a socket closing meanwhile is counted once.
+        let open = self.socket_inodes.lock().ok()?;
+        kernel_drops(&open).map(|n| n + self.closed_socket_drops.load(Ordering::Relaxed))
+    }
+
+    /// Starts reading `sock`'s kernel drop counter into [`Self::kernel_dropped`].
+    pub fn watch_socket(&self, sock: &UdpSocket) {
+        if let (Some(ino), Ok(mut open)) = (socket_inode(sock), self.socket_inodes.lock()) {
+            open.push(ino);
+        }
+    }
+
+    /// Keeps `sock`'s kernel drops in [`Self::kernel_dropped`] once it closes; call it just
+    /// before the socket is dropped.
+    pub fn retire_socket(&self, sock: &UdpSocket) {
+        let (Some(ino), Ok(mut open)) = (socket_inode(sock), self.socket_inodes.lock()) else {
+            return;
+        };
+        if let Some(n) = kernel_drops(&[ino]) {
+            self.closed_socket_drops.fetch_add(n, Ordering::Relaxed);
+        }
+        open.retain(|&i| i != ino);
     }
 }
 
@@ -957,14 +979,7 @@ pub fn spawn_receivers(
             sockets.push(open_socket(local, collector.config.recv_buffer)?);
         }
         for sock in &sockets {
-            if let Some(ino) = socket_inode(sock) {
-                collector
-                    .stats
-                    .socket_inodes
-                    .lock()
-                    .map(|mut v| v.push(ino))
-                    .ok();
-            }
+            collector.stats.watch_socket(sock);
         }
         for (i, sock) in sockets.into_iter().enumerate() {
             let c = Arc::clone(collector);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use intscope_collector::ingest::{
-    Collector, CollectorConfig, Discard, kernel_drops, spawn_receivers,
+    Collector, CollectorConfig, Discard, IngestStats, kernel_drops, spawn_receivers,
 };
 use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};
 use intscope_collector::record::RecordBatch;
@@ -678,4 +678,36 @@ fn without_a_store_changes_do_not_pile_up() {
     }
     assert_eq!(c.state.read().flow_count(), 50, "the live flows stay");
     c.stop();
+}
+
+/// The kernel forgets a socket's drop counter when the socket closes; the collector's count
+/// must not (the summary `collect` prints on stop reads it after the receive threads ended).
+#[test]
+fn kernel_drops_outlive_the_socket() {
+    let stats = IngestStats::default();
+    // A socket nobody reads, with the smallest buffer: most of a burst is dropped.
+    let rx = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )
+    .unwrap();
+    rx.set_recv_buffer_size(1).unwrap();
+    rx.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    let rx: UdpSocket = rx.into();
+    stats.watch_socket(&rx);
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..200 {
+        tx.send_to(&[0u8; 1000], rx.local_addr().unwrap()).unwrap();
+    }
+    let Some(dropped) = stats.kernel_dropped() else {
+        eprintln!("no /proc/net/udp here: nothing to check");
+        return;
+    };
+    assert!(dropped > 100, "{dropped} of 200 dropped");
+    stats.retire_socket(&rx);
+    drop(rx);
+    assert!(stats.socket_inodes.lock().unwrap().is_empty());
+    assert_eq!(stats.kernel_dropped(), Some(dropped));
 }

@@ -63,6 +63,7 @@ pub(super) fn receive_loop(c: &Collector, sock: UdpSocket) {
         c.stats.socket_errors.fetch_add(1, Ordering::Relaxed);
         tracing::error!("receive thread ended: {e}");
     }
+    c.stats.retire_socket(&sock);
     c.receivers.fetch_sub(1, Ordering::SeqCst);
 }
 
