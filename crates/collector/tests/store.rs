@@ -913,6 +913,28 @@ fn incidents_keep_their_newest_version(backend: &Backend) {
         }),
         Err(StoreError::BadRequest(_))
     ));
+    // An unknown kind is a bad request that names the kinds, not an empty history; an event
+    // kind is no incident kind, nor the other way round.
+    let of_kind = |kind: &str| HistoryQuery {
+        kind: Some(kind.into()),
+        ..HistoryQuery::default()
+    };
+    match store.incidents(&of_kind("congestion-start")) {
+        Err(StoreError::BadRequest(m)) => assert!(m.contains("congestion, "), "{m}"),
+        other => panic!("{:?}", other.map(json)),
+    }
+    match store.events(&of_kind("congestion")) {
+        Err(StoreError::BadRequest(m)) => assert!(m.contains("congestion-start"), "{m}"),
+        other => panic!("{:?}", other.map(json)),
+    }
+    assert_eq!(
+        json(store.incidents(&of_kind("drop")).unwrap())["incidents"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+    assert!(store.events(&of_kind("congestion-start")).is_ok());
 }
 
 /// The ClickHouse schema's per-minute rollups fill as rows are written, and a day's partition

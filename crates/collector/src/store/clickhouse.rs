@@ -974,7 +974,7 @@ impl Store for ClickHouseStore {
             q.since.unwrap_or(0),
             q.until.unwrap_or(u64::MAX)
         );
-        if let Some(k) = &q.kind {
+        if let Some(k) = q.event_kind()? {
             filter += &format!(" AND kind = {}", lit(k));
         }
         if let Some(n) = q.node {
@@ -1194,7 +1194,7 @@ impl Store for ClickHouseStore {
         let (t, tie) = q.cursor('i')?.unwrap_or((i64::MAX, i64::MAX));
         let db = &self.config.database;
         let mut filter = format!("start_ns <= {}", q.until.unwrap_or(u64::MAX));
-        if let Some(k) = &q.kind {
+        if let Some(k) = q.incident_kind()? {
             filter += &format!(" AND kind = {}", lit(k));
         }
         if let Some(n) = q.node {

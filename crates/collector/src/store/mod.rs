@@ -106,6 +106,19 @@ pub struct HistoryQuery {
 }
 
 impl HistoryQuery {
+    /// `kind` as an event kind's label; a 400 naming the kinds when it is none (an unknown
+    /// kind would otherwise select nothing and look like an empty history).
+    pub fn event_kind(&self) -> Result<Option<&'static str>, StoreError> {
+        let labels = intscope_core::event::EventKind::ALL.map(|k| k.label());
+        known_kind(self.kind.as_deref(), &labels)
+    }
+
+    /// `kind` as an incident kind's label; a 400 naming the kinds when it is none.
+    pub fn incident_kind(&self) -> Result<Option<&'static str>, StoreError> {
+        let labels = intscope_core::incident::IncidentKind::ALL.map(|k| k.label());
+        known_kind(self.kind.as_deref(), &labels)
+    }
+
     /// The page size: `limit`, or `default`; a 400 above [`MAX_HISTORY_LIMIT`] or at 0.
     pub fn page_size(&self, default: u32) -> Result<u32, StoreError> {
         match self.limit.unwrap_or(default) {
@@ -640,5 +653,19 @@ impl Flusher {
             self.stats.failed.fetch_add(1, Ordering::Relaxed);
         }
         ended && !gone
+    }
+}
+
+fn known_kind(
+    kind: Option<&str>,
+    labels: &[&'static str],
+) -> Result<Option<&'static str>, StoreError> {
+    let Some(kind) = kind else { return Ok(None) };
+    match labels.iter().find(|&&l| l == kind) {
+        Some(&l) => Ok(Some(l)),
+        None => Err(StoreError::BadRequest(format!(
+            "kind {kind:?} is none of {}",
+            labels.join(", ")
+        ))),
     }
 }

@@ -402,6 +402,7 @@ impl Store for SqliteStore {
 
     fn events(&self, q: &HistoryQuery) -> Result<Page<StoredEvent>, StoreError> {
         let limit = q.page_size(500)?;
+        let kind = q.event_kind()?;
         let after = q.cursor('e')?.map_or(i64::MAX, |(id, _)| id);
         let rows = self.read(q.timeout, |conn| {
             let mut st = conn.prepare_cached(
@@ -410,7 +411,7 @@ impl Store for SqliteStore {
                  ORDER BY id DESC LIMIT ?5",
             )?;
             st.query_map(
-                params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.kind, q.node, limit + 1, after],
+                params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), kind, q.node, limit + 1, after],
                 |r| {
                     let src: Option<String> = r.get(7)?;
                     let flow = match src {
@@ -499,6 +500,7 @@ impl Store for SqliteStore {
 
     fn incidents(&self, q: &HistoryQuery) -> Result<Page<StoredIncident>, StoreError> {
         let limit = q.page_size(500)?;
+        let kind = q.incident_kind()?;
         let (t, id) = q.cursor('i')?.unwrap_or((i64::MAX, i64::MAX));
         let rows = self.read(q.timeout, |conn| {
             // Overlapping [since, until]: started by `until`, not ended before `since`.
@@ -513,7 +515,7 @@ impl Store for SqliteStore {
                 params![
                     i(q.since.unwrap_or(0)),
                     i(q.until.unwrap_or(u64::MAX)),
-                    q.kind,
+                    kind,
                     q.node,
                     t,
                     id,
