@@ -2,10 +2,13 @@
 //! array items and object properties checked recursively (through `$ref` and `allOf`). An object
 //! schema that lists `properties` must match the served keys exactly — every listed property
 //! present (null only where `nullable`), none unlisted — unless it names its `required` ones
-//! (then the others may be absent) or allows `additionalProperties`.
+//! (then the others may be absent) or allows `additionalProperties`. Every array the answers
+//! hold must have had items in at least one answer, or its item schema went unchecked.
 
 mod common;
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -36,6 +39,35 @@ fn resolve<'a>(spec: &'a Value, schema: &'a Value) -> &'a Value {
         }
         None => schema,
     }
+}
+
+thread_local! {
+    /// The answer being checked: its URI, and the route template it stands for in [`ARRAYS`].
+    static ANSWER: RefCell<(String, String)> = const { RefCell::new((String::new(), String::new())) };
+    /// Each array met (its path, under the route's template): whether it ever held items.
+    static ARRAYS: RefCell<BTreeMap<String, bool>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Notes that the array at `at` held `n` items.
+fn saw_array(at: &str, n: usize) {
+    let key = ANSWER.with_borrow(|(uri, template)| match at.strip_prefix(uri.as_str()) {
+        Some(rest) if !uri.is_empty() => format!("{template}{rest}"),
+        _ => at.to_string(),
+    });
+    ARRAYS.with_borrow_mut(|a| *a.entry(key).or_default() |= n > 0);
+}
+
+/// Checks the answer to `uri` (route `template`) against `schema`.
+fn check_answer(
+    spec: &Value,
+    schema: &Value,
+    v: &Value,
+    (template, uri): (&str, &str),
+    errors: &mut Vec<String>,
+) {
+    ANSWER.set((uri.to_string(), template.to_string()));
+    check(spec, schema, v, uri, errors);
+    ANSWER.set((String::new(), String::new()));
 }
 
 /// The problems of `v` against `schema`, each with its JSON path.
@@ -105,6 +137,7 @@ fn check(spec: &Value, schema: &Value, v: &Value, at: &str, errors: &mut Vec<Str
         errors.push(format!("{at}: {v} is none of {e:?}"));
     }
     if let Value::Array(items) = v {
+        saw_array(at, items.len());
         for (k, n) in [("minItems", items.len()), ("maxItems", items.len())] {
             if let Some(b) = schema.get(k).and_then(Value::as_u64) {
                 let fine = if k == "minItems" {
@@ -300,11 +333,11 @@ fn every_endpoint_answers_as_documented() {
             assert!(ty.starts_with("application/json"), "{uri}: {ty}");
             let v: Value = serde_json::from_slice(&body).unwrap();
             let before = errors.len();
-            check(
+            check_answer(
                 &spec,
                 response_schema(&spec, template, status),
                 &v,
-                uri,
+                (template, uri),
                 &mut errors,
             );
             // A stored list's page must hold rows too, or its items went unchecked.
@@ -343,7 +376,13 @@ fn every_endpoint_answers_as_documented() {
             .unwrap_or_else(|| panic!("no data line in {text}"));
         let event: Value = serde_json::from_str(data.trim()).unwrap();
         let schema = serde_json::json!({"$ref": "#/components/schemas/Event"});
-        check(&spec, &schema, &event, "/api/events/stream", &mut errors);
+        check_answer(
+            &spec,
+            &schema,
+            &event,
+            ("/api/events/stream", "/api/events/stream"),
+            &mut errors,
+        );
         // Without a store: `store` is null and a flow has no `intervals`.
         let bare = common::open_collector(None);
         common::feed_load(&bare, common::v2_load(30, 20), 800, 0);
@@ -360,11 +399,11 @@ fn every_endpoint_answers_as_documented() {
                 v.get("intervals").is_none() && v.get("store").is_none_or(Value::is_null),
                 "{uri}: {v}"
             );
-            check(
+            check_answer(
                 &spec,
                 response_schema(&spec, template, "200"),
                 &v,
-                &uri,
+                (template, &uri),
                 &mut errors,
             );
         }
@@ -375,6 +414,17 @@ fn every_endpoint_answers_as_documented() {
         errors.join("\n")
     );
     assert_eq!(nonempty, cases.len(), "every answer had rows to check");
+    let never_filled: Vec<String> = ARRAYS.with_borrow(|a| {
+        a.iter()
+            .filter(|(_, filled)| !**filled)
+            .map(|(at, _)| at.clone())
+            .collect()
+    });
+    assert!(
+        never_filled.is_empty(),
+        "arrays empty in every answer (their items went unchecked):\n{}",
+        never_filled.join("\n")
+    );
     // Every documented JSON route was asked.
     for (path, item) in spec["paths"].as_object().unwrap() {
         if item["get"]["responses"]["200"]["content"]["application/json"].is_null() {
