@@ -384,9 +384,71 @@ pub(crate) async fn shutdown_signal() {
     tokio::select! { () = ctrl_c => {}, () = term => {} }
 }
 
+/// What a replay did with each frame of a capture: every frame read lands in exactly one of
+/// `datagrams`, `other`, `undecodable` and `not_ethernet`.
+#[derive(Debug, Default)]
+struct ReplayCounts {
+    frames: u64,
+    /// UDP datagrams to a report port, handed to the collector (which accepts or discards each,
+    /// by reason, in its ingest counters).
+    datagrams: u64,
+    /// Of `datagrams`: cut short by the capture's snap length (decoded as far as they go).
+    cut_by_capture: u64,
+    /// Frames that are not report traffic (another protocol or port).
+    other: u64,
+    /// Frames whose Ethernet, IP or UDP headers could not be read, so that nobody can tell
+    /// whether they held a report, by reason.
+    undecodable: std::collections::BTreeMap<String, u64>,
+    /// Frames of a link type other than Ethernet.
+    not_ethernet: u64,
+}
+
+impl ReplayCounts {
+    fn undecodable(&mut self, reason: String) {
+        *self.undecodable.entry(reason).or_default() += 1;
+    }
+}
+
+/// Why a frame's headers up to UDP could not be read: the capture cut it (snap length), or the
+/// layer and kind of the decode error.
+fn undecodable_reason(frame: &crate::capture::Frame, e: &intscope_wire::Error) -> String {
+    if frame.data.len() < frame.orig_len as usize {
+        return "cut short by the capture".into();
+    }
+    let kind = match e.kind {
+        intscope_wire::error::ErrorKind::Truncated { .. } => "truncated",
+        intscope_wire::error::ErrorKind::BadValue { .. } => "bad value",
+        intscope_wire::error::ErrorKind::BadLength { .. } => "bad length",
+    };
+    format!("{} {kind}", e.layer)
+}
+
+/// The UDP payload of a report datagram in `data` (UDP header at `l4`, inside the IP packet
+/// ending at `ip_end`): what the UDP length declares, cut to what was captured, so that Ethernet
+/// padding or a trailer (FCS) after the IP packet is not read as reports. `Err` when the UDP
+/// length is impossible (under its own header, or past the IP packet), as the kernel would
+/// drop it; `Ok((payload, cut))`, `cut` when the capture holds less than the datagram.
+fn udp_payload(data: &[u8], l4: usize, ip_end: usize) -> Result<(&[u8], bool), ()> {
+    let udp_len = data
+        .get(l4 + 4..l4 + 6)
+        .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+        .ok_or(())?;
+    if udp_len < 8 || l4 + udp_len > ip_end {
+        return Err(());
+    }
+    let end = l4 + udp_len;
+    let start = (l4 + 8).min(data.len());
+    Ok((
+        &data[start..end.min(data.len()).max(start)],
+        end > data.len(),
+    ))
+}
+
 /// Feeds every report datagram of a capture to the collector, at capture time. A damaged
 /// capture is served as far as it could be read: the damage is a warning (file, frame, byte
 /// offset) and is counted in the summary, not an abort that would lose the frames before it.
+/// Frames that could not be decoded far enough to tell whether they held a report are counted
+/// by reason, apart from the frames that are other traffic.
 fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) -> Result<String> {
     let mut capture = Capture::open(file)?;
     let cfg = DetectConfig {
@@ -395,7 +457,7 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
         ..DetectConfig::default()
     };
     let mut batch = RecordBatch::default();
-    let (mut frames, mut datagrams, mut skipped, mut not_ethernet) = (0u64, 0u64, 0u64, 0u64);
+    let mut n = ReplayCounts::default();
     let mut damage = None;
     let started = Instant::now();
     let mut first_ts: Option<u128> = None;
@@ -408,23 +470,32 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
                 break;
             }
         };
-        frames += 1;
+        n.frames += 1;
         if frame.link_type != LINKTYPE_ETHERNET {
-            not_ethernet += 1;
+            n.not_ethernet += 1;
             continue;
         }
-        let Ok(p) = Packet::parse(&frame.data, Start::Ethernet, &cfg) else {
-            skipped += 1;
+        // Located in place: the layers read before an error stay known.
+        let mut p = Packet::new(&frame.data);
+        let located = p.locate(Start::Ethernet, &cfg);
+        let (ip, l4) = match (p.ip, p.l4, located) {
+            (Some(ip), Some(l4), _) if l4.proto == 17 && ports.contains(&l4.dst_port) => (ip, l4),
+            // An L4 header of another port or protocol (an error behind it is in that traffic),
+            // or a frame that is whole and has no IP or no L4 (ARP, ICMP).
+            (_, Some(_), _) | (_, _, Ok(())) => {
+                n.other += 1;
+                continue;
+            }
+            (_, None, Err(e)) => {
+                n.undecodable(undecodable_reason(&frame, &e));
+                continue;
+            }
+        };
+        let Ok((payload, cut)) = udp_payload(&frame.data, l4.offset, ip.offset + ip.declared_len)
+        else {
+            n.undecodable("UDP length disagrees with IP".into());
             continue;
         };
-        let (Some(ip), Some(l4)) = (p.ip, p.l4) else {
-            skipped += 1;
-            continue;
-        };
-        if l4.proto != 17 || !ports.contains(&l4.dst_port) {
-            skipped += 1;
-            continue;
-        }
         if speed == Speed::Realtime {
             let t0 = *first_ts.get_or_insert(frame.time_ns);
             let due = Duration::from_nanos(
@@ -434,14 +505,14 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
                 std::thread::sleep(wait);
             }
         }
-        let payload = &frame.data[(l4.offset + 8).min(frame.data.len())..];
         c.ingest(
             payload,
             ip.src.to_canonical(),
             u64::try_from(frame.time_ns).unwrap_or(u64::MAX),
             &mut batch,
         );
-        datagrams += 1;
+        n.datagrams += 1;
+        n.cut_by_capture += u64::from(cut);
     }
     // The capture is over: close joins and episodes still waiting for reports.
     let end = c.state.last_time_ns();
@@ -449,12 +520,36 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
     c.tick(end.saturating_add(d.join_window_ns.max(d.episode_quiet_ns) + 1));
     c.state.finish_incidents();
     let mut summary = format!(
-        "replayed {}: {frames} frames, {datagrams} report datagrams, {skipped} other frames, {:.2} s",
+        "replayed {}: {} frames, {} report datagrams, {} other frames, {:.2} s",
         file.display(),
+        n.frames,
+        n.datagrams,
+        n.other,
         started.elapsed().as_secs_f64()
     );
-    if not_ethernet > 0 {
-        summary += &format!("; {not_ethernet} frames of a link type other than Ethernet skipped");
+    if n.cut_by_capture > 0 {
+        summary += &format!(
+            "; {} report datagrams cut short by the capture (decoded as far as they go)",
+            n.cut_by_capture
+        );
+    }
+    if !n.undecodable.is_empty() {
+        let total: u64 = n.undecodable.values().sum();
+        let reasons: Vec<String> = n
+            .undecodable
+            .iter()
+            .map(|(reason, k)| format!("{reason} {k}"))
+            .collect();
+        summary += &format!(
+            "; {total} frames undecodable, not replayed ({})",
+            reasons.join(", ")
+        );
+    }
+    if n.not_ethernet > 0 {
+        summary += &format!(
+            "; {} frames of a link type other than Ethernet skipped",
+            n.not_ethernet
+        );
     }
     if let Some(d) = damage {
         summary += &format!(

@@ -1,0 +1,237 @@
+//! Every frame of a capture accounted for, by reason: `intscope collect --replay`, `intscope dump`
+//! and `intscope node` on hand-made captures with known contents (report frames cut by the snap
+//! length, zero-length records, broken IP and UDP headers, Ethernet trailers, other link types).
+//!
+//! Every run has a deadline: a reader that loops fails the test instead of hanging it.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{bin, repo};
+use pcap_file::DataLink;
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+
+/// Longest any one run may take.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// The frames of `examples/sample.pcap` (its frames 8 to 10 are telemetry report datagrams to
+/// port 32766, frame 3 a UDP packet to another port).
+fn sample_frames() -> Vec<Vec<u8>> {
+    let mut r =
+        PcapReader::new(std::fs::File::open(repo("examples/sample.pcap")).unwrap()).unwrap();
+    let mut out = Vec::new();
+    while let Some(p) = r.next_packet() {
+        out.push(p.unwrap().data.into_owned());
+    }
+    out
+}
+
+/// A capture file in this test process's directory, removed on drop.
+struct Temp(PathBuf);
+
+impl Temp {
+    fn path(name: &str) -> Temp {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!("intscope-accounting-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Temp(dir.join(format!("{}-{name}", N.fetch_add(1, Ordering::Relaxed))))
+    }
+
+    /// An Ethernet pcap of `records`: each its captured bytes and its length on the wire.
+    fn pcap(name: &str, records: &[(Vec<u8>, usize)]) -> Temp {
+        Self::pcap_of(name, DataLink::ETHERNET, records)
+    }
+
+    fn pcap_of(name: &str, datalink: DataLink, records: &[(Vec<u8>, usize)]) -> Temp {
+        let t = Temp::path(name);
+        let mut w = PcapWriter::with_header(
+            std::fs::File::create(&t.0).unwrap(),
+            PcapHeader {
+                datalink,
+                ..PcapHeader::default()
+            },
+        )
+        .unwrap();
+        for (i, (data, orig)) in records.iter().enumerate() {
+            w.write_packet(&PcapPacket::new(
+                Duration::from_millis(1_700_000_000_000 + i as u64),
+                *orig as u32,
+                data,
+            ))
+            .unwrap();
+        }
+        t
+    }
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Whole frames: captured as they were on the wire.
+fn whole(frames: &[Vec<u8>]) -> Vec<(Vec<u8>, usize)> {
+    frames.iter().map(|f| (f.clone(), f.len())).collect()
+}
+
+/// What `intscope collect --replay` served and said: `/api/stats` while it served, and its
+/// stderr once stopped with SIGTERM.
+fn replay(file: &Path) -> (serde_json::Value, String) {
+    let mut child = bin()
+        .args(["collect", "--no-store", "--http", "127.0.0.1:0", "--replay"])
+        .arg(file)
+        .args(["--int-udp-port", "17768"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let (etx, erx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut err = String::new();
+        let _ = stderr_pipe.read_to_string(&mut err);
+        let _ = etx.send(err);
+    });
+    let line = match rx.recv_timeout(DEADLINE) {
+        Ok(l) if !l.is_empty() => l,
+        got => {
+            kill(&mut child);
+            let err = erx.recv_timeout(DEADLINE).unwrap_or_default();
+            panic!("collect did not start serving ({got:?}): {err}");
+        }
+    };
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let http = v["http"].as_str().unwrap().to_string();
+    let stats = Command::new("curl")
+        .args([
+            "-sf",
+            "--max-time",
+            "10",
+            &format!("http://{http}/api/stats"),
+        ])
+        .output()
+        .expect("curl");
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = wait(&mut child).expect("collect did not stop on SIGTERM");
+    let stderr = erx.recv_timeout(DEADLINE).expect("stderr closes at exit");
+    assert!(status.success(), "{stderr}");
+    assert!(stats.status.success(), "GET /api/stats: {stderr}");
+    (serde_json::from_slice(&stats.stdout).unwrap(), stderr)
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The exit status of `child`; `None` (the child killed) once [`DEADLINE`] has passed.
+fn wait(child: &mut Child) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if start.elapsed() > DEADLINE {
+            kill(child);
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The replay's summary line.
+fn replayed(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("replayed "))
+        .unwrap_or_else(|| panic!("no replay summary: {stderr}"))
+}
+
+/// A captured Ethernet trailer (padding, or the FCS some captures keep) after the IP packet is
+/// not part of the UDP datagram: replayed, the sample's three report datagrams give their three
+/// reports, not extra ones made of the trailer's bytes.
+#[test]
+fn replay_reads_the_udp_datagram_not_the_ethernet_trailer() {
+    let frames = sample_frames();
+    let plain = Temp::pcap("plain.pcap", &whole(&frames[7..10]));
+    let (plain_stats, _) = replay(&plain.0);
+    assert_eq!(plain_stats["ingest"]["reports_decoded"], 3);
+    let trailed: Vec<Vec<u8>> = frames[7..10]
+        .iter()
+        .map(|f| [f.as_slice(), &[0u8; 16]].concat())
+        .collect();
+    let trailed = Temp::pcap("trailer.pcap", &whole(&trailed));
+    let (stats, stderr) = replay(&trailed.0);
+    let ingest = &stats["ingest"];
+    assert_eq!(ingest["datagrams_received"], 3, "{stderr}");
+    assert_eq!(ingest["datagrams_accepted"], 3, "{ingest}");
+    assert_eq!(
+        ingest["reports_decoded"], 3,
+        "the trailer's zeros are no reports: {ingest}"
+    );
+}
+
+/// A replayed capture's frames each land in one count: report datagrams (then accepted or
+/// discarded by reason in /api/stats), other traffic, or undecodable by reason (a frame the
+/// capture cut before its UDP header, a zero-length record, a broken IPv4 header, a UDP length
+/// that disagrees with IP) — the undecodable ones are not taken for other traffic.
+#[test]
+fn replay_counts_undecodable_frames_by_reason_apart_from_other_traffic() {
+    let frames = sample_frames();
+    let report = frames[7].clone();
+    let mut bad_ihl = report.clone();
+    bad_ihl[14] = 0x43;
+    let mut udp_len_4 = report.clone();
+    udp_len_4[38..40].copy_from_slice(&4u16.to_be_bytes());
+    let records = vec![
+        (report.clone(), report.len()),
+        // Cut by the snap length inside the UDP header, and inside the report.
+        (report[..38].to_vec(), report.len()),
+        (report[..60].to_vec(), report.len()),
+        (Vec::new(), report.len()),
+        (bad_ihl.clone(), bad_ihl.len()),
+        (udp_len_4.clone(), udp_len_4.len()),
+        // UDP to port 17768: not report traffic.
+        (frames[2].clone(), frames[2].len()),
+    ];
+    let file = Temp::pcap("hostile.pcap", &records);
+    let (stats, stderr) = replay(&file.0);
+    let line = replayed(&stderr);
+    assert!(
+        line.contains("7 frames, 2 report datagrams, 1 other frames"),
+        "{line}"
+    );
+    assert!(
+        line.contains("1 report datagrams cut short by the capture"),
+        "{line}"
+    );
+    assert!(
+        line.contains(
+            "4 frames undecodable, not replayed (IPv4 header bad value 1, \
+             UDP length disagrees with IP 1, cut short by the capture 2)"
+        ),
+        "{line}"
+    );
+    let ingest = &stats["ingest"];
+    assert_eq!(ingest["datagrams_received"], 2, "{ingest}");
+    assert_eq!(ingest["datagrams_accepted"], 1, "{ingest}");
+    assert_eq!(ingest["discarded"]["malformed"], 1, "{ingest}");
+}
