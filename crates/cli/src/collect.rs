@@ -410,17 +410,17 @@ impl ReplayCounts {
 }
 
 /// Why a frame's headers up to UDP could not be read: the capture cut it (snap length), or the
-/// layer and kind of the decode error.
+/// layer and kind of the decode error as `intscope dump`'s JSON names them (`ipv4 bad-value`).
 fn undecodable_reason(frame: &crate::capture::Frame, e: &intscope_wire::Error) -> String {
     if frame.data.len() < frame.orig_len as usize {
         return "cut short by the capture".into();
     }
-    let kind = match e.kind {
-        intscope_wire::error::ErrorKind::Truncated { .. } => "truncated",
-        intscope_wire::error::ErrorKind::BadValue { .. } => "bad value",
-        intscope_wire::error::ErrorKind::BadLength { .. } => "bad length",
-    };
-    format!("{} {kind}", e.layer)
+    let v = serde_json::to_value(e).unwrap_or_default();
+    format!(
+        "{} {}",
+        v["layer"].as_str().unwrap_or("frame"),
+        v["kind"].as_str().unwrap_or("malformed")
+    )
 }
 
 /// The UDP payload of a report datagram in `data` (UDP header at `l4`, inside the IP packet

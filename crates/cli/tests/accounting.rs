@@ -225,8 +225,8 @@ fn replay_counts_undecodable_frames_by_reason_apart_from_other_traffic() {
     );
     assert!(
         line.contains(
-            "4 frames undecodable, not replayed (IPv4 header bad value 1, \
-             UDP length disagrees with IP 1, cut short by the capture 2)"
+            "4 frames undecodable, not replayed (UDP length disagrees with IP 1, \
+             cut short by the capture 2, ipv4 bad-value 1)"
         ),
         "{line}"
     );
@@ -234,4 +234,103 @@ fn replay_counts_undecodable_frames_by_reason_apart_from_other_traffic() {
     assert_eq!(ingest["datagrams_received"], 2, "{ingest}");
     assert_eq!(ingest["datagrams_accepted"], 1, "{ingest}");
     assert_eq!(ingest["discarded"]["malformed"], 1, "{ingest}");
+}
+
+/// `intscope dump`: how many frames could not be decoded whole, by reason (the capture's snap
+/// length, or the layer and kind of the first error), in one line on stderr; exit status 0, the
+/// capture being whole.
+#[test]
+fn dump_counts_frames_not_decoded_whole_by_reason() {
+    let frames = sample_frames();
+    let report = frames[7].clone();
+    let mut bad_ihl = report.clone();
+    bad_ihl[14] = 0x43;
+    let records = vec![
+        (report.clone(), report.len()),
+        (report[..38].to_vec(), report.len()),
+        (Vec::new(), report.len()),
+        (Vec::new(), 0),
+        (bad_ihl.clone(), bad_ihl.len()),
+        (frames[2].clone(), frames[2].len()),
+    ];
+    let file = Temp::pcap("dump-hostile.pcap", &records);
+    let out = run(bin().args(["dump", "--format", "json"]).arg(&file.0));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 6);
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "intscope dump: {}: 4 of 6 frames not decoded whole (cut short by the capture 2, \
+             ethernet truncated 1, ipv4 bad-value 1)",
+            file.0.display()
+        )
+    );
+    // Another link type is counted too.
+    let raw = Temp::pcap_of("raw-ip.pcap", DataLink::RAW, &whole(&frames[..2]));
+    let out = run(bin().arg("dump").arg(&raw.0));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("2 of 2 frames not decoded whole (not ethernet 2)"),
+        "{stderr}"
+    );
+    // A whole, clean capture says nothing.
+    let clean = Temp::pcap("clean.pcap", &whole(&frames[7..10]));
+    let out = run(bin().arg("dump").arg(&clean.0));
+    assert!(out.status.success());
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `intscope dump` reads a report datagram as far as its UDP length: an Ethernet trailer of
+/// zeros after it is no reports (each of the sample's v2.0 report frames holds one).
+#[test]
+fn dump_reads_the_udp_datagram_not_the_ethernet_trailer() {
+    let frames = sample_frames();
+    let trailed: Vec<Vec<u8>> = frames[7..9]
+        .iter()
+        .map(|f| [f.as_slice(), &[0u8; 16]].concat())
+        .collect();
+    let file = Temp::pcap("dump-trailer.pcap", &whole(&trailed));
+    let out = run(bin().args(["dump", "--format", "json"]).arg(&file.0));
+    assert!(out.status.success());
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            v["report"]["reports"].as_array().map(Vec::len),
+            Some(1),
+            "{v}"
+        );
+        assert!(v["report"].get("error").is_none(), "{v}");
+    }
+}
+
+/// Runs `cmd` to its end within [`DEADLINE`] (killed and failed after it).
+fn run(cmd: &mut Command) -> std::process::Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let o = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = out.read_to_end(&mut b);
+        b
+    });
+    let e = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err.read_to_end(&mut b);
+        b
+    });
+    let status = wait(&mut child).unwrap_or_else(|| panic!("{cmd:?} did not end in {DEADLINE:?}"));
+    std::process::Output {
+        status,
+        stdout: o.join().unwrap(),
+        stderr: e.join().unwrap(),
+    }
 }
