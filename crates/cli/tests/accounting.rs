@@ -334,3 +334,139 @@ fn run(cmd: &mut Command) -> std::process::Output {
         stderr: e.join().unwrap(),
     }
 }
+
+/// `intscope node`'s summary (its JSON line on stdout) from `args`, with its exit code and stderr.
+fn node(args: &[&std::ffi::OsStr]) -> (Option<i32>, serde_json::Value, String) {
+    let out = run(bin().arg("node").args(args));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let summary = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no summary ({e}): {stderr}"));
+    (out.status.code(), summary, stderr)
+}
+
+/// The frames of a pcap.
+fn frames_of(path: &Path) -> Vec<Vec<u8>> {
+    let mut r = PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let mut out = Vec::new();
+    while let Some(p) = r.next_packet() {
+        out.push(p.unwrap().data.into_owned());
+    }
+    out
+}
+
+/// A node's input is accounted for: every Ethernet frame is forwarded or discarded, every frame
+/// written out is a forwarded one, a clone or a probe, frames of another link type are dropped
+/// and counted (not an abort), and malformed frames are counted, forwarded as they came.
+#[test]
+fn node_accounts_for_every_input_frame() {
+    let frames = sample_frames();
+    let mut input = whole(&common::host_traffic(12));
+    let report = frames[7].clone();
+    input.push((report[..20].to_vec(), report.len()));
+    input.push((Vec::new(), 0));
+    let file = Temp::pcap("node-in.pcap", &input);
+    let out = Temp::path("node-out.pcap");
+    let source = repo("examples/node-source.toml");
+    let (code, s, stderr) = node(&[
+        "--config".as_ref(),
+        source.as_ref(),
+        "--in".as_ref(),
+        file.0.as_os_str(),
+        "--out".as_ref(),
+        out.0.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(s["frames"], 14, "{s}");
+    assert_eq!(s["inserted"], 12, "{s}");
+    assert_eq!(s["malformed"], 2, "{s}");
+    assert_eq!(s["forwarded"], 14, "{s}");
+    assert_eq!(s["written"], 14, "{s}");
+    assert_eq!(frames_of(&out.0).len(), 14);
+    // Another link type: each frame dropped and counted, the run not aborted.
+    let raw = Temp::pcap_of("node-raw.pcap", DataLink::RAW, &whole(&frames[..3]));
+    let (code, s, stderr) = node(&[
+        "--config".as_ref(),
+        source.as_ref(),
+        "--in".as_ref(),
+        raw.0.as_os_str(),
+        "--out".as_ref(),
+        out.0.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        (s["frames"].as_u64(), s["not_ethernet"].as_u64()),
+        (Some(0), Some(3)),
+        "{s}"
+    );
+    assert!(
+        stderr.contains("link type 101 is not supported"),
+        "{stderr}"
+    );
+}
+
+/// A node over a capture cut short: the frames before the damage are processed, the reports
+/// still waiting to be coalesced are delivered, the summary accounts for them, and the damage
+/// is the error (exit status 1).
+#[test]
+fn node_over_a_damaged_capture_accounts_for_what_it_read() {
+    let dir = Temp::path("chain");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let p = |name: &str| dir.0.join(name);
+    let host = Temp::pcap("host.pcap", &whole(&common::host_traffic(10)));
+    let mut input = host.0.clone();
+    for (role, out) in [("source", "s.pcap"), ("transit", "t.pcap")] {
+        let config = repo(&format!("examples/node-{role}.toml"));
+        let (code, _, stderr) = node(&[
+            "--config".as_ref(),
+            config.as_ref(),
+            "--in".as_ref(),
+            input.as_os_str(),
+            "--out".as_ref(),
+            p(out).as_os_str(),
+        ]);
+        assert_eq!(code, Some(0), "{stderr}");
+        input = p(out);
+    }
+    let whole_t = std::fs::read(&input).unwrap();
+    std::fs::write(p("cut.pcap"), &whole_t[..whole_t.len() - 7]).unwrap();
+    // The sink coalesces its reports: the last waits for company when the capture breaks off.
+    let sink = std::fs::read_to_string(repo("examples/node-sink.toml")).unwrap()
+        + "\n[export]\ncoalesce_bytes = 1472\ncoalesce_delay_ns = 1000000000\n";
+    std::fs::write(p("sink.toml"), sink).unwrap();
+    let (code, s, stderr) = node(&[
+        "--config".as_ref(),
+        p("sink.toml").as_os_str(),
+        "--in".as_ref(),
+        p("cut.pcap").as_os_str(),
+        "--out".as_ref(),
+        p("k.pcap").as_os_str(),
+        "--reports".as_ref(),
+        p("r.pcap").as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cut short in the middle of frame 10"),
+        "{stderr}"
+    );
+    assert_eq!(
+        (s["frames"].as_u64(), s["sunk"].as_u64()),
+        (Some(9), Some(9)),
+        "{s}"
+    );
+    assert_eq!(s["reports"], 9, "{s}");
+    let datagrams = frames_of(&p("r.pcap")).len() as u64;
+    assert!(datagrams >= 1, "the held reports were delivered");
+    assert_eq!(s["datagrams"].as_u64(), Some(datagrams), "{s}");
+    assert_eq!(frames_of(&p("k.pcap")).len(), 9);
+    for f in [
+        "s.pcap",
+        "t.pcap",
+        "cut.pcap",
+        "sink.toml",
+        "k.pcap",
+        "r.pcap",
+    ] {
+        let _ = std::fs::remove_file(p(f));
+    }
+    let _ = std::fs::remove_dir(&dir.0);
+}
