@@ -347,11 +347,13 @@ pub fn run(args: &CollectArgs) -> Result<()> {
             }
             spawn_receivers(&collector).context("cannot open the report sockets")?
         };
+        // Before the line below: a script may stop the collector as soon as it reads it.
+        let shutdown = shutdown_signal();
         // One line a script can read to find the (possibly ephemeral) ports.
         println!("{}", serde_json::json!({"http": http_addr.to_string(), "listen": udp.iter().map(ToString::to_string).collect::<Vec<_>>()}));
         eprintln!("intscope collect: API and UI on {scheme}://{http_addr}/{auth}, reports on {udp:?}");
         let api = api::Api::new(Arc::clone(&collector), api_cfg);
-        api::serve_with(listener, api, shutdown_signal()).await.context("HTTP server")?;
+        api::serve_with(listener, api, shutdown).await.context("HTTP server")?;
         collector.stop();
         for h in handles {
             let _ = h.join();
@@ -366,22 +368,31 @@ pub fn run(args: &CollectArgs) -> Result<()> {
     })
 }
 
-pub(crate) async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Ctrl-C or SIGTERM, as a future. The handlers are installed when this is called, not when the
+/// future is first polled: a signal in between would end the process by its default action (no
+/// stop summary, no final flush). Call it inside the runtime, before saying the process is ready.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{Signal, SignalKind, signal};
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let terminate = signal(SignalKind::terminate()).ok();
+        let wait = |s: Option<Signal>| async move {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        async move {
+            tokio::select! { () = wait(interrupt) => {}, () = wait(terminate) => {} }
         }
-    };
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { () = ctrl_c => {}, () = term => {} }
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// What a replay did with each frame of a capture: every frame read lands in exactly one of

@@ -569,3 +569,38 @@ fn a_stop_right_after_a_burst_accounts_for_every_datagram() {
     assert_eq!(totals["reports_v2"], s["reports_decoded"], "{totals} {s}");
     let _ = std::fs::remove_dir_all(&data.0);
 }
+
+/// SIGTERM as soon as `intscope collect` has said where it listens is a graceful stop (the stop
+/// summary, the final flush), not the signal's default death: the handlers are in place before
+/// the line a script waits for. (bash sends it the moment the line arrives; a spawned `kill`
+/// would come too late to catch the window.)
+#[test]
+fn sigterm_right_after_the_startup_line_stops_gracefully() {
+    let dir = Temp::path("sigterm");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let script = r#"
+        fifo="$1/out"; mkfifo "$fifo"
+        "$0" collect --no-store --listen 127.0.0.1:0 --http 127.0.0.1:0 >"$fifo" 2>"$1/err" &
+        pid=$!
+        exec 3<"$fifo"
+        read -r line <&3
+        kill -TERM "$pid"
+        wait "$pid"
+        echo "exit $?"
+    "#;
+    for round in 0..5 {
+        let out = run(Command::new("bash")
+            .args(["-c", script])
+            .arg(env!("CARGO_BIN_EXE_intscope"))
+            .arg(&dir.0));
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = std::fs::read_to_string(dir.0.join("err")).unwrap_or_default();
+        let _ = std::fs::remove_file(dir.0.join("out"));
+        assert_eq!(said.trim(), "exit 0", "round {round}: {err}");
+        assert!(
+            err.contains("intscope collect: stopped; "),
+            "round {round}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir.0);
+}
