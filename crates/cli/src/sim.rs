@@ -244,9 +244,15 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
         },
     ));
     {
+        // Ctrl-C or SIGTERM ends the run gracefully (the history committed); installed now,
+        // before the run is announced.
+        let shutdown = {
+            let _runtime = rt.enter();
+            crate::collect::shutdown_signal()
+        };
         let stop = Arc::clone(&stop);
         rt.spawn(async move {
-            let _ = tokio::signal::ctrl_c().await;
+            shutdown.await;
             stop.store(true, Ordering::Relaxed);
         });
     }

@@ -604,3 +604,49 @@ fn sigterm_right_after_the_startup_line_stops_gracefully() {
     }
     let _ = std::fs::remove_dir_all(&dir.0);
 }
+
+/// `intscope demo` stopped with SIGTERM mid-run stops as with Ctrl-C: the fabric ends, the
+/// events are reported, the history is committed, exit status 0 (not the signal's death).
+#[test]
+fn sigterm_stops_the_demo_gracefully() {
+    let data = Temp::path("demo-data");
+    let mut child = bin()
+        .args([
+            "demo",
+            "--duration",
+            "60",
+            "--http",
+            "127.0.0.1:0",
+            "--data",
+        ])
+        .arg(&data.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("scripted faults") {
+        line.clear();
+        if err.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = err.read_to_string(&mut rest);
+        rest
+    });
+    let status = wait(&mut child).expect("demo did not stop on SIGTERM");
+    let rest = reader.join().unwrap();
+    assert!(status.success(), "{status:?}: {rest}");
+    assert!(rest.contains("events detected:"), "{rest}");
+    assert!(data.0.join("intscope.db").exists());
+    let _ = std::fs::remove_dir_all(&data.0);
+}
