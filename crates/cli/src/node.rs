@@ -144,7 +144,8 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     };
     let mut exporter = Exporter::new(node.config().export);
     let mut ready = Vec::new();
-    let (mut forwarded, mut discarded, mut sent) = (0u64, 0u64, 0u64);
+    // Report datagrams sent (or written), and those the socket refused (lost, counted).
+    let (mut forwarded, mut discarded, mut sent, mut send_errors) = (0u64, 0u64, 0u64, 0u64);
     // Frames written out (forwarded, clones, probes), and frames of another link type dropped.
     let (mut written, mut not_ethernet) = (0u64, 0u64);
     let mut failed = None;
@@ -154,8 +155,19 @@ pub fn run(args: &NodeArgs) -> Result<String> {
                 let f = report_frame(args.report_source, report_destination, &r);
                 w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))?;
             }
-            if let Some(s) = &sock {
-                s.send(&r).context("sending a report")?;
+            if let Some(s) = &sock
+                && let Err(e) = s.send(&r)
+            {
+                // A collector not (yet) listening refuses datagrams (ICMP port unreachable):
+                // the report is lost and counted, the node goes on.
+                if send_errors == 0 {
+                    eprintln!(
+                        "intscope node: warning: sending a report: {e}; reports not sent are \
+                         counted in send_errors"
+                    );
+                }
+                send_errors += 1;
+                continue;
             }
             sent += 1;
         }
@@ -231,7 +243,7 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     deliver(last_ts, &mut ready)?;
     let st = node.stats;
     let summary = serde_json::json!({
-        "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "written": written, "not_ethernet": not_ethernet, "reports": produced, "datagrams": sent,
+        "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "written": written, "not_ethernet": not_ethernet, "reports": produced, "datagrams": sent, "send_errors": send_errors,
         "inserted": st.inserted, "inserted_m": st.inserted_m, "too_big": st.too_big, "added": st.added,
         "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "malformed": st.malformed, "report_only": st.report_only,
         "filtered": st.filtered, "clones": st.clones, "skipped": st.skipped, "probes": st.probes, "intermediate": st.intermediate,

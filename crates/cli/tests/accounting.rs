@@ -650,3 +650,59 @@ fn sigterm_stops_the_demo_gracefully() {
     assert!(data.0.join("intscope.db").exists());
     let _ = std::fs::remove_dir_all(&data.0);
 }
+
+/// `intscope node --collector` at a port where nothing listens: the datagrams the socket refuses
+/// (ICMP port unreachable) are counted in `send_errors` and the node goes on over its whole input,
+/// instead of ending at the second report.
+#[test]
+fn node_counts_reports_a_closed_collector_port_refused() {
+    let dir = Temp::path("refused");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let p = |name: &str| dir.0.join(name);
+    let host = Temp::pcap("host-refused.pcap", &whole(&common::host_traffic(10)));
+    let mut input = host.0.clone();
+    for (role, out) in [("source", "s.pcap"), ("transit", "t.pcap")] {
+        let config = repo(&format!("examples/node-{role}.toml"));
+        let (code, _, stderr) = node(&[
+            "--config".as_ref(),
+            config.as_ref(),
+            "--in".as_ref(),
+            input.as_os_str(),
+            "--out".as_ref(),
+            p(out).as_os_str(),
+        ]);
+        assert_eq!(code, Some(0), "{stderr}");
+        input = p(out);
+    }
+    // A port just freed: nothing listens there.
+    let closed = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let sink = repo("examples/node-sink.toml");
+    let (code, s, stderr) = node(&[
+        "--config".as_ref(),
+        sink.as_ref(),
+        "--in".as_ref(),
+        input.as_os_str(),
+        "--out".as_ref(),
+        p("k.pcap").as_os_str(),
+        "--collector".as_ref(),
+        closed.as_ref(),
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        (s["frames"].as_u64(), s["sunk"].as_u64()),
+        (Some(10), Some(10)),
+        "{s}"
+    );
+    let (sent, refused) = (
+        s["datagrams"].as_u64().unwrap(),
+        s["send_errors"].as_u64().unwrap(),
+    );
+    assert!(refused > 0, "{s}");
+    assert_eq!(sent + refused, 10, "one report datagram a frame: {s}");
+    assert!(stderr.contains("send_errors"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir.0);
+}
