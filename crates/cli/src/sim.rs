@@ -154,11 +154,24 @@ pub fn run(args: &SimArgs) -> Result<String> {
             .context("opening the report socket")?;
         sock.connect(c)
             .with_context(|| format!("cannot reach {c}"))?;
-        drive(f, &args.fabric, args.speed, &stop, |r| {
-            // An unreachable collector (ICMP) is not fatal: the switches keep reporting.
-            let _ = sock.send(&r.payload);
+        let mut send_errors = 0u64;
+        let summary = drive(f, &args.fabric, args.speed, &stop, |r| {
+            // An unreachable collector (ICMP) is not fatal: the switches keep reporting, and
+            // the reports the socket refused are counted.
+            if let Err(e) = sock.send(&r.payload) {
+                if send_errors == 0 {
+                    eprintln!(
+                        "intscope sim: warning: sending a report: {e}; reports not sent are \
+                         counted in send_errors"
+                    );
+                }
+                send_errors += 1;
+            }
             Ok(())
-        })
+        })?;
+        let mut v: serde_json::Value = serde_json::from_str(&summary)?;
+        v["send_errors"] = send_errors.into();
+        Ok(v.to_string())
     } else {
         let path = args.reports.as_ref().context("--reports or --collector")?;
         let file = std::fs::File::create(path)

@@ -706,3 +706,32 @@ fn node_counts_reports_a_closed_collector_port_refused() {
     assert!(stderr.contains("send_errors"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir.0);
 }
+
+/// `intscope sim --collector` at a port where nothing listens: the reports the socket refuses
+/// are counted in `send_errors` (before, they were dropped silently).
+#[test]
+fn sim_counts_reports_a_closed_collector_port_refused() {
+    let closed = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let out = run(bin().args([
+        "sim",
+        "--duration",
+        "0.2",
+        "--speed",
+        "max",
+        "--collector",
+        &closed,
+    ]));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let refused = s["send_errors"].as_u64().unwrap_or(0);
+    assert!(
+        refused > 0 && refused <= s["reports"].as_u64().unwrap(),
+        "{s}"
+    );
+    assert!(stderr.contains("send_errors"), "{stderr}");
+}
