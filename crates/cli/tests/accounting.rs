@@ -735,3 +735,71 @@ fn sim_counts_reports_a_closed_collector_port_refused() {
     );
     assert!(stderr.contains("send_errors"), "{stderr}");
 }
+
+/// A pcap whose header says `snaplen`, written raw (pcap-file's writer checks the lengths).
+fn pcap_with_snaplen(name: &str, snaplen: u32, records: &[(Vec<u8>, usize)]) -> Temp {
+    let t = Temp::path(name);
+    let mut b = 0xa1b2_c3d4u32.to_le_bytes().to_vec();
+    b.extend_from_slice(&2u16.to_le_bytes());
+    b.extend_from_slice(&4u16.to_le_bytes());
+    b.extend_from_slice(&[0; 8]);
+    b.extend_from_slice(&snaplen.to_le_bytes());
+    b.extend_from_slice(&1u32.to_le_bytes());
+    for (i, (data, orig)) in records.iter().enumerate() {
+        for v in [1_700_000_000 + i as u32, 0, data.len() as u32, *orig as u32] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(data);
+    }
+    std::fs::write(&t.0, b).unwrap();
+    t
+}
+
+/// A capture taken with a snap length (`tcpdump -s 96`: every longer frame cut, its length on
+/// the wire kept) is read to its end, as libpcap and tshark read it, and so is one whose header
+/// says snap length 0: dump decodes every frame (counting the cut ones), replay serves the
+/// report datagrams, and the node processes every frame. Before, the first frame longer than
+/// the snap length ended the capture as "corrupt".
+#[test]
+fn captures_taken_with_a_snap_length_are_read_to_the_end() {
+    let frames = sample_frames();
+    let cut: Vec<(Vec<u8>, usize)> = frames
+        .iter()
+        .map(|f| (f[..f.len().min(96)].to_vec(), f.len()))
+        .collect();
+    let snap96 = pcap_with_snaplen("snap96.pcap", 96, &cut);
+    let snap0 = pcap_with_snaplen("snap0.pcap", 0, &whole(&frames));
+    for file in [&snap96, &snap0] {
+        let out = run(bin()
+            .args(["dump", "--format", "json", "--int-udp-port", "17768"])
+            .arg(&file.0));
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{}: {stderr}", file.0.display());
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap().lines().count(),
+            frames.len(),
+            "{stderr}"
+        );
+    }
+    let out = run(bin().arg("dump").arg(&snap96.0));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(stderr.contains("cut short by the capture 3"), "{stderr}");
+    let (stats, stderr) = replay(&snap96.0);
+    assert!(
+        replayed(&stderr).contains("11 frames, 3 report datagrams"),
+        "{stderr}"
+    );
+    assert_eq!(stats["ingest"]["datagrams_received"], 3, "{stats}");
+    let out = Temp::path("snap-out.pcap");
+    let transit = repo("examples/node-transit.toml");
+    let (code, s, stderr) = node(&[
+        "--config".as_ref(),
+        transit.as_ref(),
+        "--in".as_ref(),
+        snap96.0.as_os_str(),
+        "--out".as_ref(),
+        out.0.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(s["frames"], 11, "{s}");
+}
