@@ -489,7 +489,25 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
         // Located in place: the layers read before an error stay known.
         let mut p = Packet::new(&frame.data);
         let located = p.locate(Start::Ethernet, &cfg);
+        // An IPv4 fragment: a replay does not reassemble (the kernel does, live). A later
+        // fragment has no UDP header at all, so nobody can tell whether it held a report.
+        let fragment =
+            p.ip.filter(|ip| ip.version == 4)
+                .and_then(|ip| frame.data.get(ip.offset + 6..ip.offset + 8))
+                .map(|b| u16::from_be_bytes([b[0], b[1]]) & 0x3fff);
+        if fragment.is_some_and(|f| f & 0x1fff != 0) {
+            n.undecodable("ipv4 fragment".into());
+            continue;
+        }
         let (ip, l4) = match (p.ip, p.l4, located) {
+            (Some(_), Some(l4), _)
+                if l4.proto == 17
+                    && ports.contains(&l4.dst_port)
+                    && fragment.is_some_and(|f| f != 0) =>
+            {
+                n.undecodable("ipv4 fragment".into());
+                continue;
+            }
             (Some(ip), Some(l4), _) if l4.proto == 17 && ports.contains(&l4.dst_port) => (ip, l4),
             // An L4 header of another port or protocol (an error behind it is in that traffic),
             // or a frame that is whole and has no IP or no L4 (ARP, ICMP).

@@ -192,7 +192,8 @@ fn replay_reads_the_udp_datagram_not_the_ethernet_trailer() {
 /// A replayed capture's frames each land in one count: report datagrams (then accepted or
 /// discarded by reason in /api/stats), other traffic, or undecodable by reason (a frame the
 /// capture cut before its UDP header, a zero-length record, a broken IPv4 header, a UDP length
-/// that disagrees with IP) — the undecodable ones are not taken for other traffic.
+/// that disagrees with IP, IPv4 fragments) — the undecodable ones are not taken for other
+/// traffic.
 #[test]
 fn replay_counts_undecodable_frames_by_reason_apart_from_other_traffic() {
     let frames = sample_frames();
@@ -201,7 +202,14 @@ fn replay_counts_undecodable_frames_by_reason_apart_from_other_traffic() {
     bad_ihl[14] = 0x43;
     let mut udp_len_4 = report.clone();
     udp_len_4[38..40].copy_from_slice(&4u16.to_be_bytes());
+    // A first fragment (more fragments), and a later one (offset 1480 bytes).
+    let mut first_fragment = report.clone();
+    first_fragment[20] |= 0x20;
+    let mut later_fragment = report.clone();
+    later_fragment[20..22].copy_from_slice(&(1480u16 / 8).to_be_bytes());
     let records = vec![
+        (first_fragment.clone(), first_fragment.len()),
+        (later_fragment.clone(), later_fragment.len()),
         (report.clone(), report.len()),
         // Cut by the snap length inside the UDP header, and inside the report.
         (report[..38].to_vec(), report.len()),
@@ -216,7 +224,7 @@ fn replay_counts_undecodable_frames_by_reason_apart_from_other_traffic() {
     let (stats, stderr) = replay(&file.0);
     let line = replayed(&stderr);
     assert!(
-        line.contains("7 frames, 2 report datagrams, 1 other frames"),
+        line.contains("9 frames, 2 report datagrams, 1 other frames"),
         "{line}"
     );
     assert!(
@@ -225,8 +233,8 @@ fn replay_counts_undecodable_frames_by_reason_apart_from_other_traffic() {
     );
     assert!(
         line.contains(
-            "4 frames undecodable, not replayed (UDP length disagrees with IP 1, \
-             cut short by the capture 2, ipv4 bad-value 1)"
+            "6 frames undecodable, not replayed (UDP length disagrees with IP 1, \
+             cut short by the capture 2, ipv4 bad-value 1, ipv4 fragment 2)"
         ),
         "{line}"
     );
