@@ -811,3 +811,38 @@ fn captures_taken_with_a_snap_length_are_read_to_the_end() {
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(s["frames"], 11, "{s}");
 }
+
+/// `intscope blast` to a port where nothing listens: a refused send is one of `send_errors`, and
+/// the datagrams and reports it held, which did not go, are counted too (a GSO send holds up to
+/// 64 datagrams).
+#[test]
+fn blast_counts_the_datagrams_of_refused_sends() {
+    let closed = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let out = run(bin().args([
+        "blast",
+        "--to",
+        &closed,
+        "--rate",
+        "50000",
+        "--duration",
+        "0.2",
+    ]));
+    assert!(out.status.success());
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let errors = s["send_errors"].as_u64().unwrap();
+    let refused = s["datagrams_refused"].as_u64().unwrap_or(0);
+    assert!(errors > 0, "{s}");
+    assert!(
+        refused >= errors,
+        "each refused send held a datagram at least: {s}"
+    );
+    assert_eq!(
+        s["reports_refused"].as_u64(),
+        Some(refused * 8),
+        "8 reports a datagram: {s}"
+    );
+}
