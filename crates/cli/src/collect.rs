@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -332,12 +333,28 @@ pub fn run(args: &CollectArgs) -> Result<()> {
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(http).await.with_context(|| format!("cannot bind the HTTP API to {http}"))?;
         let http_addr = listener.local_addr()?;
+        // Installed first: a Ctrl-C or SIGTERM during a replay, or as soon as a script has read
+        // the startup line, is a graceful stop (stop summary, final flush), never the signal's
+        // default death.
+        let mut shutdown = Box::pin(shutdown_signal());
+        let mut stopped = false;
         let (udp, handles) = if let Some(file) = &args.replay {
             let c = Arc::clone(&collector);
             let file = file.clone();
             let speed = args.replay_speed;
             let ports = if args.report_ports.is_empty() { c.config.listen.iter().map(SocketAddr::port).collect() } else { args.report_ports.clone() };
-            let summary = tokio::task::spawn_blocking(move || replay(&c, &file, speed, &ports)).await??;
+            let interrupt = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&interrupt);
+            let mut task = tokio::task::spawn_blocking(move || replay(&c, &file, speed, &ports, &flag));
+            let summary = tokio::select! {
+                r = &mut task => r??,
+                () = &mut shutdown => {
+                    // The replay ends at its next frame (or wait); then the collector stops.
+                    interrupt.store(true, Ordering::Relaxed);
+                    stopped = true;
+                    task.await??
+                }
+            };
             eprintln!("{summary}");
             (Vec::new(), Vec::new())
         } else {
@@ -347,13 +364,13 @@ pub fn run(args: &CollectArgs) -> Result<()> {
             }
             spawn_receivers(&collector).context("cannot open the report sockets")?
         };
-        // Before the line below: a script may stop the collector as soon as it reads it.
-        let shutdown = shutdown_signal();
-        // One line a script can read to find the (possibly ephemeral) ports.
-        println!("{}", serde_json::json!({"http": http_addr.to_string(), "listen": udp.iter().map(ToString::to_string).collect::<Vec<_>>()}));
-        eprintln!("intscope collect: API and UI on {scheme}://{http_addr}/{auth}, reports on {udp:?}");
-        let api = api::Api::new(Arc::clone(&collector), api_cfg);
-        api::serve_with(listener, api, shutdown).await.context("HTTP server")?;
+        if !stopped {
+            // One line a script can read to find the (possibly ephemeral) ports.
+            println!("{}", serde_json::json!({"http": http_addr.to_string(), "listen": udp.iter().map(ToString::to_string).collect::<Vec<_>>()}));
+            eprintln!("intscope collect: API and UI on {scheme}://{http_addr}/{auth}, reports on {udp:?}");
+            let api = api::Api::new(Arc::clone(&collector), api_cfg);
+            api::serve_with(listener, api, shutdown).await.context("HTTP server")?;
+        }
         collector.stop();
         for h in handles {
             let _ = h.join();
@@ -460,7 +477,17 @@ fn udp_payload(data: &[u8], l4: usize, ip_end: usize) -> Result<(&[u8], bool), (
 /// offset) and is counted in the summary, not an abort that would lose the frames before it.
 /// Frames that could not be decoded far enough to tell whether they held a report are counted
 /// by reason, apart from the frames that are other traffic.
-fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) -> Result<String> {
+///
+/// `stop` set (a signal) ends the replay at the next frame or within a tenth of a second of a
+/// realtime wait, said in the summary: a capture whose next frame lies far ahead (a long pause,
+/// a corrupt timestamp) never holds a stop up.
+fn replay(
+    c: &Collector,
+    file: &std::path::Path,
+    speed: Speed,
+    ports: &[u16],
+    stop: &AtomicBool,
+) -> Result<String> {
     let mut capture = Capture::open(file)?;
     let cfg = DetectConfig {
         report_ports: ports.to_vec(),
@@ -472,7 +499,12 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
     let mut damage = None;
     let started = Instant::now();
     let mut first_ts: Option<u128> = None;
+    let mut interrupted = false;
     while let Some(frame) = capture.next_frame() {
+        if stop.load(Ordering::Relaxed) {
+            interrupted = true;
+            break;
+        }
         let frame = match frame {
             Ok(f) => f,
             Err(e) => {
@@ -530,8 +562,17 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
             let due = Duration::from_nanos(
                 u64::try_from(frame.time_ns.saturating_sub(t0)).unwrap_or(u64::MAX),
             );
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
+            while let Some(wait) = due.checked_sub(started.elapsed()) {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                std::thread::sleep(wait.min(Duration::from_millis(100)));
+            }
+            if stop.load(Ordering::Relaxed) {
+                // This frame was read, not replayed: it is one of "the rest".
+                n.frames -= 1;
+                interrupted = true;
+                break;
             }
         }
         c.ingest(
@@ -584,6 +625,12 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
         summary += &format!(
             "; 1 damaged record (frame {} at byte offset {}), {} bytes not read",
             d.frame, d.offset, d.unread
+        );
+    }
+    if interrupted {
+        summary += &format!(
+            "; stopped by a signal after {} frames (the rest not replayed)",
+            n.frames
         );
     }
     Ok(summary)

@@ -502,7 +502,12 @@ fn collect(args: &[&str]) -> (Child, String, String) {
 }
 
 /// SIGTERM, then the stop summary's counters (`intscope collect: stopped; {...}`).
-fn stop(mut child: Child) -> serde_json::Value {
+fn stop(child: Child) -> serde_json::Value {
+    stop_saying(child).0
+}
+
+/// [`stop`], with all the collector said on stderr.
+fn stop_saying(mut child: Child) -> (serde_json::Value, String) {
     let mut err = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
@@ -520,7 +525,7 @@ fn stop(mut child: Child) -> serde_json::Value {
         .lines()
         .find_map(|l| l.strip_prefix("intscope collect: stopped; "))
         .unwrap_or_else(|| panic!("no stop summary: {stderr}"));
-    serde_json::from_str(line).unwrap()
+    (serde_json::from_str(line).unwrap(), stderr)
 }
 
 /// Stopped right after a burst faster than it decodes, `intscope collect` reads what its socket
@@ -844,5 +849,54 @@ fn blast_counts_the_datagrams_of_refused_sends() {
         s["reports_refused"].as_u64(),
         Some(refused * 8),
         "8 reports a datagram: {s}"
+    );
+}
+
+/// A realtime replay whose next frame lies a year ahead (a long pause, or a corrupt timestamp)
+/// stops on SIGTERM within its wait: the replay says where it stopped, the collector stops
+/// gracefully (stop summary, exit 0) with the frame before it counted.
+#[test]
+fn sigterm_ends_a_realtime_replay_waiting_for_a_far_frame() {
+    let frames = sample_frames();
+    let file = Temp::path("far.pcap");
+    let mut w = PcapWriter::with_header(
+        std::fs::File::create(&file.0).unwrap(),
+        PcapHeader {
+            datalink: DataLink::ETHERNET,
+            ..PcapHeader::default()
+        },
+    )
+    .unwrap();
+    for (secs, f) in [(1_700_000_000u64, &frames[7]), (1_731_536_000, &frames[8])] {
+        w.write_packet(&PcapPacket::new(
+            Duration::from_secs(secs),
+            f.len() as u32,
+            f,
+        ))
+        .unwrap();
+    }
+    drop(w);
+    let child = bin()
+        .args([
+            "collect",
+            "--no-store",
+            "--http",
+            "127.0.0.1:0",
+            "--replay-speed",
+            "realtime",
+            "--replay",
+        ])
+        .arg(&file.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let (s, stderr) = stop_saying(child);
+    assert_eq!(s["datagrams_received"], 1, "the first frame: {s}");
+    assert!(
+        replayed(&stderr).contains("stopped by a signal after 1 frames"),
+        "{stderr}"
     );
 }
