@@ -148,7 +148,27 @@ fn drive(
 /// Runs `intscope sim`.
 pub fn run(args: &SimArgs) -> Result<String> {
     let f = fabric(&args.fabric)?;
-    let stop = AtomicBool::new(false);
+    // Ctrl-C or SIGTERM ends the run at the next step: the reports pcap is written whole and the
+    // summary says how far the fabric ran (the signal's default death would cut the file short).
+    let stop = Arc::new(AtomicBool::new(false));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the signal handler")?;
+    let shutdown = {
+        let _runtime = rt.enter();
+        crate::collect::shutdown_signal()
+    };
+    {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                rt.block_on(shutdown);
+                stop.store(true, Ordering::Relaxed);
+            })
+            .context("starting the signal handler")?;
+    }
     if let Some(c) = args.collector {
         let sock = UdpSocket::bind(if c.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })
             .context("opening the report socket")?;

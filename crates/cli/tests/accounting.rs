@@ -900,3 +900,48 @@ fn sigterm_ends_a_realtime_replay_waiting_for_a_far_frame() {
         "{stderr}"
     );
 }
+
+/// `intscope sim` writing a reports pcap in real time, stopped with SIGTERM: the run ends at its
+/// next step, the pcap is whole (dump reads it to the end) and the summary says how far the
+/// fabric ran; before, the signal killed it with the file cut short and no summary.
+#[test]
+fn sigterm_ends_a_realtime_sim_with_a_whole_pcap() {
+    let pcap = Temp::path("sim-stop.pcap");
+    let mut child = bin()
+        .args(["sim", "--duration", "60", "--reports"])
+        .arg(&pcap.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let o = std::thread::spawn(move || {
+        let mut b = String::new();
+        let _ = out.read_to_string(&mut b);
+        b
+    });
+    let e = std::thread::spawn(move || {
+        let mut b = String::new();
+        let _ = err.read_to_string(&mut b);
+        b
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = wait(&mut child).expect("sim did not stop on SIGTERM");
+    let (stdout, stderr) = (o.join().unwrap(), e.join().unwrap());
+    assert!(status.success(), "{status:?}: {stderr}");
+    let s: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let ran = s["virtual_seconds"].as_f64().unwrap();
+    assert!(ran > 0.0 && ran < 60.0, "{s}");
+    let dump = run(bin().arg("dump").arg(&pcap.0));
+    assert_eq!(
+        dump.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+}
