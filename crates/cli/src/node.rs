@@ -3,7 +3,7 @@
 //! collector).
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -241,6 +241,13 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     }
     exporter.flush(&mut ready);
     deliver(last_ts, &mut ready)?;
+    // Flushed here, not on drop, which would swallow a failed write (a full disk).
+    out.finish()?;
+    if let Some(w) = reports {
+        w.into_writer()
+            .flush()
+            .context("writing the reports pcap")?;
+    }
     let st = node.stats;
     let summary = serde_json::json!({
         "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "written": written, "not_ethernet": not_ethernet, "reports": produced, "datagrams": sent, "send_errors": send_errors,
@@ -283,6 +290,12 @@ pub enum Input {
 pub trait FrameSink {
     /// Sends (or writes) one frame.
     fn send(&mut self, ts: Duration, frame: &[u8]) -> Result<()>;
+
+    /// Writes out what is buffered, at the end: an error here (a full disk) is the run's, not
+    /// one a drop would swallow.
+    fn finish(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
 }
 
 struct PcapSource {
@@ -307,5 +320,11 @@ impl FrameSink for PcapWriter<BufWriter<File>> {
     fn send(&mut self, ts: Duration, frame: &[u8]) -> Result<()> {
         self.write_packet(&PcapPacket::new(ts, frame.len() as u32, frame))?;
         Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> Result<()> {
+        self.into_writer()
+            .flush()
+            .context("writing the output pcap")
     }
 }

@@ -204,7 +204,7 @@ pub fn run(args: &SimArgs) -> Result<String> {
             },
         )?;
         let dst: std::net::SocketAddrV4 = "192.0.2.100:32766".parse()?;
-        drive(f, &args.fabric, args.speed, &stop, |r| {
+        let summary = drive(f, &args.fabric, args.speed, &stop, |r| {
             let frame = intscope_node::export::report_frame(
                 std::net::SocketAddrV4::new(r.source, 50000),
                 dst,
@@ -216,7 +216,11 @@ pub fn run(args: &SimArgs) -> Result<String> {
                 &frame,
             ))?;
             Ok(())
-        })
+        })?;
+        // Flushed here, not on drop, which would swallow a failed write (a full disk).
+        std::io::Write::flush(&mut w.into_writer())
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(summary)
     }
 }
 

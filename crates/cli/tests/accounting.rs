@@ -945,3 +945,48 @@ fn sigterm_ends_a_realtime_sim_with_a_whole_pcap() {
         String::from_utf8_lossy(&dump.stderr)
     );
 }
+
+/// Output that cannot be written (a full disk: /dev/full) is an error, exit status 1, not a
+/// summary claiming frames written: the pcaps are flushed explicitly, not on drop (which
+/// swallows the error). `intscope node` (forwarded frames and reports) and `intscope sim`.
+#[test]
+fn a_full_disk_is_an_error_not_a_summary() {
+    let full = Path::new("/dev/full");
+    if !full.exists() {
+        eprintln!("no /dev/full here: nothing to check");
+        return;
+    }
+    let host = Temp::pcap("full-host.pcap", &whole(&common::host_traffic(4)));
+    let source = repo("examples/node-source.toml");
+    let out = run(bin()
+        .args(["node", "--config", &source, "--in"])
+        .arg(&host.0)
+        .arg("--out")
+        .arg(full));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("writing the output pcap"), "{stderr}");
+    let fwd = Temp::path("full-fwd.pcap");
+    let out = run(bin()
+        .args(["node", "--config", &source, "--in"])
+        .arg(&host.0)
+        .arg("--out")
+        .arg(&fwd.0)
+        .arg("--reports")
+        .arg(full));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("writing the reports pcap"), "{stderr}");
+    let out = run(bin().args([
+        "sim",
+        "--duration",
+        "0.001",
+        "--speed",
+        "max",
+        "--reports",
+        "/dev/full",
+    ]));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("No space left"), "{stderr}");
+}
