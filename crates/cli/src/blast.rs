@@ -49,6 +49,8 @@ struct Batcher {
     max: usize,
     /// Queued: datagrams and the reports they hold.
     queued: Sent,
+    /// Datagrams (and reports) in sends the socket refused: they did not go.
+    refused: Sent,
 }
 
 /// What left (or was refused).
@@ -75,6 +77,7 @@ impl Batcher {
             segment: 0,
             max,
             queued: Sent::default(),
+            refused: Sent::default(),
         })
     }
 
@@ -122,12 +125,18 @@ impl Batcher {
         };
         let sent = std::mem::take(&mut self.queued);
         self.contents.clear();
+        if result.is_err() {
+            self.refused.datagrams += sent.datagrams;
+            self.refused.reports += sent.reports;
+            self.refused.bytes += sent.bytes;
+        }
         result.map(|()| sent)
     }
 }
 
 /// Adds what a send did to `total`; a refused send (ICMP port unreachable from an earlier
-/// datagram: the collector is not up yet) is counted in `errors`.
+/// datagram: the collector is not up yet) is counted in `errors`, its datagrams in the
+/// batcher's `refused`.
 fn account(total: &mut Sent, errors: &mut u64, r: std::io::Result<Sent>) -> Result<()> {
     match r {
         Ok(s) => {
@@ -219,6 +228,8 @@ pub fn run(args: &BlastArgs) -> Result<String> {
         "reports": reports,
         "bytes": bytes,
         "send_errors": send_errors,
+        "datagrams_refused": out.refused.datagrams,
+        "reports_refused": out.refused.reports,
         "seconds": (secs * 1000.0).round() / 1000.0,
         "reports_per_second": (reports as f64 / secs).round(),
     })

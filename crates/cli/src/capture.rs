@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use pcap_file::pcap::PcapParser;
 use pcap_file::pcapng::{Block, PcapNgParser};
-use pcap_file::{Endianness, PcapError};
+use pcap_file::{Endianness, PcapError, TsResolution};
 
 /// LINKTYPE_ETHERNET.
 pub const LINKTYPE_ETHERNET: u32 = 1;
@@ -356,11 +356,22 @@ impl Capture {
             let avail = &self.src.buf[self.src.start..self.src.end];
             let parsed: Result<(usize, Option<Frame>), PcapError> = match &mut self.format {
                 Format::Pcap(p) => {
-                    let lt = u32::from(p.header().datalink);
-                    p.next_packet(avail).map(|(rem, pkt)| {
+                    let header = p.header();
+                    let lt = u32::from(header.datalink);
+                    // The raw record: pcap-file's checked one refuses every record longer on the
+                    // wire than the file's snap length (orig_len > snap_len), which is what a
+                    // capture taken with a snap length is made of, and records over a snap
+                    // length of 0 or too small; libpcap and tshark read them. The record's
+                    // length is bounded by MAX_RECORD above.
+                    let frac_ns = match header.ts_resolution {
+                        TsResolution::MicroSecond => 1_000,
+                        TsResolution::NanoSecond => 1,
+                    };
+                    p.next_raw_packet(avail).map(|(rem, pkt)| {
                         let frame = Frame {
                             number,
-                            time_ns: pkt.timestamp.as_nanos(),
+                            time_ns: u128::from(pkt.ts_sec) * 1_000_000_000
+                                + u128::from(pkt.ts_frac) * frac_ns,
                             link_type: lt,
                             orig_len: pkt.orig_len,
                             data: pkt.data.into_owned(),

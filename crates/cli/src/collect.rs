@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -332,12 +333,28 @@ pub fn run(args: &CollectArgs) -> Result<()> {
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(http).await.with_context(|| format!("cannot bind the HTTP API to {http}"))?;
         let http_addr = listener.local_addr()?;
+        // Installed first: a Ctrl-C or SIGTERM during a replay, or as soon as a script has read
+        // the startup line, is a graceful stop (stop summary, final flush), never the signal's
+        // default death.
+        let mut shutdown = Box::pin(shutdown_signal());
+        let mut stopped = false;
         let (udp, handles) = if let Some(file) = &args.replay {
             let c = Arc::clone(&collector);
             let file = file.clone();
             let speed = args.replay_speed;
             let ports = if args.report_ports.is_empty() { c.config.listen.iter().map(SocketAddr::port).collect() } else { args.report_ports.clone() };
-            let summary = tokio::task::spawn_blocking(move || replay(&c, &file, speed, &ports)).await??;
+            let interrupt = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&interrupt);
+            let mut task = tokio::task::spawn_blocking(move || replay(&c, &file, speed, &ports, &flag));
+            let summary = tokio::select! {
+                r = &mut task => r??,
+                () = &mut shutdown => {
+                    // The replay ends at its next frame (or wait); then the collector stops.
+                    interrupt.store(true, Ordering::Relaxed);
+                    stopped = true;
+                    task.await??
+                }
+            };
             eprintln!("{summary}");
             (Vec::new(), Vec::new())
         } else {
@@ -347,11 +364,13 @@ pub fn run(args: &CollectArgs) -> Result<()> {
             }
             spawn_receivers(&collector).context("cannot open the report sockets")?
         };
-        // One line a script can read to find the (possibly ephemeral) ports.
-        println!("{}", serde_json::json!({"http": http_addr.to_string(), "listen": udp.iter().map(ToString::to_string).collect::<Vec<_>>()}));
-        eprintln!("intscope collect: API and UI on {scheme}://{http_addr}/{auth}, reports on {udp:?}");
-        let api = api::Api::new(Arc::clone(&collector), api_cfg);
-        api::serve_with(listener, api, shutdown_signal()).await.context("HTTP server")?;
+        if !stopped {
+            // One line a script can read to find the (possibly ephemeral) ports.
+            println!("{}", serde_json::json!({"http": http_addr.to_string(), "listen": udp.iter().map(ToString::to_string).collect::<Vec<_>>()}));
+            eprintln!("intscope collect: API and UI on {scheme}://{http_addr}/{auth}, reports on {udp:?}");
+            let api = api::Api::new(Arc::clone(&collector), api_cfg);
+            api::serve_with(listener, api, shutdown).await.context("HTTP server")?;
+        }
         collector.stop();
         for h in handles {
             let _ = h.join();
@@ -366,28 +385,109 @@ pub fn run(args: &CollectArgs) -> Result<()> {
     })
 }
 
-pub(crate) async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Ctrl-C or SIGTERM, as a future. The handlers are installed when this is called, not when the
+/// future is first polled: a signal in between would end the process by its default action (no
+/// stop summary, no final flush). Call it inside the runtime, before saying the process is ready.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{Signal, SignalKind, signal};
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let terminate = signal(SignalKind::terminate()).ok();
+        let wait = |s: Option<Signal>| async move {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        async move {
+            tokio::select! { () = wait(interrupt) => {}, () = wait(terminate) => {} }
         }
-    };
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { () = ctrl_c => {}, () = term => {} }
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// What a replay did with each frame of a capture: every frame read lands in exactly one of
+/// `datagrams`, `other`, `undecodable` and `not_ethernet`.
+#[derive(Debug, Default)]
+struct ReplayCounts {
+    frames: u64,
+    /// UDP datagrams to a report port, handed to the collector (which accepts or discards each,
+    /// by reason, in its ingest counters).
+    datagrams: u64,
+    /// Of `datagrams`: cut short by the capture's snap length (decoded as far as they go).
+    cut_by_capture: u64,
+    /// Frames that are not report traffic (another protocol or port).
+    other: u64,
+    /// Frames whose Ethernet, IP or UDP headers could not be read, so that nobody can tell
+    /// whether they held a report, by reason.
+    undecodable: std::collections::BTreeMap<String, u64>,
+    /// Frames of a link type other than Ethernet.
+    not_ethernet: u64,
+}
+
+impl ReplayCounts {
+    fn undecodable(&mut self, reason: String) {
+        *self.undecodable.entry(reason).or_default() += 1;
+    }
+}
+
+/// Why a frame's headers up to UDP could not be read: the capture cut it (snap length), or the
+/// layer and kind of the decode error as `intscope dump`'s JSON names them (`ipv4 bad-value`).
+fn undecodable_reason(frame: &crate::capture::Frame, e: &intscope_wire::Error) -> String {
+    if frame.data.len() < frame.orig_len as usize {
+        return "cut short by the capture".into();
+    }
+    let v = serde_json::to_value(e).unwrap_or_default();
+    format!(
+        "{} {}",
+        v["layer"].as_str().unwrap_or("frame"),
+        v["kind"].as_str().unwrap_or("malformed")
+    )
+}
+
+/// The UDP payload of a report datagram in `data` (UDP header at `l4`, inside the IP packet
+/// ending at `ip_end`): what the UDP length declares, cut to what was captured, so that Ethernet
+/// padding or a trailer (FCS) after the IP packet is not read as reports. `Err` when the UDP
+/// length is impossible (under its own header, or past the IP packet), as the kernel would
+/// drop it; `Ok((payload, cut))`, `cut` when the capture holds less than the datagram.
+fn udp_payload(data: &[u8], l4: usize, ip_end: usize) -> Result<(&[u8], bool), ()> {
+    let udp_len = data
+        .get(l4 + 4..l4 + 6)
+        .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+        .ok_or(())?;
+    if udp_len < 8 || l4 + udp_len > ip_end {
+        return Err(());
+    }
+    let end = l4 + udp_len;
+    let start = (l4 + 8).min(data.len());
+    Ok((
+        &data[start..end.min(data.len()).max(start)],
+        end > data.len(),
+    ))
 }
 
 /// Feeds every report datagram of a capture to the collector, at capture time. A damaged
 /// capture is served as far as it could be read: the damage is a warning (file, frame, byte
 /// offset) and is counted in the summary, not an abort that would lose the frames before it.
-fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) -> Result<String> {
+/// Frames that could not be decoded far enough to tell whether they held a report are counted
+/// by reason, apart from the frames that are other traffic.
+///
+/// `stop` set (a signal) ends the replay at the next frame or within a tenth of a second of a
+/// realtime wait, said in the summary: a capture whose next frame lies far ahead (a long pause,
+/// a corrupt timestamp) never holds a stop up.
+fn replay(
+    c: &Collector,
+    file: &std::path::Path,
+    speed: Speed,
+    ports: &[u16],
+    stop: &AtomicBool,
+) -> Result<String> {
     let mut capture = Capture::open(file)?;
     let cfg = DetectConfig {
         report_ports: ports.to_vec(),
@@ -395,11 +495,16 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
         ..DetectConfig::default()
     };
     let mut batch = RecordBatch::default();
-    let (mut frames, mut datagrams, mut skipped, mut not_ethernet) = (0u64, 0u64, 0u64, 0u64);
+    let mut n = ReplayCounts::default();
     let mut damage = None;
     let started = Instant::now();
     let mut first_ts: Option<u128> = None;
+    let mut interrupted = false;
     while let Some(frame) = capture.next_frame() {
+        if stop.load(Ordering::Relaxed) {
+            interrupted = true;
+            break;
+        }
         let frame = match frame {
             Ok(f) => f,
             Err(e) => {
@@ -408,40 +513,76 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
                 break;
             }
         };
-        frames += 1;
+        n.frames += 1;
         if frame.link_type != LINKTYPE_ETHERNET {
-            not_ethernet += 1;
+            n.not_ethernet += 1;
             continue;
         }
-        let Ok(p) = Packet::parse(&frame.data, Start::Ethernet, &cfg) else {
-            skipped += 1;
-            continue;
-        };
-        let (Some(ip), Some(l4)) = (p.ip, p.l4) else {
-            skipped += 1;
-            continue;
-        };
-        if l4.proto != 17 || !ports.contains(&l4.dst_port) {
-            skipped += 1;
+        // Located in place: the layers read before an error stay known.
+        let mut p = Packet::new(&frame.data);
+        let located = p.locate(Start::Ethernet, &cfg);
+        // An IPv4 fragment: a replay does not reassemble (the kernel does, live). A later
+        // fragment has no UDP header at all, so nobody can tell whether it held a report.
+        let fragment =
+            p.ip.filter(|ip| ip.version == 4)
+                .and_then(|ip| frame.data.get(ip.offset + 6..ip.offset + 8))
+                .map(|b| u16::from_be_bytes([b[0], b[1]]) & 0x3fff);
+        if fragment.is_some_and(|f| f & 0x1fff != 0) {
+            n.undecodable("ipv4 fragment".into());
             continue;
         }
+        let (ip, l4) = match (p.ip, p.l4, located) {
+            (Some(_), Some(l4), _)
+                if l4.proto == 17
+                    && ports.contains(&l4.dst_port)
+                    && fragment.is_some_and(|f| f != 0) =>
+            {
+                n.undecodable("ipv4 fragment".into());
+                continue;
+            }
+            (Some(ip), Some(l4), _) if l4.proto == 17 && ports.contains(&l4.dst_port) => (ip, l4),
+            // An L4 header of another port or protocol (an error behind it is in that traffic),
+            // or a frame that is whole and has no IP or no L4 (ARP, ICMP).
+            (_, Some(_), _) | (_, _, Ok(())) => {
+                n.other += 1;
+                continue;
+            }
+            (_, None, Err(e)) => {
+                n.undecodable(undecodable_reason(&frame, &e));
+                continue;
+            }
+        };
+        let Ok((payload, cut)) = udp_payload(&frame.data, l4.offset, ip.offset + ip.declared_len)
+        else {
+            n.undecodable("UDP length disagrees with IP".into());
+            continue;
+        };
         if speed == Speed::Realtime {
             let t0 = *first_ts.get_or_insert(frame.time_ns);
             let due = Duration::from_nanos(
                 u64::try_from(frame.time_ns.saturating_sub(t0)).unwrap_or(u64::MAX),
             );
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
+            while let Some(wait) = due.checked_sub(started.elapsed()) {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                std::thread::sleep(wait.min(Duration::from_millis(100)));
+            }
+            if stop.load(Ordering::Relaxed) {
+                // This frame was read, not replayed: it is one of "the rest".
+                n.frames -= 1;
+                interrupted = true;
+                break;
             }
         }
-        let payload = &frame.data[(l4.offset + 8).min(frame.data.len())..];
         c.ingest(
             payload,
             ip.src.to_canonical(),
             u64::try_from(frame.time_ns).unwrap_or(u64::MAX),
             &mut batch,
         );
-        datagrams += 1;
+        n.datagrams += 1;
+        n.cut_by_capture += u64::from(cut);
     }
     // The capture is over: close joins and episodes still waiting for reports.
     let end = c.state.last_time_ns();
@@ -449,17 +590,47 @@ fn replay(c: &Collector, file: &std::path::Path, speed: Speed, ports: &[u16]) ->
     c.tick(end.saturating_add(d.join_window_ns.max(d.episode_quiet_ns) + 1));
     c.state.finish_incidents();
     let mut summary = format!(
-        "replayed {}: {frames} frames, {datagrams} report datagrams, {skipped} other frames, {:.2} s",
+        "replayed {}: {} frames, {} report datagrams, {} other frames, {:.2} s",
         file.display(),
+        n.frames,
+        n.datagrams,
+        n.other,
         started.elapsed().as_secs_f64()
     );
-    if not_ethernet > 0 {
-        summary += &format!("; {not_ethernet} frames of a link type other than Ethernet skipped");
+    if n.cut_by_capture > 0 {
+        summary += &format!(
+            "; {} report datagrams cut short by the capture (decoded as far as they go)",
+            n.cut_by_capture
+        );
+    }
+    if !n.undecodable.is_empty() {
+        let total: u64 = n.undecodable.values().sum();
+        let reasons: Vec<String> = n
+            .undecodable
+            .iter()
+            .map(|(reason, k)| format!("{reason} {k}"))
+            .collect();
+        summary += &format!(
+            "; {total} frames undecodable, not replayed ({})",
+            reasons.join(", ")
+        );
+    }
+    if n.not_ethernet > 0 {
+        summary += &format!(
+            "; {} frames of a link type other than Ethernet skipped",
+            n.not_ethernet
+        );
     }
     if let Some(d) = damage {
         summary += &format!(
             "; 1 damaged record (frame {} at byte offset {}), {} bytes not read",
             d.frame, d.offset, d.unread
+        );
+    }
+    if interrupted {
+        summary += &format!(
+            "; stopped by a signal after {} frames (the rest not replayed)",
+            n.frames
         );
     }
     Ok(summary)

@@ -1,12 +1,13 @@
 //! `intscope dump`: decode every frame of a capture and print it as text or JSON Lines.
 
+use std::collections::BTreeMap;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use intscope_wire::dissect;
 use intscope_wire::domain::Registry;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::capture::{Capture, LINKTYPE_ETHERNET};
 use crate::detect::DetectArgs;
@@ -25,9 +26,10 @@ pub enum Format {
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Exit status: 0 when the whole capture was read (malformed frames are reported in \
-                  the output); 1 when it could not be opened or is damaged (cut short, a corrupt \
-                  record): every frame before the damage is printed, then one line on stderr names \
-                  the file, the frame and its byte offset."
+                  the output, and counted by reason in one line on stderr: `N of M frames not \
+                  decoded whole (...)`); 1 when it could not be opened or is damaged (cut short, a \
+                  corrupt record): every frame before the damage is printed, then (after that \
+                  count) one line on stderr names the file, the frame and its byte offset."
 )]
 pub struct DumpArgs {
     /// Output format.
@@ -40,20 +42,91 @@ pub struct DumpArgs {
     pub file: PathBuf,
 }
 
-/// Runs the dump, writing to `out`. Returns the number of frames.
+/// Frames read and those not decoded whole, by reason.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Frames read.
+    pub frames: u64,
+    /// Frames not decoded whole, by reason: the capture cut the frame short (snap length), the
+    /// layer and kind of the first decode error (`ipv4 bad-value`, as in the JSON's `error`), or
+    /// a link type other than Ethernet.
+    pub undecoded: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    /// Counts a printed frame: its first error, if it has one, by reason.
+    fn count(&mut self, frame: &Value, cut: bool) {
+        self.frames += 1;
+        let Some(e) = first_error(frame) else { return };
+        let reason = if cut {
+            "cut short by the capture".to_string()
+        } else {
+            match (e["layer"].as_str(), e["kind"].as_str()) {
+                (Some(layer), Some(kind)) => format!("{layer} {kind}"),
+                _ => "not ethernet".to_string(),
+            }
+        };
+        *self.undecoded.entry(reason).or_default() += 1;
+    }
+
+    /// One line for stderr when some frame was not decoded whole: how many, by reason.
+    pub fn summary(&self, file: &std::path::Path) -> Option<String> {
+        let total: u64 = self.undecoded.values().sum();
+        (total > 0).then(|| {
+            let reasons: Vec<String> = self
+                .undecoded
+                .iter()
+                .map(|(reason, n)| format!("{reason} {n}"))
+                .collect();
+            format!(
+                "intscope dump: {}: {total} of {} frames not decoded whole ({})",
+                file.display(),
+                self.frames,
+                reasons.join(", ")
+            )
+        })
+    }
+}
+
+/// The first `error` object in a frame's dissection (the frame's own, else its report's or a
+/// deeper layer's), depth first.
+fn first_error(v: &Value) -> Option<&Value> {
+    let m = v.as_object()?;
+    if let Some(e) = m.get("error") {
+        return Some(e);
+    }
+    m.values().find_map(|child| match child {
+        Value::Array(items) => items.iter().find_map(first_error),
+        other => first_error(other),
+    })
+}
+
+/// Runs the dump, writing to `out`. Returns the frames read and those not decoded whole, by
+/// reason; the caller prints [`Tally::summary`] on stderr.
 ///
 /// A damaged capture (cut short, a corrupt record) is an error after every frame before the
-/// damage was written: the caller reports it (one line on stderr, exit status 1), so that a
-/// script cannot take a damaged capture for a whole one.
+/// damage was written: the caller reports it (one line on stderr, after the summary, exit
+/// status 1), so that a script cannot take a damaged capture for a whole one.
 pub fn run(args: &DumpArgs, out: &mut dyn Write) -> Result<u64> {
+    let mut tally = Tally::default();
+    let result = run_counted(args, out, &mut tally);
+    if let Some(line) = tally.summary(&args.file) {
+        eprintln!("{line}");
+    }
+    result.map(|()| tally.frames)
+}
+
+/// [`run`], counting into `tally`.
+fn run_counted(args: &DumpArgs, out: &mut dyn Write, tally: &mut Tally) -> Result<()> {
     let cfg = args.detect.config()?;
     let registry = args.detect.registry()?;
     let mut capture = Capture::open(&args.file)?;
     let mut out = BufWriter::new(out);
-    let mut frames = 0;
     while let Some(frame) = capture.next_frame() {
+        let mut cut = false;
         let value = match frame {
             Ok(f) if f.link_type == LINKTYPE_ETHERNET => {
+                cut = (f.orig_len as usize) > f.data.len();
                 let mut v = dissect::frame(f.number, &f.data, &cfg, registry.as_ref());
                 if let Some(m) = v.as_object_mut() {
                     m.insert("time_ns".into(), json!(f.time_ns as u64));
@@ -70,14 +143,14 @@ pub fn run(args: &DumpArgs, out: &mut dyn Write) -> Result<u64> {
                 return Err(damage.into());
             }
         };
-        frames += 1;
+        tally.count(&value, cut);
         match args.format {
             Format::Json => writeln!(out, "{value}")?,
             Format::Text => writeln!(out, "{}", text::render(&value))?,
         }
     }
     out.flush().context("writing output")?;
-    Ok(frames)
+    Ok(())
 }
 
 /// Loads the registry file, if one was given.

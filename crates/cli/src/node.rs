@@ -3,7 +3,7 @@
 //! collector).
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -81,7 +81,9 @@ fn writer(path: &PathBuf) -> Result<PcapWriter<BufWriter<File>>> {
     .with_context(|| format!("writing {}", path.display()))
 }
 
-/// Runs the node; returns a summary line.
+/// Runs the node; returns a summary line (JSON). Input that ends in an error (a damaged capture,
+/// a failing interface) still has its summary printed, after the reports of the frames before it
+/// were delivered, and then is the error: the frames it did process are accounted for.
 pub fn run(args: &NodeArgs) -> Result<String> {
     let mut cfg = match &args.config {
         Some(path) => {
@@ -117,7 +119,6 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     let mut input: Box<dyn FrameSource> = match (&args.input, &args.interface) {
         (Some(path), _) => Box::new(PcapSource {
             capture: Capture::open(path)?,
-            path: path.clone(),
         }),
         (None, Some(iface)) => live::source(iface)?,
         (None, None) => bail!("--in or --interface is required"),
@@ -143,15 +144,30 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     };
     let mut exporter = Exporter::new(node.config().export);
     let mut ready = Vec::new();
-    let (mut forwarded, mut discarded, mut sent) = (0u64, 0u64, 0u64);
+    // Report datagrams sent (or written), and those the socket refused (lost, counted).
+    let (mut forwarded, mut discarded, mut sent, mut send_errors) = (0u64, 0u64, 0u64, 0u64);
+    // Frames written out (forwarded, clones, probes), and frames of another link type dropped.
+    let (mut written, mut not_ethernet) = (0u64, 0u64);
+    let mut failed = None;
     let mut deliver = |ts: Duration, ready: &mut Vec<Vec<u8>>| -> Result<()> {
         for r in ready.drain(..) {
             if let Some(w) = reports.as_mut() {
                 let f = report_frame(args.report_source, report_destination, &r);
                 w.write_packet(&PcapPacket::new(ts, f.len() as u32, &f))?;
             }
-            if let Some(s) = &sock {
-                s.send(&r).context("sending a report")?;
+            if let Some(s) = &sock
+                && let Err(e) = s.send(&r)
+            {
+                // A collector not (yet) listening refuses datagrams (ICMP port unreachable):
+                // the report is lost and counted, the node goes on.
+                if send_errors == 0 {
+                    eprintln!(
+                        "intscope node: warning: sending a report: {e}; reports not sent are \
+                         counted in send_errors"
+                    );
+                }
+                send_errors += 1;
+                continue;
             }
             sent += 1;
         }
@@ -159,10 +175,29 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     };
     let (mut last_ts, mut produced) = (Duration::ZERO, 0u64);
     let stop = live::stop_flag();
-    while let Some(input) = input.next_frame(&stop)? {
+    loop {
+        let input = match input.next_frame(&stop) {
+            Ok(Some(input)) => input,
+            Ok(None) => break,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
         let (ts, frame) = match input {
             Input::Frame(ts, data) => (ts, Some(data)),
             Input::Idle(ts) => (ts, None),
+            Input::NotEthernet(number, link_type) => {
+                if not_ethernet == 0 {
+                    eprintln!(
+                        "intscope node: warning: frame {number}: link type {link_type} is not \
+                         supported (Ethernet only); such frames are dropped and counted in \
+                         not_ethernet"
+                    );
+                }
+                not_ethernet += 1;
+                continue;
+            }
         };
         let tel = StaticTelemetry {
             model: node.config().telemetry.clone(),
@@ -171,6 +206,7 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         // Probes due by this time go out first (pcap mode: time is the capture's).
         for probe in node.probes(ts.as_nanos() as u64, &tel) {
             out.send(ts, &probe)?;
+            written += 1;
         }
         let Some(data) = frame else {
             // Idle: only what the clock made due.
@@ -183,11 +219,13 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         if outcome.forward {
             out.send(ts, &data)?;
             forwarded += 1;
+            written += 1;
         } else {
             discarded += 1;
         }
         for copy in &outcome.synthetic {
             out.send(ts, copy)?;
+            written += 1;
         }
         let now = ts.as_nanos() as u64;
         exporter.poll(now, &mut ready);
@@ -203,15 +241,30 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     }
     exporter.flush(&mut ready);
     deliver(last_ts, &mut ready)?;
+    // Flushed here, not on drop, which would swallow a failed write (a full disk).
+    out.finish()?;
+    if let Some(w) = reports {
+        w.into_writer()
+            .flush()
+            .context("writing the reports pcap")?;
+    }
     let st = node.stats;
-    Ok(serde_json::json!({
-        "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "reports": produced, "datagrams": sent,
+    let summary = serde_json::json!({
+        "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "written": written, "not_ethernet": not_ethernet, "reports": produced, "datagrams": sent, "send_errors": send_errors,
         "inserted": st.inserted, "inserted_m": st.inserted_m, "too_big": st.too_big, "added": st.added,
-        "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "malformed": st.malformed,
+        "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "malformed": st.malformed, "report_only": st.report_only,
         "filtered": st.filtered, "clones": st.clones, "skipped": st.skipped, "probes": st.probes, "intermediate": st.intermediate,
         "postcards": st.postcards, "mx_reports": st.mx_reports, "queue_reports": st.queue_reports, "unwatched_drops": st.unwatched_drops, "marked_without_int": st.marked_without_int, "destinations": st.destinations,
     })
-    .to_string())
+    .to_string();
+    match failed {
+        None => Ok(summary),
+        Some(e) => {
+            // What was processed is accounted for before the error ends the run.
+            println!("{summary}");
+            Err(e)
+        }
+    }
 }
 
 /// Where frames come from: `None` at the end (of the file, or of a live run stopped by a
@@ -229,17 +282,24 @@ pub enum Input {
     /// the clock, not only when traffic comes.
     #[cfg_attr(not(feature = "live"), allow(dead_code))]
     Idle(Duration),
+    /// A frame of a link type other than Ethernet (its number and link type): dropped, counted.
+    NotEthernet(u64, u32),
 }
 
 /// Where forwarded frames go.
 pub trait FrameSink {
     /// Sends (or writes) one frame.
     fn send(&mut self, ts: Duration, frame: &[u8]) -> Result<()>;
+
+    /// Writes out what is buffered, at the end: an error here (a full disk) is the run's, not
+    /// one a drop would swallow.
+    fn finish(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
 }
 
 struct PcapSource {
     capture: Capture,
-    path: PathBuf,
 }
 
 impl FrameSource for PcapSource {
@@ -249,12 +309,7 @@ impl FrameSource for PcapSource {
         };
         let frame = frame?;
         if frame.link_type != LINKTYPE_ETHERNET {
-            bail!(
-                "{}: frame {}: link type {} is not supported (Ethernet only)",
-                self.path.display(),
-                frame.number,
-                frame.link_type
-            );
+            return Ok(Some(Input::NotEthernet(frame.number, frame.link_type)));
         }
         let ts = Duration::from_nanos(u64::try_from(frame.time_ns).unwrap_or(u64::MAX));
         Ok(Some(Input::Frame(ts, frame.data)))
@@ -265,5 +320,11 @@ impl FrameSink for PcapWriter<BufWriter<File>> {
     fn send(&mut self, ts: Duration, frame: &[u8]) -> Result<()> {
         self.write_packet(&PcapPacket::new(ts, frame.len() as u32, frame))?;
         Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> Result<()> {
+        self.into_writer()
+            .flush()
+            .context("writing the output pcap")
     }
 }

@@ -50,6 +50,8 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("cannot bind the HTTP API to {}", args.http))?;
         let addr = listener.local_addr()?;
+        // Before the line below: a script may stop the server as soon as it reads it.
+        let shutdown = shutdown_signal();
         // One line a script can read to find the (possibly ephemeral) port.
         println!("{}", serde_json::json!({"http": addr.to_string()}));
         eprintln!(
@@ -64,7 +66,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             limits,
             tls,
             Arc::new(HttpStats::default()),
-            shutdown_signal(),
+            shutdown,
         )
         .await
         .context("HTTP server")

@@ -148,17 +148,50 @@ fn drive(
 /// Runs `intscope sim`.
 pub fn run(args: &SimArgs) -> Result<String> {
     let f = fabric(&args.fabric)?;
-    let stop = AtomicBool::new(false);
+    // Ctrl-C or SIGTERM ends the run at the next step: the reports pcap is written whole and the
+    // summary says how far the fabric ran (the signal's default death would cut the file short).
+    let stop = Arc::new(AtomicBool::new(false));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the signal handler")?;
+    let shutdown = {
+        let _runtime = rt.enter();
+        crate::collect::shutdown_signal()
+    };
+    {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                rt.block_on(shutdown);
+                stop.store(true, Ordering::Relaxed);
+            })
+            .context("starting the signal handler")?;
+    }
     if let Some(c) = args.collector {
         let sock = UdpSocket::bind(if c.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })
             .context("opening the report socket")?;
         sock.connect(c)
             .with_context(|| format!("cannot reach {c}"))?;
-        drive(f, &args.fabric, args.speed, &stop, |r| {
-            // An unreachable collector (ICMP) is not fatal: the switches keep reporting.
-            let _ = sock.send(&r.payload);
+        let mut send_errors = 0u64;
+        let summary = drive(f, &args.fabric, args.speed, &stop, |r| {
+            // An unreachable collector (ICMP) is not fatal: the switches keep reporting, and
+            // the reports the socket refused are counted.
+            if let Err(e) = sock.send(&r.payload) {
+                if send_errors == 0 {
+                    eprintln!(
+                        "intscope sim: warning: sending a report: {e}; reports not sent are \
+                         counted in send_errors"
+                    );
+                }
+                send_errors += 1;
+            }
             Ok(())
-        })
+        })?;
+        let mut v: serde_json::Value = serde_json::from_str(&summary)?;
+        v["send_errors"] = send_errors.into();
+        Ok(v.to_string())
     } else {
         let path = args.reports.as_ref().context("--reports or --collector")?;
         let file = std::fs::File::create(path)
@@ -171,7 +204,7 @@ pub fn run(args: &SimArgs) -> Result<String> {
             },
         )?;
         let dst: std::net::SocketAddrV4 = "192.0.2.100:32766".parse()?;
-        drive(f, &args.fabric, args.speed, &stop, |r| {
+        let summary = drive(f, &args.fabric, args.speed, &stop, |r| {
             let frame = intscope_node::export::report_frame(
                 std::net::SocketAddrV4::new(r.source, 50000),
                 dst,
@@ -183,7 +216,11 @@ pub fn run(args: &SimArgs) -> Result<String> {
                 &frame,
             ))?;
             Ok(())
-        })
+        })?;
+        // Flushed here, not on drop, which would swallow a failed write (a full disk).
+        std::io::Write::flush(&mut w.into_writer())
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(summary)
     }
 }
 
@@ -244,9 +281,15 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
         },
     ));
     {
+        // Ctrl-C or SIGTERM ends the run gracefully (the history committed); installed now,
+        // before the run is announced.
+        let shutdown = {
+            let _runtime = rt.enter();
+            crate::collect::shutdown_signal()
+        };
         let stop = Arc::clone(&stop);
         rt.spawn(async move {
-            let _ = tokio::signal::ctrl_c().await;
+            shutdown.await;
             stop.store(true, Ordering::Relaxed);
         });
     }

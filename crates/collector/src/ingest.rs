@@ -553,7 +553,9 @@ impl Collector {
                 let interval = Duration::from_millis(c.config.store.flush_interval_ms.max(10));
                 // Wall-clock time: ingest waits for this flush (store back-pressure).
                 let mut last = std::time::Instant::now();
-                while !c.stopped() {
+                // After a stop the receive threads still read their sockets' backlogs: the final
+                // flush waits for them, so that what they read is stored too.
+                while !c.stopped() || c.receivers.load(Ordering::SeqCst) > 0 {
                     std::thread::sleep(Duration::from_millis(10));
                     // A deferred flush is retried at the next tick, not a whole interval later.
                     if last.elapsed() >= interval
@@ -983,10 +985,19 @@ pub fn spawn_receivers(
         }
         for (i, sock) in sockets.into_iter().enumerate() {
             let c = Arc::clone(collector);
+            // Counted before the thread runs, so that a stop right after sees it (the final
+            // flush waits for it to read its socket's backlog).
+            collector.receivers.fetch_add(1, Ordering::SeqCst);
             let h = std::thread::Builder::new()
                 .name(format!("ingest-{local}-{i}"))
-                .spawn(move || recv::receive_loop(&c, sock))?;
-            handles.push(h);
+                .spawn(move || recv::receive_loop(&c, sock));
+            match h {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    collector.receivers.fetch_sub(1, Ordering::SeqCst);
+                    return Err(e);
+                }
+            }
         }
     }
     Ok((bound, handles))

@@ -46,7 +46,10 @@ pub struct Outcome {
     pub destination: Option<Vec<u8>>,
 }
 
-/// Counters of a node; every frame lands in exactly one of the first group.
+/// Counters of a node. Every frame lands in exactly one of `untouched`, `inserted`, `inserted_m`,
+/// `too_big`, `added`, `hop_limit`, `mtu`, `skipped`, `intermediate`, `report_only`, `sunk` and
+/// `malformed` (`discarded` frames are among the `sunk`); the others count reports and synthetic
+/// packets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NodeStats {
     /// Frames seen.
@@ -71,6 +74,9 @@ pub struct NodeStats {
     pub discarded: u64,
     /// Frames whose INT this node could not process (decode error), forwarded unchanged.
     pub malformed: u64,
+    /// Frames this node reports on without adding metadata, forwarded unchanged but for DS
+    /// Flags: INT-XD watched packets (postcards) and INT-MX packets at a transit hop.
+    pub report_only: u64,
     /// Reports produced.
     pub reports: u64,
     /// INT-XD: postcards sent for watched flows.
@@ -268,6 +274,7 @@ impl Node {
             && self.congested(tel);
         match (self.cfg.role, located, watch) {
             (_, Err(Some(_)), Some(w)) if w.mode == Mode::Xd => {
+                self.stats.report_only += 1;
                 out.reports.extend(self.postcard(frame, &w, tel, congested));
             }
             // INT after TCP/UDP needs TCP/UDP; GRE carries any IP packet.
@@ -366,6 +373,7 @@ impl Node {
                 self.transit(frame, &l, off, shim, h, tel)
             }
             (Role::Transit, (off, shim, IntHeader::Mx(h), l)) => {
+                self.stats.report_only += 1;
                 out.reports
                     .extend(self.mx_report(frame, off, shim, &h, flow, tel, congested));
                 if let Some(l) = l {
@@ -375,7 +383,13 @@ impl Node {
             (Role::Sink, (off, shim, IntHeader::Md(h), Some(l))) => {
                 if self.cfg.sink_metadata == SinkMetadata::Stack {
                     // Option 1: push our metadata like a transit hop, then report the stack.
+                    // The push is part of sinking the packet: the frame counts once, as sunk.
+                    let before = self.stats;
                     self.transit(frame, &l, off, shim, h, tel);
+                    self.stats.added = before.added;
+                    self.stats.hop_limit = before.hop_limit;
+                    self.stats.mtu = before.mtu;
+                    self.stats.skipped = before.skipped;
                 }
                 let own = self.cfg.sink_metadata == SinkMetadata::Report;
                 let ds = if own {
@@ -394,7 +408,7 @@ impl Node {
                     ds,
                 ));
                 out.destination = self.consume_destination(frame, off, shim);
-                self.strip(frame);
+                self.strip_counted(frame);
                 if h.d {
                     self.stats.discarded += 1;
                     out.forward = false;
@@ -404,7 +418,7 @@ impl Node {
                 out.reports
                     .extend(self.mx_report(frame, off, shim, &h, flow, tel, congested));
                 out.destination = self.consume_destination(frame, off, shim);
-                self.strip(frame);
+                self.strip_counted(frame);
                 if h.d {
                     self.stats.discarded += 1;
                     out.forward = false;
@@ -415,6 +429,14 @@ impl Node {
                 out.reports
                     .extend(self.queue_report(frame, tel, congested, true));
             }
+        }
+    }
+
+    /// The sink's [`Node::strip`] (which counts the frame `sunk`); INT it could not remove
+    /// counts the frame `malformed` (forwarded as it is, reported).
+    fn strip_counted(&mut self, frame: &mut Vec<u8>) {
+        if self.strip(frame).is_none() {
+            self.stats.malformed += 1;
         }
     }
 

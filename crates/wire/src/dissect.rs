@@ -119,7 +119,15 @@ fn packet_value(
         && cfg.is_report_port(l4.dst_port)
         && p.int.is_none()
     {
-        let payload = &bytes[(l4.offset + 8).min(bytes.len())..];
+        // The datagram is what the UDP length declares, cut to what was captured: an Ethernet
+        // trailer after it (padding, an FCS) holds no reports.
+        let start = (l4.offset + 8).min(bytes.len());
+        let end = bytes
+            .get(l4.offset + 4..l4.offset + 6)
+            .map_or(bytes.len(), |b| {
+                l4.offset + usize::from(u16::from_be_bytes([b[0], b[1]]))
+            });
+        let payload = &bytes[start..end.clamp(start, bytes.len())];
         let mut inner_cfg = cfg.clone();
         inner_cfg.heuristic = true;
         inner_cfg.truncated = true;

@@ -5,10 +5,12 @@
 //! without locks, then correlated shard by shard; `--discard` is the same loop minus the decode.
 //!
 //! Shutdown and idle work need no wake-up: the read timeout returns the call every [`IDLE`]
-//! without traffic, and the loop checks the stop flag after every call.
+//! without traffic, and the loop checks the stop flag after every call. On a stop the socket
+//! takes no new datagrams ([`stop_arrivals`]) and the loop reads what its buffer still holds
+//! before it ends: closed, the socket would take those datagrams with it, counted nowhere.
 
 use std::io::IoSliceMut;
-use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -57,14 +59,28 @@ fn source(addr: Option<&SockaddrStorage>) -> IpAddr {
 }
 
 /// Receives batches of datagrams on `sock` until the collector stops.
+/// The caller counted the thread in `receivers`; it is uncounted when the loop ends.
 pub(super) fn receive_loop(c: &Collector, sock: UdpSocket) {
-    c.receivers.fetch_add(1, Ordering::SeqCst);
     if let Err(e) = receive_batches(c, &sock) {
         c.stats.socket_errors.fetch_add(1, Ordering::Relaxed);
         tracing::error!("receive thread ended: {e}");
     }
     c.stats.retire_socket(&sock);
     c.receivers.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Stops new datagrams reaching `sock`, so that a stop can read what its buffer holds and end:
+/// connected to a peer that sends nothing (its own address), a UDP socket takes datagrams from no
+/// one else, and the kernel refuses them as it would at a closed port. What is queued stays.
+fn stop_arrivals(sock: &UdpSocket) -> std::io::Result<()> {
+    let mut own = sock.local_addr()?;
+    if own.ip().is_unspecified() {
+        own.set_ip(match own.ip() {
+            IpAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+            IpAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    sock.connect(own)
 }
 
 fn receive_batches(c: &Collector, sock: &UdpSocket) -> std::io::Result<()> {
@@ -81,7 +97,26 @@ fn receive_batches(c: &Collector, sock: &UdpSocket) -> std::io::Result<()> {
     let mut meta: Vec<Meta> = Vec::with_capacity(batch);
     let mut records = RecordBatch::default();
     let mut errors_in_a_row = 0u32;
-    while !c.stopped() {
+    // After a stop: datagrams read from the backlog, and the most the buffer can hold (a bound
+    // in case the socket could not refuse new ones: the smallest datagram takes a few hundred
+    // bytes of buffer).
+    let mut draining: Option<usize> = None;
+    let backlog_bound = super::recv_buffer_size(sock).unwrap_or(0) / 256 + batch;
+    loop {
+        if draining.is_none() && c.stopped() {
+            if let Err(e) = stop_arrivals(sock) {
+                tracing::warn!("report socket: new datagrams not refused at the stop: {e}");
+            }
+            draining = Some(0);
+        }
+        if draining.is_some_and(|n| n >= backlog_bound) {
+            break;
+        }
+        let flags = if draining.is_some() {
+            MsgFlags::MSG_DONTWAIT
+        } else {
+            MsgFlags::MSG_WAITFORONE
+        };
         meta.clear();
         let got = {
             let mut iovs: Vec<[IoSliceMut<'_>; 1]> = storage
@@ -89,14 +124,7 @@ fn receive_batches(c: &Collector, sock: &UdpSocket) -> std::io::Result<()> {
                 .map(|s| [IoSliceMut::new(s)])
                 .collect();
             // Blocks for the first datagram (up to the read timeout), then takes what is queued.
-            recvmmsg(
-                fd,
-                &mut headers,
-                iovs.iter_mut(),
-                MsgFlags::MSG_WAITFORONE,
-                None,
-            )
-            .map(|msgs| {
+            recvmmsg(fd, &mut headers, iovs.iter_mut(), flags, None).map(|msgs| {
                 meta.extend(msgs.map(|m| Meta {
                     len: m.bytes,
                     src: source(m.address.as_ref()),
@@ -106,6 +134,8 @@ fn receive_batches(c: &Collector, sock: &UdpSocket) -> std::io::Result<()> {
         };
         match got {
             Ok(()) => errors_in_a_row = 0,
+            // The backlog is read.
+            Err(Errno::EAGAIN) if draining.is_some() => break,
             Err(Errno::EAGAIN | Errno::EINTR) => {
                 // Idle: episodes of queues that went quiet still end, and the API's snapshot
                 // catches up with the last batch.
@@ -118,10 +148,16 @@ fn receive_batches(c: &Collector, sock: &UdpSocket) -> std::io::Result<()> {
                 if errors_in_a_row < 10 || errors_in_a_row.is_power_of_two() {
                     tracing::warn!(errors = errors_in_a_row, "receive error: {e}");
                 }
+                if draining.is_some() {
+                    break;
+                }
                 // A persistent error (a closed socket) must not spin a core.
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
+        }
+        if let Some(n) = &mut draining {
+            *n += meta.len();
         }
         let now = now_ns();
         let mut tally = Tally::default();
