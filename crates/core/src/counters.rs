@@ -205,7 +205,7 @@ metric!(
     None,
     [],
     Stats(&[("*", "ingest.datagrams_received")]),
-    "Report datagrams received (each then accepted or discarded)"
+    "Report datagrams received (each then accepted or discarded; with --discard, neither)"
 );
 metric!(
     INGEST_DATAGRAMS,
@@ -218,7 +218,7 @@ metric!(
         ("kernel_dropped", "ingest.kernel_dropped"),
         ("*", "ingest.discarded.{outcome}"),
     ]),
-    "Report datagrams received, by outcome"
+    "Report datagrams by outcome: accepted or discarded (by reason) once received, or kernel_dropped before (the socket's buffer was full)"
 );
 metric!(
     INGEST_DATAGRAMS_MALFORMED,
