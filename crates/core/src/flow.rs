@@ -503,8 +503,20 @@ pub struct LinkTable {
     /// the last), with how often: a port without a peer is an edge port after
     /// [`EDGE_SIGHTINGS`] (a lost report of a neighbour makes a stray one).
     edges: rustc_hash::FxHashMap<(u32, u32), u8>,
+    /// Per (node, egress port): packets that left by it and were next reported more than one
+    /// TTL lower, since the last one next reported one TTL lower ([`LinkTable::spans`]).
+    spans: rustc_hash::FxHashMap<(u32, u32), Spans>,
     /// Links not learned because the table was full ([`MAX_LINK_PORTS`]).
     pub unlearned: u64,
+}
+
+/// Packets seen spanning more than one hop from a port ([`LinkTable::spans`]).
+#[derive(Debug, Clone, Copy)]
+struct Spans {
+    packets: u16,
+    /// The egress timestamp of the last packet counted: a duplicated or reordered report of
+    /// it pairs the same packet again, and is not counted twice.
+    last_egress_ts: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -530,6 +542,47 @@ impl LinkTable {
     /// How many sightings back the peer of (node, egress port) `from` (0: none; at most 16).
     pub fn votes(&self, from: (u32, u32)) -> u8 {
         self.peers.get(&from).map_or(0, |p| p.votes)
+    }
+
+    /// How many packets left by (node, egress port) `from` and were next reported by an INT hop
+    /// more than one TTL lower (each with a report of the hop before and one of a hop after it),
+    /// since the last one that was next reported one TTL lower (by its neighbour). Each is a
+    /// packet whose report from the hop in between, if that hop runs INT, the report network
+    /// lost; a hop without INT never reports, so its count only grows.
+    pub fn spans(&self, from: (u32, u32)) -> u16 {
+        self.spans.get(&from).map_or(0, |s| s.packets)
+    }
+
+    /// Counts the packet that left by `from` (its egress timestamp `egress_ts`) and was next
+    /// reported `ttl_drop` TTL lower ([`LinkTable::spans`]): one lower is a neighbour's report,
+    /// which starts the count afresh.
+    pub fn spanned(&mut self, from: (u32, u32), egress_ts: u64, ttl_drop: u8) {
+        match ttl_drop {
+            0 => {}
+            1 => {
+                self.spans.remove(&from);
+            }
+            _ => {
+                let full = self.spans.len() >= MAX_LINK_PORTS;
+                match self.spans.get_mut(&from) {
+                    Some(s) if s.last_egress_ts == egress_ts => {}
+                    Some(s) => {
+                        s.packets = s.packets.saturating_add(1);
+                        s.last_egress_ts = egress_ts;
+                    }
+                    None if full => self.unlearned += 1,
+                    None => {
+                        self.spans.insert(
+                            from,
+                            Spans {
+                                packets: 1,
+                                last_egress_ts: egress_ts,
+                            },
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// Whether `port` of a node is a fabric port (has a learned peer).
@@ -650,7 +703,8 @@ impl LinkTable {
 /// `link_delay_max_ns` after this hop's egress timestamp (INT v2.1 §"INT-XD": every node on the
 /// way reports the packet's metadata itself) — and teaches `links` what the pairs show: a link
 /// between consecutive hops; a packet's first hop (a successor, no predecessor) entered by an
-/// edge port, its last (a predecessor, no successor) left by one. Run a window after the
+/// edge port, its last (a predecessor, no successor) left by one; and, from the two copies'
+/// TTLs, whether the pair spans more than one hop ([`LinkTable::spans`]). Run a window after the
 /// reports came, so that a packet's reports are all in whatever order they arrived.
 fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: u64) {
     let same_packet = |a: &Card, b: &Card| a.packet == 0 || b.packet == 0 || a.packet == b.packet;
@@ -678,6 +732,13 @@ fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: 
         {
             if let (Some(out), Some(into)) = (x.hop.egress_if(), y.hop.ingress_if()) {
                 links.learn(((x.hop.node_id, out), (y.hop.node_id, into)), gap);
+                // Both copies of the packet carry its TTL: how many hops lie between them.
+                if let (Some(ts), Some(drop)) = (
+                    x.hop.egress_ts(),
+                    x.ttl.zip(y.ttl).and_then(|(a, b)| a.checked_sub(b)),
+                ) {
+                    links.spanned((x.hop.node_id, out), ts, drop);
+                }
             }
         }
         match (pred, succ) {
@@ -1682,6 +1743,39 @@ mod tests {
         links.learn(((7, 1), (9, 1)), 600);
         links.learn(((7, 1), (9, 1)), 600);
         assert_eq!(links.peer((7, 1)), Some((9, 1)));
+    }
+
+    #[test]
+    fn packets_past_a_silent_hop_are_counted_until_a_neighbour_reports_one() {
+        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
+        // Leaf 1 (TTL 64), spine 101 (63), leaf 2 (62); `spine` says whether 101's report came.
+        let packet = |f: &mut FlowState, now: u64, t: u64, spine: bool| {
+            let fp = (t / 1_000) as u32 + 1;
+            let mut add = |at: u64, hop: Hop, ttl: u8| {
+                f.add_card_with_ttl(at, hop, fp, Some(ttl), 10 * MS, u64::MAX);
+            };
+            add(now, card(1, 1, 5, t), 64);
+            if spine {
+                add(now + 1, card(101, 1, 2, t + 1_500), 63);
+            }
+            add(now + 2, card(2, 5, 3, t + 3_000), 62);
+        };
+        packet(&mut f, 0, 0, false);
+        join(&mut f, &mut links);
+        assert_eq!(links.spans((1, 5)), 1, "one packet past a silent hop");
+        assert_eq!(links.spans((2, 5)), 0, "counted where the packet left");
+        // Leaf 2's report of the same packet again (duplicated, or late): the same packet.
+        f.add_card_with_ttl(3, card(2, 5, 3, 3_000), 1, Some(62), 10 * MS, u64::MAX);
+        join(&mut f, &mut links);
+        assert_eq!(links.spans((1, 5)), 1, "a packet counts once");
+        packet(&mut f, 20 * MS, 20 * MS, false);
+        join(&mut f, &mut links);
+        assert_eq!(links.spans((1, 5)), 2);
+        // The spine reports one: it runs INT, the packets before were its lost reports.
+        packet(&mut f, 40 * MS, 40 * MS, true);
+        join(&mut f, &mut links);
+        assert_eq!(links.spans((1, 5)), 0, "a neighbour's report starts afresh");
+        assert_eq!(links.peer((1, 5)), Some((101, 1)));
     }
 
     #[test]

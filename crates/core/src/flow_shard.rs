@@ -54,7 +54,9 @@ pub struct PostcardConfig {
     /// once `p^m` is at most this chance (each of those reports is a packet the next node
     /// would have reported too, all of whose reports the network would have had to lose).
     /// Where the next node lost nothing, `silent_drop_ns` alone decides; 1 turns the check
-    /// off, 0 lets any loss explain a silence.
+    /// off, 0 lets any loss explain a silence. Hops without INT found from the TTL are weighed
+    /// the same way: a hop that never reports may be one whose reports were all lost
+    /// (`spans_lost_in_transit`).
     pub silent_drop_chance: f64,
 }
 
@@ -105,6 +107,47 @@ fn lost_in_transit(
     }
     let p = lost as f64 / (lost + received) as f64;
     p.powi(i32::try_from(m).unwrap_or(i32::MAX)) > chance
+}
+
+/// Fewest packets that left a port for a hop more than one TTL further ([`LinkTable::spans`])
+/// before hops without INT are raised behind it, however lossless the report network: one
+/// packet may be all of a flow's reports yet.
+pub const MIN_SPANS: u16 = 2;
+
+/// Whether `spans` packets that left `hops[0]`'s egress port and were next reported more than
+/// one TTL lower ([`LinkTable::spans`]) may all be packets whose report from an INT hop between
+/// the report network lost ([`PostcardConfig::silent_drop_chance`]): with `p` the larger report
+/// loss share of the two hops around it over the history up to `now` (moved back by the
+/// reorder time and a hand-over of received counts; the hop between, unknown, is taken to lose
+/// as much), when `p^spans` is above the chance. Fewer than [`MIN_SPANS`], or the two hops'
+/// loss not known yet (early in a run no gap is confirmed), is always loss.
+fn spans_lost_in_transit(
+    cfg: &DetectConfig,
+    log: &Mutex<EventLog>,
+    now: u64,
+    hops: [crate::record::Hop; 2],
+    spans: u16,
+) -> bool {
+    if spans < MIN_SPANS {
+        return true;
+    }
+    let chance = cfg.postcards.silent_drop_chance;
+    if chance >= 1.0 {
+        return false;
+    }
+    let lag = cfg.report_reorder_ns.saturating_add(RECEIVED_FLUSH_NS);
+    let Some(to) = now.checked_sub(lag) else {
+        return true;
+    };
+    let log = crate::event::lock(log);
+    let p = hops
+        .iter()
+        .filter_map(|h| {
+            let (lost, received) = log.incidents.report_loss.between(h.node_id, 0, to);
+            (lost + received > 0).then(|| lost as f64 / (lost + received) as f64)
+        })
+        .reduce(f64::max);
+    p.is_none_or(|p| p.powi(i32::from(spans)) > chance)
 }
 
 /// The drop reason name of a silent drop (no switch reported it; see [`PostcardConfig`]).
@@ -283,18 +326,18 @@ impl FlowShard {
                     })
                     .map(|w| (w[0].0, w[1].0.node_id, w[1].1, w[0].1));
                 // Two neighbours of the joined path whose copies of the packet are more than
-                // one TTL apart have hops without INT between them — when the link between
-                // them was seen more than once: a link learned from one packet may pair two
-                // hops over a third whose report was lost (the third's own reports replace
-                // it), while hops without INT never report, so their link keeps its votes.
+                // one TTL apart have hops without INT between them — or an INT hop whose
+                // report of the packet was lost, which the link between them may have been
+                // learned over before the hop's own reports taught the real one: weighed below
+                // by the packets that left that way and were never seen by a neighbour.
                 let links = &self.links;
                 hidden = chain.windows(2).find_map(|w| {
                     let (a, b) = (
                         flow.card_ttl(w[0].0.node_id)?,
                         flow.card_ttl(w[1].0.node_id)?,
                     );
-                    let seen_again = links.votes((w[0].0.node_id, w[0].0.egress_if()?)) > 1;
-                    (seen_again && a > b.saturating_add(1)).then_some((w[0].0, w[1].0, a, b))
+                    let spans = links.spans((w[0].0.node_id, w[0].0.egress_if()?));
+                    (a > b.saturating_add(1)).then_some((w[0].0, w[1].0, (a, b), spans))
                 });
                 if silent.is_none() {
                     flow.mark_silent(None);
@@ -344,9 +387,9 @@ impl FlowShard {
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
         }
-        if let Some((last, next, ttls)) = hidden
+        if let Some((last, next, ttls, _)) = hidden
             .filter(|_| self.cfg.non_int_hops)
-            .map(|(l, n, a, b)| (l, n, (a, b)))
+            .filter(|&(l, n, _, spans)| !spans_lost_in_transit(&self.cfg, log, now, [l, n], spans))
         {
             self.hidden_hops(now, key, id, last, next, ttls, log);
         }
