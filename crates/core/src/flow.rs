@@ -523,6 +523,9 @@ struct Spans {
 struct Peer {
     at: (u32, u32),
     votes: u8,
+    /// The latest packet that paired the two showed them more than one TTL apart: a hop
+    /// without INT (or one whose report was lost) lies between, so this is no neighbour.
+    over_hop: bool,
     /// Shortest gap seen between this port's egress and the peer's ingress timestamps, ns.
     gap_ns: u64,
 }
@@ -585,6 +588,13 @@ impl LinkTable {
         }
     }
 
+    /// Whether the peer of (node, egress port) `from` is known to lie more than one hop away
+    /// (the copies of the packet that last paired them were more than one TTL apart): a silence
+    /// of the peer says nothing of the packets, which a hop between may send elsewhere.
+    pub fn over_hop(&self, from: (u32, u32)) -> bool {
+        self.peers.get(&from).is_some_and(|p| p.over_hop)
+    }
+
     /// Whether `port` of a node is a fabric port (has a learned peer).
     pub fn is_fabric_port(&self, at: (u32, u32)) -> bool {
         self.peers.contains_key(&at)
@@ -618,25 +628,35 @@ impl LinkTable {
 
     /// Counts one sighting of link `a` → `b` (and so `b` → `a`) whose packet took `gap_ns` from
     /// `a`'s egress timestamp to `b`'s ingress timestamp.
-    pub fn learn(&mut self, (a, b): Link, gap_ns: u64) {
+    pub fn learn(&mut self, link: Link, gap_ns: u64) {
+        self.learn_packet(link, gap_ns, None);
+    }
+
+    /// [`LinkTable::learn`] from one packet's two copies, which were `ttl_drop` TTL apart if
+    /// both carried one: more than one marks the link as spanning a hop
+    /// ([`LinkTable::over_hop`]).
+    pub fn learn_packet(&mut self, (a, b): Link, gap_ns: u64, ttl_drop: Option<u8>) {
         if a == b {
             return;
         }
-        self.vote(a, b, gap_ns);
-        self.vote(b, a, gap_ns);
+        let over_hop = ttl_drop.map(|d| d > 1);
+        self.vote(a, b, gap_ns, over_hop);
+        self.vote(b, a, gap_ns, over_hop);
     }
 
-    fn vote(&mut self, from: (u32, u32), to: (u32, u32), gap_ns: u64) {
+    fn vote(&mut self, from: (u32, u32), to: (u32, u32), gap_ns: u64, over_hop: Option<bool>) {
         let full = self.peers.len() >= MAX_LINK_PORTS;
         let new = Peer {
             at: to,
             votes: 1,
+            over_hop: over_hop.unwrap_or(false),
             gap_ns,
         };
         match self.peers.get_mut(&from) {
             Some(p) if p.at == to => {
                 p.votes = p.votes.saturating_add(1).min(16);
                 p.gap_ns = p.gap_ns.min(gap_ns);
+                p.over_hop = over_hop.unwrap_or(p.over_hop);
             }
             Some(p) => {
                 // Serialization of the packet varies a link's gap; another hop and link add
@@ -731,13 +751,12 @@ fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: 
             .flatten()
         {
             if let (Some(out), Some(into)) = (x.hop.egress_if(), y.hop.ingress_if()) {
-                links.learn(((x.hop.node_id, out), (y.hop.node_id, into)), gap);
                 // Both copies of the packet carry its TTL: how many hops lie between them.
-                if let (Some(ts), Some(drop)) = (
-                    x.hop.egress_ts(),
-                    x.ttl.zip(y.ttl).and_then(|(a, b)| a.checked_sub(b)),
-                ) {
-                    links.spanned((x.hop.node_id, out), ts, drop);
+                let drop = x.ttl.zip(y.ttl).and_then(|(a, b)| a.checked_sub(b));
+                let link = ((x.hop.node_id, out), (y.hop.node_id, into));
+                links.learn_packet(link, gap, drop);
+                if let (Some(ts), Some(drop)) = (x.hop.egress_ts(), drop) {
+                    links.spanned(link.0, ts, drop);
                 }
             }
         }
@@ -1764,6 +1783,11 @@ mod tests {
         join(&mut f, &mut links);
         assert_eq!(links.spans((1, 5)), 1, "one packet past a silent hop");
         assert_eq!(links.spans((2, 5)), 0, "counted where the packet left");
+        assert_eq!(links.peer((1, 5)), Some((2, 5)));
+        assert!(
+            links.over_hop((1, 5)) && links.over_hop((2, 5)),
+            "no neighbours"
+        );
         // Leaf 2's report of the same packet again (duplicated, or late): the same packet.
         f.add_card_with_ttl(3, card(2, 5, 3, 3_000), 1, Some(62), 10 * MS, u64::MAX);
         join(&mut f, &mut links);
@@ -1776,6 +1800,7 @@ mod tests {
         join(&mut f, &mut links);
         assert_eq!(links.spans((1, 5)), 0, "a neighbour's report starts afresh");
         assert_eq!(links.peer((1, 5)), Some((101, 1)));
+        assert!(!links.over_hop((1, 5)) && !links.over_hop((101, 2)));
     }
 
     #[test]

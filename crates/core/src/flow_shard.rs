@@ -316,13 +316,19 @@ impl FlowShard {
                 flow.observe_latency(now, &hops);
                 // A hop that has reported the flow for `silent_ns` (without a silence of its
                 // own) since its next hop last did: a hop whose reports just resumed after the
-                // flow paused or stopped reaching it waits for the next hop's.
+                // flow paused or stopped reaching it waits for the next hop's. Not over a link
+                // that spans a hop without INT, which may send the flow elsewhere.
+                let links = &self.links;
                 silent = chain
                     .windows(2)
                     .find(|w| {
                         let since = flow.card_times(w[0].0.node_id).map_or(w[0].1, |t| t.0);
                         w[0].1 >= w[1].1.saturating_add(silent_ns)
                             && since.saturating_add(silent_ns) <= w[0].1
+                            && !w[0]
+                                .0
+                                .egress_if()
+                                .is_some_and(|p| links.over_hop((w[0].0.node_id, p)))
                     })
                     .map(|w| (w[0].0, w[1].0.node_id, w[1].1, w[0].1));
                 // Two neighbours of the joined path whose copies of the packet are more than
@@ -346,11 +352,16 @@ impl FlowShard {
             Joined::Partial(hops, broken) => {
                 flow.observe_joined_partial(now, &hops, &mut self.paths);
                 // Never seen at the next hop while this one kept sending there: for as long
-                // as it has sent the flow that way (a path that just moved waits).
+                // as it has sent the flow that way (a path that just moved waits). A "next
+                // hop" past a hop without INT is none: that hop may send the flow elsewhere.
                 silent = broken
                     .filter(|(_, sending)| *sending >= silent_ns)
                     .and_then(|(h, _)| {
-                        let next = self.links.peer((h.node_id, h.egress_if()?))?.0;
+                        let out = (h.node_id, h.egress_if()?);
+                        if self.links.over_hop(out) {
+                            return None;
+                        }
+                        let next = self.links.peer(out)?.0;
                         let (since, seen) = flow.card_times(h.node_id)?;
                         // Every report since it took these ports is one the next node missed.
                         Some((h, next, since.saturating_sub(1), seen))
