@@ -1158,6 +1158,19 @@ impl FlowState {
             .ttl
     }
 
+    /// The latest report of the flow whose copy of the packet is more than one TTL below `ttl`,
+    /// the nearest such (the highest TTL), with that TTL: the next INT hop past hops without
+    /// INT, from a hop whose copy carried `ttl`.
+    pub fn card_past_ttl(&self, ttl: u8) -> Option<(Hop, u8)> {
+        self.joins
+            .as_ref()?
+            .cards
+            .iter()
+            .filter_map(|c| Some((c.hop, c.ttl?)))
+            .filter(|&(_, t)| t.saturating_add(1) < ttl)
+            .max_by_key(|&(_, t)| t)
+    }
+
     /// When `node`'s latest report of the flow came, and since when it reported it through
     /// the same ports: (since, seen), report time.
     pub fn card_times(&self, node: u32) -> Option<(u64, u64)> {

@@ -343,7 +343,7 @@ impl FlowShard {
                         flow.card_ttl(w[1].0.node_id)?,
                     );
                     let spans = links.spans((w[0].0.node_id, w[0].0.egress_if()?));
-                    (a > b.saturating_add(1)).then_some((w[0].0, w[1].0, (a, b), spans))
+                    (a > b.saturating_add(1)).then_some((w[0].0, w[1].0, (a, b), spans, None))
                 });
                 if silent.is_none() {
                     flow.mark_silent(None);
@@ -368,6 +368,28 @@ impl FlowShard {
                     });
             }
         }
+        // Packets that leave by the silent hop's port and still reach an INT hop further on,
+        // more than one TTL lower, too many to be lost reports of the next hop: they were not
+        // dropped, the next hop stopped adding INT (the link names it).
+        let silent = silent.filter(|&(h, next, ..)| {
+            let Some(port) = h.egress_if() else {
+                return true;
+            };
+            let spans = self.links.spans((h.node_id, port));
+            let past = flow
+                .card_ttl(h.node_id)
+                .and_then(|a| Some((a, flow.card_past_ttl(a)?)))
+                .filter(|_| spans >= MIN_SPANS);
+            match past {
+                Some((a, (b, at_b)))
+                    if !spans_lost_in_transit(&self.cfg, log, now, [h, b], spans) =>
+                {
+                    hidden = hidden.or(Some((h, b, (a, at_b), spans, Some(next))));
+                    false
+                }
+                _ => true,
+            }
+        });
         // A silence the report network's loss explains well enough is no drop (yet): the
         // next joins look again, with more reports of the flow from this hop.
         let silent = silent
@@ -398,11 +420,13 @@ impl FlowShard {
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
         }
-        if let Some((last, next, ttls, _)) = hidden
+        if let Some((last, next, ttls, _, suspect)) = hidden
             .filter(|_| self.cfg.non_int_hops)
-            .filter(|&(l, n, _, spans)| !spans_lost_in_transit(&self.cfg, log, now, [l, n], spans))
+            .filter(|&(l, n, _, spans, suspect)| {
+                suspect.is_some() || !spans_lost_in_transit(&self.cfg, log, now, [l, n], spans)
+            })
         {
-            self.hidden_hops(now, key, id, last, next, ttls, log);
+            self.hidden_hops(now, key, id, (last, next, suspect), ttls, log);
         }
         if let Some(at) = raise {
             // The packets left `at` by this port and never reached the next hop: one drop
@@ -441,10 +465,12 @@ impl FlowShard {
         }
     }
 
-    /// INT-XD/MX: hops without INT between `last` and `next`, neighbours of the flow's joined
-    /// path, whose reports' copies of the packet carry TTLs `ttls` (at `last`, at `next`) more
-    /// than one apart: one non-int-hops incident per port they hide behind, as INT-MD's TTL
-    /// check places them. The evidence's `assumed_initial_ttl` is `last`'s TTL here.
+    /// INT-XD/MX: hops without INT between `last` and `next`, INT hops of the flow's path
+    /// whose reports' copies of the packet carry TTLs `ttls` (at `last`, at `next`) more than
+    /// one apart: one non-int-hops incident per port they hide behind, as INT-MD's TTL check
+    /// places them, or per hidden node when the links name it (`suspect`: a hop that stopped
+    /// adding INT, known from its reports before). The evidence's `assumed_initial_ttl` is
+    /// `last`'s TTL here.
     #[allow(clippy::too_many_arguments)]
     #[cold]
     fn hidden_hops(
@@ -452,21 +478,23 @@ impl FlowShard {
         now: u64,
         key: FlowKey,
         id: u64,
-        last: crate::record::Hop,
-        next: crate::record::Hop,
+        (last, next, suspect): (crate::record::Hop, crate::record::Hop, Option<u32>),
         (at_last, at_next): (u8, u8),
         log: &Mutex<EventLog>,
     ) {
         let non_int = at_last - at_next - 1;
-        let incident = IncidentKey::new(
-            IncidentKind::NonIntHops,
-            IncidentPlace {
+        let iplace = match suspect {
+            Some(n) => IncidentPlace {
+                node: Some(n),
+                ..IncidentPlace::default()
+            },
+            None => IncidentPlace {
                 node: Some(last.node_id),
                 port: last.egress_if(),
                 ..IncidentPlace::default()
             },
-            None,
-        );
+        };
+        let incident = IncidentKey::new(IncidentKind::NonIntHops, iplace, None);
         let o = Observation {
             value: Some((u64::from(non_int), crate::incident::Unit::Hops)),
             flow: Some(FlowWeight::one((key, id))),
@@ -480,7 +508,7 @@ impl FlowShard {
             non_int_hops: non_int,
             last_int_node: Some(last.node_id),
             next_int_node: next.node_id,
-            suspect_node: None,
+            suspect_node: suspect,
         };
         self.raiser.incidents.observe(log, incident, &o, evidence);
         let place = Place {

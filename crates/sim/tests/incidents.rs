@@ -1224,3 +1224,35 @@ fn lost_reports_make_no_hops_without_int_in_mx_and_xd() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// A spine that stops adding INT once its links are known (100 ms into the run): in MX and XD
+/// its silence is no silent drop on the links into it — the packets still reach the leaves
+/// behind it, one TTL lower than a spine's hop makes — but hops without INT at the spine,
+/// which the links learned before name. The silent-drop window (200 ms) passes in the run.
+#[test]
+fn a_spine_that_stops_int_is_named_not_taken_for_silent_drops_in_mx_and_xd() {
+    let until = 600;
+    let flows = traffic(until * MS, false);
+    let hidden = at(100, u64::MAX, Fault::NonIntSpine { spine: 1 });
+    for mode in [Mode::Mx, Mode::Xd] {
+        for delivery in [Delivery::default(), poor_delivery(11)] {
+            let r = run(
+                mode,
+                delivery.clone(),
+                &flows,
+                std::slice::from_ref(&hidden),
+                until,
+            );
+            let what = format!("{mode:?} loss {}\n{}", delivery.loss, r.dump());
+            let non_int = r.of(IncidentKind::NonIntHops);
+            assert_eq!(non_int.len(), 1, "{what}");
+            assert_eq!(non_int[0].place.node, Some(spine_id(1)), "{what}");
+            assert!(non_int[0].start_ns >= 100 * MS, "{what}");
+            assert_eq!(
+                r.incidents.len() - r.of(IncidentKind::ReportLoss).len(),
+                1,
+                "nothing else: {what}"
+            );
+        }
+    }
+}
