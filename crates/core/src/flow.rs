@@ -506,8 +506,40 @@ pub struct LinkTable {
     /// Per (node, egress port): packets that left by it and were next reported more than one
     /// TTL lower, since the last one next reported one TTL lower ([`LinkTable::spans`]).
     spans: rustc_hash::FxHashMap<(u32, u32), Spans>,
+    /// Per node: packets that crossed it by the links known without its report
+    /// ([`LinkTable::node_spans`]).
+    node_spans: rustc_hash::FxHashMap<u32, Spans>,
     /// Links not learned because the table was full ([`MAX_LINK_PORTS`]).
     pub unlearned: u64,
+}
+
+/// Counts one packet (egress timestamp `egress_ts`) in `map` at `key`, once however often its
+/// reports pair; false when the map is full ([`MAX_LINK_PORTS`]) and `key` not in it.
+fn count_span<K: std::hash::Hash + Eq>(
+    map: &mut rustc_hash::FxHashMap<K, Spans>,
+    key: K,
+    egress_ts: u64,
+) -> bool {
+    let full = map.len() >= MAX_LINK_PORTS;
+    match map.get_mut(&key) {
+        Some(s) if s.last_egress_ts == egress_ts => true,
+        Some(s) => {
+            s.packets = s.packets.saturating_add(1);
+            s.last_egress_ts = egress_ts;
+            true
+        }
+        None if full => false,
+        None => {
+            map.insert(
+                key,
+                Spans {
+                    packets: 1,
+                    last_egress_ts: egress_ts,
+                },
+            );
+            true
+        }
+    }
 }
 
 /// Packets seen spanning more than one hop from a port ([`LinkTable::spans`]).
@@ -556,33 +588,32 @@ impl LinkTable {
         self.spans.get(&from).map_or(0, |s| s.packets)
     }
 
+    /// How many packets crossed node `node` by the links known (left by a port whose learned
+    /// neighbour it is) and were next reported more than one TTL lower, since `node` last
+    /// reported a packet another node reported too: a node that stopped adding INT, when too
+    /// many for its reports to have been lost.
+    pub fn node_spans(&self, node: u32) -> u16 {
+        self.node_spans.get(&node).map_or(0, |s| s.packets)
+    }
+
     /// Counts the packet that left by `from` (its egress timestamp `egress_ts`) and was next
-    /// reported `ttl_drop` TTL lower ([`LinkTable::spans`]): one lower is a neighbour's report,
-    /// which starts the count afresh.
-    pub fn spanned(&mut self, from: (u32, u32), egress_ts: u64, ttl_drop: u8) {
+    /// reported `ttl_drop` TTL lower, by node `to` ([`LinkTable::spans`],
+    /// [`LinkTable::node_spans`]): one lower is a neighbour's report, which starts the port's
+    /// count afresh; both nodes reported it, which starts theirs afresh.
+    pub fn spanned(&mut self, from: (u32, u32), to: u32, egress_ts: u64, ttl_drop: u8) {
+        self.node_spans.remove(&from.0);
+        self.node_spans.remove(&to);
         match ttl_drop {
             0 => {}
             1 => {
                 self.spans.remove(&from);
             }
             _ => {
-                let full = self.spans.len() >= MAX_LINK_PORTS;
-                match self.spans.get_mut(&from) {
-                    Some(s) if s.last_egress_ts == egress_ts => {}
-                    Some(s) => {
-                        s.packets = s.packets.saturating_add(1);
-                        s.last_egress_ts = egress_ts;
-                    }
-                    None if full => self.unlearned += 1,
-                    None => {
-                        self.spans.insert(
-                            from,
-                            Spans {
-                                packets: 1,
-                                last_egress_ts: egress_ts,
-                            },
-                        );
-                    }
+                self.unlearned += u64::from(!count_span(&mut self.spans, from, egress_ts));
+                // The neighbour the links name behind the port did not report it.
+                if let Some(p) = self.peers.get(&from).filter(|p| !p.over_hop) {
+                    let node = p.at.0;
+                    self.unlearned += u64::from(!count_span(&mut self.node_spans, node, egress_ts));
                 }
             }
         }
@@ -756,7 +787,7 @@ fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: 
                 let link = ((x.hop.node_id, out), (y.hop.node_id, into));
                 links.learn_packet(link, gap, drop);
                 if let (Some(ts), Some(drop)) = (x.hop.egress_ts(), drop) {
-                    links.spanned(link.0, ts, drop);
+                    links.spanned(link.0, y.hop.node_id, ts, drop);
                 }
             }
         }
@@ -1814,6 +1845,26 @@ mod tests {
         assert_eq!(links.spans((1, 5)), 0, "a neighbour's report starts afresh");
         assert_eq!(links.peer((1, 5)), Some((101, 1)));
         assert!(!links.over_hop((1, 5)) && !links.over_hop((101, 2)));
+        assert_eq!(links.node_spans(101), 0, "no neighbour was known before");
+        // The spine stops adding INT: the packets cross it by the links known, unreported.
+        packet(&mut f, 60 * MS, 60 * MS, false);
+        join(&mut f, &mut links);
+        packet(&mut f, 80 * MS, 80 * MS, false);
+        join(&mut f, &mut links);
+        assert_eq!((links.spans((1, 5)), links.node_spans(101)), (2, 2));
+        assert_eq!(
+            links.peer((1, 5)),
+            Some((101, 1)),
+            "a pairing over it never flips it"
+        );
+        assert_eq!(
+            links.node_spans(1) + links.node_spans(2),
+            0,
+            "those reported"
+        );
+        packet(&mut f, 100 * MS, 100 * MS, true);
+        join(&mut f, &mut links);
+        assert_eq!(links.node_spans(101), 0, "it reports again");
     }
 
     #[test]

@@ -368,23 +368,20 @@ impl FlowShard {
                     });
             }
         }
-        // Packets that leave by the silent hop's port and still reach an INT hop further on,
-        // more than one TTL lower, too many to be lost reports of the next hop: they were not
-        // dropped, the next hop stopped adding INT (the link names it).
+        // A next node the links name that packets crossed without its report, reaching an INT
+        // hop further on more than one TTL lower, too many to be its lost reports: it did not
+        // drop them, it stopped adding INT.
         let silent = silent.filter(|&(h, next, ..)| {
-            let Some(port) = h.egress_if() else {
-                return true;
-            };
-            let spans = self.links.spans((h.node_id, port));
+            let crossed = self.links.node_spans(next);
             let past = flow
                 .card_ttl(h.node_id)
                 .and_then(|a| Some((a, flow.card_past_ttl(a)?)))
-                .filter(|_| spans >= MIN_SPANS);
+                .filter(|_| crossed >= MIN_SPANS);
             match past {
                 Some((a, (b, at_b)))
-                    if !spans_lost_in_transit(&self.cfg, log, now, [h, b], spans) =>
+                    if !spans_lost_in_transit(&self.cfg, log, now, [h, b], crossed) =>
                 {
-                    hidden = hidden.or(Some((h, b, (a, at_b), spans, Some(next))));
+                    hidden = hidden.or(Some((h, b, (a, at_b), crossed, Some(next))));
                     false
                 }
                 _ => true,
