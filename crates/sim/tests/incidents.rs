@@ -804,7 +804,7 @@ fn a_spine_without_int_is_one_incident_per_uplink_in_mx_and_xd() {
 /// loss, so later, and nothing else comes of the loss.
 #[test]
 fn a_spine_without_int_is_found_through_a_lossy_report_network_in_mx_and_xd() {
-    for seed in [11, 13] {
+    for seed in [1, 11, 13, 21, 31] {
         a_spine_without_int(&[Mode::Mx, Mode::Xd], &poor_delivery(seed), 500);
     }
 }
@@ -1235,7 +1235,7 @@ fn a_spine_that_stops_int_is_named_not_taken_for_silent_drops_in_mx_and_xd() {
     let flows = traffic(until * MS, false);
     let hidden = at(100, u64::MAX, Fault::NonIntSpine { spine: 1 });
     for mode in [Mode::Mx, Mode::Xd] {
-        for delivery in [Delivery::default(), poor_delivery(11)] {
+        for delivery in [Delivery::default(), poor_delivery(11), poor_delivery(21)] {
             let r = run(
                 mode,
                 delivery.clone(),
