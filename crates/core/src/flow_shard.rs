@@ -109,18 +109,19 @@ fn lost_in_transit(
     p.powi(i32::try_from(m).unwrap_or(i32::MAX)) > chance
 }
 
-/// Fewest packets that left a port for a hop more than one TTL further ([`LinkTable::spans`])
-/// before hops without INT are raised behind it, however lossless the report network: one
-/// packet may be all of a flow's reports yet.
+/// Fewest packets seen past a silent hop — that left a port and were next reported more than
+/// one TTL lower ([`LinkTable::spans`]), or that crossed a node without its report
+/// ([`LinkTable::node_spans`]) — before hops without INT are raised there, however lossless
+/// the report network: one packet may be all of a flow's reports yet.
 pub const MIN_SPANS: u16 = 2;
 
-/// Whether `spans` packets that left `hops[0]`'s egress port and were next reported more than
-/// one TTL lower ([`LinkTable::spans`]) may all be packets whose report from an INT hop between
-/// the report network lost ([`PostcardConfig::silent_drop_chance`]): with `p` the larger report
-/// loss share of the two hops around it over the history up to `now` (moved back by the
-/// reorder time and a hand-over of received counts; the hop between, unknown, is taken to lose
-/// as much), when `p^spans` is above the chance. Fewer than [`MIN_SPANS`], or the two hops'
-/// loss not known yet (early in a run no gap is confirmed), is always loss.
+/// Whether `spans` packets seen past a silent hop between `hops` (see [`MIN_SPANS`]) may all
+/// be packets whose report from an INT hop there the report network lost
+/// ([`PostcardConfig::silent_drop_chance`]): with `p` the larger report loss share of the two
+/// hops around it over the history up to `now` (moved back by the reorder time and a hand-over
+/// of received counts; the hop between, unknown or silent, is taken to lose as much), when
+/// `p^spans` is above the chance. Fewer than [`MIN_SPANS`], or the two hops' loss not known yet
+/// (early in a run no gap is confirmed), is always loss.
 fn spans_lost_in_transit(
     cfg: &DetectConfig,
     log: &Mutex<EventLog>,
