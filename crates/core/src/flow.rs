@@ -503,14 +503,61 @@ pub struct LinkTable {
     /// the last), with how often: a port without a peer is an edge port after
     /// [`EDGE_SIGHTINGS`] (a lost report of a neighbour makes a stray one).
     edges: rustc_hash::FxHashMap<(u32, u32), u8>,
+    /// Per (node, egress port): packets that left by it and were next reported more than one
+    /// TTL lower, since the last one next reported one TTL lower ([`LinkTable::spans`]).
+    spans: rustc_hash::FxHashMap<(u32, u32), Spans>,
+    /// Per node: packets that crossed it by the links known without its report
+    /// ([`LinkTable::node_spans`]).
+    node_spans: rustc_hash::FxHashMap<u32, Spans>,
     /// Links not learned because the table was full ([`MAX_LINK_PORTS`]).
     pub unlearned: u64,
+}
+
+/// Counts one packet (egress timestamp `egress_ts`) in `map` at `key`, once however often its
+/// reports pair; false when the map is full ([`MAX_LINK_PORTS`]) and `key` not in it.
+fn count_span<K: std::hash::Hash + Eq>(
+    map: &mut rustc_hash::FxHashMap<K, Spans>,
+    key: K,
+    egress_ts: u64,
+) -> bool {
+    let full = map.len() >= MAX_LINK_PORTS;
+    match map.get_mut(&key) {
+        Some(s) if s.last_egress_ts == egress_ts => true,
+        Some(s) => {
+            s.packets = s.packets.saturating_add(1);
+            s.last_egress_ts = egress_ts;
+            true
+        }
+        None if full => false,
+        None => {
+            map.insert(
+                key,
+                Spans {
+                    packets: 1,
+                    last_egress_ts: egress_ts,
+                },
+            );
+            true
+        }
+    }
+}
+
+/// Packets seen spanning more than one hop from a port ([`LinkTable::spans`]).
+#[derive(Debug, Clone, Copy)]
+struct Spans {
+    packets: u16,
+    /// The egress timestamp of the last packet counted: a duplicated or reordered report of
+    /// it pairs the same packet again, and is not counted twice.
+    last_egress_ts: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Peer {
     at: (u32, u32),
     votes: u8,
+    /// The latest packet that paired the two showed them more than one TTL apart: a hop
+    /// without INT (or one whose report was lost) lies between, so this is no neighbour.
+    over_hop: bool,
     /// Shortest gap seen between this port's egress and the peer's ingress timestamps, ns.
     gap_ns: u64,
 }
@@ -530,6 +577,53 @@ impl LinkTable {
     /// How many sightings back the peer of (node, egress port) `from` (0: none; at most 16).
     pub fn votes(&self, from: (u32, u32)) -> u8 {
         self.peers.get(&from).map_or(0, |p| p.votes)
+    }
+
+    /// How many packets left by (node, egress port) `from` and were next reported by an INT hop
+    /// more than one TTL lower (each with a report of the hop before and one of a hop after it),
+    /// since the last one that was next reported one TTL lower (by its neighbour). Each is a
+    /// packet whose report from the hop in between, if that hop runs INT, the report network
+    /// lost; a hop without INT never reports, so its count only grows.
+    pub fn spans(&self, from: (u32, u32)) -> u16 {
+        self.spans.get(&from).map_or(0, |s| s.packets)
+    }
+
+    /// How many packets crossed node `node` by the links known (left by a port whose learned
+    /// neighbour it is) and were next reported more than one TTL lower, since `node` last
+    /// reported a packet another node reported too: a node that stopped adding INT, when too
+    /// many for its reports to have been lost.
+    pub fn node_spans(&self, node: u32) -> u16 {
+        self.node_spans.get(&node).map_or(0, |s| s.packets)
+    }
+
+    /// Counts the packet that left by `from` (its egress timestamp `egress_ts`) and was next
+    /// reported `ttl_drop` TTL lower, by node `to` ([`LinkTable::spans`],
+    /// [`LinkTable::node_spans`]): one lower is a neighbour's report, which starts the port's
+    /// count afresh; both nodes reported it, which starts theirs afresh.
+    pub fn spanned(&mut self, from: (u32, u32), to: u32, egress_ts: u64, ttl_drop: u8) {
+        self.node_spans.remove(&from.0);
+        self.node_spans.remove(&to);
+        match ttl_drop {
+            0 => {}
+            1 => {
+                self.spans.remove(&from);
+            }
+            _ => {
+                self.unlearned += u64::from(!count_span(&mut self.spans, from, egress_ts));
+                // The neighbour the links name behind the port did not report it.
+                if let Some(p) = self.peers.get(&from).filter(|p| !p.over_hop) {
+                    let node = p.at.0;
+                    self.unlearned += u64::from(!count_span(&mut self.node_spans, node, egress_ts));
+                }
+            }
+        }
+    }
+
+    /// Whether the peer of (node, egress port) `from` is known to lie more than one hop away
+    /// (the copies of the packet that last paired them were more than one TTL apart): a silence
+    /// of the peer says nothing of the packets, which a hop between may send elsewhere.
+    pub fn over_hop(&self, from: (u32, u32)) -> bool {
+        self.peers.get(&from).is_some_and(|p| p.over_hop)
     }
 
     /// Whether `port` of a node is a fabric port (has a learned peer).
@@ -565,25 +659,35 @@ impl LinkTable {
 
     /// Counts one sighting of link `a` → `b` (and so `b` → `a`) whose packet took `gap_ns` from
     /// `a`'s egress timestamp to `b`'s ingress timestamp.
-    pub fn learn(&mut self, (a, b): Link, gap_ns: u64) {
+    pub fn learn(&mut self, link: Link, gap_ns: u64) {
+        self.learn_packet(link, gap_ns, None);
+    }
+
+    /// [`LinkTable::learn`] from one packet's two copies, which were `ttl_drop` TTL apart if
+    /// both carried one: more than one marks the link as spanning a hop
+    /// ([`LinkTable::over_hop`]).
+    pub fn learn_packet(&mut self, (a, b): Link, gap_ns: u64, ttl_drop: Option<u8>) {
         if a == b {
             return;
         }
-        self.vote(a, b, gap_ns);
-        self.vote(b, a, gap_ns);
+        let over_hop = ttl_drop.map(|d| d > 1);
+        self.vote(a, b, gap_ns, over_hop);
+        self.vote(b, a, gap_ns, over_hop);
     }
 
-    fn vote(&mut self, from: (u32, u32), to: (u32, u32), gap_ns: u64) {
+    fn vote(&mut self, from: (u32, u32), to: (u32, u32), gap_ns: u64, over_hop: Option<bool>) {
         let full = self.peers.len() >= MAX_LINK_PORTS;
         let new = Peer {
             at: to,
             votes: 1,
+            over_hop: over_hop.unwrap_or(false),
             gap_ns,
         };
         match self.peers.get_mut(&from) {
             Some(p) if p.at == to => {
                 p.votes = p.votes.saturating_add(1).min(16);
                 p.gap_ns = p.gap_ns.min(gap_ns);
+                p.over_hop = over_hop.unwrap_or(p.over_hop);
             }
             Some(p) => {
                 // Serialization of the packet varies a link's gap; another hop and link add
@@ -650,7 +754,8 @@ impl LinkTable {
 /// `link_delay_max_ns` after this hop's egress timestamp (INT v2.1 §"INT-XD": every node on the
 /// way reports the packet's metadata itself) — and teaches `links` what the pairs show: a link
 /// between consecutive hops; a packet's first hop (a successor, no predecessor) entered by an
-/// edge port, its last (a predecessor, no successor) left by one. Run a window after the
+/// edge port, its last (a predecessor, no successor) left by one; and, from the two copies'
+/// TTLs, whether the pair spans more than one hop ([`LinkTable::spans`]). Run a window after the
 /// reports came, so that a packet's reports are all in whatever order they arrived.
 fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: u64) {
     let same_packet = |a: &Card, b: &Card| a.packet == 0 || b.packet == 0 || a.packet == b.packet;
@@ -677,7 +782,13 @@ fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: 
             .flatten()
         {
             if let (Some(out), Some(into)) = (x.hop.egress_if(), y.hop.ingress_if()) {
-                links.learn(((x.hop.node_id, out), (y.hop.node_id, into)), gap);
+                // Both copies of the packet carry its TTL: how many hops lie between them.
+                let drop = x.ttl.zip(y.ttl).and_then(|(a, b)| a.checked_sub(b));
+                let link = ((x.hop.node_id, out), (y.hop.node_id, into));
+                links.learn_packet(link, gap, drop);
+                if let (Some(ts), Some(drop)) = (x.hop.egress_ts(), drop) {
+                    links.spanned(link.0, y.hop.node_id, ts, drop);
+                }
             }
         }
         match (pred, succ) {
@@ -1076,6 +1187,19 @@ impl FlowState {
             .iter()
             .find(|c| c.hop.node_id == node)?
             .ttl
+    }
+
+    /// The latest report of the flow whose copy of the packet is more than one TTL below `ttl`,
+    /// the nearest such (the highest TTL), with that TTL: the next INT hop past hops without
+    /// INT, from a hop whose copy carried `ttl`.
+    pub fn card_past_ttl(&self, ttl: u8) -> Option<(Hop, u8)> {
+        self.joins
+            .as_ref()?
+            .cards
+            .iter()
+            .filter_map(|c| Some((c.hop, c.ttl?)))
+            .filter(|&(_, t)| t.saturating_add(1) < ttl)
+            .max_by_key(|&(_, t)| t)
     }
 
     /// When `node`'s latest report of the flow came, and since when it reported it through
@@ -1682,6 +1806,65 @@ mod tests {
         links.learn(((7, 1), (9, 1)), 600);
         links.learn(((7, 1), (9, 1)), 600);
         assert_eq!(links.peer((7, 1)), Some((9, 1)));
+    }
+
+    #[test]
+    fn packets_past_a_silent_hop_are_counted_until_a_neighbour_reports_one() {
+        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
+        // Leaf 1 (TTL 64), spine 101 (63), leaf 2 (62); `spine` says whether 101's report came.
+        let packet = |f: &mut FlowState, now: u64, t: u64, spine: bool| {
+            let fp = (t / 1_000) as u32 + 1;
+            let mut add = |at: u64, hop: Hop, ttl: u8| {
+                f.add_card_with_ttl(at, hop, fp, Some(ttl), 10 * MS, u64::MAX);
+            };
+            add(now, card(1, 1, 5, t), 64);
+            if spine {
+                add(now + 1, card(101, 1, 2, t + 1_500), 63);
+            }
+            add(now + 2, card(2, 5, 3, t + 3_000), 62);
+        };
+        packet(&mut f, 0, 0, false);
+        join(&mut f, &mut links);
+        assert_eq!(links.spans((1, 5)), 1, "one packet past a silent hop");
+        assert_eq!(links.spans((2, 5)), 0, "counted where the packet left");
+        assert_eq!(links.peer((1, 5)), Some((2, 5)));
+        assert!(
+            links.over_hop((1, 5)) && links.over_hop((2, 5)),
+            "no neighbours"
+        );
+        // Leaf 2's report of the same packet again (duplicated, or late): the same packet.
+        f.add_card_with_ttl(3, card(2, 5, 3, 3_000), 1, Some(62), 10 * MS, u64::MAX);
+        join(&mut f, &mut links);
+        assert_eq!(links.spans((1, 5)), 1, "a packet counts once");
+        packet(&mut f, 20 * MS, 20 * MS, false);
+        join(&mut f, &mut links);
+        assert_eq!(links.spans((1, 5)), 2);
+        // The spine reports one: it runs INT, the packets before were its lost reports.
+        packet(&mut f, 40 * MS, 40 * MS, true);
+        join(&mut f, &mut links);
+        assert_eq!(links.spans((1, 5)), 0, "a neighbour's report starts afresh");
+        assert_eq!(links.peer((1, 5)), Some((101, 1)));
+        assert!(!links.over_hop((1, 5)) && !links.over_hop((101, 2)));
+        assert_eq!(links.node_spans(101), 0, "no neighbour was known before");
+        // The spine stops adding INT: the packets cross it by the links known, unreported.
+        packet(&mut f, 60 * MS, 60 * MS, false);
+        join(&mut f, &mut links);
+        packet(&mut f, 80 * MS, 80 * MS, false);
+        join(&mut f, &mut links);
+        assert_eq!((links.spans((1, 5)), links.node_spans(101)), (2, 2));
+        assert_eq!(
+            links.peer((1, 5)),
+            Some((101, 1)),
+            "a pairing over it never flips it"
+        );
+        assert_eq!(
+            links.node_spans(1) + links.node_spans(2),
+            0,
+            "those reported"
+        );
+        packet(&mut f, 100 * MS, 100 * MS, true);
+        join(&mut f, &mut links);
+        assert_eq!(links.node_spans(101), 0, "it reports again");
     }
 
     #[test]

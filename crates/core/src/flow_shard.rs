@@ -54,7 +54,9 @@ pub struct PostcardConfig {
     /// once `p^m` is at most this chance (each of those reports is a packet the next node
     /// would have reported too, all of whose reports the network would have had to lose).
     /// Where the next node lost nothing, `silent_drop_ns` alone decides; 1 turns the check
-    /// off, 0 lets any loss explain a silence.
+    /// off, 0 lets any loss explain a silence. Hops without INT found from the TTL are weighed
+    /// the same way: a hop that never reports may be one whose reports were all lost
+    /// (`spans_lost_in_transit`).
     pub silent_drop_chance: f64,
 }
 
@@ -105,6 +107,48 @@ fn lost_in_transit(
     }
     let p = lost as f64 / (lost + received) as f64;
     p.powi(i32::try_from(m).unwrap_or(i32::MAX)) > chance
+}
+
+/// Fewest packets seen past a silent hop — that left a port and were next reported more than
+/// one TTL lower ([`LinkTable::spans`]), or that crossed a node without its report
+/// ([`LinkTable::node_spans`]) — before hops without INT are raised there, however lossless
+/// the report network: one packet may be all of a flow's reports yet.
+pub const MIN_SPANS: u16 = 2;
+
+/// Whether `spans` packets seen past a silent hop between `hops` (see [`MIN_SPANS`]) may all
+/// be packets whose report from an INT hop there the report network lost
+/// ([`PostcardConfig::silent_drop_chance`]): with `p` the larger report loss share of the two
+/// hops around it over the history up to `now` (moved back by the reorder time and a hand-over
+/// of received counts; the hop between, unknown or silent, is taken to lose as much), when
+/// `p^spans` is above the chance. Fewer than [`MIN_SPANS`], or the two hops' loss not known yet
+/// (early in a run no gap is confirmed), is always loss.
+fn spans_lost_in_transit(
+    cfg: &DetectConfig,
+    log: &Mutex<EventLog>,
+    now: u64,
+    hops: [crate::record::Hop; 2],
+    spans: u16,
+) -> bool {
+    if spans < MIN_SPANS {
+        return true;
+    }
+    let chance = cfg.postcards.silent_drop_chance;
+    if chance >= 1.0 {
+        return false;
+    }
+    let lag = cfg.report_reorder_ns.saturating_add(RECEIVED_FLUSH_NS);
+    let Some(to) = now.checked_sub(lag) else {
+        return true;
+    };
+    let log = crate::event::lock(log);
+    let p = hops
+        .iter()
+        .filter_map(|h| {
+            let (lost, received) = log.incidents.report_loss.between(h.node_id, 0, to);
+            (lost + received > 0).then(|| lost as f64 / (lost + received) as f64)
+        })
+        .reduce(f64::max);
+    p.is_none_or(|p| p.powi(i32::from(spans)) > chance)
 }
 
 /// The drop reason name of a silent drop (no switch reported it; see [`PostcardConfig`]).
@@ -273,28 +317,34 @@ impl FlowShard {
                 flow.observe_latency(now, &hops);
                 // A hop that has reported the flow for `silent_ns` (without a silence of its
                 // own) since its next hop last did: a hop whose reports just resumed after the
-                // flow paused or stopped reaching it waits for the next hop's.
+                // flow paused or stopped reaching it waits for the next hop's. Not over a link
+                // that spans a hop without INT, which may send the flow elsewhere.
+                let links = &self.links;
                 silent = chain
                     .windows(2)
                     .find(|w| {
                         let since = flow.card_times(w[0].0.node_id).map_or(w[0].1, |t| t.0);
                         w[0].1 >= w[1].1.saturating_add(silent_ns)
                             && since.saturating_add(silent_ns) <= w[0].1
+                            && !w[0]
+                                .0
+                                .egress_if()
+                                .is_some_and(|p| links.over_hop((w[0].0.node_id, p)))
                     })
                     .map(|w| (w[0].0, w[1].0.node_id, w[1].1, w[0].1));
                 // Two neighbours of the joined path whose copies of the packet are more than
-                // one TTL apart have hops without INT between them — when the link between
-                // them was seen more than once: a link learned from one packet may pair two
-                // hops over a third whose report was lost (the third's own reports replace
-                // it), while hops without INT never report, so their link keeps its votes.
+                // one TTL apart have hops without INT between them — or an INT hop whose
+                // report of the packet was lost, which the link between them may have been
+                // learned over before the hop's own reports taught the real one: weighed below
+                // by the packets that left that way and were never seen by a neighbour.
                 let links = &self.links;
                 hidden = chain.windows(2).find_map(|w| {
                     let (a, b) = (
                         flow.card_ttl(w[0].0.node_id)?,
                         flow.card_ttl(w[1].0.node_id)?,
                     );
-                    let seen_again = links.votes((w[0].0.node_id, w[0].0.egress_if()?)) > 1;
-                    (seen_again && a > b.saturating_add(1)).then_some((w[0].0, w[1].0, a, b))
+                    let spans = links.spans((w[0].0.node_id, w[0].0.egress_if()?));
+                    (a > b.saturating_add(1)).then_some((w[0].0, w[1].0, (a, b), spans, None))
                 });
                 if silent.is_none() {
                     flow.mark_silent(None);
@@ -303,17 +353,41 @@ impl FlowShard {
             Joined::Partial(hops, broken) => {
                 flow.observe_joined_partial(now, &hops, &mut self.paths);
                 // Never seen at the next hop while this one kept sending there: for as long
-                // as it has sent the flow that way (a path that just moved waits).
+                // as it has sent the flow that way (a path that just moved waits). A "next
+                // hop" past a hop without INT is none: that hop may send the flow elsewhere.
                 silent = broken
                     .filter(|(_, sending)| *sending >= silent_ns)
                     .and_then(|(h, _)| {
-                        let next = self.links.peer((h.node_id, h.egress_if()?))?.0;
+                        let out = (h.node_id, h.egress_if()?);
+                        if self.links.over_hop(out) {
+                            return None;
+                        }
+                        let next = self.links.peer(out)?.0;
                         let (since, seen) = flow.card_times(h.node_id)?;
                         // Every report since it took these ports is one the next node missed.
                         Some((h, next, since.saturating_sub(1), seen))
                     });
             }
         }
+        // A next node the links name that packets crossed without its report, reaching an INT
+        // hop further on more than one TTL lower, too many to be its lost reports: it did not
+        // drop them, it stopped adding INT.
+        let silent = silent.filter(|&(h, next, ..)| {
+            let crossed = self.links.node_spans(next);
+            let past = flow
+                .card_ttl(h.node_id)
+                .and_then(|a| Some((a, flow.card_past_ttl(a)?)))
+                .filter(|_| crossed >= MIN_SPANS);
+            match past {
+                Some((a, (b, at_b)))
+                    if !spans_lost_in_transit(&self.cfg, log, now, [h, b], crossed) =>
+                {
+                    hidden = hidden.or(Some((h, b, (a, at_b), crossed, Some(next))));
+                    false
+                }
+                _ => true,
+            }
+        });
         // A silence the report network's loss explains well enough is no drop (yet): the
         // next joins look again, with more reports of the flow from this hop.
         let silent = silent
@@ -344,11 +418,13 @@ impl FlowShard {
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
         }
-        if let Some((last, next, ttls)) = hidden
+        if let Some((last, next, ttls, _, suspect)) = hidden
             .filter(|_| self.cfg.non_int_hops)
-            .map(|(l, n, a, b)| (l, n, (a, b)))
+            .filter(|&(l, n, _, spans, suspect)| {
+                suspect.is_some() || !spans_lost_in_transit(&self.cfg, log, now, [l, n], spans)
+            })
         {
-            self.hidden_hops(now, key, id, last, next, ttls, log);
+            self.hidden_hops(now, key, id, (last, next, suspect), ttls, log);
         }
         if let Some(at) = raise {
             // The packets left `at` by this port and never reached the next hop: one drop
@@ -387,10 +463,12 @@ impl FlowShard {
         }
     }
 
-    /// INT-XD/MX: hops without INT between `last` and `next`, neighbours of the flow's joined
-    /// path, whose reports' copies of the packet carry TTLs `ttls` (at `last`, at `next`) more
-    /// than one apart: one non-int-hops incident per port they hide behind, as INT-MD's TTL
-    /// check places them. The evidence's `assumed_initial_ttl` is `last`'s TTL here.
+    /// INT-XD/MX: hops without INT between `last` and `next`, INT hops of the flow's path
+    /// whose reports' copies of the packet carry TTLs `ttls` (at `last`, at `next`) more than
+    /// one apart: one non-int-hops incident per port they hide behind, as INT-MD's TTL check
+    /// places them, or per hidden node when the links name it (`suspect`: a hop that stopped
+    /// adding INT, known from its reports before). The evidence's `assumed_initial_ttl` is
+    /// `last`'s TTL here.
     #[allow(clippy::too_many_arguments)]
     #[cold]
     fn hidden_hops(
@@ -398,21 +476,23 @@ impl FlowShard {
         now: u64,
         key: FlowKey,
         id: u64,
-        last: crate::record::Hop,
-        next: crate::record::Hop,
+        (last, next, suspect): (crate::record::Hop, crate::record::Hop, Option<u32>),
         (at_last, at_next): (u8, u8),
         log: &Mutex<EventLog>,
     ) {
         let non_int = at_last - at_next - 1;
-        let incident = IncidentKey::new(
-            IncidentKind::NonIntHops,
-            IncidentPlace {
+        let iplace = match suspect {
+            Some(n) => IncidentPlace {
+                node: Some(n),
+                ..IncidentPlace::default()
+            },
+            None => IncidentPlace {
                 node: Some(last.node_id),
                 port: last.egress_if(),
                 ..IncidentPlace::default()
             },
-            None,
-        );
+        };
+        let incident = IncidentKey::new(IncidentKind::NonIntHops, iplace, None);
         let o = Observation {
             value: Some((u64::from(non_int), crate::incident::Unit::Hops)),
             flow: Some(FlowWeight::one((key, id))),
@@ -426,7 +506,7 @@ impl FlowShard {
             non_int_hops: non_int,
             last_int_node: Some(last.node_id),
             next_int_node: next.node_id,
-            suspect_node: None,
+            suspect_node: suspect,
         };
         self.raiser.incidents.observe(log, incident, &o, evidence);
         let place = Place {

@@ -736,15 +736,17 @@ fn lost_postcards_are_no_silent_drop_in_mx_and_xd() {
 
 /// A spine forwarding without INT: hops without INT found between the leaves around it, at
 /// most one incident per leaf uplink it hides behind; in XD and MX, whose reports come from
-/// each INT hop alone, the gap in the joined path. No path change rides along.
-fn a_spine_without_int(modes: &[Mode]) {
-    let until = 150;
+/// each INT hop alone, the gap in the joined path. No path change rides along, nor (past the
+/// silent-drop window) a silent drop at an uplink whose "next hop", a leaf behind the spine,
+/// never sees the flows the spine sends to the other leaves. Over `delivery` (report loss
+/// incidents aside), for `until` ms.
+fn a_spine_without_int(modes: &[Mode], delivery: &Delivery, until: u64) {
     let flows = traffic(until * MS, false);
     let hidden = at(0, u64::MAX, Fault::NonIntSpine { spine: 1 });
     for &mode in modes {
         let r = run(
             mode,
-            Delivery::default(),
+            delivery.clone(),
             &flows,
             std::slice::from_ref(&hidden),
             until,
@@ -775,7 +777,7 @@ fn a_spine_without_int(modes: &[Mode]) {
             }
         }
         assert_eq!(
-            r.incidents.len(),
+            r.incidents.len() - r.of(IncidentKind::ReportLoss).len(),
             non_int.len(),
             "{mode:?}: nothing else\n{}",
             r.dump()
@@ -785,14 +787,26 @@ fn a_spine_without_int(modes: &[Mode]) {
 
 #[test]
 fn a_spine_without_int_is_one_incident_per_uplink_in_md() {
-    a_spine_without_int(&[Mode::Md]);
+    a_spine_without_int(&[Mode::Md], &Delivery::default(), 150);
 }
 
 /// The postcards of the leaves around the hidden spine carry the packet's TTL: two leaves
-/// one TTL apart more than one hop.
+/// one TTL apart more than one hop. Longer than the silent-drop window (200 ms), which the
+/// leaves' uplinks, each paired with one leaf behind the spine, passed with ten silent drops
+/// before those links were known to span a hop.
 #[test]
 fn a_spine_without_int_is_one_incident_per_uplink_in_mx_and_xd() {
-    a_spine_without_int(&[Mode::Mx, Mode::Xd]);
+    a_spine_without_int(&[Mode::Mx, Mode::Xd], &Delivery::default(), 500);
+}
+
+/// The hidden spine is found through a report network that loses a fifth of the reports
+/// (and duplicates and reorders some): the packets past each uplink are weighed against that
+/// loss, so later, and nothing else comes of the loss.
+#[test]
+fn a_spine_without_int_is_found_through_a_lossy_report_network_in_mx_and_xd() {
+    for seed in [1, 11, 13, 21, 31] {
+        a_spine_without_int(&[Mode::Mx, Mode::Xd], &poor_delivery(seed), 500);
+    }
 }
 
 /// A small MTU on both spines: elephants (1400 bytes) get no room for the spines' metadata.
@@ -1179,4 +1193,66 @@ fn incidents_are_consistent() {
         );
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// Lost, duplicated and reordered reports make no hops without INT (nor any incident but
+/// report loss) in MX and XD: early in a run, before a port's link is learned, a packet whose
+/// spine's report was lost pairs the leaves around the spine, two TTL apart, as if linked, and
+/// the reverse direction or another flow's packet confirmed that link. Two hundred seeds of the
+/// report network (odd ones: the draws take `seed | 1`), of which 16 raised a false
+/// non-int-hops incident before the check weighed the packets seen across the port against
+/// report loss (MX 51, 101, 121, 201, 219, 247, 277, 291, 331, 379; XD 15, 125, 137, 253, 255,
+/// 343).
+#[test]
+fn lost_reports_make_no_hops_without_int_in_mx_and_xd() {
+    let until = 300;
+    let flows = traffic(until * MS, false);
+    let mut bad = Vec::new();
+    for mode in [Mode::Mx, Mode::Xd] {
+        for seed in (0..200).map(|k| 2 * k + 1) {
+            let r = run(mode, poor_delivery(seed), &flows, &[], until);
+            for i in &r.incidents {
+                if i.kind != IncidentKind::ReportLoss {
+                    bad.push(format!(
+                        "{mode:?} seed {seed}: {:?} at {}",
+                        i.kind,
+                        i.to_json()["place"]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// A spine that stops adding INT once its links are known (100 ms into the run): in MX and XD
+/// its silence is no silent drop on the links into it — the packets still reach the leaves
+/// behind it, one TTL lower than a spine's hop makes — but hops without INT at the spine,
+/// which the links learned before name. The silent-drop window (200 ms) passes in the run.
+#[test]
+fn a_spine_that_stops_int_is_named_not_taken_for_silent_drops_in_mx_and_xd() {
+    let until = 600;
+    let flows = traffic(until * MS, false);
+    let hidden = at(100, u64::MAX, Fault::NonIntSpine { spine: 1 });
+    for mode in [Mode::Mx, Mode::Xd] {
+        for delivery in [Delivery::default(), poor_delivery(11), poor_delivery(21)] {
+            let r = run(
+                mode,
+                delivery.clone(),
+                &flows,
+                std::slice::from_ref(&hidden),
+                until,
+            );
+            let what = format!("{mode:?} loss {}\n{}", delivery.loss, r.dump());
+            let non_int = r.of(IncidentKind::NonIntHops);
+            assert_eq!(non_int.len(), 1, "{what}");
+            assert_eq!(non_int[0].place.node, Some(spine_id(1)), "{what}");
+            assert!(non_int[0].start_ns >= 100 * MS, "{what}");
+            assert_eq!(
+                r.incidents.len() - r.of(IncidentKind::ReportLoss).len(),
+                1,
+                "nothing else: {what}"
+            );
+        }
+    }
 }
