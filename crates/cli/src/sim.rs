@@ -48,7 +48,7 @@ pub struct FabricArgs {
     /// Seconds of (virtual) time to run.
     #[arg(long, default_value_t = 60.0)]
     pub duration: f64,
-    /// Simulation file (TOML: [topology], flows, seed, [[fault]]); default: built-in leaf-spine
+    /// Simulation file (TOML: `[topology]`, flows, seed, `[[fault]]`); default: built-in leaf-spine
     /// with every fault kind within a minute.
     #[arg(long, value_name = "FILE.toml")]
     pub topology: Option<PathBuf>,

@@ -185,7 +185,7 @@ impl PathTable {
 /// where a pointer per flow (boxed states) made the scan chase pointers through the heap. The
 /// index holds 8-byte entries (the key is compared in the slab), so it stays in cache where a map
 /// holding the 38-byte keys missed it on every lookup. An entry is a slot number and 32 bits of
-/// its key's hash ([`IndexEntry`]): a lookup reads the slab only for the entry whose hash bits
+/// its key's hash (an `IndexEntry`): a lookup reads the slab only for the entry whose hash bits
 /// match, a prefetch and a rehash never read it (reading the slab to find which slot to prefetch
 /// was itself the cache miss the prefetch is for: 13 % of correlation).
 ///

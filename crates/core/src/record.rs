@@ -460,7 +460,7 @@ impl<F: FnMut(&Record)> RecordSink for EachRecord<'_, F> {
     }
 }
 
-/// The field an error about a report's copy of the packet names ([`no_packet`]).
+/// The field an error about a report's copy of the packet names (`no_packet`).
 pub const INNER_PACKET: &str = "inner packet";
 
 /// What the wire crate tolerates but a collector cannot use, checked per report so that bytes

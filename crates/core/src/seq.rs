@@ -233,7 +233,7 @@ impl SeqTracker {
     }
 
     /// Accounts the group with sequence number `seq` (of `bits` width) from `(node, hw_id)` at
-    /// report time `now`, and the first of its reports (the others: [`SeqTracker::add_reports`]).
+    /// report time `now`, and the first of its reports (the others: [`SeqTracker::add_report`]).
     pub fn observe(&mut self, node: u32, hw_id: u8, seq: u32, bits: u32, now: u64) -> SeqOutcome {
         let space: u64 = 1u64 << bits;
         let mask = (space - 1) as u32;

@@ -253,7 +253,7 @@ pub enum SimError {
 pub struct Report {
     /// Virtual time, ns.
     pub time_ns: u64,
-    /// The reporting switch's address (192.168.0.<node id>).
+    /// The reporting switch's address (192.168.0.`<node id>`).
     pub source: Ipv4Addr,
     /// The report datagram.
     pub payload: Vec<u8>,

@@ -155,7 +155,7 @@ impl Listed for StoredEvent {
 }
 
 /// A stored incident: the newest version the store was given of an
-/// [`Incident`](intscope_core::incident::Incident), read back from the JSON it was stored as,
+/// [`Incident`], read back from the JSON it was stored as,
 /// its evidence left as that JSON (`tests/store.rs` checks the round trip).
 pub type StoredIncident = Incident<Value>;
 
