@@ -360,14 +360,17 @@ fn parse_into<'a>(
     // Built in registers and stored once; what follows reads those, not `p.ip` (whose addresses
     // are stored in halves: a whole-value read back stalled on store forwarding, a third of this
     // function in perf). Nothing takes `ip`'s address, or it would live in memory again.
+    // The fragment offset (13 bits) and More Fragments (bit 13) of a fragmented packet; 0 when
+    // the packet is whole.
+    let mut fragment = 0u16;
     let ip = match ethertype {
         0x0800 => {
-            let s = Ipv4HeaderSlice::from_slice(&bytes[at..])
-                .map_err(|e| ip_error(Layer::Ipv4, at, e))?;
+            let s = Ipv4HeaderSlice::from_slice(&bytes[at..]).map_err(|e| ipv4_error(at, e))?;
             let header_len = s.slice().len();
             if cfg.verify_checksums && checksum::internet_checksum(s.slice()) != 0 {
                 p.warnings.add(Warning::BadIpChecksum);
             }
+            fragment = s.fragments_offset().value() | u16::from(s.more_fragments()) << 13;
             IpInfo {
                 src: ip_addr4(s.source()),
                 dst: ip_addr4(s.destination()),
@@ -381,11 +384,13 @@ fn parse_into<'a>(
             }
         }
         0x86dd => {
-            let s = Ipv6HeaderSlice::from_slice(&bytes[at..])
-                .map_err(|e| ip_error(Layer::Ipv6, at, e))?;
+            let s = Ipv6HeaderSlice::from_slice(&bytes[at..]).map_err(|e| ipv6_error(at, e))?;
             let (exts, next, _) =
                 Ipv6ExtensionsSlice::from_slice(s.next_header(), &bytes[at + 40..])
-                    .map_err(|e| ip_error(Layer::Ipv6, at + 40, e))?;
+                    .map_err(|e| ipv6_exts_error(at + 40, e))?;
+            if exts.is_fragmenting_payload() {
+                fragment = ipv6_fragment(exts.clone());
+            }
             IpInfo {
                 src: ip_addr6(s.source()),
                 dst: ip_addr6(s.destination()),
@@ -401,6 +406,9 @@ fn parse_into<'a>(
         _ => return Ok(()),
     };
     p.ip = Some(ip);
+    if fragment != 0 && fragmented(p, fragment) {
+        return Ok(());
+    }
     // The IP payload: what the header declares, cut to what was captured (truncated reports).
     let l4_at = at + ip.header_len;
     let ip_end = (at + ip.declared_len)
@@ -476,8 +484,7 @@ fn parse_into<'a>(
             }
         }
         6 => {
-            let t =
-                TcpHeaderSlice::from_slice(payload).map_err(|e| ip_error(Layer::Tcp, l4_at, e))?;
+            let t = TcpHeaderSlice::from_slice(payload).map_err(|e| tcp_error(l4_at, e))?;
             let hl = t.slice().len();
             let l4 = L4Info {
                 proto: 6,
@@ -517,6 +524,96 @@ fn parse_into<'a>(
         _ => {}
     }
     Ok(())
+}
+
+/// A fragment of an IP packet (`fragment`: offset in 8-byte units, More Fragments in bit 13).
+/// Only the first fragment holds the L4 header: RFC 791 ("the fragment offset field of the first
+/// fragment is zero", the internet header of later fragments is followed by data from the middle
+/// of the datagram) and RFC 8200 §4.5 (the Fragmentable Part, upper-layer header included, is
+/// split across the fragments; a fragment's Fragment Offset is "the offset, in 8-octet units, of
+/// the data following this header, relative to the start of the Fragmentable Part"). A later
+/// fragment's bytes are the middle of a datagram, so reading them as a UDP/TCP header would
+/// invent ports and INT: it is flagged and yields no L4, no flow and no INT (true returned). A
+/// first fragment is read on, flagged: its L4 header is real but its payload is incomplete.
+#[cold]
+#[inline(never)]
+fn fragmented(p: &mut Packet<'_>, fragment: u16) -> bool {
+    if fragment & 0x1fff != 0 {
+        p.warnings.add(Warning::IpLaterFragment);
+        p.flow = None;
+        true
+    } else {
+        p.warnings.add(Warning::IpFirstFragment);
+        false
+    }
+}
+
+/// The offset and More Fragments flag of the IPv6 Fragment extension header in `exts`, in the
+/// layout of [`fragmented`]'s argument (RFC 8200 §4.5: Fragment Offset 13 bits, M flag).
+#[cold]
+#[inline(never)]
+fn ipv6_fragment(exts: Ipv6ExtensionsSlice<'_>) -> u16 {
+    exts.into_iter()
+        .find_map(|e| match e {
+            etherparse::Ipv6ExtensionSlice::Fragment(f) if f.is_fragmenting_payload() => {
+                Some(f.fragment_offset().value() | u16::from(f.more_fragments()) << 13)
+            }
+            _ => None,
+        })
+        // etherparse said a fragment header fragments the payload: never 0 here.
+        .unwrap_or(1 << 13)
+}
+
+/// A header cut short by the end of the bytes: `Truncated`, not a bad value. etherparse's
+/// lengths count from the header's start, `layer_start_offset` bytes into the slice it was
+/// given at `at`.
+fn len_error(layer: Layer, at: usize, e: &etherparse::err::LenError) -> Error {
+    Error::truncated(layer, at + e.layer_start_offset, e.required_len, e.len)
+}
+
+/// An IPv4 header etherparse refused: cut short, or a bad field. Out of line, as every error
+/// mapper here: the hot path keeps only the call.
+#[cold]
+#[inline(never)]
+fn ipv4_error(at: usize, e: etherparse::err::ipv4::HeaderSliceError) -> Error {
+    use etherparse::err::ipv4::HeaderSliceError as E;
+    match e {
+        E::Len(l) => len_error(Layer::Ipv4, at, &l),
+        E::Content(c) => ip_error(Layer::Ipv4, at, c),
+    }
+}
+
+/// An IPv6 header etherparse refused.
+#[cold]
+#[inline(never)]
+fn ipv6_error(at: usize, e: etherparse::err::ipv6::HeaderSliceError) -> Error {
+    use etherparse::err::ipv6::HeaderSliceError as E;
+    match e {
+        E::Len(l) => len_error(Layer::Ipv6, at, &l),
+        E::Content(c) => ip_error(Layer::Ipv6, at, c),
+    }
+}
+
+/// IPv6 extension headers etherparse refused.
+#[cold]
+#[inline(never)]
+fn ipv6_exts_error(at: usize, e: etherparse::err::ipv6_exts::HeaderSliceError) -> Error {
+    use etherparse::err::ipv6_exts::HeaderSliceError as E;
+    match e {
+        E::Len(l) => len_error(Layer::Ipv6, at, &l),
+        E::Content(c) => ip_error(Layer::Ipv6, at, c),
+    }
+}
+
+/// A TCP header etherparse refused.
+#[cold]
+#[inline(never)]
+fn tcp_error(at: usize, e: etherparse::err::tcp::HeaderSliceError) -> Error {
+    use etherparse::err::tcp::HeaderSliceError as E;
+    match e {
+        E::Len(l) => len_error(Layer::Tcp, at, &l),
+        E::Content(c) => ip_error(Layer::Tcp, at, c),
+    }
 }
 
 fn ip_error(layer: Layer, at: usize, e: impl core::fmt::Debug) -> Error {
