@@ -1256,4 +1256,44 @@ fn replay_counts_datagrams_over_recv_slot_as_oversize() {
     let (stats, _) = replay_with(&file.0, &["--recv-slot", "104"]);
     assert_eq!(stats["ingest"]["reports_decoded"], 3, "{stats}");
     assert_eq!(stats["ingest"]["discarded"]["oversize"], 0, "{stats}");
+    // A live run of the same datagrams counts the same.
+    let (child, http, listen) = collect(&["--no-store", "--recv-slot", "64"]);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for f in &frames[7..10] {
+        let udp_len = usize::from(u16::from_be_bytes([f[38], f[39]]));
+        sock.send_to(&f[42..34 + udp_len], &listen).unwrap();
+    }
+    let deadline = Instant::now() + DEADLINE;
+    let live = loop {
+        let out = Command::new("curl")
+            .args([
+                "-sf",
+                "--max-time",
+                "10",
+                &format!("http://{http}/api/stats"),
+            ])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if v["ingest"]["datagrams_received"] == 3 {
+            break v["ingest"].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the live run did not receive 3: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    stop(child);
+    for key in [
+        "datagrams_received",
+        "datagrams_accepted",
+        "reports_decoded",
+        "discarded",
+    ] {
+        assert_eq!(
+            live[key], ingest[key],
+            "{key}: live {live}, replay {ingest}"
+        );
+    }
 }
