@@ -385,21 +385,41 @@ fn parse_into<'a>(
         }
         0x86dd => {
             let s = Ipv6HeaderSlice::from_slice(&bytes[at..]).map_err(|e| ipv6_error(at, e))?;
-            let (exts, next, _) =
-                Ipv6ExtensionsSlice::from_slice(s.next_header(), &bytes[at + 40..])
-                    .map_err(|e| ipv6_exts_error(at + 40, e))?;
-            if exts.is_fragmenting_payload() {
-                fragment = ipv6_fragment(exts.clone());
+            let chain = &bytes[at + 40..];
+            // The headers' length and the protocol after them. A fragment's offset is read
+            // from the first Fragment header in the chain: after it, a later fragment holds
+            // the middle of the packet, not headers, so its next-header value is the protocol
+            // and its end the end of the headers whatever etherparse made of the bytes after.
+            let (mut exts_len, mut proto) =
+                match Ipv6ExtensionsSlice::from_slice(s.next_header(), chain) {
+                    Ok((exts, next, _)) => {
+                        if exts.is_fragmenting_payload() {
+                            fragment = ipv6_fragment(s.next_header(), chain).0;
+                        }
+                        (exts.slice().len(), next.0)
+                    }
+                    Err(e) => match ipv6_fragment(s.next_header(), chain) {
+                        (f, Some(_)) if f & 0x1fff != 0 => {
+                            fragment = f;
+                            (0, 0)
+                        }
+                        _ => return Err(ipv6_exts_error(at + 40, e)),
+                    },
+                };
+            if fragment & 0x1fff != 0
+                && let (_, Some((end, next))) = ipv6_fragment(s.next_header(), chain)
+            {
+                (exts_len, proto) = (end, next);
             }
             IpInfo {
                 src: ip_addr6(s.source()),
                 dst: ip_addr6(s.destination()),
                 version: 6,
-                proto: next.0,
+                proto,
                 dscp: s.dscp().value(),
                 ttl: s.hop_limit(),
                 offset: at,
-                header_len: 40 + exts.slice().len(),
+                header_len: 40 + exts_len,
                 declared_len: 40 + usize::from(s.payload_length()),
             }
         }
@@ -548,20 +568,30 @@ fn fragmented(p: &mut Packet<'_>, fragment: u16) -> bool {
     }
 }
 
-/// The offset and More Fragments flag of the IPv6 Fragment extension header in `exts`, in the
-/// layout of [`fragmented`]'s argument (RFC 8200 §4.5: Fragment Offset 13 bits, M flag).
+/// The offset and More Fragments flag of the first IPv6 Fragment extension header in the
+/// extension header `chain` (which starts with header `first`), in the layout of
+/// [`fragmented`]'s argument (RFC 8200 §4.5: Fragment Offset 13 bits, M flag), with where the
+/// Fragment header ends in `chain` and its Next Header; (0, None) without one. Read laxly, up
+/// to the first header etherparse cannot read.
 #[cold]
 #[inline(never)]
-fn ipv6_fragment(exts: Ipv6ExtensionsSlice<'_>) -> u16 {
-    exts.into_iter()
-        .find_map(|e| match e {
-            etherparse::Ipv6ExtensionSlice::Fragment(f) if f.is_fragmenting_payload() => {
-                Some(f.fragment_offset().value() | u16::from(f.more_fragments()) << 13)
-            }
-            _ => None,
-        })
-        // etherparse said a fragment header fragments the payload: never 0 here.
-        .unwrap_or(1 << 13)
+fn ipv6_fragment(first: etherparse::IpNumber, chain: &[u8]) -> (u16, Option<(usize, u8)>) {
+    use etherparse::Ipv6ExtensionSlice as X;
+    let (exts, _, _, _) = Ipv6ExtensionsSlice::from_slice_lax(first, chain);
+    let mut end = 0;
+    for e in exts {
+        let len = match &e {
+            X::HopByHop(h) | X::Routing(h) | X::DestinationOptions(h) => h.slice().len(),
+            X::Authentication(h) => h.slice().len(),
+            X::Fragment(f) => f.slice().len(),
+        };
+        end += len;
+        if let X::Fragment(f) = e {
+            let word = f.fragment_offset().value() | u16::from(f.more_fragments()) << 13;
+            return (word, Some((end, f.next_header().0)));
+        }
+    }
+    (0, None)
 }
 
 /// A header cut short by the end of the bytes: `Truncated`, not a bad value. etherparse's

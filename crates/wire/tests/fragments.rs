@@ -25,11 +25,16 @@ fn v4_fragment(flags_offset: u16) -> Vec<u8> {
 /// An IPv6 frame with a Fragment extension header (next header UDP) whose offset/M word is
 /// `offset_m` (offset in 8-byte units << 3, M in bit 0).
 fn v6_fragment(offset_m: u16) -> Vec<u8> {
+    v6_fragment_of(offset_m, 17, &int_udp())
+}
+
+/// [`v6_fragment`] with the Fragment header's Next Header `next` and `data` after it.
+fn v6_fragment_of(offset_m: u16, next: u8, data: &[u8]) -> Vec<u8> {
     let payload = [
-        vec![17, 0],
+        vec![next, 0],
         offset_m.to_be_bytes().to_vec(),
         vec![0, 0, 0x12, 0x34],
-        int_udp(),
+        data.to_vec(),
     ]
     .concat();
     let mut ip6 = vec![0x60 | (0x17 >> 2), (0x17 & 3) << 6, 0, 0];
@@ -194,4 +199,24 @@ fn a_frame_cut_inside_an_ip_header_is_truncated() {
             }
         )
     );
+}
+
+/// A later IPv6 fragment whose Fragment header names an extension header (Destination Options
+/// in the Fragmentable Part, RFC 8200 §4.5): the bytes after the Fragment header are the middle
+/// of that part, not a header, so they are not read as one (here they would claim 2 KiB and be
+/// an error); the packet is a later fragment, its protocol the Fragment header's Next Header.
+#[test]
+fn a_later_ipv6_fragment_after_which_no_header_is_read() {
+    let f = v6_fragment_of(181 << 3, 60, &[17, 0xff, 1, 2, 3, 4, 5, 6, 7, 8]);
+    let p = Packet::parse(&f, Start::Ethernet, &DetectConfig::default()).unwrap();
+    let ip = p.ip.unwrap();
+    assert_eq!((ip.proto, ip.header_len), (60, 48));
+    assert_eq!((p.l4, p.flow), (None, None));
+    assert!(p.warnings.has(Warning::IpLaterFragment));
+    // The same bytes as a first fragment are headers: the Destination Options header is read,
+    // and cut short it is an error.
+    let f = v6_fragment_of(1, 60, &[17, 0xff, 1, 2, 3, 4, 5, 6, 7, 8]);
+    let e = Packet::parse(&f, Start::Ethernet, &DetectConfig::default()).unwrap_err();
+    assert_eq!(e.layer, Layer::Ipv6);
+    assert!(matches!(e.kind, ErrorKind::Truncated { .. }), "{e}");
 }
