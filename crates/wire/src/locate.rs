@@ -570,28 +570,38 @@ fn fragmented(p: &mut Packet<'_>, fragment: u16) -> bool {
 
 /// The offset and More Fragments flag of the first IPv6 Fragment extension header in the
 /// extension header `chain` (which starts with header `first`), in the layout of
-/// [`fragmented`]'s argument (RFC 8200 §4.5: Fragment Offset 13 bits, M flag), with where the
-/// Fragment header ends in `chain` and its Next Header; (0, None) without one. Read laxly, up
-/// to the first header etherparse cannot read.
+/// [`fragmented`]'s argument (RFC 8200 §4.5: "Fragment Offset 13-bit unsigned integer. The
+/// offset, in 8-octet units"; "M flag 1 = more fragments; 0 = last fragment"), with where the
+/// Fragment header ends in `chain` and its Next Header; (0, None) without one before the chain
+/// ends or leaves the extension headers.
+///
+/// Walked here, not with etherparse's `Ipv6ExtensionsSlice` iterator: over a chain read laxly
+/// (up to a header it could not read) that iterator panicked on fuzzed bytes.
 #[cold]
 #[inline(never)]
 fn ipv6_fragment(first: etherparse::IpNumber, chain: &[u8]) -> (u16, Option<(usize, u8)>) {
-    use etherparse::Ipv6ExtensionSlice as X;
-    let (exts, _, _, _) = Ipv6ExtensionsSlice::from_slice_lax(first, chain);
-    let mut end = 0;
-    for e in exts {
-        let len = match &e {
-            X::HopByHop(h) | X::Routing(h) | X::DestinationOptions(h) => h.slice().len(),
-            X::Authentication(h) => h.slice().len(),
-            X::Fragment(f) => f.slice().len(),
+    let (mut next, mut at) = (first.0, 0usize);
+    // Each header is at least 8 bytes, so the walk ends within `chain.len() / 8` steps.
+    loop {
+        let Some(h) = chain.get(at..at + 8) else {
+            return (0, None);
         };
-        end += len;
-        if let X::Fragment(f) = e {
-            let word = f.fragment_offset().value() | u16::from(f.more_fragments()) << 13;
-            return (word, Some((end, f.next_header().0)));
-        }
+        let len = match next {
+            // RFC 8200 §4.5: Next Header, Reserved, Fragment Offset (13) Res (2) M (1), ID.
+            44 => {
+                let word = u16::from_be_bytes([h[2], h[3]]);
+                return ((word >> 3) | (word & 1) << 13, Some((at + 8, h[0])));
+            }
+            // Hop-by-Hop, Routing, Destination Options (RFC 8200 §4.3, 4.4, 4.6): Hdr Ext
+            // Len in 8-octet units, not counting the first 8 octets.
+            0 | 43 | 60 => (usize::from(h[1]) + 1) * 8,
+            // Authentication Header (RFC 4302 §2.2): Payload Len in 4-octet units, minus 2.
+            51 => (usize::from(h[1]) + 2) * 4,
+            _ => return (0, None),
+        };
+        next = h[0];
+        at += len;
     }
-    (0, None)
 }
 
 /// A header cut short by the end of the bytes: `Truncated`, not a bad value. etherparse's

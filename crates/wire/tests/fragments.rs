@@ -220,3 +220,20 @@ fn a_later_ipv6_fragment_after_which_no_header_is_read() {
     assert_eq!(e.layer, Layer::Ipv6);
     assert!(matches!(e.kind, ErrorKind::Truncated { .. }), "{e}");
 }
+
+/// Fuzzed bytes (the `packet` target) that made etherparse's extension header iterator panic
+/// when the fragment search used it: every start decodes or errs, without a panic.
+#[test]
+fn fuzzed_ipv6_extension_chain_does_not_panic() {
+    let data = unhex(
+        "6868686868682b00006800d84545000000000000280000000000000000000000783c3c00116868682b00006800d84500",
+    );
+    let cfg = DetectConfig {
+        heuristic: true,
+        verify_checksums: true,
+        ..DetectConfig::default()
+    };
+    for start in [Start::Ethernet, Start::Ipv4, Start::Ipv6] {
+        let _ = Packet::parse(&data, start, &cfg);
+    }
+}
