@@ -17,12 +17,162 @@ use std::io::{ErrorKind, Read};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use intscope_wire::Start;
 use pcap_file::pcap::PcapParser;
 use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::{Endianness, PcapError, TsResolution};
 
 /// LINKTYPE_ETHERNET.
 pub const LINKTYPE_ETHERNET: u32 = 1;
+/// LINKTYPE_RAW: an IPv4 or IPv6 packet, told apart by its version nibble.
+pub const LINKTYPE_RAW: u32 = 101;
+/// LINKTYPE_LINUX_SLL: Linux cooked capture v1 (`tcpdump -i any` before libpcap 1.10).
+pub const LINKTYPE_LINUX_SLL: u32 = 113;
+/// LINKTYPE_IPV4: an IPv4 packet.
+pub const LINKTYPE_IPV4: u32 = 228;
+/// LINKTYPE_IPV6: an IPv6 packet.
+pub const LINKTYPE_IPV6: u32 = 229;
+/// LINKTYPE_LINUX_SLL2: Linux cooked capture v2 (`tcpdump -i any` since libpcap 1.10).
+pub const LINKTYPE_LINUX_SLL2: u32 = 276;
+
+/// Where the layers intscope reads begin in a captured frame, by its link type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Link {
+    /// The layers start `at` bytes in, with `start`.
+    Layers {
+        /// Bytes of link header before them.
+        at: usize,
+        /// What they start with.
+        start: Start,
+    },
+    /// A cooked frame of a protocol other than IP (ARP, a netlink message): nothing to read.
+    Other {
+        /// The cooked header's protocol type.
+        protocol: u16,
+    },
+    /// The link header cannot be read (cut short, an IP version that is neither 4 nor 6).
+    Broken(String),
+    /// A link type intscope does not read.
+    Unsupported,
+}
+
+/// The name of a link type as tcpdump.org's LINKTYPE list spells it (`LINUX_SLL (113)`), or
+/// its number.
+pub fn link_type_name(link_type: u32) -> String {
+    let name = match link_type {
+        LINKTYPE_ETHERNET => "ETHERNET",
+        LINKTYPE_RAW => "RAW",
+        LINKTYPE_LINUX_SLL => "LINUX_SLL",
+        LINKTYPE_IPV4 => "IPV4",
+        LINKTYPE_IPV6 => "IPV6",
+        LINKTYPE_LINUX_SLL2 => "LINUX_SLL2",
+        105 => "IEEE802_11",
+        127 => "IEEE802_11_RADIOTAP",
+        0 => "NULL",
+        108 => "LOOP",
+        _ => return format!("link type {link_type}"),
+    };
+    format!("{name} ({link_type})")
+}
+
+/// The short name `intscope dump` gives a link type other than Ethernet in its JSON (`link`).
+pub fn link_key(link_type: u32) -> Option<&'static str> {
+    match link_type {
+        LINKTYPE_RAW => Some("raw"),
+        LINKTYPE_LINUX_SLL => Some("linux_sll"),
+        LINKTYPE_IPV4 => Some("ipv4"),
+        LINKTYPE_IPV6 => Some("ipv6"),
+        LINKTYPE_LINUX_SLL2 => Some("linux_sll2"),
+        _ => None,
+    }
+}
+
+/// Linux's ARPHRD_NETLINK: a cooked frame of a netlink monitor device, whose protocol type is a
+/// netlink protocol, not an Ethertype.
+const ARPHRD_NETLINK: u16 = 824;
+
+/// Where the layers of `data`, a frame of `link_type`, begin.
+///
+/// The cooked headers are read by hand, not with etherparse's `LinuxSllHeaderSlice`: it refuses
+/// every ARPHRD type but Ethernet, netlink, IP GRE and two wireless ones, and a collector host's
+/// reports arrive as often over loopback (ARPHRD_LOOPBACK) or a tunnel (ARPHRD_NONE), which
+/// `tcpdump -i any` records with the same Ethertype. Layouts from tcpdump.org's link-layer
+/// header types: LINKTYPE_LINUX_SLL, "16 bytes: packet type (2), ARPHRD type (2), link-layer
+/// address length (2), link-layer address (8), protocol type (2)"; LINKTYPE_LINUX_SLL2, "20
+/// bytes: protocol type (2), reserved (2), interface index (4), ARPHRD type (2), packet type
+/// (1), link-layer address length (1), link-layer address (8)"; in both, "the protocol type
+/// field is an Ethertype value" but for netlink. LINKTYPE_RAW: "raw IP; the packet begins with an
+/// IPv4 or IPv6 header, with the version field of the header indicating whether it's an IPv4 or
+/// IPv6 header". A VLAN tag libpcap put back after a cooked header (protocol 0x8100) is skipped:
+/// the JSON does not show its ID.
+pub fn link(link_type: u32, data: &[u8]) -> Link {
+    let cooked = |len: usize, protocol_at: usize, arphrd_at: usize| {
+        let Some(h) = data.get(..len) else {
+            return Link::Broken(format!(
+                "{} header cut short: {} of its {len} bytes",
+                link_type_name(link_type),
+                data.len()
+            ));
+        };
+        let be = |at: usize| u16::from_be_bytes([h[at], h[at + 1]]);
+        let (mut protocol, mut at) = (be(protocol_at), len);
+        if be(arphrd_at) == ARPHRD_NETLINK {
+            return Link::Other { protocol };
+        }
+        while matches!(protocol, 0x8100 | 0x88a8 | 0x9100) {
+            let Some(tag) = data.get(at..at + 4) else {
+                return Link::Broken(format!(
+                    "VLAN tag after the {} header cut short",
+                    link_type_name(link_type)
+                ));
+            };
+            protocol = u16::from_be_bytes([tag[2], tag[3]]);
+            at += 4;
+        }
+        match protocol {
+            0x0800 => Link::Layers {
+                at,
+                start: Start::Ipv4,
+            },
+            0x86dd => Link::Layers {
+                at,
+                start: Start::Ipv6,
+            },
+            protocol => Link::Other { protocol },
+        }
+    };
+    match link_type {
+        LINKTYPE_ETHERNET => Link::Layers {
+            at: 0,
+            start: Start::Ethernet,
+        },
+        LINKTYPE_LINUX_SLL => cooked(16, 14, 2),
+        LINKTYPE_LINUX_SLL2 => cooked(20, 0, 8),
+        LINKTYPE_IPV4 => Link::Layers {
+            at: 0,
+            start: Start::Ipv4,
+        },
+        LINKTYPE_IPV6 => Link::Layers {
+            at: 0,
+            start: Start::Ipv6,
+        },
+        LINKTYPE_RAW => match data.first().map(|b| b >> 4) {
+            Some(4) => Link::Layers {
+                at: 0,
+                start: Start::Ipv4,
+            },
+            Some(6) => Link::Layers {
+                at: 0,
+                start: Start::Ipv6,
+            },
+            Some(v) => Link::Broken(format!(
+                "RAW (101) frame of IP version {v}: neither 4 nor 6"
+            )),
+            None => Link::Broken("RAW (101) frame is empty".into()),
+        },
+        _ => Link::Unsupported,
+    }
+}
 
 /// Largest record (pcap packet record or pcapng block) accepted: the bound tshark puts on a
 /// pcapng block. A length above it is corruption, and reading it would hold it all in memory.

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use intscope_collector::api::{self, ApiConfig};
 use intscope_collector::http::HttpLimits;
-use intscope_collector::ingest::{Collector, CollectorConfig, IpNet, spawn_receivers};
+use intscope_collector::ingest::{Collector, CollectorConfig, Discard, IpNet, spawn_receivers};
 use intscope_collector::record::RecordBatch;
-use intscope_wire::locate::{DetectConfig, Packet, Start};
+use intscope_wire::Warning;
+use intscope_wire::locate::{DetectConfig, Packet};
 
-use crate::capture::{Capture, LINKTYPE_ETHERNET};
+use crate::capture::{self, Capture, Link};
 
 /// Replay pacing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -39,7 +40,9 @@ pub struct CollectArgs {
     /// INT UDP port of the reported packets (INT_TBD); repeatable.
     #[arg(long = "int-udp-port", value_name = "P")]
     pub int_udp_ports: Vec<u16>,
-    /// Replay a capture of report traffic instead of listening, then serve the result.
+    /// Replay a capture of report traffic instead of listening, then serve the result (pcap or
+    /// pcapng: Ethernet, Linux cooked as `tcpdump -i any` writes it, raw IP). Datagrams larger
+    /// than `recv_slot` are counted `oversize`, as a live run counts them.
     #[arg(long, value_name = "FILE.pcap")]
     pub replay: Option<PathBuf>,
     /// Replay pacing.
@@ -413,7 +416,7 @@ pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 }
 
 /// What a replay did with each frame of a capture: every frame read lands in exactly one of
-/// `datagrams`, `other`, `undecodable` and `not_ethernet`.
+/// `datagrams`, `other`, `undecodable` and `unsupported`.
 #[derive(Debug, Default)]
 struct ReplayCounts {
     frames: u64,
@@ -424,11 +427,13 @@ struct ReplayCounts {
     cut_by_capture: u64,
     /// Frames that are not report traffic (another protocol or port).
     other: u64,
-    /// Frames whose Ethernet, IP or UDP headers could not be read, so that nobody can tell
+    /// Frames whose link, IP or UDP headers could not be read, so that nobody can tell
     /// whether they held a report, by reason.
     undecodable: std::collections::BTreeMap<String, u64>,
-    /// Frames of a link type other than Ethernet.
-    not_ethernet: u64,
+    /// Frames of a link type not read, by its name.
+    unsupported: std::collections::BTreeMap<String, u64>,
+    /// Of `datagrams`: larger than `recv_slot`, counted `oversize` as the live path does.
+    oversize: u64,
 }
 
 impl ReplayCounts {
@@ -514,30 +519,56 @@ fn replay(
             }
         };
         n.frames += 1;
-        if frame.link_type != LINKTYPE_ETHERNET {
-            n.not_ethernet += 1;
-            continue;
-        }
+        // The layers after the link header: Ethernet, or IP after a Linux cooked header
+        // (`tcpdump -i any`) or none (raw IP); offsets below count from there.
+        let (data, start) = match capture::link(frame.link_type, &frame.data) {
+            Link::Layers { at, start } => (&frame.data[at..], start),
+            Link::Other { .. } => {
+                n.other += 1;
+                continue;
+            }
+            Link::Broken(_) if frame.data.len() < frame.orig_len as usize => {
+                n.undecodable("cut short by the capture".into());
+                continue;
+            }
+            Link::Broken(_) => {
+                n.undecodable("link header".into());
+                continue;
+            }
+            Link::Unsupported => {
+                if n.unsupported.is_empty() {
+                    eprintln!(
+                        "intscope collect: warning: frame {}: {} is not supported (Ethernet, \
+                         LINUX_SLL, LINUX_SLL2, RAW, IPV4 and IPV6 are); such frames are skipped \
+                         and counted",
+                        frame.number,
+                        capture::link_type_name(frame.link_type)
+                    );
+                }
+                *n.unsupported
+                    .entry(capture::link_type_name(frame.link_type))
+                    .or_default() += 1;
+                continue;
+            }
+        };
         // Located in place: the layers read before an error stay known.
-        let mut p = Packet::new(&frame.data);
-        let located = p.locate(Start::Ethernet, &cfg);
-        // An IPv4 fragment: a replay does not reassemble (the kernel does, live). A later
-        // fragment has no UDP header at all, so nobody can tell whether it held a report.
-        let fragment =
-            p.ip.filter(|ip| ip.version == 4)
-                .and_then(|ip| frame.data.get(ip.offset + 6..ip.offset + 8))
-                .map(|b| u16::from_be_bytes([b[0], b[1]]) & 0x3fff);
-        if fragment.is_some_and(|f| f & 0x1fff != 0) {
-            n.undecodable("ipv4 fragment".into());
+        let mut p = Packet::new(data);
+        let located = p.locate(start, &cfg);
+        // A fragment: a replay does not reassemble (the kernel does, live). A later fragment
+        // has no UDP header at all (the wire crate reads none from it), so nobody can tell
+        // whether it held a report; a first fragment holds only part of the datagram.
+        let version = p.ip.map_or(4, |ip| ip.version);
+        if p.warnings.has(Warning::IpLaterFragment) {
+            n.undecodable(format!("ipv{version} fragment"));
             continue;
         }
         let (ip, l4) = match (p.ip, p.l4, located) {
             (Some(_), Some(l4), _)
                 if l4.proto == 17
                     && ports.contains(&l4.dst_port)
-                    && fragment.is_some_and(|f| f != 0) =>
+                    && p.warnings.has(Warning::IpFirstFragment) =>
             {
-                n.undecodable("ipv4 fragment".into());
+                n.undecodable(format!("ipv{version} fragment"));
                 continue;
             }
             (Some(ip), Some(l4), _) if l4.proto == 17 && ports.contains(&l4.dst_port) => (ip, l4),
@@ -552,11 +583,15 @@ fn replay(
                 continue;
             }
         };
-        let Ok((payload, cut)) = udp_payload(&frame.data, l4.offset, ip.offset + ip.declared_len)
-        else {
+        let Ok((payload, cut)) = udp_payload(data, l4.offset, ip.offset + ip.declared_len) else {
             n.undecodable("UDP length disagrees with IP".into());
             continue;
         };
+        // The datagram's length on the wire (its UDP length), not what the capture kept.
+        let datagram = data
+            .get(l4.offset + 4..l4.offset + 6)
+            .map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+            .saturating_sub(8);
         if speed == Speed::Realtime {
             let t0 = *first_ts.get_or_insert(frame.time_ns);
             let due = Duration::from_nanos(
@@ -575,13 +610,32 @@ fn replay(
                 break;
             }
         }
+        n.datagrams += 1;
+        if datagram > c.config.recv_slot {
+            // What the live path does with it: the kernel cuts a datagram larger than the
+            // receive slot, and the receive thread counts it received and `oversize` unread.
+            // A replay that decoded it would count the same traffic otherwise than a live run.
+            n.oversize += 1;
+            c.stats.received.fetch_add(1, Ordering::Relaxed);
+            let before = c.stats.discard(Discard::Oversize);
+            if before < 10 || before.is_power_of_two() {
+                let msg = format!(
+                    "from {}: datagram larger than recv_slot ({} bytes)",
+                    ip.src.to_canonical(),
+                    c.config.recv_slot
+                );
+                if let Ok(mut last) = c.stats.last_error.lock() {
+                    *last = Some(msg);
+                }
+            }
+            continue;
+        }
         c.ingest(
             payload,
             ip.src.to_canonical(),
             u64::try_from(frame.time_ns).unwrap_or(u64::MAX),
             &mut batch,
         );
-        n.datagrams += 1;
         n.cut_by_capture += u64::from(cut);
     }
     // The capture is over: close joins and episodes still waiting for reports.
@@ -615,11 +669,14 @@ fn replay(
             reasons.join(", ")
         );
     }
-    if n.not_ethernet > 0 {
+    if n.oversize > 0 {
         summary += &format!(
-            "; {} frames of a link type other than Ethernet skipped",
-            n.not_ethernet
+            "; {} report datagrams larger than recv_slot ({} bytes) counted oversize, not decoded",
+            n.oversize, c.config.recv_slot
         );
+    }
+    for (name, k) in &n.unsupported {
+        summary += &format!("; {k} frames of {name} (not supported) skipped");
     }
     if let Some(d) = damage {
         summary += &format!(

@@ -9,7 +9,7 @@ use intscope_wire::dissect;
 use intscope_wire::domain::Registry;
 use serde_json::{Value, json};
 
-use crate::capture::{Capture, LINKTYPE_ETHERNET};
+use crate::capture::{self, Capture, Link};
 use crate::detect::DetectArgs;
 use crate::text;
 
@@ -38,7 +38,8 @@ pub struct DumpArgs {
     /// How INT and reports are recognised.
     #[command(flatten)]
     pub detect: DetectArgs,
-    /// Capture file (pcap or pcapng, Ethernet link type).
+    /// Capture file (pcap or pcapng; link types Ethernet, Linux cooked SLL and SLL2 as
+    /// `tcpdump -i any` writes them, raw IP).
     pub file: PathBuf,
 }
 
@@ -48,14 +49,15 @@ pub struct Tally {
     /// Frames read.
     pub frames: u64,
     /// Frames not decoded whole, by reason: the capture cut the frame short (snap length), the
-    /// layer and kind of the first decode error (`ipv4 bad-value`, as in the JSON's `error`), or
-    /// a link type other than Ethernet.
+    /// layer and kind of the first decode error (`ipv4 bad-value`, as in the JSON's `error`), a
+    /// link header that cannot be read, or a link type not supported.
     pub undecoded: BTreeMap<String, u64>,
 }
 
 impl Tally {
-    /// Counts a printed frame: its first error, if it has one, by reason.
-    fn count(&mut self, frame: &Value, cut: bool) {
+    /// Counts a printed frame: its first error, if it has one, by reason (`link`: the reason
+    /// of an error in the link header, which has no layer and kind).
+    fn count(&mut self, frame: &Value, cut: bool, link: &str) {
         self.frames += 1;
         let Some(e) = first_error(frame) else { return };
         let reason = if cut {
@@ -63,7 +65,7 @@ impl Tally {
         } else {
             match (e["layer"].as_str(), e["kind"].as_str()) {
                 (Some(layer), Some(kind)) => format!("{layer} {kind}"),
-                _ => "not ethernet".to_string(),
+                _ => link.to_string(),
             }
         };
         *self.undecoded.entry(reason).or_default() += 1;
@@ -123,27 +125,43 @@ fn run_counted(args: &DumpArgs, out: &mut dyn Write, tally: &mut Tally) -> Resul
     let mut capture = Capture::open(&args.file)?;
     let mut out = BufWriter::new(out);
     while let Some(frame) = capture.next_frame() {
-        let mut cut = false;
-        let value = match frame {
-            Ok(f) if f.link_type == LINKTYPE_ETHERNET => {
-                cut = (f.orig_len as usize) > f.data.len();
-                let mut v = dissect::frame(f.number, &f.data, &cfg, registry.as_ref());
-                if let Some(m) = v.as_object_mut() {
-                    m.insert("time_ns".into(), json!(f.time_ns as u64));
-                    if f.orig_len as usize != f.data.len() {
-                        m.insert("orig_len".into(), json!(f.orig_len));
-                    }
-                }
-                v
-            }
-            Ok(f) => json!({"frame": f.number, "len": f.data.len(),
-                             "error": {"message": format!("link type {} is not supported (Ethernet only)", f.link_type)}}),
+        let f = match frame {
+            Ok(f) => f,
             Err(damage) => {
                 out.flush().context("writing output")?;
                 return Err(damage.into());
             }
         };
-        tally.count(&value, cut);
+        let cut = (f.orig_len as usize) > f.data.len();
+        let mut link_reason = "link header".to_string();
+        let mut value = match capture::link(f.link_type, &f.data) {
+            Link::Layers { at, start } => {
+                dissect::frame_from(f.number, &f.data, at, start, &cfg, registry.as_ref())
+            }
+            Link::Other { protocol } => {
+                json!({"frame": f.number, "len": f.data.len(), "protocol": protocol})
+            }
+            Link::Broken(message) => {
+                json!({"frame": f.number, "len": f.data.len(), "error": {"message": message}})
+            }
+            Link::Unsupported => {
+                link_reason = format!("{} not supported", capture::link_type_name(f.link_type));
+                json!({"frame": f.number, "len": f.data.len(),
+                       "error": {"message": format!("{} is not supported (Ethernet, LINUX_SLL, \
+                                 LINUX_SLL2, RAW, IPV4 and IPV6 are)",
+                                 capture::link_type_name(f.link_type))}})
+            }
+        };
+        if let Some(m) = value.as_object_mut() {
+            if let Some(key) = capture::link_key(f.link_type) {
+                m.insert("link".into(), json!(key));
+            }
+            m.insert("time_ns".into(), json!(f.time_ns as u64));
+            if f.orig_len as usize != f.data.len() {
+                m.insert("orig_len".into(), json!(f.orig_len));
+            }
+        }
+        tally.count(&value, cut, &link_reason);
         match args.format {
             Format::Json => writeln!(out, "{value}")?,
             Format::Text => writeln!(out, "{}", text::render(&value))?,

@@ -189,10 +189,14 @@ pub fn run(args: &NodeArgs) -> Result<String> {
             Input::Idle(ts) => (ts, None),
             Input::NotEthernet(number, link_type) => {
                 if not_ethernet == 0 {
+                    // A node forwards Ethernet frames and writes an Ethernet capture: a cooked
+                    // or raw-IP frame has no Ethernet header to keep, and one made up would
+                    // claim MAC addresses nobody sent.
                     eprintln!(
-                        "intscope node: warning: frame {number}: link type {link_type} is not \
-                         supported (Ethernet only); such frames are dropped and counted in \
-                         not_ethernet"
+                        "intscope node: warning: frame {number}: link type {} is not supported \
+                         (a node reads Ethernet only: it forwards and writes Ethernet frames); \
+                         such frames are dropped and counted in not_ethernet",
+                        crate::capture::link_type_name(link_type)
                     );
                 }
                 not_ethernet += 1;

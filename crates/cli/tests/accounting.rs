@@ -84,10 +84,16 @@ fn whole(frames: &[Vec<u8>]) -> Vec<(Vec<u8>, usize)> {
 /// What `intscope collect --replay` served and said: `/api/stats` while it served, and its
 /// stderr once stopped with SIGTERM.
 fn replay(file: &Path) -> (serde_json::Value, String) {
+    replay_with(file, &[])
+}
+
+/// [`replay`] with more arguments to `collect`.
+fn replay_with(file: &Path, extra: &[&str]) -> (serde_json::Value, String) {
     let mut child = bin()
         .args(["collect", "--no-store", "--http", "127.0.0.1:0", "--replay"])
         .arg(file)
         .args(["--int-udp-port", "17768"])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -274,12 +280,12 @@ fn dump_counts_frames_not_decoded_whole_by_reason() {
             file.0.display()
         )
     );
-    // Another link type is counted too.
-    let raw = Temp::pcap_of("raw-ip.pcap", DataLink::RAW, &whole(&frames[..2]));
-    let out = run(bin().arg("dump").arg(&raw.0));
+    // A link type not read is counted too, by name.
+    let wifi = Temp::pcap_of("wifi.pcap", DataLink::IEEE802_11, &whole(&frames[..2]));
+    let out = run(bin().arg("dump").arg(&wifi.0));
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
-        stderr.contains("2 of 2 frames not decoded whole (not ethernet 2)"),
+        stderr.contains("2 of 2 frames not decoded whole (IEEE802_11 (105) not supported 2)"),
         "{stderr}"
     );
     // A whole, clean capture says nothing.
@@ -407,7 +413,7 @@ fn node_accounts_for_every_input_frame() {
         "{s}"
     );
     assert!(
-        stderr.contains("link type 101 is not supported"),
+        stderr.contains("link type RAW (101) is not supported"),
         "{stderr}"
     );
 }
@@ -989,4 +995,305 @@ fn a_full_disk_is_an_error_not_a_summary() {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("No space left"), "{stderr}");
+}
+
+/// `frames` re-wrapped as a capture of `link_type` (`tcpdump -i any` writes LINUX_SLL or
+/// LINUX_SLL2; raw-IP captures RAW, IPV4, IPV6): the Ethernet header replaced by the link
+/// header, the protocol type its Ethertype (layouts: tcpdump.org's link-layer header types).
+/// The cooked headers name ARPHRD_LOOPBACK (772), as a collector host's loopback does.
+fn rewrap(frames: &[Vec<u8>], link_type: DataLink) -> Vec<Vec<u8>> {
+    frames
+        .iter()
+        .map(|f| {
+            let (ethertype, payload) = (&f[12..14], &f[14..]);
+            let header: Vec<u8> = match link_type {
+                // Packet type (host), ARPHRD, address length, address (8), protocol type.
+                DataLink::LINUX_SLL => {
+                    [&[0, 0, 0x03, 0x04, 0, 6][..], &f[6..12], &[0, 0], ethertype].concat()
+                }
+                // Protocol type, reserved, interface index, ARPHRD, packet type, address
+                // length, address (8).
+                DataLink::LINUX_SLL2 => [
+                    ethertype,
+                    &[0, 0, 0, 0, 0, 1, 0x03, 0x04, 0, 6],
+                    &f[6..12],
+                    &[0, 0],
+                ]
+                .concat(),
+                _ => Vec::new(),
+            };
+            [header, payload.to_vec()].concat()
+        })
+        .collect()
+}
+
+/// A dump's JSON with what differs between link types taken out: the frame's length, the
+/// `link` key and offsets (checked apart), and error messages (which name offsets).
+fn without_link(v: &serde_json::Value) -> serde_json::Value {
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.remove("offset");
+                m.remove("message");
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut v = v.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("len");
+        m.remove("link");
+    }
+    strip(&mut v);
+    v
+}
+
+fn dump_json(file: &Path) -> (Vec<serde_json::Value>, String) {
+    let out = run(bin().args(["dump", "--format", "json"]).arg(file));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let frames = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (frames, stderr.replace(&file.display().to_string(), "FILE"))
+}
+
+/// Captures taken with `tcpdump -i any` (Linux cooked v1 and v2) and raw-IP captures hold the
+/// same reports and INT as Ethernet ones: `intscope dump` shows each frame as it shows the
+/// Ethernet original (offsets moved by the link header's length), and `collect --replay`
+/// counts and decodes the same. Before, every frame of them was counted "not ethernet" and no
+/// report was read.
+#[test]
+fn cooked_and_raw_ip_captures_read_as_their_ethernet_originals() {
+    let frames = sample_frames();
+    let eth = Temp::pcap("link-eth.pcap", &whole(&frames));
+    let (eth_json, eth_stderr) = dump_json(&eth.0);
+    let (eth_stats, eth_replay) = replay(&eth.0);
+    let eth_line = replayed(&eth_replay).replace(&eth.0.display().to_string(), "FILE");
+    let summary = |line: &str| line.rsplit_once(", ").map(|(a, _)| a.to_string()).unwrap();
+    assert_eq!(eth_stats["ingest"]["reports_decoded"], 3);
+    assert_eq!(
+        eth_json
+            .iter()
+            .filter(|v| v.get("report").is_some())
+            .count(),
+        3
+    );
+    assert_eq!(
+        eth_json.iter().filter(|v| v.get("int").is_some()).count(),
+        4
+    );
+    for (link_type, key, header) in [
+        (DataLink::LINUX_SLL, "linux_sll", 16i64),
+        (DataLink::LINUX_SLL2, "linux_sll2", 20),
+        (DataLink::RAW, "raw", 0),
+        (DataLink::IPV4, "ipv4", 0),
+    ] {
+        let file = Temp::pcap_of(
+            &format!("link-{key}.pcap"),
+            link_type,
+            &whole(&rewrap(&frames, link_type)),
+        );
+        let (json, stderr) = dump_json(&file.0);
+        assert_eq!(stderr, eth_stderr, "{key}");
+        assert_eq!(json.len(), eth_json.len());
+        for (v, e) in json.iter().zip(&eth_json) {
+            assert_eq!(v["link"], key, "{v}");
+            assert_eq!(without_link(v), without_link(e), "{key}");
+            assert_eq!(
+                v["len"].as_i64().unwrap(),
+                e["len"].as_i64().unwrap() - 14 + header
+            );
+            if let Some(off) = e["int"]["offset"].as_i64() {
+                assert_eq!(v["int"]["offset"].as_i64(), Some(off - 14 + header), "{v}");
+            }
+            if let Some(off) = e["error"]["offset"].as_i64() {
+                assert_eq!(
+                    v["error"]["offset"].as_i64(),
+                    Some(off - 14 + header),
+                    "{v}"
+                );
+            }
+        }
+        let (stats, stderr) = replay(&file.0);
+        let line = replayed(&stderr).replace(&file.0.display().to_string(), "FILE");
+        assert_eq!(summary(&line), summary(&eth_line), "{key}");
+        assert_eq!(stats["ingest"], eth_stats["ingest"], "{key}");
+    }
+    // A non-IP cooked frame (ARP) is other traffic; a cooked header cut short is counted by
+    // reason.
+    let mut arp = rewrap(&frames[..1], DataLink::LINUX_SLL);
+    arp[0][14..16].copy_from_slice(&[0x08, 0x06]);
+    arp.push(arp[0][..10].to_vec());
+    let file = Temp::pcap_of("link-arp.pcap", DataLink::LINUX_SLL, &whole(&arp));
+    let (json, stderr) = dump_json(&file.0);
+    assert_eq!(json[0]["protocol"], 0x0806, "{}", json[0]);
+    assert!(json[0].get("error").is_none() && json[0].get("ip").is_none());
+    assert!(
+        stderr.contains("1 of 2 frames not decoded whole (link header 1)"),
+        "{stderr}"
+    );
+    let (_, stderr) = replay(&file.0);
+    let line = replayed(&stderr);
+    assert!(
+        line.contains("2 frames, 0 report datagrams, 1 other frames"),
+        "{line}"
+    );
+    assert!(
+        line.contains("1 frames undecodable, not replayed (link header 1)"),
+        "{line}"
+    );
+}
+
+/// An IPv6 report datagram: the sample's IPv4 report frame `f` with an IPv6 header instead,
+/// and a Fragment extension header whose offset/M word is `offset_m` when given.
+fn ipv6_report(f: &[u8], offset_m: Option<u16>) -> Vec<u8> {
+    let udp = &f[34..];
+    let frag = offset_m.map_or(Vec::new(), |w| {
+        [vec![17, 0], w.to_be_bytes().to_vec(), vec![0, 0, 0, 9]].concat()
+    });
+    let mut ip6 = vec![0x60, 0, 0, 0];
+    ip6.extend_from_slice(&((frag.len() + udp.len()) as u16).to_be_bytes());
+    ip6.extend_from_slice(&[if frag.is_empty() { 17 } else { 44 }, 64]);
+    ip6.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    ip6.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    [&f[..12], &[0x86, 0xdd], &ip6, &frag, udp].concat()
+}
+
+/// IPv6 fragments (RFC 8200 §4.5) are counted undecodable as IPv4 ones are: a replay does not
+/// reassemble, a later fragment holds no UDP header and a first one only part of the datagram.
+/// Before, both were replayed as whole report datagrams.
+#[test]
+fn replay_counts_ipv6_fragments_as_undecodable() {
+    let frames = sample_frames();
+    let records = [
+        ipv6_report(&frames[7], None),
+        ipv6_report(&frames[7], Some(0)),
+        ipv6_report(&frames[7], Some(1)),
+        ipv6_report(&frames[7], Some(181 << 3)),
+    ];
+    let file = Temp::pcap("v6-fragments.pcap", &whole(&records));
+    let (stats, stderr) = replay(&file.0);
+    let line = replayed(&stderr);
+    assert!(
+        line.contains("4 frames, 2 report datagrams, 0 other frames"),
+        "{line}"
+    );
+    assert!(
+        line.contains("2 frames undecodable, not replayed (ipv6 fragment 2)"),
+        "{line}"
+    );
+    let ingest = &stats["ingest"];
+    assert_eq!(ingest["datagrams_accepted"], 2, "{ingest}");
+    assert_eq!(ingest["reports_decoded"], 2, "{ingest}");
+    // The same in IPv6 and raw-IP captures (RAW tells IPv6 from IPv4 by the version) and a
+    // cooked one.
+    for link_type in [DataLink::IPV6, DataLink::RAW, DataLink::LINUX_SLL2] {
+        let file = Temp::pcap_of(
+            "v6-link.pcap",
+            link_type,
+            &whole(&rewrap(&records, link_type)),
+        );
+        let (again, stderr) = replay(&file.0);
+        let l = replayed(&stderr);
+        assert!(
+            l.contains("4 frames, 2 report datagrams, 0 other frames"),
+            "{l}"
+        );
+        assert!(l.contains("(ipv6 fragment 2)"), "{l}");
+        assert_eq!(again["ingest"], stats["ingest"], "{link_type:?}");
+    }
+}
+
+/// RFC 768: a UDP length under 8, or past what the IP Total Length leaves, is no datagram:
+/// `intscope dump` says so (udp bad-length) instead of showing reports read from it.
+#[test]
+fn dump_shows_no_reports_from_an_impossible_udp_length() {
+    let frames = sample_frames();
+    let report = frames[7].clone();
+    let ip_payload = usize::from(u16::from_be_bytes([report[16], report[17]])) - 20;
+    let mut short = report.clone();
+    short[38..40].copy_from_slice(&4u16.to_be_bytes());
+    let mut long = report.clone();
+    long[38..40].copy_from_slice(&((ip_payload + 1) as u16).to_be_bytes());
+    // Padding after the IP packet does not make room for a longer UDP length.
+    long.extend_from_slice(&[0; 8]);
+    let file = Temp::pcap("udp-len.pcap", &whole(&[report, short, long]));
+    let (json, stderr) = dump_json(&file.0);
+    assert!(json[0].get("report").is_some(), "{}", json[0]);
+    for v in &json[1..] {
+        assert!(v.get("report").is_none(), "{v}");
+        assert_eq!(v["error"]["layer"], "udp", "{v}");
+        assert_eq!(v["error"]["kind"], "bad-length", "{v}");
+    }
+    assert!(
+        stderr.contains("2 of 3 frames not decoded whole (udp bad-length 2)"),
+        "{stderr}"
+    );
+}
+
+/// A report datagram larger than `recv_slot` is what the live path cannot take whole (the
+/// kernel cuts it to the slot): a replay counts it received and discarded `oversize` as the
+/// live path does, instead of decoding it.
+#[test]
+fn replay_counts_datagrams_over_recv_slot_as_oversize() {
+    let frames = sample_frames();
+    let file = Temp::pcap("oversize.pcap", &whole(&frames[7..10]));
+    let (stats, stderr) = replay_with(&file.0, &["--recv-slot", "64"]);
+    let ingest = &stats["ingest"];
+    assert_eq!(ingest["datagrams_received"], 3, "{ingest}");
+    assert_eq!(ingest["discarded"]["oversize"], 3, "{ingest}");
+    assert_eq!(ingest["reports_decoded"], 0, "{ingest}");
+    assert!(
+        replayed(&stderr).contains("3 report datagrams larger than recv_slot (64 bytes)"),
+        "{stderr}"
+    );
+    // The largest of them (104 bytes) fits a 104-byte slot: all decoded.
+    let (stats, _) = replay_with(&file.0, &["--recv-slot", "104"]);
+    assert_eq!(stats["ingest"]["reports_decoded"], 3, "{stats}");
+    assert_eq!(stats["ingest"]["discarded"]["oversize"], 0, "{stats}");
+    // A live run of the same datagrams counts the same.
+    let (child, http, listen) = collect(&["--no-store", "--recv-slot", "64"]);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for f in &frames[7..10] {
+        let udp_len = usize::from(u16::from_be_bytes([f[38], f[39]]));
+        sock.send_to(&f[42..34 + udp_len], &listen).unwrap();
+    }
+    let deadline = Instant::now() + DEADLINE;
+    let live = loop {
+        let out = Command::new("curl")
+            .args([
+                "-sf",
+                "--max-time",
+                "10",
+                &format!("http://{http}/api/stats"),
+            ])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if v["ingest"]["datagrams_received"] == 3 {
+            break v["ingest"].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the live run did not receive 3: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    stop(child);
+    for key in [
+        "datagrams_received",
+        "datagrams_accepted",
+        "reports_decoded",
+        "discarded",
+    ] {
+        assert_eq!(
+            live[key], ingest[key],
+            "{key}: live {live}, replay {ingest}"
+        );
+    }
 }

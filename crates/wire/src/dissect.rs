@@ -15,22 +15,37 @@ use crate::warning::Warnings;
 
 /// Dissects one frame (starting with Ethernet). `frame` is its 1-based number.
 pub fn frame(frame: u64, bytes: &[u8], cfg: &DetectConfig, registry: Option<&Registry>) -> Value {
+    frame_from(frame, bytes, 0, Start::Ethernet, cfg, registry)
+}
+
+/// Dissects one frame whose layers start `at` bytes in, with `start` (after a link header that
+/// is not Ethernet: a Linux cooked capture header, or none for raw IP). `len` and every offset
+/// stay counted from the frame's first byte.
+pub fn frame_from(
+    frame: u64,
+    bytes: &[u8],
+    at: usize,
+    start: Start,
+    cfg: &DetectConfig,
+    registry: Option<&Registry>,
+) -> Value {
     let mut out = Map::new();
     out.insert("frame".into(), json!(frame));
     out.insert("len".into(), json!(bytes.len()));
     let mut warnings = Warnings::default();
-    match packet_value(
-        bytes,
-        Start::Ethernet,
-        cfg,
-        registry,
-        &mut warnings,
-        &mut out,
-    ) {
-        Ok(()) => {}
-        Err(e) => {
-            out.insert("error".into(), error_value(&e));
+    let at = at.min(bytes.len());
+    let result = packet_value(&bytes[at..], start, cfg, registry, &mut warnings, &mut out);
+    if at > 0 {
+        for key in ["int", "int_stacked"] {
+            if let Some(Value::Object(m)) = out.get_mut(key)
+                && let Some(off) = m.get("offset").and_then(Value::as_u64)
+            {
+                m.insert("offset".into(), json!(off + at as u64));
+            }
         }
+    }
+    if let Err(e) = result {
+        out.insert("error".into(), error_value(&e.shifted(at)));
     }
     if !warnings.is_empty() {
         out.insert("warnings".into(), warnings_value(warnings));
@@ -114,19 +129,32 @@ fn packet_value(
         out.insert("int_stacked".into(), v);
     }
     located?;
-    if let (Some(l4), Some(_)) = (p.l4, p.ip)
+    if let (Some(l4), Some(ip)) = (p.l4, p.ip)
         && l4.proto == 17
         && cfg.is_report_port(l4.dst_port)
         && p.int.is_none()
     {
+        // RFC 768: "Length is the length in octets of this user datagram including this header
+        // and the data. (This means the minimum value of the length is eight.)" The datagram
+        // is the IP packet's payload (RFC 791 Total Length; RFC 8200 Payload Length), so a
+        // length under 8 or past what the IP length leaves is no datagram to read reports from.
+        let udp_len = bytes
+            .get(l4.offset + 4..l4.offset + 6)
+            .map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
+        let room = (ip.offset + ip.declared_len).saturating_sub(l4.offset);
+        if udp_len < 8 || udp_len > room {
+            return Err(Error::bad_length(
+                crate::error::Layer::Udp,
+                l4.offset + 4,
+                "Length",
+                udp_len,
+                room,
+            ));
+        }
         // The datagram is what the UDP length declares, cut to what was captured: an Ethernet
         // trailer after it (padding, an FCS) holds no reports.
         let start = (l4.offset + 8).min(bytes.len());
-        let end = bytes
-            .get(l4.offset + 4..l4.offset + 6)
-            .map_or(bytes.len(), |b| {
-                l4.offset + usize::from(u16::from_be_bytes([b[0], b[1]]))
-            });
+        let end = l4.offset + udp_len;
         let payload = &bytes[start..end.clamp(start, bytes.len())];
         let mut inner_cfg = cfg.clone();
         inner_cfg.heuristic = true;

@@ -360,14 +360,17 @@ fn parse_into<'a>(
     // Built in registers and stored once; what follows reads those, not `p.ip` (whose addresses
     // are stored in halves: a whole-value read back stalled on store forwarding, a third of this
     // function in perf). Nothing takes `ip`'s address, or it would live in memory again.
+    // The fragment offset (13 bits) and More Fragments (bit 13) of a fragmented packet; 0 when
+    // the packet is whole.
+    let mut fragment = 0u16;
     let ip = match ethertype {
         0x0800 => {
-            let s = Ipv4HeaderSlice::from_slice(&bytes[at..])
-                .map_err(|e| ip_error(Layer::Ipv4, at, e))?;
+            let s = Ipv4HeaderSlice::from_slice(&bytes[at..]).map_err(|e| ipv4_error(at, e))?;
             let header_len = s.slice().len();
             if cfg.verify_checksums && checksum::internet_checksum(s.slice()) != 0 {
                 p.warnings.add(Warning::BadIpChecksum);
             }
+            fragment = s.fragments_offset().value() | u16::from(s.more_fragments()) << 13;
             IpInfo {
                 src: ip_addr4(s.source()),
                 dst: ip_addr4(s.destination()),
@@ -381,26 +384,51 @@ fn parse_into<'a>(
             }
         }
         0x86dd => {
-            let s = Ipv6HeaderSlice::from_slice(&bytes[at..])
-                .map_err(|e| ip_error(Layer::Ipv6, at, e))?;
-            let (exts, next, _) =
-                Ipv6ExtensionsSlice::from_slice(s.next_header(), &bytes[at + 40..])
-                    .map_err(|e| ip_error(Layer::Ipv6, at + 40, e))?;
+            let s = Ipv6HeaderSlice::from_slice(&bytes[at..]).map_err(|e| ipv6_error(at, e))?;
+            let chain = &bytes[at + 40..];
+            // The headers' length and the protocol after them. A fragment's offset is read
+            // from the first Fragment header in the chain: after it, a later fragment holds
+            // the middle of the packet, not headers, so its next-header value is the protocol
+            // and its end the end of the headers whatever etherparse made of the bytes after.
+            let (mut exts_len, mut proto) =
+                match Ipv6ExtensionsSlice::from_slice(s.next_header(), chain) {
+                    Ok((exts, next, _)) => {
+                        if exts.is_fragmenting_payload() {
+                            fragment = ipv6_fragment(s.next_header(), chain).0;
+                        }
+                        (exts.slice().len(), next.0)
+                    }
+                    Err(e) => match ipv6_fragment(s.next_header(), chain) {
+                        (f, Some(_)) if f & 0x1fff != 0 => {
+                            fragment = f;
+                            (0, 0)
+                        }
+                        _ => return Err(ipv6_exts_error(at + 40, e)),
+                    },
+                };
+            if fragment & 0x1fff != 0
+                && let (_, Some((end, next))) = ipv6_fragment(s.next_header(), chain)
+            {
+                (exts_len, proto) = (end, next);
+            }
             IpInfo {
                 src: ip_addr6(s.source()),
                 dst: ip_addr6(s.destination()),
                 version: 6,
-                proto: next.0,
+                proto,
                 dscp: s.dscp().value(),
                 ttl: s.hop_limit(),
                 offset: at,
-                header_len: 40 + exts.slice().len(),
+                header_len: 40 + exts_len,
                 declared_len: 40 + usize::from(s.payload_length()),
             }
         }
         _ => return Ok(()),
     };
     p.ip = Some(ip);
+    if fragment != 0 && fragmented(p, fragment) {
+        return Ok(());
+    }
     // The IP payload: what the header declares, cut to what was captured (truncated reports).
     let l4_at = at + ip.header_len;
     let ip_end = (at + ip.declared_len)
@@ -476,8 +504,7 @@ fn parse_into<'a>(
             }
         }
         6 => {
-            let t =
-                TcpHeaderSlice::from_slice(payload).map_err(|e| ip_error(Layer::Tcp, l4_at, e))?;
+            let t = TcpHeaderSlice::from_slice(payload).map_err(|e| tcp_error(l4_at, e))?;
             let hl = t.slice().len();
             let l4 = L4Info {
                 proto: 6,
@@ -517,6 +544,116 @@ fn parse_into<'a>(
         _ => {}
     }
     Ok(())
+}
+
+/// A fragment of an IP packet (`fragment`: offset in 8-byte units, More Fragments in bit 13).
+/// Only the first fragment holds the L4 header: RFC 791 ("the fragment offset field of the first
+/// fragment is zero", the internet header of later fragments is followed by data from the middle
+/// of the datagram) and RFC 8200 §4.5 (the Fragmentable Part, upper-layer header included, is
+/// split across the fragments; a fragment's Fragment Offset is "the offset, in 8-octet units, of
+/// the data following this header, relative to the start of the Fragmentable Part"). A later
+/// fragment's bytes are the middle of a datagram, so reading them as a UDP/TCP header would
+/// invent ports and INT: it is flagged and yields no L4, no flow and no INT (true returned). A
+/// first fragment is read on, flagged: its L4 header is real but its payload is incomplete.
+#[cold]
+#[inline(never)]
+fn fragmented(p: &mut Packet<'_>, fragment: u16) -> bool {
+    if fragment & 0x1fff != 0 {
+        p.warnings.add(Warning::IpLaterFragment);
+        p.flow = None;
+        true
+    } else {
+        p.warnings.add(Warning::IpFirstFragment);
+        false
+    }
+}
+
+/// The offset and More Fragments flag of the first IPv6 Fragment extension header in the
+/// extension header `chain` (which starts with header `first`), in the layout of
+/// [`fragmented`]'s argument (RFC 8200 §4.5: "Fragment Offset 13-bit unsigned integer. The
+/// offset, in 8-octet units"; "M flag 1 = more fragments; 0 = last fragment"), with where the
+/// Fragment header ends in `chain` and its Next Header; (0, None) without one before the chain
+/// ends or leaves the extension headers.
+///
+/// Walked here, not with etherparse's `Ipv6ExtensionsSlice` iterator: over a chain read laxly
+/// (up to a header it could not read) that iterator panicked on fuzzed bytes.
+#[cold]
+#[inline(never)]
+fn ipv6_fragment(first: etherparse::IpNumber, chain: &[u8]) -> (u16, Option<(usize, u8)>) {
+    let (mut next, mut at) = (first.0, 0usize);
+    // Each header is at least 8 bytes, so the walk ends within `chain.len() / 8` steps.
+    loop {
+        let Some(h) = chain.get(at..at + 8) else {
+            return (0, None);
+        };
+        let len = match next {
+            // RFC 8200 §4.5: Next Header, Reserved, Fragment Offset (13) Res (2) M (1), ID.
+            44 => {
+                let word = u16::from_be_bytes([h[2], h[3]]);
+                return ((word >> 3) | (word & 1) << 13, Some((at + 8, h[0])));
+            }
+            // Hop-by-Hop, Routing, Destination Options (RFC 8200 §4.3, 4.4, 4.6): Hdr Ext
+            // Len in 8-octet units, not counting the first 8 octets.
+            0 | 43 | 60 => (usize::from(h[1]) + 1) * 8,
+            // Authentication Header (RFC 4302 §2.2): Payload Len in 4-octet units, minus 2.
+            51 => (usize::from(h[1]) + 2) * 4,
+            _ => return (0, None),
+        };
+        next = h[0];
+        at += len;
+    }
+}
+
+/// A header cut short by the end of the bytes: `Truncated`, not a bad value. etherparse's
+/// lengths count from the header's start, `layer_start_offset` bytes into the slice it was
+/// given at `at`.
+fn len_error(layer: Layer, at: usize, e: &etherparse::err::LenError) -> Error {
+    Error::truncated(layer, at + e.layer_start_offset, e.required_len, e.len)
+}
+
+/// An IPv4 header etherparse refused: cut short, or a bad field. Out of line, as every error
+/// mapper here: the hot path keeps only the call.
+#[cold]
+#[inline(never)]
+fn ipv4_error(at: usize, e: etherparse::err::ipv4::HeaderSliceError) -> Error {
+    use etherparse::err::ipv4::HeaderSliceError as E;
+    match e {
+        E::Len(l) => len_error(Layer::Ipv4, at, &l),
+        E::Content(c) => ip_error(Layer::Ipv4, at, c),
+    }
+}
+
+/// An IPv6 header etherparse refused.
+#[cold]
+#[inline(never)]
+fn ipv6_error(at: usize, e: etherparse::err::ipv6::HeaderSliceError) -> Error {
+    use etherparse::err::ipv6::HeaderSliceError as E;
+    match e {
+        E::Len(l) => len_error(Layer::Ipv6, at, &l),
+        E::Content(c) => ip_error(Layer::Ipv6, at, c),
+    }
+}
+
+/// IPv6 extension headers etherparse refused.
+#[cold]
+#[inline(never)]
+fn ipv6_exts_error(at: usize, e: etherparse::err::ipv6_exts::HeaderSliceError) -> Error {
+    use etherparse::err::ipv6_exts::HeaderSliceError as E;
+    match e {
+        E::Len(l) => len_error(Layer::Ipv6, at, &l),
+        E::Content(c) => ip_error(Layer::Ipv6, at, c),
+    }
+}
+
+/// A TCP header etherparse refused.
+#[cold]
+#[inline(never)]
+fn tcp_error(at: usize, e: etherparse::err::tcp::HeaderSliceError) -> Error {
+    use etherparse::err::tcp::HeaderSliceError as E;
+    match e {
+        E::Len(l) => len_error(Layer::Tcp, at, &l),
+        E::Content(c) => ip_error(Layer::Tcp, at, c),
+    }
 }
 
 fn ip_error(layer: Layer, at: usize, e: impl core::fmt::Debug) -> Error {

@@ -48,10 +48,16 @@ pub enum Warning {
     BosMissing,
     /// A 2016 metadata word other than the stack's last carries the BOS bit.
     BosMisplaced,
+    /// The first fragment of a fragmented IP packet (offset 0, More Fragments set): its L4
+    /// header was read, but the rest of the packet is in later fragments.
+    IpFirstFragment,
+    /// A later fragment of an IP packet (offset > 0): it holds no L4 header (RFC 791, RFC 8200
+    /// §4.5), so no ports, flow or INT were read from it.
+    IpLaterFragment,
 }
 
 impl Warning {
-    const ALL: [Warning; 20] = [
+    const ALL: [Warning; 22] = [
         Warning::ShimLengthCountsShim,
         Warning::LegacyShimLength,
         Warning::StackLeftover,
@@ -72,6 +78,8 @@ impl Warning {
         Warning::LegacyHopCount,
         Warning::BosMissing,
         Warning::BosMisplaced,
+        Warning::IpFirstFragment,
+        Warning::IpLaterFragment,
     ];
 
     /// A one-line explanation.
@@ -123,6 +131,12 @@ impl Warning {
             Warning::BosMisplaced => {
                 "2016 format: the bottom-of-stack bit is set on a metadata word before the last"
             }
+            Warning::IpFirstFragment => {
+                "first fragment of a fragmented IP packet: the L4 header is read, the rest of the packet is in later fragments"
+            }
+            Warning::IpLaterFragment => {
+                "later fragment of an IP packet (offset > 0): it holds no L4 header, so no ports, flow or INT are read"
+            }
         }
     }
 
@@ -149,6 +163,8 @@ impl Warning {
             Warning::LegacyHopCount => "legacy-hop-count",
             Warning::BosMissing => "bos-missing",
             Warning::BosMisplaced => "bos-misplaced",
+            Warning::IpFirstFragment => "ip-first-fragment",
+            Warning::IpLaterFragment => "ip-later-fragment",
         }
     }
 }
