@@ -6,7 +6,7 @@
 //!   ([`crate::legacy`]); the metadata header then tells v1.0 (version nibble 1, or Hop ML
 //!   consistent with the bitmap) from v0.5 (instruction count consistent with the bitmap).
 //! * after a VXLAN-GPE header with Next Protocol 0x05, the 2016 specification's shim and header
-//!   ([`crate::legacy::parse_gpe_2016`]);
+//!   (`legacy::parse_gpe_2016`);
 //! * otherwise the v2.x shim of the encapsulation, whose Length excludes the shim
 //!   (INT v2.1 §"INT over TCP/UDP": "The length of the shim header (1 word) is NOT counted since
 //!   INT version 2.0").

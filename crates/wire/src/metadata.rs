@@ -594,7 +594,7 @@ fn layout(bitmap: u16, format: Format) -> Layout {
 }
 
 /// Zero-copy view of one hop's metadata: the hot-path way to read a stack or a report. Fields
-/// are located through the bitmap's [`Layout`], nothing is copied. In the 2016 format the
+/// are located through the bitmap's `Layout`, nothing is copied. In the 2016 format the
 /// generic accessors give `None` (its words carry a BOS bit): read it with
 /// [`HopView::value_2016`] and the other `_2016` accessors, or [`HopView::to_metadata`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
