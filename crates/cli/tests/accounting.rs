@@ -10,7 +10,6 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{bin, repo};
@@ -89,78 +88,12 @@ fn replay(file: &Path) -> (serde_json::Value, String) {
 
 /// [`replay`] with more arguments to `collect`.
 fn replay_with(file: &Path, extra: &[&str]) -> (serde_json::Value, String) {
-    let mut child = bin()
-        .args(["collect", "--no-store", "--http", "127.0.0.1:0", "--replay"])
-        .arg(file)
-        .args(["--int-udp-port", "17768"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut stderr_pipe = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let (etx, erx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut err = String::new();
-        let _ = stderr_pipe.read_to_string(&mut err);
-        let _ = etx.send(err);
-    });
-    let line = match rx.recv_timeout(DEADLINE) {
-        Ok(l) if !l.is_empty() => l,
-        got => {
-            kill(&mut child);
-            let err = erx.recv_timeout(DEADLINE).unwrap_or_default();
-            panic!("collect did not start serving ({got:?}): {err}");
-        }
-    };
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let http = v["http"].as_str().unwrap().to_string();
-    let stats = Command::new("curl")
-        .args([
-            "-sf",
-            "--max-time",
-            "10",
-            &format!("http://{http}/api/stats"),
-        ])
-        .output()
-        .expect("curl");
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let status = wait(&mut child).expect("collect did not stop on SIGTERM");
-    let stderr = erx.recv_timeout(DEADLINE).expect("stderr closes at exit");
-    assert!(status.success(), "{stderr}");
-    assert!(stats.status.success(), "GET /api/stats: {stderr}");
-    (serde_json::from_slice(&stats.stdout).unwrap(), stderr)
-}
-
-fn kill(child: &mut Child) {
-    let _ = child.kill();
-    let _ = child.wait();
+    common::replay_served(file, extra)
 }
 
 /// The exit status of `child`; `None` (the child killed) once [`DEADLINE`] has passed.
 fn wait(child: &mut Child) -> Option<std::process::ExitStatus> {
-    let start = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return Some(s);
-        }
-        if start.elapsed() > DEADLINE {
-            kill(child);
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    common::exit_within(child, DEADLINE)
 }
 
 /// The replay's summary line.
@@ -421,26 +354,34 @@ fn node_accounts_for_every_input_frame() {
 /// A node over a capture cut short: the frames before the damage are processed, the reports
 /// still waiting to be coalesced are delivered, the summary accounts for them, and the damage
 /// is the error (exit status 1).
-#[test]
-fn node_over_a_damaged_capture_accounts_for_what_it_read() {
-    let dir = Temp::path("chain");
+/// Ten host packets through `examples/node-source.toml` then `node-transit.toml`, in a new
+/// directory `name` (kept while the returned [`Temp`] lives): the transit hop's output.
+fn source_and_transit(name: &str, host_file: &str) -> (Temp, PathBuf) {
+    let dir = Temp::path(name);
     std::fs::create_dir_all(&dir.0).unwrap();
-    let p = |name: &str| dir.0.join(name);
-    let host = Temp::pcap("host.pcap", &whole(&common::host_traffic(10)));
+    let host = Temp::pcap(host_file, &whole(&common::host_traffic(10)));
     let mut input = host.0.clone();
     for (role, out) in [("source", "s.pcap"), ("transit", "t.pcap")] {
         let config = repo(&format!("examples/node-{role}.toml"));
+        let out = dir.0.join(out);
         let (code, _, stderr) = node(&[
             "--config".as_ref(),
             config.as_ref(),
             "--in".as_ref(),
             input.as_os_str(),
             "--out".as_ref(),
-            p(out).as_os_str(),
+            out.as_os_str(),
         ]);
         assert_eq!(code, Some(0), "{stderr}");
-        input = p(out);
+        input = out;
     }
+    (dir, input)
+}
+
+#[test]
+fn node_over_a_damaged_capture_accounts_for_what_it_read() {
+    let (dir, input) = source_and_transit("chain", "host.pcap");
+    let p = |name: &str| dir.0.join(name);
     let whole_t = std::fs::read(&input).unwrap();
     std::fs::write(p("cut.pcap"), &whole_t[..whole_t.len() - 7]).unwrap();
     // The sink coalesces its reports: the last waits for company when the capture breaks off.
@@ -675,24 +616,8 @@ fn sigterm_stops_the_demo_gracefully() {
 /// instead of ending at the second report.
 #[test]
 fn node_counts_reports_a_closed_collector_port_refused() {
-    let dir = Temp::path("refused");
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let (dir, input) = source_and_transit("refused", "host-refused.pcap");
     let p = |name: &str| dir.0.join(name);
-    let host = Temp::pcap("host-refused.pcap", &whole(&common::host_traffic(10)));
-    let mut input = host.0.clone();
-    for (role, out) in [("source", "s.pcap"), ("transit", "t.pcap")] {
-        let config = repo(&format!("examples/node-{role}.toml"));
-        let (code, _, stderr) = node(&[
-            "--config".as_ref(),
-            config.as_ref(),
-            "--in".as_ref(),
-            input.as_os_str(),
-            "--out".as_ref(),
-            p(out).as_os_str(),
-        ]);
-        assert_eq!(code, Some(0), "{stderr}");
-        input = p(out);
-    }
     // A port just freed: nothing listens there.
     let closed = std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()

@@ -6,11 +6,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{DUMP_SAMPLE_JSON, bin, repo};
@@ -431,59 +429,7 @@ fn a_malformed_layer_keeps_the_layers_before_it() {
 fn replay_of_a_cut_capture_serves_what_it_read() {
     let whole = sample();
     let cut = Temp::new("cut-replay.pcap", &whole[..whole.len() - 1]);
-    let mut child = bin()
-        .args(["collect", "--no-store", "--http", "127.0.0.1:0", "--replay"])
-        .arg(&cut.0)
-        .args(["--int-udp-port", "17768"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut stderr_pipe = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let (etx, erx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut err = String::new();
-        let _ = stderr_pipe.read_to_string(&mut err);
-        let _ = etx.send(err);
-    });
-    let line = match rx.recv_timeout(DEADLINE) {
-        Ok(l) if !l.is_empty() => l,
-        got => {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            let err = erx.recv_timeout(DEADLINE).unwrap_or_default();
-            panic!("collect did not start serving ({got:?}): {err}");
-        }
-    };
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let http = v["http"].as_str().unwrap().to_string();
-    let stats = Command::new("curl")
-        .args([
-            "-sf",
-            "--max-time",
-            "10",
-            &format!("http://{http}/api/stats"),
-        ])
-        .output()
-        .expect("curl");
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let status = exit_within_deadline(&mut child, Duration::from_millis(10))
-        .expect("collect did not stop on SIGTERM");
-    let stderr = erx.recv_timeout(DEADLINE).expect("stderr closes at exit");
-    assert!(status.success(), "{stderr}");
-    assert!(stats.status.success(), "GET /api/stats");
-    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let (stats, stderr) = common::replay_served(&cut.0, &[]);
     assert_eq!(
         stats["ingest"]["datagrams_received"], 3,
         "the three report frames before the damage"

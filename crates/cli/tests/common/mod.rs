@@ -1,9 +1,14 @@
 //! Helpers shared by the binary's end-to-end tests.
 #![allow(dead_code)] // each test binary uses its own subset
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+/// How long a test waits for a child process to start serving, answer or exit.
+pub const DEADLINE: Duration = Duration::from_secs(20);
 
 /// The `intscope` binary under test.
 pub fn bin() -> Command {
@@ -223,4 +228,79 @@ pub fn tshark_frames(pcap: &std::path::Path, extra: &[&str]) -> Option<Vec<Strin
         );
     }
     Some(lines)
+}
+
+/// The exit status of `child`; `None` (the child killed) once `within` has passed.
+pub fn exit_within(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if start.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// What `intscope collect --replay FILE` (with `extra` arguments) served and said: its
+/// `/api/stats` while it served, and its stderr once it stopped on SIGTERM (which it must, with
+/// exit status 0).
+pub fn replay_served(file: &Path, extra: &[&str]) -> (serde_json::Value, String) {
+    let mut child = bin()
+        .args(["collect", "--no-store", "--http", "127.0.0.1:0", "--replay"])
+        .arg(file)
+        .args(["--int-udp-port", "17768"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let (etx, erx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut err = String::new();
+        let _ = stderr_pipe.read_to_string(&mut err);
+        let _ = etx.send(err);
+    });
+    let line = match rx.recv_timeout(DEADLINE) {
+        Ok(l) if !l.is_empty() => l,
+        got => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = erx.recv_timeout(DEADLINE).unwrap_or_default();
+            panic!("collect did not start serving ({got:?}): {err}");
+        }
+    };
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let http = v["http"].as_str().unwrap().to_string();
+    let stats = Command::new("curl")
+        .args([
+            "-sf",
+            "--max-time",
+            "10",
+            &format!("http://{http}/api/stats"),
+        ])
+        .output()
+        .expect("curl");
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = exit_within(&mut child, DEADLINE).expect("collect did not stop on SIGTERM");
+    let stderr = erx.recv_timeout(DEADLINE).expect("stderr closes at exit");
+    assert!(status.success(), "{stderr}");
+    assert!(stats.status.success(), "GET /api/stats: {stderr}");
+    (serde_json::from_slice(&stats.stdout).unwrap(), stderr)
 }
