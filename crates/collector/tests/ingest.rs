@@ -738,11 +738,18 @@ fn a_stop_reads_what_the_socket_holds() {
         g.next_datagram(&mut buf);
         tx.send_to(&buf, bound[0]).unwrap();
     }
-    let backlog = sent - c.stats.received.load(Ordering::Relaxed);
+    let at_stop = c.stats.received.load(Ordering::Relaxed);
+    let backlog = sent - at_stop;
     c.stop();
     for h in handles {
         h.join().unwrap();
     }
+    // Without the drain a thread ends after the batch in hand; a full buffer holds thousands.
+    let read_after = c.stats.received.load(Ordering::Relaxed) - at_stop;
+    assert!(
+        read_after > c.config.recv_batch as u64,
+        "{read_after} read after the stop: the backlog was not drained"
+    );
     let Some(dropped) = c.stats.kernel_dropped() else {
         eprintln!("no /proc/net/udp here: nothing to check");
         return;

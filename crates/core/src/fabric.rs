@@ -350,11 +350,15 @@ pub struct Evicted {
     pub links: u64,
     /// Flows (their last interval is not stored).
     pub flows: u64,
+    /// (node, port) ends the flow stage's link tables refused at their bound
+    /// ([`crate::flow::MAX_LINK_PORTS`] a shard): links not learned, edge ports not marked and
+    /// packets past a silent hop not counted.
+    pub link_ports: u64,
 }
 
 impl Evicted {
     /// Kinds and counts, for output.
-    pub fn by_kind(&self) -> [(&'static str, u64); 6] {
+    pub fn by_kind(&self) -> [(&'static str, u64); 7] {
         [
             ("node", self.nodes),
             ("source", self.sources),
@@ -362,6 +366,7 @@ impl Evicted {
             ("queue", self.queues),
             ("link", self.links),
             ("flow", self.flows),
+            ("link_port", self.link_ports),
         ]
     }
 
@@ -373,6 +378,7 @@ impl Evicted {
         self.queues += other.queues;
         self.links += other.links;
         self.flows += other.flows;
+        self.link_ports += other.link_ports;
     }
 }
 

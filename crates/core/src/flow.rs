@@ -509,7 +509,8 @@ pub struct LinkTable {
     /// Per node: packets that crossed it by the links known without its report
     /// ([`LinkTable::node_spans`]).
     node_spans: rustc_hash::FxHashMap<u32, Spans>,
-    /// Links not learned because the table was full ([`MAX_LINK_PORTS`]).
+    /// Entries refused because a table was full ([`MAX_LINK_PORTS`]): links not learned, edge
+    /// ports not marked, packets past a silent hop not counted.
     pub unlearned: u64,
 }
 
@@ -562,7 +563,8 @@ struct Peer {
     gap_ns: u64,
 }
 
-/// Most (node, port) ends a shard's [`LinkTable`] holds (32 K links), and most edge ports.
+/// Most (node, port) ends a shard's [`LinkTable`] holds (32 K links); also the most edge ports,
+/// ports with packets past a silent hop counted, and nodes with packets crossed counted, each.
 pub const MAX_LINK_PORTS: usize = 65_536;
 
 /// Sightings that make a port with no learned link an edge port.
@@ -1484,6 +1486,26 @@ impl Joins {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A full link table keeps what it holds and counts what it refuses: new links, new edge
+    /// ports.
+    #[test]
+    fn a_full_link_table_counts_what_it_refuses() {
+        let mut links = LinkTable::default();
+        for n in 0..(MAX_LINK_PORTS / 2) as u32 {
+            links.learn(((n, 1), (n, 2)), 100);
+        }
+        assert_eq!((links.len(), links.unlearned), (MAX_LINK_PORTS, 0));
+        links.learn(((1 << 20, 1), (1 << 20, 2)), 100);
+        assert_eq!(links.unlearned, 2, "both directions refused");
+        assert_eq!(links.peer((1 << 20, 1)), None);
+        assert_eq!(links.peer((7, 1)), Some((7, 2)), "what it held stays");
+        for n in 0..MAX_LINK_PORTS as u32 {
+            links.edge((n, 9));
+        }
+        links.edge((1 << 20, 9));
+        assert_eq!(links.unlearned, 3);
+    }
 
     fn test_key() -> FlowKey {
         FlowKey {

@@ -121,7 +121,9 @@ pub const MIN_SPANS: u16 = 2;
 /// hops around it over the history up to `now` (moved back by the reorder time and a hand-over
 /// of received counts; the hop between, unknown or silent, is taken to lose as much), when
 /// `p^spans` is above the chance. Fewer than [`MIN_SPANS`], or the two hops' loss not known yet
-/// (early in a run no gap is confirmed), is always loss.
+/// (early in a run no gap is confirmed), is always loss. A hop the full history has no room for
+/// is weighed as lossless, as [`lost_in_transit`] weighs it: spoofed node IDs that fill the
+/// history must not hide a real hop without INT.
 fn spans_lost_in_transit(
     cfg: &DetectConfig,
     log: &Mutex<EventLog>,
@@ -141,11 +143,16 @@ fn spans_lost_in_transit(
         return true;
     };
     let log = crate::event::lock(log);
+    let history = &log.incidents.report_loss;
     let p = hops
         .iter()
         .filter_map(|h| {
-            let (lost, received) = log.incidents.report_loss.between(h.node_id, 0, to);
-            (lost + received > 0).then(|| lost as f64 / (lost + received) as f64)
+            let (lost, received) = history.between(h.node_id, 0, to);
+            if lost + received > 0 {
+                Some(lost as f64 / (lost + received) as f64)
+            } else {
+                history.refuses(h.node_id).then_some(0.0)
+            }
         })
         .reduce(f64::max);
     p.is_none_or(|p| p.powi(i32::from(spans)) > chance)
@@ -705,5 +712,64 @@ impl FlowShard {
         };
         self.raiser
             .raise(log, now, EventKind::PathChange, place, ev);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hop(node_id: u32) -> crate::record::Hop {
+        let mut h = crate::record::Hop::default();
+        h.node_id = node_id;
+        h
+    }
+
+    /// Packets past a silent hop between two nodes the loss history has no room for are weighed
+    /// as lossless, not as "loss not known yet" for ever: spoofed node IDs that fill the history
+    /// must not hide a real hop without INT.
+    #[test]
+    fn hops_the_full_loss_history_refuses_are_weighed_as_lossless() {
+        let cfg = DetectConfig::default();
+        let log = Mutex::new(EventLog::new(&cfg));
+        let now = 60_000_000_000;
+        let spans = MIN_SPANS + 1;
+        // Nothing known of either hop yet: wait (loss).
+        assert!(spans_lost_in_transit(
+            &cfg,
+            &log,
+            now,
+            [hop(1), hop(2)],
+            spans
+        ));
+        // Loss known: a lossless history raises it.
+        {
+            let mut l = crate::event::lock(&log);
+            l.incidents.report_loss.received(1, 1000, 1_000_000_000);
+        }
+        assert!(!spans_lost_in_transit(
+            &cfg,
+            &log,
+            now,
+            [hop(1), hop(3)],
+            spans
+        ));
+        // A full history of other nodes: hops 7 and 8 will never be held.
+        {
+            let mut l = crate::event::lock(&log);
+            for n in 0..crate::seq::MAX_LOSS_NODES as u32 {
+                l.incidents
+                    .report_loss
+                    .received(100 + n, 1, now - 1_000_000_000);
+            }
+            assert!(l.incidents.report_loss.refuses(7));
+        }
+        assert!(!spans_lost_in_transit(
+            &cfg,
+            &log,
+            now,
+            [hop(7), hop(8)],
+            spans
+        ));
     }
 }

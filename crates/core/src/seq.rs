@@ -595,6 +595,12 @@ impl LossHistory {
         self.nodes.len()
     }
 
+    /// Whether `node` has no room in the history and will not get any until a purge: full, and
+    /// `node` not held.
+    pub fn refuses(&self, node: u32) -> bool {
+        self.nodes.len() >= MAX_LOSS_NODES && !self.nodes.contains_key(&node)
+    }
+
     /// Whether no node is held.
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()

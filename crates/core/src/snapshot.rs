@@ -124,11 +124,15 @@ impl totals::FlowPart for FlowShardSnapshot {
     }
 
     fn flows_evicted(&self) -> u64 {
-        self.flows_evicted
+        self.counts.flows_evicted
+    }
+
+    fn link_ports_refused(&self) -> u64 {
+        self.counts.link_ports_refused
     }
 
     fn suppressed(&self) -> u64 {
-        self.suppressed
+        self.counts.suppressed
     }
 }
 
@@ -144,8 +148,15 @@ pub struct FlowShardSnapshot {
     rows: Vec<Option<FlowRow>>,
     /// (ID, slot) in ID order, for lookups by ID.
     by_id: Vec<(u64, u32)>,
+    counts: Counts,
+}
+
+/// A flow shard's counts a copy holds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Counts {
     flows_expired: u64,
     flows_evicted: u64,
+    link_ports_refused: u64,
     suppressed: u64,
 }
 
@@ -161,12 +172,7 @@ impl FlowShardSnapshot {
     /// Brings this copy up to `shard`: the rows of the slots `changed` marks (word `w` of the
     /// marks, a bit per slot, as [`FlowTable::changed`](crate::flow::FlowTable::changed)) are
     /// made again; the others must not have changed since this copy was made.
-    fn update(
-        &mut self,
-        table: &FlowTable,
-        counts: (u64, u64, u64),
-        changed: impl Fn(usize) -> u64,
-    ) {
+    fn update(&mut self, table: &FlowTable, counts: Counts, changed: impl Fn(usize) -> u64) {
         // Slots the copy did not have are new, and marked.
         self.rows.resize_with(table.slot_count(), || None);
         // The slots to copy again, in order.
@@ -221,7 +227,7 @@ impl FlowShardSnapshot {
                 self.by_id.sort_unstable();
             }
         }
-        (self.flows_expired, self.flows_evicted, self.suppressed) = counts;
+        self.counts = counts;
     }
 
     /// Every row, in slot order.
@@ -272,12 +278,7 @@ impl FlowCopies {
         let (copies, table) = (&mut shard.copies, &mut shard.flows);
         let latest = &copies.latest;
         let marks = table.changed();
-        let same = marks.iter().all(|&w| w == 0)
-            && (
-                latest.flows_expired,
-                latest.flows_evicted,
-                latest.suppressed,
-            ) == counts;
+        let same = marks.iter().all(|&w| w == 0) && latest.counts == counts;
         if same {
             return Arc::clone(latest);
         }
@@ -307,13 +308,14 @@ impl FlowCopies {
     }
 }
 
-/// A flow shard's counts a copy holds: (flows expired, flows evicted, events suppressed).
-fn counts(shard: &FlowShard) -> (u64, u64, u64) {
-    (
-        shard.flows_expired,
-        shard.flows_evicted,
-        shard.raiser.suppressed,
-    )
+/// A flow shard's counts a copy holds.
+fn counts(shard: &FlowShard) -> Counts {
+    Counts {
+        flows_expired: shard.flows_expired,
+        flows_evicted: shard.flows_evicted,
+        link_ports_refused: shard.links.unlearned,
+        suppressed: shard.raiser.suppressed,
+    }
 }
 
 /// One fabric shard, copied.
@@ -385,7 +387,7 @@ impl Snapshot {
 
     /// Flows that left memory idle.
     pub fn flows_expired(&self) -> u64 {
-        self.flows.iter().map(|s| s.flows_expired).sum()
+        self.flows.iter().map(|s| s.counts.flows_expired).sum()
     }
 
     /// Every node.
@@ -625,10 +627,7 @@ mod tests {
                     format!("{:?}", b.flow_by_id(id))
                 );
             }
-            assert_eq!(
-                (a.flows_expired, a.flows_evicted, a.suppressed),
-                (b.flows_expired, b.flows_evicted, b.suppressed)
-            );
+            assert_eq!(a.counts, b.counts);
         }
     }
 

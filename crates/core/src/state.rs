@@ -700,6 +700,8 @@ pub(crate) mod totals {
         fn flow_count(&self) -> usize;
         /// Flows evicted at the limit.
         fn flows_evicted(&self) -> u64;
+        /// Link-table entries refused at their bound.
+        fn link_ports_refused(&self) -> u64;
         /// Events suppressed by the rate limit.
         fn suppressed(&self) -> u64;
     }
@@ -712,7 +714,10 @@ pub(crate) mod totals {
         for s in fabric {
             total.add(&s.evicted());
         }
-        total.flows += flows.map(FlowPart::flows_evicted).sum::<u64>();
+        for s in flows {
+            total.flows += s.flows_evicted();
+            total.link_ports += s.link_ports_refused();
+        }
         total
     }
 
@@ -786,6 +791,10 @@ impl totals::FlowPart for FlowShard {
         self.flows_evicted
     }
 
+    fn link_ports_refused(&self) -> u64 {
+        self.links.unlearned
+    }
+
     fn suppressed(&self) -> u64 {
         self.raiser.suppressed
     }
@@ -794,6 +803,24 @@ impl totals::FlowPart for FlowShard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the link tables refused when full is an eviction kind, live and in the copies the
+    /// API reads (the copy is remade when only this count moved).
+    #[test]
+    fn link_table_refusals_are_counted_live_and_in_copies() {
+        let mut shard = FlowShard::default();
+        shard.links.unlearned = 3;
+        let copy = crate::snapshot::FlowCopies::refresh(&mut shard);
+        let none: [&FabricShard; 0] = [];
+        let live = totals::evicted(none.into_iter(), std::iter::once(&shard));
+        let copied = totals::evicted(none.into_iter(), std::iter::once(&*copy));
+        assert_eq!((live.link_ports, copied.link_ports), (3, 3));
+        shard.links.unlearned = 4;
+        let copy = crate::snapshot::FlowCopies::refresh(&mut shard);
+        let copied = totals::evicted(none.into_iter(), std::iter::once(&*copy));
+        assert_eq!(copied.link_ports, 4);
+        assert!(live.by_kind().contains(&("link_port", 3)));
+    }
 
     #[test]
     fn every_shard_is_visited_once_even_when_some_are_busy() {

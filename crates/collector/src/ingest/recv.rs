@@ -61,12 +61,26 @@ fn source(addr: Option<&SockaddrStorage>) -> IpAddr {
 /// Receives batches of datagrams on `sock` until the collector stops.
 /// The caller counted the thread in `receivers`; it is uncounted when the loop ends.
 pub(super) fn receive_loop(c: &Collector, sock: UdpSocket) {
+    let _retire = Retire { c, sock: &sock };
     if let Err(e) = receive_batches(c, &sock) {
         c.stats.socket_errors.fetch_add(1, Ordering::Relaxed);
         tracing::error!("receive thread ended: {e}");
     }
-    c.stats.retire_socket(&sock);
-    c.receivers.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// A receive thread's end, however its loop ends (a panic unwinds through it too): the socket's
+/// kernel drops are kept and the thread is uncounted, so that a stop never waits for a thread
+/// that is gone (the store's final flush waits while `receivers` is above zero).
+struct Retire<'a> {
+    c: &'a Collector,
+    sock: &'a UdpSocket,
+}
+
+impl Drop for Retire<'_> {
+    fn drop(&mut self) {
+        self.c.stats.retire_socket(self.sock);
+        self.c.receivers.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Stops new datagrams reaching `sock`, so that a stop can read what its buffer holds and end:
@@ -148,7 +162,9 @@ fn receive_batches(c: &Collector, sock: &UdpSocket) -> std::io::Result<()> {
                 if errors_in_a_row < 10 || errors_in_a_row.is_power_of_two() {
                     tracing::warn!(errors = errors_in_a_row, "receive error: {e}");
                 }
-                if draining.is_some() {
+                // A stop reads on through a passing error (the backlog would close away
+                // uncounted), but not through a lasting one.
+                if draining.is_some() && errors_in_a_row >= 3 {
                     break;
                 }
                 // A persistent error (a closed socket) must not spin a core.
