@@ -416,7 +416,7 @@ pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 }
 
 /// What a replay did with each frame of a capture: every frame read lands in exactly one of
-/// `datagrams`, `other`, `undecodable` and `unsupported`.
+/// `datagrams`, `other`, `undecodable`, `unsupported` and `loopback_outgoing`.
 #[derive(Debug, Default)]
 struct ReplayCounts {
     frames: u64,
@@ -434,6 +434,9 @@ struct ReplayCounts {
     unsupported: std::collections::BTreeMap<String, u64>,
     /// Of `datagrams`: larger than `recv_slot`, counted `oversize` as the live path does.
     oversize: u64,
+    /// Outgoing copies of loopback frames in a cooked capture, not replayed: the host received
+    /// each of them once more, recorded as its own frame, which is the one replayed.
+    loopback_outgoing: u64,
 }
 
 impl ReplayCounts {
@@ -519,6 +522,10 @@ fn replay(
             }
         };
         n.frames += 1;
+        if capture::loopback_outgoing(frame.link_type, &frame.data) {
+            n.loopback_outgoing += 1;
+            continue;
+        }
         // The layers after the link header: Ethernet, or IP after a Linux cooked header
         // (`tcpdump -i any`) or none (raw IP); offsets below count from there.
         let (data, start) = match capture::link(frame.link_type, &frame.data) {
@@ -651,6 +658,12 @@ fn replay(
         n.other,
         started.elapsed().as_secs_f64()
     );
+    if n.loopback_outgoing > 0 {
+        summary += &format!(
+            "; loopback outgoing copies, not replayed: {}",
+            n.loopback_outgoing
+        );
+    }
     if n.cut_by_capture > 0 {
         summary += &format!(
             "; {} report datagrams cut short by the capture (decoded as far as they go)",

@@ -970,6 +970,7 @@ fn without_link(v: &serde_json::Value) -> serde_json::Value {
     if let Some(m) = v.as_object_mut() {
         m.remove("len");
         m.remove("link");
+        m.remove("packet_type");
     }
     strip(&mut v);
     v
@@ -1048,6 +1049,49 @@ fn cooked_and_raw_ip_captures_read_as_their_ethernet_originals() {
         let line = replayed(&stderr).replace(&file.0.display().to_string(), "FILE");
         assert_eq!(summary(&line), summary(&eth_line), "{key}");
         assert_eq!(stats["ingest"], eth_stats["ingest"], "{key}");
+    }
+    // `tcpdump -i any` on loopback (ARPHRD 772, as rewrap writes) records each packet twice:
+    // sent (packet type 4) and received (0). dump shows both with their packet type; a replay
+    // replays the received copy alone and counts the sent one apart, so each report datagram
+    // counts once. Before, every report was ingested twice and seen as a sequence duplicate.
+    for link_type in [DataLink::LINUX_SLL, DataLink::LINUX_SLL2] {
+        let at = if link_type == DataLink::LINUX_SLL {
+            1
+        } else {
+            10
+        };
+        let single = rewrap(&frames, link_type);
+        let twice: Vec<Vec<u8>> = single
+            .iter()
+            .flat_map(|f| {
+                let mut out = f.clone();
+                out[at] = 4;
+                [out, f.clone()]
+            })
+            .collect();
+        let file = Temp::pcap_of("link-loopback.pcap", link_type, &whole(&twice));
+        let (json, _) = dump_json(&file.0);
+        assert_eq!(json.len(), 2 * frames.len());
+        for (i, v) in json.iter().enumerate() {
+            assert_eq!(v["packet_type"], if i % 2 == 0 { 4 } else { 0 }, "{v}");
+        }
+        let (stats, stderr) = replay(&file.0);
+        let line = replayed(&stderr);
+        assert!(
+            line.contains(&format!(
+                "{} frames, 3 report datagrams, {} other frames",
+                2 * frames.len(),
+                frames.len() - 3
+            )) && line.contains(&format!(
+                "loopback outgoing copies, not replayed: {}",
+                frames.len()
+            )),
+            "{line}"
+        );
+        assert_eq!(
+            stats["ingest"], eth_stats["ingest"],
+            "{link_type:?}: {line}"
+        );
     }
     // A non-IP cooked frame (ARP) is other traffic; a cooked header cut short is counted by
     // reason.
