@@ -348,6 +348,9 @@ pub fn run(args: &CollectArgs) -> Result<()> {
             let ports = if args.report_ports.is_empty() { c.config.listen.iter().map(SocketAddr::port).collect() } else { args.report_ports.clone() };
             let interrupt = Arc::new(AtomicBool::new(false));
             let flag = Arc::clone(&interrupt);
+            // Said once the signal handlers are in place: a script (or a test) that stops the
+            // replay after this line gets the graceful stop, never the default death.
+            eprintln!("intscope collect: replaying {}", file.display());
             let mut task = tokio::task::spawn_blocking(move || replay(&c, &file, speed, &ports, &flag));
             let summary = tokio::select! {
                 r = &mut task => r??,
@@ -604,6 +607,17 @@ fn replay(
             let due = Duration::from_nanos(
                 u64::try_from(frame.time_ns.saturating_sub(t0)).unwrap_or(u64::MAX),
             );
+            // A long pause in the capture is said, so that a silent replay is not taken for a
+            // hung one; every frame before this one has been replayed.
+            if let Some(wait) = due.checked_sub(started.elapsed())
+                && wait > Duration::from_secs(1)
+            {
+                eprintln!(
+                    "intscope collect: replay waits {:.1} s for frame {} (real time)",
+                    wait.as_secs_f64(),
+                    frame.number
+                );
+            }
             while let Some(wait) = due.checked_sub(started.elapsed()) {
                 if stop.load(Ordering::Relaxed) {
                     break;
