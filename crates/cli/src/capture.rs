@@ -91,6 +91,36 @@ pub fn link_key(link_type: u32) -> Option<&'static str> {
 /// netlink protocol, not an Ethertype.
 const ARPHRD_NETLINK: u16 = 824;
 
+/// Linux's ARPHRD_LOOPBACK: the loopback device.
+const ARPHRD_LOOPBACK: u16 = 772;
+
+/// Linux's PACKET_OUTGOING packet type: a frame the host sent, as the capture saw it leave.
+const PACKET_OUTGOING: u8 = 4;
+
+/// The Linux packet type of a cooked frame (`linux/if_packet.h`: 0 to this host, 1 broadcast,
+/// 2 multicast, 3 to another host, 4 sent by this host), and its ARPHRD type; `None` for other
+/// link types and for a cooked header cut short. LINKTYPE_LINUX_SLL: "packet type (2), ARPHRD
+/// type (2)" at offsets 0 and 2; LINKTYPE_LINUX_SLL2: "ARPHRD type (2), packet type (1)" at
+/// offsets 8 and 10 (tcpdump.org's link-layer header types).
+pub fn cooked_packet_type(link_type: u32, data: &[u8]) -> Option<(u16, u16)> {
+    let be = |at: usize| {
+        data.get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+    };
+    match link_type {
+        LINKTYPE_LINUX_SLL if data.len() >= 16 => Some((be(0)?, be(2)?)),
+        LINKTYPE_LINUX_SLL2 if data.len() >= 20 => Some((u16::from(data[10]), be(8)?)),
+        _ => None,
+    }
+}
+
+/// Whether `data` is the outgoing copy of a loopback frame in a cooked capture: on the loopback
+/// device `tcpdump -i any` records every packet twice, once as sent (PACKET_OUTGOING) and once
+/// as received (PACKET_HOST), and only the received one reached a socket.
+pub fn loopback_outgoing(link_type: u32, data: &[u8]) -> bool {
+    cooked_packet_type(link_type, data) == Some((u16::from(PACKET_OUTGOING), ARPHRD_LOOPBACK))
+}
+
 /// Where the layers of `data`, a frame of `link_type`, begin.
 ///
 /// The cooked headers are read by hand, not with etherparse's `LinuxSllHeaderSlice`: it refuses

@@ -348,6 +348,9 @@ pub fn run(args: &CollectArgs) -> Result<()> {
             let ports = if args.report_ports.is_empty() { c.config.listen.iter().map(SocketAddr::port).collect() } else { args.report_ports.clone() };
             let interrupt = Arc::new(AtomicBool::new(false));
             let flag = Arc::clone(&interrupt);
+            // Said once the signal handlers are in place: a script (or a test) that stops the
+            // replay after this line gets the graceful stop, never the default death.
+            eprintln!("intscope collect: replaying {}", file.display());
             let mut task = tokio::task::spawn_blocking(move || replay(&c, &file, speed, &ports, &flag));
             let summary = tokio::select! {
                 r = &mut task => r??,
@@ -416,7 +419,7 @@ pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 }
 
 /// What a replay did with each frame of a capture: every frame read lands in exactly one of
-/// `datagrams`, `other`, `undecodable` and `unsupported`.
+/// `datagrams`, `other`, `undecodable`, `unsupported` and `loopback_outgoing`.
 #[derive(Debug, Default)]
 struct ReplayCounts {
     frames: u64,
@@ -434,6 +437,9 @@ struct ReplayCounts {
     unsupported: std::collections::BTreeMap<String, u64>,
     /// Of `datagrams`: larger than `recv_slot`, counted `oversize` as the live path does.
     oversize: u64,
+    /// Outgoing copies of loopback frames in a cooked capture, not replayed: the host received
+    /// each of them once more, recorded as its own frame, which is the one replayed.
+    loopback_outgoing: u64,
 }
 
 impl ReplayCounts {
@@ -519,6 +525,10 @@ fn replay(
             }
         };
         n.frames += 1;
+        if capture::loopback_outgoing(frame.link_type, &frame.data) {
+            n.loopback_outgoing += 1;
+            continue;
+        }
         // The layers after the link header: Ethernet, or IP after a Linux cooked header
         // (`tcpdump -i any`) or none (raw IP); offsets below count from there.
         let (data, start) = match capture::link(frame.link_type, &frame.data) {
@@ -597,6 +607,17 @@ fn replay(
             let due = Duration::from_nanos(
                 u64::try_from(frame.time_ns.saturating_sub(t0)).unwrap_or(u64::MAX),
             );
+            // A long pause in the capture is said, so that a silent replay is not taken for a
+            // hung one; every frame before this one has been replayed.
+            if let Some(wait) = due.checked_sub(started.elapsed())
+                && wait > Duration::from_secs(1)
+            {
+                eprintln!(
+                    "intscope collect: replay waits {:.1} s for frame {} (real time)",
+                    wait.as_secs_f64(),
+                    frame.number
+                );
+            }
             while let Some(wait) = due.checked_sub(started.elapsed()) {
                 if stop.load(Ordering::Relaxed) {
                     break;
@@ -651,6 +672,12 @@ fn replay(
         n.other,
         started.elapsed().as_secs_f64()
     );
+    if n.loopback_outgoing > 0 {
+        summary += &format!(
+            "; loopback outgoing copies, not replayed: {}",
+            n.loopback_outgoing
+        );
+    }
     if n.cut_by_capture > 0 {
         summary += &format!(
             "; {} report datagrams cut short by the capture (decoded as far as they go)",

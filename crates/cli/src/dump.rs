@@ -156,6 +156,9 @@ fn run_counted(args: &DumpArgs, out: &mut dyn Write, tally: &mut Tally) -> Resul
             if let Some(key) = capture::link_key(f.link_type) {
                 m.insert("link".into(), json!(key));
             }
+            if let Some((packet_type, _)) = capture::cooked_packet_type(f.link_type, &f.data) {
+                m.insert("packet_type".into(), json!(packet_type));
+            }
             m.insert("time_ns".into(), json!(f.time_ns as u64));
             if f.orig_len as usize != f.data.len() {
                 m.insert("orig_len".into(), json!(f.orig_len));

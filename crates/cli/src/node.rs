@@ -256,7 +256,7 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     let summary = serde_json::json!({
         "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "written": written, "not_ethernet": not_ethernet, "reports": produced, "datagrams": sent, "send_errors": send_errors,
         "inserted": st.inserted, "inserted_m": st.inserted_m, "too_big": st.too_big, "added": st.added,
-        "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "malformed": st.malformed, "report_only": st.report_only,
+        "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "fragments": st.fragments, "malformed": st.malformed, "report_only": st.report_only,
         "filtered": st.filtered, "clones": st.clones, "skipped": st.skipped, "probes": st.probes, "intermediate": st.intermediate,
         "postcards": st.postcards, "mx_reports": st.mx_reports, "queue_reports": st.queue_reports, "unwatched_drops": st.unwatched_drops, "marked_without_int": st.marked_without_int, "destinations": st.destinations,
     })

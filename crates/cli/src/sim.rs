@@ -108,6 +108,7 @@ fn drive(
     speed: SimSpeed,
     stop: &AtomicBool,
     mut sink: impl FnMut(&intscope_sim::Report) -> Result<()>,
+    running: impl FnOnce(),
 ) -> Result<String> {
     let end = (args.duration * 1e9) as u64;
     let bar = ProgressBar::new(end / 1_000_000);
@@ -116,6 +117,7 @@ fn drive(
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let started = Instant::now();
+    let mut running = Some(running);
     let step = 20_000_000u64;
     let mut t = 0;
     while t < end && !stop.load(Ordering::Relaxed) {
@@ -123,6 +125,9 @@ fn drive(
         f.run(t);
         for r in f.take_reports() {
             sink(&r)?;
+        }
+        if let Some(said) = running.take() {
+            said();
         }
         if speed == SimSpeed::Realtime
             && let Some(wait) = Duration::from_nanos(t).checked_sub(started.elapsed())
@@ -169,26 +174,39 @@ pub fn run(args: &SimArgs) -> Result<String> {
             })
             .context("starting the signal handler")?;
     }
+    // Said after the first step, with the signal handler in place: a stop from then on ends a
+    // run that has written reports.
+    let duration = args.fabric.duration;
+    let running = move || {
+        eprintln!("intscope sim: running {duration} s of fabric time; Ctrl-C stops");
+    };
     if let Some(c) = args.collector {
         let sock = UdpSocket::bind(if c.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })
             .context("opening the report socket")?;
         sock.connect(c)
             .with_context(|| format!("cannot reach {c}"))?;
         let mut send_errors = 0u64;
-        let summary = drive(f, &args.fabric, args.speed, &stop, |r| {
-            // An unreachable collector (ICMP) is not fatal: the switches keep reporting, and
-            // the reports the socket refused are counted.
-            if let Err(e) = sock.send(&r.payload) {
-                if send_errors == 0 {
-                    eprintln!(
-                        "intscope sim: warning: sending a report: {e}; reports not sent are \
+        let summary = drive(
+            f,
+            &args.fabric,
+            args.speed,
+            &stop,
+            |r| {
+                // An unreachable collector (ICMP) is not fatal: the switches keep reporting, and
+                // the reports the socket refused are counted.
+                if let Err(e) = sock.send(&r.payload) {
+                    if send_errors == 0 {
+                        eprintln!(
+                            "intscope sim: warning: sending a report: {e}; reports not sent are \
                          counted in send_errors"
-                    );
+                        );
+                    }
+                    send_errors += 1;
                 }
-                send_errors += 1;
-            }
-            Ok(())
-        })?;
+                Ok(())
+            },
+            running,
+        )?;
         let mut v: serde_json::Value = serde_json::from_str(&summary)?;
         v["send_errors"] = send_errors.into();
         Ok(v.to_string())
@@ -204,19 +222,26 @@ pub fn run(args: &SimArgs) -> Result<String> {
             },
         )?;
         let dst: std::net::SocketAddrV4 = "192.0.2.100:32766".parse()?;
-        let summary = drive(f, &args.fabric, args.speed, &stop, |r| {
-            let frame = intscope_node::export::report_frame(
-                std::net::SocketAddrV4::new(r.source, 50000),
-                dst,
-                &r.payload,
-            );
-            w.write_packet(&pcap_file::pcap::PcapPacket::new(
-                Duration::from_nanos(r.time_ns),
-                frame.len() as u32,
-                &frame,
-            ))?;
-            Ok(())
-        })?;
+        let summary = drive(
+            f,
+            &args.fabric,
+            args.speed,
+            &stop,
+            |r| {
+                let frame = intscope_node::export::report_frame(
+                    std::net::SocketAddrV4::new(r.source, 50000),
+                    dst,
+                    &r.payload,
+                );
+                w.write_packet(&pcap_file::pcap::PcapPacket::new(
+                    Duration::from_nanos(r.time_ns),
+                    frame.len() as u32,
+                    &frame,
+                ))?;
+                Ok(())
+            },
+            running,
+        )?;
         // Flushed here, not on drop, which would swallow a failed write (a full disk).
         std::io::Write::flush(&mut w.into_writer())
             .with_context(|| format!("writing {}", path.display()))?;
@@ -304,10 +329,17 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
     let f = fabric(&args.fabric)?;
     let sock = UdpSocket::bind("127.0.0.1:0")?;
     sock.connect(udp[0])?;
-    let summary = drive(f, &args.fabric, SimSpeed::Realtime, &stop, |r| {
-        let _ = sock.send(&r.payload);
-        Ok(())
-    })?;
+    let summary = drive(
+        f,
+        &args.fabric,
+        SimSpeed::Realtime,
+        &stop,
+        |r| {
+            let _ = sock.send(&r.payload);
+            Ok(())
+        },
+        || {},
+    )?;
     eprintln!("intscope demo: fabric {summary}");
     std::thread::sleep(Duration::from_millis(300));
     let events = collector

@@ -10,6 +10,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{bin, repo};
@@ -454,13 +455,47 @@ fn stop(child: Child) -> serde_json::Value {
 }
 
 /// [`stop`], with all the collector said on stderr.
-fn stop_saying(mut child: Child) -> (serde_json::Value, String) {
-    let mut err = child.stderr.take().unwrap();
+fn stop_saying(child: Child) -> (serde_json::Value, String) {
+    stop_saying_after(child, "")
+}
+
+/// Reads `child`'s stderr line by line on a thread: the receiver gets each line, and the
+/// thread's result is the whole of it.
+fn stderr_lines(child: &mut Child) -> (mpsc::Receiver<String>, std::thread::JoinHandle<String>) {
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
+        let mut all = String::new();
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            all += &line;
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
     });
+    (rx, reader)
+}
+
+/// Waits (up to [`DEADLINE`]) for a line of `lines` holding `needle`: a binary says when it is
+/// ready for a signal, so that a test does not guess how long a loaded machine takes.
+fn wait_for_line(lines: &mpsc::Receiver<String>, needle: &str) {
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => return,
+            Ok(_) => {}
+            Err(e) => panic!("no stderr line with {needle:?} ({e})"),
+        }
+    }
+}
+
+/// [`stop_saying`], the signal sent once `child` wrote a stderr line holding `ready`.
+fn stop_saying_after(mut child: Child, ready: &str) -> (serde_json::Value, String) {
+    let (lines, reader) = stderr_lines(&mut child);
+    if !ready.is_empty() {
+        wait_for_line(&lines, ready);
+    }
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -823,8 +858,8 @@ fn sigterm_ends_a_realtime_replay_waiting_for_a_far_frame() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    let (s, stderr) = stop_saying(child);
+    // Stopped once the first frame is replayed and the replay waits for the second.
+    let (s, stderr) = stop_saying_after(child, "replay waits");
     assert_eq!(s["datagrams_received"], 1, "the first frame: {s}");
     assert!(
         replayed(&stderr).contains("stopped by a signal after 1 frames"),
@@ -846,18 +881,15 @@ fn sigterm_ends_a_realtime_sim_with_a_whole_pcap() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let mut out = child.stdout.take().unwrap();
     let o = std::thread::spawn(move || {
         let mut b = String::new();
         let _ = out.read_to_string(&mut b);
         b
     });
-    let e = std::thread::spawn(move || {
-        let mut b = String::new();
-        let _ = err.read_to_string(&mut b);
-        b
-    });
-    std::thread::sleep(Duration::from_millis(1500));
+    let (lines, e) = stderr_lines(&mut child);
+    // Stopped once sim has its handler in place and has run its first step.
+    wait_for_line(&lines, "intscope sim: running");
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -970,6 +1002,7 @@ fn without_link(v: &serde_json::Value) -> serde_json::Value {
     if let Some(m) = v.as_object_mut() {
         m.remove("len");
         m.remove("link");
+        m.remove("packet_type");
     }
     strip(&mut v);
     v
@@ -1048,6 +1081,49 @@ fn cooked_and_raw_ip_captures_read_as_their_ethernet_originals() {
         let line = replayed(&stderr).replace(&file.0.display().to_string(), "FILE");
         assert_eq!(summary(&line), summary(&eth_line), "{key}");
         assert_eq!(stats["ingest"], eth_stats["ingest"], "{key}");
+    }
+    // `tcpdump -i any` on loopback (ARPHRD 772, as rewrap writes) records each packet twice:
+    // sent (packet type 4) and received (0). dump shows both with their packet type; a replay
+    // replays the received copy alone and counts the sent one apart, so each report datagram
+    // counts once. Before, every report was ingested twice and seen as a sequence duplicate.
+    for link_type in [DataLink::LINUX_SLL, DataLink::LINUX_SLL2] {
+        let at = if link_type == DataLink::LINUX_SLL {
+            1
+        } else {
+            10
+        };
+        let single = rewrap(&frames, link_type);
+        let twice: Vec<Vec<u8>> = single
+            .iter()
+            .flat_map(|f| {
+                let mut out = f.clone();
+                out[at] = 4;
+                [out, f.clone()]
+            })
+            .collect();
+        let file = Temp::pcap_of("link-loopback.pcap", link_type, &whole(&twice));
+        let (json, _) = dump_json(&file.0);
+        assert_eq!(json.len(), 2 * frames.len());
+        for (i, v) in json.iter().enumerate() {
+            assert_eq!(v["packet_type"], if i % 2 == 0 { 4 } else { 0 }, "{v}");
+        }
+        let (stats, stderr) = replay(&file.0);
+        let line = replayed(&stderr);
+        assert!(
+            line.contains(&format!(
+                "{} frames, 3 report datagrams, {} other frames",
+                2 * frames.len(),
+                frames.len() - 3
+            )) && line.contains(&format!(
+                "loopback outgoing copies, not replayed: {}",
+                frames.len()
+            )),
+            "{line}"
+        );
+        assert_eq!(
+            stats["ingest"], eth_stats["ingest"],
+            "{link_type:?}: {line}"
+        );
     }
     // A non-IP cooked frame (ARP) is other traffic; a cooked header cut short is counted by
     // reason.

@@ -10,6 +10,7 @@
 //! Report filters are [`crate::filter`], known INT domains [`crate::domain`], the byte editing
 //! with its length and checksum upkeep [`crate::frame`].
 
+use intscope_wire::Warning;
 use intscope_wire::int::{AnyShim, IntHeader};
 use intscope_wire::locate::{DetectConfig, DscpMatch, FlowKey, Packet, Start};
 use intscope_wire::shim::{Shim, TcpUdpShimRepr};
@@ -47,8 +48,8 @@ pub struct Outcome {
 }
 
 /// Counters of a node. Every frame lands in exactly one of `untouched`, `inserted`, `inserted_m`,
-/// `too_big`, `added`, `hop_limit`, `mtu`, `skipped`, `intermediate`, `report_only`, `sunk` and
-/// `malformed` (`discarded` frames are among the `sunk`); the others count reports and synthetic
+/// `too_big`, `added`, `hop_limit`, `mtu`, `skipped`, `intermediate`, `report_only`, `sunk`,
+/// `fragments` and `malformed` (`discarded` frames are among the `sunk`); the others count reports and synthetic
 /// packets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NodeStats {
@@ -74,6 +75,9 @@ pub struct NodeStats {
     pub discarded: u64,
     /// Frames whose INT this node could not process (decode error), forwarded unchanged.
     pub malformed: u64,
+    /// IP fragments (IPv4 or IPv6, first or later), forwarded unchanged: no INT is inserted,
+    /// added to or removed from a fragment, since moving its bytes would break reassembly.
+    pub fragments: u64,
     /// Frames this node reports on without adding metadata, forwarded unchanged but for DS
     /// Flags: INT-XD watched packets (postcards) and INT-MX packets at a transit hop.
     pub report_only: u64,
@@ -190,6 +194,11 @@ impl Node {
         };
         let Some(ip) = Packet::parse(frame, Start::Ethernet, &plain)
             .ok()
+            .filter(|p| {
+                // A fragment is forwarded as it came, remarked or not (see `process`).
+                !p.warnings.has(Warning::IpFirstFragment)
+                    && !p.warnings.has(Warning::IpLaterFragment)
+            })
             .and_then(|p| p.ip)
             .filter(|ip| self.detect.dscp.is_some_and(|m| m.matches(ip.dscp)))
         else {
@@ -221,22 +230,35 @@ impl Node {
             self.stats.untouched += 1;
             return out;
         }
-        let (flow, inner_flow, located, ip_end) =
-            match Packet::parse(frame, Start::Ethernet, &self.detect) {
-                Ok(p) => (
-                    p.flow,
-                    p.inner_flow,
-                    p.int
-                        .map(|(off, b)| (off, b.shim, b.header, Layout::of(&p)))
-                        .map(Some)
-                        .ok_or_else(|| Layout::of(&p).zip(p.flow)),
-                    p.ip.map_or(0, |ip| ip.offset + ip.declared_len),
-                ),
-                Err(_) => {
-                    self.stats.malformed += 1;
-                    return out;
-                }
-            };
+        let mut p = Packet::new(frame);
+        let parsed = p.locate(Start::Ethernet, &self.detect);
+        // INT v2.1 §"MTU Settings": "an INT node must not fragment packets in order to append
+        // INT information to the packet", as "fragmenting packets at INT transit hops, with or
+        // without copying preceding INT metadata into fragments imposes extra complexity of
+        // correlating fragments in the INT monitoring engine". The spec says nothing of
+        // fragments a node receives; INT inserted into (or removed from) a first fragment
+        // would move its payload against the later fragments' offsets (RFC 791 Fragment
+        // Offset; RFC 8200 §4.5) and break reassembly at the receiver, so every fragment goes
+        // on as it came.
+        if p.warnings.has(Warning::IpFirstFragment) || p.warnings.has(Warning::IpLaterFragment) {
+            self.stats.fragments += 1;
+            return out;
+        }
+        let (flow, inner_flow, located, ip_end) = match parsed.map(|()| p) {
+            Ok(p) => (
+                p.flow,
+                p.inner_flow,
+                p.int
+                    .map(|(off, b)| (off, b.shim, b.header, Layout::of(&p)))
+                    .map(Some)
+                    .ok_or_else(|| Layout::of(&p).zip(p.flow)),
+                p.ip.map_or(0, |ip| ip.offset + ip.declared_len),
+            ),
+            Err(_) => {
+                self.stats.malformed += 1;
+                return out;
+            }
+        };
         let layout = match &located {
             Ok(Some((_, _, _, l))) => *l,
             Err(Some((l, _))) => Some(*l),

@@ -1,6 +1,6 @@
 //! Every frame a node processes lands in exactly one of its per-frame counters (docs/node-config.md:
 //! `inserted`, `inserted_m`, `too_big`, `added`, `hop_limit`, `mtu`, `skipped`, `intermediate`,
-//! `report_only`, `sunk`, `untouched`, `malformed`), in every mode and role: INT-MD, INT-MX and
+//! `report_only`, `sunk`, `untouched`, `fragments`, `malformed`), in every mode and role: INT-MD, INT-MX and
 //! INT-XD chains, a sink that pushes its own metadata, a transit hop at its MTU or hop limit, and
 //! frames that are not INT or not parseable.
 
@@ -25,11 +25,12 @@ fn per_frame(s: &NodeStats) -> u64 {
         + s.report_only
         + s.sunk
         + s.untouched
+        + s.fragments
         + s.malformed
 }
 
 /// Host traffic: UDP and TCP in turn, 10.0.1.1 to 10.0.3.3, then a frame cut inside its IPv4
-/// header and an ARP-like frame that is not IP.
+/// header, an ARP-like frame that is not IP, and two IPv4 fragments.
 fn traffic() -> Vec<Vec<u8>> {
     let mut out: Vec<Vec<u8>> = (0..8u16)
         .map(|i| {
@@ -54,8 +55,15 @@ fn traffic() -> Vec<Vec<u8>> {
     let mut arp = out[0][..14].to_vec();
     arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
     arp.extend_from_slice(&[0; 28]);
+    // An IPv4 first fragment (More Fragments) and a later one (offset 12 units): forwarded as
+    // they came, in `fragments`.
+    let (mut first, mut later) = (out[0].clone(), out[1].clone());
+    first[14 + 6] |= 0x20;
+    later[14 + 7] = 12;
     out.push(cut);
     out.push(arp);
+    out.push(first);
+    out.push(later);
     out
 }
 
@@ -108,7 +116,7 @@ fn run_chain(name: &str, chain: Vec<NodeConfig>, frames: Vec<Vec<u8>>) -> Vec<No
 
 #[test]
 fn every_frame_lands_in_one_per_frame_counter() {
-    // Eight host packets, one cut inside IPv4, one not IP.
+    // Eight host packets, one cut inside IPv4, one not IP, two IPv4 fragments.
     for mode in [Mode::Md, Mode::Mx, Mode::Xd] {
         let s = run_chain(
             &format!("{mode:?}"),
@@ -127,6 +135,11 @@ fn every_frame_lands_in_one_per_frame_counter() {
         };
         assert_eq!(want.map(|w| w.0), want.map(|w| w.1), "{mode:?}: {s:?}");
         assert_eq!(s[0].malformed, 1, "the cut frame");
+        assert_eq!(
+            s.iter().map(|s| s.fragments).collect::<Vec<_>>(),
+            [2, 2, 2],
+            "{mode:?}: {s:?}"
+        );
     }
     // A sink that pushes its own metadata on the stack before reporting it.
     let s = run_chain(

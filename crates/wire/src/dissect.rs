@@ -142,7 +142,11 @@ fn packet_value(
             .get(l4.offset + 4..l4.offset + 6)
             .map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
         let room = (ip.offset + ip.declared_len).saturating_sub(l4.offset);
-        if udp_len < 8 || udp_len > room {
+        // A first fragment (RFC 791 More Fragments set, offset 0; RFC 8200 §4.5 M flag) holds
+        // the UDP header of the whole datagram, whose length the fragment's own IP length does
+        // not cover: its reports are read as far as the fragment goes, as truncated ones.
+        let first_fragment = p.warnings.has(crate::Warning::IpFirstFragment);
+        if udp_len < 8 || (udp_len > room && !first_fragment) {
             return Err(Error::bad_length(
                 crate::error::Layer::Udp,
                 l4.offset + 4,
@@ -154,14 +158,15 @@ fn packet_value(
         // The datagram is what the UDP length declares, cut to what was captured: an Ethernet
         // trailer after it (padding, an FCS) holds no reports.
         let start = (l4.offset + 8).min(bytes.len());
-        let end = l4.offset + udp_len;
+        let end = (l4.offset + udp_len).min(l4.offset + room);
         let payload = &bytes[start..end.clamp(start, bytes.len())];
         let mut inner_cfg = cfg.clone();
         inner_cfg.heuristic = true;
         inner_cfg.truncated = true;
         inner_cfg.verify_checksums = false;
-        let r =
-            report_value(payload, &inner_cfg, registry).map_err(|e| e.shifted(l4.offset + 8))?;
+        let cut = first_fragment && udp_len > room;
+        let r = report_value(payload, cut, &inner_cfg, registry)
+            .map_err(|e| e.shifted(l4.offset + 8))?;
         out.insert("report".into(), r);
     }
     Ok(())
@@ -419,10 +424,19 @@ fn int_value(block: &IntBlock<'_>, registry: Option<&Registry>, warnings: &mut W
 
 fn report_value(
     payload: &[u8],
+    cut: bool,
     cfg: &DetectConfig,
     registry: Option<&Registry>,
 ) -> Result<Value, Error> {
-    let report = Report::parse(payload)?;
+    // In a datagram cut short (a first fragment), a length past the end is the missing rest of
+    // the datagram, not a false length: the structure is truncated.
+    let as_cut = |e: Error| match e.kind {
+        crate::ErrorKind::BadLength {
+            claimed, available, ..
+        } if cut && claimed > available => Error::truncated(e.layer, e.offset, claimed, available),
+        _ => e,
+    };
+    let report = Report::parse(payload).map_err(as_cut)?;
     let mut m = Map::new();
     m.insert("version".into(), json!(report.version_name()));
     let mut warnings = Warnings::default();
@@ -436,7 +450,7 @@ fn report_value(
                 match r {
                     Ok(r) => reports.push(individual_value(&r, cfg, registry)),
                     Err(e) => {
-                        m.insert("error".into(), error_value(&e));
+                        m.insert("error".into(), error_value(&as_cut(e)));
                         break;
                     }
                 }

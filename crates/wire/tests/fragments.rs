@@ -237,3 +237,65 @@ fn fuzzed_ipv6_extension_chain_does_not_panic() {
         let _ = Packet::parse(&data, start, &cfg);
     }
 }
+
+#[cfg(feature = "dissect")]
+/// The first fragment, as a host would send it with an MTU of 98 bytes, of the v2.0 report
+/// datagram in `examples/sample.pcap` (frame 8): the IPv4 header says More Fragments and 64
+/// bytes of payload, the UDP header still says the whole datagram's length.
+fn first_fragment_of_sample_report() -> (Vec<u8>, Vec<u8>) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap");
+    let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let whole = (0..8)
+        .map(|_| r.next_packet().unwrap().unwrap().data.into_owned())
+        .last()
+        .unwrap();
+    let mut f = whole[..14 + 20 + 64].to_vec();
+    f[14 + 2..14 + 4].copy_from_slice(&(20u16 + 64).to_be_bytes());
+    f[14 + 6..14 + 8].copy_from_slice(&0x2000u16.to_be_bytes());
+    f[14 + 10..14 + 12].copy_from_slice(&[0, 0]);
+    let sum = f[14..34]
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum::<u32>();
+    let folded = (sum & 0xffff) + (sum >> 16);
+    f[14 + 10..14 + 12].copy_from_slice(&(!(folded as u16)).to_be_bytes());
+    (whole, f)
+}
+
+/// A first fragment of a report datagram has a UDP length larger than its IP payload, as every
+/// first fragment does: dump decodes its report as far as the fragment goes (the group header,
+/// the individual report cut short) with the fragment warning. Before, it was the error
+/// `udp bad-length` (RFC 768), as if the datagram were impossible.
+#[cfg(feature = "dissect")]
+#[test]
+fn a_first_fragment_of_a_report_datagram_is_decoded_as_far_as_it_goes() {
+    let cfg = DetectConfig::default();
+    let (whole, frag) = first_fragment_of_sample_report();
+    let w = intscope_wire::dissect::frame(8, &whole, &cfg, None);
+    assert_eq!(w["report"]["version"], "2.0", "{w}");
+    assert!(
+        w.get("error").is_none() && w.get("warnings").is_none(),
+        "{w}"
+    );
+    let v = intscope_wire::dissect::frame(8, &frag, &cfg, None);
+    assert!(v.get("error").is_none(), "{v}");
+    assert_eq!(v["warnings"][0]["code"], "ip-first-fragment", "{v}");
+    let report = &v["report"];
+    for key in ["version", "hw_id", "seq", "node_id"] {
+        assert_eq!(report[key], w["report"][key], "{key}: {v}");
+    }
+    // The individual report runs past the fragment: truncated, where the rest of the datagram
+    // would be, not a false Report Length.
+    assert_eq!(report["reports"], serde_json::json!([]), "{v}");
+    let e = &report["error"];
+    assert_eq!(
+        (&e["layer"], &e["kind"], &e["needed"], &e["available"]),
+        (
+            &serde_json::json!("report-individual"),
+            &serde_json::json!("truncated"),
+            &serde_json::json!(96),
+            &serde_json::json!(48)
+        ),
+        "{v}"
+    );
+}
