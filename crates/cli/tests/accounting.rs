@@ -283,9 +283,21 @@ fn run(cmd: &mut Command) -> std::process::Output {
     }
 }
 
-/// `intscope node`'s summary (its JSON line on stdout) from `args`, with its exit code and stderr.
-fn node(args: &[&std::ffi::OsStr]) -> (Option<i32>, serde_json::Value, String) {
-    let out = run(bin().arg("node").args(args));
+/// `intscope node --config CONFIG --in INPUT --out OUT` with `extra` arguments: its summary (its
+/// JSON line on stdout), exit code and stderr.
+fn node(
+    config: impl AsRef<std::ffi::OsStr>,
+    input: &Path,
+    out: &Path,
+    extra: &[&std::ffi::OsStr],
+) -> (Option<i32>, serde_json::Value, String) {
+    let mut cmd = bin();
+    cmd.arg("node")
+        .arg("--config")
+        .arg(config)
+        .arg("--in")
+        .arg(input);
+    let out = run(cmd.arg("--out").arg(out).args(extra));
     let stderr = String::from_utf8(out.stderr).unwrap();
     let summary = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("no summary ({e}): {stderr}"));
@@ -315,14 +327,7 @@ fn node_accounts_for_every_input_frame() {
     let file = Temp::pcap("node-in.pcap", &input);
     let out = Temp::path("node-out.pcap");
     let source = repo("examples/node-source.toml");
-    let (code, s, stderr) = node(&[
-        "--config".as_ref(),
-        source.as_ref(),
-        "--in".as_ref(),
-        file.0.as_os_str(),
-        "--out".as_ref(),
-        out.0.as_os_str(),
-    ]);
+    let (code, s, stderr) = node(&source, &file.0, &out.0, &[]);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(s["frames"], 14, "{s}");
     assert_eq!(s["inserted"], 12, "{s}");
@@ -332,14 +337,7 @@ fn node_accounts_for_every_input_frame() {
     assert_eq!(frames_of(&out.0).len(), 14);
     // Another link type: each frame dropped and counted, the run not aborted.
     let raw = Temp::pcap_of("node-raw.pcap", DataLink::RAW, &whole(&frames[..3]));
-    let (code, s, stderr) = node(&[
-        "--config".as_ref(),
-        source.as_ref(),
-        "--in".as_ref(),
-        raw.0.as_os_str(),
-        "--out".as_ref(),
-        out.0.as_os_str(),
-    ]);
+    let (code, s, stderr) = node(&source, &raw.0, &out.0, &[]);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(
         (s["frames"].as_u64(), s["not_ethernet"].as_u64()),
@@ -365,14 +363,7 @@ fn source_and_transit(name: &str, host_file: &str) -> (Temp, PathBuf) {
     for (role, out) in [("source", "s.pcap"), ("transit", "t.pcap")] {
         let config = repo(&format!("examples/node-{role}.toml"));
         let out = dir.0.join(out);
-        let (code, _, stderr) = node(&[
-            "--config".as_ref(),
-            config.as_ref(),
-            "--in".as_ref(),
-            input.as_os_str(),
-            "--out".as_ref(),
-            out.as_os_str(),
-        ]);
+        let (code, _, stderr) = node(&config, &input, &out, &[]);
         assert_eq!(code, Some(0), "{stderr}");
         input = out;
     }
@@ -389,16 +380,12 @@ fn node_over_a_damaged_capture_accounts_for_what_it_read() {
     let sink = std::fs::read_to_string(repo("examples/node-sink.toml")).unwrap()
         + "\n[export]\ncoalesce_bytes = 1472\ncoalesce_delay_ns = 1000000000\n";
     std::fs::write(p("sink.toml"), sink).unwrap();
-    let (code, s, stderr) = node(&[
-        "--config".as_ref(),
-        p("sink.toml").as_os_str(),
-        "--in".as_ref(),
-        p("cut.pcap").as_os_str(),
-        "--out".as_ref(),
-        p("k.pcap").as_os_str(),
-        "--reports".as_ref(),
-        p("r.pcap").as_os_str(),
-    ]);
+    let (code, s, stderr) = node(
+        p("sink.toml"),
+        &p("cut.pcap"),
+        &p("k.pcap"),
+        &["--reports".as_ref(), p("r.pcap").as_os_str()],
+    );
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("cut short in the middle of frame 10"),
@@ -660,16 +647,12 @@ fn node_counts_reports_a_closed_collector_port_refused() {
         .unwrap()
         .to_string();
     let sink = repo("examples/node-sink.toml");
-    let (code, s, stderr) = node(&[
-        "--config".as_ref(),
-        sink.as_ref(),
-        "--in".as_ref(),
-        input.as_os_str(),
-        "--out".as_ref(),
-        p("k.pcap").as_os_str(),
-        "--collector".as_ref(),
-        closed.as_ref(),
-    ]);
+    let (code, s, stderr) = node(
+        &sink,
+        &input,
+        &p("k.pcap"),
+        &["--collector".as_ref(), closed.as_ref()],
+    );
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(
         (s["frames"].as_u64(), s["sunk"].as_u64()),
@@ -771,14 +754,7 @@ fn captures_taken_with_a_snap_length_are_read_to_the_end() {
     assert_eq!(stats["ingest"]["datagrams_received"], 3, "{stats}");
     let out = Temp::path("snap-out.pcap");
     let transit = repo("examples/node-transit.toml");
-    let (code, s, stderr) = node(&[
-        "--config".as_ref(),
-        transit.as_ref(),
-        "--in".as_ref(),
-        snap96.0.as_os_str(),
-        "--out".as_ref(),
-        out.0.as_os_str(),
-    ]);
+    let (code, s, stderr) = node(&transit, &snap96.0, &out.0, &[]);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(s["frames"], 11, "{s}");
 }

@@ -5,12 +5,12 @@
 //! frames that are not INT or not parseable.
 
 use etherparse::PacketBuilder;
-use intscope_node::config::{MtuAction, TelemetryModel};
-use intscope_node::{
-    Mode, Node, NodeConfig, NodeStats, Role, SinkMetadata, StaticTelemetry, WatchEntry,
-};
+use intscope_node::config::MtuAction;
+use intscope_node::{Mode, Node, NodeConfig, NodeStats, Role, SinkMetadata, StaticTelemetry};
 
-const INT_PORT: u16 = 17768;
+mod common;
+
+use common::cfg;
 
 /// The per-frame counters' sum: it must be the frames seen.
 fn per_frame(s: &NodeStats) -> u64 {
@@ -65,22 +65,6 @@ fn traffic() -> Vec<Vec<u8>> {
     out.push(first);
     out.push(later);
     out
-}
-
-fn cfg(id: u32, role: Role, mode: Mode) -> NodeConfig {
-    NodeConfig {
-        node_id: id,
-        role,
-        mode,
-        instructions: 0x9000,
-        watchlist: vec![WatchEntry::default()],
-        int_udp_port: INT_PORT,
-        telemetry: TelemetryModel {
-            queue_occupancy: 10,
-            ..TelemetryModel::default()
-        },
-        ..NodeConfig::default()
-    }
 }
 
 /// Runs `frames` through `chain` in order (each node's forwarded frames and synthetic copies go to

@@ -5,10 +5,11 @@
 //! offsets (RFC 791 Fragment Offset, RFC 8200 §4.5) and the receiver cannot reassemble it.
 
 use etherparse::PacketBuilder;
-use intscope_node::config::TelemetryModel;
-use intscope_node::{Mode, Node, NodeConfig, Role, StaticTelemetry, WatchEntry};
+use intscope_node::{Mode, Node, Role, StaticTelemetry};
 
-const INT_PORT: u16 = 17768;
+mod common;
+
+use common::cfg;
 
 /// An Ethernet frame of a UDP datagram of 200 bytes of data, 10.0.1.1 (or 2001:db8::1) to
 /// port 5001.
@@ -68,22 +69,6 @@ fn fragments(frame: &[u8]) -> [Vec<u8>; 2] {
         }
         f
     })
-}
-
-fn cfg(id: u32, role: Role, mode: Mode) -> NodeConfig {
-    NodeConfig {
-        node_id: id,
-        role,
-        mode,
-        instructions: 0x9000,
-        watchlist: vec![WatchEntry::default()],
-        int_udp_port: INT_PORT,
-        telemetry: TelemetryModel {
-            queue_occupancy: 10,
-            ..TelemetryModel::default()
-        },
-        ..NodeConfig::default()
-    }
 }
 
 fn tel(node: &Node) -> StaticTelemetry {
