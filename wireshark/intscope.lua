@@ -97,6 +97,14 @@ local p4lang_switch_drop_reasons = {
     [97] = "same-port-check", [98] = "pfc-tc-drop", [100] = "csum-error", [101] = "parser-error",
     [254] = "others-ingress", [255] = "others-egress",
 }
+-- intscope's host agent: drops the Linux kernel makes that neither table names.
+for code, name in pairs({
+    [192] = "kernel-malformed", [193] = "kernel-socket", [194] = "kernel-address",
+    [195] = "kernel-resources", [196] = "kernel-device", [197] = "kernel-fragment",
+    [198] = "kernel-tunnel", [199] = "kernel-unspecified", [200] = "kernel-other",
+}) do
+    p4lang_switch_drop_reasons[code] = name
+end
 for code, name in pairs(p4lang_switch_drop_reasons) do
     if drop_reasons[code] == nil then drop_reasons[code] = name end
 end

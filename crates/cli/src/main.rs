@@ -1,6 +1,7 @@
 //! `intscope`: In-band Network Telemetry from the command line. Parses arguments and wires the
 //! crates together; the logic lives in the libraries.
 
+mod agent;
 mod blast;
 mod capture;
 mod collect;
@@ -39,6 +40,8 @@ enum Command {
     Sim(sim::SimArgs),
     /// A collector and a simulated fabric with scripted faults, on this machine.
     Demo(sim::DemoArgs),
+    /// Host INT: eBPF programs report what this Linux host's kernel did to watched packets.
+    Agent(agent::AgentArgs),
     /// The Wireshark / tshark dissector for INT and telemetry reports (install or print).
     Wireshark(wireshark::WiresharkArgs),
 }
@@ -60,6 +63,7 @@ fn main() {
         Command::Node(args) => node::run(args).map(|summary| println!("{summary}")),
         Command::Sim(args) => sim::run(args).map(|summary| println!("{summary}")),
         Command::Demo(args) => sim::demo(args),
+        Command::Agent(args) => agent::run(args).map(|summary| println!("{summary}")),
         Command::Wireshark(args) => wireshark::run(args, &mut std::io::stdout().lock()),
     };
     if let Err(e) = result {

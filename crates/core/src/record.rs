@@ -720,6 +720,11 @@ pub fn decode_into(
             if let Some(s) = switch {
                 record.node_id = s.switch_id;
                 record.drop_reason = s.drop_reason;
+                // v0.5 always carries both 32-bit timestamps; a node that did not measure one
+                // (a host's own packet, a packet delivered to the host) writes 0, which is
+                // read as absent: joined to any other hop's time, it would invent a link.
+                let ingress = (fixed.ingress_ts != 0).then_some(fixed.ingress_ts);
+                let egress = s.egress_ts.filter(|e| *e != 0);
                 record.push(
                     Hop::at(s.switch_id)
                         .with_interfaces(
@@ -727,11 +732,8 @@ pub fn decode_into(
                             Some(u32::from(s.egress_port)),
                         )
                         .with_queue(Some(s.queue_id), s.queue_occupancy)
-                        .with_timestamps(
-                            Some(u64::from(fixed.ingress_ts)),
-                            s.egress_ts.map(u64::from),
-                        )
-                        .with_hop_latency(s.egress_ts.map(|e| e.wrapping_sub(fixed.ingress_ts))),
+                        .with_timestamps(ingress.map(u64::from), egress.map(u64::from))
+                        .with_hop_latency(ingress.zip(egress).map(|(i, e)| e.wrapping_sub(i))),
                 );
             } else if let Some(last) = record.hops().last() {
                 // A v0.5 flow report without a local header: the sink is the stack's top.

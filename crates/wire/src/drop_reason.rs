@@ -87,9 +87,30 @@ pub fn sd_fabric(code: u8) -> Option<&'static str> {
     })
 }
 
-/// The name of a drop reason code: SD-Fabric's, else p4lang/switch's.
+/// intscope's codes for drops a Linux kernel makes that neither table names (the host agent's
+/// drop reports, `crates/agent` and `docs/agent.md`), in 192–200, a range both tables leave
+/// free: one code per family of the kernel's `enum skb_drop_reason`.
+pub fn host_kernel(code: u8) -> Option<&'static str> {
+    Some(match code {
+        192 => "kernel-malformed",
+        193 => "kernel-socket",
+        194 => "kernel-address",
+        195 => "kernel-resources",
+        196 => "kernel-device",
+        197 => "kernel-fragment",
+        198 => "kernel-tunnel",
+        199 => "kernel-unspecified",
+        200 => "kernel-other",
+        _ => return None,
+    })
+}
+
+/// The name of a drop reason code: SD-Fabric's, else p4lang/switch's, else intscope's host
+/// kernel range.
 pub fn name(code: u8) -> Option<&'static str> {
-    sd_fabric(code).or_else(|| p4lang_switch(code))
+    sd_fabric(code)
+        .or_else(|| p4lang_switch(code))
+        .or_else(|| host_kernel(code))
 }
 
 #[cfg(test)]
@@ -116,6 +137,9 @@ mod tests {
         assert_eq!(name(99), None);
         // Every SD-Fabric code keeps its name; every p4lang/switch code has one.
         assert!((0..=255u8).all(|c| sd_fabric(c).is_none_or(|n| name(c) == Some(n))));
-        assert_eq!((0..=255u8).filter(|c| name(*c).is_some()).count(), 60);
+        assert_eq!((0..=255u8).filter(|c| name(*c).is_some()).count(), 69);
+        // The host kernel range shadows no code of the two tables.
+        assert!((192..=200u8).all(|c| sd_fabric(c).is_none() && p4lang_switch(c).is_none()));
+        assert_eq!(name(197), Some("kernel-fragment"));
     }
 }

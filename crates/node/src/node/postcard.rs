@@ -6,9 +6,10 @@
 use super::Node;
 use super::report::{DsFields, mx_body};
 use super::watch::Watch;
+use crate::frame::Layout;
 use crate::telemetry::Telemetry;
 use intscope_wire::int::AnyShim;
-use intscope_wire::locate::FlowKey;
+use intscope_wire::locate::{FlowKey, Packet, Start};
 use intscope_wire::mx::MxHeaderRepr;
 
 impl Node {
@@ -61,5 +62,41 @@ impl Node {
         );
         self.stats.mx_reports += u64::from(r.is_some());
         r
+    }
+}
+
+impl Node {
+    /// A report-only node that watches packets without forwarding them (a host agent observing
+    /// the kernel, a tap): this node's INT-XD postcard of a watched packet, or its queue report
+    /// of another packet whose queue is congested. `frame` may be cut after its headers:
+    /// nothing is edited, so the lengths it declares need not be whole. The flow filter applies
+    /// as configured (a caller that filtered already turns it off).
+    pub fn observe(&mut self, frame: &[u8], tel: &dyn Telemetry) -> Option<Vec<u8>> {
+        self.stats.frames += 1;
+        let Ok(p) = Packet::parse(frame, Start::Ethernet, &self.detect) else {
+            self.stats.malformed += 1;
+            return None;
+        };
+        let report_traffic = Layout::of(&p).is_some_and(|l| self.is_report(&l, frame));
+        let watch = match &p.flow {
+            Some(flow) if !report_traffic => self.watched(tel, flow, p.inner_flow.as_ref()),
+            _ => None,
+        };
+        let congested = self.filter.has_queues()
+            && !report_traffic
+            && watch.as_ref().is_none_or(|w| w.wants.queue)
+            && self.congested(tel);
+        let report = match watch {
+            Some(w) => {
+                self.stats.report_only += 1;
+                self.postcard(frame, &w, tel, congested)
+            }
+            None => {
+                self.stats.untouched += 1;
+                self.queue_report(frame, tel, congested, false)
+            }
+        };
+        self.stats.reports += u64::from(report.is_some());
+        report
     }
 }

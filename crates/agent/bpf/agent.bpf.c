@@ -1,0 +1,541 @@
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+//
+// intscope host-INT agent: the per-packet half, in the kernel.
+//
+// Three BTF tracepoints (tp_btf: raw tracepoints, no kprobes or trampolines) see every packet
+// of the agent's network namespace where the kernel itself marks its passage:
+//   netif_receive_skb   a packet arrives on an interface (the hop's ingress timestamp);
+//   net_dev_start_xmit  a packet leaves an interface, after the qdisc (the egress timestamp:
+//                       queueing in the qdisc is part of the hop latency, as a switch's egress
+//                       timestamp is taken after its traffic manager);
+//   kfree_skb           the kernel drops a packet, with its drop reason.
+// The ingress timestamp travels from the first to the second in a table keyed by the skb's
+// address (the same sk_buff crosses a Linux router or bridge), checked against the packet's
+// IP identification so that a recycled address is not taken for the same packet.
+//
+// SD-Fabric's smart filters run here (shared/spec/sd-fabric-int.txt, "Smart filters and
+// triggers"): one flow report per 5-tuple per interval, at once when the ports change or the
+// hop latency moves by minFlowHopLatencyChangeNs (a power of two); one drop report per
+// 5-tuple per interval; every packet of a queue whose latency is at or above the queue report
+// trigger, and the first below the reset threshold after it (userspace keeps the quota).
+// Only what passes reaches userspace, through the ring buffer; every packet seen is counted
+// once under the outcome it had (enum counter).
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+// Bytes of the packet, from its IP header, carried in an event (and so in a report).
+#define CAPTURE 128
+// Longest believable residence: an older ingress record is a recycled skb address.
+#define MAX_RESIDENCE_NS 4000000000ULL
+
+// Settings, written by the loader before the programs load (constant-folded by the verifier).
+const volatile __u64 netns_ino = 0;          // the agent's network namespace (inode number)
+const volatile __u64 interval_ns = 1000000000;
+const volatile __u32 latency_shift = 8;      // log2(minFlowHopLatencyChangeNs)
+const volatile __u32 filters_on = 1;         // SD-Fabric's filters (0: every watched packet)
+const volatile __u32 watch_all = 0;          // every IP packet is watched
+const volatile __u32 queue_trigger_ns = 0;   // 0: no queue reports
+const volatile __u32 queue_reset_ns = 0;
+const volatile __u32 report_port = 32766;    // report traffic is never watched
+const volatile __u32 drops_all = 0;          // drop reports for unwatched packets too
+
+enum counter {
+	C_RX = 0,        // packets received on a watched interface
+	C_TX,            // packets sent on a watched interface
+	C_LOCAL,         // received packets delivered to this host (their postcard is sent there)
+	C_NOT_IP,        // seen, not IPv4/IPv6 (or headers unreadable)
+	C_UNWATCHED,     // seen, on no watchlist
+	C_REPORTS,       // seen, report traffic (never watched)
+	C_FILTERED,      // seen, held back by the smart filters
+	C_EVENTS,        // seen, sent to userspace
+	C_RING_FULL,     // seen, to be sent, the ring buffer was full
+	C_NO_INGRESS,    // sent packets with no ingress record (originated on this host)
+	C_DROPS,         // packets the kernel dropped in this namespace
+	C_DROP_EVENTS,   // ... sent to userspace
+	C_DROP_FILTERED, // ... held back (one per 5-tuple per interval)
+	C_DROP_UNWATCHED,// ... on no watchlist
+	C_DROP_NOT_IP,   // ... not IP
+	C_DROP_RING_FULL,// ... to be sent, the ring buffer was full
+	C_INGRESS_STALE, // ingress records refused at egress (another packet, or too old)
+	C_MAX,
+};
+
+enum kind { K_FLOW = 1, K_LOCAL = 2, K_DROP = 3 };
+
+#define F_INGRESS 1      // ingress_if known
+#define F_INGRESS_TS 2   // ingress_ns known
+#define F_QUEUE 4        // qlen / backlog read from the root qdisc
+#define F_CONGESTED 8    // latency at or above the queue trigger
+#define F_EGRESS_DROP 16 // dropped on the egress side (qdisc, tc egress): dev is the egress
+
+// What userspace receives (little-endian host layout; crates/agent/src/event.rs reads it).
+struct event {
+	__u8 kind;
+	__u8 flags;
+	__u16 caplen;        // bytes of pkt that are the packet's
+	__u32 drop_reason;   // the kernel's enum skb_drop_reason
+	__u32 ingress_if;
+	__u32 egress_if;
+	__u64 ingress_ns;    // CLOCK_MONOTONIC
+	__u64 egress_ns;     // CLOCK_MONOTONIC (drops: when dropped)
+	__u32 qlen;          // packets in the egress device's root qdisc
+	__u32 backlog;       // bytes in it
+	__u32 queue_id;      // the skb's transmit queue
+	__u32 pkt_len;       // skb->len
+	__u16 l3_proto;      // ETH_P_IP / ETH_P_IPV6
+	__u16 pad;
+	__u32 pad2;
+	__u8 pkt[CAPTURE];   // from the IP header on
+};
+
+struct flow_key {
+	__u8 src[16];
+	__u8 dst[16];
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct last_report {
+	__u64 at;
+	__u32 ingress_if;
+	__u32 egress_if;
+	__u32 latency_bucket;
+	__u32 pad;
+};
+
+struct ingress {
+	__u64 at;
+	__u32 ifindex;
+	__u32 ip_id;         // IPv4 identification / IPv6 payload length and next header
+};
+
+struct lpm_key {
+	__u32 prefixlen;
+	__u8 addr[16];       // IPv4 as ::ffff:a.b.c.d
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, C_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+// ifindex -> 1: the interfaces this agent watches (in its namespace).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} ifaces SEC(".maps");
+
+// This host's addresses (IPv4 mapped): a packet to one is delivered here.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u8[16]);
+	__type(value, __u32);
+} local_addrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 4096);
+	__type(key, struct lpm_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} watch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct ingress);
+} ingress_at SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct flow_key);
+	__type(value, struct last_report);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct flow_key);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+// (egress ifindex << 16 | queue) -> 1 while its latency is at or above the trigger.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u32);
+} congested SEC(".maps");
+
+static __always_inline void count(__u32 c)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &c);
+	if (v)
+		*v += 1;
+}
+
+// The device is in the agent's namespace and watched.
+static __always_inline int ours(const struct net_device *dev)
+{
+	if (!dev)
+		return 0;
+	if (BPF_CORE_READ(dev, nd_net.net, ns.inum) != netns_ino)
+		return 0;
+	__u32 ifindex = BPF_CORE_READ(dev, ifindex);
+	return bpf_map_lookup_elem(&ifaces, &ifindex) != 0;
+}
+
+struct parsed {
+	struct flow_key key;
+	__u32 ip_id;
+	__u8 ttl;
+};
+
+// Reads the IP and L4 headers at `l3` into `p`. 0 when it is no IPv4/IPv6 packet.
+static __always_inline int parse(const void *l3, __u16 proto, struct parsed *p)
+{
+	__u8 h[60];
+	if (bpf_probe_read_kernel(h, sizeof(h), l3))
+		return 0;
+	__builtin_memset(&p->key, 0, sizeof(p->key));
+	__u32 l4;
+	if (proto == ETH_P_IP) {
+		if ((h[0] >> 4) != 4)
+			return 0;
+		l4 = (h[0] & 0xf) * 4;
+		p->key.src[10] = 0xff; p->key.src[11] = 0xff;
+		p->key.dst[10] = 0xff; p->key.dst[11] = 0xff;
+		__builtin_memcpy(&p->key.src[12], &h[12], 4);
+		__builtin_memcpy(&p->key.dst[12], &h[16], 4);
+		p->key.proto = h[9];
+		p->ip_id = ((__u32)h[4] << 8) | h[5];
+		p->ttl = h[8];
+		// A later fragment has no L4 header.
+		if (((h[6] & 0x1f) | h[7]) != 0)
+			return 1;
+	} else if (proto == ETH_P_IPV6) {
+		if ((h[0] >> 4) != 6)
+			return 0;
+		l4 = 40;
+		__builtin_memcpy(p->key.src, &h[8], 16);
+		__builtin_memcpy(p->key.dst, &h[24], 16);
+		p->key.proto = h[6];
+		p->ip_id = ((__u32)h[4] << 24) | ((__u32)h[5] << 16) | h[6];
+		p->ttl = h[7];
+	} else {
+		return 0;
+	}
+	if (p->key.proto == IPPROTO_TCP || p->key.proto == IPPROTO_UDP) {
+		__u8 ports[4];
+		if (l4 < 20 || l4 > 60 || bpf_probe_read_kernel(ports, 4, l3 + l4))
+			return 1;
+		p->key.sport = ((__u16)ports[0] << 8) | ports[1];
+		p->key.dport = ((__u16)ports[2] << 8) | ports[3];
+	}
+	return 1;
+}
+
+static __always_inline int watched(const struct flow_key *k)
+{
+	if (k->proto == IPPROTO_UDP && (k->dport == report_port || k->sport == report_port))
+		return -1;
+	if (watch_all)
+		return 1;
+	struct lpm_key q = { .prefixlen = 128 };
+	__builtin_memcpy(q.addr, k->src, 16);
+	if (bpf_map_lookup_elem(&watch, &q))
+		return 1;
+	__builtin_memcpy(q.addr, k->dst, 16);
+	return bpf_map_lookup_elem(&watch, &q) != 0;
+}
+
+// The IP header of an skb: its network header once set, else its data (at receive the MAC
+// header has been pulled and the network header is not yet reset).
+static __always_inline const void *l3_of(const struct sk_buff *skb, int at_receive)
+{
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	if (at_receive)
+		return BPF_CORE_READ(skb, data);
+	__u16 nh = BPF_CORE_READ(skb, network_header);
+	if (nh == 0 || nh == 0xffff)
+		return BPF_CORE_READ(skb, data);
+	return head + nh;
+}
+
+// SD-Fabric's flow filter: whether this packet's flow report is due.
+static __always_inline int flow_due(const struct flow_key *k, __u64 now, __u32 in_if,
+				    __u32 out_if, __u32 latency)
+{
+	if (!filters_on)
+		return 1;
+	__u32 bucket = latency >> latency_shift;
+	struct last_report *l = bpf_map_lookup_elem(&flows, k);
+	if (l && now - l->at < interval_ns && l->ingress_if == in_if && l->egress_if == out_if &&
+	    l->latency_bucket == bucket)
+		return 0;
+	struct last_report n = { .at = now, .ingress_if = in_if, .egress_if = out_if,
+				 .latency_bucket = bucket };
+	bpf_map_update_elem(&flows, k, &n, BPF_ANY);
+	return 1;
+}
+
+// Queue reports: `1` while the latency is at or above the trigger, and for the first packet
+// under the reset threshold after it (so userspace refills the quota); `0` otherwise.
+static __always_inline int queue_due(__u32 out_if, __u32 queue, __u32 latency, __u8 *flags)
+{
+	if (!queue_trigger_ns)
+		return 0;
+	__u64 q = ((__u64)out_if << 16) | (queue & 0xffff);
+	__u32 *on = bpf_map_lookup_elem(&congested, &q);
+	if (latency >= queue_trigger_ns) {
+		*flags |= F_CONGESTED;
+		if (!on) {
+			__u32 one = 1;
+			bpf_map_update_elem(&congested, &q, &one, BPF_ANY);
+		}
+		return 1;
+	}
+	if (on && latency < queue_reset_ns) {
+		bpf_map_delete_elem(&congested, &q);
+		return 1;
+	}
+	return 0;
+}
+
+static __always_inline int emit(__u8 kind, __u8 flags, const void *l3, __u16 proto,
+				const struct sk_buff *skb, __u32 in_if, __u32 out_if, __u64 in_ns,
+				__u64 out_ns, __u32 reason, const struct net_device *dev)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e)
+		return 0;
+	e->kind = kind;
+	e->drop_reason = reason;
+	e->ingress_if = in_if;
+	e->egress_if = out_if;
+	e->ingress_ns = in_ns;
+	e->egress_ns = out_ns;
+	e->qlen = 0;
+	e->backlog = 0;
+	e->pad = 0;
+	e->pad2 = 0;
+	e->queue_id = BPF_CORE_READ(skb, queue_mapping);
+	e->l3_proto = proto;
+	__u32 len = BPF_CORE_READ(skb, len);
+	e->pkt_len = len;
+	if (kind == K_FLOW && dev) {
+		struct Qdisc *q = BPF_CORE_READ(dev, qdisc);
+		if (q) {
+			e->qlen = BPF_CORE_READ(q, q.qlen);
+			e->backlog = BPF_CORE_READ(q, qstats.backlog);
+			flags |= F_QUEUE;
+		}
+	}
+	// The linear part holds the headers; the capture stops at the packet's end.
+	__u32 linear = len - BPF_CORE_READ(skb, data_len);
+	unsigned char *data = BPF_CORE_READ(skb, data);
+	__u32 before = (const unsigned char *)l3 - data; // MAC header bytes at egress
+	__u32 avail = linear > before ? linear - before : 0;
+	e->caplen = avail < CAPTURE ? avail : CAPTURE;
+	e->flags = flags;
+	if (bpf_probe_read_kernel(e->pkt, CAPTURE, l3))
+		__builtin_memset(e->pkt, 0, CAPTURE);
+	bpf_ringbuf_submit(e, 0);
+	return 1;
+}
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(on_receive, struct sk_buff *skb)
+{
+	const struct net_device *dev = BPF_CORE_READ(skb, dev);
+	if (!ours(dev))
+		return 0;
+	count(C_RX);
+	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	const void *l3 = l3_of(skb, 1);
+	struct parsed p;
+	if (!parse(l3, proto, &p)) {
+		count(C_NOT_IP);
+		return 0;
+	}
+	int w = watched(&p.key);
+	__u64 now = bpf_ktime_get_ns();
+	__u32 in_if = BPF_CORE_READ(dev, ifindex);
+	if (w < 0) {
+		count(C_REPORTS);
+		return 0;
+	}
+	// Delivered to this host: its hop ends here (no egress), reported now.
+	if (bpf_map_lookup_elem(&local_addrs, p.key.dst)) {
+		count(C_LOCAL);
+		if (!w) {
+			count(C_UNWATCHED);
+			return 0;
+		}
+		if (!flow_due(&p.key, now, in_if, 0, 0)) {
+			count(C_FILTERED);
+			return 0;
+		}
+		if (emit(K_LOCAL, F_INGRESS | F_INGRESS_TS, l3, proto, skb, in_if, 0, now, now, 0, 0))
+			count(C_EVENTS);
+		else
+			count(C_RING_FULL);
+		return 0;
+	}
+	// Forwarded (or dropped on the way): remember when it came in, for its egress or drop.
+	if (w || queue_trigger_ns) {
+		struct ingress rec = { .at = now, .ifindex = in_if, .ip_id = p.ip_id };
+		__u64 key = (__u64)skb;
+		bpf_map_update_elem(&ingress_at, &key, &rec, BPF_ANY);
+	}
+	return 0;
+}
+
+SEC("tp_btf/net_dev_start_xmit")
+int BPF_PROG(on_transmit, struct sk_buff *skb, const struct net_device *dev)
+{
+	if (!ours(dev))
+		return 0;
+	count(C_TX);
+	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	const void *l3 = l3_of(skb, 0);
+	struct parsed p;
+	if (!parse(l3, proto, &p)) {
+		count(C_NOT_IP);
+		return 0;
+	}
+	int w = watched(&p.key);
+	if (w < 0) {
+		count(C_REPORTS);
+		return 0;
+	}
+	if (!w && !queue_trigger_ns) {
+		count(C_UNWATCHED);
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	__u32 out_if = BPF_CORE_READ(dev, ifindex);
+	__u8 flags = 0;
+	__u32 in_if = 0;
+	__u64 in_ns = 0;
+	__u64 key = (__u64)skb;
+	struct ingress *rec = bpf_map_lookup_elem(&ingress_at, &key);
+	if (rec) {
+		if (rec->ip_id == p.ip_id && now - rec->at < MAX_RESIDENCE_NS) {
+			in_if = rec->ifindex;
+			in_ns = rec->at;
+			flags |= F_INGRESS | F_INGRESS_TS;
+		} else {
+			count(C_INGRESS_STALE);
+		}
+		bpf_map_delete_elem(&ingress_at, &key);
+	} else {
+		count(C_NO_INGRESS);
+		// Sent by this host: its stack's departure time where it set one (TCP's EDT,
+		// CLOCK_MONOTONIC), else the residence is unknown.
+		__u64 ts = BPF_CORE_READ(skb, tstamp);
+		if (ts && ts <= now && now - ts < MAX_RESIDENCE_NS) {
+			in_ns = ts;
+			flags |= F_INGRESS_TS;
+		}
+	}
+	__u32 latency = in_ns ? (__u32)(now - in_ns) : 0;
+	__u32 queue = BPF_CORE_READ(skb, queue_mapping);
+	int q = queue_due(out_if, queue, latency, &flags);
+	if (!w && !q) {
+		count(C_UNWATCHED);
+		return 0;
+	}
+	if (!q && !flow_due(&p.key, now, in_if, out_if, latency)) {
+		count(C_FILTERED);
+		return 0;
+	}
+	if (emit(K_FLOW, flags, l3, proto, skb, in_if, out_if, in_ns, now, 0, dev))
+		count(C_EVENTS);
+	else
+		count(C_RING_FULL);
+	return 0;
+}
+
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(on_drop, struct sk_buff *skb, void *location, enum skb_drop_reason reason)
+{
+	const struct net_device *dev = BPF_CORE_READ(skb, dev);
+	if (!dev || BPF_CORE_READ(dev, nd_net.net, ns.inum) != netns_ino)
+		return 0;
+	__u32 ifindex = BPF_CORE_READ(dev, ifindex);
+	if (!bpf_map_lookup_elem(&ifaces, &ifindex))
+		return 0;
+	count(C_DROPS);
+	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	const void *l3 = l3_of(skb, 0);
+	struct parsed p;
+	if (!parse(l3, proto, &p)) {
+		count(C_DROP_NOT_IP);
+		return 0;
+	}
+	int w = watched(&p.key);
+	if (w < 0 || (!w && !drops_all)) {
+		count(C_DROP_UNWATCHED);
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	__u8 flags = 0;
+	__u32 in_if = 0, out_if = 0;
+	__u64 in_ns = 0;
+	__u64 key = (__u64)skb;
+	struct ingress *rec = bpf_map_lookup_elem(&ingress_at, &key);
+	if (rec) {
+		if (rec->ip_id == p.ip_id && now - rec->at < MAX_RESIDENCE_NS) {
+			in_if = rec->ifindex;
+			in_ns = rec->at;
+			flags |= F_INGRESS | F_INGRESS_TS;
+		}
+		bpf_map_delete_elem(&ingress_at, &key);
+	}
+	// Dropped on the way out (qdisc, tc egress, neighbour): the device is the egress.
+	// Otherwise it is where the packet came in.
+	if (in_if && in_if != ifindex) {
+		out_if = ifindex;
+		flags |= F_EGRESS_DROP;
+	} else if (!in_if) {
+		in_if = ifindex;
+		flags |= F_INGRESS;
+	}
+	if (filters_on) {
+		__u64 *last = bpf_map_lookup_elem(&drops, &p.key);
+		if (last && now - *last < interval_ns) {
+			count(C_DROP_FILTERED);
+			return 0;
+		}
+		bpf_map_update_elem(&drops, &p.key, &now, BPF_ANY);
+	}
+	if (emit(K_DROP, flags, l3, proto, skb, in_if, out_if, in_ns, now, reason, 0))
+		count(C_DROP_EVENTS);
+	else
+		count(C_DROP_RING_FULL);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,532 @@
+//! From kernel events to reports: each event becomes a frame (its captured headers) and the
+//! hop's measured metadata, handed to an [`intscope_node::Node`] that applies the watchlist
+//! exactly, the queue report quota and the report format (v0.5 or v2.0), then to an
+//! [`Exporter`] that numbers (and, if configured, coalesces) the datagrams for the collector.
+//!
+//! Every event ends in one counter ([`AgentStats`]); a failed send is counted, never the end
+//! of the run. Once a second the agent re-reads the namespace's interfaces and addresses (a
+//! pod's new veth is watched as soon as it matches) and renders its counters for `/metrics`.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use intscope_node::export::Exporter;
+use intscope_node::{Node, NodeConfig, Telemetry};
+use intscope_wire::metadata::{EGRESS_TS, HopMetadata, INGRESS_TS};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::time::{ClockId, clock_gettime};
+
+use crate::AgentError;
+use crate::bpf::{COUNTERS, Programs, Settings};
+use crate::event::{Event, F_EGRESS_DROP, F_INGRESS, F_INGRESS_TS, F_QUEUE, Kind};
+use crate::kernel_drop::KernelReasons;
+use crate::metrics::Exposition;
+
+/// The agent's `minFlowHopLatencyChangeNs` unless configured: 64 µs. A Linux host's
+/// residence times jitter by tens of microseconds under load; SD-Fabric's 256 ns (made for a
+/// switch pipeline) would send a report for nearly every packet.
+pub const HOST_MIN_LATENCY_CHANGE_NS: u32 = 65_536;
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The node's settings: node ID, watchlist and `watch_subnets`, report format, instruction
+    /// bitmap, queue thresholds (`[filters]`), drop reports, report ports. Its mode is INT-XD
+    /// whatever the file says, and its timestamps are always reported (postcards are joined by
+    /// them).
+    pub node: NodeConfig,
+    /// Interfaces to watch, by name; `*` and `?` match any characters / one character
+    /// (`veth*`, `cali*`). Empty: every interface of the namespace but `lo`.
+    pub interfaces: Vec<String>,
+    /// Where reports go.
+    pub collector: SocketAddr,
+    /// SD-Fabric's smart filters (one flow report per 5-tuple per interval, sooner on a
+    /// change; one drop report per 5-tuple per interval), in the kernel. Off: a report for
+    /// every watched packet.
+    pub filters: bool,
+}
+
+/// Userspace counters. Every event read ends in exactly one of `postcards`, `drop_reports`,
+/// `queue_reports`, `not_reported` and `bad_events`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AgentStats {
+    /// Events read from the ring buffer.
+    pub events: u64,
+    /// Events that could not be read (a layout mismatch: never expected).
+    pub bad_events: u64,
+    /// Postcards (flow reports) made.
+    pub postcards: u64,
+    /// Queue congestion reports made.
+    pub queue_reports: u64,
+    /// Drop reports made.
+    pub drop_reports: u64,
+    /// Events the node's exact watchlist or queue quota left without a report.
+    pub not_reported: u64,
+    /// Datagrams sent to the collector.
+    pub sent: u64,
+    /// Datagrams the socket refused (counted, the run goes on).
+    pub send_errors: u64,
+    /// Interfaces watched now.
+    pub interfaces: u64,
+}
+
+/// The hop's metadata, measured by the kernel half.
+struct Measured(HopMetadata<'static>);
+
+impl Telemetry for Measured {
+    fn hop(&self, _node_id: u32) -> HopMetadata<'static> {
+        self.0
+    }
+}
+
+/// CLOCK_MONOTONIC (the kernel half's `bpf_ktime_get_ns`) to Unix time.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    offset_ns: i128,
+}
+
+fn monotonic_ns() -> u64 {
+    clock_gettime(ClockId::CLOCK_MONOTONIC)
+        .map(|t| (t.tv_sec() as u64) * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+impl Clock {
+    fn now() -> Self {
+        let mono = monotonic_ns();
+        let real = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        Clock {
+            offset_ns: real - i128::from(mono),
+        }
+    }
+
+    fn unix(&self, mono_ns: u64) -> u64 {
+        (i128::from(mono_ns) + self.offset_ns).max(0) as u64
+    }
+}
+
+/// Events to reports.
+#[derive(Debug)]
+struct Reporter {
+    node: Node,
+    exporter: Exporter,
+    reasons: KernelReasons,
+    clock: Clock,
+    stats: AgentStats,
+    ready: Vec<Vec<u8>>,
+}
+
+fn port(ifindex: u32) -> u16 {
+    u16::try_from(ifindex).unwrap_or(u16::MAX)
+}
+
+impl std::fmt::Debug for Measured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Reporter {
+    /// The hop's metadata as the event measured it. Port 0 is the host's own stack (a packet it
+    /// sent, or one delivered to it); what was not measured stays absent, so the report leaves
+    /// its bit out rather than send a made-up value.
+    fn hop(&self, e: &Event<'_>) -> HopMetadata<'static> {
+        let node_id = self.node.config().node_id;
+        let ingress_ts = e.has(F_INGRESS_TS).then(|| self.clock.unix(e.ingress_ns));
+        let mut hop = HopMetadata {
+            node_id: Some(node_id),
+            l1_ingress_if: Some(if e.has(F_INGRESS) {
+                port(e.ingress_if)
+            } else {
+                0
+            }),
+            l1_egress_if: Some(port(e.egress_if)),
+            ingress_ts,
+            queue_id: Some(e.queue_id.min(255) as u8),
+            ..HopMetadata::default()
+        };
+        match e.kind {
+            Kind::Transmit => {
+                hop.egress_ts = Some(self.clock.unix(e.egress_ns));
+                hop.hop_latency = e.has(F_INGRESS_TS).then(|| {
+                    u32::try_from(e.egress_ns.saturating_sub(e.ingress_ns)).unwrap_or(u32::MAX - 1)
+                });
+                if e.has(F_QUEUE) {
+                    hop.queue_occupancy = Some(e.backlog.min(0xff_ffff));
+                }
+            }
+            Kind::Local => {}
+            Kind::Drop => {
+                if !e.has(F_EGRESS_DROP) {
+                    hop.l1_egress_if = Some(0);
+                }
+            }
+        }
+        hop.present = hop.available_bits();
+        hop
+    }
+
+    fn handle(&mut self, bytes: &[u8]) {
+        let Ok(e) = Event::parse(bytes) else {
+            self.stats.bad_events += 1;
+            return;
+        };
+        self.stats.events += 1;
+        let frame = e.frame();
+        let tel = Measured(self.hop(&e));
+        let before = self.node.stats;
+        let report = match e.kind {
+            Kind::Drop => {
+                let ttl = match e.l3_proto {
+                    0x0800 => e.packet.get(8).copied(),
+                    0x86dd => e.packet.get(7).copied(),
+                    _ => None,
+                };
+                let code = self.reasons.report_code(e.drop_reason, ttl);
+                self.node.drop_report(&frame, code, &tel)
+            }
+            Kind::Transmit | Kind::Local => self.node.observe(&frame, &tel),
+        };
+        match report {
+            None => self.stats.not_reported += 1,
+            Some(r) => {
+                if e.kind == Kind::Drop {
+                    self.stats.drop_reports += 1;
+                } else if self.node.stats.postcards > before.postcards {
+                    self.stats.postcards += 1;
+                } else {
+                    self.stats.queue_reports += 1;
+                }
+                let now = monotonic_ns();
+                self.exporter.push(now, r, &mut self.ready);
+            }
+        }
+    }
+
+    fn send(&mut self, socket: &UdpSocket, to: SocketAddr) {
+        for d in self.ready.drain(..) {
+            match socket.send_to(&d, to) {
+                Ok(_) => self.stats.sent += 1,
+                Err(e) => {
+                    self.stats.send_errors += 1;
+                    tracing::debug!("report to {to} refused: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// A running agent: its programs attached, its socket open.
+#[derive(Debug)]
+pub struct Agent {
+    programs: Programs,
+    reporter: Reporter,
+    socket: UdpSocket,
+    collector: SocketAddr,
+    interfaces: Vec<String>,
+    exposition: Option<Exposition>,
+}
+
+/// Whether `name` matches `pattern` (`*` any characters, `?` one).
+pub fn matches(pattern: &str, name: &str) -> bool {
+    fn go(p: &[u8], n: &[u8]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], n) || (!n.is_empty() && go(p, &n[1..])),
+            (Some(b'?'), Some(_)) => go(&p[1..], &n[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    go(pattern.as_bytes(), name.as_bytes())
+}
+
+/// The namespace's interfaces matching `patterns` (all but `lo` when empty), as indexes.
+fn interfaces(patterns: &[String]) -> Result<Vec<u32>, AgentError> {
+    let all = nix::net::if_::if_nameindex()
+        .map_err(|e| AgentError::Io("listing interfaces".into(), e.into()))?;
+    Ok(all
+        .iter()
+        .filter(|i| {
+            let name = i.name().to_string_lossy();
+            if patterns.is_empty() {
+                name != "lo"
+            } else {
+                patterns.iter().any(|p| matches(p, &name))
+            }
+        })
+        .map(|i| i.index())
+        .collect())
+}
+
+/// The namespace's own addresses.
+fn local_addrs() -> Result<Vec<IpAddr>, AgentError> {
+    let addrs = nix::ifaddrs::getifaddrs()
+        .map_err(|e| AgentError::Io("listing addresses".into(), e.into()))?;
+    Ok(addrs
+        .filter_map(|a| a.address)
+        .filter_map(|a| {
+            a.as_sockaddr_in()
+                .map(|s| IpAddr::V4(s.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
+        })
+        .collect())
+}
+
+impl Agent {
+    /// Loads and attaches the programs for `cfg` in this process's network namespace.
+    pub fn start(cfg: AgentConfig) -> Result<Agent, AgentError> {
+        let mut node_cfg = cfg.node.clone();
+        node_cfg.mode = intscope_node::Mode::Xd;
+        node_cfg.instructions |= INGRESS_TS | EGRESS_TS;
+        for w in &mut node_cfg.watchlist {
+            w.mode = Some(intscope_node::Mode::Xd);
+            if let Some(i) = w.instructions.as_mut() {
+                *i |= INGRESS_TS | EGRESS_TS;
+            }
+        }
+        if !node_cfg.report_ports.contains(&cfg.collector.port()) {
+            node_cfg.report_ports.push(cfg.collector.port());
+        }
+        // The kernel half runs the flow and drop filters; the node keeps the queue quota.
+        let filters = node_cfg.filters.clone();
+        node_cfg.filters.enabled = false;
+        let node = Node::new(node_cfg.clone()).map_err(|e| AgentError::Config(e.to_string()))?;
+        let prefixes = watched_prefixes(&node_cfg);
+        let step = filters.min_flow_hop_latency_change_ns.max(1);
+        let settings = Settings {
+            netns_ino: std::fs::metadata("/proc/self/ns/net")
+                .map_err(|e| AgentError::Io("/proc/self/ns/net".into(), e))?
+                .ino(),
+            interval_ns: filters.interval_ns,
+            latency_shift: 31 - step.leading_zeros(),
+            filters: cfg.filters,
+            watch_all: prefixes.is_none(),
+            queue_trigger_ns: filters
+                .queues
+                .iter()
+                .map(|q| q.trigger_ns)
+                .min()
+                .unwrap_or(0),
+            queue_reset_ns: filters
+                .queues
+                .iter()
+                .map(|q| q.reset_ns.unwrap_or(q.trigger_ns / 2))
+                .min()
+                .unwrap_or(0),
+            report_port: cfg.collector.port(),
+            drops_all: node_cfg.drop_reports == intscope_node::DropReports::All,
+        };
+        let mut programs = Programs::load(&settings)?;
+        for net in prefixes.unwrap_or_default() {
+            programs.watch(net)?;
+        }
+        let bind: SocketAddr = if cfg.collector.is_ipv4() {
+            "0.0.0.0:0".parse().expect("an address")
+        } else {
+            "[::]:0".parse().expect("an address")
+        };
+        let socket =
+            UdpSocket::bind(bind).map_err(|e| AgentError::Io("the report socket".into(), e))?;
+        let reasons = KernelReasons::load();
+        if reasons.is_empty() {
+            tracing::warn!(
+                "tracefs is not readable: drop reasons are reported as kernel-other (200)"
+            );
+        }
+        let mut agent = Agent {
+            programs,
+            reporter: Reporter {
+                exporter: Exporter::new(node_cfg.export),
+                node,
+                reasons,
+                clock: Clock::now(),
+                stats: AgentStats::default(),
+                ready: Vec::new(),
+            },
+            socket,
+            collector: cfg.collector,
+            interfaces: cfg.interfaces,
+            exposition: None,
+        };
+        agent.refresh()?;
+        Ok(agent)
+    }
+
+    /// Serves the counters at `addr` (Prometheus text).
+    pub fn serve_metrics(&mut self, addr: SocketAddr) -> Result<SocketAddr, AgentError> {
+        let exposition: Exposition = Default::default();
+        let local = crate::metrics::serve(addr, std::sync::Arc::clone(&exposition))
+            .map_err(|e| AgentError::Io(format!("metrics on {addr}"), e))?;
+        self.exposition = Some(exposition);
+        self.render();
+        Ok(local)
+    }
+
+    fn refresh(&mut self) -> Result<(), AgentError> {
+        let ifaces = interfaces(&self.interfaces)?;
+        self.programs.set_interfaces(&ifaces)?;
+        self.reporter.stats.interfaces = ifaces.len() as u64;
+        self.programs.set_local_addrs(&local_addrs()?)?;
+        self.reporter.clock = Clock::now();
+        Ok(())
+    }
+
+    fn render(&self) {
+        let Some(exposition) = &self.exposition else {
+            return;
+        };
+        let text = crate::metrics::render(&self.counters());
+        if let Ok(mut e) = exposition.lock() {
+            *e = text;
+        }
+    }
+
+    /// Every counter, the kernel half's then userspace's: `(name, help, value)`.
+    pub fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let kernel = self.programs.counters().unwrap_or([0; COUNTERS.len()]);
+        let s = self.reporter.stats;
+        let mut out: Vec<_> = COUNTERS
+            .iter()
+            .zip(kernel)
+            .map(|((n, h), v)| (*n, *h, v))
+            .collect();
+        out.extend([
+            ("user_events", "events read from the ring buffer", s.events),
+            ("bad_events", "events that could not be read", s.bad_events),
+            ("postcards", "postcards (flow reports) made", s.postcards),
+            (
+                "queue_reports",
+                "queue congestion reports made",
+                s.queue_reports,
+            ),
+            ("drop_reports", "drop reports made", s.drop_reports),
+            (
+                "not_reported",
+                "events the exact watchlist or the queue quota left unreported",
+                s.not_reported,
+            ),
+            ("sent", "report datagrams sent", s.sent),
+            (
+                "send_errors",
+                "report datagrams the socket refused",
+                s.send_errors,
+            ),
+        ]);
+        out
+    }
+
+    /// Userspace counters.
+    pub fn stats(&self) -> AgentStats {
+        self.reporter.stats
+    }
+
+    /// Reads events and sends reports until `stop` is set or `deadline` passes; then reads what
+    /// the ring still holds and sends everything waiting.
+    pub fn run(&mut self, stop: &AtomicBool, deadline: Option<Instant>) -> Result<(), AgentError> {
+        let mut next_refresh = Instant::now() + Duration::from_secs(1);
+        while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+            {
+                let ring = self.programs.events();
+                let mut fds = [PollFd::new(ring.as_fd(), PollFlags::POLLIN)];
+                match poll(&mut fds, PollTimeout::from(100u16)) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => {
+                        return Err(AgentError::Io("polling the ring buffer".into(), e.into()));
+                    }
+                }
+            }
+            self.drain();
+            if Instant::now() >= next_refresh {
+                if let Err(e) = self.refresh() {
+                    tracing::warn!("refreshing interfaces and addresses: {e}");
+                }
+                self.render();
+                next_refresh = Instant::now() + Duration::from_secs(1);
+            }
+        }
+        self.drain();
+        self.reporter.exporter.flush(&mut self.reporter.ready);
+        self.reporter.send(&self.socket, self.collector);
+        self.render();
+        Ok(())
+    }
+
+    fn drain(&mut self) {
+        let Agent {
+            programs, reporter, ..
+        } = self;
+        let ring = programs.events();
+        // Bounded per call so sends and refreshes keep their pace under a flood.
+        for _ in 0..65_536 {
+            let Some(item) = ring.next() else { break };
+            reporter.handle(&item);
+        }
+        reporter.exporter.poll(monotonic_ns(), &mut reporter.ready);
+        reporter.send(&self.socket, self.collector);
+    }
+}
+
+/// The prefixes the kernel half looks packets up in: every address prefix of the watchlist
+/// (source, destination or subnet) and `watch_subnets`. `None`: some entry names no prefix
+/// (it matches on ports or protocol only), so every IP packet goes to the exact watchlist.
+fn watched_prefixes(cfg: &NodeConfig) -> Option<Vec<ipnet::IpNet>> {
+    let mut out = cfg.watch_subnets.clone();
+    for w in &cfg.watchlist {
+        let nets: Vec<_> = [w.src, w.dst, w.subnet].into_iter().flatten().collect();
+        if nets.is_empty() {
+            return None;
+        }
+        out.extend(nets);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interface_patterns() {
+        assert!(matches("veth*", "veth0"));
+        assert!(matches("*", "eth1"));
+        assert!(matches("eth?", "eth1"));
+        assert!(!matches("eth?", "eth10"));
+        assert!(!matches("cali*", "veth0"));
+        assert!(matches("r1-*-x", "r1-h1-x"));
+    }
+
+    #[test]
+    fn prefixes_cover_the_watchlist_or_watch_everything() {
+        let mut cfg = NodeConfig {
+            watch_subnets: vec!["10.0.0.0/8".parse().unwrap()],
+            ..NodeConfig::default()
+        };
+        assert_eq!(watched_prefixes(&cfg).unwrap().len(), 1);
+        cfg.watchlist.push(intscope_node::WatchEntry {
+            dst_ports: Some((80, 80)),
+            ..Default::default()
+        });
+        assert_eq!(
+            watched_prefixes(&cfg),
+            None,
+            "a port-only entry watches every packet"
+        );
+    }
+
+    #[test]
+    fn clock_maps_monotonic_onto_unix_time() {
+        let c = Clock::now();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        let mapped = c.unix(monotonic_ns());
+        assert!(mapped.abs_diff(now) < 50_000_000, "{mapped} vs {now}");
+    }
+}

@@ -1,0 +1,267 @@
+//! The kernel half: loads `bpf/agent.bpf.c`'s object (built by `build.rs`), writes the settings
+//! into its read-only globals, attaches its three BTF tracepoints, and keeps the maps userspace
+//! fills (interfaces, local addresses, watched prefixes) and reads (counters, events).
+//!
+//! The tracepoints attach through BPF links held by file descriptors: the kernel detaches them
+//! when the process ends in any way, a SIGKILL too.
+
+use std::net::IpAddr;
+
+use aya::maps::lpm_trie::{Key, LpmTrie};
+use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::BtfTracePoint;
+use aya::{Btf, Ebpf, EbpfLoader};
+use ipnet::IpNet;
+
+use crate::AgentError;
+
+/// The compiled object (empty when the build had no BPF toolchain).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/agent.bpf.o"));
+
+/// Why the build made no object, if it did not.
+const NOT_BUILT: Option<&str> = option_env!("INTSCOPE_AGENT_NO_BPF_WHY");
+
+/// (program, tracepoint) pairs of the object.
+const HOOKS: [(&str, &str); 3] = [
+    ("on_receive", "netif_receive_skb"),
+    ("on_transmit", "net_dev_start_xmit"),
+    ("on_drop", "kfree_skb"),
+];
+
+/// The kernel half's counters, in the order of `enum counter` in the C source.
+pub const COUNTERS: [(&str, &str); 17] = [
+    ("received", "packets received on a watched interface"),
+    ("transmitted", "packets sent on a watched interface"),
+    (
+        "delivered",
+        "received packets delivered to this host (reported there)",
+    ),
+    (
+        "not_ip",
+        "packets seen that are not IPv4/IPv6 (not watched)",
+    ),
+    ("unwatched", "packets seen on no watchlist"),
+    (
+        "report_traffic",
+        "packets seen that are telemetry reports (never watched)",
+    ),
+    (
+        "filtered",
+        "packets the smart filters held back (a report of their flow was recent)",
+    ),
+    ("events", "packets sent to userspace to report"),
+    (
+        "ring_full",
+        "packets to report lost because the ring buffer was full",
+    ),
+    (
+        "no_ingress",
+        "packets sent with no ingress record (originated on this host)",
+    ),
+    ("drops", "packets the kernel dropped on a watched interface"),
+    ("drop_events", "drops sent to userspace to report"),
+    (
+        "drop_filtered",
+        "drops held back (a drop of their flow was reported this interval)",
+    ),
+    ("drop_unwatched", "drops of packets on no watchlist"),
+    ("drop_not_ip", "drops of packets that are not IPv4/IPv6"),
+    (
+        "drop_ring_full",
+        "drops to report lost because the ring buffer was full",
+    ),
+    (
+        "ingress_stale",
+        "ingress records refused at egress (another packet or too old)",
+    ),
+];
+
+/// Settings of the kernel half (its read-only globals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// The network namespace watched (the inode of `/proc/self/ns/net`).
+    pub netns_ino: u64,
+    /// The smart filters' interval, ns.
+    pub interval_ns: u64,
+    /// `minFlowHopLatencyChangeNs` as a power of two: its log2.
+    pub latency_shift: u32,
+    /// SD-Fabric's smart filters on.
+    pub filters: bool,
+    /// Every IP packet is watched (no prefix to look up).
+    pub watch_all: bool,
+    /// Queue reports from this hop latency on, ns (0: none).
+    pub queue_trigger_ns: u32,
+    /// The quota resets under this latency, ns.
+    pub queue_reset_ns: u32,
+    /// UDP port of telemetry reports (never watched).
+    pub report_port: u16,
+    /// Drop reports for unwatched packets too.
+    pub drops_all: bool,
+}
+
+/// The loaded, attached programs and their maps.
+pub struct Programs {
+    ebpf: Ebpf,
+    events: RingBuf<MapData>,
+}
+
+fn load_error(what: &str, e: impl std::fmt::Display) -> AgentError {
+    let text = e.to_string();
+    let hint = if text.contains("Operation not permitted") || text.contains("EPERM") {
+        " (loading BPF needs CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN, or root; \
+         and kernel.unprivileged_bpf_disabled does not matter then)"
+    } else {
+        ""
+    };
+    AgentError::Bpf(format!("{what}: {text}{hint}"))
+}
+
+impl std::fmt::Debug for Programs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Programs").finish_non_exhaustive()
+    }
+}
+
+impl Programs {
+    /// Loads the programs with `s` and attaches them.
+    pub fn load(s: &Settings) -> Result<Self, AgentError> {
+        if OBJECT.is_empty() {
+            return Err(AgentError::NotBuilt(
+                NOT_BUILT
+                    .unwrap_or("the build made no BPF object")
+                    .to_string(),
+            ));
+        }
+        let btf = Btf::from_sys_fs().map_err(|e| {
+            AgentError::Bpf(format!(
+                "the kernel's BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF) cannot be read: {e}"
+            ))
+        })?;
+        let (filters, watch_all, drops_all) = (
+            u32::from(s.filters),
+            u32::from(s.watch_all),
+            u32::from(s.drops_all),
+        );
+        let report_port = u32::from(s.report_port);
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .override_global("netns_ino", &s.netns_ino, true)
+            .override_global("interval_ns", &s.interval_ns, true)
+            .override_global("latency_shift", &s.latency_shift, true)
+            .override_global("filters_on", &filters, true)
+            .override_global("watch_all", &watch_all, true)
+            .override_global("queue_trigger_ns", &s.queue_trigger_ns, true)
+            .override_global("queue_reset_ns", &s.queue_reset_ns, true)
+            .override_global("report_port", &report_port, true)
+            .override_global("drops_all", &drops_all, true)
+            .load(OBJECT)
+            .map_err(|e| load_error("loading the BPF object (its maps)", e))?;
+        for (name, tracepoint) in HOOKS {
+            let program: &mut BtfTracePoint = ebpf
+                .program_mut(name)
+                .ok_or_else(|| AgentError::Bpf(format!("program {name} missing from the object")))?
+                .try_into()
+                .map_err(|e| load_error(name, e))?;
+            program.load(tracepoint, &btf).map_err(|e| {
+                load_error(&format!("loading {name} for tracepoint {tracepoint}"), e)
+            })?;
+            program.attach().map_err(|e| {
+                load_error(
+                    &format!("attaching {name} to the BTF tracepoint {tracepoint} (raw tracepoints, BPF_TRACE_RAW_TP)"),
+                    e,
+                )
+            })?;
+        }
+        let events = ebpf
+            .take_map("events")
+            .ok_or_else(|| AgentError::Bpf("map events missing".into()))?;
+        let events = RingBuf::try_from(events).map_err(|e| load_error("events", e))?;
+        Ok(Programs { ebpf, events })
+    }
+
+    /// The ring buffer of events.
+    pub fn events(&mut self) -> &mut RingBuf<MapData> {
+        &mut self.events
+    }
+
+    fn hash<K: aya::Pod, V: aya::Pod>(
+        &mut self,
+        name: &str,
+    ) -> Result<HashMap<&mut MapData, K, V>, AgentError> {
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or_else(|| AgentError::Bpf(format!("map {name} missing")))?;
+        HashMap::try_from(map).map_err(|e| load_error(name, e))
+    }
+
+    /// Makes `ifindexes` the watched interfaces.
+    pub fn set_interfaces(&mut self, ifindexes: &[u32]) -> Result<(), AgentError> {
+        let mut map = self.hash::<u32, u32>("ifaces")?;
+        let old: Vec<u32> = map.keys().filter_map(Result::ok).collect();
+        for i in old.iter().filter(|i| !ifindexes.contains(i)) {
+            let _ = map.remove(i);
+        }
+        for i in ifindexes.iter().filter(|i| !old.contains(i)) {
+            map.insert(i, 1, 0).map_err(|e| load_error("ifaces", e))?;
+        }
+        Ok(())
+    }
+
+    /// Makes `addrs` this host's addresses (packets to them are delivered here).
+    pub fn set_local_addrs(&mut self, addrs: &[IpAddr]) -> Result<(), AgentError> {
+        let want: Vec<[u8; 16]> = addrs.iter().map(|a| mapped(*a)).collect();
+        let mut map = self.hash::<[u8; 16], u32>("local_addrs")?;
+        let old: Vec<[u8; 16]> = map.keys().filter_map(Result::ok).collect();
+        for a in old.iter().filter(|a| !want.contains(a)) {
+            let _ = map.remove(a);
+        }
+        for a in want.iter().filter(|a| !old.contains(a)) {
+            map.insert(a, 1, 0)
+                .map_err(|e| load_error("local_addrs", e))?;
+        }
+        Ok(())
+    }
+
+    /// Watches packets from or to `net`.
+    pub fn watch(&mut self, net: IpNet) -> Result<(), AgentError> {
+        let map = self
+            .ebpf
+            .map_mut("watch")
+            .ok_or_else(|| AgentError::Bpf("map watch missing".into()))?;
+        let mut trie: LpmTrie<&mut MapData, [u8; 16], u32> =
+            LpmTrie::try_from(map).map_err(|e| load_error("watch", e))?;
+        let len = match net {
+            IpNet::V4(n) => 96 + u32::from(n.prefix_len()),
+            IpNet::V6(n) => u32::from(n.prefix_len()),
+        };
+        trie.insert(&Key::new(len, mapped(net.network())), 1, 0)
+            .map_err(|e| load_error("watch", e))
+    }
+
+    /// The counters (summed over CPUs), in [`COUNTERS`]' order.
+    pub fn counters(&self) -> Result<[u64; COUNTERS.len()], AgentError> {
+        let map = self
+            .ebpf
+            .map("counters")
+            .ok_or_else(|| AgentError::Bpf("map counters missing".into()))?;
+        let array: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(map).map_err(|e| load_error("counters", e))?;
+        let mut out = [0u64; COUNTERS.len()];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let values = array
+                .get(&(i as u32), 0)
+                .map_err(|e| load_error("counters", e))?;
+            *slot = values.iter().sum();
+        }
+        Ok(out)
+    }
+}
+
+/// An address as the kernel half keys it: IPv6, IPv4 mapped (`::ffff:a.b.c.d`).
+pub fn mapped(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
