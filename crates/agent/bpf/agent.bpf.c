@@ -9,7 +9,7 @@
 //                       queueing in the qdisc is part of the hop latency, as a switch's egress
 //                       timestamp is taken after its traffic manager);
 //   kfree_skb           the kernel drops a packet, with its drop reason.
-// The ingress timestamp travels from the first to the second in a table keyed by the skb's
+// The ingress timestamp travels from the first to the second in a table slotted by the skb's
 // address (the same sk_buff crosses a Linux router or bridge), checked against the packet's
 // IP identification so that a recycled address is not taken for the same packet.
 //
@@ -45,6 +45,12 @@ const volatile __u32 queue_trigger_ns = 0;   // 0: no queue reports
 const volatile __u32 queue_reset_ns = 0;
 const volatile __u32 report_port = 32766;    // report traffic is never watched
 const volatile __u32 drops_all = 0;          // drop reports for unwatched packets too
+// Up to WATCH_FAST watched prefixes, checked inline (an LPM trie lookup costs more than the
+// rest of the program): per prefix, its address then its mask, 16 bytes each, IPv4 mapped.
+// More prefixes than that go to the `watch` trie instead (watch_count = 0xff).
+#define WATCH_FAST 16
+const volatile __u32 watch_count = 0;
+const volatile __u8 watch_prefixes[WATCH_FAST * 32] = {};
 
 enum counter {
 	C_RX = 0,        // packets received on a watched interface
@@ -112,12 +118,6 @@ struct last_report {
 	__u32 pad;
 };
 
-struct ingress {
-	__u64 at;
-	__u32 ifindex;
-	__u32 ip_id;         // IPv4 identification / IPv6 payload length and next header
-};
-
 struct lpm_key {
 	__u32 prefixlen;
 	__u8 addr[16];       // IPv4 as ::ffff:a.b.c.d
@@ -143,13 +143,39 @@ struct {
 	__type(value, __u32);
 } ifaces SEC(".maps");
 
-// This host's addresses (IPv4 mapped): a packet to one is delivered here.
+// This host's addresses (IPv4 mapped): a packet to one is delivered here. One array value the
+// loader rewrites as they change, compared inline (a hash lookup per received packet costs more).
+#define LOCAL_ADDRS 32
+struct local_addrs {
+	__u32 count;
+	__u32 pad;
+	__u64 addr[LOCAL_ADDRS][2];
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u8[16]);
-	__type(value, __u32);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct local_addrs);
 } local_addrs SEC(".maps");
+
+static __always_inline int is_local(const __u8 *addr)
+{
+	__u32 zero = 0;
+	struct local_addrs *l = bpf_map_lookup_elem(&local_addrs, &zero);
+	if (!l)
+		return 0;
+	__u64 a0, a1;
+	__builtin_memcpy(&a0, addr, 8);
+	__builtin_memcpy(&a1, addr + 8, 8);
+	for (int i = 0; i < LOCAL_ADDRS; i++) {
+		if (i >= l->count)
+			break;
+		if (l->addr[i][0] == a0 && l->addr[i][1] == a1)
+			return 1;
+	}
+	return 0;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -159,19 +185,84 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } watch SEC(".maps");
 
+// Ingress records and the flow filter's last reports are direct-mapped tables (array maps, a
+// slot per hash, the newest entry wins a collision): a lookup is an address computation, where
+// a hash map's update, lookup and delete cost more than the rest of the program. A collision
+// costs a missing ingress time (the report leaves the hop latency out) or an early flow report.
+#define INGRESS_SLOTS 65536
+#define FLOW_SLOTS 65536
+
+struct ingress_slot {
+	__u64 skb;           // the sk_buff's address: the slot's owner
+	__u64 at;
+	__u32 ifindex;
+	__u32 ip_id;         // IPv4 identification / IPv6 payload length and next header
+};
+
+struct flow_slot {
+	struct flow_key key;
+	struct last_report last;
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u64);
-	__type(value, struct ingress);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, INGRESS_SLOTS);
+	__type(key, __u32);
+	__type(value, struct ingress_slot);
 } ingress_at SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct flow_key);
-	__type(value, struct last_report);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FLOW_SLOTS);
+	__type(key, __u32);
+	__type(value, struct flow_slot);
 } flows SEC(".maps");
+
+static __always_inline __u64 mix(__u64 h)
+{
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return h;
+}
+
+// One word of scratch per CPU: a pointer written to a map and read back is a plain number to
+// the verifier, which forbids hashing the pointer itself.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} scratch SEC(".maps");
+
+// A packet's identity across the host: its sk_buff's address.
+static __always_inline __u64 skb_id(const struct sk_buff *skb)
+{
+	__u32 zero = 0;
+	volatile __u64 *v = bpf_map_lookup_elem(&scratch, &zero);
+	if (!v)
+		return 0;
+	*v = (__u64)skb;
+	return *v;
+}
+
+static __always_inline __u32 skb_slot(__u64 skb)
+{
+	return mix(skb) & (INGRESS_SLOTS - 1);
+}
+
+static __always_inline __u32 flow_slot_of(const struct flow_key *k)
+{
+	__u64 w[5];
+	__builtin_memcpy(w, k, sizeof(w));
+	return mix(w[0] ^ mix(w[1] ^ mix(w[2] ^ mix(w[3] ^ w[4])))) & (FLOW_SLOTS - 1);
+}
+
+static __always_inline int same_key(const struct flow_key *a, const struct flow_key *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3] && x[4] == y[4];
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -195,14 +286,16 @@ static __always_inline void count(__u32 c)
 		*v += 1;
 }
 
-// The device is in the agent's namespace and watched.
+// The device is in the agent's namespace and watched. Every pointer here is a BTF pointer the
+// tracepoint hands over, read with plain loads (the verifier makes them fault-safe): no helper
+// call on the path of a packet the agent does not watch.
 static __always_inline int ours(const struct net_device *dev)
 {
 	if (!dev)
 		return 0;
-	if (BPF_CORE_READ(dev, nd_net.net, ns.inum) != netns_ino)
+	if (dev->nd_net.net->ns.inum != netns_ino)
 		return 0;
-	__u32 ifindex = BPF_CORE_READ(dev, ifindex);
+	__u32 ifindex = dev->ifindex;
 	return bpf_map_lookup_elem(&ifaces, &ifindex) != 0;
 }
 
@@ -262,6 +355,22 @@ static __always_inline int watched(const struct flow_key *k)
 		return -1;
 	if (watch_all)
 		return 1;
+	if (watch_count <= WATCH_FAST) {
+		__u64 s0, s1, d0, d1;
+		__builtin_memcpy(&s0, k->src, 8);
+		__builtin_memcpy(&s1, &k->src[8], 8);
+		__builtin_memcpy(&d0, k->dst, 8);
+		__builtin_memcpy(&d1, &k->dst[8], 8);
+		for (int i = 0; i < WATCH_FAST; i++) {
+			if (i >= watch_count)
+				break;
+			const volatile __u64 *p = (const volatile __u64 *)&watch_prefixes[i * 32];
+			__u64 n0 = p[0], n1 = p[1], m0 = p[2], m1 = p[3];
+			if (((s0 & m0) == n0 && (s1 & m1) == n1) || ((d0 & m0) == n0 && (d1 & m1) == n1))
+				return 1;
+		}
+		return 0;
+	}
 	struct lpm_key q = { .prefixlen = 128 };
 	__builtin_memcpy(q.addr, k->src, 16);
 	if (bpf_map_lookup_elem(&watch, &q))
@@ -274,13 +383,12 @@ static __always_inline int watched(const struct flow_key *k)
 // header has been pulled and the network header is not yet reset).
 static __always_inline const void *l3_of(const struct sk_buff *skb, int at_receive)
 {
-	unsigned char *head = BPF_CORE_READ(skb, head);
 	if (at_receive)
-		return BPF_CORE_READ(skb, data);
-	__u16 nh = BPF_CORE_READ(skb, network_header);
+		return skb->data;
+	__u16 nh = skb->network_header;
 	if (nh == 0 || nh == 0xffff)
-		return BPF_CORE_READ(skb, data);
-	return head + nh;
+		return skb->data;
+	return skb->head + nh;
 }
 
 // SD-Fabric's flow filter: whether this packet's flow report is due.
@@ -290,13 +398,37 @@ static __always_inline int flow_due(const struct flow_key *k, __u64 now, __u32 i
 	if (!filters_on)
 		return 1;
 	__u32 bucket = latency >> latency_shift;
-	struct last_report *l = bpf_map_lookup_elem(&flows, k);
-	if (l && now - l->at < interval_ns && l->ingress_if == in_if && l->egress_if == out_if &&
-	    l->latency_bucket == bucket)
+	__u32 i = flow_slot_of(k);
+	struct flow_slot *f = bpf_map_lookup_elem(&flows, &i);
+	if (!f)
+		return 1;
+	struct last_report *l = &f->last;
+	if (same_key(&f->key, k) && now - l->at < interval_ns && l->ingress_if == in_if &&
+	    l->egress_if == out_if && l->latency_bucket == bucket)
 		return 0;
-	struct last_report n = { .at = now, .ingress_if = in_if, .egress_if = out_if,
-				 .latency_bucket = bucket };
-	bpf_map_update_elem(&flows, k, &n, BPF_ANY);
+	f->key = *k;
+	l->at = now;
+	l->ingress_if = in_if;
+	l->egress_if = out_if;
+	l->latency_bucket = bucket;
+	return 1;
+}
+
+// The ingress record of `skb` (cleared: read once), if it is this packet's and young enough.
+static __always_inline int take_ingress(__u64 skb, __u32 ip_id, __u64 now, __u32 *ifindex,
+					__u64 *at)
+{
+	__u32 i = skb_slot(skb);
+	struct ingress_slot *r = bpf_map_lookup_elem(&ingress_at, &i);
+	if (!r || r->skb != skb)
+		return 0;
+	r->skb = 0;
+	if (r->ip_id != ip_id || now - r->at >= MAX_RESIDENCE_NS) {
+		count(C_INGRESS_STALE);
+		return 0;
+	}
+	*ifindex = r->ifindex;
+	*at = r->at;
 	return 1;
 }
 
@@ -340,21 +472,21 @@ static __always_inline int emit(__u8 kind, __u8 flags, const void *l3, __u16 pro
 	e->backlog = 0;
 	e->pad = 0;
 	e->pad2 = 0;
-	e->queue_id = BPF_CORE_READ(skb, queue_mapping);
+	e->queue_id = skb->queue_mapping;
 	e->l3_proto = proto;
-	__u32 len = BPF_CORE_READ(skb, len);
+	__u32 len = skb->len;
 	e->pkt_len = len;
 	if (kind == K_FLOW && dev) {
-		struct Qdisc *q = BPF_CORE_READ(dev, qdisc);
+		struct Qdisc *q = dev->qdisc;
 		if (q) {
-			e->qlen = BPF_CORE_READ(q, q.qlen);
-			e->backlog = BPF_CORE_READ(q, qstats.backlog);
+			e->qlen = q->q.qlen;
+			e->backlog = q->qstats.backlog;
 			flags |= F_QUEUE;
 		}
 	}
 	// The linear part holds the headers; the capture stops at the packet's end.
-	__u32 linear = len - BPF_CORE_READ(skb, data_len);
-	unsigned char *data = BPF_CORE_READ(skb, data);
+	__u32 linear = len - skb->data_len;
+	unsigned char *data = skb->data;
 	__u32 before = (const unsigned char *)l3 - data; // MAC header bytes at egress
 	__u32 avail = linear > before ? linear - before : 0;
 	e->caplen = avail < CAPTURE ? avail : CAPTURE;
@@ -368,11 +500,11 @@ static __always_inline int emit(__u8 kind, __u8 flags, const void *l3, __u16 pro
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(on_receive, struct sk_buff *skb)
 {
-	const struct net_device *dev = BPF_CORE_READ(skb, dev);
+	const struct net_device *dev = skb->dev;
 	if (!ours(dev))
 		return 0;
 	count(C_RX);
-	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	__u16 proto = bpf_ntohs(skb->protocol);
 	const void *l3 = l3_of(skb, 1);
 	struct parsed p;
 	if (!parse(l3, proto, &p)) {
@@ -381,13 +513,13 @@ int BPF_PROG(on_receive, struct sk_buff *skb)
 	}
 	int w = watched(&p.key);
 	__u64 now = bpf_ktime_get_ns();
-	__u32 in_if = BPF_CORE_READ(dev, ifindex);
+	__u32 in_if = dev->ifindex;
 	if (w < 0) {
 		count(C_REPORTS);
 		return 0;
 	}
 	// Delivered to this host: its hop ends here (no egress), reported now.
-	if (bpf_map_lookup_elem(&local_addrs, p.key.dst)) {
+	if (is_local(p.key.dst)) {
 		count(C_LOCAL);
 		if (!w) {
 			count(C_UNWATCHED);
@@ -405,9 +537,15 @@ int BPF_PROG(on_receive, struct sk_buff *skb)
 	}
 	// Forwarded (or dropped on the way): remember when it came in, for its egress or drop.
 	if (w || queue_trigger_ns) {
-		struct ingress rec = { .at = now, .ifindex = in_if, .ip_id = p.ip_id };
-		__u64 key = (__u64)skb;
-		bpf_map_update_elem(&ingress_at, &key, &rec, BPF_ANY);
+		__u64 id = skb_id(skb);
+		__u32 i = skb_slot(id);
+		struct ingress_slot *r = bpf_map_lookup_elem(&ingress_at, &i);
+		if (r) {
+			r->skb = id;
+			r->at = now;
+			r->ifindex = in_if;
+			r->ip_id = p.ip_id;
+		}
 	}
 	return 0;
 }
@@ -418,7 +556,7 @@ int BPF_PROG(on_transmit, struct sk_buff *skb, const struct net_device *dev)
 	if (!ours(dev))
 		return 0;
 	count(C_TX);
-	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	__u16 proto = bpf_ntohs(skb->protocol);
 	const void *l3 = l3_of(skb, 0);
 	struct parsed p;
 	if (!parse(l3, proto, &p)) {
@@ -435,33 +573,24 @@ int BPF_PROG(on_transmit, struct sk_buff *skb, const struct net_device *dev)
 		return 0;
 	}
 	__u64 now = bpf_ktime_get_ns();
-	__u32 out_if = BPF_CORE_READ(dev, ifindex);
+	__u32 out_if = dev->ifindex;
 	__u8 flags = 0;
 	__u32 in_if = 0;
 	__u64 in_ns = 0;
-	__u64 key = (__u64)skb;
-	struct ingress *rec = bpf_map_lookup_elem(&ingress_at, &key);
-	if (rec) {
-		if (rec->ip_id == p.ip_id && now - rec->at < MAX_RESIDENCE_NS) {
-			in_if = rec->ifindex;
-			in_ns = rec->at;
-			flags |= F_INGRESS | F_INGRESS_TS;
-		} else {
-			count(C_INGRESS_STALE);
-		}
-		bpf_map_delete_elem(&ingress_at, &key);
+	if (take_ingress(skb_id(skb), p.ip_id, now, &in_if, &in_ns)) {
+		flags |= F_INGRESS | F_INGRESS_TS;
 	} else {
 		count(C_NO_INGRESS);
 		// Sent by this host: its stack's departure time where it set one (TCP's EDT,
 		// CLOCK_MONOTONIC), else the residence is unknown.
-		__u64 ts = BPF_CORE_READ(skb, tstamp);
+		__u64 ts = skb->tstamp;
 		if (ts && ts <= now && now - ts < MAX_RESIDENCE_NS) {
 			in_ns = ts;
 			flags |= F_INGRESS_TS;
 		}
 	}
 	__u32 latency = in_ns ? (__u32)(now - in_ns) : 0;
-	__u32 queue = BPF_CORE_READ(skb, queue_mapping);
+	__u32 queue = skb->queue_mapping;
 	int q = queue_due(out_if, queue, latency, &flags);
 	if (!w && !q) {
 		count(C_UNWATCHED);
@@ -481,14 +610,14 @@ int BPF_PROG(on_transmit, struct sk_buff *skb, const struct net_device *dev)
 SEC("tp_btf/kfree_skb")
 int BPF_PROG(on_drop, struct sk_buff *skb, void *location, enum skb_drop_reason reason)
 {
-	const struct net_device *dev = BPF_CORE_READ(skb, dev);
-	if (!dev || BPF_CORE_READ(dev, nd_net.net, ns.inum) != netns_ino)
+	const struct net_device *dev = skb->dev;
+	if (!dev || dev->nd_net.net->ns.inum != netns_ino)
 		return 0;
-	__u32 ifindex = BPF_CORE_READ(dev, ifindex);
+	__u32 ifindex = dev->ifindex;
 	if (!bpf_map_lookup_elem(&ifaces, &ifindex))
 		return 0;
 	count(C_DROPS);
-	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	__u16 proto = bpf_ntohs(skb->protocol);
 	const void *l3 = l3_of(skb, 0);
 	struct parsed p;
 	if (!parse(l3, proto, &p)) {
@@ -504,16 +633,8 @@ int BPF_PROG(on_drop, struct sk_buff *skb, void *location, enum skb_drop_reason 
 	__u8 flags = 0;
 	__u32 in_if = 0, out_if = 0;
 	__u64 in_ns = 0;
-	__u64 key = (__u64)skb;
-	struct ingress *rec = bpf_map_lookup_elem(&ingress_at, &key);
-	if (rec) {
-		if (rec->ip_id == p.ip_id && now - rec->at < MAX_RESIDENCE_NS) {
-			in_if = rec->ifindex;
-			in_ns = rec->at;
-			flags |= F_INGRESS | F_INGRESS_TS;
-		}
-		bpf_map_delete_elem(&ingress_at, &key);
-	}
+	if (take_ingress(skb_id(skb), p.ip_id, now, &in_if, &in_ns))
+		flags |= F_INGRESS | F_INGRESS_TS;
 	// Dropped on the way out (qdisc, tc egress, neighbour): the device is the egress.
 	// Otherwise it is where the packet came in.
 	if (in_if && in_if != ifindex) {

@@ -321,11 +321,9 @@ impl Agent {
                 .unwrap_or(0),
             report_port: cfg.collector.port(),
             drops_all: node_cfg.drop_reports == intscope_node::DropReports::All,
+            watch: prefixes.unwrap_or_default(),
         };
-        let mut programs = Programs::load(&settings)?;
-        for net in prefixes.unwrap_or_default() {
-            programs.watch(net)?;
-        }
+        let programs = Programs::load(&settings)?;
         let bind: SocketAddr = if cfg.collector.is_ipv4() {
             "0.0.0.0:0".parse().expect("an address")
         } else {

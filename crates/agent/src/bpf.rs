@@ -77,7 +77,7 @@ pub const COUNTERS: [(&str, &str); 17] = [
 ];
 
 /// Settings of the kernel half (its read-only globals).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// The network namespace watched (the inode of `/proc/self/ns/net`).
     pub netns_ino: u64,
@@ -97,6 +97,50 @@ pub struct Settings {
     pub report_port: u16,
     /// Drop reports for unwatched packets too.
     pub drops_all: bool,
+    /// The watched prefixes (ignored with `watch_all`).
+    pub watch: Vec<IpNet>,
+}
+
+/// Local addresses the kernel half knows (`LOCAL_ADDRS` in the C source).
+pub const LOCAL_ADDRS: usize = 32;
+const LOCAL_ADDRS_LEN: usize = 8 + LOCAL_ADDRS * 16;
+
+/// `struct local_addrs` of the C source: a count, then the addresses, IPv4 mapped.
+fn local_addrs_value(addrs: &[IpAddr]) -> [u8; LOCAL_ADDRS_LEN] {
+    let mut out = [0u8; LOCAL_ADDRS_LEN];
+    if addrs.len() > LOCAL_ADDRS {
+        tracing::warn!(
+            "{} local addresses, the agent knows the first {LOCAL_ADDRS}: packets to the others \
+             get no postcard at this host",
+            addrs.len()
+        );
+    }
+    let n = addrs.len().min(LOCAL_ADDRS);
+    out[..4].copy_from_slice(&(n as u32).to_ne_bytes());
+    for (slot, a) in out[8..].chunks_exact_mut(16).zip(addrs) {
+        slot.copy_from_slice(&mapped(*a));
+    }
+    out
+}
+
+/// Prefixes the kernel half checks inline (`WATCH_FAST` in the C source); more go to its trie.
+pub const WATCH_FAST: usize = 16;
+
+/// `watch_prefixes` of the C source: per prefix its network then its mask, IPv4 mapped.
+fn fast_prefixes(nets: &[IpNet]) -> [u8; WATCH_FAST * 32] {
+    let mut out = [0u8; WATCH_FAST * 32];
+    for (slot, net) in out.chunks_exact_mut(32).zip(nets) {
+        let (addr, mask) = match net {
+            IpNet::V4(n) => (
+                n.network().to_ipv6_mapped().octets(),
+                (u128::MAX << (32 - u32::from(n.prefix_len()))).to_be_bytes(),
+            ),
+            IpNet::V6(n) => (n.network().octets(), n.netmask().octets()),
+        };
+        slot[..16].copy_from_slice(&addr);
+        slot[16..].copy_from_slice(&mask);
+    }
+    out
 }
 
 /// The loaded, attached programs and their maps.
@@ -143,6 +187,11 @@ impl Programs {
             u32::from(s.drops_all),
         );
         let report_port = u32::from(s.report_port);
+        let (watch_count, prefixes) = if s.watch.len() <= WATCH_FAST {
+            (s.watch.len() as u32, fast_prefixes(&s.watch))
+        } else {
+            (0xff, [0u8; WATCH_FAST * 32])
+        };
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("netns_ino", &s.netns_ino, true)
@@ -154,6 +203,8 @@ impl Programs {
             .override_global("queue_reset_ns", &s.queue_reset_ns, true)
             .override_global("report_port", &report_port, true)
             .override_global("drops_all", &drops_all, true)
+            .override_global("watch_count", &watch_count, true)
+            .override_global("watch_prefixes", &prefixes, true)
             .load(OBJECT)
             .map_err(|e| load_error("loading the BPF object (its maps)", e))?;
         for (name, tracepoint) in HOOKS {
@@ -176,7 +227,13 @@ impl Programs {
             .take_map("events")
             .ok_or_else(|| AgentError::Bpf("map events missing".into()))?;
         let events = RingBuf::try_from(events).map_err(|e| load_error("events", e))?;
-        Ok(Programs { ebpf, events })
+        let mut programs = Programs { ebpf, events };
+        if s.watch.len() > WATCH_FAST {
+            for net in &s.watch {
+                programs.watch(*net)?;
+            }
+        }
+        Ok(programs)
     }
 
     /// The ring buffer of events.
@@ -208,23 +265,24 @@ impl Programs {
         Ok(())
     }
 
-    /// Makes `addrs` this host's addresses (packets to them are delivered here).
+    /// Makes `addrs` this host's addresses (packets to them are delivered here); past
+    /// [`LOCAL_ADDRS`] the rest are left out (a warning: their packets' last hop goes
+    /// unreported).
     pub fn set_local_addrs(&mut self, addrs: &[IpAddr]) -> Result<(), AgentError> {
-        let want: Vec<[u8; 16]> = addrs.iter().map(|a| mapped(*a)).collect();
-        let mut map = self.hash::<[u8; 16], u32>("local_addrs")?;
-        let old: Vec<[u8; 16]> = map.keys().filter_map(Result::ok).collect();
-        for a in old.iter().filter(|a| !want.contains(a)) {
-            let _ = map.remove(a);
-        }
-        for a in want.iter().filter(|a| !old.contains(a)) {
-            map.insert(a, 1, 0)
-                .map_err(|e| load_error("local_addrs", e))?;
-        }
-        Ok(())
+        let value = local_addrs_value(addrs);
+        let map = self
+            .ebpf
+            .map_mut("local_addrs")
+            .ok_or_else(|| AgentError::Bpf("map local_addrs missing".into()))?;
+        let mut array: aya::maps::Array<&mut MapData, [u8; LOCAL_ADDRS_LEN]> =
+            aya::maps::Array::try_from(map).map_err(|e| load_error("local_addrs", e))?;
+        array
+            .set(0, value, 0)
+            .map_err(|e| load_error("local_addrs", e))
     }
 
-    /// Watches packets from or to `net`.
-    pub fn watch(&mut self, net: IpNet) -> Result<(), AgentError> {
+    /// Watches packets from or to `net` (the trie, for more than [`WATCH_FAST`] prefixes).
+    fn watch(&mut self, net: IpNet) -> Result<(), AgentError> {
         let map = self
             .ebpf
             .map_mut("watch")
@@ -263,5 +321,41 @@ pub fn mapped(a: IpAddr) -> [u8; 16] {
     match a {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
         IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_prefixes_are_network_then_mask_ipv4_mapped() {
+        let p = fast_prefixes(&[
+            "10.1.0.0/16".parse().unwrap(),
+            "2001:db8::/32".parse().unwrap(),
+        ]);
+        assert_eq!(
+            &p[..16],
+            &"::ffff:10.1.0.0"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets()
+        );
+        assert_eq!(&p[16..28], &[0xff; 12]);
+        assert_eq!(&p[28..32], &[0xff, 0xff, 0, 0]);
+        assert_eq!(&p[32..36], &[0x20, 0x01, 0x0d, 0xb8]);
+        assert_eq!(&p[48..52], &[0xff; 4]);
+        assert_eq!(&p[52..64], &[0; 12]);
+        assert!(p[64..].iter().all(|b| *b == 0));
+    }
+
+    #[test]
+    fn local_addresses_are_a_count_then_mapped_addresses() {
+        let v = local_addrs_value(&["10.1.1.1".parse().unwrap(), "::1".parse().unwrap()]);
+        assert_eq!(&v[..4], &2u32.to_ne_bytes());
+        assert_eq!(&v[8..24], &mapped("10.1.1.1".parse().unwrap()));
+        assert_eq!(v[39], 1);
+        let many: Vec<IpAddr> = (0..40u8).map(|i| IpAddr::from([10, 0, 0, i])).collect();
+        assert_eq!(&local_addrs_value(&many)[..4], &32u32.to_ne_bytes());
     }
 }

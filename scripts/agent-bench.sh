@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The host INT agent's cost on a real data path: TCP throughput and ping RTT from h1 to h2
+# through two Linux routers (h1 — r1 — r2 — h2, network namespaces, kernel routing, default veth
+# offloads), without and with `intscope agent` in all four namespaces, interleaved round by
+# round so both see the same machine; then the BPF programs' own run time per call
+# (kernel.bpf_stats_enabled, bpftool's run_time_ns / run_cnt).
+#
+#   sudo scripts/agent-bench.sh [ROUNDS] [SECONDS]      # default 5 rounds of 5 s
+#
+# Prints one line per round and measurement, then a summary (medians, same-run ratios) and the
+# load average. Needs root, iperf3, ping, bpftool, jq and `cargo build --release -p intscope`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds="${1:-5}"
+secs="${2:-5}"
+bin="$PWD/target/release/intscope"
+[ -x "$bin" ] || { echo "build first: cargo build --release -p intscope" >&2; exit 2; }
+for t in ip iperf3 ping bpftool jq; do
+  command -v "$t" >/dev/null || { echo "$t is needed" >&2; exit 2; }
+done
+
+p="ib$$"
+work=$(mktemp -d)
+agents=()
+cleanup() {
+  for a in "${agents[@]}"; do kill "$a" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for n in h1 r1 r2 h2 mg; do ip netns del "$p$n" 2>/dev/null || true; done
+  sysctl -qw kernel.bpf_stats_enabled="${stats_before:-0}" || true
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+stats_before=$(sysctl -n kernel.bpf_stats_enabled)
+
+for n in h1 r1 r2 h2 mg; do ip netns add "$p$n"; ip -n "$p$n" link set lo up; done
+link() { ip link add "$2" netns "$p$1" type veth peer name "$4" netns "$p$3"; }
+link h1 eth0 r1 h1
+link r1 r2 r2 r1
+link r2 h2 h2 eth0
+ip -n "${p}mg" link add br0 type bridge
+ip -n "${p}mg" addr add 10.9.0.100/24 dev br0
+ip -n "${p}mg" link set br0 up
+i=1
+for n in h1 r1 r2 h2; do
+  link "$n" mg mg "m$n"
+  ip -n "${p}mg" link set "m$n" master br0 up
+  ip -n "$p$n" addr add "10.9.0.$i/24" dev mg
+  ip -n "$p$n" link set mg up
+  i=$((i + 1))
+done
+addr() { ip -n "$p$1" addr add "$2" dev "$3"; ip -n "$p$1" link set "$3" up; }
+addr h1 10.1.1.1/24 eth0
+addr r1 10.1.1.254/24 h1
+addr r1 10.1.2.1/30 r2
+addr r2 10.1.2.2/30 r1
+addr r2 10.1.3.254/24 h2
+addr h2 10.1.3.1/24 eth0
+ip -n "${p}h1" route add default via 10.1.1.254
+ip -n "${p}r1" route add 10.1.3.0/24 via 10.1.2.2
+ip -n "${p}r2" route add 10.1.1.0/24 via 10.1.2.1
+ip -n "${p}h2" route add default via 10.1.3.254
+ip netns exec "${p}r1" sysctl -qw net.ipv4.ip_forward=1
+ip netns exec "${p}r2" sysctl -qw net.ipv4.ip_forward=1
+
+# A collector, so the reports are decoded as in a deployment (its CPU is part of the cost).
+ip netns exec "${p}mg" "$bin" collect --listen 10.9.0.100:32766 --http 127.0.0.1:8080 --no-store \
+  >/dev/null 2>"$work/collect.err" &
+agents+=($!)
+ip netns exec "${p}h2" iperf3 -s -D -p 5201 --logfile "$work/iperf3.log"
+sleep 0.5
+
+start_agents() {
+  local i=1 n
+  for n in h1 r1 r2 h2; do
+    ip netns exec "$p$n" "$bin" agent --node-id "$i" --collector 10.9.0.100:32766 \
+      --watch-subnet 10.1.0.0/16 --interface eth0 --interface h1 --interface h2 \
+      --interface r1 --interface r2 >"$work/agent-$n.json" 2>"$work/agent-$n.err" &
+    agent_pids+=($!)
+    i=$((i + 1))
+  done
+  for n in h1 r1 r2 h2; do
+    for _ in $(seq 100); do grep -q attached "$work/agent-$n.err" && break; sleep 0.1; done
+    grep -q attached "$work/agent-$n.err" || { cat "$work/agent-$n.err" >&2; exit 1; }
+  done
+}
+stop_agents() {
+  kill -TERM "${agent_pids[@]}"
+  wait "${agent_pids[@]}" 2>/dev/null || true
+  agent_pids=()
+  rm -f "$work"/agent-*.err
+}
+
+tcp() { ip netns exec "${p}h1" iperf3 -c 10.1.3.1 -p 5201 -t "$secs" -J | jq '.end.sum_received.bits_per_second / 1e9'; }
+# 500 pings 2 ms apart: the median RTT in microseconds.
+rtt() {
+  ip netns exec "${p}h1" ping -n -q -i 0.002 -c 500 10.1.3.1 >/dev/null
+  ip netns exec "${p}h1" ping -n -i 0.002 -c 500 10.1.3.1 |
+    sed -n 's/.*time=\([0-9.]*\) ms/\1/p' | sort -n | awk '{ v[NR] = $1 } END { printf "%.1f\n", v[int((NR + 1) / 2)] * 1000 }'
+}
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+agent_pids=()
+: >"$work/base-tcp"; : >"$work/agent-tcp"; : >"$work/base-rtt"; : >"$work/agent-rtt"
+for r in $(seq "$rounds"); do
+  b=$(tcp); echo "round $r  kernel forwarding   TCP $b Gbit/s"; echo "$b" >>"$work/base-tcp"
+  b=$(rtt); echo "round $r  kernel forwarding   RTT p50 $b us"; echo "$b" >>"$work/base-rtt"
+  start_agents
+  a=$(tcp); echo "round $r  with four agents    TCP $a Gbit/s"; echo "$a" >>"$work/agent-tcp"
+  a=$(rtt); echo "round $r  with four agents    RTT p50 $a us"; echo "$a" >>"$work/agent-rtt"
+  stop_agents
+done
+
+# The programs' own cost: one more run with the kernel's BPF statistics on.
+sysctl -qw kernel.bpf_stats_enabled=1
+start_agents
+tcp >/dev/null
+ip netns exec "${p}h1" ping -n -q -i 0.002 -c 500 10.1.3.1 >/dev/null
+bpftool prog show -j | jq -r '.[] | select(.name == "on_receive" or .name == "on_transmit" or .name == "on_drop")
+  | [.name, (.run_cnt // 0), (.run_time_ns // 0)] | @tsv' >"$work/stats"
+stop_agents
+sysctl -qw kernel.bpf_stats_enabled="$stats_before"
+reports=$(cat "$work"/agent-*.json | jq -s 'map(.agent.events + .agent.drop_events) | add')
+filtered=$(cat "$work"/agent-*.json | jq -s 'map(.agent.filtered) | add')
+
+bt=$(median <"$work/base-tcp"); at=$(median <"$work/agent-tcp")
+br=$(median <"$work/base-rtt"); ar=$(median <"$work/agent-rtt")
+echo
+echo "== medians of $rounds rounds (${secs} s TCP, 500 pings), load $(cut -d' ' -f1-3 /proc/loadavg)"
+awk -v b="$bt" -v a="$at" 'BEGIN { printf "TCP  kernel %.2f Gbit/s  agents %.2f Gbit/s  ratio %.3f\n", b, a, a / b }'
+awk -v b="$br" -v a="$ar" 'BEGIN { printf "RTT  kernel %.1f us  agents %.1f us  +%.1f us\n", b, a, a - b }'
+echo "== last run: $reports events reported to userspace, $filtered packets held back by the filters"
+echo "== BPF run time: per call, and per packet event (the four agents' programs all run on every"
+echo "   event of the machine, three of them returning at the namespace check)"
+awk '{ c[$1] += $2; t[$1] += $3 } END { for (n in c) printf "%-12s %10d calls  %6.1f ns/call  %6.1f ns/packet\n", n, c[n], c[n] ? t[n] / c[n] : 0, c[n] ? 4 * t[n] / c[n] : 0 }' "$work/stats"
