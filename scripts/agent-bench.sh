@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The host INT agent's cost on a real data path: TCP throughput and ping RTT from h1 to h2
 # through two Linux routers (h1 — r1 — r2 — h2, network namespaces, kernel routing, default veth
-# offloads), without and with `intscope agent` in all four namespaces, interleaved round by
-# round so both see the same machine; then the BPF programs' own run time per call
-# (kernel.bpf_stats_enabled, bpftool's run_time_ns / run_cnt).
+# offloads): without an agent; with one agent watching all four namespaces (`--netns`, as one
+# agent per host would: one program run per packet); and with an agent in each namespace (four
+# program runs per packet, three returning at the namespace check). Interleaved round by round
+# so all see the same machine; then the BPF programs' own run time per call
+# (kernel.bpf_stats_enabled, bpftool's run_time_ns / run_cnt), one agent for the four.
 #
 #   sudo scripts/agent-bench.sh [ROUNDS] [SECONDS]      # default 5 rounds of 5 s
 #
@@ -70,16 +72,26 @@ agents+=($!)
 ip netns exec "${p}h2" iperf3 -s -D -p 5201 --logfile "$work/iperf3.log"
 sleep 0.5
 
+watch=(--collector 10.9.0.100:32766 --watch-subnet 10.1.0.0/16 --interface eth0 --interface h1
+  --interface h2 --interface r1 --interface r2)
+# start_agents each: an agent per namespace; start_agents one: one agent for the four.
 start_agents() {
-  local i=1 n
-  for n in h1 r1 r2 h2; do
-    ip netns exec "$p$n" "$bin" agent --node-id "$i" --collector 10.9.0.100:32766 \
-      --watch-subnet 10.1.0.0/16 --interface eth0 --interface h1 --interface h2 \
-      --interface r1 --interface r2 >"$work/agent-$n.json" 2>"$work/agent-$n.err" &
+  local i=1 n started=()
+  if [ "$1" = one ]; then
+    ip netns exec "${p}mg" "$bin" agent "${watch[@]}" --netns "${p}h1=1" --netns "${p}r1=2" \
+      --netns "${p}r2=3" --netns "${p}h2=4" >"$work/agent-all.json" 2>"$work/agent-all.err" &
     agent_pids+=($!)
-    i=$((i + 1))
-  done
-  for n in h1 r1 r2 h2; do
+    started=(all)
+  else
+    for n in h1 r1 r2 h2; do
+      ip netns exec "$p$n" "$bin" agent --node-id "$i" "${watch[@]}" \
+        >"$work/agent-$n.json" 2>"$work/agent-$n.err" &
+      agent_pids+=($!)
+      started+=("$n")
+      i=$((i + 1))
+    done
+  fi
+  for n in "${started[@]}"; do
     for _ in $(seq 100); do grep -q attached "$work/agent-$n.err" && break; sleep 0.1; done
     grep -q attached "$work/agent-$n.err" || { cat "$work/agent-$n.err" >&2; exit 1; }
   done
@@ -102,35 +114,39 @@ rtt() {
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 agent_pids=()
-: >"$work/base-tcp"; : >"$work/agent-tcp"; : >"$work/base-rtt"; : >"$work/agent-rtt"
+for f in base one each; do : >"$work/$f-tcp"; : >"$work/$f-rtt"; done
 for r in $(seq "$rounds"); do
-  b=$(tcp); echo "round $r  kernel forwarding   TCP $b Gbit/s"; echo "$b" >>"$work/base-tcp"
-  b=$(rtt); echo "round $r  kernel forwarding   RTT p50 $b us"; echo "$b" >>"$work/base-rtt"
-  start_agents
-  a=$(tcp); echo "round $r  with four agents    TCP $a Gbit/s"; echo "$a" >>"$work/agent-tcp"
-  a=$(rtt); echo "round $r  with four agents    RTT p50 $a us"; echo "$a" >>"$work/agent-rtt"
-  stop_agents
+  b=$(tcp); echo "round $r  kernel forwarding        TCP $b Gbit/s"; echo "$b" >>"$work/base-tcp"
+  b=$(rtt); echo "round $r  kernel forwarding        RTT p50 $b us"; echo "$b" >>"$work/base-rtt"
+  for mode in one each; do
+    start_agents "$mode"
+    a=$(tcp); echo "round $r  agents ($mode)  TCP $a Gbit/s"; echo "$a" >>"$work/$mode-tcp"
+    a=$(rtt); echo "round $r  agents ($mode)  RTT p50 $a us"; echo "$a" >>"$work/$mode-rtt"
+    stop_agents
+  done
 done
 
 # The programs' own cost: one more run with the kernel's BPF statistics on.
 sysctl -qw kernel.bpf_stats_enabled=1
-start_agents
+start_agents one
 tcp >/dev/null
 ip netns exec "${p}h1" ping -n -q -i 0.002 -c 500 10.1.3.1 >/dev/null
 bpftool prog show -j | jq -r '.[] | select(.name == "on_receive" or .name == "on_transmit" or .name == "on_drop")
   | [.name, (.run_cnt // 0), (.run_time_ns // 0)] | @tsv' >"$work/stats"
 stop_agents
 sysctl -qw kernel.bpf_stats_enabled="$stats_before"
-reports=$(cat "$work"/agent-*.json | jq -s 'map(.agent.events + .agent.drop_events) | add')
-filtered=$(cat "$work"/agent-*.json | jq -s 'map(.agent.filtered) | add')
+reports=$(jq '.agent.events + .agent.drop_events' "$work/agent-all.json")
+filtered=$(jq '.agent.filtered' "$work/agent-all.json")
 
-bt=$(median <"$work/base-tcp"); at=$(median <"$work/agent-tcp")
-br=$(median <"$work/base-rtt"); ar=$(median <"$work/agent-rtt")
+bt=$(median <"$work/base-tcp"); br=$(median <"$work/base-rtt")
 echo
 echo "== medians of $rounds rounds (${secs} s TCP, 500 pings), load $(cut -d' ' -f1-3 /proc/loadavg)"
-awk -v b="$bt" -v a="$at" 'BEGIN { printf "TCP  kernel %.2f Gbit/s  agents %.2f Gbit/s  ratio %.3f\n", b, a, a / b }'
-awk -v b="$br" -v a="$ar" 'BEGIN { printf "RTT  kernel %.1f us  agents %.1f us  +%.1f us\n", b, a, a - b }'
-echo "== last run: $reports events reported to userspace, $filtered packets held back by the filters"
-echo "== BPF run time: per call, and per packet event (the four agents' programs all run on every"
-echo "   event of the machine, three of them returning at the namespace check)"
-awk '{ c[$1] += $2; t[$1] += $3 } END { for (n in c) printf "%-12s %10d calls  %6.1f ns/call  %6.1f ns/packet\n", n, c[n], c[n] ? t[n] / c[n] : 0, c[n] ? 4 * t[n] / c[n] : 0 }' "$work/stats"
+echo "kernel forwarding            TCP $(printf %.2f "$bt") Gbit/s   RTT p50 $br us"
+for mode in one each; do
+  at=$(median <"$work/$mode-tcp"); ar=$(median <"$work/$mode-rtt")
+  awk -v m="$mode" -v b="$bt" -v a="$at" -v br="$br" -v ar="$ar" 'BEGIN {
+    printf "agents (%-4s)                TCP %.2f Gbit/s = %.3f x   RTT p50 %.1f us = +%.1f us\n", m, a, a / b, ar, ar - br }'
+done
+echo "== stats run (one agent): $reports events to userspace, $filtered packets held back by the filters"
+echo "== BPF run time per call (with kernel.bpf_stats_enabled, which adds its own clock reads)"
+awk '{ c[$1] += $2; t[$1] += $3 } END { for (n in c) printf "%-12s %10d calls  %6.1f ns/call\n", n, c[n], c[n] ? t[n] / c[n] : 0 }' "$work/stats"

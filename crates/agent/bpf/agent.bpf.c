@@ -36,7 +36,12 @@
 #define MAX_RESIDENCE_NS 4000000000ULL
 
 // Settings, written by the loader before the programs load (constant-folded by the verifier).
-const volatile __u64 netns_ino = 0;          // the agent's network namespace (inode number)
+// The network namespaces watched (their inode numbers); a node of its own each, numbered by
+// its place here. One agent may watch several (a lab on one machine): each tracepoint then
+// runs one program per packet, not one per namespace.
+#define MAX_NODES 32
+const volatile __u32 node_count = 0;
+const volatile __u32 netns_inums[MAX_NODES] = {};
 const volatile __u64 interval_ns = 1000000000;
 const volatile __u32 latency_shift = 8;      // log2(minFlowHopLatencyChangeNs)
 const volatile __u32 filters_on = 1;         // SD-Fabric's filters (0: every watched packet)
@@ -96,7 +101,7 @@ struct event {
 	__u32 queue_id;      // the skb's transmit queue
 	__u32 pkt_len;       // skb->len
 	__u16 l3_proto;      // ETH_P_IP / ETH_P_IPV6
-	__u16 pad;
+	__u16 node;          // the namespace's index in netns_inums
 	__u32 pad2;
 	__u8 pkt[CAPTURE];   // from the IP header on
 };
@@ -107,7 +112,8 @@ struct flow_key {
 	__u16 sport;
 	__u16 dport;
 	__u8 proto;
-	__u8 pad[3];
+	__u8 node;           // index + 1 of the namespace that sees the flow
+	__u8 pad[2];
 };
 
 struct last_report {
@@ -135,11 +141,16 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-// ifindex -> 1: the interfaces this agent watches (in its namespace).
+struct iface_key {
+	__u32 netns;
+	__u32 ifindex;
+};
+
+// (namespace, ifindex) -> 1: the interfaces this agent watches.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
-	__type(key, __u32);
+	__type(key, struct iface_key);
 	__type(value, __u32);
 } ifaces SEC(".maps");
 
@@ -154,15 +165,15 @@ struct local_addrs {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, MAX_NODES);
 	__type(key, __u32);
 	__type(value, struct local_addrs);
 } local_addrs SEC(".maps");
 
-static __always_inline int is_local(const __u8 *addr)
+static __always_inline int is_local(__u32 node, const __u8 *addr)
 {
-	__u32 zero = 0;
-	struct local_addrs *l = bpf_map_lookup_elem(&local_addrs, &zero);
+	__u32 index = node - 1;
+	struct local_addrs *l = bpf_map_lookup_elem(&local_addrs, &index);
 	if (!l)
 		return 0;
 	__u64 a0, a1;
@@ -197,6 +208,8 @@ struct ingress_slot {
 	__u64 at;
 	__u32 ifindex;
 	__u32 ip_id;         // IPv4 identification / IPv6 payload length and next header
+	__u32 node;          // the namespace it came into (index + 1)
+	__u32 pad;
 };
 
 struct flow_slot {
@@ -286,17 +299,27 @@ static __always_inline void count(__u32 c)
 		*v += 1;
 }
 
-// The device is in the agent's namespace and watched. Every pointer here is a BTF pointer the
-// tracepoint hands over, read with plain loads (the verifier makes them fault-safe): no helper
-// call on the path of a packet the agent does not watch.
-static __always_inline int ours(const struct net_device *dev)
+// The node (namespace index + 1) of a watched device, 0 for any other. Every pointer here is a
+// BTF pointer the tracepoint hands over, read with plain loads (the verifier makes them
+// fault-safe): a packet of another namespace costs a few loads and compares, no helper call.
+static __always_inline __u32 ours(const struct net_device *dev)
 {
 	if (!dev)
 		return 0;
-	if (dev->nd_net.net->ns.inum != netns_ino)
+	__u32 inum = dev->nd_net.net->ns.inum;
+	__u32 node = 0;
+	for (int i = 0; i < MAX_NODES; i++) {
+		if (i >= node_count)
+			break;
+		if (netns_inums[i] == inum) {
+			node = i + 1;
+			break;
+		}
+	}
+	if (!node)
 		return 0;
-	__u32 ifindex = dev->ifindex;
-	return bpf_map_lookup_elem(&ifaces, &ifindex) != 0;
+	struct iface_key k = { .netns = inum, .ifindex = dev->ifindex };
+	return bpf_map_lookup_elem(&ifaces, &k) ? node : 0;
 }
 
 struct parsed {
@@ -415,12 +438,12 @@ static __always_inline int flow_due(const struct flow_key *k, __u64 now, __u32 i
 }
 
 // The ingress record of `skb` (cleared: read once), if it is this packet's and young enough.
-static __always_inline int take_ingress(__u64 skb, __u32 ip_id, __u64 now, __u32 *ifindex,
-					__u64 *at)
+static __always_inline int take_ingress(__u64 skb, __u32 node, __u32 ip_id, __u64 now,
+					__u32 *ifindex, __u64 *at)
 {
 	__u32 i = skb_slot(skb);
 	struct ingress_slot *r = bpf_map_lookup_elem(&ingress_at, &i);
-	if (!r || r->skb != skb)
+	if (!r || r->skb != skb || r->node != node)
 		return 0;
 	r->skb = 0;
 	if (r->ip_id != ip_id || now - r->at >= MAX_RESIDENCE_NS) {
@@ -434,11 +457,12 @@ static __always_inline int take_ingress(__u64 skb, __u32 ip_id, __u64 now, __u32
 
 // Queue reports: `1` while the latency is at or above the trigger, and for the first packet
 // under the reset threshold after it (so userspace refills the quota); `0` otherwise.
-static __always_inline int queue_due(__u32 out_if, __u32 queue, __u32 latency, __u8 *flags)
+static __always_inline int queue_due(__u32 node, __u32 out_if, __u32 queue, __u32 latency,
+				     __u8 *flags)
 {
 	if (!queue_trigger_ns)
 		return 0;
-	__u64 q = ((__u64)out_if << 16) | (queue & 0xffff);
+	__u64 q = ((__u64)node << 48) | ((__u64)out_if << 16) | (queue & 0xffff);
 	__u32 *on = bpf_map_lookup_elem(&congested, &q);
 	if (latency >= queue_trigger_ns) {
 		*flags |= F_CONGESTED;
@@ -455,13 +479,14 @@ static __always_inline int queue_due(__u32 out_if, __u32 queue, __u32 latency, _
 	return 0;
 }
 
-static __always_inline int emit(__u8 kind, __u8 flags, const void *l3, __u16 proto,
+static __always_inline int emit(__u32 node, __u8 kind, __u8 flags, const void *l3, __u16 proto,
 				const struct sk_buff *skb, __u32 in_if, __u32 out_if, __u64 in_ns,
 				__u64 out_ns, __u32 reason, const struct net_device *dev)
 {
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e)
 		return 0;
+	e->node = node - 1;
 	e->kind = kind;
 	e->drop_reason = reason;
 	e->ingress_if = in_if;
@@ -470,7 +495,6 @@ static __always_inline int emit(__u8 kind, __u8 flags, const void *l3, __u16 pro
 	e->egress_ns = out_ns;
 	e->qlen = 0;
 	e->backlog = 0;
-	e->pad = 0;
 	e->pad2 = 0;
 	e->queue_id = skb->queue_mapping;
 	e->l3_proto = proto;
@@ -501,7 +525,8 @@ SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(on_receive, struct sk_buff *skb)
 {
 	const struct net_device *dev = skb->dev;
-	if (!ours(dev))
+	__u32 node = ours(dev);
+	if (!node)
 		return 0;
 	count(C_RX);
 	__u16 proto = bpf_ntohs(skb->protocol);
@@ -511,6 +536,7 @@ int BPF_PROG(on_receive, struct sk_buff *skb)
 		count(C_NOT_IP);
 		return 0;
 	}
+	p.key.node = node;
 	int w = watched(&p.key);
 	__u64 now = bpf_ktime_get_ns();
 	__u32 in_if = dev->ifindex;
@@ -519,7 +545,7 @@ int BPF_PROG(on_receive, struct sk_buff *skb)
 		return 0;
 	}
 	// Delivered to this host: its hop ends here (no egress), reported now.
-	if (is_local(p.key.dst)) {
+	if (is_local(node, p.key.dst)) {
 		count(C_LOCAL);
 		if (!w) {
 			count(C_UNWATCHED);
@@ -529,7 +555,7 @@ int BPF_PROG(on_receive, struct sk_buff *skb)
 			count(C_FILTERED);
 			return 0;
 		}
-		if (emit(K_LOCAL, F_INGRESS | F_INGRESS_TS, l3, proto, skb, in_if, 0, now, now, 0, 0))
+		if (emit(node, K_LOCAL, F_INGRESS | F_INGRESS_TS, l3, proto, skb, in_if, 0, now, now, 0, 0))
 			count(C_EVENTS);
 		else
 			count(C_RING_FULL);
@@ -545,6 +571,7 @@ int BPF_PROG(on_receive, struct sk_buff *skb)
 			r->at = now;
 			r->ifindex = in_if;
 			r->ip_id = p.ip_id;
+			r->node = node;
 		}
 	}
 	return 0;
@@ -553,7 +580,8 @@ int BPF_PROG(on_receive, struct sk_buff *skb)
 SEC("tp_btf/net_dev_start_xmit")
 int BPF_PROG(on_transmit, struct sk_buff *skb, const struct net_device *dev)
 {
-	if (!ours(dev))
+	__u32 node = ours(dev);
+	if (!node)
 		return 0;
 	count(C_TX);
 	__u16 proto = bpf_ntohs(skb->protocol);
@@ -563,6 +591,7 @@ int BPF_PROG(on_transmit, struct sk_buff *skb, const struct net_device *dev)
 		count(C_NOT_IP);
 		return 0;
 	}
+	p.key.node = node;
 	int w = watched(&p.key);
 	if (w < 0) {
 		count(C_REPORTS);
@@ -577,7 +606,7 @@ int BPF_PROG(on_transmit, struct sk_buff *skb, const struct net_device *dev)
 	__u8 flags = 0;
 	__u32 in_if = 0;
 	__u64 in_ns = 0;
-	if (take_ingress(skb_id(skb), p.ip_id, now, &in_if, &in_ns)) {
+	if (take_ingress(skb_id(skb), node, p.ip_id, now, &in_if, &in_ns)) {
 		flags |= F_INGRESS | F_INGRESS_TS;
 	} else {
 		count(C_NO_INGRESS);
@@ -591,7 +620,7 @@ int BPF_PROG(on_transmit, struct sk_buff *skb, const struct net_device *dev)
 	}
 	__u32 latency = in_ns ? (__u32)(now - in_ns) : 0;
 	__u32 queue = skb->queue_mapping;
-	int q = queue_due(out_if, queue, latency, &flags);
+	int q = queue_due(node, out_if, queue, latency, &flags);
 	if (!w && !q) {
 		count(C_UNWATCHED);
 		return 0;
@@ -600,7 +629,7 @@ int BPF_PROG(on_transmit, struct sk_buff *skb, const struct net_device *dev)
 		count(C_FILTERED);
 		return 0;
 	}
-	if (emit(K_FLOW, flags, l3, proto, skb, in_if, out_if, in_ns, now, 0, dev))
+	if (emit(node, K_FLOW, flags, l3, proto, skb, in_if, out_if, in_ns, now, 0, dev))
 		count(C_EVENTS);
 	else
 		count(C_RING_FULL);
@@ -611,11 +640,10 @@ SEC("tp_btf/kfree_skb")
 int BPF_PROG(on_drop, struct sk_buff *skb, void *location, enum skb_drop_reason reason)
 {
 	const struct net_device *dev = skb->dev;
-	if (!dev || dev->nd_net.net->ns.inum != netns_ino)
+	__u32 node = ours(dev);
+	if (!node)
 		return 0;
 	__u32 ifindex = dev->ifindex;
-	if (!bpf_map_lookup_elem(&ifaces, &ifindex))
-		return 0;
 	count(C_DROPS);
 	__u16 proto = bpf_ntohs(skb->protocol);
 	const void *l3 = l3_of(skb, 0);
@@ -624,6 +652,7 @@ int BPF_PROG(on_drop, struct sk_buff *skb, void *location, enum skb_drop_reason 
 		count(C_DROP_NOT_IP);
 		return 0;
 	}
+	p.key.node = node;
 	int w = watched(&p.key);
 	if (w < 0 || (!w && !drops_all)) {
 		count(C_DROP_UNWATCHED);
@@ -633,7 +662,7 @@ int BPF_PROG(on_drop, struct sk_buff *skb, void *location, enum skb_drop_reason 
 	__u8 flags = 0;
 	__u32 in_if = 0, out_if = 0;
 	__u64 in_ns = 0;
-	if (take_ingress(skb_id(skb), p.ip_id, now, &in_if, &in_ns))
+	if (take_ingress(skb_id(skb), node, p.ip_id, now, &in_if, &in_ns))
 		flags |= F_INGRESS | F_INGRESS_TS;
 	// Dropped on the way out (qdisc, tc egress, neighbour): the device is the egress.
 	// Otherwise it is where the packet came in.
@@ -652,7 +681,7 @@ int BPF_PROG(on_drop, struct sk_buff *skb, void *location, enum skb_drop_reason 
 		}
 		bpf_map_update_elem(&drops, &p.key, &now, BPF_ANY);
 	}
-	if (emit(K_DROP, flags, l3, proto, skb, in_if, out_if, in_ns, now, reason, 0))
+	if (emit(node, K_DROP, flags, l3, proto, skb, in_if, out_if, in_ns, now, reason, 0))
 		count(C_DROP_EVENTS);
 	else
 		count(C_DROP_RING_FULL);

@@ -47,6 +47,29 @@ pub struct AgentConfig {
     /// change; one drop report per 5-tuple per interval), in the kernel. Off: a report for
     /// every watched packet.
     pub filters: bool,
+    /// The namespaces to watch, each its own node. Empty: the agent's own namespace, as node
+    /// `node.node_id`. Several namespaces of one machine (a lab) are cheaper watched by one
+    /// agent than by one each: every agent's programs run on every packet of the machine.
+    pub namespaces: Vec<Namespace>,
+}
+
+/// A network namespace the agent watches, reporting as its own node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Namespace {
+    /// Its name under `/run/netns` (`ip netns add NAME`); `None`: the agent's own.
+    pub name: Option<String>,
+    /// The node ID of its reports.
+    pub node_id: u32,
+}
+
+/// A watched namespace, open.
+#[derive(Debug)]
+struct Netns {
+    /// `None`: the agent's own.
+    file: Option<std::fs::File>,
+    /// Its inode number (the kernel half's `ns.inum`).
+    inum: u32,
+    name: String,
 }
 
 /// Userspace counters. Every event read ends in exactly one of `postcards`, `drop_reports`,
@@ -113,7 +136,8 @@ impl Clock {
 /// Events to reports.
 #[derive(Debug)]
 struct Reporter {
-    node: Node,
+    /// One node per namespace, by the index the kernel half gives it.
+    nodes: Vec<Node>,
     exporter: Exporter,
     reasons: KernelReasons,
     clock: Clock,
@@ -135,8 +159,7 @@ impl Reporter {
     /// The hop's metadata as the event measured it. Port 0 is the host's own stack (a packet it
     /// sent, or one delivered to it); what was not measured stays absent, so the report leaves
     /// its bit out rather than send a made-up value.
-    fn hop(&self, e: &Event<'_>) -> HopMetadata<'static> {
-        let node_id = self.node.config().node_id;
+    fn hop(&self, node_id: u32, e: &Event<'_>) -> HopMetadata<'static> {
         let ingress_ts = e.has(F_INGRESS_TS).then(|| self.clock.unix(e.ingress_ns));
         let mut hop = HopMetadata {
             node_id: Some(node_id),
@@ -176,10 +199,19 @@ impl Reporter {
             self.stats.bad_events += 1;
             return;
         };
+        let Some(node_id) = self
+            .nodes
+            .get(usize::from(e.node))
+            .map(|n| n.config().node_id)
+        else {
+            self.stats.bad_events += 1;
+            return;
+        };
         self.stats.events += 1;
         let frame = e.frame();
-        let tel = Measured(self.hop(&e));
-        let before = self.node.stats;
+        let tel = Measured(self.hop(node_id, &e));
+        let node = &mut self.nodes[usize::from(e.node)];
+        let before = node.stats;
         let report = match e.kind {
             Kind::Drop => {
                 let ttl = match e.l3_proto {
@@ -188,16 +220,16 @@ impl Reporter {
                     _ => None,
                 };
                 let code = self.reasons.report_code(e.drop_reason, ttl);
-                self.node.drop_report(&frame, code, &tel)
+                node.drop_report(&frame, code, &tel)
             }
-            Kind::Transmit | Kind::Local => self.node.observe(&frame, &tel),
+            Kind::Transmit | Kind::Local => node.observe(&frame, &tel),
         };
         match report {
             None => self.stats.not_reported += 1,
             Some(r) => {
                 if e.kind == Kind::Drop {
                     self.stats.drop_reports += 1;
-                } else if self.node.stats.postcards > before.postcards {
+                } else if node.stats.postcards > before.postcards {
                     self.stats.postcards += 1;
                 } else {
                     self.stats.queue_reports += 1;
@@ -229,6 +261,10 @@ pub struct Agent {
     socket: UdpSocket,
     collector: SocketAddr,
     interfaces: Vec<String>,
+    /// The watched namespaces, by the kernel half's index.
+    netns: Vec<Netns>,
+    /// The agent's own namespace, to come back to after reading another's interfaces.
+    home: std::fs::File,
     exposition: Option<Exposition>,
 }
 
@@ -296,13 +332,46 @@ impl Agent {
         // The kernel half runs the flow and drop filters; the node keeps the queue quota.
         let filters = node_cfg.filters.clone();
         node_cfg.filters.enabled = false;
-        let node = Node::new(node_cfg.clone()).map_err(|e| AgentError::Config(e.to_string()))?;
+        let home = std::fs::File::open("/proc/self/ns/net")
+            .map_err(|e| AgentError::Io("/proc/self/ns/net".into(), e))?;
+        let namespaces = if cfg.namespaces.is_empty() {
+            vec![Namespace {
+                name: None,
+                node_id: node_cfg.node_id,
+            }]
+        } else {
+            cfg.namespaces.clone()
+        };
+        let mut netns = Vec::new();
+        let mut nodes = Vec::new();
+        for ns in &namespaces {
+            let (file, name) = match &ns.name {
+                None => (None, "(own)".to_string()),
+                Some(name) => {
+                    let path = format!("/run/netns/{name}");
+                    let f = std::fs::File::open(&path)
+                        .map_err(|e| AgentError::Io(format!("namespace {name} ({path})"), e))?;
+                    (Some(f), name.clone())
+                }
+            };
+            let inum = match &file {
+                Some(f) => f.metadata(),
+                None => home.metadata(),
+            }
+            .map_err(|e| AgentError::Io(format!("namespace {name}"), e))?
+            .ino() as u32;
+            if netns.iter().any(|n: &Netns| n.inum == inum) {
+                return Err(AgentError::Config(format!("namespace {name} given twice")));
+            }
+            let mut c = node_cfg.clone();
+            c.node_id = ns.node_id;
+            nodes.push(Node::new(c).map_err(|e| AgentError::Config(e.to_string()))?);
+            netns.push(Netns { file, inum, name });
+        }
         let prefixes = watched_prefixes(&node_cfg);
         let step = filters.min_flow_hop_latency_change_ns.max(1);
         let settings = Settings {
-            netns_ino: std::fs::metadata("/proc/self/ns/net")
-                .map_err(|e| AgentError::Io("/proc/self/ns/net".into(), e))?
-                .ino(),
+            netns: netns.iter().map(|n| n.inum).collect(),
             interval_ns: filters.interval_ns,
             latency_shift: 31 - step.leading_zeros(),
             filters: cfg.filters,
@@ -341,7 +410,7 @@ impl Agent {
             programs,
             reporter: Reporter {
                 exporter: Exporter::new(node_cfg.export),
-                node,
+                nodes,
                 reasons,
                 clock: Clock::now(),
                 stats: AgentStats::default(),
@@ -350,6 +419,8 @@ impl Agent {
             socket,
             collector: cfg.collector,
             interfaces: cfg.interfaces,
+            netns,
+            home,
             exposition: None,
         };
         agent.refresh()?;
@@ -366,11 +437,38 @@ impl Agent {
         Ok(local)
     }
 
+    /// Runs `f` inside namespace `ns` (this thread only), then comes back.
+    fn inside<T>(
+        &self,
+        ns: &Netns,
+        f: impl FnOnce() -> Result<T, AgentError>,
+    ) -> Result<T, AgentError> {
+        use nix::sched::{CloneFlags, setns};
+        let Some(file) = &ns.file else {
+            return f();
+        };
+        setns(file, CloneFlags::CLONE_NEWNET)
+            .map_err(|e| AgentError::Io(format!("entering namespace {}", ns.name), e.into()))?;
+        let result = f();
+        setns(&self.home, CloneFlags::CLONE_NEWNET)
+            .map_err(|e| AgentError::Io("coming back to the agent's namespace".into(), e.into()))?;
+        result
+    }
+
     fn refresh(&mut self) -> Result<(), AgentError> {
-        let ifaces = interfaces(&self.interfaces)?;
-        self.programs.set_interfaces(&ifaces)?;
-        self.reporter.stats.interfaces = ifaces.len() as u64;
-        self.programs.set_local_addrs(&local_addrs()?)?;
+        let mut watched = Vec::new();
+        let mut addrs = Vec::new();
+        for ns in &self.netns {
+            let (ifaces, local) =
+                self.inside(ns, || Ok((interfaces(&self.interfaces)?, local_addrs()?)))?;
+            watched.extend(ifaces.into_iter().map(|i| (ns.inum, i)));
+            addrs.push(local);
+        }
+        self.programs.set_interfaces(&watched)?;
+        self.reporter.stats.interfaces = watched.len() as u64;
+        for (i, a) in addrs.iter().enumerate() {
+            self.programs.set_local_addrs(i as u32, a)?;
+        }
         self.reporter.clock = Clock::now();
         Ok(())
     }

@@ -76,11 +76,15 @@ pub const COUNTERS: [(&str, &str); 17] = [
     ),
 ];
 
+/// Namespaces (nodes) one agent watches at most (`MAX_NODES` in the C source).
+pub const MAX_NODES: usize = 32;
+
 /// Settings of the kernel half (its read-only globals).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
-    /// The network namespace watched (the inode of `/proc/self/ns/net`).
-    pub netns_ino: u64,
+    /// The network namespaces watched, each a node (their inode numbers, at most
+    /// [`MAX_NODES`]); an event names its namespace by its index here.
+    pub netns: Vec<u32>,
     /// The smart filters' interval, ns.
     pub interval_ns: u64,
     /// `minFlowHopLatencyChangeNs` as a power of two: its log2.
@@ -187,6 +191,15 @@ impl Programs {
             u32::from(s.drops_all),
         );
         let report_port = u32::from(s.report_port);
+        if s.netns.is_empty() || s.netns.len() > MAX_NODES {
+            return Err(AgentError::Config(format!(
+                "{} namespaces: an agent watches 1 to {MAX_NODES}",
+                s.netns.len()
+            )));
+        }
+        let node_count = s.netns.len() as u32;
+        let mut netns = [0u32; MAX_NODES];
+        netns[..s.netns.len()].copy_from_slice(&s.netns);
         let (watch_count, prefixes) = if s.watch.len() <= WATCH_FAST {
             (s.watch.len() as u32, fast_prefixes(&s.watch))
         } else {
@@ -194,7 +207,8 @@ impl Programs {
         };
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
-            .override_global("netns_ino", &s.netns_ino, true)
+            .override_global("node_count", &node_count, true)
+            .override_global("netns_inums", &netns, true)
             .override_global("interval_ns", &s.interval_ns, true)
             .override_global("latency_shift", &s.latency_shift, true)
             .override_global("filters_on", &filters, true)
@@ -252,10 +266,11 @@ impl Programs {
         HashMap::try_from(map).map_err(|e| load_error(name, e))
     }
 
-    /// Makes `ifindexes` the watched interfaces.
-    pub fn set_interfaces(&mut self, ifindexes: &[u32]) -> Result<(), AgentError> {
-        let mut map = self.hash::<u32, u32>("ifaces")?;
-        let old: Vec<u32> = map.keys().filter_map(Result::ok).collect();
+    /// Makes `interfaces` — (namespace inode, ifindex) pairs — the watched interfaces.
+    pub fn set_interfaces(&mut self, interfaces: &[(u32, u32)]) -> Result<(), AgentError> {
+        let ifindexes: Vec<[u32; 2]> = interfaces.iter().map(|(n, i)| [*n, *i]).collect();
+        let mut map = self.hash::<[u32; 2], u32>("ifaces")?;
+        let old: Vec<[u32; 2]> = map.keys().filter_map(Result::ok).collect();
         for i in old.iter().filter(|i| !ifindexes.contains(i)) {
             let _ = map.remove(i);
         }
@@ -268,7 +283,7 @@ impl Programs {
     /// Makes `addrs` this host's addresses (packets to them are delivered here); past
     /// [`LOCAL_ADDRS`] the rest are left out (a warning: their packets' last hop goes
     /// unreported).
-    pub fn set_local_addrs(&mut self, addrs: &[IpAddr]) -> Result<(), AgentError> {
+    pub fn set_local_addrs(&mut self, node: u32, addrs: &[IpAddr]) -> Result<(), AgentError> {
         let value = local_addrs_value(addrs);
         let map = self
             .ebpf
@@ -277,7 +292,7 @@ impl Programs {
         let mut array: aya::maps::Array<&mut MapData, [u8; LOCAL_ADDRS_LEN]> =
             aya::maps::Array::try_from(map).map_err(|e| load_error("local_addrs", e))?;
         array
-            .set(0, value, 0)
+            .set(node, value, 0)
             .map_err(|e| load_error("local_addrs", e))
     }
 

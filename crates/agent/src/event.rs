@@ -55,6 +55,8 @@ pub struct Event<'a> {
     pub pkt_len: u32,
     /// EtherType of the packet (IPv4 or IPv6).
     pub l3_proto: u16,
+    /// The namespace (node) that saw it: its index among the agent's namespaces.
+    pub node: u16,
     /// The packet from its IP header, as far as it was captured.
     pub packet: &'a [u8],
 }
@@ -110,6 +112,7 @@ impl<'a> Event<'a> {
             queue_id: u32_at(b, 40),
             pkt_len: u32_at(b, 44),
             l3_proto: u16_at(b, 48),
+            node: u16_at(b, 50),
             packet: &b[56..56 + caplen],
         })
     }
@@ -144,6 +147,7 @@ mod tests {
         b[16..24].copy_from_slice(&1_000u64.to_ne_bytes());
         b[24..32].copy_from_slice(&3_500u64.to_ne_bytes());
         b[48..50].copy_from_slice(&0x0800u16.to_ne_bytes());
+        b[50..52].copy_from_slice(&3u16.to_ne_bytes());
         b[56] = 0x45;
         b
     }
@@ -156,6 +160,7 @@ mod tests {
         assert!(e.has(F_INGRESS) && e.has(F_QUEUE) && !e.has(F_INGRESS_TS));
         assert_eq!((e.ingress_if, e.ingress_ns, e.egress_ns), (7, 1_000, 3_500));
         assert_eq!(e.packet.len(), 20);
+        assert_eq!(e.node, 3);
         let f = e.frame();
         assert_eq!(&f[12..15], &[0x08, 0x00, 0x45]);
     }

@@ -32,8 +32,13 @@ pub struct AgentArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub collector: Option<String>,
     /// Node ID in the reports (overrides the config's).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "netns")]
     pub node_id: Option<u32>,
+    /// Watch the named network namespace (`ip netns add NAME`) as node NODE_ID instead of the
+    /// agent's own; repeatable. One agent for all the namespaces of a machine (a lab) costs
+    /// one BPF program run per packet instead of one per namespace.
+    #[arg(long, value_name = "NAME=NODE_ID", value_parser = parse_netns)]
+    pub netns: Vec<intscope_agent::agent::Namespace>,
     /// Report format (overrides the config's).
     #[arg(long, value_name = "v0.5|v2.0")]
     pub report_format: Option<String>,
@@ -55,6 +60,22 @@ pub struct AgentArgs {
     /// Stop after this many seconds.
     #[arg(long, value_name = "S")]
     pub duration: Option<f64>,
+}
+
+fn parse_netns(text: &str) -> Result<intscope_agent::agent::Namespace, String> {
+    let (name, id) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text}: expected NAME=NODE_ID"))?;
+    if name.is_empty() || name.contains('/') {
+        return Err(format!("{name:?}: not a namespace name"));
+    }
+    let node_id = id
+        .parse()
+        .map_err(|_| format!("{id}: not a node ID (0 to 4294967295)"))?;
+    Ok(intscope_agent::agent::Namespace {
+        name: Some(name.to_string()),
+        node_id,
+    })
 }
 
 fn resolve(text: &str) -> Result<SocketAddr> {
@@ -131,6 +152,7 @@ pub fn run(args: &AgentArgs) -> Result<String> {
         interfaces: args.interfaces.clone(),
         collector,
         filters: !args.every_packet,
+        namespaces: args.netns.clone(),
     })?;
     if let Some(addr) = args.metrics {
         let local = agent.serve_metrics(addr)?;
