@@ -1,8 +1,10 @@
 //! Live Linux interfaces for `intscope node` (`--interface`, `--out-interface`): frames captured
 //! and injected through libpcap (the `pcap` crate), in a build with `--features live`. Capture
 //! runs in immediate mode, inbound only (frames we inject are not read back), with a short
-//! timeout so a stop signal (Ctrl-C, SIGTERM) is noticed; frame times are the kernel's capture
-//! timestamps, so the node's telemetry uses them as it uses pcap time.
+//! timeout so a stop signal (Ctrl-C, SIGTERM) is noticed and a 32 MiB kernel buffer; frame
+//! times are the kernel's receive timestamps in nanoseconds, the node's ingress time. What the
+//! capture lost (`pcap_stats`) and the frames the output refused (too big, a full queue) are
+//! counted, never the end of the run.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -42,10 +44,19 @@ mod imp {
                 c.promisc(true)
                     .immediate_mode(true)
                     .snaplen(65535)
+                    .buffer_size(32 << 20)
+                    .precision(pcap::Precision::Nano)
                     .timeout(100)
                     .open()
             })
             .with_context(|| format!("cannot open interface {iface} (root or CAP_NET_RAW needed)"))
+    }
+
+    /// An output interface: frames it refuses are counted (`tx_errors`), the first one said.
+    pub struct Sink {
+        capture: Capture<Active>,
+        iface: String,
+        errors: u64,
     }
 
     pub fn source(iface: &str) -> Result<Box<dyn FrameSource>> {
@@ -62,10 +73,18 @@ mod imp {
     }
 
     pub fn sink(iface: &str) -> Result<Box<dyn FrameSink>> {
-        Ok(Box::new(Live(open(iface)?)))
+        Ok(Box::new(Sink {
+            capture: open(iface)?,
+            iface: iface.to_string(),
+            errors: 0,
+        }))
     }
 
     impl FrameSource for Live {
+        fn capture_stats(&mut self) -> Option<(u64, u64)> {
+            Live::capture_stats(self)
+        }
+
         fn next_frame(&mut self, stop: &AtomicBool) -> Result<Option<Input>> {
             if stop.load(Ordering::Relaxed) {
                 return Ok(None);
@@ -73,8 +92,9 @@ mod imp {
             loop {
                 match self.0.next_packet() {
                     Ok(p) => {
+                        // Nanosecond precision: tv_usec holds nanoseconds.
                         let ts = Duration::from_secs(p.header.ts.tv_sec as u64)
-                            + Duration::from_micros(p.header.ts.tv_usec as u64);
+                            + Duration::from_nanos(p.header.ts.tv_usec as u64);
                         return Ok(Some(Input::Frame(ts, p.data.to_vec())));
                     }
                     Err(pcap::Error::TimeoutExpired) => {}
@@ -102,9 +122,36 @@ mod imp {
         }
     }
 
-    impl FrameSink for Live {
+    impl FrameSink for Sink {
         fn send(&mut self, _ts: Duration, frame: &[u8]) -> Result<()> {
-            self.0.sendpacket(frame).context("sending a frame")
+            if let Err(e) = self.capture.sendpacket(frame) {
+                // A frame over the MTU (merged by GRO/LRO, or a GSO frame from a local sender)
+                // or a full transmit queue: congestion is what INT is for, not a reason to stop.
+                if self.errors == 0 {
+                    eprintln!(
+                        "intscope node: warning: {} refused a frame of {} bytes: {e}; frames not \
+                         sent are counted in tx_errors",
+                        self.iface,
+                        frame.len()
+                    );
+                }
+                self.errors += 1;
+            }
+            Ok(())
+        }
+
+        fn tx_errors(&self) -> u64 {
+            self.errors
+        }
+    }
+
+    impl Live {
+        /// What the capture lost: (dropped for want of buffer, dropped by the interface).
+        pub fn capture_stats(&mut self) -> Option<(u64, u64)> {
+            self.0
+                .stats()
+                .ok()
+                .map(|s| (u64::from(s.dropped), u64::from(s.if_dropped)))
         }
     }
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use intscope_node::export::{Exporter, report_frame};
-use intscope_node::{Node, NodeConfig, StaticTelemetry};
+use intscope_node::frame::{Layout, finish_l4_checksum, l4_checksum_verifies};
+use intscope_node::{MeasuredTelemetry, Node, NodeConfig, StaticTelemetry, Telemetry};
+use intscope_wire::locate::{DetectConfig, Packet, Start};
 use pcap_file::DataLink;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 
@@ -54,6 +56,11 @@ pub struct NodeArgs {
     /// Live mode: stop after this many frames (default: until Ctrl-C).
     #[arg(long)]
     pub count: Option<u64>,
+    /// Live mode: complete the TCP/UDP checksum of frames that arrive without a finished one
+    /// (a sender with checksum offload, e.g. a veth peer with `tx` on), so their receiver does
+    /// not drop them. Off, such frames are counted (`bad_checksums`) and forwarded as they are.
+    #[arg(long, requires = "interface")]
+    pub finish_checksums: bool,
     /// Write the reports to this pcap (Ethernet/IPv4/UDP to the collector address).
     #[arg(long, value_name = "REPORTS.pcap", conflicts_with = "collector")]
     pub reports: Option<PathBuf>,
@@ -174,6 +181,17 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         Ok(())
     };
     let (mut last_ts, mut produced) = (Duration::ZERO, 0u64);
+    // Live input: frames over the output's MTU (merged by GRO/LRO, or GSO frames of a local
+    // sender) cannot be sent; frames whose checksum the sender left to its NIC would be
+    // dropped by their receiver. Both are counted, and said once.
+    let live_in = args.interface.is_some();
+    let out_mtu = args
+        .out_interface
+        .as_ref()
+        .and_then(|i| std::fs::read_to_string(format!("/sys/class/net/{i}/mtu")).ok())
+        .and_then(|m| m.trim().parse::<usize>().ok());
+    let (mut oversize, mut bad_checksums, mut checksums_finished) = (0u64, 0u64, 0u64);
+    let plain = DetectConfig::default();
     let stop = live::stop_flag();
     loop {
         let input = match input.next_frame(&stop) {
@@ -203,12 +221,26 @@ pub fn run(args: &NodeArgs) -> Result<String> {
                 continue;
             }
         };
-        let tel = StaticTelemetry {
-            model: node.config().telemetry.clone(),
-            time_ns: ts.as_nanos() as u64,
+        let model = node.config().telemetry.clone();
+        // Live frames: the kernel's receive time and the time of sending, measured; pcap
+        // files: the capture's time and the configured model (deterministic chains).
+        let tel: Box<dyn Telemetry> = if live_in {
+            Box::new(MeasuredTelemetry {
+                model,
+                ingress_ns: ts.as_nanos() as u64,
+                egress_ns: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64),
+            })
+        } else {
+            Box::new(StaticTelemetry {
+                model,
+                time_ns: ts.as_nanos() as u64,
+            })
         };
+        let tel = tel.as_ref();
         // Probes due by this time go out first (pcap mode: time is the capture's).
-        for probe in node.probes(ts.as_nanos() as u64, &tel) {
+        for probe in node.probes(ts.as_nanos() as u64, tel) {
             out.send(ts, &probe)?;
             written += 1;
         }
@@ -219,7 +251,52 @@ pub fn run(args: &NodeArgs) -> Result<String> {
             continue;
         };
         let mut data = data;
-        let outcome = node.process(&mut data, &tel);
+        if live_in {
+            if out_mtu.is_some_and(|mtu| data.len() > mtu + 18) {
+                if oversize == 0 {
+                    eprintln!(
+                        "intscope node: warning: a frame of {} bytes arrived, over {}'s MTU of \
+                         {}: the input merges frames (GRO/LRO: ethtool -K {} gro off lro off; a \
+                         local sender's TSO/GSO: ethtool -K <sender> tso off gso off); such \
+                         frames cannot be forwarded and are counted in oversize",
+                        data.len(),
+                        args.out_interface.as_deref().unwrap_or_default(),
+                        out_mtu.unwrap_or_default(),
+                        args.interface.as_deref().unwrap_or_default(),
+                    );
+                }
+                oversize += 1;
+                if args
+                    .count
+                    .is_some_and(|n| node.stats.frames + oversize >= n)
+                {
+                    break;
+                }
+                continue;
+            }
+            if let Ok(p) = Packet::parse(&data, Start::Ethernet, &plain)
+                && let (Some(l), Some(ip)) = (Layout::of(&p), p.ip)
+            {
+                let ip_end = ip.offset + ip.declared_len;
+                if l4_checksum_verifies(&data, &l, ip_end) == Some(false) {
+                    if args.finish_checksums && finish_l4_checksum(&mut data, &l, ip_end) {
+                        checksums_finished += 1;
+                    } else {
+                        if bad_checksums == 0 {
+                            eprintln!(
+                                "intscope node: warning: frames arrive with TCP/UDP checksums \
+                                 that do not verify: their sender leaves checksums to its NIC \
+                                 (on a veth: ethtool -K <peer> tx off), and forwarded as they \
+                                 are their receiver drops them; --finish-checksums completes \
+                                 them; counted in bad_checksums"
+                            );
+                        }
+                        bad_checksums += 1;
+                    }
+                }
+            }
+        }
+        let outcome = node.process(&mut data, tel);
         if outcome.forward {
             out.send(ts, &data)?;
             forwarded += 1;
@@ -239,12 +316,17 @@ pub fn run(args: &NodeArgs) -> Result<String> {
         }
         deliver(ts, &mut ready)?;
         last_ts = ts;
-        if args.count.is_some_and(|n| node.stats.frames >= n) {
+        if args
+            .count
+            .is_some_and(|n| node.stats.frames + oversize >= n)
+        {
             break;
         }
     }
     exporter.flush(&mut ready);
     deliver(last_ts, &mut ready)?;
+    let (capture_dropped, capture_if_dropped) = input.capture_stats().unwrap_or((0, 0));
+    let tx_errors = out.tx_errors();
     // Flushed here, not on drop, which would swallow a failed write (a full disk).
     out.finish()?;
     if let Some(w) = reports {
@@ -254,6 +336,8 @@ pub fn run(args: &NodeArgs) -> Result<String> {
     }
     let st = node.stats;
     let summary = serde_json::json!({
+        "capture_dropped": capture_dropped, "capture_if_dropped": capture_if_dropped, "tx_errors": tx_errors,
+        "oversize": oversize, "bad_checksums": bad_checksums, "checksums_finished": checksums_finished,
         "frames": st.frames, "forwarded": forwarded, "discarded": discarded, "written": written, "not_ethernet": not_ethernet, "reports": produced, "datagrams": sent, "send_errors": send_errors,
         "inserted": st.inserted, "inserted_m": st.inserted_m, "too_big": st.too_big, "added": st.added,
         "hop_limit": st.hop_limit, "mtu": st.mtu, "sunk": st.sunk, "untouched": st.untouched, "fragments": st.fragments, "malformed": st.malformed, "report_only": st.report_only,
@@ -276,6 +360,12 @@ pub fn run(args: &NodeArgs) -> Result<String> {
 pub trait FrameSource {
     /// The next Ethernet frame, or word that time passed without one (live interfaces).
     fn next_frame(&mut self, stop: &std::sync::atomic::AtomicBool) -> Result<Option<Input>>;
+
+    /// Frames the source lost before the node saw them (a live capture's kernel buffer
+    /// overflow, the interface's own drops): `None` where nothing can be lost (a file).
+    fn capture_stats(&mut self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// What a [`FrameSource`] yields.
@@ -292,8 +382,14 @@ pub enum Input {
 
 /// Where forwarded frames go.
 pub trait FrameSink {
-    /// Sends (or writes) one frame.
+    /// Sends (or writes) one frame. An interface that refuses a frame counts it
+    /// ([`FrameSink::tx_errors`]); only a failure that ends the output is an error.
     fn send(&mut self, ts: Duration, frame: &[u8]) -> Result<()>;
+
+    /// Frames an interface refused.
+    fn tx_errors(&self) -> u64 {
+        0
+    }
 
     /// Writes out what is buffered, at the end: an error here (a full disk) is the run's, not
     /// one a drop would swallow.

@@ -205,3 +205,252 @@ fn probes_leave_on_time_without_any_traffic() {
     assert_eq!(summary["frames"].as_u64(), Some(0));
     assert!(summary["probes"].as_u64() >= Some(probes));
 }
+
+/// Frames built for injection: UDP from 10.0.1.1 to 10.0.3.1 (the example source's watchlist),
+/// `payload` bytes each.
+fn udp_frames(n: u16, payload: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let mut f = Vec::new();
+            PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+                .ipv4([10, 0, 1, 1], [10, 0, 3, 1], 64)
+                .udp(41000 + i, 5001)
+                .write(&mut f, &vec![0x5a; payload])
+                .unwrap();
+            f
+        })
+        .collect()
+}
+
+fn open_dev(dev: &str) -> pcap::Capture<pcap::Active> {
+    pcap::Capture::from_device(dev)
+        .unwrap()
+        .immediate_mode(true)
+        .timeout(100)
+        .open()
+        .unwrap()
+}
+
+/// `intscope node` as a source from `input` to `output` with `config` (TOML text), for `count`
+/// frames, with `extra` flags; the frames are injected at `inject` once it runs (and `meanwhile`
+/// has run).
+fn run_node(
+    config: &str,
+    (input, output, inject): (&str, &str, &str),
+    frames: &[Vec<u8>],
+    extra: &[&str],
+    meanwhile: impl FnOnce(),
+) -> serde_json::Value {
+    let tag = std::process::id() % 10_000;
+    let path = std::env::temp_dir().join(format!("intscope-live-{tag}-{input}.toml"));
+    std::fs::write(&path, config).unwrap();
+    let node = bin()
+        .args(["node", "--config"])
+        .arg(&path)
+        .args(["--interface", input, "--out-interface", output])
+        .args(["--count", &frames.len().to_string()])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    meanwhile();
+    let mut tx = open_dev(inject);
+    for f in frames {
+        tx.sendpacket(f.as_slice()).unwrap();
+    }
+    let mut node = node;
+    let status = common::exit_within(&mut node, Duration::from_secs(20)).expect("the node ended");
+    let out = node.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn source_config(instructions: &str) -> String {
+    std::fs::read_to_string(repo("examples/node-source.toml"))
+        .unwrap()
+        .replace(
+            "instructions = 0x9000",
+            &format!("instructions = {instructions}"),
+        )
+}
+
+/// A live node's hop metadata is measured: the kernel's receive time, the time of sending and
+/// their difference, not the configuration's model; what it cannot see (its queue) is the
+/// spec's invalid value.
+#[test]
+fn live_hop_metadata_is_measured_not_configured() {
+    let Some((a, b)) = two_pairs("im") else {
+        return;
+    };
+    let (a0, a1, b0, b1) = (
+        format!("{}0", a.0),
+        format!("{}1", a.0),
+        format!("{}0", b.0),
+        format!("{}1", b.0),
+    );
+    let mut watch = open_dev(&b1);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    // Node ID, hop latency, queue, ingress and egress timestamps.
+    let summary = run_node(
+        &source_config("0xbc00"),
+        (&a1, &b0, &a0),
+        &udp_frames(10, 64),
+        &[],
+        || {},
+    );
+    assert_eq!(summary["inserted"], 10, "{summary}");
+    assert!(
+        summary["capture_dropped"].is_u64() && summary["tx_errors"] == 0,
+        "{summary}"
+    );
+    let cfg = DetectConfig {
+        int_udp_ports: vec![17768],
+        ..DetectConfig::default()
+    };
+    let mut seen = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen < 10 && Instant::now() < deadline {
+        let Ok(p) = watch.next_packet() else { continue };
+        let Ok(parsed) = Packet::parse(p.data, Start::Ethernet, &cfg) else {
+            continue;
+        };
+        let Some((_, block)) = parsed.int else {
+            continue;
+        };
+        let hop = block.stack(None).0.next().unwrap().unwrap();
+        let (i, e, lat) = (
+            hop.ingress_ts().unwrap(),
+            hop.egress_ts().unwrap(),
+            hop.hop_latency().unwrap(),
+        );
+        assert!(
+            i >= before && i < before + 30_000_000_000,
+            "ingress {i}, test began {before}"
+        );
+        assert_eq!(e - i, u64::from(lat), "hop latency = egress - ingress");
+        assert!(lat < 1_000_000_000, "{lat}");
+        assert_eq!(hop.queue(), None, "no queue seen from userspace: all ones");
+        seen += 1;
+    }
+    assert_eq!(seen, 10);
+}
+
+/// An output that refuses frames (down) and frames over its MTU are counted; the node goes on
+/// and exits with its summary.
+#[test]
+fn refused_and_oversize_frames_are_counted_not_fatal() {
+    let Some((a, b)) = two_pairs("ir") else {
+        return;
+    };
+    let (a0, a1, b0) = (
+        format!("{}0", a.0),
+        format!("{}1", a.0),
+        format!("{}0", b.0),
+    );
+    assert!(
+        Command::new("ip")
+            .args(["link", "set", &b0, "mtu", "1000"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut frames = udp_frames(4, 64);
+    frames.extend(udp_frames(3, 1200));
+    let summary = run_node(
+        &source_config("0x9000"),
+        (&a1, &b0, &a0),
+        &frames,
+        &[],
+        || {},
+    );
+    assert_eq!(summary["frames"], 4, "{summary}");
+    assert_eq!(summary["oversize"], 3, "{summary}");
+    assert_eq!(summary["forwarded"], 4);
+    assert_eq!(summary["tx_errors"], 0);
+    // The output goes down under the running node.
+    let down = || {
+        let ok = Command::new("ip")
+            .args(["link", "set", &b0, "down"])
+            .status();
+        assert!(ok.unwrap().success());
+    };
+    let summary = run_node(
+        &source_config("0x9000"),
+        (&a1, &b0, &a0),
+        &udp_frames(5, 64),
+        &[],
+        down,
+    );
+    assert_eq!(
+        summary["tx_errors"], 5,
+        "a down output refuses every frame: {summary}"
+    );
+    assert_eq!(summary["frames"], 5);
+}
+
+/// Frames whose sender left the UDP checksum to its NIC (the pseudo-header's sum in the field)
+/// are counted, or completed with --finish-checksums so the receiver takes them.
+#[test]
+fn unfinished_checksums_are_counted_or_finished() {
+    let Some((a, b)) = two_pairs("ic") else {
+        return;
+    };
+    let (a0, a1, b0, b1) = (
+        format!("{}0", a.0),
+        format!("{}1", a.0),
+        format!("{}0", b.0),
+        format!("{}1", b.0),
+    );
+    let partial: Vec<Vec<u8>> = udp_frames(6, 32)
+        .into_iter()
+        .map(|mut f| {
+            f[14 + 20 + 6] ^= 0x5a;
+            f
+        })
+        .collect();
+    let summary = run_node(
+        &source_config("0x9000"),
+        (&a1, &b0, &a0),
+        &partial,
+        &[],
+        || {},
+    );
+    assert_eq!(summary["bad_checksums"], 6, "{summary}");
+    let mut watch = open_dev(&b1);
+    let summary = run_node(
+        &source_config("0x9000"),
+        (&a1, &b0, &a0),
+        &partial,
+        &["--finish-checksums"],
+        || {},
+    );
+    assert_eq!(summary["checksums_finished"], 6, "{summary}");
+    assert_eq!(summary["bad_checksums"], 0);
+    let cfg = DetectConfig {
+        int_udp_ports: vec![17768],
+        verify_checksums: true,
+        ..DetectConfig::default()
+    };
+    let mut good = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while good < 6 && Instant::now() < deadline {
+        let Ok(p) = watch.next_packet() else { continue };
+        let Ok(parsed) = Packet::parse(p.data, Start::Ethernet, &cfg) else {
+            continue;
+        };
+        if parsed.int.is_some() {
+            assert!(
+                !parsed.warnings.has(intscope_wire::Warning::BadL4Checksum),
+                "a finished checksum verifies after INT is inserted"
+            );
+            good += 1;
+        }
+    }
+    assert_eq!(good, 6);
+}

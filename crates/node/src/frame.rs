@@ -432,3 +432,125 @@ pub fn l4_len(frame: &[u8], l: &Layout) -> u16 {
     }
     ip_packet_len(frame, l).map_or(0, |n| (l.ip_at + n).saturating_sub(l.l4_at) as u16)
 }
+
+/// The sum of the TCP or UDP pseudo-header of a [`consistent`] frame's segment.
+fn pseudo_header_sum(frame: &[u8], l: &Layout, seg_len: usize) -> Option<u32> {
+    let addr = |at: usize, len: usize| frame.get(l.ip_at + at..l.ip_at + at + len);
+    Some(if l.v6 {
+        checksum::ipv6_pseudo_header_sum(
+            addr(8, 16)?.try_into().ok()?,
+            addr(24, 16)?.try_into().ok()?,
+            l.proto,
+            u32::try_from(seg_len).ok()?,
+        )
+    } else {
+        checksum::ipv4_pseudo_header_sum(
+            addr(12, 4)?.try_into().ok()?,
+            addr(16, 4)?.try_into().ok()?,
+            l.proto,
+            u16::try_from(seg_len).ok()?,
+        )
+    })
+}
+
+/// Whether a TCP or UDP frame's checksum verifies over its segment and pseudo-header (RFC 9293
+/// §3.1, RFC 768, RFC 8200 §8.1); `None` for other frames, frames [`consistent`] refuses, and
+/// IPv4 UDP without a checksum (0).
+pub fn l4_checksum_verifies(frame: &[u8], l: &Layout, ip_end: usize) -> Option<bool> {
+    if !l.is_tcp_udp() || !consistent(frame, l, ip_end) {
+        return None;
+    }
+    if l.is_udp() && !l.v6 && l4_checksum(frame, l) == 0 {
+        return None;
+    }
+    let pseudo = pseudo_header_sum(frame, l, ip_end - l.l4_at)?;
+    Some(checksum::l4_checksum(pseudo, &frame[l.l4_at..ip_end]) == 0)
+}
+
+/// Completes the TCP or UDP checksum of a frame whose checksum does not verify; `true` when it
+/// wrote one. For frames captured from a sender that left the checksum to its NIC (Linux
+/// `CHECKSUM_PARTIAL`, e.g. a veth with tx checksum offload on): as captured, the field holds
+/// only the pseudo-header's sum, and forwarded as it is the frame is dropped by its receiver.
+pub fn finish_l4_checksum(frame: &mut [u8], l: &Layout, ip_end: usize) -> bool {
+    if l4_checksum_verifies(frame, l, ip_end) != Some(false) {
+        return false;
+    }
+    let Some(pseudo) = pseudo_header_sum(frame, l, ip_end - l.l4_at) else {
+        return false;
+    };
+    set_l4_checksum(frame, l, 0);
+    let sum = checksum::l4_checksum(pseudo, &frame[l.l4_at..ip_end]);
+    let sum = if l.is_udp() {
+        checksum::udp_wire_checksum(sum)
+    } else {
+        sum
+    };
+    set_l4_checksum(frame, l, sum);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etherparse::PacketBuilder;
+    use intscope_wire::locate::{DetectConfig, Start};
+
+    fn layout(frame: &[u8]) -> (Layout, usize) {
+        let p = Packet::parse(frame, Start::Ethernet, &DetectConfig::default()).unwrap();
+        let ip = p.ip.unwrap();
+        (Layout::of(&p).unwrap(), ip.offset + ip.declared_len)
+    }
+
+    /// A sender with checksum offload leaves the pseudo-header's sum in the field.
+    fn partial(frame: &mut [u8]) {
+        let (l, ip_end) = layout(frame);
+        let pseudo = if l.v6 {
+            checksum::ipv6_pseudo_header_sum(
+                frame[l.ip_at + 8..l.ip_at + 24].try_into().unwrap(),
+                frame[l.ip_at + 24..l.ip_at + 40].try_into().unwrap(),
+                l.proto,
+                (ip_end - l.l4_at) as u32,
+            )
+        } else {
+            checksum::ipv4_pseudo_header_sum(
+                frame[l.ip_at + 12..l.ip_at + 16].try_into().unwrap(),
+                frame[l.ip_at + 16..l.ip_at + 20].try_into().unwrap(),
+                l.proto,
+                (ip_end - l.l4_at) as u16,
+            )
+        };
+        set_l4_checksum(frame, &l, pseudo as u16);
+    }
+
+    #[test]
+    fn partial_checksums_are_finished_and_good_ones_left_alone() {
+        let b = || PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let mut frames = Vec::new();
+        let mut f = Vec::new();
+        b().ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(40000, 80, 7, 1000)
+            .write(&mut f, b"hello, world")
+            .unwrap();
+        frames.push(f);
+        let mut f = Vec::new();
+        b().ipv6([1; 16], [2; 16], 64)
+            .udp(40000, 53)
+            .write(&mut f, b"query")
+            .unwrap();
+        frames.push(f);
+        for good in frames {
+            let mut f = good.clone();
+            let (l, ip_end) = layout(&f);
+            assert!(
+                !finish_l4_checksum(&mut f, &l, ip_end),
+                "a good checksum stays"
+            );
+            assert_eq!(l4_checksum_verifies(&f, &l, ip_end), Some(true));
+            partial(&mut f);
+            assert_eq!(l4_checksum_verifies(&f, &l, ip_end), Some(false));
+            assert_ne!(f, good);
+            assert!(finish_l4_checksum(&mut f, &l, ip_end));
+            assert_eq!(f, good, "finished as the sender's NIC would have");
+        }
+    }
+}

@@ -17,4 +17,4 @@ pub use config::{
     ConfigError, DropReports, Mode, NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry,
 };
 pub use node::{Node, NodeStats, Outcome};
-pub use telemetry::{StaticTelemetry, Telemetry};
+pub use telemetry::{MeasuredTelemetry, StaticTelemetry, Telemetry};

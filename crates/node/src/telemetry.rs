@@ -12,6 +12,41 @@ pub trait Telemetry {
     fn hop(&self, node_id: u32) -> HopMetadata<'static>;
 }
 
+/// A live interface's telemetry: the ports and queue ID from the configuration, the times
+/// measured — ingress when the kernel received the frame, egress when the node handles it —
+/// and what userspace cannot see (queue occupancy, Tx utilization) absent, never a constant.
+#[derive(Debug, Clone)]
+pub struct MeasuredTelemetry {
+    /// Ports and queue ID.
+    pub model: TelemetryModel,
+    /// When the kernel received the frame, ns since the epoch.
+    pub ingress_ns: u64,
+    /// When the node processes it for sending, ns since the epoch.
+    pub egress_ns: u64,
+}
+
+impl Telemetry for MeasuredTelemetry {
+    fn hop(&self, node_id: u32) -> HopMetadata<'static> {
+        let m = &self.model;
+        let mut hop = HopMetadata {
+            node_id: Some(node_id),
+            l1_ingress_if: Some(m.ingress_port),
+            l1_egress_if: Some(m.egress_port),
+            hop_latency: Some(
+                u32::try_from(self.egress_ns.saturating_sub(self.ingress_ns))
+                    .unwrap_or(u32::MAX - 1),
+            ),
+            ingress_ts: Some(self.ingress_ns),
+            egress_ts: Some(self.egress_ns.max(self.ingress_ns)),
+            l2_ingress_if: Some(u32::from(m.ingress_port)),
+            l2_egress_if: Some(u32::from(m.egress_port)),
+            ..HopMetadata::default()
+        };
+        hop.present = hop.available_bits();
+        hop
+    }
+}
+
 /// Fixed values from the configuration, timestamps from the packet's time (pcap mode).
 #[derive(Debug, Clone)]
 pub struct StaticTelemetry {
