@@ -85,6 +85,7 @@ enum kind { K_FLOW = 1, K_LOCAL = 2, K_DROP = 3 };
 #define F_QUEUE 4        // qlen / backlog read from the root qdisc
 #define F_CONGESTED 8    // latency at or above the queue trigger
 #define F_EGRESS_DROP 16 // dropped on the egress side (qdisc, tc egress): dev is the egress
+#define F_FLOW_DUE 32    // the flow filter let this packet's flow report through
 
 // What userspace receives (little-endian host layout; crates/agent/src/event.rs reads it).
 struct event {
@@ -555,7 +556,7 @@ int BPF_PROG(on_receive, struct sk_buff *skb)
 			count(C_FILTERED);
 			return 0;
 		}
-		if (emit(node, K_LOCAL, F_INGRESS | F_INGRESS_TS, l3, proto, skb, in_if, 0, now, now, 0, 0))
+		if (emit(node, K_LOCAL, F_INGRESS | F_INGRESS_TS | F_FLOW_DUE, l3, proto, skb, in_if, 0, now, now, 0, 0))
 			count(C_EVENTS);
 		else
 			count(C_RING_FULL);
@@ -625,7 +626,10 @@ int BPF_PROG(on_transmit, struct sk_buff *skb, const struct net_device *dev)
 		count(C_UNWATCHED);
 		return 0;
 	}
-	if (!q && !flow_due(&p.key, now, in_if, out_if, latency)) {
+	// A watched packet's flow report may be due even while its queue reports.
+	if (w && flow_due(&p.key, now, in_if, out_if, latency))
+		flags |= F_FLOW_DUE;
+	else if (!q) {
 		count(C_FILTERED);
 		return 0;
 	}

@@ -21,9 +21,12 @@ use nix::time::{ClockId, clock_gettime};
 
 use crate::AgentError;
 use crate::bpf::{COUNTERS, Programs, Settings};
-use crate::event::{Event, F_EGRESS_DROP, F_INGRESS, F_INGRESS_TS, F_QUEUE, Kind};
+use crate::event::{Event, F_EGRESS_DROP, F_FLOW_DUE, F_INGRESS, F_INGRESS_TS, F_QUEUE, Kind};
 use crate::kernel_drop::KernelReasons;
 use crate::metrics::Exposition;
+
+/// Report datagrams per `sendmmsg` call.
+const SEND_BATCH: usize = 64;
 
 /// The agent's `minFlowHopLatencyChangeNs` unless configured: 64 µs. A Linux host's
 /// residence times jitter by tens of microseconds under load; SD-Fabric's 256 ns (made for a
@@ -73,7 +76,9 @@ struct Netns {
 }
 
 /// Userspace counters. Every event read ends in exactly one of `postcards`, `drop_reports`,
-/// `queue_reports`, `not_reported` and `bad_events`.
+/// `queue_reports`, `not_reported` and `bad_events`: a postcard is a report the flow filter let
+/// through (its Q flag set if its queue is congested too), a queue report one sent for the
+/// congested queue alone (SD-Fabric's quota, per congestion, bounds them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct AgentStats {
     /// Events read from the ring buffer.
@@ -88,6 +93,9 @@ pub struct AgentStats {
     pub drop_reports: u64,
     /// Events the node's exact watchlist or queue quota left without a report.
     pub not_reported: u64,
+    /// Reports, of any of the kinds above, carrying the Q flag (their queue over the trigger,
+    /// within SD-Fabric's quota of each congestion).
+    pub congested: u64,
     /// Datagrams sent to the collector.
     pub sent: u64,
     /// Datagrams the socket refused (counted, the run goes on).
@@ -222,11 +230,14 @@ impl Reporter {
                 let code = self.reasons.report_code(e.drop_reason, ttl);
                 node.drop_report(&frame, code, &tel)
             }
-            Kind::Transmit | Kind::Local => node.observe(&frame, &tel),
+            Kind::Transmit | Kind::Local => node.observe(&frame, &tel, e.has(F_FLOW_DUE)),
         };
         match report {
             None => self.stats.not_reported += 1,
             Some(r) => {
+                if q_flag(&r) {
+                    self.stats.congested += 1;
+                }
                 if e.kind == Kind::Drop {
                     self.stats.drop_reports += 1;
                 } else if node.stats.postcards > before.postcards {
@@ -240,16 +251,56 @@ impl Reporter {
         }
     }
 
-    fn send(&mut self, socket: &UdpSocket, to: SocketAddr) {
-        for d in self.ready.drain(..) {
-            match socket.send_to(&d, to) {
-                Ok(_) => self.stats.sent += 1,
+    /// Sends the datagrams ready, up to [`SEND_BATCH`] per `sendmmsg` call on the socket
+    /// connected to the collector. A datagram the kernel refuses (the collector's port closed,
+    /// a full socket buffer) is counted and skipped; the rest go on.
+    fn send(&mut self, socket: &UdpSocket) {
+        use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, sendmmsg};
+        use std::io::IoSlice;
+        use std::os::fd::AsRawFd;
+        let mut at = 0;
+        while at < self.ready.len() {
+            let batch = &self.ready[at..self.ready.len().min(at + SEND_BATCH)];
+            let slices: Vec<[IoSlice<'_>; 1]> = batch.iter().map(|d| [IoSlice::new(d)]).collect();
+            let addrs: Vec<Option<SockaddrStorage>> = vec![None; batch.len()];
+            let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(batch.len(), None);
+            let cmsgs: [nix::sys::socket::ControlMessage<'_>; 0] = [];
+            match sendmmsg(
+                socket.as_raw_fd(),
+                &mut headers,
+                &slices,
+                &addrs,
+                cmsgs,
+                MsgFlags::empty(),
+            ) {
+                Ok(done) => {
+                    let n = done.count().max(1).min(batch.len());
+                    self.stats.sent += n as u64;
+                    at += n;
+                }
+                Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => {
+                    // The first datagram of the batch was refused.
                     self.stats.send_errors += 1;
-                    tracing::debug!("report to {to} refused: {e}");
+                    tracing::debug!("a report was refused: {e}");
+                    at += 1;
                 }
             }
         }
+        self.ready.clear();
+    }
+}
+
+/// Whether a report datagram (v2.0: its first individual report; v0.5) has the Q flag.
+fn q_flag(datagram: &[u8]) -> bool {
+    use intscope_wire::report::{GROUP_LEN, IndividualHeaderRepr, V05FixedRepr};
+    match datagram.first().map(|b| b >> 4) {
+        Some(2) => datagram
+            .get(GROUP_LEN..)
+            .and_then(|b| IndividualHeaderRepr::parse(b).ok())
+            .is_some_and(|h| h.q),
+        Some(0) => V05FixedRepr::parse(datagram).is_ok_and(|h| h.q),
+        _ => false,
     }
 }
 
@@ -259,7 +310,6 @@ pub struct Agent {
     programs: Programs,
     reporter: Reporter,
     socket: UdpSocket,
-    collector: SocketAddr,
     interfaces: Vec<String>,
     /// The watched namespaces, by the kernel half's index.
     netns: Vec<Netns>,
@@ -400,6 +450,9 @@ impl Agent {
         };
         let socket =
             UdpSocket::bind(bind).map_err(|e| AgentError::Io("the report socket".into(), e))?;
+        socket
+            .connect(cfg.collector)
+            .map_err(|e| AgentError::Io(format!("the report socket to {}", cfg.collector), e))?;
         let reasons = KernelReasons::load();
         if reasons.is_empty() {
             tracing::warn!(
@@ -417,7 +470,6 @@ impl Agent {
                 ready: Vec::new(),
             },
             socket,
-            collector: cfg.collector,
             interfaces: cfg.interfaces,
             netns,
             home,
@@ -507,6 +559,11 @@ impl Agent {
                 "events the exact watchlist or the queue quota left unreported",
                 s.not_reported,
             ),
+            (
+                "congested_reports",
+                "reports carrying the Q flag (queue over the trigger, within the quota)",
+                s.congested,
+            ),
             ("sent", "report datagrams sent", s.sent),
             (
                 "send_errors",
@@ -548,7 +605,7 @@ impl Agent {
         }
         self.drain();
         self.reporter.exporter.flush(&mut self.reporter.ready);
-        self.reporter.send(&self.socket, self.collector);
+        self.reporter.send(&self.socket);
         self.render();
         Ok(())
     }
@@ -564,7 +621,7 @@ impl Agent {
             reporter.handle(&item);
         }
         reporter.exporter.poll(monotonic_ns(), &mut reporter.ready);
-        reporter.send(&self.socket, self.collector);
+        reporter.send(&self.socket);
     }
 }
 

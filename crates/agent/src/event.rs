@@ -27,6 +27,8 @@ pub const F_QUEUE: u8 = 4;
 pub const F_CONGESTED: u8 = 8;
 /// Dropped on the way out: `egress_if` is where.
 pub const F_EGRESS_DROP: u8 = 16;
+/// The flow filter let the packet's flow report through (else only its queue reports).
+pub const F_FLOW_DUE: u8 = 32;
 
 /// One event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

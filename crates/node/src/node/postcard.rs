@@ -69,9 +69,15 @@ impl Node {
     /// A report-only node that watches packets without forwarding them (a host agent observing
     /// the kernel, a tap): this node's INT-XD postcard of a watched packet, or its queue report
     /// of another packet whose queue is congested. `frame` may be cut after its headers:
-    /// nothing is edited, so the lengths it declares need not be whole. The flow filter applies
-    /// as configured (a caller that filtered already turns it off).
-    pub fn observe(&mut self, frame: &[u8], tel: &dyn Telemetry) -> Option<Vec<u8>> {
+    /// nothing is edited, so the lengths it declares need not be whole. `flow_report` false:
+    /// the caller's own flow filter held the postcard back, and only a queue report (within
+    /// the quota) may go; the node's flow filter applies as configured either way.
+    pub fn observe(
+        &mut self,
+        frame: &[u8],
+        tel: &dyn Telemetry,
+        flow_report: bool,
+    ) -> Option<Vec<u8>> {
         self.stats.frames += 1;
         let Ok(p) = Packet::parse(frame, Start::Ethernet, &self.detect) else {
             self.stats.malformed += 1;
@@ -87,9 +93,13 @@ impl Node {
             && watch.as_ref().is_none_or(|w| w.wants.queue)
             && self.congested(tel);
         let report = match watch {
-            Some(w) => {
+            Some(w) if flow_report => {
                 self.stats.report_only += 1;
                 self.postcard(frame, &w, tel, congested)
+            }
+            Some(_) => {
+                self.stats.report_only += 1;
+                self.queue_report(frame, tel, congested, true)
             }
             None => {
                 self.stats.untouched += 1;
