@@ -391,25 +391,53 @@ pub fn run(args: &CollectArgs) -> Result<()> {
     })
 }
 
-/// Ctrl-C or SIGTERM, as a future. The handlers are installed when this is called, not when the
-/// future is first polled: a signal in between would end the process by its default action (no
-/// stop summary, no final flush). Call it inside the runtime, before saying the process is ready.
+/// Ctrl-C, SIGTERM or SIGQUIT, as a future: a graceful stop (stop summary, final flush). The
+/// handlers are installed when this is called, not when the future is first polled: a signal in
+/// between would end the process by its default action (no stop summary, no final flush). Call
+/// it inside the runtime, before saying the process is ready. SIGHUP, SIGUSR1 and SIGUSR2, whose
+/// default action also ends a process, are taken and said on stderr: the configuration is read
+/// at start, so there is nothing to reload, and nothing received is lost to them.
 pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{Signal, SignalKind, signal};
-        let interrupt = signal(SignalKind::interrupt()).ok();
-        let terminate = signal(SignalKind::terminate()).ok();
-        let wait = |s: Option<Signal>| async move {
+        let stop = [
+            SignalKind::interrupt(),
+            SignalKind::terminate(),
+            SignalKind::quit(),
+        ]
+        .map(|k| signal(k).ok());
+        let ignored = [
+            (SignalKind::hangup(), "SIGHUP"),
+            (SignalKind::user_defined1(), "SIGUSR1"),
+            (SignalKind::user_defined2(), "SIGUSR2"),
+        ]
+        .map(|(k, name)| (signal(k).ok(), name));
+        async fn next(s: &mut Option<Signal>) {
             match s {
-                Some(mut s) => {
+                Some(s) => {
                     s.recv().await;
                 }
                 None => std::future::pending::<()>().await,
             }
-        };
+        }
         async move {
-            tokio::select! { () = wait(interrupt) => {}, () = wait(terminate) => {} }
+            let [mut int, mut term, mut quit] = stop;
+            let [(mut hup, h), (mut usr1, u1), (mut usr2, u2)] = ignored;
+            loop {
+                let name = tokio::select! {
+                    () = next(&mut int) => return,
+                    () = next(&mut term) => return,
+                    () = next(&mut quit) => return,
+                    () = next(&mut hup) => h,
+                    () = next(&mut usr1) => u1,
+                    () = next(&mut usr2) => u2,
+                };
+                eprintln!(
+                    "intscope: {name} ignored (the configuration is read at start: nothing to \
+                     reload); SIGTERM, SIGINT or SIGQUIT stop with a final flush"
+                );
+            }
         }
     }
     #[cfg(not(unix))]

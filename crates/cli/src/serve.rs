@@ -33,9 +33,9 @@ pub struct ServeArgs {
 pub fn run(args: &ServeArgs) -> Result<()> {
     let cfg = api_config(&args.api, args.http)?;
     let store: Arc<dyn Store> = match parse_store(&args.store, args.cluster.clone(), "serve")? {
-        StoreSpec::Sqlite(dir) => {
-            Arc::new(SqliteStore::open(&dir).with_context(|| format!("opening {}", dir.display()))?)
-        }
+        StoreSpec::Sqlite(dir) => Arc::new(
+            SqliteStore::open_reader(&dir).with_context(|| format!("opening {}", dir.display()))?,
+        ),
         StoreSpec::ClickHouse(ch) => {
             Arc::new(ClickHouseStore::open(ch).context("connecting to ClickHouse")?)
         }

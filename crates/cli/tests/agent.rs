@@ -88,6 +88,11 @@ impl Lab {
         c
     }
 
+    /// Runs `line` (words split at spaces) in `node`; fails the test unless it succeeds.
+    fn sh(&self, node: &str, line: &str) -> String {
+        self.run(node, &line.split_whitespace().collect::<Vec<_>>())
+    }
+
     fn run(&self, node: &str, args: &[&str]) -> String {
         let out = self.exec(node, args).output().unwrap();
         assert!(
@@ -108,6 +113,20 @@ impl Lab {
             .unwrap();
         self.children.push(child);
         self.children.len() - 1
+    }
+
+    /// `intscope collect` in the management namespace: reports on 10.9.0.100:32766, the API on
+    /// its loopback, no store; `config` (TOML) if given.
+    fn collector(&mut self, config: Option<&str>) {
+        let mut args = vec![env!("CARGO_BIN_EXE_intscope"), "collect", "--no-store"];
+        args.extend(["--listen", "10.9.0.100:32766", "--http", "127.0.0.1:8080"]);
+        let path = self.dir.join("collector.toml");
+        let path = path.to_str().unwrap().to_string();
+        if let Some(toml) = config {
+            std::fs::write(&path, toml).unwrap();
+            args.extend(["--config", &path]);
+        }
+        self.spawn("mg", &args);
     }
 
     /// The interface index of `dev` in `node`.
@@ -494,23 +513,7 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
     // not when the sending veth queues the packet to the backlog), so a loaded machine's
     // backlog wait does not separate them.
     let _stamp = Sysctl::set("/proc/sys/net/core/netdev_tstamp_prequeue", "0");
-    let cfg = lab.dir.join("collector.toml");
-    std::fs::write(&cfg, COLLECTOR_TOML).unwrap();
-    let cfg = cfg.to_str().unwrap().to_string();
-    lab.spawn(
-        "mg",
-        &[
-            env!("CARGO_BIN_EXE_intscope"),
-            "collect",
-            "--listen",
-            "10.9.0.100:32766",
-            "--http",
-            "127.0.0.1:8080",
-            "--no-store",
-            "--config",
-            &cfg,
-        ],
-    );
+    lab.collector(Some(COLLECTOR_TOML));
     // Queue reports once a hop holds a packet 1 ms, the quota refilled under 0.5 ms.
     let agent_cfg = lab.dir.join("agent.toml");
     std::fs::write(
@@ -727,39 +730,17 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
 
     // Phase 2: a rate limit at r2's egress towards h2: queueing delay and tail drops there.
     let r2_to_h2 = lab.ifindex("r2", "h2");
-    sh(&[
-        "tc",
-        "-n",
-        &lab.ns("r2"),
-        "qdisc",
-        "add",
-        "dev",
-        "h2",
-        "root",
-        "tbf",
-        "rate",
-        "1mbit",
-        "burst",
-        "8kb",
-        "latency",
-        "300ms",
-    ]);
+    lab.sh(
+        "r2",
+        "tc qdisc add dev h2 root tbf rate 1mbit burst 8kb latency 300ms",
+    );
     lab.run(
         "h1",
         &[
             "iperf3", "-c", "10.1.3.1", "-p", "5202", "-u", "-b", "4M", "-t", "4",
         ],
     );
-    sh(&[
-        "tc",
-        "-n",
-        &lab.ns("r2"),
-        "qdisc",
-        "del",
-        "dev",
-        "h2",
-        "root",
-    ]);
+    lab.sh("r2", "tc qdisc del dev h2 root");
     let mut all = serde_json::Value::Null;
     assert!(
         eventually(Duration::from_secs(15), || {
@@ -777,20 +758,11 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
     );
 
     // Phase 3: r1 loses its route to h2.
-    sh(&["ip", "-n", &lab.ns("r1"), "route", "del", "10.1.3.0/24"]);
+    lab.sh("r1", "ip route del 10.1.3.0/24");
     let _ = lab
         .exec("h1", &["ping", "-q", "-i", "0.2", "-c", "8", "10.1.3.1"])
         .output();
-    sh(&[
-        "ip",
-        "-n",
-        &lab.ns("r1"),
-        "route",
-        "add",
-        "10.1.3.0/24",
-        "via",
-        "10.1.2.2",
-    ]);
+    lab.sh("r1", "ip route add 10.1.3.0/24 via 10.1.2.2");
     assert!(
         eventually(Duration::from_secs(10), || {
             all = lab.api("/api/incidents?limit=1000");
@@ -803,32 +775,12 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
 
     // Phase 4: a BPF program on r2's link from r1 drops one flow.
     let obj = drop_program(&dir);
-    sh(&[
-        "tc",
-        "-n",
-        &lab.ns("r2"),
-        "qdisc",
-        "add",
-        "dev",
-        "r1",
-        "clsact",
-    ]);
-    sh(&[
-        "tc",
-        "-n",
-        &lab.ns("r2"),
-        "filter",
-        "add",
-        "dev",
-        "r1",
-        "ingress",
-        "bpf",
-        "da",
-        "obj",
-        obj.to_str().unwrap(),
-        "sec",
-        "tc",
-    ]);
+    lab.sh("r2", "tc qdisc add dev r1 clsact");
+    let attach = format!(
+        "tc filter add dev r1 ingress bpf da obj {} sec tc",
+        obj.display()
+    );
+    lab.sh("r2", &attach);
     lab.run(
         "h1",
         &[
@@ -837,16 +789,7 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
             "for i in $(seq 20); do echo x > /dev/udp/10.1.3.1/9999; sleep 0.05; done",
         ],
     );
-    sh(&[
-        "tc",
-        "-n",
-        &lab.ns("r2"),
-        "qdisc",
-        "del",
-        "dev",
-        "r1",
-        "clsact",
-    ]);
+    lab.sh("r2", "tc qdisc del dev r1 clsact");
     assert!(
         eventually(Duration::from_secs(10), || {
             all = lab.api("/api/incidents?limit=1000");
@@ -936,18 +879,7 @@ fn one_agent_watches_every_namespace_of_a_lab() {
         return;
     }
     let mut lab = Lab::up("m");
-    lab.spawn(
-        "mg",
-        &[
-            env!("CARGO_BIN_EXE_intscope"),
-            "collect",
-            "--listen",
-            "10.9.0.100:32766",
-            "--http",
-            "127.0.0.1:8080",
-            "--no-store",
-        ],
-    );
+    lab.collector(None);
     let netns: Vec<String> = ["h1", "r1", "r2", "h2"]
         .iter()
         .enumerate()

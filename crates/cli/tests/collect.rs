@@ -834,3 +834,105 @@ fn the_api_over_tls() {
     assert!(stderr.contains("missing.pem"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Signals as a daemon takes them: SIGHUP, SIGUSR1 and SIGUSR2 (whose default action ends a
+/// process) are said and ignored, the collector answering on; SIGQUIT stops it as SIGTERM
+/// does, with its stop summary and the final flush of what it received into its store.
+#[test]
+fn hangup_and_user_signals_are_ignored_quit_stops_with_a_flush() {
+    let data = std::env::temp_dir().join(format!("intscope-signals-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let mut c = Running::start(&["--listen", "127.0.0.1:0", "--data", data.to_str().unwrap()]);
+    let s = blast_and_account(&c, &["--rate", "20000", "--duration", "1", "--flows", "50"]);
+    assert_eq!(s["flows"], 50);
+    for sig in ["-HUP", "-USR1", "-USR2"] {
+        let ok = Command::new("kill")
+            .args([sig, &c.child.id().to_string()])
+            .status();
+        assert!(ok.unwrap().success());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(c.child.try_wait().unwrap().is_none(), "still running");
+    assert_eq!(c.get("/api/stats")["flows"], 50, "and answering");
+    Command::new("kill")
+        .args(["-QUIT", &c.child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = c.child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "clean exit on SIGQUIT: {stderr}");
+    for name in ["SIGHUP", "SIGUSR1", "SIGUSR2"] {
+        assert!(stderr.contains(&format!("{name} ignored")), "{stderr}");
+    }
+    assert!(stderr.contains("stopped"), "{stderr}");
+    // What it received is in the store: a replay of nothing over it serves the flows.
+    let served = Running::start(&[
+        "--replay",
+        &repo("examples/sample.pcap"),
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    let flows = served.get("/api/history/flows?limit=1000");
+    let _ = std::fs::remove_dir_all(&data);
+    assert!(
+        flows.to_string().matches("\"src_port\"").count() >= 50,
+        "the 50 flows were flushed before the stop: {flows}"
+    );
+    served.stop();
+}
+
+/// One writer per store: a second collector, or a replay, on a data directory a collector is
+/// writing is refused with the writer's process ID (before, both wrote, their event IDs
+/// colliding); `serve` reads beside it; once the first stops, the directory is free again.
+#[test]
+fn a_second_writer_on_one_store_is_refused() {
+    let data = std::env::temp_dir().join(format!("intscope-onewriter-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let dir = data.to_str().unwrap();
+    let first = Running::start(&["--listen", "127.0.0.1:0", "--data", dir]);
+    first.get("/api/stats");
+    let pid = first.child.id().to_string();
+    for extra in [
+        vec!["--listen", "127.0.0.1:0"],
+        vec!["--replay", "examples/sample.pcap"],
+    ] {
+        let out = bin()
+            .current_dir(repo(""))
+            .args(["collect", "--http", "127.0.0.1:0", "--data", dir])
+            .args(&extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
+        assert!(
+            stderr.contains("being written by another intscope") && stderr.contains(&pid),
+            "{extra:?}: {stderr}"
+        );
+    }
+    let mut serve = bin()
+        .args([
+            "serve",
+            "--store",
+            &format!("sqlite:{dir}"),
+            "--http",
+            "127.0.0.1:0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        serve.try_wait().unwrap().is_none(),
+        "serve reads beside the writer"
+    );
+    serve.kill().unwrap();
+    let _ = serve.wait();
+    first.stop();
+    let again = Running::start(&["--listen", "127.0.0.1:0", "--data", dir]);
+    again.get("/api/stats");
+    again.stop();
+    let _ = std::fs::remove_dir_all(&data);
+}

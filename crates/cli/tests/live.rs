@@ -76,62 +76,50 @@ fn a_source_node_between_two_interfaces() {
         format!("{}0", b.0),
         format!("{}1", b.0),
     );
-    let open = |dev: &str| {
-        pcap::Capture::from_device(dev)
-            .unwrap()
-            .immediate_mode(true)
-            .timeout(100)
-            .open()
-            .unwrap()
-    };
-    let mut watch = open(&b1);
-    let node = bin()
-        .args(["node", "--config", &repo("examples/node-source.toml")])
-        .args(["--interface", &a1, "--out-interface", &b0, "--count", "20"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let mut inject = open(&a0);
-    for i in 0..20u16 {
-        let mut f = Vec::new();
-        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-            .ipv4([10, 0, 1, 1], [10, 0, 3, 1], 64)
-            .udp(40000 + i, 5001)
-            .write(&mut f, b"live")
-            .unwrap();
-        inject.sendpacket(f).unwrap();
-    }
+    let mut watch = open_dev(&b1);
+    let config = std::fs::read_to_string(repo("examples/node-source.toml")).unwrap();
+    let summary = run_node(&config, (&a1, &b0, &a0), &udp_frames(20, 4), &[], || {});
+    let with_int = frames_with_int(&mut watch, 20, |parsed, block| {
+        assert_eq!(block.stack(None).0.count(), 1, "the source's own hop");
+        assert_eq!(
+            parsed.flow.unwrap().dst_port,
+            5001,
+            "the original port in the shim"
+        );
+        assert!(!parsed.warnings.has(intscope_wire::Warning::BadL4Checksum));
+    });
+    assert_eq!(with_int, 20, "every injected frame left with INT");
+    assert_eq!(
+        (summary["frames"].as_u64(), summary["inserted"].as_u64()),
+        (Some(20), Some(20))
+    );
+}
+
+/// Reads frames from `watch` until `n` carrying INT (UDP port 17768, checksums verified) were
+/// seen or 10 s passed, calling `each` with every one; returns how many.
+fn frames_with_int(
+    watch: &mut pcap::Capture<pcap::Active>,
+    n: usize,
+    mut each: impl FnMut(&Packet<'_>, &intscope_wire::int::IntBlock<'_>),
+) -> usize {
     let cfg = DetectConfig {
         int_udp_ports: vec![17768],
         verify_checksums: true,
         ..DetectConfig::default()
     };
-    let mut with_int = 0;
+    let mut seen = 0;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while with_int < 20 && Instant::now() < deadline {
+    while seen < n && Instant::now() < deadline {
         let Ok(p) = watch.next_packet() else { continue };
         let Ok(parsed) = Packet::parse(p.data, Start::Ethernet, &cfg) else {
             continue;
         };
-        if let Some((_, block)) = parsed.int {
-            assert_eq!(block.stack(None).0.count(), 1, "the source's own hop");
-            assert_eq!(
-                parsed.flow.unwrap().dst_port,
-                5001,
-                "the original port in the shim"
-            );
-            with_int += 1;
+        if let Some((_, block)) = &parsed.int {
+            each(&parsed, block);
+            seen += 1;
         }
     }
-    let out = node.wait_with_output().unwrap();
-    assert!(out.status.success());
-    assert_eq!(with_int, 20, "every injected frame left with INT");
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(
-        (summary["frames"].as_u64(), summary["inserted"].as_u64()),
-        (Some(20), Some(20))
-    );
+    seen
 }
 
 #[test]
@@ -309,20 +297,7 @@ fn live_hop_metadata_is_measured_not_configured() {
         summary["capture_dropped"].is_u64() && summary["tx_errors"] == 0,
         "{summary}"
     );
-    let cfg = DetectConfig {
-        int_udp_ports: vec![17768],
-        ..DetectConfig::default()
-    };
-    let mut seen = 0;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while seen < 10 && Instant::now() < deadline {
-        let Ok(p) = watch.next_packet() else { continue };
-        let Ok(parsed) = Packet::parse(p.data, Start::Ethernet, &cfg) else {
-            continue;
-        };
-        let Some((_, block)) = parsed.int else {
-            continue;
-        };
+    let seen = frames_with_int(&mut watch, 10, |_, block| {
         let hop = block.stack(None).0.next().unwrap().unwrap();
         let (i, e, lat) = (
             hop.ingress_ts().unwrap(),
@@ -336,8 +311,7 @@ fn live_hop_metadata_is_measured_not_configured() {
         assert_eq!(e - i, u64::from(lat), "hop latency = egress - ingress");
         assert!(lat < 1_000_000_000, "{lat}");
         assert_eq!(hop.queue(), None, "no queue seen from userspace: all ones");
-        seen += 1;
-    }
+    });
     assert_eq!(seen, 10);
 }
 
@@ -432,25 +406,12 @@ fn unfinished_checksums_are_counted_or_finished() {
     );
     assert_eq!(summary["checksums_finished"], 6, "{summary}");
     assert_eq!(summary["bad_checksums"], 0);
-    let cfg = DetectConfig {
-        int_udp_ports: vec![17768],
-        verify_checksums: true,
-        ..DetectConfig::default()
-    };
-    let mut good = 0;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while good < 6 && Instant::now() < deadline {
-        let Ok(p) = watch.next_packet() else { continue };
-        let Ok(parsed) = Packet::parse(p.data, Start::Ethernet, &cfg) else {
-            continue;
-        };
-        if parsed.int.is_some() {
-            assert!(
-                !parsed.warnings.has(intscope_wire::Warning::BadL4Checksum),
-                "a finished checksum verifies after INT is inserted"
-            );
-            good += 1;
-        }
-    }
+    // frames_with_int reads with checksums verified.
+    let good = frames_with_int(&mut watch, 6, |parsed, _| {
+        assert!(
+            !parsed.warnings.has(intscope_wire::Warning::BadL4Checksum),
+            "a finished checksum verifies after INT is inserted"
+        );
+    });
     assert_eq!(good, 6);
 }

@@ -54,6 +54,16 @@ pub enum StoreError {
         /// The error.
         source: std::io::Error,
     },
+    /// Another process writes to this store directory (its lock is held).
+    #[error(
+        "store: {path} is being written by another intscope ({holder}); give each collector its own --data directory, or stop the other first"
+    )]
+    Locked {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// What the lock file says of its holder.
+        holder: String,
+    },
     /// The query ran past its deadline and was interrupted (the API answers 504).
     #[error("store: query timed out")]
     Timeout,

@@ -88,6 +88,9 @@ struct Readers {
 /// The embedded SQLite backend: one writer connection, [`READERS`] reader connections.
 #[derive(Debug)]
 pub struct SqliteStore {
+    /// The directory's `LOCK` file, locked exclusively while a writer has the store open
+    /// (`None`: a reader, [`SqliteStore::open_reader`]).
+    _lock: Option<std::fs::File>,
     conn: Mutex<Connection>,
     readers: Readers,
     /// This run's ID (see [`FLOW_RUN_COLUMNS`]).
@@ -96,13 +99,65 @@ pub struct SqliteStore {
     pub path: PathBuf,
 }
 
+/// Locks `dir/LOCK` exclusively (an advisory `flock`, released by the kernel when the process
+/// ends, a crash included) and writes this process's ID in it for the next one's message.
+fn lock_dir(dir: &Path) -> Result<std::fs::File, StoreError> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join("LOCK");
+    let io = |source| StoreError::Io {
+        path: path.clone(),
+        source,
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => "its process ID unknown".to_string(),
+                pid => format!("process {pid}"),
+            };
+            return Err(StoreError::Locked {
+                path: dir.to_path_buf(),
+                holder,
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+    }
+    file.set_len(0).map_err(io)?;
+    file.rewind().map_err(io)?;
+    write!(file, "{}", std::process::id()).map_err(io)?;
+    Ok(file)
+}
+
 impl SqliteStore {
-    /// Opens (creating if needed) `dir/intscope.db` in WAL mode.
+    /// Opens (creating if needed) `dir/intscope.db` in WAL mode to write to, alone: the
+    /// directory's `LOCK` file is locked exclusively until the store is dropped, so a second
+    /// collector (or a replay) on the same directory is refused
+    /// ([`StoreError::Locked`]) instead of colliding with this one's event IDs and totals.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with(dir, true)
+    }
+
+    /// Opens the store of `dir` for a process that only reads it (`intscope serve`), beside
+    /// the collector writing it: no lock is taken.
+    pub fn open_reader(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with(dir, false)
+    }
+
+    fn open_with(dir: &Path, writer: bool) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
             path: dir.to_path_buf(),
             source,
         })?;
+        let lock = if writer { Some(lock_dir(dir)?) } else { None };
         let path = dir.join("intscope.db");
         let conn = Connection::open(&path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -138,6 +193,7 @@ impl SqliteStore {
             readers.push(r);
         }
         Ok(SqliteStore {
+            _lock: lock,
             conn: Mutex::new(conn),
             readers: Readers {
                 free: Mutex::new(readers),
