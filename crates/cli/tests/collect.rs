@@ -125,8 +125,12 @@ fn replay_of_the_sample_capture_is_served() {
 
 #[test]
 fn replay_of_an_onos_v05_capture() {
-    let file =
-        interop_file("serkantul_prometheus_int_exporter__src_test_resources_int_report.pcap");
+    let Some(file) = interop_file(
+        "replay_of_an_onos_v05_capture",
+        "serkantul_prometheus_int_exporter__src_test_resources_int_report.pcap",
+    ) else {
+        return;
+    };
     let c = Running::start(&[
         "--replay",
         file.to_str().unwrap(),
