@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Scenario, mix};
+
+use crate::usage::bail_usage;
 
 /// INT mode flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -64,7 +66,12 @@ pub struct SimArgs {
     #[command(flatten)]
     pub fabric: FabricArgs,
     /// Send reports over UDP to this collector.
-    #[arg(long, value_name = "HOST:PORT", required_unless_present = "reports")]
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        required_unless_present = "reports",
+        value_parser = crate::usage::host_port
+    )]
     pub collector: Option<SocketAddr>,
     /// Write reports to this pcap instead.
     #[arg(long, value_name = "FILE.pcap", conflicts_with = "collector")]
@@ -87,7 +94,7 @@ fn scenario(path: Option<&PathBuf>) -> Result<Scenario> {
 
 fn fabric(args: &FabricArgs) -> Result<Fabric> {
     if !args.duration.is_finite() || args.duration <= 0.0 {
-        bail!("--duration must be positive");
+        bail_usage!("--duration must be positive");
     }
     let sc = scenario(args.topology.as_ref())?;
     let mut f = Fabric::new(sc.sim_config(args.mode.into()))?;
@@ -256,7 +263,12 @@ pub struct DemoArgs {
     #[command(flatten)]
     pub fabric: FabricArgs,
     /// HTTP address of the collector's API.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        default_value = "127.0.0.1:8080",
+        value_parser = crate::usage::host_port
+    )]
     pub http: SocketAddr,
     /// History store directory (default: a temporary directory).
     #[arg(long, value_name = "DIR")]
@@ -273,6 +285,10 @@ pub struct DemoArgs {
 /// Runs `intscope demo`: a collector on loopback and the fabric reporting to it over UDP.
 pub fn demo(args: &DemoArgs) -> Result<()> {
     use intscope_collector::ingest::{Collector, CollectorConfig, spawn_receivers};
+    // Every input is checked before anything is said, created or bound: a mistyped duration or
+    // topology leaves no banner, temporary folder or open port behind.
+    let f = fabric(&args.fabric)?;
+    let api_cfg = crate::collect::api_config(&args.api, args.http)?;
     let data = args.data.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("intscope-demo-{}", std::process::id()))
     });
@@ -283,8 +299,6 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
         data: Some(data.clone()),
         ..CollectorConfig::default()
     };
-    // Checked before anything starts: an open API off loopback is refused here too.
-    let api_cfg = crate::collect::api_config(&args.api, args.http)?;
     let collector = Collector::open(cfg).context("opening the history store")?;
     let store = collector.start_store();
     let (udp, handles) = spawn_receivers(&collector).context("opening the report socket")?;
@@ -326,7 +340,6 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
         "intscope demo: a {}-leaf, {}-spine fabric runs for {} s with scripted faults; Ctrl-C stops",
         4, 2, args.fabric.duration
     );
-    let f = fabric(&args.fabric)?;
     let sock = UdpSocket::bind("127.0.0.1:0")?;
     sock.connect(udp[0])?;
     let summary = drive(

@@ -97,13 +97,17 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// The database's file name inside the store folder: `intscope serve` checks for it, so a
+    /// mistyped folder is an error there instead of a new, empty store.
+    pub const FILE: &str = "intscope.db";
+
     /// Opens (creating if needed) `dir/intscope.db` in WAL mode.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
             path: dir.to_path_buf(),
             source,
         })?;
-        let path = dir.join("intscope.db");
+        let path = dir.join(Self::FILE);
         let conn = Connection::open(&path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL in WAL mode: a committed transaction survives a process crash (kill -9); only
