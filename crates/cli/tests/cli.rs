@@ -165,11 +165,7 @@ fn usage_errors_exit_2_runtime_errors_exit_1() {
             2,
             "--duration must be positive",
         ),
-        (
-            &["demo", "--duration=-1"],
-            2,
-            "--duration must be positive",
-        ),
+        (&["demo", "--duration=-1"], 2, "--duration must be positive"),
         (
             &["blast", "--to", "127.0.0.1:9", "--duration", "0"],
             2,
@@ -186,11 +182,7 @@ fn usage_errors_exit_2_runtime_errors_exit_1() {
             "exceeds 16 bits",
         ),
         (&["dump", "--probe-marker", "xyz", sample], 2, "64-bit hex"),
-        (
-            &["node", "--config", &source, "--out", pcap],
-            2,
-            "--in",
-        ),
+        (&["node", "--config", &source, "--out", pcap], 2, "--in"),
         (
             &["collect", "--store", "mysql:x", "--http", "127.0.0.1:0"],
             2,

@@ -1027,6 +1027,67 @@ fn spec_2016_example() {
 
 /// `intscope wireshark install` writes the embedded plugin where Wireshark looks for personal
 /// Lua plugins (`tshark -G folders`), and tshark then knows the protocols.
+/// The README's tshark commands, as written (Wireshark section), with the plugin installed as
+/// its block installs it — so the "without installing" line loads a second copy, which must
+/// step aside without a Lua error — each find INT or a report in every frame of the sample where
+/// `dump` finds one (DSCP-marked TCP to port 80, INT-MX, GRE included).
+#[test]
+fn readme_tshark_commands_decode_what_dump_decodes() {
+    require_tshark();
+    let home = tempdir("readme-home");
+    succeed(bin().env("HOME", &home).args(["wireshark", "install"]));
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let section = &readme[readme.find("## Wireshark and tshark").unwrap()..];
+    let block = &section[section.find("```sh").unwrap() + 5..];
+    let block = &block[..block.find("```").unwrap()];
+    let commands: Vec<&str> = block
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("tshark "))
+        .collect();
+    assert_eq!(commands.len(), 2, "{block}");
+    let decoded_by_dump: Vec<u64> = dump(&sample(), &Opts::sample())
+        .iter()
+        .filter(|f| {
+            let mut ints = Vec::new();
+            dump_ints(f, &mut ints);
+            !ints.is_empty() || f.get("report").is_some()
+        })
+        .map(|f| f["frame"].as_u64().unwrap())
+        .collect();
+    assert_eq!(decoded_by_dump, (1..=10).collect::<Vec<_>>());
+    for cmd in commands {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{cmd} -T json --no-duplicate-keys"))
+            .current_dir(repo(""))
+            .env("HOME", &home)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{cmd}: {stderr}");
+        assert!(!stderr.contains("Lua"), "{cmd}: {stderr}");
+        let frames: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let decoded: Vec<u64> = frames
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| {
+                let layers = &f["_source"]["layers"];
+                let mut ints = Vec::new();
+                find_all(layers, "int", &mut ints);
+                ints.retain(|i| i.get("int.encap").is_some());
+                let mut reps = Vec::new();
+                find_all(layers, "intrep", &mut reps);
+                !ints.is_empty() || !reps.is_empty()
+            })
+            .map(|(i, _)| i as u64 + 1)
+            .collect();
+        assert_eq!(decoded, decoded_by_dump, "{cmd}");
+    }
+}
+
 #[test]
 fn install_puts_the_plugin_where_wireshark_finds_it() {
     require_tshark();
