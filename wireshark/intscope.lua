@@ -25,7 +25,17 @@ local INTSCOPE_LUA_VERSION = "0.1.0"
 local B = bit32 or bit -- Lua 5.2 (Wireshark 3.6/4.0) has bit32; later builds bundle "bit".
 local band, bor, rshift, bnot = B.band, B.bor, B.rshift, B.bnot
 
-local p_int = Proto("int", "In-band Network Telemetry")
+-- Loaded twice in one Wireshark (installed as a plugin by `intscope wireshark install` and given
+-- again with `-X lua_script:`), the second copy's Proto("int") fails ("there cannot be two
+-- protocols with the same description") and tshark prints a Lua error on every run. The first
+-- copy loaded stays and decodes; the second steps aside quietly.
+local proto_ok, p_int = pcall(Proto, "int", "In-band Network Telemetry")
+if not proto_ok then
+    if tostring(p_int):find("two protocols", 1, true) then
+        return
+    end
+    error(p_int)
+end
 local p_rep = Proto("intrep", "INT Telemetry Report")
 
 ---------------------------------------------------------------------------------------------

@@ -29,8 +29,8 @@ pub struct AgentArgs {
     #[arg(long = "interface", value_name = "NAME")]
     pub interfaces: Vec<String>,
     /// Where reports go (default: the netcfg's collector).
-    #[arg(long, value_name = "HOST:PORT")]
-    pub collector: Option<String>,
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::usage::host_port)]
+    pub collector: Option<SocketAddr>,
     /// Node ID in the reports (overrides the config's).
     #[arg(long, conflicts_with = "netns")]
     pub node_id: Option<u32>,
@@ -78,14 +78,6 @@ fn parse_netns(text: &str) -> Result<intscope_agent::agent::Namespace, String> {
     })
 }
 
-fn resolve(text: &str) -> Result<SocketAddr> {
-    use std::net::ToSocketAddrs;
-    text.to_socket_addrs()
-        .with_context(|| format!("--collector {text}"))?
-        .next()
-        .with_context(|| format!("--collector {text}: no address"))
-}
-
 /// Runs the agent; returns its summary (JSON).
 pub fn run(args: &AgentArgs) -> Result<String> {
     let mut latency_change_set = false;
@@ -121,10 +113,12 @@ pub fn run(args: &AgentArgs) -> Result<String> {
         }
         None => {}
     }
-    if let Some(text) = &args.collector {
-        collector = Some(resolve(text)?);
+    if let Some(c) = args.collector {
+        collector = Some(c);
     }
-    let collector = collector.context("--collector (or a --netcfg naming one) is required")?;
+    let Some(collector) = collector else {
+        crate::usage::bail_usage!("--collector (or a --netcfg naming one) is required");
+    };
     if let Some(id) = args.node_id {
         node.node_id = id;
     }
@@ -132,12 +126,14 @@ pub fn run(args: &AgentArgs) -> Result<String> {
         None => node.report_format,
         Some("v0.5" | "0.5") => ReportFormat::V05,
         Some("v2.0" | "2.0" | "v2") => ReportFormat::V2,
-        Some(other) => anyhow::bail!("--report-format {other}: expected v0.5 or v2.0"),
+        Some(other) => {
+            crate::usage::bail_usage!("--report-format {other}: expected v0.5 or v2.0")
+        }
     };
     node.watch_subnets
         .extend(args.watch_subnets.iter().copied());
     if args.duration.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
-        anyhow::bail!("--duration must be a positive number of seconds");
+        crate::usage::bail_usage!("--duration must be a positive number of seconds");
     }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [

@@ -4,7 +4,9 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
+
+use crate::usage::bail_usage;
 use indicatif::{ProgressBar, ProgressStyle};
 use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};
 
@@ -12,7 +14,7 @@ use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};
 #[derive(Debug, clap::Args)]
 pub struct BlastArgs {
     /// Collector address.
-    #[arg(long, value_name = "ADDR:PORT")]
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::usage::host_port)]
     pub to: SocketAddr,
     /// Reports per second (0: as fast as possible).
     #[arg(long, default_value_t = 100_000)]
@@ -158,10 +160,10 @@ pub fn run(args: &BlastArgs) -> Result<String> {
     let version = match args.version.as_str() {
         "2" | "2.0" => LoadVersion::V2,
         "0.5" => LoadVersion::V05,
-        v => bail!("--version: {v} (expected 2 or 0.5)"),
+        v => bail_usage!("--version: {v} (expected 2 or 0.5)"),
     };
     if !args.duration.is_finite() || args.duration <= 0.0 {
-        bail!("--duration must be positive");
+        bail_usage!("--duration must be positive");
     }
     let mut g = Generator::new(LoadConfig {
         flows: args.flows,

@@ -15,6 +15,7 @@ use intscope_wire::Warning;
 use intscope_wire::locate::{DetectConfig, Packet};
 
 use crate::capture::{self, Capture, Link};
+use crate::usage::{bail_usage, usage};
 
 /// Replay pacing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -32,10 +33,10 @@ pub struct CollectArgs {
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
     /// UDP address to receive reports on; repeatable. Default 0.0.0.0:32766.
-    #[arg(long, value_name = "ADDR:PORT")]
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::usage::host_port)]
     pub listen: Vec<SocketAddr>,
     /// HTTP API address. Default 127.0.0.1:8080.
-    #[arg(long, value_name = "ADDR:PORT")]
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::usage::host_port)]
     pub http: Option<SocketAddr>,
     /// INT UDP port of the reported packets (INT_TBD); repeatable.
     #[arg(long = "int-udp-port", value_name = "P")]
@@ -147,7 +148,7 @@ fn seconds(flag: &str, s: f64) -> Result<Duration> {
     Duration::try_from_secs_f64(s)
         .ok()
         .filter(|d| !d.is_zero())
-        .with_context(|| format!("--{flag} {s}: a positive number of seconds"))
+        .ok_or_else(|| usage(format!("--{flag} {s}: a positive number of seconds")))
 }
 
 /// The API's settings from the flags, and the access policy: off loopback, a token or an
@@ -173,7 +174,7 @@ pub(crate) fn api_config(a: &ApiArgs, http: SocketAddr) -> Result<ApiConfig> {
     };
     if !http.ip().is_loopback() {
         match (&token, a.insecure_no_auth) {
-            (None, false) => bail!(
+            (None, false) => bail_usage!(
                 "the HTTP API would listen on {http}, off loopback, with no authentication: \
                  give --api-token-file FILE (clients then send `Authorization: Bearer <token>`), \
                  or --insecure-no-auth to serve it open"
@@ -293,9 +294,9 @@ pub(crate) fn parse_store(spec: &str, cluster: Option<String>, source: &str) -> 
         Some(("sqlite", dir)) if !dir.is_empty() => Ok(StoreSpec::Sqlite(dir.into())),
         Some(("clickhouse", urls)) => Ok(StoreSpec::ClickHouse(
             intscope_collector::store::ClickHouseConfig::parse(urls, cluster, source)
-                .map_err(|e| anyhow::anyhow!("--store {spec}: {e}"))?,
+                .map_err(|e| usage(format!("--store {spec}: {e}")))?,
         )),
-        _ => bail!(
+        _ => bail_usage!(
             "--store {spec}: expected sqlite:DIR or clickhouse:http://HOST:PORT[,http://HOST:PORT...]"
         ),
     }

@@ -3,9 +3,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use intscope_wire::domain::Registry;
 use intscope_wire::locate::{DetectConfig, DscpMatch};
+
+use crate::usage::{bail_usage, usage};
 
 /// INT detection flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -36,7 +38,7 @@ fn parse_num(s: &str, what: &str) -> Result<u64> {
         Some(h) => u64::from_str_radix(h, 16),
         None => s.parse(),
     };
-    r.with_context(|| format!("{what}: '{s}' is not a number"))
+    r.map_err(|_| usage(format!("{what}: '{s}' is not a number")))
 }
 
 impl DetectArgs {
@@ -62,7 +64,7 @@ impl DetectArgs {
                 parse_num(m, "--int-dscp mask")?,
             );
             if value > 0x3f || mask > 0x3f {
-                bail!(
+                bail_usage!(
                     "--int-dscp: DSCP values are 6 bits (0..=0x3f), got {}",
                     self.int_dscp
                 );
@@ -76,14 +78,14 @@ impl DetectArgs {
             let h = p.trim_start_matches("0x");
             cfg.probe_marker = Some(
                 u64::from_str_radix(h, 16)
-                    .with_context(|| format!("--probe-marker: '{p}' is not 64-bit hex"))?,
+                    .map_err(|_| usage(format!("--probe-marker: '{p}' is not 64-bit hex")))?,
             );
         }
         if let Some(g) = &self.int_gre_proto {
             let v = parse_num(g, "--int-gre-proto")?;
             cfg.gre_proto = Some(
                 u16::try_from(v)
-                    .with_context(|| format!("--int-gre-proto: {g} exceeds 16 bits"))?,
+                    .map_err(|_| usage(format!("--int-gre-proto: {g} exceeds 16 bits")))?,
             );
         }
         Ok(cfg)

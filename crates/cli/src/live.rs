@@ -166,11 +166,11 @@ const NOT_BUILT: &str = "live interfaces need a build with `--features live` (an
 /// Frames from a live interface.
 #[cfg(not(feature = "live"))]
 pub fn source(_iface: &str) -> anyhow::Result<Box<dyn FrameSource>> {
-    anyhow::bail!(NOT_BUILT)
+    Err(crate::usage::usage(NOT_BUILT))
 }
 
 /// Frames out of a live interface.
 #[cfg(not(feature = "live"))]
 pub fn sink(_iface: &str) -> anyhow::Result<Box<dyn FrameSink>> {
-    anyhow::bail!(NOT_BUILT)
+    Err(crate::usage::usage(NOT_BUILT))
 }

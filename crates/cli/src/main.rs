@@ -12,6 +12,7 @@ mod node;
 mod serve;
 mod sim;
 mod text;
+mod usage;
 mod wireshark;
 
 use clap::{Parser, Subcommand};
@@ -75,6 +76,7 @@ fn main() {
             std::process::exit(0);
         }
         eprintln!("intscope: {e:#}");
-        std::process::exit(1);
+        // 2: the command line is wrong, as clap exits for its own findings; 1: anything else.
+        std::process::exit(if usage::is_usage(&e) { 2 } else { 1 });
     }
 }

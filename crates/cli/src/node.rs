@@ -8,7 +8,7 @@ use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use intscope_node::export::{Exporter, report_frame};
 use intscope_node::frame::{Layout, finish_l4_checksum, l4_checksum_verifies};
 use intscope_node::{MeasuredTelemetry, Node, NodeConfig, StaticTelemetry, Telemetry};
@@ -18,6 +18,7 @@ use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 
 use crate::capture::{Capture, LINKTYPE_ETHERNET};
 use crate::live;
+use crate::usage::bail_usage;
 
 /// Arguments of `intscope node`.
 #[derive(Debug, clap::Args)]
@@ -65,14 +66,19 @@ pub struct NodeArgs {
     #[arg(long, value_name = "REPORTS.pcap", conflicts_with = "collector")]
     pub reports: Option<PathBuf>,
     /// Send the reports over UDP to this collector.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::usage::host_port)]
     pub collector: Option<SocketAddr>,
     /// Source address of reports written to a pcap.
-    #[arg(long, default_value = "192.0.2.1:50000")]
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        default_value = "192.0.2.1:50000",
+        value_parser = crate::usage::host_port
+    )]
     pub report_source: SocketAddr,
     /// Collector address written into report frames in a pcap (default: the netcfg's
     /// collector, else 192.0.2.100:32766). IPv4 or IPv6: the frames follow its family.
-    #[arg(long)]
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::usage::host_port)]
     pub report_destination: Option<SocketAddr>,
 }
 
@@ -128,12 +134,12 @@ pub fn run(args: &NodeArgs) -> Result<String> {
             capture: Capture::open(path)?,
         }),
         (None, Some(iface)) => live::source(iface)?,
-        (None, None) => bail!("--in or --interface is required"),
+        (None, None) => bail_usage!("--in or --interface is required"),
     };
     let mut out: Box<dyn FrameSink> = match (&args.output, &args.out_interface) {
         (Some(path), _) => Box::new(writer(path)?),
         (None, Some(iface)) => live::sink(iface)?,
-        (None, None) => bail!("--out or --out-interface is required"),
+        (None, None) => bail_usage!("--out or --out-interface is required"),
     };
     let mut reports = args.reports.as_ref().map(writer).transpose()?;
     let sock = match collector {

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use intscope_collector::api_cluster::{FabricApi, app};
 use intscope_collector::http::HttpStats;
 use intscope_collector::store::{ClickHouseStore, SqliteStore, Store};
@@ -22,7 +22,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME")]
     pub cluster: Option<String>,
     /// HTTP API address.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8081")]
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        default_value = "127.0.0.1:8081",
+        value_parser = crate::usage::host_port
+    )]
     pub http: SocketAddr,
     /// HTTP API access, TLS and limits (as for `collect`).
     #[command(flatten)]
@@ -33,9 +38,23 @@ pub struct ServeArgs {
 pub fn run(args: &ServeArgs) -> Result<()> {
     let cfg = api_config(&args.api, args.http)?;
     let store: Arc<dyn Store> = match parse_store(&args.store, args.cluster.clone(), "serve")? {
-        StoreSpec::Sqlite(dir) => Arc::new(
-            SqliteStore::open_reader(&dir).with_context(|| format!("opening {}", dir.display()))?,
-        ),
+        StoreSpec::Sqlite(dir) => {
+            // `serve` reads what collectors wrote: opening would create an empty store where a
+            // folder name was mistyped, and serve nothing without a word.
+            let db = dir.join(SqliteStore::FILE);
+            if !db.is_file() {
+                bail!(
+                    "no history store at {} ({} does not exist): give the folder a collector \
+                     writes (`intscope collect --data DIR`)",
+                    dir.display(),
+                    db.display()
+                );
+            }
+            Arc::new(
+                SqliteStore::open_reader(&dir)
+                    .with_context(|| format!("opening {}", dir.display()))?,
+            )
+        }
         StoreSpec::ClickHouse(ch) => {
             Arc::new(ClickHouseStore::open(ch).context("connecting to ClickHouse")?)
         }

@@ -1009,18 +1009,21 @@ fn a_killed_agent_leaves_no_program_attached() {
 
 #[test]
 fn an_agent_without_a_collector_or_with_a_bad_format_says_why() {
-    let out = bin().args(["agent", "--interface", "lo"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--collector"));
-    let out = bin()
-        .args([
-            "agent",
-            "--collector",
-            "127.0.0.1:32766",
-            "--report-format",
-            "v9",
-        ])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("expected v0.5 or v2.0"));
+    // Mistakes in the command line exit 2, as everywhere (crates/cli/src/usage.rs).
+    let run = |args: &[&str]| {
+        let out = bin().arg("agent").args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--interface", "lo"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--collector"), "{err}");
+    let (code, err) = run(&["--collector", "localhost:32766", "--report-format", "v9"]);
+    assert_eq!(code, Some(2), "a host name is an address: {err}");
+    assert!(err.contains("expected v0.5 or v2.0"), "{err}");
+    let (code, err) = run(&["--collector", "127.0.0.1:32766", "--netns", "x"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("NAME=NODE_ID"), "{err}");
 }

@@ -125,8 +125,12 @@ fn replay_of_the_sample_capture_is_served() {
 
 #[test]
 fn replay_of_an_onos_v05_capture() {
-    let file =
-        interop_file("serkantul_prometheus_int_exporter__src_test_resources_int_report.pcap");
+    let Some(file) = interop_file(
+        "replay_of_an_onos_v05_capture",
+        "serkantul_prometheus_int_exporter__src_test_resources_int_report.pcap",
+    ) else {
+        return;
+    };
     let c = Running::start(&[
         "--replay",
         file.to_str().unwrap(),
@@ -428,6 +432,69 @@ fn demo_runs_and_detects_the_scripted_faults() {
     );
     assert!(dir.join("intscope.db").exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The demo's "events detected" line (counts per kind) after a run of `secs` fabric seconds, and
+/// its stderr.
+fn demo_events(secs: &str) -> (String, String) {
+    let out = bin()
+        .args([
+            "demo",
+            "--duration",
+            secs,
+            "--http",
+            "127.0.0.1:0",
+            "--data",
+        ])
+        .arg(tempdir(&format!(
+            "demo-events-{secs}-{:?}",
+            std::thread::current().id()
+        )))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let events = stderr
+        .lines()
+        .find_map(|l| {
+            l.split_once("events detected: ")
+                .map(|(_, e)| e.to_string())
+        })
+        .unwrap_or_else(|| panic!("no events line: {stderr}"));
+    eprintln!("demo {secs} s: {events}");
+    (events, stderr)
+}
+
+/// What the demo detects depends on the simulated traffic only, not on how fast this machine
+/// runs it: the same fabric on a quiet machine and under a CPU hog (threads spinning on every
+/// core, so the fabric falls behind the wall clock) yields the same events, kind by kind.
+#[test]
+fn demo_detection_does_not_depend_on_the_machines_load() {
+    let (quiet, _) = demo_events("4");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hogs: Vec<_> = (0..2 * std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let (busy, stderr) = demo_events("4");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for h in hogs {
+        h.join().unwrap();
+    }
+    assert_eq!(quiet, busy, "events on a quiet machine vs under load");
+    // Behind the wall clock under the hog, and said so once, with the lag.
+    assert_eq!(
+        stderr.matches("the fabric runs behind real time (").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 #[test]

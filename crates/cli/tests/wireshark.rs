@@ -764,7 +764,9 @@ fn sample_capture_matches_dump() {
 
 #[test]
 fn interop_captures_match_dump() {
-    let dir = interop_dir();
+    let Some(dir) = interop_dir("interop_captures_match_dump") else {
+        return;
+    };
     let mut decoded = 0;
     for (file, opts) in [
         (
@@ -803,8 +805,8 @@ fn interop_captures_match_dump() {
 }
 
 /// `## name` → bytes, from one of the corpus's vectors-*.txt files.
-fn vectors(file: &str) -> Vec<(String, Vec<u8>)> {
-    let text = std::fs::read_to_string(interop_dir().join(file)).unwrap();
+fn vectors(dir: &Path, file: &str) -> Vec<(String, Vec<u8>)> {
+    let text = std::fs::read_to_string(dir.join(file)).unwrap();
     let mut out = Vec::new();
     let mut name = None;
     for line in text.lines() {
@@ -844,11 +846,17 @@ fn udp_frame(dscp: u8, dport: u16, payload: &[u8]) -> Vec<u8> {
 /// INT v0.5 test arrays, wrapped in Ethernet/IPv4/UDP.
 #[test]
 fn interop_vectors_match_dump() {
+    let Some(dir) = interop_dir("interop_vectors_match_dump") else {
+        return;
+    };
     let mut frames = Vec::new();
-    for (_, v) in vectors("vectors-hardcoded-cablelabs-siddhi-map-p4-trpt.txt") {
+    for (_, v) in vectors(&dir, "vectors-hardcoded-cablelabs-siddhi-map-p4-trpt.txt") {
         frames.push(udp_frame(0, 556, &v));
     }
-    for (name, v) in vectors("vectors-hardcoded-onos-monitoring-prometheus_int_exporter.txt") {
+    for (name, v) in vectors(
+        &dir,
+        "vectors-hardcoded-onos-monitoring-prometheus_int_exporter.txt",
+    ) {
         if name == "bytePacketINT" {
             // INT v0.5 shim + header + stack + tail after a DSCP-marked UDP header.
             frames.push(udp_frame(0x17, 5000, &v));
@@ -1019,6 +1027,67 @@ fn spec_2016_example() {
 
 /// `intscope wireshark install` writes the embedded plugin where Wireshark looks for personal
 /// Lua plugins (`tshark -G folders`), and tshark then knows the protocols.
+/// The README's tshark commands, as written (Wireshark section), with the plugin installed as
+/// its block installs it — so the "without installing" line loads a second copy, which must
+/// step aside without a Lua error — each find INT or a report in every frame of the sample where
+/// `dump` finds one (DSCP-marked TCP to port 80, INT-MX, GRE included).
+#[test]
+fn readme_tshark_commands_decode_what_dump_decodes() {
+    require_tshark();
+    let home = tempdir("readme-home");
+    succeed(bin().env("HOME", &home).args(["wireshark", "install"]));
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let section = &readme[readme.find("## Wireshark and tshark").unwrap()..];
+    let block = &section[section.find("```sh").unwrap() + 5..];
+    let block = &block[..block.find("```").unwrap()];
+    let commands: Vec<&str> = block
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("tshark "))
+        .collect();
+    assert_eq!(commands.len(), 2, "{block}");
+    let decoded_by_dump: Vec<u64> = dump(&sample(), &Opts::sample())
+        .iter()
+        .filter(|f| {
+            let mut ints = Vec::new();
+            dump_ints(f, &mut ints);
+            !ints.is_empty() || f.get("report").is_some()
+        })
+        .map(|f| f["frame"].as_u64().unwrap())
+        .collect();
+    assert_eq!(decoded_by_dump, (1..=10).collect::<Vec<_>>());
+    for cmd in commands {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{cmd} -T json --no-duplicate-keys"))
+            .current_dir(repo(""))
+            .env("HOME", &home)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{cmd}: {stderr}");
+        assert!(!stderr.contains("Lua"), "{cmd}: {stderr}");
+        let frames: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let decoded: Vec<u64> = frames
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| {
+                let layers = &f["_source"]["layers"];
+                let mut ints = Vec::new();
+                find_all(layers, "int", &mut ints);
+                ints.retain(|i| i.get("int.encap").is_some());
+                let mut reps = Vec::new();
+                find_all(layers, "intrep", &mut reps);
+                !ints.is_empty() || !reps.is_empty()
+            })
+            .map(|(i, _)| i as u64 + 1)
+            .collect();
+        assert_eq!(decoded, decoded_by_dump, "{cmd}");
+    }
+}
+
 #[test]
 fn install_puts_the_plugin_where_wireshark_finds_it() {
     require_tshark();
@@ -1460,11 +1529,17 @@ fn corrupted_frames_match_dump() {
 /// deviations are exercised.
 #[test]
 fn corrupted_vectors_match_dump() {
+    let Some(dir) = interop_dir("corrupted_vectors_match_dump") else {
+        return;
+    };
     let mut payloads = Vec::new();
-    for (_, v) in vectors("vectors-hardcoded-cablelabs-siddhi-map-p4-trpt.txt") {
+    for (_, v) in vectors(&dir, "vectors-hardcoded-cablelabs-siddhi-map-p4-trpt.txt") {
         payloads.push(v);
     }
-    for (name, v) in vectors("vectors-hardcoded-onos-monitoring-prometheus_int_exporter.txt") {
+    for (name, v) in vectors(
+        &dir,
+        "vectors-hardcoded-onos-monitoring-prometheus_int_exporter.txt",
+    ) {
         if name != "bytePacketINT" {
             payloads.push(v);
         }

@@ -2,14 +2,16 @@
 //! error to the values INDEX.md gives; their deviations from the specs come out as warnings.
 //!
 //! The corpus is read in place (never copied into this repository). Its location: the
-//! `INTSCOPE_SHARED` environment variable, else `../shared` beside the checkout.
+//! `INTSCOPE_SHARED` environment variable, else `../shared` beside the checkout. Without it each
+//! test says it is skipped (a plain clone has no corpus); `INTSCOPE_REQUIRE_INTEROP=1`, which CI
+//! sets, makes that a failure.
 
 mod common;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 
-use common::unhex;
+use common::{interop_dir, unhex};
 use intscope_wire::domain::Registry;
 use intscope_wire::int::{AnyShim, Encap, IntBlock, IntHeader};
 use intscope_wire::locate::{DetectConfig, Packet, Start};
@@ -18,22 +20,9 @@ use intscope_wire::report::{InType, Report, V05FixedRepr};
 use intscope_wire::shim::Shim;
 use intscope_wire::{Warning, Warnings};
 
-fn interop_dir() -> PathBuf {
-    let base = std::env::var_os("INTSCOPE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    let dir = base.join("interop");
-    assert!(
-        dir.join("INDEX.md").exists(),
-        "interop corpus not found at {} (set INTSCOPE_SHARED)",
-        dir.display()
-    );
-    dir
-}
-
 /// `## name` → hex bytes, from a vectors-*.txt file.
-fn vectors(file: &str) -> HashMap<String, Vec<u8>> {
-    let text = std::fs::read_to_string(interop_dir().join(file)).unwrap();
+fn vectors(dir: &Path, file: &str) -> HashMap<String, Vec<u8>> {
+    let text = std::fs::read_to_string(dir.join(file)).unwrap();
     let mut out = HashMap::new();
     let mut name = None;
     for line in text.lines() {
@@ -49,8 +38,8 @@ fn vectors(file: &str) -> HashMap<String, Vec<u8>> {
     out
 }
 
-fn pcap_frames(file: &str) -> Vec<Vec<u8>> {
-    let path = interop_dir().join(file);
+fn pcap_frames(dir: &Path, file: &str) -> Vec<Vec<u8>> {
+    let path = dir.join(file);
     let mut out = Vec::new();
     if let Ok(mut r) = pcap_file::pcap::PcapReader::new(std::fs::File::open(&path).unwrap()) {
         while let Some(p) = r.next_packet() {
@@ -92,8 +81,13 @@ fn warned(w: Warnings, x: Warning) -> bool {
 
 #[test]
 fn onos_fabric_p4_report_v05_capture() {
-    let frames =
-        pcap_frames("serkantul_prometheus_int_exporter__src_test_resources_int_report.pcap");
+    let Some(dir) = interop_dir("onos_fabric_p4_report_v05_capture") else {
+        return;
+    };
+    let frames = pcap_frames(
+        &dir,
+        "serkantul_prometheus_int_exporter__src_test_resources_int_report.pcap",
+    );
     let cfg = report_cfg(&[1234]);
     let r = Report::parse(udp_payload(&frames[0], &cfg)).unwrap();
     let Report::V05 {
@@ -154,6 +148,9 @@ fn onos_fabric_p4_report_v05_capture() {
 
 #[test]
 fn bmv2_int_mx_captures() {
+    let Some(dir) = interop_dir("bmv2_int_mx_captures") else {
+        return;
+    };
     let cfg = DetectConfig {
         verify_checksums: true,
         ..DetectConfig::default()
@@ -162,7 +159,7 @@ fn bmv2_int_mx_captures() {
         ("laofan13_P4-INT__int-mx_pcap_s2-eth1_in.pcap", 17),
         ("laofan13_P4-INT__int-mx_pcap_s3-eth3_in.pcap", 8),
     ] {
-        let frames = pcap_frames(file);
+        let frames = pcap_frames(&dir, file);
         let p = Packet::parse(&frames[index], Start::Ethernet, &cfg).unwrap();
         assert_eq!(p.ip.unwrap().dscp, 0x17);
         let (_, b) = p.int.unwrap();
@@ -198,7 +195,7 @@ fn bmv2_int_mx_captures() {
         "laofan13_P4-INT__int-mx_pcap_s3-eth2_in.pcap",
         "laofan13_P4-INT__int-mx_ipv4-frames-only.pcap",
     ] {
-        for f in pcap_frames(file) {
+        for f in pcap_frames(&dir, file) {
             let p = Packet::parse(&f, Start::Ethernet, &cfg).unwrap();
             if p.ip.is_some_and(|ip| ip.dscp == 0x17) {
                 assert!(p.int.is_some());
@@ -211,7 +208,13 @@ fn bmv2_int_mx_captures() {
 
 #[test]
 fn onos_report_v05_vectors() {
-    let v = vectors("vectors-hardcoded-onos-monitoring-prometheus_int_exporter.txt");
+    let Some(dir) = interop_dir("onos_report_v05_vectors") else {
+        return;
+    };
+    let v = vectors(
+        &dir,
+        "vectors-hardcoded-onos-monitoring-prometheus_int_exporter.txt",
+    );
     let Report::V05 {
         fixed,
         switch,
@@ -294,7 +297,10 @@ fn onos_report_v05_vectors() {
 
 #[test]
 fn fabric_tna_report_v05() {
-    let v = vectors("vectors-rendered-fabric-tna.txt");
+    let Some(dir) = interop_dir("fabric_tna_report_v05") else {
+        return;
+    };
+    let v = vectors(&dir, "vectors-rendered-fabric-tna.txt");
     let cfg = report_cfg(&[32766]);
     let Report::V05 {
         fixed,
@@ -362,7 +368,10 @@ fn fabric_tna_report_v05() {
 
 #[test]
 fn amlight_report_v10_int_v10() {
-    let v = vectors("vectors-rendered-amlight.txt");
+    let Some(dir) = interop_dir("amlight_report_v10_int_v10") else {
+        return;
+    };
+    let v = vectors(&dir, "vectors-rendered-amlight.txt");
     let cfg = report_cfg(&[5900]);
     let r = Report::parse(udp_payload(
         &v["amlight_report_v10_int_v10_udp_dscp_vlan"],
@@ -427,7 +436,10 @@ fn amlight_report_v10_int_v10() {
 
 #[test]
 fn geant_reports_v10_and_v05() {
-    let v = vectors("vectors-rendered-geant-int-collector.txt");
+    let Some(dir) = interop_dir("geant_reports_v10_and_v05") else {
+        return;
+    };
+    let v = vectors(&dir, "vectors-rendered-geant-int-collector.txt");
     let cfg = report_cfg(&[8090, 8086]);
     let r = Report::parse(udp_payload(
         &v["geant_collector_report_v10_int_v10_3hops"],
@@ -509,7 +521,10 @@ fn geant_reports_v10_and_v05() {
 
 #[test]
 fn p4_applications_int_v10() {
-    let v = vectors("vectors-rendered-p4-applications.txt");
+    let Some(dir) = interop_dir("p4_applications_int_v10") else {
+        return;
+    };
+    let v = vectors(&dir, "vectors-rendered-p4-applications.txt");
     let p = Packet::parse(
         &v["p4apps_int_v10_udp_dscp17_2hops"],
         Start::Ethernet,
@@ -538,7 +553,10 @@ fn p4_applications_int_v10() {
 
 #[test]
 fn scapy_int_21_layers() {
-    let v = vectors("vectors-rendered-scapy-pr4230.txt");
+    let Some(dir) = interop_dir("scapy_int_21_layers") else {
+        return;
+    };
+    let v = vectors(&dir, "vectors-rendered-scapy-pr4230.txt");
     let cfg = DetectConfig {
         int_udp_ports: vec![0x4568],
         gre_proto: Some(0x4569),
@@ -579,8 +597,11 @@ fn scapy_int_21_layers() {
 
 #[test]
 fn rendered_pcap_matches_vectors() {
+    let Some(dir) = interop_dir("rendered_pcap_matches_vectors") else {
+        return;
+    };
     // The pcap holds the same ten rendered frames as the vector files; each decodes cleanly.
-    let frames = pcap_frames("rendered__third-party-scapy-classes.pcap");
+    let frames = pcap_frames(&dir, "rendered__third-party-scapy-classes.pcap");
     assert_eq!(frames.len(), 10);
     let cfg = DetectConfig {
         int_udp_ports: vec![0x4568],
@@ -608,7 +629,10 @@ fn cablelabs_registry() -> Registry {
 
 #[test]
 fn cablelabs_report_v20_variant() {
-    let v = vectors("vectors-hardcoded-cablelabs-siddhi-map-p4-trpt.txt");
+    let Some(dir) = interop_dir("cablelabs_report_v20_variant") else {
+        return;
+    };
+    let v = vectors(&dir, "vectors-hardcoded-cablelabs-siddhi-map-p4-trpt.txt");
     let reg = cablelabs_registry();
     let cfg = DetectConfig {
         int_udp_ports: vec![555],
@@ -714,4 +738,44 @@ fn cablelabs_report_v20_variant() {
             "{name}: original flow"
         );
     }
+}
+
+/// Without the corpus (a plain clone) a test says it is skipped and passes; with
+/// `INTSCOPE_REQUIRE_INTEROP=1` (CI) the same absence fails it. Runs this test binary again on one
+/// corpus test with `INTSCOPE_SHARED` pointing at an empty folder.
+#[test]
+fn missing_corpus_skips_unless_required() {
+    let empty = std::env::temp_dir().join(format!("intscope-no-interop-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let run = |require: Option<&str>| {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--exact",
+            "onos_fabric_p4_report_v05_capture",
+            "--nocapture",
+        ])
+        .env("INTSCOPE_SHARED", &empty)
+        .env_remove("INTSCOPE_REQUIRE_INTEROP");
+        if let Some(v) = require {
+            cmd.env("INTSCOPE_REQUIRE_INTEROP", v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, stderr) = run(None);
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("onos_fabric_p4_report_v05_capture: skipped: interop corpus not found"),
+        "{stderr}"
+    );
+    let (ok, stderr) = run(Some("1"));
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains("INTSCOPE_REQUIRE_INTEROP is set"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir(&empty);
 }

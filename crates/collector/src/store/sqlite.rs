@@ -138,6 +138,10 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File, StoreError> {
 }
 
 impl SqliteStore {
+    /// The database's file name inside the store folder: `intscope serve` checks for it, so a
+    /// mistyped folder is an error there instead of a new, empty store.
+    pub const FILE: &str = "intscope.db";
+
     /// Opens (creating if needed) `dir/intscope.db` in WAL mode to write to, alone: the
     /// directory's `LOCK` file is locked exclusively until the store is dropped, so a second
     /// collector (or a replay) on the same directory is refused
@@ -158,7 +162,7 @@ impl SqliteStore {
             source,
         })?;
         let lock = if writer { Some(lock_dir(dir)?) } else { None };
-        let path = dir.join("intscope.db");
+        let path = dir.join(Self::FILE);
         let conn = Connection::open(&path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL in WAL mode: a committed transaction survives a process crash (kill -9); only

@@ -177,3 +177,31 @@ pub fn embedded_int_report(inner: &[u8]) -> Vec<u8> {
     b.extend_from_slice(inner);
     b
 }
+
+/// The interop corpus, `$INTSCOPE_SHARED/interop` (else `../shared/interop` beside the checkout),
+/// or `None` when it is absent: the corpus belongs to other projects and is never copied into this
+/// repository, so a plain clone cannot have it. `test` then says on stderr that it is skipped and
+/// why — written past the test harness's capture, so `cargo test` shows it — unless
+/// `INTSCOPE_REQUIRE_INTEROP=1` (CI, which always has the corpus), where the absence fails.
+pub fn interop_dir(test: &str) -> Option<std::path::PathBuf> {
+    use std::io::Write;
+    let base = std::env::var_os("INTSCOPE_SHARED")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
+        });
+    let dir = base.join("interop");
+    if dir.join("INDEX.md").exists() {
+        return Some(dir);
+    }
+    let why = format!(
+        "interop corpus not found at {} (INTSCOPE_SHARED names the folder holding interop/)",
+        dir.display()
+    );
+    assert!(
+        std::env::var_os("INTSCOPE_REQUIRE_INTEROP").is_none_or(|v| v.is_empty() || v == "0"),
+        "{why}; INTSCOPE_REQUIRE_INTEROP is set, so this is a failure"
+    );
+    let _ = writeln!(std::io::stderr(), "{test}: skipped: {why}");
+    None
+}
