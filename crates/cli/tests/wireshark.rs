@@ -822,6 +822,26 @@ fn vectors(dir: &Path, file: &str) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// A TCP segment (DSCP `dscp`, to `dport`) carrying `payload` after its header.
+fn tcp_frame(dscp: u8, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut ip = etherparse::Ipv4Header::new(
+        0,
+        64,
+        etherparse::IpNumber::TCP,
+        [10, 0, 0, 1],
+        [10, 0, 0, 2],
+    )
+    .unwrap();
+    ip.dscp = etherparse::IpDscp::try_new(dscp).unwrap();
+    let mut f = Vec::new();
+    etherparse::PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
+        .ip(etherparse::IpHeaders::Ipv4(ip, Default::default()))
+        .tcp(40000, dport, 1, 1000)
+        .write(&mut f, payload)
+        .unwrap();
+    f
+}
+
 fn udp_frame(dscp: u8, dport: u16, payload: &[u8]) -> Vec<u8> {
     let mut ip = etherparse::Ipv4Header::new(
         0,
@@ -1644,6 +1664,12 @@ fn legacy_cases() -> Vec<LegacyCase> {
             &["int.warning.legacy_shim_length"],
             None,
         ),
+        // v0.5 after a DSCP-marked TCP header, to the SSH port: INT, not SSH (issue 36).
+        (
+            tcp_frame(0x17, 22, &v05(5, 1, 1, 0x8000, &[7])),
+            &["int.hop.node_id"],
+            None,
+        ),
         (
             udp_frame(0x17, 5000, &v1(1, 0x8001, &[1, 0x1234_abcd, 2, u32::MAX])),
             &["int.hop.checksum_complement"],
@@ -1726,19 +1752,21 @@ fn legacy_frames_match_dump() {
     }
     // The layers before the malformed Geneve option: dump and the plugin keep the INT block.
     assert_eq!(
-        d[8]["int"]["hops"].as_array().map(Vec::len),
+        d[9]["int"]["hops"].as_array().map(Vec::len),
         Some(1),
         "{}",
-        d[8]
+        d[9]
     );
-    assert!(d[8].get("error").is_some());
+    assert!(d[9].get("error").is_some());
+    // v0.5 over TCP to port 22: dump reads the INT hop (tshark's plugin too, checked above).
+    assert_eq!(d[2]["int"]["hops"][0]["node_id"], 7, "{}", d[2]);
     // v0.5 bit 6 split, v1.0 bit 15 a Checksum Complement, v0.5 bit 15 reserved.
     let hop = &d[0]["int"]["hops"][0];
     assert_eq!(hop["congestion_queue_id"], 2);
     assert_eq!(hop["congestion_status"], 12);
     assert_eq!(hop["reserved_bit15"], 0xdead_beefu32);
-    assert_eq!(d[2]["int"]["hops"][0]["checksum_complement"], 0x1234_abcd);
-    assert!(d[2]["int"]["hops"][1]["checksum_complement"].is_null());
+    assert_eq!(d[3]["int"]["hops"][0]["checksum_complement"], 0x1234_abcd);
+    assert!(d[3]["int"]["hops"][1]["checksum_complement"].is_null());
 }
 
 /// As [`corrupted_frames_match_dump`], for the legacy frames of [`legacy_cases`] and the 2016
