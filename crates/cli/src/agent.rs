@@ -17,7 +17,7 @@ use intscope_node::config::ReportFormat;
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// Node settings (docs/node-config.md): node_id, watchlist, watch_subnets, report_format,
-    /// instructions, [filters] (queue thresholds), drop_reports. The mode is INT-XD.
+    /// instructions, `[filters]` (queue thresholds), drop_reports. The mode is INT-XD.
     #[arg(long, value_name = "NODE.toml")]
     pub config: Option<PathBuf>,
     /// An ONOS netcfg (JSON) with SD-Fabric's INT app block, applied over `--config`: watch
