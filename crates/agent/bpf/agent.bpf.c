@@ -57,10 +57,13 @@ const volatile __u32 drops_all = 0;          // drop reports for unwatched packe
 const volatile __u32 watch_count = 0;
 const volatile __u8 watch_prefixes[WATCH_FAST * 32] = {};
 
+// Every packet sent on a watched interface (C_TX) or delivered to this host (C_LOCAL) ends in
+// exactly one of C_NOT_IP, C_UNWATCHED, C_REPORTS, C_FILTERED, C_EVENTS, C_RING_FULL; every
+// drop (C_DROPS) in exactly one of the C_DROP_* outcomes.
 enum counter {
 	C_RX = 0,        // packets received on a watched interface
 	C_TX,            // packets sent on a watched interface
-	C_LOCAL,         // received packets delivered to this host (their postcard is sent there)
+	C_LOCAL,         // IP packets (not reports) delivered to this host (their postcard is sent there)
 	C_NOT_IP,        // seen, not IPv4/IPv6 (or headers unreadable)
 	C_UNWATCHED,     // seen, on no watchlist
 	C_REPORTS,       // seen, report traffic (never watched)
@@ -533,18 +536,16 @@ int BPF_PROG(on_receive, struct sk_buff *skb)
 	__u16 proto = bpf_ntohs(skb->protocol);
 	const void *l3 = l3_of(skb, 1);
 	struct parsed p;
-	if (!parse(l3, proto, &p)) {
-		count(C_NOT_IP);
+	// A packet's outcome is counted once, where it ends here: when it leaves, or when it is
+	// delivered to this host (an IP packet to one of its addresses). Neither is known yet.
+	if (!parse(l3, proto, &p))
 		return 0;
-	}
 	p.key.node = node;
 	int w = watched(&p.key);
 	__u64 now = bpf_ktime_get_ns();
 	__u32 in_if = dev->ifindex;
-	if (w < 0) {
-		count(C_REPORTS);
+	if (w < 0)
 		return 0;
-	}
 	// Delivered to this host: its hop ends here (no egress), reported now.
 	if (is_local(node, p.key.dst)) {
 		count(C_LOCAL);

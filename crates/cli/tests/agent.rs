@@ -835,6 +835,17 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
         let c = &s["agent"];
         let n = |k: &str| c[k].as_u64().unwrap();
         assert_eq!(n("ring_full") + n("drop_ring_full"), 0, "{s}");
+        // Every packet sent or delivered here ends in one outcome; every drop too.
+        assert_eq!(
+            n("transmitted") + n("delivered"),
+            n("not_ip") + n("unwatched") + n("report_traffic") + n("filtered") + n("events"),
+            "{s}"
+        );
+        assert_eq!(
+            n("drops"),
+            n("drop_not_ip") + n("drop_unwatched") + n("drop_filtered") + n("drop_events"),
+            "{s}"
+        );
         assert_eq!(
             n("events") + n("drop_events"),
             n("user_events"),
