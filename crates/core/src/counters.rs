@@ -405,7 +405,25 @@ metric!(
     None,
     [],
     Stats(&[("*", "sequence_resets")]),
-    "Sequence jumps too far to be loss (restarted or spoofed sources)"
+    "Sequence resets: far jumps later numbers continued (restarted sources)"
+);
+metric!(
+    REPORT_SEQUENCE_IMPLAUSIBLE,
+    "report_sequence_implausible",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "sequence_implausible")]),
+    "Sequence numbers later numbers contradicted (corrupt or spoofed), never counted as loss"
+);
+metric!(
+    REPORT_SEQUENCE_WIDTH_CONFLICTS,
+    "report_sequence_width_conflicts",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "sequence_width_conflicts")]),
+    "Reports whose sequence width (22 bits v2.0, 32 bits v1.0/v0.5) was not their source's"
 );
 metric!(
     STATE_EVICTED,
@@ -591,6 +609,8 @@ pub const ALL: &[&Metric] = &[
     &REPORTS_LOST_ALL,
     &REPORT_GROUPS_LOST_ALL,
     &REPORT_SEQUENCE_RESETS,
+    &REPORT_SEQUENCE_IMPLAUSIBLE,
+    &REPORT_SEQUENCE_WIDTH_CONFLICTS,
     &STATE_EVICTED,
     &STATE_ENTRIES,
     &EVENTS,
@@ -750,6 +770,16 @@ impl Snapshot {
         out.add(&REPORTS_LOST_ALL, &[], self.reports_lost());
         out.add(&REPORT_GROUPS_LOST_ALL, &[], self.report_groups_lost());
         out.add(&REPORT_SEQUENCE_RESETS, &[], self.sequence_resets());
+        out.add(
+            &REPORT_SEQUENCE_IMPLAUSIBLE,
+            &[],
+            self.sequence_implausible(),
+        );
+        out.add(
+            &REPORT_SEQUENCE_WIDTH_CONFLICTS,
+            &[],
+            self.sequence_width_conflicts(),
+        );
         for (kind, n) in self.evicted().by_kind() {
             out.add(&STATE_EVICTED, &[kind], n);
         }
