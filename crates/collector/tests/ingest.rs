@@ -810,3 +810,40 @@ fn a_datagram_cut_inside_a_later_report_is_counted_truncated() {
         (1, 8)
     );
 }
+
+/// A switch timestamp further than `clock_skew_max_ns` (a day) from the receive time (a flipped
+/// high bit: the year 2262) is counted and not used: the report's events are timed by its
+/// receive time, where storage and retention see them. One within the bound keeps the switch's
+/// time. (Before: events and incidents at 2262, first in history and never pruned.)
+#[test]
+fn a_switch_time_far_from_the_receive_time_is_counted_and_not_used() {
+    use intscope_collector::event::EventKind;
+    let c = Collector::open(config()).unwrap();
+    let mut batch = RecordBatch::default();
+    let src = "192.0.2.1".parse().unwrap();
+    let now = 1_700_000_000 * S;
+    let far = now | (1 << 62);
+    for (flow, node, ts) in [(1, 101, now - 3_600 * S), (2, 102, far)] {
+        let mut r = Rep::new(
+            flow,
+            &[H(1, 2, 100, 10), H(node, 2, 100, 4000)],
+            H(2, 3, 100, 10),
+        );
+        r.hop_ts = Some(ts);
+        c.ingest(&r.datagram(), src, now, &mut batch);
+    }
+    assert_eq!(c.stats.counts().clock_skewed, 1);
+    let times: Vec<(Option<u32>, u64)> = c
+        .state
+        .events()
+        .events()
+        .iter()
+        .filter(|e| e.kind == EventKind::CongestionStart)
+        .map(|e| (e.node_id, e.time_ns))
+        .collect();
+    assert!(times.contains(&(Some(101), now - 3_600 * S)), "{times:?}");
+    assert!(times.contains(&(Some(102), now)), "{times:?}");
+    let incidents = c.state.incidents();
+    assert!(!incidents.is_empty());
+    assert!(incidents.iter().all(|i| i.start_ns <= now), "{incidents:?}");
+}

@@ -239,6 +239,15 @@ metric!(
     "Individual reports decoded"
 );
 metric!(
+    INGEST_REPORTS_CLOCK_SKEWED,
+    "ingest_reports_clock_skewed",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "ingest.reports_clock_skewed")]),
+    "Reports with a switch timestamp beyond clock_skew_max_ns of receive time, timed by receive time"
+);
+metric!(
     INGEST_SOCKET_ERRORS,
     "ingest_socket_errors",
     Counter,
@@ -592,6 +601,7 @@ pub const ALL: &[&Metric] = &[
     &INGEST_DATAGRAMS,
     &INGEST_DATAGRAMS_MALFORMED,
     &INGEST_REPORTS_DECODED,
+    &INGEST_REPORTS_CLOCK_SKEWED,
     &INGEST_SOCKET_ERRORS,
     &HTTP_CONNECTIONS,
     &HTTP_CONNECTIONS_OPEN,
