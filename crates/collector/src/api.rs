@@ -477,6 +477,10 @@ pub struct SourceStats {
     pub report_groups_reordered: u64,
     /// Sequence restarts.
     pub restarts: u64,
+    /// Sequence numbers later numbers contradicted (corrupt or spoofed).
+    pub implausible: u64,
+    /// Reports of the other sequence width than the source's.
+    pub width_conflicts: u64,
 }
 
 /// What `/api/stats` holds besides the counters of [`sample_counters`]: the last decode error,
@@ -552,6 +556,8 @@ async fn stats(AxState(api): Shared) -> Json<Value> {
             reports_lost: st.reports_lost,
             report_groups_reordered: st.reordered,
             restarts: st.restarts,
+            implausible: st.implausible,
+            width_conflicts: st.width_conflicts,
         })
         .collect();
     let base = StatsBase {

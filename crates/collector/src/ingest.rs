@@ -127,6 +127,8 @@ pub struct IngestStats {
     pub accepted: AtomicU64,
     /// Individual reports decoded.
     pub reports: AtomicU64,
+    /// Reports with a switch timestamp beyond `clock_skew_max_ns` of receive time.
+    pub clock_skewed: AtomicU64,
     /// Discarded as malformed, any kind (the sum of the malformed reasons).
     pub malformed: AtomicU64,
     /// Discarded: unknown version.
@@ -213,6 +215,7 @@ impl IngestStats {
             received: g(&self.received),
             accepted: g(&self.accepted),
             reports: g(&self.reports),
+            clock_skewed: g(&self.clock_skewed),
             malformed: g(&self.malformed),
             discarded: Discard::ALL.map(|d| g(self.discarded(d))),
             socket_errors: g(&self.socket_errors),
@@ -262,6 +265,8 @@ pub struct IngestCounts {
     pub accepted: u64,
     /// Individual reports decoded.
     pub reports: u64,
+    /// Reports with a switch timestamp beyond `clock_skew_max_ns` of receive time.
+    pub clock_skewed: u64,
     /// Discarded as malformed, any kind.
     pub malformed: u64,
     /// Discarded, by reason, in the order of [`Discard::ALL`].
@@ -283,6 +288,11 @@ impl IngestCounts {
         }
         out.add(&counters::INGEST_DATAGRAMS_MALFORMED, &[], self.malformed);
         out.add(&counters::INGEST_REPORTS_DECODED, &[], self.reports);
+        out.add(
+            &counters::INGEST_REPORTS_CLOCK_SKEWED,
+            &[],
+            self.clock_skewed,
+        );
         out.add(&counters::INGEST_SOCKET_ERRORS, &[], self.socket_errors);
     }
 
@@ -313,10 +323,14 @@ pub struct Tally {
     reports: u64,
 }
 
-/// A record sink that counts the records it was given.
+/// A record sink that counts the records it was given, and drops switch timestamps too far
+/// from receive time (counting the reports that had one).
 struct Counted<'a, S> {
     sink: &'a mut S,
     n: usize,
+    /// `clock_skew_max_ns` (0: no bound).
+    max_skew_ns: u64,
+    skewed: u64,
 }
 
 impl<S: RecordSink> RecordSink for Counted<'_, S> {
@@ -325,6 +339,10 @@ impl<S: RecordSink> RecordSink for Counted<'_, S> {
     }
     fn filled(&mut self) {
         self.n += 1;
+        // The slot just filled (a sink hands out the same slot until it is filled).
+        if crate::record::drop_far_timestamps(self.sink.slot(), self.max_skew_ns) {
+            self.skewed += 1;
+        }
         self.sink.filled();
     }
 }
@@ -655,7 +673,12 @@ impl Collector {
         if self.store.is_some() {
             self.keep_raw(payload, src, time_ns);
         }
-        let mut out = Counted { sink: batch, n: 0 };
+        let mut out = Counted {
+            sink: batch,
+            n: 0,
+            max_skew_ns: self.config.detect.clock_skew_max_ns,
+            skewed: 0,
+        };
         let result = decode_into(
             payload,
             time_ns,
@@ -665,6 +688,12 @@ impl Collector {
         );
         let n = out.n;
         tally.reports += n as u64;
+        if out.skewed > 0 {
+            // Rare: a shared counter, not the batch tally.
+            self.stats
+                .clock_skewed
+                .fetch_add(out.skewed, Ordering::Relaxed);
+        }
         match result {
             Ok(_) => tally.accepted += 1,
             Err(e) => {

@@ -763,3 +763,87 @@ fn a_stop_reads_what_the_socket_holds() {
     let (received, outcomes) = accounted(&c);
     assert_eq!(received, outcomes, "each one accepted or discarded");
 }
+
+/// A v2.0 datagram cut inside its 2nd to 8th report (an MTU, a capture's snap length): the
+/// reports before the cut are kept, and the datagram is counted as truncated, with the error.
+/// (Before, a length tolerance absorbed the cut report into the one before it: accepted, and
+/// the cut report counted nowhere.)
+#[test]
+fn a_datagram_cut_inside_a_later_report_is_counted_truncated() {
+    let mut g = Generator::new(LoadConfig {
+        batch: 8,
+        ..LoadConfig::coalesced_v2(64)
+    });
+    let mut dg = Vec::new();
+    assert_eq!(g.next_datagram(&mut dg), 8);
+    let report = intscope_wire::report::Report::parse(&dg).unwrap();
+    let starts: Vec<usize> = report
+        .individual_reports()
+        .map(|r| r.unwrap().offset)
+        .collect();
+    assert_eq!(starts.len(), 8);
+    let src = "192.0.2.1".parse().unwrap();
+    let mut batch = RecordBatch::default();
+    let mut datagrams = 0;
+    for k in 1..8 {
+        let (start, end) = (starts[k], starts.get(k + 1).copied().unwrap_or(dg.len()));
+        // Inside the header, just after it, in the middle, one byte short.
+        for cut in [start + 2, start + 4, (start + end) / 2, end - 1] {
+            let c = Collector::open(config()).unwrap();
+            c.ingest(&dg[..cut], src, 1_000, &mut batch);
+            datagrams += 1;
+            let s = c.stats.counts();
+            assert_eq!(s.accepted, 0, "report {} cut at {cut}", k + 1);
+            assert_eq!(Discard::ALL[3], Discard::Truncated);
+            assert_eq!(s.discarded[3], 1, "report {} cut at {cut}", k + 1);
+            assert_eq!(s.reports, k as u64, "the reports before the cut are kept");
+            let err = c.stats.last_error.lock().unwrap().clone().unwrap();
+            assert!(err.contains(&format!("at byte {start}:")), "{err}");
+        }
+    }
+    assert_eq!(datagrams, 7 * 4);
+    // Whole, it is accepted with its eight reports.
+    let c = Collector::open(config()).unwrap();
+    c.ingest(&dg, src, 1_000, &mut batch);
+    assert_eq!(
+        (c.stats.counts().accepted, c.stats.counts().reports),
+        (1, 8)
+    );
+}
+
+/// A switch timestamp further than `clock_skew_max_ns` (a day) from the receive time (a flipped
+/// high bit: the year 2262) is counted and not used: the report's events are timed by its
+/// receive time, where storage and retention see them. One within the bound keeps the switch's
+/// time. (Before: events and incidents at 2262, first in history and never pruned.)
+#[test]
+fn a_switch_time_far_from_the_receive_time_is_counted_and_not_used() {
+    use intscope_collector::event::EventKind;
+    let c = Collector::open(config()).unwrap();
+    let mut batch = RecordBatch::default();
+    let src = "192.0.2.1".parse().unwrap();
+    let now = 1_700_000_000 * S;
+    let far = now | (1 << 62);
+    for (flow, node, ts) in [(1, 101, now - 3_600 * S), (2, 102, far)] {
+        let mut r = Rep::new(
+            flow,
+            &[H(1, 2, 100, 10), H(node, 2, 100, 4000)],
+            H(2, 3, 100, 10),
+        );
+        r.hop_ts = Some(ts);
+        c.ingest(&r.datagram(), src, now, &mut batch);
+    }
+    assert_eq!(c.stats.counts().clock_skewed, 1);
+    let times: Vec<(Option<u32>, u64)> = c
+        .state
+        .events()
+        .events()
+        .iter()
+        .filter(|e| e.kind == EventKind::CongestionStart)
+        .map(|e| (e.node_id, e.time_ns))
+        .collect();
+    assert!(times.contains(&(Some(101), now - 3_600 * S)), "{times:?}");
+    assert!(times.contains(&(Some(102), now)), "{times:?}");
+    let incidents = c.state.incidents();
+    assert!(!incidents.is_empty());
+    assert!(incidents.iter().all(|i| i.start_ns <= now), "{incidents:?}");
+}

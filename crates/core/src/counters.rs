@@ -239,6 +239,15 @@ metric!(
     "Individual reports decoded"
 );
 metric!(
+    INGEST_REPORTS_CLOCK_SKEWED,
+    "ingest_reports_clock_skewed",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "ingest.reports_clock_skewed")]),
+    "Reports with a switch timestamp beyond clock_skew_max_ns of receive time, timed by receive time"
+);
+metric!(
     INGEST_SOCKET_ERRORS,
     "ingest_socket_errors",
     Counter,
@@ -405,7 +414,25 @@ metric!(
     None,
     [],
     Stats(&[("*", "sequence_resets")]),
-    "Sequence jumps too far to be loss (restarted or spoofed sources)"
+    "Sequence resets: far jumps later numbers continued (restarted sources)"
+);
+metric!(
+    REPORT_SEQUENCE_IMPLAUSIBLE,
+    "report_sequence_implausible",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "sequence_implausible")]),
+    "Sequence numbers later numbers contradicted (corrupt or spoofed), never counted as loss"
+);
+metric!(
+    REPORT_SEQUENCE_WIDTH_CONFLICTS,
+    "report_sequence_width_conflicts",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "sequence_width_conflicts")]),
+    "Reports whose sequence width (22 bits v2.0, 32 bits v1.0/v0.5) was not their source's"
 );
 metric!(
     STATE_EVICTED,
@@ -574,6 +601,7 @@ pub const ALL: &[&Metric] = &[
     &INGEST_DATAGRAMS,
     &INGEST_DATAGRAMS_MALFORMED,
     &INGEST_REPORTS_DECODED,
+    &INGEST_REPORTS_CLOCK_SKEWED,
     &INGEST_SOCKET_ERRORS,
     &HTTP_CONNECTIONS,
     &HTTP_CONNECTIONS_OPEN,
@@ -591,6 +619,8 @@ pub const ALL: &[&Metric] = &[
     &REPORTS_LOST_ALL,
     &REPORT_GROUPS_LOST_ALL,
     &REPORT_SEQUENCE_RESETS,
+    &REPORT_SEQUENCE_IMPLAUSIBLE,
+    &REPORT_SEQUENCE_WIDTH_CONFLICTS,
     &STATE_EVICTED,
     &STATE_ENTRIES,
     &EVENTS,
@@ -750,6 +780,16 @@ impl Snapshot {
         out.add(&REPORTS_LOST_ALL, &[], self.reports_lost());
         out.add(&REPORT_GROUPS_LOST_ALL, &[], self.report_groups_lost());
         out.add(&REPORT_SEQUENCE_RESETS, &[], self.sequence_resets());
+        out.add(
+            &REPORT_SEQUENCE_IMPLAUSIBLE,
+            &[],
+            self.sequence_implausible(),
+        );
+        out.add(
+            &REPORT_SEQUENCE_WIDTH_CONFLICTS,
+            &[],
+            self.sequence_width_conflicts(),
+        );
         for (kind, n) in self.evicted().by_kind() {
             out.add(&STATE_EVICTED, &[kind], n);
         }

@@ -39,6 +39,11 @@ pub struct DetectConfig {
     /// A report sequence gap is confirmed as loss (and raised) only when no late report
     /// filled it within this much receive time: reordered reports raise nothing.
     pub report_reorder_ns: u64,
+    /// A switch timestamp further than this from the collector's receive time (either way) is
+    /// not believed: a flipped high bit dates a report to 2262, where it would sort first in
+    /// history and never be pruned. Such a hop's timestamps are dropped, so its report is timed
+    /// by its receive time, and counted (`ingest_reports_clock_skewed`). 0: no bound.
+    pub clock_skew_max_ns: u64,
     /// A flow without a report for this long leaves the live state (its summary stays in the
     /// store), so memory holds the active flows, not every flow ever seen.
     pub flow_idle_ns: u64,
@@ -65,6 +70,7 @@ impl Default for DetectConfig {
             incident_quiet_ns: 5_000_000_000,
             path_correlation_ns: 1_000_000_000,
             report_reorder_ns: 20_000_000,
+            clock_skew_max_ns: 86_400_000_000_000,
         }
     }
 }

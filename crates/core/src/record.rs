@@ -161,6 +161,19 @@ impl Hop {
         self.queue_occupancy = occupancy.unwrap_or(ABSENT);
         self
     }
+    /// Drops its timestamps if one is further than `max_ns` from receive time `now` (see
+    /// `detect::DetectConfig::clock_skew_max_ns`); whether it did.
+    pub fn drop_far_timestamps(&mut self, now: u64, max_ns: u64) -> bool {
+        let far = [self.ingress_ts(), self.egress_ts()]
+            .into_iter()
+            .flatten()
+            .any(|t| t.abs_diff(now) > max_ns);
+        if far {
+            (self.ingress_ts, self.egress_ts) = (ABSENT_WIDE, ABSENT_WIDE);
+        }
+        far
+    }
+
     /// With these timestamps.
     pub fn with_timestamps(mut self, ingress: Option<u64>, egress: Option<u64>) -> Self {
         self.ingress_ts = ingress.unwrap_or(ABSENT_WIDE);
@@ -384,6 +397,34 @@ impl Record {
         (*int_hops, *hop_count) = (0, 0);
         *first_in_datagram = true;
     }
+}
+
+/// The time whose low 32 bits of nanoseconds are `low` nearest to `around_ns`: v0.5 carries
+/// only those (SD-Fabric's `ig_tstamp`, `eg_tstamp`: 32 bits, wrapping every 4.29 s), so they
+/// are placed on the receive timeline, across a wrap when the receive time is past one.
+pub fn nearest_time(low: u32, around_ns: u64) -> u64 {
+    const WRAP: u64 = 1 << 32;
+    let base = (around_ns & !(WRAP - 1)) | u64::from(low);
+    [base.checked_sub(WRAP), Some(base), base.checked_add(WRAP)]
+        .into_iter()
+        .flatten()
+        .min_by_key(|t| t.abs_diff(around_ns))
+        .unwrap_or(base)
+}
+
+/// Drops the timestamps of `r`'s hops further than `max_ns` from its receive time (0: no
+/// bound), so that its switch time is its receive time; whether any was.
+pub fn drop_far_timestamps(r: &mut Record, max_ns: u64) -> bool {
+    if max_ns == 0 {
+        return false;
+    }
+    let now = r.time_ns;
+    let count = usize::from(r.hop_count);
+    let mut far = false;
+    for hop in &mut r.hops[..count] {
+        far |= hop.drop_far_timestamps(now, max_ns);
+    }
+    far
 }
 
 /// Which flow a report is filed under.
@@ -732,7 +773,10 @@ pub fn decode_into(
                             Some(u32::from(s.egress_port)),
                         )
                         .with_queue(Some(s.queue_id), s.queue_occupancy)
-                        .with_timestamps(ingress.map(u64::from), egress.map(u64::from))
+                        .with_timestamps(
+                            ingress.map(|t| nearest_time(t, time_ns)),
+                            egress.map(|t| nearest_time(t, time_ns)),
+                        )
                         .with_hop_latency(ingress.zip(egress).map(|(i, e)| e.wrapping_sub(i))),
                 );
             } else if let Some(last) = record.hops().last() {
@@ -1095,5 +1139,74 @@ mod tests {
         }
         let (four, partial) = decode(4);
         assert_eq!((four.src_port, four.dst_port, partial), (3333, 443, false));
+    }
+
+    /// v0.5's 32-bit timestamps (low 32 bits of nanoseconds, wrapping every 4.29 s) are the
+    /// 64-bit time nearest the receive time, across a wrap either way. (Before: the raw 32-bit
+    /// value, a time in January 1970.)
+    #[test]
+    fn v05_timestamps_are_placed_on_the_receive_timeline() {
+        const WRAP: u64 = 1 << 32;
+        let now = 1_700_000_000_000_000_000u64;
+        for sent in [
+            now - 1_000,
+            now - 2_000_000_000,
+            now + 1_500_000_000,
+            // Just before and just after a wrap of the low 32 bits, received across it.
+            (now | (WRAP - 1)) - 10,
+            (now | (WRAP - 1)) + 10,
+        ] {
+            for recv in [sent + 1_000_000, sent + 2_100_000_000, sent - 1_000_000] {
+                assert_eq!(nearest_time(sent as u32, recv), sent, "{sent} {recv}");
+            }
+        }
+        assert_eq!(nearest_time(5, 0), 5, "no time before the epoch");
+        assert_eq!(nearest_time(u32::MAX, 3), u64::from(u32::MAX));
+        // Through the decoder: a generated v0.5 report.
+        let mut g = crate::loadgen::Generator::new(crate::loadgen::LoadConfig {
+            version: crate::loadgen::LoadVersion::V05,
+            ..crate::loadgen::LoadConfig::default()
+        });
+        let mut out = Vec::new();
+        g.next_datagram(&mut out);
+        let mut rec = Record::default();
+        let mut hops = Vec::new();
+        for recv in [now, now + 3 * WRAP + 17] {
+            decode_datagram(
+                &out,
+                recv,
+                &DetectConfig::default(),
+                FlowKeyMode::Innermost,
+                &mut rec,
+                |r| hops.extend(r.hops().iter().filter_map(Hop::ingress_ts)),
+            )
+            .unwrap();
+        }
+        assert_eq!(hops.len(), 2, "{hops:?}");
+        for (ts, recv) in hops.iter().zip([now, now + 3 * WRAP + 17]) {
+            assert!(ts.abs_diff(recv) <= WRAP / 2, "{ts} {recv}");
+        }
+    }
+
+    /// A hop timestamp beyond the bound from the receive time is dropped (the report is then
+    /// timed by its receive time); within it, or without a bound, kept.
+    #[test]
+    fn far_switch_timestamps_are_dropped() {
+        let now = 1_700_000_000_000_000_000u64;
+        let mut r = Record {
+            time_ns: now,
+            ..Record::default()
+        };
+        r.push(Hop::at(1).with_timestamps(Some(now - 10), Some(now + 5)));
+        r.push(Hop::at(2).with_timestamps(None, Some(now | (1 << 62))));
+        assert!(!drop_far_timestamps(&mut r.clone(), 0), "0: no bound");
+        assert!(drop_far_timestamps(&mut r, 1_000));
+        assert_eq!(r.hops()[0].egress_ts(), Some(now + 5));
+        assert_eq!(
+            (r.hops()[1].ingress_ts(), r.hops()[1].egress_ts()),
+            (None, None)
+        );
+        assert_eq!(crate::fabric::switch_time(&r), now + 5);
+        assert!(!drop_far_timestamps(&mut r, 1_000), "nothing left to drop");
     }
 }

@@ -325,9 +325,7 @@ pub struct FabricShardSnapshot {
     queues: Vec<(QueueKey, QueueState)>,
     links: Vec<(LinkKey, LinkState)>,
     sources: Vec<((u32, u8), SeqState)>,
-    reports_lost: u64,
-    groups_lost: u64,
-    restarts: u64,
+    seq: crate::seq::SeqTotals,
     counters: RecordCounters,
     evicted: Evicted,
     /// Ports, queues and links held.
@@ -344,9 +342,7 @@ impl FabricShardSnapshot {
             queues: shard.queues().map(|(k, q)| (k, q.clone())).collect(),
             links: shard.links().map(|(k, l)| (k, *l)).collect(),
             sources: shard.seq.sources().collect(),
-            reports_lost: shard.seq.total_reports_lost(),
-            groups_lost: shard.seq.total_groups_lost(),
-            restarts: shard.seq.total_restarts(),
+            seq: shard.seq.totals(),
             counters: shard.counters,
             evicted: shard.evicted(),
             held: shard.held(),
@@ -426,17 +422,27 @@ impl Snapshot {
 
     /// Reports lost, from sequence gaps (see [`View::reports_lost`](crate::state::View::reports_lost)).
     pub fn reports_lost(&self) -> u64 {
-        self.fabric.iter().map(|s| s.reports_lost).sum()
+        self.fabric.iter().map(|s| s.seq.reports_lost).sum()
     }
 
     /// Report groups (datagrams, one sequence number each) lost, from sequence gaps.
     pub fn report_groups_lost(&self) -> u64 {
-        self.fabric.iter().map(|s| s.groups_lost).sum()
+        self.fabric.iter().map(|s| s.seq.groups_lost).sum()
     }
 
-    /// Sequence resets: restarted counters and jumps too far to be loss.
+    /// Sequence resets: restarted counters (far jumps later numbers continued).
     pub fn sequence_resets(&self) -> u64 {
-        self.fabric.iter().map(|s| s.restarts).sum()
+        self.fabric.iter().map(|s| s.seq.restarts).sum()
+    }
+
+    /// Sequence numbers later numbers contradicted (corrupt or spoofed), see [`crate::seq`].
+    pub fn sequence_implausible(&self) -> u64 {
+        self.fabric.iter().map(|s| s.seq.implausible).sum()
+    }
+
+    /// Reports whose sequence width was not their source's (v2.0 mixed with v1.0 or v0.5).
+    pub fn sequence_width_conflicts(&self) -> u64 {
+        self.fabric.iter().map(|s| s.seq.width_conflicts).sum()
     }
 
     /// Entries evicted to stay within the limits, by kind.

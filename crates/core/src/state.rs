@@ -634,6 +634,19 @@ impl View<'_> {
         self.fabric.iter().map(|s| s.seq.total_restarts()).sum()
     }
 
+    /// Sequence numbers later numbers contradicted (corrupt or spoofed), see [`crate::seq`].
+    pub fn sequence_implausible(&self) -> u64 {
+        self.fabric.iter().map(|s| s.seq.totals().implausible).sum()
+    }
+
+    /// Reports whose sequence width was not their source's (v2.0 mixed with v1.0 or v0.5).
+    pub fn sequence_width_conflicts(&self) -> u64 {
+        self.fabric
+            .iter()
+            .map(|s| s.seq.totals().width_conflicts)
+            .sum()
+    }
+
     /// Entries evicted to stay within the limits, by kind.
     pub fn evicted(&self) -> Evicted {
         totals::evicted(

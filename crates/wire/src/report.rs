@@ -226,6 +226,16 @@ impl IndividualHeaderRepr {
             | (u8::from(self.i) << 4)
             | (self.reserved & 0xf);
     }
+    /// Whether this header could start a report, whatever its length: known types, and for
+    /// an INT report (RepType 1) metadata within the report (MD Length plus the two words of
+    /// the main contents' fixed part at most Report Length).
+    fn starts_report(&self) -> bool {
+        self.rep_type <= 2
+            && self.in_type <= 5
+            && (self.rep_type != 1
+                || self.report_length == 0xff
+                || usize::from(self.md_length) + 2 <= usize::from(self.report_length))
+    }
     /// Whether this header could start a report in `remaining` bytes (used to tell coalesced
     /// reports from trailing bytes of a report whose length field is wrong).
     fn plausible_in(&self, remaining: usize) -> bool {
@@ -460,6 +470,16 @@ impl<'a> IndividualReports<'a> {
         } else {
             INDIVIDUAL_LEN + usize::from(header.report_length) * 4
         };
+        if declared_end > rest.len() && self.at > 0 {
+            // A report after a whole one that the datagram ends inside: the datagram was cut
+            // (an MTU, a snap length), which is what `truncated` says, not a wrong length.
+            return Err(Error::truncated(
+                Layer::ReportIndividual,
+                0,
+                declared_end,
+                rest.len(),
+            ));
+        }
         if declared_end > rest.len() {
             return Err(Error::bad_length(
                 Layer::ReportIndividual,
@@ -474,12 +494,17 @@ impl<'a> IndividualReports<'a> {
         if end < rest.len() {
             // Bytes remain: either coalesced reports, or a producer whose Report Length is too
             // short. Tolerate the latter when the rest is no report, or when the inner packet's
-            // own length field ends exactly at the end of the datagram.
-            let next_ok = IndividualHeaderRepr::parse(&rest[end..])
-                .is_ok_and(|h| h.plausible_in(rest.len() - end));
+            // own length field ends exactly at the end of the datagram. Rest that starts like a
+            // report but does not fit (or is shorter than a header) is a report the datagram
+            // was cut inside: left to the next report's decode, which counts it truncated,
+            // rather than absorbed into this one's packet and counted nowhere.
+            let tail = &rest[end..];
+            let next_ok =
+                IndividualHeaderRepr::parse(tail).is_ok_and(|h| h.plausible_in(rest.len() - end));
+            let cut = IndividualHeaderRepr::parse(tail).map_or(true, |h| h.starts_report());
             let inner_fills = declared_packet_len(&rest[inner_at..], report.inner_type)
                 .is_some_and(|l| inner_at + l == rest.len());
-            if !next_ok || inner_fills {
+            if (!next_ok && !cut) || inner_fills {
                 warnings.add(Warning::ReportLengthExtended);
                 end = rest.len();
                 report.inner = &rest[inner_at..];
