@@ -187,7 +187,11 @@ fn drive(
 
 /// Runs `intscope sim`.
 pub fn run(args: &SimArgs) -> Result<String> {
-    let f = fabric(&args.fabric)?;
+    let mut f = fabric(&args.fabric)?;
+    if args.collector.is_some() {
+        // A live collector receives by Unix time: the switches' clocks read it too.
+        f.set_clock_origin(intscope_collector::ingest::now_ns());
+    }
     // Ctrl-C or SIGTERM ends the run at the next step: the reports pcap is written whole and the
     // summary says how far the fabric ran (the signal's default death would cut the file short).
     let stop = Arc::new(AtomicBool::new(false));
@@ -319,7 +323,7 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
     use intscope_collector::record::RecordBatch;
     // Every input is checked before anything is said, created or bound: a mistyped duration or
     // topology leaves no banner, temporary folder or open port behind.
-    let f = fabric(&args.fabric)?;
+    let mut f = fabric(&args.fabric)?;
     let api_cfg = crate::collect::api_config(&args.api, args.http)?;
     let data = args.data.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("intscope-demo-{}", std::process::id()))
@@ -377,6 +381,9 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
     // wall clock and its reports arrive late and bunched, saw other latencies and bursts (401
     // hop-latency anomalies against ~140 on a quiet one).
     let epoch = intscope_collector::ingest::now_ns();
+    // The switches' clocks read the same timeline (a collector bounds how far a switch's time
+    // may be from its receive time).
+    f.set_clock_origin(epoch);
     let mut batch = RecordBatch::default();
     let summary = drive(
         f,

@@ -319,6 +319,8 @@ impl PortQueue {
 }
 
 struct SimTelemetry {
+    /// The switches' clock at fabric time 0 ([`Fabric::set_clock_origin`]).
+    origin: u64,
     ingress: u32,
     egress: u32,
     occupancy_cells: u32,
@@ -343,8 +345,8 @@ impl Telemetry for SimTelemetry {
             // stays for the drop word (queue ID + drop reason) of RepMdBits bit 15.
             queue_id: Some(0),
             queue_occupancy: (self.egress != 0).then_some(self.occupancy_cells),
-            ingress_ts: Some(self.at_ns),
-            egress_ts: self.egress_at,
+            ingress_ts: Some(self.origin + self.at_ns),
+            egress_ts: self.egress_at.map(|e| self.origin + e),
             l2_ingress_if: Some(self.ingress),
             l2_egress_if: Some(self.egress),
             egress_tx_util: self.tx_util,
@@ -398,6 +400,8 @@ pub struct Fabric {
     /// Counters.
     pub stats: SimStats,
     now: u64,
+    /// What the switches' clocks read at fabric time 0.
+    clock_origin_ns: u64,
 }
 
 fn node(cfg: &SimConfig, id: u32, role: Role) -> Result<Node, ConfigError> {
@@ -434,6 +438,13 @@ fn flow_hash(f: &[u8]) -> u64 {
 }
 
 impl Fabric {
+    /// Sets what the switches' clocks (their INT timestamps) read at fabric time 0: 0 by
+    /// default (a capture's own timeline); the Unix time a run starts at when its reports go to
+    /// a live collector, whose receive times are Unix times, as PTP-synchronized switches' are.
+    pub fn set_clock_origin(&mut self, origin_ns: u64) {
+        self.clock_origin_ns = origin_ns;
+    }
+
     /// A fabric with every switch running INT in `cfg.mode`; an error when the switches'
     /// configuration cannot run (e.g. an MTU below 68, more metadata than Hop ML holds).
     pub fn new(cfg: SimConfig) -> Result<Self, SimError> {
@@ -476,6 +487,7 @@ impl Fabric {
             held: VecDeque::new(),
             stats: SimStats::default(),
             now: 0,
+            clock_origin_ns: 0,
         })
     }
 
@@ -810,6 +822,7 @@ impl Fabric {
         let mut t = t0;
         for _ in 0..255 {
             let mut tel = SimTelemetry {
+                origin: self.clock_origin_ns,
                 ingress: in_port,
                 egress: 0,
                 occupancy_cells: 0,
