@@ -1513,6 +1513,13 @@ local function plausible_in(h, remaining)
     return h.rep_type <= 2 and h.in_type <= 5 and (h.report_length == 0xff or 4 + h.report_length * 4 <= remaining)
 end
 
+-- Whether a header could start a report whatever its length (report.rs `starts_report`): rest
+-- that does, but does not fit, is a report the datagram was cut inside, not a too-short length.
+local function starts_report(h)
+    return h.rep_type <= 2 and h.in_type <= 5
+        and (h.rep_type ~= 1 or h.report_length == 0xff or h.md_length + 2 <= h.report_length)
+end
+
 -- Layout of one individual report in [off, off+rest): Report v2.0 "Individual Report Main
 -- Contents for RepType 1" (RepMdBits(16) DS ID(16) | DSMdBits(16) DSMdstatus(16) | metadata),
 -- with the tolerances of crates/wire/src/report.rs `layout`. Returns a table or fails.
@@ -1576,9 +1583,12 @@ local function layout_individual(tvb, off, rest)
         -- Bytes remain: coalesced reports, or a Report Length too short (tolerated when the rest
         -- is no report, or when the inner packet's own length ends exactly at the end).
         local next_ok = rest - stop >= 4 and plausible_in(read_individual(tvb, off + stop), rest - stop)
+        -- Rest shorter than a header, or starting like a report that does not fit: a report
+        -- the datagram was cut inside, left to the next report's layout (which fails on it).
+        local cut = rest - stop < 4 or starts_report(read_individual(tvb, off + stop))
         local l = declared_packet_len(tvb, off + inner_rel, rest - inner_rel, inner_type)
         local inner_fills = l ~= nil and inner_rel + l == rest
-        if not next_ok or inner_fills then
+        if (not next_ok and not cut) or inner_fills then
             warnings[#warnings + 1] = "report-length-extended"
             stop = rest
             r.inner_n = rest - inner_rel
