@@ -27,6 +27,8 @@ work=$(mktemp -d)
 agents=()
 cleanup() {
   for a in "${agents[@]}"; do kill "$a" 2>/dev/null || true; done
+  # The iperf3 server daemonized: its namespace going does not end it.
+  [ -s "$work/iperf3.pid" ] && kill "$(cat "$work/iperf3.pid")" 2>/dev/null || true
   wait 2>/dev/null || true
   for n in h1 r1 r2 h2 mg; do ip netns del "$p$n" 2>/dev/null || true; done
   sysctl -qw kernel.bpf_stats_enabled="${stats_before:-0}" || true
@@ -69,7 +71,7 @@ ip netns exec "${p}r2" sysctl -qw net.ipv4.ip_forward=1
 ip netns exec "${p}mg" "$bin" collect --listen 10.9.0.100:32766 --http 127.0.0.1:8080 --no-store \
   >/dev/null 2>"$work/collect.err" &
 agents+=($!)
-ip netns exec "${p}h2" iperf3 -s -D -p 5201 --logfile "$work/iperf3.log"
+ip netns exec "${p}h2" iperf3 -s -D -p 5201 --logfile "$work/iperf3.log" --pidfile "$work/iperf3.pid"
 sleep 0.5
 
 watch=(--collector 10.9.0.100:32766 --watch-subnet 10.1.0.0/16 --interface eth0 --interface h1
