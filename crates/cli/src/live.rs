@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crate::node::{FrameSink, FrameSource};
+use crate::frames::{FrameSink, FrameSource};
 
 /// A flag set by Ctrl-C or SIGTERM (live runs stop on it; file runs ignore it).
 pub fn stop_flag() -> Arc<AtomicBool> {
@@ -34,7 +34,7 @@ mod imp {
     use pcap::{Active, Capture, Direction};
 
     use super::*;
-    use crate::node::Input;
+    use crate::frames::Input;
 
     pub struct Live(Capture<Active>);
 

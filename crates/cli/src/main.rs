@@ -7,6 +7,7 @@ mod capture;
 mod collect;
 mod detect;
 mod dump;
+mod frames;
 mod live;
 mod node;
 mod serve;

@@ -54,28 +54,30 @@ impl Drop for Veth {
     }
 }
 
-/// Two veth pairs named after `prefix` and the test process (tests run in parallel); `None`,
-/// said on stderr, without root.
-fn two_pairs(prefix: &str) -> Option<(Veth, Veth)> {
+/// Two veth pairs named after `prefix` and the test process (tests run in parallel), with
+/// their ends' names `[a0, a1, b0, b1]`; `None`, said on stderr, without root.
+fn two_pairs(prefix: &str) -> Option<((Veth, Veth), [String; 4])> {
     let tag = std::process::id() % 10_000;
     let pairs = Veth::new(&format!("{prefix}a{tag}-")).zip(Veth::new(&format!("{prefix}b{tag}-")));
-    if pairs.is_none() {
+    let Some((a, b)) = pairs else {
         eprintln!("cannot create veth pairs (not root?): live test skipped");
-    }
-    pairs
+        return None;
+    };
+    let ends = [&a.0, &a.0, &b.0, &b.0]
+        .into_iter()
+        .zip(["0", "1", "0", "1"])
+        .map(|(p, end)| format!("{p}{end}"))
+        .collect::<Vec<_>>()
+        .try_into()
+        .ok()?;
+    Some(((a, b), ends))
 }
 
 #[test]
 fn a_source_node_between_two_interfaces() {
-    let Some((a, b)) = two_pairs("is") else {
+    let Some((_pairs, [a0, a1, b0, b1])) = two_pairs("is") else {
         return;
     };
-    let (a0, a1, b0, b1) = (
-        format!("{}0", a.0),
-        format!("{}1", a.0),
-        format!("{}0", b.0),
-        format!("{}1", b.0),
-    );
     let mut watch = open_dev(&b1);
     let config = std::fs::read_to_string(repo("examples/node-source.toml")).unwrap();
     let summary = run_node(&config, (&a1, &b0, &a0), &udp_frames(20, 4), &[], || {});
@@ -124,15 +126,10 @@ fn frames_with_int(
 
 #[test]
 fn probes_leave_on_time_without_any_traffic() {
-    let Some((a, b)) = two_pairs("ip") else {
+    let Some((_pairs, [_, a1, b0, b1])) = two_pairs("ip") else {
         return;
     };
     let tag = std::process::id() % 10_000;
-    let (a1, b0, b1) = (
-        format!("{}1", a.0),
-        format!("{}0", b.0),
-        format!("{}1", b.0),
-    );
     let config = std::env::temp_dir().join(format!("intscope-live-probes-{tag}.toml"));
     let source = std::fs::read_to_string(repo("examples/node-source.toml")).unwrap();
     std::fs::write(
@@ -270,15 +267,9 @@ fn source_config(instructions: &str) -> String {
 /// spec's invalid value.
 #[test]
 fn live_hop_metadata_is_measured_not_configured() {
-    let Some((a, b)) = two_pairs("im") else {
+    let Some((_pairs, [a0, a1, b0, b1])) = two_pairs("im") else {
         return;
     };
-    let (a0, a1, b0, b1) = (
-        format!("{}0", a.0),
-        format!("{}1", a.0),
-        format!("{}0", b.0),
-        format!("{}1", b.0),
-    );
     let mut watch = open_dev(&b1);
     let before = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -319,14 +310,9 @@ fn live_hop_metadata_is_measured_not_configured() {
 /// and exits with its summary.
 #[test]
 fn refused_and_oversize_frames_are_counted_not_fatal() {
-    let Some((a, b)) = two_pairs("ir") else {
+    let Some((_pairs, [a0, a1, b0, _])) = two_pairs("ir") else {
         return;
     };
-    let (a0, a1, b0) = (
-        format!("{}0", a.0),
-        format!("{}1", a.0),
-        format!("{}0", b.0),
-    );
     assert!(
         Command::new("ip")
             .args(["link", "set", &b0, "mtu", "1000"])
@@ -372,15 +358,9 @@ fn refused_and_oversize_frames_are_counted_not_fatal() {
 /// are counted, or completed with --finish-checksums so the receiver takes them.
 #[test]
 fn unfinished_checksums_are_counted_or_finished() {
-    let Some((a, b)) = two_pairs("ic") else {
+    let Some((_pairs, [a0, a1, b0, b1])) = two_pairs("ic") else {
         return;
     };
-    let (a0, a1, b0, b1) = (
-        format!("{}0", a.0),
-        format!("{}1", a.0),
-        format!("{}0", b.0),
-        format!("{}1", b.0),
-    );
     let partial: Vec<Vec<u8>> = udp_frames(6, 32)
         .into_iter()
         .map(|mut f| {

@@ -822,20 +822,21 @@ fn vectors(dir: &Path, file: &str) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// A TCP segment (DSCP `dscp`, to `dport`) carrying `payload` after its header.
-fn tcp_frame(dscp: u8, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut ip = etherparse::Ipv4Header::new(
-        0,
-        64,
-        etherparse::IpNumber::TCP,
-        [10, 0, 0, 1],
-        [10, 0, 0, 2],
-    )
-    .unwrap();
+/// Ethernet and an IPv4 header with DSCP `dscp` and protocol `proto`, ready for an L4 header.
+fn ipv4_with_dscp(
+    dscp: u8,
+    proto: etherparse::IpNumber,
+) -> etherparse::PacketBuilderStep<etherparse::IpHeaders> {
+    let mut ip = etherparse::Ipv4Header::new(0, 64, proto, [10, 0, 0, 1], [10, 0, 0, 2]).unwrap();
     ip.dscp = etherparse::IpDscp::try_new(dscp).unwrap();
-    let mut f = Vec::new();
     etherparse::PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
         .ip(etherparse::IpHeaders::Ipv4(ip, Default::default()))
+}
+
+/// A TCP segment (DSCP `dscp`, to `dport`) carrying `payload` after its header.
+fn tcp_frame(dscp: u8, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    ipv4_with_dscp(dscp, etherparse::IpNumber::TCP)
         .tcp(40000, dport, 1, 1000)
         .write(&mut f, payload)
         .unwrap();
@@ -843,18 +844,8 @@ fn tcp_frame(dscp: u8, dport: u16, payload: &[u8]) -> Vec<u8> {
 }
 
 fn udp_frame(dscp: u8, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut ip = etherparse::Ipv4Header::new(
-        0,
-        64,
-        etherparse::IpNumber::UDP,
-        [10, 0, 0, 1],
-        [10, 0, 0, 2],
-    )
-    .unwrap();
-    ip.dscp = etherparse::IpDscp::try_new(dscp).unwrap();
     let mut f = Vec::new();
-    etherparse::PacketBuilder::ethernet2([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2])
-        .ip(etherparse::IpHeaders::Ipv4(ip, Default::default()))
+    ipv4_with_dscp(dscp, etherparse::IpNumber::UDP)
         .udp(4000, dport)
         .write(&mut f, payload)
         .unwrap();
