@@ -129,6 +129,7 @@ fn incident(id: u64, node: u32, updates: u64, end: Option<u64>) -> Incident {
         threshold: None,
         baseline: None,
         flows: Vec::new(),
+        symptoms: Vec::new(),
         evidence: None,
     }
 }

@@ -39,6 +39,7 @@ fn incident(id: u64, kind: IncidentKind) -> Incident {
         threshold: None,
         baseline: None,
         flows: Vec::new(),
+        symptoms: Vec::new(),
         evidence: None,
     }
 }

@@ -449,7 +449,7 @@ fn drops_are_one_incident_per_place_and_reason_counting_reports() {
 
 #[test]
 fn one_kind_flooding_does_not_push_the_others_out() {
-    let s = State::new(DetectConfig::default());
+    let s = state();
     // A congestion episode first.
     s.process(&queue_sample(1, 4000, 0, false));
     s.process(&queue_sample(1, 100, MS, false));
@@ -552,8 +552,17 @@ mod api {
     /// A collector with 30 congestion incidents at spine 101's ports 1..=30 (the even ports'
     /// resolved) and one drop incident.
     fn collector() -> std::sync::Arc<Collector> {
+        // No store: the default `./intscope-data` is locked by one collector at a time, and
+        // the tests of this module run at once.
         let c = Collector::open(CollectorConfig {
             int_udp_ports: vec![INT_PORT],
+            data: None,
+            // Published at once: the incidents here are 1 ms apart, inside the default
+            // grouping window.
+            detect: DetectConfig {
+                incident_grouping_ns: 0,
+                ..DetectConfig::default()
+            },
             ..CollectorConfig::default()
         })
         .unwrap();

@@ -843,6 +843,8 @@ fn a_switch_time_far_from_the_receive_time_is_counted_and_not_used() {
         .collect();
     assert!(times.contains(&(Some(101), now - 3_600 * S)), "{times:?}");
     assert!(times.contains(&(Some(102), now)), "{times:?}");
+    // Past the grouping window, so that the incidents are published.
+    c.tick(now + S);
     let incidents = c.state.incidents();
     assert!(!incidents.is_empty());
     assert!(incidents.iter().all(|i| i.start_ns <= now), "{incidents:?}");

@@ -786,6 +786,7 @@ fn incident(
         threshold: Some(1000),
         baseline: None,
         flows: Vec::new(),
+        symptoms: Vec::new(),
         evidence: None,
     }
 }

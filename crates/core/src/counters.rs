@@ -151,7 +151,7 @@ metric!(
     None,
     ["kind"],
     Stats(&[("*", "incidents.started.{kind}")]),
-    "Incidents started, by kind"
+    "Incidents started, by their root cause's kind when they started"
 );
 metric!(
     INCIDENTS_EVICTED,
@@ -160,7 +160,7 @@ metric!(
     None,
     ["kind"],
     Stats(&[("*", "incidents.evicted.{kind}")]),
-    "Incidents evicted by the per-kind quotas (ongoing resolved early, resolved dropped)"
+    "Incidents and their symptoms evicted by the per-kind quotas (ongoing resolved early, resolved dropped)"
 );
 metric!(
     INCIDENT_EPISODES_MERGED,
@@ -814,8 +814,12 @@ impl IncidentLog {
             let kind = k.label();
             out.add(&INCIDENTS, &[kind, "ongoing"], self.ongoing(k) as u64);
             out.add(&INCIDENTS, &[kind, "resolved"], self.resolved(k) as u64);
-            out.add(&INCIDENTS_STARTED, &[kind], self.started[i]);
-            out.add(&INCIDENTS_EVICTED, &[kind], self.evicted[i]);
+            out.add(&INCIDENTS_STARTED, &[kind], self.started()[i]);
+            out.add(
+                &INCIDENTS_EVICTED,
+                &[kind],
+                self.evicted[i] + self.dropped()[i],
+            );
         }
         out.add(&INCIDENT_EPISODES_MERGED, &[], self.merged);
         out.add(&PATH_CHANGES_IGNORED, &[], self.moves_ignored);

@@ -29,6 +29,11 @@ pub struct DetectConfig {
     /// An incident that ends and restarts at the same place (kind, place, cause) within this
     /// much switch time is one incident (flapping is merged).
     pub incident_merge_ns: u64,
+    /// A new incident gathers the symptoms of its fault for this much receive time before it
+    /// is published (congestion, latency and tail drops at one port; a loop's TTL expiries,
+    /// hop limits and latencies; an incast's queues on the way): one fault, one incident.
+    /// Its times are the evidence's; only its publication waits.
+    pub incident_grouping_ns: u64,
     /// An incident without evidence for this long (receive time) is resolved: drops, report
     /// loss, path changes, hop limit, MTU, hops without INT, and latency whose port stopped
     /// reporting (congestion: `episode_quiet_ns`).
@@ -67,6 +72,7 @@ impl Default for DetectConfig {
             flow_idle_ns: 600_000_000_000,
             postcards: crate::flow_shard::PostcardConfig::default(),
             incident_merge_ns: 1_000_000_000,
+            incident_grouping_ns: 100_000_000,
             incident_quiet_ns: 5_000_000_000,
             path_correlation_ns: 1_000_000_000,
             report_reorder_ns: 20_000_000,

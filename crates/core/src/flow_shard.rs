@@ -402,9 +402,10 @@ impl FlowShard {
                 let m = flow.card_reports_after(h.node_id, since);
                 !lost_in_transit(&self.cfg, log, next, (since, until), m)
             })
-            .map(|(h, ..)| h);
+            .map(|(h, _, since, _)| (h, since));
         let id = flow.id;
-        let raise = silent.filter(|h| flow.mark_silent(Some(h.node_id)) != Some(h.node_id));
+        let raise = silent.filter(|(h, _)| flow.mark_silent(Some(h.node_id)) != Some(h.node_id));
+        let (raise, since) = (raise.map(|(h, _)| h), raise.map_or(now, |(_, t)| t));
         // The hop the packets never reached: the far end of the link they left by, else the
         // next one of the flow's last path (a partial path under report loss may hold hops
         // out of order; the link does not).
@@ -422,6 +423,12 @@ impl FlowShard {
             let i = flow.path.iter().position(|h| h.node_id == at.node_id)?;
             flow.path.get(i + 1).copied()
         });
+        // Confirmed a silent-drop window after it began: after the next node's last report
+        // of the flow (or since the flow took these ports), which bounds the start.
+        let lost_since = peer
+            .and_then(|p| flow.card_times(p.node_id))
+            .map_or(since, |(_, seen)| seen.max(since))
+            .saturating_add(1);
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
         }
@@ -449,6 +456,7 @@ impl FlowShard {
             );
             let o = Observation {
                 flow: Some(FlowWeight::one((key, id))),
+                start_uncertainty_ns: now.saturating_sub(lost_since),
                 ..Observation::sample(self.raiser.switch_time(now), now)
             };
             let evidence = || Evidence::Drop {

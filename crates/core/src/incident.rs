@@ -291,8 +291,54 @@ pub struct Incident<E = Evidence> {
     pub baseline: Option<u64>,
     /// The flows involved, most involved first (at most [`MAX_INCIDENT_FLOWS`]).
     pub flows: Vec<IncidentFlow>,
+    /// The fault's other symptoms, earliest first: the kind, place and cause above are the
+    /// root cause's (see `docs/detection.md`); an incident stored by an older version has none.
+    #[serde(default)]
+    pub symptoms: Vec<Symptom>,
     /// The first evidence in full (paths before and after, the drop reason code, ...).
     pub evidence: Option<E>,
+}
+
+/// One symptom of an incident besides its root: a kind of evidence at one place, with its own
+/// span (congestion's latency and tail drops at the same port; the latency a loop adds at
+/// each of its hops).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Symptom {
+    /// What.
+    pub kind: IncidentKind,
+    /// Where.
+    pub place: IncidentPlace,
+    /// The cause within the kind (a drop reason's name), when known.
+    pub cause: Option<String>,
+    /// Switch time of its first evidence.
+    pub start_ns: u64,
+    /// Switch time of its newest evidence.
+    pub last_update_ns: u64,
+    /// Switch time of its end, once it ended.
+    pub end_ns: Option<u64>,
+    /// Samples that showed it.
+    pub samples: u64,
+    /// Distinct flows it involved.
+    pub flows: u64,
+    /// Its worst value.
+    pub peak: Option<Peak>,
+}
+
+impl Symptom {
+    /// The symptom an incident of the engine is.
+    pub fn of<E>(i: &Incident<E>) -> Self {
+        Symptom {
+            kind: i.kind,
+            place: i.place,
+            cause: i.cause.clone(),
+            start_ns: i.start_ns,
+            last_update_ns: i.last_update_ns,
+            end_ns: i.end_ns,
+            samples: i.counts.samples,
+            flows: i.counts.flows,
+            peak: i.peak,
+        }
+    }
 }
 
 impl<E> Incident<E> {
@@ -377,6 +423,7 @@ mod tests {
                 share: Some(1.0),
                 samples: 4,
             }],
+            symptoms: Vec::new(),
             evidence: None,
         };
         assert_eq!(i.duration_ns(), 4_000);

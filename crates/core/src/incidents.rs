@@ -39,6 +39,7 @@ use std::sync::Mutex;
 use intscope_wire::locate::FlowKey;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
+use crate::cause::Causes;
 use crate::detect::DetectConfig;
 use crate::event::{EventLog, lock};
 use crate::evidence::Evidence;
@@ -460,8 +461,6 @@ struct Timing {
 struct Entry {
     key: IncidentKey,
     inc: Incident,
-    /// The log's change counter at its last change (for [`IncidentLog::take_changed`]).
-    version: u64,
     /// Distinct flow IDs (ongoing only; emptied on resolution).
     flow_ids: HashSet<u64>,
     ranked: Vec<FlowWeight>,
@@ -578,22 +577,44 @@ pub fn moved(old: &Path, new: &Path) -> Option<(Vec<Link>, Vec<u32>)> {
     Some((left_links, left_nodes))
 }
 
+/// A link or node that flows left: it stays an ongoing incident until flows come back
+/// (no quiet time: a link that is down sends no evidence).
+fn is_outage(key: &IncidentKey) -> bool {
+    key.kind == IncidentKind::PathChange && matches!(key.cause.as_deref(), Some("link" | "node"))
+}
+
+/// The outage a return to `key`'s link or node repairs.
+fn repaired(key: &IncidentKey) -> Option<IncidentKey> {
+    let cause = key.cause.as_deref()?.strip_suffix("-restored")?;
+    let cause = match cause {
+        "link" => "link",
+        "node" => "node",
+        _ => return None,
+    };
+    (key.kind == IncidentKind::PathChange).then_some(IncidentKey {
+        kind: IncidentKind::PathChange,
+        place: key.place,
+        cause: Some(Cow::Borrowed(cause)),
+    })
+}
+
 /// The incidents: ongoing by key, resolved by kind (each kind its own quota).
 #[derive(Debug)]
 pub struct IncidentLog {
     timing: Timing,
+    /// The incidents the symptoms below make, one per fault: what is published.
+    causes: Causes,
+    /// The engine's own IDs of symptoms (internal: [`Causes`] publishes its own).
     next_id: u64,
-    version: u64,
-    taken: u64,
     ongoing: HashMap<IncidentKey, Entry>,
     ongoing_by_kind: [usize; 9],
     resolved: [VecDeque<Entry>; 9],
-    /// Incidents started, by kind.
+    /// Symptoms started, by kind.
     pub started: [u64; 9],
-    /// Incidents resolved, by kind (a reopened one counts again when it ends again).
+    /// Symptoms resolved, by kind (a reopened one counts again when it ends again).
     pub ended: [u64; 9],
-    /// Incidents evicted, by kind: ongoing ones resolved early by the quota, and resolved ones
-    /// dropped from the history.
+    /// Symptoms evicted, by kind: ongoing ones resolved early by the quota, and resolved ones
+    /// dropped from the engine's history (their incidents keep them).
     pub evicted: [u64; 9],
     /// Episodes merged into an incident that was ongoing or had just ended (flapping).
     pub merged: u64,
@@ -631,6 +652,7 @@ impl IncidentLog {
     /// A log with `cfg`'s lifecycle thresholds.
     pub fn new(cfg: &DetectConfig) -> Self {
         IncidentLog {
+            causes: Causes::new(cfg.incident_merge_ns, cfg.incident_grouping_ns),
             timing: Timing {
                 merge_ns: cfg.incident_merge_ns,
                 quiet_ns: cfg.incident_quiet_ns,
@@ -639,8 +661,6 @@ impl IncidentLog {
                 microburst_max_ns: cfg.microburst_max_ns,
             },
             next_id: 1,
-            version: 0,
-            taken: 0,
             ongoing: HashMap::default(),
             ongoing_by_kind: [0; 9],
             resolved: Default::default(),
@@ -665,35 +685,48 @@ impl IncidentLog {
 
     /// The ID the next incident will get.
     pub fn next_id(&self) -> u64 {
-        self.next_id
+        self.causes.next_id()
     }
 
     /// Continues IDs after those a store already holds.
     pub fn continue_ids(&mut self, next: u64) {
-        self.next_id = self.next_id.max(next);
+        self.causes.continue_ids(next);
     }
 
     /// Every incident held, ongoing and resolved, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &Incident> {
-        self.ongoing
-            .values()
-            .chain(self.resolved.iter().flatten())
-            .map(|e| &e.inc)
+        self.causes.iter()
     }
 
     /// The incident with this ID, if held.
     pub fn get(&self, id: u64) -> Option<&Incident> {
-        self.iter().find(|i| i.id == id)
+        self.causes.get(id)
     }
 
-    /// Ongoing incidents of `kind`.
+    /// Ongoing incidents whose root cause is of `kind`.
     pub fn ongoing(&self, kind: IncidentKind) -> usize {
-        self.ongoing_by_kind[kind_index(kind)]
+        self.causes.ongoing(kind)
     }
 
-    /// Resolved incidents of `kind` held.
+    /// Resolved incidents whose root cause is of `kind` held.
     pub fn resolved(&self, kind: IncidentKind) -> usize {
-        self.resolved[kind_index(kind)].len()
+        self.causes.resolved(kind)
+    }
+
+    /// Incidents started, by their root cause's kind when they started.
+    pub fn started(&self) -> [u64; 9] {
+        self.causes.started
+    }
+
+    /// Incidents dropped from the resolved history (the oldest past [`RESOLVED_PER_KIND`] of
+    /// a root kind), by kind.
+    pub fn dropped(&self) -> [u64; 9] {
+        self.causes.dropped
+    }
+
+    /// Incidents gathering their symptoms before they are published.
+    pub fn pending_incidents(&self) -> usize {
+        self.causes.pending()
     }
 
     /// Path changes waiting for correlation.
@@ -704,27 +737,12 @@ impl IncidentLog {
     /// Incidents started, updated or resolved since the last call, newest ID last (what the
     /// store writes at each flush; an incident evicted before it is lost to the store).
     pub fn take_changed(&mut self) -> Vec<Incident> {
-        let taken = self.taken;
-        let mut out: Vec<Incident> = self
-            .ongoing
-            .values()
-            .chain(self.resolved.iter().flatten())
-            .filter(|e| e.version > taken)
-            .map(|e| e.inc.clone())
-            .collect();
-        out.sort_by_key(|i| i.id);
-        self.taken = self.version;
-        out
+        self.causes.take_changed()
     }
 
     /// Marks every change as taken without copying it (a collector without a store).
     pub fn forget_changed(&mut self) {
-        self.taken = self.version;
-    }
-
-    fn bump(&mut self) -> u64 {
-        self.version += 1;
-        self.version
+        self.causes.forget_changed();
     }
 
     /// Applies a shard's merged observations.
@@ -736,6 +754,17 @@ impl IncidentLog {
 
     fn apply(&mut self, key: IncidentKey, d: Delta) {
         self.now_rx = self.now_rx.max(d.last_rx);
+        if let Some(outage) = repaired(&key) {
+            // Flows came back: the link or node they left is repaired.
+            self.resolve(
+                &outage,
+                End {
+                    at_ns: d.last_ns.max(d.first_ns),
+                    uncertainty_ns: 0,
+                    reason: EndReason::Normal,
+                },
+            );
+        }
         if key.kind == IncidentKind::ReportLoss
             && d.reports_lost > 0
             && let Some(node) = key.place.node
@@ -754,7 +783,6 @@ impl IncidentLog {
                 created = true;
             }
         }
-        let version = self.bump();
         let Some(e) = self.ongoing.get_mut(&key) else {
             return;
         };
@@ -789,10 +817,10 @@ impl IncidentLog {
             }
             add_flow(&mut e.ranked, *f, RANKED_FLOWS);
         }
-        e.version = version;
         e.refresh_flows();
-        if let Some(end) = d.end {
-            self.resolve(&key, end);
+        match d.end {
+            Some(end) => self.resolve(&key, end),
+            None => self.causes.update(&e.inc),
         }
     }
 
@@ -865,6 +893,7 @@ impl IncidentLog {
             threshold: None,
             baseline: None,
             flows: Vec::new(),
+            symptoms: Vec::new(),
             evidence: d.evidence.clone(),
         };
         self.ongoing.insert(
@@ -872,7 +901,6 @@ impl IncidentLog {
             Entry {
                 key,
                 inc,
-                version: 0,
                 flow_ids: HashSet::default(),
                 ranked: Vec::new(),
                 last_rx: d.first_rx,
@@ -912,7 +940,6 @@ impl IncidentLog {
         };
         let k = kind_index(key.kind);
         self.ongoing_by_kind[k] = self.ongoing_by_kind[k].saturating_sub(1);
-        e.version = self.bump();
         let inc = &mut e.inc;
         inc.state = IncidentState::Resolved;
         inc.end_ns = Some(end.at_ns.max(inc.start_ns));
@@ -923,6 +950,7 @@ impl IncidentLog {
         }
         e.flow_ids = HashSet::default();
         e.refresh_flows();
+        self.causes.update(&e.inc);
         let kind = e.inc.kind;
         let k = kind_index(kind);
         self.ended[k] += 1;
@@ -953,7 +981,7 @@ impl IncidentLog {
                 } else {
                     t.quiet_ns
                 };
-                now.saturating_sub(e.last_rx) > limit
+                now.saturating_sub(e.last_rx) > limit && !is_outage(&e.key)
             })
             .map(|e| (e.key.clone(), e.inc.last_update_ns))
             .collect();
@@ -974,6 +1002,7 @@ impl IncidentLog {
         {
             self.correlate();
         }
+        self.causes.publish_due(now);
     }
 
     /// Correlates every path change still waiting, however recent (the end of a replay: no
@@ -982,6 +1011,7 @@ impl IncidentLog {
         if !self.moves.is_empty() {
             self.correlate();
         }
+        self.causes.publish_due(u64::MAX);
     }
 
     /// A flow's path changed from `old` to `new` at `at_ns` (received at `received_ns`): if it
@@ -1382,9 +1412,10 @@ mod tests {
 
     /// Leaf L's port 4 + s faces spine 100 + s, whose port L faces leaf L: the link 1 ↔ 101
     /// fails. Flows from leaf 1 left 1 → 101, flows to leaf 1 left 101 → 1: one link, both
-    /// directions, one incident; their return is one `link-restored` incident there.
+    /// directions, one incident, ongoing until their return (`link-restored`, its symptom) ends
+    /// it.
     #[test]
-    fn a_link_down_both_ways_is_one_incident_and_its_repair_another() {
+    fn a_link_down_both_ways_is_one_incident_until_its_repair() {
         let mut log = IncidentLog::default();
         let mut t = 0;
         let mut moves = Vec::new();
@@ -1416,21 +1447,24 @@ mod tests {
             t += 1_000;
             log.observe_move(3_000_000_000 + t, 3_000_000_000 + t, *f, new, old, ev);
         }
+        assert_eq!(log.iter().next().unwrap().state, IncidentState::Ongoing);
         log.settle(6_000_000_000);
-        let restored: Vec<&Incident> = log
-            .iter()
-            .filter(|i| i.cause.as_deref() == Some("link-restored"))
-            .collect();
-        assert_eq!(restored.len(), 1);
-        assert_eq!(restored[0].severity, Severity::Info);
-        assert_eq!(restored[0].counts.flows, 6);
-        assert_eq!(log.iter().count(), 2);
+        let all: Vec<&Incident> = log.iter().collect();
+        assert_eq!(all.len(), 1, "{all:#?}");
+        assert_eq!(all[0].state, IncidentState::Resolved, "repaired");
+        assert_eq!(all[0].end_reason, Some(EndReason::Normal));
+        assert!(all[0].end_ns.unwrap() >= 3_000_000_000, "{all:#?}");
+        let repair = &all[0].symptoms;
+        assert_eq!(repair.len(), 1, "{all:#?}");
+        assert_eq!(repair[0].cause.as_deref(), Some("link-restored"));
+        assert_eq!(repair[0].place, all[0].place);
+        assert_eq!(repair[0].flows, 6);
     }
 
     /// Three spines; link 1 ↔ 101 fails and leaf 1's flows spread over the two left, some of
     /// them off 1 ↔ 102 (rehashed: other flows moved onto it). One incident, at 1 ↔ 101, with
-    /// every moved flow; a move a window later joins it; the repair is one `link-restored`
-    /// at 1 ↔ 101 though flows came back to 1 ↔ 102 too. A later, unrelated failure of
+    /// every moved flow; a move a window later joins it; the repair is its `link-restored`
+    /// symptom at 1 ↔ 101 though flows came back to 1 ↔ 102 too. A later, unrelated failure of
     /// 1 ↔ 102 is named on its own: the old window's moves no longer make it look up.
     #[test]
     fn flows_rehashed_off_healthy_links_join_the_failed_links_incident() {
@@ -1468,11 +1502,14 @@ mod tests {
             log.observe_move(back, back, flow(f), &via(b, d), &via(a, d), ev);
         }
         log.settle(back + 1_500_000_000);
-        let restored: Vec<&Incident> = log
+        let all: Vec<&Incident> = log.iter().collect();
+        assert_eq!(all.len(), 1, "{all:#?}");
+        let restored: Vec<_> = all[0]
+            .symptoms
             .iter()
-            .filter(|i| i.cause.as_deref() == Some("link-restored"))
+            .filter(|s| s.cause.as_deref() == Some("link-restored"))
             .collect();
-        assert_eq!(restored.len(), 1, "{restored:#?}");
+        assert_eq!(restored.len(), 1, "{all:#?}");
         let ends = [restored[0].place.node, restored[0].place.peer_node];
         assert!(ends.contains(&Some(101)), "{restored:#?}");
         // Much later 1 ↔ 102 fails by itself.

@@ -17,6 +17,7 @@
 //! so replays, unit tests and fuzzing are deterministic, and any runtime (the socket collector in
 //! `intscope-collector`, a pcap replay, another program) can drive it.
 
+mod cause;
 pub mod counters;
 pub mod detect;
 pub mod event;

@@ -318,8 +318,9 @@ fn a_failed_link_is_one_path_change_naming_it() {
 
 /// A failed link where a leaf has four spines: the leaves' ECMP spreads the flows to and from
 /// the leaf over the three spines left, so flows on healthy links move too (rehashed), and
-/// move back when the link returns. One incident names the failed link, with every flow
-/// that moved; one `link-restored` names it when it returns; nothing else.
+/// move back when the link returns. One incident names the failed link, with every flow that
+/// moved; it stays ongoing while the link is down and is resolved when the flows come back,
+/// their return (`link-restored`) its symptom; nothing else.
 #[test]
 fn a_failed_link_among_four_spines_is_one_incident_with_the_rehashed_flows() {
     let topo = Topology {
@@ -344,45 +345,61 @@ fn a_failed_link_among_four_spines_is_one_incident_with_the_rehashed_flows() {
             until,
             detect(0.0),
         );
-        let pc = r.of(IncidentKind::PathChange);
-        let by_cause: BTreeMap<_, _> = pc.iter().map(|i| (i.cause.as_deref(), *i)).collect();
+        assert_eq!(r.incidents.len(), 1, "{mode:?}: nothing else\n{}", r.dump());
+        let i = &r.incidents[0];
         assert_eq!(
-            (pc.len(), by_cause.len()),
-            (2, 2),
-            "{mode:?}: one down, one restored\n{}",
+            (i.kind, i.cause.as_deref()),
+            (IncidentKind::PathChange, Some("link")),
+            "{mode:?}\n{}",
             r.dump()
         );
-        for cause in ["link", "link-restored"] {
-            let i = by_cause
-                .get(&Some(cause))
-                .unwrap_or_else(|| panic!("{mode:?}: {cause}\n{}", r.dump()));
-            let ends = BTreeSet::from([i.place.node, i.place.peer_node]);
-            assert_eq!(
-                ends,
-                BTreeSet::from([Some(leaf), Some(spine_id(spine))]),
-                "{mode:?} {cause}\n{}",
-                r.dump()
-            );
-            for f in flow_refs(i) {
-                assert!(
-                    leaf_of(&f.src) == leaf || leaf_of(&f.dst) == leaf,
-                    "{mode:?}: {f:?}"
-                );
-            }
-        }
-        let down = by_cause[&Some("link")];
+        let ends = BTreeSet::from([i.place.node, i.place.peer_node]);
         assert_eq!(
-            down.counts.flows,
+            ends,
+            BTreeSet::from([Some(leaf), Some(spine_id(spine))]),
+            "{mode:?}\n{}",
+            r.dump()
+        );
+        for f in flow_refs(i) {
+            assert!(
+                leaf_of(&f.src) == leaf || leaf_of(&f.dst) == leaf,
+                "{mode:?}: {f:?}"
+            );
+        }
+        assert_eq!(
+            i.counts.flows,
             moved_flows(&r.c).len() as u64,
             "{mode:?}: every flow that moved\n{}",
             r.dump()
         );
         assert!(
-            down.start_ns >= 100 * MS && down.start_ns <= 100 * MS + INTERVAL_NS,
+            i.start_ns >= 100 * MS && i.start_ns <= 100 * MS + INTERVAL_NS,
             "{mode:?}: start {}",
-            down.start_ns
+            i.start_ns
         );
-        assert_eq!(r.incidents.len(), 2, "{mode:?}: nothing else\n{}", r.dump());
+        // Repaired at 250 ms: the return ends it, within a report interval (and the
+        // correlation window that gathers the returning flows).
+        let repair = &i.symptoms;
+        assert_eq!(repair.len(), 1, "{mode:?}\n{}", r.dump());
+        assert_eq!(repair[0].cause.as_deref(), Some("link-restored"));
+        assert_eq!(repair[0].place, i.place, "{mode:?}: the same link");
+        assert!(
+            repair[0].start_ns >= 250 * MS && repair[0].start_ns <= 250 * MS + INTERVAL_NS,
+            "{mode:?}: repair {}",
+            repair[0].start_ns
+        );
+        assert_eq!(
+            i.state,
+            intscope_collector::incident::IncidentState::Resolved,
+            "{mode:?}\n{}",
+            r.dump()
+        );
+        let end = i.end_ns.unwrap_or(0);
+        assert!(
+            (250 * MS..=250 * MS + 3 * INTERVAL_NS).contains(&end),
+            "{mode:?}: end {end}\n{}",
+            r.dump()
+        );
     }
 }
 
@@ -564,28 +581,41 @@ fn a_silent_drop(modes: &[Mode], delivery: &Delivery, detect: &DetectConfig, unt
             assert!(r.incidents.is_empty(), "MD\n{}", r.dump());
             continue;
         }
-        let places: BTreeMap<_, _> = drops
-            .iter()
-            .map(|i| ((i.place.node, i.place.port), *i))
-            .collect();
-        assert_eq!(drops.len(), 2, "{mode:?}: one per direction\n{}", r.dump());
-        let up = places
-            .get(&(Some(leaf), Some(topo.uplink(spine))))
-            .unwrap_or_else(|| panic!("{mode:?}: leaf→spine\n{}", r.dump()));
-        let down = places
-            .get(&(Some(spine_id(spine)), Some(leaf)))
-            .unwrap_or_else(|| panic!("{mode:?}: spine→leaf\n{}", r.dump()));
-        for (i, peer) in [(up, spine_id(spine)), (down, leaf)] {
-            assert_eq!(i.cause.as_deref(), Some("silent"), "{mode:?}");
-            assert_eq!(i.place.peer_node, Some(peer), "{mode:?}");
-            assert!(!i.flows.is_empty());
-            assert!(i.start_ns >= 100 * MS, "{mode:?}: {}", i.start_ns);
-        }
-        for f in flow_refs(up) {
-            assert_eq!(leaf_of(&f.src), leaf, "{mode:?} {f:?}");
-        }
-        for f in flow_refs(down) {
-            assert_eq!(leaf_of(&f.dst), leaf, "{mode:?} {f:?}");
+        // One cable, one incident: the direction found first is its place, the other its
+        // symptom.
+        assert_eq!(drops.len(), 1, "{mode:?}: one cable\n{}", r.dump());
+        let i = drops[0];
+        assert_eq!(i.symptoms.len(), 1, "{mode:?}: both ways\n{}", r.dump());
+        let other = &i.symptoms[0];
+        let places = BTreeSet::from([
+            (i.place.node, i.place.port, i.place.peer_node),
+            (other.place.node, other.place.port, other.place.peer_node),
+        ]);
+        assert_eq!(
+            places,
+            BTreeSet::from([
+                (Some(leaf), Some(topo.uplink(spine)), Some(spine_id(spine))),
+                (Some(spine_id(spine)), Some(leaf), Some(leaf)),
+            ]),
+            "{mode:?}\n{}",
+            r.dump()
+        );
+        assert_eq!(i.cause.as_deref(), Some("silent"), "{mode:?}");
+        assert_eq!(other.cause.as_deref(), Some("silent"), "{mode:?}");
+        assert!(!i.flows.is_empty());
+        // Confirmed after the cable broke; the loss began within the span it states.
+        assert!(i.start_ns >= 100 * MS, "{mode:?}: {}", i.start_ns);
+        assert!(
+            i.start_ns - i.start_uncertainty_ns <= 100 * MS + INTERVAL_NS,
+            "{mode:?}: {} -{}",
+            i.start_ns,
+            i.start_uncertainty_ns
+        );
+        for f in flow_refs(i) {
+            assert!(
+                leaf_of(&f.src) == leaf || leaf_of(&f.dst) == leaf,
+                "{mode:?} {f:?}"
+            );
         }
         assert!(
             r.of(IncidentKind::PathChange).is_empty(),
@@ -636,10 +666,18 @@ fn a_cable_replaced_raises_no_drop_after_it_in_mx_and_xd() {
                 std::slice::from_ref(&cut),
                 until,
             );
+            // The cable's two directions: the incident's place and its symptom's.
             let drops: BTreeSet<_> = r
                 .of(IncidentKind::Drop)
                 .iter()
-                .map(|i| (i.place.node, i.place.port, i.cause.clone()))
+                .flat_map(|i| {
+                    let own = (i.place.node, i.place.port, i.cause.clone());
+                    let others = i
+                        .symptoms
+                        .iter()
+                        .map(|s| (s.place.node, s.place.port, s.cause.clone()));
+                    std::iter::once(own).chain(others)
+                })
                 .collect();
             let silent = |node, port| (Some(node), Some(port), Some("silent".into()));
             let expected = BTreeSet::from([
@@ -653,7 +691,7 @@ fn a_cable_replaced_raises_no_drop_after_it_in_mx_and_xd() {
                 delivery.loss,
                 r.dump()
             );
-            assert_eq!(r.of(IncidentKind::Drop).len(), 2, "{mode:?}\n{}", r.dump());
+            assert_eq!(r.of(IncidentKind::Drop).len(), 1, "{mode:?}\n{}", r.dump());
         }
     }
 }
@@ -734,12 +772,12 @@ fn lost_postcards_are_no_silent_drop_in_mx_and_xd() {
     }
 }
 
-/// A spine forwarding without INT: hops without INT found between the leaves around it, at
-/// most one incident per leaf uplink it hides behind; in XD and MX, whose reports come from
-/// each INT hop alone, the gap in the joined path. No path change rides along, nor (past the
-/// silent-drop window) a silent drop at an uplink whose "next hop", a leaf behind the spine,
-/// never sees the flows the spine sends to the other leaves. Over `delivery` (report loss
-/// incidents aside), for `until` ms.
+/// A spine forwarding without INT: one incident, the hops without INT found between the leaves
+/// around it, behind each leaf uplink it hides behind (the incident's place and its symptoms',
+/// one per uplink); in XD and MX, whose reports come from each INT hop alone, the gap in the
+/// joined path. No path change rides along, nor (past the silent-drop window) a silent drop at
+/// an uplink whose "next hop", a leaf behind the spine, never sees the flows the spine sends to
+/// the other leaves. Over `delivery` (report loss incidents aside), for `until` ms.
 fn a_spine_without_int(modes: &[Mode], delivery: &Delivery, until: u64) {
     let flows = traffic(until * MS, false);
     let hidden = at(0, u64::MAX, Fault::NonIntSpine { spine: 1 });
@@ -752,33 +790,29 @@ fn a_spine_without_int(modes: &[Mode], delivery: &Delivery, until: u64) {
             until,
         );
         let non_int = r.of(IncidentKind::NonIntHops);
-        assert!(!non_int.is_empty(), "{mode:?}\n{}", r.dump());
-        assert!(non_int.len() <= 4, "{mode:?}\n{}", r.dump());
-        let places: BTreeSet<_> = non_int
-            .iter()
-            .map(|i| (i.place.node, i.place.port))
+        assert_eq!(non_int.len(), 1, "{mode:?}: one device\n{}", r.dump());
+        let i = non_int[0];
+        let places: Vec<_> = std::iter::once((i.place.node, i.place.port))
+            .chain(i.symptoms.iter().map(|s| (s.place.node, s.place.port)))
             .collect();
-        assert_eq!(places.len(), non_int.len(), "{mode:?}: one per place");
-        for i in &non_int {
+        let distinct: BTreeSet<_> = places.iter().copied().collect();
+        assert_eq!(distinct.len(), places.len(), "{mode:?}: one per place");
+        assert!(places.len() <= 4, "{mode:?}\n{}", r.dump());
+        for (node, port) in &places {
             // The source leaf's uplink to the hidden spine.
+            assert!(node.is_some_and(|n| n < 100), "{mode:?}\n{}", r.dump());
+            assert_eq!(*port, Some(topology().uplink(1)), "{mode:?}\n{}", r.dump());
+        }
+        for f in flow_refs(i) {
+            let from = Some(leaf_of(&f.src));
             assert!(
-                i.place.node.is_some_and(|n| n < 100),
-                "{mode:?}\n{}",
-                r.dump()
+                places.iter().any(|(node, _)| *node == from),
+                "{mode:?}: {f:?} from a leaf behind an uplink named"
             );
-            assert_eq!(
-                i.place.port,
-                Some(topology().uplink(1)),
-                "{mode:?}\n{}",
-                r.dump()
-            );
-            for f in flow_refs(i) {
-                assert_eq!(Some(leaf_of(&f.src)), i.place.node, "{mode:?} {f:?}");
-            }
         }
         assert_eq!(
             r.incidents.len() - r.of(IncidentKind::ReportLoss).len(),
-            non_int.len(),
+            1,
             "{mode:?}: nothing else\n{}",
             r.dump()
         );
@@ -786,7 +820,7 @@ fn a_spine_without_int(modes: &[Mode], delivery: &Delivery, until: u64) {
 }
 
 #[test]
-fn a_spine_without_int_is_one_incident_per_uplink_in_md() {
+fn a_spine_without_int_is_one_incident_in_md() {
     a_spine_without_int(&[Mode::Md], &Delivery::default(), 150);
 }
 
@@ -795,7 +829,7 @@ fn a_spine_without_int_is_one_incident_per_uplink_in_md() {
 /// leaves' uplinks, each paired with one leaf behind the spine, passed with ten silent drops
 /// before those links were known to span a hop.
 #[test]
-fn a_spine_without_int_is_one_incident_per_uplink_in_mx_and_xd() {
+fn a_spine_without_int_is_one_incident_in_mx_and_xd() {
     a_spine_without_int(&[Mode::Mx, Mode::Xd], &Delivery::default(), 500);
 }
 
@@ -865,10 +899,11 @@ fn a_small_mtu_is_an_mtu_incident_at_the_spine() {
     }
 }
 
-/// A forwarding loop between spine 1 and leaf 2 for leaf 3's traffic: TTL drops at the loop
-/// (one incident), in MD also the INT hop limit running out (one incident at the loop; XD and
-/// MX packets carry no hop count that runs out), the looping traffic's latency on the two
-/// links of the loop, and no path change: no looping packet completes a path.
+/// A forwarding loop between spine 1 and leaf 2 for leaf 3's traffic: one incident, whose root
+/// is the INT hop limit running out in MD (XD and MX packets carry no hop count that runs out)
+/// and the TTL drops at the loop in MX and XD; its symptoms are the TTL drops (MD) and the
+/// looping traffic's latency on the two links of the loop, all at the loop's nodes; no path
+/// change: no looping packet completes a path.
 fn a_forwarding_loop(modes: &[Mode]) {
     let until = 100;
     let flows = traffic(until * MS, false);
@@ -890,26 +925,48 @@ fn a_forwarding_loop(modes: &[Mode]) {
             until,
         );
         assert!(r.fabric.stats.dropped[&intscope_sim::fabric::reason::TTL_ZERO] > 0);
-        let limit = r.of(IncidentKind::HopLimit);
-        assert_eq!(limit.is_empty(), mode != Mode::Md, "{mode:?}\n{}", r.dump());
-        let ttl = r.of(IncidentKind::Drop);
-        assert_eq!(ttl.len(), 1, "{mode:?}\n{}", r.dump());
-        assert!(limit.len() <= 2, "{mode:?}\n{}", r.dump());
-        for i in &limit {
+        assert_eq!(r.incidents.len(), 1, "{mode:?}: one fault\n{}", r.dump());
+        let i = &r.incidents[0];
+        let root = if mode == Mode::Md {
+            (IncidentKind::HopLimit, None)
+        } else {
+            (IncidentKind::Drop, Some("ip-ttl-zero"))
+        };
+        assert_eq!((i.kind, i.cause.as_deref()), root, "{mode:?}\n{}", r.dump());
+        assert!(
+            matches!(i.place.node, Some(2 | 101)),
+            "{mode:?}\n{}",
+            r.dump()
+        );
+        assert!(
+            i.start_ns >= 20 * MS && i.start_ns <= 20 * MS + INTERVAL_NS,
+            "{mode:?}: start {}",
+            i.start_ns
+        );
+        // The looping flows (to leaf 3) first; after them the flows the loop delays on its
+        // links (leaf 2's uplink to spine 1 and back).
+        let listed = flow_refs(i);
+        assert_eq!(leaf_of(&listed[0].dst), 3, "{mode:?}\n{}", r.dump());
+        for f in listed {
             assert!(
-                matches!(i.place.node, Some(2 | 101)),
-                "{mode:?}\n{}",
+                leaf_of(&f.dst) == 3 || leaf_of(&f.src) == 2 || leaf_of(&f.dst) == 2,
+                "{mode:?} {f:?}"
+            );
+        }
+        let ttl_symptom = i
+            .symptoms
+            .iter()
+            .any(|s| s.kind == IncidentKind::Drop && s.cause.as_deref() == Some("ip-ttl-zero"));
+        assert_eq!(ttl_symptom, mode == Mode::Md, "{mode:?}\n{}", r.dump());
+        for s in &i.symptoms {
+            assert!(
+                matches!(s.place.node, Some(2 | 101)),
+                "{mode:?}: the loop's nodes\n{}",
                 r.dump()
             );
-            for f in flow_refs(i) {
-                assert_eq!(leaf_of(&f.dst), 3, "{mode:?} {f:?}");
-            }
-        }
-        for i in &r.incidents {
-            match i.kind {
-                IncidentKind::HopLimit => {}
+            match s.kind {
                 IncidentKind::Latency => {
-                    let link = (i.place.node, i.place.port);
+                    let link = (s.place.node, s.place.port);
                     assert!(
                         link == (Some(2), Some(topology().uplink(1)))
                             || link == (Some(101), Some(2)),
@@ -918,19 +975,9 @@ fn a_forwarding_loop(modes: &[Mode]) {
                     );
                 }
                 IncidentKind::Drop => {
-                    assert_eq!(
-                        i.cause.as_deref(),
-                        Some("ip-ttl-zero"),
-                        "{mode:?}\n{}",
-                        r.dump()
-                    );
-                    assert!(
-                        matches!(i.place.node, Some(2 | 101)),
-                        "{mode:?}\n{}",
-                        r.dump()
-                    );
+                    assert_eq!(s.cause.as_deref(), Some("ip-ttl-zero"), "{mode:?}");
                 }
-                _ => panic!("{mode:?}: {:?}\n{}", i.kind, r.dump()),
+                _ => panic!("{mode:?}: {:?}\n{}", s.kind, r.dump()),
             }
         }
     }
@@ -1255,4 +1302,155 @@ fn a_spine_that_stops_int_is_named_not_taken_for_silent_drops_in_mx_and_xd() {
             );
         }
     }
+}
+
+/// One fault, one incident (issue 29): every fault alone, in every mode, is exactly one
+/// incident of its root cause at its place, starting within one report interval of the fault
+/// (hops without INT in MX and XD: once the links around the device are learned), its other
+/// symptoms (latency and tail drops at a slow port, an incast's queues on the way, a loop's
+/// TTL drops and latency, a cable's two directions, a link's repair) inside it. MD cannot see
+/// a silent drop (its stacks never reach a sink), nor MX and XD a small MTU (no metadata to
+/// make room for): none there.
+#[test]
+fn every_fault_is_one_incident_in_every_mode() {
+    use IncidentKind::*;
+    let until = 500;
+    let from = 100;
+    let flows = traffic(until * MS, true);
+    let topo = topology();
+    let faults: Vec<(Fault, u64)> = vec![
+        (Fault::LinkDown { leaf: 1, spine: 1 }, from),
+        (
+            Fault::RoutingMiss {
+                leaf: 4,
+                dst_leaf: 1,
+            },
+            from,
+        ),
+        (
+            Fault::Incast {
+                leaf: 3,
+                host: 1,
+                packets: 30,
+            },
+            from,
+        ),
+        (
+            Fault::SlowPort {
+                leaf: 2,
+                host: 1,
+                gbps: 0.1,
+            },
+            from,
+        ),
+        (Fault::NonIntSpine { spine: 1 }, from),
+        // From the start: the switches' report filters report a flow's M bit when its
+        // first report goes out, not when it sets later on a path that did not change.
+        (
+            Fault::SmallMtu {
+                spine: 2,
+                mtu: 1400,
+            },
+            0,
+        ),
+        (Fault::SilentDrop { leaf: 1, spine: 1 }, from),
+        (
+            Fault::Loop {
+                spine: 1,
+                leaf: 2,
+                dst_leaf: 3,
+            },
+            from,
+        ),
+    ];
+    let mut bad = Vec::new();
+    for mode in MODES {
+        for (fault, from) in &faults {
+            let r = run(
+                mode,
+                Delivery::default(),
+                &flows,
+                &[at(*from, u64::MAX, fault.clone())],
+                until,
+            );
+            let what = format!("{mode:?} {fault:?}");
+            // MD cannot see a silent drop; an MTU too small for metadata troubles MX and XD
+            // packets none (XD adds none, MX only at the source leaf, whose MTU it fits).
+            let invisible = match fault {
+                Fault::SilentDrop { .. } => mode == Mode::Md,
+                Fault::SmallMtu { .. } => mode != Mode::Md,
+                _ => false,
+            };
+            if invisible {
+                if !r.incidents.is_empty() {
+                    bad.push(format!("{what}: nothing to see\n{}", r.dump()));
+                }
+                continue;
+            }
+            if r.incidents.len() != 1 {
+                bad.push(format!(
+                    "{what}: {} incidents\n{}",
+                    r.incidents.len(),
+                    r.dump()
+                ));
+                continue;
+            }
+            let i = &r.incidents[0];
+            let (node, port) = (i.place.node, i.place.port);
+            let right = match fault {
+                Fault::LinkDown { leaf, spine } => {
+                    i.kind == PathChange
+                        && i.cause.as_deref() == Some("link")
+                        && BTreeSet::from([node, i.place.peer_node])
+                            == BTreeSet::from([Some(*leaf), Some(spine_id(*spine))])
+                }
+                Fault::RoutingMiss { leaf, .. } => {
+                    i.kind == Drop
+                        && i.cause.as_deref() == Some("routing-miss")
+                        && node == Some(*leaf)
+                }
+                Fault::Incast { leaf, host, .. } => {
+                    matches!(i.kind, Congestion | Microburst)
+                        && (node, port) == (Some(*leaf), Some(*host))
+                }
+                Fault::SlowPort { leaf, host, .. } => {
+                    i.kind == Congestion && (node, port) == (Some(*leaf), Some(*host))
+                }
+                Fault::NonIntSpine { spine } => {
+                    i.kind == NonIntHops
+                        && (node == Some(spine_id(*spine)) || port == Some(topo.uplink(*spine)))
+                }
+                Fault::SmallMtu { spine, .. } => i.kind == Mtu && node == Some(spine_id(*spine)),
+                Fault::SilentDrop { leaf, spine } => {
+                    i.kind == Drop
+                        && i.cause.as_deref() == Some("silent")
+                        && BTreeSet::from([node, i.place.peer_node])
+                            == BTreeSet::from([Some(*leaf), Some(spine_id(*spine))])
+                }
+                Fault::Loop { spine, leaf, .. } => {
+                    let root = if mode == Mode::Md { HopLimit } else { Drop };
+                    i.kind == root && (node == Some(*leaf) || node == Some(spine_id(*spine)))
+                }
+            };
+            if !right {
+                bad.push(format!("{what}: wrong root or place\n{}", r.dump()));
+            }
+            // Hops without INT in MX and XD are found once the links around the hidden
+            // device are learned (issue 29, item 4, measures how soon).
+            let late_ok = matches!(fault, Fault::NonIntSpine { .. }) && mode != Mode::Md;
+            // The start, or the span it is known to lie in (a silent drop is confirmed a
+            // silent-drop window after the packets began to vanish).
+            let start = from * MS;
+            let earliest = i.start_ns.saturating_sub(i.start_uncertainty_ns);
+            if !late_ok && (earliest > start + INTERVAL_NS || i.start_ns < start) {
+                bad.push(format!(
+                    "{what}: starts at {} ns (-{})\n{}",
+                    i.start_ns,
+                    i.start_uncertainty_ns,
+                    r.dump()
+                ));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }

@@ -1,6 +1,6 @@
 // One incident: what, where and since when; its timeline (start and end with their
-// uncertainty, the peak), its place on the map, the flows involved, the queue's occupancy
-// around it, the evidence and the events at the place meanwhile.
+// uncertainty, the peak), its place on the map, the flows involved, the fault's other symptoms,
+// the queue's occupancy around it, the evidence and the events at the place meanwhile.
 
 import { events, api, incidentOnCollectorClock, incidents } from '../api.js';
 import { chart } from '../chart.js';
@@ -81,6 +81,20 @@ export async function render(ctx) {
           )
           .join('') || '<tr><td class="empty" colspan="3">none listed</td></tr>'
       }</tbody></table></div></div>
+    <div class="panel scroll"><h2>Symptoms <span class="muted">of the same fault, besides the root cause above</span>
+      </h2><table data-test="incident-symptoms"><thead><tr><th>kind</th><th>place</th><th>cause</th><th>start</th>
+      <th>end</th><th>samples</th><th>flows</th><th>peak</th></tr></thead><tbody>${
+        (i.symptoms || [])
+          .map(
+            (s) => `<tr data-test="incident-symptom"><td>${esc(s.kind)}</td><td class="nowrap">${esc(
+              incidentPlace(s.place),
+            )}</td><td>${esc(s.cause ?? '–')}</td><td class="nowrap">${clock(s.start_ns)}</td>
+            <td class="nowrap">${s.end_ns != null ? clock(s.end_ns) : 'ongoing'}</td>
+            <td class="num">${num(s.samples)}</td><td class="num">${num(s.flows)}</td>
+            <td class="num">${esc(peakText(s.peak))}</td></tr>`,
+          )
+          .join('') || '<tr><td class="empty" colspan="8">none: the root cause alone</td></tr>'
+      }</tbody></table></div>
     <div class="grid"><div class="panel"><div id="occ"></div></div>
       <div class="panel scroll"><h2>Evidence <span class="muted">the first, in full</span></h2>
       <pre data-test="incident-evidence">${esc(JSON.stringify(i.evidence, null, 1) ?? '–')}</pre></div></div>

@@ -210,6 +210,7 @@ fn incident(id: u64) -> Incident {
         threshold: Some(1000),
         baseline: Some(100),
         flows: Vec::new(),
+        symptoms: Vec::new(),
         evidence: None,
     }
 }

@@ -181,8 +181,13 @@ pub fn last_record(datagram: &[u8]) -> Record {
     last.expect("the datagram holds a report")
 }
 
+/// A state that publishes each incident at once: these tests follow one symptom's lifecycle
+/// at microsecond times, far inside the default grouping window.
 pub fn state() -> State {
-    State::new(Thresholds::default())
+    State::new(Thresholds {
+        incident_grouping_ns: 0,
+        ..Thresholds::default()
+    })
 }
 
 pub const MS: u64 = 1_000_000;
@@ -244,5 +249,14 @@ pub fn feed_load(
             let b = collect_batch(&c.state, &mut last_event, Vec::new(), &stats);
             store.write(&b).unwrap();
         }
+    }
+    // The load is over: its incidents are published (a live collector publishes them once
+    // their grouping window has passed), and stored with the rest.
+    c.state.finish_incidents();
+    if let Some(store) = &c.store
+        && flush_every > 0
+    {
+        let b = collect_batch(&c.state, &mut last_event, Vec::new(), &stats);
+        store.write(&b).unwrap();
     }
 }

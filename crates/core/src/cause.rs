@@ -1,0 +1,756 @@
+//! Incidents by cause: one fault, one incident.
+//!
+//! The lifecycle engine ([`crate::incidents`]) follows each *symptom* — one kind of evidence at
+//! one place (congestion at a queue, latency at a port, drops of one reason at a node) — with its
+//! own start, updates and end. A fault shows several: a slow port congests its queue, holds
+//! packets long and tail-drops; a loop expires TTLs, hits the INT hop limit and queues the
+//! looping packets at every hop of the loop. This module groups the symptoms of one fault into
+//! one [`Incident`] whose kind, place and cause are its root cause's, the others listed in
+//! [`Incident::symptoms`] with their places and spans.
+//!
+//! The rules (`docs/detection.md`, "How incidents are formed"). A new symptom joins a held
+//! incident that is ongoing, or ended at most `incident_merge_ns` (switch time) before the
+//! symptom started, when:
+//! 1. **same port**: both are queue symptoms — congestion, microburst, latency, queue drops
+//!    (`traffic-manager`, `wred`) — at one (node, egress port);
+//! 2. **one device or cable**: flows returning to a link or node (`link-restored`,
+//!    `node-restored`) join the incident of the flows that left it; silent drops on the two
+//!    directions of one link are one cable; hops without INT found while others are ongoing
+//!    are the one device that stopped adding INT (or joined without it) that they all cross;
+//! 3. **a loop**: the incident's root is a hop limit or a TTL expiry, or the symptom is, and the
+//!    symptom's flows mostly go where the incident's go (at least half of the smaller set of
+//!    destination addresses is shared);
+//! 4. **upstream**: a queue symptom (congestion, microburst, latency) at another port whose
+//!    flows mostly go where a queue incident's go (the senders of an incast meet at the
+//!    spines on their way to its host).
+//!
+//! The first rule that holds decides (in this order, then the oldest incident). The root is the
+//! member of the highest rank — hop limit, TTL expiry, congestion or microburst, queue drop,
+//! latency, MTU — then with more flows (the bottleneck an incast converges on), then the
+//! earliest; among the kinds of rule 2, the earliest. Report loss, path changes and drops of
+//! other reasons (a routing miss, an ACL) are never joined: each is a fault in itself.
+//!
+//! Lifecycle: an incident is ongoing while its root is, or another symptom shows evidence after
+//! the root ended; it ends at the latest end (or newest evidence) among them. Bounds: at most [`MAX_SYMPTOMS`] symptoms per incident (a symptom
+//! past it starts an incident of its own); resolved incidents, the newest
+//! [`crate::incidents::RESOLVED_PER_KIND`] per root kind (the older ones are dropped, counted
+//! in `evicted`). Ongoing incidents are bounded by the engine's ongoing symptoms, each of
+//! which belongs to one incident.
+
+use std::collections::VecDeque;
+use std::net::Ipv6Addr;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use crate::incident::{
+    Incident, IncidentKind, IncidentPlace, IncidentState, MAX_INCIDENT_FLOWS, Symptom,
+};
+use crate::incidents::RESOLVED_PER_KIND;
+
+/// Most symptoms one incident gathers (its root included).
+pub const MAX_SYMPTOMS: usize = 64;
+
+/// Drop reasons of a full queue: symptoms of congestion at the same port.
+const QUEUE_DROPS: [&str; 2] = ["traffic-manager", "wred"];
+/// Drop reasons of an expired TTL: a loop's signature.
+const TTL_DROPS: [&str; 3] = ["ip-ttl-zero", "outer-ip-ttl-zero", "ttl4"];
+
+/// How strongly a symptom names a fault: the root of an incident is its member of the highest
+/// rank. 0: never grouped.
+fn rank(kind: IncidentKind, cause: Option<&str>) -> u8 {
+    match kind {
+        IncidentKind::HopLimit => 6,
+        IncidentKind::Drop if cause.is_some_and(|c| TTL_DROPS.contains(&c)) => 5,
+        IncidentKind::Congestion | IncidentKind::Microburst => 4,
+        IncidentKind::Drop if cause.is_some_and(|c| QUEUE_DROPS.contains(&c)) => 3,
+        IncidentKind::Latency => 2,
+        IncidentKind::Mtu => 1,
+        _ => 0,
+    }
+}
+
+fn rank_of(i: &Incident) -> u8 {
+    rank(i.kind, i.cause.as_deref())
+}
+
+/// A loop's own symptoms: hop limit and TTL expiry.
+const LOOP_RANK: u8 = 5;
+/// Congestion and microbursts.
+const QUEUE_RANK: u8 = 4;
+
+/// A queue symptom at a port (rule 1).
+fn at_port(i: &Incident) -> bool {
+    matches!(rank_of(i), 2..=4)
+}
+
+/// A fault and its symptoms.
+#[derive(Debug, Clone)]
+struct Group {
+    /// What is published: the root's incident under the group's ID, with the others as
+    /// symptoms.
+    inc: Incident,
+    /// The symptoms as the engine last handed them over, in the order they joined.
+    members: Vec<Incident>,
+    /// The change counter at its last change ([`Causes::take_changed`]).
+    version: u64,
+    /// Receive time from which it is published; `None` once it is.
+    pending_until: Option<u64>,
+}
+
+/// IDs of incidents not yet published count down from here (published IDs count up from 1,
+/// given out in order of publication, so no ID is skipped).
+const PENDING_IDS: u64 = u64::MAX;
+
+/// The incidents by cause: every symptom the engine follows belongs to one.
+#[derive(Debug)]
+pub(crate) struct Causes {
+    merge_ns: u64,
+    grouping_ns: u64,
+    next_id: u64,
+    next_pending: u64,
+    version: u64,
+    taken: u64,
+    /// Every incident held, pending, ongoing and resolved, by ID.
+    groups: HashMap<u64, Group>,
+    /// Published resolved incidents by root kind, oldest first.
+    resolved: [VecDeque<u64>; 9],
+    /// Published ongoing incidents by root kind.
+    ongoing_by_kind: [usize; 9],
+    /// The incident each held symptom (by its engine ID) belongs to.
+    member_of: HashMap<u64, u64>,
+    /// Incidents published, by their root's kind then.
+    pub started: [u64; 9],
+    /// Incidents dropped from the resolved history, by root kind.
+    pub dropped: [u64; 9],
+}
+
+fn kind_index(kind: IncidentKind) -> usize {
+    IncidentKind::ALL
+        .iter()
+        .position(|&k| k == kind)
+        .unwrap_or(0)
+}
+
+type Status = (IncidentState, IncidentKind);
+
+impl Causes {
+    /// Incidents that gather symptoms for `grouping_ns` (receive time) before they are
+    /// published, and take symptoms that start within `merge_ns` (switch time) of their end.
+    pub(crate) fn new(merge_ns: u64, grouping_ns: u64) -> Self {
+        Causes {
+            merge_ns,
+            grouping_ns,
+            next_id: 1,
+            next_pending: PENDING_IDS,
+            version: 0,
+            taken: 0,
+            groups: HashMap::default(),
+            resolved: Default::default(),
+            ongoing_by_kind: [0; 9],
+            member_of: HashMap::default(),
+            started: [0; 9],
+            dropped: [0; 9],
+        }
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    pub(crate) fn continue_ids(&mut self, next: u64) {
+        self.next_id = self.next_id.max(next);
+    }
+
+    fn published(&self) -> impl Iterator<Item = &Group> {
+        self.groups.values().filter(|g| g.pending_until.is_none())
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Incident> {
+        self.published().map(|g| &g.inc)
+    }
+
+    pub(crate) fn get(&self, id: u64) -> Option<&Incident> {
+        self.groups
+            .get(&id)
+            .filter(|g| g.pending_until.is_none())
+            .map(|g| &g.inc)
+    }
+
+    pub(crate) fn ongoing(&self, kind: IncidentKind) -> usize {
+        self.ongoing_by_kind[kind_index(kind)]
+    }
+
+    pub(crate) fn resolved(&self, kind: IncidentKind) -> usize {
+        self.resolved[kind_index(kind)].len()
+    }
+
+    /// Incidents still gathering their symptoms.
+    pub(crate) fn pending(&self) -> usize {
+        self.groups.len() - self.published().count()
+    }
+
+    pub(crate) fn take_changed(&mut self) -> Vec<Incident> {
+        let taken = self.taken;
+        let mut out: Vec<Incident> = self
+            .published()
+            .filter(|g| g.version > taken)
+            .map(|g| g.inc.clone())
+            .collect();
+        out.sort_by_key(|i| i.id);
+        self.taken = self.version;
+        out
+    }
+
+    pub(crate) fn forget_changed(&mut self) {
+        self.taken = self.version;
+    }
+
+    /// The engine's symptom `s` started or changed: it joins (or updates) its incident. A
+    /// symptom alone in an incident not yet published looks for a home again at each change:
+    /// its first evidence may not have named its flows yet.
+    pub(crate) fn update(&mut self, s: &Incident) {
+        self.version += 1;
+        let version = self.version;
+        let gid = match self.member_of.get(&s.id) {
+            Some(&gid) => {
+                let alone = self
+                    .groups
+                    .get(&gid)
+                    .is_some_and(|g| g.pending_until.is_some() && g.members.len() == 1);
+                match alone.then(|| self.home_of(s, gid)).flatten() {
+                    Some(home) => {
+                        self.groups.remove(&gid);
+                        self.member_of.insert(s.id, home);
+                        home
+                    }
+                    None => gid,
+                }
+            }
+            None => {
+                let gid = self.home_of(s, 0).unwrap_or_else(|| {
+                    self.next_pending -= 1;
+                    self.next_pending
+                });
+                self.member_of.insert(s.id, gid);
+                gid
+            }
+        };
+        let grouping_ns = self.grouping_ns;
+        let g = self.groups.entry(gid).or_insert_with(|| Group {
+            inc: s.clone(),
+            members: Vec::new(),
+            version,
+            pending_until: Some(s.received_ns.unwrap_or(0).saturating_add(grouping_ns)),
+        });
+        let was = status(g);
+        match g.members.iter_mut().find(|m| m.id == s.id) {
+            Some(m) => m.clone_from(s),
+            None => g.members.push(s.clone()),
+        }
+        g.version = version;
+        g.inc = publish(gid, &g.members);
+        let now = status(g);
+        if let (Some(was), Some(now)) = (was, now)
+            && was != now
+        {
+            self.moved(gid, Some(was), now);
+        }
+        if now.is_none() && self.grouping_ns == 0 {
+            self.publish_now(gid);
+        }
+    }
+
+    /// Publishes the incidents whose symptoms were gathered by receive time `now_rx`
+    /// (`u64::MAX`: all of them), in the order they started.
+    pub(crate) fn publish_due(&mut self, now_rx: u64) {
+        let mut due: Vec<(u64, u64)> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.pending_until.is_some_and(|t| t <= now_rx))
+            .map(|(&gid, g)| (g.inc.start_ns, gid))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        due.sort_unstable();
+        for (_, pending) in due {
+            self.publish_now(pending);
+        }
+    }
+
+    /// Publishes pending incident `pending` under the next ID.
+    fn publish_now(&mut self, pending: u64) {
+        let Some(mut g) = self.groups.remove(&pending) else {
+            return;
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        self.version += 1;
+        g.version = self.version;
+        g.pending_until = None;
+        g.inc.id = id;
+        for m in &g.members {
+            self.member_of.insert(m.id, id);
+        }
+        self.started[kind_index(g.inc.kind)] += 1;
+        let now = (g.inc.state, g.inc.kind);
+        self.groups.insert(id, g);
+        self.moved(id, None, now);
+    }
+
+    /// Keeps the per-kind lists right after published incident `gid` went from `was` to `now`
+    /// (state and root kind).
+    fn moved(&mut self, gid: u64, was: Option<Status>, now: Status) {
+        match was {
+            Some((IncidentState::Ongoing, k)) => {
+                let i = kind_index(k);
+                self.ongoing_by_kind[i] = self.ongoing_by_kind[i].saturating_sub(1);
+            }
+            Some((IncidentState::Resolved, k)) => {
+                self.resolved[kind_index(k)].retain(|&id| id != gid);
+            }
+            None => {}
+        }
+        match now {
+            (IncidentState::Ongoing, k) => self.ongoing_by_kind[kind_index(k)] += 1,
+            (IncidentState::Resolved, k) => {
+                let list = &mut self.resolved[kind_index(k)];
+                list.push_back(gid);
+                if list.len() > RESOLVED_PER_KIND
+                    && let Some(old) = list.pop_front()
+                {
+                    self.dropped[kind_index(k)] += 1;
+                    if let Some(g) = self.groups.remove(&old) {
+                        for m in &g.members {
+                            self.member_of.remove(&m.id);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The incident other than `own` that symptom `s` belongs to by the rules above, if any.
+    fn home_of(&self, s: &Incident, own: u64) -> Option<u64> {
+        let r = rank_of(s);
+        if r == 0 && !is_repair(s) && !is_silent(s) && s.kind != IncidentKind::NonIntHops {
+            return None;
+        }
+        let dsts: HashSet<Ipv6Addr> = s.flows.iter().map(|f| f.flow.dst).collect();
+        let mut best: Option<(u8, u64, u64)> = None;
+        for (&gid, g) in &self.groups {
+            if gid == own || g.members.len() >= MAX_SYMPTOMS || !self.current(g, s) {
+                continue;
+            }
+            let Some(rule) = joins(s, r, &dsts, g) else {
+                continue;
+            };
+            // The first rule, then the oldest incident: a HashMap's order must not decide.
+            let candidate = (rule, g.inc.start_ns, gid);
+            if best.is_none_or(|b| candidate < b) {
+                best = Some(candidate);
+            }
+        }
+        best.map(|(_, _, gid)| gid)
+    }
+
+    /// Whether `g` is ongoing, or ended at most the merge window before `s` started.
+    fn current(&self, g: &Group, s: &Incident) -> bool {
+        match g.inc.end_ns {
+            None => true,
+            Some(end) => s.start_ns <= end.saturating_add(self.merge_ns),
+        }
+    }
+}
+
+/// A published incident's state and root kind (`None` while pending).
+fn status(g: &Group) -> Option<Status> {
+    g.pending_until
+        .is_none()
+        .then_some((g.inc.state, g.inc.kind))
+}
+
+/// Packets lost between two hops without a drop report.
+fn is_silent(s: &Incident) -> bool {
+    s.kind == IncidentKind::Drop && s.cause.as_deref() == Some("silent")
+}
+
+/// Returns to a link or node (rule 2).
+fn is_repair(s: &Incident) -> bool {
+    s.kind == IncidentKind::PathChange
+        && s.cause.as_deref().is_some_and(|c| c.ends_with("-restored"))
+}
+
+/// The first rule (1–4) by which `s` (of rank `r`, its flows going to `dsts`) joins `g`.
+fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group) -> Option<u8> {
+    if at_port(s)
+        && g.members
+            .iter()
+            .any(|m| at_port(m) && m.place.node == s.place.node && m.place.port == s.place.port)
+    {
+        return Some(1);
+    }
+    if is_repair(s) {
+        let left = s.cause.as_deref().and_then(|c| c.strip_suffix("-restored"));
+        let same_place = |p: &IncidentPlace| {
+            (p.node, p.port, p.peer_node, p.peer_port)
+                == (
+                    s.place.node,
+                    s.place.port,
+                    s.place.peer_node,
+                    s.place.peer_port,
+                )
+        };
+        return g
+            .members
+            .iter()
+            .any(|m| {
+                m.kind == IncidentKind::PathChange
+                    && m.cause.as_deref() == left
+                    && same_place(&m.place)
+            })
+            .then_some(2);
+    }
+    if is_silent(s) {
+        // Rule 2: the other direction of the same cable.
+        return g
+            .members
+            .iter()
+            .any(|m| {
+                is_silent(m)
+                    && m.place.node == s.place.peer_node
+                    && m.place.peer_node == s.place.node
+            })
+            .then_some(2);
+    }
+    if s.kind == IncidentKind::NonIntHops {
+        // Rule 2: hops without INT found at once behind several ports are the device that
+        // stopped adding INT (or was added without it) that they all cross.
+        return g
+            .members
+            .iter()
+            .any(|m| m.kind == IncidentKind::NonIntHops)
+            .then_some(2);
+    }
+    let root = rank_of(&g.inc);
+    // Culprits converge on where they go: the senders of an incast on its host, a loop's
+    // flows on the prefix that loops; flows seen at one place may not yet be seen at the
+    // other, their destinations are.
+    let mostly_shared = || {
+        let theirs: HashSet<Ipv6Addr> = g
+            .members
+            .iter()
+            .flat_map(|m| m.flows.iter().map(|f| f.flow.dst))
+            .collect();
+        let shared = dsts.iter().filter(|d| theirs.contains(d)).count();
+        shared > 0 && 2 * shared >= dsts.len().min(theirs.len())
+    };
+    if (root >= LOOP_RANK && r >= 1) || (r >= LOOP_RANK && root >= 1) {
+        return mostly_shared().then_some(3);
+    }
+    let queue = |x: u8| x == QUEUE_RANK || x == 2;
+    if (root == QUEUE_RANK && queue(r)) || (r == QUEUE_RANK && queue(root)) {
+        return mostly_shared().then_some(4);
+    }
+    None
+}
+
+/// The incident `gid` of `members`: the root's, under the group's ID, spanning every member,
+/// with the others as symptoms.
+fn publish(gid: u64, members: &[Incident]) -> Incident {
+    let root = members
+        .iter()
+        .max_by(|a, b| {
+            // Ungrouped kinds (a repair with its outage): the first is the root.
+            let weight = |m: &Incident| (rank_of(m), (rank_of(m) > 0).then_some(m.counts.flows));
+            weight(a)
+                .cmp(&weight(b))
+                .then(b.start_ns.cmp(&a.start_ns))
+                .then(b.id.cmp(&a.id))
+        })
+        .unwrap_or(&members[0]);
+    let mut inc = root.clone();
+    inc.id = gid;
+    if members.len() == 1 {
+        return inc;
+    }
+    let first = members.iter().min_by_key(|m| m.start_ns).unwrap_or(root);
+    inc.start_ns = first.start_ns;
+    inc.start_uncertainty_ns = first.start_uncertainty_ns;
+    inc.received_ns = members.iter().filter_map(|m| m.received_ns).min();
+    inc.last_update_ns = members.iter().map(|m| m.last_update_ns).max().unwrap_or(0);
+    // Over when the root is, and no other symptom showed anything after the root ended:
+    // tail drops and latency at a port end with its congestion even though, without a
+    // sample that says "normal", their own ends wait for their quiet time.
+    let root_end = (root.state == IncidentState::Resolved).then_some(root.end_ns.unwrap_or(0));
+    let over = root_end.is_some_and(|end| {
+        members
+            .iter()
+            .all(|m| m.state == IncidentState::Resolved || m.last_update_ns <= end)
+    });
+    if over {
+        let last = members
+            .iter()
+            .max_by_key(|m| m.end_ns.unwrap_or(m.last_update_ns))
+            .unwrap_or(root);
+        inc.state = IncidentState::Resolved;
+        inc.end_ns = Some(
+            last.end_ns
+                .unwrap_or(last.last_update_ns)
+                .max(inc.last_update_ns),
+        );
+        inc.end_uncertainty_ns = last.end_uncertainty_ns;
+        inc.end_reason = last.end_reason.or(root.end_reason);
+    } else {
+        inc.state = IncidentState::Ongoing;
+        inc.end_ns = None;
+        inc.end_uncertainty_ns = 0;
+        inc.end_reason = None;
+    }
+    // Each symptom that joined is an update.
+    inc.updates = members.iter().map(|m| m.updates).sum::<u64>() + members.len() as u64 - 1;
+    inc.severity = members
+        .iter()
+        .map(|m| m.severity)
+        .max()
+        .unwrap_or(inc.severity);
+    let others = || members.iter().filter(|m| m.id != root.id);
+    for m in others() {
+        inc.counts.samples += m.counts.samples;
+        inc.counts.reports += m.counts.reports;
+        inc.counts.reports_lost += m.counts.reports_lost;
+        if let Some(p) = m.counts.packets_dropped {
+            *inc.counts.packets_dropped.get_or_insert(0) += p;
+        }
+    }
+    let mut listed: HashSet<u64> = inc.flows.iter().map(|f| f.flow_id).collect();
+    for f in others().flat_map(|m| m.flows.iter()) {
+        if listed.insert(f.flow_id) && inc.flows.len() < MAX_INCIDENT_FLOWS {
+            inc.flows.push(*f);
+        }
+    }
+    inc.counts.flows = members
+        .iter()
+        .map(|m| m.counts.flows)
+        .max()
+        .unwrap_or(0)
+        .max(listed.len() as u64);
+    let mut symptoms: Vec<&Incident> = others().collect();
+    symptoms.sort_by_key(|m| (m.start_ns, m.id));
+    inc.symptoms = symptoms.into_iter().map(Symptom::of).collect();
+    inc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::incident::{IncidentCounts, IncidentFlow, Severity};
+    use intscope_wire::locate::FlowKey;
+
+    const MS: u64 = 1_000_000;
+
+    fn flow(id: u64, dst: &str) -> IncidentFlow {
+        IncidentFlow {
+            flow: FlowKey {
+                src: "::ffff:10.0.9.9".parse().unwrap(),
+                dst: format!("::ffff:{dst}").parse().unwrap(),
+                proto: 6,
+                src_port: id as u16,
+                dst_port: 80,
+            },
+            flow_id: id,
+            share: None,
+            samples: 1,
+        }
+    }
+
+    /// The engine's symptom `id`: `kind` (`cause`) at (node, port) from `at_ms`, its flows
+    /// going to `dsts`.
+    fn symptom(
+        id: u64,
+        kind: IncidentKind,
+        cause: Option<&str>,
+        (node, port): (u32, u32),
+        at_ms: u64,
+        dsts: &[&str],
+    ) -> Incident {
+        Incident {
+            id,
+            kind,
+            place: IncidentPlace {
+                node: Some(node),
+                port: Some(port),
+                ..IncidentPlace::default()
+            },
+            cause: cause.map(str::to_string),
+            state: IncidentState::Ongoing,
+            severity: Severity::Warning,
+            start_ns: at_ms * MS,
+            start_uncertainty_ns: 0,
+            last_update_ns: at_ms * MS,
+            end_ns: None,
+            end_uncertainty_ns: 0,
+            end_reason: None,
+            received_ns: Some(at_ms * MS),
+            updates: 0,
+            counts: IncidentCounts {
+                flows: dsts.len() as u64,
+                episodes: 1,
+                ..IncidentCounts::default()
+            },
+            peak: None,
+            threshold: None,
+            baseline: None,
+            flows: dsts
+                .iter()
+                .enumerate()
+                .map(|(i, d)| flow(id * 100 + i as u64, d))
+                .collect(),
+            symptoms: Vec::new(),
+            evidence: None,
+        }
+    }
+
+    fn causes() -> Causes {
+        Causes::new(1_000 * MS, 100 * MS)
+    }
+
+    fn all(c: &Causes) -> Vec<Incident> {
+        let mut v: Vec<Incident> = c.iter().cloned().collect();
+        v.sort_by_key(|i| i.id);
+        v
+    }
+
+    /// A slow port: its latency shows first, then its queue, then tail drops: one congestion
+    /// incident, published once the grouping window passed, with the other two as symptoms.
+    #[test]
+    fn a_ports_latency_queue_and_tail_drops_are_one_congestion_incident() {
+        use IncidentKind::*;
+        let mut c = causes();
+        c.update(&symptom(1, Latency, None, (2, 1), 0, &["10.0.2.1"]));
+        c.update(&symptom(2, Congestion, None, (2, 1), 6, &["10.0.2.1"]));
+        c.update(&symptom(
+            3,
+            Drop,
+            Some("traffic-manager"),
+            (2, 1),
+            14,
+            &["10.0.2.1"],
+        ));
+        c.publish_due(50 * MS);
+        assert!(all(&c).is_empty(), "still gathering");
+        assert_eq!(c.pending(), 1);
+        c.publish_due(100 * MS);
+        let v = all(&c);
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert_eq!((v[0].id, v[0].kind), (1, Congestion));
+        assert_eq!(v[0].start_ns, 0, "the first symptom's start");
+        let kinds: Vec<IncidentKind> = v[0].symptoms.iter().map(|s| s.kind).collect();
+        assert_eq!(kinds, [Latency, Drop]);
+        assert_eq!(c.take_changed().len(), 1);
+        assert_eq!(c.ongoing(Congestion), 1);
+        assert_eq!(c.started[kind_index(Congestion)], 1);
+    }
+
+    /// Drops of a reason that is a fault in itself (a routing miss) stay their own incident,
+    /// at the same port as a congestion; published IDs count up without gaps.
+    #[test]
+    fn a_routing_miss_beside_a_queue_is_its_own_incident() {
+        use IncidentKind::*;
+        let mut c = causes();
+        c.update(&symptom(1, Congestion, None, (4, 0), 0, &["10.0.1.1"]));
+        c.update(&symptom(
+            2,
+            Drop,
+            Some("routing-miss"),
+            (4, 0),
+            1,
+            &["10.0.1.1"],
+        ));
+        c.publish_due(u64::MAX);
+        let v = all(&c);
+        assert_eq!(
+            v.iter().map(|i| (i.id, i.kind)).collect::<Vec<_>>(),
+            [(1, Congestion), (2, Drop)]
+        );
+    }
+
+    /// A loop: TTL expiries at the spine, the looping traffic's latency at the leaf's uplink
+    /// (its flows named only after its first evidence, while the incident gathers), and an
+    /// unrelated latency elsewhere: two incidents, the loop rooted at the TTL drops.
+    #[test]
+    fn a_loops_symptoms_join_by_where_their_flows_go() {
+        use IncidentKind::*;
+        let mut c = causes();
+        c.update(&symptom(
+            1,
+            Drop,
+            Some("ip-ttl-zero"),
+            (101, 2),
+            20,
+            &["10.0.3.1", "10.0.3.2"],
+        ));
+        // Not yet naming a flow.
+        c.update(&symptom(2, Latency, None, (2, 5), 21, &[]));
+        c.update(&symptom(2, Latency, None, (2, 5), 22, &["10.0.3.2"]));
+        c.update(&symptom(3, Latency, None, (9, 9), 23, &["10.0.7.7"]));
+        c.publish_due(u64::MAX);
+        let v = all(&c);
+        assert_eq!(v.len(), 2, "{v:#?}");
+        assert_eq!(
+            (v[0].kind, v[0].cause.as_deref()),
+            (Drop, Some("ip-ttl-zero"))
+        );
+        assert_eq!(v[0].symptoms.len(), 1);
+        assert_eq!(v[0].symptoms[0].place.node, Some(2));
+        assert_eq!((v[1].kind, v[1].place.node), (Latency, Some(9)));
+    }
+
+    /// An incast: the spine's queue towards the host's leaf shows first with the senders that
+    /// cross it; the host port's queue, with every sender, becomes the root.
+    #[test]
+    fn an_incasts_queues_on_the_way_join_the_bottleneck() {
+        use IncidentKind::*;
+        let mut c = causes();
+        c.update(&symptom(1, Microburst, None, (102, 3), 40, &["10.0.3.1"]));
+        let mut host = symptom(2, Microburst, None, (3, 1), 40, &["10.0.3.1"]);
+        host.counts.flows = 12;
+        c.update(&host);
+        c.publish_due(u64::MAX);
+        let v = all(&c);
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert_eq!((v[0].place.node, v[0].place.port), (Some(3), Some(1)));
+        assert_eq!(v[0].symptoms[0].place.node, Some(102));
+    }
+
+    /// A cable that loses packets both ways is one incident; a resolved incident takes no
+    /// symptom that starts past the merge window, and ends when its last symptom does.
+    #[test]
+    fn a_cables_two_directions_are_one_incident_and_old_ones_take_none() {
+        use IncidentKind::*;
+        let mut c = causes();
+        let mut up = symptom(1, Drop, Some("silent"), (1, 5), 0, &["10.0.2.1"]);
+        up.place.peer_node = Some(101);
+        let mut down = symptom(2, Drop, Some("silent"), (101, 1), 1, &["10.0.1.1"]);
+        down.place.peer_node = Some(1);
+        c.update(&up);
+        c.update(&down);
+        c.publish_due(u64::MAX);
+        assert_eq!(all(&c).len(), 1);
+        for mut s in [up, down] {
+            s.state = IncidentState::Resolved;
+            s.end_ns = Some(10 * MS);
+            s.end_reason = Some(crate::incident::EndReason::Quiet);
+            c.update(&s);
+        }
+        let v = all(&c);
+        assert_eq!(v[0].state, IncidentState::Resolved);
+        assert_eq!(v[0].end_ns, Some(10 * MS));
+        assert_eq!(c.resolved(Drop), 1);
+        let mut late = symptom(3, Drop, Some("silent"), (101, 1), 2_000, &["10.0.1.1"]);
+        late.place.peer_node = Some(1);
+        c.update(&late);
+        c.publish_due(u64::MAX);
+        assert_eq!(all(&c).len(), 2, "past the merge window: a new fault");
+    }
+}
