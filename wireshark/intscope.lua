@@ -58,6 +58,9 @@ p_int.prefs.geneve_class = Pref.uint("Geneve option class of INT", 0x0103,
     "Geneve option class of INT options (INT v2.1 section INT over Geneve: 0x0103)", 16)
 p_int.prefs.domains = Pref.string("Domain registry (TOML)", "",
     "Domain-specific metadata registry in intscope's domains.toml format (--domains)")
+p_int.prefs.unmarked = Pref.bool("Unmarked INT", false,
+    "Also read INT after TCP/UDP without any marking, where every reserved field is zero and the lengths "
+    .. "agree; in a report's packet only when its F bit is set (--unmarked-int). Off: any payload can look like INT")
 
 p_int.prefs.about = Pref.statictext("intscope.lua " .. INTSCOPE_LUA_VERSION
     .. ": INT and telemetry reports, as `intscope dump` decodes them (docs/wireshark.md)")
@@ -294,7 +297,7 @@ local WARNINGS = {
     ["stack-leftover"] = "INT metadata stack length is not a whole number of hops",
     ["hop-too-short"] = "Hop ML is shorter than the metadata the instruction bitmap requests",
     ["unknown-domain"] = "Domain Specific ID not in the registry: domain metadata shown raw",
-    ["unmarked-int"] = "INT found in a report's inner packet without the configured INT marking",
+    ["unmarked-int"] = "INT found without the configured INT marking (unmarked INT on)",
     ["main-contents-in-inner-only"] = "Inner-Only report (RepType 0) carries INT main contents (MD Length > 0)",
     ["inner-type-mismatch"] = "inner packet does not start with the header InType names",
     ["report-length-extended"] =
@@ -619,11 +622,13 @@ local function add_hop(t, M, tvb, off, bm, fmt, dlen, ds_id, ds_bits)
 end
 
 ---------------------------------------------------------------------------------------------
--- Dissection state: report inner packets are decoded with looser rules (unmarked INT is looked
--- for; an INT stack may be cut off), as `intscope dump` does.
+-- Dissection state: report inner packets are decoded with looser rules (an INT stack may be cut
+-- off; unmarked INT, when the preference is on, only in tracked reports), as `intscope dump` does.
 ---------------------------------------------------------------------------------------------
 
 local in_report = 0   -- > 0 while a report's inner packet is being dissected
+local report_tracked = false -- the F bit of the report whose inner packet is being dissected
+local unmarked_int = false   -- the "Unmarked INT" preference
 local root_tree = nil -- the tree the report dissector was given (inner packets go there)
 local suppress = 0    -- > 0 while the original L4 header after an INT block is dissected
 
@@ -802,7 +807,8 @@ parse_legacy_block = function(tvb, off, encap, blk)
     local nibble = rshift(h0, 4)
     if nibble == 1 or (nibble == 0 and not v05_consistent and v1_consistent) then
         local h = { ver = rshift(h0, 4), rep = band(rshift(h0, 2), 3), c = band(h0, 2) ~= 0, e = band(h0, 1) ~= 0,
-            m = band(h1, 0x80) ~= 0, hop_ml = band(h2, 0x1f), rhc = h3, bitmap = bitmap }
+            m = band(h1, 0x80) ~= 0, hop_ml = band(h2, 0x1f), rhc = h3, bitmap = bitmap,
+            reserved = u16(tvb, off + 10) }
         if h.ver == 0 then blk.warnings[#blk.warnings + 1] = "v1-header-version-0" end
         local total = shim.length * 4
         if total < 12 then
@@ -828,7 +834,8 @@ parse_legacy_block = function(tvb, off, encap, blk)
             off + 4, u32(tvb, off + 4)))
     end
     local h = { ver = rshift(h0, 6), rep = band(rshift(h0, 4), 3), c = band(h0, 0x08) ~= 0, e = band(h0, 0x04) ~= 0,
-        ins_cnt = band(h1, 0x1f), max_hop = h2, total_hop = h3, bitmap = bitmap }
+        ins_cnt = band(h1, 0x1f), max_hop = h2, total_hop = h3, bitmap = bitmap,
+        reserved = u16(tvb, off + 10) }
     -- The shim length bounds the stack (what follows the block is read from there); a Total Hop
     -- Count that disagrees is a warning. A shim length that cannot be right (shorter than header
     -- and tail, past the bytes: generators that leave it 0) gives way to the count.
@@ -1164,6 +1171,49 @@ local function plausible_l4(tvb, off, proto)
     return true
 end
 
+-- Whether an INT block found without a marking is INT by every rule checkable without one: the
+-- TCP/UDP shim's reserved bits and fields (INT v2.1 "INT over TCP/UDP"), the header's reserved
+-- bits and bitmap, and a stack of whole hops. A domain's sizes are not checked here, so a block
+-- of a domain (DS ID other than 0) is not taken; nor INT-MX, whose body is domain metadata.
+local function unmarked_exact(tvb, blk)
+    local s, h = blk.shim, blk.hdr
+    if not h or blk.body_len == 0 then return false end
+    if s.kind == "tcp" or s.kind == "udp" or s.kind == "udp-new" then
+        if s.reserved ~= 0 then return false end
+        if s.npt == 0 then
+            if band(s.content, 0xff03) ~= 0 then return false end
+        elseif s.npt == 1 then
+            if s.content == 0 then return false end
+        elseif s.npt == 2 then
+            if rshift(s.content, 8) ~= 0
+                or not plausible_l4(tvb, blk.off + blk.len, band(s.content, 0xff)) then return false end
+        else
+            return false
+        end
+    elseif s.kind == "legacy" then
+        if s.type ~= 1 or s.reserved ~= 0 then return false end
+    else
+        return false
+    end
+    if blk.kind == "md" then
+        local hop_len = h.hop_ml * 4
+        return h.reserved == 0 and h.bitmap ~= 0 and band(h.bitmap, 0x007e) == 0
+            and h.ds_id == 0 and h.ds_instruction == 0 and h.ds_flags == 0
+            and hop_len == baseline_len(FMT_V2, h.bitmap) and blk.body_len % hop_len == 0
+    elseif blk.kind == "v1" then
+        local n = popcount16(h.bitmap)
+        return h.ver == 1 and h.rep == 0 and not h.c and h.reserved == 0 and h.bitmap ~= 0
+            and h.hop_ml >= n and h.hop_ml <= 2 * n and blk.body_len % (h.hop_ml * 4) == 0
+    elseif blk.kind == "v05" then
+        for _, w in ipairs(blk.warnings) do
+            if w == "legacy-shim-length" or w == "legacy-hop-count" then return false end
+        end
+        return h.rep == 0 and not h.c and h.reserved == 0 and h.bitmap ~= 0
+            and h.ins_cnt == popcount16(h.bitmap) and h.total_hop <= h.max_hop
+    end
+    return false
+end
+
 local function dissect_l4_int(tvb, off, encap, pinfo, tree, heuristic)
     local ok, blk = pcall(parse_block, tvb, off, encap, SEM_SPEC)
     if not ok and in_report > 0 and is_internal(blk) and blk.msg:find("Length claims") then
@@ -1175,22 +1225,9 @@ local function dissect_l4_int(tvb, off, encap, pinfo, tree, heuristic)
         return true
     end
     if heuristic then
-        -- Unmarked INT in a report's inner packet: accepted only when self-consistent
-        -- (crates/wire/src/locate.rs `heuristic`).
-        local h = blk.hdr
-        local consistent = false
-        if blk.kind == "md" then
-            local hop_len = h.hop_ml * 4
-            consistent = h.bitmap ~= 0 and hop_len >= baseline_len(FMT_V2, h.bitmap)
-                and (h.ds_id ~= 0 or blk.body_len % hop_len == 0)
-        elseif blk.kind == "mx" then
-            consistent = h.bitmap ~= 0 and blk.itype == 3
-        elseif blk.kind == "v1" then
-            consistent = h.bitmap ~= 0 and h.hop_ml > 0 and blk.body_len % (h.hop_ml * 4) == 0
-        elseif blk.kind == "v05" then
-            consistent = h.bitmap ~= 0
-        end
-        if not consistent then return false end
+        -- Unmarked INT: taken only where the bytes leave no other reading, every reserved
+        -- field zero and the lengths exact (crates/wire/src/locate.rs `unmarked_exact`).
+        if not unmarked_exact(tvb, blk) then return false end
         blk.warnings[#blk.warnings + 1] = "unmarked-int"
     end
     local s = blk.shim
@@ -1267,7 +1304,9 @@ local function heur_l4(encap)
             return dissect_l4_int(tvb, 0, encap, pinfo, tree, false)
         elseif probe_at(tvb) then
             return dissect_l4_int(tvb, 8, encap, pinfo, tree, false)
-        elseif in_report > 0 then
+        elseif unmarked_int and (in_report == 0 or report_tracked) then
+            -- Report v2.0 "Individual Report Header": with F = 0 "there will not be any
+            -- embedded telemetry metadata in the report".
             return dissect_l4_int(tvb, 0, encap, pinfo, tree, true)
         end
         return false
@@ -1489,12 +1528,16 @@ end
 local function in_type_kind(t) return (t == 4 and "ipv4") or (t == 5 and "ipv6") or "eth" end
 
 -- Dissects a report's inner packet with Wireshark's own dissectors, in report mode.
-local function report_inner(kind, tvb, off, len, pinfo, tree)
+-- `tracked`: the report's F bit.
+local function report_inner(kind, tvb, off, len, pinfo, tree, tracked)
     if len <= 0 then return end
     local t = tree:add(F.r_inner, tvb(off, len))
     t:set_text(string.format("Inner packet (%d bytes)", len))
     in_report = in_report + 1
+    local was_tracked = report_tracked
+    report_tracked = tracked
     local ok, e = pcall(call_packet, kind, tvb, off, len, pinfo, root_tree or tree)
+    report_tracked = was_tracked
     in_report = in_report - 1
     if not ok then error(e, 0) end
 end
@@ -1631,7 +1674,7 @@ local function add_individual(tree, tvb, r, pinfo, index, datagram_off)
         end
     end
     if is_packet_type(r.inner_type) and r.inner_n > 0 then
-        report_inner(in_type_kind(r.inner_type), tvb, r.inner_off, r.inner_n, pinfo, t)
+        report_inner(in_type_kind(r.inner_type), tvb, r.inner_off, r.inner_n, pinfo, t, h.f)
     elseif r.inner_type == 1 then
         -- Report v2.0 "Individual Report Inner Contents for InType 1": TLVType(4) Rsvd(4) |
         -- TLVLength(8) | TLV Data Template(16) | data.
@@ -1659,7 +1702,7 @@ local function add_individual(tree, tvb, r, pinfo, index, datagram_off)
                     tt:add_proto_expert_info(E.r_malformed, string.format("TLV at byte %d: an empty %s packet", at,
                         tlv_types[ttype]))
                 end
-                report_inner(in_type_kind(ttype + 2), tvb, at + 4, tl - 4, pinfo, tt)
+                report_inner(in_type_kind(ttype + 2), tvb, at + 4, tl - 4, pinfo, tt, h.f)
             else
                 tt:add(F.r_tlv_data, tvb(at + 4, tl - 4))
             end
@@ -1702,7 +1745,7 @@ local function report_v1(t, tvb, pinfo)
     t:add(F.r_ingress_ts, tvb(12, 4))
     report_summary = string.format("Telemetry report v1.0, switch %d, seq %d", u32(tvb, 4), u32(tvb, 8))
     local kind = (nproto == 1 and "ipv4") or (nproto == 2 and "ipv6") or "eth"
-    report_inner(kind, tvb, 16, tvb:len() - 16, pinfo, t)
+    report_inner(kind, tvb, 16, tvb:len() - 16, pinfo, t, band(w, 0x40) ~= 0)
 end
 
 -- Telemetry Report v0.5 (stratum/fabric-tna p4src/shared/header.p4): `ver(4) nproto(4) | d q f
@@ -1747,7 +1790,7 @@ local function report_v05(t, tvb, pinfo, version1)
         end
         at = 12 + len
     end
-    report_inner("eth", tvb, at, tvb:len() - at, pinfo, t)
+    report_inner("eth", tvb, at, tvb:len() - at, pinfo, t, band(w, 0x00200000) ~= 0)
 end
 
 -- Telemetry Report v2.0 (Report v2.0 "Telemetry Report Group Header": Ver(4) hw_id(6)
@@ -1907,6 +1950,7 @@ local function apply_prefs()
     if cur and tostring(cur) ~= "INT over Geneve" and not geneve_orig then geneve_orig = cur end
     if geneve_orig then udp:add(6081, geneve_int) end
     if p_int.prefs.domains ~= registry_path then load_registry(p_int.prefs.domains) end
+    unmarked_int = p_int.prefs.unmarked
 end
 
 function p_int.prefs_changed() apply_prefs() end

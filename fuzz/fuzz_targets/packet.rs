@@ -8,7 +8,7 @@ fuzz_target!(|data: &[u8]| {
         int_udp_ports: vec![17768, 555],
         probe_marker: Some(0x1122_3344_5566_7788),
         gre_proto: Some(0x4569),
-        heuristic: true,
+        unmarked_int: true,
         verify_checksums: true,
         ..DetectConfig::default()
     };

@@ -41,6 +41,14 @@ pub struct CollectArgs {
     /// INT UDP port of the reported packets (INT_TBD); repeatable.
     #[arg(long = "int-udp-port", value_name = "P")]
     pub int_udp_ports: Vec<u16>,
+    /// Domain-specific metadata registry (TOML, shared/spec/domains.example.toml format;
+    /// `domains` in the config file): source-only metadata is then not read as hops.
+    #[arg(long, value_name = "FILE.toml")]
+    pub domains: Option<PathBuf>,
+    /// Also read INT without a marking in the reported packets (`unmarked_int` in the config
+    /// file; off by default): only where the report's F bit allows it and the block is exact.
+    #[arg(long)]
+    pub unmarked_int: bool,
     /// Replay a capture of report traffic instead of listening, then serve the result (pcap or
     /// pcapng: Ethernet, Linux cooked as `tcpdump -i any` writes it, raw IP). Datagrams larger
     /// than `recv_slot` are counted `oversize`, as a live run counts them.
@@ -226,6 +234,15 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
     }
     if !args.int_udp_ports.is_empty() {
         cfg.int_udp_ports = args.int_udp_ports.clone();
+    }
+    cfg.unmarked_int |= args.unmarked_int;
+    if let Some(d) = &args.domains {
+        cfg.domains = Some(d.clone());
+    }
+    if let Some(d) = &cfg.domains {
+        cfg.registry = crate::dump::load_registry(Some(d))
+            .with_context(|| "the domain registry (--domains / `domains`)")?
+            .map(Arc::new);
     }
     if let Some(d) = &args.data {
         cfg.data = Some(d.clone());

@@ -30,6 +30,11 @@ pub struct DetectArgs {
     /// Domain-specific metadata registry (TOML, see examples/domains.toml).
     #[arg(long, value_name = "FILE.toml")]
     pub domains: Option<PathBuf>,
+    /// Also read INT without any marking after TCP/UDP (in a report's copy only when its F bit
+    /// is set), where every reserved field is zero and the lengths agree. Off by default: the
+    /// spec leaves the marking to the operator, and without one any payload can look like INT.
+    #[arg(long)]
+    pub unmarked_int: bool,
 }
 
 fn parse_num(s: &str, what: &str) -> Result<u64> {
@@ -46,6 +51,7 @@ impl DetectArgs {
     pub fn config(&self) -> Result<DetectConfig> {
         let mut cfg = DetectConfig {
             int_udp_ports: self.int_udp_ports.clone(),
+            unmarked_int: self.unmarked_int,
             verify_checksums: true,
             ..DetectConfig::default()
         };

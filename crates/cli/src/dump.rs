@@ -120,8 +120,9 @@ pub fn run(args: &DumpArgs, out: &mut dyn Write) -> Result<u64> {
 
 /// [`run`], counting into `tally`.
 fn run_counted(args: &DumpArgs, out: &mut dyn Write, tally: &mut Tally) -> Result<()> {
-    let cfg = args.detect.config()?;
+    let mut cfg = args.detect.config()?;
     let registry = args.detect.registry()?;
+    cfg.domains = registry.clone().map(std::sync::Arc::new);
     let mut capture = Capture::open(&args.file)?;
     let mut out = BufWriter::new(out);
     while let Some(frame) = capture.next_frame() {

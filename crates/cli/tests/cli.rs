@@ -222,6 +222,18 @@ fn usage_errors_exit_2_runtime_errors_exit_1() {
         // Runtime: the command line is fine, the world is not.
         (&["dump", "/nonexistent/x.pcap"], 1, "cannot open"),
         (
+            &[
+                "collect",
+                "--domains",
+                "/nonexistent/domains.toml",
+                "--no-store",
+                "--http",
+                "127.0.0.1:0",
+            ],
+            1,
+            "domain registry",
+        ),
+        (
             &["sim", "--topology", "/nonexistent.toml", "--reports", pcap],
             1,
             "cannot read",

@@ -384,6 +384,18 @@ pub struct CollectorConfig {
     pub int_udp_ports: Vec<u16>,
     /// DSCP value marking INT in reported packets (`null` to disable).
     pub int_dscp: Option<u8>,
+    /// Also read INT that carries no marking (neither `int_dscp` nor an `int_udp_ports` port) in
+    /// the reported packets, where the report's F bit allows embedded INT and the block is exact
+    /// to its reserved bits and lengths. Off by default: the spec leaves the marking to the
+    /// operator, and without one any payload can look like INT.
+    pub unmarked_int: bool,
+    /// The domain registry file (`shared/spec/domains.example.toml` format): sizes of
+    /// domain-specific metadata, so that source-only metadata is not read as hops. `intscope
+    /// collect` loads it into [`CollectorConfig::registry`].
+    pub domains: Option<std::path::PathBuf>,
+    /// The loaded domain registry (from `domains`, or set by an embedding program).
+    #[serde(skip)]
+    pub registry: Option<Arc<intscope_wire::domain::Registry>>,
     /// The egress Tx utilization value (instruction bit 7) a fully used port reports. INT v2.1
     /// leaves the unit to the device; 1000 (per mille) is what `intscope sim` reports.
     pub tx_util_full_scale: u32,
@@ -444,6 +456,9 @@ impl Default for CollectorConfig {
             flow_key: FlowKeyMode::Innermost,
             int_udp_ports: Vec::new(),
             int_dscp: Some(0x17),
+            unmarked_int: false,
+            domains: None,
+            registry: None,
             tx_util_full_scale: 1000,
             detect: Thresholds::default(),
             data: Some("intscope-data".into()),
@@ -527,7 +542,8 @@ impl Collector {
                 value: v,
                 mask: 0x3f,
             }),
-            heuristic: true,
+            unmarked_int: config.unmarked_int,
+            domains: config.registry.clone(),
             truncated: true,
             ..DetectConfig::default()
         };

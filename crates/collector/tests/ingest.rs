@@ -849,3 +849,88 @@ fn a_switch_time_far_from_the_receive_time_is_counted_and_not_used() {
     assert!(!incidents.is_empty());
     assert!(incidents.iter().all(|i| i.start_ns <= now), "{incidents:?}");
 }
+
+/// INT v2.1 §"Example with INT-MD including domain specific source-only metadata" through the
+/// collector: DS ID 0x5453 (Transparent Security), Hop ML 1 (node id), the gateway's host MAC
+/// as 8 bytes of source-only metadata under the stack. With the domain registry the path is the
+/// real one, gateway to sink; without it the MAC reads as two more hops (issue 29).
+#[test]
+fn the_spec_source_only_example_gives_the_real_path() {
+    use intscope_wire::domain::Registry;
+    use intscope_wire::md::MdHeaderRepr;
+    use intscope_wire::report::{GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr};
+    use intscope_wire::shim::{Shim, TcpUdpShimRepr};
+
+    const SINK: u32 = 4;
+    let mut int = vec![0u8; 16];
+    let words = 3 + 3 + 2;
+    Shim::TcpUdp(TcpUdpShimRepr {
+        int_type: 1,
+        npt: 1,
+        reserved: 0,
+        length: words,
+        content: 5001,
+    })
+    .emit(&mut int[..4]);
+    MdHeaderRepr {
+        version: 2,
+        hop_ml: 1,
+        remaining_hop_count: 5,
+        instructions: 0x8000,
+        ds_id: 0x5453,
+        ds_instruction: 0x8000,
+        ds_flags: 0x4000,
+        ..Default::default()
+    }
+    .emit(&mut int[4..16]);
+    // hop2, hop1, gateway (node ids 3, 2, 1), then host1's MAC a6:1a:f6:b1:64:7d and 2 zeros.
+    int.extend_from_slice(&[0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 1]);
+    int.extend_from_slice(&[0xa6, 0x1a, 0xf6, 0xb1, 0x64, 0x7d, 0, 0]);
+    let mut inner = Vec::new();
+    etherparse::PacketBuilder::ethernet2([0; 6], [1; 6])
+        .ipv4([10, 0, 0, 1], [10, 0, 1, 1], 61)
+        .udp(4000, INT_PORT)
+        .write(&mut inner, &int)
+        .unwrap();
+    let mut datagram = vec![0u8; 20];
+    GroupHeaderRepr {
+        version: 2,
+        hw_id: 0,
+        sequence: 1,
+        node_id: SINK,
+    }
+    .emit(&mut datagram[..8]);
+    IndividualHeaderRepr {
+        rep_type: 1,
+        in_type: 3,
+        report_length: (8 + inner.len()).div_ceil(4) as u8,
+        md_length: 0,
+        f: true,
+        ..Default::default()
+    }
+    .emit(&mut datagram[8..12]);
+    IntMainRepr::default().emit(&mut datagram[12..20]);
+    datagram.extend_from_slice(&inner);
+    datagram.resize(12 + (8 + inner.len()).div_ceil(4) * 4, 0);
+
+    let path_with = |registry: Option<Registry>| {
+        let c = Collector::open(CollectorConfig {
+            registry: registry.map(Arc::new),
+            ..config()
+        })
+        .unwrap();
+        let mut rec = RecordBatch::default();
+        c.ingest(&datagram, "192.0.2.1".parse().unwrap(), 1_000_000, &mut rec);
+        let v = c.state.read();
+        let f = v.flows().next().expect("the report's flow");
+        assert_eq!(f.key.dst_port, 5001, "the original port from the shim");
+        f.path.iter().map(|h| h.node_id).collect::<Vec<_>>()
+    };
+    let registry = Registry::from_toml(include_str!("../../../examples/domains.toml")).unwrap();
+    assert_eq!(path_with(Some(registry)), vec![1, 2, 3, SINK]);
+    assert_ne!(
+        path_with(None),
+        vec![1, 2, 3, SINK],
+        "without the registry the MAC cannot be told from hops"
+    );
+}

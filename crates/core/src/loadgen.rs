@@ -63,7 +63,6 @@ impl LoadConfig {
 pub fn detect_config() -> intscope_wire::locate::DetectConfig {
     intscope_wire::locate::DetectConfig {
         int_udp_ports: vec![INT_PORT],
-        heuristic: true,
         ..intscope_wire::locate::DetectConfig::default()
     }
 }

@@ -858,7 +858,7 @@ fn fill_inner(
     mode: FlowKeyMode,
 ) -> bool {
     let mut p = Packet::new(bytes);
-    if p.locate(start, cfg).is_err() {
+    if p.locate_copy(start, cfg, record.tracked).is_err() {
         // A truncated packet too short for its L4 header still tells the IP layer; ports read
         // so far are the packet's only if no INT encapsulation came after them.
         record.flow = p.flow;
@@ -872,7 +872,7 @@ fn fill_inner(
     }
     match &p.int {
         Some((at, block)) => {
-            push_stack(record, block);
+            push_stack(record, block, cfg);
             if matches!(block.header, IntHeader::Mx(_)) {
                 // What follows the INT-MX block: the original L4 header (NPT=2) or payload.
                 record.packet_fp = fingerprint(bytes, &p, at + block.len);
@@ -935,7 +935,7 @@ fn mark_ports_unknown(record: &mut Record) {
     }
 }
 
-fn push_stack(record: &mut Record, block: &IntBlock<'_>) {
+fn push_stack(record: &mut Record, block: &IntBlock<'_>, cfg: &DetectConfig) {
     if let IntHeader::Md(h) = block.header {
         record.hop_limit_exceeded = h.e;
         record.mtu_exceeded = h.m;
@@ -944,7 +944,9 @@ fn push_stack(record: &mut Record, block: &IntBlock<'_>) {
         record.hop_limit_exceeded = h.e;
         record.mtu_exceeded = h.m;
     }
-    let (stack, _) = block.stack(None);
+    // The registry tells a domain's source-only metadata from hops (INT v2.1 §"INT-MD Metadata
+    // Stack"); without it the spec's own example reads the host's MAC as two more nodes.
+    let (stack, _) = block.stack(cfg.domains.as_deref());
     // The stack is newest first, the record's path source first: hops are written from the end
     // of the slots the stack's length calls for (no list of views in between to reverse).
     let start = usize::from(record.hop_count);

@@ -351,7 +351,9 @@ pub struct NodeConfig {
     pub destination_headers: bool,
     /// Sink: restore the original DSCP saved in the shim (`dscp` encapsulation).
     pub restore_dscp: bool,
-    /// Sink: bytes of the received packet carried in the report.
+    /// Sink: bytes of the received packet carried in the report; more when the INT stack would
+    /// push the headers that name the flow (an NPT=2 block's original L4 header, a tunnel's
+    /// inner headers) past them.
     pub report_truncate: usize,
     /// Transit: a Domain Specific ID it does not know (DS metadata in Hop ML): `"pad"` with
     /// all ones or `"skip"` the packet.

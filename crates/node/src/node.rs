@@ -142,6 +142,8 @@ impl Node {
             report_ports: cfg.report_ports.clone(),
             probe_marker: cfg.probe_marker(),
             gre_proto: Some(cfg.int_gre_proto),
+            // A node writes into the INT it finds: a guess would overwrite a payload.
+            unmarked_int: false,
             ..DetectConfig::default()
         };
         let watch = watchlist(&cfg);

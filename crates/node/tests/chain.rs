@@ -1602,3 +1602,43 @@ fn watchlist_entries_choose_their_report_categories() {
     let mut everything = postcards(100, vec![ReportCategory::Flow, ReportCategory::Drop]);
     assert!(everything.drop_report(&f, 29, &tel(&everything)).is_some());
 }
+
+/// A TCP packet that went round a loop (INT v2.1 §"INT over TCP/UDP", NPT=2: the original TCP
+/// header after the stack): with the simulator's nine-word hops, eight hops put the TCP header
+/// past the 256-byte copy. The sink's report still carries it, so the collector keys the flow
+/// by its real ports, not by ports it cannot see (issue 29).
+#[test]
+fn a_report_of_a_long_stack_keeps_the_original_l4_header() {
+    let make = |id, role| {
+        Node::new(NodeConfig {
+            instructions: 0xfd00,
+            max_hops: 8,
+            ..node_cfg(id, role, SourceEncap::UdpPort, 10 * id)
+        })
+        .unwrap()
+    };
+    let mut f = host1_packet(true, false, true);
+    let mut s = make(1, Role::Source);
+    s.process(&mut f, &tel(&s));
+    for id in 2..=8 {
+        let mut t = make(id, Role::Transit);
+        t.process(&mut f, &tel(&t));
+    }
+    let mut sink = make(9, Role::Sink);
+    let out = sink.process(&mut f, &tel(&sink));
+    assert_eq!(out.reports.len(), 1);
+    let r = Report::parse(&out.reports[0]).unwrap();
+    let ir = r.individual_reports().next().unwrap().unwrap();
+    let cfg = DetectConfig {
+        int_udp_ports: vec![INT_PORT],
+        truncated: true,
+        ..DetectConfig::default()
+    };
+    let mut p = Packet::new(ir.inner);
+    p.locate_copy(Start::Ethernet, &cfg, ir.header.f).unwrap();
+    let (at, b) = p.int.unwrap();
+    assert_eq!(b.stack(None).0.hop_count(), 8);
+    assert!(at + b.len > 256, "the stack alone passes the truncation");
+    let flow = p.flow.unwrap();
+    assert_eq!((flow.proto, flow.src_port, flow.dst_port), (6, 40000, 443));
+}

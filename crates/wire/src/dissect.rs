@@ -34,7 +34,15 @@ pub fn frame_from(
     out.insert("len".into(), json!(bytes.len()));
     let mut warnings = Warnings::default();
     let at = at.min(bytes.len());
-    let result = packet_value(&bytes[at..], start, cfg, registry, &mut warnings, &mut out);
+    let result = packet_value(
+        &bytes[at..],
+        start,
+        cfg,
+        registry,
+        None,
+        &mut warnings,
+        &mut out,
+    );
     if at > 0 {
         for key in ["int", "int_stacked"] {
             if let Some(Value::Object(m)) = out.get_mut(key)
@@ -77,16 +85,21 @@ fn flow_value(f: &FlowKey) -> Value {
 /// Fills `out` with the layers, INT and report of a packet. A malformed layer is the error
 /// returned, after the layers decoded before it were filled in (as tshark keeps a malformed
 /// frame's good layers and marks where it broke); the error's layer and offset say where.
+/// `copy`: `Some(F bit)` for a report's copy of a packet ([`Packet::locate_copy`]).
 fn packet_value(
     bytes: &[u8],
     start: Start,
     cfg: &DetectConfig,
     registry: Option<&Registry>,
+    copy: Option<bool>,
     warnings: &mut Warnings,
     out: &mut Map<String, Value>,
 ) -> Result<(), Error> {
     let mut p = Packet::new(bytes);
-    let located = p.locate(start, cfg);
+    let located = match copy {
+        Some(tracked) => p.locate_copy(start, cfg, tracked),
+        None => p.locate(start, cfg),
+    };
     warnings.merge(p.warnings);
     if p.vlan_count > 0 {
         let n = usize::from(p.vlan_count).min(2);
@@ -161,7 +174,6 @@ fn packet_value(
         let end = (l4.offset + udp_len).min(l4.offset + room);
         let payload = &bytes[start..end.clamp(start, bytes.len())];
         let mut inner_cfg = cfg.clone();
-        inner_cfg.heuristic = true;
         inner_cfg.truncated = true;
         inner_cfg.verify_checksums = false;
         let cut = first_fragment && udp_len > room;
@@ -483,7 +495,10 @@ fn report_value(
                 _ => Start::Ethernet,
             };
             if !inner.is_empty() {
-                m.insert("inner".into(), inner_value(inner, start, cfg, registry));
+                m.insert(
+                    "inner".into(),
+                    inner_value(inner, start, cfg, registry, h.f),
+                );
             }
         }
         Report::V05 {
@@ -532,7 +547,7 @@ fn report_value(
             if !inner.is_empty() {
                 m.insert(
                     "inner".into(),
-                    inner_value(inner, Start::Ethernet, cfg, registry),
+                    inner_value(inner, Start::Ethernet, cfg, registry, f.f),
                 );
             }
         }
@@ -543,16 +558,18 @@ fn report_value(
     Ok(Value::Object(m))
 }
 
+/// A report's copy of a packet; `tracked`: the report's F bit.
 fn inner_value(
     bytes: &[u8],
     start: Start,
     cfg: &DetectConfig,
     registry: Option<&Registry>,
+    tracked: bool,
 ) -> Value {
     let mut m = Map::new();
     m.insert("len".into(), json!(bytes.len()));
     let mut w = Warnings::default();
-    if let Err(e) = packet_value(bytes, start, cfg, registry, &mut w, &mut m) {
+    if let Err(e) = packet_value(bytes, start, cfg, registry, Some(tracked), &mut w, &mut m) {
         m.insert("error".into(), error_value(&e));
     }
     if !w.is_empty() {
@@ -617,7 +634,10 @@ fn individual_value(
                 InType::Ipv6 => Start::Ipv6,
                 _ => Start::Ethernet,
             };
-            m.insert("inner".into(), inner_value(r.inner, start, cfg, registry));
+            m.insert(
+                "inner".into(),
+                inner_value(r.inner, start, cfg, registry, h.f),
+            );
         }
         InType::Tlv => {
             let mut tlvs = Vec::new();
@@ -633,7 +653,10 @@ fn individual_value(
                                     InType::Ipv6 => Start::Ipv6,
                                     _ => Start::Ethernet,
                                 };
-                                o.insert("inner".into(), inner_value(t.data, start, cfg, registry));
+                                o.insert(
+                                    "inner".into(),
+                                    inner_value(t.data, start, cfg, registry, h.f),
+                                );
                             }
                             _ => {
                                 o.insert("data".into(), json!(hex(t.data)));

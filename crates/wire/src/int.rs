@@ -190,6 +190,13 @@ impl<'a> IntBlock<'a> {
             &after[..words * 4]
         };
         let (header, body) = match shim.int_type() {
+            // INT v1.0 and the 2016 specification (§5.3.1 "INT over Geneve") put their own
+            // metadata header in a Geneve option; its version tells them from v2.x, as after
+            // TCP/UDP.
+            IntType::Md if encap == Encap::Geneve && data.first().is_some_and(|b| b >> 4 != 2) => {
+                *self = crate::legacy::parse_geneve(shim, data, warnings)?;
+                return Ok(());
+            }
             IntType::Md => {
                 let r = MdHeaderRepr::from_bytes(
                     array::<MD_HEADER_LEN>(Layer::IntMd, data).map_err(|e| e.shifted(SHIM_LEN))?,

@@ -324,6 +324,60 @@ pub(crate) fn parse_tcp_udp(bytes: &[u8], encap: Encap) -> Result<IntBlock<'_>> 
     })
 }
 
+/// Decodes legacy INT in a Geneve option (`data`: the option's data after its 4-byte header,
+/// as long as its Length says). The 2016 specification (§5.3.1 "INT over Geneve": "The variable
+/// length option data following the Geneve Option Header carries the actual INT metadata header
+/// and metadata") and INT v1.0 have no shim there: the header follows the option header and the
+/// stack fills the option. The header is told as after TCP/UDP ([`parse_tcp_udp`]): version
+/// nibble 1, or a version-0 header whose Hop ML (v1.0) or Instruction Count (2016 / v0.5 layout,
+/// BOS bits in the stack) matches the bitmap.
+pub(crate) fn parse_geneve(
+    shim: crate::shim::Shim,
+    data: &[u8],
+    mut warnings: Warnings,
+) -> Result<IntBlock<'_>> {
+    let hdr = data.get(..LEGACY_HEADER_LEN).ok_or(Error::truncated(
+        Layer::IntLegacy,
+        SHIM_LEN,
+        LEGACY_HEADER_LEN,
+        data.len(),
+    ))?;
+    let count = u16::from_be_bytes([hdr[4], hdr[5]]).count_ones() as u8;
+    let nibble = hdr[0] >> 4;
+    let v05_consistent = hdr[0] >> 6 == 0 && hdr[1] & 0x1f == count && count > 0;
+    let v1_consistent = hdr[2] & 0x1f == count;
+    let body = &data[LEGACY_HEADER_LEN..];
+    let header = if nibble == V1_VERSION || (nibble == 0 && !v05_consistent && v1_consistent) {
+        let h = V1HeaderRepr::parse(hdr)?;
+        if h.version == 0 {
+            warnings.add(Warning::V1HeaderVersion0);
+        }
+        IntHeader::V1(h)
+    } else if v05_consistent {
+        let h = V05HeaderRepr::parse(hdr)?;
+        if usize::from(h.total_hop_count) * usize::from(h.ins_cnt) * 4 != body.len() {
+            warnings.add(Warning::LegacyHopCount);
+        }
+        IntHeader::V2016(h)
+    } else {
+        return Err(Error::bad_value(
+            Layer::IntLegacy,
+            SHIM_LEN,
+            "metadata header",
+            "a v2.x, v1.0 or 2016 header consistent with its instruction bitmap",
+            u64::from(u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]])),
+        ));
+    };
+    Ok(IntBlock {
+        encap: Encap::Geneve,
+        shim: AnyShim::V2(shim),
+        header,
+        body,
+        len: SHIM_LEN + data.len(),
+        warnings,
+    })
+}
+
 /// VXLAN-GPE Next Protocol of an INT header in the 2016 specification (§5.3.2: "0x05:
 /// In-band Network Telemetry Header"). Later VXLAN-GPE drafts give 0x05 to other payloads, so
 /// [`crate::locate::DetectConfig::gpe_int_2016`] can turn it off.

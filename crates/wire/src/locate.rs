@@ -15,6 +15,7 @@ use etherparse::{
 };
 
 use crate::checksum;
+use crate::domain::Registry;
 use crate::encap::{
     ETHERTYPE_TEB, GENEVE_PORT, GPE_NEXT_PROTO_INT, GeneveRepr, GreRepr, VXLAN_GPE_PORT,
     VXLAN_PORT, VxlanGpeRepr,
@@ -23,7 +24,7 @@ use crate::error::{Error, Layer, Result, check_len};
 use crate::int::{AnyShim, Encap, IntBlock, IntHeader, LengthSemantics};
 use crate::legacy::GPE_NEXT_PROTO_INT_2016;
 use crate::metadata::Format;
-use crate::shim::{GENEVE_INT_OPTION_CLASS, IntType, Shim};
+use crate::shim::{GENEVE_INT_OPTION_CLASS, Shim};
 use crate::tunnel::{GenevePacket, GrePacket, VxlanPacket};
 use crate::warning::{Warning, Warnings};
 
@@ -45,7 +46,8 @@ impl DscpMatch {
 
 /// How INT and telemetry reports are recognised. Defaults: DSCP 0x17 (the spec examples, BMv2
 /// and AmLight), no INT UDP port (the spec assigns none), no probe marker, no GRE protocol type,
-/// VXLAN-GPE on 4790, Geneve on 6081, reports on UDP 32766 (SD-Fabric).
+/// VXLAN-GPE on 4790, Geneve on 6081, reports on UDP 32766 (SD-Fabric), no unmarked INT, no
+/// domain registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DetectConfig {
     /// UDP destination ports meaning "INT follows" (INT_TBD).
@@ -66,8 +68,19 @@ pub struct DetectConfig {
     pub gtpu_port: Option<u16>,
     /// UDP destination ports of telemetry reports.
     pub report_ports: Vec<u16>,
-    /// Look for unmarked INT after TCP/UDP (used inside report inner packets; strict checks).
-    pub heuristic: bool,
+    /// Also take INT after TCP/UDP that carries none of the markings above (off by default).
+    /// INT v2.1 §"INT over TCP/UDP" leaves the marking to the operator ("the INT source and sink
+    /// ... agree on the marking"), so a payload without one is application data: any bytes can
+    /// look like a shim, and a guess invents nodes and flows (about one TCP payload in a
+    /// thousand passed the old, looser checks). On, only a block whose every reserved field is
+    /// zero and whose lengths agree exactly is taken ([`Warning::UnmarkedInt`]); inside a
+    /// report's copy, only where the report's F bit allows embedded INT
+    /// ([`Packet::locate_copy`]).
+    pub unmarked_int: bool,
+    /// The domain registry: sizes of domain-specific metadata, so that 'source-only' metadata at
+    /// the bottom of an INT-MD stack (INT v2.1 §"INT-MD Metadata Stack") is told from hops.
+    /// Without it, a known DS ID's source-only length is inferred from the stack length.
+    pub domains: Option<std::sync::Arc<Registry>>,
     /// Verify IPv4 and L4 checksums (costs a pass over the packet; off on hot paths).
     pub verify_checksums: bool,
     /// The packet is a report's truncated copy: an INT stack may be cut off (decoded as far as
@@ -115,7 +128,8 @@ impl Default for DetectConfig {
             geneve_port: GENEVE_PORT,
             gtpu_port: Some(GTPU_PORT),
             report_ports: vec![crate::report::DEFAULT_REPORT_PORT],
-            heuristic: false,
+            unmarked_int: false,
+            domains: None,
             verify_checksums: false,
             truncated: false,
             gpe_int_2016: true,
@@ -238,6 +252,9 @@ pub struct Packet<'a> {
     pub inner_flow: Option<FlowKey>,
     /// Tolerated deviations.
     pub warnings: Warnings,
+    /// Whether unmarked INT is looked for in this packet (set by [`Packet::locate`] and
+    /// [`Packet::locate_copy`]; inner packets of tunnels inherit it).
+    unmarked: bool,
 }
 
 const MAX_DEPTH: u8 = 4;
@@ -254,6 +271,19 @@ impl<'a> Packet<'a> {
     /// the `Packet` in their own frame with [`Packet::new`] and avoid moving a few hundred bytes.
     #[inline]
     pub fn locate(&mut self, start: Start, cfg: &DetectConfig) -> Result<()> {
+        self.unmarked = cfg.unmarked_int;
+        parse_into(self, self.bytes, start, cfg, 0)
+    }
+
+    /// [`Packet::locate`] for a telemetry report's copy of a packet: unmarked INT
+    /// ([`DetectConfig::unmarked_int`]) is looked for only when `tracked`, the report's Tracked
+    /// Flow Association bit. Report v2.0 §"Individual Report Header": "If the Tracked Flow
+    /// Association (F) bit is set to 0, then there will not be any embedded telemetry metadata
+    /// in the report". Reports v1.0 and v0.5 carry the same F bit in their fixed header; a
+    /// marked block is taken whatever F says (the marking is the operator's explicit word).
+    #[inline]
+    pub fn locate_copy(&mut self, start: Start, cfg: &DetectConfig, tracked: bool) -> Result<()> {
+        self.unmarked = cfg.unmarked_int && tracked;
         parse_into(self, self.bytes, start, cfg, 0)
     }
 
@@ -271,6 +301,7 @@ impl<'a> Packet<'a> {
             flow: None,
             inner_flow: None,
             warnings: Warnings::default(),
+            unmarked: false,
         }
     }
 
@@ -450,12 +481,13 @@ fn parse_into<'a>(
     let dscp_marked = cfg.dscp.is_some_and(|m| m.matches(ip.dscp));
     let mut proto = ip.proto;
     if proto == 6
-        && cfg.heuristic
+        && cfg.truncated
         && TcpHeaderSlice::from_slice(payload).is_err()
         && plausible_l4(payload, 17)
     {
         // A producer that inserted a UDP header but left the IP protocol at TCP (CableLabs
-        // IPv6 reports): read what is there.
+        // IPv6 reports): read what is there. Only in report copies, and only where no TCP header
+        // could be read at all.
         p.warnings.add(Warning::L4ProtocolMismatch);
         proto = 17;
         p.flow_mut().proto = 17;
@@ -498,9 +530,9 @@ fn parse_into<'a>(
                 gtpu(data, l4_at + 8, cfg, p, depth)?;
             } else if dport == cfg.vxlan_port && data.len() > 8 && depth < MAX_DEPTH {
                 // RFC 7348: an 8-byte header, then the tenant's Ethernet frame.
-                p.inner_flow = innermost(&data[8..], Start::Ethernet, cfg, depth);
-            } else if cfg.heuristic {
-                heuristic(data, Encap::Udp, l4_at + 8, cfg, p, depth);
+                p.inner_flow = innermost(&data[8..], Start::Ethernet, cfg, depth, p.unmarked);
+            } else if p.unmarked {
+                unmarked(data, Encap::Udp, l4_at + 8, cfg, p, depth);
             }
         }
         6 => {
@@ -528,8 +560,8 @@ fn parse_into<'a>(
                 l4_int(data, Encap::Tcp, cfg, p, l4_at + hl, depth)?;
             } else if let Some(off) = probe(cfg, data) {
                 l4_int(&data[off..], Encap::Tcp, cfg, p, l4_at + hl + off, depth)?;
-            } else if cfg.heuristic {
-                heuristic(data, Encap::Tcp, l4_at + hl, cfg, p, depth);
+            } else if p.unmarked {
+                unmarked(data, Encap::Tcp, l4_at + hl, cfg, p, depth);
             }
         }
         47 => gre(payload, l4_at, cfg, p, depth)?,
@@ -539,7 +571,7 @@ fn parse_into<'a>(
             } else {
                 Start::Ipv6
             };
-            p.inner_flow = innermost(payload, start, cfg, depth);
+            p.inner_flow = innermost(payload, start, cfg, depth, p.unmarked);
         }
         _ => {}
     }
@@ -832,8 +864,12 @@ fn restore_flow<'a>(
                         follow_tunnel(&after[8..], port, p, cfg, depth);
                     }
                 }
-                4 if depth < MAX_DEPTH => p.inner_flow = innermost(after, Start::Ipv4, cfg, depth),
-                41 if depth < MAX_DEPTH => p.inner_flow = innermost(after, Start::Ipv6, cfg, depth),
+                4 if depth < MAX_DEPTH => {
+                    p.inner_flow = innermost(after, Start::Ipv4, cfg, depth, p.unmarked)
+                }
+                41 if depth < MAX_DEPTH => {
+                    p.inner_flow = innermost(after, Start::Ipv6, cfg, depth, p.unmarked)
+                }
                 _ => {}
             }
         }
@@ -868,8 +904,15 @@ fn ethertype_start(ethertype: u16) -> Option<Start> {
 }
 
 #[inline(never)]
-fn innermost(bytes: &[u8], start: Start, cfg: &DetectConfig, depth: u8) -> Option<FlowKey> {
+fn innermost(
+    bytes: &[u8],
+    start: Start,
+    cfg: &DetectConfig,
+    depth: u8,
+    unmarked: bool,
+) -> Option<FlowKey> {
     let mut inner = Packet::new(bytes);
+    inner.unmarked = unmarked;
     parse_into(&mut inner, bytes, start, cfg, depth + 1).ok()?;
     inner.inner_flow.or(inner.flow)
 }
@@ -926,7 +969,7 @@ fn vxlan_gpe<'a>(
         _ => return Ok(()),
     };
     if depth < MAX_DEPTH {
-        p.inner_flow = innermost(&data[at..], start, cfg, depth);
+        p.inner_flow = innermost(&data[at..], start, cfg, depth, p.unmarked);
     }
     Ok(())
 }
@@ -967,7 +1010,7 @@ fn geneve<'a>(
         return Ok(());
     };
     if depth < MAX_DEPTH {
-        p.inner_flow = innermost(&data[end..], start, cfg, depth);
+        p.inner_flow = innermost(&data[end..], start, cfg, depth, p.unmarked);
     }
     Ok(())
 }
@@ -1051,7 +1094,7 @@ fn gtpu<'a>(
         _ => return Ok(()),
     };
     if depth < MAX_DEPTH {
-        p.inner_flow = innermost(inner, start, cfg, depth);
+        p.inner_flow = innermost(inner, start, cfg, depth, p.unmarked);
     }
     Ok(())
 }
@@ -1082,13 +1125,17 @@ fn gre<'a>(
         return Ok(());
     };
     if depth < MAX_DEPTH {
-        p.inner_flow = innermost(&data[at..], start, cfg, depth);
+        p.inner_flow = innermost(&data[at..], start, cfg, depth, p.unmarked);
     }
     Ok(())
 }
 
-/// Accepts unmarked INT only when the block is self-consistent.
-fn heuristic<'a>(
+/// Takes INT that carries no marking ([`DetectConfig::unmarked_int`]) only where its bytes leave
+/// no room for another reading: a block the spec's own rules describe exactly, every reserved
+/// field zero ("Reserved ... set to zero upon transmission", INT v2.1 §"INT over TCP/UDP" and
+/// §"INT-MD Metadata Header Format"), lengths that agree to the byte.
+#[inline(never)]
+fn unmarked<'a>(
     data: &'a [u8],
     encap: Encap,
     offset: usize,
@@ -1096,31 +1143,105 @@ fn heuristic<'a>(
     p: &mut Packet<'a>,
     depth: u8,
 ) {
-    let Ok(block) = IntBlock::parse(data, encap) else {
+    let Ok(mut block) = IntBlock::parse(data, encap) else {
         return;
     };
-    let consistent = match block.header {
-        IntHeader::Md(h) => {
-            let hop_len = usize::from(h.hop_ml) * 4;
-            h.instructions != 0
-                && hop_len >= Format::IntV2.baseline_len(h.instructions)
-                && (h.ds_id != 0 || block.body.len() % hop_len == 0)
-        }
-        IntHeader::Mx(h) => h.instructions != 0 && block.int_type() == IntType::Mx,
-        IntHeader::V1(h) => {
-            h.instructions != 0
-                && h.hop_ml > 0
-                && block.body.len() % (usize::from(h.hop_ml) * 4) == 0
-        }
-        IntHeader::V05(h, _) => h.instructions != 0,
-        // Only after VXLAN-GPE, never found this way.
-        IntHeader::V2016(_) | IntHeader::Opaque => false,
-    };
-    if !consistent {
+    if !unmarked_exact(&block, &data[block.len..], cfg.domains.as_deref()) {
         return;
     }
-    let mut block = block;
+    if encap == Encap::Udp
+        && let AnyShim::V2(Shim::TcpUdp(s)) = block.shim
+        && s.npt == 2
+    {
+        block.encap = Encap::UdpNew;
+    }
     block.warnings.add(Warning::UnmarkedInt);
     p.int = Some((offset, block));
     adopt(p, data, cfg, depth);
+}
+
+/// Whether `block` (followed by `after`) is INT by every rule that can be checked without a
+/// marking: see [`unmarked`].
+fn unmarked_exact(block: &IntBlock<'_>, after: &[u8], domains: Option<&Registry>) -> bool {
+    use crate::metadata::RESERVED_BITS;
+    let shim_ok = match block.shim {
+        // INT v2.1 §"INT over TCP/UDP": NPT 0 keeps a reserved byte, the DSCP and two reserved
+        // bits; NPT 1 the original UDP port; NPT 2 a reserved byte and the IP protocol, whose
+        // L4 header follows the block; NPT 3 is reserved.
+        AnyShim::V2(Shim::TcpUdp(s)) => {
+            s.reserved == 0
+                && match s.npt {
+                    0 => s.content & 0xff03 == 0,
+                    1 => s.content != 0,
+                    2 => s.content >> 8 == 0 && plausible_l4(after, s.ip_proto()),
+                    _ => false,
+                }
+        }
+        // INT v1.0 / v0.5 shim: type 1 (hop-by-hop), a reserved byte.
+        AnyShim::Legacy(s) => s.int_type == 1 && s.reserved == 0,
+        _ => false,
+    };
+    if !shim_ok || block.body.is_empty() {
+        return false;
+    }
+    let body = block.body.len();
+    match block.header {
+        IntHeader::Md(h) => {
+            let hop_len = usize::from(h.hop_ml) * 4;
+            if h.reserved != 0
+                || h.instructions == 0
+                || h.instructions & RESERVED_BITS != 0
+                || hop_len < Format::IntV2.baseline_len(h.instructions)
+            {
+                return false;
+            }
+            if h.ds_id == 0 {
+                // The default domain defines no DS bits: each hop is its baseline, nothing else.
+                return h.ds_instruction == 0
+                    && h.ds_flags == 0
+                    && hop_len == Format::IntV2.baseline_len(h.instructions)
+                    && body.is_multiple_of(hop_len);
+            }
+            // A domain's sizes must be known (and fit) for the stack's length to be checked.
+            let (stack, w) = block.stack(domains);
+            domains.is_some_and(|r| r.get(h.ds_id).is_some())
+                && w.is_empty()
+                && stack.leftover() == 0
+                && stack.hop_count() > 0
+        }
+        IntHeader::Mx(h) => {
+            if h.reserved != 0 || h.instructions == 0 || h.instructions & RESERVED_BITS != 0 {
+                return false;
+            }
+            // INT v2.1 §"INT-MX Header Format": the body is the source-inserted domain metadata.
+            domains
+                .and_then(|r| r.get(h.ds_id))
+                .and_then(|d| d.len_of(h.ds_instruction, crate::domain::Mode::SourceInserted))
+                == Some(body)
+        }
+        IntHeader::V1(h) => {
+            let hop_len = usize::from(h.hop_ml) * 4;
+            h.version == 1
+                && h.rep == 0
+                && !h.c
+                && h.reserved == 0
+                && h.instructions != 0
+                // Each instruction is one word, two for the 8-byte timestamps some sinks write.
+                && u32::from(h.hop_ml) >= h.instructions.count_ones()
+                && u32::from(h.hop_ml) <= 2 * h.instructions.count_ones()
+                && body.is_multiple_of(hop_len)
+        }
+        IntHeader::V05(h, _) => {
+            h.rep == 0
+                && !h.c
+                && h.reserved == 0
+                && h.instructions != 0
+                && u32::from(h.ins_cnt) == h.instructions.count_ones()
+                && h.total_hop_count <= h.max_hop_count
+                && !block.warnings.has(Warning::LegacyShimLength)
+                && !block.warnings.has(Warning::LegacyHopCount)
+        }
+        // Only after VXLAN-GPE, never found this way.
+        IntHeader::V2016(_) | IntHeader::Opaque => false,
+    }
 }

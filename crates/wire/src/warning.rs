@@ -17,7 +17,7 @@ pub enum Warning {
     HopTooShort,
     /// The stack's domain-specific layout is unknown (no registry entry for the DS ID).
     UnknownDomain,
-    /// INT found in a report's inner packet without the configured marking (DSCP, port, probe).
+    /// INT found without the configured marking (DSCP, port, probe), with unmarked INT on.
     UnmarkedInt,
     /// The L4 checksum of the packet does not verify (e.g. not updated after INT insertion).
     BadL4Checksum,
@@ -99,7 +99,7 @@ impl Warning {
                 "Domain Specific ID not in the registry: domain metadata shown raw"
             }
             Warning::UnmarkedInt => {
-                "INT found in a report's inner packet without the configured INT marking"
+                "INT found without the configured INT marking (unmarked INT on)"
             }
             Warning::BadL4Checksum => "L4 checksum does not verify",
             Warning::BadIpChecksum => "IPv4 header checksum does not verify",

@@ -229,7 +229,7 @@ fn fuzzed_ipv6_extension_chain_does_not_panic() {
         "6868686868682b00006800d84545000000000000280000000000000000000000783c3c00116868682b00006800d84500",
     );
     let cfg = DetectConfig {
-        heuristic: true,
+        unmarked_int: true,
         verify_checksums: true,
         ..DetectConfig::default()
     };

@@ -431,3 +431,73 @@ proptest::proptest! {
         }
     }
 }
+
+/// A Geneve frame (UDP 6081, Ethernet inside) whose one option, class 0x0103 type 1, holds
+/// `option` (the header and stack after the option header; Length = its words).
+fn geneve_frame(option: &str) -> Vec<u8> {
+    let data = unhex(option);
+    let words = data.len() / 4;
+    let mut g = unhex(&format!("{:02x}00 6558 00000700", 1 + words));
+    g.extend_from_slice(&[0x01, 0x03, 0x01, words as u8]);
+    g.extend_from_slice(&data);
+    g.extend_from_slice(&eth_ipv4(17, 0, &udp(1111, 2222, b"data")));
+    eth_ipv4(17, 0, &udp(5555, 6081, &g))
+}
+
+/// The 2016 specification's Geneve example (§5.3.1 "INT over Geneve", "Example with Geneve
+/// encapsulation": InsCnt 2, MaxHopCnt 16, TotalHopCnt 3, switch ID and queue occupancy, BOS on
+/// the last word), in the v2.1 option class: read as the VXLAN-GPE path reads it.
+#[test]
+fn the_2016_geneve_example_decodes() {
+    let frame = geneve_frame(&format!("00021003 90000000 {HBH}"));
+    let p = parse(&frame);
+    let (offset, b) = p.int.unwrap();
+    assert_eq!(offset, 14 + 20 + 8 + 8);
+    assert_eq!((b.encap, b.version(), b.len), (Encap::Geneve, 0, 4 + 32));
+    let IntHeader::V2016(h) = b.header else {
+        panic!("{:?}", b.header)
+    };
+    assert_eq!(
+        (h.ins_cnt, h.total_hop_count, h.instructions),
+        (2, 3, 0x9000)
+    );
+    let got: Vec<_> = hops(&b)
+        .iter()
+        .map(|h| (h.node_id, h.queue_occupancy, h.bos))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(3), Some(30), false),
+            (Some(2), Some(20), false),
+            (Some(1), Some(3), true)
+        ]
+    );
+    let inner = p.inner_flow.unwrap();
+    assert_eq!((inner.src_port, inner.dst_port), (1111, 2222));
+}
+
+/// An INT v1.0 header in a Geneve option (Ver 1, Hop ML 2, RHC 5, node id + queue): decoded as
+/// v1.0 after TCP/UDP is, not refused for its version.
+#[test]
+fn a_v10_header_in_a_geneve_option_decodes() {
+    let frame =
+        geneve_frame("10000205 90000000 00000003 0000001e 00000002 00000014 00000001 0000000a");
+    let p = parse(&frame);
+    let (_, b) = p.int.unwrap();
+    assert_eq!((b.encap, b.version()), (Encap::Geneve, 1));
+    let IntHeader::V1(h) = b.header else {
+        panic!("{:?}", b.header)
+    };
+    assert_eq!((h.hop_ml, h.remaining_hop_count), (2, 5));
+    let nodes: Vec<_> = hops(&b).iter().map(|h| h.node_id).collect();
+    assert_eq!(nodes, [Some(3), Some(2), Some(1)]);
+    // A header of no generation (version nibble 3) is an error at the header, not a guess.
+    let e = Packet::parse(
+        &geneve_frame("30000205 90000000 00000003 0000001e"),
+        Start::Ethernet,
+        &DetectConfig::default(),
+    )
+    .unwrap_err();
+    assert_eq!(e.layer, Layer::IntLegacy);
+}

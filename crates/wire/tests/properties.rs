@@ -105,7 +105,7 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300), ports in proptest::collection::vec(any::<u16>(), 0..3)) {
-        let cfg = DetectConfig { int_udp_ports: ports.clone(), report_ports: ports, heuristic: true, verify_checksums: true, probe_marker: Some(0), gre_proto: Some(0x0800), ..DetectConfig::default() };
+        let cfg = DetectConfig { int_udp_ports: ports.clone(), report_ports: ports, unmarked_int: true, verify_checksums: true, probe_marker: Some(0), gre_proto: Some(0x0800), ..DetectConfig::default() };
         for start in [Start::Ethernet, Start::Ipv4, Start::Ipv6] {
             if let Ok(p) = Packet::parse(&bytes, start, &cfg)
                 && let Some((_, b)) = p.int

@@ -17,7 +17,7 @@ use intscope_wire::report::{
     GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, V05_DROP_LEN, V05_FIXED_LEN, V05_LOCAL_LEN,
     V05FixedRepr, V05SwitchRepr,
 };
-use intscope_wire::shim::SHIM_LEN;
+use intscope_wire::shim::{SHIM_LEN, Shim};
 
 /// What a report says about its packet (Report v2.0 §"Individual Report Header": D, Q, I).
 #[derive(Debug, Clone, Copy, Default)]
@@ -247,7 +247,7 @@ impl Node {
         flags: ReportFlags,
         ds: &DsReport,
     ) -> Vec<u8> {
-        let inner = &frame[..frame.len().min(self.cfg.report_truncate)];
+        let inner = &frame[..self.copy_len(frame)];
         let sequence = self.seq;
         self.seq = self.seq.wrapping_add(1);
         match self.cfg.report_format {
@@ -259,6 +259,44 @@ impl Node {
             }
             ReportFormat::V05 => self.report_v05(inner, sequence, hop, flags),
         }
+    }
+
+    /// Bytes of `frame` a report carries: `report_truncate`, or more where the INT block would
+    /// push the headers that name the flow past it. Report v2.0 §"Individual Report Main
+    /// Contents": the truncated packet is "L2/L3/ESP/L4 of the packet for flow details"; a stack
+    /// that grows (a long path, a loop) must not cut the original L4 header after an NPT=2 block
+    /// (INT v2.1 §"INT over TCP/UDP") or a tunnel's inner headers out of the copy, or the
+    /// collector cannot tell the flow.
+    fn copy_len(&self, frame: &[u8]) -> usize {
+        let cut = self.cfg.report_truncate;
+        if frame.len() <= cut {
+            return frame.len();
+        }
+        let Some((at, block)) = Packet::parse(frame, Start::Ethernet, &self.detect)
+            .ok()
+            .and_then(|p| p.int)
+        else {
+            return cut;
+        };
+        let after = at + block.len;
+        let flow_headers = match block.shim {
+            AnyShim::V2(Shim::TcpUdp(s)) if s.npt == 2 => match s.ip_proto() {
+                // TCP's Data Offset, in words.
+                6 => frame
+                    .get(after + 12)
+                    .map_or(20, |b| usize::from(b >> 4) * 4),
+                17 => 8,
+                _ => 0,
+            },
+            // Ports before the block (NPT 0 and 1, v1.0, v0.5): the copy already holds them.
+            AnyShim::V2(Shim::TcpUdp(_)) | AnyShim::Legacy(_) => 0,
+            // Behind a tunnel's INT: an inner Ethernet, IPv6 and TCP header without options.
+            AnyShim::V2(_) => 14 + 40 + 20,
+        };
+        if flow_headers == 0 {
+            return cut;
+        }
+        frame.len().min(cut.max(after + flow_headers))
     }
 
     /// Telemetry Report v2.0 (§"Telemetry Report Group Header", §"Individual Report Header"):
