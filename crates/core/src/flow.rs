@@ -509,6 +509,9 @@ pub struct LinkTable {
     /// Per node: packets that crossed it by the links known without its report
     /// ([`LinkTable::node_spans`]).
     node_spans: rustc_hash::FxHashMap<u32, Spans>,
+    /// Per node: the latest switch time any of its per-hop reports showed
+    /// ([`LinkTable::silent_since_spans`]).
+    node_seen: rustc_hash::FxHashMap<u32, u64>,
     /// Entries refused because a table was full ([`MAX_LINK_PORTS`]): links not learned, edge
     /// ports not marked, packets past a silent hop not counted.
     pub unlearned: u64,
@@ -535,6 +538,7 @@ fn count_span<K: std::hash::Hash + Eq>(
                 key,
                 Spans {
                     packets: 1,
+                    first_egress_ts: egress_ts,
                     last_egress_ts: egress_ts,
                 },
             );
@@ -547,6 +551,8 @@ fn count_span<K: std::hash::Hash + Eq>(
 #[derive(Debug, Clone, Copy)]
 struct Spans {
     packets: u16,
+    /// The egress timestamp of the first packet counted.
+    first_egress_ts: u64,
     /// The egress timestamp of the last packet counted: a duplicated or reordered report of
     /// it pairs the same packet again, and is not counted twice.
     last_egress_ts: u64,
@@ -561,6 +567,29 @@ struct Peer {
     over_hop: bool,
     /// Shortest gap seen between this port's egress and the peer's ingress timestamps, ns.
     gap_ns: u64,
+    /// The link's delay as learned ([`LinkTable::delay`]), ns.
+    delay_ns: u64,
+}
+
+/// How fast a learned link delay follows gaps above it: a sixteenth of the difference per
+/// packet, so a few late packets (a busy software node, a clock step) barely move it, while a
+/// gap below it is taken at once.
+const DELAY_RISE_SHIFT: u32 = 4;
+
+/// Slack on top of twice a link's learned delay for reports without a packet fingerprint
+/// ([`LinkTable::pairs_within`]): serialization and timestamping jitter of a switch-grade link.
+const DELAY_SLACK_NS: u64 = 1_000;
+
+/// What pairs two per-hop reports of one packet as the two ends of a link
+/// ([`crate::flow_shard::PostcardConfig`]): the next hop's ingress timestamp at most this long
+/// after this hop's egress timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkDelays {
+    /// Always paired within this, ns (`link_delay_max_ns`: a switch fabric with PTP).
+    pub assumed_ns: u64,
+    /// Paired within this when both reports carry the same packet fingerprint, and within
+    /// twice the link's learned delay when they do not, at most this (`link_delay_learn_max_ns`).
+    pub learn_max_ns: u64,
 }
 
 /// Most (node, port) ends a shard's [`LinkTable`] holds (32 K links); also the most edge ports,
@@ -574,6 +603,28 @@ impl LinkTable {
     /// The (node, ingress port) that (node, egress port) `from` leads to.
     pub fn peer(&self, from: (u32, u32)) -> Option<(u32, u32)> {
         self.peers.get(&from).map(|p| p.at)
+    }
+
+    /// The delay learned for the link from (node, egress port) `from` to its peer, ns: a low
+    /// percentile of the gaps its packets showed from this egress timestamp to the peer's
+    /// ingress timestamp (link delay plus clock offset) — a gap below it is taken at once, one
+    /// above moves it a sixteenth of the way, so it tracks the fastest packets and forgets an
+    /// early low outlier over a few dozen packets. 0 for a link learned from INT-MD stacks.
+    pub fn delay(&self, from: (u32, u32)) -> Option<u64> {
+        self.peers.get(&from).map(|p| p.delay_ns)
+    }
+
+    /// The longest gap from `link`'s egress to its peer's ingress that pairs two reports
+    /// without a packet fingerprint: twice the delay learned for it and a jitter's slack, at
+    /// most `delays.learn_max_ns`, at least `delays.assumed_ns` (a link not learned yet).
+    pub fn pairs_within(&self, (from, to): Link, delays: LinkDelays) -> u64 {
+        let learned = self.peers.get(&from).filter(|p| p.at == to).map_or(0, |p| {
+            p.delay_ns
+                .saturating_mul(2)
+                .saturating_add(DELAY_SLACK_NS)
+                .min(delays.learn_max_ns)
+        });
+        learned.max(delays.assumed_ns)
     }
 
     /// How many sightings back the peer of (node, egress port) `from` (0: none; at most 16).
@@ -596,6 +647,34 @@ impl LinkTable {
     /// many for its reports to have been lost.
     pub fn node_spans(&self, node: u32) -> u16 {
         self.node_spans.get(&node).map_or(0, |s| s.packets)
+    }
+
+    /// Notes a per-hop report of `node` whose hop timestamp is `ts` (switch time), as it
+    /// arrives: a node that reported anything since packets began crossing it unreported is
+    /// alive ([`LinkTable::silent_since_spans`]).
+    pub fn saw(&mut self, node: u32, ts: u64) {
+        let full = self.node_seen.len() >= MAX_LINK_PORTS;
+        match self.node_seen.get_mut(&node) {
+            Some(t) => *t = (*t).max(ts),
+            None if full => self.unlearned += 1,
+            None => {
+                self.node_seen.insert(node, ts);
+            }
+        }
+    }
+
+    /// Whether `node` sent no per-hop report at all (of any flow this table sees) since the
+    /// first of the packets that crossed it without its report ([`LinkTable::node_spans`]): a
+    /// node that stopped adding INT is silent for every flow at once, while a healthy one whose
+    /// report of some packets a filter held back keeps reporting others.
+    pub fn silent_since_spans(&self, node: u32) -> bool {
+        self.node_spans.get(&node).is_some_and(|s| {
+            s.packets > 0
+                && self
+                    .node_seen
+                    .get(&node)
+                    .is_none_or(|&t| t < s.first_egress_ts)
+        })
     }
 
     /// Counts the packet that left by `from` (its egress timestamp `egress_ts`) and was next
@@ -684,11 +763,17 @@ impl LinkTable {
             votes: 1,
             over_hop: over_hop.unwrap_or(false),
             gap_ns,
+            delay_ns: gap_ns,
         };
         match self.peers.get_mut(&from) {
             Some(p) if p.at == to => {
                 p.votes = p.votes.saturating_add(1).min(16);
                 p.gap_ns = p.gap_ns.min(gap_ns);
+                p.delay_ns = if gap_ns <= p.delay_ns {
+                    gap_ns
+                } else {
+                    p.delay_ns + ((gap_ns - p.delay_ns) >> DELAY_RISE_SHIFT)
+                };
                 p.over_hop = over_hop.unwrap_or(p.over_hop);
             }
             Some(p) => {
@@ -752,37 +837,62 @@ impl LinkTable {
 }
 
 /// Pairs the reports that arrived since the last join with the flow's other reports of the same
-/// packet — the same fingerprint, and the next hop's ingress timestamp within
-/// `link_delay_max_ns` after this hop's egress timestamp (INT v2.1 §"INT-XD": every node on the
-/// way reports the packet's metadata itself) — and teaches `links` what the pairs show: a link
-/// between consecutive hops; a packet's first hop (a successor, no predecessor) entered by an
-/// edge port, its last (a predecessor, no successor) left by one; and, from the two copies'
-/// TTLs, whether the pair spans more than one hop ([`LinkTable::spans`]). Run a window after the
-/// reports came, so that a packet's reports are all in whatever order they arrived.
-fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: u64) {
+/// packet — the next hop's ingress timestamp the closest after this hop's egress timestamp
+/// (INT v2.1 §"INT-XD": every node on the way reports the packet's metadata itself), within
+/// `delays.learn_max_ns` when both carry the packet's fingerprint (the same packet: any link
+/// delay is learned from it, a software node's tens of µs as a switch's hundreds of ns), else
+/// within what the link's learned delay allows ([`LinkTable::pairs_within`]) — and teaches
+/// `links` what the pairs show: a link between consecutive hops, with its delay; a packet's
+/// first hop (a successor, no predecessor) entered by an edge port, its last (a predecessor, no
+/// successor) left by one; and, from the two copies' TTLs, whether the pair spans more than one
+/// hop ([`LinkTable::spans`]). Run a window after the reports came, so that a packet's reports
+/// are all in whatever order they arrived.
+fn learn_from_packets(cards: &[Card], links: &mut LinkTable, delays: LinkDelays) {
+    // A flow holds at most MAX_CARDS cards; the successors below fit an array of that size.
+    let cards = cards.get(..MAX_CARDS).unwrap_or(cards);
     let same_packet = |a: &Card, b: &Card| a.packet == 0 || b.packet == 0 || a.packet == b.packet;
+    let within = |a: &Card, b: &Card| {
+        if a.packet != 0 && a.packet == b.packet {
+            return delays.learn_max_ns.max(delays.assumed_ns);
+        }
+        match (a.hop.egress_if(), b.hop.ingress_if()) {
+            (Some(out), Some(into)) => {
+                links.pairs_within(((a.hop.node_id, out), (b.hop.node_id, into)), delays)
+            }
+            _ => delays.assumed_ns,
+        }
+    };
     // The closest `b` whose ingress follows `a`'s egress within a link's delay, and the gap.
     let next = |a: &Card| {
         let egress = a.hop.egress_ts()?;
         cards
             .iter()
-            .filter(|b| b.hop.node_id != a.hop.node_id && same_packet(a, b))
-            .filter_map(|b| Some((b.hop.ingress_ts()?.checked_sub(egress)?, b)))
-            .filter(|(gap, _)| *gap <= link_delay_max_ns)
-            .min_by_key(|(gap, _)| *gap)
+            .enumerate()
+            .filter(|(_, b)| b.hop.node_id != a.hop.node_id && same_packet(a, b))
+            .filter_map(|(i, b)| Some((b.hop.ingress_ts()?.checked_sub(egress)?, i)))
+            .filter(|&(gap, i)| gap <= within(a, &cards[i]))
+            .min_by_key(|&(gap, _)| gap)
     };
-    for a in cards.iter().filter(|c| c.fresh) {
-        let succ = next(a);
-        let pred = cards.iter().find_map(|b| {
-            let (gap, n) = next(b).filter(|_| b.hop.node_id != a.hop.node_id)?;
-            std::ptr::eq(n, a).then_some((gap, b))
+    // Each card's successor, found before any is learned: the links learned from this join's
+    // pairs do not move the bounds its other pairs are judged by.
+    let mut succ = [None; MAX_CARDS];
+    for (s, a) in succ.iter_mut().zip(cards) {
+        *s = next(a);
+    }
+    for (ai, a) in cards.iter().enumerate().filter(|(_, c)| c.fresh) {
+        let pred = (0..cards.len()).find_map(|bi| {
+            let (gap, n) = succ[bi].filter(|_| cards[bi].hop.node_id != a.hop.node_id)?;
+            (n == ai).then_some((gap, bi))
         });
         // A pair of fresh reports is counted once, as the first one's successor.
-        let pred_link = pred.filter(|(_, b)| !b.fresh).map(|(g, b)| (g, b, a));
-        for (gap, x, y) in [succ.map(|(g, b)| (g, a, b)), pred_link]
+        let pred_link = pred
+            .filter(|&(_, b)| !cards[b].fresh)
+            .map(|(g, b)| (g, b, ai));
+        for (gap, x, y) in [succ[ai].map(|(g, b)| (g, ai, b)), pred_link]
             .into_iter()
             .flatten()
         {
+            let (x, y) = (&cards[x], &cards[y]);
             if let (Some(out), Some(into)) = (x.hop.egress_if(), y.hop.ingress_if()) {
                 // Both copies of the packet carry its TTL: how many hops lie between them.
                 let drop = x.ttl.zip(y.ttl).and_then(|(a, b)| a.checked_sub(b));
@@ -793,7 +903,7 @@ fn learn_from_packets(cards: &[Card], links: &mut LinkTable, link_delay_max_ns: 
                 }
             }
         }
-        match (pred, succ) {
+        match (pred, succ[ai]) {
             (None, Some(_)) => {
                 if let Some(ingress) = a.hop.ingress_if() {
                     links.edge((a.hop.node_id, ingress));
@@ -1308,14 +1418,14 @@ impl FlowState {
     pub fn join_cards(
         &mut self,
         links: &mut LinkTable,
-        link_delay_max_ns: u64,
+        delays: LinkDelays,
         window_ns: u64,
     ) -> Joined {
         let Some(joins) = self.joins.as_mut() else {
             return Joined::Partial(Vec::new(), None);
         };
         joins.queued = false;
-        learn_from_packets(&joins.cards, links, link_delay_max_ns);
+        learn_from_packets(&joins.cards, links, delays);
         for c in &mut joins.cards {
             c.fresh = false;
         }
@@ -1712,8 +1822,14 @@ mod tests {
     }
 
     fn join(f: &mut FlowState, links: &mut LinkTable) -> Joined {
-        f.join_cards(links, 5_000, 10 * MS)
+        f.join_cards(links, DELAYS, 10 * MS)
     }
+
+    /// The defaults of `[detect.postcards]`.
+    const DELAYS: LinkDelays = LinkDelays {
+        assumed_ns: 5_000,
+        learn_max_ns: 1_000_000,
+    };
 
     fn nodes(j: &Joined) -> Vec<u32> {
         match j {
@@ -1777,6 +1893,89 @@ mod tests {
         assert_eq!(nodes(&j), [1, 101, 2]);
         let Joined::Complete(chain) = j else { panic!() };
         assert_eq!(chain[2].1, 1_000 * MS, "with when each hop last reported");
+    }
+
+    /// Software switches or hosts: links of 20–40 µs (30 µs with ±10 µs of jitter), each
+    /// postcard carrying its packet's fingerprint, arriving in any order. With the default
+    /// settings the first packet teaches the links and their delays, and every later packet's
+    /// postcards join into the path in link order, with each hop's latency; with the delay
+    /// only assumed (5 µs), nothing ever joined.
+    #[test]
+    fn postcards_tens_of_us_apart_join_with_the_default_settings() {
+        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
+        let jitter = |k: u64, salt: u64| 20_000 + (k * salt % 21) * 1_000;
+        let packet = |f: &mut FlowState, k: u64| {
+            let (t, now, fp) = (k * 10 * MS, k * 10 * MS + 100_000, k as u32 + 1);
+            let (g1, g2) = (jitter(k, 7), jitter(k, 13));
+            f.add_card(now, card(2, 5, 3, t + 2_000 + g1 + g2), fp, 10 * MS);
+            f.add_card(now + 1, card(101, 1, 2, t + 1_000 + g1), fp, 10 * MS);
+            f.add_card(now + 2, card(1, 1, 5, t), fp, 10 * MS);
+        };
+        for k in 0..30 {
+            packet(&mut f, k);
+            let j = join(&mut f, &mut links);
+            if k == 0 {
+                assert!(matches!(j, Joined::Partial(..)), "edges seen once: {j:?}");
+                continue;
+            }
+            let Joined::Complete(chain) = &j else {
+                panic!("packet {k}: {j:?}")
+            };
+            assert_eq!(nodes(&j), [1, 101, 2], "packet {k}");
+            assert!(chain.iter().all(|(h, _)| h.hop_latency() == Some(1_000)));
+        }
+        for (link, peer) in [((1, 5), (101, 1)), ((101, 2), (2, 5))] {
+            assert_eq!(links.peer(link), Some(peer));
+            let d = links.delay(link).unwrap_or(0);
+            assert!((20_000..=25_000).contains(&d), "{link:?}: {d} ns");
+        }
+        // A report without a fingerprint pairs within twice the learned delay, not beyond.
+        let within = links.pairs_within(((1, 5), (101, 1)), DELAYS);
+        assert!((41_000..=51_000).contains(&within), "{within}");
+        assert_eq!(
+            links.pairs_within(((1, 5), (9, 9)), DELAYS),
+            5_000,
+            "unknown"
+        );
+
+        let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
+        for k in 0..5 {
+            packet(&mut f, k);
+            let j = f.join_cards(
+                &mut links,
+                LinkDelays {
+                    learn_max_ns: 5_000,
+                    ..DELAYS
+                },
+                10 * MS,
+            );
+            assert!(matches!(j, Joined::Partial(..)), "{j:?}");
+        }
+        assert!(links.is_empty());
+    }
+
+    /// A learned delay follows the fastest packets: a gap below it is taken at once, a late
+    /// one (an outlier) moves it by a sixteenth, and it recovers from an early low one.
+    #[test]
+    fn a_link_delay_is_a_low_percentile_of_its_gaps() {
+        let mut links = LinkTable::default();
+        let link = ((1, 5), (101, 1));
+        links.learn(link, 30_000);
+        links.learn(link, 1_000_000);
+        let d = links.delay((1, 5)).unwrap_or(0);
+        assert!((30_000..100_000).contains(&d), "one late packet: {d}");
+        links.learn(link, 25_000);
+        assert_eq!(links.delay((1, 5)), Some(25_000));
+        assert_eq!(links.delay((101, 1)), Some(25_000), "both directions");
+        links.learn(link, 2_000);
+        for _ in 0..64 {
+            links.learn(link, 30_000);
+        }
+        let d = links.delay((1, 5)).unwrap_or(0);
+        assert!(
+            (29_000..=30_000).contains(&d),
+            "the low outlier forgotten: {d}"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::detect::DetectConfig;
 use crate::event::{EventKind, EventLog, Place, Raiser};
 use crate::evidence::Evidence;
 use crate::fabric::{FlowSeen, excess, spread};
-use crate::flow::{FlowState, FlowTable, Joined, LinkTable, Path, PathHop, PathTable};
+use crate::flow::{FlowState, FlowTable, Joined, LinkDelays, LinkTable, Path, PathHop, PathTable};
 use crate::id_table::Cutoff;
 use crate::incident::{IncidentKind, IncidentPlace};
 use crate::incidents::{FlowWeight, IncidentKey, Observation};
@@ -34,13 +34,22 @@ use crate::state::Limits;
 /// v2.0 §"Individual Report Main Contents": each report carries the hop's metadata, here its
 /// ports and ingress / egress timestamps). Only a complete chain is compared with the flow's
 /// path; anything else is a partial path, shown while no complete one is known and never a
-/// change. Switch clocks are taken to agree within `link_delay_max_ns` (PTP).
+/// change. Two reports of one packet (the same fingerprint) pair as a link's ends when the next
+/// hop's ingress follows this hop's egress within `link_delay_learn_max_ns`, the closest such;
+/// the delay of every link is learned from them ([`crate::flow::LinkTable::delay`]), so
+/// software and host nodes, tens of µs apart, join as switches a few hundred ns apart do.
+/// Reports without a fingerprint pair within `link_delay_max_ns`, or within twice their link's
+/// learned delay. Switch clocks are taken to agree to well within a link's delay (PTP).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PostcardConfig {
-    /// Most time from one hop's egress timestamp to the next hop's ingress timestamp of the
-    /// same packet (link delay plus clock offset), ns: what pairs two reports into a link.
+    /// Time from one hop's egress timestamp to the next hop's ingress timestamp of the same
+    /// packet (link delay plus clock offset) within which two reports always pair into a link,
+    /// ns, as the link delay assumed before one is learned.
     pub link_delay_max_ns: u64,
+    /// The most such time learned as a link's delay, ns: two reports of one packet (the same
+    /// fingerprint) further apart than this never pair.
+    pub link_delay_learn_max_ns: u64,
     /// A silent drop: a node keeps reporting a flow (through the same ports, with no silence of
     /// its own this long) this long after the next node of its path last did (or, the next
     /// node never having seen it, since the node first sent it that way), ns. Longer than a
@@ -61,14 +70,16 @@ pub struct PostcardConfig {
 }
 
 impl Default for PostcardConfig {
-    /// Links up to 5 µs (a few hundred metres of fibre and PTP's offset), silent drops after 5 s
-    /// (five of SD-Fabric's report intervals: a healthy hop whose reports are lost now and
+    /// Links up to 5 µs assumed (a few hundred metres of fibre and PTP's offset) and up to
+    /// 1 ms learned (software switches and hosts, tens of µs, with room for a busy one), silent
+    /// drops after 5 s (five of SD-Fabric's report intervals: a healthy hop whose reports are lost now and
     /// then is not taken for one that stopped seeing the flow), and a one-in-a-million chance
     /// that report loss explains them (at a fifth of the reports lost, nine reports of the
     /// flow in a row from the hop before).
     fn default() -> Self {
         PostcardConfig {
             link_delay_max_ns: 5_000,
+            link_delay_learn_max_ns: 1_000_000,
             silent_drop_ns: 5_000_000_000,
             silent_drop_chance: 1e-6,
         }
@@ -291,6 +302,9 @@ impl FlowShard {
         if join_before {
             self.join(now, key, log);
         }
+        if let Some(ts) = hop.ingress_ts().or(hop.egress_ts()) {
+            self.links.saw(hop.node_id, ts);
+        }
         let Some(flow) = self.flows.get_mut(&key) else {
             return;
         };
@@ -311,8 +325,12 @@ impl FlowShard {
         let silent;
         let mut hidden = None;
         let mut change = None;
-        let link_delay = self.cfg.postcards.link_delay_max_ns;
-        match flow.join_cards(&mut self.links, link_delay, self.cfg.join_window_ns) {
+        let delays = LinkDelays {
+            assumed_ns: self.cfg.postcards.link_delay_max_ns,
+            learn_max_ns: self.cfg.postcards.link_delay_learn_max_ns,
+        };
+        let joined = flow.join_cards(&mut self.links, delays, self.cfg.join_window_ns);
+        match &joined {
             Joined::Complete(chain) => {
                 let hops: Vec<_> = chain.iter().map(|(h, _)| *h).collect();
                 let before = Arc::clone(&flow.path);
@@ -358,7 +376,7 @@ impl FlowShard {
                 }
             }
             Joined::Partial(hops, broken) => {
-                flow.observe_joined_partial(now, &hops, &mut self.paths);
+                flow.observe_joined_partial(now, hops, &mut self.paths);
                 // Never seen at the next hop while this one kept sending there: for as long
                 // as it has sent the flow that way (a path that just moved waits). A "next
                 // hop" past a hop without INT is none: that hop may send the flow elsewhere.
@@ -377,8 +395,40 @@ impl FlowShard {
             }
         }
         // A next node the links name that packets crossed without its report, reaching an INT
-        // hop further on more than one TTL lower, too many to be its lost reports: it did not
-        // drop them, it stopped adding INT.
+        // hop further on more than one TTL lower, too many to be its lost reports, stopped
+        // adding INT: found from the packets at once, as INT-MD finds it from the first stack,
+        // not after the silent-drop window (a hop on the chain whose card went stale, or the
+        // node a partial chain breaks before).
+        if self.cfg.non_int_hops && hidden.is_none() {
+            let links = &self.links;
+            let stopped = |(h, next): (crate::record::Hop, u32)| {
+                let crossed = links.node_spans(next);
+                if crossed < MIN_SPANS || !links.silent_since_spans(next) {
+                    return None;
+                }
+                let a = flow.card_ttl(h.node_id)?;
+                let (b, at_b) = flow.card_past_ttl(a)?;
+                (!spans_lost_in_transit(&self.cfg, log, now, [h, b], crossed)).then_some((
+                    h,
+                    b,
+                    (a, at_b),
+                    crossed,
+                    Some(next),
+                ))
+            };
+            hidden = match &joined {
+                Joined::Complete(chain) => chain
+                    .windows(2)
+                    .map(|w| (w[0].0, w[1].0.node_id))
+                    .find_map(stopped),
+                Joined::Partial(_, broken) => broken
+                    .and_then(|(h, _)| {
+                        let out = (h.node_id, h.egress_if()?);
+                        Some((h, links.peer(out).filter(|_| !links.over_hop(out))?.0))
+                    })
+                    .and_then(stopped),
+            };
+        }
         let silent = silent.filter(|&(h, next, ..)| {
             let crossed = self.links.node_spans(next);
             let past = flow

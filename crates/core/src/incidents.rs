@@ -942,7 +942,7 @@ impl IncidentLog {
         self.ongoing_by_kind[k] = self.ongoing_by_kind[k].saturating_sub(1);
         let inc = &mut e.inc;
         inc.state = IncidentState::Resolved;
-        inc.end_ns = Some(end.at_ns.max(inc.start_ns));
+        inc.end_ns = Some(end.at_ns.max(inc.start_ns).max(inc.last_update_ns));
         inc.end_uncertainty_ns = end.uncertainty_ns;
         inc.end_reason = Some(end.reason);
         if key.kind == IncidentKind::Congestion && e.max_span_ns <= self.timing.microburst_max_ns {

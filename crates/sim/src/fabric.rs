@@ -1,8 +1,10 @@
-//! The simulation: packets walk the fabric in virtual time. At every switch: route (ECMP at the
-//! ingress leaf), decrement the TTL, queue at the egress port (finite buffer, tail drop, FIFO at
-//! line rate), then run the switch's INT role — the real `intscope-node` code — with telemetry
-//! taken from the queue model. Leaves are INT sources for traffic from their hosts, sinks for
-//! traffic to them, and transit hops otherwise; spines are transit hops.
+//! The simulation: packets walk the fabric in virtual time, one hop at a time — every arrival at a
+//! switch is an event, and events run in time order, so each egress queue sees its packets in
+//! the order they arrive. At every switch: route (ECMP at the ingress leaf), decrement the TTL,
+//! queue at the egress port (finite buffer, tail drop, FIFO at line rate: a packet waits for the
+//! bytes ahead of it when it arrives), then run the switch's INT role — the real `intscope-node`
+//! code — with telemetry taken from the queue model. Leaves are INT sources for traffic from
+//! their hosts, sinks for traffic to them, and transit hops otherwise; spines are transit hops.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -365,6 +367,45 @@ struct Departure {
     tx_util: u32,
 }
 
+/// A packet on its way: it reaches `place` by `in_port` at `at`. Ordered by (`at`, `seq`): hops
+/// run in time order, ties in the order they were scheduled.
+struct InFlight {
+    at: u64,
+    seq: u64,
+    frame: Vec<u8>,
+    place: Place,
+    in_port: u32,
+    from_host: bool,
+    /// When its host sent it, ns.
+    sent_ns: u64,
+    /// Switches it crossed so far.
+    hops: u8,
+}
+
+impl PartialEq for InFlight {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for InFlight {}
+
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for InFlight {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// Most switches a packet crosses: the hosts send TTL 64, which ends a loop long before; this
+/// bounds the walk whatever the TTL.
+const MAX_HOPS: u8 = 250;
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Place {
     Leaf(u32),
@@ -389,6 +430,11 @@ pub struct Fabric {
     faults: Vec<Scheduled>,
     flows: Vec<FlowSpec>,
     next: BinaryHeap<Reverse<(u64, usize, u64)>>,
+    /// Packets between switches or queued, by the time they reach the next switch. Bounded by
+    /// the fabric: every one sits in an egress buffer or on a link behind one, so at most the
+    /// ports' buffers plus a link delay's worth of line rate per port.
+    in_flight: BinaryHeap<Reverse<InFlight>>,
+    in_flight_seq: u64,
     /// Reports made, by time and order of making, until no report can come before them.
     made: BinaryHeap<Reverse<Made>>,
     made_count: u64,
@@ -480,6 +526,8 @@ impl Fabric {
             faults: Vec::new(),
             flows: Vec::new(),
             next: BinaryHeap::new(),
+            in_flight: BinaryHeap::new(),
+            in_flight_seq: 0,
             made: BinaryHeap::new(),
             made_count: 0,
             sequencer: Default::default(),
@@ -547,40 +595,76 @@ impl Fabric {
             .find(|f| pred(f))
     }
 
-    /// Runs until `until_ns` of virtual time.
+    /// Runs until `until_ns` of virtual time: every packet sent and every hop reached before it,
+    /// in time order (a hop before a packet sent at the same time).
     pub fn run(&mut self, until_ns: u64) {
-        while let Some(&Reverse((t, i, n))) = self.next.peek() {
-            if t >= until_ns {
-                break;
+        loop {
+            let hop_at = self.in_flight.peek().map(|Reverse(p)| p.at);
+            let send_at = self.next.peek().map(|&Reverse((t, ..))| t);
+            match (hop_at, send_at) {
+                (Some(h), s) if h < until_ns && s.is_none_or(|s| h <= s) => {
+                    if let Some(Reverse(p)) = self.in_flight.pop() {
+                        self.now = h;
+                        self.hop(p);
+                    }
+                }
+                (_, Some(t)) if t < until_ns => self.send_next(),
+                _ => break,
             }
-            self.next.pop();
-            let f = self.flows[i].clone();
-            if t > f.end_ns {
-                continue;
-            }
-            self.now = t;
-            let frame = Self::packet(&f, n);
-            self.stats.sent += 1;
-            self.walk(t, frame);
-            // Deterministic jitter of ±25% keeps flows from marching in lockstep.
-            let jitter = ((i as u64)
-                .wrapping_mul(2_654_435_761)
-                .wrapping_add(n.wrapping_mul(40_503))
-                % 500) as f64
-                / 1000.0
-                + 0.75;
-            let burst = u64::from(f.burst.max(1));
-            let gap = if (n + 1) % burst != 0 {
-                // Within a burst: back to back at the host's line rate.
-                f.size as f64 * 8.0 / self.cfg.topology.host_gbps
-            } else {
-                // After it: the rest of the burst's share of time at the mean rate.
-                let line = f.size as f64 * 8.0 / self.cfg.topology.host_gbps;
-                (1e9 / f.pps * burst as f64 - line * (burst - 1) as f64).max(line) * jitter
-            };
-            self.next.push(Reverse((t + gap.max(1.0) as u64, i, n + 1)));
         }
         self.now = self.now.max(until_ns);
+    }
+
+    /// Sends the next packet of the flow whose turn it is, and schedules the flow's next one.
+    fn send_next(&mut self) {
+        let Some(Reverse((t, i, n))) = self.next.pop() else {
+            return;
+        };
+        let f = self.flows[i].clone();
+        if t > f.end_ns {
+            return;
+        }
+        self.now = t;
+        let frame = Self::packet(&f, n);
+        self.stats.sent += 1;
+        if let Some((leaf, host)) = locate(f.src) {
+            self.hop(InFlight {
+                at: t,
+                seq: 0,
+                frame,
+                place: Place::Leaf(leaf),
+                in_port: host,
+                from_host: true,
+                sent_ns: t,
+                hops: 0,
+            });
+        }
+        // Deterministic jitter of ±25% keeps flows from marching in lockstep.
+        let jitter = ((i as u64)
+            .wrapping_mul(2_654_435_761)
+            .wrapping_add(n.wrapping_mul(40_503))
+            % 500) as f64
+            / 1000.0
+            + 0.75;
+        let burst = u64::from(f.burst.max(1));
+        let gap = if (n + 1) % burst != 0 {
+            // Within a burst: back to back at the host's line rate.
+            f.size as f64 * 8.0 / self.cfg.topology.host_gbps
+        } else {
+            // After it: the rest of the burst's share of time at the mean rate.
+            let line = f.size as f64 * 8.0 / self.cfg.topology.host_gbps;
+            (1e9 / f.pps * burst as f64 - line * (burst - 1) as f64).max(line) * jitter
+        };
+        self.next.push(Reverse((t + gap.max(1.0) as u64, i, n + 1)));
+    }
+
+    /// Runs the packets still in flight to their end (the run is over: no packet is sent any
+    /// more).
+    fn finish_in_flight(&mut self) {
+        while let Some(Reverse(p)) = self.in_flight.pop() {
+            self.now = self.now.max(p.at);
+            self.hop(p);
+        }
     }
 
     /// The reports sent to the collector since the last call, in the order they arrive there:
@@ -596,6 +680,7 @@ impl Fabric {
     /// [`Fabric::take_reports`], and every report still waiting (the run is over): reports of
     /// packets in flight at the end and reports the network holds back.
     pub fn take_all_reports(&mut self) -> Vec<Report> {
+        self.finish_in_flight();
         let mut out = self.release(u64::MAX);
         out.extend(self.held.drain(..).map(|(_, r)| r));
         out
@@ -810,109 +895,136 @@ impl Fabric {
         })
     }
 
-    fn walk(&mut self, t0: u64, mut frame: Vec<u8>) {
-        let topo = self.cfg.topology.clone();
-        let src = Ipv4Addr::new(frame[26], frame[27], frame[28], frame[29]);
-        let Some((src_leaf, src_host)) = locate(src) else {
-            return;
+    /// Packet `p` reaches a switch: routed, queued at its egress port and processed by the
+    /// switch's INT role there, it goes on to the next switch (an event at its arrival there),
+    /// reaches its host, or is dropped.
+    fn hop(&mut self, p: InFlight) {
+        let InFlight {
+            at: t,
+            mut frame,
+            place,
+            in_port,
+            from_host,
+            sent_ns,
+            hops,
+            ..
+        } = p;
+        let topo = &self.cfg.topology;
+        let (link_delay_ns, link_jitter_ns, buffer_bytes, hosts_per_leaf, mtu) = (
+            topo.link_delay_ns,
+            topo.link_jitter_ns,
+            topo.buffer_bytes,
+            topo.hosts_per_leaf,
+            topo.mtu,
+        );
+        let mut tel = SimTelemetry {
+            origin: self.clock_origin_ns,
+            ingress: in_port,
+            egress: 0,
+            occupancy_cells: 0,
+            latency_ns: 0,
+            at_ns: t,
+            egress_at: None,
+            tx_util: None,
         };
-        let mut place = Place::Leaf(src_leaf);
-        let mut in_port = src_host;
-        let mut from_host = true;
-        let mut t = t0;
-        for _ in 0..255 {
-            let mut tel = SimTelemetry {
-                origin: self.clock_origin_ns,
-                ingress: in_port,
-                egress: 0,
-                occupancy_cells: 0,
-                latency_ns: 0,
-                at_ns: t,
-                egress_at: None,
-                tx_util: None,
-            };
-            let egress = match self.route(place, &frame, from_host) {
-                Ok(p) => p,
-                Err(r) => return self.drop(t, place, &frame, r, &tel),
-            };
-            tel.egress = egress;
-            if frame[22] <= 1 {
-                return self.drop(t, place, &frame, reason::TTL_ZERO, &tel);
-            }
-            let Some(Departure {
-                at: depart,
-                occupancy,
-                tx_util,
-            }) = self.enqueue(place, egress, t, frame.len() as u32)
-            else {
-                tel.occupancy_cells = topo.buffer_bytes.div_ceil(CELL_BYTES);
-                return self.drop(t, place, &frame, reason::TRAFFIC_MANAGER, &tel);
-            };
-            tel.occupancy_cells = occupancy.div_ceil(CELL_BYTES);
-            tel.latency_ns = (depart - t) as u32;
-            tel.egress_at = Some(depart);
-            tel.tx_util = Some(tx_util);
-            let to_host = matches!(place, Place::Leaf(_)) && egress <= topo.hosts_per_leaf;
-            let (id, outcome) = match place {
-                Place::Leaf(l) => {
-                    let nodes = &mut self.leaves[l as usize - 1];
-                    let n = if from_host {
-                        &mut nodes.source
-                    } else if to_host {
-                        &mut nodes.sink
-                    } else {
-                        &mut nodes.transit
-                    };
-                    (l, Some(n.process(&mut frame, &tel)))
-                }
-                Place::Spine(s) => {
-                    let non_int = self
-                        .active(|f| matches!(f, Fault::NonIntSpine { spine } if *spine == s))
-                        .is_some();
-                    let mtu = self
-                        .active(|f| matches!(f, Fault::SmallMtu { spine, .. } if *spine == s))
-                        .map(|f| match f {
-                            Fault::SmallMtu { mtu, .. } => *mtu,
-                            _ => topo.mtu,
-                        });
-                    let n = &mut self.spines[s as usize - 1];
-                    n.set_mtu(mtu.unwrap_or(topo.mtu));
-                    (spine_id(s), (!non_int).then(|| n.process(&mut frame, &tel)))
-                }
-            };
-            if let Some(out) = outcome {
-                for r in out.reports {
-                    self.emit(depart, id, r);
-                }
-                if !out.forward {
-                    return;
-                }
-            }
-            // The TTL is rewritten on egress, after INT processing saw the packet as received.
-            let ip = 14;
-            frame[ip + 8] -= 1;
-            refresh_ipv4_checksum(&mut frame, ip);
-            t = depart + topo.link_delay_ns;
-            if to_host {
-                self.stats.delivered += 1;
-                self.stats.latency_sum_ns += t - t0;
-                return;
-            }
-            (place, in_port) = match place {
-                Place::Leaf(l) => (Place::Spine(topo.spine_of_port(egress).unwrap_or(1)), l),
-                Place::Spine(s) => (Place::Leaf(egress), topo.uplink(s)),
-            };
-            let (leaf, spine) = match place {
-                Place::Spine(s) => (in_port, s),
-                Place::Leaf(l) => (l, topo.spine_of_port(in_port).unwrap_or(0)),
-            };
-            let cut = |f: &Fault| matches!(f, Fault::SilentDrop { leaf: fl, spine: fs } if *fl == leaf && *fs == spine);
-            if self.active(cut).is_some() {
-                self.stats.silent_drops += 1;
-                return;
-            }
-            from_host = false;
+        let egress = match self.route(place, &frame, from_host) {
+            Ok(p) => p,
+            Err(r) => return self.drop(t, place, &frame, r, &tel),
+        };
+        tel.egress = egress;
+        if frame[22] <= 1 || hops >= MAX_HOPS {
+            return self.drop(t, place, &frame, reason::TTL_ZERO, &tel);
         }
+        let Some(Departure {
+            at: depart,
+            occupancy,
+            tx_util,
+        }) = self.enqueue(place, egress, t, frame.len() as u32)
+        else {
+            tel.occupancy_cells = buffer_bytes.div_ceil(CELL_BYTES);
+            return self.drop(t, place, &frame, reason::TRAFFIC_MANAGER, &tel);
+        };
+        tel.occupancy_cells = occupancy.div_ceil(CELL_BYTES);
+        tel.latency_ns = u32::try_from(depart - t).unwrap_or(u32::MAX);
+        tel.egress_at = Some(depart);
+        tel.tx_util = Some(tx_util);
+        let to_host = matches!(place, Place::Leaf(_)) && egress <= hosts_per_leaf;
+        let (id, outcome) = match place {
+            Place::Leaf(l) => {
+                let nodes = &mut self.leaves[l as usize - 1];
+                let n = if from_host {
+                    &mut nodes.source
+                } else if to_host {
+                    &mut nodes.sink
+                } else {
+                    &mut nodes.transit
+                };
+                (l, Some(n.process(&mut frame, &tel)))
+            }
+            Place::Spine(s) => {
+                let non_int = self
+                    .active(|f| matches!(f, Fault::NonIntSpine { spine } if *spine == s))
+                    .is_some();
+                let small = self
+                    .active(|f| matches!(f, Fault::SmallMtu { spine, .. } if *spine == s))
+                    .map(|f| match f {
+                        Fault::SmallMtu { mtu, .. } => *mtu,
+                        _ => mtu,
+                    });
+                let n = &mut self.spines[s as usize - 1];
+                n.set_mtu(small.unwrap_or(mtu));
+                (spine_id(s), (!non_int).then(|| n.process(&mut frame, &tel)))
+            }
+        };
+        if let Some(out) = outcome {
+            for r in out.reports {
+                self.emit(depart, id, r);
+            }
+            if !out.forward {
+                return;
+            }
+        }
+        // The TTL is rewritten on egress, after INT processing saw the packet as received.
+        let ip = 14;
+        frame[ip + 8] -= 1;
+        refresh_ipv4_checksum(&mut frame, ip);
+        self.in_flight_seq += 1;
+        // The jitter is drawn from the packet's hop number, so runs replay exactly.
+        let jitter = match link_jitter_ns {
+            0 => 0,
+            j => (self.in_flight_seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % (j + 1),
+        };
+        let arrive = depart + link_delay_ns + jitter;
+        if to_host {
+            self.stats.delivered += 1;
+            self.stats.latency_sum_ns += arrive - sent_ns;
+            return;
+        }
+        let topo = &self.cfg.topology;
+        let (next, in_port) = match place {
+            Place::Leaf(l) => (Place::Spine(topo.spine_of_port(egress).unwrap_or(1)), l),
+            Place::Spine(s) => (Place::Leaf(egress), topo.uplink(s)),
+        };
+        let (leaf, spine) = match next {
+            Place::Spine(s) => (in_port, s),
+            Place::Leaf(l) => (l, topo.spine_of_port(in_port).unwrap_or(0)),
+        };
+        // The cable is judged when the packet leaves, as the walk of one packet always did.
+        let cut = |f: &Fault| matches!(f, Fault::SilentDrop { leaf: fl, spine: fs } if *fl == leaf && *fs == spine);
+        if self.active(cut).is_some() {
+            self.stats.silent_drops += 1;
+            return;
+        }
+        self.in_flight.push(Reverse(InFlight {
+            at: arrive,
+            seq: self.in_flight_seq,
+            frame,
+            place: next,
+            in_port,
+            from_host: false,
+            sent_ns,
+            hops: hops.saturating_add(1),
+        }));
     }
 }
 

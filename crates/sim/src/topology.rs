@@ -24,6 +24,9 @@ pub struct Topology {
     pub buffer_bytes: u32,
     /// Link propagation delay, ns.
     pub link_delay_ns: u64,
+    /// Up to this much more delay on a link, drawn per packet, ns: a software switch's or a
+    /// host's timestamps, taken by a CPU, wander by tens of µs (0: none).
+    pub link_jitter_ns: u64,
     /// IP MTU of every link.
     pub mtu: usize,
 }
@@ -38,6 +41,7 @@ impl Default for Topology {
             fabric_gbps: 40.0,
             buffer_bytes: 200_000,
             link_delay_ns: 500,
+            link_jitter_ns: 0,
             mtu: 1500,
         }
     }

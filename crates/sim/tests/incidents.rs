@@ -843,6 +843,41 @@ fn a_spine_without_int_is_found_through_a_lossy_report_network_in_mx_and_xd() {
     }
 }
 
+/// A spine that stops adding INT for 2 s of a switch's 1 s report interval (here 40 ms of
+/// 20 ms), once its links are known (issue #29, item 4): MX and XD name it from the first
+/// packets that crossed it without its report, within one report interval (and the join
+/// window) of the outage's start, as MD does from the first stack — not after the
+/// silent-drop window (200 ms), which the outage never lasts.
+#[test]
+fn a_two_interval_outage_of_int_at_a_spine_is_found_within_an_interval_in_mx_and_xd() {
+    let until = 400;
+    let flows = traffic(until * MS, false);
+    let (from, to) = (150, 190);
+    let hidden = at(from, to, Fault::NonIntSpine { spine: 1 });
+    let join_window = detect(0.0).join_window_ns;
+    for mode in [Mode::Mx, Mode::Xd] {
+        let r = run(
+            mode,
+            Delivery::default(),
+            &flows,
+            std::slice::from_ref(&hidden),
+            until,
+        );
+        let non_int = r.of(IncidentKind::NonIntHops);
+        assert_eq!(non_int.len(), 1, "{mode:?}\n{}", r.dump());
+        let i = non_int[0];
+        assert_eq!(i.place.node, Some(spine_id(1)), "{mode:?}\n{}", r.dump());
+        let found = i.received_ns.unwrap_or(u64::MAX);
+        assert!(
+            i.start_ns >= from * MS && found <= from * MS + INTERVAL_NS + join_window,
+            "{mode:?}: found {} ms after the outage began\n{}",
+            found.saturating_sub(from * MS) as f64 / 1e6,
+            r.dump()
+        );
+        assert_eq!(r.incidents.len(), 1, "{mode:?}: nothing else\n{}", r.dump());
+    }
+}
+
 /// A small MTU on both spines: elephants (1400 bytes) get no room for the spines' metadata.
 /// MTU incidents at the spines only, naming elephants only; no path change rides along.
 #[test]

@@ -233,6 +233,78 @@ fn md_mx_and_xd_see_the_same_paths_and_latencies() {
     }
 }
 
+/// Software switches and hosts (issue #29, item 3): links of 20 to 40 µs (20 µs and up to
+/// 20 µs more per packet), the collector's postcard settings left at their defaults (5 µs
+/// assumed before a link's delay is learned). MX and XD learn the links' delays from the
+/// packets seen at both ends and join every flow into MD's path — complete, in link order,
+/// with a latency per hop — and a cable that starts losing packets silently is found at the
+/// hop before it, as on a switch fabric.
+#[test]
+fn postcards_of_software_nodes_join_with_the_default_settings() {
+    let until = 1_000;
+    let traffic: Vec<FlowSpec> = flows(until * MS).into_iter().take(120).collect();
+    let software = |mode| SimConfig {
+        topology: Topology {
+            link_delay_ns: 20_000,
+            link_jitter_ns: 20_000,
+            ..fabric_8x4()
+        },
+        ..sim_config(mode, Delivery::default())
+    };
+    assert_eq!(
+        detect().postcards,
+        intscope_collector::flow_shard::PostcardConfig {
+            silent_drop_ns: 500 * MS,
+            ..Default::default()
+        }
+    );
+    let (leaf, spine) = (2, 1);
+    let cut = Scheduled {
+        from_ns: 400 * MS,
+        until_ns: u64::MAX,
+        fault: Fault::SilentDrop { leaf, spine },
+    };
+    let (_, md) = run(software(Mode::Md), &traffic, &[], 300);
+    let md = seen(&md);
+    assert_eq!(md.len(), 120);
+    for mode in [Mode::Xd, Mode::Mx] {
+        let (_, c) = run(software(mode), &traffic, &[], 300);
+        let got = seen(&c);
+        assert_eq!(got.len(), md.len(), "{mode:?}: every flow");
+        let wrong = on_a_wrong_path(&got);
+        assert!(
+            wrong.is_empty(),
+            "{mode:?}: {} e.g. {:?}",
+            wrong.len(),
+            wrong.first()
+        );
+        for (k, f) in &got {
+            assert_eq!(
+                f.path, md[k].path,
+                "{mode:?} {k:?}: the same nodes and ports"
+            );
+            assert!(!f.partial && f.changes == 0, "{mode:?} {k:?}: {f:?}");
+            assert!(f.e2e_p50.is_some(), "{mode:?} {k:?}: a latency");
+            assert!(
+                f.hop_latency.len() == 3 && f.hop_latency.iter().all(Option::is_some),
+                "{mode:?} {k:?}: a latency per hop: {f:?}"
+            );
+        }
+        let (fabric, c) = run(software(mode), &traffic, std::slice::from_ref(&cut), until);
+        assert!(fabric.stats.silent_drops > 50, "{:?}", fabric.stats);
+        let ev = events(&c, EventKind::Drop);
+        assert!(!ev.is_empty(), "{mode:?}: the cable is found");
+        for e in &ev {
+            let at = (e.node_id, e.port);
+            assert!(
+                at == (Some(leaf), Some(fabric_8x4().uplink(spine)))
+                    || at == (Some(spine_id(spine)), Some(leaf)),
+                "{mode:?}: a silent drop elsewhere: {e:?}"
+            );
+        }
+    }
+}
+
 /// The issue's fabric, fault-free, in XD and MX: no path change, no drop, every flow on its
 /// path — also when the report network loses, duplicates and reorders reports.
 #[test]
