@@ -127,10 +127,30 @@ pub struct ApiArgs {
     /// HTTP connections served at once; more are closed on accept and counted.
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub http_max_connections: usize,
+    /// Requests for the large live lists (flows, nodes, links, queues, events, incidents,
+    /// /metrics) handled at once; more wait their turn.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub max_list_requests: usize,
+    /// HTTP connections one client (IPv4 address, IPv6 /64) may hold at once.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub http_max_connections_per_client: usize,
+    /// Seconds a new connection has to send its first byte.
+    #[arg(long, value_name = "S", default_value_t = 2.0)]
+    pub http_first_byte_timeout: f64,
     /// Seconds a client has to send a request head (also how long a kept-alive connection
     /// waits for its next request).
-    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    #[arg(long, value_name = "S", default_value_t = 5.0)]
     pub http_header_timeout: f64,
+    /// Seconds a client has to take an answer once it is made (slower readers are closed).
+    #[arg(long, value_name = "S", default_value_t = 60.0)]
+    pub http_send_timeout: f64,
+    /// MiB of large answers (over 64 KiB) held in memory at once, all clients together; beyond
+    /// it such answers are 503s.
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    pub http_max_answer_mib: usize,
+    /// MiB of large answers one client's connections may hold at once.
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub http_max_answer_mib_per_client: usize,
     /// Seconds without a byte moving either way after which a connection is closed.
     #[arg(long, value_name = "S", default_value_t = 60.0)]
     pub http_idle_timeout: f64,
@@ -205,14 +225,20 @@ pub(crate) fn api_config(a: &ApiArgs, http: SocketAddr) -> Result<ApiConfig> {
         tls,
         http: HttpLimits {
             max_connections: a.http_max_connections.max(1),
+            max_connections_per_client: a.http_max_connections_per_client.max(1),
+            first_byte_timeout: seconds("http-first-byte-timeout", a.http_first_byte_timeout)?,
             header_timeout: seconds("http-header-timeout", a.http_header_timeout)?,
             idle_timeout: seconds("http-idle-timeout", a.http_idle_timeout)?,
+            send_timeout: seconds("http-send-timeout", a.http_send_timeout)?,
+            max_answer_bytes: a.http_max_answer_mib.saturating_mul(1 << 20),
+            max_answer_bytes_per_client: a.http_max_answer_mib_per_client.saturating_mul(1 << 20),
             ..HttpLimits::default()
         },
         request_timeout: seconds("http-request-timeout", a.http_request_timeout)?,
         query_timeout: seconds("query-timeout", a.query_timeout)?,
         max_queries: a.max_queries.max(1),
         max_streams: a.max_event_streams.max(1),
+        max_list_requests: a.max_list_requests.max(1),
         max_series: a.metrics_max_series,
     })
 }

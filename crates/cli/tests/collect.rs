@@ -570,7 +570,8 @@ fn collect_refuses(args: &[&str]) -> String {
 /// start and silently take a share of the reports); with `--reuse-port` it shares the port.
 #[test]
 fn a_second_collect_on_the_same_port_fails_without_reuse_port() {
-    let first = Running::start(&["--listen", "127.0.0.1:0", "--no-store"]);
+    // Sharing takes both sides asking for it: a collector without --reuse-port keeps its port.
+    let first = Running::start(&["--listen", "127.0.0.1:0", "--no-store", "--reuse-port"]);
     let port = first.listen[0].clone();
     let stderr = collect_refuses(&["--listen", &port, "--http", "127.0.0.1:0", "--no-store"]);
     assert!(

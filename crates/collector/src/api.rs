@@ -74,6 +74,11 @@ pub struct ApiConfig {
     pub max_queries: usize,
     /// Live event streams open at once (503 beyond).
     pub max_streams: usize,
+    /// Requests for the large live lists (flows, nodes, links, queues, events, incidents,
+    /// `/metrics`) handled at once; more wait their turn (within `request_timeout`). Each
+    /// keeps a worker thread busy while it builds its answer, so a flood of them must leave
+    /// room for every other request.
+    pub max_list_requests: usize,
     /// Most series `/metrics` renders; the rest are counted in
     /// `intscope_metrics_series_truncated`.
     pub max_series: usize,
@@ -89,6 +94,7 @@ impl Default for ApiConfig {
             query_timeout: crate::store::DEFAULT_QUERY_TIMEOUT,
             max_queries: 16,
             max_streams: 32,
+            max_list_requests: 1,
             max_series: 10_000,
         }
     }
@@ -145,6 +151,7 @@ pub struct Api {
     pub http: Arc<HttpStats>,
     queries: Arc<Semaphore>,
     streams: Arc<Semaphore>,
+    lists: Arc<Semaphore>,
 }
 
 impl Api {
@@ -154,6 +161,7 @@ impl Api {
             collector,
             queries: Arc::new(Semaphore::new(cfg.max_queries.max(1))),
             streams: Arc::new(Semaphore::new(cfg.max_streams.max(1))),
+            lists: Arc::new(Semaphore::new(cfg.max_list_requests.max(1))),
             cfg,
             stats: ApiStats::default(),
             http: Arc::new(HttpStats::default()),
@@ -189,6 +197,10 @@ pub fn app(api: Arc<Api>) -> Router {
         .route("/api/history/incidents", get(history_incidents))
         .route("/metrics", get(metrics))
         .merge(crate::ui::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&api),
+            one_list_at_a_time,
+        ))
         .layer(timeout)
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&api), auth));
     // The fabric-wide reads of the store (every collector writing to it), as `intscope serve`
@@ -286,6 +298,7 @@ impl<T: serde::de::DeserializeOwned> FromRequestParts<Arc<Api>> for Q<T> {
 /// UI's files (code, no data) do not.
 async fn auth(AxState(api): Shared, req: Request, next: Next) -> Response {
     let Some(token) = api.cfg.token.as_deref() else {
+        crate::http::mark_authenticated(&req);
         return next.run(req).await;
     };
     let path = req.uri().path();
@@ -314,6 +327,7 @@ async fn auth(AxState(api): Shared, req: Request, next: Next) -> Response {
             token.as_bytes(),
         ))
     }) {
+        crate::http::mark_authenticated(&req);
         return next.run(req).await;
     }
     api.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
@@ -327,6 +341,28 @@ async fn auth(AxState(api): Shared, req: Request, next: Next) -> Response {
         HeaderValue::from_static("Bearer realm=\"intscope\""),
     );
     r
+}
+
+/// Lets at most `max_list_requests` requests for the large live lists run at once: their
+/// handlers build the whole answer on a worker thread, so without a bound a flood of them
+/// (slow readers asking again and again) keeps every worker busy and starves the small
+/// requests and the accept loop.
+async fn one_list_at_a_time(AxState(api): Shared, req: Request, next: Next) -> Response {
+    const LISTS: [&str; 7] = [
+        "/api/flows",
+        "/api/nodes",
+        "/api/links",
+        "/api/queues",
+        "/api/events",
+        "/api/incidents",
+        "/metrics",
+    ];
+    if !LISTS.contains(&req.uri().path()) {
+        return next.run(req).await;
+    }
+    // Never closed: the semaphore lives as long as the API.
+    let _turn = api.lists.acquire().await;
+    next.run(req).await
 }
 
 /// Runs `f` on the latest published snapshot of the live state: reads never take the shard
@@ -442,6 +478,7 @@ pub fn sample_counters(api: &Api, published: &Published, out: &mut Samples) {
         counters::sample_events_evicted(log.evicted(), out);
     }
     published.ingest.sample(c.stats.kernel_dropped(), out);
+    c.stats.port_guard.sample(out);
     api.http.sample(out);
     api.stats.sample(out);
     if c.store.is_some() {

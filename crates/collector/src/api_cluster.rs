@@ -123,6 +123,7 @@ impl<T: serde::de::DeserializeOwned> FromRequestParts<Arc<FabricApi>> for Q<T> {
 
 async fn auth(AxState(api): Shared, req: Request, next: Next) -> Response {
     let Some(token) = api.cfg.token.as_deref() else {
+        crate::http::mark_authenticated(&req);
         return next.run(req).await;
     };
     let given = req
@@ -135,6 +136,7 @@ async fn auth(AxState(api): Shared, req: Request, next: Next) -> Response {
         g.as_bytes().ct_eq(token.as_bytes()).into()
     });
     if ok {
+        crate::http::mark_authenticated(&req);
         next.run(req).await
     } else {
         Error(

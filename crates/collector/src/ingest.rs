@@ -3,7 +3,8 @@
 //! accepted, or discarded with a reason ([`Discard`]). The same entry point serves pcap replays.
 //!
 //! A port another process already holds is an error unless `reuse_port` is set: with
-//! `SO_REUSEPORT` alone a second collector would silently take a share of the reports.
+//! `SO_REUSEPORT` alone a second collector would silently take a share of the reports. Once
+//! bound, the port stays this collector's: see [`port_guard`].
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -19,7 +20,9 @@ use intscope_wire::locate::DetectConfig;
 pub use ipnet::IpNet;
 use socket2::{Domain, Protocol, Socket, Type};
 
+pub mod port_guard;
 mod recv;
+pub use port_guard::PortGuardStats;
 pub use recv::{IDLE, MAX_BATCH, SLOT_RANGE};
 
 use crate::detect::DetectConfig as Thresholds;
@@ -158,6 +161,8 @@ pub struct IngestStats {
     /// Kernel drops of report sockets already closed, read as each closed: the kernel forgets
     /// a socket's counter with it, and the count must survive a stop.
     pub closed_socket_drops: AtomicU64,
+    /// Sockets of other processes found on the report ports ([`port_guard`]).
+    pub port_guard: PortGuardStats,
 }
 
 /// Datagrams the kernel dropped on these sockets (receive buffer full), from the `drops` column
@@ -921,8 +926,20 @@ pub fn check_port_free(addr: SocketAddr) -> std::io::Result<()> {
 /// Opens a report socket on `addr` (`SO_REUSEPORT`, receive buffer `buffer` bytes: see
 /// [`set_recv_buffer`]).
 pub fn open_socket(addr: SocketAddr, buffer: usize) -> std::io::Result<UdpSocket> {
+    open_socket_with(addr, buffer, true)
+}
+
+/// Opens a report socket on `addr` with `SO_REUSEPORT` only when `reuse_port`: without it, the
+/// kernel refuses every other socket on the port ([`port_guard`]).
+pub fn open_socket_with(
+    addr: SocketAddr,
+    buffer: usize,
+    reuse_port: bool,
+) -> std::io::Result<UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    s.set_reuse_port(true)?;
+    if reuse_port {
+        s.set_reuse_port(true)?;
+    }
     let got = set_recv_buffer(&s, buffer)?;
     match got.shortfall() {
         Some(warning) => tracing::warn!("report socket {addr}: {warning}"),
@@ -1007,8 +1024,9 @@ fn force_recv_buffer(_: &socket2::SockRef<'_>, _: usize) -> bool {
     false
 }
 
-/// Starts `threads` receive threads per listen address. Returns the bound addresses (port 0
-/// resolves to the real port) and the thread handles.
+/// Starts `threads` receive threads per listen address and the thread that guards their ports
+/// ([`port_guard`]). Returns the bound addresses (port 0 resolves to the real port) and the
+/// thread handles.
 pub fn spawn_receivers(
     collector: &Arc<Collector>,
 ) -> std::io::Result<(Vec<SocketAddr>, Vec<JoinHandle<()>>)> {
@@ -1018,12 +1036,38 @@ pub fn spawn_receivers(
         if !collector.config.reuse_port {
             check_port_free(addr)?;
         }
-        let first = open_socket(addr, collector.config.recv_buffer)?;
+        let threads = collector.config.threads.max(1);
+        // A port group only when it is needed (see `port_guard`): one socket alone keeps
+        // every other socket off the port.
+        let group = threads > 1 || collector.config.reuse_port;
+        let first = open_socket_with(addr, collector.config.recv_buffer, group).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "UDP {addr} is held by a process that does not share it (a collector \
+                         shares its port only with `reuse_port = true`, `--reuse-port`)"
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
         let local = first.local_addr()?;
         bound.push(local);
         let mut sockets = vec![first];
-        for _ in 1..collector.config.threads.max(1) {
-            sockets.push(open_socket(local, collector.config.recv_buffer)?);
+        for _ in 1..threads {
+            sockets.push(open_socket_with(local, collector.config.recv_buffer, true)?);
+        }
+        if threads > 1
+            && !collector.config.reuse_port
+            && let Err(e) = port_guard::steer_to_own(&sockets[0], threads)
+        {
+            // Still serviceable: the scan below reports foreign sockets.
+            tracing::warn!(
+                "report port {local}: cannot attach the program that keeps its datagrams to \
+                 this collector's sockets: {e}"
+            );
         }
         for sock in &sockets {
             collector.stats.watch_socket(sock);
@@ -1045,6 +1089,11 @@ pub fn spawn_receivers(
             }
         }
     }
+    handles.push(port_guard::spawn(
+        collector,
+        bound.clone(),
+        collector.config.reuse_port,
+    )?);
     Ok((bound, handles))
 }
 

@@ -335,11 +335,31 @@ fn a_zero_length_datagram_is_counted() {
     }
 }
 
-/// A second collector on a port the first holds fails with a clear error, unless it asks to
+/// A second collector on a port the first holds fails with a clear error, unless both ask to
 /// share the port; the first keeps receiving.
 #[test]
 fn a_port_in_use_is_an_error_without_reuse_port() {
-    let first = Collector::open(config(Limits::default())).unwrap();
+    let lone = Collector::open(config(Limits::default())).unwrap();
+    let (bound, lone_handles) = spawn_receivers(&lone).unwrap();
+    // The holder did not ask to share: even a collector that asks is refused.
+    let asks = Collector::open(CollectorConfig {
+        listen: vec![bound[0]],
+        reuse_port: true,
+        ..config(Limits::default())
+    })
+    .unwrap();
+    let err = spawn_receivers(&asks).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    assert!(err.to_string().contains("does not share"), "{err}");
+    lone.stop();
+    for h in lone_handles {
+        h.join().unwrap();
+    }
+    let first = Collector::open(CollectorConfig {
+        reuse_port: true,
+        ..config(Limits::default())
+    })
+    .unwrap();
     let (bound, handles) = spawn_receivers(&first).unwrap();
     let taken: SocketAddr = bound[0];
     let second = Collector::open(CollectorConfig {

@@ -257,6 +257,24 @@ metric!(
     "Socket receive errors"
 );
 metric!(
+    REPORT_PORT_FOREIGN_SOCKETS,
+    "report_port_foreign_sockets",
+    Gauge,
+    None,
+    [],
+    Stats(&[("*", "ingest.foreign_sockets")]),
+    "Sockets of other processes bound to a report port at the last check (they may take reports)"
+);
+metric!(
+    REPORT_PORT_FOREIGN_SEEN,
+    "report_port_foreign_sockets_seen",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "ingest.foreign_sockets_seen")]),
+    "Sockets of other processes found bound to a report port since start, each once"
+);
+metric!(
     HTTP_CONNECTIONS,
     "http_connections",
     Counter,
@@ -278,6 +296,24 @@ metric!(
     [],
     Stats(&[("*", "api.connections_open")]),
     "HTTP connections open"
+);
+metric!(
+    HTTP_ANSWERS_REFUSED_MEMORY,
+    "http_answers_refused_memory",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "api.answers_refused_memory")]),
+    "Large API answers replaced by a 503 because the answer memory bounds were reached"
+);
+metric!(
+    HTTP_ANSWER_BYTES,
+    "http_answer",
+    Gauge,
+    Some("bytes"),
+    [],
+    Stats(&[("*", "api.answer_bytes")]),
+    "Bytes of large API answers held in memory while they are sent"
 );
 metric!(
     API_REQUESTS_FAILED,
@@ -603,8 +639,12 @@ pub const ALL: &[&Metric] = &[
     &INGEST_REPORTS_DECODED,
     &INGEST_REPORTS_CLOCK_SKEWED,
     &INGEST_SOCKET_ERRORS,
+    &REPORT_PORT_FOREIGN_SOCKETS,
+    &REPORT_PORT_FOREIGN_SEEN,
     &HTTP_CONNECTIONS,
     &HTTP_CONNECTIONS_OPEN,
+    &HTTP_ANSWERS_REFUSED_MEMORY,
+    &HTTP_ANSWER_BYTES,
     &API_REQUESTS_FAILED,
     &STORE_BATCHES,
     &STORE_FAILED,
