@@ -421,6 +421,11 @@ fn idle_connections_beyond_the_limit_do_not_lock_the_api_out() {
     // Connections that send half a request head (slowloris) give way to a new client: the
     // oldest of them is closed (counted) and the new one is answered at once.
     let accepted = a.http.accepted.load(Ordering::Relaxed);
+    let gave_way = || {
+        a.http.evicted_partial.load(Ordering::Relaxed)
+            + a.http.evicted_silent.load(Ordering::Relaxed)
+    };
+    let before = gave_way();
     let half: Vec<TcpStream> = (0..8)
         .map(|_| {
             let mut s = TcpStream::connect(addr).unwrap();
@@ -439,7 +444,6 @@ fn idle_connections_beyond_the_limit_do_not_lock_the_api_out() {
     }
     // Time for the server to read the heads' bytes (else they are silent, and go first too).
     std::thread::sleep(Duration::from_millis(300));
-    let partial = a.http.evicted_partial.load(Ordering::Relaxed);
     let t = Instant::now();
     assert_eq!(http_get(addr, "/api/stats", "").unwrap().0, 200);
     assert!(
@@ -447,7 +451,11 @@ fn idle_connections_beyond_the_limit_do_not_lock_the_api_out() {
         "{:?}",
         t.elapsed()
     );
-    assert_eq!(a.http.evicted_partial.load(Ordering::Relaxed), partial + 1);
+    // Within the limit: the new client got in because a half head (or, if the server had not
+    // yet read its bytes, a connection still silent) gave way; which one depends on timing.
+    assert!(a.http.open.load(Ordering::Relaxed) <= 8);
+    assert!(gave_way() > before, "none of the half heads was closed");
+    assert!(a.http.evicted_partial.load(Ordering::Relaxed) > 0);
     drop(half);
 
     // Connections that made a whole request (no token needed here) keep their slots: at the
