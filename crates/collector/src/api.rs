@@ -272,14 +272,8 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The body of every error answer.
-#[derive(Debug, Serialize)]
-pub struct ErrorBody {
-    /// What was wrong and what to do.
-    pub error: String,
-    /// The HTTP status again.
-    pub status: u16,
-}
+/// The body of every error answer (the HTTP layer's own refusals use it too).
+pub use crate::http::ErrorBody;
 
 /// A query string, its errors answered as JSON 400s.
 struct Q<T>(T);

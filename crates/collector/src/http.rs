@@ -57,6 +57,15 @@ pub const ANSWER_CHUNK: usize = 32 << 10;
 /// small, so that a slow reader's connection holds little beside its counted answer.
 pub const HYPER_BUFFER: usize = 64 << 10;
 
+/// The body of every error answer: what was wrong and what to do, and the status again.
+#[derive(Debug, serde::Serialize)]
+pub struct ErrorBody {
+    /// What was wrong and what to do.
+    pub error: String,
+    /// The HTTP status again.
+    pub status: u16,
+}
+
 /// Connection limits of the HTTP server.
 #[derive(Debug, Clone)]
 pub struct HttpLimits {
@@ -588,7 +597,7 @@ fn bound_answer(
     }
     if !lock(registry).reserve(client, size, limits) {
         stats.answers_refused_memory.fetch_add(1, Ordering::Relaxed);
-        let body = crate::api::ErrorBody {
+        let body = ErrorBody {
             error: format!(
                 "the server is sending too many large answers ({} MiB at most, {} MiB per \
                  client); retry shortly",

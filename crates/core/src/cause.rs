@@ -31,11 +31,12 @@
 //! other reasons (a routing miss, an ACL) are never joined: each is a fault in itself.
 //!
 //! Lifecycle: an incident is ongoing while its root is, or another symptom shows evidence after
-//! the root ended; it ends at the latest end (or newest evidence) among them. Bounds: at most [`MAX_SYMPTOMS`] symptoms per incident (a symptom
-//! past it starts an incident of its own); resolved incidents, the newest
-//! [`crate::incidents::RESOLVED_PER_KIND`] per root kind (the older ones are dropped, counted
-//! in `evicted`). Ongoing incidents are bounded by the engine's ongoing symptoms, each of
-//! which belongs to one incident.
+//! the root ended; it ends at the latest end (or newest evidence) among them.
+//!
+//! Bounds: at most [`MAX_SYMPTOMS`] symptoms per incident (a symptom past it starts an incident
+//! of its own); of the resolved incidents, the newest `keep_resolved` per root kind (the engine
+//! gives its own bound, 1024; the older ones are dropped, counted). Ongoing incidents are
+//! bounded by the engine's ongoing symptoms, each of which belongs to one incident.
 
 use std::collections::VecDeque;
 use std::net::Ipv6Addr;
@@ -45,7 +46,6 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use crate::incident::{
     Incident, IncidentKind, IncidentPlace, IncidentState, MAX_INCIDENT_FLOWS, Symptom,
 };
-use crate::incidents::RESOLVED_PER_KIND;
 
 /// Most symptoms one incident gathers (its root included).
 pub const MAX_SYMPTOMS: usize = 64;
@@ -105,6 +105,8 @@ const PENDING_IDS: u64 = u64::MAX;
 #[derive(Debug)]
 pub(crate) struct Causes {
     merge_ns: u64,
+    /// Resolved incidents kept per root kind.
+    keep_resolved: usize,
     grouping_ns: u64,
     next_id: u64,
     next_pending: u64,
@@ -135,10 +137,12 @@ type Status = (IncidentState, IncidentKind);
 
 impl Causes {
     /// Incidents that gather symptoms for `grouping_ns` (receive time) before they are
-    /// published, and take symptoms that start within `merge_ns` (switch time) of their end.
-    pub(crate) fn new(merge_ns: u64, grouping_ns: u64) -> Self {
+    /// published, and take symptoms that start within `merge_ns` (switch time) of their end;
+    /// the newest `keep_resolved` resolved ones of each root kind are kept.
+    pub(crate) fn new(merge_ns: u64, grouping_ns: u64, keep_resolved: usize) -> Self {
         Causes {
             merge_ns,
+            keep_resolved,
             grouping_ns,
             next_id: 1,
             next_pending: PENDING_IDS,
@@ -316,7 +320,7 @@ impl Causes {
             (IncidentState::Resolved, k) => {
                 let list = &mut self.resolved[kind_index(k)];
                 list.push_back(gid);
-                if list.len() > RESOLVED_PER_KIND
+                if list.len() > self.keep_resolved
                     && let Some(old) = list.pop_front()
                 {
                     self.dropped[kind_index(k)] += 1;
@@ -612,7 +616,7 @@ mod tests {
     }
 
     fn causes() -> Causes {
-        Causes::new(1_000 * MS, 100 * MS)
+        Causes::new(1_000 * MS, 100 * MS, 1024)
     }
 
     fn all(c: &Causes) -> Vec<Incident> {

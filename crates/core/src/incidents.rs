@@ -652,7 +652,11 @@ impl IncidentLog {
     /// A log with `cfg`'s lifecycle thresholds.
     pub fn new(cfg: &DetectConfig) -> Self {
         IncidentLog {
-            causes: Causes::new(cfg.incident_merge_ns, cfg.incident_grouping_ns),
+            causes: Causes::new(
+                cfg.incident_merge_ns,
+                cfg.incident_grouping_ns,
+                RESOLVED_PER_KIND,
+            ),
             timing: Timing {
                 merge_ns: cfg.incident_merge_ns,
                 quiet_ns: cfg.incident_quiet_ns,
