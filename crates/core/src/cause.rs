@@ -210,20 +210,30 @@ impl Causes {
     }
 
     /// The engine's symptom `s` started or changed: it joins (or updates) its incident. A
-    /// symptom alone in an incident not yet published looks for a home again at each change:
-    /// its first evidence may not have named its flows yet.
+    /// symptom of an incident not yet published looks for a home again at each change (its
+    /// first evidence may not have named its flows yet): if it finds one, the incident it
+    /// was gathering goes there whole.
     pub(crate) fn update(&mut self, s: &Incident) {
         self.version += 1;
         let version = self.version;
         let gid = match self.member_of.get(&s.id) {
             Some(&gid) => {
-                let alone = self
+                let pending = self
                     .groups
                     .get(&gid)
-                    .is_some_and(|g| g.pending_until.is_some() && g.members.len() == 1);
-                match alone.then(|| self.home_of(s, gid)).flatten() {
+                    .is_some_and(|g| g.pending_until.is_some());
+                match pending.then(|| self.home_of(s, gid)).flatten() {
                     Some(home) => {
-                        self.groups.remove(&gid);
+                        // The whole gathering goes: its other symptoms are of the same fault
+                        // (they joined it by the rules).
+                        if let Some(g) = self.groups.remove(&gid) {
+                            for m in g.members.into_iter().filter(|m| m.id != s.id) {
+                                self.member_of.insert(m.id, home);
+                                if let Some(h) = self.groups.get_mut(&home) {
+                                    h.members.push(m);
+                                }
+                            }
+                        }
                         self.member_of.insert(s.id, home);
                         home
                     }
@@ -725,6 +735,30 @@ mod tests {
         assert_eq!(v.len(), 1, "{v:#?}");
         assert_eq!((v[0].place.node, v[0].place.port), (Some(3), Some(1)));
         assert_eq!(v[0].symptoms[0].place.node, Some(102));
+    }
+
+    /// The spine's queue and its latency gather first, before any names a flow; once the
+    /// spine's queue names the incast's host, the two join the host port's incident.
+    #[test]
+    fn a_gathering_of_several_symptoms_moves_whole() {
+        use IncidentKind::*;
+        let mut c = causes();
+        c.update(&symptom(
+            1,
+            Microburst,
+            None,
+            (3, 1),
+            40,
+            &["10.0.3.1", "10.0.3.1"],
+        ));
+        c.update(&symptom(2, Microburst, None, (102, 3), 40, &[]));
+        c.update(&symptom(3, Latency, None, (102, 3), 40, &[]));
+        c.update(&symptom(2, Microburst, None, (102, 3), 41, &["10.0.3.1"]));
+        c.publish_due(u64::MAX);
+        let v = all(&c);
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert_eq!((v[0].id, v[0].place.node), (1, Some(3)));
+        assert_eq!(v[0].symptoms.len(), 2);
     }
 
     /// A cable that loses packets both ways is one incident; a resolved incident takes no
