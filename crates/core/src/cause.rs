@@ -12,7 +12,8 @@
 //! incident that is ongoing, or ended at most `incident_merge_ns` (switch time) before the
 //! symptom started, when:
 //! 1. **same port**: both are queue symptoms — congestion, microburst, latency, queue drops
-//!    (`traffic-manager`, `wred`) — at one (node, egress port);
+//!    (`traffic-manager`, `wred`) — at one (node, egress port), or the symptom is a queue at a
+//!    port where the incident's packets expire in a loop;
 //! 2. **one device or cable**: flows returning to a link or node (`link-restored`,
 //!    `node-restored`) join the incident of the flows that left it; silent drops on the two
 //!    directions of one link are one cable; hops without INT found while others are ongoing
@@ -21,8 +22,8 @@
 //!    symptom's flows mostly go where the incident's go (at least half of the smaller set of
 //!    destination addresses is shared);
 //! 4. **upstream**: a queue symptom (congestion, microburst, latency) at another port whose
-//!    flows mostly go where a queue incident's go (the senders of an incast meet at the
-//!    spines on their way to its host).
+//!    flows mostly go where a queue or loop incident's go (the senders of an incast meet at
+//!    the spines on their way to its host; a loop holds up what shares its links).
 //!
 //! The first rule that holds decides (in this order, then the oldest incident). The root is the
 //! member of the highest rank — hop limit, TTL expiry, congestion or microburst, queue drop,
@@ -397,10 +398,14 @@ fn is_repair(s: &Incident) -> bool {
 
 /// The first rule (1–4) by which `s` (of rank `r`, its flows going to `dsts`) joins `g`.
 fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group) -> Option<u8> {
+    // A queue at a port where the incident queues, or where packets loop out (TTL expiries
+    // at that port: the loop's traffic fills its queue).
     if at_port(s)
-        && g.members
-            .iter()
-            .any(|m| at_port(m) && m.place.node == s.place.node && m.place.port == s.place.port)
+        && g.members.iter().any(|m| {
+            (at_port(m) || rank_of(m) == LOOP_RANK)
+                && m.place.node == s.place.node
+                && m.place.port == s.place.port
+        })
     {
         return Some(1);
     }
@@ -462,8 +467,9 @@ fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group) -> Option<u8>
     if (root >= LOOP_RANK && r >= 1) || (r >= LOOP_RANK && root >= 1) {
         return mostly_shared().then_some(3);
     }
+    // Queues behind a queue (or behind a loop, whose traffic holds up what shares its links).
     let queue = |x: u8| x == QUEUE_RANK || x == 2;
-    if (root == QUEUE_RANK && queue(r)) || (r == QUEUE_RANK && queue(root)) {
+    if ((root == QUEUE_RANK || root >= LOOP_RANK) && queue(r)) || (r == QUEUE_RANK && queue(root)) {
         return mostly_shared().then_some(4);
     }
     None
@@ -718,6 +724,30 @@ mod tests {
         assert_eq!(v[0].symptoms.len(), 1);
         assert_eq!(v[0].symptoms[0].place.node, Some(2));
         assert_eq!((v[1].kind, v[1].place.node), (Latency, Some(9)));
+    }
+
+    /// A loop's traffic fills the queue of the port it loops out of, and holds up the traffic
+    /// to the hosts behind it: both are the loop's, though their flows go elsewhere.
+    #[test]
+    fn queues_a_loop_fills_are_the_loops() {
+        use IncidentKind::*;
+        let mut c = causes();
+        c.update(&symptom(1, HopLimit, None, (102, 3), 40, &["10.0.1.1"]));
+        c.update(&symptom(
+            2,
+            Drop,
+            Some("ip-ttl-zero"),
+            (102, 3),
+            40,
+            &["10.0.1.1"],
+        ));
+        c.update(&symptom(3, Microburst, None, (102, 3), 40, &["10.0.3.3"]));
+        c.update(&symptom(4, Microburst, None, (3, 3), 41, &["10.0.3.3"]));
+        c.publish_due(u64::MAX);
+        let v = all(&c);
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert_eq!(v[0].kind, HopLimit);
+        assert_eq!(v[0].symptoms.len(), 3);
     }
 
     /// An incast: the spine's queue towards the host's leaf shows first with the senders that
