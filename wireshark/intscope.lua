@@ -60,7 +60,8 @@ p_int.prefs.domains = Pref.string("Domain registry (TOML)", "",
     "Domain-specific metadata registry in intscope's domains.toml format (--domains)")
 p_int.prefs.unmarked = Pref.bool("Unmarked INT", false,
     "Also read INT after TCP/UDP without any marking, where every reserved field is zero and the lengths "
-    .. "agree; in a report's packet only when its F bit is set (--unmarked-int). Off: any payload can look like INT")
+    .. "agree (--unmarked-int); a report's packet is read so when its F bit is set, whatever this says. "
+    .. "Off: any payload can look like INT")
 
 p_int.prefs.about = Pref.statictext("intscope.lua " .. INTSCOPE_LUA_VERSION
     .. ": INT and telemetry reports, as `intscope dump` decodes them (docs/wireshark.md)")
@@ -623,7 +624,8 @@ end
 
 ---------------------------------------------------------------------------------------------
 -- Dissection state: report inner packets are decoded with looser rules (an INT stack may be cut
--- off; unmarked INT, when the preference is on, only in tracked reports), as `intscope dump` does.
+-- off; unmarked INT in a tracked report's packet (its F bit is the marking), elsewhere only with the
+-- preference on), as `intscope dump` does.
 ---------------------------------------------------------------------------------------------
 
 local in_report = 0   -- > 0 while a report's inner packet is being dissected
@@ -1304,7 +1306,7 @@ local function heur_l4(encap)
             return dissect_l4_int(tvb, 0, encap, pinfo, tree, false)
         elseif probe_at(tvb) then
             return dissect_l4_int(tvb, 8, encap, pinfo, tree, false)
-        elseif unmarked_int and (in_report == 0 or report_tracked) then
+        elseif (in_report == 0 and unmarked_int) or (in_report > 0 and report_tracked) then
             -- Report v2.0 "Individual Report Header": with F = 0 "there will not be any
             -- embedded telemetry metadata in the report".
             return dissect_l4_int(tvb, 0, encap, pinfo, tree, true)

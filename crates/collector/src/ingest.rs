@@ -389,9 +389,10 @@ pub struct CollectorConfig {
     pub int_udp_ports: Vec<u16>,
     /// DSCP value marking INT in reported packets (`null` to disable).
     pub int_dscp: Option<u8>,
-    /// Also read INT that carries no marking (neither `int_dscp` nor an `int_udp_ports` port) in
-    /// the reported packets, where the report's F bit allows embedded INT and the block is exact
-    /// to its reserved bits and lengths. Off by default: the spec leaves the marking to the
+    /// Also read INT that carries no marking (neither `int_dscp` nor an `int_udp_ports` port)
+    /// where nothing else says it is there. A report's copy whose F bit says the packet carried
+    /// INT is read so whatever this says (the report is the marking; the block must be exact
+    /// to its reserved bits and lengths). Off by default: the spec leaves the marking to the
     /// operator, and without one any payload can look like INT.
     pub unmarked_int: bool,
     /// The domain registry file (`shared/spec/domains.example.toml` format): sizes of

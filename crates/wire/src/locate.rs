@@ -73,9 +73,9 @@ pub struct DetectConfig {
     /// ... agree on the marking"), so a payload without one is application data: any bytes can
     /// look like a shim, and a guess invents nodes and flows (about one TCP payload in a
     /// thousand passed the old, looser checks). On, only a block whose every reserved field is
-    /// zero and whose lengths agree exactly is taken ([`Warning::UnmarkedInt`]); inside a
-    /// report's copy, only where the report's F bit allows embedded INT
-    /// ([`Packet::locate_copy`]).
+    /// zero and whose lengths agree exactly is taken ([`Warning::UnmarkedInt`]). A report's
+    /// copy is looked at so exactly when the report's F bit says the packet carried INT,
+    /// whatever this says ([`Packet::locate_copy`]).
     pub unmarked_int: bool,
     /// The domain registry: sizes of domain-specific metadata, so that 'source-only' metadata at
     /// the bottom of an INT-MD stack (INT v2.1 §"INT-MD Metadata Stack") is told from hops.
@@ -275,15 +275,17 @@ impl<'a> Packet<'a> {
         parse_into(self, self.bytes, start, cfg, 0)
     }
 
-    /// [`Packet::locate`] for a telemetry report's copy of a packet: unmarked INT
-    /// ([`DetectConfig::unmarked_int`]) is looked for only when `tracked`, the report's Tracked
-    /// Flow Association bit. Report v2.0 §"Individual Report Header": "If the Tracked Flow
-    /// Association (F) bit is set to 0, then there will not be any embedded telemetry metadata
-    /// in the report". Reports v1.0 and v0.5 carry the same F bit in their fixed header; a
-    /// marked block is taken whatever F says (the marking is the operator's explicit word).
+    /// [`Packet::locate`] for a telemetry report's copy of a packet: unmarked INT is looked for
+    /// (with the strict rules of [`DetectConfig::unmarked_int`]) exactly when `tracked`, the
+    /// report's Tracked Flow Association bit, says the packet carried it, whatever
+    /// `unmarked_int` says: the report is the marking. Report v2.0 §"Individual Report Header":
+    /// "If the Tracked Flow Association (F) bit is set to 0, then there will not be any embedded
+    /// telemetry metadata in the report". Reports v1.0 and v0.5 carry the same F bit in their
+    /// fixed header; a marked block is taken whatever F says (the marking is the operator's
+    /// explicit word).
     #[inline]
     pub fn locate_copy(&mut self, start: Start, cfg: &DetectConfig, tracked: bool) -> Result<()> {
-        self.unmarked = cfg.unmarked_int && tracked;
+        self.unmarked = tracked;
         parse_into(self, self.bytes, start, cfg, 0)
     }
 

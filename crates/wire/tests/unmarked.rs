@@ -208,8 +208,9 @@ fn real_protocol_payloads_carry_no_int() {
     }
 }
 
-/// A genuine INT-MD block without a marking (DSCP 0, no INT port): found only with unmarked INT
-/// on, and in a report's copy only when the report's F bit is set.
+/// A genuine INT-MD block without a marking (DSCP 0, no INT port): in a packet, found only with
+/// unmarked INT on; in a report's copy, exactly when the report's F bit says the packet carried
+/// INT (the report is the marking), whatever the option says.
 #[test]
 fn genuine_unmarked_md_is_found_only_when_allowed() {
     let int = md_block(
@@ -224,14 +225,19 @@ fn genuine_unmarked_md_is_found_only_when_allowed() {
         p.locate_copy(Start::Ethernet, cfg, tracked).unwrap();
         p
     };
+    let mut p = Packet::new(&frame);
+    p.locate(Start::Ethernet, &copy_cfg(false)).unwrap();
+    assert!(p.int.is_none(), "off by default in packets");
     assert!(
-        locate(&copy_cfg(false), true).int.is_none(),
-        "off by default"
+        locate(&copy_cfg(false), true).int.is_some(),
+        "a report whose F bit is set marks its copy"
     );
-    assert!(
-        locate(&copy_cfg(true), false).int.is_none(),
-        "Report v2.0: F = 0 means no embedded telemetry metadata"
-    );
+    for unmarked in [false, true] {
+        assert!(
+            locate(&copy_cfg(unmarked), false).int.is_none(),
+            "Report v2.0: F = 0 means no embedded telemetry metadata"
+        );
+    }
     let p = locate(&copy_cfg(true), true);
     let (_, b) = p.int.expect("a self-consistent unmarked block");
     assert!(p.warnings.has(Warning::UnmarkedInt));
