@@ -1234,7 +1234,7 @@ local function dissect_l4_int(tvb, off, encap, pinfo, tree, heuristic)
     end
     local s = blk.shim
     if s.kind == "tcp" or s.kind == "udp" then
-        if s.npt == 2 and encap == "udp" and not heuristic then
+        if s.npt == 2 and encap == "udp" then
             blk.encap = "udp-new"
             -- Tolerate producers whose v2 shim Length counts the shim (CableLabs): prefer the
             -- reading after which the original L4 header is plausible.
