@@ -18,6 +18,8 @@
 //!    `node-restored`) join the incident of the flows that left it; silent drops on the two
 //!    directions of one link are one cable; hops without INT found while others are ongoing
 //!    are the one device that stopped adding INT (or joined without it) that they all cross;
+//!    a node whose reports stopped (report-loss `silent`), hops without INT named at it, and
+//!    the sequence gap its reports come back with are its reporting outage;
 //! 3. **a loop**: the incident's root is a hop limit or a TTL expiry, or the symptom is, and the
 //!    symptom's flows mostly go where the incident's go (at least half of the smaller set of
 //!    destination addresses is shared);
@@ -28,8 +30,9 @@
 //! The first rule that holds decides (in this order, then the oldest incident). The root is the
 //! member of the highest rank — hop limit, TTL expiry, congestion or microburst, queue drop,
 //! latency, MTU — then with more flows (the bottleneck an incast converges on), then the
-//! earliest; among the kinds of rule 2, the earliest. Report loss, path changes and drops of
-//! other reasons (a routing miss, an ACL) are never joined: each is a fault in itself.
+//! earliest; among the kinds of rule 2, the earliest (at a silent node: its gap, then hops
+//! without INT). Other report loss, path changes and drops of other reasons (a routing miss,
+//! an ACL) are never joined: each is a fault in itself.
 //!
 //! Lifecycle: an incident is ongoing while its root is, or another symptom shows evidence after
 //! the root ended; it ends at the latest end (or newest evidence) among them.
@@ -348,7 +351,11 @@ impl Causes {
     /// The incident other than `own` that symptom `s` belongs to by the rules above, if any.
     fn home_of(&self, s: &Incident, own: u64) -> Option<u64> {
         let r = rank_of(s);
-        if r == 0 && !is_repair(s) && !is_silent(s) && s.kind != IncidentKind::NonIntHops {
+        if r == 0
+            && !is_repair(s)
+            && !is_silent(s)
+            && !matches!(s.kind, IncidentKind::NonIntHops | IncidentKind::ReportLoss)
+        {
             return None;
         }
         let dsts: HashSet<Ipv6Addr> = s.flows.iter().map(|f| f.flow.dst).collect();
@@ -388,6 +395,49 @@ fn status(g: &Group) -> Option<Status> {
 /// Packets lost between two hops without a drop report.
 fn is_silent(s: &Incident) -> bool {
     s.kind == IncidentKind::Drop && s.cause.as_deref() == Some("silent")
+}
+
+/// A node whose reports stopped as a whole (report-loss `silent`, rule 2).
+fn is_node_silence(s: &Incident) -> bool {
+    s.kind == IncidentKind::ReportLoss && s.cause.as_deref() == Some("silent")
+}
+
+/// Hops without INT named at one node (the device behind every port they were found at).
+fn is_hidden_node(s: &Incident) -> bool {
+    s.kind == IncidentKind::NonIntHops && s.place.node.is_some() && s.place.port.is_none()
+}
+
+/// Whether new symptom `s` and member `m` are one device's reporting outage (rule 2): a node
+/// whose reports stopped, hops without INT named at it, and the sequence gap its reports come
+/// back with. The gap must be newer than what it explains and reach back to its start, and one
+/// of its gaps must have lost at least a report per flow the hops without INT name: a report
+/// loss that was going on before (a lossy report network) explains no silence.
+fn one_silent_device(s: &Incident, m: &Incident) -> bool {
+    if s.place.node.is_none() || s.place.node != m.place.node {
+        return false;
+    }
+    let gap = |x: &Incident| x.kind == IncidentKind::ReportLoss && !is_node_silence(x);
+    let silence = |x: &Incident| is_node_silence(x) || is_hidden_node(x);
+    if silence(s) {
+        return silence(m);
+    }
+    let reaches_back =
+        s.start_ns >= m.start_ns && s.start_ns.saturating_sub(s.start_uncertainty_ns) <= m.start_ns;
+    let largest_gap = s.peak.map_or(0, |p| p.value);
+    gap(s)
+        && reaches_back
+        && (is_node_silence(m) || (is_hidden_node(m) && largest_gap >= m.counts.flows.max(1)))
+}
+
+/// Among the rank-0 symptoms of one silent device, what explains the others best: the
+/// sequence gap (the reports were sent and lost), then hops without INT (packets crossed it
+/// one TTL lower), then a silence alone.
+fn device_weight(m: &Incident) -> u8 {
+    match m.kind {
+        IncidentKind::ReportLoss if !is_node_silence(m) => 2,
+        IncidentKind::NonIntHops => 1,
+        _ => 0,
+    }
 }
 
 /// Returns to a link or node (rule 2).
@@ -442,6 +492,10 @@ fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group) -> Option<u8>
             })
             .then_some(2);
     }
+    if g.members.iter().any(|m| one_silent_device(s, m)) {
+        // Rule 2: a node whose reports stopped, with what it was taken for meanwhile.
+        return Some(2);
+    }
     if s.kind == IncidentKind::NonIntHops {
         // Rule 2: hops without INT found at once behind several ports are the device that
         // stopped adding INT (or was added without it) that they all cross.
@@ -450,6 +504,9 @@ fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group) -> Option<u8>
             .iter()
             .any(|m| m.kind == IncidentKind::NonIntHops)
             .then_some(2);
+    }
+    if s.kind == IncidentKind::ReportLoss {
+        return None;
     }
     let root = rank_of(&g.inc);
     // Culprits converge on where they go: the senders of an incast on its host, a loop's
@@ -482,7 +539,10 @@ fn publish(gid: u64, members: &[Incident]) -> Incident {
         .iter()
         .max_by(|a, b| {
             // Ungrouped kinds (a repair with its outage): the first is the root.
-            let weight = |m: &Incident| (rank_of(m), (rank_of(m) > 0).then_some(m.counts.flows));
+            let weight = |m: &Incident| {
+                let r = rank_of(m);
+                (r, device_weight(m), (r > 0).then_some(m.counts.flows))
+            };
             weight(a)
                 .cmp(&weight(b))
                 .then(b.start_ns.cmp(&a.start_ns))
@@ -495,8 +555,15 @@ fn publish(gid: u64, members: &[Incident]) -> Incident {
         return inc;
     }
     let first = members.iter().min_by_key(|m| m.start_ns).unwrap_or(root);
+    // Starts with its first symptom, and may have started as early as any says it did (a
+    // sequence gap found late knows the reports went missing since its last in order).
     inc.start_ns = first.start_ns;
-    inc.start_uncertainty_ns = first.start_uncertainty_ns;
+    let earliest = members
+        .iter()
+        .map(|m| m.start_ns.saturating_sub(m.start_uncertainty_ns))
+        .min()
+        .unwrap_or(first.start_ns);
+    inc.start_uncertainty_ns = first.start_ns.saturating_sub(earliest);
     inc.received_ns = members.iter().filter_map(|m| m.received_ns).min();
     inc.last_update_ns = members.iter().map(|m| m.last_update_ns).max().unwrap_or(0);
     // Over when the root is, and no other symptom showed anything after the root ended:
@@ -820,5 +887,69 @@ mod tests {
         c.update(&late);
         c.publish_due(u64::MAX);
         assert_eq!(all(&c).len(), 2, "past the merge window: a new fault");
+    }
+
+    /// A node whose reports stopped: the silence the hop before it found, the hops without
+    /// INT named at it meanwhile and the gap its reports came back with are one report-loss
+    /// incident at it, the gap its root. A gap that was going on before (report loss in the
+    /// network) takes none of them.
+    #[test]
+    fn a_silent_node_is_one_report_loss_incident_rooted_in_its_gap() {
+        use IncidentKind::*;
+        let node_level = |mut s: Incident| {
+            s.place.port = None;
+            s
+        };
+        let mut c = causes();
+        let mut older_gap = node_level(symptom(1, ReportLoss, None, (7, 0), 5, &[]));
+        older_gap.peak = Some(crate::incident::Peak {
+            value: 2,
+            unit: crate::incident::Unit::Reports,
+            at_ns: 5 * MS,
+        });
+        c.update(&older_gap);
+        c.update(&node_level(symptom(
+            2,
+            NonIntHops,
+            None,
+            (7, 0),
+            100,
+            &["10.0.1.1"],
+        )));
+        c.update(&node_level(symptom(
+            3,
+            ReportLoss,
+            Some("silent"),
+            (7, 0),
+            300,
+            &["10.0.2.1"],
+        )));
+        let mut back = node_level(symptom(4, ReportLoss, None, (8, 0), 400, &[]));
+        back.start_uncertainty_ns = 320 * MS;
+        back.peak = Some(crate::incident::Peak {
+            value: 215,
+            unit: crate::incident::Unit::Reports,
+            at_ns: 400 * MS,
+        });
+        c.update(&back);
+        c.publish_due(u64::MAX);
+        assert_eq!(all(&c).len(), 3, "another node's gap is its own");
+        back.id = 5;
+        back.place.node = Some(7);
+        c.update(&back);
+        c.publish_due(u64::MAX);
+        let v = all(&c);
+        assert_eq!(v.len(), 3, "{v:#?}");
+        let outage = v
+            .iter()
+            .find(|i| i.symptoms.len() == 2)
+            .expect("one outage");
+        assert_eq!((outage.kind, outage.cause.as_deref()), (ReportLoss, None));
+        assert_eq!(outage.place.node, Some(7));
+        assert_eq!(outage.start_ns - outage.start_uncertainty_ns, 80 * MS);
+        assert!(
+            v.iter()
+                .any(|i| i.symptoms.is_empty() && i.start_ns == 5 * MS)
+        );
     }
 }

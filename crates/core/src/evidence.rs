@@ -99,6 +99,19 @@ pub enum Evidence {
         /// The node that sent the report.
         reported_by: u32,
     },
+    /// A node that stopped reporting a flow while the hop before it kept reporting it, and
+    /// was heard from (any report, any flow) for less than the silent-drop window since: its
+    /// reports stopped as a whole, a reporting outage (report-loss `silent`), not a drop.
+    SilentNode {
+        /// The hop before it that still reports the flow.
+        reported_by: u32,
+        /// That hop's newest report of the flow (switch time), ns.
+        reported_at_ns: u64,
+        /// The silent node's last report of the flow, or when the flow took this way, ns.
+        silent_since_ns: u64,
+        /// How long the silent node was heard from within that window, ns.
+        heard_ns: u64,
+    },
     /// Hops without INT, from the TTL.
     NonIntHops {
         /// The reported packet's TTL.

@@ -700,6 +700,8 @@ impl FabricShard {
             reports: 0,
             reports_lost: c.reports,
             value: Some((c.reports, Unit::Reports)),
+            // The reports went missing after the source's last one in order.
+            start_uncertainty_ns: c.received_ns.saturating_sub(c.since_ns),
             ..Observation::sample(c.received_ns, c.received_ns)
         };
         self.raiser

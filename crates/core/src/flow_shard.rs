@@ -172,6 +172,22 @@ fn spans_lost_in_transit(
 /// The drop reason name of a silent drop (no switch reported it; see [`PostcardConfig`]).
 pub const SILENT_DROP: &str = "silent";
 
+/// The cause of a report-loss incident at a node whose reports stopped as a whole while the
+/// hop before it kept reporting its flows ([`crate::evidence::Evidence::SilentNode`]).
+pub const SILENT_NODE: &str = "silent";
+
+/// How long node `node` was heard from (any per-hop report of any flow, every shard's) within
+/// report times `window`; a node the history has no room for counts as heard throughout, as
+/// [`lost_in_transit`] weighs it lossless: spoofed node IDs must not hide a real drop.
+fn node_heard_ns(log: &Mutex<EventLog>, node: u32, (since, until): (u64, u64)) -> u64 {
+    let log = crate::event::lock(log);
+    let history = &log.incidents.report_loss;
+    if history.refuses(node) {
+        return u64::MAX;
+    }
+    history.heard_ns(node, since, until)
+}
+
 /// The shard of `n` that owns the flow whose key hashes to `hash` ([`crate::flow::key_hash`]).
 #[inline]
 pub fn flow_shard(hash: u64, n: usize) -> usize {
@@ -445,6 +461,18 @@ impl FlowShard {
                 _ => true,
             }
         });
+        // A next node heard from (anything, any flow) for less than the silent-drop window
+        // since the flow went quiet there went silent as a whole: its reports stopped, not
+        // the flow's packets — a reporting outage at that node, not a drop on the link.
+        let mut outage = None;
+        let silent = silent.filter(|&(h, next, since, until)| {
+            let heard = node_heard_ns(log, next, (since, until));
+            if heard >= silent_ns {
+                return true;
+            }
+            outage = Some((h, next, (since, until), heard));
+            false
+        });
         // A silence the report network's loss explains well enough is no drop (yet): the
         // next joins look again, with more reports of the flow from this hop.
         let silent = silent
@@ -481,6 +509,28 @@ impl FlowShard {
             .saturating_add(1);
         if let Some(old) = change {
             self.path_changed(now, key, id, old, log);
+        }
+        if let Some((before, silent_node, (since, until), heard)) = outage {
+            let incident = IncidentKey::new(
+                IncidentKind::ReportLoss,
+                IncidentPlace {
+                    node: Some(silent_node),
+                    ..IncidentPlace::default()
+                },
+                Some(SILENT_NODE.into()),
+            );
+            let o = Observation {
+                flow: Some(FlowWeight::one((key, id))),
+                start_uncertainty_ns: until.saturating_sub(since),
+                ..Observation::sample(self.raiser.switch_time(now), now)
+            };
+            let evidence = || Evidence::SilentNode {
+                reported_by: before.node_id,
+                reported_at_ns: until,
+                silent_since_ns: since,
+                heard_ns: heard,
+            };
+            self.raiser.incidents.observe(log, incident, &o, evidence);
         }
         if let Some((last, next, ttls, _, suspect)) = hidden
             .filter(|_| self.cfg.non_int_hops)

@@ -96,6 +96,9 @@ struct OpenGap {
     seen_ns: u64,
     /// Switch (report) time it was found, for the incident.
     at_ns: u64,
+    /// Report time of the source's last number in order before it: the reports went missing
+    /// after this.
+    since_ns: u64,
     /// The sequence number that revealed it.
     received_seq: u32,
 }
@@ -165,6 +168,9 @@ pub struct Confirmed {
     pub received_seq: u32,
     /// Receive time the gap was found.
     pub received_ns: u64,
+    /// Report time of the source's last number in order before the gap: its reports went
+    /// missing between this and `received_ns`.
+    pub since_ns: u64,
 }
 
 /// What one sequence number tells about the stream.
@@ -244,6 +250,9 @@ pub struct SeqState {
     /// Report time it was last seen (for eviction).
     #[serde(skip)]
     seen: u64,
+    /// Report time of its last number in order (where a gap found later began).
+    #[serde(skip)]
+    in_order_ns: u64,
     /// Gaps waiting for their reorder time.
     #[serde(skip)]
     gaps: Vec<OpenGap>,
@@ -316,6 +325,7 @@ fn confirmed(key: (u32, u8), s: &SeqState, g: &OpenGap) -> Confirmed {
         expected_seq: g.from,
         received_seq: g.received_seq,
         received_ns: g.at_ns,
+        since_ns: g.since_ns,
     }
 }
 
@@ -351,6 +361,7 @@ impl SeqState {
             reports_received: 1,
             bits: bits as u8,
             seen: now,
+            in_order_ns: now,
             ..SeqState::default()
         }
     }
@@ -375,6 +386,7 @@ impl SeqState {
                 // gap counted before.
                 self.fill(seq, cx.mask);
             }
+            self.in_order_ns = cx.now;
             self.settle(cx);
             return SeqOutcome::InOrder;
         }
@@ -470,6 +482,7 @@ impl SeqState {
             gaps,
         });
         self.next = seq.wrapping_add(1) & cx.mask;
+        self.in_order_ns = cx.now;
         self.settle(cx);
         if loss {
             SeqOutcome::Gap {
@@ -506,6 +519,7 @@ impl SeqState {
             filled: vec![0; words],
             seen_ns: cx.now,
             at_ns: cx.now,
+            since_ns: self.in_order_ns.min(cx.now),
             received_seq: cx.seq,
         });
         cx.open.push_back((cx.now, cx.key));
@@ -894,6 +908,26 @@ impl LossHistory {
             })
     }
 
+    /// How long, within report times `from_ns..=to_ns`, `node` was heard from: the overlap
+    /// of the window with the buckets that received any report of it, as far back as the
+    /// history reaches. A node silent for most of a window whose flows went quiet went silent
+    /// as a whole (a reporting outage), which a link or queue never makes.
+    pub fn heard_ns(&self, node: u32, from_ns: u64, to_ns: u64) -> u64 {
+        let Some(buckets) = self.nodes.get(&node) else {
+            return 0;
+        };
+        let w = self.bucket_ns;
+        buckets
+            .iter()
+            .filter(|b| b.no != 0 && b.received > 0)
+            .map(|b| {
+                let (start, end) = ((b.no - 1).saturating_mul(w), b.no.saturating_mul(w));
+                end.min(to_ns.saturating_add(1))
+                    .saturating_sub(start.max(from_ns))
+            })
+            .sum()
+    }
+
     /// Nodes held.
     pub fn len(&self) -> usize {
         self.nodes.len()
@@ -928,6 +962,10 @@ mod tests {
         assert_eq!(h.between(7, 20 * ms, 30 * ms), (0, 10));
         assert_eq!(h.between(8, 0, 30 * ms), (5, 0), "per node");
         assert_eq!(h.between(9, 0, 30 * ms), (0, 0));
+        // Heard in the buckets [0, 10) and [20, 30) ms: 5 ms of [5, 15) ms, 10 ms of [0, 30].
+        assert_eq!(h.heard_ns(7, 5 * ms, 15 * ms - 1), 5 * ms);
+        assert_eq!(h.heard_ns(7, 0, 30 * ms), 20 * ms);
+        assert_eq!(h.heard_ns(8, 0, 30 * ms), 0, "lost reports are not heard");
         // A bucket LOSS_BUCKETS later takes the slot of the first: the first is gone, and a
         // late loss for it is older than the history reaches.
         let later = 5 * ms + LOSS_BUCKETS as u64 * 10 * ms;

@@ -108,6 +108,13 @@ pub enum Fault {
         /// Destination leaf whose traffic loops.
         dst_leaf: u32,
     },
+    /// Every report of one switch is lost on its way to the collector (its management link or
+    /// the route to the collector is down) while it forwards, and adds INT, as before: its
+    /// report sequence numbers still advance, so the gap shows once its reports come back.
+    ReportOutage {
+        /// The switch's node ID (a leaf's number, or [`crate::topology::spine_id`]).
+        node: u32,
+    },
 }
 
 /// A fault and when it is active.
@@ -278,6 +285,8 @@ pub struct SimStats {
     pub silent_drops: u64,
     /// Reports the report network lost ([`Delivery::loss`]).
     pub reports_lost: u64,
+    /// Reports lost to a switch's reporting outage ([`Fault::ReportOutage`]).
+    pub reports_lost_to_outage: u64,
     /// Reports delivered twice.
     pub reports_duplicated: u64,
     /// Reports delivered late, after later ones.
@@ -696,6 +705,15 @@ impl Fabric {
                 break;
             };
             self.sequencer.stamp(&mut payload);
+            let cut_off = |s: &&Scheduled| {
+                s.from_ns <= time_ns
+                    && time_ns < s.until_ns
+                    && s.fault == Fault::ReportOutage { node: id }
+            };
+            if self.faults.iter().any(|s| cut_off(&s)) {
+                self.stats.reports_lost_to_outage += 1;
+                continue;
+            }
             self.deliver(
                 Report {
                     time_ns,

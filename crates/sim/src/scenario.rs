@@ -278,6 +278,7 @@ mod tests {
                 Fault::NonIntSpine { spine } | Fault::SmallMtu { spine, .. } => (1, spine),
                 Fault::SilentDrop { .. } => unreachable!("silent drops are scripted only"),
                 Fault::Loop { .. } => unreachable!("loops are scripted only"),
+                Fault::ReportOutage { .. } => unreachable!("outages are scripted only"),
             };
             assert!(
                 (1..=t.leaves).contains(&leaf) && (1..=t.spines).contains(&spine),

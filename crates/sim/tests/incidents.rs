@@ -1466,6 +1466,9 @@ fn every_fault_is_one_incident_in_every_mode() {
                     let root = if mode == Mode::Md { HopLimit } else { Drop };
                     i.kind == root && (node == Some(*leaf) || node == Some(spine_id(*spine)))
                 }
+                Fault::ReportOutage { node: silent } => {
+                    i.kind == ReportLoss && node == Some(*silent)
+                }
             };
             if !right {
                 bad.push(format!("{what}: wrong root or place\n{}", r.dump()));
@@ -1482,6 +1485,52 @@ fn every_fault_is_one_incident_in_every_mode() {
                     "{what}: starts at {} ns (-{})\n{}",
                     i.start_ns,
                     i.start_uncertainty_ns,
+                    r.dump()
+                ));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// A silent node is not a silent drop (issue 29, item 6): a switch whose reports all stop for
+/// longer than the silent-drop window while it forwards as before (a reporting outage) is one
+/// report-loss incident at that switch, never a data-plane drop, in every mode: while it lasts
+/// (the hop before it keeps reporting the flows it no longer does) and once its reports come
+/// back with the sequence gap. An INT-MD spine sends no report to lose (the sinks report its
+/// hops): nothing to see.
+#[test]
+fn a_reporting_outage_is_report_loss_at_the_silent_switch() {
+    let until = 600;
+    let flows = traffic(until * MS, false);
+    let mut bad = Vec::new();
+    for mode in MODES {
+        for node in [2, spine_id(1)] {
+            let outage = at(100, 400, Fault::ReportOutage { node });
+            let r = run(mode, Delivery::default(), &flows, &[outage], until);
+            let lost = r.fabric.stats.reports_lost_to_outage;
+            // Found while it lasts by the hop before it (once it kept reporting the flows for
+            // the silent-drop window), or, where nothing else reports them (the INT-MD sink),
+            // by the gap its reports come back with.
+            let found_by = if mode == Mode::Md {
+                400 * MS + 2 * INTERVAL_NS
+            } else {
+                100 * MS + 12 * INTERVAL_NS
+            };
+            let right = if lost == 0 {
+                r.incidents.is_empty() && mode == Mode::Md && node != 2
+            } else {
+                let i = &r.incidents;
+                i.len() == 1
+                    && i[0].kind == IncidentKind::ReportLoss
+                    && i[0].place.node == Some(node)
+                    && i[0].counts.reports_lost == lost
+                    && i[0].start_ns.saturating_sub(i[0].start_uncertainty_ns) <= 100 * MS
+                    && i[0].start_ns <= found_by
+            };
+            if !right {
+                bad.push(format!(
+                    "{mode:?} outage at {node} ({lost} lost):\n{}",
                     r.dump()
                 ));
             }
