@@ -266,7 +266,7 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
         cfg.domains = Some(d.clone());
     }
     if let Some(d) = &cfg.domains {
-        cfg.registry = crate::dump::load_registry(Some(d))
+        cfg.registry = crate::detect::load_registry(Some(d))
             .with_context(|| "the domain registry (--domains / `domains`)")?
             .map(Arc::new);
     }

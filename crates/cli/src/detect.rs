@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use intscope_wire::domain::Registry;
 use intscope_wire::locate::{DetectConfig, DscpMatch};
 
@@ -99,6 +99,16 @@ impl DetectArgs {
 
     /// The domain registry, if `--domains` was given.
     pub fn registry(&self) -> Result<Option<Registry>> {
-        crate::dump::load_registry(self.domains.as_ref())
+        load_registry(self.domains.as_ref())
     }
+}
+
+/// Loads the registry file, if one was given.
+pub fn load_registry(path: Option<&PathBuf>) -> Result<Option<Registry>> {
+    let Some(p) = path else { return Ok(None) };
+    let text =
+        std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
+    Ok(Some(
+        Registry::from_toml(&text).with_context(|| p.display().to_string())?,
+    ))
 }

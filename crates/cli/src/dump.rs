@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use intscope_wire::dissect;
-use intscope_wire::domain::Registry;
 use serde_json::{Value, json};
 
 use crate::capture::{self, Capture, Link};
@@ -173,14 +172,4 @@ fn run_counted(args: &DumpArgs, out: &mut dyn Write, tally: &mut Tally) -> Resul
     }
     out.flush().context("writing output")?;
     Ok(())
-}
-
-/// Loads the registry file, if one was given.
-pub fn load_registry(path: Option<&PathBuf>) -> Result<Option<Registry>> {
-    let Some(p) = path else { return Ok(None) };
-    let text =
-        std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
-    Ok(Some(
-        Registry::from_toml(&text).with_context(|| p.display().to_string())?,
-    ))
 }

@@ -2,6 +2,8 @@
 
 use ipnet::IpNet;
 
+pub use crate::hex_bytes::HexBytes;
+
 /// What the node does with INT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -234,30 +236,6 @@ pub enum ReportCategory {
     Queue,
 }
 
-/// Bytes written in a configuration file as a hex string (`"0x0a0b0c0d"` or `"0a 0b 0c 0d"`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HexBytes(pub Vec<u8>);
-
-impl serde::Serialize for HexBytes {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&hex::encode(&self.0))
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for HexBytes {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        let digits: String = text
-            .trim_start_matches("0x")
-            .chars()
-            .filter(|c| !c.is_whitespace() && *c != ':')
-            .collect();
-        hex::decode(&digits)
-            .map(HexBytes)
-            .map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}")))
-    }
-}
-
 /// The deterministic telemetry model of pcap mode: what this node reports for every packet.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -454,7 +432,10 @@ impl NodeConfig {
         }
         let mut ids = std::collections::BTreeSet::new();
         for d in &self.domains {
-            d.validate()?;
+            d.validate().map_err(|e| ConfigError::Domain {
+                id: e.id,
+                problem: e.problem,
+            })?;
             if !ids.insert(d.id) {
                 return Err(ConfigError::Domain {
                     id: d.id,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use intscope_wire::domain::{MetadataDef, Mode, Reporting};
 
-use crate::config::{ConfigError, HexBytes};
+use crate::hex_bytes::HexBytes;
 
 /// A domain this node knows (`[[domains]]` in the node configuration).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -34,11 +34,21 @@ pub struct KnownDomain {
     pub set_ds_flags: u16,
 }
 
+/// A `[[domains]]` entry that cannot be used, naming what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("domains[0x{id:04x}]: {problem}")]
+pub struct DomainError {
+    /// The domain's ID.
+    pub id: u16,
+    /// What is wrong.
+    pub problem: String,
+}
+
 impl KnownDomain {
     /// Checks what serde cannot: an ID other than 0, bits 0–15 each defined once with a size of
     /// a multiple of 4, values of the defined sizes for export metadata.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |problem: String| ConfigError::Domain {
+    pub fn validate(&self) -> Result<(), DomainError> {
+        let bad = |problem: String| DomainError {
             id: self.id,
             problem,
         };

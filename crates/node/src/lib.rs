@@ -9,6 +9,7 @@ pub mod domain;
 pub mod export;
 pub mod filter;
 pub mod frame;
+mod hex_bytes;
 pub mod netcfg;
 pub mod node;
 pub mod telemetry;

@@ -3,17 +3,17 @@
 //!
 //! The version is read from the bytes, so one decoder reads every generation:
 //! * TCP/UDP shim whose first nibble is 0 and second non-zero → INT v1.0 / v0.5 shim
-//!   ([`crate::legacy`]); the metadata header then tells v1.0 (version nibble 1, or Hop ML
+//!   (the [`crate::legacy`] headers); the metadata header then tells v1.0 (version nibble 1, or Hop ML
 //!   consistent with the bitmap) from v0.5 (instruction count consistent with the bitmap).
 //! * after a VXLAN-GPE header with Next Protocol 0x05, the 2016 specification's shim and header
-//!   (`legacy::parse_gpe_2016`);
+//!   (`legacy_block::parse_gpe_2016`, private);
 //! * otherwise the v2.x shim of the encapsulation, whose Length excludes the shim
 //!   (INT v2.1 §"INT over TCP/UDP": "The length of the shim header (1 word) is NOT counted since
 //!   INT version 2.0").
 
+pub use crate::block::{AnyShim, Encap, IntBlock, IntHeader, LengthSemantics};
 use crate::domain::{Mode, Registry};
 use crate::error::{Error, Layer, Result, array, check_len};
-use crate::legacy::{LegacyShimRepr, V1HeaderRepr, V05HeaderRepr, V05TailRepr};
 use crate::md::{MD_HEADER_LEN, MdHeaderRepr};
 use crate::metadata::{Format, Stack};
 use crate::mx::{MX_HEADER_LEN, MxHeaderRepr};
@@ -21,93 +21,6 @@ use crate::shim::{
     GeneveOption, GpeShim, GreShim, IntType, SHIM_LEN, Shim, TcpUdpShimRepr, check_shim_length,
 };
 use crate::warning::{Warning, Warnings};
-
-/// Where the INT block sits (INT v2.1 §"Header Location").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Encap {
-    /// After the TCP header (DSCP or probe marking).
-    Tcp,
-    /// After the UDP header of the original packet (DSCP / probe marking, or INT UDP port, NPT=1).
-    Udp,
-    /// In a new UDP header inserted before the original L4 header (NPT=2).
-    UdpNew,
-    /// In VXLAN-GPE, after a header with next protocol 0x82.
-    VxlanGpe,
-    /// As a Geneve option of class 0x0103.
-    Geneve,
-    /// After a GRE header with protocol type `TBD_INT`.
-    Gre,
-}
-
-impl Encap {
-    /// Name used in JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            Encap::Tcp => "tcp",
-            Encap::Udp => "udp",
-            Encap::UdpNew => "udp-new",
-            Encap::VxlanGpe => "vxlan-gpe",
-            Encap::Geneve => "geneve",
-            Encap::Gre => "gre",
-        }
-    }
-}
-
-/// The shim of a block, of either generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnyShim {
-    /// INT v2.x shim.
-    V2(Shim),
-    /// INT v1.0 / v0.5 shim.
-    Legacy(LegacyShimRepr),
-}
-
-/// The INT header of a block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IntHeader {
-    /// INT-MD (v2.x).
-    Md(MdHeaderRepr),
-    /// INT-MX (v2.x).
-    Mx(MxHeaderRepr),
-    /// INT v1.0 hop-by-hop header.
-    V1(V1HeaderRepr),
-    /// INT v0.5 hop-by-hop header and its tail.
-    V05(V05HeaderRepr, V05TailRepr),
-    /// The 2016 specification's metadata header (the v0.5 layout; BOS bits in the stack).
-    V2016(V05HeaderRepr),
-    /// Destination or unknown type: not decoded (the spec defines no format yet).
-    Opaque,
-}
-
-/// A decoded INT block. `body` is the metadata stack (MD, v1.0, v0.5), the source-inserted
-/// metadata (MX) or the undecoded option data (destination / unknown types).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IntBlock<'a> {
-    /// Where it was found.
-    pub encap: Encap,
-    /// Its shim.
-    pub shim: AnyShim,
-    /// Its header.
-    pub header: IntHeader,
-    /// Stack, source-inserted metadata or opaque data.
-    pub body: &'a [u8],
-    /// Bytes from the first shim byte to the end of the block (v0.5: tail included).
-    pub len: usize,
-    /// Tolerated deviations.
-    pub warnings: Warnings,
-}
-
-/// How to read a v2 shim's Length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LengthSemantics {
-    /// INT v2.x: Length excludes the shim (the spec).
-    Spec,
-    /// INT v1.0 style: Length includes the shim (tolerated for v2 headers, with a warning).
-    CountsShim,
-    /// The spec's, in a report's truncated packet: the bytes may end inside the stack; the
-    /// header and the whole hops present are decoded (with a warning).
-    Truncated,
-}
 
 impl<'a> IntBlock<'a> {
     /// Decodes the block starting at `bytes[0]` (the shim, or the Geneve option header).
@@ -155,7 +68,7 @@ impl<'a> IntBlock<'a> {
         let shim = match encap {
             Encap::Tcp | Encap::Udp | Encap::UdpNew => {
                 if bytes[0] >> 4 == 0 && bytes[0] != 0 {
-                    *self = crate::legacy::parse_tcp_udp(bytes, encap)?;
+                    *self = crate::legacy_block::parse_tcp_udp(bytes, encap)?;
                     return Ok(());
                 }
                 Shim::TcpUdp(TcpUdpShimRepr::from_bytes(array::<SHIM_LEN>(
@@ -194,7 +107,7 @@ impl<'a> IntBlock<'a> {
             // metadata header in a Geneve option; its version tells them from v2.x, as after
             // TCP/UDP.
             IntType::Md if encap == Encap::Geneve && data.first().is_some_and(|b| b >> 4 != 2) => {
-                *self = crate::legacy::parse_geneve(shim, data, warnings)?;
+                *self = crate::legacy_block::parse_geneve(shim, data, warnings)?;
                 return Ok(());
             }
             IntType::Md => {
@@ -240,7 +153,7 @@ impl<'a> IntBlock<'a> {
 
     /// Decodes a 2016-format block (after VXLAN-GPE Next Protocol 0x05) starting at its shim.
     pub fn parse_2016(bytes: &'a [u8]) -> Result<Self> {
-        crate::legacy::parse_gpe_2016(bytes)
+        crate::legacy_block::parse_gpe_2016(bytes)
     }
 
     /// INT version of the block: 2 (v2.x), 1 (v1.0) or 0 (v0.5 and the 2016 format, whose

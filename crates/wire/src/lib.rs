@@ -20,6 +20,7 @@
 //! etherparse.
 #![deny(unsafe_code)]
 
+mod block;
 pub mod checksum;
 pub mod destination;
 #[cfg(feature = "dissect")]
@@ -32,6 +33,7 @@ mod field;
 pub mod int;
 pub mod ip;
 pub mod legacy;
+mod legacy_block;
 pub mod locate;
 pub mod md;
 pub mod metadata;

@@ -1,6 +1,6 @@
 //! Tunnel headers INT rides in, as checked views with setters for nodes that edit them in place:
 //! GRE (RFC 2784 / RFC 2890), Geneve (RFC 8926) and VXLAN / VXLAN-GPE (RFC 7348,
-//! draft-ietf-nvo3-vxlan-gpe). [`crate::encap`] holds their owned Reprs, which parse from and
+//! draft-ietf-nvo3-vxlan-gpe). The `encap` module holds their owned Reprs, which parse from and
 //! emit into these views.
 //!
 //! Panic contract: after `new_checked` (or `new_for_emit`) succeeds no accessor or setter panics;
@@ -100,7 +100,7 @@ impl<T: AsRef<[u8]>> GrePacket<T> {
 }
 
 impl GrePacket<&mut [u8]> {
-    /// Wraps `buffer` to emit a [`crate::encap::GreRepr`] into: checks it holds the base header
+    /// Wraps `buffer` to emit an `encap::GreRepr` into: checks it holds the base header
     /// and clears the flags, so the view's length invariant holds before the Repr sets them.
     pub fn new_for_emit(buffer: &mut [u8]) -> Result<GrePacket<&mut [u8]>> {
         check_len(Layer::Gre, buffer, GRE_BASE_LEN)?;
@@ -226,7 +226,7 @@ impl<T: AsRef<[u8]>> GenevePacket<T> {
 }
 
 impl GenevePacket<&mut [u8]> {
-    /// Wraps `buffer` to emit a [`crate::encap::GeneveRepr`] into: checks it holds the base
+    /// Wraps `buffer` to emit a `encap::GeneveRepr` into: checks it holds the base
     /// header and sets Opt Len to 0, so the view's length invariant holds before the Repr sets it.
     pub fn new_for_emit(buffer: &mut [u8]) -> Result<GenevePacket<&mut [u8]>> {
         check_len(Layer::Geneve, buffer, GENEVE_BASE_LEN)?;
