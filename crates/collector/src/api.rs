@@ -1055,15 +1055,14 @@ async fn flow(
     let found = with_snapshot(&api.collector, |s| {
         s.flow_by_id(id).map(|f| {
             // The event log has its own lock, which the shards take only to append.
-            let events: Vec<Event> = api
-                .collector
-                .state
-                .events()
+            let log = api.collector.state.events();
+            let events: Vec<Event> = log
                 .events()
                 .iter()
                 .filter(|e| e.flow_id == Some(id))
-                .cloned()
+                .map(|e| log.linked(e))
                 .collect();
+            drop(log);
             FlowDetail {
                 summary: FlowSummary::from(f),
                 path_detail: Arc::clone(&f.path),
@@ -1131,7 +1130,7 @@ async fn events(AxState(api): Shared, Q(q): Q<EventQuery>) -> Result<impl IntoRe
             .filter(|e| q.after.is_none_or(|a| e.id > a))
             .filter(|e| before.is_none_or(|[b]| e.id < b))
             .take(limit + 1)
-            .cloned()
+            .map(|e| log.linked(e))
             .collect()
     };
     // Keyed by the reverse of the ID: newest first, and the cursor is the last ID sent.
@@ -1329,7 +1328,7 @@ async fn event_stream(
                         SseEvent::default()
                             .event(e.kind.label())
                             .id(e.id.to_string())
-                            .data(serde_json::to_string(e).unwrap_or_default())
+                            .data(serde_json::to_string(&log.linked(e)).unwrap_or_default())
                     })
                     .collect()
             };

@@ -141,6 +141,11 @@ fn congestion_episode_names_culprit_flows() {
         &Rep::new(8, &[LEAF1, H(101, 2, 900, 100)], LEAF2).datagram(),
         t + 5 * MS,
     );
+    assert!(
+        events(&s, EventKind::CongestionEnd).is_empty(),
+        "the end waits for the merge window: another episode would be the same incident"
+    );
+    s.tick(t + 5 * MS + 1_100 * MS);
     let start = events(&s, EventKind::CongestionStart);
     assert_eq!(start.len(), 1);
     assert_eq!(
@@ -176,8 +181,14 @@ fn microburst_is_a_short_episode() {
         &Rep::new(3, &[LEAF1, H(102, 4, 900, 100)], LEAF2).datagram(),
         MS / 2,
     );
+    assert!(events(&s, EventKind::Microburst).is_empty());
+    s.tick(1_100 * MS);
     let mb = events(&s, EventKind::Microburst);
-    assert_eq!(mb.len(), 1, "raised at the low sample, not later");
+    assert_eq!(
+        mb.len(),
+        1,
+        "raised once no episode followed within the merge window"
+    );
     // One congested sample: the burst spans nothing seen, and ended before the low sample.
     assert_eq!(mb[0].evidence.to_json()["duration_ns"], 0);
     assert_eq!(mb[0].evidence.to_json()["end_uncertainty_ns"], MS / 2);
@@ -325,6 +336,7 @@ fn filtered_switches_going_quiet_still_end_episodes() {
         "not yet quiet for 50 ms"
     );
     s.tick(100 * MS);
+    s.tick(1_200 * MS);
     let mb = events(&s, EventKind::Microburst);
     assert_eq!(mb.len(), 1, "quiet queue closes its episode");
     assert_eq!(

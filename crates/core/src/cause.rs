@@ -192,6 +192,16 @@ impl Causes {
         self.resolved[kind_index(kind)].len()
     }
 
+    /// The published incident symptom `symptom` (the engine's ID) belongs to; `None` while
+    /// that incident still gathers, or once it left the history.
+    pub(crate) fn incident_of(&self, symptom: u64) -> Option<u64> {
+        let gid = *self.member_of.get(&symptom)?;
+        self.groups
+            .get(&gid)
+            .is_some_and(|g| g.pending_until.is_none())
+            .then_some(gid)
+    }
+
     /// Incidents still gathering their symptoms.
     pub(crate) fn pending(&self) -> usize {
         self.groups.len() - self.published().count()

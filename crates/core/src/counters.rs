@@ -190,6 +190,15 @@ metric!(
     "Reports of nodes beyond the report-loss history's bound (a silence of such a node is weighed as lossless)"
 );
 metric!(
+    EVENTS_UNLINKED,
+    "events_unlinked",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "incidents.events_unlinked")]),
+    "Events left without their incident: their symptom did not reach the lifecycle engine within 2 s, or more than 4096 waited"
+);
+metric!(
     EVENTS_EVICTED,
     "events_evicted",
     Counter,
@@ -632,6 +641,7 @@ pub const ALL: &[&Metric] = &[
     &INCIDENT_EPISODES_MERGED,
     &PATH_CHANGES_IGNORED,
     &LOSS_HISTORY_UNTRACKED,
+    &EVENTS_UNLINKED,
     &EVENTS_EVICTED,
     &INGEST_DATAGRAMS_RECEIVED,
     &INGEST_DATAGRAMS,
@@ -864,6 +874,11 @@ impl IncidentLog {
         out.add(&INCIDENT_EPISODES_MERGED, &[], self.merged);
         out.add(&PATH_CHANGES_IGNORED, &[], self.moves_ignored);
         out.add(&LOSS_HISTORY_UNTRACKED, &[], self.report_loss.untracked);
+        out.add(
+            &EVENTS_UNLINKED,
+            &[],
+            self.events_unlinked + self.placed_events_dropped,
+        );
     }
 }
 

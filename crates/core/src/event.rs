@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::detect::DetectConfig;
 use crate::evidence::Evidence;
-use crate::incidents::{IncidentLog, IncidentSink};
+use crate::incidents::{Delta, IncidentKey, IncidentLog, IncidentSink};
 
 /// Kinds of event.
 #[derive(
@@ -164,10 +164,28 @@ pub struct Event {
     /// The collector's receive time of the report that raised it (`time_ns` is switch time
     /// when the report's metadata carries timestamps, else this same receive time).
     pub received_ns: Option<u64>,
+    /// The published incident it belongs to: filled in when the event is read out of the log
+    /// ([`EventLog::incident_of`]); `None` while that incident still gathers its symptoms
+    /// (`incident_grouping_ns`), for events no incident follows (path changes a correlation
+    /// placed nowhere), and once the incident left the history.
+    pub incident_id: Option<u64>,
+    /// The lifecycle engine's symptom it is evidence of ([`crate::incidents`]).
+    #[serde(skip)]
+    symptom: Option<u64>,
 }
 
 /// Events kept in memory (the newest, within each kind's share).
 pub const EVENT_LOG: usize = 10_000;
+
+/// Events raised before their symptom reached the lifecycle engine (a shard hands its
+/// observations over once per batch), waiting to be linked to it; past this the oldest is
+/// left unlinked (counted).
+pub const UNLINKED_EVENTS: usize = 4096;
+
+/// How long (receive time) an unlinked event waits for its symptom before it is left
+/// unlinked: its shard hands its observations over each batch, and the correlation places a
+/// path change within `path_correlation_ns`.
+const LINK_WAIT_NS: u64 = 2_000_000_000;
 
 /// A kind's share of the event log: when the log is full, its oldest eighth goes, taken from
 /// the kinds that hold more than this first, so a flood of one kind cannot push out the others.
@@ -200,6 +218,9 @@ pub struct EventLog {
     /// The rate limit of places that more than one shard can raise events at (see
     /// [`Raiser::raise`]).
     shared_limit: RateLimit,
+    /// Events whose symptom the engine did not hold yet when they were raised: (its key,
+    /// the event's ID, its receive time), oldest first, at most [`UNLINKED_EVENTS`].
+    unlinked: VecDeque<(IncidentKey, u64, u64)>,
 }
 
 impl Default for EventLog {
@@ -218,7 +239,80 @@ impl EventLog {
             next_id: 1,
             incidents: IncidentLog::new(cfg),
             shared_limit: RateLimit::default(),
+            unlinked: VecDeque::new(),
         }
+    }
+
+    /// The published incident event `e` belongs to (see [`Event::incident_id`]).
+    pub fn incident_of(&self, e: &Event) -> Option<u64> {
+        e.symptom.and_then(|s| self.incidents.incident_of(s))
+    }
+
+    /// `e` with [`Event::incident_id`] filled in, as the API and the store serve it.
+    pub fn linked(&self, e: &Event) -> Event {
+        Event {
+            incident_id: self.incident_of(e),
+            ..e.clone()
+        }
+    }
+
+    /// Applies a shard's incident observations, then links the events that were waiting for
+    /// their symptoms.
+    pub(crate) fn apply_incidents(
+        &mut self,
+        pending: impl IntoIterator<Item = (IncidentKey, Delta)>,
+    ) {
+        self.incidents.apply_all(pending);
+        self.link_waiting();
+    }
+
+    /// Links each waiting event whose symptom the engine now holds; one that waited
+    /// [`LINK_WAIT_NS`] (or left the log) is left unlinked.
+    pub(crate) fn link_waiting(&mut self) {
+        self.link(false);
+    }
+
+    /// Links every waiting event that can be, and leaves the rest unlinked: the input is over.
+    pub(crate) fn link_remaining(&mut self) {
+        self.link(true);
+    }
+
+    fn link(&mut self, last: bool) {
+        let now = self.incidents.now_rx();
+        for (key, id) in self.incidents.take_placed_events() {
+            self.wait_for_symptom(key, id, now);
+        }
+        for _ in 0..self.unlinked.len() {
+            let Some((key, id, since)) = self.unlinked.pop_front() else {
+                break;
+            };
+            let at = self.events.binary_search_by_key(&id, |e| e.id).ok();
+            let Some(at) = at else {
+                continue;
+            };
+            // Each hand-over looks for an ongoing symptom (a lookup); the resolved history (a
+            // scan) only once, as the wait ends.
+            let waited = last || now.saturating_sub(since) >= LINK_WAIT_NS;
+            let found = if waited {
+                self.incidents.symptom_of(&key, self.events[at].time_ns)
+            } else {
+                self.incidents.ongoing_symptom_of(&key)
+            };
+            match found {
+                Some(s) => self.events[at].symptom = Some(s),
+                None if !waited => self.unlinked.push_back((key, id, since)),
+                None => self.incidents.events_unlinked += 1,
+            }
+        }
+    }
+
+    /// Queues event `id` to be linked once the engine holds its symptom `key`.
+    fn wait_for_symptom(&mut self, key: IncidentKey, id: u64, now_rx: u64) {
+        if self.unlinked.len() >= UNLINKED_EVENTS {
+            self.unlinked.pop_front();
+            self.incidents.events_unlinked += 1;
+        }
+        self.unlinked.push_back((key, id, now_rx));
     }
 
     /// Events that left the log full, by kind (see [`EVENT_KIND_SHARE`]).
@@ -253,6 +347,7 @@ impl EventLog {
         kind: EventKind,
         place: Place,
         evidence: Evidence,
+        symptom_key: Option<IncidentKey>,
     ) {
         *self.counts.entry(kind).or_default() += 1;
         let id = self.next_id;
@@ -260,6 +355,13 @@ impl EventLog {
         if self.events.len() >= EVENT_LOG {
             self.make_room();
         }
+        let symptom = symptom_key.and_then(|key| {
+            let found = self.incidents.symptom_of(&key, time_ns);
+            if found.is_none() {
+                self.wait_for_symptom(key, id, received_ns);
+            }
+            found
+        });
         self.events.push_back(Event {
             id,
             time_ns,
@@ -271,6 +373,8 @@ impl EventLog {
             flow_id: place.flow.map(|f| f.1),
             evidence,
             received_ns: Some(received_ns),
+            incident_id: None,
+            symptom,
         });
     }
 
@@ -344,6 +448,13 @@ struct RateLimit {
 }
 
 impl RateLimit {
+    /// Whether an event keyed `key` at `now` would be due, without counting it.
+    fn due(&self, key: (EventKind, u64), now: u64, interval_ns: u64) -> bool {
+        self.last
+            .get(&key)
+            .is_none_or(|&last| now.saturating_sub(last) >= interval_ns)
+    }
+
     /// Whether an event keyed `key` at `now` is due (none within `interval_ns`); if so, it
     /// counts as raised.
     fn admit(&mut self, key: (EventKind, u64), now: u64, interval_ns: u64) -> bool {
@@ -398,13 +509,14 @@ impl Raiser {
         now: u64,
         kind: EventKind,
         place: Place,
+        symptom: Option<&IncidentKey>,
         evidence: impl FnOnce() -> Evidence,
     ) {
         if kind == EventKind::PathChange {
             return self.path_change(log, now, place, evidence());
         }
         let at = self.switch_time(now);
-        self.raise_at(log, now, at, kind, place, 0, evidence);
+        self.raise_at(log, now, at, kind, place, 0, symptom, evidence);
     }
 
     /// The record about to be processed: its switch time ([`crate::fabric::switch_time`])
@@ -420,7 +532,8 @@ impl Raiser {
     }
 
     /// [`Raiser::raise`] at switch time `at_ns` (the event's time; `now` is the receive time
-    /// the rate limit runs on), rate-limited per place, flow and `extra` (e.g. an hw_id).
+    /// the rate limit runs on), rate-limited per place, flow and `extra` (e.g. an hw_id);
+    /// `symptom` is the key of the incident observation it goes with (its incident's).
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     pub fn raise_at(
@@ -431,6 +544,7 @@ impl Raiser {
         kind: EventKind,
         place: Place,
         extra: u64,
+        symptom: Option<&IncidentKey>,
         evidence: impl FnOnce() -> Evidence,
     ) {
         let limited = !matches!(
@@ -450,7 +564,7 @@ impl Raiser {
         if matches!(kind, EventKind::HopLimit | EventKind::MtuExceeded) {
             let mut log = lock(log);
             if log.shared_limit.admit(key(), now, self.interval_ns) {
-                log.push(at_ns, now, kind, place, evidence());
+                log.push(at_ns, now, kind, place, evidence(), symptom.cloned());
             } else {
                 self.suppressed += 1;
             }
@@ -461,28 +575,13 @@ impl Raiser {
             return;
         }
         let evidence = evidence();
-        lock(log).push(at_ns, now, kind, place, evidence);
+        lock(log).push(at_ns, now, kind, place, evidence, symptom.cloned());
     }
 
     #[cold]
     fn path_change(&mut self, log: &Mutex<EventLog>, now: u64, place: Place, ev: Evidence) {
         let at = self.switch_time(now);
         let mut log = lock(log);
-        if let (
-            Evidence::PathChange {
-                old_path, new_path, ..
-            },
-            Some(flow),
-        ) = (&ev, place.flow)
-        {
-            let copy = ev.clone();
-            if !log
-                .incidents
-                .observe_move(at, now, flow, old_path, new_path, move || copy)
-            {
-                return;
-            }
-        }
         let key = (
             EventKind::PathChange,
             place_hash(&[
@@ -493,8 +592,28 @@ impl Raiser {
                 0,
             ]),
         );
+        // The ID the event will have if it is logged: the move carries it to the incident
+        // the correlation places it in (nothing else is logged under this lock meanwhile).
+        let logged = self.limit.due(key, now, self.interval_ns);
+        let event = logged.then_some(log.next_id);
+        if let (
+            Evidence::PathChange {
+                old_path, new_path, ..
+            },
+            Some(flow),
+        ) = (&ev, place.flow)
+        {
+            let copy = ev.clone();
+            if !log
+                .incidents
+                .observe_move(at, now, flow, (old_path, new_path), event, move || copy)
+            {
+                return;
+            }
+        }
         if self.limit.admit(key, now, self.interval_ns) {
-            log.push(at, now, EventKind::PathChange, place, ev);
+            log.push(at, now, EventKind::PathChange, place, ev, None);
+            log.link_waiting();
         } else {
             self.suppressed += 1;
         }

@@ -79,9 +79,35 @@ pub struct QueueState {
     episode: Option<Episode>,
     /// Switch clock of the last sample (the start of an episode lies after it).
     last_clock_ns: Option<u64>,
-    /// Switch clock of the last episode's end (a restart within the merge window is the same
-    /// incident, and raises no new start event).
-    last_end_ns: Option<u64>,
+    /// The congestion episodes of its current incident, until their end event is raised.
+    run: Option<Box<QueueRun>>,
+}
+
+/// The congestion episodes at one queue that make one incident — each starting within
+/// `incident_merge_ns` (switch time) of the last one's end — and so one start and one end
+/// event: the end waits until no episode followed within the merge window, so the events
+/// never call a queue that stays congested for seconds a microburst (issue 29: events are
+/// the incidents' timeline).
+#[derive(Debug, Clone)]
+struct QueueRun {
+    /// Switch clock of its first episode's first congested sample.
+    start_ns: u64,
+    /// Switch clock of its last congested sample so far.
+    last_high_ns: u64,
+    /// Its last episode's end, once that episode closed (`None` while one is open).
+    end: Option<End>,
+    /// Receive time that episode closed (the end event is due a merge window later).
+    closed_rx: u64,
+    /// In the shard's list of runs whose end may be due.
+    listed: bool,
+    max_occupancy: u32,
+    total: u64,
+    /// Its longest episode's span: a microburst or congestion by the same rule as its
+    /// incident's (`incidents::Entry::max_span_ns`).
+    max_span_ns: u64,
+    /// Per flow over its episodes: API ID, occupancy sum, samples (at most
+    /// [`EPISODE_FLOWS`]).
+    flows: HashMap<FlowKey, (u64, u64, u64)>,
 }
 
 impl QueueState {
@@ -125,9 +151,6 @@ struct Episode {
     samples_reported: u64,
     /// Receive time of the last hand-over to the incident.
     reported_ns: u64,
-    /// It restarted its queue's incident (within the merge window of the last end): no
-    /// start or end event of its own.
-    merged: bool,
     /// Per flow: its API ID, its occupancy sum and its samples over the episode.
     flows: HashMap<FlowKey, (u64, u64, u64)>,
 }
@@ -302,6 +325,9 @@ pub struct FabricShard {
     pub last_time_ns: u64,
     /// Queues with an open congestion episode.
     open_episodes: Vec<QueueKey>,
+    /// Queues whose congestion run may be over (its end event due a merge window after its
+    /// last episode closed); each at most once.
+    closing_runs: Vec<QueueKey>,
     /// This shard's events.
     pub raiser: Raiser,
     /// This shard's share of the state's bounds.
@@ -623,13 +649,49 @@ impl FabricShard {
             };
             self.close_episode(now, key, ep, end, log);
         }
+        self.end_runs(now, log);
         let reorder = self.cfg.report_reorder_ns;
         for c in self.seq.confirm(now, reorder) {
             self.report_loss(c, log);
         }
         let mut log = crate::event::lock(log);
-        self.raiser.incidents.flush_into(&mut log.incidents);
+        self.raiser.incidents.flush_into(&mut log);
         log.incidents.settle(now);
+        // Path changes the settle's correlation placed.
+        log.link_waiting();
+    }
+
+    /// Raises the end events of congestion runs that no episode continued within the merge
+    /// window (receive time `now`; `u64::MAX`: every closed run, the input is over).
+    pub fn end_runs(&mut self, now: u64, log: &Mutex<EventLog>) {
+        let merge = self.cfg.incident_merge_ns;
+        let mut i = 0;
+        while i < self.closing_runs.len() {
+            let key = self.closing_runs[i];
+            let Some(qs) = self.queue_mut(key) else {
+                self.closing_runs.swap_remove(i);
+                continue;
+            };
+            let due = match qs.run.as_deref_mut() {
+                // Reopened by an episode: listed again when that one closes.
+                Some(run) if run.end.is_none() => {
+                    run.listed = false;
+                    None
+                }
+                Some(run) if now.saturating_sub(run.closed_rx) >= merge || now == u64::MAX => {
+                    qs.run.take()
+                }
+                Some(_) => {
+                    i += 1;
+                    continue;
+                }
+                None => None,
+            };
+            self.closing_runs.swap_remove(i);
+            if let Some(run) = due {
+                raise_run_end(&self.cfg, &mut self.raiser, log, now, key, *run);
+            }
+        }
     }
 
     /// Hands what an open episode counted since the last time to its ongoing incident, every
@@ -671,21 +733,6 @@ impl FabricShard {
             node: Some(c.node),
             ..Place::default()
         };
-        self.raiser.raise_at(
-            log,
-            c.received_ns,
-            c.received_ns,
-            EventKind::LostReports,
-            place,
-            u64::from(c.hw_id),
-            || Evidence::LostReports {
-                hw_id: c.hw_id,
-                lost: c.groups,
-                reports_lost: c.reports,
-                expected_seq: c.expected_seq,
-                received_seq: c.received_seq,
-            },
-        );
         let key = IncidentKey::new(
             IncidentKind::ReportLoss,
             IncidentPlace {
@@ -694,6 +741,22 @@ impl FabricShard {
                 ..IncidentPlace::default()
             },
             None,
+        );
+        self.raiser.raise_at(
+            log,
+            c.received_ns,
+            c.received_ns,
+            EventKind::LostReports,
+            place,
+            u64::from(c.hw_id),
+            Some(&key),
+            || Evidence::LostReports {
+                hw_id: c.hw_id,
+                lost: c.groups,
+                reports_lost: c.reports,
+                expected_seq: c.expected_seq,
+                received_seq: c.received_seq,
+            },
         );
         let o = Observation {
             samples: 1,
@@ -844,8 +907,17 @@ impl FabricShard {
                         queue: hop.queue_id(),
                         flow,
                     };
-                    self.raiser
-                        .raise_at(log, now, clock, EventKind::LatencyAnomaly, place, 0, ev);
+                    let symptom = key();
+                    self.raiser.raise_at(
+                        log,
+                        now,
+                        clock,
+                        EventKind::LatencyAnomaly,
+                        place,
+                        0,
+                        Some(&symptom),
+                        ev,
+                    );
                 } else if let Some(last) = ps.latency_anomaly.take() {
                     let end = End {
                         at_ns: clock,
@@ -887,9 +959,9 @@ impl FabricShard {
 
 impl FabricShard {
     /// Ends a congestion episode: its incident learns the end, the samples, the peak and the
-    /// flows that filled the queue (with their shares); the first episode of an incident also
-    /// raises its end event (a microburst if its congested samples spanned at most
-    /// `microburst_max_ns`), at once.
+    /// flows that filled the queue (with their shares), and its run (the episodes of one
+    /// incident) the same, for the end event due once no episode followed within the merge
+    /// window ([`FabricShard::end_runs`]).
     #[inline(never)]
     fn close_episode(
         &mut self,
@@ -899,11 +971,7 @@ impl FabricShard {
         end: End,
         log: &Mutex<EventLog>,
     ) {
-        if let Some(qs) = self.queue_mut(key) {
-            qs.last_end_ns = Some(end.at_ns);
-        }
         let span = ep.last_high_ns.saturating_sub(ep.start_ns);
-        let total = ep.total.max(1) as f64;
         let ranked = rank::smallest(ep.flows.iter(), RANKED_FLOWS, |&(k, (_, sum, _))| {
             (Reverse(*sum), *k)
         });
@@ -916,32 +984,25 @@ impl FabricShard {
                 samples: *samples,
             })
             .collect();
-        if !ep.merged {
-            // Only the top ten are named: largest share first, ties by flow key.
-            let culprits: Vec<Culprit> = flows
-                .iter()
-                .take(10)
-                .map(|f| Culprit {
-                    flow: f.key,
-                    flow_id: f.id,
-                    share: ((f.weight as f64) / total * 1000.0).round() / 1000.0,
-                })
-                .collect();
-            let kind = if span <= self.cfg.microburst_max_ns {
-                EventKind::Microburst
-            } else {
-                EventKind::CongestionEnd
-            };
-            let (start, max) = (ep.start_ns, ep.max_occupancy);
-            let ev = move || Evidence::Episode {
-                start_ns: start,
-                duration_ns: span,
-                end_uncertainty_ns: end.uncertainty_ns,
-                max_occupancy: max,
-                culprit_flows: culprits,
-            };
-            self.raiser
-                .raise_at(log, now, end.at_ns, kind, queue_place(key, None), 0, ev);
+        // The run's end event waits for the merge window (`sweep`): another episode within it
+        // is the same incident.
+        if let Some(run) = self.queue_mut(key).and_then(|q| q.run.as_deref_mut()) {
+            run.last_high_ns = run.last_high_ns.max(ep.last_high_ns);
+            run.end = Some(end);
+            run.closed_rx = now;
+            run.max_occupancy = run.max_occupancy.max(ep.max_occupancy);
+            run.total = run.total.saturating_add(ep.total);
+            run.max_span_ns = run.max_span_ns.max(span);
+            for (k, &(id, sum, samples)) in &ep.flows {
+                if run.flows.len() < EPISODE_FLOWS || run.flows.contains_key(k) {
+                    let f = run.flows.entry(*k).or_insert((id, 0, 0));
+                    f.1 += sum;
+                    f.2 += samples;
+                }
+            }
+            if !std::mem::replace(&mut run.listed, true) {
+                self.closing_runs.push(key);
+            }
         }
         let totals = EpisodeTotals {
             samples: ep.samples - ep.samples_reported,
@@ -1025,7 +1086,6 @@ impl FabricShard {
             flow: flow.map(FlowWeight::one),
             ..Observation::sample(clock, now)
         };
-        self.raiser.incidents.observe(log, key, &o, ev);
         let place = Place {
             node: Some(r.node_id),
             port: last.egress_if(),
@@ -1033,7 +1093,8 @@ impl FabricShard {
             flow,
         };
         self.raiser
-            .raise_at(log, now, clock, EventKind::Drop, place, 0, ev);
+            .raise_at(log, now, clock, EventKind::Drop, place, 0, Some(&key), ev);
+        self.raiser.incidents.observe(log, key, &o, ev);
     }
 
     /// Hops without INT, from the TTL: placed between `last`, the last hop that recorded
@@ -1092,15 +1153,23 @@ impl FabricShard {
             flow: flow.map(FlowWeight::one),
             ..Observation::sample(clock, now)
         };
-        self.raiser.incidents.observe(log, key, &o, ev);
         let place = Place {
             node: Some(node),
             port,
             flow,
             ..Place::default()
         };
-        self.raiser
-            .raise_at(log, now, clock, EventKind::NonIntHops, place, 0, ev);
+        self.raiser.raise_at(
+            log,
+            now,
+            clock,
+            EventKind::NonIntHops,
+            place,
+            0,
+            Some(&key),
+            ev,
+        );
+        self.raiser.incidents.observe(log, key, &o, ev);
     }
 
     /// The hop-limit (E) and MTU (M) detectors. The bit was set by the first hop that added
@@ -1158,16 +1227,15 @@ impl FabricShard {
                 flow: flow.map(FlowWeight::one),
                 ..Observation::sample(clock, r.time_ns)
             };
-            self.raiser
-                .incidents
-                .observe(log, IncidentKey::new(ikind, iplace, None), &o, ev);
+            let key = IncidentKey::new(ikind, iplace, None);
             let place = Place {
                 node: Some(suspect.unwrap_or(r.node_id)),
                 flow,
                 ..Place::default()
             };
             self.raiser
-                .raise_at(log, r.time_ns, clock, kind, place, 0, ev);
+                .raise_at(log, r.time_ns, clock, kind, place, 0, Some(&key), ev);
+            self.raiser.incidents.observe(log, key, &o, ev);
         }
     }
 }
@@ -1231,9 +1299,38 @@ fn observe_queue(
         } else if occ >= cfg.congestion_start || (r.congested && occ > cfg.congestion_end) {
             // The switch's Q flag starts an episode below `congestion_start`, but never at or
             // below `congestion_end`, where it would end at once.
-            let merged = qs
-                .last_end_ns
-                .is_some_and(|e| clock.saturating_sub(e) <= cfg.incident_merge_ns);
+            // Within the merge window of the last episode's end: the same incident, no new
+            // start event. Past it, the last run's end is due now, before the new start.
+            let merged = match qs.run.as_deref_mut() {
+                Some(run)
+                    if run.end.is_some_and(|e| {
+                        clock.saturating_sub(e.at_ns) <= cfg.incident_merge_ns
+                    }) =>
+                {
+                    run.end = None;
+                    true
+                }
+                Some(_) => {
+                    if let Some(run) = qs.run.take() {
+                        raise_run_end(cfg, raiser, log, now, key, *run);
+                    }
+                    false
+                }
+                None => false,
+            };
+            if !merged {
+                qs.run = Some(Box::new(QueueRun {
+                    start_ns: clock,
+                    last_high_ns: clock,
+                    end: None,
+                    closed_rx: now,
+                    listed: false,
+                    max_occupancy: occ,
+                    total: 0,
+                    max_span_ns: 0,
+                    flows: HashMap::default(),
+                }));
+            }
             let mut ep = Episode {
                 start_ns: clock,
                 last_high_ns: clock,
@@ -1244,7 +1341,6 @@ fn observe_queue(
                 samples: 1,
                 samples_reported: 1,
                 reported_ns: now,
-                merged,
                 flows: HashMap::default(),
             };
             if let Some((k, id)) = r.flow.zip(id) {
@@ -1279,12 +1375,67 @@ fn observe_queue(
                     EventKind::CongestionStart,
                     queue_place(key, r.flow.zip(id)),
                     0,
+                    Some(&congestion_key(key)),
                     ev,
                 );
             }
         }
         ended
     }
+}
+
+/// The end event of a queue's congestion run: a microburst if none of its episodes' congested
+/// samples spanned more than `microburst_max_ns` (as its incident is told), else the
+/// congestion's end, from its first congested sample to its last, with the flows that filled
+/// the queue over its episodes (the top ten, largest share first, ties by flow key).
+fn raise_run_end(
+    cfg: &DetectConfig,
+    raiser: &mut Raiser,
+    log: &Mutex<EventLog>,
+    now: u64,
+    key: QueueKey,
+    run: QueueRun,
+) {
+    let Some(end) = run.end else {
+        return;
+    };
+    let span = run.last_high_ns.saturating_sub(run.start_ns);
+    let total = run.total.max(1) as f64;
+    let culprits: Vec<Culprit> = rank::smallest(run.flows.iter(), 10, |&(k, (_, sum, _))| {
+        (Reverse(*sum), *k)
+    })
+    .into_iter()
+    .map(|(k, (id, sum, _))| Culprit {
+        flow: *k,
+        flow_id: *id,
+        share: ((*sum as f64) / total * 1000.0).round() / 1000.0,
+    })
+    .collect();
+    let kind = if run.max_span_ns <= cfg.microburst_max_ns {
+        EventKind::Microburst
+    } else {
+        EventKind::CongestionEnd
+    };
+    let (start, max) = (run.start_ns, run.max_occupancy);
+    let ev = move || Evidence::Episode {
+        start_ns: start,
+        duration_ns: span,
+        end_uncertainty_ns: end.uncertainty_ns,
+        max_occupancy: max,
+        culprit_flows: culprits,
+    };
+    let now = if now == u64::MAX { run.closed_rx } else { now };
+    let symptom = congestion_key(key);
+    raiser.raise_at(
+        log,
+        now,
+        end.at_ns,
+        kind,
+        queue_place(key, None),
+        0,
+        Some(&symptom),
+        ev,
+    );
 }
 
 /// The congestion incident key of queue `key`.

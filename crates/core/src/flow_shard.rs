@@ -563,7 +563,6 @@ impl FlowShard {
                 drop_reason: None,
                 drop_reason_name: Some(SILENT_DROP),
             };
-            self.raiser.incidents.observe(log, incident, &o, evidence);
             let place = Place {
                 node: Some(at.node_id),
                 port: at.egress_if(),
@@ -571,10 +570,8 @@ impl FlowShard {
                 flow: Some((key, id)),
             };
             self.raiser
-                .raise(log, now, EventKind::Drop, place, || Evidence::Drop {
-                    drop_reason: None,
-                    drop_reason_name: Some(SILENT_DROP),
-                });
+                .raise(log, now, EventKind::Drop, place, Some(&incident), evidence);
+            self.raiser.incidents.observe(log, incident, &o, evidence);
         }
     }
 
@@ -623,15 +620,21 @@ impl FlowShard {
             next_int_node: next.node_id,
             suspect_node: suspect,
         };
-        self.raiser.incidents.observe(log, incident, &o, evidence);
         let place = Place {
             node: Some(last.node_id),
             port: last.egress_if(),
             queue: None,
             flow: Some((key, id)),
         };
-        self.raiser
-            .raise(log, now, EventKind::NonIntHops, place, evidence);
+        self.raiser.raise(
+            log,
+            now,
+            EventKind::NonIntHops,
+            place,
+            Some(&incident),
+            evidence,
+        );
+        self.raiser.incidents.observe(log, incident, &o, evidence);
     }
 
     /// Correlates record `r` with its flow (keyed `key`, hashed `hash`, perhaps in slot `hint`
@@ -819,7 +822,7 @@ impl FlowShard {
             flow: Some((key, id)),
         };
         self.raiser
-            .raise(log, now, EventKind::PathChange, place, ev);
+            .raise(log, now, EventKind::PathChange, place, None, ev);
     }
 }
 

@@ -229,7 +229,7 @@ pub struct EpisodeTotals {
 
 /// Observations of one key since the last flush.
 #[derive(Debug, Clone)]
-struct Delta {
+pub(crate) struct Delta {
     first_ns: u64,
     last_ns: u64,
     first_rx: u64,
@@ -435,13 +435,13 @@ impl IncidentSink {
             return;
         }
         let pending = std::mem::take(&mut self.pending);
-        lock(log).incidents.apply_all(pending);
+        lock(log).apply_incidents(pending);
     }
 
     /// Hands everything pending to `log`, already locked.
-    pub fn flush_into(&mut self, log: &mut IncidentLog) {
+    pub fn flush_into(&mut self, log: &mut EventLog) {
         if !self.pending.is_empty() {
-            log.apply_all(std::mem::take(&mut self.pending));
+            log.apply_incidents(std::mem::take(&mut self.pending));
         }
     }
 }
@@ -523,6 +523,8 @@ struct Move {
     path_nodes: Vec<u32>,
     /// The flow's first path change in it.
     evidence: Evidence,
+    /// The path-change event raised for it, if one was (a rate limit may hold it back).
+    event: Option<u64>,
 }
 
 /// Flows whose last move is remembered, to tell a return from a move.
@@ -604,6 +606,13 @@ pub struct IncidentLog {
     timing: Timing,
     /// The incidents the symptoms below make, one per fault: what is published.
     causes: Causes,
+    /// Path-change events placed in incidents, waiting for the event log to link them
+    /// ([`IncidentLog::take_placed_events`]).
+    placed_events: VecDeque<(IncidentKey, u64)>,
+    /// Of those, left unlinked because too many waited.
+    pub placed_events_dropped: u64,
+    /// Events the event log left without their incident (see `Event::incident_id`).
+    pub events_unlinked: u64,
     /// The engine's own IDs of symptoms (internal: [`Causes`] publishes its own).
     next_id: u64,
     ongoing: HashMap<IncidentKey, Entry>,
@@ -681,6 +690,9 @@ impl IncidentLog {
             now_rx: 0,
             next_settle_rx: 0,
             // A silent-drop window (and the reorder time before it) within the history.
+            placed_events: VecDeque::new(),
+            placed_events_dropped: 0,
+            events_unlinked: 0,
             report_loss: crate::seq::LossHistory::new(
                 cfg.postcards.silent_drop_ns / (crate::seq::LOSS_BUCKETS as u64 / 4),
             ),
@@ -749,8 +761,54 @@ impl IncidentLog {
         self.causes.forget_changed();
     }
 
+    /// The engine's ID of the symptom keyed `key` that evidence at switch time `at_ns` is
+    /// of: the ongoing one, else a resolved one still held whose span holds it (an episode's
+    /// end event is raised as its symptom ends).
+    pub(crate) fn symptom_of(&self, key: &IncidentKey, at_ns: u64) -> Option<u64> {
+        if let Some(id) = self.ongoing_symptom_of(key) {
+            return Some(id);
+        }
+        // A congestion symptom ends as a microburst or a congestion.
+        let kinds: &[IncidentKind] = if key.kind == IncidentKind::Congestion {
+            &[IncidentKind::Congestion, IncidentKind::Microburst]
+        } else {
+            std::slice::from_ref(&key.kind)
+        };
+        kinds
+            .iter()
+            .filter_map(|&k| {
+                self.resolved[kind_index(k)]
+                    .iter()
+                    .rev()
+                    .find(|e| {
+                        &e.key == key
+                            && e.inc.start_ns.saturating_sub(e.inc.start_uncertainty_ns) <= at_ns
+                            && e.inc.end_ns.is_some_and(|end| at_ns <= end)
+                    })
+                    .map(|e| e.inc.id)
+            })
+            .max()
+    }
+
+    /// The engine's ID of the ongoing symptom keyed `key` (a lookup, where
+    /// [`IncidentLog::symptom_of`] may also read the resolved history).
+    pub(crate) fn ongoing_symptom_of(&self, key: &IncidentKey) -> Option<u64> {
+        self.ongoing.get(key).map(|e| e.inc.id)
+    }
+
+    /// The newest receive time seen.
+    pub(crate) fn now_rx(&self) -> u64 {
+        self.now_rx
+    }
+
+    /// The published incident the engine's symptom `symptom` belongs to
+    /// (grouped by cause): `None` while it gathers its symptoms, or once it left the history.
+    pub fn incident_of(&self, symptom: u64) -> Option<u64> {
+        self.causes.incident_of(symptom)
+    }
+
     /// Applies a shard's merged observations.
-    fn apply_all(&mut self, pending: impl IntoIterator<Item = (IncidentKey, Delta)>) {
+    pub(crate) fn apply_all(&mut self, pending: impl IntoIterator<Item = (IncidentKey, Delta)>) {
         for (key, d) in pending {
             self.apply(key, d);
         }
@@ -1028,8 +1086,8 @@ impl IncidentLog {
         at_ns: u64,
         received_ns: u64,
         flow: (FlowKey, u64),
-        old: &Path,
-        new: &Path,
+        (old, new): (&Path, &Path),
+        event: Option<u64>,
         evidence: impl FnOnce() -> Evidence,
     ) -> bool {
         self.now_rx = self.now_rx.max(received_ns);
@@ -1061,6 +1119,7 @@ impl IncidentLog {
             other,
             path_nodes,
             evidence: evidence(),
+            event,
         };
         let joined = self
             .ongoing
@@ -1069,6 +1128,7 @@ impl IncidentLog {
             .find(|e| covers(&e.key.place, e.key.cause.as_deref(), &m))
             .map(|e| e.key.clone());
         if let Some(key) = joined {
+            self.placed(&key, std::slice::from_ref(&m));
             self.apply(key, move_delta(&[m], None));
             return true;
         }
@@ -1187,7 +1247,10 @@ impl IncidentLog {
                 })
             });
             match home.flatten() {
-                Some((key, _)) => self.apply(key.clone(), move_delta(&[m], None)),
+                Some((key, _)) => {
+                    self.placed(key, std::slice::from_ref(&m));
+                    self.apply(key.clone(), move_delta(&[m], None));
+                }
                 None => rest.push(m),
             }
         }
@@ -1198,7 +1261,26 @@ impl IncidentLog {
     fn apply_moves(&mut self, place: IncidentPlace, cause: &'static str, moves: &[Move]) {
         let key = IncidentKey::new(IncidentKind::PathChange, place, Some(Cow::Borrowed(cause)));
         let d = move_delta(moves, Some(moves[0].evidence.clone()));
+        self.placed(&key, moves);
         self.apply(key, d);
+    }
+
+    /// Notes the events of `moves`, placed in the incident keyed `key`, for the event log to
+    /// link ([`IncidentLog::take_placed_events`]); at most [`crate::event::UNLINKED_EVENTS`]
+    /// wait (past that the oldest are left unlinked, counted).
+    fn placed(&mut self, key: &IncidentKey, moves: &[Move]) {
+        for id in moves.iter().filter_map(|m| m.event) {
+            if self.placed_events.len() >= crate::event::UNLINKED_EVENTS {
+                self.placed_events.pop_front();
+                self.placed_events_dropped += 1;
+            }
+            self.placed_events.push_back((key.clone(), id));
+        }
+    }
+
+    /// The path-change events placed in incidents since the last call, with their keys.
+    pub(crate) fn take_placed_events(&mut self) -> VecDeque<(IncidentKey, u64)> {
+        std::mem::take(&mut self.placed_events)
     }
 
     /// Moves that share no cause, each grouped with those of the same place and cause, in one
@@ -1432,7 +1514,7 @@ mod tests {
         }
         for (f, old, new) in &moves {
             t += 1_000;
-            assert!(log.observe_move(t, t, *f, old, new, ev));
+            assert!(log.observe_move(t, t, *f, (old, new), None, ev));
         }
         assert_eq!(log.iter().count(), 0, "waiting for the correlation window");
         log.settle(t + 2_000_000_000);
@@ -1449,7 +1531,14 @@ mod tests {
         // The link comes back: every flow returns.
         for (f, old, new) in &moves {
             t += 1_000;
-            log.observe_move(3_000_000_000 + t, 3_000_000_000 + t, *f, new, old, ev);
+            log.observe_move(
+                3_000_000_000 + t,
+                3_000_000_000 + t,
+                *f,
+                (new, old),
+                None,
+                ev,
+            );
         }
         assert_eq!(log.iter().next().unwrap().state, IncidentState::Ongoing);
         log.settle(6_000_000_000);
@@ -1485,12 +1574,12 @@ mod tests {
         let mut t = 0;
         for &(f, a, b, d) in &moves {
             t += 1_000;
-            assert!(log.observe_move(t, t, flow(f), &via(a, d), &via(b, d), ev));
+            assert!(log.observe_move(t, t, flow(f), (&via(a, d), &via(b, d)), None, ev));
         }
         log.settle(1_500_000_000);
         // Reported a window later (a filtering switch).
         let late = 1_600_000_000;
-        log.observe_move(late, late, flow(6), &via(2, 2), &via(3, 2), ev);
+        log.observe_move(late, late, flow(6), (&via(2, 2), &via(3, 2)), None, ev);
         log.settle(3_000_000_000);
         let all: Vec<&Incident> = log.iter().collect();
         assert_eq!(all.len(), 1, "{all:#?}");
@@ -1503,7 +1592,7 @@ mod tests {
         // The repair: every flow back where it was.
         let back = 4_000_000_000;
         for &(f, a, b, d) in &moves {
-            log.observe_move(back, back, flow(f), &via(b, d), &via(a, d), ev);
+            log.observe_move(back, back, flow(f), (&via(b, d), &via(a, d)), None, ev);
         }
         log.settle(back + 1_500_000_000);
         let all: Vec<&Incident> = log.iter().collect();
@@ -1518,7 +1607,7 @@ mod tests {
         assert!(ends.contains(&Some(101)), "{restored:#?}");
         // Much later 1 ↔ 102 fails by itself.
         let later = 60_000_000_000;
-        log.observe_move(later, later, flow(7), &via(2, 2), &via(3, 2), ev);
+        log.observe_move(later, later, flow(7), (&via(2, 2), &via(3, 2)), None, ev);
         log.settle(later + 1_500_000_000);
         let named: Vec<_> = log
             .iter()

@@ -466,10 +466,13 @@ impl State {
         self.with_incidents(IncidentLog::forget_changed);
     }
 
-    /// The input is over (the end of a replay): correlates the path changes still waiting
+    /// The input is over (the end of a replay): raises the end events of congestion runs
+    /// still waiting for their merge window, and correlates the path changes still waiting
     /// for `path_correlation_ns`. Call after the last [`State::tick`].
     pub fn finish_incidents(&self) {
+        each_shard(&self.fabric, |_, s| s.end_runs(u64::MAX, &self.log));
         self.with_incidents(IncidentLog::correlate_now);
+        lock(&self.log).link_remaining();
     }
 
     /// Continue incident IDs after those a store already holds.
