@@ -95,9 +95,16 @@ async function refreshStatus() {
     const d = shift();
     const off = Math.abs(d) > 864e11 ? 'on another epoch' : `${ns(Math.abs(d))} ${d > 0 ? 'behind' : 'ahead'}`;
     const clocks = d ? ` · switch clock ${off}: its times shown on the collector's` : '';
+    // Sequence gaps count every report that did not arrive, those the collector's own kernel
+    // dropped too: those are said apart (an estimate, at the average reports per datagram) so
+    // the collector's overload is not read as the network's loss.
+    const kd = s.ingest.kernel_dropped || 0;
+    const perDatagram = s.ingest.datagrams_accepted ? s.ingest.reports_decoded / s.ingest.datagrams_accepted : 0;
+    const own = Math.min(s.reports_lost, Math.round(kd * perDatagram));
+    const here = kd ? ` (≈${num(own)} of them in ${num(kd)} datagrams this collector's kernel dropped)` : '';
     status.textContent = `${num(s.ingest.reports_decoded)} reports · ${num(s.flows)} flows · ${num(
       s.reports_lost,
-    )} reports lost${inc}${clocks}`;
+    )} reports lost${here}${inc}${clocks}`;
   } catch (e) {
     status.textContent = `collector unreachable: ${esc(e.message)}`;
   }

@@ -65,7 +65,8 @@ pub struct CollectArgs {
     pub no_store: bool,
     /// Where history goes: `sqlite:DIR` (the default, ./intscope-data) or
     /// `clickhouse:http://HOST:PORT[,http://HOST:PORT...]` (one server, or every shard of a
-    /// cluster in its `remote_servers` order; docs/scale-out.md).
+    /// cluster in its `remote_servers` order, a shard's replicas joined by `|`;
+    /// docs/scale-out.md).
     #[arg(long, value_name = "BACKEND:WHERE", conflicts_with_all = ["no_store", "data"])]
     pub store: Option<String>,
     /// The ClickHouse cluster name (`remote_servers`) when --store names several servers.
@@ -76,6 +77,10 @@ pub struct CollectArgs {
     /// Default: the host name.
     #[arg(long, value_name = "NAME")]
     pub collector_name: Option<String>,
+    /// Where writes a ClickHouse shard refused wait to be retried (on disk, bounded; see
+    /// docs/scale-out.md). Default: `intscope-spool` under the system's temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub spool: Option<PathBuf>,
     /// UDP destination ports of reports inside the replayed capture; repeatable. Default: the
     /// listen ports.
     #[arg(long = "report-port", value_name = "P")]
@@ -283,7 +288,10 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
                 cfg.data = Some(dir);
                 cfg.store.clickhouse = None;
             }
-            StoreSpec::ClickHouse(ch) => cfg.store.clickhouse = Some(ch),
+            StoreSpec::ClickHouse(mut ch) => {
+                ch.spool_dir = args.spool.clone();
+                cfg.store.clickhouse = Some(ch);
+            }
         }
     }
     if args.no_store || args.discard {

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use intscope_collector::api_cluster::{FabricApi, app};
+use intscope_collector::api_cluster::{FabricApi, app, metrics_app};
 use intscope_collector::http::HttpStats;
 use intscope_collector::store::{ClickHouseStore, SqliteStore, Store};
 
@@ -56,7 +56,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             )
         }
         StoreSpec::ClickHouse(ch) => {
-            Arc::new(ClickHouseStore::open(ch).context("connecting to ClickHouse")?)
+            Arc::new(ClickHouseStore::open_reader(ch).context("connecting to ClickHouse")?)
         }
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -74,11 +74,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         // One line a script can read to find the (possibly ephemeral) port.
         println!("{}", serde_json::json!({"http": addr.to_string()}));
         eprintln!(
-            "intscope serve: fabric API on http://{addr}/api/ from {}",
+            "intscope serve: fabric API on http://{addr}/api/ (metrics: /metrics) from {}",
             args.store
         );
         let (limits, tls) = (cfg.http.clone(), cfg.tls.clone());
-        let router = app(FabricApi::new(store, cfg), "/api");
+        let api = FabricApi::new(store, cfg);
+        let router = app(Arc::clone(&api), "/api").merge(metrics_app(api));
         intscope_collector::http::serve(
             listener,
             router,

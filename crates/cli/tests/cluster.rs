@@ -157,12 +157,14 @@ fn two_collectors_into_a_two_shard_cluster_answer_for_the_fabric_once() {
         .collect();
     let mut sent_reports = 0u64;
     let mut sent_datagrams = Vec::new();
+    let mut sent_each = Vec::new();
     for b in blasts {
         let out = b.wait_with_output().unwrap();
         assert!(out.status.success());
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["send_errors"], 0);
         sent_reports += v["reports"].as_u64().unwrap();
+        sent_each.push(v["reports"].as_u64().unwrap());
         sent_datagrams.push(v["datagrams"].as_u64().unwrap());
     }
     // Garbage each collector must count and discard: empty, and an unknown version.
@@ -195,6 +197,26 @@ fn two_collectors_into_a_two_shard_cluster_answer_for_the_fabric_once() {
             .map(|(_, v)| v.as_u64().unwrap())
             .sum();
         discarded += d;
+    }
+    // Each collector's stats name its own stored totals apart from the fabric's (both
+    // collectors'), as the writer last read them (every 2 s at most).
+    for (http, own) in [(&http1, sent_each[0]), (&http2, sent_each[1])] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = get(http, "/api/stats");
+            let store = &s["store"];
+            let done = store["totals"]["reports_v2"] == own
+                && store["fabric_totals"]["reports_v2"] == sent_reports;
+            if done || std::time::Instant::now() > deadline {
+                assert_eq!(store["totals"]["reports_v2"], own, "{store}");
+                assert_eq!(
+                    store["fabric_totals"]["reports_v2"], sent_reports,
+                    "{store}"
+                );
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
     // The final flush of each, on SIGTERM.
     terminate(&mut c1);

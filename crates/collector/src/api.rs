@@ -118,6 +118,8 @@ pub struct ApiStats {
     pub streams_dropped_lagged: AtomicU64,
     /// Series left out of the last `/metrics` answer (`max_series`).
     pub metrics_series_truncated: AtomicU64,
+    /// History queries answered 503 because the store (a ClickHouse shard) was unreachable.
+    pub store_unavailable: AtomicU64,
 }
 
 impl ApiStats {
@@ -132,6 +134,7 @@ impl ApiStats {
             ("queries_busy", g(&self.queries_refused)),
             ("streams_busy", g(&self.streams_refused)),
             ("stream_lagged", g(&self.streams_dropped_lagged)),
+            ("store_unavailable", g(&self.store_unavailable)),
         ] {
             out.add(&counters::API_REQUESTS_FAILED, &[reason], n);
         }
@@ -257,7 +260,11 @@ impl ApiError {
                 api.stats.queries_refused.fetch_add(1, Ordering::Relaxed);
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
             }
-            e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            StoreError::Unavailable(_) => {
+                api.stats.store_unavailable.fetch_add(1, Ordering::Relaxed);
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            }
+            e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.public_message()),
         }
     }
 }
@@ -475,9 +482,11 @@ pub fn sample_counters(api: &Api, published: &Published, out: &mut Samples) {
     c.stats.port_guard.sample(out);
     api.http.sample(out);
     api.stats.sample(out);
-    if c.store.is_some() {
+    if let Some(store) = &c.store {
         c.store_stats
             .sample(c.raw_skipped.load(Ordering::Relaxed), out);
+        // A store without a spool (SQLite) has nothing waiting: its zeros are true.
+        store.spool_stats().unwrap_or_default().sample(out);
     }
     published.state.sample(out);
     let age = crate::ingest::now_ns().saturating_sub(published.at_ns) / 1_000_000;
@@ -544,8 +553,10 @@ pub struct IngestDetail {
 pub struct StoreDetail {
     /// Rows per table.
     pub rows: Option<RowCounts>,
-    /// Stored totals by name.
+    /// This collector's stored totals by name (its own runs only).
     pub totals: Option<Totals>,
+    /// Every collector's, in a store several share (ClickHouse); `null` otherwise.
+    pub fabric_totals: Option<Totals>,
 }
 
 async fn stats(AxState(api): Shared) -> Json<Value> {
@@ -570,6 +581,7 @@ async fn stats(AxState(api): Shared) -> Json<Value> {
         StoreDetail {
             rows: snap.rows,
             totals: snap.totals,
+            fabric_totals: snap.fabric_totals,
         }
     });
     let s = &published.state;

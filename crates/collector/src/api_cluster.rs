@@ -14,6 +14,7 @@
 //! when configured.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -37,6 +38,21 @@ pub struct FabricApi {
     store: Arc<dyn Store>,
     cfg: ApiConfig,
     queries: Arc<Semaphore>,
+    /// Queries refused or failed, by reason ([`FAILURES`]).
+    failed: [AtomicU64; 5],
+}
+
+/// The reasons of `intscope_fabric_queries_failed_total`, in [`FabricApi::failed`]'s order.
+const FAILURES: [&str; 5] = ["bad_request", "busy", "timeout", "unavailable", "failed"];
+
+fn failure(e: &StoreError) -> usize {
+    match e {
+        StoreError::BadRequest(_) => 0,
+        StoreError::Busy => 1,
+        StoreError::Timeout => 2,
+        StoreError::Unavailable(_) => 3,
+        _ => 4,
+    }
 }
 
 impl std::fmt::Debug for FabricApi {
@@ -52,6 +68,7 @@ impl FabricApi {
             store,
             queries: Arc::new(Semaphore::new(cfg.max_queries.max(1))),
             cfg,
+            failed: Default::default(),
         })
     }
 }
@@ -101,10 +118,10 @@ impl From<StoreError> for Error {
         let status = match e {
             StoreError::BadRequest(_) => StatusCode::BAD_REQUEST,
             StoreError::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            StoreError::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            StoreError::Busy | StoreError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        Error(status, e.to_string())
+        Error(status, e.public_message())
     }
 }
 
@@ -154,6 +171,7 @@ async fn query<T: Send + 'static>(
     f: impl FnOnce(&dyn Store, &HistoryQuery) -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, Error> {
     let Ok(slot) = Arc::clone(&api.queries).try_acquire_owned() else {
+        api.failed[failure(&StoreError::Busy)].fetch_add(1, Ordering::Relaxed);
         return Err(StoreError::Busy.into());
     };
     q.timeout = Some(api.cfg.query_timeout);
@@ -162,11 +180,56 @@ async fn query<T: Send + 'static>(
         let _slot = slot;
         f(&*store, &q)
     });
-    match tokio::time::timeout(api.cfg.query_timeout + Duration::from_secs(1), task).await {
-        Ok(Ok(r)) => r.map_err(Error::from),
-        Ok(Err(e)) => Err(Error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
-        Err(_) => Err(StoreError::Timeout.into()),
+    let r = match tokio::time::timeout(api.cfg.query_timeout + Duration::from_secs(1), task).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(StoreError::Corrupt(format!("the query's task failed: {e}"))),
+        Err(_) => Err(StoreError::Timeout),
+    };
+    r.map_err(|e| {
+        api.failed[failure(&e)].fetch_add(1, Ordering::Relaxed);
+        Error::from(e)
+    })
+}
+
+/// `/metrics` of `intscope serve`: the fabric's rows and counters as the store holds them, and
+/// this API's failures, in the OpenMetrics text format. A store that does not answer leaves its
+/// series out (the failures say why), rather than failing the scrape.
+pub fn metrics_app(api: Arc<FabricApi>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&api), auth))
+        .with_state(api)
+}
+
+async fn metrics(AxState(api): Shared) -> impl IntoResponse {
+    use intscope_core::counters;
+    let read = query(&api, HistoryQuery::default(), |s, _| {
+        Ok((s.rows_stored()?, s.totals()?))
+    })
+    .await;
+    let mut out = counters::Samples::default();
+    if let Ok((rows, totals)) = read {
+        for (table, n) in &rows {
+            out.add(&counters::FABRIC_ROWS, &[table], *n);
+        }
+        for (name, n) in &totals {
+            out.add(&counters::FABRIC_COUNTER, &[name], *n);
+        }
     }
+    for (reason, n) in FAILURES.iter().zip(&api.failed) {
+        out.add(
+            &counters::FABRIC_QUERIES_FAILED,
+            &[reason],
+            n.load(Ordering::Relaxed),
+        );
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        crate::api::openmetrics(out),
+    )
 }
 
 /// `stats` of the fabric: what the store holds.

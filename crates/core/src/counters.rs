@@ -337,6 +337,7 @@ metric!(
         ("queries_busy", "api.queries_refused"),
         ("streams_busy", "api.streams_refused"),
         ("stream_lagged", "api.streams_dropped_lagged"),
+        ("store_unavailable", "api.store_unavailable"),
     ]),
     "API requests refused or cut short, by reason"
 );
@@ -356,7 +357,7 @@ metric!(
     None,
     [],
     Stats(&[("*", "store.failed")]),
-    "Store batches that failed to commit (logged)"
+    "Store batches that failed to commit and could not be spooled either (logged)"
 );
 metric!(
     STORE_BACKLOG_DROPPED,
@@ -411,6 +412,90 @@ metric!(
     [],
     Stats(&[("*", "store.raw_not_kept")]),
     "Raw datagrams not kept because the per-flush sample was full"
+);
+metric!(
+    STORE_SPOOL_ROWS,
+    "store_spool_rows",
+    Gauge,
+    None,
+    [],
+    Stats(&[("*", "store.spool.rows")]),
+    "Rows waiting in the store's on-disk spool for a shard to take them (ClickHouse)"
+);
+metric!(
+    STORE_SPOOL_BYTES,
+    "store_spool",
+    Gauge,
+    Some("bytes"),
+    [],
+    Stats(&[("*", "store.spool.bytes")]),
+    "Bytes the store's spool holds on disk (bounded by spool_max_mib)"
+);
+metric!(
+    STORE_SPOOL_AGE,
+    "store_spool_oldest_age",
+    Gauge,
+    Some("milliseconds"),
+    [],
+    Stats(&[("*", "store.spool.oldest_age_ms")]),
+    "Age of the oldest spooled write (0 when the spool is empty)"
+);
+metric!(
+    STORE_SPOOLED,
+    "store_spooled_rows",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "store.spool.spooled_rows")]),
+    "Rows a shard did not take at once, spooled to disk to be retried"
+);
+metric!(
+    STORE_SPOOL_REPLAYED,
+    "store_spool_replayed_rows",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "store.spool.replayed_rows")]),
+    "Spooled rows written to the store once their shard answered again"
+);
+metric!(
+    STORE_SPOOL_DROPPED,
+    "store_spool_dropped_rows",
+    Counter,
+    None,
+    ["reason"],
+    Stats(&[
+        ("full", "store.spool.dropped_full_rows"),
+        ("io", "store.spool.dropped_io_rows"),
+    ]),
+    "Spooled rows lost: evicted to keep the spool within its bound, or unwritable/unreadable"
+);
+metric!(
+    FABRIC_ROWS,
+    "fabric_rows",
+    Gauge,
+    None,
+    ["table"],
+    Inventory("intscope serve's /api/stats (rows)"),
+    "Rows per table of the shared store, every collector's (intscope serve's /metrics)"
+);
+metric!(
+    FABRIC_COUNTER,
+    "fabric_counter",
+    Counter,
+    None,
+    ["name"],
+    Inventory("intscope serve's /api/stats (totals)"),
+    "Every collector's counters summed over their runs, by name (intscope serve's /metrics)"
+);
+metric!(
+    FABRIC_QUERIES_FAILED,
+    "fabric_queries_failed",
+    Counter,
+    None,
+    ["reason"],
+    Inventory("intscope serve's /metrics"),
+    "Fabric API queries refused or failed, by reason: bad_request, busy, timeout, unavailable (a shard down), failed (intscope serve's /metrics)"
 );
 metric!(
     REPORTS,
@@ -664,6 +749,15 @@ pub const ALL: &[&Metric] = &[
     &STORE_INGEST_PAUSED,
     &STORE_EVENTS_MISSED,
     &STORE_RAW_NOT_KEPT,
+    &STORE_SPOOL_ROWS,
+    &STORE_SPOOL_BYTES,
+    &STORE_SPOOL_AGE,
+    &STORE_SPOOLED,
+    &STORE_SPOOL_REPLAYED,
+    &STORE_SPOOL_DROPPED,
+    &FABRIC_ROWS,
+    &FABRIC_COUNTER,
+    &FABRIC_QUERIES_FAILED,
     &REPORTS,
     &REPORTS_WITHOUT_FLOW,
     &REPORTS_LOST_ALL,

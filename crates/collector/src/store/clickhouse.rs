@@ -14,12 +14,22 @@
 //! flow's summary and series rows by the flow's hash ([`flow_hash`]), so everything about a flow
 //! is on one shard and the flow list is aggregated on the shards without a merge
 //! (`distributed_group_by_no_merge`), events and queue and port rows by node, incidents by
-//! their ID. Reads go to the first URL's Distributed tables.
+//! their ID.
+//!
+//! A shard may have replicas (`Replicated*MergeTree`, ZooKeeper): writes go to any replica of
+//! the shard that takes them, reads to any server that answers (its Distributed tables pick a
+//! live replica of each shard). Each shard is written on its own; an insert no replica takes
+//! goes to that shard's on-disk spool ([`super::spool`]) before the flush is acknowledged, and
+//! a thread replays the spool in order once the shard answers. A read that needs a shard none
+//! of whose replicas answers is [`StoreError::Unavailable`] (the API's 503). The schema carries
+//! a version ([`SCHEMA_VERSION`]); older schemas are migrated at open.
 //!
 //! The store's API is synchronous (the writer thread, the API's blocking pool); each call runs
 //! the client's future on the store's own small runtime.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ::clickhouse::{Client, Row};
@@ -28,9 +38,10 @@ use super::read::{
     FlowInterval, Page, QueueInterval, RowCounts, StoredEvent, StoredFlow, StoredIncident, Totals,
     corrupt, parse_evidence, parse_hops, parse_incident, parse_kind, parse_path,
 };
+use super::spool::{Spool, SpoolStats};
 use super::{
     DEFAULT_QUERY_TIMEOUT, HistoryQuery, MAX_HISTORY_LIMIT, RowSink, Store, StoreError,
-    incident_version, new_run_id, per_hop_json,
+    incident_version, lock, new_run_id, per_hop_json,
 };
 use crate::event::FlowRef;
 use intscope_core::rows::Batch;
@@ -40,7 +51,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClickHouseConfig {
-    /// HTTP URLs of the servers: one per shard (reads go to the first).
+    /// HTTP URLs of the servers: one entry per shard, in the cluster's shard order; an entry
+    /// names the shard's replicas separated by `|` (`http://a:8123|http://b:8123`). Writes go
+    /// to any live replica of each shard, reads to any live server.
     pub urls: Vec<String>,
     /// The cluster name in the servers' `remote_servers` (required with more than one URL; its
     /// shards must be the URLs, in order).
@@ -53,6 +66,24 @@ pub struct ClickHouseConfig {
     /// default `collector`). Give each collector of a fabric its own.
     #[serde(default = "default_source")]
     pub source: String,
+    /// Where writes that failed wait to be retried (one spool per shard under
+    /// `<spool_dir>/<database>.<source>.<hash of the URLs>/`). Default: a directory of that
+    /// name under the system's temporary directory, which a reboot may empty: set it to a
+    /// persistent directory in production.
+    #[serde(default)]
+    pub spool_dir: Option<std::path::PathBuf>,
+    /// The most MiB the spools of this collector hold on disk, shared evenly by the shards
+    /// (default 1024): beyond it the oldest spooled writes are evicted and counted
+    /// (`store.spool.dropped_full_rows`).
+    #[serde(default = "default_spool_mib")]
+    pub spool_max_mib: u64,
+}
+
+/// Default of [`ClickHouseConfig::spool_max_mib`].
+pub const DEFAULT_SPOOL_MIB: u64 = 1024;
+
+fn default_spool_mib() -> u64 {
+    DEFAULT_SPOOL_MIB
 }
 
 /// Default database.
@@ -67,12 +98,20 @@ fn default_source() -> String {
 }
 
 impl ClickHouseConfig {
-    /// Parses the part after `clickhouse:` of a `--store` value: `URL[,URL...]`. With more than
-    /// one URL the cluster is `cluster` or `intscope`.
+    /// Parses the part after `clickhouse:` of a `--store` value: `SHARD[,SHARD...]`, each
+    /// shard `URL[|URL...]` (its replicas). With more than one server the cluster is `cluster`
+    /// or `intscope`.
     pub fn parse(spec: &str, cluster: Option<String>, source: &str) -> Result<Self, StoreError> {
         let urls: Vec<String> = spec
             .split(',')
-            .map(|u| u.trim().trim_end_matches('/').to_string())
+            .map(|shard| {
+                shard
+                    .split('|')
+                    .map(|u| u.trim().trim_end_matches('/'))
+                    .filter(|u| !u.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
             .filter(|u| !u.is_empty())
             .collect();
         if urls.is_empty() {
@@ -83,15 +122,17 @@ impl ClickHouseConfig {
         }
         if let Some(bad) = urls
             .iter()
+            .flat_map(|s| s.split('|'))
             .find(|u| !u.starts_with("http://") && !u.starts_with("https://"))
         {
             return Err(StoreError::BadRequest(format!(
                 "clickhouse store: {bad:?} is not an http:// URL of a server's HTTP interface"
             )));
         }
+        let servers = urls.iter().flat_map(|s| s.split('|')).count();
         let cluster = match cluster {
             Some(c) => Some(c),
-            None if urls.len() > 1 => Some("intscope".into()),
+            None if servers > 1 => Some("intscope".into()),
             None => None,
         };
         Ok(ClickHouseConfig {
@@ -99,7 +140,54 @@ impl ClickHouseConfig {
             cluster,
             database: DEFAULT_DATABASE.into(),
             source: source.into(),
+            spool_dir: None,
+            spool_max_mib: DEFAULT_SPOOL_MIB,
         })
+    }
+
+    /// Each shard's replica URLs, in shard order.
+    pub fn shard_urls(&self) -> Vec<Vec<String>> {
+        self.urls
+            .iter()
+            .map(|s| s.split('|').map(str::to_string).collect())
+            .collect()
+    }
+
+    /// Whether the tables are replicated (some shard names more than one replica): then they
+    /// are `Replicated*MergeTree` and the servers need ZooKeeper and the `{shard}` and
+    /// `{replica}` macros (`scripts/clickhouse.sh --replicas 2` sets both up).
+    pub fn replicated(&self) -> bool {
+        self.urls.iter().any(|s| s.contains('|'))
+    }
+
+    /// This collector's spool directory (see [`ClickHouseConfig::spool_dir`]).
+    pub fn spool_path(&self) -> std::path::PathBuf {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.urls.join(",").bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let base = self
+            .spool_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("intscope-spool"));
+        let safe = |s: &str| -> String {
+            s.chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect()
+        };
+        base.join(format!(
+            "{}.{}.{:08x}",
+            safe(&self.database),
+            safe(&self.source),
+            h as u32
+        ))
     }
 }
 
@@ -159,14 +247,16 @@ const TABLES: [(&str, &str, &str, &str); 8] = [
         "source String, id UInt64, time_ns UInt64, kind String, node_id Nullable(UInt32), \
          port Nullable(UInt32), queue_id Nullable(UInt8), flow_id Nullable(UInt64), \
          src Nullable(String), dst Nullable(String), proto Nullable(UInt8), \
-         src_port Nullable(UInt16), dst_port Nullable(UInt16), evidence String",
+         src_port Nullable(UInt16), dst_port Nullable(UInt16), evidence String, \
+         received_ns UInt64",
         "MergeTree",
         "time_ns|time_ns, source, id",
     ),
     (
         "incidents",
         "source String, id UInt64, version UInt64, kind String, node_id Nullable(UInt32), \
-         start_ns UInt64, last_update_ns UInt64, end_ns Nullable(UInt64), body String",
+         start_ns UInt64, last_update_ns UInt64, end_ns Nullable(UInt64), body String, \
+         received_ns UInt64",
         "ReplacingMergeTree(version)",
         "start_ns|source, id",
     ),
@@ -210,7 +300,7 @@ const ROLLUPS: [(&str, &str, &str, &str); 3] = [
     ),
 ];
 
-#[derive(Row, Serialize)]
+#[derive(Row, Serialize, Deserialize)]
 struct FlowIns {
     source: String,
     run: u64,
@@ -232,7 +322,7 @@ struct FlowIns {
     e2e_p99: Option<u64>,
 }
 
-#[derive(Row, Serialize)]
+#[derive(Row, Serialize, Deserialize)]
 struct FlowStatIns {
     time_ns: u64,
     flow_hash: u64,
@@ -248,7 +338,7 @@ struct FlowStatIns {
     queue_occupancy_max: String,
 }
 
-#[derive(Row, Serialize)]
+#[derive(Row, Serialize, Deserialize)]
 struct QueueIns {
     time_ns: u64,
     source: String,
@@ -260,7 +350,7 @@ struct QueueIns {
     max_occupancy: u64,
 }
 
-#[derive(Row, Serialize)]
+#[derive(Row, Serialize, Deserialize)]
 struct PortIns {
     time_ns: u64,
     source: String,
@@ -272,7 +362,7 @@ struct PortIns {
     drops: u64,
 }
 
-#[derive(Row, Serialize)]
+#[derive(Row, Serialize, Deserialize)]
 struct EventIns {
     source: String,
     id: u64,
@@ -288,9 +378,10 @@ struct EventIns {
     src_port: Option<u16>,
     dst_port: Option<u16>,
     evidence: String,
+    received_ns: u64,
 }
 
-#[derive(Row, Serialize)]
+#[derive(Row, Serialize, Deserialize)]
 struct IncidentIns {
     source: String,
     id: u64,
@@ -301,9 +392,10 @@ struct IncidentIns {
     last_update_ns: u64,
     end_ns: Option<u64>,
     body: String,
+    received_ns: u64,
 }
 
-#[derive(Row, Serialize)]
+#[derive(Row, Serialize, Deserialize)]
 struct RawIns {
     source: String,
     time_ns: u64,
@@ -314,18 +406,97 @@ struct RawIns {
 
 /// RowBinary `String` is length-prefixed bytes: raw datagrams go in as they are.
 mod serde_bytes_as_string {
+    use serde::Deserialize;
+
     pub fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_bytes(v)
     }
+
+    /// From a spooled entry (JSON: bytes as an array of numbers).
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        Vec::<u8>::deserialize(d)
+    }
 }
 
-#[derive(Row, Serialize)]
+#[derive(Row, Serialize, Deserialize)]
 struct TotalIns {
     source: String,
     run: u64,
     name: String,
     value: u64,
     version: u64,
+}
+
+/// One table's rows of one shard's share of a flush: what an insert sends, and what the spool
+/// keeps (as JSON) when the insert fails.
+#[derive(Serialize, Deserialize)]
+enum TableRows {
+    Flows(Vec<FlowIns>),
+    FlowStats(Vec<FlowStatIns>),
+    Queues(Vec<QueueIns>),
+    Ports(Vec<PortIns>),
+    Events(Vec<EventIns>),
+    Incidents(Vec<IncidentIns>),
+    Raw(Vec<RawIns>),
+    Totals(Vec<TotalIns>),
+}
+
+impl TableRows {
+    fn len(&self) -> usize {
+        match self {
+            TableRows::Flows(v) => v.len(),
+            TableRows::FlowStats(v) => v.len(),
+            TableRows::Queues(v) => v.len(),
+            TableRows::Ports(v) => v.len(),
+            TableRows::Events(v) => v.len(),
+            TableRows::Incidents(v) => v.len(),
+            TableRows::Raw(v) => v.len(),
+            TableRows::Totals(v) => v.len(),
+        }
+    }
+
+    /// The table's name (the local one is `<name>_local` in a cluster).
+    fn table(&self) -> &'static str {
+        match self {
+            TableRows::Flows(_) => "flows",
+            TableRows::FlowStats(_) => "flow_stats",
+            TableRows::Queues(_) => "queue_stats",
+            TableRows::Ports(_) => "port_stats",
+            TableRows::Events(_) => "events",
+            TableRows::Incidents(_) => "incidents",
+            TableRows::Raw(_) => "raw_reports",
+            TableRows::Totals(_) => "totals",
+        }
+    }
+
+    /// Inserts the rows into `table` through `client` (the crate names the columns, so the
+    /// rows land by name whatever the table's column order).
+    async fn insert(&self, client: &Client, table: &str) -> ::clickhouse::error::Result<()> {
+        match self {
+            TableRows::Flows(v) => insert_rows(client, table, v).await,
+            TableRows::FlowStats(v) => insert_rows(client, table, v).await,
+            TableRows::Queues(v) => insert_rows(client, table, v).await,
+            TableRows::Ports(v) => insert_rows(client, table, v).await,
+            TableRows::Events(v) => insert_rows(client, table, v).await,
+            TableRows::Incidents(v) => insert_rows(client, table, v).await,
+            TableRows::Raw(v) => insert_rows(client, table, v).await,
+            TableRows::Totals(v) => insert_rows(client, table, v).await,
+        }
+    }
+}
+
+async fn insert_rows<T>(client: &Client, table: &str, rows: &[T]) -> ::clickhouse::error::Result<()>
+where
+    T: ::clickhouse::RowOwned + ::clickhouse::RowWrite,
+{
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut ins = client.insert::<T>(table).await?;
+    for r in rows {
+        ins.write(r).await?;
+    }
+    ins.end().await
 }
 
 #[derive(Row, Deserialize)]
@@ -428,12 +599,220 @@ struct One {
     value: u64,
 }
 
+/// The schema version this build writes. Version 1 is the first release's schema (tables as
+/// created by `CREATE ... IF NOT EXISTS` alone, with no version table); each later version
+/// adds columns (`MIGRATIONS`), applied by [`ClickHouseStore::open`].
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// Columns each schema version added: (version, table, column and type). Applied at open to
+/// every server's local table (and its Distributed table) that lacks them.
+const MIGRATIONS: [(u32, &str, &str); 2] = [
+    // The time the collector stored the row (its clock, not the switch's): retention and
+    // "what arrived lately" go by it.
+    (2, "events", "received_ns UInt64"),
+    (2, "incidents", "received_ns UInt64"),
+];
+
+/// How long opening the store waits for a first server to take the schema.
+const START_WAIT: Duration = Duration::from_secs(20);
+
+/// How long one insert may take before it counts as failed (and is spooled).
+const INSERT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// First and longest wait between retries of a shard's spool.
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// One shard: its replicas (writes go to the one that last answered, then the others) and
+/// the spool of writes none of them took.
+#[derive(Debug)]
+struct ShardIo {
+    urls: Vec<String>,
+    replicas: Vec<Client>,
+    good: AtomicUsize,
+    spool: Option<Spool>,
+    /// The shard was last seen refusing writes (its change is logged once).
+    down: AtomicBool,
+}
+
+/// What the writer, the readers and the spool's replayer share.
+#[derive(Debug)]
+struct Io {
+    config: ClickHouseConfig,
+    shards: Vec<ShardIo>,
+    /// Every server (each replica of each shard): reads go through any one's Distributed
+    /// tables.
+    servers: Vec<(String, Client)>,
+    /// Servers (indexes into `servers`) whose schema is not yet set up: they did not answer
+    /// when the store opened.
+    pending_schema: Mutex<Vec<usize>>,
+}
+
+impl Io {
+    /// The table rows are written to: the local one in a cluster.
+    fn local(&self, t: &str) -> String {
+        local_of(&self.config, t)
+    }
+
+    /// Sets up the schema on the servers that did not answer at open, if they answer now.
+    async fn set_up_pending(&self) {
+        let pending: Vec<usize> = lock(&self.pending_schema).clone();
+        for k in pending {
+            let (url, client) = &self.servers[k];
+            let set_up =
+                tokio::time::timeout(INSERT_TIMEOUT, apply_schema(&self.config, url, client));
+            match set_up
+                .await
+                .unwrap_or(Err(SchemaError::Unreachable(String::new())))
+            {
+                Ok(()) => {
+                    tracing::info!("clickhouse {url} answers: its schema is set up");
+                    lock(&self.pending_schema).retain(|&p| p != k);
+                }
+                Err(SchemaError::Unreachable(_)) => {}
+                Err(SchemaError::Failed(e)) => {
+                    tracing::error!("clickhouse {url}: {e}");
+                }
+            }
+        }
+    }
+
+    /// Inserts `rows` into shard `i`: the replica that last answered first, then the others.
+    async fn insert(&self, i: usize, rows: &TableRows) -> Result<(), String> {
+        let s = &self.shards[i];
+        let n = s.replicas.len();
+        let first = s.good.load(Ordering::Relaxed) % n;
+        let table = self.local(rows.table());
+        let mut errors = Vec::new();
+        for k in 0..n {
+            let r = (first + k) % n;
+            match tokio::time::timeout(INSERT_TIMEOUT, rows.insert(&s.replicas[r], &table)).await {
+                Ok(Ok(())) => {
+                    s.good.store(r, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Ok(Err(e)) => errors.push(format!("{}: {e}", s.urls[r])),
+                Err(_) => errors.push(format!("{}: no answer in {INSERT_TIMEOUT:?}", s.urls[r])),
+            }
+        }
+        Err(errors.join("; "))
+    }
+
+    /// Notes whether shard `i` took a write, logging only the changes.
+    fn note(&self, i: usize, error: Option<&str>) {
+        let s = &self.shards[i];
+        match error {
+            Some(e) => {
+                if !s.down.swap(true, Ordering::Relaxed) {
+                    tracing::warn!("clickhouse shard {i} refuses writes, spooling them: {e}");
+                }
+            }
+            None => {
+                if s.down.swap(false, Ordering::Relaxed) {
+                    tracing::info!("clickhouse shard {i} takes writes again");
+                }
+            }
+        }
+    }
+
+    /// Replays shard `i`'s spool, oldest first, until it is empty, an insert fails, `stop`
+    /// is set or `budget` has passed; whether the shard took every entry tried.
+    async fn replay(&self, i: usize, stop: &AtomicBool, budget: Duration) -> bool {
+        let Some(spool) = &self.shards[i].spool else {
+            return true;
+        };
+        let start = std::time::Instant::now();
+        while !stop.load(Ordering::Relaxed) && start.elapsed() < budget {
+            let Some((seq, data)) = spool.head() else {
+                return true;
+            };
+            let rows: TableRows = match serde_json::from_slice(&data) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!("clickhouse spool of shard {i}: entry {seq} unreadable: {e}");
+                    spool.discard(seq);
+                    continue;
+                }
+            };
+            match self.insert(i, &rows).await {
+                Ok(()) => {
+                    self.note(i, None);
+                    spool.pop(seq);
+                }
+                Err(e) => {
+                    self.note(i, Some(&e));
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// The thread that replays the spools while the store is open.
+#[derive(Debug)]
+struct Replayer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Replayer {
+    fn spawn(io: Arc<Io>, rt: tokio::runtime::Handle) -> std::io::Result<Replayer> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let halt = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("clickhouse-spool".into())
+            .spawn(move || {
+                let n = io.shards.len();
+                let mut wait = vec![RETRY_FIRST; n];
+                let mut next = vec![std::time::Instant::now(); n];
+                while !halt.load(Ordering::Relaxed) {
+                    if !lock(&io.pending_schema).is_empty() {
+                        rt.block_on(io.set_up_pending());
+                    }
+                    for i in 0..n {
+                        let empty = io.shards[i].spool.as_ref().is_none_or(Spool::is_empty);
+                        if empty || std::time::Instant::now() < next[i] {
+                            continue;
+                        }
+                        if rt.block_on(io.replay(i, &halt, Duration::from_secs(1))) {
+                            wait[i] = RETRY_FIRST;
+                        } else {
+                            // Backoff: a shard that is down is asked less and less often.
+                            next[i] = std::time::Instant::now() + wait[i];
+                            wait[i] = (wait[i] * 2).min(RETRY_MAX);
+                        }
+                    }
+                    std::thread::park_timeout(Duration::from_millis(100));
+                }
+            })?;
+        Ok(Replayer {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Replayer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
 /// The ClickHouse store (see the module's documentation).
 #[derive(Debug)]
 pub struct ClickHouseStore {
-    config: ClickHouseConfig,
-    /// One client per shard, in the cluster's shard order.
-    shards: Vec<Client>,
+    io: Arc<Io>,
+    /// The server reads go to first (the one that last answered).
+    reader_good: AtomicUsize,
+    /// Replays the spools (a writing store only); stopped before the runtime.
+    replayer: Option<Replayer>,
+    /// The spool directory's lock (a writing store only).
+    _lock: Option<std::fs::File>,
     /// The runtime the client's futures run on (taken only by `drop`).
     rt: Option<tokio::runtime::Runtime>,
     /// This run's ID (the lives of flows and counters, as in SQLite).
@@ -443,9 +822,28 @@ pub struct ClickHouseStore {
 }
 
 impl Drop for ClickHouseStore {
-    /// Without waiting: the store may be dropped by an async task (the API's), where a
-    /// runtime's blocking shutdown is not allowed.
+    /// Without waiting on the runtime: the store may be dropped by an async task (the API's),
+    /// where a runtime's blocking shutdown is not allowed. The replayer stops first (it ends
+    /// within one insert's timeout).
     fn drop(&mut self) {
+        self.replayer.take();
+        // An empty spool leaves nothing behind (the default one is in the temp directory);
+        // a spool that holds writes stays for the next run to replay.
+        let empty = self
+            .io
+            .shards
+            .iter()
+            .all(|s| s.spool.as_ref().is_none_or(Spool::is_empty));
+        if self._lock.is_some() && empty {
+            let _ = std::fs::remove_dir_all(self.io.config.spool_path());
+        } else if let Some(s) = self.spool_stats().filter(|s| s.rows > 0) {
+            tracing::warn!(
+                "{} rows wait in the spool {} for shards that did not answer: the next run with \
+                 the same name, servers and spool directory writes them",
+                s.rows,
+                self.io.config.spool_path().display()
+            );
+        }
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
@@ -454,6 +852,53 @@ impl Drop for ClickHouseStore {
 
 fn ch_err(e: ::clickhouse::error::Error) -> StoreError {
     StoreError::ClickHouse(e.to_string())
+}
+
+/// ClickHouse error codes that mean a server or shard could not be reached or cannot work now
+/// (network, ZooKeeper, a read-only replica), not that the query is wrong.
+const UNAVAILABLE_CODES: [u32; 9] = [32, 209, 210, 225, 242, 279, 319, 999, 202];
+
+/// The ClickHouse error code of a server's answer (`Code: N, ...`), if it is one.
+fn read_err_code(e: &::clickhouse::error::Error) -> Option<u32> {
+    match e {
+        ::clickhouse::error::Error::BadResponse(m) => m
+            .split("Code: ")
+            .nth(1)
+            .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|c| c.parse::<u32>().ok()),
+        _ => None,
+    }
+}
+
+/// A read's error as the API should see it: unreachable servers and shards as
+/// [`StoreError::Unavailable`], ClickHouse's own deadline as a timeout, the rest as
+/// [`StoreError::ClickHouse`] (its text is logged, not shown to API clients).
+fn read_err(e: ::clickhouse::error::Error) -> StoreError {
+    use ::clickhouse::error::Error as E;
+    match e {
+        E::Network(e) => StoreError::Unavailable(format!("no ClickHouse server answered ({e})")),
+        E::TimedOut => StoreError::Timeout,
+        E::BadResponse(m) => {
+            let code = m
+                .split("Code: ")
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|c| c.parse::<u32>().ok());
+            match code {
+                Some(159) => StoreError::Timeout,
+                Some(c) if UNAVAILABLE_CODES.contains(&c) => {
+                    tracing::debug!("clickhouse read: a shard is unavailable: {m}");
+                    StoreError::Unavailable(
+                        "a shard of the ClickHouse cluster (every replica of it) is unreachable, \
+                         so the answer would miss its rows; retry once it is back"
+                            .into(),
+                    )
+                }
+                _ => StoreError::ClickHouse(m),
+            }
+        }
+        e => StoreError::ClickHouse(e.to_string()),
+    }
 }
 
 /// A query value as a ClickHouse string literal.
@@ -471,11 +916,237 @@ fn lit(s: &str) -> String {
     out
 }
 
+/// The engine clause of `engine` for local table `local`: replicated when `replicated`, with
+/// the replica path keyed by the server's `{shard}` macro.
+fn engine(engine: &str, db: &str, local: &str, replicated: bool) -> String {
+    if !replicated {
+        return engine.to_string();
+    }
+    let (name, args) = match engine.split_once('(') {
+        Some((n, a)) => (n, format!(", {}", a.trim_end_matches(')'))),
+        None => (engine, String::new()),
+    };
+    format!("Replicated{name}('/clickhouse/tables/{{shard}}/{db}/{local}', '{{replica}}'{args})")
+}
+
+/// Why a server's schema could not be set up.
+enum SchemaError {
+    /// The server did not answer (retried later).
+    Unreachable(String),
+    /// It answered no (a wrong setup, a newer schema): the store does not open.
+    Failed(StoreError),
+}
+
+/// The table rows of `t` are written to: the local one in a cluster.
+fn local_of(config: &ClickHouseConfig, t: &str) -> String {
+    match config.cluster {
+        Some(_) => format!("{t}_local"),
+        None => t.to_string(),
+    }
+}
+
+/// The statements that create the schema where missing (after `CREATE DATABASE`).
+fn schema_ddl(config: &ClickHouseConfig) -> Vec<String> {
+    let db = &config.database;
+    let replicated = config.replicated();
+    let mut ddl = Vec::new();
+    for (name, cols, eng, keys) in TABLES {
+        let (time, order) = keys.split_once('|').unwrap_or(("time_ns", keys));
+        let part = DAY.replace("{t}", time);
+        let local = local_of(config, name);
+        // Flow summaries and incidents are read a page of keys at a time: a finer index reads
+        // fewer rows around each key than the default 8192.
+        let granularity = match name {
+            "flows" | "incidents" => 1024,
+            _ => 8192,
+        };
+        ddl.push(format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{local} ({cols}) ENGINE = {} \
+             PARTITION BY {part} ORDER BY ({order}) \
+             SETTINGS index_granularity = {granularity}",
+            engine(eng, db, &local, replicated)
+        ));
+        if let Some(c) = &config.cluster {
+            let key = match name {
+                "flows" | "flow_stats" => "flow_hash",
+                "queue_stats" | "port_stats" => "node_id",
+                "incidents" | "events" => "id",
+                _ => "rand()",
+            };
+            ddl.push(format!(
+                "CREATE TABLE IF NOT EXISTS {db}.{name} AS {db}.{local} \
+                 ENGINE = Distributed({c}, {db}, {local}, {key})"
+            ));
+        }
+    }
+    for (name, src, keys, aggs) in ROLLUPS {
+        let local = local_of(config, name);
+        let src = local_of(config, src);
+        // A replica's inserts fill its own views only (parts fetched from another replica do
+        // not run them): the view's table is replicated too, or replicas would differ.
+        let inner = format!(".inner.{local}");
+        ddl.push(format!(
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.{local} \
+             ENGINE = {} PARTITION BY toYYYYMMDD(minute) \
+             ORDER BY ({keys}, minute) AS SELECT \
+             toStartOfMinute(toDateTime(intDiv(time_ns, 1000000000), 'UTC')) AS minute, \
+             {keys}, {aggs} FROM {db}.{src} GROUP BY minute, {keys}",
+            engine("AggregatingMergeTree", db, &inner, replicated)
+        ));
+    }
+    ddl
+}
+
+/// Creates the database, tables and rollups where missing on one server and migrates an older
+/// schema there ([`MIGRATIONS`]).
+async fn apply_schema(
+    config: &ClickHouseConfig,
+    url: &str,
+    client: &Client,
+) -> Result<(), SchemaError> {
+    let db = &config.database;
+    let fail = |e: ::clickhouse::error::Error| match e {
+        ::clickhouse::error::Error::Network(_) | ::clickhouse::error::Error::TimedOut => {
+            SchemaError::Unreachable(e.to_string())
+        }
+        // The server answers but cannot work yet (ZooKeeper not reached, a read-only replica):
+        // as unreachable, tried again.
+        e if matches!(read_err_code(&e), Some(c) if UNAVAILABLE_CODES.contains(&c)) => {
+            SchemaError::Unreachable(e.to_string())
+        }
+        e => SchemaError::Failed(StoreError::ClickHouse(format!(
+            "setting up the schema on {url}: {e}"
+        ))),
+    };
+    let admin = Client::default().with_url(url).with_validation(false);
+    admin
+        .query(&format!("CREATE DATABASE IF NOT EXISTS {db}"))
+        .execute()
+        .await
+        .map_err(fail)?;
+    // The version before these statements: none recorded and tables present is the first
+    // release's schema (it had no version table).
+    let version = schema_version(config, client).await.map_err(fail)?;
+    if version > SCHEMA_VERSION {
+        return Err(SchemaError::Failed(StoreError::ClickHouse(format!(
+            "{url}: database {db} has schema version {version}, newer than this intscope's \
+             {SCHEMA_VERSION}: upgrade intscope"
+        ))));
+    }
+    for q in schema_ddl(config) {
+        client.query(&q).execute().await.map_err(fail)?;
+    }
+    migrate(config, client, version).await.map_err(fail)
+}
+
+/// The schema version recorded on one server (creating the version table): 0 for a new
+/// database, 1 for the first release's tables (no version recorded).
+async fn schema_version(
+    config: &ClickHouseConfig,
+    c: &Client,
+) -> Result<u32, ::clickhouse::error::Error> {
+    let db = &config.database;
+    // MergeTree, not a Log engine: collectors starting at once insert concurrently (TinyLog
+    // fails them), each server keeps its own (not replicated: each is migrated on its own).
+    c.query(&format!(
+        "CREATE TABLE IF NOT EXISTS {db}.schema_version \
+         (version UInt32, applied_ns UInt64) ENGINE = MergeTree ORDER BY version"
+    ))
+    .execute()
+    .await?;
+    let v = c
+        .query(&format!(
+            "SELECT toUInt64(max(version)) AS value FROM {db}.schema_version"
+        ))
+        .fetch_one::<One>()
+        .await?
+        .value;
+    if v > 0 {
+        return Ok(u32::try_from(v).unwrap_or(u32::MAX));
+    }
+    let tables = c
+        .query(&format!(
+            "SELECT count() AS value FROM system.tables WHERE database = {} AND name = {}",
+            lit(db),
+            lit(&local_of(config, "flows"))
+        ))
+        .fetch_one::<One>()
+        .await?
+        .value;
+    Ok(u32::from(tables > 0))
+}
+
+/// Applies [`MIGRATIONS`] newer than `from` on one server and records [`SCHEMA_VERSION`].
+/// Each step checks the column first, so a step a replicated ALTER already brought (from
+/// another replica) or a run killed halfway is not an error.
+async fn migrate(
+    config: &ClickHouseConfig,
+    c: &Client,
+    from: u32,
+) -> Result<(), ::clickhouse::error::Error> {
+    if from == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let db = &config.database;
+    let mut tables = vec![];
+    for (v, table, column) in MIGRATIONS {
+        if v <= from {
+            continue;
+        }
+        tables.push((local_of(config, table), column));
+        if config.cluster.is_some() {
+            tables.push((table.to_string(), column));
+        }
+    }
+    for (table, column) in &tables {
+        let name = column.split(' ').next().unwrap_or(column);
+        let has = c
+            .query(&format!(
+                "SELECT count() AS value FROM system.columns \
+                 WHERE database = {} AND table = {} AND name = {}",
+                lit(db),
+                lit(table),
+                lit(name)
+            ))
+            .fetch_one::<One>()
+            .await?
+            .value;
+        if has == 0 {
+            let sql = format!("ALTER TABLE {db}.{table} ADD COLUMN {column}");
+            if let Err(e) = c.query(&sql).execute().await {
+                // Code 44 (18.16's "column already exists"): another replica's replicated
+                // ALTER added it meanwhile.
+                if !e.to_string().contains("Code: 44,") {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    c.query(&format!(
+        "INSERT INTO {db}.schema_version (version, applied_ns) VALUES ({SCHEMA_VERSION}, {})",
+        crate::ingest::now_ns()
+    ))
+    .execute()
+    .await
+}
+
 impl ClickHouseStore {
-    /// Connects, creates the database, tables and rollups where missing (on every shard, and
-    /// the Distributed tables over them in a cluster).
+    /// Connects, creates the database, tables and rollups where missing and migrates older
+    /// schemas (on every server, and the Distributed tables over them in a cluster), takes up
+    /// the spool a previous run left and starts replaying it. The spool directory is locked:
+    /// a second writer with the same database, name and servers is refused.
     pub fn open(config: ClickHouseConfig) -> Result<Self, StoreError> {
-        if config.urls.len() > 1 && config.cluster.is_none() {
+        Self::open_with(config, true)
+    }
+
+    /// Opens the store to read it only (`intscope serve`): no spool, no lock.
+    pub fn open_reader(config: ClickHouseConfig) -> Result<Self, StoreError> {
+        Self::open_with(config, false)
+    }
+
+    fn open_with(config: ClickHouseConfig, writer: bool) -> Result<Self, StoreError> {
+        let shard_urls = config.shard_urls();
+        if shard_urls.iter().flatten().count() > 1 && config.cluster.is_none() {
             return Err(StoreError::BadRequest(
                 "clickhouse store: more than one server needs a cluster name".into(),
             ));
@@ -489,31 +1160,90 @@ impl ClickHouseStore {
                 path: "tokio runtime".into(),
                 source,
             })?;
-        let shards = config
-            .urls
+        let client = |u: &str| {
+            Client::default()
+                .with_url(u)
+                .with_validation(false)
+                .with_compression(::clickhouse::Compression::Lz4)
+                .with_database(&config.database)
+        };
+        let (lock, spool_root) = if writer {
+            let root = config.spool_path();
+            std::fs::create_dir_all(&root).map_err(|source| StoreError::Io {
+                path: root.clone(),
+                source,
+            })?;
+            (Some(super::sqlite::lock_dir(&root)?), Some(root))
+        } else {
+            (None, None)
+        };
+        let per_shard = (config.spool_max_mib.max(1) << 20) / shard_urls.len().max(1) as u64;
+        let mut shards = Vec::new();
+        for (i, urls) in shard_urls.iter().enumerate() {
+            let spool = match &spool_root {
+                Some(root) => {
+                    let dir = root.join(format!("shard{i}"));
+                    Some(
+                        Spool::open(&dir, per_shard)
+                            .map_err(|source| StoreError::Io { path: dir, source })?,
+                    )
+                }
+                None => None,
+            };
+            shards.push(ShardIo {
+                replicas: urls.iter().map(|u| client(u)).collect(),
+                urls: urls.clone(),
+                good: AtomicUsize::new(0),
+                spool,
+                down: AtomicBool::new(false),
+            });
+        }
+        let servers = shard_urls
             .iter()
-            .map(|u| {
-                Client::default()
-                    .with_url(u)
-                    .with_validation(false)
-                    .with_compression(::clickhouse::Compression::Lz4)
-                    .with_database(&config.database)
-            })
+            .flatten()
+            .map(|u| (u.clone(), client(u)))
             .collect();
-        let s = ClickHouseStore {
+        let io = Arc::new(Io {
             config,
             shards,
+            servers,
+            pending_schema: Mutex::new(Vec::new()),
+        });
+        let mut s = ClickHouseStore {
+            io,
+            reader_good: AtomicUsize::new(0),
+            replayer: None,
+            _lock: lock,
             rt: Some(rt),
             run: new_run_id() as u64,
             writes: std::sync::atomic::AtomicU64::new(1),
         };
         s.create()?;
+        if writer {
+            let handle = s.rt.as_ref().expect("runtime").handle().clone();
+            s.replayer = Some(
+                Replayer::spawn(Arc::clone(&s.io), handle).map_err(|source| StoreError::Io {
+                    path: "clickhouse spool thread".into(),
+                    source,
+                })?,
+            );
+        }
         Ok(s)
     }
 
     /// The configuration.
     pub fn config(&self) -> &ClickHouseConfig {
-        &self.config
+        &self.io.config
+    }
+
+    /// Replays the spools now, waiting for them (tests and shutdown): whether every shard's
+    /// spool is empty after.
+    pub fn replay_spools(&self) -> bool {
+        let stop = AtomicBool::new(false);
+        (0..self.io.shards.len()).all(|i| {
+            self.run(self.io.replay(i, &stop, Duration::from_secs(30)))
+                && self.io.shards[i].spool.as_ref().is_none_or(Spool::is_empty)
+        })
     }
 
     /// Runs a future on the store's runtime, from any thread: on a thread that is itself in
@@ -536,130 +1266,168 @@ impl ClickHouseStore {
         }
     }
 
-    /// Runs `f` within the query deadline.
-    fn read<F, T>(&self, timeout: Option<Duration>, f: F) -> Result<T, StoreError>
+    /// Runs `sql` with `fetch` on a server that answers, within the query deadline: the one
+    /// that last answered first, then every other (each replica of each shard has the
+    /// Distributed tables, so any one answers for the whole cluster).
+    fn read_any<T, F, Fut>(
+        &self,
+        sql: &str,
+        timeout: Option<Duration>,
+        fetch: F,
+    ) -> Result<T, StoreError>
     where
-        F: Future<Output = Result<T, ::clickhouse::error::Error>> + Send,
+        F: Fn(::clickhouse::query::Query) -> Fut + Send + Sync,
+        Fut: Future<Output = Result<T, ::clickhouse::error::Error>> + Send,
         T: Send,
     {
         let t = timeout.unwrap_or(DEFAULT_QUERY_TIMEOUT);
-        self.run(async move {
-            match tokio::time::timeout(t, f).await {
-                Ok(r) => r.map_err(ch_err),
-                Err(_) => Err(StoreError::Timeout),
+        let secs = t.as_secs().max(1).to_string();
+        let n = self.io.servers.len();
+        let first = self.reader_good.load(Ordering::Relaxed) % n;
+        let deadline = tokio::time::Instant::now() + t;
+        self.run(async {
+            let mut last = None;
+            for k in 0..n {
+                let i = (first + k) % n;
+                let q = self.io.servers[i]
+                    .1
+                    .query(sql)
+                    .with_setting("max_execution_time", secs.clone());
+                match tokio::time::timeout_at(deadline, fetch(q)).await {
+                    Err(_) => return Err(StoreError::Timeout),
+                    Ok(Ok(v)) => {
+                        self.reader_good.store(i, Ordering::Relaxed);
+                        return Ok(v);
+                    }
+                    // This server is down: another may answer.
+                    Ok(Err(e @ ::clickhouse::error::Error::Network(_))) => {
+                        last = Some(read_err(e));
+                    }
+                    Ok(Err(e)) => {
+                        let e = read_err(e);
+                        if let StoreError::ClickHouse(m) = &e {
+                            tracing::error!(
+                                "clickhouse read failed on {}: {m}",
+                                self.io.servers[i].0
+                            );
+                        }
+                        return Err(e);
+                    }
+                }
             }
+            Err(last.unwrap_or_else(|| StoreError::Unavailable("no ClickHouse server".into())))
+        })
+    }
+
+    fn fetch_all<T>(&self, sql: &str, timeout: Option<Duration>) -> Result<Vec<T>, StoreError>
+    where
+        T: ::clickhouse::RowOwned + ::clickhouse::RowRead + Send,
+    {
+        self.read_any(sql, timeout, |q| q.fetch_all::<T>())
+    }
+
+    fn fetch_one<T>(&self, sql: &str, timeout: Option<Duration>) -> Result<T, StoreError>
+    where
+        T: ::clickhouse::RowOwned + ::clickhouse::RowRead + Send,
+    {
+        self.read_any(sql, timeout, |q| q.fetch_one::<T>())
+    }
+
+    /// A live replica of shard `i` (for per-shard reads and maintenance): the one that last
+    /// answered first.
+    fn on_shard<T, F, Fut>(&self, i: usize, f: F) -> Result<T, StoreError>
+    where
+        F: Fn(Client) -> Fut + Send + Sync,
+        Fut: Future<Output = Result<T, ::clickhouse::error::Error>> + Send,
+        T: Send,
+    {
+        let s = &self.io.shards[i];
+        let n = s.replicas.len();
+        let first = s.good.load(Ordering::Relaxed) % n;
+        self.run(async {
+            let mut last = None;
+            for k in 0..n {
+                let r = (first + k) % n;
+                match f(s.replicas[r].clone()).await {
+                    Ok(v) => return Ok(v),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(read_err(last.expect("a shard has a replica")))
         })
     }
 
     fn cluster(&self) -> Option<&str> {
-        self.config.cluster.as_deref()
+        self.io.config.cluster.as_deref()
     }
 
     /// The table rows are written to: the local one in a cluster.
     fn local(&self, t: &str) -> String {
-        match self.cluster() {
-            Some(_) => format!("{t}_local"),
-            None => t.to_string(),
+        self.io.local(t)
+    }
+
+    /// Sets up the schema on every server ([`apply_schema`]). A server that cannot be reached
+    /// is left for the spool's replayer to set up once it answers (so a collector restarted
+    /// during an outage starts, and spools for that shard meanwhile); at least one server must
+    /// answer.
+    fn create(&self) -> Result<(), StoreError> {
+        // Until one server is set up (a cluster just started may not have reached ZooKeeper
+        // yet), for at most START_WAIT; the others are left to the replayer.
+        let start = std::time::Instant::now();
+        loop {
+            lock(&self.io.pending_schema).clear();
+            match self.create_once() {
+                Err(StoreError::Unavailable(_)) if start.elapsed() < START_WAIT => {
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                r => return r,
+            }
         }
     }
 
-    /// The client reads go through (the first shard: its Distributed tables see every shard).
-    fn reader(&self) -> &Client {
-        &self.shards[0]
-    }
-
-    /// Query settings of reads: the server stops a query past its deadline too.
-    fn read_query(&self, sql: &str, timeout: Option<Duration>) -> ::clickhouse::query::Query {
-        let secs = timeout.unwrap_or(DEFAULT_QUERY_TIMEOUT).as_secs().max(1);
-        self.reader()
-            .query(sql)
-            .with_setting("max_execution_time", secs.to_string())
-    }
-
-    fn create(&self) -> Result<(), StoreError> {
-        let db = &self.config.database;
-        for (i, url) in self.config.urls.iter().enumerate() {
-            let admin = Client::default().with_url(url).with_validation(false);
-            let client = self.shards[i].clone();
-            let mut ddl = vec![format!("CREATE DATABASE IF NOT EXISTS {db}")];
-            for (name, cols, engine, keys) in TABLES {
-                let (time, order) = keys.split_once('|').unwrap_or(("time_ns", keys));
-                let part = DAY.replace("{t}", time);
-                let local = self.local(name);
-                // Flow summaries and incidents are read a page of keys at a time: a finer
-                // index reads fewer rows around each key than the default 8192.
-                let granularity = match name {
-                    "flows" | "incidents" => 1024,
-                    _ => 8192,
-                };
-                ddl.push(format!(
-                    "CREATE TABLE IF NOT EXISTS {db}.{local} ({cols}) ENGINE = {engine} \
-                     PARTITION BY {part} ORDER BY ({order}) \
-                     SETTINGS index_granularity = {granularity}"
-                ));
-                if let Some(c) = self.cluster() {
-                    let key = match name {
-                        "flows" | "flow_stats" => "flow_hash",
-                        "queue_stats" | "port_stats" => "node_id",
-                        "incidents" | "events" => "id",
-                        _ => "rand()",
-                    };
-                    ddl.push(format!(
-                        "CREATE TABLE IF NOT EXISTS {db}.{name} AS {db}.{local} \
-                         ENGINE = Distributed({c}, {db}, {local}, {key})"
-                    ));
+    fn create_once(&self) -> Result<(), StoreError> {
+        let mut reached = 0;
+        for (k, (url, client)) in self.io.servers.iter().enumerate() {
+            // A server that neither answers nor refuses (a host gone) must not hold the start.
+            let set_up = async {
+                tokio::time::timeout(INSERT_TIMEOUT, apply_schema(&self.io.config, url, client))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(SchemaError::Unreachable(format!(
+                            "no answer in {INSERT_TIMEOUT:?}"
+                        )))
+                    })
+            };
+            match self.run(set_up) {
+                Ok(()) => reached += 1,
+                Err(SchemaError::Unreachable(e)) => {
+                    tracing::warn!(
+                        "clickhouse {url} unreachable at start, its schema is set up once it answers: {e}"
+                    );
+                    lock(&self.io.pending_schema).push(k);
                 }
+                Err(SchemaError::Failed(e)) => return Err(e),
             }
-            for (name, src, keys, aggs) in ROLLUPS {
-                let local = self.local(name);
-                let src = self.local(src);
-                ddl.push(format!(
-                    "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.{local} \
-                     ENGINE = AggregatingMergeTree PARTITION BY toYYYYMMDD(minute) \
-                     ORDER BY ({keys}, minute) AS SELECT \
-                     toStartOfMinute(toDateTime(intDiv(time_ns, 1000000000), 'UTC')) AS minute, \
-                     {keys}, {aggs} FROM {db}.{src} GROUP BY minute, {keys}"
-                ));
-            }
-            self.run(async {
-                admin.query(&ddl[0]).execute().await?;
-                for q in &ddl[1..] {
-                    client.query(q).execute().await?;
-                }
-                Ok::<_, ::clickhouse::error::Error>(())
-            })
-            .map_err(ch_err)?;
+        }
+        if reached == 0 {
+            return Err(StoreError::Unavailable(format!(
+                "no ClickHouse server of {} answered",
+                self.io.config.urls.join(",")
+            )));
         }
         Ok(())
     }
 
     /// The shard a row with this sharding key goes to (as the Distributed table's key would).
     fn shard(&self, key: u64) -> usize {
-        (key % self.shards.len() as u64) as usize
-    }
-
-    async fn insert_rows<T>(
-        client: &Client,
-        table: &str,
-        rows: &[T],
-    ) -> ::clickhouse::error::Result<()>
-    where
-        T: ::clickhouse::RowOwned + ::clickhouse::RowWrite,
-    {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let mut ins = client.insert::<T>(table).await?;
-        for r in rows {
-            ins.write(r).await?;
-        }
-        ins.end().await
+        (key % self.io.shards.len() as u64) as usize
     }
 
     /// The batch's rows, split by shard.
     fn write_batch(&self, b: &Batch) -> Result<(), StoreError> {
-        let n = self.shards.len();
-        let src = &self.config.source;
+        let n = self.io.shards.len();
+        let src = &self.io.config.source;
+        let received_ns = crate::ingest::now_ns();
         let mut flows: Vec<Vec<FlowIns>> = (0..n).map(|_| Vec::new()).collect();
         let mut series: Vec<Vec<FlowStatIns>> = (0..n).map(|_| Vec::new()).collect();
         for f in &b.flows {
@@ -712,7 +1480,8 @@ impl ClickHouseStore {
                 port: a.port,
                 queue_id: a.queue_id.unwrap_or(0),
                 samples: a.samples,
-                avg_occupancy: a.avg,
+                // JSON (the spool) has no NaN: an average of nothing is 0.
+                avg_occupancy: if a.avg.is_finite() { a.avg } else { 0.0 },
                 max_occupancy: a.max,
             });
         }
@@ -724,7 +1493,7 @@ impl ClickHouseStore {
                 node_id: a.node_id,
                 port: a.port,
                 samples: a.samples,
-                avg_hop_latency: a.avg,
+                avg_hop_latency: if a.avg.is_finite() { a.avg } else { 0.0 },
                 max_hop_latency: a.max,
                 drops: a.drops,
             });
@@ -747,6 +1516,7 @@ impl ClickHouseStore {
                 src_port: f.as_ref().map(|f| f.src_port),
                 dst_port: f.as_ref().map(|f| f.dst_port),
                 evidence: e.evidence.to_json().to_string(),
+                received_ns: e.received_ns.unwrap_or(received_ns),
             });
         }
         let mut incidents: Vec<Vec<IncidentIns>> = (0..n).map(|_| Vec::new()).collect();
@@ -761,6 +1531,9 @@ impl ClickHouseStore {
                 last_update_ns: i.last_update_ns,
                 end_ns: i.end_ns,
                 body: i.to_json().to_string(),
+                // When this version was stored (the collector's clock): retention keeps an
+                // incident while it is updated, whatever the switches' clocks say.
+                received_ns,
             });
         }
         let raw: Vec<RawIns> = b
@@ -788,16 +1561,6 @@ impl ClickHouseStore {
                 version,
             })
             .collect();
-        let (t_flows, t_series, t_queues, t_ports, t_events, t_inc, t_raw, t_totals) = (
-            self.local("flows"),
-            self.local("flow_stats"),
-            self.local("queue_stats"),
-            self.local("port_stats"),
-            self.local("events"),
-            self.local("incidents"),
-            self.local("raw_reports"),
-            self.local("totals"),
-        );
         let home = self.shard(flow_hash(&FlowRef {
             src: src.clone(),
             dst: String::new(),
@@ -805,30 +1568,92 @@ impl ClickHouseStore {
             src_port: 0,
             dst_port: 0,
         }));
-        // Every table's insert on every shard at once: a flush takes as long as its slowest
-        // insert, not their sum (the writer's latency is what ingest's back-pressure waits on).
-        type Insert<'a> =
-            std::pin::Pin<Box<dyn Future<Output = ::clickhouse::error::Result<()>> + Send + 'a>>;
-        let mut inserts: Vec<Insert<'_>> = Vec::new();
-        for (i, c) in self.shards.iter().enumerate() {
-            inserts.push(Box::pin(Self::insert_rows(c, &t_flows, &flows[i])));
-            inserts.push(Box::pin(Self::insert_rows(c, &t_series, &series[i])));
-            inserts.push(Box::pin(Self::insert_rows(c, &t_queues, &queues[i])));
-            inserts.push(Box::pin(Self::insert_rows(c, &t_ports, &ports[i])));
-            inserts.push(Box::pin(Self::insert_rows(c, &t_events, &events[i])));
-            inserts.push(Box::pin(Self::insert_rows(c, &t_inc, &incidents[i])));
+        let mut per_shard: Vec<Vec<TableRows>> = (0..n).map(|_| Vec::new()).collect();
+        for (i, (((((f, s), q), p), e), inc)) in flows
+            .into_iter()
+            .zip(series)
+            .zip(queues)
+            .zip(ports)
+            .zip(events)
+            .zip(incidents)
+            .enumerate()
+        {
+            per_shard[i].extend([
+                TableRows::Flows(f),
+                TableRows::FlowStats(s),
+                TableRows::Queues(q),
+                TableRows::Ports(p),
+                TableRows::Events(e),
+                TableRows::Incidents(inc),
+            ]);
         }
-        let c = &self.shards[home];
-        inserts.push(Box::pin(Self::insert_rows(c, &t_raw, &raw)));
-        inserts.push(Box::pin(Self::insert_rows(c, &t_totals, &totals)));
-        self.run(futures_util::future::try_join_all(inserts))
-            .map(drop)
-            .map_err(ch_err)
+        per_shard[home].extend([TableRows::Raw(raw), TableRows::Totals(totals)]);
+        self.write_shards(per_shard)
+    }
+
+    /// Writes each shard's rows on its own: every table's insert on every shard at once (a
+    /// flush takes as long as its slowest insert, not their sum), a failed insert spooled
+    /// without touching the others, and a shard whose spool holds older writes spooled behind
+    /// them (in order). Ok once every row is stored or spooled (synced to disk).
+    fn write_shards(&self, per_shard: Vec<Vec<TableRows>>) -> Result<(), StoreError> {
+        let io = &self.io;
+        let mut direct: Vec<(usize, Vec<TableRows>)> = Vec::new();
+        let mut spooled: Vec<(usize, TableRows)> = Vec::new();
+        for (i, rows) in per_shard.into_iter().enumerate() {
+            let rows: Vec<TableRows> = rows.into_iter().filter(|r| r.len() > 0).collect();
+            if rows.is_empty() {
+                continue;
+            }
+            if io.shards[i].spool.as_ref().is_some_and(|s| !s.is_empty()) {
+                spooled.extend(rows.into_iter().map(|r| (i, r)));
+            } else {
+                direct.push((i, rows));
+            }
+        }
+        let results = self.run(futures_util::future::join_all(direct.iter().map(
+            |(i, rows)| async move {
+                futures_util::future::join_all(rows.iter().map(|r| io.insert(*i, r))).await
+            },
+        )));
+        for ((i, rows), results) in direct.into_iter().zip(results) {
+            let mut failed = None;
+            for (r, res) in rows.into_iter().zip(results) {
+                if let Err(e) = res {
+                    failed = Some(e);
+                    spooled.push((i, r));
+                }
+            }
+            io.note(i, failed.as_deref());
+        }
+        let mut error = None;
+        for (i, rows) in spooled {
+            let Some(spool) = &io.shards[i].spool else {
+                error = Some(StoreError::Unavailable(format!(
+                    "clickhouse shard {i} refused a write and this store has no spool"
+                )));
+                continue;
+            };
+            let pushed = serde_json::to_vec(&rows)
+                .map_err(std::io::Error::other)
+                .and_then(|data| spool.push(rows.len() as u64, &data));
+            if let Err(e) = pushed {
+                tracing::error!(
+                    "clickhouse shard {i}: {} rows of {} lost, the spool refused them: {e}",
+                    rows.len(),
+                    rows.table()
+                );
+                error = Some(StoreError::Io {
+                    path: spool.dir().to_path_buf(),
+                    source: e,
+                });
+            }
+        }
+        error.map_or(Ok(()), Err)
     }
 
     /// Rows per table, each shard's local tables summed.
     fn count_tables(&self) -> Result<RowCounts, StoreError> {
-        let db = &self.config.database;
+        let db = &self.io.config.database;
         let mut m = RowCounts::new();
         for t in super::COUNTED_TABLES {
             let sql = match t {
@@ -841,8 +1666,7 @@ impl ClickHouseStore {
                 ),
                 _ => format!("SELECT count() AS value FROM {db}.{t}"),
             };
-            let q = self.read_query(&sql, None);
-            let n = self.read(None, q.fetch_one::<One>())?;
+            let n = self.fetch_one::<One>(&sql, None)?;
             m.insert(t.into(), n.value);
         }
         Ok(m)
@@ -866,10 +1690,26 @@ impl RowSink for ClickHouseStore {
 const EVENT_TIE: &str = "bitOr(bitShiftLeft(id, 10), cityHash64(source) % 1024)";
 
 impl Store for ClickHouseStore {
-    fn prune(&self, before_ns: u64, keep_raw: u64) -> Result<(), StoreError> {
+    /// The spools' gauges and counters summed over the shards (`None` for a reader).
+    fn spool_stats(&self) -> Option<SpoolStats> {
+        let mut sum = None::<SpoolStats>;
+        for s in &self.io.shards {
+            if let Some(sp) = &s.spool {
+                sum.get_or_insert_with(SpoolStats::default).add(&sp.stats());
+            }
+        }
+        sum
+    }
+
+    fn prune(
+        &self,
+        before_ns: u64,
+        received_before_ns: u64,
+        keep_raw: u64,
+    ) -> Result<(), StoreError> {
         // Whole days only (18.16 has no TTL and deletes are heavy mutations): a partition goes
         // once its day has ended before `before_ns`.
-        let db = self.config.database.clone();
+        let db = self.io.config.database.clone();
         let day = (before_ns / 1_000_000_000 / 86_400) as i64;
         let before_day = civil_yyyymmdd(day);
         let tables: Vec<String> = TABLES
@@ -883,7 +1723,10 @@ impl Store for ClickHouseStore {
                     .map(|r| format!(".inner.{}", self.local(r.0))),
             )
             .collect();
-        for c in &self.shards {
+        // One replica of each shard: a replicated table's partition drops and deletes reach
+        // the other replicas through ZooKeeper.
+        for s in &self.io.shards {
+            let c = &s.replicas[s.good.load(Ordering::Relaxed) % s.replicas.len()];
             let parts = self.run(async {
                 let list = tables.iter().map(|t| lit(t)).collect::<Vec<_>>().join(",");
                 c.query(&format!(
@@ -902,10 +1745,53 @@ impl Store for ClickHouseStore {
                 let Ok(d) = part.trim_matches('\'').parse::<i64>() else {
                     continue;
                 };
-                if d < before_day {
-                    let sql = format!("ALTER TABLE {db}.`{table}` DROP PARTITION {part}");
-                    self.run(c.query(&sql).execute()).map_err(ch_err)?;
+                if d >= before_day {
+                    continue;
                 }
+                // Events and incidents go by the collector's clock (`received_ns`): a day of
+                // report time goes once none of its rows was stored since the horizon; from a
+                // day still written to (a switch whose clock is stuck in the past) the rows
+                // stored before it are deleted (a mutation, rare).
+                if [self.local("events"), self.local("incidents")].contains(&table.to_string()) {
+                    let sql = format!(
+                        "SELECT toUInt64(max(received_ns)) AS value FROM {db}.`{table}` \
+                         WHERE {} = {d}",
+                        DAY.replace(
+                            "{t}",
+                            if table.starts_with("events") {
+                                "time_ns"
+                            } else {
+                                "start_ns"
+                            }
+                        )
+                    );
+                    let newest = self.run(c.query(&sql).fetch_one::<One>()).map_err(ch_err)?;
+                    if newest.value >= received_before_ns {
+                        let sql = format!(
+                            "SELECT toUInt64(min(received_ns)) AS value FROM {db}.`{table}` \
+                             WHERE {} = {d} AND received_ns > 0",
+                            DAY.replace(
+                                "{t}",
+                                if table.starts_with("events") {
+                                    "time_ns"
+                                } else {
+                                    "start_ns"
+                                }
+                            )
+                        );
+                        let oldest = self.run(c.query(&sql).fetch_one::<One>()).map_err(ch_err)?;
+                        if oldest.value > 0 && oldest.value < received_before_ns {
+                            let sql = format!(
+                                "ALTER TABLE {db}.`{table}` DELETE \
+                                 WHERE received_ns > 0 AND received_ns < {received_before_ns}"
+                            );
+                            self.run(c.query(&sql).execute()).map_err(ch_err)?;
+                        }
+                        continue;
+                    }
+                }
+                let sql = format!("ALTER TABLE {db}.`{table}` DROP PARTITION {part}");
+                self.run(c.query(&sql).execute()).map_err(ch_err)?;
             }
             // The raw ring: keep the newest `keep_raw` (a mutation, only when over).
             let raw = self.local("raw_reports");
@@ -940,35 +1826,17 @@ impl Store for ClickHouseStore {
     }
 
     fn next_event_id(&self) -> Result<u64, StoreError> {
-        let db = &self.config.database;
-        let q = self.read_query(
-            &format!(
-                "SELECT toUInt64(max(id)) AS value FROM {db}.events WHERE source = {}",
-                lit(&self.config.source)
-            ),
-            None,
-        );
-        let m = self.read(None, q.fetch_one::<One>())?;
-        Ok(m.value + 1)
+        self.next_id("events")
     }
 
     fn next_incident_id(&self) -> Result<u64, StoreError> {
-        let db = &self.config.database;
-        let q = self.read_query(
-            &format!(
-                "SELECT toUInt64(max(id)) AS value FROM {db}.incidents WHERE source = {}",
-                lit(&self.config.source)
-            ),
-            None,
-        );
-        let m = self.read(None, q.fetch_one::<One>())?;
-        Ok(m.value + 1)
+        self.next_id("incidents")
     }
 
     fn events(&self, q: &HistoryQuery) -> Result<Page<StoredEvent>, StoreError> {
         let limit = q.page_size(500)?;
         let (t, tie) = q.cursor('e')?.unwrap_or((i64::MAX, i64::MAX));
-        let db = &self.config.database;
+        let db = &self.io.config.database;
         let mut filter = format!(
             "time_ns >= {} AND time_ns <= {}",
             q.since.unwrap_or(0),
@@ -986,10 +1854,7 @@ impl Store for ClickHouseStore {
              ORDER BY time_ns DESC, tie DESC LIMIT {}",
             limit + 1
         );
-        let rows = self.read(
-            q.timeout,
-            self.read_query(&sql, q.timeout).fetch_all::<EventOut>(),
-        )?;
+        let rows = self.fetch_all::<EventOut>(&sql, q.timeout)?;
         let rows = rows
             .into_iter()
             .map(|e| {
@@ -1033,7 +1898,7 @@ impl Store for ClickHouseStore {
         // columns), then the full summaries of those only (a primary-key lookup). The
         // subquery reads the local table: on a cluster it runs on each shard, which holds
         // every row of its flows.
-        let (db, local) = (&self.config.database, self.local("flows"));
+        let (db, local) = (&self.io.config.database, self.local("flows"));
         let (since, until) = (q.since.unwrap_or(0), q.until.unwrap_or(u64::MAX));
         // The newest flows have rows in the newest seconds: the page is looked for in a window
         // back from the newest row (a scan of one column, cheap), from 50 ms widened 16-fold until it
@@ -1047,13 +1912,7 @@ impl Store for ClickHouseStore {
                 "SELECT toUInt64(max(last_seen_ns)) AS value FROM {db}.flows WHERE last_seen_ns <= {}",
                 t.max(0)
             );
-            Some(
-                self.read(
-                    q.timeout,
-                    self.read_query(&sql, q.timeout).fetch_one::<One>(),
-                )?
-                .value,
-            )
+            Some(self.fetch_one::<One>(&sql, q.timeout)?.value)
         };
         let mut window: u64 = 50_000_000;
         let mut rows = loop {
@@ -1076,10 +1935,7 @@ impl Store for ClickHouseStore {
                 ),
                 limit + 1,
             );
-            let rows = self.read(
-                q.timeout,
-                self.read_query(&sql, q.timeout).fetch_all::<FlowOut>(),
-            )?;
+            let rows = self.fetch_all::<FlowOut>(&sql, q.timeout)?;
             if rows.len() > limit as usize || lower == since {
                 break rows;
             }
@@ -1105,17 +1961,14 @@ impl Store for ClickHouseStore {
             "1",
             1,
         );
-        let rows = self.read(
-            q.timeout,
-            self.read_query(&sql, q.timeout).fetch_all::<FlowOut>(),
-        )?;
+        let rows = self.fetch_all::<FlowOut>(&sql, q.timeout)?;
         rows.into_iter().next().map(FlowOut::stored).transpose()
     }
 
     fn queue_series(&self, q: &HistoryQuery) -> Result<Page<QueueInterval>, StoreError> {
         let limit = q.page_size(MAX_HISTORY_LIMIT)?;
         let (t, tie) = q.cursor('q')?.unwrap_or((i64::MIN, i64::MIN));
-        let db = &self.config.database;
+        let db = &self.io.config.database;
         let tie_expr = "bitShiftRight(cityHash64(source, node_id, port, queue_id), 1)";
         let node = q
             .node
@@ -1130,10 +1983,7 @@ impl Store for ClickHouseStore {
             q.until.unwrap_or(u64::MAX),
             limit + 1
         );
-        let rows = self.read(
-            q.timeout,
-            self.read_query(&sql, q.timeout).fetch_all::<QueueOut>(),
-        )?;
+        let rows = self.fetch_all::<QueueOut>(&sql, q.timeout)?;
         let rows = rows
             .into_iter()
             .map(|r| {
@@ -1160,7 +2010,7 @@ impl Store for ClickHouseStore {
         q: &HistoryQuery,
     ) -> Result<Vec<FlowInterval>, StoreError> {
         let limit = q.page_size(600)?;
-        let db = &self.config.database;
+        let db = &self.io.config.database;
         let sql = format!(
             "SELECT time_ns, samples, e2e_avg, e2e_max, hop_latency_max, queue_occupancy_max
              FROM {db}.flow_stats WHERE flow_hash = {} AND {} AND time_ns >= {} AND time_ns <= {}
@@ -1170,10 +2020,7 @@ impl Store for ClickHouseStore {
             q.since.unwrap_or(0),
             q.until.unwrap_or(u64::MAX),
         );
-        let rows = self.read(
-            q.timeout,
-            self.read_query(&sql, q.timeout).fetch_all::<SeriesOut>(),
-        )?;
+        let rows = self.fetch_all::<SeriesOut>(&sql, q.timeout)?;
         rows.iter()
             .rev()
             .map(|r| {
@@ -1192,7 +2039,7 @@ impl Store for ClickHouseStore {
     fn incidents(&self, q: &HistoryQuery) -> Result<Page<StoredIncident>, StoreError> {
         let limit = q.page_size(500)?;
         let (t, tie) = q.cursor('i')?.unwrap_or((i64::MAX, i64::MAX));
-        let db = &self.config.database;
+        let db = &self.io.config.database;
         let mut filter = format!("start_ns <= {}", q.until.unwrap_or(u64::MAX));
         if let Some(k) = q.incident_kind()? {
             filter += &format!(" AND kind = {}", lit(k));
@@ -1217,10 +2064,7 @@ impl Store for ClickHouseStore {
                GROUP BY source, id)
              ORDER BY s DESC, tie DESC LIMIT {n}"
         );
-        let rows = self.read(
-            q.timeout,
-            self.read_query(&sql, q.timeout).fetch_all::<IncidentOut>(),
-        )?;
+        let rows = self.fetch_all::<IncidentOut>(&sql, q.timeout)?;
         let rows = rows
             .into_iter()
             .map(|r| {
@@ -1238,14 +2082,17 @@ impl Store for ClickHouseStore {
     }
 
     fn rows_stored(&self) -> Result<RowCounts, StoreError> {
-        let db = lit(&self.config.database);
+        let db = lit(&self.io.config.database);
         let mut m = RowCounts::new();
-        for c in &self.shards {
-            let sql = format!(
-                "SELECT table AS name, sum(rows) AS value FROM system.parts \
-                 WHERE active AND database = {db} GROUP BY table"
-            );
-            let rows = self.read(None, c.query(&sql).fetch_all::<NameCount>())?;
+        let sql = format!(
+            "SELECT table AS name, sum(rows) AS value FROM system.parts \
+             WHERE active AND database = {db} GROUP BY table"
+        );
+        for i in 0..self.io.shards.len() {
+            let rows = self.on_shard(i, |c| {
+                let sql = sql.clone();
+                async move { c.query(&sql).fetch_all::<NameCount>().await }
+            })?;
             for r in rows {
                 let name = r.name.strip_suffix("_local").unwrap_or(&r.name).to_string();
                 *m.entry(name).or_default() += r.value;
@@ -1254,14 +2101,61 @@ impl Store for ClickHouseStore {
         Ok(m)
     }
 
+    fn own_totals(&self) -> Result<Totals, StoreError> {
+        self.totals_where(&format!("source = {}", lit(&self.io.config.source)))
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn totals(&self) -> Result<Totals, StoreError> {
-        let db = &self.config.database;
+        self.totals_where("1")
+    }
+}
+
+/// IDs left unused after the live shards' highest when a shard is down at start: more than
+/// an outage's worth of events, so a new ID never takes one stored on the shard that is down.
+const ID_GAP: u64 = 1 << 24;
+
+impl ClickHouseStore {
+    /// The next free ID of this collector's rows in `table` (`events`, `incidents`). With a
+    /// shard down (a collector restarted during an outage) the live shards' highest plus
+    /// [`ID_GAP`], rather than refuse to start.
+    fn next_id(&self, table: &str) -> Result<u64, StoreError> {
+        let db = &self.io.config.database;
+        let sql = format!(
+            "SELECT toUInt64(max(id)) AS value FROM {db}.{table} WHERE source = {}",
+            lit(&self.io.config.source)
+        );
+        match self.fetch_one::<One>(&sql, None) {
+            Ok(m) => Ok(m.value + 1),
+            Err(StoreError::Unavailable(_)) => {
+                let m = self.fetch_one::<One>(
+                    &format!("{sql} SETTINGS skip_unavailable_shards = 1"),
+                    None,
+                )?;
+                tracing::warn!(
+                    "clickhouse: a shard is down, {table} IDs continue {ID_GAP} past the live shards' highest"
+                );
+                Ok(m.value + 1 + ID_GAP)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl ClickHouseStore {
+    /// The counters of the rows `filter` keeps, each run's newest version summed.
+    fn totals_where(&self, filter: &str) -> Result<Totals, StoreError> {
+        let db = &self.io.config.database;
         let sql = format!(
             "SELECT name, sum(v) AS value FROM (
-               SELECT name, argMax(value, version) AS v FROM {db}.totals GROUP BY name, source, run)
+               SELECT name, argMax(value, version) AS v FROM {db}.totals WHERE {filter}
+               GROUP BY name, source, run)
              GROUP BY name ORDER BY name"
         );
-        let rows = self.read(None, self.read_query(&sql, None).fetch_all::<NameCount>())?;
+        let rows = self.fetch_all::<NameCount>(&sql, None)?;
         Ok(rows.into_iter().map(|r| (r.name, r.value)).collect())
     }
 }
@@ -1273,7 +2167,7 @@ impl ClickHouseStore {
     /// `post` flows after it. In a cluster a flow's rows are all on one shard, so each shard
     /// aggregates and sorts its own and the caller merges (no merge of partial aggregates).
     fn flow_sql(&self, pre: &str, post: &str, limit: u32) -> String {
-        let db = &self.config.database;
+        let db = &self.io.config.database;
         let no_merge = if self.cluster().is_some() {
             " SETTINGS distributed_group_by_no_merge = 1"
         } else {

@@ -13,7 +13,9 @@
 //! ([`StoreStats::wait_for_writer`]): a batch never holds more than one interval of input, so a
 //! kill -9 loses at most one interval at any load. Counters are stored as sums over the
 //! collector's lifetimes: each write adds what changed since the last one (a restart adds, never
-//! overwrites). Reads (the API) have a deadline and a bounded number run at once.
+//! overwrites). Reads (the API) have a deadline and a bounded number run at once. With
+//! ClickHouse, a write a shard refuses is spooled to disk and retried ([`spool`]), so the writer
+//! acknowledges it and ingest goes on through an outage.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +30,7 @@ pub use intscope_core::rows::{AggRow, Batch, FlowRow, RowSink};
 
 pub mod clickhouse;
 pub mod read;
+pub mod spool;
 mod sqlite;
 
 pub use self::clickhouse::{ClickHouseConfig, ClickHouseStore};
@@ -70,6 +73,10 @@ pub enum StoreError {
     /// Every reader is busy and the wait queue is full (the API answers 503).
     #[error("store: too many queries at once")]
     Busy,
+    /// The store (a server, or a shard of a cluster) cannot be reached now (the API answers
+    /// 503 with this message, never the database's own text).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
     /// A query parameter is out of range or a cursor is not one this store issued (400).
     #[error("{0}")]
     BadRequest(String),
@@ -77,6 +84,24 @@ pub enum StoreError {
     /// foreign database; 500).
     #[error("store: unreadable row: {0}")]
     Corrupt(String),
+}
+
+impl StoreError {
+    /// The error as an API client sees it: the database's own error text stays in the log
+    /// (it names internals and changes between versions), the rest is said as it is.
+    pub fn public_message(&self) -> String {
+        match self {
+            StoreError::ClickHouse(m) => {
+                tracing::error!("store: clickhouse: {m}");
+                "the history store failed to answer (ClickHouse's error is in the log)".into()
+            }
+            StoreError::Sqlite(e) => {
+                tracing::error!("store: sqlite: {e}");
+                "the history store failed to answer (SQLite's error is in the log)".into()
+            }
+            e => e.to_string(),
+        }
+    }
 }
 
 /// Most rows one history query returns (`limit` above it is a 400).
@@ -172,8 +197,16 @@ pub const COUNTED_TABLES: [&str; 7] = [
 
 /// A history backend: writes typed rows ([`RowSink`]) and answers the API's history queries.
 pub trait Store: RowSink<Error = StoreError> + Send + Sync {
-    /// Deletes history older than `before_ns` and raw datagrams beyond the newest `keep_raw`.
-    fn prune(&self, before_ns: u64, keep_raw: u64) -> Result<(), StoreError>;
+    /// Deletes history older than `before_ns` (report time) and raw datagrams beyond the newest
+    /// `keep_raw`; events and incidents go by the collector's own clock instead, once stored
+    /// before `received_before_ns` (a switch whose clock is off would otherwise have its
+    /// events deleted as soon as they are stored, or kept forever).
+    fn prune(
+        &self,
+        before_ns: u64,
+        received_before_ns: u64,
+        keep_raw: u64,
+    ) -> Result<(), StoreError>;
     /// The next free event ID (to continue numbering after a restart).
     fn next_event_id(&self) -> Result<u64, StoreError>;
     /// The next free incident ID (a restarted collector must not reuse the IDs of stored
@@ -206,9 +239,24 @@ pub trait Store: RowSink<Error = StoreError> + Send + Sync {
     fn rows_stored(&self) -> Result<RowCounts, StoreError> {
         self.counts()
     }
-    /// The collector's counters summed over every run that wrote to this store.
+    /// The counters summed over every run that wrote to this store (in a shared store, every
+    /// collector's: the fabric's).
     fn totals(&self) -> Result<Totals, StoreError> {
         Ok(Totals::new())
+    }
+    /// This collector's own counters summed over its runs: [`Store::totals`] for a store of one
+    /// collector (SQLite); a shared store keeps the rows of this collector's name only.
+    fn own_totals(&self) -> Result<Totals, StoreError> {
+        self.totals()
+    }
+    /// Whether other collectors write this store too (then [`Store::totals`] is the fabric's).
+    fn shared(&self) -> bool {
+        false
+    }
+    /// The spool of writes waiting for the store to take them (ClickHouse), if the backend
+    /// has one.
+    fn spool_stats(&self) -> Option<spool::SpoolStats> {
+        None
     }
 }
 
@@ -370,8 +418,10 @@ impl StoreStats {
 pub struct StoreSnapshot {
     /// Rows per table ([`Store::rows_stored`]).
     pub rows: Option<RowCounts>,
-    /// The stored totals ([`Store::totals`]).
+    /// This collector's stored totals ([`Store::own_totals`]).
     pub totals: Option<Totals>,
+    /// Every collector's ([`Store::totals`]), for a shared store only.
+    pub fabric_totals: Option<Totals>,
 }
 
 /// Milliseconds since the first call in this process (1 or more; 0 means "no deadline").
@@ -528,7 +578,12 @@ pub fn spawn_writer(
             // What the store holds from earlier runs, shown before the first commit.
             let snapshot = |store: &dyn Store| StoreSnapshot {
                 rows: store.rows_stored().ok(),
-                totals: store.totals().ok(),
+                totals: store.own_totals().ok(),
+                fabric_totals: if store.shared() {
+                    store.totals().ok()
+                } else {
+                    None
+                },
             };
             *lock(&stats.snapshot) = Some(snapshot(&*store));
             let mut snapshot_at = Some(Instant::now());
@@ -554,8 +609,10 @@ pub fn spawn_writer(
                 }
                 n += 1;
                 if n.is_multiple_of(60) {
-                    let horizon = time_ns.saturating_sub(cfg.retention_hours * 3_600_000_000_000);
-                    if let Err(e) = store.prune(horizon, cfg.raw_reports) {
+                    let keep = cfg.retention_hours * 3_600_000_000_000;
+                    let horizon = time_ns.saturating_sub(keep);
+                    let received = crate::ingest::now_ns().saturating_sub(keep);
+                    if let Err(e) = store.prune(horizon, received, cfg.raw_reports) {
                         tracing::error!("store prune failed: {e}");
                     }
                 }

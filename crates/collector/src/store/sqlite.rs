@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS events(
   id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, kind TEXT NOT NULL,
   node_id INTEGER, port INTEGER, queue_id INTEGER, flow_id INTEGER,
   src TEXT, dst TEXT, proto INTEGER, src_port INTEGER, dst_port INTEGER,
-  evidence TEXT NOT NULL);
+  evidence TEXT NOT NULL, received_ns INTEGER);
 CREATE INDEX IF NOT EXISTS events_time ON events(time_ns);
 CREATE TABLE IF NOT EXISTS flows(
   src TEXT NOT NULL, dst TEXT NOT NULL, proto INTEGER NOT NULL, src_port INTEGER NOT NULL, dst_port INTEGER NOT NULL,
@@ -61,11 +61,81 @@ CREATE TABLE IF NOT EXISTS raw_reports(
   id INTEGER PRIMARY KEY AUTOINCREMENT, time_ns INTEGER NOT NULL, source TEXT NOT NULL, datagram BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS incidents(
   id INTEGER PRIMARY KEY, version INTEGER NOT NULL, kind TEXT NOT NULL, node_id INTEGER,
-  start_ns INTEGER NOT NULL, last_update_ns INTEGER NOT NULL, end_ns INTEGER, body TEXT NOT NULL);
+  start_ns INTEGER NOT NULL, last_update_ns INTEGER NOT NULL, end_ns INTEGER, body TEXT NOT NULL,
+  received_ns INTEGER);
 CREATE INDEX IF NOT EXISTS incidents_start ON incidents(start_ns);
 CREATE TABLE IF NOT EXISTS totals(
   name TEXT PRIMARY KEY, value INTEGER NOT NULL, run INTEGER NOT NULL, run_value INTEGER NOT NULL);
 ";
+
+/// The schema version this build writes, recorded in the `schema_version` table. Version 1 is
+/// the first release's schema (no version table); each later version adds what
+/// [`MIGRATIONS`] lists for it, applied at open.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// Columns each schema version added: (version, table, column and type).
+const MIGRATIONS: [(i64, &str, &str); 2] = [
+    // The collector's receive time of the report that raised the event or last updated the
+    // incident (its own clock, where `time_ns` may be the switch's).
+    (2, "events", "received_ns INTEGER"),
+    (2, "incidents", "received_ns INTEGER"),
+];
+
+/// Brings the schema of `conn`'s file to [`SCHEMA_VERSION`]: creates what is missing, adds the
+/// columns of [`MIGRATIONS`] newer than the file's version, records the version; one
+/// transaction, so a kill halfway leaves the file as it was. A file of a newer version is
+/// refused (this build would misread it).
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn.transaction()?;
+    let existed: bool = tx.query_row(
+        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'events'",
+        [],
+        |r| r.get(0),
+    )?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL, applied_ns INTEGER NOT NULL)",
+    )?;
+    let recorded: Option<i64> =
+        tx.query_row("SELECT max(version) FROM schema_version", [], |r| r.get(0))?;
+    let version = recorded.unwrap_or(i64::from(existed));
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::BadRequest(format!(
+            "store: the file has schema version {version}, newer than this intscope's {SCHEMA_VERSION}: upgrade intscope"
+        )));
+    }
+    // Tables and indexes missing (a new file gets the newest columns here).
+    tx.execute_batch(SCHEMA)?;
+    for (v, table, column) in MIGRATIONS {
+        let name = column.split(' ').next().unwrap_or(column);
+        let has: bool = tx.query_row(
+            &format!("SELECT count(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"),
+            [name],
+            |r| r.get(0),
+        )?;
+        if v > version && !has {
+            tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column}"))?;
+        }
+    }
+    let have: Vec<String> = tx
+        .prepare("SELECT name FROM pragma_table_info('flows')")?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for col in FLOW_RUN_COLUMNS {
+        if !have.iter().any(|h| h == col) {
+            tx.execute_batch(&format!(
+                "ALTER TABLE flows ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0"
+            ))?;
+        }
+    }
+    if version < SCHEMA_VERSION {
+        tx.execute(
+            "INSERT INTO schema_version(version, applied_ns) VALUES(?1, ?2)",
+            params![SCHEMA_VERSION, i(crate::ingest::now_ns())],
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
 
 /// Columns the `flows` table gained after its first release (added to older files at open):
 /// which in-memory life of the flow (`run`, `live_id`) last wrote it, and that life's counts as
@@ -101,7 +171,7 @@ pub struct SqliteStore {
 
 /// Locks `dir/LOCK` exclusively (an advisory `flock`, released by the kernel when the process
 /// ends, a crash included) and writes this process's ID in it for the next one's message.
-fn lock_dir(dir: &Path) -> Result<std::fs::File, StoreError> {
+pub(crate) fn lock_dir(dir: &Path) -> Result<std::fs::File, StoreError> {
     use std::io::{Read, Seek, Write};
     let path = dir.join("LOCK");
     let io = |source| StoreError::Io {
@@ -163,7 +233,7 @@ impl SqliteStore {
         })?;
         let lock = if writer { Some(lock_dir(dir)?) } else { None };
         let path = dir.join(Self::FILE);
-        let conn = Connection::open(&path)?;
+        let mut conn = Connection::open(&path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL in WAL mode: a committed transaction survives a process crash (kill -9); only
         // an OS crash can lose the last transactions.
@@ -172,18 +242,7 @@ impl SqliteStore {
         // A flush upserts every changed flow: with a large cache the flows table's indexes stay
         // in memory instead of being re-read page by page.
         conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
-        conn.execute_batch(SCHEMA)?;
-        let have: Vec<String> = conn
-            .prepare("SELECT name FROM pragma_table_info('flows')")?
-            .query_map([], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        for col in FLOW_RUN_COLUMNS {
-            if !have.iter().any(|h| h == col) {
-                conn.execute_batch(&format!(
-                    "ALTER TABLE flows ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0"
-                ))?;
-            }
-        }
+        migrate(&mut conn)?;
         let mut readers = Vec::with_capacity(READERS);
         for _ in 0..READERS {
             let r = Connection::open(&path)?;
@@ -251,10 +310,12 @@ impl SqliteStore {
 impl SqliteStore {
     /// Adds one batch's rows to the open transaction `tx`.
     fn write_rows(&self, tx: &rusqlite::Transaction<'_>, b: &Batch) -> Result<(), StoreError> {
+        // Rows raised before receive times were kept get the time they were stored.
+        let received_ns = crate::ingest::now_ns();
         {
             let mut ev = tx.prepare_cached(
-                "INSERT OR REPLACE INTO events(id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence)
-                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+                "INSERT OR REPLACE INTO events(id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence,received_ns)
+                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
             )?;
             for e in &b.events {
                 let f = e.flow.as_ref().map(FlowRef::from);
@@ -272,7 +333,8 @@ impl SqliteStore {
                     f.map(|f| f.proto),
                     f.map(|f| f.src_port),
                     f.map(|f| f.dst_port),
-                    e.evidence.to_json().to_string()
+                    e.evidence.to_json().to_string(),
+                    i(e.received_ns.unwrap_or(received_ns))
                 ])?;
             }
             // A flow's counters in memory count from the start of its in-memory life (this
@@ -365,11 +427,12 @@ impl SqliteStore {
             // Every version of an incident replaces the stored one unless that one is newer
             // (parts of a flush, or a replay, may carry an older version after a newer one).
             let mut inc = tx.prepare_cached(
-                "INSERT INTO incidents(id,version,kind,node_id,start_ns,last_update_ns,end_ns,body)
-                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8)
+                "INSERT INTO incidents(id,version,kind,node_id,start_ns,last_update_ns,end_ns,body,received_ns)
+                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)
                  ON CONFLICT(id) DO UPDATE SET version=excluded.version, kind=excluded.kind,
                    node_id=excluded.node_id, start_ns=excluded.start_ns,
-                   last_update_ns=excluded.last_update_ns, end_ns=excluded.end_ns, body=excluded.body
+                   last_update_ns=excluded.last_update_ns, end_ns=excluded.end_ns, body=excluded.body,
+                   received_ns=excluded.received_ns
                  WHERE excluded.version >= incidents.version",
             )?;
             for n in &b.incidents {
@@ -381,7 +444,10 @@ impl SqliteStore {
                     i(n.start_ns),
                     i(n.last_update_ns),
                     n.end_ns.map(i),
-                    n.to_json().to_string()
+                    n.to_json().to_string(),
+                    // When this version was stored (the collector's clock): retention keeps
+                    // an incident while it is updated, whatever the switches' clocks say.
+                    i(received_ns)
                 ])?;
             }
             // The same for the collector's counters, one life per run.
@@ -423,17 +489,28 @@ impl RowSink for SqliteStore {
 }
 
 impl Store for SqliteStore {
-    fn prune(&self, before_ns: u64, keep_raw: u64) -> Result<(), StoreError> {
+    fn prune(
+        &self,
+        before_ns: u64,
+        received_before_ns: u64,
+        keep_raw: u64,
+    ) -> Result<(), StoreError> {
         let conn = self.conn();
         let t = i(before_ns);
-        conn.execute("DELETE FROM events WHERE time_ns < ?1", [t])?;
+        let r = i(received_before_ns);
+        // Rows of schema version 1 have no receive time: they go by report time as then.
+        conn.execute(
+            "DELETE FROM events WHERE received_ns < ?2 OR (received_ns IS NULL AND time_ns < ?1)",
+            [t, r],
+        )?;
         conn.execute("DELETE FROM flows WHERE last_seen_ns < ?1", [t])?;
         conn.execute("DELETE FROM flow_stats WHERE time_ns < ?1", [t])?;
         conn.execute("DELETE FROM queue_stats WHERE time_ns < ?1", [t])?;
         conn.execute("DELETE FROM port_stats WHERE time_ns < ?1", [t])?;
         conn.execute(
-            "DELETE FROM incidents WHERE coalesce(end_ns, last_update_ns) < ?1",
-            [t],
+            "DELETE FROM incidents WHERE received_ns < ?2
+               OR (received_ns IS NULL AND coalesce(end_ns, last_update_ns) < ?1)",
+            [t, r],
         )?;
         conn.execute(
             "DELETE FROM raw_reports WHERE id <= (SELECT max(id) FROM raw_reports) - ?1",
@@ -464,14 +541,31 @@ impl Store for SqliteStore {
         let limit = q.page_size(500)?;
         let kind = q.event_kind()?;
         let after = q.cursor('e')?.map_or(i64::MAX, |(id, _)| id);
+        // Without a time range the page is the newest IDs: walked down the primary key, it reads
+        // `limit` rows (and those its filters skip), however many are stored; letting SQLite
+        // use the time index instead (`+` forbids it) would sort every event. With a range, the
+        // time index narrows the rows first.
+        let time = if q.since.is_none() && q.until.is_none() {
+            "+time_ns"
+        } else {
+            "time_ns"
+        };
+        let sql = format!(
+            "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence FROM events
+             WHERE id < ?6 AND {time} >= ?1 AND {time} <= ?2 AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
+             ORDER BY id DESC LIMIT ?5"
+        );
         let rows = self.read(q.timeout, |conn| {
-            let mut st = conn.prepare_cached(
-                "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence FROM events
-                 WHERE id < ?6 AND time_ns >= ?1 AND time_ns <= ?2 AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
-                 ORDER BY id DESC LIMIT ?5",
-            )?;
+            let mut st = conn.prepare_cached(&sql)?;
             st.query_map(
-                params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), kind, q.node, limit + 1, after],
+                params![
+                    i(q.since.unwrap_or(0)),
+                    i(q.until.unwrap_or(u64::MAX)),
+                    kind,
+                    q.node,
+                    limit + 1,
+                    after
+                ],
                 |r| {
                     let src: Option<String> = r.get(7)?;
                     let flow = match src {

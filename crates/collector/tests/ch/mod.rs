@@ -15,26 +15,36 @@ pub struct ClickHouse {
     dir: PathBuf,
     /// HTTP port of the first server (the others follow).
     pub port: u16,
-    /// Servers (shards).
+    /// Shards.
     pub shards: usize,
+    /// Replicas of each shard (servers: `shards * replicas`, shard by shard).
+    pub replicas: usize,
+    /// The `--store clickhouse:` value (`|` between a shard's replicas).
+    spec: String,
 }
 
 fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/clickhouse.sh")
 }
 
-/// Whether every port a cluster at `base` uses is free now.
-fn free(base: u16, shards: usize) -> bool {
-    (0..shards as u16).all(|i| {
-        [base + i, base + 100 + i, base + 200 + i]
-            .iter()
-            .all(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok())
-    })
+/// Whether every port a cluster of `servers` at `base` uses is free now (ZooKeeper's too).
+fn free(base: u16, servers: usize) -> bool {
+    TcpListener::bind(("127.0.0.1", base + 300)).is_ok()
+        && (0..servers as u16).all(|i| {
+            [base + i, base + 100 + i, base + 200 + i]
+                .iter()
+                .all(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+        })
 }
 
 impl ClickHouse {
     /// Starts `shards` servers (a cluster named `intscope` when more than one).
     pub fn start(shards: usize) -> ClickHouse {
+        Self::start_replicated(shards, 1)
+    }
+
+    /// Starts `shards` × `replicas` servers, and ZooKeeper when `replicas` > 1.
+    pub fn start_replicated(shards: usize, replicas: usize) -> ClickHouse {
         assert!(
             Command::new("sh")
                 .args([
@@ -51,7 +61,7 @@ impl ClickHouse {
         for _ in 0..20 {
             let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let base = 20_000 + ((std::process::id() as u16 % 400) * 50 + k * 5) % 30_000;
-            if !free(base, shards) {
+            if !free(base, shards * replicas) {
                 continue;
             }
             let dir =
@@ -62,12 +72,15 @@ impl ClickHouse {
                 .arg("start")
                 .arg(&dir)
                 .args(["--shards", &shards.to_string(), "--port", &base.to_string()])
+                .args(["--replicas", &replicas.to_string()])
                 .output()
                 .expect("running scripts/clickhouse.sh");
             let ch = ClickHouse {
                 dir,
                 port: base,
                 shards,
+                replicas,
+                spec: String::from_utf8_lossy(&out.stdout).trim().to_string(),
             };
             if out.status.success() {
                 return ch;
@@ -82,10 +95,43 @@ impl ClickHouse {
 
     /// The `--store clickhouse:` value.
     pub fn urls(&self) -> String {
-        (0..self.shards as u16)
-            .map(|i| format!("http://127.0.0.1:{}", self.port + i))
-            .collect::<Vec<_>>()
-            .join(",")
+        self.spec.clone()
+    }
+
+    /// Kills server `k` (shard `k / replicas`, replica `k % replicas`) with SIGKILL.
+    pub fn kill(&self, k: usize) {
+        self.script(&["kill", &self.dir.to_string_lossy(), &k.to_string()]);
+    }
+
+    /// Starts server `k` again, returning once it answers.
+    pub fn revive(&self, k: usize) {
+        self.script(&["revive", &self.dir.to_string_lossy(), &k.to_string()]);
+    }
+
+    fn script(&self, args: &[&str]) {
+        let out = Command::new("bash")
+            .arg(script())
+            .args(args)
+            .output()
+            .expect("running scripts/clickhouse.sh");
+        assert!(
+            out.status.success(),
+            "clickhouse.sh {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Runs `sql` on server `k` over HTTP, returning its answer's text.
+    pub fn query(&self, k: usize, sql: &str) -> String {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                &format!("http://127.0.0.1:{}/", self.port + k as u16),
+            ])
+            .args(["--data-binary", sql])
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
     /// A store configuration on database `db`, writing as collector `source`.
@@ -97,11 +143,14 @@ impl ClickHouse {
 }
 
 impl Drop for ClickHouse {
+    /// Kills the servers at once: their data is deleted next, a clean shutdown would only cost
+    /// time (seconds per replicated server).
     fn drop(&mut self) {
         let _ = Command::new("bash")
             .arg(script())
             .arg("stop")
             .arg(&self.dir)
+            .arg("--now")
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -1,0 +1,229 @@
+//! Schema migrations: a store created by the previous release (9d213bf, schema version 1: no
+//! version table, no `received_ns` columns; `tests/fixtures/schema-v1-*.sql`) with rows in it,
+//! opened by this build: its rows read back, new rows are written with the new columns, the
+//! version is recorded once, and a store of a newer version is refused.
+//!
+//! Cost: SQLite well under a second; ClickHouse one server start (~1 s) and a few queries.
+
+mod ch;
+
+use intscope_collector::incident::{
+    Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
+};
+use intscope_collector::store::{
+    Batch, ClickHouseStore, HistoryQuery, RowSink, SqliteStore, Store, StoreError,
+};
+
+fn incident(id: u64, updates: u64, end: Option<u64>) -> Incident {
+    Incident {
+        id,
+        kind: IncidentKind::Congestion,
+        place: IncidentPlace {
+            node: Some(4),
+            port: Some(3),
+            ..IncidentPlace::default()
+        },
+        cause: None,
+        state: if end.is_some() {
+            IncidentState::Resolved
+        } else {
+            IncidentState::Ongoing
+        },
+        severity: Severity::Warning,
+        start_ns: 1_000_000_000 * id,
+        start_uncertainty_ns: 0,
+        last_update_ns: 1_000_000_000 * id + updates,
+        end_ns: end,
+        end_uncertainty_ns: 0,
+        end_reason: end.map(|_| intscope_collector::incident::EndReason::Normal),
+        received_ns: Some(77),
+        updates,
+        counts: IncidentCounts::default(),
+        peak: None,
+        threshold: Some(1000),
+        baseline: None,
+        flows: Vec::new(),
+        symptoms: Vec::new(),
+        evidence: None,
+    }
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// The incidents the store lists, as (id, updates, state).
+fn listed(store: &dyn Store) -> Vec<(u64, u64, IncidentState)> {
+    let mut v: Vec<_> = store
+        .incidents(&HistoryQuery::default())
+        .unwrap()
+        .items
+        .iter()
+        .map(|i| (i.id, i.updates, i.state))
+        .collect();
+    v.sort_by_key(|x| x.0);
+    v
+}
+
+#[test]
+fn a_previous_release_sqlite_store_is_migrated() {
+    let dir = std::env::temp_dir().join(format!("intscope-migrate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    {
+        let conn = rusqlite::Connection::open(dir.join(SqliteStore::FILE)).unwrap();
+        conn.execute_batch(&fixture("schema-v1-sqlite.sql"))
+            .unwrap();
+        // A row as the previous release wrote it (its columns only).
+        let old = incident(1, 2, None);
+        conn.execute(
+            "INSERT INTO incidents(id,version,kind,node_id,start_ns,last_update_ns,end_ns,body)
+             VALUES(1, 4, 'congestion', 4, ?1, ?2, NULL, ?3)",
+            rusqlite::params![
+                old.start_ns as i64,
+                old.last_update_ns as i64,
+                old.to_json().to_string()
+            ],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&dir).unwrap();
+    assert_eq!(listed(&store), [(1, 2, IncidentState::Ongoing)]);
+    store
+        .write(&Batch {
+            incidents: vec![incident(1, 3, Some(1_000_000_900)), incident(2, 1, None)],
+            ..Batch::default()
+        })
+        .unwrap();
+    assert_eq!(
+        listed(&store),
+        [
+            (1, 3, IncidentState::Resolved),
+            (2, 1, IncidentState::Ongoing)
+        ]
+    );
+    drop(store);
+    // Reopened: nothing to migrate, the version recorded once, the new column written.
+    let store = SqliteStore::open(&dir).unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(dir.join(SqliteStore::FILE)).unwrap();
+    let versions: Vec<i64> = conn
+        .prepare("SELECT version FROM schema_version")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(versions, [2]);
+    let received: Vec<Option<i64>> = conn
+        .prepare("SELECT received_ns FROM incidents ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    // Stored on the collector's clock (when each version was written), not the incident's.
+    assert!(
+        received
+            .iter()
+            .all(|r| r.unwrap() > 1_000_000_000_000_000_000),
+        "{received:?}"
+    );
+    // A file of a newer schema is refused, not misread.
+    conn.execute("INSERT INTO schema_version VALUES(99, 0)", [])
+        .unwrap();
+    drop(conn);
+    match SqliteStore::open(&dir) {
+        Err(StoreError::BadRequest(m)) => assert!(m.contains("newer"), "{m}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_previous_release_clickhouse_store_is_migrated() {
+    let server = ch::ClickHouse::start(1);
+    let db = "mig";
+    server.query(0, &format!("CREATE DATABASE {db}"));
+    for stmt in fixture("schema-v1-clickhouse.sql")
+        .lines()
+        .filter(|l| !l.starts_with("--") && !l.trim().is_empty())
+    {
+        let r = server.query(0, &stmt.replace("{db}", db));
+        assert!(r.is_empty(), "{stmt}: {r}");
+    }
+    let old = incident(1, 2, None);
+    let body = old.to_json().to_string().replace('\'', "\\'");
+    let r = server.query(
+        0,
+        &format!(
+            "INSERT INTO {db}.incidents (source, id, version, kind, node_id, start_ns, \
+             last_update_ns, end_ns, body) VALUES ('test', 1, 4, 'congestion', 4, {}, {}, NULL, '{body}')",
+            old.start_ns, old.last_update_ns
+        ),
+    );
+    assert!(r.is_empty(), "{r}");
+
+    let mut cfg = server.config(db, "test");
+    cfg.spool_dir =
+        Some(std::env::temp_dir().join(format!("intscope-migrate-ch-{}", std::process::id())));
+    let store = ClickHouseStore::open(cfg.clone()).unwrap();
+    assert_eq!(listed(&store), [(1, 2, IncidentState::Ongoing)]);
+    store
+        .write(&Batch {
+            incidents: vec![incident(1, 3, Some(1_000_000_900)), incident(2, 1, None)],
+            ..Batch::default()
+        })
+        .unwrap();
+    assert_eq!(
+        listed(&store),
+        [
+            (1, 3, IncidentState::Resolved),
+            (2, 1, IncidentState::Ongoing)
+        ]
+    );
+    // Nothing went to the spool: every insert was taken as written.
+    assert_eq!(store.spool_stats().unwrap().spooled_rows, 0);
+    drop(store);
+    let store = ClickHouseStore::open(cfg.clone()).unwrap();
+    drop(store);
+    assert_eq!(
+        server.query(0, &format!("SELECT version FROM {db}.schema_version")),
+        "2"
+    );
+    for t in ["events", "incidents"] {
+        assert_eq!(
+            server.query(
+                0,
+                &format!(
+                    "SELECT type FROM system.columns WHERE database = '{db}' AND table = '{t}' AND name = 'received_ns'"
+                )
+            ),
+            "UInt64",
+            "{t}"
+        );
+    }
+    let received: u64 = server
+        .query(
+            0,
+            &format!("SELECT received_ns FROM {db}.incidents WHERE id = 2"),
+        )
+        .parse()
+        .unwrap();
+    assert!(received > 1_000_000_000_000_000_000, "{received}");
+    // A database of a newer schema is refused.
+    server.query(
+        0,
+        &format!("INSERT INTO {db}.schema_version VALUES (99, 0)"),
+    );
+    match ClickHouseStore::open(cfg.clone()) {
+        Err(e) => assert!(e.to_string().contains("newer"), "{e}"),
+        Ok(_) => panic!("a newer schema was opened"),
+    }
+    let _ = std::fs::remove_dir_all(cfg.spool_dir.unwrap());
+}
