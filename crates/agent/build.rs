@@ -1,4 +1,5 @@
-//! Compiles `bpf/agent.bpf.c` with clang into the object the agent embeds (CO-RE, against a
+//! Compiles `bpf/agent.bpf.c` (INT-XD postcards) and `bpf/int.bpf.c` (the INT-MD/MX data
+//! path) with clang into the objects the agent embeds (CO-RE, against a
 //! `vmlinux.h` dumped by bpftool from this machine's kernel BTF; the object relocates to the
 //! running kernel's layout when it loads). Without clang, bpftool or kernel BTF the crate still
 //! builds: the agent then refuses to start and says what the build lacked.
@@ -8,13 +9,14 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=bpf/agent.bpf.c");
+    println!("cargo:rerun-if-changed=bpf/int.bpf.c");
     println!("cargo:rerun-if-env-changed=INTSCOPE_AGENT_NO_BPF");
     println!("cargo:rerun-if-env-changed=INTSCOPE_AGENT_REQUIRE_BPF");
     println!("cargo:rerun-if-env-changed=CLANG");
     println!("cargo:rustc-check-cfg=cfg(intscope_bpf)");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let object = out.join("agent.bpf.o");
-    match build(&out, &object) {
+    match build(&out, &object, "agent").and_then(|()| build(&out, &out.join("int.bpf.o"), "int")) {
         Ok(()) => println!("cargo:rustc-cfg=intscope_bpf"),
         Err(why) if std::env::var_os("INTSCOPE_AGENT_REQUIRE_BPF").is_some() => {
             panic!("INTSCOPE_AGENT_REQUIRE_BPF is set and the BPF programs were not built: {why}")
@@ -23,11 +25,13 @@ fn main() {
             println!("cargo:warning=intscope-agent: BPF programs not built: {why}");
             println!("cargo:rustc-env=INTSCOPE_AGENT_NO_BPF_WHY={why}");
             std::fs::write(&object, []).expect("write the empty object");
+            std::fs::write(out.join("int.bpf.o"), []).expect("write the empty object");
         }
     }
 }
 
-fn build(out: &Path, object: &Path) -> Result<(), String> {
+/// Compiles `bpf/<name>.bpf.c` into `object`.
+fn build(out: &Path, object: &Path, name: &str) -> Result<(), String> {
     if std::env::var_os("INTSCOPE_AGENT_NO_BPF").is_some() {
         return Err("INTSCOPE_AGENT_NO_BPF was set".into());
     }
@@ -60,13 +64,15 @@ fn build(out: &Path, object: &Path) -> Result<(), String> {
         .arg(format!("-D__TARGET_ARCH_{arch}"))
         .arg("-I")
         .arg(out)
-        .args(["-c", "bpf/agent.bpf.c", "-o"])
+        .arg("-c")
+        .arg(format!("bpf/{name}.bpf.c"))
+        .arg("-o")
         .arg(object)
         .status()
         .map_err(|e| format!("{clang} not found ({e}): apt-get install clang libbpf-dev"))?;
     if !status.success() {
         return Err(format!(
-            "{clang} failed to compile bpf/agent.bpf.c ({status})"
+            "{clang} failed to compile bpf/{name}.bpf.c ({status})"
         ));
     }
     Ok(())

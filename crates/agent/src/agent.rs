@@ -21,7 +21,9 @@ use nix::time::{ClockId, clock_gettime};
 
 use crate::AgentError;
 use crate::bpf::{COUNTERS, Programs, Settings};
+use crate::datapath::{DataPath, DataPathSettings, INT_COUNTERS, PortRole};
 use crate::event::{Event, F_EGRESS_DROP, F_FLOW_DUE, F_INGRESS, F_INGRESS_TS, F_QUEUE, Kind};
+use crate::int_report::{IntEvent, IntReporter};
 use crate::kernel_drop::KernelReasons;
 use crate::metrics::Exposition;
 
@@ -37,9 +39,9 @@ pub const HOST_MIN_LATENCY_CHANGE_NS: u32 = 65_536;
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     /// The node's settings: node ID, watchlist and `watch_subnets`, report format, instruction
-    /// bitmap, queue thresholds (`[filters]`), drop reports, report ports. Its mode is INT-XD
-    /// whatever the file says, and its timestamps are always reported (postcards are joined by
-    /// them).
+    /// bitmap, queue thresholds (`[filters]`), drop reports, report ports. Without `int_ports`
+    /// its mode is INT-XD whatever the file says, and its timestamps are always reported
+    /// (postcards are joined by them); with them its mode (md or mx) is the data path's.
     pub node: NodeConfig,
     /// Interfaces to watch, by name; `*` and `?` match any characters / one character
     /// (`veth*`, `cali*`). Empty: every interface of the namespace but `lo`.
@@ -54,6 +56,10 @@ pub struct AgentConfig {
     /// `node.node_id`. Several namespaces of one machine (a lab) are cheaper watched by one
     /// agent than by one each: every agent's programs run on every packet of the machine.
     pub namespaces: Vec<Namespace>,
+    /// INT-MD / INT-MX roles of egress interfaces (`--int-port NAME=ROLE`). Non-empty: the
+    /// agent runs the INT data path (`bpf/int.bpf.c`, [`crate::datapath`]) in its own
+    /// namespace, in the node's `mode` (md or mx), instead of INT-XD postcards.
+    pub int_ports: Vec<(String, PortRole)>,
 }
 
 /// A network namespace the agent watches, reporting as its own node.
@@ -102,6 +108,8 @@ pub struct AgentStats {
     pub send_errors: u64,
     /// Interfaces watched now.
     pub interfaces: u64,
+    /// INT data path: reports made of its events (sink stacks, INT-MX hops).
+    pub int_reports: u64,
 }
 
 /// The hop's metadata, measured by the kernel half.
@@ -151,6 +159,8 @@ struct Reporter {
     clock: Clock,
     stats: AgentStats,
     ready: Vec<Vec<u8>>,
+    /// The INT data path's reporters (INT-MD/MX mode).
+    int: Option<IntReporter>,
 }
 
 fn port(ifindex: u32) -> u16 {
@@ -251,6 +261,56 @@ impl Reporter {
         }
     }
 
+    /// An event of the INT data path: the node's sink or INT-MX reports of the frame, with the
+    /// hop's metadata as the kernel measured it.
+    fn handle_int(&mut self, bytes: &[u8]) {
+        let (Ok(e), Some(node_id)) = (
+            IntEvent::parse(bytes),
+            self.nodes.first().map(|n| n.config().node_id),
+        ) else {
+            self.stats.bad_events += 1;
+            return;
+        };
+        self.stats.events += 1;
+        let ingress_ts = e
+            .has(crate::int_report::F_INGRESS_TS)
+            .then(|| self.clock.unix(e.ingress_ns));
+        // A sink works at tc ingress: its egress, latency and queue are unknown and left out
+        // (the report's RepMdBits say which of its own metadata it carries).
+        let egress = e.has(crate::int_report::F_EGRESS);
+        let mut hop = HopMetadata {
+            node_id: Some(node_id),
+            l1_ingress_if: Some(port(e.ingress_if)),
+            l1_egress_if: Some(port(e.egress_if)),
+            l2_ingress_if: Some(e.ingress_if),
+            l2_egress_if: Some(e.egress_if),
+            ingress_ts,
+            egress_ts: egress.then(|| self.clock.unix(e.egress_ns)),
+            hop_latency: (egress && e.latency_ns != u32::MAX).then_some(e.latency_ns),
+            ..HopMetadata::default()
+        };
+        if egress && e.has(crate::int_report::F_QUEUE) {
+            hop.queue_id = Some(e.queue_id.min(255) as u8);
+            hop.queue_occupancy = Some(e.backlog.min(0xff_ffff));
+        }
+        hop.present = hop.available_bits();
+        let Some(int) = self.int.as_mut() else {
+            self.stats.bad_events += 1;
+            return;
+        };
+        let reports = int.reports(&e, hop);
+        if reports.is_empty() {
+            self.stats.not_reported += 1;
+        }
+        for r in reports {
+            self.stats.int_reports += 1;
+            if q_flag(&r) {
+                self.stats.congested += 1;
+            }
+            self.exporter.push(monotonic_ns(), r, &mut self.ready);
+        }
+    }
+
     /// Sends the datagrams ready, up to [`SEND_BATCH`] per `sendmmsg` call on the socket
     /// connected to the collector. A datagram the kernel refuses (the collector's port closed,
     /// a full socket buffer) is counted and skipped; the rest go on.
@@ -307,7 +367,7 @@ fn q_flag(datagram: &[u8]) -> bool {
 /// A running agent: its programs attached, its socket open.
 #[derive(Debug)]
 pub struct Agent {
-    programs: Programs,
+    kernel: Kernel,
     reporter: Reporter,
     socket: UdpSocket,
     interfaces: Vec<String>,
@@ -316,6 +376,24 @@ pub struct Agent {
     /// The agent's own namespace, to come back to after reading another's interfaces.
     home: std::fs::File,
     exposition: Option<Exposition>,
+}
+
+/// The kernel half the agent runs.
+#[derive(Debug)]
+enum Kernel {
+    /// INT-XD postcards and drop reports (`bpf/agent.bpf.c`).
+    Postcards(Programs),
+    /// The INT-MD / INT-MX data path (`bpf/int.bpf.c`).
+    Int(DataPath),
+}
+
+impl Kernel {
+    fn events(&mut self) -> &mut aya::maps::RingBuf<aya::maps::MapData> {
+        match self {
+            Kernel::Postcards(p) => p.events(),
+            Kernel::Int(d) => d.events(),
+        }
+    }
 }
 
 /// Whether `name` matches `pattern` (`*` any characters, `?` one).
@@ -330,6 +408,24 @@ pub fn matches(pattern: &str, name: &str) -> bool {
         }
     }
     go(pattern.as_bytes(), name.as_bytes())
+}
+
+/// Runs `f` inside namespace `ns` (this thread only), then comes back to `home`.
+fn inside<T>(
+    home: &std::fs::File,
+    ns: &Netns,
+    f: impl FnOnce() -> Result<T, AgentError>,
+) -> Result<T, AgentError> {
+    use nix::sched::{CloneFlags, setns};
+    let Some(file) = &ns.file else {
+        return f();
+    };
+    setns(file, CloneFlags::CLONE_NEWNET)
+        .map_err(|e| AgentError::Io(format!("entering namespace {}", ns.name), e.into()))?;
+    let result = f();
+    setns(home, CloneFlags::CLONE_NEWNET)
+        .map_err(|e| AgentError::Io("coming back to the agent's namespace".into(), e.into()))?;
+    result
 }
 
 /// The namespace's interfaces matching `patterns` (all but `lo` when empty), as indexes.
@@ -367,6 +463,9 @@ fn local_addrs() -> Result<Vec<IpAddr>, AgentError> {
 impl Agent {
     /// Loads and attaches the programs for `cfg` in this process's network namespace.
     pub fn start(cfg: AgentConfig) -> Result<Agent, AgentError> {
+        if !cfg.int_ports.is_empty() {
+            return Self::start_int(cfg);
+        }
         let mut node_cfg = cfg.node.clone();
         node_cfg.mode = intscope_node::Mode::Xd;
         node_cfg.instructions |= INGRESS_TS | EGRESS_TS;
@@ -460,7 +559,7 @@ impl Agent {
             );
         }
         let mut agent = Agent {
-            programs,
+            kernel: Kernel::Postcards(programs),
             reporter: Reporter {
                 exporter: Exporter::new(node_cfg.export),
                 nodes,
@@ -468,6 +567,7 @@ impl Agent {
                 clock: Clock::now(),
                 stats: AgentStats::default(),
                 ready: Vec::new(),
+                int: None,
             },
             socket,
             interfaces: cfg.interfaces,
@@ -477,6 +577,137 @@ impl Agent {
         };
         agent.refresh()?;
         Ok(agent)
+    }
+
+    /// The INT-MD / INT-MX data path in this namespace: `int_ingress` on the watched interfaces
+    /// (all but `lo` when none are named) and on the role interfaces, `int_egress` on the role
+    /// interfaces; reports of the sink's stacks and of INT-MX hops through the node's code.
+    fn start_int(cfg: AgentConfig) -> Result<Agent, AgentError> {
+        if !cfg.namespaces.is_empty() {
+            return Err(AgentError::Config(
+                "INT roles (--int-port) run in the agent's own namespace: start one agent per \
+                 namespace (ip netns exec), without --netns"
+                    .into(),
+            ));
+        }
+        let mut node_cfg = cfg.node.clone();
+        let mx = match node_cfg.mode {
+            intscope_node::Mode::Md => false,
+            intscope_node::Mode::Mx => true,
+            intscope_node::Mode::Xd => {
+                return Err(AgentError::Config(
+                    "INT roles need mode = \"md\" or \"mx\" (INT-XD is the agent without \
+                     --int-port)"
+                        .into(),
+                ));
+            }
+        };
+        match node_cfg.encap {
+            intscope_node::SourceEncap::UdpNew => {}
+            intscope_node::SourceEncap::UdpPort => tracing::info!(
+                "the eBPF source puts INT behind a new UDP header (NPT 2) for UDP flows too: \
+                 NPT 1 would move the UDP header, which a CHECKSUM_PARTIAL packet cannot"
+            ),
+            other => {
+                return Err(AgentError::Config(format!(
+                    "encap {other:?}: the eBPF data path inserts INT with a new UDP header \
+                     (udp-new, NPT 2; udp-port is read as udp-new)"
+                )));
+            }
+        }
+        if node_cfg.watchlist.iter().any(|w| {
+            w.mode.is_some_and(|m| m != node_cfg.mode)
+                || w.instructions.is_some_and(|i| i != node_cfg.instructions)
+                || w.encap.is_some()
+                || w.ds_id != 0
+                || w.clone
+                || !w.destination.0.is_empty()
+        }) {
+            return Err(AgentError::Config(
+                "the eBPF data path uses the node's mode, instructions and encapsulation for \
+                 every flow: a watchlist entry may only select flows"
+                    .into(),
+            ));
+        }
+        if !node_cfg.report_ports.contains(&cfg.collector.port()) {
+            node_cfg.report_ports.push(cfg.collector.port());
+        }
+        let home = std::fs::File::open("/proc/self/ns/net")
+            .map_err(|e| AgentError::Io("/proc/self/ns/net".into(), e))?;
+        let inum = home
+            .metadata()
+            .map_err(|e| AgentError::Io("/proc/self/ns/net".into(), e))?
+            .ino() as u32;
+        let prefixes = watched_prefixes(&node_cfg);
+        let settings = DataPathSettings {
+            netns: inum,
+            node_id: node_cfg.node_id,
+            mx,
+            instructions: node_cfg.instructions,
+            max_hops: node_cfg.max_hops,
+            int_port: node_cfg.int_udp_port,
+            mtu: node_cfg.mtu as u32,
+            report_port: cfg.collector.port(),
+            watch_all: prefixes.is_none(),
+            watch: prefixes.unwrap_or_default(),
+        };
+        let mut datapath = DataPath::load(&settings)?;
+        let all = nix::net::if_::if_nameindex()
+            .map_err(|e| AgentError::Io("listing interfaces".into(), e.into()))?;
+        let mut ingress: Vec<String> = all
+            .iter()
+            .map(|i| i.name().to_string_lossy().into_owned())
+            .filter(|name| {
+                if cfg.interfaces.is_empty() {
+                    name != "lo"
+                } else {
+                    cfg.interfaces.iter().any(|p| matches(p, name))
+                }
+            })
+            .collect();
+        for (name, _) in &cfg.int_ports {
+            if !ingress.contains(name) {
+                ingress.push(name.clone());
+            }
+        }
+        datapath.attach(&ingress, &cfg.int_ports)?;
+        let int = IntReporter::new(&node_cfg).map_err(|e| AgentError::Config(e.to_string()))?;
+        let node = Node::new(node_cfg.clone()).map_err(|e| AgentError::Config(e.to_string()))?;
+        let bind: SocketAddr = if cfg.collector.is_ipv4() {
+            "0.0.0.0:0".parse().expect("an address")
+        } else {
+            "[::]:0".parse().expect("an address")
+        };
+        let socket =
+            UdpSocket::bind(bind).map_err(|e| AgentError::Io("the report socket".into(), e))?;
+        socket
+            .connect(cfg.collector)
+            .map_err(|e| AgentError::Io(format!("the report socket to {}", cfg.collector), e))?;
+        let stats = AgentStats {
+            interfaces: ingress.len() as u64,
+            ..AgentStats::default()
+        };
+        Ok(Agent {
+            kernel: Kernel::Int(datapath),
+            reporter: Reporter {
+                exporter: Exporter::new(node_cfg.export),
+                nodes: vec![node],
+                reasons: KernelReasons::default(),
+                clock: Clock::now(),
+                stats,
+                ready: Vec::new(),
+                int: Some(int),
+            },
+            socket,
+            interfaces: cfg.interfaces,
+            netns: vec![Netns {
+                file: None,
+                inum,
+                name: "(own)".into(),
+            }],
+            home,
+            exposition: None,
+        })
     }
 
     /// Serves the counters at `addr` (Prometheus text).
@@ -489,37 +720,25 @@ impl Agent {
         Ok(local)
     }
 
-    /// Runs `f` inside namespace `ns` (this thread only), then comes back.
-    fn inside<T>(
-        &self,
-        ns: &Netns,
-        f: impl FnOnce() -> Result<T, AgentError>,
-    ) -> Result<T, AgentError> {
-        use nix::sched::{CloneFlags, setns};
-        let Some(file) = &ns.file else {
-            return f();
-        };
-        setns(file, CloneFlags::CLONE_NEWNET)
-            .map_err(|e| AgentError::Io(format!("entering namespace {}", ns.name), e.into()))?;
-        let result = f();
-        setns(&self.home, CloneFlags::CLONE_NEWNET)
-            .map_err(|e| AgentError::Io("coming back to the agent's namespace".into(), e.into()))?;
-        result
-    }
-
     fn refresh(&mut self) -> Result<(), AgentError> {
+        let Kernel::Postcards(programs) = &mut self.kernel else {
+            // The INT data path's interfaces are attached once, at the start.
+            self.reporter.clock = Clock::now();
+            return Ok(());
+        };
         let mut watched = Vec::new();
         let mut addrs = Vec::new();
         for ns in &self.netns {
-            let (ifaces, local) =
-                self.inside(ns, || Ok((interfaces(&self.interfaces)?, local_addrs()?)))?;
+            let (ifaces, local) = inside(&self.home, ns, || {
+                Ok((interfaces(&self.interfaces)?, local_addrs()?))
+            })?;
             watched.extend(ifaces.into_iter().map(|i| (ns.inum, i)));
             addrs.push(local);
         }
-        self.programs.set_interfaces(&watched)?;
+        programs.set_interfaces(&watched)?;
         self.reporter.stats.interfaces = watched.len() as u64;
         for (i, a) in addrs.iter().enumerate() {
-            self.programs.set_local_addrs(i as u32, a)?;
+            programs.set_local_addrs(i as u32, a)?;
         }
         self.reporter.clock = Clock::now();
         Ok(())
@@ -537,13 +756,25 @@ impl Agent {
 
     /// Every counter, the kernel half's then userspace's: `(name, help, value)`.
     pub fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
-        let kernel = self.programs.counters().unwrap_or([0; COUNTERS.len()]);
         let s = self.reporter.stats;
-        let mut out: Vec<_> = COUNTERS
-            .iter()
-            .zip(kernel)
-            .map(|((n, h), v)| (*n, *h, v))
-            .collect();
+        let mut out: Vec<_> = match &self.kernel {
+            Kernel::Postcards(programs) => {
+                let kernel = programs.counters().unwrap_or([0; COUNTERS.len()]);
+                COUNTERS
+                    .iter()
+                    .zip(kernel)
+                    .map(|((n, h), v)| (*n, *h, v))
+                    .collect()
+            }
+            Kernel::Int(d) => {
+                let kernel = d.counters().unwrap_or([0; INT_COUNTERS.len()]);
+                INT_COUNTERS
+                    .iter()
+                    .zip(kernel)
+                    .map(|((n, h), v)| (*n, *h, v))
+                    .collect()
+            }
+        };
         out.extend([
             ("user_events", "events read from the ring buffer", s.events),
             ("bad_events", "events that could not be read", s.bad_events),
@@ -563,6 +794,11 @@ impl Agent {
                 "congested_reports",
                 "reports carrying the Q flag (queue over the trigger, within the quota)",
                 s.congested,
+            ),
+            (
+                "int_reports",
+                "reports made of INT data path events (sink stacks, INT-MX hops)",
+                s.int_reports,
             ),
             ("sent", "report datagrams sent", s.sent),
             (
@@ -585,7 +821,7 @@ impl Agent {
         let mut next_refresh = Instant::now() + Duration::from_secs(1);
         while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
             {
-                let ring = self.programs.events();
+                let ring = self.kernel.events();
                 let mut fds = [PollFd::new(ring.as_fd(), PollFlags::POLLIN)];
                 match poll(&mut fds, PollTimeout::from(100u16)) {
                     Ok(_) | Err(nix::errno::Errno::EINTR) => {}
@@ -612,13 +848,18 @@ impl Agent {
 
     fn drain(&mut self) {
         let Agent {
-            programs, reporter, ..
+            kernel, reporter, ..
         } = self;
-        let ring = programs.events();
+        let int = matches!(kernel, Kernel::Int(_));
+        let ring = kernel.events();
         // Bounded per call so sends and refreshes keep their pace under a flood.
         for _ in 0..65_536 {
             let Some(item) = ring.next() else { break };
-            reporter.handle(&item);
+            if int {
+                reporter.handle_int(&item);
+            } else {
+                reporter.handle(&item);
+            }
         }
         reporter.exporter.poll(monotonic_ns(), &mut reporter.ready);
         reporter.send(&self.socket);

@@ -131,7 +131,7 @@ fn local_addrs_value(addrs: &[IpAddr]) -> [u8; LOCAL_ADDRS_LEN] {
 pub const WATCH_FAST: usize = 16;
 
 /// `watch_prefixes` of the C source: per prefix its network then its mask, IPv4 mapped.
-fn fast_prefixes(nets: &[IpNet]) -> [u8; WATCH_FAST * 32] {
+pub(crate) fn fast_prefixes(nets: &[IpNet]) -> [u8; WATCH_FAST * 32] {
     let mut out = [0u8; WATCH_FAST * 32];
     for (slot, net) in out.chunks_exact_mut(32).zip(nets) {
         let (addr, mask) = match net {
@@ -153,7 +153,7 @@ pub struct Programs {
     events: RingBuf<MapData>,
 }
 
-fn load_error(what: &str, e: impl std::fmt::Display) -> AgentError {
+pub(crate) fn load_error(what: &str, e: impl std::fmt::Display) -> AgentError {
     let text = e.to_string();
     let hint = if text.contains("Operation not permitted") || text.contains("EPERM") {
         " (loading BPF needs CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN, or root; \

@@ -17,11 +17,17 @@
 //! - [`kernel_drop`]: the kernel's drop reasons as report drop reasons;
 //! - [`agent`]: the loop from events to reports, with [`intscope_node::Node`]'s watchlist,
 //!   report formats and queue quota;
-//! - [`metrics`]: the counters in Prometheus' text format, over HTTP.
+//! - [`metrics`]: the counters in Prometheus' text format, over HTTP;
+//! - [`datapath`]: the INT-MD / INT-MX data path (`bpf/int.bpf.c`: source, transit and sink at
+//!   tc), loaded instead of the postcard programs when interfaces have INT roles
+//!   (`--int-port`);
+//! - [`int_report`]: its events to Telemetry Reports, through the node's sink and INT-MX code.
 
 pub mod agent;
 pub mod bpf;
+pub mod datapath;
 pub mod event;
+pub mod int_report;
 pub mod kernel_drop;
 pub mod metrics;
 

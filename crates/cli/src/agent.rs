@@ -17,7 +17,8 @@ use intscope_node::config::ReportFormat;
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// Node settings (docs/node-config.md): node_id, watchlist, watch_subnets, report_format,
-    /// instructions, `[filters]` (queue thresholds), drop_reports. The mode is INT-XD.
+    /// instructions, `[filters]` (queue thresholds), drop_reports. The mode is INT-XD, but with
+    /// `--int-port` (md or mx).
     #[arg(long, value_name = "NODE.toml")]
     pub config: Option<PathBuf>,
     /// An ONOS netcfg (JSON) with SD-Fabric's INT app block, applied over `--config`: watch
@@ -57,9 +58,28 @@ pub struct AgentArgs {
     /// Serve the counters for Prometheus at this address (e.g. 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
+    /// Run the INT-MD / INT-MX data path instead of INT-XD postcards: interface NAME's egress
+    /// takes ROLE (`source`, `transit` or `sink`); repeatable. The mode is the config's
+    /// (`mode = "md"`, the default, or `"mx"`) or `--mode`; ingress timestamps are taken on every
+    /// `--interface` (all but lo by default) and on the role interfaces. docs/agent.md.
+    #[arg(long = "int-port", value_name = "NAME=ROLE", value_parser = parse_int_port)]
+    pub int_ports: Vec<(String, intscope_agent::datapath::PortRole)>,
+    /// INT mode of the data path (`md` or `mx`; overrides the config's), with `--int-port`.
+    #[arg(long, value_name = "md|mx", requires = "int_ports")]
+    pub mode: Option<String>,
     /// Stop after this many seconds.
     #[arg(long, value_name = "S")]
     pub duration: Option<f64>,
+}
+
+fn parse_int_port(text: &str) -> Result<(String, intscope_agent::datapath::PortRole), String> {
+    let (name, role) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text}: expected NAME=ROLE (source, transit or sink)"))?;
+    if name.is_empty() || name.contains('/') {
+        return Err(format!("{name:?}: not an interface name"));
+    }
+    Ok((name.to_string(), role.parse()?))
 }
 
 fn parse_netns(text: &str) -> Result<intscope_agent::agent::Namespace, String> {
@@ -132,6 +152,12 @@ pub fn run(args: &AgentArgs) -> Result<String> {
     };
     node.watch_subnets
         .extend(args.watch_subnets.iter().copied());
+    match args.mode.as_deref() {
+        None => {}
+        Some("md") => node.mode = intscope_node::Mode::Md,
+        Some("mx") => node.mode = intscope_node::Mode::Mx,
+        Some(other) => crate::usage::bail_usage!("--mode {other}: expected md or mx"),
+    }
     if args.duration.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
         crate::usage::bail_usage!("--duration must be a positive number of seconds");
     }
@@ -149,6 +175,7 @@ pub fn run(args: &AgentArgs) -> Result<String> {
         collector,
         filters: !args.every_packet,
         namespaces: args.netns.clone(),
+        int_ports: args.int_ports.clone(),
     })?;
     if let Some(addr) = args.metrics {
         let local = agent.serve_metrics(addr)?;

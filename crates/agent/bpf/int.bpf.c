@@ -1,0 +1,799 @@
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+//
+// intscope INT-MD / INT-MX data path: source, transit and sink at tc (clsact), in the kernel.
+//
+// Two tc programs and one BTF tracepoint:
+//   int_ingress  (tc ingress, every watched interface; the sink role's too, see there): stamps
+//                the packet's arrival time into
+//                skb->tstamp as a monotonic delivery time. The kernel keeps a delivery time
+//                across forwarding (skb_clear_tstamp() leaves a mono tstamp alone) and across a
+//                veth into another namespace, so the same sk_buff reaches tc egress with it: the
+//                hop's ingress timestamp needs no table.
+//   int_egress   (tc egress, source and transit interfaces): the INT role of the interface
+//                (map `roles`): source inserts INT, transit pushes its metadata. The sink role
+//                runs at tc ingress: strips INT and hands the stack to userspace, which sends the
+//                Telemetry Report.
+//   on_xmit      (tp_btf/net_dev_start_xmit, after the qdisc): per role interface, the root
+//                qdisc's backlog and the time the last packet spent in it (now - the tstamp
+//                int_egress wrote). tc egress runs before the qdisc, so a packet's metadata is
+//                written before its own queueing is known: its hop latency adds the sojourn of
+//                the packet before it, its queue occupancy is the backlog that packet left.
+//
+// Encapsulation: INT v2.1 §"INT over TCP/UDP", NPT = 2 ("a new UDP header is inserted
+// between the IP header and the original L4 header"): [IP][UDP (INT port)][shim][MD or MX
+// header][metadata][original TCP/UDP header][payload], for TCP and UDP, IPv4 and IPv6. The
+// original L4 header and payload never move in memory (bpf_skb_adjust_room at
+// BPF_ADJ_ROOM_NET moves the bytes *before* the room), so a CHECKSUM_PARTIAL packet's csum_start
+// still points at its L4 header and its pseudo-header seed stays right (same addresses, same
+// L4 length); the new UDP header's checksum is zero (§"INT over TCP/UDP": "It is recommended
+// that the checksum in the new UDP header be set to zero", RFC 6936; the node does the same),
+// and its source port a hash of the flow ("It is recommended that the source port number of the
+// new UDP header be calculated using a hash of fields from the original packet"). NPT 1
+// and NPT 0 put INT *after* the L4 header: the L4 header would have to move, and tc has no way
+// to move csum_start, so with the kernel's default offloads (every locally sent packet is
+// CHECKSUM_PARTIAL) the device would write the checksum into the INT stack.
+//
+// GSO packets (gso_size set) get no INT and are counted (C_GSO_SKIPPED): with an outer
+// UDP header announcing protocol 17, the kernel's segmentation would take a TCP super-packet
+// for a UDP one and drop it; passing it unchanged is the only way that never corrupts a frame.
+//
+// Every packet seen at egress ends in exactly one outcome counter; every packet this program
+// drops is counted by reason (C_DROP_*).
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define TC_ACT_OK 0
+#define TC_ACT_SHOT 2
+#define ETH_HLEN 14
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+#define CAPTURE 256
+// A non-zero length of at most 128 the verifier can bound (clang may check one register and
+// pass another): the identity for 1..128.
+#define SIZE(n) ((((n) - 1) & 127) + 1)
+#define MAX_SOJOURN_NS 1000000000ULL
+#define MAX_RESIDENCE_NS 4000000000ULL
+
+// Roles of an egress interface (map `roles`).
+#define ROLE_SOURCE 1
+#define ROLE_TRANSIT 2
+#define ROLE_SINK 3
+
+// Settings, written by the loader (constant-folded by the verifier).
+const volatile __u32 netns_inum = 0;     // the namespace whose devices on_xmit watches
+const volatile __u32 node_id = 1;
+const volatile __u32 int_type = 1;       // 1: INT-MD, 3: INT-MX (shim Type)
+const volatile __u32 instructions = 0xf000;
+const volatile __u32 hop_ml = 4;         // words of this node's metadata (MD)
+const volatile __u32 max_hops = 8;       // Remaining Hop Count at the source
+const volatile __u32 int_port = 17768;   // UDP destination port of INT (INT_TBD)
+const volatile __u32 udp_sport_base = 0xc000; // new UDP header's source port: base | hash
+const volatile __u32 mtu_cap = 1500;     // the node's egress MTU (the device's if smaller)
+const volatile __u32 report_port = 32766;
+const volatile __u64 unix_offset_ns = 0; // CLOCK_REALTIME - CLOCK_MONOTONIC at load
+const volatile __u32 watch_all = 0;
+#define WATCH_FAST 16
+const volatile __u32 watch_count = 0;
+const volatile __u8 watch_prefixes[WATCH_FAST * 32] = {};
+
+enum counter {
+	C_SEEN = 0,       // packets sent on a role interface
+	C_NOT_IP,         // not IPv4/IPv6, or headers unreadable
+	C_UNSUPPORTED_IP, // IPv4 options, IPv6 extension headers, not TCP/UDP
+	C_FRAGMENT,       // IP fragments: never changed
+	C_UNWATCHED,      // source: on no watchlist
+	C_REPORTS,        // report traffic
+	C_GSO_SKIPPED,    // source: GSO packets passed without INT
+	C_HAS_INT,        // source: INT already present, passed
+	C_INSERTED,       // source: INT inserted with this hop's metadata
+	C_INSERTED_M,     // source: INT inserted without metadata (M bit, or RHC 0)
+	C_TOO_BIG,        // source: even the fixed headers exceed the MTU: no INT
+	C_NOT_INT,        // transit/sink: no INT (NPT 2, our port) in the packet
+	C_ADDED,          // transit: metadata pushed
+	C_HOP_LIMIT,      // transit: Remaining Hop Count 0, E bit set
+	C_MTU,            // transit: no room, M bit set
+	C_MX_SEEN,        // transit: INT-MX, reported, unchanged
+	C_SUNK,           // sink: INT removed (and reported)
+	C_MALFORMED,      // transit/sink: INT headers inconsistent, passed unchanged
+	C_UNSUPPORTED_INT,// transit/sink: INT this data path does not edit (NPT 0/1, other version)
+	C_ADJUST_FAILED,  // bpf_skb_adjust_room refused: passed unchanged
+	C_DROP_HELPER,    // dropped: a rewrite failed half-way (the frame would be corrupt)
+	C_DROP_DISCARD,   // dropped: D bit at the sink (after its report)
+	C_EVENTS,         // events sent to userspace (reports)
+	C_RING_FULL,      // events lost: ring buffer full
+	C_NO_INGRESS_TS,  // packets with no ingress time (originated here): latency unknown
+	C_STAMPED,        // ingress: packets stamped
+	C_MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, C_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+// ifindex -> role, for this namespace's interfaces (bounded: 1024 interfaces).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} roles SEC(".maps");
+
+// Per egress interface (ifindex % 1024): what the last packet met in its qdisc.
+#define QUEUE_SLOTS 1024
+struct queue_state {
+	__u64 at;         // when measured (CLOCK_MONOTONIC)
+	__u32 sojourn_ns; // time the last packet spent between tc egress and the driver
+	__u32 backlog;    // bytes in the root qdisc then
+	__u32 ifindex;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, QUEUE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct queue_state);
+} queues SEC(".maps");
+
+// What userspace receives: the frame from its Ethernet header as it leaves this hop (sink:
+// as it arrived, before INT is stripped), with this hop's measurements.
+#define K_SINK 1
+#define K_MX 2      // INT-MX at a source or transit hop
+#define K_MX_SINK 3 // INT-MX at the sink
+#define F_INGRESS_TS 1
+#define F_QUEUE 2
+#define F_EGRESS 4   // egress known (not at a sink, which works at ingress)
+struct event {
+	__u8 kind;
+	__u8 flags;
+	__u16 caplen;
+	__u32 pkt_len;       // skb->len (from the Ethernet header)
+	__u32 ingress_if;
+	__u32 egress_if;
+	__u64 ingress_ns;    // CLOCK_MONOTONIC
+	__u64 egress_ns;
+	__u32 latency_ns;
+	__u32 backlog;
+	__u32 queue_id;
+	__u32 pad;
+	__u8 pkt[CAPTURE];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} events SEC(".maps");
+// Bytes of events waiting that wake userspace (~800 events; a sixteenth of the ring).
+#define WAKE_BYTES (256 << 10)
+
+// Per-CPU scratch: this hop's metadata (at most 31 words) and the headers being rewritten.
+struct scratch {
+	__u8 meta[128];
+	__u8 hdr[64];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch SEC(".maps");
+
+static __always_inline void count(__u32 c)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &c);
+	if (v)
+		*v += 1;
+}
+
+struct ip {
+	__u32 l4;        // offset of the L4 header (= the room's offset)
+	__u32 len;       // IP packet length
+	__u8 v6;
+	__u8 proto;
+	__u8 addr[32];   // source, destination (IPv4 mapped)
+};
+
+// The IP header at ETH_HLEN. 0: no IP; -1: IP this path does not handle (counted by caller).
+static __always_inline int parse_ip(struct __sk_buff *skb, struct ip *ip)
+{
+	__u8 h[40];
+	__u16 proto = bpf_ntohs(skb->protocol);
+	__builtin_memset(ip->addr, 0, 32);
+	if (proto == ETH_P_IP) {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, h, 20))
+			return 0;
+		if (h[0] != 0x45) {
+			count((h[0] >> 4) == 4 ? C_UNSUPPORTED_IP : C_NOT_IP);
+			return -1;
+		}
+		if (((h[6] & 0x3f) | h[7]) != 0) {
+			count(C_FRAGMENT);
+			return -1;
+		}
+		ip->v6 = 0;
+		ip->l4 = ETH_HLEN + 20;
+		ip->len = ((__u32)h[2] << 8) | h[3];
+		ip->proto = h[9];
+		ip->addr[10] = 0xff; ip->addr[11] = 0xff;
+		ip->addr[26] = 0xff; ip->addr[27] = 0xff;
+		__builtin_memcpy(&ip->addr[12], &h[12], 4);
+		__builtin_memcpy(&ip->addr[28], &h[16], 4);
+	} else if (proto == ETH_P_IPV6) {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, h, 40))
+			return 0;
+		if ((h[0] >> 4) != 6)
+			return 0;
+		ip->v6 = 1;
+		ip->l4 = ETH_HLEN + 40;
+		ip->len = 40 + (((__u32)h[4] << 8) | h[5]);
+		ip->proto = h[6];
+		if (ip->proto == 44) {
+			count(C_FRAGMENT);
+			return -1;
+		}
+		__builtin_memcpy(ip->addr, &h[8], 32);
+	} else {
+		return 0;
+	}
+	if (ip->proto != IPPROTO_TCP && ip->proto != IPPROTO_UDP) {
+		count(C_UNSUPPORTED_IP);
+		return -1;
+	}
+	if (ETH_HLEN + ip->len > skb->len) {
+		count(C_NOT_IP);
+		return -1;
+	}
+	return 1;
+}
+
+static __always_inline int watched(const __u8 *addr)
+{
+	if (watch_all)
+		return 1;
+	__u64 s0, s1, d0, d1;
+	__builtin_memcpy(&s0, addr, 8);
+	__builtin_memcpy(&s1, addr + 8, 8);
+	__builtin_memcpy(&d0, addr + 16, 8);
+	__builtin_memcpy(&d1, addr + 24, 8);
+	for (int i = 0; i < WATCH_FAST; i++) {
+		if (i >= watch_count)
+			break;
+		const volatile __u64 *p = (const volatile __u64 *)&watch_prefixes[i * 32];
+		__u64 n0 = p[0], n1 = p[1], m0 = p[2], m1 = p[3];
+		if (((s0 & m0) == n0 && (s1 & m1) == n1) || ((d0 & m0) == n0 && (d1 & m1) == n1))
+			return 1;
+	}
+	return 0;
+}
+
+// This hop's measurements.
+struct hop {
+	__u64 in_ns;     // 0: unknown
+	__u64 out_ns;
+	__u32 in_if;
+	__u32 out_if;
+	__u32 latency;   // ~0: unknown
+	__u32 queue;     // queue id << 24 | occupancy; ~0: unknown
+	__u32 backlog;
+	__u8 has_queue;
+};
+
+static __always_inline void measure(struct __sk_buff *skb, struct hop *m)
+{
+	__u64 now = bpf_ktime_get_ns();
+	m->out_ns = now;
+	m->out_if = skb->ifindex;
+	m->in_if = skb->ingress_ifindex;
+	m->in_ns = 0;
+	m->latency = ~0U;
+	m->queue = ~0U;
+	m->backlog = 0;
+	m->has_queue = 0;
+	__u64 ts = skb->tstamp;
+	// A forwarded packet carries int_ingress's stamp; a packet this host sent carries its
+	// stack's departure time where it set one (TCP's EDT), else nothing.
+	if (skb->tstamp_type == BPF_SKB_CLOCK_MONOTONIC && ts && ts <= now &&
+	    now - ts < MAX_RESIDENCE_NS)
+		m->in_ns = ts;
+	else
+		count(C_NO_INGRESS_TS);
+	__u32 slot = m->out_if & (QUEUE_SLOTS - 1);
+	struct queue_state *q = bpf_map_lookup_elem(&queues, &slot);
+	__u32 sojourn = 0;
+	if (q && q->ifindex == m->out_if && now - q->at < MAX_SOJOURN_NS) {
+		sojourn = q->sojourn_ns;
+		m->backlog = q->backlog;
+		m->has_queue = 1;
+	} else if (q) {
+		// No packet left this device for a second: its queue is empty.
+		m->has_queue = 1;
+	}
+	if (m->has_queue) {
+		__u32 occ = m->backlog > 0xffffff ? 0xffffff : m->backlog;
+		m->queue = ((skb->queue_mapping & 0xff) << 24) | occ;
+	}
+	if (m->in_ns) {
+		__u64 l = now - m->in_ns + sojourn;
+		m->latency = l >= 0xffffffffULL ? 0xfffffffe : (__u32)l;
+	}
+}
+
+static __always_inline void put32(__u8 *buf, __u32 off, __u32 v)
+{
+	if (off > 124)
+		return;
+	__u32 be = bpf_htonl(v);
+	__builtin_memcpy(&buf[off & 127], &be, 4);
+}
+
+// This hop's metadata for `instr` into `buf`, `words` words long (INT v2.1 §"INT-MD Metadata
+// Header Format": the fields of the set bits, bit 0 first; what this hop cannot provide — Tx
+// utilization, buffer, reserved bits, the Checksum Complement (all ones: "not used", the
+// original L4 checksum is untouched under NPT 2) — is all ones, the spec's invalid value).
+static __always_inline void encode(__u8 *buf, __u32 instr, __u32 words, const struct hop *m)
+{
+	for (int i = 0; i < 32; i++)
+		put32(buf, i * 4, ~0U);
+	__u32 off = 0;
+	__u64 in_unix = m->in_ns ? m->in_ns + unix_offset_ns : ~0ULL;
+	__u64 out_unix = m->out_ns + unix_offset_ns;
+	if (instr & 0x8000) { put32(buf, off, node_id); off += 4; }
+	if (instr & 0x4000) {
+		put32(buf, off, ((m->in_if & 0xffff) << 16) | (m->out_if & 0xffff));
+		off += 4;
+	}
+	if (instr & 0x2000) { put32(buf, off, m->latency); off += 4; }
+	if (instr & 0x1000) { put32(buf, off, m->queue); off += 4; }
+	if (instr & 0x0800) {
+		put32(buf, off, in_unix >> 32);
+		put32(buf, off + 4, (__u32)in_unix);
+		off += 8;
+	}
+	if (instr & 0x0400) {
+		put32(buf, off, out_unix >> 32);
+		put32(buf, off + 4, (__u32)out_unix);
+		off += 8;
+	}
+	if (instr & 0x0200) {
+		put32(buf, off, m->in_if);
+		put32(buf, off + 4, m->out_if);
+		off += 8;
+	}
+	// Bits 7 (Tx utilization), 8 (buffer), 9-14 and 15 stay all ones; past `words` nothing is
+	// copied into the packet.
+	(void)words;
+}
+
+static __always_inline void emit(struct __sk_buff *skb, __u8 kind, const struct hop *m)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(C_RING_FULL);
+		return;
+	}
+	e->kind = kind;
+	e->flags = (m->in_ns ? F_INGRESS_TS : 0) | (m->has_queue ? F_QUEUE : 0) |
+		   (m->out_if ? F_EGRESS : 0);
+	e->pkt_len = skb->len;
+	e->ingress_if = m->in_if;
+	e->egress_if = m->out_if;
+	e->ingress_ns = m->in_ns;
+	e->egress_ns = m->out_ns;
+	e->latency_ns = m->latency;
+	e->backlog = m->backlog;
+	e->queue_id = skb->queue_mapping;
+	e->pad = 0;
+	__builtin_memset(e->pkt, 0, CAPTURE);
+	__u32 n;
+	if (skb->len >= CAPTURE) {
+		n = CAPTURE;
+		bpf_skb_load_bytes(skb, 0, e->pkt, CAPTURE);
+	} else {
+		// Shorter: the bytes there are (a mask the verifier reads as the bound).
+		n = skb->len & (CAPTURE - 1);
+		if (n)
+			bpf_skb_load_bytes(skb, 0, e->pkt, n);
+	}
+	e->caplen = n;
+	// Userspace is woken once a batch waits (and polls every 100 ms anyway): a wake-up per
+	// event would cost a context switch per INT packet on the cores that forward them.
+	__u64 waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	bpf_ringbuf_submit(e, waiting >= WAKE_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	count(C_EVENTS);
+}
+
+// The IP header's length field (and IPv4 protocol, header checksum) after `delta` bytes and a
+// new protocol `proto` (0: unchanged). 0 on success.
+static __always_inline int fix_ip(struct __sk_buff *skb, const struct ip *ip, int delta,
+				  __u8 old_proto, __u8 proto)
+{
+	if (ip->v6) {
+		// No header checksum: a CHECKSUM_COMPLETE packet's skb->csum follows the change
+		// (IPv4's header checksum keeps the header's sum, and so skb->csum, unchanged).
+		__u16 plen = bpf_htons(ip->len - 40 + delta);
+		if (bpf_skb_store_bytes(skb, ETH_HLEN + 4, &plen, 2, BPF_F_RECOMPUTE_CSUM))
+			return -1;
+		if (proto &&
+		    bpf_skb_store_bytes(skb, ETH_HLEN + 6, &proto, 1, BPF_F_RECOMPUTE_CSUM))
+			return -1;
+		return 0;
+	}
+	__u16 old_len = bpf_htons(ip->len), new_len = bpf_htons(ip->len + delta);
+	if (bpf_skb_store_bytes(skb, ETH_HLEN + 2, &new_len, 2, 0) ||
+	    bpf_l3_csum_replace(skb, ETH_HLEN + 10, old_len, new_len, 2))
+		return -1;
+	if (proto) {
+		// The protocol shares a 16-bit checksum word with the TTL.
+		__u8 w[2];
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 8, w, 2))
+			return -1;
+		__u16 old_w, new_w;
+		__builtin_memcpy(&old_w, w, 2);
+		w[1] = proto;
+		__builtin_memcpy(&new_w, w, 2);
+		if (bpf_skb_store_bytes(skb, ETH_HLEN + 9, &proto, 1, 0) ||
+		    bpf_l3_csum_replace(skb, ETH_HLEN + 10, old_w, new_w, 2))
+			return -1;
+	}
+	(void)old_proto;
+	return 0;
+}
+
+static __always_inline __u32 mtu_of(struct __sk_buff *skb)
+{
+	__u32 mtu = 0;
+	// The device's MTU (bpf_check_mtu fills it in whatever the verdict).
+	bpf_check_mtu(skb, 0, &mtu, 0, 0);
+	if (!mtu || mtu > mtu_cap)
+		mtu = mtu_cap;
+	return mtu;
+}
+
+// INT v2.1 §"INT Source Node": a new UDP header, the shim (NPT 2, the original protocol) and
+// the MD header with this hop's metadata (or the MX header alone), between the IP header and
+// the original L4 header. §"MTU Settings": no INT when even the headers do not fit; without
+// room for its metadata the source sets the M bit and adds none. The remedy the spec
+// recommends is the operator's: "the MTU of links between INT sources and sinks be configured
+// to a value higher than the MTU of preceding links ... by an appropriate amount".
+static __always_inline int source(struct __sk_buff *skb, const struct ip *ip, struct scratch *s)
+{
+	__u8 l4h[8];
+	if (bpf_skb_load_bytes(skb, ip->l4, l4h, 8)) {
+		count(C_NOT_IP);
+		return TC_ACT_OK;
+	}
+	__u16 sport = ((__u16)l4h[0] << 8) | l4h[1], dport = ((__u16)l4h[2] << 8) | l4h[3];
+	if (ip->proto == IPPROTO_UDP) {
+		if (dport == report_port || sport == report_port) {
+			count(C_REPORTS);
+			return TC_ACT_OK;
+		}
+		if (dport == int_port) {
+			count(C_HAS_INT);
+			return TC_ACT_OK;
+		}
+	}
+	if (!watched(ip->addr)) {
+		count(C_UNWATCHED);
+		return TC_ACT_OK;
+	}
+	// Any GSO packet, one segment or many: the kernel (or a NIC's TSO) would segment it by
+	// its gso_type, which says TCP or UDP of the original L4, behind our UDP header.
+	if (skb->gso_size || skb->gso_segs > 1) {
+		count(C_GSO_SKIPPED);
+		return TC_ACT_OK;
+	}
+	int md = int_type == 1;
+	__u32 meta = md ? hop_ml * 4 : 0;
+	__u32 fixed = 8 + 4 + 12;
+	__u32 mtu = mtu_of(skb);
+	if (ip->len + fixed > mtu) {
+		count(C_TOO_BIG);
+		return TC_ACT_OK;
+	}
+	__u32 rhc = max_hops & 0xff;
+	__u8 mbit = 0;
+	if (md) {
+		if (ip->len + fixed + meta > mtu) {
+			mbit = 1;
+			meta = 0;
+		} else if (rhc == 0) {
+			meta = 0;
+		} else {
+			rhc -= 1;
+		}
+	}
+	meta &= 127;
+	__u32 room = fixed + meta;
+	struct hop m;
+	measure(skb, &m);
+	__u8 *h = s->hdr;
+	// New UDP header: source port from the flow (ECMP spreads INT flows as it did the
+	// originals), the INT port, the length, checksum 0.
+	// The flow's hash from the addresses, ports and protocol at hand (bpf_get_hash_recalc
+	// would run the flow dissector on every packet a veth or a NIC without RSS hands over).
+	__u64 w[4];
+	__builtin_memcpy(w, ip->addr, 32);
+	__u64 x = (w[0] ^ w[1] ^ w[2] ^ w[3]) + (((__u64)sport << 32) | ((__u64)dport << 8) | ip->proto);
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	__u32 hash = (__u32)x;
+	__u16 nsport = bpf_htons(udp_sport_base | (hash & 0x3fff));
+	__u16 ndport = bpf_htons(int_port);
+	__u16 ulen = bpf_htons(ip->len - (ip->l4 - ETH_HLEN) + room);
+	__builtin_memcpy(&h[0], &nsport, 2);
+	__builtin_memcpy(&h[2], &ndport, 2);
+	__builtin_memcpy(&h[4], &ulen, 2);
+	h[6] = 0;
+	h[7] = 0;
+	// Shim (INT v2.1 §"INT over TCP/UDP"): Type, NPT 2, Length (words after the shim),
+	// the original IP protocol in the second content byte.
+	h[8] = (int_type << 4) | (2 << 2);
+	h[9] = (12 + meta) / 4;
+	h[10] = 0;
+	h[11] = ip->proto;
+	// MD header (§"INT-MD Metadata Header Format"): Ver 2, M, Hop ML, RHC, instructions; or
+	// the MX header (§"INT-MX Header Format"): Ver 2, instructions.
+	__u32 w0 = md ? ((2u << 28) | ((__u32)mbit << 25) | ((hop_ml & 0x1f) << 8) | rhc)
+		      : (2u << 28);
+	put32(h, 12, w0);
+	put32(h, 16, (instructions & 0xffff) << 16);
+	put32(h, 20, 0);
+	if (meta)
+		encode(s->meta, instructions, hop_ml, &m);
+	if (bpf_skb_adjust_room(skb, room, BPF_ADJ_ROOM_NET, 0)) {
+		count(C_ADJUST_FAILED);
+		return TC_ACT_OK;
+	}
+	if (bpf_skb_store_bytes(skb, ip->l4, h, 24, 0) ||
+	    (meta && bpf_skb_store_bytes(skb, ip->l4 + 24, s->meta, SIZE(meta), 0)) ||
+	    fix_ip(skb, ip, room, ip->proto, IPPROTO_UDP)) {
+		count(C_DROP_HELPER);
+		return TC_ACT_SHOT;
+	}
+	// INT-MX carries no metadata by design: inserted all the same.
+	count(meta || !md ? C_INSERTED : C_INSERTED_M);
+	if (!md)
+		emit(skb, K_MX, &m);
+	return TC_ACT_OK;
+}
+
+// The INT block of a packet (NPT 2 on our port): its shim and header words. 1: found;
+// 0: not INT; -1: INT this path does not edit (counted).
+struct block {
+	__u8 hdr[24];    // UDP header, shim, MD/MX header
+	__u32 len;       // bytes after the UDP header: shim + shim Length words
+};
+
+static __always_inline int find_int(struct __sk_buff *skb, const struct ip *ip, struct block *b)
+{
+	if (ip->proto != IPPROTO_UDP)
+		return 0;
+	if (bpf_skb_load_bytes(skb, ip->l4, b->hdr, 24))
+		return 0;
+	__u16 dport = ((__u16)b->hdr[2] << 8) | b->hdr[3];
+	if (dport != int_port)
+		return 0;
+	__u8 type = b->hdr[8] >> 4, npt = (b->hdr[8] >> 2) & 3;
+	if (npt != 2 || (type != 1 && type != 3) || (b->hdr[12] >> 4) != 2 ||
+	    b->hdr[6] || b->hdr[7]) {
+		// NPT 0/1 move the L4 header; a non-zero outer checksum would need updating.
+		count(C_UNSUPPORTED_INT);
+		return -1;
+	}
+	b->len = 4 + (__u32)b->hdr[9] * 4;
+	__u16 ulen = ((__u16)b->hdr[4] << 8) | b->hdr[5];
+	if (b->len < 16 || ip->l4 - ETH_HLEN + 8 + b->len > ip->len ||
+	    ulen != ip->len - (ip->l4 - ETH_HLEN)) {
+		count(C_MALFORMED);
+		return -1;
+	}
+	return 1;
+}
+
+// INT v2.1 §"INT Transit Hop Node": push this hop's metadata (Hop ML words, as the packet's
+// instructions ask) on top of the stack and decrement the Remaining Hop Count; with RHC 0 set
+// the E bit and push nothing; without room under the MTU set the M bit and push nothing.
+// INT-MX: nothing changes in the packet; userspace reports this hop's metadata.
+static __always_inline int transit(struct __sk_buff *skb, const struct ip *ip, struct scratch *s)
+{
+	struct block b;
+	int f = find_int(skb, ip, &b);
+	if (f == 0)
+		count(C_NOT_INT);
+	if (f <= 0)
+		return TC_ACT_OK;
+	struct hop m;
+	measure(skb, &m);
+	if ((b.hdr[8] >> 4) == 3) {
+		count(C_MX_SEEN);
+		emit(skb, K_MX, &m);
+		return TC_ACT_OK;
+	}
+	__u32 ml = b.hdr[14] & 0x1f;
+	__u32 rhc = b.hdr[15];
+	__u32 instr = ((__u32)b.hdr[16] << 8) | b.hdr[17];
+	__u32 meta = ml * 4;
+	__u8 *h = s->hdr;
+	__builtin_memcpy(h, b.hdr, 24);
+	__u32 outcome;
+	if (rhc == 0) {
+		h[12] |= 0x04; // E
+		meta = 0;
+		outcome = C_HOP_LIMIT;
+	} else if (ip->len + meta > mtu_of(skb)) {
+		h[12] |= 0x02; // M
+		meta = 0;
+		outcome = C_MTU;
+	} else if (meta == 0 || b.hdr[9] + ml > 255) {
+		count(C_MALFORMED);
+		return TC_ACT_OK;
+	} else {
+		h[15] = rhc - 1;
+		h[9] = b.hdr[9] + ml;
+		__u16 ulen = bpf_htons((((__u16)b.hdr[4] << 8) | b.hdr[5]) + meta);
+		__builtin_memcpy(&h[4], &ulen, 2);
+		outcome = C_ADDED;
+	}
+	meta &= 127;
+	if (meta) {
+		encode(s->meta, instr, ml, &m);
+		if (bpf_skb_adjust_room(skb, meta, BPF_ADJ_ROOM_NET, 0)) {
+			count(C_ADJUST_FAILED);
+			return TC_ACT_OK;
+		}
+	}
+	// The UDP header, shim and MD header move to the front of the room; the metadata goes
+	// between them and the stack below.
+	if (bpf_skb_store_bytes(skb, ip->l4, h, 24, 0) ||
+	    (meta && bpf_skb_store_bytes(skb, ip->l4 + 24, s->meta, SIZE(meta), 0)) ||
+	    (meta && fix_ip(skb, ip, meta, 0, 0))) {
+		count(C_DROP_HELPER);
+		return TC_ACT_SHOT;
+	}
+	count(outcome);
+	return TC_ACT_OK;
+}
+
+// INT v2.1 §"INT Sink Node": report the stack (userspace, from the event) and remove the INT
+// block and its UDP header, giving the IP header back the original protocol: the packet is
+// the one the source received, byte for byte, but for what routers change (TTL).
+static __always_inline int sink(struct __sk_buff *skb, const struct ip *ip)
+{
+	struct block b;
+	int f = find_int(skb, ip, &b);
+	if (f == 0)
+		count(C_NOT_INT);
+	if (f <= 0)
+		return TC_ACT_OK;
+	// At ingress: the hop's egress (and so its latency and queue) is not known yet.
+	struct hop m = {
+		.in_ns = bpf_ktime_get_ns(),
+		.in_if = skb->ifindex,
+		.latency = ~0U,
+		.queue = ~0U,
+	};
+	m.out_ns = m.in_ns;
+	emit(skb, (b.hdr[8] >> 4) == 3 ? K_MX_SINK : K_SINK, &m);
+	__u32 room = (8 + b.len) & 0x3ff;
+	__u8 proto = b.hdr[11];
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) {
+		count(C_MALFORMED);
+		return TC_ACT_OK;
+	}
+	if (bpf_skb_adjust_room(skb, -(__s32)room, BPF_ADJ_ROOM_NET, 0)) {
+		count(C_ADJUST_FAILED);
+		return TC_ACT_OK;
+	}
+	if (fix_ip(skb, ip, -(int)room, IPPROTO_UDP, proto)) {
+		count(C_DROP_HELPER);
+		return TC_ACT_SHOT;
+	}
+	// D bit (INT v2.1 §"INT Applied to Synthetic Traffic"): reported, then discarded.
+	if (b.hdr[12] & 0x08) {
+		count(C_DROP_DISCARD);
+		return TC_ACT_SHOT;
+	}
+	count(C_SUNK);
+	return TC_ACT_OK;
+}
+
+SEC("classifier")
+int int_egress(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	__u32 *role = bpf_map_lookup_elem(&roles, &ifindex);
+	if (!role)
+		return TC_ACT_OK;
+	count(C_SEEN);
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return TC_ACT_OK;
+	struct ip ip;
+	int p = parse_ip(skb, &ip);
+	if (p == 0)
+		count(C_NOT_IP);
+	if (p <= 0)
+		return TC_ACT_OK;
+	int verdict;
+	switch (*role) {
+	case ROLE_SOURCE:
+		verdict = source(skb, &ip, s);
+		break;
+	case ROLE_TRANSIT:
+		verdict = transit(skb, &ip, s);
+		break;
+	default:
+		verdict = TC_ACT_OK;
+		count(C_NOT_INT);
+	}
+	// The queue's sojourn is measured from here to the driver (on_xmit), for forwarded packets
+	// (a local socket's departure time, TCP's EDT, is left alone).
+	if (verdict == TC_ACT_OK && skb->ingress_ifindex)
+		bpf_skb_set_tstamp(skb, bpf_ktime_get_ns(), BPF_SKB_CLOCK_MONOTONIC);
+	return verdict;
+}
+
+// Every watched interface's ingress: the arrival time; a sink interface's: INT removed here,
+// before the routing decision, so that the packet is judged by the MTU past the INT domain at
+// its own size (at tc egress the kernel would already have refused it: IPv6 routers never
+// fragment, and an IPv4 packet with DF set would be dropped too).
+SEC("classifier")
+int int_ingress(struct __sk_buff *skb)
+{
+	__u16 proto = bpf_ntohs(skb->protocol);
+	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
+		return TC_ACT_OK;
+	if (!bpf_skb_set_tstamp(skb, bpf_ktime_get_ns(), BPF_SKB_CLOCK_MONOTONIC))
+		count(C_STAMPED);
+	__u32 ifindex = skb->ifindex;
+	__u32 *role = bpf_map_lookup_elem(&roles, &ifindex);
+	if (!role || *role != ROLE_SINK)
+		return TC_ACT_OK;
+	count(C_SEEN);
+	struct ip ip;
+	int p = parse_ip(skb, &ip);
+	if (p == 0)
+		count(C_NOT_IP);
+	if (p <= 0)
+		return TC_ACT_OK;
+	return sink(skb, &ip);
+}
+
+SEC("tp_btf/net_dev_start_xmit")
+int on_xmit(u64 *ctx)
+{
+	struct sk_buff *skb = (struct sk_buff *)ctx[0];
+	const struct net_device *dev = (const struct net_device *)ctx[1];
+	if (!dev || dev->nd_net.net->ns.inum != netns_inum)
+		return 0;
+	__u32 ifindex = dev->ifindex;
+	if (!bpf_map_lookup_elem(&roles, &ifindex))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 ts = skb->tstamp;
+	__u32 slot = ifindex & (QUEUE_SLOTS - 1);
+	struct queue_state *q = bpf_map_lookup_elem(&queues, &slot);
+	if (!q)
+		return 0;
+	__u32 backlog = 0;
+	struct Qdisc *qd = dev->qdisc;
+	if (qd)
+		backlog = qd->qstats.backlog;
+	q->ifindex = ifindex;
+	q->at = now;
+	q->backlog = backlog;
+	q->sojourn_ns = (ts && ts <= now && now - ts < MAX_SOJOURN_NS) ? (__u32)(now - ts) : 0;
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

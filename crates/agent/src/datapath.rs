@@ -1,0 +1,401 @@
+//! The INT-MD / INT-MX data path's kernel half: loads `bpf/int.bpf.c`'s object, writes the
+//! node's settings into its read-only globals, attaches `int_ingress` at tc ingress of every
+//! watched interface, `int_egress` at tc egress of every interface with a role, and the
+//! `on_xmit` tracepoint; reads its counters and events.
+//!
+//! What each role does to a packet (INT v2.1 §"INT Source Node", §"INT Transit Hop Node",
+//! §"INT Sink Node"), why NPT 2 and why GSO packets pass without INT, is in the C source's
+//! header comment and in docs/ARCHITECTURE.md ("The eBPF INT data path").
+//!
+//! On kernels from 6.6 the tc programs attach through TCX links (no qdisc needed), held by file
+//! descriptors: the kernel detaches them when the process ends in any way, a SIGKILL too.
+
+use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::tc::{self, SchedClassifier, TcAttachType};
+use aya::programs::{BtfTracePoint, TestRun, TestRunOptions};
+use aya::{Btf, Ebpf, EbpfLoader};
+use ipnet::IpNet;
+
+use crate::AgentError;
+use crate::bpf::{WATCH_FAST, fast_prefixes, load_error};
+
+/// The compiled object (empty when the build had no BPF toolchain).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/int.bpf.o"));
+
+/// Why the build made no object, if it did not.
+const NOT_BUILT: Option<&str> = option_env!("INTSCOPE_AGENT_NO_BPF_WHY");
+
+/// What an egress interface does with INT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PortRole {
+    /// Inserts INT into watched TCP/UDP packets leaving here.
+    Source,
+    /// Pushes this hop's metadata on INT-MD packets leaving here (INT-MX: reports them).
+    Transit,
+    /// Reports and removes INT from packets arriving here (at tc ingress: before the routing
+    /// decision, so the restored packet meets the next link's MTU at its own size).
+    Sink,
+}
+
+impl PortRole {
+    fn code(self) -> u32 {
+        match self {
+            PortRole::Source => 1,
+            PortRole::Transit => 2,
+            PortRole::Sink => 3,
+        }
+    }
+}
+
+impl std::str::FromStr for PortRole {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "source" => Ok(PortRole::Source),
+            "transit" => Ok(PortRole::Transit),
+            "sink" => Ok(PortRole::Sink),
+            _ => Err(format!("{s:?}: a role is source, transit or sink")),
+        }
+    }
+}
+
+/// The data path's counters, in the order of `enum counter` in `bpf/int.bpf.c`. Every packet
+/// sent on a role interface (`int_seen`) ends in exactly one of the others from `int_not_ip` to
+/// `int_drop_discard`; `int_events` to `int_stamped` count along.
+pub const INT_COUNTERS: [(&str, &str); 26] = [
+    (
+        "int_seen",
+        "packets sent on a source or transit interface, or received on a sink interface",
+    ),
+    ("int_not_ip", "not IPv4/IPv6, or their headers unreadable"),
+    (
+        "int_unsupported_ip",
+        "IPv4 with options, IPv6 with extension headers, or not TCP/UDP: no INT",
+    ),
+    ("int_fragments", "IP fragments: never changed"),
+    ("int_unwatched", "source: on no watchlist"),
+    ("int_report_traffic", "telemetry reports: never changed"),
+    (
+        "int_gso_skipped",
+        "source: GSO packets sent on without INT (segmentation would not carry it)",
+    ),
+    ("int_has_int", "source: INT already present, sent on"),
+    (
+        "int_inserted",
+        "source: INT inserted with this hop's metadata",
+    ),
+    (
+        "int_inserted_m",
+        "source: INT inserted without metadata (M bit: no room; or Remaining Hop Count 0)",
+    ),
+    ("int_too_big", "source: no INT, its headers exceed the MTU"),
+    ("int_not_int", "transit/sink: no INT in the packet"),
+    ("int_added", "transit: this hop's metadata pushed"),
+    ("int_hop_limit", "transit: Remaining Hop Count 0, E bit set"),
+    ("int_mtu", "transit: no room under the MTU, M bit set"),
+    ("int_mx", "transit: INT-MX packets (reported, unchanged)"),
+    (
+        "int_sunk",
+        "sink: INT removed, the original packet restored",
+    ),
+    (
+        "int_malformed",
+        "transit/sink: INT headers inconsistent, sent on unchanged",
+    ),
+    (
+        "int_unsupported_int",
+        "transit/sink: INT this data path does not edit (NPT 0/1, non-zero UDP checksum)",
+    ),
+    (
+        "int_adjust_failed",
+        "the kernel refused to resize the packet: sent on unchanged",
+    ),
+    (
+        "int_drop_helper",
+        "dropped: a rewrite failed half-way (the frame would have been corrupt)",
+    ),
+    (
+        "int_drop_discard",
+        "dropped at the sink for the D bit, after its report",
+    ),
+    ("int_events", "packets handed to userspace to report"),
+    (
+        "int_ring_full",
+        "packets to report lost: the ring buffer was full",
+    ),
+    (
+        "int_no_ingress_ts",
+        "packets with no ingress time (sent by this host): hop latency all ones",
+    ),
+    ("int_stamped", "packets stamped at tc ingress"),
+];
+
+/// Settings of the kernel half (its read-only globals).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataPathSettings {
+    /// The agent's namespace (its inode number): `on_xmit` sees every namespace's devices.
+    pub netns: u32,
+    /// Node ID (INT metadata bit 0).
+    pub node_id: u32,
+    /// INT-MX (true) or INT-MD.
+    pub mx: bool,
+    /// Source: instruction bitmap (bits 0–8 measured or all ones, 9–15 all ones).
+    pub instructions: u16,
+    /// Source: Remaining Hop Count at creation.
+    pub max_hops: u8,
+    /// UDP destination port of INT (INT_TBD).
+    pub int_port: u16,
+    /// The egress MTU at most (the device's if smaller).
+    pub mtu: u32,
+    /// UDP port of telemetry reports (never changed).
+    pub report_port: u16,
+    /// Every TCP/UDP packet is watched.
+    pub watch_all: bool,
+    /// The watched prefixes (at most [`WATCH_FAST`]).
+    pub watch: Vec<IpNet>,
+}
+
+/// The loaded data path, attached.
+pub struct DataPath {
+    ebpf: Ebpf,
+    events: RingBuf<MapData>,
+}
+
+impl std::fmt::Debug for DataPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataPath").finish_non_exhaustive()
+    }
+}
+
+/// Words of the INT v2.1 metadata `instructions` asks for (Hop ML), as the node counts them.
+pub fn hop_words(instructions: u16) -> u32 {
+    (intscope_wire::metadata::Format::IntV2.baseline_len(instructions) / 4) as u32
+}
+
+fn unix_offset_ns() -> u64 {
+    use nix::time::{ClockId, clock_gettime};
+    let ns = |c| {
+        clock_gettime(c)
+            .map(|t| (t.tv_sec() as i128) * 1_000_000_000 + i128::from(t.tv_nsec()))
+            .unwrap_or(0)
+    };
+    let mono = ns(ClockId::CLOCK_MONOTONIC);
+    let real = ns(ClockId::CLOCK_REALTIME);
+    (real - mono).max(0) as u64
+}
+
+impl DataPath {
+    /// Loads the programs with `s` (nothing attached yet).
+    pub fn load(s: &DataPathSettings) -> Result<Self, AgentError> {
+        if OBJECT.is_empty() {
+            return Err(AgentError::NotBuilt(
+                NOT_BUILT
+                    .unwrap_or("the build made no BPF object")
+                    .to_string(),
+            ));
+        }
+        if s.watch.len() > WATCH_FAST {
+            return Err(AgentError::Config(format!(
+                "{} watched prefixes: the INT data path checks at most {WATCH_FAST}",
+                s.watch.len()
+            )));
+        }
+        let hop_ml = hop_words(s.instructions);
+        if hop_ml > 31 {
+            return Err(AgentError::Config(format!(
+                "instructions 0x{:04x}: {hop_ml} words per hop, Hop ML holds 31",
+                s.instructions
+            )));
+        }
+        let btf = Btf::from_sys_fs().map_err(|e| {
+            AgentError::Bpf(format!(
+                "the kernel's BTF (/sys/kernel/btf/vmlinux) cannot be read: {e}"
+            ))
+        })?;
+        let int_type: u32 = if s.mx { 3 } else { 1 };
+        let instructions = u32::from(s.instructions);
+        let (max_hops, int_port, report_port) = (
+            u32::from(s.max_hops),
+            u32::from(s.int_port),
+            u32::from(s.report_port),
+        );
+        let watch_all = u32::from(s.watch_all);
+        let watch_count = s.watch.len() as u32;
+        let prefixes = fast_prefixes(&s.watch);
+        let offset = unix_offset_ns();
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .override_global("netns_inum", &s.netns, true)
+            .override_global("node_id", &s.node_id, true)
+            .override_global("int_type", &int_type, true)
+            .override_global("instructions", &instructions, true)
+            .override_global("hop_ml", &hop_ml, true)
+            .override_global("max_hops", &max_hops, true)
+            .override_global("int_port", &int_port, true)
+            .override_global("mtu_cap", &s.mtu, true)
+            .override_global("report_port", &report_port, true)
+            .override_global("unix_offset_ns", &offset, true)
+            .override_global("watch_all", &watch_all, true)
+            .override_global("watch_count", &watch_count, true)
+            .override_global("watch_prefixes", &prefixes, true)
+            .load(OBJECT)
+            .map_err(|e| load_error("loading the INT data path's object", e))?;
+        for name in ["int_ingress", "int_egress"] {
+            let p: &mut SchedClassifier = ebpf
+                .program_mut(name)
+                .ok_or_else(|| AgentError::Bpf(format!("program {name} missing")))?
+                .try_into()
+                .map_err(|e| load_error(name, e))?;
+            p.load()
+                .map_err(|e| load_error(&format!("loading {name}"), e))?;
+        }
+        let p: &mut BtfTracePoint = ebpf
+            .program_mut("on_xmit")
+            .ok_or_else(|| AgentError::Bpf("program on_xmit missing".into()))?
+            .try_into()
+            .map_err(|e| load_error("on_xmit", e))?;
+        p.load("net_dev_start_xmit", &btf)
+            .map_err(|e| load_error("loading on_xmit", e))?;
+        let events = ebpf
+            .take_map("events")
+            .ok_or_else(|| AgentError::Bpf("map events missing".into()))?;
+        let events = RingBuf::try_from(events).map_err(|e| load_error("events", e))?;
+        Ok(DataPath { ebpf, events })
+    }
+
+    /// Attaches: `int_ingress` on `ingress` (timestamps; the sink role), `int_egress` on each
+    /// source and transit interface of `egress`, `on_xmit` once. Interfaces by name, in this thread's namespace.
+    pub fn attach(
+        &mut self,
+        ingress: &[String],
+        egress: &[(String, PortRole)],
+    ) -> Result<(), AgentError> {
+        let mut roles: HashMap<&mut MapData, u32, u32> = HashMap::try_from(
+            self.ebpf
+                .map_mut("roles")
+                .ok_or_else(|| AgentError::Bpf("map roles missing".into()))?,
+        )
+        .map_err(|e| load_error("roles", e))?;
+        for (name, role) in egress {
+            let index = nix::net::if_::if_nametoindex(name.as_str())
+                .map_err(|e| AgentError::Config(format!("interface {name} (an INT role): {e}")))?;
+            roles
+                .insert(index, role.code(), 0)
+                .map_err(|e| load_error("roles", e))?;
+        }
+        let mut attach = |program: &str, iface: &str, at: TcAttachType| -> Result<(), AgentError> {
+            // Before 6.6 (no TCX) tc programs hang off the clsact qdisc; one already there, or
+            // none needed, is fine.
+            let _ = tc::qdisc_add_clsact(iface);
+            let p: &mut SchedClassifier = self
+                .ebpf
+                .program_mut(program)
+                .ok_or_else(|| AgentError::Bpf(format!("program {program} missing")))?
+                .try_into()
+                .map_err(|e| load_error(program, e))?;
+            p.attach(iface, at).map_err(|e| {
+                load_error(&format!("attaching {program} at tc {at:?} of {iface}"), e)
+            })?;
+            Ok(())
+        };
+        for iface in ingress {
+            attach("int_ingress", iface, TcAttachType::Ingress)?;
+        }
+        for (iface, role) in egress {
+            if *role != PortRole::Sink {
+                attach("int_egress", iface, TcAttachType::Egress)?;
+            }
+        }
+        let p: &mut BtfTracePoint = self
+            .ebpf
+            .program_mut("on_xmit")
+            .ok_or_else(|| AgentError::Bpf("program on_xmit missing".into()))?
+            .try_into()
+            .map_err(|e| load_error("on_xmit", e))?;
+        p.attach()
+            .map_err(|e| load_error("attaching on_xmit (net_dev_start_xmit)", e))?;
+        Ok(())
+    }
+
+    /// Gives interface index `ifindex` the role `role` without attaching anything (tests run
+    /// `int_egress` through `BPF_PROG_TEST_RUN`, where the device is the namespace's `lo`).
+    pub fn set_role(&mut self, ifindex: u32, role: PortRole) -> Result<(), AgentError> {
+        let mut roles: HashMap<&mut MapData, u32, u32> = HashMap::try_from(
+            self.ebpf
+                .map_mut("roles")
+                .ok_or_else(|| AgentError::Bpf("map roles missing".into()))?,
+        )
+        .map_err(|e| load_error("roles", e))?;
+        roles
+            .insert(ifindex, role.code(), 0)
+            .map_err(|e| load_error("roles", e))
+    }
+
+    /// Runs `int_egress` once on `frame` (`BPF_PROG_TEST_RUN`) with `ctx` as its `__sk_buff`
+    /// (ingress_ifindex …); the verdict and the frame as the program left it.
+    pub fn run_egress(&self, frame: &[u8], ctx: &[u8]) -> Result<(u32, Vec<u8>), AgentError> {
+        self.run("int_egress", frame, ctx)
+    }
+
+    /// Runs `int_ingress` once on `frame`, as [`DataPath::run_egress`].
+    pub fn run_ingress(&self, frame: &[u8], ctx: &[u8]) -> Result<(u32, Vec<u8>), AgentError> {
+        self.run("int_ingress", frame, ctx)
+    }
+
+    fn run(&self, name: &str, frame: &[u8], ctx: &[u8]) -> Result<(u32, Vec<u8>), AgentError> {
+        let p: &SchedClassifier = self
+            .ebpf
+            .program(name)
+            .ok_or_else(|| AgentError::Bpf(format!("program {name} missing")))?
+            .try_into()
+            .map_err(|e| load_error(name, e))?;
+        let mut out = vec![0u8; frame.len() + 1024];
+        let r = p
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: Some(ctx),
+                ..TestRunOptions::default()
+            })
+            .map_err(|e| load_error(&format!("running {name} (BPF_PROG_TEST_RUN)"), e))?;
+        out.truncate(r.data_size_out as usize);
+        Ok((r.return_value, out))
+    }
+
+    /// The ring buffer of events.
+    pub fn events(&mut self) -> &mut RingBuf<MapData> {
+        &mut self.events
+    }
+
+    /// The counters (summed over CPUs), in [`INT_COUNTERS`]' order.
+    pub fn counters(&self) -> Result<[u64; INT_COUNTERS.len()], AgentError> {
+        let map = self
+            .ebpf
+            .map("counters")
+            .ok_or_else(|| AgentError::Bpf("map counters missing".into()))?;
+        let array: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(map).map_err(|e| load_error("counters", e))?;
+        let mut out = [0u64; INT_COUNTERS.len()];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let values = array
+                .get(&(i as u32), 0)
+                .map_err(|e| load_error("counters", e))?;
+            *slot = values.iter().sum();
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_words_follow_the_bitmap() {
+        assert_eq!(hop_words(0xf000), 4);
+        assert_eq!(hop_words(0xfc00), 8);
+        assert_eq!(hop_words(0xff80), 12);
+        assert_eq!(hop_words(0), 0);
+    }
+}

@@ -1,0 +1,217 @@
+//! The eBPF roles (`bpf/int.bpf.c`, run by `BPF_PROG_TEST_RUN`) against the userspace node
+//! ([`intscope_node::Node`]) on the same frames: IPv4 and IPv6, TCP and UDP, payloads from empty
+//! to past the MTU, INT-MD with several instruction bitmaps and Remaining Hop Counts, INT-MX.
+//! Each frame goes source → transit → sink through both; at every stage the bytes must be the
+//! node's (but the new UDP header's source port, a flow hash each computes its own way), and the
+//! sink must give back the original frame byte for byte.
+//!
+//! The telemetry both see is the same: ingress interface 5 (the test run's `ingress_ifindex`),
+//! egress the namespace's `lo`, no ingress time (a test run carries no delivery time: hop
+//! latency all ones), queue 0 empty; bitmaps without timestamps (the kernel's clock moves).
+//!
+//! Needs root (loading BPF); without it the test says so and returns, unless
+//! `INTSCOPE_AGENT_REQUIRE_BPF` is set (CI), when it fails.
+
+use etherparse::PacketBuilder;
+use intscope_agent::datapath::{DataPath, DataPathSettings, PortRole};
+use intscope_node::{Mode, Node, NodeConfig, Role, SourceEncap, Telemetry};
+use intscope_wire::metadata::HopMetadata;
+
+const INGRESS_IF: u32 = 5;
+const TC_ACT_OK: u32 = 0;
+
+fn skip(what: &str) -> bool {
+    if std::env::var_os("INTSCOPE_AGENT_REQUIRE_BPF").is_some() {
+        panic!("INTSCOPE_AGENT_REQUIRE_BPF is set and this test cannot run: {what}");
+    }
+    eprintln!("skipped: {what}");
+    true
+}
+
+/// A `struct __sk_buff` for the test run: the ingress interface set (a forwarded packet).
+fn ctx() -> Vec<u8> {
+    let mut c = vec![0u8; 192];
+    c[36..40].copy_from_slice(&INGRESS_IF.to_ne_bytes());
+    c
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A frame: IPv4 or IPv6, TCP or UDP, `len` bytes of payload.
+fn frame(rng: &mut Rng, v6: bool, tcp: bool, len: usize) -> Vec<u8> {
+    let eth = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let ip = if v6 {
+        eth.ipv6(
+            [0xfd, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [0xfd, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            63,
+        )
+    } else {
+        eth.ipv4([10, 2, 1, 1], [10, 2, 4, 1], 63)
+    };
+    let (sp, dp) = (1024 + rng.below(60000) as u16, 1 + rng.below(30000) as u16);
+    let payload: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    let mut out = Vec::new();
+    if tcp {
+        ip.tcp(sp, dp, rng.next() as u32, 64240)
+            .ack(rng.next() as u32)
+            .write(&mut out, &payload)
+            .unwrap();
+    } else {
+        ip.udp(sp, dp).write(&mut out, &payload).unwrap();
+    }
+    out
+}
+
+/// A hop's metadata, whatever the node ID asked.
+struct Fixed(HopMetadata<'static>);
+
+impl Telemetry for Fixed {
+    fn hop(&self, _node_id: u32) -> HopMetadata<'static> {
+        self.0
+    }
+}
+
+/// What both see of a hop: node `id`, in 5 out `lo`, no latency, queue 0 empty.
+fn telemetry(id: u32, lo: u32) -> Fixed {
+    let hop = HopMetadata {
+        node_id: Some(id),
+        l1_ingress_if: Some(INGRESS_IF as u16),
+        l1_egress_if: Some(lo as u16),
+        l2_ingress_if: Some(INGRESS_IF),
+        l2_egress_if: Some(lo),
+        queue_id: Some(0),
+        queue_occupancy: Some(0),
+        ..HopMetadata::default()
+    };
+    let mut hop = hop;
+    hop.present = hop.available_bits();
+    Fixed(hop)
+}
+
+fn node(role: Role, id: u32, mode: Mode, instructions: u16, max_hops: u8) -> Node {
+    Node::new(NodeConfig {
+        node_id: id,
+        role,
+        mode,
+        encap: SourceEncap::UdpNew,
+        instructions,
+        max_hops,
+        mtu: 1500,
+        watch_subnets: vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()],
+        ..NodeConfig::default()
+    })
+    .unwrap()
+}
+
+fn datapath(
+    id: u32,
+    mode: Mode,
+    instructions: u16,
+    max_hops: u8,
+    role: PortRole,
+    lo: u32,
+) -> DataPath {
+    let mut d = DataPath::load(&DataPathSettings {
+        netns: 0,
+        node_id: id,
+        mx: mode == Mode::Mx,
+        instructions,
+        max_hops,
+        int_port: 17768,
+        mtu: 1500,
+        report_port: 32766,
+        watch_all: true,
+        watch: Vec::new(),
+    })
+    .unwrap();
+    d.set_role(lo, role).unwrap();
+    d
+}
+
+/// The new UDP header's source port offset (it follows the IP header), if the frame has INT.
+fn sport_at(frame: &[u8]) -> usize {
+    14 + if frame[12] == 0x86 { 40 } else { 20 }
+}
+
+#[test]
+fn ebpf_roles_write_the_bytes_the_userspace_node_writes() {
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        skip("root (loading BPF)");
+        return;
+    }
+    let lo = nix::net::if_::if_nametoindex("lo").unwrap();
+    let configs: [(Mode, u16, u8); 5] = [
+        (Mode::Md, 0xf000, 8),
+        (Mode::Md, 0xc300, 3),
+        (Mode::Md, 0xf380, 8),
+        (Mode::Md, 0xf000, 0),
+        (Mode::Mx, 0xf000, 8),
+    ];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut compared = [0usize; 3];
+    for (mode, instructions, hops) in configs {
+        let src = datapath(1, mode, instructions, hops, PortRole::Source, lo);
+        let transit = datapath(2, mode, instructions, hops, PortRole::Transit, lo);
+        let sink = datapath(3, mode, instructions, hops, PortRole::Sink, lo);
+        let mut n_src = node(Role::Source, 1, mode, instructions, hops);
+        let mut n_transit = node(Role::Transit, 2, mode, instructions, hops);
+        let mut n_sink = node(Role::Sink, 3, mode, instructions, hops);
+        for case in 0..120 {
+            let (v6, tcp) = (rng.below(2) == 1, rng.below(2) == 1);
+            // Mostly small, some at the MTU's edge (M bit, no room), some empty.
+            let len = match rng.below(4) {
+                0 => 1380 + rng.below(100) as usize,
+                1 => 0,
+                _ => rng.below(1400) as usize,
+            };
+            let original = frame(&mut rng, v6, tcp, len);
+            let what = format!(
+                "{mode:?} 0x{instructions:04x} rhc {hops}, case {case}, v6 {v6}, tcp {tcp}, {len} bytes"
+            );
+
+            let (verdict, b1) = src.run_egress(&original, &ctx()).unwrap();
+            assert_eq!(verdict, TC_ACT_OK, "{what}");
+            let mut u1 = original.clone();
+            n_src.process(&mut u1, &telemetry(1, lo));
+            if u1 != original {
+                let at = sport_at(&u1);
+                u1[at..at + 2].copy_from_slice(&b1[at..at + 2]);
+            }
+            assert_eq!(hex::encode(&b1), hex::encode(&u1), "source: {what}");
+            compared[0] += 1;
+
+            let (verdict, b2) = transit.run_egress(&b1, &ctx()).unwrap();
+            assert_eq!(verdict, TC_ACT_OK, "{what}");
+            let mut u2 = b1.clone();
+            n_transit.process(&mut u2, &telemetry(2, lo));
+            assert_eq!(hex::encode(&b2), hex::encode(&u2), "transit: {what}");
+            compared[1] += 1;
+
+            let (verdict, b3) = sink.run_ingress(&b2, &ctx()).unwrap();
+            assert_eq!(verdict, TC_ACT_OK, "{what}");
+            let mut u3 = b2.clone();
+            n_sink.process(&mut u3, &telemetry(3, lo));
+            assert_eq!(hex::encode(&b3), hex::encode(&u3), "sink: {what}");
+            assert_eq!(
+                hex::encode(&b3),
+                hex::encode(&original),
+                "sink restores: {what}"
+            );
+            compared[2] += 1;
+        }
+    }
+    eprintln!("compared {compared:?} frames (source, transit, sink)");
+}
