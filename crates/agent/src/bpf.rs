@@ -314,20 +314,7 @@ impl Programs {
 
     /// The counters (summed over CPUs), in [`COUNTERS`]' order.
     pub fn counters(&self) -> Result<[u64; COUNTERS.len()], AgentError> {
-        let map = self
-            .ebpf
-            .map("counters")
-            .ok_or_else(|| AgentError::Bpf("map counters missing".into()))?;
-        let array: PerCpuArray<&MapData, u64> =
-            PerCpuArray::try_from(map).map_err(|e| load_error("counters", e))?;
-        let mut out = [0u64; COUNTERS.len()];
-        for (i, slot) in out.iter_mut().enumerate() {
-            let values = array
-                .get(&(i as u32), 0)
-                .map_err(|e| load_error("counters", e))?;
-            *slot = values.iter().sum();
-        }
-        Ok(out)
+        read_counters(&self.ebpf)
     }
 }
 
@@ -337,6 +324,23 @@ pub fn mapped(a: IpAddr) -> [u8; 16] {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
         IpAddr::V6(v6) => v6.octets(),
     }
+}
+
+/// An object's `counters` map (a per-CPU array), each slot summed over the CPUs.
+pub(crate) fn read_counters<const N: usize>(ebpf: &Ebpf) -> Result<[u64; N], AgentError> {
+    let map = ebpf
+        .map("counters")
+        .ok_or_else(|| AgentError::Bpf("map counters missing".into()))?;
+    let array: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(map).map_err(|e| load_error("counters", e))?;
+    let mut out = [0u64; N];
+    for (i, slot) in out.iter_mut().enumerate() {
+        let values = array
+            .get(&(i as u32), 0)
+            .map_err(|e| load_error("counters", e))?;
+        *slot = values.iter().sum();
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

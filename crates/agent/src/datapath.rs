@@ -10,7 +10,7 @@
 //! On kernels from 6.6 the tc programs attach through TCX links (no qdisc needed), held by file
 //! descriptors: the kernel detaches them when the process ends in any way, a SIGKILL too.
 
-use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{HashMap, MapData, RingBuf};
 use aya::programs::tc::{self, SchedClassifier, TcAttachType};
 use aya::programs::{BtfTracePoint, TestRun, TestRunOptions};
 use aya::{Btf, Ebpf, EbpfLoader};
@@ -370,20 +370,7 @@ impl DataPath {
 
     /// The counters (summed over CPUs), in [`INT_COUNTERS`]' order.
     pub fn counters(&self) -> Result<[u64; INT_COUNTERS.len()], AgentError> {
-        let map = self
-            .ebpf
-            .map("counters")
-            .ok_or_else(|| AgentError::Bpf("map counters missing".into()))?;
-        let array: PerCpuArray<&MapData, u64> =
-            PerCpuArray::try_from(map).map_err(|e| load_error("counters", e))?;
-        let mut out = [0u64; INT_COUNTERS.len()];
-        for (i, slot) in out.iter_mut().enumerate() {
-            let values = array
-                .get(&(i as u32), 0)
-                .map_err(|e| load_error("counters", e))?;
-            *slot = values.iter().sum();
-        }
-        Ok(out)
+        crate::bpf::read_counters(&self.ebpf)
     }
 }
 

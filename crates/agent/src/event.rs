@@ -74,15 +74,18 @@ pub enum EventError {
     Kind(u8),
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
+/// A field of a kernel-written record (host byte order); the caller checked the length.
+pub(crate) fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_ne_bytes([b[at], b[at + 1]])
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+/// See [`u16_at`].
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
+/// See [`u16_at`].
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&b[at..at + 8]);
     u64::from_ne_bytes(w)

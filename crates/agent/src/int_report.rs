@@ -11,6 +11,8 @@
 use intscope_node::{Mode, Node, NodeConfig, Role, Telemetry};
 use intscope_wire::metadata::HopMetadata;
 
+use crate::event::{u32_at, u64_at};
+
 /// Bytes of the frame an event carries (`CAPTURE` in `bpf/int.bpf.c`).
 pub const INT_CAPTURE: usize = 256;
 /// Bytes of one event.
@@ -74,16 +76,6 @@ pub enum IntEventError {
     Kind(u8),
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_ne_bytes(w)
-}
-
 impl<'a> IntEvent<'a> {
     /// Reads `struct event` of `bpf/int.bpf.c`.
     pub fn parse(b: &'a [u8]) -> Result<Self, IntEventError> {
@@ -96,7 +88,7 @@ impl<'a> IntEvent<'a> {
             3 => IntKind::MxSink,
             k => return Err(IntEventError::Kind(k)),
         };
-        let caplen = usize::from(u16::from_ne_bytes([b[2], b[3]])).min(INT_CAPTURE);
+        let caplen = usize::from(crate::event::u16_at(b, 2)).min(INT_CAPTURE);
         Ok(IntEvent {
             kind,
             flags: b[1],
