@@ -331,10 +331,21 @@ fn replica_and_shard_outages_during_ingest_lose_nothing_and_never_500() {
         "{text}"
     );
     assert!(text.contains("intscope_fabric_queries_failed_total{reason=\"unavailable\"}"));
-    // The replicas of each shard hold the same rows.
+    // The replicas of each shard come to hold the same rows: a replica fetches the parts the
+    // other took in the background, and `SYSTEM SYNC REPLICA` waits only for the entries it
+    // has pulled from ZooKeeper so far, so the comparison is polled (at most 30 s).
     for shard in 0..2 {
         let count = |k| cluster.query(k, "SELECT sum(samples) FROM intscope.flow_stats_local");
-        assert_eq!(count(shard * 2), count(shard * 2 + 1), "shard {shard}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (a, b) = (count(shard * 2), count(shard * 2 + 1));
+            if a == b || Instant::now() > deadline {
+                assert_eq!(a, b, "shard {shard}");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            sync_replicas(&cluster);
+        }
     }
     mark!(t0, "stored rows checked");
     let _ = std::fs::remove_dir_all(&spool);
