@@ -13,19 +13,35 @@ struct Running {
     child: Child,
     http: String,
     listen: Vec<String>,
+    /// The history folder of its own, when `args` named no store.
+    data: Option<PathBuf>,
 }
 
+/// Collectors started by this test binary (each its own history folder).
+static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 impl Running {
-    /// `intscope collect` with `args`, plus an ephemeral API port and the INT UDP port 17768
-    /// unless `args` name one.
+    /// `intscope collect` with `args`, plus an ephemeral API port, the INT UDP port 17768 and
+    /// a history folder of its own unless `args` name them: tests run at once, and two
+    /// collectors on one store are refused (one writer per store).
     fn start(args: &[&str]) -> Running {
-        let mut args = args.to_vec();
-        if !args.contains(&"--http") {
-            args.extend(["--http", "127.0.0.1:0"]);
+        let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let has = |args: &[String], flag: &str| args.iter().any(|a| a == flag);
+        if !has(&args, "--http") {
+            args.extend(["--http".into(), "127.0.0.1:0".into()]);
         }
-        if !args.contains(&"--int-udp-port") {
-            args.extend(["--int-udp-port", "17768"]);
+        if !has(&args, "--int-udp-port") {
+            args.extend(["--int-udp-port".into(), "17768".into()]);
         }
+        let data = ["--data", "--store", "--no-store", "--discard"]
+            .iter()
+            .all(|f| !has(&args, f))
+            .then(|| {
+                let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let d = tempdir(&format!("running-{n}"));
+                args.extend(["--data".into(), d.display().to_string()]);
+                d
+            });
         let mut child = bin()
             .arg("collect")
             .args(args)
@@ -44,6 +60,7 @@ impl Running {
             child,
             http: v["http"].as_str().unwrap().to_string(),
             listen,
+            data,
         }
     }
 
@@ -84,6 +101,9 @@ impl Running {
             .status()
             .unwrap();
         let out = self.child.wait_with_output().unwrap();
+        if let Some(d) = &self.data {
+            let _ = std::fs::remove_dir_all(d);
+        }
         assert!(out.status.success(), "clean exit on SIGTERM");
         String::from_utf8_lossy(&out.stderr).into_owned()
     }

@@ -88,7 +88,7 @@ pub struct QueueState {
 /// event: the end waits until no episode followed within the merge window, so the events
 /// never call a queue that stays congested for seconds a microburst (issue 29: events are
 /// the incidents' timeline).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct QueueRun {
     /// Switch clock of its first episode's first congested sample.
     start_ns: u64,
@@ -106,8 +106,8 @@ struct QueueRun {
     /// incident's (`incidents::Entry::max_span_ns`).
     max_span_ns: u64,
     /// Per flow over its episodes: API ID, occupancy sum, samples (at most
-    /// [`EPISODE_FLOWS`]).
-    flows: HashMap<FlowKey, (u64, u64, u64)>,
+    /// [`EPISODE_FLOWS`]); ordered, so the state reads the same whatever the shards.
+    flows: std::collections::BTreeMap<FlowKey, (u64, u64, u64)>,
 }
 
 impl QueueState {
@@ -1328,7 +1328,7 @@ fn observe_queue(
                     max_occupancy: occ,
                     total: 0,
                     max_span_ns: 0,
-                    flows: HashMap::default(),
+                    flows: std::collections::BTreeMap::new(),
                 }));
             }
             let mut ep = Episode {
@@ -1436,6 +1436,23 @@ fn raise_run_end(
         Some(&symptom),
         ev,
     );
+}
+
+/// Without the flows' API IDs, which depend on the shard that saw each flow first: the state
+/// reads the same whatever the shards (`collector/tests/shards.rs`).
+impl std::fmt::Debug for QueueRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueRun")
+            .field("start_ns", &self.start_ns)
+            .field("last_high_ns", &self.last_high_ns)
+            .field("end", &self.end)
+            .field("closed_rx", &self.closed_rx)
+            .field("max_occupancy", &self.max_occupancy)
+            .field("total", &self.total)
+            .field("max_span_ns", &self.max_span_ns)
+            .field("flows", &self.flows.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The congestion incident key of queue `key`.
