@@ -99,6 +99,16 @@ fn family(kind: IncidentKind) -> IncidentKind {
     }
 }
 
+/// The kinds a resolved symptom keyed `key` may be held under: a congestion ends as a
+/// microburst or a congestion.
+fn resolved_kinds(key: &IncidentKey) -> &[IncidentKind] {
+    if key.kind == IncidentKind::Congestion {
+        &[IncidentKind::Congestion, IncidentKind::Microburst]
+    } else {
+        std::slice::from_ref(&key.kind)
+    }
+}
+
 fn kind_index(kind: IncidentKind) -> usize {
     IncidentKind::ALL
         .iter()
@@ -768,13 +778,7 @@ impl IncidentLog {
         if let Some(id) = self.ongoing_symptom_of(key) {
             return Some(id);
         }
-        // A congestion symptom ends as a microburst or a congestion.
-        let kinds: &[IncidentKind] = if key.kind == IncidentKind::Congestion {
-            &[IncidentKind::Congestion, IncidentKind::Microburst]
-        } else {
-            std::slice::from_ref(&key.kind)
-        };
-        kinds
+        resolved_kinds(key)
             .iter()
             .filter_map(|&k| {
                 self.resolved[kind_index(k)]
@@ -890,12 +894,7 @@ impl IncidentLog {
     /// `at_ns`.
     fn reopen(&mut self, key: &IncidentKey, at_ns: u64) -> bool {
         let merge = self.timing.merge_ns;
-        let kinds: &[IncidentKind] = if key.kind == IncidentKind::Congestion {
-            &[IncidentKind::Congestion, IncidentKind::Microburst]
-        } else {
-            std::slice::from_ref(&key.kind)
-        };
-        for &kind in kinds {
+        for &kind in resolved_kinds(key) {
             let list = &mut self.resolved[kind_index(kind)];
             let found = list.iter().rposition(|e| {
                 e.key == *key
