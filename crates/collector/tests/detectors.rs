@@ -294,6 +294,24 @@ fn a_report_cut_inside_the_stack_is_a_partial_path() {
     );
 }
 
+/// A stack with the M bit lacks the hops that had no room (INT v2.1 §"INT-MD Metadata Header
+/// Format": "INT metadata was not inserted at one or more hops"): its hops are no path. A packet
+/// that looped until the stack filled and left the loop as it ended showed its spine's looping
+/// port beside the sink's hop, and raised a path change of its own in the demo.
+#[test]
+fn a_stack_with_the_mtu_bit_is_a_partial_path() {
+    let mut s = state();
+    steady(&mut s, 8, &[LEAF1, SPINE_A], 0);
+    let mut r = Rep::new(8, &[LEAF1, H(101, 7, 900, 10)], LEAF2);
+    r.m = true;
+    r.seq = 20;
+    feed(&mut s, &r.datagram(), 5 * S);
+    assert!(events(&s, EventKind::PathChange).is_empty());
+    let v = s.read();
+    let f = v.flows().next().unwrap();
+    assert_eq!(f.path[1].egress_if, Some(2), "the known path stands");
+}
+
 #[test]
 fn events_are_rate_limited_per_place_and_flow() {
     let mut s = state();

@@ -509,9 +509,9 @@ pub struct LinkTable {
     /// Per node: packets that crossed it by the links known without its report
     /// ([`LinkTable::node_spans`]).
     node_spans: rustc_hash::FxHashMap<u32, Spans>,
-    /// Per node: the latest switch time any of its per-hop reports showed
-    /// ([`LinkTable::silent_since_spans`]).
-    node_seen: rustc_hash::FxHashMap<u32, u64>,
+    /// Per node: the latest switch time any of its per-hop reports showed, and how long it
+    /// usually goes without one ([`LinkTable::silent_since_spans`]).
+    node_seen: rustc_hash::FxHashMap<u32, Heard>,
     /// Entries refused because a table was full ([`MAX_LINK_PORTS`]): links not learned, edge
     /// ports not marked, packets past a silent hop not counted.
     pub unlearned: u64,
@@ -556,6 +556,59 @@ struct Spans {
     /// The egress timestamp of the last packet counted: a duplicated or reordered report of
     /// it pairs the same packet again, and is not counted twice.
     last_egress_ts: u64,
+}
+
+/// When a node's per-hop reports were last seen, and the longest gap between two of them in
+/// the current and the previous report interval of switch time
+/// ([`crate::flow_shard::PostcardConfig::report_interval_ns`]): the silence a healthy node whose
+/// filter reports each flow about once an interval can keep.
+#[derive(Debug, Clone, Copy)]
+struct Heard {
+    last_ts: u64,
+    window: u64,
+    gap_now_ns: u64,
+    gap_before_ns: u64,
+}
+
+impl Heard {
+    fn new(ts: u64, interval_ns: u64) -> Self {
+        Heard {
+            last_ts: ts,
+            window: ts / interval_ns.max(1),
+            gap_now_ns: 0,
+            gap_before_ns: 0,
+        }
+    }
+
+    fn saw(&mut self, ts: u64, interval_ns: u64) {
+        if ts <= self.last_ts {
+            return;
+        }
+        let window = ts / interval_ns.max(1);
+        if window != self.window {
+            // A window passed without a report leaves nothing from before it to remember.
+            self.gap_before_ns = if window == self.window + 1 {
+                self.gap_now_ns
+            } else {
+                0
+            };
+            self.gap_now_ns = 0;
+            self.window = window;
+        }
+        self.gap_now_ns = self.gap_now_ns.max(ts - self.last_ts);
+        self.last_ts = ts;
+    }
+
+    /// How long the node may go without a report before its silence says something: twice
+    /// its longest recent gap, at most two report intervals — so a node that stopped adding
+    /// INT is named at the latest that long after the first packet that crossed it
+    /// unreported, however sparse its reports were.
+    fn usual_silence_ns(&self, interval_ns: u64) -> u64 {
+        self.gap_now_ns
+            .max(self.gap_before_ns)
+            .saturating_mul(2)
+            .min(interval_ns.saturating_mul(2))
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -652,28 +705,32 @@ impl LinkTable {
     /// Notes a per-hop report of `node` whose hop timestamp is `ts` (switch time), as it
     /// arrives: a node that reported anything since packets began crossing it unreported is
     /// alive ([`LinkTable::silent_since_spans`]).
-    pub fn saw(&mut self, node: u32, ts: u64) {
+    pub fn saw(&mut self, node: u32, ts: u64, interval_ns: u64) {
         let full = self.node_seen.len() >= MAX_LINK_PORTS;
         match self.node_seen.get_mut(&node) {
-            Some(t) => *t = (*t).max(ts),
+            Some(h) => h.saw(ts, interval_ns),
             None if full => self.unlearned += 1,
             None => {
-                self.node_seen.insert(node, ts);
+                self.node_seen.insert(node, Heard::new(ts, interval_ns));
             }
         }
     }
 
     /// Whether `node` sent no per-hop report at all (of any flow this table sees) since the
-    /// first of the packets that crossed it without its report ([`LinkTable::node_spans`]): a
-    /// node that stopped adding INT is silent for every flow at once, while a healthy one whose
-    /// report of some packets a filter held back keeps reporting others.
-    pub fn silent_since_spans(&self, node: u32) -> bool {
+    /// first of the packets that crossed it without its report ([`LinkTable::node_spans`]), and
+    /// for longer than it usually goes without one (twice its longest recent gap) by the last of
+    /// them: a node that stopped adding INT is silent for every flow at once, while a healthy
+    /// one whose filter held back its reports of some packets keeps reporting others — as
+    /// often as its flows change or their interval comes round, which for a quiet spine
+    /// between two busy leaves can be tens of ms.
+    pub fn silent_since_spans(&self, node: u32, interval_ns: u64) -> bool {
         self.node_spans.get(&node).is_some_and(|s| {
             s.packets > 0
-                && self
-                    .node_seen
-                    .get(&node)
-                    .is_none_or(|&t| t < s.first_egress_ts)
+                && self.node_seen.get(&node).is_none_or(|h| {
+                    h.last_ts < s.first_egress_ts
+                        && s.last_egress_ts.saturating_sub(h.last_ts)
+                            > h.usual_silence_ns(interval_ns)
+                })
         })
     }
 
@@ -2086,6 +2143,42 @@ mod tests {
         packet(&mut f, 100 * MS, 100 * MS, true);
         join(&mut f, &mut links);
         assert_eq!(links.node_spans(101), 0, "it reports again");
+    }
+
+    #[test]
+    fn a_node_is_silent_only_past_its_usual_gap() {
+        let interval = 1_000 * MS;
+        let mut links = LinkTable::default();
+        links.learn(((1, 5), (101, 1)), 600);
+        // Spine 101 reports every 30 ms (a quiet spine's filtered reports of its flows).
+        for k in 0..40 {
+            links.saw(101, k * 30 * MS, interval);
+        }
+        let heard = 39 * 30 * MS;
+        // Packets cross it unreported from 5 ms after its last report (a busy leaf reports
+        // each packet of a congested flow; the spine's filter holds its reports back).
+        for (k, t) in [5, 20, 40].into_iter().enumerate() {
+            links.spanned((1, 5), 2, heard + t * MS, 2);
+            assert_eq!(links.node_spans(101), k as u16 + 1);
+        }
+        assert!(
+            !links.silent_since_spans(101, interval),
+            "40 ms: within twice its usual 30 ms gap"
+        );
+        links.spanned((1, 5), 2, heard + 61 * MS, 2);
+        assert!(links.silent_since_spans(101, interval), "61 ms: past it");
+        // A node that reported once a second is named at two intervals, not at two seconds'
+        // worth of its own gaps more.
+        let mut sparse = LinkTable::default();
+        sparse.learn(((1, 5), (102, 1)), 600);
+        for k in 0..3 {
+            sparse.saw(102, k * 1_500 * MS, interval);
+        }
+        sparse.spanned((1, 5), 2, 3_001 * MS + 1, 2);
+        sparse.spanned((1, 5), 2, 3_000 * MS + interval * 2, 2);
+        assert!(!sparse.silent_since_spans(102, interval));
+        sparse.spanned((1, 5), 2, 3_000 * MS + interval * 2 + 1, 2);
+        assert!(sparse.silent_since_spans(102, interval));
     }
 
     #[test]

@@ -67,6 +67,12 @@ pub struct PostcardConfig {
     /// the same way: a hop that never reports may be one whose reports were all lost
     /// (`spans_lost_in_transit`).
     pub silent_drop_chance: f64,
+    /// How often the switches' report filter reports a flow that did not change, ns
+    /// (SD-Fabric: once a second). A healthy node's reports of its flows can pause for about
+    /// this long, so a node that stopped adding INT is named once it has been silent for
+    /// longer than its own usual gaps, at most twice this, after the first packet crossed it
+    /// unreported.
+    pub report_interval_ns: u64,
 }
 
 impl Default for PostcardConfig {
@@ -82,6 +88,7 @@ impl Default for PostcardConfig {
             link_delay_learn_max_ns: 1_000_000,
             silent_drop_ns: 5_000_000_000,
             silent_drop_chance: 1e-6,
+            report_interval_ns: 1_000_000_000,
         }
     }
 }
@@ -319,7 +326,8 @@ impl FlowShard {
             self.join(now, key, log);
         }
         if let Some(ts) = hop.ingress_ts().or(hop.egress_ts()) {
-            self.links.saw(hop.node_id, ts);
+            self.links
+                .saw(hop.node_id, ts, self.cfg.postcards.report_interval_ns);
         }
         let Some(flow) = self.flows.get_mut(&key) else {
             return;
@@ -417,9 +425,10 @@ impl FlowShard {
         // node a partial chain breaks before).
         if self.cfg.non_int_hops && hidden.is_none() {
             let links = &self.links;
+            let interval_ns = self.cfg.postcards.report_interval_ns;
             let stopped = |(h, next): (crate::record::Hop, u32)| {
                 let crossed = links.node_spans(next);
-                if crossed < MIN_SPANS || !links.silent_since_spans(next) {
+                if crossed < MIN_SPANS || !links.silent_since_spans(next, interval_ns) {
                     return None;
                 }
                 let a = flow.card_ttl(h.node_id)?;
@@ -693,8 +702,9 @@ impl FlowShard {
                 }
                 None => r.hops(),
             };
-            // Hops missing from the report (cut short, or past the hop limit: INT v2.1
-            // §"INT-MD Metadata Header Format", E bit), a packet that died on the way, or one
+            // Hops missing from the report (cut short, past the hop limit or past an egress
+            // MTU: INT v2.1 §"INT-MD Metadata Header Format", E and M bits, "INT metadata was
+            // not inserted at one or more hops"), a packet that died on the way, or one
             // reported before it left the fabric: a partial path, and a latency that is no
             // flow's. A transit hop reports an INT-MD packet only for a congested queue (Report
             // v2.0 §"Individual Report Header", Q), a drop (D) or an intermediate report (I); a
@@ -710,6 +720,7 @@ impl FlowShard {
                 || r.dropped
                 || r.drop_reason.is_some()
                 || r.hop_limit_exceeded
+                || r.mtu_exceeded
                 || transit_queue_report
             {
                 change = flow.observe_partial_path(now, hops, paths);

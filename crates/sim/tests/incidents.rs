@@ -59,6 +59,7 @@ fn detect(loss: f64) -> DetectConfig {
     // (`silent_drop_chance`), so the window does not grow with the loss.
     let _ = loss;
     d.postcards.silent_drop_ns = 10 * INTERVAL_NS;
+    d.postcards.report_interval_ns = INTERVAL_NS;
     d
 }
 

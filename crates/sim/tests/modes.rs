@@ -50,6 +50,7 @@ fn detect() -> DetectConfig {
     // Ten report intervals of the switches above: a flow sends a burst every 80 ms, so a
     // healthy hop reports it at least every 130 ms, and a lost report or two stretches that.
     d.postcards.silent_drop_ns = 500 * MS;
+    d.postcards.report_interval_ns = 50 * MS;
     d
 }
 
@@ -255,6 +256,7 @@ fn postcards_of_software_nodes_join_with_the_default_settings() {
         detect().postcards,
         intscope_collector::flow_shard::PostcardConfig {
             silent_drop_ns: 500 * MS,
+            report_interval_ns: 50 * MS,
             ..Default::default()
         }
     );
