@@ -604,6 +604,8 @@ impl Collector {
                         last = std::time::Instant::now();
                     }
                 }
+                // Events still waiting for their incidents go now, as they are.
+                c.state.settle_events();
                 flusher.finish_parts(|| c.take_batch(&mut last_event));
             })
             .ok()?;

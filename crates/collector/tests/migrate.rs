@@ -1,7 +1,8 @@
 //! Schema migrations: a store created by the previous release (9d213bf, schema version 1: no
 //! version table, no `received_ns` columns; `tests/fixtures/schema-v1-*.sql`) with rows in it,
-//! opened by this build: its rows read back, new rows are written with the new columns, the
-//! version is recorded once, and a store of a newer version is refused.
+//! opened by this build: its rows read back, new rows are written with the new columns (v2:
+//! `received_ns`; v3: the events' `incident_id`), the version is recorded once, and a store of a
+//! newer version is refused.
 //!
 //! Cost: SQLite well under a second; ClickHouse one server start (~1 s) and a few queries.
 
@@ -119,7 +120,18 @@ fn a_previous_release_sqlite_store_is_migrated() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [2]);
+    assert_eq!(versions, [3]);
+    let event_columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('events')")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        event_columns.iter().any(|c| c == "incident_id"),
+        "{event_columns:?}"
+    );
     let received: Vec<Option<i64>> = conn
         .prepare("SELECT received_ns FROM incidents ORDER BY id")
         .unwrap()
@@ -194,7 +206,16 @@ fn a_previous_release_clickhouse_store_is_migrated() {
     drop(store);
     assert_eq!(
         server.query(0, &format!("SELECT version FROM {db}.schema_version")),
-        "2"
+        "3"
+    );
+    assert_eq!(
+        server.query(
+            0,
+            &format!(
+                "SELECT type FROM system.columns WHERE database = '{db}' AND table = 'events' AND name = 'incident_id'"
+            )
+        ),
+        "Nullable(UInt64)"
     );
     for t in ["events", "incidents"] {
         assert_eq!(

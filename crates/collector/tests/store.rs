@@ -9,6 +9,7 @@ use std::sync::Arc;
 use intscope_collector::incident::{
     Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
 };
+use intscope_collector::state::State;
 use intscope_collector::store::AggRow;
 
 use common::*;
@@ -60,6 +61,45 @@ impl Drop for Backend {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// An event goes to the store once its incident is published (`incident_grouping_ns` of
+/// receive time after its first evidence), with the incident's ID; until then the flush holds
+/// it back, and the events after it. One whose incident never comes is taken after the link
+/// wait; at a stop every event is taken as it is.
+#[test]
+fn the_store_takes_an_event_once_it_names_its_incident() {
+    let s = State::new(intscope_collector::detect::DetectConfig::default());
+    let stats = StoreStats::default();
+    let mut last_event = 1;
+    let drop_at = |s: &State, seq: u32, t: u64| {
+        let mut r = Rep::new(7, &[H(1, 2, 900, 10)], H(2, 3, 900, 10));
+        r.seq = seq;
+        r.drop = Some(29);
+        decode_each(&r.datagram(), t, |rec| s.process(rec));
+    };
+    drop_at(&s, 0, S);
+    s.tick(S);
+    let b = collect_batch(&s, &mut last_event, Vec::new(), &stats);
+    assert!(b.events.is_empty(), "its incident still gathers symptoms");
+    assert_eq!(s.events().events().len(), 1);
+    // Past the grouping window (100 ms of receive time) the incident is published.
+    s.tick(S + 200 * MS);
+    let b = collect_batch(&s, &mut last_event, Vec::new(), &stats);
+    assert_eq!(b.events.len(), 1);
+    let incident = s.incidents().into_iter().next().expect("published");
+    assert_eq!(b.events[0].incident_id, Some(incident.id));
+    // A stop takes what still waits.
+    drop_at(&s, 1, 5 * S);
+    let b = collect_batch(&s, &mut last_event, Vec::new(), &stats);
+    assert!(b.events.is_empty() || b.events.iter().all(|e| e.incident_id.is_some()));
+    s.settle_events();
+    let b2 = collect_batch(&s, &mut last_event, Vec::new(), &stats);
+    assert_eq!(
+        1 + b.events.len() + b2.events.len(),
+        s.events().events().len(),
+        "every event stored once"
+    );
 }
 
 #[test]
@@ -117,16 +157,25 @@ fn batches_round_trip_and_prune(backend: &Backend) {
         "routing-miss"
     );
     assert_eq!(drops["events"][0]["flow"]["dst_port"], 80);
-    // Read back, each event is the live one without its receive time and its incident (the
-    // store keeps neither), field for field; each incident is the one written.
+    // Read back, each event is the live one without its receive time (the store keeps it
+    // for retention only), field for field, its incident included; each incident is the one
+    // written.
     let mut stored = json(store.events(&HistoryQuery::default()).unwrap())["events"].clone();
     let mut live: Vec<serde_json::Value> = b.events.iter().rev().map(json).collect();
     for e in &mut live {
         e.as_object_mut().unwrap().remove("received_ns");
-        e.as_object_mut().unwrap().remove("incident_id");
     }
     assert_eq!(stored.take(), serde_json::Value::Array(live));
     assert!(!b.incidents.is_empty(), "the drop raised an incident");
+    let drop_incident = b
+        .incidents
+        .iter()
+        .find(|i| i.cause.as_deref() == Some("routing-miss"))
+        .expect("the routing miss is an incident");
+    assert_eq!(
+        drops["events"][0]["incident_id"], drop_incident.id,
+        "a stored event names its incident"
+    );
     let incidents = json(store.incidents(&HistoryQuery::default()).unwrap());
     for n in &b.incidents {
         let read = incidents["incidents"]

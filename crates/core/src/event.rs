@@ -221,6 +221,11 @@ pub struct EventLog {
     /// Events whose symptom the engine did not hold yet when they were raised: (its key,
     /// the event's ID, its receive time), oldest first, at most [`UNLINKED_EVENTS`].
     unlinked: VecDeque<(IncidentKey, u64, u64)>,
+    /// How long (receive time) an event may wait for its incident before the store takes it
+    /// without one ([`EventLog::settled_until`]).
+    settle_ns: u64,
+    /// Every event below this ID is taken as it is (the input is over: [`EventLog::settle_all`]).
+    settled_below: u64,
 }
 
 impl Default for EventLog {
@@ -240,6 +245,10 @@ impl EventLog {
             incidents: IncidentLog::new(cfg),
             shared_limit: RateLimit::default(),
             unlinked: VecDeque::new(),
+            settle_ns: LINK_WAIT_NS
+                .saturating_add(cfg.path_correlation_ns)
+                .saturating_add(cfg.incident_grouping_ns),
+            settled_below: 0,
         }
     }
 
@@ -328,6 +337,32 @@ impl EventLog {
     /// Events raised, by kind (rate-limited repeats are not raised).
     pub fn counts(&self) -> &BTreeMap<EventKind, u64> {
         &self.counts
+    }
+
+    /// The first event from ID `from` on that the store should not take yet: one not linked
+    /// to a published incident (its symptom not handed over, its incident still gathering
+    /// symptoms for `incident_grouping_ns`, a path change not yet placed by the correlation)
+    /// and raised less than the link wait, the path correlation and the grouping ago (receive
+    /// time). Events are stored in ID order, so the ones after it wait too: a stored event
+    /// carries its [`Event::incident_id`], written once. [`EventLog::next_id`] when none waits.
+    pub fn settled_until(&self, from: u64) -> u64 {
+        let now = self.incidents.now_rx();
+        let start = self.events.partition_point(|e| e.id < from);
+        self.events
+            .range(start..)
+            .find(|e| {
+                e.id >= self.settled_below
+                    && self.incident_of(e).is_none()
+                    && now.saturating_sub(e.received_ns.unwrap_or(0)) < self.settle_ns
+            })
+            .map_or(self.next_id, |e| e.id)
+    }
+
+    /// The input is over (a stop, the end of a replay): links what can be linked, and lets the
+    /// store take every event raised so far as it is ([`EventLog::settled_until`]).
+    pub fn settle_all(&mut self) {
+        self.link_remaining();
+        self.settled_below = self.next_id;
     }
 
     /// The ID the next event will get.

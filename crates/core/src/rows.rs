@@ -222,13 +222,16 @@ impl<'a> FlushTake<'a> {
             {
                 events_missed = first.id - *last_event;
             }
+            // Events go to the store once linked to their incident (or given up on), in ID
+            // order, each with its incident's ID.
+            let until = log.settled_until(*last_event);
             b.events = log
                 .events()
                 .iter()
-                .filter(|e| e.id >= *last_event)
-                .cloned()
+                .filter(|e| e.id >= *last_event && e.id < until)
+                .map(|e| log.linked(e))
                 .collect();
-            *last_event = log.next_id();
+            *last_event = until.max(*last_event);
             for (kind, n) in log.counts() {
                 b.totals.push((format!("events_{}", kind.label()), *n));
             }

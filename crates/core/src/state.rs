@@ -475,6 +475,13 @@ impl State {
         lock(&self.log).link_remaining();
     }
 
+    /// The input is over, or the collector stops: the store's last flush takes every event
+    /// raised so far, linked to its incident where it can be ([`EventLog::settle_all`]).
+    pub fn settle_events(&self) {
+        self.flush_incidents();
+        lock(&self.log).settle_all();
+    }
+
     /// Continue incident IDs after those a store already holds.
     pub fn continue_incident_ids(&self, next: u64) {
         lock(&self.log).incidents.continue_ids(next);

@@ -248,7 +248,7 @@ const TABLES: [(&str, &str, &str, &str); 8] = [
          port Nullable(UInt32), queue_id Nullable(UInt8), flow_id Nullable(UInt64), \
          src Nullable(String), dst Nullable(String), proto Nullable(UInt8), \
          src_port Nullable(UInt16), dst_port Nullable(UInt16), evidence String, \
-         received_ns UInt64",
+         received_ns UInt64, incident_id Nullable(UInt64)",
         "MergeTree",
         "time_ns|time_ns, source, id",
     ),
@@ -379,6 +379,9 @@ struct EventIns {
     dst_port: Option<u16>,
     evidence: String,
     received_ns: u64,
+    /// Absent from rows spooled by schema 2.
+    #[serde(default)]
+    incident_id: Option<u64>,
 }
 
 #[derive(Row, Serialize, Deserialize)]
@@ -578,6 +581,7 @@ struct EventOut {
     src_port: Option<u16>,
     dst_port: Option<u16>,
     evidence: String,
+    incident_id: Option<u64>,
     tie: u64,
 }
 
@@ -602,15 +606,17 @@ struct One {
 /// The schema version this build writes. Version 1 is the first release's schema (tables as
 /// created by `CREATE ... IF NOT EXISTS` alone, with no version table); each later version
 /// adds columns (`MIGRATIONS`), applied by [`ClickHouseStore::open`].
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Columns each schema version added: (version, table, column and type). Applied at open to
 /// every server's local table (and its Distributed table) that lacks them.
-const MIGRATIONS: [(u32, &str, &str); 2] = [
+const MIGRATIONS: [(u32, &str, &str); 3] = [
     // The time the collector stored the row (its clock, not the switch's): retention and
     // "what arrived lately" go by it.
     (2, "events", "received_ns UInt64"),
     (2, "incidents", "received_ns UInt64"),
+    // The incident the event belongs to (`Event::incident_id`), as it was when stored.
+    (3, "events", "incident_id Nullable(UInt64)"),
 ];
 
 /// How long opening the store waits for a first server to take the schema.
@@ -1517,6 +1523,7 @@ impl ClickHouseStore {
                 dst_port: f.as_ref().map(|f| f.dst_port),
                 evidence: e.evidence.to_json().to_string(),
                 received_ns: e.received_ns.unwrap_or(received_ns),
+                incident_id: e.incident_id,
             });
         }
         let mut incidents: Vec<Vec<IncidentIns>> = (0..n).map(|_| Vec::new()).collect();
@@ -1849,7 +1856,7 @@ impl Store for ClickHouseStore {
             filter += &format!(" AND node_id = {n}");
         }
         let sql = format!(
-            "SELECT id, time_ns, kind, node_id, port, queue_id, flow_id, src, dst, proto, src_port, dst_port, evidence, {EVENT_TIE} AS tie
+            "SELECT id, time_ns, kind, node_id, port, queue_id, flow_id, src, dst, proto, src_port, dst_port, evidence, incident_id, {EVENT_TIE} AS tie
              FROM {db}.events WHERE {filter} AND (time_ns < {t} OR (time_ns = {t} AND {EVENT_TIE} < {tie}))
              ORDER BY time_ns DESC, tie DESC LIMIT {}",
             limit + 1
@@ -1883,6 +1890,7 @@ impl Store for ClickHouseStore {
                         flow_id: e.flow_id,
                         flow,
                         evidence: parse_evidence(&e.evidence)?,
+                        incident_id: e.incident_id,
                     },
                     format!("e.{}.{}", e.time_ns, e.tie),
                 ))

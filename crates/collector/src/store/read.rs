@@ -148,6 +148,10 @@ pub struct StoredEvent {
     /// The kind-specific evidence as the live event serves it: kept as its JSON, since the
     /// evidence types only serialize (each kind's fields: the OpenAPI `Event` schema).
     pub evidence: Value,
+    /// The incident it belonged to when stored ([`crate::event::Event::incident_id`]; the
+    /// store takes an event once linked, or once its link wait is over): `None` for an event
+    /// no incident followed, and for events stored by schema 2 and before.
+    pub incident_id: Option<u64>,
 }
 
 impl Listed for StoredEvent {

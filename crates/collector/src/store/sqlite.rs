@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS events(
   id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, kind TEXT NOT NULL,
   node_id INTEGER, port INTEGER, queue_id INTEGER, flow_id INTEGER,
   src TEXT, dst TEXT, proto INTEGER, src_port INTEGER, dst_port INTEGER,
-  evidence TEXT NOT NULL, received_ns INTEGER);
+  evidence TEXT NOT NULL, received_ns INTEGER, incident_id INTEGER);
 CREATE INDEX IF NOT EXISTS events_time ON events(time_ns);
 CREATE TABLE IF NOT EXISTS flows(
   src TEXT NOT NULL, dst TEXT NOT NULL, proto INTEGER NOT NULL, src_port INTEGER NOT NULL, dst_port INTEGER NOT NULL,
@@ -71,14 +71,16 @@ CREATE TABLE IF NOT EXISTS totals(
 /// The schema version this build writes, recorded in the `schema_version` table. Version 1 is
 /// the first release's schema (no version table); each later version adds what
 /// [`MIGRATIONS`] lists for it, applied at open.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Columns each schema version added: (version, table, column and type).
-const MIGRATIONS: [(i64, &str, &str); 2] = [
+const MIGRATIONS: [(i64, &str, &str); 3] = [
     // The collector's receive time of the report that raised the event or last updated the
     // incident (its own clock, where `time_ns` may be the switch's).
     (2, "events", "received_ns INTEGER"),
     (2, "incidents", "received_ns INTEGER"),
+    // The incident the event belongs to (`Event::incident_id`), as it was when stored.
+    (3, "events", "incident_id INTEGER"),
 ];
 
 /// Brings the schema of `conn`'s file to [`SCHEMA_VERSION`]: creates what is missing, adds the
@@ -314,8 +316,8 @@ impl SqliteStore {
         let received_ns = crate::ingest::now_ns();
         {
             let mut ev = tx.prepare_cached(
-                "INSERT OR REPLACE INTO events(id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence,received_ns)
-                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
+                "INSERT OR REPLACE INTO events(id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence,received_ns,incident_id)
+                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
             )?;
             for e in &b.events {
                 let f = e.flow.as_ref().map(FlowRef::from);
@@ -334,7 +336,8 @@ impl SqliteStore {
                     f.map(|f| f.src_port),
                     f.map(|f| f.dst_port),
                     e.evidence.to_json().to_string(),
-                    i(e.received_ns.unwrap_or(received_ns))
+                    i(e.received_ns.unwrap_or(received_ns)),
+                    e.incident_id.map(i)
                 ])?;
             }
             // A flow's counters in memory count from the start of its in-memory life (this
@@ -551,7 +554,7 @@ impl Store for SqliteStore {
             "time_ns"
         };
         let sql = format!(
-            "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence FROM events
+            "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence,incident_id FROM events
              WHERE id < ?6 AND {time} >= ?1 AND {time} <= ?2 AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
              ORDER BY id DESC LIMIT ?5"
         );
@@ -588,6 +591,7 @@ impl Store for SqliteStore {
                         flow_id: r.get(6)?,
                         flow,
                         evidence: r.get(12)?,
+                        incident_id: r.get(13)?,
                     })
                 },
             )?
@@ -608,6 +612,7 @@ impl Store for SqliteStore {
                         flow_id: e.flow_id,
                         flow: e.flow,
                         evidence: parse_evidence(&e.evidence)?,
+                        incident_id: e.incident_id,
                     },
                     cursor,
                 ))
@@ -795,6 +800,7 @@ struct EventRow {
     flow_id: Option<u64>,
     flow: Option<FlowRef>,
     evidence: String,
+    incident_id: Option<u64>,
 }
 
 /// A `flows` row, its path still the stored JSON text.
