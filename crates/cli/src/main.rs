@@ -8,6 +8,7 @@ mod collect;
 mod detect;
 mod dump;
 mod frames;
+mod lab;
 mod live;
 mod node;
 mod serve;
@@ -43,6 +44,9 @@ enum Command {
     Sim(sim::SimArgs),
     /// A collector and a simulated fabric with scripted faults, on this machine.
     Demo(sim::DemoArgs),
+    /// A leaf-spine fabric of network namespaces with eBPF INT, real traffic and scripted
+    /// faults, scored against the collector's incidents (root).
+    Lab(lab::LabArgs),
     /// Host INT: eBPF programs report what this Linux host's kernel did to watched packets.
     Agent(agent::AgentArgs),
     /// The Wireshark / tshark dissector for INT and telemetry reports (install or print).
@@ -66,6 +70,7 @@ fn main() {
         Command::Node(args) => node::run(args).map(|summary| println!("{summary}")),
         Command::Sim(args) => sim::run(args).map(|summary| println!("{summary}")),
         Command::Demo(args) => sim::demo(args),
+        Command::Lab(args) => lab::run(args),
         Command::Agent(args) => agent::run(args).map(|summary| println!("{summary}")),
         Command::Wireshark(args) => wireshark::run(args, &mut std::io::stdout().lock()),
     };
