@@ -19,7 +19,9 @@
 //!    directions of one link are one cable; hops without INT found while others are ongoing
 //!    are the one device that stopped adding INT (or joined without it) that they all cross;
 //!    a node whose reports stopped (report-loss `silent`), hops without INT named at it, and
-//!    the sequence gap its reports come back with are its reporting outage;
+//!    the sequence gap its reports come back with are its reporting outage; drops at a
+//!    failed link's ends (or at a failed node) that start within `incident_merge_ns` of the
+//!    failure are its routes converging;
 //! 3. **a loop**: the incident's root is a hop limit or a TTL expiry, or the symptom is, and the
 //!    symptom's flows mostly go where the incident's go (at least half of the smaller set of
 //!    destination addresses is shared);
@@ -31,8 +33,9 @@
 //! member of the highest rank — hop limit, TTL expiry, congestion or microburst, queue drop,
 //! latency, MTU — then with more flows (the bottleneck an incast converges on), then the
 //! earliest; among the kinds of rule 2, the earliest (at a silent node: its gap, then hops
-//! without INT). Other report loss, path changes and drops of other reasons (a routing miss,
-//! an ACL) are never joined: each is a fault in itself.
+//! without INT); a failed link or node is the root of whatever joined it. Other report loss,
+//! path changes and drops of other reasons (a routing miss, an ACL) away from a failure are
+//! never joined: each is a fault in itself.
 //!
 //! Lifecycle: an incident is ongoing while its root is, or another symptom shows evidence after
 //! the root ended; it ends at the latest end (or newest evidence) among them.
@@ -364,7 +367,11 @@ impl Causes {
         if r == 0
             && !is_repair(s)
             && !is_silent(s)
-            && !matches!(s.kind, IncidentKind::NonIntHops | IncidentKind::ReportLoss)
+            && !is_outage(s)
+            && !matches!(
+                s.kind,
+                IncidentKind::NonIntHops | IncidentKind::ReportLoss | IncidentKind::Drop
+            )
         {
             return None;
         }
@@ -374,7 +381,7 @@ impl Causes {
             if gid == own || g.members.len() >= MAX_SYMPTOMS || !self.current(g, s) {
                 continue;
             }
-            let Some(rule) = joins(s, r, &dsts, g) else {
+            let Some(rule) = joins(s, r, &dsts, g, self.merge_ns) else {
                 continue;
             };
             // The first rule, then the oldest incident: a HashMap's order must not decide.
@@ -456,8 +463,31 @@ fn is_repair(s: &Incident) -> bool {
         && s.cause.as_deref().is_some_and(|c| c.ends_with("-restored"))
 }
 
+/// A link or node the flows left (a path change `link` or `node`), open until they return.
+fn is_outage(s: &Incident) -> bool {
+    s.kind == IncidentKind::PathChange && matches!(s.cause.as_deref(), Some("link" | "node"))
+}
+
+/// Whether `a` and `b` are a failed link (or node) and the drops at its ends while routes
+/// converge (rule 2): packets queued for the dead port, a route withdrawn before its
+/// replacement is in, a queue that takes a link's traffic at once. The drops start within
+/// `merge_ns` of the failure either way (a drop report comes at once, the flows' move once
+/// the correlation has seen them); a loop's TTL expiries are the loop's (rule 3).
+fn converging(a: &Incident, b: &Incident, merge_ns: u64) -> bool {
+    let (drop, outage) = match (is_outage(a), is_outage(b)) {
+        (false, true) => (a, b),
+        (true, false) => (b, a),
+        _ => return false,
+    };
+    drop.kind == IncidentKind::Drop
+        && rank_of(drop) != LOOP_RANK
+        && drop.place.node.is_some()
+        && [outage.place.node, outage.place.peer_node].contains(&drop.place.node)
+        && drop.start_ns.abs_diff(outage.start_ns) <= merge_ns
+}
+
 /// The first rule (1–4) by which `s` (of rank `r`, its flows going to `dsts`) joins `g`.
-fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group) -> Option<u8> {
+fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group, merge_ns: u64) -> Option<u8> {
     // A queue at a port where the incident queues, or where packets loop out (TTL expiries
     // at that port: the loop's traffic fills its queue).
     if at_port(s)
@@ -506,6 +536,10 @@ fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group) -> Option<u8>
         // Rule 2: a node whose reports stopped, with what it was taken for meanwhile.
         return Some(2);
     }
+    if g.members.iter().any(|m| converging(s, m, merge_ns)) {
+        // Rule 2: a failed link or node, and the drops at its ends as routes converge.
+        return Some(2);
+    }
     if s.kind == IncidentKind::NonIntHops {
         // Rule 2: hops without INT found at once behind several ports are the device that
         // stopped adding INT (or was added without it) that they all cross.
@@ -548,10 +582,16 @@ fn publish(gid: u64, members: &[Incident]) -> Incident {
     let root = members
         .iter()
         .max_by(|a, b| {
-            // Ungrouped kinds (a repair with its outage): the first is the root.
+            // A failed link or node is the cause of what joined it (its repair, the drops at
+            // its ends); among other ungrouped kinds the first is the root.
             let weight = |m: &Incident| {
                 let r = rank_of(m);
-                (r, device_weight(m), (r > 0).then_some(m.counts.flows))
+                (
+                    is_outage(m),
+                    r,
+                    device_weight(m),
+                    (r > 0).then_some(m.counts.flows),
+                )
             };
             weight(a)
                 .cmp(&weight(b))
@@ -897,6 +937,55 @@ mod tests {
         c.update(&late);
         c.publish_due(u64::MAX);
         assert_eq!(all(&c).len(), 2, "past the merge window: a new fault");
+    }
+
+    /// A link that fails: the drops at its two ends as routes converge (reported before the
+    /// flows' move is correlated, and after) are its symptoms, the link its root; a routing
+    /// miss elsewhere, and one at an end long after the failure, are faults of their own.
+    #[test]
+    fn drops_at_a_failed_links_ends_are_the_link_down() {
+        use IncidentKind::*;
+        let mut c = causes();
+        let dsts = ["10.0.1.1"];
+        c.update(&symptom(1, Drop, Some("routing-miss"), (1, 0), 0, &dsts));
+        let mut down = symptom(2, PathChange, Some("link"), (101, 1), 200, &dsts);
+        down.place.peer_node = Some(1);
+        c.update(&down);
+        c.update(&symptom(
+            3,
+            Drop,
+            Some("kernel-device"),
+            (101, 1),
+            250,
+            &dsts,
+        ));
+        c.update(&symptom(4, Drop, Some("routing-miss"), (2, 0), 220, &dsts));
+        c.update(&symptom(
+            5,
+            Drop,
+            Some("routing-miss"),
+            (1, 0),
+            3_000,
+            &dsts,
+        ));
+        c.update(&symptom(6, Drop, Some("ip-ttl-zero"), (101, 1), 260, &dsts));
+        c.publish_due(u64::MAX);
+        let v = all(&c);
+        let summary: Vec<_> = v
+            .iter()
+            .map(|i| (i.kind, i.place.node, i.cause.clone(), i.symptoms.len()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (PathChange, Some(101), Some("link".into()), 2),
+                (Drop, Some(2), Some("routing-miss".into()), 0),
+                (Drop, Some(101), Some("ip-ttl-zero".into()), 0),
+                (Drop, Some(1), Some("routing-miss".into()), 0),
+            ],
+            "{v:#?}"
+        );
+        assert_eq!(v[0].start_ns, 0, "from the first drop");
     }
 
     /// A node whose reports stopped: the silence the hop before it found, the hops without
