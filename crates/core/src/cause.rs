@@ -266,6 +266,9 @@ impl Causes {
                 gid
             }
         };
+        if is_outage(s) {
+            self.absorb_converging(gid, s);
+        }
         let grouping_ns = self.grouping_ns;
         let g = self.groups.entry(gid).or_insert_with(|| Group {
             inc: s.clone(),
@@ -288,6 +291,46 @@ impl Causes {
         }
         if now.is_none() && self.grouping_ns == 0 {
             self.publish_now(gid);
+        }
+    }
+
+    /// A failed link or node `s` (in incident `gid`) takes the incidents still gathering that
+    /// hold drops at its ends ([`converging`]): a drop report comes before the flows' move is
+    /// correlated, so each end's drops may have started a gathering of their own.
+    fn absorb_converging(&mut self, gid: u64, s: &Incident) {
+        let merge_ns = self.merge_ns;
+        let strays: Vec<u64> = self
+            .groups
+            .iter()
+            .filter(|&(&h, g)| {
+                h != gid
+                    && g.pending_until.is_some()
+                    && g.members.len() < MAX_SYMPTOMS
+                    && g.members.iter().any(|m| converging(m, s, merge_ns))
+            })
+            .map(|(&h, _)| h)
+            .collect();
+        for h in strays {
+            let Some(g) = self.groups.remove(&h) else {
+                continue;
+            };
+            for m in g.members {
+                self.member_of.insert(m.id, gid);
+                if let Some(home) = self.groups.get_mut(&gid) {
+                    home.members.push(m);
+                } else {
+                    // `gid` is a new gathering: `s` founds it below, with these beside it.
+                    self.groups.insert(
+                        gid,
+                        Group {
+                            inc: m.clone(),
+                            members: vec![m],
+                            version: self.version,
+                            pending_until: g.pending_until,
+                        },
+                    );
+                }
+            }
         }
     }
 
@@ -940,7 +983,8 @@ mod tests {
     }
 
     /// A link that fails: the drops at its two ends as routes converge (reported before the
-    /// flows' move is correlated, and after) are its symptoms, the link its root; a routing
+    /// flows' move is correlated, each end's then gathering on its own, and after) are its
+    /// symptoms, the link its root; a routing
     /// miss elsewhere, and one at an end long after the failure, are faults of their own.
     #[test]
     fn drops_at_a_failed_links_ends_are_the_link_down() {
@@ -948,6 +992,15 @@ mod tests {
         let mut c = causes();
         let dsts = ["10.0.1.1"];
         c.update(&symptom(1, Drop, Some("routing-miss"), (1, 0), 0, &dsts));
+        // The other end's drops, reported before the move too: a gathering of their own.
+        c.update(&symptom(
+            7,
+            Drop,
+            Some("routing-miss"),
+            (101, 0),
+            100,
+            &dsts,
+        ));
         let mut down = symptom(2, PathChange, Some("link"), (101, 1), 200, &dsts);
         down.place.peer_node = Some(1);
         c.update(&down);
@@ -978,7 +1031,7 @@ mod tests {
         assert_eq!(
             summary,
             [
-                (PathChange, Some(101), Some("link".into()), 2),
+                (PathChange, Some(101), Some("link".into()), 3),
                 (Drop, Some(2), Some("routing-miss".into()), 0),
                 (Drop, Some(101), Some("ip-ttl-zero".into()), 0),
                 (Drop, Some(1), Some("routing-miss".into()), 0),
