@@ -9,6 +9,11 @@
 #
 #   sudo scripts/agent-bench.sh [ROUNDS] [SECONDS]      # default 5 rounds of 5 s
 #
+# BIN=path: the intscope to measure (default target/release/intscope). BASE_BIN=path: a second
+# build (an earlier commit) measured in the same rounds as one more mode, `base`, and in the
+# statistics run, so a change is compared with what it changes on the same machine at the same
+# time. MODES="one each" (default): which agent layouts the rounds run.
+#
 # Prints one line per round and measurement, then a summary (medians, same-run ratios) and the
 # load average. Needs root, iperf3, ping, bpftool, jq and `cargo build --release -p intscope`.
 set -euo pipefail
@@ -16,8 +21,15 @@ cd "$(dirname "$0")/.."
 
 rounds="${1:-5}"
 secs="${2:-5}"
-bin="$PWD/target/release/intscope"
-[ -x "$bin" ] || { echo "build first: cargo build --release -p intscope" >&2; exit 2; }
+bin="$(realpath "${BIN:-target/release/intscope}")"
+[ -x "$bin" ] || { echo "build first (cargo build --release -p intscope) or set BIN" >&2; exit 2; }
+base_bin=""
+if [ -n "${BASE_BIN:-}" ]; then
+  base_bin="$(realpath "$BASE_BIN")"
+  [ -x "$base_bin" ] || { echo "BASE_BIN $BASE_BIN is not an executable" >&2; exit 2; }
+fi
+read -r -a modes <<<"${MODES:-one each}"
+[ -n "$base_bin" ] && modes=(base "${modes[@]}")
 for t in ip iperf3 ping bpftool jq; do
   command -v "$t" >/dev/null || { echo "$t is needed" >&2; exit 2; }
 done
@@ -76,11 +88,13 @@ sleep 0.5
 
 watch=(--collector 10.9.0.100:32766 --watch-subnet 10.1.0.0/16 --interface eth0 --interface h1
   --interface h2 --interface r1 --interface r2)
-# start_agents each: an agent per namespace; start_agents one: one agent for the four.
+# start_agents each: an agent per namespace; start_agents one: one agent for the four;
+# start_agents base: one agent for the four, of BASE_BIN.
 start_agents() {
-  local i=1 n started=()
-  if [ "$1" = one ]; then
-    ip netns exec "${p}mg" "$bin" agent "${watch[@]}" --netns "${p}h1=1" --netns "${p}r1=2" \
+  local i=1 n started=() b="$bin"
+  [ "$1" = base ] && b="$base_bin"
+  if [ "$1" = one ] || [ "$1" = base ]; then
+    ip netns exec "${p}mg" "$b" agent "${watch[@]}" --netns "${p}h1=1" --netns "${p}r1=2" \
       --netns "${p}r2=3" --netns "${p}h2=4" >"$work/agent-all.json" 2>"$work/agent-all.err" &
     agent_pids+=($!)
     started=(all)
@@ -116,11 +130,11 @@ rtt() {
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 agent_pids=()
-for f in base one each; do : >"$work/$f-tcp"; : >"$work/$f-rtt"; done
+for f in kernel base one each; do : >"$work/$f-tcp"; : >"$work/$f-rtt"; done
 for r in $(seq "$rounds"); do
-  b=$(tcp); echo "round $r  kernel forwarding        TCP $b Gbit/s"; echo "$b" >>"$work/base-tcp"
-  b=$(rtt); echo "round $r  kernel forwarding        RTT p50 $b us"; echo "$b" >>"$work/base-rtt"
-  for mode in one each; do
+  b=$(tcp); echo "round $r  kernel forwarding        TCP $b Gbit/s"; echo "$b" >>"$work/kernel-tcp"
+  b=$(rtt); echo "round $r  kernel forwarding        RTT p50 $b us"; echo "$b" >>"$work/kernel-rtt"
+  for mode in "${modes[@]}"; do
     start_agents "$mode"
     a=$(tcp); echo "round $r  agents ($mode)  TCP $a Gbit/s"; echo "$a" >>"$work/$mode-tcp"
     a=$(rtt); echo "round $r  agents ($mode)  RTT p50 $a us"; echo "$a" >>"$work/$mode-rtt"
@@ -128,27 +142,51 @@ for r in $(seq "$rounds"); do
   done
 done
 
-# The programs' own cost: one more run with the kernel's BPF statistics on.
+# The programs' own cost: STAT_RUNS (default 1) more runs with the kernel's BPF statistics on,
+# each with one agent (and one with BASE_BIN's programs before it, if given); per program the
+# median of the runs' run_time_ns / run_cnt.
 sysctl -qw kernel.bpf_stats_enabled=1
-start_agents one
-tcp >/dev/null
-ip netns exec "${p}h1" ping -n -q -i 0.002 -c 500 10.1.3.1 >/dev/null
-bpftool prog show -j | jq -r '.[] | select(.name == "on_receive" or .name == "on_transmit" or .name == "on_drop")
-  | [.name, (.run_cnt // 0), (.run_time_ns // 0)] | @tsv' >"$work/stats"
-stop_agents
-sysctl -qw kernel.bpf_stats_enabled="$stats_before"
-reports=$(jq '.agent.events + .agent.drop_events' "$work/agent-all.json")
-filtered=$(jq '.agent.filtered' "$work/agent-all.json")
-
-bt=$(median <"$work/base-tcp"); br=$(median <"$work/base-rtt")
-echo
-echo "== medians of $rounds rounds (${secs} s TCP, 500 pings), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "kernel forwarding            TCP $(printf %.2f "$bt") Gbit/s   RTT p50 $br us"
-for mode in one each; do
-  at=$(median <"$work/$mode-tcp"); ar=$(median <"$work/$mode-rtt")
-  awk -v m="$mode" -v b="$bt" -v a="$at" -v br="$br" -v ar="$ar" 'BEGIN {
-    printf "agents (%-4s)                TCP %.2f Gbit/s = %.3f x   RTT p50 %.1f us = +%.1f us\n", m, a, a / b, ar, ar - br }'
+stat_modes=(one)
+[ -n "$base_bin" ] && stat_modes=(base one)
+for _ in $(seq "${STAT_RUNS:-1}"); do
+  for mode in "${stat_modes[@]}"; do
+    start_agents "$mode"
+    tcp >/dev/null
+    ip netns exec "${p}h1" ping -n -q -i 0.002 -c 500 10.1.3.1 >/dev/null
+    # This agent's programs, by the IDs its file descriptors hold (other agents on the machine
+    # have programs of the same names).
+    ids=$(grep -h '^prog_id:' /proc/"${agent_pids[0]}"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -u | paste -sd, -)
+    bpftool prog show -j | jq -r --arg ids "$ids" '($ids | split(",") | map(tonumber)) as $mine | .[]
+      | select((.id as $i | $mine | index($i)) and (.name == "on_receive" or .name == "on_transmit" or .name == "on_drop"))
+      | [.name, (.run_cnt // 0), (.run_time_ns // 0)] | @tsv' |
+      awk '{ c[$1] += $2; t[$1] += $3 } END { for (n in c) printf "%s %d %.1f\n", n, c[n], c[n] ? t[n] / c[n] : 0 }' \
+      >>"$work/stats-$mode"
+    stop_agents
+    cp "$work/agent-all.json" "$work/agent-all-$mode.json"
+  done
 done
+sysctl -qw kernel.bpf_stats_enabled="$stats_before"
+reports=$(jq '.agent.events + .agent.drop_events' "$work/agent-all-one.json")
+filtered=$(jq '.agent.filtered' "$work/agent-all-one.json")
+
+echo
+echo "== load $(cut -d' ' -f1-3 /proc/loadavg)"
+# ROUNDS 0: the statistics runs alone.
+if [ "$rounds" -gt 0 ]; then
+  bt=$(median <"$work/kernel-tcp"); br=$(median <"$work/kernel-rtt")
+  echo "== medians of $rounds rounds (${secs} s TCP, 500 pings)"
+  echo "kernel forwarding            TCP $(printf %.2f "$bt") Gbit/s   RTT p50 $br us"
+  for mode in "${modes[@]}"; do
+    at=$(median <"$work/$mode-tcp"); ar=$(median <"$work/$mode-rtt")
+    awk -v m="$mode" -v b="$bt" -v a="$at" -v br="$br" -v ar="$ar" 'BEGIN {
+      printf "agents (%-4s)                TCP %.2f Gbit/s = %.3f x   RTT p50 %.1f us = +%.1f us\n", m, a, a / b, ar, ar - br }'
+  done
+fi
 echo "== stats run (one agent): $reports events to userspace, $filtered packets held back by the filters"
 echo "== BPF run time per call (with kernel.bpf_stats_enabled, which adds its own clock reads)"
-awk '{ c[$1] += $2; t[$1] += $3 } END { for (n in c) printf "%-12s %10d calls  %6.1f ns/call\n", n, c[n], c[n] ? t[n] / c[n] : 0 }' "$work/stats"
+for mode in "${stat_modes[@]}"; do
+  for prog in on_receive on_transmit on_drop; do
+    awk -v n="$prog" '$1 == n { print $3, $2 }' "$work/stats-$mode" | sort -n |
+      awk -v m="$mode" -v n="$prog" '{ v[NR] = $1; c[NR] = $2 } END { if (NR) printf "%-4s %-12s %6.1f ns/call (median of %d runs: %s calls in the median run)\n", m, n, v[int((NR + 1) / 2)], NR, c[int((NR + 1) / 2)] }'
+  done
+done

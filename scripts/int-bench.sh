@@ -11,6 +11,10 @@
 #
 #   sudo BIN=target/release/intscope scripts/int-bench.sh [ROUNDS] [SECONDS]   # default 5 × 5 s
 #
+# MODES (default "md mx"): the data path's runs per round; a mode with "-every" (md-every,
+# mx-every) runs with --every-packet, a report for every INT packet (the kernel's flow report
+# filter off), for a same-run comparison with the filter.
+#
 # H1_GSO=off limits h1 to one segment per GSO packet (gso_max_segs 1), in every run: h1 then sends MSS-sized packets,
 # and every TCP packet carries INT (with the defaults most of the TCP stream is GSO and passes the
 # source without INT; the source's counters at the end say how much).
@@ -107,8 +111,11 @@ sleep 0.5
 printf 'mode = "md"\nmtu = 1600\n' >"$work/md.toml"
 printf 'mode = "mx"\nmtu = 1600\n' >"$work/mx.toml"
 common=(--collector 10.9.0.100:32766 --watch-subnet 10.2.0.0/16)
+read -r -a modes <<<"${MODES:-md mx}"
 start_agents() {
-  local cfg="$work/$1.toml"
+  local cfg="$work/${1%-every}.toml"
+  common=(--collector 10.9.0.100:32766 --watch-subnet 10.2.0.0/16)
+  [ "${1%-every}" != "$1" ] && common+=(--every-packet)
   ip netns exec "${p}r1" "$bin" agent --node-id 1 "${common[@]}" --config "$cfg" --interface h1 \
     --int-port r2=source >"$work/a-r1.json" 2>"$work/a-r1.err" &
   agent_pids+=($!)
@@ -125,17 +132,16 @@ start_agents() {
 wait_attached() {
   for _ in $(seq 100); do grep -qs attached "$work/a-$1.err" && break; sleep 0.1; done
   grep -q attached "$work/a-$1.err" || { cat "$work/a-$1.err" >&2; exit 1; }
-  # The programs this agent loaded: its role's (for the statistics run).
-  bpftool prog show -j | jq -r '.[] | select(.name | test("^(int_ingress|int_egress|on_xmit)$")) | .id' |
-    sort >"$work/ids-now"
-  comm -13 <(sort "$work/ids-seen" 2>/dev/null) "$work/ids-now" | sed "s/$/ $1/" >>"$work/ids-role"
-  cp "$work/ids-now" "$work/ids-seen"
+  # The programs this agent loaded, by the IDs its file descriptors hold (other agents on the
+  # machine load programs of the same names): its role's, for the statistics run.
+  grep -h '^prog_id:' /proc/"${agent_pids[-1]}"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -u |
+    sed "s/$/ $1/" >>"$work/ids-role"
 }
 stop_agents() {
   kill -TERM "${agent_pids[@]}"
   wait "${agent_pids[@]}" 2>/dev/null || true
   agent_pids=()
-  rm -f "$work"/a-*.err "$work/ids-seen" "$work/ids-role"
+  rm -f "$work"/a-*.err "$work/ids-role"
 }
 
 tcp() { ip netns exec "${p}h1" iperf3 -c 10.2.4.1 -p 5201 -t "$secs" -J | jq '.end.sum_received.bits_per_second / 1e9'; }
@@ -147,7 +153,7 @@ rtt() {
 urtt() { ip netns exec "${p}h1" python3 "$work/udp.py" client 10.2.4.1; }
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-for f in base md mx; do : >"$work/$f-tcp"; : >"$work/$f-rtt"; : >"$work/$f-urtt"; done
+for f in base "${modes[@]}"; do : >"$work/$f-tcp"; : >"$work/$f-rtt"; : >"$work/$f-urtt"; done
 measure() {
   local m=$1 a
   a=$(tcp); echo "round $r  $m  TCP $a Gbit/s"; echo "$a" >>"$work/$m-tcp"
@@ -157,7 +163,7 @@ measure() {
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$rounds"); do
   measure base
-  for m in md mx; do
+  for m in "${modes[@]}"; do
     start_agents "$m"
     measure "$m"
     stop_agents
@@ -179,10 +185,10 @@ bt=$(median <"$work/base-tcp"); br=$(median <"$work/base-rtt"); bu=$(median <"$w
 echo
 echo "== medians of $rounds rounds (${secs} s TCP, 500 pings, 500 UDP echoes; h1 TSO/GSO ${H1_GSO:-on}), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "kernel forwarding   TCP $(printf %.2f "$bt") Gbit/s   ICMP RTT p50 $br us   UDP RTT p50 $bu us"
-for m in md mx; do
+for m in "${modes[@]}"; do
   at=$(median <"$work/$m-tcp"); ar=$(median <"$work/$m-rtt"); au=$(median <"$work/$m-urtt")
   awk -v m="$m" -v b="$bt" -v a="$at" -v br="$br" -v ar="$ar" -v bu="$bu" -v au="$au" 'BEGIN {
-    printf "INT-%s              TCP %.2f Gbit/s = %.3f x   ICMP RTT p50 %.1f us (%+.1f)   UDP RTT p50 %.1f us (%+.1f)\n",
+    printf "INT-%-9s       TCP %.2f Gbit/s = %.3f x   ICMP RTT p50 %.1f us (%+.1f)   UDP RTT p50 %.1f us (%+.1f)\n",
       toupper(m), a, a / b, ar, ar - br, au, au - bu }'
 done
 echo "== BPF run time per call, INT-MD (kernel.bpf_stats_enabled adds its own clock reads)"
@@ -190,4 +196,4 @@ join <(sort -k1,1 "$work/ids-stats") <(sort -k1,1 "$work/stats") |
   awk '{ printf "%-3s %-12s %10d calls  %7.1f ns/call\n", $2, $3, $4, $4 ? $5 / $4 : 0 }' | sort
 echo "== r1 (source) counters of the statistics run"
 jq -c '.agent | {int_seen, int_inserted, int_gso_skipped, int_too_big, int_unsupported_ip}' "$work/a-r1.json"
-jq -c '.agent | {int_sunk, int_events, int_ring_full, int_reports, sent}' "$work/a-r3.json"
+jq -c '.agent | {int_sunk, int_events, int_ring_full, int_filtered, int_reports, sent}' "$work/a-r3.json"

@@ -10,6 +10,7 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=bpf/agent.bpf.c");
     println!("cargo:rerun-if-changed=bpf/int.bpf.c");
+    println!("cargo:rerun-if-changed=bpf/flow_filter.h");
     println!("cargo:rerun-if-env-changed=INTSCOPE_AGENT_NO_BPF");
     println!("cargo:rerun-if-env-changed=INTSCOPE_AGENT_REQUIRE_BPF");
     println!("cargo:rerun-if-env-changed=CLANG");

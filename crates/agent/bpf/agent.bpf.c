@@ -25,6 +25,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
+#include "flow_filter.h"
 
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
@@ -42,9 +43,6 @@
 #define MAX_NODES 32
 const volatile __u32 node_count = 0;
 const volatile __u32 netns_inums[MAX_NODES] = {};
-const volatile __u64 interval_ns = 1000000000;
-const volatile __u32 latency_shift = 8;      // log2(minFlowHopLatencyChangeNs)
-const volatile __u32 filters_on = 1;         // SD-Fabric's filters (0: every watched packet)
 const volatile __u32 watch_all = 0;          // every IP packet is watched
 const volatile __u32 queue_trigger_ns = 0;   // 0: no queue reports
 const volatile __u32 queue_reset_ns = 0;
@@ -110,24 +108,6 @@ struct event {
 	__u8 pkt[CAPTURE];   // from the IP header on
 };
 
-struct flow_key {
-	__u8 src[16];
-	__u8 dst[16];
-	__u16 sport;
-	__u16 dport;
-	__u8 proto;
-	__u8 node;           // index + 1 of the namespace that sees the flow
-	__u8 pad[2];
-};
-
-struct last_report {
-	__u64 at;
-	__u32 ingress_if;
-	__u32 egress_if;
-	__u32 latency_bucket;
-	__u32 pad;
-};
-
 struct lpm_key {
 	__u32 prefixlen;
 	__u8 addr[16];       // IPv4 as ::ffff:a.b.c.d
@@ -145,12 +125,29 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+// The interfaces this agent watches: per namespace (by its index), a bit per interface index
+// below IFACE_BITS, tested inline; interfaces numbered higher (a host that created thousands
+// of veths) are looked up in `ifaces` instead: the programs run on every packet of the
+// machine, and a hash lookup is a helper call and a hash of the key where a bit test is two
+// loads.
+#define IFACE_BITS 4096
+struct iface_bits {
+	__u64 w[IFACE_BITS / 64];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_NODES);
+	__type(key, __u32);
+	__type(value, struct iface_bits);
+} iface_bits SEC(".maps");
+
 struct iface_key {
 	__u32 netns;
 	__u32 ifindex;
 };
 
-// (namespace, ifindex) -> 1: the interfaces this agent watches.
+// (namespace, ifindex) -> 1: the watched interfaces numbered IFACE_BITS or higher.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
@@ -158,13 +155,16 @@ struct {
 	__type(value, __u32);
 } ifaces SEC(".maps");
 
-// This host's addresses (IPv4 mapped): a packet to one is delivered here. One array value the
-// loader rewrites as they change, compared inline (a hash lookup per received packet costs more).
+// This host's addresses, IPv4 and IPv6 apart: a packet to one is delivered here. One array
+// value per namespace the loader rewrites as they change, compared inline (a hash lookup per
+// received packet costs more); an IPv4 packet is compared with the IPv4 addresses alone, a
+// word each, not with every address of the namespace (its IPv6 link-local ones included).
 #define LOCAL_ADDRS 32
 struct local_addrs {
-	__u32 count;
-	__u32 pad;
-	__u64 addr[LOCAL_ADDRS][2];
+	__u32 count4;
+	__u32 count6;
+	__u32 addr4[LOCAL_ADDRS];        // network order
+	__u64 addr6[LOCAL_ADDRS][2];
 };
 
 struct {
@@ -174,19 +174,31 @@ struct {
 	__type(value, struct local_addrs);
 } local_addrs SEC(".maps");
 
-static __always_inline int is_local(__u32 node, const __u8 *addr)
+// Whether `addr` (IPv4 mapped when `v4`) is one of namespace `node`'s addresses.
+static __always_inline int is_local(__u32 node, const __u8 *addr, int v4)
 {
 	__u32 index = node - 1;
 	struct local_addrs *l = bpf_map_lookup_elem(&local_addrs, &index);
 	if (!l)
 		return 0;
+	if (v4) {
+		__u32 a;
+		__builtin_memcpy(&a, addr + 12, 4);
+		for (int i = 0; i < LOCAL_ADDRS; i++) {
+			if (i >= l->count4)
+				break;
+			if (l->addr4[i] == a)
+				return 1;
+		}
+		return 0;
+	}
 	__u64 a0, a1;
 	__builtin_memcpy(&a0, addr, 8);
 	__builtin_memcpy(&a1, addr + 8, 8);
 	for (int i = 0; i < LOCAL_ADDRS; i++) {
-		if (i >= l->count)
+		if (i >= l->count6)
 			break;
-		if (l->addr[i][0] == a0 && l->addr[i][1] == a1)
+		if (l->addr6[i][0] == a0 && l->addr6[i][1] == a1)
 			return 1;
 	}
 	return 0;
@@ -200,12 +212,11 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } watch SEC(".maps");
 
-// Ingress records and the flow filter's last reports are direct-mapped tables (array maps, a
-// slot per hash, the newest entry wins a collision): a lookup is an address computation, where
-// a hash map's update, lookup and delete cost more than the rest of the program. A collision
-// costs a missing ingress time (the report leaves the hop latency out) or an early flow report.
+// Ingress records are a direct-mapped table (an array map, a slot per hash, the newest entry
+// wins a collision), as the flow filter's last reports are (flow_filter.h): a lookup is an
+// address computation, where a hash map's update, lookup and delete cost more than the rest of
+// the program. A collision costs a missing ingress time (the report leaves the hop latency out).
 #define INGRESS_SLOTS 65536
-#define FLOW_SLOTS 65536
 
 struct ingress_slot {
 	__u64 skb;           // the sk_buff's address: the slot's owner
@@ -216,32 +227,12 @@ struct ingress_slot {
 	__u32 pad;
 };
 
-struct flow_slot {
-	struct flow_key key;
-	struct last_report last;
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, INGRESS_SLOTS);
 	__type(key, __u32);
 	__type(value, struct ingress_slot);
 } ingress_at SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, FLOW_SLOTS);
-	__type(key, __u32);
-	__type(value, struct flow_slot);
-} flows SEC(".maps");
-
-static __always_inline __u64 mix(__u64 h)
-{
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdULL;
-	h ^= h >> 33;
-	return h;
-}
 
 // One word of scratch per CPU: a pointer written to a map and read back is a plain number to
 // the verifier, which forbids hashing the pointer itself.
@@ -266,19 +257,6 @@ static __always_inline __u64 skb_id(const struct sk_buff *skb)
 static __always_inline __u32 skb_slot(__u64 skb)
 {
 	return mix(skb) & (INGRESS_SLOTS - 1);
-}
-
-static __always_inline __u32 flow_slot_of(const struct flow_key *k)
-{
-	__u64 w[5];
-	__builtin_memcpy(w, k, sizeof(w));
-	return mix(w[0] ^ mix(w[1] ^ mix(w[2] ^ mix(w[3] ^ w[4])))) & (FLOW_SLOTS - 1);
-}
-
-static __always_inline int same_key(const struct flow_key *a, const struct flow_key *b)
-{
-	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
-	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3] && x[4] == y[4];
 }
 
 struct {
@@ -322,7 +300,13 @@ static __always_inline __u32 ours(const struct net_device *dev)
 	}
 	if (!node)
 		return 0;
-	struct iface_key k = { .netns = inum, .ifindex = dev->ifindex };
+	__u32 ifindex = dev->ifindex;
+	if (ifindex < IFACE_BITS) {
+		__u32 index = node - 1;
+		struct iface_bits *b = bpf_map_lookup_elem(&iface_bits, &index);
+		return b && ((b->w[ifindex / 64] >> (ifindex % 64)) & 1) ? node : 0;
+	}
+	struct iface_key k = { .netns = inum, .ifindex = ifindex };
 	return bpf_map_lookup_elem(&ifaces, &k) ? node : 0;
 }
 
@@ -332,10 +316,16 @@ struct parsed {
 	__u8 ttl;
 };
 
+// Bytes read at once from the IP header: an IPv6 header and the ports after it, an IPv4 header
+// without options and the ports after it. One read per packet: each helper call costs as much
+// as the rest of the parsing.
+#define HEAD 44
+
 // Reads the IP and L4 headers at `l3` into `p`. 0 when it is no IPv4/IPv6 packet.
 static __always_inline int parse(const void *l3, __u16 proto, struct parsed *p)
 {
-	__u8 h[60];
+	// Aligned, so that the addresses are copied a word at a time (see struct flow_key).
+	__u8 h[HEAD] __attribute__((aligned(8)));
 	if (bpf_probe_read_kernel(h, sizeof(h), l3))
 		return 0;
 	__builtin_memset(&p->key, 0, sizeof(p->key));
@@ -368,8 +358,14 @@ static __always_inline int parse(const void *l3, __u16 proto, struct parsed *p)
 	}
 	if (p->key.proto == IPPROTO_TCP || p->key.proto == IPPROTO_UDP) {
 		__u8 ports[4];
-		if (l4 < 20 || l4 > 60 || bpf_probe_read_kernel(ports, 4, l3 + l4))
+		if (l4 == 20) {
+			__builtin_memcpy(ports, &h[20], 4);
+		} else if (l4 == 40) {
+			__builtin_memcpy(ports, &h[40], 4);
+		} else if (l4 < 20 || l4 > 60 || bpf_probe_read_kernel(ports, 4, l3 + l4)) {
+			// IPv4 options: the ports lie past the first read.
 			return 1;
+		}
 		p->key.sport = ((__u16)ports[0] << 8) | ports[1];
 		p->key.dport = ((__u16)ports[2] << 8) | ports[3];
 	}
@@ -418,29 +414,6 @@ static __always_inline const void *l3_of(const struct sk_buff *skb, int at_recei
 	return skb->head + nh;
 }
 
-// SD-Fabric's flow filter: whether this packet's flow report is due.
-static __always_inline int flow_due(const struct flow_key *k, __u64 now, __u32 in_if,
-				    __u32 out_if, __u32 latency)
-{
-	if (!filters_on)
-		return 1;
-	__u32 bucket = latency >> latency_shift;
-	__u32 i = flow_slot_of(k);
-	struct flow_slot *f = bpf_map_lookup_elem(&flows, &i);
-	if (!f)
-		return 1;
-	struct last_report *l = &f->last;
-	if (same_key(&f->key, k) && now - l->at < interval_ns && l->ingress_if == in_if &&
-	    l->egress_if == out_if && l->latency_bucket == bucket)
-		return 0;
-	f->key = *k;
-	l->at = now;
-	l->ingress_if = in_if;
-	l->egress_if = out_if;
-	l->latency_bucket = bucket;
-	return 1;
-}
-
 // The ingress record of `skb` (cleared: read once), if it is this packet's and young enough.
 static __always_inline int take_ingress(__u64 skb, __u32 node, __u32 ip_id, __u64 now,
 					__u32 *ifindex, __u64 *at)
@@ -483,10 +456,30 @@ static __always_inline int queue_due(__u32 node, __u32 out_if, __u32 queue, __u3
 	return 0;
 }
 
-static __always_inline int emit(__u32 node, __u8 kind, __u8 flags, const void *l3, __u16 proto,
-				const struct sk_buff *skb, __u32 in_if, __u32 out_if, __u64 in_ns,
-				__u64 out_ns, __u32 reason, const struct net_device *dev)
+// What an event says besides the packet (a BPF function takes at most five arguments).
+struct emit_args {
+	__u64 in_ns;
+	__u64 out_ns;
+	const void *l3;
+	__u32 node;
+	__u32 in_if;
+	__u32 out_if;
+	__u32 reason;
+	__u16 proto;
+	__u8 kind;
+	__u8 flags;
+};
+
+// A function of its own, not inlined: most packets are filtered, and the event's code kept
+// out of the programs' common path leaves it shorter in the instruction cache.
+static __noinline int emit_event(const struct emit_args *a, const struct sk_buff *skb,
+				 const struct net_device *dev)
 {
+	__u32 node = a->node, in_if = a->in_if, out_if = a->out_if, reason = a->reason;
+	__u64 in_ns = a->in_ns, out_ns = a->out_ns;
+	const void *l3 = a->l3;
+	__u16 proto = a->proto;
+	__u8 kind = a->kind, flags = a->flags;
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e)
 		return 0;
@@ -525,6 +518,25 @@ static __always_inline int emit(__u32 node, __u8 kind, __u8 flags, const void *l
 	return 1;
 }
 
+static __always_inline int emit(__u32 node, __u8 kind, __u8 flags, const void *l3, __u16 proto,
+				const struct sk_buff *skb, __u32 in_if, __u32 out_if, __u64 in_ns,
+				__u64 out_ns, __u32 reason, const struct net_device *dev)
+{
+	struct emit_args a = {
+		.in_ns = in_ns,
+		.out_ns = out_ns,
+		.l3 = l3,
+		.node = node,
+		.in_if = in_if,
+		.out_if = out_if,
+		.reason = reason,
+		.proto = proto,
+		.kind = kind,
+		.flags = flags,
+	};
+	return emit_event(&a, skb, dev);
+}
+
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(on_receive, struct sk_buff *skb)
 {
@@ -542,17 +554,17 @@ int BPF_PROG(on_receive, struct sk_buff *skb)
 		return 0;
 	p.key.node = node;
 	int w = watched(&p.key);
-	__u64 now = bpf_ktime_get_ns();
 	__u32 in_if = dev->ifindex;
 	if (w < 0)
 		return 0;
 	// Delivered to this host: its hop ends here (no egress), reported now.
-	if (is_local(node, p.key.dst)) {
+	if (is_local(node, p.key.dst, proto == ETH_P_IP)) {
 		count(C_LOCAL);
 		if (!w) {
 			count(C_UNWATCHED);
 			return 0;
 		}
+		__u64 now = bpf_ktime_get_ns();
 		if (!flow_due(&p.key, now, in_if, 0, 0)) {
 			count(C_FILTERED);
 			return 0;
@@ -565,6 +577,7 @@ int BPF_PROG(on_receive, struct sk_buff *skb)
 	}
 	// Forwarded (or dropped on the way): remember when it came in, for its egress or drop.
 	if (w || queue_trigger_ns) {
+		__u64 now = bpf_ktime_get_ns();
 		__u64 id = skb_id(skb);
 		__u32 i = skb_slot(id);
 		struct ingress_slot *r = bpf_map_lookup_elem(&ingress_at, &i);

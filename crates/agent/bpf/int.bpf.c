@@ -37,11 +37,17 @@
 // UDP header announcing protocol 17, the kernel's segmentation would take a TCP super-packet
 // for a UDP one and drop it; passing it unchanged is the only way that never corrupts a frame.
 //
+// Reports (a sink's stack, an INT-MX hop's own metadata) pass SD-Fabric's flow filter
+// (flow_filter.h, the INT-XD postcards' own) before they reach the ring buffer: unfiltered, every
+// INT packet is a report userspace builds and sends, on the cores that forward the packets.
+//
 // Every packet seen at egress ends in exactly one outcome counter; every packet this program
-// drops is counted by reason (C_DROP_*).
+// drops is counted by reason (C_DROP_*); every report due, filtered or lost to a full ring in
+// one of C_EVENTS, C_FILTERED, C_RING_FULL.
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "flow_filter.h"
 
 #define TC_ACT_OK 0
 #define TC_ACT_SHOT 2
@@ -104,6 +110,7 @@ enum counter {
 	C_DROP_DISCARD,   // dropped: D bit at the sink (after its report)
 	C_EVENTS,         // events sent to userspace (reports)
 	C_RING_FULL,      // events lost: ring buffer full
+	C_FILTERED,       // events the flow report filter held back (flow_filter.h)
 	C_NO_INGRESS_TS,  // packets with no ingress time (originated here): latency unknown
 	C_STAMPED,        // ingress: packets stamped
 	C_MAX,
@@ -172,10 +179,13 @@ struct {
 // Bytes of events waiting that wake userspace (~800 events; a sixteenth of the ring).
 #define WAKE_BYTES (256 << 10)
 
-// Per-CPU scratch: this hop's metadata (at most 31 words) and the headers being rewritten.
+// Per-CPU scratch: this hop's metadata (at most 31 words), the headers being rewritten and,
+// at an INT-MD sink, the newest STACK_BYTES of the stack (for the flow filter).
+#define STACK_BYTES 256
 struct scratch {
 	__u8 meta[128];
 	__u8 hdr[64];
+	__u32 stack[STACK_BYTES / 4];
 };
 
 struct {
@@ -193,11 +203,11 @@ static __always_inline void count(__u32 c)
 }
 
 struct ip {
+	__u8 addr[32] __attribute__((aligned(8))); // source, destination (IPv4 mapped)
 	__u32 l4;        // offset of the L4 header (= the room's offset)
 	__u32 len;       // IP packet length
 	__u8 v6;
 	__u8 proto;
-	__u8 addr[32];   // source, destination (IPv4 mapped)
 };
 
 // The IP header at ETH_HLEN. 0: no IP; -1: IP this path does not handle (counted by caller).
@@ -409,6 +419,27 @@ static __always_inline void emit(struct __sk_buff *skb, __u8 kind, const struct 
 	count(C_EVENTS);
 }
 
+// Whether this hop's report about flow (addresses of `ip`, the original `proto` and ports) is
+// due by the flow filter (flow_filter.h: SD-Fabric's smart filter, as the INT-XD agent runs
+// it), this hop's ports `in_if` / `out_if` and latency `bucket` compared with the flow's last
+// report; a report held back is counted (C_FILTERED).
+static __always_inline int report_due(const struct ip *ip, __u8 proto, const __u8 *ports,
+				      __u64 now, __u32 in_if, __u32 out_if, __u32 bucket)
+{
+	struct flow_key k;
+	__builtin_memcpy(k.src, ip->addr, 32);
+	k.sport = ((__u16)ports[0] << 8) | ports[1];
+	k.dport = ((__u16)ports[2] << 8) | ports[3];
+	k.proto = proto;
+	k.node = 1;
+	k.pad[0] = 0;
+	k.pad[1] = 0;
+	if (flow_due_bucket(&k, now, in_if, out_if, bucket))
+		return 1;
+	count(C_FILTERED);
+	return 0;
+}
+
 // The IP header's length field (and IPv4 protocol, header checksum) after `delta` bytes and a
 // new protocol `proto` (0: unchanged). 0 on success.
 static __always_inline int fix_ip(struct __sk_buff *skb, const struct ip *ip, int delta,
@@ -521,11 +552,8 @@ static __always_inline int source(struct __sk_buff *skb, const struct ip *ip, st
 	// would run the flow dissector on every packet a veth or a NIC without RSS hands over).
 	__u64 w[4];
 	__builtin_memcpy(w, ip->addr, 32);
-	__u64 x = (w[0] ^ w[1] ^ w[2] ^ w[3]) + (((__u64)sport << 32) | ((__u64)dport << 8) | ip->proto);
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	__u32 hash = (__u32)x;
+	__u32 hash = (__u32)mix((w[0] ^ w[1] ^ w[2] ^ w[3]) +
+				 (((__u64)sport << 32) | ((__u64)dport << 8) | ip->proto));
 	__u16 nsport = bpf_htons(udp_sport_base | (hash & 0x3fff));
 	__u16 ndport = bpf_htons(int_port);
 	__u16 ulen = bpf_htons(ip->len - (ip->l4 - ETH_HLEN) + room);
@@ -561,7 +589,8 @@ static __always_inline int source(struct __sk_buff *skb, const struct ip *ip, st
 	}
 	// INT-MX carries no metadata by design: inserted all the same.
 	count(meta || !md ? C_INSERTED : C_INSERTED_M);
-	if (!md)
+	if (!md && report_due(ip, ip->proto, l4h, m.out_ns, m.in_if, m.out_if,
+			      m.latency >> latency_shift))
 		emit(skb, K_MX, &m);
 	return TC_ACT_OK;
 }
@@ -599,6 +628,15 @@ static __always_inline int find_int(struct __sk_buff *skb, const struct ip *ip, 
 	return 1;
 }
 
+// The ports of the original L4 header behind INT block `b` (the flow's): zeros where the
+// packet ends before them.
+static __always_inline void flow_ports(struct __sk_buff *skb, const struct ip *ip,
+				       const struct block *b, __u8 *ports)
+{
+	if (bpf_skb_load_bytes(skb, ip->l4 + 8 + b->len, ports, 4))
+		__builtin_memset(ports, 0, 4);
+}
+
 // INT v2.1 §"INT Transit Hop Node": push this hop's metadata (Hop ML words, as the packet's
 // instructions ask) on top of the stack and decrement the Remaining Hop Count; with RHC 0 set
 // the E bit and push nothing; without room under the MTU set the M bit and push nothing.
@@ -615,7 +653,11 @@ static __always_inline int transit(struct __sk_buff *skb, const struct ip *ip, s
 	measure(skb, &m);
 	if ((b.hdr[8] >> 4) == 3) {
 		count(C_MX_SEEN);
-		emit(skb, K_MX, &m);
+		__u8 ports[4];
+		flow_ports(skb, ip, &b, ports);
+		if (report_due(ip, b.hdr[11], ports, m.out_ns, m.in_if, m.out_if,
+			       m.latency >> latency_shift))
+			emit(skb, K_MX, &m);
 		return TC_ACT_OK;
 	}
 	__u32 ml = b.hdr[14] & 0x1f;
@@ -666,7 +708,47 @@ static __always_inline int transit(struct __sk_buff *skb, const struct ip *ip, s
 // INT v2.1 §"INT Sink Node": report the stack (userspace, from the event) and remove the INT
 // block and its UDP header, giving the IP header back the original protocol: the packet is
 // the one the source received, byte for byte, but for what routers change (TTL).
-static __always_inline int sink(struct __sk_buff *skb, const struct ip *ip)
+// A sink's INT-MD report is about the stack's hops: a summary of their node IDs and
+// interfaces (`path`) and of their hop latencies, each in steps of minFlowHopLatencyChangeNs
+// (`latency`), of the newest STACK_BYTES of the stack (16 hops of 4 words), so that the flow
+// filter lets a report through when any hop's ports or latency changed. 0 for what the
+// instructions do not carry.
+static __always_inline void stack_summary(struct __sk_buff *skb, const struct ip *ip,
+					  const struct block *b, struct scratch *s, __u32 *path,
+					  __u32 *latency)
+{
+	*path = 0;
+	*latency = 0;
+	__u32 instr = ((__u32)b->hdr[16] << 8) | b->hdr[17];
+	__u32 ml = b->hdr[14] & 0x1f;
+	__u32 len = b->len - 16; // the shim's words after the MD header: the stack
+	if (!ml || !len || (instr & 0xe000) == 0)
+		return;
+	if (len > STACK_BYTES)
+		len = STACK_BYTES;
+	if (bpf_skb_load_bytes(skb, ip->l4 + 24, s->stack, (((len - 1) & (STACK_BYTES - 1)) + 1)))
+		return;
+	__u32 words = len / 4;
+	__u32 has_id = (instr >> 15) & 1, has_ports = (instr >> 14) & 1, has_lat = (instr >> 13) & 1;
+	__u32 ports_at = has_id, lat_at = has_id + has_ports;
+	__u64 p = 0, l = 0;
+	for (int h = 0; h < STACK_BYTES / 16; h++) {
+		__u32 at = h * ml;
+		if (at + ml > words)
+			break;
+		if (has_id)
+			p = mix(p ^ s->stack[at & (STACK_BYTES / 4 - 1)] ^ h);
+		if (has_ports)
+			p = mix(p ^ ((__u64)s->stack[(at + ports_at) & (STACK_BYTES / 4 - 1)] << 32));
+		if (has_lat)
+			l = mix(l ^ (bpf_ntohl(s->stack[(at + lat_at) & (STACK_BYTES / 4 - 1)]) >>
+				     latency_shift) ^ ((__u64)h << 40));
+	}
+	*path = (__u32)(p ^ (p >> 32));
+	*latency = (__u32)(l ^ (l >> 32));
+}
+
+static __always_inline int sink(struct __sk_buff *skb, const struct ip *ip, struct scratch *s)
 {
 	struct block b;
 	int f = find_int(skb, ip, &b);
@@ -682,7 +764,15 @@ static __always_inline int sink(struct __sk_buff *skb, const struct ip *ip)
 		.queue = ~0U,
 	};
 	m.out_ns = m.in_ns;
-	emit(skb, (b.hdr[8] >> 4) == 3 ? K_MX_SINK : K_SINK, &m);
+	int mx = (b.hdr[8] >> 4) == 3;
+	// INT-MX: the sink reports itself (at ingress: its interface, no latency); INT-MD: the stack.
+	__u32 path = 0, latency = m.latency >> latency_shift;
+	if (!mx)
+		stack_summary(skb, ip, &b, s, &path, &latency);
+	__u8 ports[4];
+	flow_ports(skb, ip, &b, ports);
+	if (report_due(ip, b.hdr[11], ports, m.in_ns, m.in_if, path, latency))
+		emit(skb, mx ? K_MX_SINK : K_SINK, &m);
 	__u32 room = (8 + b.len) & 0x3ff;
 	__u8 proto = b.hdr[11];
 	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) {
@@ -760,13 +850,17 @@ int int_ingress(struct __sk_buff *skb)
 	if (!role || *role != ROLE_SINK)
 		return TC_ACT_OK;
 	count(C_SEEN);
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return TC_ACT_OK;
 	struct ip ip;
 	int p = parse_ip(skb, &ip);
 	if (p == 0)
 		count(C_NOT_IP);
 	if (p <= 0)
 		return TC_ACT_OK;
-	return sink(skb, &ip);
+	return sink(skb, &ip, s);
 }
 
 SEC("tp_btf/net_dev_start_xmit")

@@ -49,8 +49,9 @@ pub struct AgentConfig {
     /// Where reports go.
     pub collector: SocketAddr,
     /// SD-Fabric's smart filters (one flow report per 5-tuple per interval, sooner on a
-    /// change; one drop report per 5-tuple per interval), in the kernel. Off: a report for
-    /// every watched packet.
+    /// change; one drop report per 5-tuple per interval), in the kernel; with `int_ports`, the
+    /// flow filter on the sink's and INT-MX hops' reports. Off: a report for every watched
+    /// packet (every INT packet).
     pub filters: bool,
     /// The namespaces to watch, each its own node. Empty: the agent's own namespace, as node
     /// `node.node_id`. Several namespaces of one machine (a lab) are cheaper watched by one
@@ -639,6 +640,11 @@ impl Agent {
             .map_err(|e| AgentError::Io("/proc/self/ns/net".into(), e))?
             .ino() as u32;
         let prefixes = watched_prefixes(&node_cfg);
+        // The kernel half runs the flow filter (as in INT-XD); the nodes that make the reports
+        // keep the rest of the configuration.
+        let filters = node_cfg.filters.clone();
+        node_cfg.filters.enabled = false;
+        let step = filters.min_flow_hop_latency_change_ns.max(1);
         let settings = DataPathSettings {
             netns: inum,
             node_id: node_cfg.node_id,
@@ -650,6 +656,9 @@ impl Agent {
             report_port: cfg.collector.port(),
             watch_all: prefixes.is_none(),
             watch: prefixes.unwrap_or_default(),
+            filters: cfg.filters,
+            interval_ns: filters.interval_ns,
+            latency_shift: 31 - step.leading_zeros(),
         };
         let mut datapath = DataPath::load(&settings)?;
         let all = nix::net::if_::if_nameindex()
@@ -732,11 +741,11 @@ impl Agent {
             let (ifaces, local) = inside(&self.home, ns, || {
                 Ok((interfaces(&self.interfaces)?, local_addrs()?))
             })?;
-            watched.extend(ifaces.into_iter().map(|i| (ns.inum, i)));
+            watched.push((ns.inum, ifaces));
             addrs.push(local);
         }
         programs.set_interfaces(&watched)?;
-        self.reporter.stats.interfaces = watched.len() as u64;
+        self.reporter.stats.interfaces = watched.iter().map(|(_, i)| i.len() as u64).sum();
         for (i, a) in addrs.iter().enumerate() {
             programs.set_local_addrs(i as u32, a)?;
         }

@@ -105,24 +105,45 @@ pub struct Settings {
     pub watch: Vec<IpNet>,
 }
 
-/// Local addresses the kernel half knows (`LOCAL_ADDRS` in the C source).
+/// Local addresses of each family the kernel half knows (`LOCAL_ADDRS` in the C source).
 pub const LOCAL_ADDRS: usize = 32;
-const LOCAL_ADDRS_LEN: usize = 8 + LOCAL_ADDRS * 16;
+const LOCAL_ADDRS_LEN: usize = 8 + LOCAL_ADDRS * 4 + LOCAL_ADDRS * 16;
 
-/// `struct local_addrs` of the C source: a count, then the addresses, IPv4 mapped.
+/// `struct local_addrs` of the C source: the IPv4 and IPv6 counts, the IPv4 addresses (network
+/// order), then the IPv6 ones.
 fn local_addrs_value(addrs: &[IpAddr]) -> [u8; LOCAL_ADDRS_LEN] {
     let mut out = [0u8; LOCAL_ADDRS_LEN];
-    if addrs.len() > LOCAL_ADDRS {
-        tracing::warn!(
-            "{} local addresses, the agent knows the first {LOCAL_ADDRS}: packets to the others \
-             get no postcard at this host",
-            addrs.len()
-        );
+    let v4: Vec<[u8; 4]> = addrs
+        .iter()
+        .filter_map(|a| match a {
+            IpAddr::V4(a) => Some(a.octets()),
+            IpAddr::V6(_) => None,
+        })
+        .collect();
+    let v6: Vec<[u8; 16]> = addrs
+        .iter()
+        .filter_map(|a| match a {
+            IpAddr::V6(a) => Some(a.octets()),
+            IpAddr::V4(_) => None,
+        })
+        .collect();
+    for (family, n) in [("IPv4", v4.len()), ("IPv6", v6.len())] {
+        if n > LOCAL_ADDRS {
+            tracing::warn!(
+                "{n} local {family} addresses, the agent knows the first {LOCAL_ADDRS}: packets \
+                 to the others get no postcard at this host"
+            );
+        }
     }
-    let n = addrs.len().min(LOCAL_ADDRS);
-    out[..4].copy_from_slice(&(n as u32).to_ne_bytes());
-    for (slot, a) in out[8..].chunks_exact_mut(16).zip(addrs) {
-        slot.copy_from_slice(&mapped(*a));
+    let (n4, n6) = (v4.len().min(LOCAL_ADDRS), v6.len().min(LOCAL_ADDRS));
+    out[..4].copy_from_slice(&(n4 as u32).to_ne_bytes());
+    out[4..8].copy_from_slice(&(n6 as u32).to_ne_bytes());
+    let (four, six) = out[8..].split_at_mut(LOCAL_ADDRS * 4);
+    for (slot, a) in four.chunks_exact_mut(4).zip(&v4) {
+        slot.copy_from_slice(a);
+    }
+    for (slot, a) in six.chunks_exact_mut(16).zip(&v6) {
+        slot.copy_from_slice(a);
     }
     out
 }
@@ -147,10 +168,16 @@ pub(crate) fn fast_prefixes(nets: &[IpNet]) -> [u8; WATCH_FAST * 32] {
     out
 }
 
+/// Interface indexes the kernel half tests in a per-namespace bitmap (`IFACE_BITS` in the C
+/// source); higher ones are looked up in a hash.
+pub const IFACE_BITS: usize = 4096;
+
 /// The loaded, attached programs and their maps.
 pub struct Programs {
     ebpf: Ebpf,
     events: RingBuf<MapData>,
+    /// The interface bitmaps last written, by node.
+    iface_bits: Vec<[u8; IFACE_BITS / 8]>,
 }
 
 pub(crate) fn load_error(what: &str, e: impl std::fmt::Display) -> AgentError {
@@ -241,7 +268,11 @@ impl Programs {
             .take_map("events")
             .ok_or_else(|| AgentError::Bpf("map events missing".into()))?;
         let events = RingBuf::try_from(events).map_err(|e| load_error("events", e))?;
-        let mut programs = Programs { ebpf, events };
+        let mut programs = Programs {
+            ebpf,
+            events,
+            iface_bits: Vec::new(),
+        };
         if s.watch.len() > WATCH_FAST {
             for net in &s.watch {
                 programs.watch(*net)?;
@@ -266,15 +297,43 @@ impl Programs {
         HashMap::try_from(map).map_err(|e| load_error(name, e))
     }
 
-    /// Makes `interfaces` — (namespace inode, ifindex) pairs — the watched interfaces.
-    pub fn set_interfaces(&mut self, interfaces: &[(u32, u32)]) -> Result<(), AgentError> {
-        let ifindexes: Vec<[u32; 2]> = interfaces.iter().map(|(n, i)| [*n, *i]).collect();
+    /// Makes `interfaces` the watched interfaces: per node (the index in
+    /// [`Settings::netns`]), its namespace's inode number and the interface indexes. Indexes
+    /// below [`IFACE_BITS`] go to the node's bitmap (rewritten only when it changed), the others
+    /// to the `ifaces` hash.
+    pub fn set_interfaces(&mut self, interfaces: &[(u32, Vec<u32>)]) -> Result<(), AgentError> {
+        let mut high: Vec<[u32; 2]> = Vec::new();
+        for (node, (inum, ifindexes)) in interfaces.iter().enumerate() {
+            let mut bits = [0u8; IFACE_BITS / 8];
+            for &i in ifindexes {
+                match usize::try_from(i) {
+                    Ok(i) if i < IFACE_BITS => bits[i / 8] |= 1 << (i % 8),
+                    _ => high.push([*inum, i]),
+                }
+            }
+            if self.iface_bits.get(node) == Some(&bits) {
+                continue;
+            }
+            let map = self
+                .ebpf
+                .map_mut("iface_bits")
+                .ok_or_else(|| AgentError::Bpf("map iface_bits missing".into()))?;
+            let mut array: aya::maps::Array<&mut MapData, [u8; IFACE_BITS / 8]> =
+                aya::maps::Array::try_from(map).map_err(|e| load_error("iface_bits", e))?;
+            array
+                .set(node as u32, bits, 0)
+                .map_err(|e| load_error("iface_bits", e))?;
+            if self.iface_bits.len() <= node {
+                self.iface_bits.resize(node + 1, [0u8; IFACE_BITS / 8]);
+            }
+            self.iface_bits[node] = bits;
+        }
         let mut map = self.hash::<[u32; 2], u32>("ifaces")?;
         let old: Vec<[u32; 2]> = map.keys().filter_map(Result::ok).collect();
-        for i in old.iter().filter(|i| !ifindexes.contains(i)) {
+        for i in old.iter().filter(|i| !high.contains(i)) {
             let _ = map.remove(i);
         }
-        for i in ifindexes.iter().filter(|i| !old.contains(i)) {
+        for i in high.iter().filter(|i| !old.contains(i)) {
             map.insert(i, 1, 0).map_err(|e| load_error("ifaces", e))?;
         }
         Ok(())
@@ -369,12 +428,23 @@ mod tests {
     }
 
     #[test]
-    fn local_addresses_are_a_count_then_mapped_addresses() {
-        let v = local_addrs_value(&["10.1.1.1".parse().unwrap(), "::1".parse().unwrap()]);
+    fn local_addresses_are_counts_then_ipv4_then_ipv6() {
+        let v = local_addrs_value(&[
+            "10.1.1.1".parse().unwrap(),
+            "::1".parse().unwrap(),
+            "10.1.2.1".parse().unwrap(),
+        ]);
         assert_eq!(&v[..4], &2u32.to_ne_bytes());
-        assert_eq!(&v[8..24], &mapped("10.1.1.1".parse().unwrap()));
-        assert_eq!(v[39], 1);
+        assert_eq!(&v[4..8], &1u32.to_ne_bytes());
+        assert_eq!(&v[8..12], &[10, 1, 1, 1]);
+        assert_eq!(&v[12..16], &[10, 1, 2, 1]);
+        let six = 8 + LOCAL_ADDRS * 4;
+        assert_eq!(v[six + 15], 1);
+        assert!(v[six..six + 15].iter().all(|b| *b == 0));
         let many: Vec<IpAddr> = (0..40u8).map(|i| IpAddr::from([10, 0, 0, i])).collect();
-        assert_eq!(&local_addrs_value(&many)[..4], &32u32.to_ne_bytes());
+        let v = local_addrs_value(&many);
+        assert_eq!(&v[..4], &32u32.to_ne_bytes());
+        assert_eq!(&v[4..8], &0u32.to_ne_bytes());
+        assert_eq!(&v[8 + 31 * 4..8 + 32 * 4], &[10, 0, 0, 31]);
     }
 }

@@ -62,8 +62,10 @@ impl std::str::FromStr for PortRole {
 
 /// The data path's counters, in the order of `enum counter` in `bpf/int.bpf.c`. Every packet
 /// sent on a role interface (`int_seen`) ends in exactly one of the others from `int_not_ip` to
-/// `int_drop_discard`; `int_events` to `int_stamped` count along.
-pub const INT_COUNTERS: [(&str, &str); 26] = [
+/// `int_drop_discard`; `int_events` to `int_stamped` count along. Every packet a hop would
+/// report (an INT-MX packet at a source or transit, any at a sink) ends in one of
+/// `int_events`, `int_ring_full` and `int_filtered`.
+pub const INT_COUNTERS: [(&str, &str); 27] = [
     (
         "int_seen",
         "packets sent on a source or transit interface, or received on a sink interface",
@@ -125,6 +127,11 @@ pub const INT_COUNTERS: [(&str, &str); 26] = [
         "packets to report lost: the ring buffer was full",
     ),
     (
+        "int_filtered",
+        "packets not reported: the flow filter held them back (their flow reported this \
+         interval, its ports and latencies unchanged)",
+    ),
+    (
         "int_no_ingress_ts",
         "packets with no ingress time (sent by this host): hop latency all ones",
     ),
@@ -154,6 +161,13 @@ pub struct DataPathSettings {
     pub watch_all: bool,
     /// The watched prefixes (at most [`WATCH_FAST`]).
     pub watch: Vec<IpNet>,
+    /// SD-Fabric's flow report filter on the reports (sink stacks, INT-MX hops), in the kernel
+    /// (`bpf/flow_filter.h`, as the INT-XD agent's): off, every INT packet is reported.
+    pub filters: bool,
+    /// The filter's interval, ns: one report per flow per interval unless something changed.
+    pub interval_ns: u64,
+    /// `minFlowHopLatencyChangeNs` as a power of two: its log2.
+    pub latency_shift: u32,
 }
 
 /// The loaded data path, attached.
@@ -221,6 +235,7 @@ impl DataPath {
             u32::from(s.report_port),
         );
         let watch_all = u32::from(s.watch_all);
+        let filters = u32::from(s.filters);
         let watch_count = s.watch.len() as u32;
         let prefixes = fast_prefixes(&s.watch);
         let offset = unix_offset_ns();
@@ -239,6 +254,9 @@ impl DataPath {
             .override_global("watch_all", &watch_all, true)
             .override_global("watch_count", &watch_count, true)
             .override_global("watch_prefixes", &prefixes, true)
+            .override_global("filters_on", &filters, true)
+            .override_global("interval_ns", &s.interval_ns, true)
+            .override_global("latency_shift", &s.latency_shift, true)
             .load(OBJECT)
             .map_err(|e| load_error("loading the INT data path's object", e))?;
         for name in ["int_ingress", "int_egress"] {

@@ -134,6 +134,9 @@ fn datapath(
         report_port: 32766,
         watch_all: true,
         watch: Vec::new(),
+        filters: false,
+        interval_ns: 1_000_000_000,
+        latency_shift: 8,
     })
     .unwrap();
     d.set_role(lo, role).unwrap();

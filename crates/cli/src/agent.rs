@@ -52,7 +52,8 @@ pub struct AgentArgs {
     /// SD-Fabric's 256 ns would report nearly every packet.
     #[arg(long, value_name = "NS")]
     pub min_latency_change_ns: Option<u32>,
-    /// A report for every watched packet: SD-Fabric's smart filters off.
+    /// A report for every watched packet (with `--int-port`: for every INT packet a hop
+    /// reports): SD-Fabric's smart filters off.
     #[arg(long)]
     pub every_packet: bool,
     /// Serve the counters for Prometheus at this address (e.g. 127.0.0.1:9464).

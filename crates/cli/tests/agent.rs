@@ -337,18 +337,35 @@ impl Drop for Sysctl {
     }
 }
 
-/// BPF programs of the agent loaded on this machine now.
-fn agent_programs() -> usize {
-    let out = Command::new("bpftool")
-        .args(["prog", "show"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| {
-            l.contains("name on_transmit")
-                || l.contains("name on_receive")
-                || l.contains("name on_drop")
+/// The BPF programs the lab's children `agents` hold (the `prog_id` of their file
+/// descriptors, programs and links alike). By process, not by name: other agents on this
+/// machine (another test, another session) load programs of the same names.
+fn programs_held(lab: &Lab, agents: &[usize]) -> std::collections::BTreeSet<u32> {
+    let mut ids = std::collections::BTreeSet::new();
+    for &a in agents {
+        let pid = lab.children[a].id();
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap() {
+            let text = std::fs::read_to_string(fd.unwrap().path()).unwrap_or_default();
+            ids.extend(
+                text.lines()
+                    .filter_map(|l| l.strip_prefix("prog_id:"))
+                    .filter_map(|v| v.trim().parse::<u32>().ok()),
+            );
+        }
+    }
+    ids
+}
+
+/// How many of the programs `ids` are still loaded.
+fn still_loaded(ids: &std::collections::BTreeSet<u32>) -> usize {
+    ids.iter()
+        .filter(|id| {
+            Command::new("bpftool")
+                .args(["prog", "show", "id", &id.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
         })
         .count()
 }
@@ -556,7 +573,8 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
             }
         }
     }
-    assert_eq!(agent_programs(), 12, "three programs per agent");
+    let programs = programs_held(&lab, &agents);
+    assert_eq!(programs.len(), 12, "three programs per agent: {programs:?}");
     assert!(eventually(Duration::from_secs(10), || {
         lab.exec("mg", &["curl", "-sf", "http://127.0.0.1:8080/api/stats"])
             .stdout(Stdio::null())
@@ -891,9 +909,9 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
     }
     // The kernel frees a detached program after an RCU grace period.
     assert!(
-        eventually(Duration::from_secs(5), || agent_programs() == 0),
-        "programs left attached after SIGTERM: {}",
-        agent_programs()
+        eventually(Duration::from_secs(5), || still_loaded(&programs) == 0),
+        "programs left attached after SIGTERM: {} of {programs:?}",
+        still_loaded(&programs)
     );
 }
 
@@ -940,7 +958,7 @@ fn one_agent_watches_every_namespace_of_a_lab() {
         return;
     };
     assert_eq!(
-        agent_programs(),
+        programs_held(&lab, &[a]).len(),
         3,
         "one program per tracepoint for four namespaces"
     );
@@ -1027,11 +1045,12 @@ fn a_killed_agent_leaves_no_program_attached() {
         skip("this intscope was built without its BPF programs (clang, bpftool)");
         return;
     };
-    assert_eq!(agent_programs(), 3);
+    let programs = programs_held(&lab, &[a]);
+    assert_eq!(programs.len(), 3, "{programs:?}");
     sh(&["kill", "-KILL", &lab.children[a].id().to_string()]);
     let _ = lab.children[a].wait();
     assert!(
-        eventually(Duration::from_secs(5), || agent_programs() == 0),
+        eventually(Duration::from_secs(5), || still_loaded(&programs) == 0),
         "the kernel detaches an ended process's BPF links"
     );
 }

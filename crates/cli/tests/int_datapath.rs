@@ -264,7 +264,9 @@ impl Lab {
     }
 
     /// `intscope agent` in router `node` with `role` on its egress `dev`, ingress times on
-    /// `from`; its index among the children once it said "attached". `None`: no BPF build.
+    /// `from`, a report for every INT packet (`--every-packet`) unless `filtered`; its index
+    /// among the children once it said "attached". `None`: no BPF build.
+    #[allow(clippy::too_many_arguments)]
     fn agent(
         &mut self,
         node: &str,
@@ -273,12 +275,13 @@ impl Lab {
         dev: &str,
         role: &str,
         mode: &str,
+        filtered: bool,
     ) -> Option<usize> {
         let config = self.dir.join(format!("{node}.toml"));
         std::fs::write(&config, format!("mode = \"{mode}\"\nmtu = 1600\n")).unwrap();
         let id = id.to_string();
         let port = format!("{dev}={role}");
-        let args = [
+        let mut args = vec![
             env!("CARGO_BIN_EXE_intscope"),
             "agent",
             "--config",
@@ -296,6 +299,9 @@ impl Lab {
             "--int-port",
             &port,
         ];
+        if !filtered {
+            args.push("--every-packet");
+        }
         let mut child = self
             .exec(node, &args)
             .stdin(Stdio::null())
@@ -594,12 +600,14 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
     let v4: std::net::IpAddr = "10.2.4.1".parse().unwrap();
     let v6: std::net::IpAddr = "fd02:4::1".parse().unwrap();
     for (round, mode) in ["md", "mx"].iter().enumerate() {
-        let Some(a1) = lab.agent("r1", 1, "h1", "r2", "source", mode) else {
+        let Some(a1) = lab.agent("r1", 1, "h1", "r2", "source", mode, false) else {
             skip("this intscope was built without its BPF programs");
             return;
         };
-        let a2 = lab.agent("r2", 2, "r1", "r3", "transit", mode).unwrap();
-        let a3 = lab.agent("r3", 3, "r2", "r2", "sink", mode).unwrap();
+        let a2 = lab
+            .agent("r2", 2, "r1", "r3", "transit", mode, false)
+            .unwrap();
+        let a3 = lab.agent("r3", 3, "r2", "r2", "sink", mode, false).unwrap();
         let port = 6000 + 10 * round as u16;
         tcp_exact(&lab, SocketAddr::new(v4, port), 8 << 20);
         tcp_exact(&lab, SocketAddr::new(v6, port + 1), 8 << 20);
@@ -671,10 +679,79 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
         );
     }
 
+    // The flow filter in the kernel (the default): every INT packet a hop would report is
+    // reported or held back, counted; at the INT-MX sink, whose own ports and latency do not
+    // change, a flow is reported about once a second.
+    for (round, mode) in ["md", "mx"].iter().enumerate() {
+        let a1 = lab
+            .agent("r1", 1, "h1", "r2", "source", mode, true)
+            .unwrap();
+        let a2 = lab
+            .agent("r2", 2, "r1", "r3", "transit", mode, true)
+            .unwrap();
+        let a3 = lab.agent("r3", 3, "r2", "r2", "sink", mode, true).unwrap();
+        let began = Instant::now();
+        let port = 6100 + 10 * round as u16;
+        tcp_exact(&lab, SocketAddr::new(v4, port), 2 << 20);
+        udp_exact(&lab, SocketAddr::new(v4, port + 2), 2000);
+        udp_exact(&lab, SocketAddr::new(v6, port + 3), 2000);
+        let seconds = began.elapsed().as_secs();
+        let (c1, c2, c3) = (lab.stop(a1), lab.stop(a2), lab.stop(a3));
+        clean("r1", &c1);
+        clean("r2", &c2);
+        clean("r3", &c3);
+        let inserted = counter(&c1, "int_inserted");
+        assert!(
+            inserted >= 4000,
+            "{mode} filtered: r1 inserted {inserted}: {c1}"
+        );
+        let told = |c: &serde_json::Value| {
+            counter(c, "int_events") + counter(c, "int_filtered") + counter(c, "int_ring_full")
+        };
+        assert_eq!(
+            told(&c3),
+            counter(&c3, "int_sunk"),
+            "{mode} filtered: r3 {c3}"
+        );
+        assert_eq!(
+            counter(&c3, "int_reports"),
+            counter(&c3, "int_events"),
+            "{c3}"
+        );
+        assert!(
+            counter(&c3, "int_filtered") > 0,
+            "{mode}: nothing filtered at r3: {c3}"
+        );
+        if *mode == "mx" {
+            assert_eq!(told(&c1), inserted, "{mode} filtered: r1 {c1}");
+            assert_eq!(
+                told(&c2),
+                counter(&c2, "int_mx"),
+                "{mode} filtered: r2 {c2}"
+            );
+            assert!(counter(&c1, "int_filtered") > 0, "{c1}");
+            assert!(counter(&c2, "int_filtered") > 0, "{c2}");
+            // Three flows (and a collision's early report at most per flow and second).
+            let bound = 3 * 2 * (seconds + 2);
+            assert!(
+                counter(&c3, "int_events") <= bound,
+                "{mode} filtered: r3 reported {} times in {seconds} s (at most {bound}): {c3}",
+                counter(&c3, "int_events")
+            );
+        } else {
+            assert_eq!(counter(&c1, "int_events"), 0, "{c1}");
+            assert_eq!(counter(&c1, "int_filtered"), 0, "{c1}");
+        }
+    }
+
     // A 10 Mbit/s limit at r2's egress towards r3 under 30 Mbit/s of UDP: r2's queue fills.
-    let a1 = lab.agent("r1", 1, "h1", "r2", "source", "md").unwrap();
-    let a2 = lab.agent("r2", 2, "r1", "r3", "transit", "md").unwrap();
-    let a3 = lab.agent("r3", 3, "r2", "r2", "sink", "md").unwrap();
+    let a1 = lab
+        .agent("r1", 1, "h1", "r2", "source", "md", false)
+        .unwrap();
+    let a2 = lab
+        .agent("r2", 2, "r1", "r3", "transit", "md", false)
+        .unwrap();
+    let a3 = lab.agent("r3", 3, "r2", "r2", "sink", "md", false).unwrap();
     lab.sh(
         "r2",
         "tc qdisc add dev r3 root tbf rate 10mbit burst 16kb latency 200ms",
