@@ -36,19 +36,9 @@ fn missing() -> Option<String> {
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return Some("root (network namespaces, BPF)".into());
     }
-    for tool in [
+    common::missing_tool(&[
         "ip", "tc", "iperf3", "tcpdump", "curl", "bpftool", "clang", "ping",
-    ] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            return Some(tool.to_string());
-        }
-    }
-    None
+    ])
 }
 
 /// Whether to skip (said on stderr); in CI a missing piece fails instead.

@@ -35,17 +35,7 @@ fn missing() -> Option<String> {
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return Some("root (network namespaces, BPF)".into());
     }
-    for tool in ["ip", "tc", "tcpdump", "curl"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            return Some(tool.to_string());
-        }
-    }
-    None
+    common::missing_tool(&["ip", "tc", "tcpdump", "curl"])
 }
 
 fn skip(what: &str) -> bool {

@@ -49,6 +49,16 @@ fn incident(id: u64, updates: u64, end: Option<u64>) -> Incident {
     }
 }
 
+/// The first column of `sql`'s rows.
+fn column<T: rusqlite::types::FromSql>(conn: &rusqlite::Connection, sql: &str) -> Vec<T> {
+    conn.prepare(sql)
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -113,32 +123,14 @@ fn a_previous_release_sqlite_store_is_migrated() {
     let store = SqliteStore::open(&dir).unwrap();
     drop(store);
     let conn = rusqlite::Connection::open(dir.join(SqliteStore::FILE)).unwrap();
-    let versions: Vec<i64> = conn
-        .prepare("SELECT version FROM schema_version")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let versions: Vec<i64> = column(&conn, "SELECT version FROM schema_version");
     assert_eq!(versions, [3]);
-    let event_columns: Vec<String> = conn
-        .prepare("SELECT name FROM pragma_table_info('events')")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let event_columns: Vec<String> = column(&conn, "SELECT name FROM pragma_table_info('events')");
     assert!(
         event_columns.iter().any(|c| c == "incident_id"),
         "{event_columns:?}"
     );
-    let received: Vec<Option<i64>> = conn
-        .prepare("SELECT received_ns FROM incidents ORDER BY id")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let received: Vec<Option<i64>> = column(&conn, "SELECT received_ns FROM incidents ORDER BY id");
     // Stored on the collector's clock (when each version was written), not the incident's.
     assert!(
         received

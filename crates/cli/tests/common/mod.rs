@@ -15,6 +15,20 @@ pub fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_intscope"))
 }
 
+/// The first of `tools` not on PATH, if any (what a test needs and the machine lacks).
+pub fn missing_tool(tools: &[&str]) -> Option<String> {
+    tools
+        .iter()
+        .find(|tool| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .map(|tool| tool.to_string())
+}
+
 /// A path inside the repository.
 pub fn repo(path: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
