@@ -304,7 +304,7 @@ pub struct DemoArgs {
         value_parser = crate::usage::host_port
     )]
     pub http: SocketAddr,
-    /// History store directory (default: a temporary directory).
+    /// History store directory (default: a temporary directory, removed at the end).
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
     /// Keep serving the API after the simulation ends, until Ctrl-C.
@@ -328,6 +328,9 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
     let data = args.data.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("intscope-demo-{}", std::process::id()))
     });
+    // A history of its own goes with the run (declared before the collector, so removed after
+    // it closed its store, on every way out); one the user named stays.
+    let _temporary = args.data.is_none().then(|| RemovedOnDrop(data.clone()));
     let cfg = CollectorConfig {
         listen: vec!["127.0.0.1:0".parse()?],
         http: args.http,
@@ -430,4 +433,17 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
         s.finish();
     }
     Ok(())
+}
+
+/// A directory removed when the value is dropped (the demo's temporary history).
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            eprintln!("intscope demo: could not remove {}: {e}", self.0.display());
+        }
+    }
 }

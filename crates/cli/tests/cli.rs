@@ -274,7 +274,8 @@ fn host_names_are_accepted_where_addresses_are() {
 }
 
 /// The demo checks its input before it says anything or creates anything: a bad duration or a
-/// missing topology file leaves no banner and no temporary history folder behind.
+/// missing topology file leaves no banner and no temporary history folder behind; a run that
+/// ends removes the temporary history it made.
 #[test]
 fn demo_checks_its_input_before_side_effects() {
     let tmp = std::env::temp_dir().join(format!("intscope-demo-tmp-{}", std::process::id()));
@@ -302,6 +303,17 @@ fn demo_checks_its_input_before_side_effects() {
             "{args:?} created a folder in TMPDIR"
         );
     }
+    // A run that went well takes its temporary history with it.
+    let out = bin()
+        .args(["demo", "--duration", "1", "--http", "127.0.0.1:0"])
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("history in"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "the demo left {left:?} in TMPDIR");
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
