@@ -1141,7 +1141,7 @@ fn run_lab(
             return Err(e);
         }
     };
-    let started_ns = intscope_collector::ingest::now_ns();
+    let started_ns = intscope_collector::clock::now_ns();
     // The timeline: (time s, fault, on).
     let mut steps: Vec<(f64, usize, bool)> = Vec::new();
     for (i, f) in script.iter().enumerate() {
@@ -1167,10 +1167,10 @@ fn run_lab(
             next += 1;
             // A fault takes effect while its commands run (a busy machine's `tc` can take a
             // quarter of a second): it starts when they start, and ends when its undoing ends.
-            let before = intscope_collector::ingest::now_ns();
+            let before = intscope_collector::clock::now_ns();
             match apply(&script[i].fault, net, on, &mut agents) {
                 Ok(what) => {
-                    let now = intscope_collector::ingest::now_ns();
+                    let now = intscope_collector::clock::now_ns();
                     if on {
                         faults[i].start_ns = Some(before);
                         active.push(i);
@@ -1207,11 +1207,11 @@ fn run_lab(
     // Faults still in force are undone before the traffic stops.
     for i in active {
         if let Ok(what) = apply(&script[i].fault, net, false, &mut agents) {
-            faults[i].end_ns = Some(intscope_collector::ingest::now_ns());
+            faults[i].end_ns = Some(intscope_collector::clock::now_ns());
             faults[i].what = what;
         }
     }
-    let ended_ns = intscope_collector::ingest::now_ns();
+    let ended_ns = intscope_collector::clock::now_ns();
     let elapsed = traffic.start.elapsed().as_secs_f64();
     traffic.stop();
     if let Some(e) = failure {

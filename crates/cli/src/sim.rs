@@ -190,7 +190,7 @@ pub fn run(args: &SimArgs) -> Result<String> {
     let mut f = fabric(&args.fabric)?;
     if args.collector.is_some() {
         // A live collector receives by Unix time: the switches' clocks read it too.
-        f.set_clock_origin(intscope_collector::ingest::now_ns());
+        f.set_clock_origin(intscope_collector::clock::now_ns());
     }
     // Ctrl-C or SIGTERM ends the run at the next step: the reports pcap is written whole and the
     // summary says how far the fabric ran (the signal's default death would cut the file short).
@@ -383,7 +383,7 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
     // UDP they were stamped on arrival, and a busy machine, on which the fabric falls behind the
     // wall clock and its reports arrive late and bunched, saw other latencies and bursts (401
     // hop-latency anomalies against ~140 on a quiet one).
-    let epoch = intscope_collector::ingest::now_ns();
+    let epoch = intscope_collector::clock::now_ns();
     // The switches' clocks read the same timeline (a collector bounds how far a switch's time
     // may be from its receive time).
     f.set_clock_origin(epoch);

@@ -27,7 +27,6 @@ const KNOWN: &[(&str, &[&str])] = &[
             "state",
         ],
     ),
-    ("collector", &["ingest", "store"]),
     ("collector", &["api", "api_cluster"]),
 ];
 

@@ -489,7 +489,7 @@ pub fn sample_counters(api: &Api, published: &Published, out: &mut Samples) {
         store.spool_stats().unwrap_or_default().sample(out);
     }
     published.state.sample(out);
-    let age = crate::ingest::now_ns().saturating_sub(published.at_ns) / 1_000_000;
+    let age = crate::clock::now_ns().saturating_sub(published.at_ns) / 1_000_000;
     out.add(&counters::SNAPSHOT_AGE, &[], age);
     out.add(
         &counters::SNAPSHOT_COST,

@@ -10,7 +10,9 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::now_ns;
 
 use intscope_core::counters::{self, Samples};
 use intscope_wire::Error;
@@ -895,13 +897,6 @@ impl StoreHandle {
         drop(self.tx);
         let _ = self.writer.join();
     }
-}
-
-/// Now, in ns since the epoch.
-pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Fails with a clear error if another socket already holds `addr`'s port: a probe binds it

@@ -21,6 +21,7 @@ pub use intscope_core::{
 
 pub mod api;
 pub mod api_cluster;
+pub mod clock;
 pub mod http;
 pub mod ingest;
 pub mod store;

@@ -530,7 +530,7 @@ fn reading_the_flow_list_during_ingest_drops_nothing() {
     let (mut buf, mut rec) = (Vec::new(), RecordBatch::default());
     for i in 0.. {
         g.next_datagram(&mut buf);
-        let now = intscope_collector::ingest::now_ns();
+        let now = intscope_collector::clock::now_ns();
         c.ingest(&buf, "10.0.0.1".parse().unwrap(), now, &mut rec);
         if i % 1000 == 0 && c.state.read().flow_count() == FLOWS as usize {
             break;

@@ -18,7 +18,8 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg};
 
-use super::{Collector, Discard, Tally, now_ns};
+use super::{Collector, Discard, Tally};
+use crate::clock::now_ns;
 use crate::record::RecordBatch;
 
 /// How long a receive call waits for a first datagram before the loop looks at the stop flag and

@@ -1130,7 +1130,7 @@ async fn migrate(
     }
     c.query(&format!(
         "INSERT INTO {db}.schema_version (version, applied_ns) VALUES ({SCHEMA_VERSION}, {})",
-        crate::ingest::now_ns()
+        crate::clock::now_ns()
     ))
     .execute()
     .await
@@ -1433,7 +1433,7 @@ impl ClickHouseStore {
     fn write_batch(&self, b: &Batch) -> Result<(), StoreError> {
         let n = self.io.shards.len();
         let src = &self.io.config.source;
-        let received_ns = crate::ingest::now_ns();
+        let received_ns = crate::clock::now_ns();
         let mut flows: Vec<Vec<FlowIns>> = (0..n).map(|_| Vec::new()).collect();
         let mut series: Vec<Vec<FlowStatIns>> = (0..n).map(|_| Vec::new()).collect();
         for f in &b.flows {

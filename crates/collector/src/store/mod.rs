@@ -264,7 +264,7 @@ pub trait Store: RowSink<Error = StoreError> + Send + Sync {
 /// this run's rows.
 pub(crate) fn new_run_id() -> i64 {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let now = crate::ingest::now_ns() & ((1 << 62) - 1);
+    let now = crate::clock::now_ns() & ((1 << 62) - 1);
     i(now.wrapping_add(SEQ.fetch_add(1, Ordering::Relaxed)))
 }
 
@@ -611,7 +611,7 @@ pub fn spawn_writer(
                 if n.is_multiple_of(60) {
                     let keep = cfg.retention_hours * 3_600_000_000_000;
                     let horizon = time_ns.saturating_sub(keep);
-                    let received = crate::ingest::now_ns().saturating_sub(keep);
+                    let received = crate::clock::now_ns().saturating_sub(keep);
                     if let Err(e) = store.prune(horizon, received, cfg.raw_reports) {
                         tracing::error!("store prune failed: {e}");
                     }

@@ -132,7 +132,7 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     if version < SCHEMA_VERSION {
         tx.execute(
             "INSERT INTO schema_version(version, applied_ns) VALUES(?1, ?2)",
-            params![SCHEMA_VERSION, i(crate::ingest::now_ns())],
+            params![SCHEMA_VERSION, i(crate::clock::now_ns())],
         )?;
     }
     tx.commit()?;
@@ -313,7 +313,7 @@ impl SqliteStore {
     /// Adds one batch's rows to the open transaction `tx`.
     fn write_rows(&self, tx: &rusqlite::Transaction<'_>, b: &Batch) -> Result<(), StoreError> {
         // Rows raised before receive times were kept get the time they were stored.
-        let received_ns = crate::ingest::now_ns();
+        let received_ns = crate::clock::now_ns();
         {
             let mut ev = tx.prepare_cached(
                 "INSERT OR REPLACE INTO events(id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence,received_ns,incident_id)
