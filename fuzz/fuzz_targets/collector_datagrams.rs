@@ -10,7 +10,8 @@
 //! correlate instead of having to find their layout.
 use std::net::{IpAddr, Ipv4Addr};
 
-use intscope_collector::api::{Api, ApiConfig, render_metrics};
+use intscope_collector::api::{Api, render_metrics};
+use intscope_collector::api_config::ApiConfig;
 use intscope_collector::ingest::{Collector, CollectorConfig};
 use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};
 use intscope_collector::record::RecordBatch;

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use intscope_collector::api::{self, ApiConfig};
+use intscope_collector::api;
+use intscope_collector::api_config::ApiConfig;
 use intscope_collector::http::HttpLimits;
 use intscope_collector::ingest::{Collector, CollectorConfig, Discard, IpNet, spawn_receivers};
 use intscope_collector::record::RecordBatch;

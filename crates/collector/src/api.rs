@@ -21,19 +21,16 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use intscope_core::counters::{self, Samples};
-use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::{Registry, Unit};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::Semaphore;
-use tokio_rustls::rustls;
 
+use crate::api_config::ApiConfig;
 use crate::event::{Event, EventKind, FlowRef};
-use crate::http::{HttpLimits, HttpStats};
+use crate::http::{ErrorBody, HttpStats};
 use crate::incident::Incident;
 use crate::ingest::{Collector, Published};
+use crate::openmetrics;
 use crate::rank;
 use crate::search::FlowSearch;
 use crate::snapshot::{FlowRow, Snapshot};
@@ -54,51 +51,6 @@ pub const MAX_QUEUES_LIMIT: usize = 5_000;
 pub const MAX_STATS_SOURCES: usize = 1_000;
 /// Most events one server-sent-events message batch carries; the rest follow at once.
 pub const STREAM_BATCH: usize = 256;
-
-/// Settings of the API server: access, limits, TLS.
-#[derive(Debug, Clone)]
-pub struct ApiConfig {
-    /// Bearer token every `/api/` and `/metrics` request must carry (`Authorization: Bearer`;
-    /// the event stream may pass it as `access_token`, since browsers' EventSource cannot set
-    /// headers). `None`: open (the default on loopback).
-    pub token: Option<String>,
-    /// TLS (HTTPS) when set.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
-    /// Connection limits and timeouts.
-    pub http: HttpLimits,
-    /// Longest time to produce a response's head (503 after it).
-    pub request_timeout: Duration,
-    /// Longest a history query may run, waiting for a reader included (504 after it).
-    pub query_timeout: Duration,
-    /// History queries running or waiting at once (503 beyond).
-    pub max_queries: usize,
-    /// Live event streams open at once (503 beyond).
-    pub max_streams: usize,
-    /// Requests for the large live lists (flows, nodes, links, queues, events, incidents,
-    /// `/metrics`) handled at once; more wait their turn (within `request_timeout`). Each
-    /// keeps a worker thread busy while it builds its answer, so a flood of them must leave
-    /// room for every other request.
-    pub max_list_requests: usize,
-    /// Most series `/metrics` renders; the rest are counted in
-    /// `intscope_metrics_series_truncated`.
-    pub max_series: usize,
-}
-
-impl Default for ApiConfig {
-    fn default() -> Self {
-        ApiConfig {
-            token: None,
-            tls: None,
-            http: HttpLimits::default(),
-            request_timeout: Duration::from_secs(30),
-            query_timeout: crate::store::DEFAULT_QUERY_TIMEOUT,
-            max_queries: 16,
-            max_streams: 32,
-            max_list_requests: 1,
-            max_series: 10_000,
-        }
-    }
-}
 
 /// Counters of the API (shown by `/metrics` and `/api/stats`).
 #[derive(Debug, Default)]
@@ -278,9 +230,6 @@ impl IntoResponse for ApiError {
         (self.status, body).into_response()
     }
 }
-
-/// The body of every error answer (the HTTP layer's own refusals use it too).
-pub use crate::http::ErrorBody;
 
 /// A query string, its errors answered as JSON 400s.
 struct Q<T>(T);
@@ -1474,64 +1423,7 @@ pub fn render_metrics(api: &Api) -> String {
         .metrics_series_truncated
         .store(budget.truncated, Ordering::Relaxed);
     samples.add(&counters::METRICS_SERIES_TRUNCATED, &[], budget.truncated);
-    openmetrics(samples)
-}
-
-/// The OpenMetrics text of `samples`, one family per declared metric (HELP, TYPE, UNIT), encoded
-/// by prometheus-client (names, label escaping, `_total`, `# EOF`).
-pub fn openmetrics(samples: Samples) -> String {
-    let mut reg = Registry::default();
-    reg.register_collector(Box::new(Encoded(samples)));
-    let mut out = String::new();
-    let _ = encode(&mut out, &reg);
-    out
-}
-
-fn encode_value(
-    e: &mut MetricEncoder,
-    kind: counters::Kind,
-    v: counters::Value,
-) -> std::fmt::Result {
-    use counters::{Kind, Value as V};
-    match (kind, v) {
-        (Kind::Counter, V::Int(n)) => e.encode_counter::<NoLabelSet, _, u64>(&n, None),
-        (Kind::Counter, V::Float(x)) => e.encode_counter::<NoLabelSet, _, u64>(&x, None),
-        (Kind::Gauge, V::Int(n)) => e.encode_gauge(&n),
-        (Kind::Gauge, V::Float(x)) => e.encode_gauge(&x),
-    }
-}
-
-/// Samples handed to prometheus-client's encoder.
-#[derive(Debug)]
-struct Encoded(Samples);
-
-impl prometheus_client::collector::Collector for Encoded {
-    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
-        use counters::Kind;
-        for (m, samples) in self.0.families() {
-            let unit = m.unit.map(|u| Unit::Other(u.to_string()));
-            let ty = match m.kind {
-                Kind::Counter => MetricType::Counter,
-                Kind::Gauge => MetricType::Gauge,
-            };
-            let name = format!("{}_{}", counters::PREFIX, m.name);
-            let mut me = enc.encode_descriptor(&name, m.help, unit.as_ref(), ty)?;
-            for s in samples {
-                let labels: Vec<(String, String)> = m
-                    .labels
-                    .iter()
-                    .zip(&s.labels)
-                    .map(|(k, v)| ((*k).to_string(), v.clone()))
-                    .collect();
-                if labels.is_empty() {
-                    encode_value(&mut me, m.kind, s.value)?;
-                } else {
-                    encode_value(&mut me.encode_family(&labels)?, m.kind, s.value)?;
-                }
-            }
-        }
-        Ok(())
-    }
+    openmetrics::text(samples)
 }
 
 async fn metrics(AxState(api): Shared) -> impl IntoResponse {

@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use tokio::sync::Semaphore;
 
-use crate::api::ApiConfig;
+use crate::api_config::ApiConfig;
 use crate::event::FlowRef;
 use crate::store::{
     FlowInterval, HistoryQuery, Page, QueueInterval, RowCounts, Store, StoreError, StoredEvent,
@@ -105,7 +105,7 @@ struct Error(StatusCode, String);
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        let body = Json(crate::api::ErrorBody {
+        let body = Json(crate::http::ErrorBody {
             error: self.1,
             status: self.0.as_u16(),
         });
@@ -228,7 +228,7 @@ async fn metrics(AxState(api): Shared) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        crate::api::openmetrics(out),
+        crate::openmetrics::text(out),
     )
 }
 

@@ -21,8 +21,10 @@ pub use intscope_core::{
 
 pub mod api;
 pub mod api_cluster;
+pub mod api_config;
 pub mod clock;
 pub mod http;
 pub mod ingest;
+pub mod openmetrics;
 pub mod store;
 pub mod ui;

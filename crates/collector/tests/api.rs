@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use intscope_collector::api::{self, Api, ApiConfig};
+use intscope_collector::api::{self, Api};
+use intscope_collector::api_config::ApiConfig;
 use intscope_collector::http::HttpLimits;
 use intscope_collector::ingest::Collector;
 use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};

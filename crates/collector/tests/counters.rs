@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::Request;
-use intscope_collector::api::{self, Api, ApiConfig};
+use intscope_collector::api::{self, Api};
+use intscope_collector::api_config::ApiConfig;
 use intscope_collector::ingest::Collector;
 use intscope_collector::record::RecordBatch;
 use intscope_core::counters::{self, Json, Kind, Samples};
@@ -126,12 +127,12 @@ fn every_counter_is_in_both_renderings_with_the_same_value() {
         api::sample_counters(&a, &c.snapshot(), &mut samples);
         samples.add(&counters::METRICS_SERIES_TRUNCATED, &[], 3);
         let json = samples.to_json();
-        let text = api::openmetrics(Samples::default());
+        let text = intscope_collector::openmetrics::text(Samples::default());
         assert_eq!(text, "# EOF\n");
         let mut seen = BTreeSet::new();
         let n = samples.iter().count();
         let copy: Vec<_> = samples.iter().cloned().collect();
-        let parsed = parse(&api::openmetrics(samples));
+        let parsed = parse(&intscope_collector::openmetrics::text(samples));
         assert_eq!(parsed.samples.len(), n, "one line a sample");
         for s in &copy {
             seen.insert(s.metric.name);

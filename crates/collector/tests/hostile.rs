@@ -11,7 +11,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::*;
-use intscope_collector::api::{Api, ApiConfig, render_metrics};
+use intscope_collector::api::{Api, render_metrics};
+use intscope_collector::api_config::ApiConfig;
 use intscope_collector::ingest::{Collector, CollectorConfig, Discard, spawn_receivers};
 use intscope_collector::record::RecordBatch;
 use intscope_collector::state::Limits;

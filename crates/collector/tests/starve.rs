@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use intscope_collector::api::{self, Api, ApiConfig};
+use intscope_collector::api::{self, Api};
+use intscope_collector::api_config::ApiConfig;
 use intscope_collector::http::{HttpLimits, SMALL_ANSWER};
 use tokio::io::AsyncWriteExt;
 
