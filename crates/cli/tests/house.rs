@@ -2,30 +2,10 @@
 //! to it, in any crate. A reference is what `../shared/tools/circles.py` reads: a `use` of
 //! `crate::…` or `super::…` (with its `{…}` group), or such a path anywhere in the text, doc
 //! links included (a lower module that names a higher one in its docs points up), unit tests
-//! left out. The circles not broken yet are listed below: a new circle, or one that grows,
-//! fails; one that shrinks or goes must be taken off the list.
+//! left out. Any circle fails.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-/// Circles that exist today and are to be broken (issue 30), by crate: each found circle must
-/// lie inside one of these.
-const KNOWN: &[(&str, &[&str])] = &[(
-    "core",
-    &[
-        "cause",
-        "detect",
-        "event",
-        "evidence",
-        "fabric",
-        "flow",
-        "flow_shard",
-        "incident",
-        "incidents",
-        "snapshot",
-        "state",
-    ],
-)];
 
 type Module = Vec<String>;
 
@@ -199,27 +179,16 @@ fn no_module_refers_to_one_that_refers_back() {
     names.sort();
     assert!(names.len() >= 7, "every crate read: {names:?}");
     let mut bad = Vec::new();
-    let mut found = 0;
     for name in &names {
         for circle in circles(&graph(&crates.join(name).join("src"))) {
-            found += 1;
             let files: BTreeSet<String> = circle.iter().map(|m| m.join("/")).collect();
-            let known = KNOWN.iter().any(|(c, allowed)| {
-                c == name && files.iter().all(|f| allowed.contains(&f.as_str()))
-            });
-            if !known {
-                bad.push(format!("{name}: {files:?}"));
-            }
+            bad.push(format!("{name}: {files:?}"));
         }
     }
     assert!(
         bad.is_empty(),
         "modules that refer to each other (move the shared part below both):\n{}",
         bad.join("\n")
-    );
-    assert!(
-        found >= KNOWN.len(),
-        "a known circle was broken: take it off KNOWN ({found} found)"
     );
 }
 

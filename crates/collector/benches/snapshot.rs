@@ -1,5 +1,5 @@
 //! What publishing the flow table costs with many flows, when a given share of them changed since
-//! the last snapshot: the flow shards' copies made incrementally (`FlowCopies::refresh`,
+//! the last snapshot: the flow shards' copies made incrementally (`FlowShard::copy`,
 //! what the receive threads publish) against every flow copied anew into a reused buffer (what
 //! they published before, `FlowRow::of` for each flow), in alternating rounds of the same run.
 //!
@@ -17,7 +17,7 @@ use intscope_collector::detect::DetectConfig as Thresholds;
 use intscope_collector::flow::FlowState;
 use intscope_collector::loadgen::{self, Generator, LoadConfig};
 use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
-use intscope_collector::snapshot::{FlowCopies, FlowRow, FlowShardSnapshot};
+use intscope_collector::snapshot::{FlowRow, FlowShardSnapshot};
 use intscope_collector::state::State;
 use intscope_wire::locate::FlowKey;
 
@@ -92,7 +92,7 @@ fn copy_all(state: &State, rows: &mut Vec<FlowRow>, by_id: &mut Vec<(u64, u32)>)
 /// What publishing does now: each flow shard's copy made from its last one, the last one let go.
 fn refresh(state: &State, held: &mut Vec<Arc<FlowShardSnapshot>>) {
     let mut next = Vec::new();
-    state.each_flow_shard(|shard| next.push(FlowCopies::refresh(shard)));
+    state.each_flow_shard(|shard| next.push(shard.copy()));
     // The copy before is freed as the receive thread lets go of the old snapshot.
     *held = next;
 }

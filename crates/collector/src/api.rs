@@ -26,7 +26,8 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::api_config::ApiConfig;
-use crate::event::{Event, EventKind, FlowRef};
+use crate::event::{Event, EventKind};
+use crate::flow_ref::FlowRef;
 use crate::http::{ErrorBody, HttpStats};
 use crate::incident::Incident;
 use crate::ingest::{Collector, Published};
@@ -480,7 +481,7 @@ pub struct StatsBase<'a> {
     /// Ingest details that are not counters.
     pub ingest: IngestDetail,
     /// The state's limits.
-    pub limits: &'a crate::state::Limits,
+    pub limits: &'a crate::limits::Limits,
     /// Sources in (node, hw_id) order, at most [`MAX_STATS_SOURCES`].
     pub sources: Vec<SourceStats>,
     /// The store (`null` without one).

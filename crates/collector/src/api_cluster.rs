@@ -27,7 +27,7 @@ use axum::routing::get;
 use tokio::sync::Semaphore;
 
 use crate::api_config::ApiConfig;
-use crate::event::FlowRef;
+use crate::flow_ref::FlowRef;
 use crate::store::{
     FlowInterval, HistoryQuery, Page, QueueInterval, RowCounts, Store, StoreError, StoredEvent,
     StoredFlow, StoredIncident, Totals,

@@ -28,9 +28,10 @@ pub use port_guard::PortGuardStats;
 pub use recv::{IDLE, MAX_BATCH, SLOT_RANGE};
 
 use crate::detect::DetectConfig as Thresholds;
+use crate::limits::Limits;
 use crate::record::{FlowKeyMode, Record, RecordBatch, RecordSink, decode_into};
 use crate::snapshot::Snapshot;
-use crate::state::{Limits, State};
+use crate::state::State;
 use crate::store::{FlushTake, Flusher, Store, StoreConfig, StoreError, StoreStats, spawn_writer};
 
 /// Why a datagram was discarded. Every received datagram is accepted or discarded for exactly

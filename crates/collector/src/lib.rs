@@ -15,8 +15,8 @@
 //! keep working.
 
 pub use intscope_core::{
-    detect, event, evidence, fabric, flow, flow_shard, id_table, incident, incidents, loadgen,
-    rank, record, rows, search, seq, snapshot, state,
+    detect, event, evidence, fabric, flow, flow_ref, flow_shard, id_table, incident, incidents,
+    limits, loadgen, rank, record, rows, search, seq, snapshot, state,
 };
 
 pub mod api;

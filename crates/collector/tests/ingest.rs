@@ -386,7 +386,7 @@ fn documented_config_parses() {
     assert_eq!(cfg.listen[0].port(), 32766);
     assert_eq!(
         cfg.limits,
-        intscope_collector::state::Limits::default(),
+        intscope_collector::limits::Limits::default(),
         "the documented limits are the defaults"
     );
     assert!(!cfg.reuse_port);

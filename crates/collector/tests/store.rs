@@ -291,7 +291,7 @@ macro_rules! no_history {
         }
         fn flow_series(
             &self,
-            _: &intscope_collector::event::FlowRef,
+            _: &intscope_collector::flow_ref::FlowRef,
             _: &HistoryQuery,
         ) -> Result<Vec<intscope_collector::store::FlowInterval>, StoreError> {
             Ok(Vec::new())
@@ -307,7 +307,7 @@ macro_rules! no_history {
         }
         fn flow(
             &self,
-            _: &intscope_collector::event::FlowRef,
+            _: &intscope_collector::flow_ref::FlowRef,
             _: &HistoryQuery,
         ) -> Result<Option<intscope_collector::store::StoredFlow>, StoreError> {
             Ok(None)
@@ -483,7 +483,7 @@ fn an_older_store_file_is_upgraded_in_place() {
     let d = Rep::new(7, &[H(1, 2, 900, 10)], H(2, 3, 900, 10)).datagram();
     feed(&mut s, &d, 0);
     let key = s.read().flows().next().unwrap().key;
-    let f = intscope_collector::event::FlowRef::from(&key);
+    let f = intscope_collector::flow_ref::FlowRef::from(&key);
     drop(store);
     let conn = rusqlite::Connection::open(dir.join("intscope.db")).unwrap();
     conn.execute(

@@ -1,6 +1,6 @@
 //! Incidents by cause: one fault, one incident.
 //!
-//! The lifecycle engine ([`crate::incidents`]) follows each *symptom* — one kind of evidence at
+//! The lifecycle engine (`incidents`) follows each *symptom* — one kind of evidence at
 //! one place (congestion at a queue, latency at a port, drops of one reason at a node) — with its
 //! own start, updates and end. A fault shows several: a slow port congests its queue, holds
 //! packets long and tail-drops; a loop expires TTLs, hits the INT hop limit and queues the

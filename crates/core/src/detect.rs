@@ -53,7 +53,7 @@ pub struct DetectConfig {
     /// store), so memory holds the active flows, not every flow ever seen.
     pub flow_idle_ns: u64,
     /// INT-XD / INT-MX: joining per-hop reports into paths, and silent drops.
-    pub postcards: crate::flow_shard::PostcardConfig,
+    pub postcards: PostcardConfig,
 }
 
 impl Default for DetectConfig {
@@ -70,13 +70,84 @@ impl Default for DetectConfig {
             join_window_ns: 100_000_000,
             episode_quiet_ns: 50_000_000,
             flow_idle_ns: 600_000_000_000,
-            postcards: crate::flow_shard::PostcardConfig::default(),
+            postcards: PostcardConfig::default(),
             incident_merge_ns: 1_000_000_000,
             incident_grouping_ns: 100_000_000,
             incident_quiet_ns: 5_000_000_000,
             path_correlation_ns: 1_000_000_000,
             report_reorder_ns: 20_000_000,
             clock_skew_max_ns: 86_400_000_000_000,
+        }
+    }
+}
+
+/// Joining INT-XD postcards and INT-MX reports into paths (`[detect.postcards]`).
+///
+/// Per-hop reports of one flow come from each node separately, and with SD-Fabric's report
+/// filters each node reports different packets at different times (a flow once a second, or
+/// when its ports or latency change). So a flow keeps each node's latest report, and a window
+/// (`join_window_ns`) after reports arrive they are chained into a path by the fabric's links:
+/// from the hop that entered by a port with no fabric link, over each link to the node that
+/// reported the flow entering by its far end, to the hop that left by a port with no link. Links
+/// are learned from INT-MD paths and from reports of one packet at two nodes (Telemetry Report
+/// v2.0 §"Individual Report Main Contents": each report carries the hop's metadata, here its
+/// ports and ingress / egress timestamps). Only a complete chain is compared with the flow's
+/// path; anything else is a partial path, shown while no complete one is known and never a
+/// change. Two reports of one packet (the same fingerprint) pair as a link's ends when the next
+/// hop's ingress follows this hop's egress within `link_delay_learn_max_ns`, the closest such;
+/// the delay of every link is learned from them (`flow::LinkTable::delay`), so
+/// software and host nodes, tens of µs apart, join as switches a few hundred ns apart do.
+/// Reports without a fingerprint pair within `link_delay_max_ns`, or within twice their link's
+/// learned delay. Switch clocks are taken to agree to well within a link's delay (PTP).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PostcardConfig {
+    /// Time from one hop's egress timestamp to the next hop's ingress timestamp of the same
+    /// packet (link delay plus clock offset) within which two reports always pair into a link,
+    /// ns, as the link delay assumed before one is learned.
+    pub link_delay_max_ns: u64,
+    /// The most such time learned as a link's delay, ns: two reports of one packet (the same
+    /// fingerprint) further apart than this never pair.
+    pub link_delay_learn_max_ns: u64,
+    /// A silent drop: a node keeps reporting a flow (through the same ports, with no silence of
+    /// its own this long) this long after the next node of its path last did (or, the next
+    /// node never having seen it, since the node first sent it that way), ns. Longer than a
+    /// switch's report filter interval (SD-Fabric: 1 s), which is how long a healthy next hop
+    /// may go without reporting.
+    pub silent_drop_ns: u64,
+    /// A silent drop also needs the next node's silence to be unlikely as report loss alone:
+    /// with a share `p` of the next node's reports lost over the window (its confirmed
+    /// sequence gaps against its reports received, [`crate::seq::LossHistory`]) and `m`
+    /// reports of the flow from this node since the next one's last, the drop is raised only
+    /// once `p^m` is at most this chance (each of those reports is a packet the next node
+    /// would have reported too, all of whose reports the network would have had to lose).
+    /// Where the next node lost nothing, `silent_drop_ns` alone decides; 1 turns the check
+    /// off, 0 lets any loss explain a silence. Hops without INT found from the TTL are weighed
+    /// the same way: a hop that never reports may be one whose reports were all lost
+    /// (`spans_lost_in_transit`).
+    pub silent_drop_chance: f64,
+    /// How often the switches' report filter reports a flow that did not change, ns
+    /// (SD-Fabric: once a second). A healthy node's reports of its flows can pause for about
+    /// this long, so a node that stopped adding INT is named once it has been silent for
+    /// longer than its own usual gaps, at most twice this, after the first packet crossed it
+    /// unreported.
+    pub report_interval_ns: u64,
+}
+
+impl Default for PostcardConfig {
+    /// Links up to 5 µs assumed (a few hundred metres of fibre and PTP's offset) and up to
+    /// 1 ms learned (software switches and hosts, tens of µs, with room for a busy one), silent
+    /// drops after 5 s (five of SD-Fabric's report intervals: a healthy hop whose reports are lost now and
+    /// then is not taken for one that stopped seeing the flow), and a one-in-a-million chance
+    /// that report loss explains them (at a fifth of the reports lost, nine reports of the
+    /// flow in a row from the hop before).
+    fn default() -> Self {
+        PostcardConfig {
+            link_delay_max_ns: 5_000,
+            link_delay_learn_max_ns: 1_000_000,
+            silent_drop_ns: 5_000_000_000,
+            silent_drop_chance: 1e-6,
+            report_interval_ns: 1_000_000_000,
         }
     }
 }

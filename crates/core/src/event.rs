@@ -1,9 +1,7 @@
 //! Events the detectors raise: what happened, when, where (node / port / queue), to which flow,
 //! and the evidence.
 
-use core::net::IpAddr;
 use std::collections::{BTreeMap, VecDeque};
-use std::io::Write as _;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use intscope_wire::locate::FlowKey;
@@ -11,7 +9,11 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::detect::DetectConfig;
 use crate::evidence::Evidence;
-use crate::incidents::{Delta, IncidentKey, IncidentLog, IncidentSink};
+use crate::flow_ref::FlowRef;
+use crate::incidents::{
+    End, EpisodeTotals, Handover, IncidentKey, IncidentLog, IncidentSink, Observation,
+    UNLINKED_EVENTS,
+};
 
 /// Kinds of event.
 #[derive(
@@ -73,70 +75,8 @@ impl EventKind {
     }
 }
 
-/// A flow as JSON-friendly strings.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct FlowRef {
-    /// Source address.
-    pub src: String,
-    /// Destination address.
-    pub dst: String,
-    /// IP protocol.
-    pub proto: u8,
-    /// Source port.
-    pub src_port: u16,
-    /// Destination port.
-    pub dst_port: u16,
-}
-
-impl From<&FlowKey> for FlowRef {
-    fn from(k: &FlowKey) -> Self {
-        FlowRef {
-            src: ip_string(k.src_ip()),
-            dst: ip_string(k.dst_ip()),
-            proto: k.proto,
-            src_port: k.src_port,
-            dst_port: k.dst_port,
-        }
-    }
-}
-
 fn flow_as_ref<S: serde::Serializer>(flow: &Option<FlowKey>, s: S) -> Result<S::Ok, S::Error> {
     serde::Serialize::serialize(&flow.as_ref().map(FlowRef::from), s)
-}
-
-/// An address in its usual text form.
-fn ip_string(ip: IpAddr) -> String {
-    let mut text = Vec::with_capacity(15);
-    write_ip(&mut text, ip);
-    // Digits, dots and colons: always UTF-8.
-    String::from_utf8(text).unwrap_or_default()
-}
-
-/// Appends `ip` in its usual text form. IPv4 is written by hand: `Ipv4Addr`'s `Display` goes
-/// through the formatter's padding machinery, ~25× the cost, and culprit lists format dozens.
-pub(crate) fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
-    let IpAddr::V4(v4) = ip else {
-        // Writing to a `Vec` cannot fail.
-        let _ = write!(out, "{ip}");
-        return;
-    };
-    for (i, octet) in v4.octets().into_iter().enumerate() {
-        if i > 0 {
-            out.push(b'.');
-        }
-        write_decimal(out, u16::from(octet));
-    }
-}
-
-/// Appends `n` in decimal, a digit at a time: a loop into a scratch array and a copy of its
-/// tail took a third longer per search (copies of a varying length are calls).
-fn write_decimal(out: &mut Vec<u8>, n: u16) {
-    for scale in [10_000, 1_000, 100, 10] {
-        if n >= scale {
-            out.push(b'0' + (n / scale % 10) as u8);
-        }
-    }
-    out.push(b'0' + (n % 10) as u8);
 }
 
 /// One event.
@@ -176,11 +116,6 @@ pub struct Event {
 
 /// Events kept in memory (the newest, within each kind's share).
 pub const EVENT_LOG: usize = 10_000;
-
-/// Events raised before their symptom reached the lifecycle engine (a shard hands its
-/// observations over once per batch), waiting to be linked to it; past this the oldest is
-/// left unlinked (counted).
-pub const UNLINKED_EVENTS: usize = 4096;
 
 /// How long (receive time) an unlinked event waits for its symptom before it is left
 /// unlinked: its shard hands its observations over each batch, and the correlation places a
@@ -267,10 +202,7 @@ impl EventLog {
 
     /// Applies a shard's incident observations, then links the events that were waiting for
     /// their symptoms.
-    pub(crate) fn apply_incidents(
-        &mut self,
-        pending: impl IntoIterator<Item = (IncidentKey, Delta)>,
-    ) {
+    pub(crate) fn apply_incidents(&mut self, pending: Handover) {
         self.incidents.apply_all(pending);
         self.link_waiting();
     }
@@ -554,11 +486,56 @@ impl Raiser {
         self.raise_at(log, now, at, kind, place, 0, symptom, evidence);
     }
 
-    /// The record about to be processed: its switch time ([`crate::fabric::switch_time`])
+    /// The record about to be processed: its switch time ([`Record::switch_time`](crate::record::Record::switch_time))
     /// against its receive time sets the clock [`Raiser::raise`] gives its events.
     #[inline]
     pub fn set_clock(&mut self, r: &crate::record::Record) {
-        self.clock_offset = crate::fabric::switch_time(r).wrapping_sub(r.time_ns) as i64;
+        self.clock_offset = r.switch_time().wrapping_sub(r.time_ns) as i64;
+    }
+
+    /// Observation `o` of incident `key`: merged with this shard's others of the key until the
+    /// next hand-over, unless the log must have something now (an ended episode that `o` does
+    /// not continue, or a full sink). `evidence` is built only for the key's first observation
+    /// since the last hand-over (the log keeps the evidence of an incident's first).
+    pub fn observe(
+        &mut self,
+        log: &Mutex<EventLog>,
+        key: IncidentKey,
+        o: &Observation,
+        evidence: impl FnOnce() -> Evidence,
+    ) {
+        if let Some(now) = self.incidents.observe(key, o, evidence) {
+            lock(log).apply_incidents(now);
+        }
+    }
+
+    /// The episode of incident `key` ended at `end`, with `totals` (its samples after the
+    /// observed ones, peak, span and flows).
+    pub fn end_episode(
+        &mut self,
+        log: &Mutex<EventLog>,
+        key: IncidentKey,
+        end: End,
+        totals: EpisodeTotals,
+    ) {
+        if let Some(now) = self.incidents.end(key, end, totals) {
+            lock(log).apply_incidents(now);
+        }
+    }
+
+    /// Hands this shard's pending incident observations to the log.
+    pub fn hand_over(&mut self, log: &Mutex<EventLog>) {
+        if !self.incidents.is_empty() {
+            let pending = self.incidents.take();
+            lock(log).apply_incidents(pending);
+        }
+    }
+
+    /// [`Raiser::hand_over`] to a log already locked.
+    pub fn hand_over_into(&mut self, log: &mut EventLog) {
+        if !self.incidents.is_empty() {
+            log.apply_incidents(self.incidents.take());
+        }
     }
 
     /// Receive time `now` on the switches' clock, by the last record's offset.
@@ -679,24 +656,4 @@ fn flow_hash(k: &FlowKey) -> u64 {
         u128::from(k.dst) as u64 ^ (u128::from(k.dst) >> 64) as u64,
         (u64::from(k.proto) << 32) | (u64::from(k.src_port) << 16) | u64::from(k.dst_port),
     ])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn addresses_read_as_their_display_form() {
-        for a in [
-            "0.0.0.0",
-            "10.0.0.1",
-            "192.168.100.255",
-            "1.20.255.9",
-            "2001:db8::1",
-            "::ffff:0:1",
-        ] {
-            let ip: IpAddr = a.parse().unwrap();
-            assert_eq!(ip_string(ip), ip.to_string(), "{a}");
-        }
-    }
 }

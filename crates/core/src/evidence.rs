@@ -11,8 +11,8 @@ use intscope_wire::locate::FlowKey;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::event::FlowRef;
 use crate::flow::Path;
+use crate::flow_ref::FlowRef;
 
 /// The evidence of one event, by kind.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -22,10 +22,10 @@ use crate::evidence::{Culprit, Evidence};
 use crate::id_table::{Cutoff, IdTable};
 use crate::incident::{EndReason, IncidentKind, IncidentPlace, Unit};
 use crate::incidents::{End, EpisodeTotals, FlowWeight, IncidentKey, Observation, RANKED_FLOWS};
+use crate::limits::Limits;
 use crate::rank;
 use crate::record::{Hop, Record, Version};
 use crate::seq::{SeqOutcome, SeqTracker};
-use crate::state::Limits;
 
 /// Flows a congestion episode remembers for culprit ranking.
 const EPISODE_FLOWS: usize = 4096;
@@ -655,7 +655,7 @@ impl FabricShard {
             self.report_loss(c, log);
         }
         let mut log = crate::event::lock(log);
-        self.raiser.incidents.flush_into(&mut log);
+        self.raiser.hand_over_into(&mut log);
         log.incidents.settle(now);
         // Path changes the settle's correlation placed.
         log.link_waiting();
@@ -717,7 +717,6 @@ impl FabricShard {
         };
         let (start, max) = (ep.start_ns, ep.max_occupancy);
         self.raiser
-            .incidents
             .observe(log, congestion_key(key), &o, move || Evidence::Episode {
                 start_ns: start,
                 duration_ns: 0,
@@ -767,15 +766,13 @@ impl FabricShard {
             start_uncertainty_ns: c.received_ns.saturating_sub(c.since_ns),
             ..Observation::sample(c.received_ns, c.received_ns)
         };
-        self.raiser
-            .incidents
-            .observe(log, key, &o, || Evidence::LostReports {
-                hw_id: c.hw_id,
-                lost: c.groups,
-                reports_lost: c.reports,
-                expected_seq: c.expected_seq,
-                received_seq: c.received_seq,
-            });
+        self.raiser.observe(log, key, &o, || Evidence::LostReports {
+            hw_id: c.hw_id,
+            lost: c.groups,
+            reports_lost: c.reports,
+            expected_seq: c.expected_seq,
+            received_seq: c.received_seq,
+        });
     }
 
     /// Accounts the report's sequence number. Gaps count as loss at once; their event and
@@ -900,7 +897,7 @@ impl FabricShard {
                         flow: flow.map(FlowWeight::one),
                         ..Observation::sample(clock, now)
                     };
-                    self.raiser.incidents.observe(log, key(), &o, ev);
+                    self.raiser.observe(log, key(), &o, ev);
                     let place = Place {
                         node: Some(hop.node_id),
                         port: Some(port),
@@ -925,8 +922,7 @@ impl FabricShard {
                         reason: EndReason::Normal,
                     };
                     self.raiser
-                        .incidents
-                        .end(log, key(), end, EpisodeTotals::default());
+                        .end_episode(log, key(), end, EpisodeTotals::default());
                 }
             }
             if let Some((to, to_port)) = next.and_then(|b| Some((b.node_id, b.ingress_if()?))) {
@@ -1011,8 +1007,7 @@ impl FabricShard {
             flows,
         };
         self.raiser
-            .incidents
-            .end(log, congestion_key(key), end, totals);
+            .end_episode(log, congestion_key(key), end, totals);
     }
 
     /// The node at the other end of `node`'s egress `port`, if a link from it has been seen
@@ -1039,7 +1034,7 @@ impl FabricShard {
     /// A drop report: one incident per (reporting node, port, reason).
     fn observe_drop(&mut self, r: &Record, seen: FlowSeen, log: &Mutex<EventLog>) {
         let now = r.time_ns;
-        let clock = report_clock(r);
+        let clock = r.switch_time();
         let flow = r.flow.zip(seen.id);
         let last = r.hops().last().copied().unwrap_or_default();
         let (grew, held) = (&mut self.grew, &mut self.held);
@@ -1094,7 +1089,7 @@ impl FabricShard {
         };
         self.raiser
             .raise_at(log, now, clock, EventKind::Drop, place, 0, Some(&key), ev);
-        self.raiser.incidents.observe(log, key, &o, ev);
+        self.raiser.observe(log, key, &o, ev);
     }
 
     /// Hops without INT, from the TTL: placed between `last`, the last hop that recorded
@@ -1121,7 +1116,7 @@ impl FabricShard {
             Some((_, h)) => (h.node_id, h.egress_if()),
             None => (r.node_id, None),
         };
-        let clock = last.map_or_else(|| report_clock(r), |(_, h)| hop_clock(h, now));
+        let clock = last.map_or_else(|| r.switch_time(), |(_, h)| hop_clock(h, now));
         let head_hops = parts.seen.head_hops;
         let ev = move || Evidence::NonIntHops {
             ip_ttl: r.ip_ttl,
@@ -1169,7 +1164,7 @@ impl FabricShard {
             Some(&key),
             ev,
         );
-        self.raiser.incidents.observe(log, key, &o, ev);
+        self.raiser.observe(log, key, &o, ev);
     }
 
     /// The hop-limit (E) and MTU (M) detectors. The bit was set by the first hop that added
@@ -1222,7 +1217,7 @@ impl FabricShard {
                 },
             };
             let flow = r.flow.zip(id);
-            let clock = last.map_or_else(|| report_clock(r), |h| hop_clock(h, r.time_ns));
+            let clock = last.map_or_else(|| r.switch_time(), |h| hop_clock(h, r.time_ns));
             let o = Observation {
                 flow: flow.map(FlowWeight::one),
                 ..Observation::sample(clock, r.time_ns)
@@ -1235,7 +1230,7 @@ impl FabricShard {
             };
             self.raiser
                 .raise_at(log, r.time_ns, clock, kind, place, 0, Some(&key), ev);
-            self.raiser.incidents.observe(log, key, &o, ev);
+            self.raiser.observe(log, key, &o, ev);
         }
     }
 }
@@ -1366,7 +1361,7 @@ fn observe_queue(
                 start_uncertainty_ns: uncertainty,
                 ..Observation::sample(clock, now)
             };
-            raiser.incidents.observe(log, congestion_key(key), &o, ev);
+            raiser.observe(log, congestion_key(key), &o, ev);
             if !merged {
                 raiser.raise_at(
                     log,
@@ -1473,20 +1468,6 @@ fn congestion_key(key: QueueKey) -> IncidentKey {
 /// time) when its metadata carries none.
 fn hop_clock(hop: &Hop, now: u64) -> u64 {
     hop.egress_ts().or(hop.ingress_ts()).unwrap_or(now)
-}
-
-/// Switch time of a report: the newest timestamp its hops carry (the reporter's own hop's
-/// first), else the report's time.
-pub fn switch_time(r: &Record) -> u64 {
-    report_clock(r)
-}
-
-fn report_clock(r: &Record) -> u64 {
-    r.hops()
-        .iter()
-        .rev()
-        .find_map(|h| h.egress_ts().or(h.ingress_ts()))
-        .unwrap_or(r.time_ns)
 }
 
 fn queue_place(key: QueueKey, flow: Option<(FlowKey, u64)>) -> Place {

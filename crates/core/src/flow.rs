@@ -133,7 +133,7 @@ pub type Path = Arc<[PathHop]>;
 /// A flow's recent paths with the time each was first seen, oldest first: the `earlier` ones,
 /// then the `current` one (since `since_ns`) unless it is empty. One implementation for the live
 /// flow ([`FlowState::path_history`]) and its published row
-/// ([`FlowRow::path_history`](crate::snapshot::FlowRow::path_history)).
+/// (`snapshot::FlowRow::path_history`).
 pub fn path_history<'a>(
     earlier: impl IntoIterator<Item = &'a (u64, Path)>,
     current: &'a Path,
@@ -191,7 +191,7 @@ impl PathTable {
 ///
 /// The table also marks each slot written since the published snapshot's copy was taken (a flow
 /// created, handed out to change, or removed), one bit a slot, so that the next copy refreshes
-/// only those rows ([`FlowTable::changed`], [`crate::snapshot`]).
+/// only those rows ([`FlowTable::changed`], the snapshot).
 #[derive(Debug, Default)]
 pub struct FlowTable {
     index: hashbrown::HashTable<IndexEntry>,
@@ -560,7 +560,7 @@ struct Spans {
 
 /// When a node's per-hop reports were last seen, and the longest gap between two of them in
 /// the current and the previous report interval of switch time
-/// ([`crate::flow_shard::PostcardConfig::report_interval_ns`]): the silence a healthy node whose
+/// ([`crate::detect::PostcardConfig::report_interval_ns`]): the silence a healthy node whose
 /// filter reports each flow about once an interval can keep.
 #[derive(Debug, Clone, Copy)]
 struct Heard {
@@ -634,7 +634,7 @@ const DELAY_RISE_SHIFT: u32 = 4;
 const DELAY_SLACK_NS: u64 = 1_000;
 
 /// What pairs two per-hop reports of one packet as the two ends of a link
-/// ([`crate::flow_shard::PostcardConfig`]): the next hop's ingress timestamp at most this long
+/// ([`crate::detect::PostcardConfig`]): the next hop's ingress timestamp at most this long
 /// after this hop's egress timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkDelays {

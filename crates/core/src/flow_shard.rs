@@ -19,79 +19,9 @@ use crate::flow::{FlowState, FlowTable, Joined, LinkDelays, LinkTable, Path, Pat
 use crate::id_table::Cutoff;
 use crate::incident::{IncidentKind, IncidentPlace};
 use crate::incidents::{FlowWeight, IncidentKey, Observation};
+use crate::limits::Limits;
 use crate::record::Record;
-use crate::state::Limits;
-
-/// Joining INT-XD postcards and INT-MX reports into paths (`[detect.postcards]`).
-///
-/// Per-hop reports of one flow come from each node separately, and with SD-Fabric's report
-/// filters each node reports different packets at different times (a flow once a second, or
-/// when its ports or latency change). So a flow keeps each node's latest report, and a window
-/// (`join_window_ns`) after reports arrive they are chained into a path by the fabric's links:
-/// from the hop that entered by a port with no fabric link, over each link to the node that
-/// reported the flow entering by its far end, to the hop that left by a port with no link. Links
-/// are learned from INT-MD paths and from reports of one packet at two nodes (Telemetry Report
-/// v2.0 §"Individual Report Main Contents": each report carries the hop's metadata, here its
-/// ports and ingress / egress timestamps). Only a complete chain is compared with the flow's
-/// path; anything else is a partial path, shown while no complete one is known and never a
-/// change. Two reports of one packet (the same fingerprint) pair as a link's ends when the next
-/// hop's ingress follows this hop's egress within `link_delay_learn_max_ns`, the closest such;
-/// the delay of every link is learned from them ([`crate::flow::LinkTable::delay`]), so
-/// software and host nodes, tens of µs apart, join as switches a few hundred ns apart do.
-/// Reports without a fingerprint pair within `link_delay_max_ns`, or within twice their link's
-/// learned delay. Switch clocks are taken to agree to well within a link's delay (PTP).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PostcardConfig {
-    /// Time from one hop's egress timestamp to the next hop's ingress timestamp of the same
-    /// packet (link delay plus clock offset) within which two reports always pair into a link,
-    /// ns, as the link delay assumed before one is learned.
-    pub link_delay_max_ns: u64,
-    /// The most such time learned as a link's delay, ns: two reports of one packet (the same
-    /// fingerprint) further apart than this never pair.
-    pub link_delay_learn_max_ns: u64,
-    /// A silent drop: a node keeps reporting a flow (through the same ports, with no silence of
-    /// its own this long) this long after the next node of its path last did (or, the next
-    /// node never having seen it, since the node first sent it that way), ns. Longer than a
-    /// switch's report filter interval (SD-Fabric: 1 s), which is how long a healthy next hop
-    /// may go without reporting.
-    pub silent_drop_ns: u64,
-    /// A silent drop also needs the next node's silence to be unlikely as report loss alone:
-    /// with a share `p` of the next node's reports lost over the window (its confirmed
-    /// sequence gaps against its reports received, [`crate::seq::LossHistory`]) and `m`
-    /// reports of the flow from this node since the next one's last, the drop is raised only
-    /// once `p^m` is at most this chance (each of those reports is a packet the next node
-    /// would have reported too, all of whose reports the network would have had to lose).
-    /// Where the next node lost nothing, `silent_drop_ns` alone decides; 1 turns the check
-    /// off, 0 lets any loss explain a silence. Hops without INT found from the TTL are weighed
-    /// the same way: a hop that never reports may be one whose reports were all lost
-    /// (`spans_lost_in_transit`).
-    pub silent_drop_chance: f64,
-    /// How often the switches' report filter reports a flow that did not change, ns
-    /// (SD-Fabric: once a second). A healthy node's reports of its flows can pause for about
-    /// this long, so a node that stopped adding INT is named once it has been silent for
-    /// longer than its own usual gaps, at most twice this, after the first packet crossed it
-    /// unreported.
-    pub report_interval_ns: u64,
-}
-
-impl Default for PostcardConfig {
-    /// Links up to 5 µs assumed (a few hundred metres of fibre and PTP's offset) and up to
-    /// 1 ms learned (software switches and hosts, tens of µs, with room for a busy one), silent
-    /// drops after 5 s (five of SD-Fabric's report intervals: a healthy hop whose reports are lost now and
-    /// then is not taken for one that stopped seeing the flow), and a one-in-a-million chance
-    /// that report loss explains them (at a fifth of the reports lost, nine reports of the
-    /// flow in a row from the hop before).
-    fn default() -> Self {
-        PostcardConfig {
-            link_delay_max_ns: 5_000,
-            link_delay_learn_max_ns: 1_000_000,
-            silent_drop_ns: 5_000_000_000,
-            silent_drop_chance: 1e-6,
-            report_interval_ns: 1_000_000_000,
-        }
-    }
-}
+use crate::snapshot::{FlowCopies, FlowCounts, FlowShardSnapshot};
 
 /// How often (report time) a flow shard hands its count of per-hop reports received to the
 /// log's [`crate::seq::LossHistory`].
@@ -99,7 +29,7 @@ const RECEIVED_FLUSH_NS: u64 = 10_000_000;
 
 /// Whether `next`'s silence over `window` (report time: its last report of the flow, this
 /// hop's latest) is likely enough to be report loss alone, given `m` reports of the flow from
-/// the hop before it in that window ([`PostcardConfig::silent_drop_chance`]). The loss share
+/// the hop before it in that window (`silent_drop_chance`). The loss share
 /// is taken over the window moved back by the reorder time and a hand-over of received counts:
 /// the newest gaps are not confirmed yet.
 fn lost_in_transit(
@@ -135,7 +65,7 @@ pub const MIN_SPANS: u16 = 2;
 
 /// Whether `spans` packets seen past a silent hop between `hops` (see [`MIN_SPANS`]) may all
 /// be packets whose report from an INT hop there the report network lost
-/// ([`PostcardConfig::silent_drop_chance`]): with `p` the larger report loss share of the two
+/// (`silent_drop_chance`): with `p` the larger report loss share of the two
 /// hops around it over the history up to `now` (moved back by the reorder time and a hand-over
 /// of received counts; the hop between, unknown or silent, is taken to lose as much), when
 /// `p^spans` is above the chance. Fewer than [`MIN_SPANS`], or the two hops' loss not known yet
@@ -176,7 +106,7 @@ fn spans_lost_in_transit(
     p.is_none_or(|p| p.powi(i32::from(spans)) > chance)
 }
 
-/// The drop reason name of a silent drop (no switch reported it; see [`PostcardConfig`]).
+/// The drop reason name of a silent drop (no switch reported it; see `[detect.postcards]`).
 pub const SILENT_DROP: &str = "silent";
 
 /// The cause of a report-loss incident at a node whose reports stopped as a whole while the
@@ -241,10 +171,26 @@ pub struct FlowShard {
     pub raiser: Raiser,
     /// This shard's last copies for snapshots: the next one is made from them, the rows of
     /// the slots written since ([`FlowTable::changed`]) made again.
-    pub copies: crate::snapshot::FlowCopies,
+    pub copies: FlowCopies,
 }
 
 impl FlowShard {
+    /// The counts a copy of this shard holds.
+    pub fn copy_counts(&self) -> FlowCounts {
+        FlowCounts {
+            flows_expired: self.flows_expired,
+            flows_evicted: self.flows_evicted,
+            link_ports_refused: self.links.unlearned,
+            suppressed: self.raiser.suppressed,
+        }
+    }
+
+    /// This shard's copy for a snapshot, made from its last one (see [`FlowCopies`]).
+    pub fn copy(&mut self) -> Arc<FlowShardSnapshot> {
+        let counts = self.copy_counts();
+        self.copies.refresh(&mut self.flows, counts)
+    }
+
     /// A shard with these detector thresholds.
     pub fn new(cfg: DetectConfig) -> Self {
         FlowShard::with_limits(cfg, Limits::default())
@@ -301,7 +247,7 @@ impl FlowShard {
             }
         }
         // Silent drops found by the joins go to their incidents once per sweep.
-        self.raiser.incidents.flush(log);
+        self.raiser.hand_over(log);
         if now >= self.next_received_ns && !self.received.is_empty() {
             self.next_received_ns = now.saturating_add(RECEIVED_FLUSH_NS);
             let mut log = crate::event::lock(log);
@@ -339,7 +285,7 @@ impl FlowShard {
         }
     }
 
-    /// Joins a flow's per-hop reports into its path ([`PostcardConfig`]), and looks for a silent
+    /// Joins a flow's per-hop reports into its path (`[detect.postcards]`), and looks for a silent
     /// drop along it: a node that keeps reporting the flow while the next one does not.
     fn join(&mut self, now: u64, key: FlowKey, log: &Mutex<EventLog>) {
         let Some(flow) = self.flows.get_mut(&key) else {
@@ -539,7 +485,7 @@ impl FlowShard {
                 silent_since_ns: since,
                 heard_ns: heard,
             };
-            self.raiser.incidents.observe(log, incident, &o, evidence);
+            self.raiser.observe(log, incident, &o, evidence);
         }
         if let Some((last, next, ttls, _, suspect)) = hidden
             .filter(|_| self.cfg.non_int_hops)
@@ -580,7 +526,7 @@ impl FlowShard {
             };
             self.raiser
                 .raise(log, now, EventKind::Drop, place, Some(&incident), evidence);
-            self.raiser.incidents.observe(log, incident, &o, evidence);
+            self.raiser.observe(log, incident, &o, evidence);
         }
     }
 
@@ -643,7 +589,7 @@ impl FlowShard {
             Some(&incident),
             evidence,
         );
-        self.raiser.incidents.observe(log, incident, &o, evidence);
+        self.raiser.observe(log, incident, &o, evidence);
     }
 
     /// Correlates record `r` with its flow (keyed `key`, hashed `hash`, perhaps in slot `hint`

@@ -16,8 +16,8 @@
 use intscope_wire::locate::FlowKey;
 use serde::Serialize;
 
-use crate::event::FlowRef;
 use crate::evidence::Evidence;
+use crate::flow_ref::FlowRef;
 
 /// Most flows an incident lists (the most involved first; the rest are only counted).
 pub const MAX_INCIDENT_FLOWS: usize = 32;

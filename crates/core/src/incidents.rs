@@ -34,14 +34,12 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::sync::Mutex;
 
 use intscope_wire::locate::FlowKey;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::cause::Causes;
 use crate::detect::DetectConfig;
-use crate::event::{EventLog, lock};
 use crate::evidence::Evidence;
 use crate::flow::{Path, PathHop};
 use crate::incident::{
@@ -342,6 +340,11 @@ fn add_flow(flows: &mut Vec<FlowWeight>, f: FlowWeight, bound: usize) {
     }
 }
 
+/// Events raised before their symptom reached the lifecycle engine (a shard hands its
+/// observations over once per batch), waiting to be linked to it; past this the oldest is
+/// left unlinked (counted).
+pub const UNLINKED_EVENTS: usize = 4096;
+
 /// A shard's observations on their way to the log, merged per key.
 #[derive(Debug, Default)]
 pub struct IncidentSink {
@@ -364,21 +367,23 @@ impl IncidentSink {
     }
 
     /// Observation `o` of `key`; `evidence` is built only for the key's first observation
-    /// since the last flush (the log keeps the evidence of an incident's first).
-    pub fn observe(
+    /// since the last hand-over (the log keeps the evidence of an incident's first). Returns
+    /// what must reach the log before anything after it: an ended episode of `key` that `o`
+    /// does not continue, or everything pending when the sink is full.
+    #[must_use = "a hand-over must reach the log"]
+    pub(crate) fn observe(
         &mut self,
-        log: &Mutex<EventLog>,
         key: IncidentKey,
         o: &Observation,
         evidence: impl FnOnce() -> Evidence,
-    ) {
+    ) -> Option<Handover> {
         if let Some(d) = self.pending.get_mut(&key) {
             match d.end {
                 Some(end) if o.at_ns.saturating_sub(end.at_ns) > self.merge_ns => {
                     // A new episode after the merge window: the ended one goes first.
-                    let d = self.pending.remove(&key).map(|d| (key.clone(), d));
-                    lock(log).incidents.apply_all(d);
+                    let ended = self.pending.remove(&key).map(|d| (key.clone(), d));
                     self.pending.insert(key, Delta::new(o, Some(evidence())));
+                    return ended.map(|e| vec![e]);
                 }
                 Some(_) => {
                     d.end = None;
@@ -387,26 +392,25 @@ impl IncidentSink {
                 }
                 None => d.add(o),
             }
-            return;
+            return None;
         }
-        if self.pending.len() >= SINK_KEYS {
-            self.flush(log);
-        }
+        let full = (self.pending.len() >= SINK_KEYS).then(|| self.take());
         self.pending.insert(key, Delta::new(o, Some(evidence())));
+        full
     }
 
     /// The episode of `key` ended at `end`, with `totals` (its samples after the observed
-    /// ones, peak, span and flows).
-    pub fn end(
+    /// ones, peak, span and flows). Returns everything pending when the sink was full, which
+    /// must reach the log first.
+    #[must_use = "a hand-over must reach the log"]
+    pub(crate) fn end(
         &mut self,
-        log: &Mutex<EventLog>,
         key: IncidentKey,
         end: End,
         totals: EpisodeTotals,
-    ) {
-        if !self.pending.contains_key(&key) && self.pending.len() >= SINK_KEYS {
-            self.flush(log);
-        }
+    ) -> Option<Handover> {
+        let full = (!self.pending.contains_key(&key) && self.pending.len() >= SINK_KEYS)
+            .then(|| self.take());
         let d = self.pending.entry(key).or_insert_with(|| Delta {
             first_ns: end.at_ns,
             last_ns: 0,
@@ -437,24 +441,17 @@ impl IncidentSink {
             add_flow(&mut d.flows, f, RANKED_FLOWS);
         }
         d.end = Some(end);
+        full
     }
 
-    /// Hands everything pending to the log.
-    pub fn flush(&mut self, log: &Mutex<EventLog>) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let pending = std::mem::take(&mut self.pending);
-        lock(log).apply_incidents(pending);
-    }
-
-    /// Hands everything pending to `log`, already locked.
-    pub fn flush_into(&mut self, log: &mut EventLog) {
-        if !self.pending.is_empty() {
-            log.apply_incidents(std::mem::take(&mut self.pending));
-        }
+    /// Everything pending, for the log.
+    pub(crate) fn take(&mut self) -> Handover {
+        std::mem::take(&mut self.pending).into_iter().collect()
     }
 }
+
+/// Observations a sink hands to the log ([`IncidentLog::apply_all`]), in order.
+pub(crate) type Handover = Vec<(IncidentKey, Delta)>;
 
 /// The lifecycle thresholds the log applies (from [`DetectConfig`]).
 #[derive(Debug, Clone, Copy)]
@@ -654,7 +651,7 @@ pub struct IncidentLog {
     next_settle_rx: u64,
     /// Each node's recent reports received (from the flow shards) and lost (the report-loss
     /// observations of the fabric shards pass through here): the loss share that tells a
-    /// silent drop from lost postcards ([`crate::flow_shard::PostcardConfig`]).
+    /// silent drop from lost postcards ([`crate::detect::PostcardConfig`]).
     pub report_loss: crate::seq::LossHistory,
 }
 
@@ -1265,11 +1262,11 @@ impl IncidentLog {
     }
 
     /// Notes the events of `moves`, placed in the incident keyed `key`, for the event log to
-    /// link ([`IncidentLog::take_placed_events`]); at most [`crate::event::UNLINKED_EVENTS`]
+    /// link ([`IncidentLog::take_placed_events`]); at most [`UNLINKED_EVENTS`]
     /// wait (past that the oldest are left unlinked, counted).
     fn placed(&mut self, key: &IncidentKey, moves: &[Move]) {
         for id in moves.iter().filter_map(|m| m.event) {
-            if self.placed_events.len() >= crate::event::UNLINKED_EVENTS {
+            if self.placed_events.len() >= UNLINKED_EVENTS {
                 self.placed_events.pop_front();
                 self.placed_events_dropped += 1;
             }

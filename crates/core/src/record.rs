@@ -347,6 +347,16 @@ impl Record {
         &self.hops[..usize::from(self.hop_count)]
     }
 
+    /// Switch time of the report: the newest timestamp its hops carry (the reporter's own
+    /// hop's first), else the report's (receive) time.
+    pub fn switch_time(&self) -> u64 {
+        self.hops()
+            .iter()
+            .rev()
+            .find_map(|h| h.egress_ts().or(h.ingress_ts()))
+            .unwrap_or(self.time_ns)
+    }
+
     fn push(&mut self, hop: Hop) {
         *self.next_hop() = hop;
     }
@@ -1208,7 +1218,7 @@ mod tests {
             (r.hops()[1].ingress_ts(), r.hops()[1].egress_ts()),
             (None, None)
         );
-        assert_eq!(crate::fabric::switch_time(&r), now + 5);
+        assert_eq!(r.switch_time(), now + 5);
         assert!(!drop_far_timestamps(&mut r, 1_000), "nothing left to drop");
     }
 }

@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use intscope_wire::locate::FlowKey;
 
-use crate::event::write_ip;
+use crate::flow_ref::write_ip;
 
 /// Fields in a flow's line.
 const FIELDS: usize = 5;
@@ -280,7 +280,7 @@ fn decimal(n: u16, digits: &mut [u8; 5]) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::FlowRef;
+    use crate::flow_ref::FlowRef;
     use proptest::prelude::*;
     use std::net::Ipv6Addr;
 

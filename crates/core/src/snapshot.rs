@@ -2,7 +2,7 @@
 //! never takes a lock the correlating threads write under.
 //!
 //! A [`Snapshot`] is immutable and shared ([`Arc`]): readers clone the pointer and work on it as
-//! long as they like. [`State::snapshot`](crate::state::State::snapshot) builds the next one
+//! long as they like. `State::snapshot` builds the next one
 //! shard by shard, each under its lock for the time of a copy, reusing the previous snapshot's
 //! part of any fabric shard that has not changed since. The flow table is copied as compact
 //! [`FlowRow`]s (what the flow list and a flow's page show, quantiles worked out once), not as
@@ -13,7 +13,7 @@
 //! Memory: a flow shard's copy holds one row per slot of its table (`size_of::<FlowRow>()`
 //! each, the paths shared with the live state; a slot freed by an eviction stays empty until a
 //! new flow takes it) and an (ID, slot) pair per flow; a fabric shard's, a copy of its tables;
-//! all bounded by [`Limits`](crate::state::Limits). Each flow shard keeps two copies (the
+//! all bounded by [`Limits`](crate::limits::Limits). Each flow shard keeps two copies (the
 //! published one and the one before it, to be brought up to date next), plus any that readers
 //! hold; an unchanged fabric shard's copy is shared by consecutive snapshots.
 
@@ -28,10 +28,9 @@ use crate::fabric::{
     node_shard,
 };
 use crate::flow::{FlowState, FlowTable, Path, SampleRing};
-use crate::flow_shard::FlowShard;
 use crate::id_table::IdTable;
 use crate::seq::SeqState;
-use crate::state::totals;
+use crate::totals;
 
 /// One flow as readers see it: its identity, counters, path and latency quantiles.
 #[derive(Debug, Clone)]
@@ -148,31 +147,35 @@ pub struct FlowShardSnapshot {
     rows: Vec<Option<FlowRow>>,
     /// (ID, slot) in ID order, for lookups by ID.
     by_id: Vec<(u64, u32)>,
-    counts: Counts,
+    counts: FlowCounts,
 }
 
 /// A flow shard's counts a copy holds.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct Counts {
-    flows_expired: u64,
-    flows_evicted: u64,
-    link_ports_refused: u64,
-    suppressed: u64,
+pub struct FlowCounts {
+    /// Flows expired idle.
+    pub flows_expired: u64,
+    /// Flows evicted at the limit.
+    pub flows_evicted: u64,
+    /// Link-table entries refused at their bound.
+    pub link_ports_refused: u64,
+    /// Events suppressed by the rate limit.
+    pub suppressed: u64,
 }
 
 impl FlowShardSnapshot {
     /// A copy of `shard` made from scratch, every flow's row anew (what
     /// [`FlowCopies::refresh`] gives, at the cost of all the flows).
-    pub fn of(shard: &FlowShard) -> Self {
+    pub fn of(table: &FlowTable, counts: FlowCounts) -> Self {
         let mut s = FlowShardSnapshot::default();
-        s.update(&shard.flows, counts(shard), |_| u64::MAX);
+        s.update(table, counts, |_| u64::MAX);
         s
     }
 
     /// Brings this copy up to `shard`: the rows of the slots `changed` marks (word `w` of the
     /// marks, a bit per slot, as [`FlowTable::changed`](crate::flow::FlowTable::changed)) are
     /// made again; the others must not have changed since this copy was made.
-    fn update(&mut self, table: &FlowTable, counts: Counts, changed: impl Fn(usize) -> u64) {
+    fn update(&mut self, table: &FlowTable, counts: FlowCounts, changed: impl Fn(usize) -> u64) {
         // Slots the copy did not have are new, and marked.
         self.rows.resize_with(table.slot_count(), || None);
         // The slots to copy again, in order.
@@ -270,12 +273,11 @@ pub struct FlowCopies {
 }
 
 impl FlowCopies {
-    /// `shard`'s copy as of now: the latest one when nothing changed since, else a new one
-    /// (see [`FlowCopies`]); the shard's changed marks are then cleared. Called under the
-    /// shard's lock.
-    pub fn refresh(shard: &mut FlowShard) -> Arc<FlowShardSnapshot> {
-        let counts = counts(shard);
-        let (copies, table) = (&mut shard.copies, &mut shard.flows);
+    /// The copy of a shard's flow `table` and `counts` as of now: the latest one when nothing
+    /// changed since, else a new one (see [`FlowCopies`]); the table's changed marks are then
+    /// cleared. Called under the shard's lock.
+    pub fn refresh(&mut self, table: &mut FlowTable, counts: FlowCounts) -> Arc<FlowShardSnapshot> {
+        let copies = self;
         let latest = &copies.latest;
         let marks = table.changed();
         let same = marks.iter().all(|&w| w == 0) && latest.counts == counts;
@@ -305,16 +307,6 @@ impl FlowCopies {
         copies.before = Some((latest, marks.to_vec()));
         table.clear_changed();
         next
-    }
-}
-
-/// A flow shard's counts a copy holds.
-fn counts(shard: &FlowShard) -> Counts {
-    Counts {
-        flows_expired: shard.flows_expired,
-        flows_evicted: shard.flows_evicted,
-        link_ports_refused: shard.links.unlearned,
-        suppressed: shard.raiser.suppressed,
     }
 }
 
@@ -353,7 +345,7 @@ impl FabricShardSnapshot {
 }
 
 /// The live state at one moment, for readers: the same questions as
-/// [`View`](crate::state::View), answered from copies.
+/// `state::View`, answered from copies.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     pub(crate) flows: Vec<Arc<FlowShardSnapshot>>,
@@ -420,7 +412,7 @@ impl Snapshot {
         self.fabric.iter().flat_map(|s| s.sources.iter().cloned())
     }
 
-    /// Reports lost, from sequence gaps (see [`View::reports_lost`](crate::state::View::reports_lost)).
+    /// Reports lost, from sequence gaps (see `View::reports_lost`).
     pub fn reports_lost(&self) -> u64 {
         self.fabric.iter().map(|s| s.seq.reports_lost).sum()
     }
@@ -498,9 +490,10 @@ mod tests {
     use intscope_wire::locate::FlowKey;
 
     use super::{FlowShardSnapshot, Snapshot};
+    use crate::limits::Limits;
     use crate::loadgen::{Generator, INT_PORT, LoadConfig, LoadVersion};
     use crate::record::{FlowKeyMode, Record, decode_datagram};
-    use crate::state::{Limits, State};
+    use crate::state::State;
 
     fn fed(shards: usize, datagrams: u64) -> (State, Generator) {
         let cfg = DetectConfig {
@@ -612,7 +605,9 @@ mod tests {
     /// The copies of `state`'s flow shards made from scratch, in shard order.
     fn from_scratch(state: &State) -> Vec<FlowShardSnapshot> {
         let mut copies = Vec::new();
-        state.each_flow_shard(|shard| copies.push(FlowShardSnapshot::of(shard)));
+        state.each_flow_shard(|shard| {
+            copies.push(FlowShardSnapshot::of(&shard.flows, shard.copy_counts()))
+        });
         copies
     }
 

@@ -27,9 +27,11 @@ use crate::flow::{FlowState, key_hash};
 pub use crate::flow_shard::{FlowShard, flow_shard};
 use crate::incident::Incident;
 use crate::incidents::IncidentLog;
+use crate::limits::Limits;
 use crate::record::Record;
 use crate::seq::SeqState;
-use crate::snapshot::{FabricShardSnapshot, FlowCopies, FlowShardSnapshot, Snapshot};
+use crate::snapshot::{FabricShardSnapshot, FlowShardSnapshot, Snapshot};
+use crate::totals;
 
 /// A batch's work space, kept per thread between batches instead of allocated for each.
 #[derive(Default)]
@@ -100,62 +102,6 @@ thread_local! {
 /// Most shards of each kind (a batch tracks the shards it still has to visit in one word).
 pub const MAX_SHARDS: usize = 64;
 
-/// Bounds on the live state, whatever the reports claim (the `[limits]` table of the collector
-/// configuration, docs/collector-config.md). A table that reaches its bound evicts its least
-/// recently seen eighth (report time; counted in [`Evicted`]), so memory and the number of
-/// metric series stay bounded under a flood of made-up node IDs, ports or flows. Each shard
-/// holds its share (the bound divided by the shards, rounded up).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Limits {
-    /// Nodes (as reporters or hops).
-    pub nodes: usize,
-    /// (node, hw_id) report sequence trackers.
-    pub sources: usize,
-    /// Egress ports, over all nodes.
-    pub ports: usize,
-    /// Queues, over all ports (each keeps a heatmap of up to 4 KiB).
-    pub queues: usize,
-    /// Links between nodes.
-    pub links: usize,
-    /// Flows in live state.
-    pub flows: usize,
-    /// A sequence number this far ahead of the expected one, or less, means lost reports (more
-    /// than 1024 once the next report confirms it); further ahead, or more than 1024 back, it is
-    /// counted as a reset of the sequence.
-    pub sequence_window: u32,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            nodes: 16_384,
-            sources: 65_536,
-            ports: 262_144,
-            queues: 65_536,
-            links: 262_144,
-            flows: 2_000_000,
-            sequence_window: crate::seq::DEFAULT_SEQ_WINDOW,
-        }
-    }
-}
-
-impl Limits {
-    /// One shard's share of `n` shards (at least 8 of each).
-    pub fn per_shard(&self, n: usize) -> Limits {
-        let share = |v: usize| v.div_ceil(n.max(1)).max(8);
-        Limits {
-            nodes: share(self.nodes),
-            sources: share(self.sources),
-            ports: share(self.ports),
-            queues: share(self.queues),
-            links: share(self.links),
-            flows: share(self.flows),
-            sequence_window: self.sequence_window,
-        }
-    }
-}
-
 /// The live state: shards of flows, shards of the fabric, the event log.
 #[derive(Debug)]
 pub struct State {
@@ -222,7 +168,7 @@ impl State {
     /// [`crate::snapshot`]). Each shard is copied under its lock, one at a time, taking the free
     /// ones first; a fabric shard unchanged since `prev` was taken is shared with it, not copied,
     /// and a flow shard's copy is its last one with the rows of the flows written since made
-    /// again ([`FlowCopies::refresh`]). The event counts are read last, so they include
+    /// again ([`FlowShard::copy`]). The event counts are read last, so they include
     /// the events of every copied record.
     pub fn snapshot(&self, prev: Option<&Snapshot>) -> Snapshot {
         let n = self.flows.len();
@@ -232,7 +178,7 @@ impl State {
         let mut fabric: Vec<Option<Arc<FabricShardSnapshot>>> = vec![None; n];
         each_shard(&self.flows, |s, shard| {
             generations[s] = self.generations[s].load(Ordering::Relaxed);
-            flows[s] = Some(FlowCopies::refresh(shard));
+            flows[s] = Some(shard.copy());
         });
         each_shard(&self.fabric, |s, shard| {
             // Read under the lock: no change can slip between the count and the copy.
@@ -488,7 +434,7 @@ impl State {
     }
 
     fn flush_incidents(&self) {
-        each_shard(&self.fabric, |_, s| s.raiser.incidents.flush(&self.log));
+        each_shard(&self.fabric, |_, s| s.raiser.hand_over(&self.log));
     }
 
     /// The latest record time seen.
@@ -697,92 +643,6 @@ impl View<'_> {
     }
 }
 
-/// The state's totals over its shards, summed once for both kinds of reader: the locked
-/// [`View`] (live shards) and the published [`Snapshot`] (their copies) answer the same
-/// questions, each shard kind saying what it holds through [`FabricPart`] and [`FlowPart`].
-pub(crate) mod totals {
-    use crate::fabric::{Evicted, RecordCounters};
-
-    /// What one fabric shard, live or copied, adds to the totals.
-    pub(crate) trait FabricPart {
-        /// Nodes and sources held.
-        fn nodes_sources(&self) -> (usize, usize);
-        /// Ports, queues and links held.
-        fn ports_queues_links(&self) -> (usize, usize, usize);
-        /// Entries evicted (flows aside).
-        fn evicted(&self) -> Evicted;
-        /// Records processed, by version.
-        fn counters(&self) -> &RecordCounters;
-        /// Events suppressed by the rate limit.
-        fn suppressed(&self) -> u64;
-    }
-
-    /// What one flow shard, live or copied, adds to the totals.
-    pub(crate) trait FlowPart {
-        /// Flows held.
-        fn flow_count(&self) -> usize;
-        /// Flows evicted at the limit.
-        fn flows_evicted(&self) -> u64;
-        /// Link-table entries refused at their bound.
-        fn link_ports_refused(&self) -> u64;
-        /// Events suppressed by the rate limit.
-        fn suppressed(&self) -> u64;
-    }
-
-    pub(crate) fn evicted<'a, B: FabricPart + 'a, F: FlowPart + 'a>(
-        fabric: impl Iterator<Item = &'a B>,
-        flows: impl Iterator<Item = &'a F>,
-    ) -> Evicted {
-        let mut total = Evicted::default();
-        for s in fabric {
-            total.add(&s.evicted());
-        }
-        for s in flows {
-            total.flows += s.flows_evicted();
-            total.link_ports += s.link_ports_refused();
-        }
-        total
-    }
-
-    pub(crate) fn held<'a, B: FabricPart + 'a, F: FlowPart + 'a>(
-        fabric: impl Iterator<Item = &'a B>,
-        flows: impl Iterator<Item = &'a F>,
-    ) -> [(&'static str, usize); 6] {
-        let (mut nodes, mut sources, mut ports, mut queues, mut links) = (0, 0, 0, 0, 0);
-        for s in fabric {
-            let (n, src) = s.nodes_sources();
-            let (p, q, l) = s.ports_queues_links();
-            (nodes, sources) = (nodes + n, sources + src);
-            (ports, queues, links) = (ports + p, queues + q, links + l);
-        }
-        [
-            ("node", nodes),
-            ("source", sources),
-            ("port", ports),
-            ("queue", queues),
-            ("link", links),
-            ("flow", flows.map(FlowPart::flow_count).sum()),
-        ]
-    }
-
-    pub(crate) fn counters<'a, B: FabricPart + 'a>(
-        fabric: impl Iterator<Item = &'a B>,
-    ) -> RecordCounters {
-        fabric.fold(RecordCounters::default(), |mut t, s| {
-            t.add(s.counters());
-            t
-        })
-    }
-
-    pub(crate) fn suppressed<'a, B: FabricPart + 'a, F: FlowPart + 'a>(
-        fabric: impl Iterator<Item = &'a B>,
-        flows: impl Iterator<Item = &'a F>,
-    ) -> u64 {
-        fabric.map(FabricPart::suppressed).sum::<u64>()
-            + flows.map(FlowPart::suppressed).sum::<u64>()
-    }
-}
-
 impl totals::FabricPart for FabricShard {
     fn nodes_sources(&self) -> (usize, usize) {
         (self.nodes.len(), self.seq.len())
@@ -833,13 +693,13 @@ mod tests {
     fn link_table_refusals_are_counted_live_and_in_copies() {
         let mut shard = FlowShard::default();
         shard.links.unlearned = 3;
-        let copy = crate::snapshot::FlowCopies::refresh(&mut shard);
+        let copy = shard.copy();
         let none: [&FabricShard; 0] = [];
         let live = totals::evicted(none.into_iter(), std::iter::once(&shard));
         let copied = totals::evicted(none.into_iter(), std::iter::once(&*copy));
         assert_eq!((live.link_ports, copied.link_ports), (3, 3));
         shard.links.unlearned = 4;
-        let copy = crate::snapshot::FlowCopies::refresh(&mut shard);
+        let copy = shard.copy();
         let copied = totals::evicted(none.into_iter(), std::iter::once(&*copy));
         assert_eq!(copied.link_ports, 4);
         assert!(live.by_kind().contains(&("link_port", 3)));

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use intscope_collector::detect::DetectConfig;
-use intscope_collector::event::FlowRef;
+use intscope_collector::flow_ref::FlowRef;
 use intscope_collector::incident::{Incident, IncidentKind};
 use intscope_collector::ingest::{Collector, CollectorConfig};
 use intscope_collector::record::RecordBatch;

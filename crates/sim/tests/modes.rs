@@ -254,7 +254,7 @@ fn postcards_of_software_nodes_join_with_the_default_settings() {
     };
     assert_eq!(
         detect().postcards,
-        intscope_collector::flow_shard::PostcardConfig {
+        intscope_collector::detect::PostcardConfig {
             silent_drop_ns: 500 * MS,
             report_interval_ns: 50 * MS,
             ..Default::default()
@@ -496,7 +496,7 @@ fn a_silent_drop_is_found_at_the_hop_before_the_cable() {
             let evidence = e.evidence.to_json();
             assert_eq!(evidence["drop_reason_name"], "silent", "{e:?}");
             assert!(evidence["drop_reason"].is_null());
-            let flow = intscope_collector::event::FlowRef::from(e.flow.as_ref().unwrap());
+            let flow = intscope_collector::flow_ref::FlowRef::from(e.flow.as_ref().unwrap());
             let (src, dst): (IpAddr, IpAddr) =
                 (flow.src.parse().unwrap(), flow.dst.parse().unwrap());
             match (e.node_id, e.port) {

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use intscope_collector::detect::DetectConfig;
-use intscope_collector::event::{Event, EventKind, FlowRef};
+use intscope_collector::event::{Event, EventKind};
+use intscope_collector::flow_ref::FlowRef;
 use intscope_collector::ingest::{Collector, CollectorConfig};
 use intscope_collector::record::RecordBatch;
 use intscope_node::Mode;

@@ -26,7 +26,7 @@
 use std::time::{Duration, Instant};
 
 use intscope_collector::detect::DetectConfig as Thresholds;
-use intscope_collector::event::FlowRef;
+use intscope_collector::flow_ref::FlowRef;
 use intscope_collector::incident::{
     Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
 };

@@ -43,7 +43,7 @@ use super::{
     DEFAULT_QUERY_TIMEOUT, HistoryQuery, MAX_HISTORY_LIMIT, RowSink, Store, StoreError,
     incident_version, lock, new_run_id, per_hop_json,
 };
-use crate::event::FlowRef;
+use crate::flow_ref::FlowRef;
 use intscope_core::rows::Batch;
 use serde::{Deserialize, Serialize};
 

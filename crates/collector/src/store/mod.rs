@@ -24,7 +24,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::event::FlowRef;
+use crate::flow_ref::FlowRef;
 use crate::state::State;
 pub use intscope_core::rows::{AggRow, Batch, FlowRow, RowSink};
 

@@ -9,8 +9,9 @@ use serde::Serialize;
 use serde::ser::SerializeMap;
 use serde_json::Value;
 
-use crate::event::{EventKind, FlowRef};
+use crate::event::EventKind;
 use crate::flow::PathHop;
+use crate::flow_ref::FlowRef;
 use intscope_core::incident::Incident;
 
 use super::StoreError;
