@@ -12,6 +12,7 @@ use intscope_collector::api_config::ApiConfig;
 use intscope_collector::http::HttpLimits;
 use intscope_collector::ingest::{Collector, CollectorConfig, Discard, IpNet, spawn_receivers};
 use intscope_collector::record::RecordBatch;
+use intscope_collector::webhook::{Webhook, WebhookConfig};
 use intscope_wire::Warning;
 use intscope_wire::locate::{DetectConfig, Packet};
 
@@ -249,15 +250,36 @@ pub(crate) fn api_config(a: &ApiArgs, http: SocketAddr) -> Result<ApiConfig> {
     })
 }
 
-fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
-    let mut cfg = match &args.config {
+/// The configuration file's tables: the collector's, and `[webhook]` apart (the webhook reads
+/// the collector, so the collector's configuration does not hold it).
+fn read_config(text: &str) -> Result<(CollectorConfig, WebhookConfig)> {
+    let mut table: toml::Table = toml::from_str(text)?;
+    let webhook = match table.remove("webhook") {
+        Some(w) => w.try_into().context("[webhook]")?,
+        None => WebhookConfig::default(),
+    };
+    let cfg = table.try_into()?;
+    Ok((cfg, webhook))
+}
+
+fn load_config(args: &CollectArgs) -> Result<(CollectorConfig, WebhookConfig)> {
+    let (mut cfg, webhook) = match &args.config {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("cannot read {}", p.display()))?;
-            toml::from_str(&text).with_context(|| format!("{}", p.display()))?
+            read_config(&text).with_context(|| format!("{}", p.display()))?
         }
-        None => CollectorConfig::default(),
+        None => (CollectorConfig::default(), WebhookConfig::default()),
     };
+    webhook.check().map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {e}",
+            args.config
+                .as_deref()
+                .unwrap_or("config".as_ref())
+                .display()
+        )
+    })?;
     if !args.listen.is_empty() {
         cfg.listen = args.listen.clone();
     }
@@ -328,7 +350,7 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
         cfg.allow = args.allow.clone();
     }
     cfg.reuse_port |= args.reuse_port;
-    Ok(cfg)
+    Ok((cfg, webhook))
 }
 
 /// A `--store` value.
@@ -365,7 +387,7 @@ pub(crate) fn host_name() -> String {
 
 /// Runs the collector until Ctrl-C / SIGTERM.
 pub fn run(args: &CollectArgs) -> Result<()> {
-    let cfg = load_config(args)?;
+    let (cfg, webhook_cfg) = load_config(args)?;
     let http = cfg.http;
     // Refuses an open API off loopback before anything starts.
     let api_cfg = api_config(&args.api, http)?;
@@ -389,6 +411,16 @@ pub fn run(args: &CollectArgs) -> Result<()> {
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(http).await.with_context(|| format!("cannot bind the HTTP API to {http}"))?;
         let http_addr = listener.local_addr()?;
+        // Started before reports arrive (or a replay runs), so that every incident is sent as it
+        // starts and ends; kept until the server stops (dropping it stops its tasks).
+        let webhook = if webhook_cfg.urls.is_empty() {
+            None
+        } else {
+            let w = Webhook::start(Arc::clone(&collector), &webhook_cfg, &format!("{scheme}://{http_addr}/"))
+                .map_err(|e| anyhow::anyhow!("webhook: {e}"))?;
+            eprintln!("intscope collect: incidents go to {} webhook receiver(s)", webhook_cfg.urls.len());
+            Some(w)
+        };
         // Installed first: a Ctrl-C or SIGTERM during a replay, or as soon as a script has read
         // the startup line, is a graceful stop (stop summary, final flush), never the signal's
         // default death.
@@ -428,6 +460,9 @@ pub fn run(args: &CollectArgs) -> Result<()> {
             println!("{}", serde_json::json!({"http": http_addr.to_string(), "listen": udp.iter().map(ToString::to_string).collect::<Vec<_>>()}));
             eprintln!("intscope collect: API and UI on {scheme}://{http_addr}/{auth}, reports on {udp:?}");
             let api = api::Api::new(Arc::clone(&collector), api_cfg);
+            if let Some(w) = &webhook {
+                let _ = api.webhook.set(Arc::clone(&w.stats));
+            }
             api::serve_with(listener, api, shutdown).await.context("HTTP server")?;
         }
         collector.stop();

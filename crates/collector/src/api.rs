@@ -105,6 +105,8 @@ pub struct Api {
     pub stats: ApiStats,
     /// HTTP server counters.
     pub http: Arc<HttpStats>,
+    /// The webhook's counters, once one is started (set once: `/metrics` shows them).
+    pub webhook: std::sync::OnceLock<Arc<crate::webhook::WebhookStats>>,
     queries: Arc<Semaphore>,
     streams: Arc<Semaphore>,
     lists: Arc<Semaphore>,
@@ -121,6 +123,7 @@ impl Api {
             cfg,
             stats: ApiStats::default(),
             http: Arc::new(HttpStats::default()),
+            webhook: std::sync::OnceLock::new(),
         })
     }
 }
@@ -1424,6 +1427,9 @@ pub fn render_metrics(api: &Api) -> String {
         .metrics_series_truncated
         .store(budget.truncated, Ordering::Relaxed);
     samples.add(&counters::METRICS_SERIES_TRUNCATED, &[], budget.truncated);
+    if let Some(w) = api.webhook.get() {
+        w.sample(&mut samples);
+    }
     openmetrics::text(samples)
 }
 

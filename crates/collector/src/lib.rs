@@ -28,3 +28,4 @@ pub mod ingest;
 pub mod openmetrics;
 pub mod store;
 pub mod ui;
+pub mod webhook;
