@@ -37,7 +37,9 @@ export const onSwitchClock = (t) => Math.max(0, Math.round(t - shift()));
 
 /** Learns the clocks' difference from events (those that carry their receive time). */
 function learnSkew(list) {
-  const xs = list.filter((e) => e.received_ns != null && e.time_ns != null).map((e) => e.received_ns - e.time_ns);
+  // `intscope serve` answers /api/events with a page ({events, next}), a collector with a list.
+  const rows = Array.isArray(list) ? list : list?.events || [];
+  const xs = rows.filter((e) => e.received_ns != null && e.time_ns != null).map((e) => e.received_ns - e.time_ns);
   if (xs.length) state.skewNs = median(xs);
 }
 

@@ -64,8 +64,30 @@ function drawPicker() {
   picker.innerHTML = opts.join('');
 }
 
+/**
+ * Whether this is a collector (live state) or `intscope serve` (the shared store's history only:
+ * its /api/stats says `mode: "fabric"`), asked once before the first page is drawn.
+ */
+const modeKnown = api('/api/stats')
+  .then((s) => set({ mode: s.mode === 'fabric' ? 'fabric' : 'live' }))
+  .catch(() => set({ mode: 'live' }));
+
+/** Pages that read only what `intscope serve` answers (the stored incidents and events). */
+const FABRIC_PAGES = new Set(['incidents', 'events']);
+
+/** What a live page says under `intscope serve` instead of failing on the calls it cannot make. */
+function fabricOnly(page) {
+  main.innerHTML = `<div class="panel"><h2>${esc(page)}: a collector's live state</h2>
+    <p class="empty">This console is served by <code>intscope serve</code>, which reads the history
+    every collector wrote to the shared store; it holds no live state (nodes, links, queues, live
+    flows, the event stream), so this page is shown by each collector's own console.</p>
+    <p>Here: <a href="#/incidents">incidents</a> and <a href="#/events">events</a> of every
+    collector.</p></div>`;
+}
+
 async function route() {
   if (current) current.dispose();
+  await modeKnown;
   const r = parseHash(location.hash);
   set({ page: r.page, arg: r.arg, params: r.params });
   drawPicker();
@@ -76,6 +98,10 @@ async function route() {
   const ctx = context(r);
   current = ctx;
   main.innerHTML = '';
+  if (state.mode === 'fabric' && !FABRIC_PAGES.has(r.page)) {
+    fabricOnly(r.page);
+    return;
+  }
   try {
     await page.render(ctx);
   } catch (e) {
@@ -91,6 +117,13 @@ async function refreshStatus() {
   if (status.classList.contains('bad')) return;
   try {
     const s = await api('/api/stats');
+    if (s.mode === 'fabric') {
+      const rows = s.rows || {};
+      status.textContent = `intscope serve: the shared store · ${num(rows.flows || 0)} flows · ${num(
+        rows.incidents || 0,
+      )} incidents · ${num(rows.events || 0)} events stored by every collector`;
+      return;
+    }
     const inc = state.incidents === 'unavailable' ? ' · incidents unavailable' : '';
     const d = shift();
     const off = Math.abs(d) > 864e11 ? 'on another epoch' : `${ns(Math.abs(d))} ${d > 0 ? 'behind' : 'ahead'}`;

@@ -11,6 +11,8 @@ export const state = {
   arg: null,
   params: new URLSearchParams(),
   incidents: 'unknown',
+  /** 'live' (a collector), 'fabric' (`intscope serve`: stored history only), or null until asked. */
+  mode: null,
   latestNs: 0,
   /** The collector's clock minus the switches' (median over events' receive times), ns. */
   skewNs: 0,

@@ -1,11 +1,12 @@
 //! `intscope serve`: the API for a whole fabric, read from the history store that the
-//! collectors write (ClickHouse cluster mode; docs/scale-out.md). No reports are received here.
+//! collectors write (ClickHouse cluster mode; docs/scale-out.md), and the web console over it.
+//! No reports are received here, so the console's live pages say so instead of breaking.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use intscope_collector::api_cluster::{FabricApi, app, metrics_app};
+use intscope_collector::api_cluster::{FabricApi, app, console_app, metrics_app};
 use intscope_collector::http::HttpStats;
 use intscope_collector::store::{ClickHouseStore, SqliteStore, Store};
 
@@ -74,12 +75,15 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         // One line a script can read to find the (possibly ephemeral) port.
         println!("{}", serde_json::json!({"http": addr.to_string()}));
         eprintln!(
-            "intscope serve: fabric API on http://{addr}/api/ (metrics: /metrics) from {}",
+            "intscope serve: console on http://{addr}/, fabric API on /api/ (metrics: /metrics) \
+             from {}",
             args.store
         );
         let (limits, tls) = (cfg.http.clone(), cfg.tls.clone());
         let api = FabricApi::new(store, cfg);
-        let router = app(Arc::clone(&api), "/api").merge(metrics_app(api));
+        let router = app(Arc::clone(&api), "/api")
+            .merge(metrics_app(api))
+            .merge(console_app());
         intscope_collector::http::serve(
             listener,
             router,

@@ -1,6 +1,7 @@
 //! The API in cluster mode: answers for the whole fabric from the history store (ClickHouse
 //! written by every collector; SQLite works too, for one collector's history), with no live
-//! state. `intscope serve` serves it; a collector mounts the same routes under `/api/fabric`.
+//! state. `intscope serve` serves it, with the console ([`console_app`]); a collector mounts the
+//! same routes under `/api/fabric`.
 //!
 //! Routes (JSON: the store's typed reads, [`crate::store::read`], serialized as they are; each
 //! route's schema in `docs/collector-api.openapi.yaml`, `docs/scale-out.md`):
@@ -97,6 +98,28 @@ pub fn app(api: Arc<FabricApi>, prefix: &str) -> Router {
         .layer(timeout)
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&api), auth))
         .with_state(api)
+}
+
+/// The web console (`ui`) for `intscope serve`, and a JSON 404 for whatever else is asked: the
+/// console's live-state calls (nodes, links, the event stream) then read why they are missing
+/// here, and show it, rather than an empty 404.
+pub fn console_app() -> Router {
+    crate::ui::routes().fallback(not_served)
+}
+
+async fn not_served(uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    let error = if path.starts_with("/api/") {
+        format!(
+            "{path} is not served by `intscope serve`, which reads the shared history store \
+             (/api/stats, /api/flows, /api/flow, /api/queues, /api/events, /api/incidents and \
+             the same under /api/history/); live state (nodes, links, a flow or an incident by \
+             ID, the event stream) is each collector's: open its console"
+        )
+    } else {
+        format!("{path}: no such page; the console is at /")
+    };
+    Error(StatusCode::NOT_FOUND, error).into_response()
 }
 
 /// An HTTP error as JSON `{"error", "status"}`.

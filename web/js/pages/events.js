@@ -3,7 +3,7 @@
 
 import { events, onCollectorClock, onSwitchClock, qs, streamUrl } from '../api.js';
 import { EVENT_KINDS, clock, esc, eventPlace, evidence, flowText } from '../fmt.js';
-import { setParams } from '../store.js';
+import { setParams, state } from '../store.js';
 import { within } from '../time.js';
 
 const flowLink = (e) =>
@@ -21,14 +21,16 @@ export async function render(ctx) {
   const node = p.get('node') || '';
   const flow = p.get('flow') || '';
   const r = ctx.range;
-  const live = r.live && p.get('live') !== '0';
+  // `intscope serve` has the store's events only: no live log, no stream.
+  const fabric = state.mode === 'fabric';
+  const live = !fabric && r.live && p.get('live') !== '0';
   ctx.main.innerHTML = `<div class="panel scroll"><h2>Events <span class="muted" id="live"></span></h2>
     <p><select id="kind"><option value="">all kinds</option>${EVENT_KINDS.map(
       (k) => `<option${k === kind ? ' selected' : ''}>${k}</option>`,
     ).join('')}</select>
     <input id="node" placeholder="node id" size="8" value="${esc(node)}">
     <input id="flow" placeholder="flow id" size="8" value="${esc(flow)}">
-    <label><input type="checkbox" id="livebox" ${live ? 'checked' : ''} ${r.live ? '' : 'disabled'}> live</label></p>
+    <label><input type="checkbox" id="livebox" ${live ? 'checked' : ''} ${r.live && !fabric ? '' : 'disabled'}> live</label></p>
     <table class="wrap"><thead><tr><th>time</th><th>kind</th><th>where</th><th>flow</th><th>evidence</th></tr></thead>
     <tbody id="rows"></tbody></table></div>`;
   const $ = (id) => document.getElementById(id);
@@ -38,13 +40,13 @@ export async function render(ctx) {
   $('livebox').onchange = () => setParams({ live: $('livebox').checked ? null : 0 });
   let list;
   let source;
-  if (r.live) {
+  if (r.live && !fabric) {
     list = (await events(`/api/events${qs({ limit: 1000, kind, node, flow })}`)).filter((e) => within(r, e.time_ns));
     source = 'the live log';
   } else {
     // A past range: the store (which has no flow filter: applied here).
     // The store keeps switch times: the range is asked on that clock.
-    await events('/api/events?limit=1');
+    if (!fabric) await events('/api/events?limit=1');
     const [since, until] = [onSwitchClock(r.since), onSwitchClock(r.until)];
     const d = await events(`/api/history/events${qs({ since, until, kind, node, limit: 1000 })}`, 'events');
     list = d.events.filter((e) => !flow || String(e.flow_id) === flow);
