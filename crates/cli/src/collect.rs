@@ -12,7 +12,7 @@ use intscope_collector::api_config::ApiConfig;
 use intscope_collector::http::HttpLimits;
 use intscope_collector::ingest::{Collector, CollectorConfig, Discard, IpNet, spawn_receivers};
 use intscope_collector::record::RecordBatch;
-use intscope_collector::webhook::{Webhook, WebhookConfig};
+use intscope_collector::webhook::Webhook;
 use intscope_wire::Warning;
 use intscope_wire::locate::{DetectConfig, Packet};
 
@@ -250,28 +250,16 @@ pub(crate) fn api_config(a: &ApiArgs, http: SocketAddr) -> Result<ApiConfig> {
     })
 }
 
-/// The configuration file's tables: the collector's, and `[webhook]` apart (the webhook reads
-/// the collector, so the collector's configuration does not hold it).
-fn read_config(text: &str) -> Result<(CollectorConfig, WebhookConfig)> {
-    let mut table: toml::Table = toml::from_str(text)?;
-    let webhook = match table.remove("webhook") {
-        Some(w) => w.try_into().context("[webhook]")?,
-        None => WebhookConfig::default(),
-    };
-    let cfg = table.try_into()?;
-    Ok((cfg, webhook))
-}
-
-fn load_config(args: &CollectArgs) -> Result<(CollectorConfig, WebhookConfig)> {
-    let (mut cfg, webhook) = match &args.config {
+fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
+    let mut cfg = match &args.config {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("cannot read {}", p.display()))?;
-            read_config(&text).with_context(|| format!("{}", p.display()))?
+            toml::from_str(&text).with_context(|| format!("{}", p.display()))?
         }
-        None => (CollectorConfig::default(), WebhookConfig::default()),
+        None => CollectorConfig::default(),
     };
-    webhook.check().map_err(|e| {
+    cfg.webhook.check().map_err(|e| {
         anyhow::anyhow!(
             "{}: {e}",
             args.config
@@ -350,7 +338,7 @@ fn load_config(args: &CollectArgs) -> Result<(CollectorConfig, WebhookConfig)> {
         cfg.allow = args.allow.clone();
     }
     cfg.reuse_port |= args.reuse_port;
-    Ok((cfg, webhook))
+    Ok(cfg)
 }
 
 /// A `--store` value.
@@ -387,7 +375,8 @@ pub(crate) fn host_name() -> String {
 
 /// Runs the collector until Ctrl-C / SIGTERM.
 pub fn run(args: &CollectArgs) -> Result<()> {
-    let (cfg, webhook_cfg) = load_config(args)?;
+    let cfg = load_config(args)?;
+    let webhook_cfg = cfg.webhook.clone();
     let http = cfg.http;
     // Refuses an open API off loopback before anything starts.
     let api_cfg = api_config(&args.api, http)?;

@@ -414,6 +414,8 @@ pub struct CollectorConfig {
     pub data: Option<std::path::PathBuf>,
     /// History store settings.
     pub store: StoreConfig,
+    /// Incidents sent to webhook receivers (`[webhook]`).
+    pub webhook: crate::webhook_config::WebhookConfig,
     /// Measurement mode (`intscope collect --discard`): receive and count datagrams, decode
     /// nothing — the machine's receive limit with this socket setup, to compare the pipeline to.
     #[serde(skip)]
@@ -472,6 +474,7 @@ impl Default for CollectorConfig {
             detect: Thresholds::default(),
             data: Some("intscope-data".into()),
             store: StoreConfig::default(),
+            webhook: crate::webhook_config::WebhookConfig::default(),
             discard: false,
         }
     }

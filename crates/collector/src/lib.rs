@@ -29,3 +29,4 @@ pub mod openmetrics;
 pub mod store;
 pub mod ui;
 pub mod webhook;
+pub mod webhook_config;

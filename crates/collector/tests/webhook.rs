@@ -16,7 +16,8 @@ use intscope_collector::api::{Api, render_metrics};
 use intscope_collector::api_config::ApiConfig;
 use intscope_collector::ingest::{Collector, CollectorConfig};
 use intscope_collector::record::RecordBatch;
-use intscope_collector::webhook::{Webhook, WebhookConfig};
+use intscope_collector::webhook::Webhook;
+use intscope_collector::webhook_config::WebhookConfig;
 use serde_json::Value;
 
 /// A local receiver: every POSTed body kept, the first `fail_first` answered 500.
@@ -123,7 +124,9 @@ fn a_demo_fault_is_sent_when_it_starts_and_when_it_ends() {
         unreachable!()
     };
     let mut f = Fabric::new(sc.sim_config(intscope_node::Mode::Md)).unwrap();
-    let (from, until, end) = (1_000 * MS, 2_500 * MS, 3_000 * MS);
+    // Long enough to outlast a drop incident's gathering (about 2.1 s: it waits for the path
+    // correlation to name a failed link it may belong to).
+    let (from, until, end) = (1_000 * MS, 4_000 * MS, 4_500 * MS);
     for flow in mix(f.topology(), sc.flows, sc.seed, end, &sc.mix) {
         f.add_flow(flow);
     }
