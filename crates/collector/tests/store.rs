@@ -64,7 +64,7 @@ impl Drop for Backend {
 }
 
 /// An event goes to the store once its incident is published (`incident_grouping_ns` of
-/// receive time after its first evidence), with the incident's ID; until then the flush holds
+/// receive time after its first evidence, for drops also the merge and correlation windows), with the incident's ID; until then the flush holds
 /// it back, and the events after it. One whose incident never comes is taken after the link
 /// wait; at a stop every event is taken as it is.
 #[test]
@@ -83,8 +83,16 @@ fn the_store_takes_an_event_once_it_names_its_incident() {
     let b = collect_batch(&s, &mut last_event, Vec::new(), &stats);
     assert!(b.events.is_empty(), "its incident still gathers symptoms");
     assert_eq!(s.events().events().len(), 1);
-    // Past the grouping window (100 ms of receive time) the incident is published.
-    s.tick(S + 200 * MS);
+    // Not while it gathers: a drop waits for the correlation to name a link it may be the
+    // failure of (grouping 100 ms + incident merge 1 s + path correlation 1 s).
+    s.tick(S + 2_000 * MS);
+    let b = collect_batch(&s, &mut last_event, Vec::new(), &stats);
+    assert!(
+        b.events.is_empty(),
+        "a drop's incident still gathers symptoms"
+    );
+    // Past that window the incident is published.
+    s.tick(S + 2_200 * MS);
     let b = collect_batch(&s, &mut last_event, Vec::new(), &stats);
     assert_eq!(b.events.len(), 1);
     let incident = s.incidents().into_iter().next().expect("published");

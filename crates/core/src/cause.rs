@@ -115,6 +115,8 @@ pub(crate) struct Causes {
     /// Resolved incidents kept per root kind.
     keep_resolved: usize,
     grouping_ns: u64,
+    /// What a gathering founded by a drop waits on top of `grouping_ns` ([`Causes::new`]).
+    converge_ns: u64,
     next_id: u64,
     next_pending: u64,
     version: u64,
@@ -145,12 +147,22 @@ type Status = (IncidentState, IncidentKind);
 impl Causes {
     /// Incidents that gather symptoms for `grouping_ns` (receive time) before they are
     /// published, and take symptoms that start within `merge_ns` (switch time) of their end;
-    /// the newest `keep_resolved` resolved ones of each root kind are kept.
-    pub(crate) fn new(merge_ns: u64, grouping_ns: u64, keep_resolved: usize) -> Self {
+    /// the newest `keep_resolved` resolved ones of each root kind are kept. A gathering that a
+    /// drop founds (not a loop's) waits `merge_ns` and `correlation_ns` longer: its drops may
+    /// be a link's or node's failure seen first at its ends, which the path correlation names
+    /// once the flows have moved, up to `merge_ns` later and `correlation_ns` after that (rule
+    /// 2 then takes the drops into the outage, which only a gathering can join).
+    pub(crate) fn new(
+        merge_ns: u64,
+        grouping_ns: u64,
+        correlation_ns: u64,
+        keep_resolved: usize,
+    ) -> Self {
         Causes {
             merge_ns,
             keep_resolved,
             grouping_ns,
+            converge_ns: merge_ns.saturating_add(correlation_ns),
             next_id: 1,
             next_pending: PENDING_IDS,
             version: 0,
@@ -269,7 +281,10 @@ impl Causes {
         if is_outage(s) {
             self.absorb_converging(gid, s);
         }
-        let grouping_ns = self.grouping_ns;
+        let mut grouping_ns = self.grouping_ns;
+        if may_converge(s) {
+            grouping_ns = grouping_ns.saturating_add(self.converge_ns);
+        }
         let g = self.groups.entry(gid).or_insert_with(|| Group {
             inc: s.clone(),
             members: Vec::new(),
@@ -511,6 +526,12 @@ fn is_outage(s: &Incident) -> bool {
     s.kind == IncidentKind::PathChange && matches!(s.cause.as_deref(), Some("link" | "node"))
 }
 
+/// Whether `s` may be drops at a failed link's ends or a failed node, before the flows' move
+/// names the failure ([`converging`]): a drop at a node, not a loop's.
+fn may_converge(s: &Incident) -> bool {
+    s.kind == IncidentKind::Drop && rank_of(s) != LOOP_RANK && s.place.node.is_some()
+}
+
 /// Whether `a` and `b` are a failed link (or node) and the drops at its ends while routes
 /// converge (rule 2): packets queued for the dead port, a route withdrawn before its
 /// replacement is in, a queue that takes a link's traffic at once. The drops start within
@@ -522,9 +543,7 @@ fn converging(a: &Incident, b: &Incident, merge_ns: u64) -> bool {
         (true, false) => (b, a),
         _ => return false,
     };
-    drop.kind == IncidentKind::Drop
-        && rank_of(drop) != LOOP_RANK
-        && drop.place.node.is_some()
+    may_converge(drop)
         && [outage.place.node, outage.place.peer_node].contains(&drop.place.node)
         && drop.start_ns.abs_diff(outage.start_ns) <= merge_ns
 }
@@ -792,7 +811,7 @@ mod tests {
     }
 
     fn causes() -> Causes {
-        Causes::new(1_000 * MS, 100 * MS, 1024)
+        Causes::new(1_000 * MS, 100 * MS, 1_000 * MS, 1024)
     }
 
     fn all(c: &Causes) -> Vec<Incident> {
@@ -1039,6 +1058,45 @@ mod tests {
             "{v:#?}"
         );
         assert_eq!(v[0].start_ns, 0, "from the first drop");
+    }
+
+    /// A link down as the collector sees it: the far end's drops are reported at once, the
+    /// flows' move is named by the path correlation over a second later. The drops wait for
+    /// it, unpublished, and become the link down's symptom; a drop the correlation names no
+    /// failure for is published once its wait is over.
+    #[test]
+    fn drops_wait_for_the_correlation_to_name_a_failed_link() {
+        use IncidentKind::*;
+        let mut c = causes();
+        let dsts = ["10.0.1.1"];
+        c.update(&symptom(1, Drop, Some("routing-miss"), (1, 0), 0, &dsts));
+        c.update(&symptom(2, Drop, Some("routing-miss"), (7, 0), 10, &dsts));
+        c.publish_due(1_500 * MS);
+        assert!(
+            all(&c).is_empty(),
+            "published before the correlation could name a link"
+        );
+        // Named 1.7 s after the first drop (switch time 50 ms: the move began there).
+        let mut down = symptom(3, PathChange, Some("link"), (101, 1), 50, &dsts);
+        down.place.peer_node = Some(1);
+        down.received_ns = Some(1_700 * MS);
+        c.update(&down);
+        c.publish_due(1_900 * MS);
+        assert!(all(&c).is_empty(), "the link down gathers its own symptoms");
+        c.publish_due(2_200 * MS);
+        let v = all(&c);
+        let summary: Vec<_> = v
+            .iter()
+            .map(|i| (i.kind, i.place.node, i.cause.clone(), i.symptoms.len()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (PathChange, Some(101), Some("link".into()), 1),
+                (Drop, Some(7), Some("routing-miss".into()), 0),
+            ],
+            "{v:#?}"
+        );
     }
 
     /// A node whose reports stopped: the silence the hop before it found, the hops without

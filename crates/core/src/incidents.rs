@@ -671,6 +671,7 @@ impl IncidentLog {
             causes: Causes::new(
                 cfg.incident_merge_ns,
                 cfg.incident_grouping_ns,
+                cfg.path_correlation_ns,
                 RESOLVED_PER_KIND,
             ),
             timing: Timing {
