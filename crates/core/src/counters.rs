@@ -947,6 +947,7 @@ impl Snapshot {
         out.add(&EVENTS_SUPPRESSED, &[], self.events_suppressed());
         out.add(&FLOWS_ACTIVE, &[], self.flow_count() as u64);
         out.add(&FLOWS_EXPIRED, &[], self.flows_expired());
+        out.add(&LOSS_HISTORY_UNTRACKED, &[], self.loss_untracked());
     }
 }
 
@@ -967,7 +968,6 @@ impl IncidentLog {
         }
         out.add(&INCIDENT_EPISODES_MERGED, &[], self.merged);
         out.add(&PATH_CHANGES_IGNORED, &[], self.moves_ignored);
-        out.add(&LOSS_HISTORY_UNTRACKED, &[], self.report_loss.untracked);
         out.add(
             &EVENTS_UNLINKED,
             &[],

@@ -2,7 +2,6 @@
 //! and the evidence.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use intscope_wire::locate::FlowKey;
 use rustc_hash::FxHashMap as HashMap;
@@ -14,6 +13,7 @@ use crate::incidents::{
     End, EpisodeTotals, Handover, IncidentKey, IncidentLog, IncidentSink, Observation,
     UNLINKED_EVENTS,
 };
+use crate::seq::LossHistory;
 
 /// Kinds of event.
 #[derive(
@@ -307,15 +307,15 @@ impl EventLog {
         self.next_id = self.next_id.max(next);
     }
 
-    fn push(
-        &mut self,
-        time_ns: u64,
-        received_ns: u64,
-        kind: EventKind,
-        place: Place,
-        evidence: Evidence,
-        symptom_key: Option<IncidentKey>,
-    ) {
+    fn push(&mut self, e: Raised) {
+        let Raised {
+            at_ns: time_ns,
+            now: received_ns,
+            kind,
+            place,
+            evidence,
+            symptom: symptom_key,
+        } = e;
         *self.counts.entry(kind).or_default() += 1;
         let id = self.next_id;
         self.next_id += 1;
@@ -392,8 +392,10 @@ impl EventLog {
     }
 }
 
-/// One shard's events on their way to the shared log: each shard limits its own places (most
-/// places belong to one shard), so the log's lock is taken only for events that are kept.
+/// One shard's outbox to the shared log: its detectors raise events and incident
+/// observations here, never locking anything, and the shard's owner drains it into the log once
+/// per batch ([`Raiser::drain`]), taking the log's lock once. Each shard rate-limits its own
+/// places (most places belong to one shard), so only events that are kept wait here.
 #[derive(Debug, Default)]
 pub struct Raiser {
     interval_ns: u64,
@@ -406,6 +408,44 @@ pub struct Raiser {
     /// what [`Raiser::raise`] adds to its receive time to give events and incidents switch
     /// time (for a path change, the record's own).
     clock_offset: i64,
+    /// What the log gets at the next drain, in the order it was raised. Bounded by the batch:
+    /// a batch raises at most a few entries per record, and every batch ends with a drain.
+    outbox: Vec<Outgoing>,
+    /// The pending incident observations go to the log at the next drain (a sweep asked).
+    hand_over_due: bool,
+    /// The log's incidents settle at this receive time at the next drain (a fabric sweep).
+    settle_at: Option<u64>,
+    /// Report-loss history updates: (node, reports lost, switch time) from confirmed gaps.
+    lost: Vec<(u32, u64, u64)>,
+    /// Report-loss history updates: (node, per-hop reports received, receive time).
+    received: Vec<(u32, u64, u64)>,
+    /// Per-hop reports of nodes the loss history could not track.
+    untracked: u64,
+}
+
+/// An entry of a shard's outbox.
+#[derive(Debug)]
+enum Outgoing {
+    /// An event the shard's own rate limit admitted.
+    Event(Raised),
+    /// A hop-limit or MTU event, admitted by the log's shared rate limit (key) at the drain.
+    Shared((EventKind, u64), Raised),
+    /// A path change: goes to the correlation, and is logged if forwarding changed and the
+    /// shard's rate limit (key) admits it.
+    PathChange((EventKind, u64), Raised),
+    /// Incident observations the log must have before what follows.
+    Incidents(Handover),
+}
+
+/// An event as raised, before the log gives it an ID.
+#[derive(Debug)]
+struct Raised {
+    at_ns: u64,
+    now: u64,
+    kind: EventKind,
+    place: Place,
+    evidence: Evidence,
+    symptom: Option<IncidentKey>,
 }
 
 /// When each (kind, place) last raised an event.
@@ -467,12 +507,12 @@ impl Raiser {
     /// not logged at all when forwarding did not change (a path that only lost or gained hops:
     /// see [`crate::incidents::moved`]). `now` is report (receive) time; the event's time is
     /// switch time, by the offset of the record being processed ([`Raiser::set_clock`]).
+    /// Everything goes to the outbox ([`Raiser::drain`]).
     // Out of line: events are rare next to reports, and inlining each call site's evidence
     // builder into the per-report path slowed every report (measured, pipeline bench).
     #[inline(never)]
     pub fn raise(
         &mut self,
-        log: &Mutex<EventLog>,
         now: u64,
         kind: EventKind,
         place: Place,
@@ -480,10 +520,10 @@ impl Raiser {
         evidence: impl FnOnce() -> Evidence,
     ) {
         if kind == EventKind::PathChange {
-            return self.path_change(log, now, place, evidence());
+            return self.path_change(now, place, evidence());
         }
         let at = self.switch_time(now);
-        self.raise_at(log, now, at, kind, place, 0, symptom, evidence);
+        self.raise_at(now, at, kind, place, 0, symptom, evidence);
     }
 
     /// The record about to be processed: its switch time ([`Record::switch_time`](crate::record::Record::switch_time))
@@ -499,42 +539,100 @@ impl Raiser {
     /// since the last hand-over (the log keeps the evidence of an incident's first).
     pub fn observe(
         &mut self,
-        log: &Mutex<EventLog>,
         key: IncidentKey,
         o: &Observation,
         evidence: impl FnOnce() -> Evidence,
     ) {
         if let Some(now) = self.incidents.observe(key, o, evidence) {
-            lock(log).apply_incidents(now);
+            self.outbox.push(Outgoing::Incidents(now));
         }
     }
 
     /// The episode of incident `key` ended at `end`, with `totals` (its samples after the
     /// observed ones, peak, span and flows).
-    pub fn end_episode(
-        &mut self,
-        log: &Mutex<EventLog>,
-        key: IncidentKey,
-        end: End,
-        totals: EpisodeTotals,
-    ) {
+    pub fn end_episode(&mut self, key: IncidentKey, end: End, totals: EpisodeTotals) {
         if let Some(now) = self.incidents.end(key, end, totals) {
-            lock(log).apply_incidents(now);
+            self.outbox.push(Outgoing::Incidents(now));
         }
     }
 
-    /// Hands this shard's pending incident observations to the log.
-    pub fn hand_over(&mut self, log: &Mutex<EventLog>) {
-        if !self.incidents.is_empty() {
-            let pending = self.incidents.take();
-            lock(log).apply_incidents(pending);
+    /// This shard's pending incident observations go to the log at the next drain.
+    pub fn hand_over(&mut self) {
+        self.hand_over_due = true;
+    }
+
+    /// A fabric sweep at receive time `now`: at the next drain the pending observations go
+    /// to the log, its incidents settle at `now`, and the path changes the settling placed
+    /// are linked to their incidents.
+    pub fn settle(&mut self, now: u64) {
+        self.hand_over_due = true;
+        self.settle_at = Some(self.settle_at.map_or(now, |t| t.max(now)));
+    }
+
+    /// `reports` of `node`'s reports lost, from a gap confirmed at switch time `at_ns`: for
+    /// the report-loss history at the next drain.
+    pub fn reports_lost(&mut self, node: u32, reports: u64, at_ns: u64) {
+        if reports > 0 {
+            self.lost.push((node, reports, at_ns));
         }
     }
 
-    /// [`Raiser::hand_over`] to a log already locked.
-    pub fn hand_over_into(&mut self, log: &mut EventLog) {
-        if !self.incidents.is_empty() {
+    /// Per-hop reports received, by node, at receive time `now` (and those of nodes the
+    /// history cannot track): for the report-loss history at the next drain.
+    pub fn reports_received(
+        &mut self,
+        received: impl IntoIterator<Item = (u32, u64)>,
+        untracked: u64,
+        now: u64,
+    ) {
+        self.received
+            .extend(received.into_iter().map(|(node, n)| (node, n, now)));
+        self.untracked += untracked;
+    }
+
+    /// Whether the outbox holds nothing for the log.
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        self.outbox.is_empty()
+            && !self.hand_over_due
+            && self.settle_at.is_none()
+            && self.lost.is_empty()
+            && self.received.is_empty()
+            && self.untracked == 0
+    }
+
+    /// Hands the outbox to `log` and the report-loss history `loss`, in the order raised: the
+    /// events get their IDs, the incident observations are applied, and what waited for them
+    /// is linked.
+    pub fn drain(&mut self, log: &mut EventLog, loss: &mut LossHistory) {
+        for out in std::mem::take(&mut self.outbox) {
+            match out {
+                Outgoing::Event(e) => log.push(e),
+                Outgoing::Shared(key, e) => {
+                    if log.shared_limit.admit(key, e.now, self.interval_ns) {
+                        log.push(e);
+                    } else {
+                        self.suppressed += 1;
+                    }
+                }
+                Outgoing::PathChange(key, e) => self.log_path_change(log, key, e),
+                Outgoing::Incidents(h) => log.apply_incidents(h),
+            }
+        }
+        for (node, reports, at) in self.lost.drain(..) {
+            loss.lost(node, reports, at);
+        }
+        for (node, n, now) in self.received.drain(..) {
+            loss.received(node, n, now);
+        }
+        loss.untracked += std::mem::take(&mut self.untracked);
+        if std::mem::take(&mut self.hand_over_due) && !self.incidents.is_empty() {
             log.apply_incidents(self.incidents.take());
+        }
+        if let Some(now) = self.settle_at.take() {
+            log.incidents.settle(now);
+            // Path changes the settle's correlation placed.
+            log.link_waiting();
         }
     }
 
@@ -550,7 +648,6 @@ impl Raiser {
     #[inline(never)]
     pub fn raise_at(
         &mut self,
-        log: &Mutex<EventLog>,
         now: u64,
         at_ns: u64,
         kind: EventKind,
@@ -573,27 +670,29 @@ impl Raiser {
             ];
             (kind, place_hash(&place))
         };
+        let raised = |evidence: Evidence| Raised {
+            at_ns,
+            now,
+            kind,
+            place,
+            evidence,
+            symptom: symptom.cloned(),
+        };
         if matches!(kind, EventKind::HopLimit | EventKind::MtuExceeded) {
-            let mut log = lock(log);
-            if log.shared_limit.admit(key(), now, self.interval_ns) {
-                log.push(at_ns, now, kind, place, evidence(), symptom.cloned());
-            } else {
-                self.suppressed += 1;
-            }
+            let key = key();
+            self.outbox.push(Outgoing::Shared(key, raised(evidence())));
             return;
         }
         if limited && !self.limit.admit(key(), now, self.interval_ns) {
             self.suppressed += 1;
             return;
         }
-        let evidence = evidence();
-        lock(log).push(at_ns, now, kind, place, evidence, symptom.cloned());
+        self.outbox.push(Outgoing::Event(raised(evidence())));
     }
 
     #[cold]
-    fn path_change(&mut self, log: &Mutex<EventLog>, now: u64, place: Place, ev: Evidence) {
-        let at = self.switch_time(now);
-        let mut log = lock(log);
+    fn path_change(&mut self, now: u64, place: Place, ev: Evidence) {
+        let at_ns = self.switch_time(now);
         let key = (
             EventKind::PathChange,
             place_hash(&[
@@ -604,38 +703,53 @@ impl Raiser {
                 0,
             ]),
         );
+        self.outbox.push(Outgoing::PathChange(
+            key,
+            Raised {
+                at_ns,
+                now,
+                kind: EventKind::PathChange,
+                place,
+                evidence: ev,
+                symptom: None,
+            },
+        ));
+    }
+
+    /// A path change at the drain: to the correlation (one incident per link or node the
+    /// flows left), and to the log if forwarding changed and the rate limit admits it.
+    #[cold]
+    fn log_path_change(&mut self, log: &mut EventLog, key: (EventKind, u64), e: Raised) {
         // The ID the event will have if it is logged: the move carries it to the incident
         // the correlation places it in (nothing else is logged under this lock meanwhile).
-        let logged = self.limit.due(key, now, self.interval_ns);
+        let logged = self.limit.due(key, e.now, self.interval_ns);
         let event = logged.then_some(log.next_id);
         if let (
             Evidence::PathChange {
                 old_path, new_path, ..
             },
             Some(flow),
-        ) = (&ev, place.flow)
+        ) = (&e.evidence, e.place.flow)
         {
-            let copy = ev.clone();
-            if !log
-                .incidents
-                .observe_move(at, now, flow, (old_path, new_path), event, move || copy)
-            {
+            let copy = e.evidence.clone();
+            if !log.incidents.observe_move(
+                e.at_ns,
+                e.now,
+                flow,
+                (old_path, new_path),
+                event,
+                move || copy,
+            ) {
                 return;
             }
         }
-        if self.limit.admit(key, now, self.interval_ns) {
-            log.push(at, now, EventKind::PathChange, place, ev, None);
+        if self.limit.admit(key, e.now, self.interval_ns) {
+            log.push(e);
             log.link_waiting();
         } else {
             self.suppressed += 1;
         }
     }
-}
-
-/// Locks `m`, also after a panic elsewhere poisoned it: the state behind it is counters and
-/// tables a half-done update leaves consistent enough to serve, better than none at all.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn place_hash(parts: &[u64]) -> u64 {

@@ -9,7 +9,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Mutex;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -17,7 +16,7 @@ use intscope_wire::locate::FlowKey;
 use intscope_wire::report::drop_reason_name;
 
 use crate::detect::DetectConfig;
-use crate::event::{EventKind, EventLog, Place, Raiser};
+use crate::event::{EventKind, Place, Raiser};
 use crate::evidence::{Culprit, Evidence};
 use crate::id_table::{Cutoff, IdTable};
 use crate::incident::{EndReason, IncidentKind, IncidentPlace, Unit};
@@ -529,36 +528,36 @@ impl FabricShard {
     /// Runs record `r` through the fabric's correlation and detection: its reporter's part,
     /// then each hop's. With several shards the state gives each shard only its parts
     /// ([`FabricShard::process_reporter`], [`FabricShard::process_hop`]).
-    pub fn process(&mut self, r: &Record, seen: FlowSeen, log: &Mutex<EventLog>) {
+    pub fn process(&mut self, r: &Record, seen: FlowSeen) {
         let parts = Parts::of(r, seen);
-        self.reporter_part(r, &parts, log);
+        self.reporter_part(r, &parts);
         for (index, hop) in r.hops().iter().enumerate() {
-            self.hop_part(r, index, hop, &parts, log);
+            self.hop_part(r, index, hop, &parts);
         }
     }
 
     /// The reporter's part of record `r` (in the reporter's shard): report counters, sequence
     /// loss, the reporter's node, drops, hops without INT, and an E or M bit no recorded hop
     /// can be blamed for. `parts`: [`Parts::of`] the record.
-    pub fn process_reporter(&mut self, r: &Record, parts: &Parts, log: &Mutex<EventLog>) {
-        self.reporter_part(r, parts, log);
+    pub fn process_reporter(&mut self, r: &Record, parts: &Parts) {
+        self.reporter_part(r, parts);
     }
 
     /// Hop `index` of record `r` (in the shard of the hop's node): the node, its egress port's
     /// latency and utilization, the queue, the link to the next hop, and an E or M bit set just
     /// after this hop. `parts`: [`Parts::of`] the record, worked out once for all its hops.
-    pub fn process_hop(&mut self, r: &Record, index: usize, parts: &Parts, log: &Mutex<EventLog>) {
+    pub fn process_hop(&mut self, r: &Record, index: usize, parts: &Parts) {
         if let Some(hop) = r.hops().get(index) {
-            self.hop_part(r, index, hop, parts, log);
+            self.hop_part(r, index, hop, parts);
         }
     }
 
-    fn reporter_part(&mut self, r: &Record, parts: &Parts, log: &Mutex<EventLog>) {
+    fn reporter_part(&mut self, r: &Record, parts: &Parts) {
         self.last_time_ns = self.last_time_ns.max(r.time_ns);
         self.observe_reporter(r);
-        self.observe_reporter_flags(r, parts, log);
+        self.observe_reporter_flags(r, parts);
         if parts.last_recorded.is_none() && (r.hop_limit_exceeded || r.mtu_exceeded) {
-            self.observe_limits(r, None, parts.seen.id, log);
+            self.observe_limits(r, None, parts.seen.id);
         }
         if self.grew {
             self.enforce_limits();
@@ -566,22 +565,15 @@ impl FabricShard {
     }
 
     #[inline(always)]
-    fn hop_part(
-        &mut self,
-        r: &Record,
-        index: usize,
-        hop: &Hop,
-        parts: &Parts,
-        log: &Mutex<EventLog>,
-    ) {
+    fn hop_part(&mut self, r: &Record, index: usize, hop: &Hop, parts: &Parts) {
         self.last_time_ns = self.last_time_ns.max(r.time_ns);
         let next = r.hops().get(index + 1).filter(|_| parts.links);
-        self.observe_hop(r, hop, next, parts.seen.id, log);
+        self.observe_hop(r, hop, next, parts.seen.id);
         if parts.last_recorded == Some(index) {
             if r.hop_limit_exceeded || r.mtu_exceeded {
-                self.observe_limits(r, Some(hop), parts.seen.id, log);
+                self.observe_limits(r, Some(hop), parts.seen.id);
             }
-            self.observe_hidden(r, Some((index, hop)), parts, log);
+            self.observe_hidden(r, Some((index, hop)), parts);
         }
         if self.grew {
             self.enforce_limits();
@@ -618,7 +610,7 @@ impl FabricShard {
     /// Closes congestion episodes of queues that went quiet. The state calls it at the same
     /// report times for every shard.
     #[inline(never)]
-    pub fn sweep(&mut self, now: u64, log: &Mutex<EventLog>) {
+    pub fn sweep(&mut self, now: u64) {
         self.last_time_ns = self.last_time_ns.max(now);
         let quiet = self.cfg.episode_quiet_ns;
         let mut i = 0;
@@ -634,7 +626,7 @@ impl FabricShard {
                 continue;
             };
             if now.saturating_sub(last_seen) <= quiet {
-                self.update_episode(now, key, log);
+                self.update_episode(now, key);
                 i += 1;
                 continue;
             }
@@ -647,23 +639,19 @@ impl FabricShard {
                 uncertainty_ns: 0,
                 reason: EndReason::Quiet,
             };
-            self.close_episode(now, key, ep, end, log);
+            self.close_episode(now, key, ep, end);
         }
-        self.end_runs(now, log);
+        self.end_runs(now);
         let reorder = self.cfg.report_reorder_ns;
         for c in self.seq.confirm(now, reorder) {
-            self.report_loss(c, log);
+            self.report_loss(c);
         }
-        let mut log = crate::event::lock(log);
-        self.raiser.hand_over_into(&mut log);
-        log.incidents.settle(now);
-        // Path changes the settle's correlation placed.
-        log.link_waiting();
+        self.raiser.settle(now);
     }
 
     /// Raises the end events of congestion runs that no episode continued within the merge
     /// window (receive time `now`; `u64::MAX`: every closed run, the input is over).
-    pub fn end_runs(&mut self, now: u64, log: &Mutex<EventLog>) {
+    pub fn end_runs(&mut self, now: u64) {
         let merge = self.cfg.incident_merge_ns;
         let mut i = 0;
         while i < self.closing_runs.len() {
@@ -689,14 +677,14 @@ impl FabricShard {
             };
             self.closing_runs.swap_remove(i);
             if let Some(run) = due {
-                raise_run_end(&self.cfg, &mut self.raiser, log, now, key, *run);
+                raise_run_end(&self.cfg, &mut self.raiser, now, key, *run);
             }
         }
     }
 
     /// Hands what an open episode counted since the last time to its ongoing incident, every
     /// [`EPISODE_UPDATE_NS`] (so a long episode shows its samples and stays alive).
-    fn update_episode(&mut self, now: u64, key: QueueKey, log: &Mutex<EventLog>) {
+    fn update_episode(&mut self, now: u64, key: QueueKey) {
         let Some(ep) = self.queue_mut(key).and_then(|q| q.episode.as_mut()) else {
             return;
         };
@@ -717,7 +705,7 @@ impl FabricShard {
         };
         let (start, max) = (ep.start_ns, ep.max_occupancy);
         self.raiser
-            .observe(log, congestion_key(key), &o, move || Evidence::Episode {
+            .observe(congestion_key(key), &o, move || Evidence::Episode {
                 start_ns: start,
                 duration_ns: 0,
                 end_uncertainty_ns: 0,
@@ -727,7 +715,8 @@ impl FabricShard {
     }
 
     /// Loss a sequence gap confirmed: a (rate-limited) event and the source's incident.
-    fn report_loss(&mut self, c: crate::seq::Confirmed, log: &Mutex<EventLog>) {
+    fn report_loss(&mut self, c: crate::seq::Confirmed) {
+        self.raiser.reports_lost(c.node, c.reports, c.received_ns);
         let place = Place {
             node: Some(c.node),
             ..Place::default()
@@ -742,7 +731,6 @@ impl FabricShard {
             None,
         );
         self.raiser.raise_at(
-            log,
             c.received_ns,
             c.received_ns,
             EventKind::LostReports,
@@ -766,7 +754,7 @@ impl FabricShard {
             start_uncertainty_ns: c.received_ns.saturating_sub(c.since_ns),
             ..Observation::sample(c.received_ns, c.received_ns)
         };
-        self.raiser.observe(log, key, &o, || Evidence::LostReports {
+        self.raiser.observe(key, &o, || Evidence::LostReports {
             hw_id: c.hw_id,
             lost: c.groups,
             reports_lost: c.reports,
@@ -818,14 +806,7 @@ impl FabricShard {
     /// Hop `hop` of record `r`: its node, its egress port, queue and, when `next` is the
     /// neighbour it forwarded to, the link between them. `id`: the record's flow's API ID. The
     /// flow is assembled only where it is used: most hops raise nothing.
-    fn observe_hop(
-        &mut self,
-        r: &Record,
-        hop: &Hop,
-        next: Option<&Hop>,
-        id: Option<u64>,
-        log: &Mutex<EventLog>,
-    ) {
+    fn observe_hop(&mut self, r: &Record, hop: &Hop, next: Option<&Hop>, id: Option<u64>) {
         let now = r.time_ns;
         {
             let (grew, held) = (&mut self.grew, &mut self.held);
@@ -897,7 +878,7 @@ impl FabricShard {
                         flow: flow.map(FlowWeight::one),
                         ..Observation::sample(clock, now)
                     };
-                    self.raiser.observe(log, key(), &o, ev);
+                    self.raiser.observe(key(), &o, ev);
                     let place = Place {
                         node: Some(hop.node_id),
                         port: Some(port),
@@ -906,7 +887,6 @@ impl FabricShard {
                     };
                     let symptom = key();
                     self.raiser.raise_at(
-                        log,
                         now,
                         clock,
                         EventKind::LatencyAnomaly,
@@ -922,7 +902,7 @@ impl FabricShard {
                         reason: EndReason::Normal,
                     };
                     self.raiser
-                        .end_episode(log, key(), end, EpisodeTotals::default());
+                        .end_episode(key(), end, EpisodeTotals::default());
                 }
             }
             if let Some((to, to_port)) = next.and_then(|b| Some((b.node_id, b.ingress_if()?))) {
@@ -944,9 +924,9 @@ impl FabricShard {
                 let cfg = &self.cfg;
                 let (open_episodes, raiser) = (&mut self.open_episodes, &mut self.raiser);
                 if let Some((ep, end)) =
-                    observe_queue(cfg, open_episodes, raiser, qs, key, occ, hop, r, id, log)
+                    observe_queue(cfg, open_episodes, raiser, qs, key, occ, hop, r, id)
                 {
-                    self.close_episode(now, key, ep, end, log);
+                    self.close_episode(now, key, ep, end);
                 }
             }
         }
@@ -959,14 +939,7 @@ impl FabricShard {
     /// incident) the same, for the end event due once no episode followed within the merge
     /// window ([`FabricShard::end_runs`]).
     #[inline(never)]
-    fn close_episode(
-        &mut self,
-        now: u64,
-        key: QueueKey,
-        ep: Episode,
-        end: End,
-        log: &Mutex<EventLog>,
-    ) {
+    fn close_episode(&mut self, now: u64, key: QueueKey, ep: Episode, end: End) {
         let span = ep.last_high_ns.saturating_sub(ep.start_ns);
         let ranked = rank::smallest(ep.flows.iter(), RANKED_FLOWS, |&(k, (_, sum, _))| {
             (Reverse(*sum), *k)
@@ -1006,8 +979,7 @@ impl FabricShard {
             span_ns: span,
             flows,
         };
-        self.raiser
-            .end_episode(log, congestion_key(key), end, totals);
+        self.raiser.end_episode(congestion_key(key), end, totals);
     }
 
     /// The node at the other end of `node`'s egress `port`, if a link from it has been seen
@@ -1021,18 +993,18 @@ impl FabricShard {
 
     /// The reporter's drop detector, and the hidden-hop detector when no hop before the
     /// reporter recorded (else it runs in that hop's shard, [`FabricShard::observe_hidden`]).
-    fn observe_reporter_flags(&mut self, r: &Record, parts: &Parts, log: &Mutex<EventLog>) {
+    fn observe_reporter_flags(&mut self, r: &Record, parts: &Parts) {
         let dropped = r.dropped || r.drop_reason.is_some();
         if dropped {
-            self.observe_drop(r, parts.seen, log);
+            self.observe_drop(r, parts.seen);
         }
         if parts.last_recorded.is_none() {
-            self.observe_hidden(r, None, parts, log);
+            self.observe_hidden(r, None, parts);
         }
     }
 
     /// A drop report: one incident per (reporting node, port, reason).
-    fn observe_drop(&mut self, r: &Record, seen: FlowSeen, log: &Mutex<EventLog>) {
+    fn observe_drop(&mut self, r: &Record, seen: FlowSeen) {
         let now = r.time_ns;
         let clock = r.switch_time();
         let flow = r.flow.zip(seen.id);
@@ -1088,21 +1060,15 @@ impl FabricShard {
             flow,
         };
         self.raiser
-            .raise_at(log, now, clock, EventKind::Drop, place, 0, Some(&key), ev);
-        self.raiser.observe(log, key, &o, ev);
+            .raise_at(now, clock, EventKind::Drop, place, 0, Some(&key), ev);
+        self.raiser.observe(key, &o, ev);
     }
 
     /// Hops without INT, from the TTL: placed between `last`, the last hop that recorded
     /// (its egress port), and the next INT hop (the peer: the next hop of the stack or the
     /// reporter), naming the node behind `last`'s port when the links seen tell it. Without
     /// a recorded hop before the reporter, at the reporter.
-    fn observe_hidden(
-        &mut self,
-        r: &Record,
-        last: Option<(usize, &Hop)>,
-        parts: &Parts,
-        log: &Mutex<EventLog>,
-    ) {
+    fn observe_hidden(&mut self, r: &Record, last: Option<(usize, &Hop)>, parts: &Parts) {
         let Some(gap) = parts.gap.filter(|g| self.cfg.non_int_hops && g.non_int > 0) else {
             return;
         };
@@ -1154,17 +1120,9 @@ impl FabricShard {
             flow,
             ..Place::default()
         };
-        self.raiser.raise_at(
-            log,
-            now,
-            clock,
-            EventKind::NonIntHops,
-            place,
-            0,
-            Some(&key),
-            ev,
-        );
-        self.raiser.observe(log, key, &o, ev);
+        self.raiser
+            .raise_at(now, clock, EventKind::NonIntHops, place, 0, Some(&key), ev);
+        self.raiser.observe(key, &o, ev);
     }
 
     /// The hop-limit (E) and MTU (M) detectors. The bit was set by the first hop that added
@@ -1174,13 +1132,7 @@ impl FabricShard {
     /// node: one incident per place.
     #[cold]
     #[inline(never)]
-    fn observe_limits(
-        &mut self,
-        r: &Record,
-        last: Option<&Hop>,
-        id: Option<u64>,
-        log: &Mutex<EventLog>,
-    ) {
+    fn observe_limits(&mut self, r: &Record, last: Option<&Hop>, id: Option<u64>) {
         for (flagged, kind, ikind) in [
             (
                 r.hop_limit_exceeded,
@@ -1229,8 +1181,8 @@ impl FabricShard {
                 ..Place::default()
             };
             self.raiser
-                .raise_at(log, r.time_ns, clock, kind, place, 0, Some(&key), ev);
-            self.raiser.observe(log, key, &o, ev);
+                .raise_at(r.time_ns, clock, kind, place, 0, Some(&key), ev);
+            self.raiser.observe(key, &o, ev);
         }
     }
 }
@@ -1248,7 +1200,6 @@ fn observe_queue(
     hop: &Hop,
     r: &Record,
     id: Option<u64>,
-    log: &Mutex<EventLog>,
 ) -> Option<(Episode, End)> {
     {
         let now = r.time_ns;
@@ -1307,7 +1258,7 @@ fn observe_queue(
                 }
                 Some(_) => {
                     if let Some(run) = qs.run.take() {
-                        raise_run_end(cfg, raiser, log, now, key, *run);
+                        raise_run_end(cfg, raiser, now, key, *run);
                     }
                     false
                 }
@@ -1361,10 +1312,9 @@ fn observe_queue(
                 start_uncertainty_ns: uncertainty,
                 ..Observation::sample(clock, now)
             };
-            raiser.observe(log, congestion_key(key), &o, ev);
+            raiser.observe(congestion_key(key), &o, ev);
             if !merged {
                 raiser.raise_at(
-                    log,
                     now,
                     clock,
                     EventKind::CongestionStart,
@@ -1383,14 +1333,7 @@ fn observe_queue(
 /// samples spanned more than `microburst_max_ns` (as its incident is told), else the
 /// congestion's end, from its first congested sample to its last, with the flows that filled
 /// the queue over its episodes (the top ten, largest share first, ties by flow key).
-fn raise_run_end(
-    cfg: &DetectConfig,
-    raiser: &mut Raiser,
-    log: &Mutex<EventLog>,
-    now: u64,
-    key: QueueKey,
-    run: QueueRun,
-) {
+fn raise_run_end(cfg: &DetectConfig, raiser: &mut Raiser, now: u64, key: QueueKey, run: QueueRun) {
     let Some(end) = run.end else {
         return;
     };
@@ -1422,7 +1365,6 @@ fn raise_run_end(
     let now = if now == u64::MAX { run.closed_rx } else { now };
     let symptom = congestion_key(key);
     raiser.raise_at(
-        log,
         now,
         end.at_ns,
         kind,

@@ -6,13 +6,12 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use intscope_wire::locate::FlowKey;
 
 use crate::detect::DetectConfig;
-use crate::event::{EventKind, EventLog, Place, Raiser};
+use crate::event::{EventKind, Place, Raiser};
 use crate::evidence::Evidence;
 use crate::fabric::{FlowSeen, excess, spread};
 use crate::flow::{FlowState, FlowTable, Joined, LinkDelays, LinkTable, Path, PathHop, PathTable};
@@ -21,6 +20,7 @@ use crate::incident::{IncidentKind, IncidentPlace};
 use crate::incidents::{FlowWeight, IncidentKey, Observation};
 use crate::limits::Limits;
 use crate::record::Record;
+use crate::seq::LossHistory;
 use crate::snapshot::{FlowCopies, FlowCounts, FlowShardSnapshot};
 
 /// How often (report time) a flow shard hands its count of per-hop reports received to the
@@ -34,7 +34,7 @@ const RECEIVED_FLUSH_NS: u64 = 10_000_000;
 /// the newest gaps are not confirmed yet.
 fn lost_in_transit(
     cfg: &DetectConfig,
-    log: &Mutex<EventLog>,
+    loss: &LossHistory,
     next: u32,
     (since, until): (u64, u64),
     m: u32,
@@ -46,10 +46,7 @@ fn lost_in_transit(
     let lag = cfg.report_reorder_ns.saturating_add(RECEIVED_FLUSH_NS);
     let to = until.saturating_sub(lag);
     let from = since.saturating_sub(lag).min(to);
-    let (lost, received) = crate::event::lock(log)
-        .incidents
-        .report_loss
-        .between(next, from, to);
+    let (lost, received) = loss.between(next, from, to);
     if lost == 0 {
         return false;
     }
@@ -74,7 +71,7 @@ pub const MIN_SPANS: u16 = 2;
 /// history must not hide a real hop without INT.
 fn spans_lost_in_transit(
     cfg: &DetectConfig,
-    log: &Mutex<EventLog>,
+    history: &LossHistory,
     now: u64,
     hops: [crate::record::Hop; 2],
     spans: u16,
@@ -90,8 +87,6 @@ fn spans_lost_in_transit(
     let Some(to) = now.checked_sub(lag) else {
         return true;
     };
-    let log = crate::event::lock(log);
-    let history = &log.incidents.report_loss;
     let p = hops
         .iter()
         .filter_map(|h| {
@@ -116,9 +111,7 @@ pub const SILENT_NODE: &str = "silent";
 /// How long node `node` was heard from (any per-hop report of any flow, every shard's) within
 /// report times `window`; a node the history has no room for counts as heard throughout, as
 /// [`lost_in_transit`] weighs it lossless: spoofed node IDs must not hide a real drop.
-fn node_heard_ns(log: &Mutex<EventLog>, node: u32, (since, until): (u64, u64)) -> u64 {
-    let log = crate::event::lock(log);
-    let history = &log.incidents.report_loss;
+fn node_heard_ns(history: &LossHistory, node: u32, (since, until): (u64, u64)) -> u64 {
     if history.refuses(node) {
         return u64::MAX;
     }
@@ -226,7 +219,7 @@ impl FlowShard {
     /// report times for every shard (see `State::process_batch`), so a join closes at the same
     /// moment however many shards there are.
     #[inline(never)]
-    pub fn sweep(&mut self, now: u64, log: &Mutex<EventLog>) {
+    pub fn sweep(&mut self, now: u64, loss: &LossHistory) {
         if now >= self.next_idle_sweep_ns {
             self.expire_idle_flows(now);
         }
@@ -243,18 +236,16 @@ impl FlowShard {
             if let Some(due) = flow.requeue_join(now) {
                 self.pending_joins.push_back((due, key));
             } else if flow.join_due_ns().is_some() {
-                self.join(now, key, log);
+                self.join(now, key, loss);
             }
         }
         // Silent drops found by the joins go to their incidents once per sweep.
-        self.raiser.hand_over(log);
+        self.raiser.hand_over();
         if now >= self.next_received_ns && !self.received.is_empty() {
             self.next_received_ns = now.saturating_add(RECEIVED_FLUSH_NS);
-            let mut log = crate::event::lock(log);
-            for (node, n) in self.received.drain() {
-                log.incidents.report_loss.received(node, n, now);
-            }
-            log.incidents.report_loss.untracked += std::mem::take(&mut self.received_untracked);
+            let untracked = std::mem::take(&mut self.received_untracked);
+            self.raiser
+                .reports_received(self.received.drain(), untracked, now);
         }
     }
 
@@ -266,10 +257,10 @@ impl FlowShard {
         key: FlowKey,
         (hop, packet, ttl): (crate::record::Hop, u32, Option<u8>),
         join_before: bool,
-        log: &Mutex<EventLog>,
+        loss: &LossHistory,
     ) {
         if join_before {
-            self.join(now, key, log);
+            self.join(now, key, loss);
         }
         if let Some(ts) = hop.ingress_ts().or(hop.egress_ts()) {
             self.links
@@ -287,7 +278,7 @@ impl FlowShard {
 
     /// Joins a flow's per-hop reports into its path (`[detect.postcards]`), and looks for a silent
     /// drop along it: a node that keeps reporting the flow while the next one does not.
-    fn join(&mut self, now: u64, key: FlowKey, log: &Mutex<EventLog>) {
+    fn join(&mut self, now: u64, key: FlowKey, loss: &LossHistory) {
         let Some(flow) = self.flows.get_mut(&key) else {
             return;
         };
@@ -379,7 +370,7 @@ impl FlowShard {
                 }
                 let a = flow.card_ttl(h.node_id)?;
                 let (b, at_b) = flow.card_past_ttl(a)?;
-                (!spans_lost_in_transit(&self.cfg, log, now, [h, b], crossed)).then_some((
+                (!spans_lost_in_transit(&self.cfg, loss, now, [h, b], crossed)).then_some((
                     h,
                     b,
                     (a, at_b),
@@ -408,7 +399,7 @@ impl FlowShard {
                 .filter(|_| crossed >= MIN_SPANS);
             match past {
                 Some((a, (b, at_b)))
-                    if !spans_lost_in_transit(&self.cfg, log, now, [h, b], crossed) =>
+                    if !spans_lost_in_transit(&self.cfg, loss, now, [h, b], crossed) =>
                 {
                     hidden = hidden.or(Some((h, b, (a, at_b), crossed, Some(next))));
                     false
@@ -421,7 +412,7 @@ impl FlowShard {
         // the flow's packets — a reporting outage at that node, not a drop on the link.
         let mut outage = None;
         let silent = silent.filter(|&(h, next, since, until)| {
-            let heard = node_heard_ns(log, next, (since, until));
+            let heard = node_heard_ns(loss, next, (since, until));
             if heard >= silent_ns {
                 return true;
             }
@@ -433,7 +424,7 @@ impl FlowShard {
         let silent = silent
             .filter(|&(h, next, since, until)| {
                 let m = flow.card_reports_after(h.node_id, since);
-                !lost_in_transit(&self.cfg, log, next, (since, until), m)
+                !lost_in_transit(&self.cfg, loss, next, (since, until), m)
             })
             .map(|(h, _, since, _)| (h, since));
         let id = flow.id;
@@ -463,7 +454,7 @@ impl FlowShard {
             .map_or(since, |(_, seen)| seen.max(since))
             .saturating_add(1);
         if let Some(old) = change {
-            self.path_changed(now, key, id, old, log);
+            self.path_changed(now, key, id, old);
         }
         if let Some((before, silent_node, (since, until), heard)) = outage {
             let incident = IncidentKey::new(
@@ -485,15 +476,15 @@ impl FlowShard {
                 silent_since_ns: since,
                 heard_ns: heard,
             };
-            self.raiser.observe(log, incident, &o, evidence);
+            self.raiser.observe(incident, &o, evidence);
         }
         if let Some((last, next, ttls, _, suspect)) = hidden
             .filter(|_| self.cfg.non_int_hops)
             .filter(|&(l, n, _, spans, suspect)| {
-                suspect.is_some() || !spans_lost_in_transit(&self.cfg, log, now, [l, n], spans)
+                suspect.is_some() || !spans_lost_in_transit(&self.cfg, loss, now, [l, n], spans)
             })
         {
-            self.hidden_hops(now, key, id, (last, next, suspect), ttls, log);
+            self.hidden_hops(now, key, id, (last, next, suspect), ttls);
         }
         if let Some(at) = raise {
             // The packets left `at` by this port and never reached the next hop: one drop
@@ -525,8 +516,8 @@ impl FlowShard {
                 flow: Some((key, id)),
             };
             self.raiser
-                .raise(log, now, EventKind::Drop, place, Some(&incident), evidence);
-            self.raiser.observe(log, incident, &o, evidence);
+                .raise(now, EventKind::Drop, place, Some(&incident), evidence);
+            self.raiser.observe(incident, &o, evidence);
         }
     }
 
@@ -545,7 +536,6 @@ impl FlowShard {
         id: u64,
         (last, next, suspect): (crate::record::Hop, crate::record::Hop, Option<u32>),
         (at_last, at_next): (u8, u8),
-        log: &Mutex<EventLog>,
     ) {
         let non_int = at_last - at_next - 1;
         let iplace = match suspect {
@@ -581,15 +571,9 @@ impl FlowShard {
             queue: None,
             flow: Some((key, id)),
         };
-        self.raiser.raise(
-            log,
-            now,
-            EventKind::NonIntHops,
-            place,
-            Some(&incident),
-            evidence,
-        );
-        self.raiser.observe(log, incident, &o, evidence);
+        self.raiser
+            .raise(now, EventKind::NonIntHops, place, Some(&incident), evidence);
+        self.raiser.observe(incident, &o, evidence);
     }
 
     /// Correlates record `r` with its flow (keyed `key`, hashed `hash`, perhaps in slot `hint`
@@ -602,7 +586,7 @@ impl FlowShard {
         hash: u64,
         hint: Option<u32>,
         ids: &AtomicU64,
-        log: &Mutex<EventLog>,
+        loss: &LossHistory,
     ) -> FlowSeen {
         let now = r.time_ns;
         let flow_ids = &mut self.flow_ids;
@@ -698,10 +682,10 @@ impl FlowShard {
             flow.observe_latency(now, r.hops());
         }
         if let Some(old) = change {
-            self.path_changed(now, key, id, old, log);
+            self.path_changed(now, key, id, old);
         }
         if let Some((hop, packet, ttl, join_before)) = postcard {
-            self.add_postcard(now, key, (hop, packet, ttl), join_before, log);
+            self.add_postcard(now, key, (hop, packet, ttl), join_before, loss);
         }
         // `flow_ids` holds one entry per flow, and its length is at hand.
         if self.flow_ids.len() > self.max_flows {
@@ -756,7 +740,7 @@ impl FlowShard {
     }
 
     #[inline(never)]
-    fn path_changed(&mut self, now: u64, key: FlowKey, id: u64, old: Path, log: &Mutex<EventLog>) {
+    fn path_changed(&mut self, now: u64, key: FlowKey, id: u64, old: Path) {
         let Some(flow) = self.flows.get(&key) else {
             return;
         };
@@ -779,7 +763,7 @@ impl FlowShard {
             flow: Some((key, id)),
         };
         self.raiser
-            .raise(log, now, EventKind::PathChange, place, None, ev);
+            .raise(now, EventKind::PathChange, place, None, ev);
     }
 }
 
@@ -799,42 +783,34 @@ mod tests {
     #[test]
     fn hops_the_full_loss_history_refuses_are_weighed_as_lossless() {
         let cfg = DetectConfig::default();
-        let log = Mutex::new(EventLog::new(&cfg));
+        let mut history = LossHistory::new(1_000_000_000);
         let now = 60_000_000_000;
         let spans = MIN_SPANS + 1;
         // Nothing known of either hop yet: wait (loss).
         assert!(spans_lost_in_transit(
             &cfg,
-            &log,
+            &history,
             now,
             [hop(1), hop(2)],
             spans
         ));
         // Loss known: a lossless history raises it.
-        {
-            let mut l = crate::event::lock(&log);
-            l.incidents.report_loss.received(1, 1000, 1_000_000_000);
-        }
+        history.received(1, 1000, 1_000_000_000);
         assert!(!spans_lost_in_transit(
             &cfg,
-            &log,
+            &history,
             now,
             [hop(1), hop(3)],
             spans
         ));
         // A full history of other nodes: hops 7 and 8 will never be held.
-        {
-            let mut l = crate::event::lock(&log);
-            for n in 0..crate::seq::MAX_LOSS_NODES as u32 {
-                l.incidents
-                    .report_loss
-                    .received(100 + n, 1, now - 1_000_000_000);
-            }
-            assert!(l.incidents.report_loss.refuses(7));
+        for n in 0..crate::seq::MAX_LOSS_NODES as u32 {
+            history.received(100 + n, 1, now - 1_000_000_000);
         }
+        assert!(history.refuses(7));
         assert!(!spans_lost_in_transit(
             &cfg,
-            &log,
+            &history,
             now,
             [hop(7), hop(8)],
             spans

@@ -649,10 +649,6 @@ pub struct IncidentLog {
     /// Receive time, the newest a flush or move brought.
     now_rx: u64,
     next_settle_rx: u64,
-    /// Each node's recent reports received (from the flow shards) and lost (the report-loss
-    /// observations of the fabric shards pass through here): the loss share that tells a
-    /// silent drop from lost postcards ([`crate::detect::PostcardConfig`]).
-    pub report_loss: crate::seq::LossHistory,
 }
 
 /// How often (receive time) the log looks for quiet incidents and due correlations.
@@ -701,9 +697,6 @@ impl IncidentLog {
             placed_events: VecDeque::new(),
             placed_events_dropped: 0,
             events_unlinked: 0,
-            report_loss: crate::seq::LossHistory::new(
-                cfg.postcards.silent_drop_ns / (crate::seq::LOSS_BUCKETS as u64 / 4),
-            ),
         }
     }
 
@@ -828,12 +821,6 @@ impl IncidentLog {
                     reason: EndReason::Normal,
                 },
             );
-        }
-        if key.kind == IncidentKind::ReportLoss
-            && d.reports_lost > 0
-            && let Some(node) = key.place.node
-        {
-            self.report_loss.lost(node, d.reports_lost, d.first_ns);
         }
         let fresh = d.observations > 0 || d.end.is_none();
         let mut created = false;

@@ -353,6 +353,8 @@ pub struct Snapshot {
     /// Each shard's change count when it was copied (flows, then fabric).
     pub(crate) generations: Vec<u64>,
     pub(crate) event_counts: BTreeMap<EventKind, u64>,
+    /// Per-hop reports of nodes the report-loss history had no room for.
+    pub(crate) loss_untracked: u64,
     /// How many snapshots the state had built before this one.
     pub sequence: u64,
 }
@@ -461,6 +463,11 @@ impl Snapshot {
     /// Events raised, by kind, when the snapshot was taken.
     pub fn event_counts(&self) -> &BTreeMap<EventKind, u64> {
         &self.event_counts
+    }
+
+    /// Per-hop reports of nodes the report-loss history had no room for (a flood of node IDs).
+    pub fn loss_untracked(&self) -> u64 {
+        self.loss_untracked
     }
 
     /// Events suppressed by the per-place rate limit.

@@ -14,11 +14,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, TryLockError};
 
 use crate::detect::DetectConfig;
 pub use crate::event::EVENT_LOG;
-use crate::event::{Event, EventKind, EventLog, lock};
+use crate::event::{Event, EventKind, EventLog, Raiser};
 pub use crate::fabric::{
     Evicted, FabricShard, FlowSeen, IntervalAgg, LinkKey, LinkState, NodeState, Parts, PortState,
     QUEUE_BUCKET_NS, QUEUE_SERIES, QueueKey, QueueState, RecordCounters, node_shard,
@@ -29,7 +29,7 @@ use crate::incident::Incident;
 use crate::incidents::IncidentLog;
 use crate::limits::Limits;
 use crate::record::Record;
-use crate::seq::SeqState;
+use crate::seq::{LOSS_BUCKETS, LossHistory, SeqState};
 use crate::snapshot::{FabricShardSnapshot, FlowShardSnapshot, Snapshot};
 use crate::totals;
 
@@ -108,6 +108,11 @@ pub struct State {
     flows: Box<[Mutex<FlowShard>]>,
     fabric: Box<[Mutex<FabricShard>]>,
     log: Mutex<EventLog>,
+    /// Each node's recent per-hop reports received (from the flow shards) and lost (from the
+    /// fabric shards' confirmed sequence gaps): the loss share that tells a silent drop from
+    /// lost postcards (`[detect.postcards]`). Read by the flow shards for a batch, written by
+    /// the drains of the shards' outboxes (after the log's lock, never while read).
+    loss: RwLock<LossHistory>,
     next_flow_id: AtomicU64,
     /// Report time of the next sweep, the same for every shard.
     next_sweep_ns: AtomicU64,
@@ -141,6 +146,9 @@ impl State {
                 .map(|_| Mutex::new(FabricShard::with_limits(cfg.clone(), share)))
                 .collect(),
             log: Mutex::new(EventLog::new(&cfg)),
+            loss: RwLock::new(LossHistory::new(
+                cfg.postcards.silent_drop_ns / (LOSS_BUCKETS as u64 / 4),
+            )),
             next_flow_id: AtomicU64::new(1),
             next_sweep_ns: AtomicU64::new(0),
             generations: (0..2 * n).map(|_| AtomicU64::new(0)).collect(),
@@ -194,6 +202,7 @@ impl State {
             fabric: fabric.into_iter().flatten().collect(),
             generations,
             event_counts: lock(&self.log).counts().clone(),
+            loss_untracked: read(&self.loss).untracked,
             sequence: self.snapshots.fetch_add(1, Ordering::Relaxed),
         }
     }
@@ -280,17 +289,19 @@ impl State {
             for &w in work.iter().filter(|&&w| w & SWEEP == 0) {
                 hints[w as usize] = shard.prefetch(hashes[w as usize]);
             }
+            let loss = read(&self.loss);
             for &w in work {
                 let i = (w & !SWEEP) as usize;
                 let r = &records[i];
                 if w & SWEEP != 0 {
-                    shard.sweep(r.time_ns, &self.log);
+                    shard.sweep(r.time_ns, &loss);
                 } else if let Some(key) = r.flow {
                     shard.raiser.set_clock(r);
-                    seen[i] =
-                        shard.process(r, key, hashes[i], hints[i], &self.next_flow_id, &self.log);
+                    seen[i] = shard.process(r, key, hashes[i], hints[i], &self.next_flow_id, &loss);
                 }
             }
+            drop(loss);
+            self.drain(&mut shard.raiser);
         });
         parts.clear();
         parts.extend(
@@ -305,14 +316,15 @@ impl State {
                 let (i, part) = fabric_part(w & !SWEEP);
                 let (r, parts) = (&records[i], &parts[i]);
                 if w & SWEEP != 0 {
-                    shard.sweep(r.time_ns, &self.log);
+                    shard.sweep(r.time_ns);
                     continue;
                 }
                 match part {
-                    FabricPart::Reporter => shard.process_reporter(r, parts, &self.log),
-                    FabricPart::Hop(h) => shard.process_hop(r, h, parts, &self.log),
+                    FabricPart::Reporter => shard.process_reporter(r, parts),
+                    FabricPart::Hop(h) => shard.process_hop(r, h, parts),
                 }
             }
+            self.drain(&mut shard.raiser);
         });
     }
 
@@ -342,21 +354,25 @@ impl State {
                 .map(|(r, &hash)| r.flow.and_then(|_| flows.prefetch(hash))),
         );
         let mut next_sweep = self.next_sweep_ns.load(Ordering::Relaxed);
+        let loss = read(&self.loss);
         for (i, r) in records.iter().enumerate() {
             let seen = match r.flow {
                 Some(key) => {
                     flows.raiser.set_clock(r);
-                    flows.process(r, key, hashes[i], hints[i], &self.next_flow_id, &self.log)
+                    flows.process(r, key, hashes[i], hints[i], &self.next_flow_id, &loss)
                 }
                 None => FlowSeen::default(),
             };
-            fabric.process(r, seen, &self.log);
+            fabric.process(r, seen);
             if r.time_ns >= next_sweep {
                 next_sweep = r.time_ns + SWEEP_NS;
-                flows.sweep(r.time_ns, &self.log);
-                fabric.sweep(r.time_ns, &self.log);
+                flows.sweep(r.time_ns, &loss);
+                fabric.sweep(r.time_ns);
             }
         }
+        drop(loss);
+        self.drain(&mut flows.raiser);
+        self.drain(&mut fabric.raiser);
         self.next_sweep_ns.fetch_max(next_sweep, Ordering::Relaxed);
     }
 
@@ -369,11 +385,13 @@ impl State {
             .fetch_max(now + SWEEP_NS, Ordering::Relaxed);
         each_shard(&self.flows, |i, s| {
             self.touch(false, i);
-            s.sweep(now, &self.log);
+            s.sweep(now, &read(&self.loss));
+            self.drain(&mut s.raiser);
         });
         each_shard(&self.fabric, |i, s| {
             self.touch(true, i);
-            s.sweep(now, &self.log);
+            s.sweep(now);
+            self.drain(&mut s.raiser);
         });
     }
 
@@ -416,7 +434,10 @@ impl State {
     /// still waiting for their merge window, and correlates the path changes still waiting
     /// for `path_correlation_ns`. Call after the last [`State::tick`].
     pub fn finish_incidents(&self) {
-        each_shard(&self.fabric, |_, s| s.end_runs(u64::MAX, &self.log));
+        each_shard(&self.fabric, |_, s| {
+            s.end_runs(u64::MAX);
+            self.drain(&mut s.raiser);
+        });
         self.with_incidents(IncidentLog::correlate_now);
         lock(&self.log).link_remaining();
     }
@@ -434,7 +455,19 @@ impl State {
     }
 
     fn flush_incidents(&self) {
-        each_shard(&self.fabric, |_, s| s.raiser.hand_over(&self.log));
+        each_shard(&self.fabric, |_, s| {
+            s.raiser.hand_over();
+            self.drain(&mut s.raiser);
+        });
+    }
+
+    /// Hands a shard's outbox to the log and the loss history: the one place the shards' work
+    /// reaches the shared state, once per batch (the log's lock, then the history's).
+    fn drain(&self, raiser: &mut Raiser) {
+        if !raiser.is_idle() {
+            let mut log = lock(&self.log);
+            raiser.drain(&mut log, &mut write(&self.loss));
+        }
     }
 
     /// The latest record time seen.
@@ -472,6 +505,22 @@ impl State {
             log: lock(&self.log),
         }
     }
+}
+
+/// Locks `m`, also after a panic elsewhere poisoned it: the state behind it is counters and
+/// tables a half-done update leaves consistent enough to serve, better than none at all.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Reads `m`, also after a panic elsewhere poisoned it (as [`lock`]).
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Writes `m`, also after a panic elsewhere poisoned it (as [`lock`]).
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Runs `f` on every shard under its lock, taking the free ones first and waiting only when all
