@@ -893,8 +893,10 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
         );
         assert_eq!(n("bad_events"), 0);
         if i == 2 {
-            // Postcards of the congested queue and queue reports alike carry Q.
-            assert!((1..=150).contains(&n("congested_reports")), "{s}");
+            // Postcards of the congested queue and queue reports alike carry Q: at most the
+            // quota (50) per congestion, and a loaded machine drains and refills the tbf queue
+            // a few times (156 seen at load 4); every packet of it would be thousands.
+            assert!((1..=500).contains(&n("congested_reports")), "{s}");
         }
     }
     // The kernel frees a detached program after an RCU grace period.
