@@ -814,6 +814,13 @@ mod tests {
         Causes::new(1_000 * MS, 100 * MS, 1_000 * MS, 1024)
     }
 
+    /// Each incident's kind, node, cause and number of symptoms besides its root.
+    fn summary(v: &[Incident]) -> Vec<(IncidentKind, Option<u32>, Option<String>, usize)> {
+        v.iter()
+            .map(|i| (i.kind, i.place.node, i.cause.clone(), i.symptoms.len()))
+            .collect()
+    }
+
     fn all(c: &Causes) -> Vec<Incident> {
         let mut v: Vec<Incident> = c.iter().cloned().collect();
         v.sort_by_key(|i| i.id);
@@ -1043,12 +1050,8 @@ mod tests {
         c.update(&symptom(6, Drop, Some("ip-ttl-zero"), (101, 1), 260, &dsts));
         c.publish_due(u64::MAX);
         let v = all(&c);
-        let summary: Vec<_> = v
-            .iter()
-            .map(|i| (i.kind, i.place.node, i.cause.clone(), i.symptoms.len()))
-            .collect();
         assert_eq!(
-            summary,
+            summary(&v),
             [
                 (PathChange, Some(101), Some("link".into()), 3),
                 (Drop, Some(2), Some("routing-miss".into()), 0),
@@ -1085,12 +1088,8 @@ mod tests {
         assert!(all(&c).is_empty(), "the link down gathers its own symptoms");
         c.publish_due(2_200 * MS);
         let v = all(&c);
-        let summary: Vec<_> = v
-            .iter()
-            .map(|i| (i.kind, i.place.node, i.cause.clone(), i.symptoms.len()))
-            .collect();
         assert_eq!(
-            summary,
+            summary(&v),
             [
                 (PathChange, Some(101), Some("link".into()), 1),
                 (Drop, Some(7), Some("routing-miss".into()), 0),
