@@ -30,7 +30,8 @@ export async function render(ctx) {
     ).join('')}</select>
     <input id="node" placeholder="node id" size="8" value="${esc(node)}">
     <input id="flow" placeholder="flow id" size="8" value="${esc(flow)}">
-    <label><input type="checkbox" id="livebox" ${live ? 'checked' : ''} ${r.live && !fabric ? '' : 'disabled'}> live</label></p>
+    <label><input type="checkbox" id="livebox" ${live ? 'checked' : ''}
+      ${r.live && !fabric ? '' : 'disabled'}> live</label></p>
     <table class="wrap"><thead><tr><th>time</th><th>kind</th><th>where</th><th>flow</th><th>evidence</th></tr></thead>
     <tbody id="rows"></tbody></table></div>`;
   const $ = (id) => document.getElementById(id);
