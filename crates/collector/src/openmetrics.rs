@@ -31,21 +31,6 @@ fn encode_value(
     }
 }
 
-/// The samples grouped by metric: those of `counters::ALL` in its order, then the collector's
-/// own (the webhook's, declared in this crate) by name, each family once.
-fn families(samples: &Samples) -> Vec<(&'static counters::Metric, Vec<&counters::Sample>)> {
-    let mut by: std::collections::BTreeMap<(usize, &str), Vec<&counters::Sample>> =
-        std::collections::BTreeMap::new();
-    for s in samples.iter() {
-        let i = counters::ALL
-            .iter()
-            .position(|m| m.name == s.metric.name)
-            .unwrap_or(usize::MAX);
-        by.entry((i, s.metric.name)).or_default().push(s);
-    }
-    by.into_values().map(|v| (v[0].metric, v)).collect()
-}
-
 /// Samples handed to prometheus-client's encoder.
 #[derive(Debug)]
 struct Encoded(Samples);
@@ -53,7 +38,7 @@ struct Encoded(Samples);
 impl prometheus_client::collector::Collector for Encoded {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         use counters::Kind;
-        for (m, samples) in families(&self.0) {
+        for (m, samples) in self.0.families() {
             let unit = m.unit.map(|u| Unit::Other(u.to_string()));
             let ty = match m.kind {
                 Kind::Counter => MetricType::Counter,

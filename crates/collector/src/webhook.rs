@@ -20,7 +20,9 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use intscope_core::counters::{Json, Kind, Metric, Samples};
+use intscope_core::counters::{
+    Samples, WEBHOOK_ATTEMPTS_FAILED, WEBHOOK_DROPPED, WEBHOOK_QUEUE_DEPTH, WEBHOOK_SENT,
+};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
@@ -31,57 +33,6 @@ use crate::webhook_config::WebhookConfig;
 
 /// Longest wait between two attempts, however many came before.
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
-
-macro_rules! metric {
-    ($id:ident, $name:literal, $kind:ident, [$($label:literal),*], $help:literal) => {
-        #[doc = $help]
-        pub static $id: Metric = Metric {
-            name: $name,
-            help: $help,
-            kind: Kind::$kind,
-            unit: None,
-            labels: &[$($label),*],
-            json: Json::Inventory("/metrics"),
-        };
-    };
-}
-
-metric!(
-    WEBHOOK_SENT,
-    "webhook_notifications_sent",
-    Counter,
-    ["receiver"],
-    "Webhook notifications a receiver answered with 2xx, by receiver (its position in urls)"
-);
-metric!(
-    WEBHOOK_ATTEMPTS_FAILED,
-    "webhook_attempts_failed",
-    Counter,
-    ["receiver", "reason"],
-    "Webhook POSTs that failed (timeout, connect, status), by receiver and reason"
-);
-metric!(
-    WEBHOOK_DROPPED,
-    "webhook_notifications_dropped",
-    Counter,
-    ["receiver", "reason"],
-    "Webhook notifications never delivered (queue_full, retries_exhausted), by receiver"
-);
-metric!(
-    WEBHOOK_QUEUE_DEPTH,
-    "webhook_queue_depth",
-    Gauge,
-    ["receiver"],
-    "Webhook notifications waiting in a receiver's queue"
-);
-
-/// Every webhook metric, in rendering order (the dashboard test checks names against these).
-pub const METRICS: &[&Metric] = &[
-    &WEBHOOK_SENT,
-    &WEBHOOK_ATTEMPTS_FAILED,
-    &WEBHOOK_DROPPED,
-    &WEBHOOK_QUEUE_DEPTH,
-];
 
 /// One receiver's counters.
 #[derive(Debug, Default)]

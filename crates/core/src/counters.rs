@@ -644,6 +644,43 @@ metric!(
     Stats(&[("*", "snapshot_cost_ms")]),
     "What taking the previous snapshot of the live state cost"
 );
+// The collector's webhook sink, one series per receiver (its position in `urls`).
+metric!(
+    WEBHOOK_SENT,
+    "webhook_notifications_sent",
+    Counter,
+    None,
+    ["receiver"],
+    Inventory("/metrics"),
+    "Webhook notifications a receiver answered with 2xx, by receiver (its position in urls)"
+);
+metric!(
+    WEBHOOK_ATTEMPTS_FAILED,
+    "webhook_attempts_failed",
+    Counter,
+    None,
+    ["receiver", "reason"],
+    Inventory("/metrics"),
+    "Webhook POSTs that failed (timeout, connect, status), by receiver and reason"
+);
+metric!(
+    WEBHOOK_DROPPED,
+    "webhook_notifications_dropped",
+    Counter,
+    None,
+    ["receiver", "reason"],
+    Inventory("/metrics"),
+    "Webhook notifications never delivered (queue_full, retries_exhausted), by receiver"
+);
+metric!(
+    WEBHOOK_QUEUE_DEPTH,
+    "webhook_queue_depth",
+    Gauge,
+    None,
+    ["receiver"],
+    Inventory("/metrics"),
+    "Webhook notifications waiting in a receiver's queue"
+);
 // Per-entity series of the network, within `max_series` (in this order).
 metric!(
     REPORTS_LOST,
@@ -773,6 +810,10 @@ pub const ALL: &[&Metric] = &[
     &FLOWS_EXPIRED,
     &SNAPSHOT_AGE,
     &SNAPSHOT_COST,
+    &WEBHOOK_SENT,
+    &WEBHOOK_ATTEMPTS_FAILED,
+    &WEBHOOK_DROPPED,
+    &WEBHOOK_QUEUE_DEPTH,
     &REPORTS_LOST,
     &REPORT_GROUPS_LOST,
     &QUEUE_OCCUPANCY,
