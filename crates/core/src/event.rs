@@ -660,16 +660,7 @@ impl Raiser {
             kind,
             EventKind::CongestionEnd | EventKind::Microburst | EventKind::CongestionStart
         );
-        let key = || {
-            let place = [
-                u64::from(place.node.unwrap_or(0)),
-                u64::from(place.port.unwrap_or(0)),
-                u64::from(place.queue.unwrap_or(0)),
-                place.flow.map_or(0, |f| flow_hash(&f.0)),
-                extra,
-            ];
-            (kind, place_hash(&place))
-        };
+        let key = || rate_key(kind, &place, extra);
         let raised = |evidence: Evidence| Raised {
             at_ns,
             now,
@@ -693,16 +684,7 @@ impl Raiser {
     #[cold]
     fn path_change(&mut self, now: u64, place: Place, ev: Evidence) {
         let at_ns = self.switch_time(now);
-        let key = (
-            EventKind::PathChange,
-            place_hash(&[
-                u64::from(place.node.unwrap_or(0)),
-                u64::from(place.port.unwrap_or(0)),
-                0,
-                place.flow.map_or(0, |f| flow_hash(&f.0)),
-                0,
-            ]),
-        );
+        let key = rate_key(EventKind::PathChange, &place, 0);
         self.outbox.push(Outgoing::PathChange(
             key,
             Raised {
@@ -750,6 +732,18 @@ impl Raiser {
             self.suppressed += 1;
         }
     }
+}
+
+/// The rate limit's key of an event of `kind` at `place`, for its flow and `extra`.
+fn rate_key(kind: EventKind, place: &Place, extra: u64) -> (EventKind, u64) {
+    let parts = [
+        u64::from(place.node.unwrap_or(0)),
+        u64::from(place.port.unwrap_or(0)),
+        u64::from(place.queue.unwrap_or(0)),
+        place.flow.map_or(0, |f| flow_hash(&f.0)),
+        extra,
+    ];
+    (kind, place_hash(&parts))
 }
 
 fn place_hash(parts: &[u64]) -> u64 {
