@@ -112,9 +112,10 @@ pub struct LabArgs {
 /// settings for hosts"): a host's residence times jitter by tens to a hundred microseconds, its
 /// queues are counted in bytes. A lab puts a whole fabric's routers on one machine, where a
 /// busy scheduler holds a packet 2.7-3.7 ms now and then: latency counts from 5 ms over the
-/// port's baseline (the lab's slow port adds up to 100 ms).
-const COLLECTOR_TOML: &str =
-    "[detect]\nlatency_min_excess_ns = 5000000\ncongestion_start = 16384\ncongestion_end = 8192\n";
+/// port's baseline (the lab's slow port adds up to 100 ms), and only once it lasts 20 ms (a
+/// stall's held packets leave together).
+const COLLECTOR_TOML: &str = "[detect]\nlatency_min_excess_ns = 5000000\nlatency_confirm_ns = 20000000\n\
+    congestion_start = 16384\ncongestion_end = 8192\n";
 
 /// The report port on the management network.
 const REPORT_PORT: u16 = 32766;

@@ -27,8 +27,8 @@ static ONE_LAB: Mutex<()> = Mutex::new(());
 /// The collector's settings for software hosts: a Linux host's residence times on two shared
 /// cores jitter by up to ~150 µs under a 10 Gbit/s TCP stream, and the agent reports queue
 /// occupancy in bytes.
-const COLLECTOR_TOML: &str =
-    "[detect]\nlatency_min_excess_ns = 2000000\ncongestion_start = 16384\ncongestion_end = 8192\n";
+const COLLECTOR_TOML: &str = "[detect]\nlatency_min_excess_ns = 2000000\nlatency_confirm_ns = 20000000\n\
+    congestion_start = 16384\ncongestion_end = 8192\n";
 
 /// What is missing to run these tests here, if anything.
 fn missing() -> Option<String> {

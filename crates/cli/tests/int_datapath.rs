@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use common::{Rng, bin, exit_within};
 
 /// Software hosts jitter by tens of microseconds; the agent reports queue occupancy in bytes.
-const COLLECTOR_TOML: &str =
-    "[detect]\nlatency_min_excess_ns = 2000000\ncongestion_start = 16384\ncongestion_end = 8192\n";
+const COLLECTOR_TOML: &str = "[detect]\nlatency_min_excess_ns = 2000000\nlatency_confirm_ns = 20000000\n\
+    congestion_start = 16384\ncongestion_end = 8192\n";
 
 fn missing() -> Option<String> {
     let uid = Command::new("id").arg("-u").output().ok()?;

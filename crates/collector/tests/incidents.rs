@@ -332,6 +332,66 @@ fn the_latency_baseline_is_frozen_while_a_fault_lasts() {
     assert_eq!(i.end_reason, Some(EndReason::Normal));
 }
 
+/// A host's residence: a scheduler stall holds every packet in flight for 6 ms, and they leave
+/// together; a real queue keeps every sample high for as long as it lasts.
+#[test]
+fn a_latency_anomaly_is_an_incident_once_it_lasts() {
+    let mut s = State::new(DetectConfig {
+        incident_grouping_ns: 0,
+        latency_confirm_ns: 20 * MS,
+        ..DetectConfig::default()
+    });
+    let mut t = 0;
+    let sample = |s: &mut State, t: u64, lat: u32| {
+        feed(
+            s,
+            &Rep::new(1, &[LEAF1, H(101, 2, lat, 10)], LEAF2).datagram(),
+            t,
+        );
+    };
+    for _ in 0..40 {
+        sample(&mut s, t, 900);
+        t += MS;
+    }
+    let latency = |s: &State| incidents(s, &[IncidentKind::Latency]);
+    // Stalls: five held packets leave within 400 µs, then the next is normal; one every 2 s.
+    for _ in 0..3 {
+        for k in 0..5 {
+            sample(&mut s, t + k * 100 * US, 6_000_000);
+        }
+        sample(&mut s, t + MS, 900);
+        t += 2 * S;
+    }
+    assert_eq!(
+        events(&s, EventKind::LatencyAnomaly).len(),
+        3,
+        "each stall seen"
+    );
+    assert!(latency(&s).is_empty(), "{:#?}", latency(&s));
+    // Two lone anomalous samples 10 s apart, nothing between: not one anomaly.
+    sample(&mut s, t, 6_000_000);
+    t += 10 * S;
+    sample(&mut s, t, 6_000_000);
+    assert!(latency(&s).is_empty(), "{:#?}", latency(&s));
+    sample(&mut s, t + MS, 900);
+    t += S;
+    // A queue: every sample high for 50 ms, one every 100 µs; its peak while unconfirmed.
+    let start = t;
+    for k in 0..500u32 {
+        sample(&mut s, t, 6_000_000 + if k == 100 { 9_000_000 } else { k });
+        t += 100 * US;
+    }
+    let all = latency(&s);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!(all[0].start_ns, start, "from its first sample");
+    assert_eq!(all[0].counts.samples, 500, "every anomalous sample");
+    assert_eq!(
+        all[0].peak.map(|p| (p.value, p.at_ns)),
+        Some((15_000_000, start + 100 * 100 * US))
+    );
+    assert_eq!(all[0].state, IncidentState::Ongoing);
+}
+
 #[test]
 fn a_link_failure_that_moves_many_flows_is_one_incident_naming_the_link() {
     let mut s = state();

@@ -11,6 +11,14 @@ pub struct DetectConfig {
     pub latency_min_excess_ns: u64,
     /// Samples a (node, port) needs before its baseline is trusted.
     pub latency_warmup: u32,
+    /// A latency anomaly is an incident once its consecutive anomalous samples (no normal one
+    /// between) span this much switch time; 0: at its first sample. A switch's hardware
+    /// timestamps make one sample enough. A host's or a software router's residence includes
+    /// the scheduler, which now and then holds every packet in flight for milliseconds: the
+    /// held packets leave together and the next is normal again, so a stall never spans this
+    /// long, while a real queue keeps every sample high. Every anomalous sample is an event
+    /// either way.
+    pub latency_confirm_ns: u64,
     /// Queue occupancy that starts a congestion episode.
     pub congestion_start: u32,
     /// Queue occupancy at or below which the episode ends.
@@ -62,6 +70,7 @@ impl Default for DetectConfig {
             latency_factor: 4.0,
             latency_min_excess_ns: 10_000,
             latency_warmup: 16,
+            latency_confirm_ns: 0,
             congestion_start: 1000,
             congestion_end: 500,
             microburst_max_ns: 2_000_000,

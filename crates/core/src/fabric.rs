@@ -183,6 +183,9 @@ impl IntervalAgg {
     }
 }
 
+/// Samples of a latency anomaly a port holds until it is confirmed (`latency_confirm_ns`).
+pub const UNCONFIRMED_SAMPLES: usize = 32;
+
 /// State of one port of a node, with the queues and links behind it: a hop finds all three
 /// through its node and port (a hashed table per kind made four hash lookups a hop). Every table
 /// here is an [`IdTable`], so no report can make a lookup a long scan.
@@ -206,6 +209,10 @@ pub struct PortState {
     /// Switch clock of the last anomalous hop latency while an anomaly lasts (the baseline is
     /// frozen until a normal sample ends it).
     latency_anomaly: Option<u64>,
+    /// The samples of an anomaly not yet confirmed (`latency_confirm_ns`): they join the
+    /// incident once the anomaly lasts, and are forgotten at the next normal sample. At most
+    /// [`UNCONFIRMED_SAMPLES`]; later ones add to the last one's counts and peak.
+    latency_unconfirmed: Vec<(Observation, Evidence)>,
     /// Its egress queues, by queue ID.
     queues: IdTable<QueueState>,
     /// Links leaving through it, by the next node, then that node's ingress port (one, unless
@@ -860,7 +867,6 @@ impl FabricShard {
                     )
                 };
                 if anomalous {
-                    ps.latency_anomaly = Some(clock);
                     let ev = move || Evidence::LatencyAnomaly {
                         hop_latency: lat,
                         baseline: baseline.round(),
@@ -878,7 +884,35 @@ impl FabricShard {
                         flow: flow.map(FlowWeight::one),
                         ..Observation::sample(clock, now)
                     };
-                    self.raiser.observe(key(), &o, ev);
+                    // A first sample older than an incident's quiet time is not the start
+                    // of this anomaly: the port was idle between them.
+                    if ps.latency_unconfirmed.first().is_some_and(|first| {
+                        now.saturating_sub(first.0.received_ns) > cfg.incident_quiet_ns
+                    }) {
+                        ps.latency_unconfirmed.clear();
+                    }
+                    let lasted = match ps.latency_unconfirmed.first() {
+                        Some(first) => {
+                            clock.saturating_sub(first.0.at_ns) >= cfg.latency_confirm_ns
+                        }
+                        None => cfg.latency_confirm_ns == 0,
+                    };
+                    if ps.latency_anomaly.is_some() || lasted {
+                        for (o, ev) in std::mem::take(&mut ps.latency_unconfirmed) {
+                            self.raiser.observe(key(), &o, move || ev);
+                        }
+                        self.raiser.observe(key(), &o, ev);
+                        ps.latency_anomaly = Some(clock);
+                    } else if ps.latency_unconfirmed.len() < UNCONFIRMED_SAMPLES {
+                        ps.latency_unconfirmed.push((o, ev()));
+                    } else if let Some((last, _)) = ps.latency_unconfirmed.last_mut() {
+                        last.samples += 1;
+                        last.reports += 1;
+                        if last.value.is_some_and(|(v, _)| v < u64::from(lat)) {
+                            last.value = o.value;
+                            last.value_at_ns = Some(clock);
+                        }
+                    }
                     let place = Place {
                         node: Some(hop.node_id),
                         port: Some(port),
@@ -895,14 +929,17 @@ impl FabricShard {
                         Some(&symptom),
                         ev,
                     );
-                } else if let Some(last) = ps.latency_anomaly.take() {
-                    let end = End {
-                        at_ns: clock,
-                        uncertainty_ns: clock.saturating_sub(last),
-                        reason: EndReason::Normal,
-                    };
-                    self.raiser
-                        .end_episode(key(), end, EpisodeTotals::default());
+                } else {
+                    ps.latency_unconfirmed.clear();
+                    if let Some(last) = ps.latency_anomaly.take() {
+                        let end = End {
+                            at_ns: clock,
+                            uncertainty_ns: clock.saturating_sub(last),
+                            reason: EndReason::Normal,
+                        };
+                        self.raiser
+                            .end_episode(key(), end, EpisodeTotals::default());
+                    }
                 }
             }
             if let Some((to, to_port)) = next.and_then(|b| Some((b.node_id, b.ingress_if()?))) {
