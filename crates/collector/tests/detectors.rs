@@ -270,6 +270,71 @@ fn non_int_hops_from_ttl() {
     assert_eq!(events(&s, EventKind::NonIntHops).len(), 1);
 }
 
+/// INT-MD with the sink at a host: the far leaf is a transit hop, and still adds its metadata
+/// after a spine that had no room (M bit) or runs no INT. The hop left out is the one the
+/// links learned say follows the leaf before the gap (INT v2.1 §"INT-MD Metadata Header
+/// Format", M bit: derived "based on knowledge of the network topology"), not the host.
+#[test]
+fn the_m_bit_and_a_hop_without_int_are_placed_at_the_hop_the_stack_skipped() {
+    const FAR_LEAF: H = H(2, 7, 700, 10);
+    const HOST: H = H(2001, 1, 500, 0);
+    let mut s = state();
+    let mut t = 0;
+    for i in 0..20 {
+        let mut r = Rep::new(9, &[LEAF1, SPINE_A, FAR_LEAF], HOST);
+        r.seq = i;
+        feed(&mut s, &r.datagram(), t);
+        t += 10 * MS;
+    }
+    let mut r = Rep::new(9, &[LEAF1, FAR_LEAF], HOST);
+    r.m = true;
+    r.seq = 20;
+    feed(&mut s, &r.datagram(), t);
+    let mut r = Rep::new(9, &[LEAF1, FAR_LEAF], HOST);
+    r.ttl = Some(61);
+    r.seq = 21;
+    feed(&mut s, &r.datagram(), t + MS);
+    // A flow never seen whole: the links flow 9 taught place it.
+    let mut r = Rep::new(10, &[LEAF1, FAR_LEAF], HOST);
+    r.m = true;
+    r.seq = 22;
+    feed(&mut s, &r.datagram(), t + 2 * MS);
+    let mtu = events(&s, EventKind::MtuExceeded);
+    assert_eq!(mtu.len(), 2);
+    for e in &mtu {
+        assert_eq!(e.node_id, Some(101), "{:?}", e.evidence.to_json());
+        assert_eq!(e.evidence.to_json()["suspect_node"], 101);
+    }
+    let paths: Vec<_> = s
+        .read()
+        .flows()
+        .map(|f| (f.reports, f.path.len()))
+        .collect();
+    assert!(
+        paths.contains(&(22, 4)) && paths.contains(&(1, 3)),
+        "flow 9 keeps its whole path, flow 10 shows what it has: {paths:?}"
+    );
+    let hidden = events(&s, EventKind::NonIntHops);
+    assert_eq!(hidden.len(), 1);
+    assert_eq!(
+        (hidden[0].node_id, hidden[0].port),
+        (Some(1), Some(3)),
+        "after leaf 1's port to the spine"
+    );
+    assert_eq!(hidden[0].evidence.to_json()["suspect_node"], 101);
+    let mut places: Vec<_> = s
+        .incidents()
+        .into_iter()
+        .map(|i| (i.kind.label(), i.place.node, i.place.port))
+        .collect();
+    places.sort();
+    assert_eq!(
+        places,
+        [("mtu", Some(101), None), ("non-int-hops", Some(101), None)],
+        "{places:?}"
+    );
+}
+
 #[test]
 fn a_report_cut_inside_the_stack_is_a_partial_path() {
     let mut s = state();

@@ -18,6 +18,7 @@ use intscope_wire::report::drop_reason_name;
 use crate::detect::DetectConfig;
 use crate::event::{EventKind, Place, Raiser};
 use crate::evidence::{Culprit, Evidence};
+use crate::flow::PathGap;
 use crate::id_table::{Cutoff, IdTable};
 use crate::incident::{EndReason, IncidentKind, IncidentPlace, Unit};
 use crate::incidents::{End, EpisodeTotals, FlowWeight, IncidentKey, Observation, RANKED_FLOWS};
@@ -299,6 +300,9 @@ pub struct FlowSeen {
     pub id: Option<u64>,
     /// Hops an intermediate report recorded before this report's stack began.
     pub head_hops: u8,
+    /// Where an INT-MD stack with an M bit or hops without INT left hops out, when the links
+    /// learned tell ([`crate::flow::LinkTable::gap_in`]).
+    pub gap: Option<PathGap>,
 }
 
 /// The shard of `n` that owns `node`.
@@ -564,7 +568,7 @@ impl FabricShard {
         self.observe_reporter(r);
         self.observe_reporter_flags(r, parts);
         if parts.last_recorded.is_none() && (r.hop_limit_exceeded || r.mtu_exceeded) {
-            self.observe_limits(r, None, parts.seen.id);
+            self.observe_limits(r, None, parts.seen);
         }
         if self.grew {
             self.enforce_limits();
@@ -578,7 +582,7 @@ impl FabricShard {
         self.observe_hop(r, hop, next, parts.seen.id);
         if parts.last_recorded == Some(index) {
             if r.hop_limit_exceeded || r.mtu_exceeded {
-                self.observe_limits(r, Some(hop), parts.seen.id);
+                self.observe_limits(r, Some(hop), parts.seen);
             }
             self.observe_hidden(r, Some((index, hop)), parts);
         }
@@ -1101,10 +1105,12 @@ impl FabricShard {
         self.raiser.observe(key, &o, ev);
     }
 
-    /// Hops without INT, from the TTL: placed between `last`, the last hop that recorded
-    /// (its egress port), and the next INT hop (the peer: the next hop of the stack or the
-    /// reporter), naming the node behind `last`'s port when the links seen tell it. Without
-    /// a recorded hop before the reporter, at the reporter.
+    /// Hops without INT, from the TTL: placed where the flow stage found the stack's gap
+    /// (`parts.seen.gap`: a hop whose learned link leads elsewhere than the next hop of the
+    /// stack), else between `last`, the last hop that recorded (its egress port), and the next
+    /// INT hop (the peer: the next hop of the stack or the reporter), naming the node behind
+    /// `last`'s port when the links seen tell it. Without a recorded hop before the reporter,
+    /// at the reporter.
     fn observe_hidden(&mut self, r: &Record, last: Option<(usize, &Hop)>, parts: &Parts) {
         let Some(gap) = parts.gap.filter(|g| self.cfg.non_int_hops && g.non_int > 0) else {
             return;
@@ -1112,12 +1118,16 @@ impl FabricShard {
         let now = r.time_ns;
         let next = last.and_then(|(i, _)| r.hops().get(i + 1));
         let peer = next.map_or(r.node_id, |h| h.node_id);
-        let suspect = last
-            .and_then(|(_, h)| self.next_node(h.node_id, h.egress_if()?))
-            .filter(|&n| n != peer);
-        let (node, port) = match last {
-            Some((_, h)) => (h.node_id, h.egress_if()),
-            None => (r.node_id, None),
+        let (node, port, suspect) = match (parts.seen.gap, last) {
+            (Some(g), _) => (g.node, g.port, Some(g.suspect)),
+            (None, Some((_, h))) => (
+                h.node_id,
+                h.egress_if(),
+                h.egress_if()
+                    .and_then(|p| self.next_node(h.node_id, p))
+                    .filter(|&n| n != peer),
+            ),
+            (None, None) => (r.node_id, None, None),
         };
         let clock = last.map_or_else(|| r.switch_time(), |(_, h)| hop_clock(h, now));
         let head_hops = parts.seen.head_hops;
@@ -1162,14 +1172,17 @@ impl FabricShard {
         self.raiser.observe(key, &o, ev);
     }
 
-    /// The hop-limit (E) and MTU (M) detectors. The bit was set by the first hop that added
+    /// The hop-limit (E) and MTU (M) detectors. The E bit was set by the first hop that added
     /// nothing: the one after `last`, the last hop that recorded, found through the links seen
-    /// so far (they live in `last`'s shard, which is why this runs there). The event and the
-    /// incident go to that hop when known, else to `last`'s egress port, else to the reporting
-    /// node: one incident per place.
+    /// so far (they live in `last`'s shard, which is why this runs there). Later hops may add
+    /// metadata again after an M bit, so its hop is where the flow stage found the stack's gap
+    /// (`seen.gap`), else the one after `last` unless that is the reporter (a sink strips INT:
+    /// no egress MTU stops it). The event and the incident go to that hop when known, else to
+    /// `last`'s egress port, else to the reporting node: one incident per place.
     #[cold]
     #[inline(never)]
-    fn observe_limits(&mut self, r: &Record, last: Option<&Hop>, id: Option<u64>) {
+    fn observe_limits(&mut self, r: &Record, last: Option<&Hop>, seen: FlowSeen) {
+        let id = seen.id;
         for (flagged, kind, ikind) in [
             (
                 r.hop_limit_exceeded,
@@ -1181,7 +1194,13 @@ impl FabricShard {
             if !flagged {
                 continue;
             }
-            let suspect = last.and_then(|h| self.next_node(h.node_id, h.egress_if()?));
+            let after_last = last
+                .and_then(|h| self.next_node(h.node_id, h.egress_if()?))
+                .filter(|&n| ikind == IncidentKind::HopLimit || n != r.node_id);
+            let suspect = match seen.gap {
+                Some(g) if ikind == IncidentKind::Mtu => Some(g.suspect),
+                _ => after_last,
+            };
             let ev = move || Evidence::Limit {
                 int_hops: r.int_hops,
                 path: r.hops().iter().map(|h| h.node_id).collect(),
@@ -1491,19 +1510,19 @@ impl Parts {
 
 /// How a packet's TTL compares with the INT hops it recorded.
 #[derive(Debug, Clone, Copy)]
-struct TtlGap {
+pub(crate) struct TtlGap {
     /// The sender's initial TTL as assumed.
     initial_ttl: u8,
     /// Hops that decremented the TTL.
     ttl_decrement: u8,
     /// Of those, hops that added no INT metadata.
-    non_int: u8,
+    pub(crate) non_int: u8,
 }
 
 /// Hops that forwarded the packet without INT, from the TTL: `None` when the record cannot tell
 /// (no TTL, no INT hops, or an M or E bit or a truncated stack, which hide INT hops that TTL
 /// would count as non-INT). `head_hops` recorded the start of the path in an intermediate report.
-fn non_int_hops(r: &Record, head_hops: u8) -> Option<TtlGap> {
+pub(crate) fn non_int_hops(r: &Record, head_hops: u8) -> Option<TtlGap> {
     if r.int_hops == 0 || r.mtu_exceeded || r.hop_limit_exceeded || r.path_truncated {
         return None;
     }

@@ -652,7 +652,61 @@ pub const MAX_LINK_PORTS: usize = 65_536;
 /// Sightings that make a port with no learned link an edge port.
 pub const EDGE_SIGHTINGS: u8 = 2;
 
+/// Where hops that added no INT metadata sit in an INT-MD stack: after hop `node`'s egress
+/// `port`, before `suspect`, the node the links learned say is behind that port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathGap {
+    /// The last hop that recorded before the gap.
+    pub node: u32,
+    /// Its egress port.
+    pub port: Option<u32>,
+    /// The first hop of the gap: the node behind `port`.
+    pub suspect: u32,
+}
+
 impl LinkTable {
+    /// Where in INT-MD stack `hops` (source first, as reported by node `reporter`) hops added
+    /// no metadata: after the first hop whose egress port led to another node than the next
+    /// hop of the stack (or than the reporter, after the last) — on `known`, the flow's last
+    /// complete path, else by the links learned. INT v2.1 §"INT-MD Metadata Header Format", M
+    /// bit: "if this does not occur at consecutive hops, it may be possible for the monitoring
+    /// system to derive which node(s) set the M bit based on knowledge of the network
+    /// topology"; the same holds for a hop without INT, which the TTL counts. `None` when
+    /// neither tells (the reporter itself is never the gap: it sends the report).
+    pub fn gap_in(&self, hops: &[Hop], reporter: u32, known: &[PathHop]) -> Option<PathGap> {
+        let next_ids = hops.iter().skip(1).map(|h| h.node_id);
+        let after_last = (hops.last()?.node_id != reporter).then_some(reporter);
+        let pairs = || {
+            hops.iter()
+                .zip(next_ids.clone().map(Some).chain([after_last]))
+        };
+        let gap_after = |hop: &Hop, next: Option<u32>, behind: Option<u32>| {
+            let (next, port, suspect) = (next?, hop.egress_if()?, behind?);
+            (suspect != next && suspect != reporter).then_some(PathGap {
+                node: hop.node_id,
+                port: Some(port),
+                suspect,
+            })
+        };
+        let on_known = |hop: &Hop| {
+            let at = known
+                .iter()
+                .position(|k| k.node_id == hop.node_id && k.egress_if == hop.egress_if())?;
+            Some(known.get(at + 1)?.node_id)
+        };
+        pairs()
+            .find_map(|(hop, next)| gap_after(hop, next, on_known(hop)))
+            .or_else(|| {
+                pairs().find_map(|(hop, next)| {
+                    let behind = hop
+                        .egress_if()
+                        .and_then(|p| self.peer((hop.node_id, p)))
+                        .map(|(n, _)| n);
+                    gap_after(hop, next, behind)
+                })
+            })
+    }
+
     /// The (node, ingress port) that (node, egress port) `from` leads to.
     pub fn peer(&self, from: (u32, u32)) -> Option<(u32, u32)> {
         self.peers.get(&from).map(|p| p.at)

@@ -613,6 +613,7 @@ impl FlowShard {
         let mut change = None;
         let mut postcard = None;
         let mut head_hops = 0;
+        let mut gap = None;
         let head = if r.intermediate || flow.waiting_heads() == 0 {
             None
         } else {
@@ -634,7 +635,7 @@ impl FlowShard {
             };
             // Hops missing from the report (cut short, past the hop limit or past an egress
             // MTU: INT v2.1 §"INT-MD Metadata Header Format", E and M bits, "INT metadata was
-            // not inserted at one or more hops"), a packet that died on the way, or one
+            // not inserted at one or more hops"; hops without INT, which the TTL counts), a packet that died on the way, or one
             // reported before it left the fabric: a partial path, and a latency that is no
             // flow's. A transit hop reports an INT-MD packet only for a congested queue (Report
             // v2.0 §"Individual Report Header", Q), a drop (D) or an intermediate report (I); a
@@ -646,7 +647,13 @@ impl FlowShard {
                     h.egress_if()
                         .is_some_and(|p| self.links.is_fabric_port((h.node_id, p)))
                 });
-            if r.path_truncated
+            let hidden = r.mtu_exceeded
+                || crate::fabric::non_int_hops(r, head_hops as u8).is_some_and(|g| g.non_int > 0);
+            if hidden {
+                gap = self.links.gap_in(hops, r.node_id, &flow.path);
+            }
+            if hidden
+                || r.path_truncated
                 || r.dropped
                 || r.drop_reason.is_some()
                 || r.hop_limit_exceeded
@@ -694,6 +701,7 @@ impl FlowShard {
         FlowSeen {
             id: Some(id),
             head_hops: head_hops as u8,
+            gap,
         }
     }
 
