@@ -462,6 +462,14 @@ pub fn run(args: &CollectArgs) -> Result<()> {
             // The final flush: everything received before the signal is committed.
             s.finish();
         }
+        if let Some(w) = webhook {
+            // After the last report was correlated: its incidents' starts and ends go out too.
+            let s = w.stop().await;
+            eprintln!(
+                "intscope collect: webhook: {} notification(s) delivered, {} dropped at stop",
+                s.sent, s.dropped_at_stop
+            );
+        }
         let stats = collector.stats.snapshot();
         eprintln!("intscope collect: stopped; {stats}");
         Ok::<(), anyhow::Error>(())

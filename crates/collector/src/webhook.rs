@@ -9,7 +9,9 @@
 //! receiver POSTs them in order, each attempt with a timeout, retried with doubling backoff a
 //! bounded number of times. A dead receiver therefore fills only its own queue: what does not
 //! fit is dropped and counted, and neither ingest, the correlation, nor the other receivers
-//! wait for it. Counters are in `/metrics` (`intscope_webhook_*`, [`WebhookStats::sample`]).
+//! wait for it. At a stop the log is read a last time and the queues drain for a bounded time
+//! ([`Webhook::stop`]). Counters are in `/metrics` (`intscope_webhook_*`,
+//! [`WebhookStats::sample`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -49,8 +51,13 @@ pub struct ReceiverStats {
     pub dropped_queue_full: AtomicU64,
     /// Notifications given up after the last retry.
     pub dropped_retries: AtomicU64,
+    /// Notifications still queued or being sent when the collector stopped and the drain
+    /// time (`timeout_ms`) ran out.
+    pub dropped_at_stop: AtomicU64,
     /// Notifications waiting in the queue.
     pub depth: AtomicU64,
+    /// Notifications being sent or waiting for a retry (0 or 1).
+    pub in_flight: AtomicU64,
 }
 
 /// The webhook's counters, one entry per receiver (in the order of `urls`).
@@ -82,6 +89,7 @@ impl WebhookStats {
             for (reason, n) in [
                 ("queue_full", g(&r.dropped_queue_full)),
                 ("retries_exhausted", g(&r.dropped_retries)),
+                ("stopped", g(&r.dropped_at_stop)),
             ] {
                 out.add(&WEBHOOK_DROPPED, &[&i, reason], n);
             }
@@ -91,20 +99,35 @@ impl WebhookStats {
 }
 
 /// A running webhook: the watcher and one sender per receiver, on the runtime it was started
-/// on. Dropping it stops them.
+/// on. [`Webhook::stop`] sends what is due and drains the queues; dropping it stops at once.
 #[derive(Debug)]
 pub struct Webhook {
     /// Counters (shared with `/metrics`).
     pub stats: Arc<WebhookStats>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Tells the watcher to read the log a last time and close the queues.
+    last_poll: Option<tokio::sync::oneshot::Sender<()>>,
+    watcher: Option<tokio::task::JoinHandle<()>>,
+    senders: Vec<tokio::task::JoinHandle<()>>,
+    /// How long the queues may take to drain at stop.
+    drain: Duration,
 }
 
 impl Drop for Webhook {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in self.watcher.iter().chain(&self.senders) {
             t.abort();
         }
     }
+}
+
+/// What a webhook did at its stop, over all receivers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stopped {
+    /// Notifications delivered since start.
+    pub sent: u64,
+    /// Notifications still queued or in flight when the drain time ran out: dropped, counted
+    /// (`reason="stopped"`).
+    pub dropped_at_stop: u64,
 }
 
 impl Webhook {
@@ -148,12 +171,16 @@ impl Webhook {
         }
         let every = Duration::from_millis(cfg.poll_interval_ms);
         let s = Arc::clone(&stats);
-        tasks.push(tokio::spawn(async move {
+        let (last_poll, mut stopping) = tokio::sync::oneshot::channel::<()>();
+        let watcher = tokio::spawn(async move {
             let mut watch = Watch::default();
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
+                let last = tokio::select! {
+                    _ = tick.tick() => false,
+                    _ = &mut stopping => true,
+                };
                 let now = crate::clock::now_ns();
                 let notes = collector.with_incidents(|log| watch.poll(log, now, &base));
                 for note in notes {
@@ -172,9 +199,46 @@ impl Webhook {
                         }
                     }
                 }
+                if last {
+                    // Dropping the queues' senders ends each sender once its queue is empty.
+                    return;
+                }
             }
-        }));
-        Ok(Webhook { stats, tasks })
+        });
+        Ok(Webhook {
+            stats,
+            last_poll: Some(last_poll),
+            watcher: Some(watcher),
+            senders: tasks,
+            drain: Duration::from_millis(cfg.timeout_ms),
+        })
+    }
+
+    /// Stops it without losing what is due: the incident log is read a last time (what
+    /// started or ended since the last poll is queued), then the receivers get up to
+    /// `timeout_ms` to take what is queued, retries included. What is left then is dropped and
+    /// counted (`dropped_at_stop`). Call it after the collector's last report was correlated.
+    pub async fn stop(mut self) -> Stopped {
+        if let Some(tx) = self.last_poll.take() {
+            let _ = tx.send(());
+        }
+        if let Some(w) = self.watcher.take() {
+            let _ = w.await;
+        }
+        let deadline = tokio::time::Instant::now() + self.drain;
+        for mut task in std::mem::take(&mut self.senders) {
+            if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+                task.abort();
+            }
+        }
+        let mut out = Stopped::default();
+        for r in &self.stats.receivers {
+            let left = r.depth.swap(0, Ordering::Relaxed) + r.in_flight.swap(0, Ordering::Relaxed);
+            r.dropped_at_stop.fetch_add(left, Ordering::Relaxed);
+            out.dropped_at_stop += left;
+            out.sent += r.sent.load(Ordering::Relaxed);
+        }
+        out
     }
 }
 
@@ -209,6 +273,7 @@ async fn send_loop(
     let r = &stats.receivers[i];
     while let Some(body) = rx.recv().await {
         r.depth.fetch_sub(1, Ordering::Relaxed);
+        r.in_flight.store(1, Ordering::Relaxed);
         let mut wait = p.backoff;
         for attempt in 0..=p.retries {
             let req = hyper::Request::post(uri.clone())
@@ -247,6 +312,7 @@ async fn send_loop(
                 }
             }
         }
+        r.in_flight.store(0, Ordering::Relaxed);
     }
 }
 

@@ -400,3 +400,59 @@ fn a_dead_receiver_fills_its_bounded_queue_and_its_drops_are_counted() {
         1
     );
 }
+
+/// A stop reads the log a last time (with a poll interval of a minute, only that read sees
+/// these incidents) and waits for the receivers within `timeout_ms`: the live one, whose first
+/// answer is a 500, gets both incidents; the dead one's are counted as dropped at stop.
+#[test]
+fn a_stop_sends_what_is_due_and_counts_what_it_cannot() {
+    let rt = runtime();
+    let _rt = rt.enter();
+    let live = Receiver::start(&rt, 1);
+    let dead = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    rt.spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = dead.accept().await {
+            held.push(s);
+        }
+    });
+    let c = collector();
+    let hook = Webhook::start(
+        Arc::clone(&c),
+        &WebhookConfig {
+            poll_interval_ms: 60_000,
+            timeout_ms: 1_000,
+            ..quick(vec![live.url(), format!("http://{dead_addr}/hook")])
+        },
+        "http://127.0.0.1/",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    congest(&c, 1..=2, 10 * S);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(live.bodies().is_empty(), "the next poll is a minute away");
+    let stats = Arc::clone(&hook.stats);
+    let took = Instant::now();
+    let stopped = rt.block_on(hook.stop());
+    assert!(
+        took.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        took.elapsed()
+    );
+    let got = live.bodies();
+    assert_eq!(got.len(), 2, "{got:#?}");
+    assert!(got.iter().all(|p| p["status"] == "firing"));
+    assert_eq!(live.hits.load(Ordering::SeqCst), 3, "a 500, then both");
+    assert_eq!(stopped.sent, 2);
+    assert_eq!(stopped.dropped_at_stop, 2, "one in flight, one queued");
+    let d = &stats.receivers[1];
+    assert_eq!(d.dropped_at_stop.load(Ordering::Relaxed), 2);
+    assert_eq!(d.depth.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        stats.receivers[0].dropped_at_stop.load(Ordering::Relaxed),
+        0
+    );
+}

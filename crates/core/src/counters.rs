@@ -670,7 +670,7 @@ metric!(
     None,
     ["receiver", "reason"],
     Inventory("/metrics"),
-    "Webhook notifications never delivered (queue_full, retries_exhausted), by receiver"
+    "Webhook notifications never delivered (queue_full, retries_exhausted, stopped), by receiver"
 );
 metric!(
     WEBHOOK_QUEUE_DEPTH,
