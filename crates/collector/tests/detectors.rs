@@ -321,7 +321,16 @@ fn the_m_bit_and_a_hop_without_int_are_placed_at_the_hop_the_stack_skipped() {
         (Some(1), Some(3)),
         "after leaf 1's port to the spine"
     );
-    assert_eq!(hidden[0].evidence.to_json()["suspect_node"], 101);
+    let ev = hidden[0].evidence.to_json();
+    assert_eq!(
+        (
+            &ev["last_int_node"],
+            &ev["next_int_node"],
+            &ev["suspect_node"]
+        ),
+        (&1.into(), &2.into(), &101.into()),
+        "{ev}"
+    );
     let mut places: Vec<_> = s
         .incidents()
         .into_iter()
@@ -333,6 +342,37 @@ fn the_m_bit_and_a_hop_without_int_are_placed_at_the_hop_the_stack_skipped() {
         [("mtu", Some(101), None), ("non-int-hops", Some(101), None)],
         "{places:?}"
     );
+}
+
+/// Routers before the INT domain (a WAN, a host's own routing) lower the TTL of every packet
+/// of a flow: no gap inside the stack, so it stays the flow's path, with its latency, and a
+/// new spine is still a path change.
+#[test]
+fn a_ttl_deficit_outside_the_stack_keeps_the_flows_path() {
+    let mut s = state();
+    let mut t = 0;
+    for i in 0..20 {
+        let mut r = Rep::new(11, &[LEAF1, SPINE_A], LEAF2);
+        r.ttl = Some(60);
+        r.seq = i;
+        feed(&mut s, &r.datagram(), t);
+        t += 10 * MS;
+    }
+    assert_eq!(events(&s, EventKind::NonIntHops).len(), 1, "said once");
+    assert!(events(&s, EventKind::PathChange).is_empty());
+    let mut r = Rep::new(11, &[LEAF1, SPINE_B], LEAF2);
+    r.ttl = Some(60);
+    r.seq = 20;
+    feed(&mut s, &r.datagram(), t);
+    let ev = events(&s, EventKind::PathChange);
+    assert_eq!(ev.len(), 1, "a new spine");
+    let v = s.read();
+    let f = v.flows().next().unwrap();
+    assert_eq!(
+        f.path.iter().map(|h| h.node_id).collect::<Vec<_>>(),
+        [1, 102, 2]
+    );
+    assert!(f.e2e.quantile(0.5).is_some(), "its latency kept");
 }
 
 #[test]

@@ -368,9 +368,9 @@ fn a_latency_anomaly_is_an_incident_once_it_lasts() {
         "each stall seen"
     );
     assert!(latency(&s).is_empty(), "{:#?}", latency(&s));
-    // Two lone anomalous samples 10 s apart, nothing between: not one anomaly.
+    // Two lone anomalous samples 1 s apart, nothing between: not one anomaly.
     sample(&mut s, t, 6_000_000);
-    t += 10 * S;
+    t += S;
     sample(&mut s, t, 6_000_000);
     assert!(latency(&s).is_empty(), "{:#?}", latency(&s));
     sample(&mut s, t + MS, 900);
@@ -390,6 +390,16 @@ fn a_latency_anomaly_is_an_incident_once_it_lasts() {
         Some((15_000_000, start + 100 * 100 * US))
     );
     assert_eq!(all[0].state, IncidentState::Ongoing);
+    // The port goes quiet while the anomaly lasts (its flows left): the incident resolves, and
+    // one stall a minute later is no anomaly of its own.
+    s.tick(t + 10 * S);
+    t += 60 * S;
+    sample(&mut s, t, 6_000_000);
+    s.tick(t + S);
+    let all = latency(&s);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!(all[0].state, IncidentState::Resolved);
+    assert_eq!(all[0].counts.samples, 500);
 }
 
 #[test]

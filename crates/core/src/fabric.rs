@@ -184,8 +184,45 @@ impl IntervalAgg {
     }
 }
 
-/// Samples of a latency anomaly a port holds until it is confirmed (`latency_confirm_ns`).
-pub const UNCONFIRMED_SAMPLES: usize = 32;
+/// Samples of a latency anomaly a port holds until it is confirmed (`latency_confirm_ns`): a
+/// few kilobytes per port while it waits, nothing otherwise.
+pub const UNCONFIRMED_SAMPLES: usize = 16;
+
+/// A port's anomalous latency samples held until the anomaly is confirmed: at most
+/// [`UNCONFIRMED_SAMPLES`], later ones added to the last one's counts and peak (their flows are
+/// not kept).
+#[derive(Debug, Clone, Default)]
+struct HeldLatency {
+    samples: Vec<(Observation, Evidence)>,
+    /// Switch time of the newest sample held or folded.
+    last_at_ns: u64,
+}
+
+impl HeldLatency {
+    fn first_at_ns(&self) -> u64 {
+        self.samples
+            .first()
+            .map_or(self.last_at_ns, |(o, _)| o.at_ns)
+    }
+
+    fn hold(&mut self, o: Observation, ev: Evidence, at_ns: u64) {
+        self.last_at_ns = at_ns;
+        if self.samples.len() < UNCONFIRMED_SAMPLES {
+            self.samples.push((o, ev));
+        } else if let Some((last, _)) = self.samples.last_mut() {
+            last.samples += 1;
+            last.reports += 1;
+            if last
+                .value
+                .zip(o.value)
+                .is_some_and(|((v, _), (w, _))| v < w)
+            {
+                last.value = o.value;
+                last.value_at_ns = Some(at_ns);
+            }
+        }
+    }
+}
 
 /// State of one port of a node, with the queues and links behind it: a hop finds all three
 /// through its node and port (a hashed table per kind made four hash lookups a hop). Every table
@@ -211,9 +248,8 @@ pub struct PortState {
     /// frozen until a normal sample ends it).
     latency_anomaly: Option<u64>,
     /// The samples of an anomaly not yet confirmed (`latency_confirm_ns`): they join the
-    /// incident once the anomaly lasts, and are forgotten at the next normal sample. At most
-    /// [`UNCONFIRMED_SAMPLES`]; later ones add to the last one's counts and peak.
-    latency_unconfirmed: Vec<(Observation, Evidence)>,
+    /// incident once the anomaly lasts, and are forgotten at the next normal sample.
+    latency_unconfirmed: Option<Box<HeldLatency>>,
     /// Its egress queues, by queue ID.
     queues: IdTable<QueueState>,
     /// Links leaving through it, by the next node, then that node's ingress port (one, unless
@@ -888,34 +924,40 @@ impl FabricShard {
                         flow: flow.map(FlowWeight::one),
                         ..Observation::sample(clock, now)
                     };
-                    // A first sample older than an incident's quiet time is not the start
-                    // of this anomaly: the port was idle between them.
-                    if ps.latency_unconfirmed.first().is_some_and(|first| {
-                        now.saturating_sub(first.0.received_ns) > cfg.incident_quiet_ns
-                    }) {
-                        ps.latency_unconfirmed.clear();
+                    // An anomaly whose port went quiet is over (the log resolved it): the next
+                    // anomalous sample is confirmed again. Held samples with none after them
+                    // for `episode_quiet_ns` were a stall, not the start of this anomaly.
+                    if ps
+                        .latency_anomaly
+                        .is_some_and(|last| clock.saturating_sub(last) > cfg.incident_quiet_ns)
+                    {
+                        ps.latency_anomaly = None;
                     }
-                    let lasted = match ps.latency_unconfirmed.first() {
-                        Some(first) => {
-                            clock.saturating_sub(first.0.at_ns) >= cfg.latency_confirm_ns
+                    if ps.latency_unconfirmed.as_ref().is_some_and(|held| {
+                        clock.saturating_sub(held.last_at_ns) > cfg.episode_quiet_ns
+                    }) {
+                        ps.latency_unconfirmed = None;
+                    }
+                    let lasted = match &ps.latency_unconfirmed {
+                        Some(held) => {
+                            clock.saturating_sub(held.first_at_ns()) >= cfg.latency_confirm_ns
                         }
                         None => cfg.latency_confirm_ns == 0,
                     };
                     if ps.latency_anomaly.is_some() || lasted {
-                        for (o, ev) in std::mem::take(&mut ps.latency_unconfirmed) {
+                        for (o, ev) in ps
+                            .latency_unconfirmed
+                            .take()
+                            .map_or_else(Vec::new, |h| h.samples)
+                        {
                             self.raiser.observe(key(), &o, move || ev);
                         }
                         self.raiser.observe(key(), &o, ev);
                         ps.latency_anomaly = Some(clock);
-                    } else if ps.latency_unconfirmed.len() < UNCONFIRMED_SAMPLES {
-                        ps.latency_unconfirmed.push((o, ev()));
-                    } else if let Some((last, _)) = ps.latency_unconfirmed.last_mut() {
-                        last.samples += 1;
-                        last.reports += 1;
-                        if last.value.is_some_and(|(v, _)| v < u64::from(lat)) {
-                            last.value = o.value;
-                            last.value_at_ns = Some(clock);
-                        }
+                    } else {
+                        ps.latency_unconfirmed
+                            .get_or_insert_with(Box::default)
+                            .hold(o, ev(), clock);
                     }
                     let place = Place {
                         node: Some(hop.node_id),
@@ -934,7 +976,7 @@ impl FabricShard {
                         ev,
                     );
                 } else {
-                    ps.latency_unconfirmed.clear();
+                    ps.latency_unconfirmed = None;
                     if let Some(last) = ps.latency_anomaly.take() {
                         let end = End {
                             at_ns: clock,
@@ -1116,10 +1158,20 @@ impl FabricShard {
             return;
         };
         let now = r.time_ns;
+        // The hop before the gap, when the flow stage found it inside the stack.
+        let located = parts.seen.gap.and_then(|g| {
+            let at = r
+                .hops()
+                .iter()
+                .enumerate()
+                .find(|(_, h)| h.node_id == g.node && h.egress_if() == g.port)?;
+            Some((at, g.suspect))
+        });
+        let last = located.map(|(at, _)| at).or(last);
         let next = last.and_then(|(i, _)| r.hops().get(i + 1));
         let peer = next.map_or(r.node_id, |h| h.node_id);
-        let (node, port, suspect) = match (parts.seen.gap, last) {
-            (Some(g), _) => (g.node, g.port, Some(g.suspect)),
+        let (node, port, suspect) = match (located, last) {
+            (Some(((_, h), suspect)), _) => (h.node_id, h.egress_if(), Some(suspect)),
             (None, Some((_, h))) => (
                 h.node_id,
                 h.egress_if(),

@@ -666,45 +666,53 @@ pub struct PathGap {
 
 impl LinkTable {
     /// Where in INT-MD stack `hops` (source first, as reported by node `reporter`) hops added
-    /// no metadata: after the first hop whose egress port led to another node than the next
-    /// hop of the stack (or than the reporter, after the last) — on `known`, the flow's last
-    /// complete path, else by the links learned. INT v2.1 §"INT-MD Metadata Header Format", M
-    /// bit: "if this does not occur at consecutive hops, it may be possible for the monitoring
-    /// system to derive which node(s) set the M bit based on knowledge of the network
-    /// topology"; the same holds for a hop without INT, which the TTL counts. `None` when
-    /// neither tells (the reporter itself is never the gap: it sends the report).
+    /// no metadata: after the first hop `a` whose egress port led to a node `s` that the stack
+    /// skips — on `known`, the flow's last complete path, `s` followed `a` and the stack's next
+    /// hop followed `s`; else by the links learned, `a`'s port and the next hop's ingress port
+    /// both lead to `s` (after the last hop, `a`'s port leads to `s`, not the reporter). A
+    /// reroute changes ports, or leads the next hop in from `a`: no gap. INT v2.1 §"INT-MD
+    /// Metadata Header Format", M bit: "if this does not occur at consecutive hops, it may be
+    /// possible for the monitoring system to derive which node(s) set the M bit based on
+    /// knowledge of the network topology"; the same holds for a hop without INT, which the TTL
+    /// counts. `None` when neither tells (the reporter itself is never the gap: it sends the
+    /// report).
     pub fn gap_in(&self, hops: &[Hop], reporter: u32, known: &[PathHop]) -> Option<PathGap> {
-        let next_ids = hops.iter().skip(1).map(|h| h.node_id);
-        let after_last = (hops.last()?.node_id != reporter).then_some(reporter);
-        let pairs = || {
-            hops.iter()
-                .zip(next_ids.clone().map(Some).chain([after_last]))
+        let last = hops.last()?;
+        let tail = (last.node_id != reporter).then_some((last, None));
+        let pairs = hops.windows(2).map(|w| (&w[0], Some(&w[1]))).chain(tail);
+        let found = |hop: &Hop, suspect: u32| PathGap {
+            node: hop.node_id,
+            port: hop.egress_if(),
+            suspect,
         };
-        let gap_after = |hop: &Hop, next: Option<u32>, behind: Option<u32>| {
-            let (next, port, suspect) = (next?, hop.egress_if()?, behind?);
-            (suspect != next && suspect != reporter).then_some(PathGap {
-                node: hop.node_id,
-                port: Some(port),
-                suspect,
-            })
-        };
-        let on_known = |hop: &Hop| {
+        let on_known = |hop: &Hop, next: Option<&Hop>| {
+            let port = hop.egress_if()?;
             let at = known
                 .iter()
-                .position(|k| k.node_id == hop.node_id && k.egress_if == hop.egress_if())?;
-            Some(known.get(at + 1)?.node_id)
+                .position(|k| k.node_id == hop.node_id && k.egress_if == Some(port))?;
+            let suspect = known.get(at + 1)?.node_id;
+            let after = known.get(at + 2).map(|k| k.node_id);
+            let skipped = match next {
+                Some(b) => after == Some(b.node_id),
+                None => after.is_none_or(|n| n == reporter),
+            };
+            (skipped && suspect != reporter).then(|| found(hop, suspect))
         };
-        pairs()
-            .find_map(|(hop, next)| gap_after(hop, next, on_known(hop)))
-            .or_else(|| {
-                pairs().find_map(|(hop, next)| {
-                    let behind = hop
-                        .egress_if()
-                        .and_then(|p| self.peer((hop.node_id, p)))
-                        .map(|(n, _)| n);
-                    gap_after(hop, next, behind)
-                })
-            })
+        let by_links = |hop: &Hop, next: Option<&Hop>| {
+            let (suspect, _) = self.peer((hop.node_id, hop.egress_if()?))?;
+            let skipped = match next {
+                Some(b) => {
+                    suspect != b.node_id
+                        && self.peer((b.node_id, b.ingress_if()?)).map(|(n, _)| n) == Some(suspect)
+                }
+                None => true,
+            };
+            (skipped && suspect != reporter).then(|| found(hop, suspect))
+        };
+        pairs
+            .clone()
+            .find_map(|(hop, next)| on_known(hop, next))
+            .or_else(|| pairs.clone().find_map(|(hop, next)| by_links(hop, next)))
     }
 
     /// The (node, ingress port) that (node, egress port) `from` leads to.

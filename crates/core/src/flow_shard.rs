@@ -647,12 +647,17 @@ impl FlowShard {
                     h.egress_if()
                         .is_some_and(|p| self.links.is_fabric_port((h.node_id, p)))
                 });
-            let hidden = r.mtu_exceeded
-                || crate::fabric::non_int_hops(r, head_hops as u8).is_some_and(|g| g.non_int > 0);
-            if hidden {
-                gap = self.links.gap_in(hops, r.node_id, &flow.path);
+            // Hops the TTL counts that added no INT: inside the stack (a gap the flow's path or
+            // the links show) the stack is a partial path; outside it (routers before or after
+            // the INT domain) the stack is the whole INT path, but its hops are not known to be
+            // neighbours, so it teaches no links.
+            let ttl_gap = self.cfg.non_int_hops
+                && crate::fabric::non_int_hops(r, head_hops as u8).is_some_and(|g| g.non_int > 0);
+            if ttl_gap || r.mtu_exceeded {
+                let known: &[PathHop] = if flow.path_partial { &[] } else { &flow.path };
+                gap = self.links.gap_in(hops, r.node_id, known);
             }
-            if hidden
+            if (ttl_gap && gap.is_some())
                 || r.path_truncated
                 || r.dropped
                 || r.drop_reason.is_some()
@@ -665,7 +670,7 @@ impl FlowShard {
                 let before = Arc::as_ptr(&flow.path);
                 change = flow.observe_path(now, hops, paths);
                 flow.observe_latency(now, hops);
-                if !std::ptr::eq(before, Arc::as_ptr(&flow.path)) {
+                if !ttl_gap && !std::ptr::eq(before, Arc::as_ptr(&flow.path)) {
                     // A new path (rare): its links join per-hop reports.
                     self.links.learn_path(&flow.path);
                 }
