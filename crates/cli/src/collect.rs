@@ -466,7 +466,8 @@ pub fn run(args: &CollectArgs) -> Result<()> {
             // After the last report was correlated: its incidents' starts and ends go out too.
             let s = w.stop().await;
             eprintln!(
-                "intscope collect: webhook: {} notification(s) delivered, {} dropped at stop",
+                "intscope collect: webhook: {} notification(s) delivered, {} dropped at stop (over all \
+                 receivers)",
                 s.sent, s.dropped_at_stop
             );
         }

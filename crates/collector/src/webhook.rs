@@ -123,7 +123,7 @@ impl Drop for Webhook {
 /// What a webhook did at its stop, over all receivers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stopped {
-    /// Notifications delivered since start.
+    /// Notifications delivered since start, summed over the receivers.
     pub sent: u64,
     /// Notifications still queued or in flight when the drain time ran out: dropped, counted
     /// (`reason="stopped"`).
@@ -228,7 +228,10 @@ impl Webhook {
         let deadline = tokio::time::Instant::now() + self.drain;
         for mut task in std::mem::take(&mut self.senders) {
             if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+                // Abort only asks: the task may be mid-poll on another worker. Its counters
+                // are read once it has really stopped.
                 task.abort();
+                let _ = task.await;
             }
         }
         let mut out = Stopped::default();
