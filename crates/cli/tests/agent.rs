@@ -714,6 +714,7 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
     }
     let dump = common::succeed(bin().args(["dump", "--format", "json", &p("reports.pcap")]));
     let mut matched = 0;
+    let mut apart = Vec::new();
     for line in String::from_utf8_lossy(&dump.stdout).lines() {
         let frame: serde_json::Value = serde_json::from_str(line).unwrap();
         let report = &frame["report"];
@@ -741,14 +742,22 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
                 e.abs_diff(b) < 50_000,
                 "egress {e} vs the packet socket's {b}"
             );
+            // Each within 100 µs (a softirq preempted between a tap and a tracepoint on a
+            // loaded machine moves one side by tens of µs); their median within 10 µs below.
             assert!(
-                lat.abs_diff(b - a) <= 10_000,
+                lat.abs_diff(b - a) <= 100_000,
                 "r1's hop latency {lat} ns, the kernel's residence by packet socket {} ns",
                 b - a
             );
+            apart.push(lat.abs_diff(b - a));
             matched += 1;
         }
     }
+    apart.sort_unstable();
+    assert!(
+        apart.get(apart.len() / 2).is_some_and(|&d| d <= 10_000),
+        "r1's hop latencies against the packet socket's residences, ns apart: {apart:?}"
+    );
     // One report a second per 5-tuple (the smart filters) over the 9 s of pings.
     assert!(
         (5..=15).contains(&matched),
