@@ -9,11 +9,10 @@ mod common;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{bin, repo};
+use common::{Temp, bin, repo};
 use pcap_file::DataLink;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 
@@ -32,17 +31,7 @@ fn sample_frames() -> Vec<Vec<u8>> {
     out
 }
 
-/// A capture file in this test process's directory, removed on drop.
-struct Temp(PathBuf);
-
 impl Temp {
-    fn path(name: &str) -> Temp {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!("intscope-accounting-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Temp(dir.join(format!("{}-{name}", N.fetch_add(1, Ordering::Relaxed))))
-    }
-
     /// An Ethernet pcap of `records`: each its captured bytes and its length on the wire.
     fn pcap(name: &str, records: &[(Vec<u8>, usize)]) -> Temp {
         Self::pcap_of(name, DataLink::ETHERNET, records)
@@ -67,12 +56,6 @@ impl Temp {
             .unwrap();
         }
         t
-    }
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -401,17 +384,6 @@ fn node_over_a_damaged_capture_accounts_for_what_it_read() {
     assert!(datagrams >= 1, "the held reports were delivered");
     assert_eq!(s["datagrams"].as_u64(), Some(datagrams), "{s}");
     assert_eq!(frames_of(&p("k.pcap")).len(), 9);
-    for f in [
-        "s.pcap",
-        "t.pcap",
-        "cut.pcap",
-        "sink.toml",
-        "k.pcap",
-        "r.pcap",
-    ] {
-        let _ = std::fs::remove_file(p(f));
-    }
-    let _ = std::fs::remove_dir(&dir.0);
 }
 
 /// `intscope collect` listening on loopback with `args`: the child, its API and report addresses.
@@ -549,7 +521,6 @@ fn a_stop_right_after_a_burst_accounts_for_every_datagram() {
     };
     stop(child);
     assert_eq!(totals["reports_v2"], s["reports_decoded"], "{totals} {s}");
-    let _ = std::fs::remove_dir_all(&data.0);
 }
 
 /// SIGTERM as soon as `intscope collect` has said where it listens is a graceful stop (the stop
@@ -584,7 +555,6 @@ fn sigterm_right_after_the_startup_line_stops_gracefully() {
             "round {round}: {err}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir.0);
 }
 
 /// `intscope demo` stopped with SIGTERM mid-run stops as with Ctrl-C: the fabric ends, the
@@ -630,7 +600,6 @@ fn sigterm_stops_the_demo_gracefully() {
     assert!(status.success(), "{status:?}: {rest}");
     assert!(rest.contains("events detected:"), "{rest}");
     assert!(data.0.join("intscope.db").exists());
-    let _ = std::fs::remove_dir_all(&data.0);
 }
 
 /// `intscope node --collector` at a port where nothing listens: the datagrams the socket refuses
@@ -666,7 +635,6 @@ fn node_counts_reports_a_closed_collector_port_refused() {
     assert!(refused > 0, "{s}");
     assert_eq!(sent + refused, 10, "one report datagram a frame: {s}");
     assert!(stderr.contains("send_errors"), "{stderr}");
-    let _ = std::fs::remove_dir_all(&dir.0);
 }
 
 /// `intscope sim --collector` at a port where nothing listens: the reports the socket refuses

@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{bin, exit_within};
+use common::{bin, exit_within, tempdir};
 
 /// The tests of this file load programs that the no-program-left checks count: one at a time.
 static ONE_LAB: Mutex<()> = Mutex::new(());
@@ -63,7 +63,7 @@ fn sh(args: &[&str]) {
 struct Lab {
     prefix: String,
     children: Vec<Child>,
-    dir: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl Lab {
@@ -110,7 +110,7 @@ impl Lab {
     fn collector(&mut self, config: Option<&str>) {
         let mut args = vec![env!("CARGO_BIN_EXE_intscope"), "collect", "--no-store"];
         args.extend(["--listen", "10.9.0.100:32766", "--http", "127.0.0.1:8080"]);
-        let path = self.dir.join("collector.toml");
+        let path = self.dir.path().join("collector.toml");
         let path = path.to_str().unwrap().to_string();
         if let Some(toml) = config {
             std::fs::write(&path, toml).unwrap();
@@ -146,13 +146,10 @@ impl Lab {
     /// management bridge in `mg` (10.9.0.100) with a leg (`mg`, 10.9.0.N) in every node.
     fn up(tag: &str) -> Lab {
         let prefix = format!("ia{tag}{}", std::process::id() % 10_000);
-        let dir = std::env::temp_dir().join(format!("intscope-{prefix}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
         let lab = Lab {
+            dir: tempdir(&prefix),
             prefix,
             children: Vec::new(),
-            dir,
         };
         for n in ["h1", "r1", "r2", "h2", "mg"] {
             sh(&["ip", "netns", "add", &lab.ns(n)]);
@@ -303,7 +300,6 @@ impl Drop for Lab {
                 .args(["netns", "del", &self.ns(n)])
                 .status();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -541,7 +537,7 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
     let _stamp = Sysctl::set("/proc/sys/net/core/netdev_tstamp_prequeue", "0");
     lab.collector(Some(COLLECTOR_TOML));
     // Queue reports once a hop holds a packet 1 ms, the quota refilled under 0.5 ms.
-    let agent_cfg = lab.dir.join("agent.toml");
+    let agent_cfg = lab.dir.path().join("agent.toml");
     std::fs::write(
         &agent_cfg,
         "[filters]\nqueues = [{ queue_id = 0, trigger_ns = 1000000, reset_ns = 500000 }]\nqueue_quota = 50\n",
@@ -571,7 +567,7 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
             .status()
             .is_ok_and(|s| s.success())
     }));
-    let dir = lab.dir.clone();
+    let dir = lab.dir.path().to_path_buf();
     let p = |name: &str| dir.join(name).to_str().unwrap().to_string();
 
     // Phase 1: TCP and UDP for 10 s, pings every 200 ms; r1's interfaces and the reports
@@ -938,7 +934,7 @@ fn one_agent_watches_every_namespace_of_a_lab() {
         extra.extend(["--netns", n.as_str()]);
     }
     extra.extend(["--report-format", "v0.5"]);
-    let reports = lab.dir.join("reports.pcap");
+    let reports = lab.dir.path().join("reports.pcap");
     let capture = lab.spawn(
         "mg",
         // The agent and the collector share this namespace: the reports cross its loopback.

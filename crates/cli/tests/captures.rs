@@ -6,12 +6,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{DUMP_SAMPLE_JSON, bin, repo};
+use common::{DUMP_SAMPLE_JSON, Temp, bin, repo};
 use pcap_file::DataLink;
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
@@ -24,23 +23,12 @@ fn sample() -> Vec<u8> {
     std::fs::read(repo("examples/sample.pcap")).unwrap()
 }
 
-/// A file of `bytes` in a directory of this test process, removed by the caller's `Temp`.
-struct Temp(PathBuf);
-
 impl Temp {
+    /// A file of `bytes`, removed with its folder when the `Temp` is dropped.
     fn new(name: &str, bytes: &[u8]) -> Temp {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!("intscope-captures-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join(format!("{}-{name}", N.fetch_add(1, Ordering::Relaxed)));
-        std::fs::write(&p, bytes).unwrap();
-        Temp(p)
-    }
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let t = Temp::path(name);
+        std::fs::write(&t.0, bytes).unwrap();
+        t
     }
 }
 

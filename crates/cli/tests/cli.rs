@@ -4,7 +4,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{DUMP_SAMPLE_JSON, bin, interop_file, succeed, tshark_frames};
+use common::{DUMP_SAMPLE_JSON, bin, interop_file, succeed, tempdir, tshark_frames};
 
 fn sample() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap")
@@ -137,8 +137,8 @@ fn bad_flag_values_are_errors() {
 /// what stderr must say.
 #[test]
 fn usage_errors_exit_2_runtime_errors_exit_1() {
-    let dir = std::env::temp_dir().join(format!("intscope-exit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempdir("exit");
+    let dir = tmp.path();
     let pcap = dir.join("r.pcap");
     let pcap = pcap.to_str().unwrap();
     let missing = dir.join("no-such-store");
@@ -254,7 +254,6 @@ fn usage_errors_exit_2_runtime_errors_exit_1() {
         !std::path::Path::new(missing).exists(),
         "serve created the store folder it was asked to read"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `HOST:PORT` options take host names, resolved as any other program would.
@@ -278,8 +277,8 @@ fn host_names_are_accepted_where_addresses_are() {
 /// ends removes the temporary history it made.
 #[test]
 fn demo_checks_its_input_before_side_effects() {
-    let tmp = std::env::temp_dir().join(format!("intscope-demo-tmp-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
+    let tmp = tempdir("demo-tmp");
+    let tmp = tmp.path();
     for (args, code) in [
         (&["demo", "--duration", "0", "--http", "127.0.0.1:0"][..], 2),
         (
@@ -293,12 +292,12 @@ fn demo_checks_its_input_before_side_effects() {
             1,
         ),
     ] {
-        let out = bin().args(args).env("TMPDIR", &tmp).output().unwrap();
+        let out = bin().args(args).env("TMPDIR", tmp).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
         assert!(!stderr.contains("collector API on"), "{args:?}: {stderr}");
         assert_eq!(
-            std::fs::read_dir(&tmp).unwrap().count(),
+            std::fs::read_dir(tmp).unwrap().count(),
             0,
             "{args:?} created a folder in TMPDIR"
         );
@@ -306,15 +305,14 @@ fn demo_checks_its_input_before_side_effects() {
     // A run that went well takes its temporary history with it.
     let out = bin()
         .args(["demo", "--duration", "1", "--http", "127.0.0.1:0"])
-        .env("TMPDIR", &tmp)
+        .env("TMPDIR", tmp)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("history in"), "{stderr}");
-    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    let left: Vec<_> = std::fs::read_dir(tmp).unwrap().collect();
     assert!(left.is_empty(), "the demo left {left:?} in TMPDIR");
-    let _ = std::fs::remove_dir_all(&tmp);
 }
 
 /// The sample capture is written by the wire crate's emitters: tshark must find its outer

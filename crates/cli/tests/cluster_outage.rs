@@ -15,7 +15,7 @@ mod ch;
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,12 +82,6 @@ impl Drop for Proc {
     }
 }
 
-fn temp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("intscope-outage-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 fn incident(id: u64, end: Option<u64>) -> Incident {
     let s = 1_000_000_000;
     Incident {
@@ -141,11 +135,14 @@ fn sync_replicas(cluster: &ch::ClickHouse) {
 #[test]
 fn replica_and_shard_outages_during_ingest_lose_nothing_and_never_500() {
     let t0 = Instant::now();
+    // The collectors' logs and spools, and the writers' spools: removed with it.
+    let tmp = tempdir("outage");
+    let dir = tmp.path();
     let cluster = ch::ClickHouse::start_replicated(2, 2);
     mark!(t0, "cluster up");
     let urls = cluster.urls();
     assert!(urls.contains('|'), "{urls}");
-    let spool = temp("spool");
+    let spool = dir.join("spool");
     let mut child = bin()
         .args([
             "collect",
@@ -163,7 +160,7 @@ fn replica_and_shard_outages_during_ingest_lose_nothing_and_never_500() {
         .arg("--spool")
         .arg(&spool)
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(temp("collector.log")).unwrap())
+        .stderr(std::fs::File::create(dir.join("collector.log")).unwrap())
         .spawn()
         .unwrap();
     let line = startup_line(&mut child);
@@ -348,28 +345,20 @@ fn replica_and_shard_outages_during_ingest_lose_nothing_and_never_500() {
         }
     }
     mark!(t0, "stored rows checked");
-    let _ = std::fs::remove_dir_all(&spool);
 
-    incidents_ended_in_an_outage_are_stored_ended(&cluster);
+    incidents_ended_in_an_outage_are_stored_ended(&cluster, dir);
     mark!(t0, "incident case done");
-    a_writer_killed_in_an_outage_leaves_its_spool_to_the_next(&cluster);
+    a_writer_killed_in_an_outage_leaves_its_spool_to_the_next(&cluster, dir);
     mark!(t0, "kill case done");
-    a_collector_killed_in_an_outage_loses_nothing_it_flushed(&cluster, &urls);
+    a_collector_killed_in_an_outage_loses_nothing_it_flushed(&cluster, &urls, dir);
     mark!(t0, "collector kill -9 case done");
-    // Nothing left behind: the collectors' logs and the writers' (now empty) spool folders.
-    for f in ["collector.log", "c3.log"] {
-        let _ = std::fs::remove_file(temp(f));
-    }
-    for d in ["spool-w1", "spool-w2"] {
-        let _ = std::fs::remove_dir_all(temp(d));
-    }
 }
 
 /// An incident's end written while its shard is down is stored once the shard is back: the
 /// store does not keep it "ongoing".
-fn incidents_ended_in_an_outage_are_stored_ended(cluster: &ch::ClickHouse) {
+fn incidents_ended_in_an_outage_are_stored_ended(cluster: &ch::ClickHouse, dir: &Path) {
     let mut cfg = cluster.config("intscope", "w1");
-    cfg.spool_dir = Some(temp("spool-w1"));
+    cfg.spool_dir = Some(dir.join("spool-w1"));
     let w = ClickHouseStore::open(cfg.clone()).unwrap();
     // Incident 1 is on shard 1 (by its ID).
     let batch = |i| Batch {
@@ -408,9 +397,9 @@ fn incidents_ended_in_an_outage_are_stored_ended(cluster: &ch::ClickHouse) {
 /// A writer whose shard is down spools to disk before it acknowledges: dropped without a
 /// replay (as a kill -9 would leave it), its spool is taken up by the next run, even one
 /// started while the shard is still down, and replayed once the shard is back.
-fn a_writer_killed_in_an_outage_leaves_its_spool_to_the_next(cluster: &ch::ClickHouse) {
+fn a_writer_killed_in_an_outage_leaves_its_spool_to_the_next(cluster: &ch::ClickHouse, dir: &Path) {
     let mut cfg = cluster.config("intscope", "w2");
-    cfg.spool_dir = Some(temp("spool-w2"));
+    cfg.spool_dir = Some(dir.join("spool-w2"));
     cluster.kill(0);
     cluster.kill(1);
     // Incidents of even IDs: all on shard 0.
@@ -440,8 +429,10 @@ fn a_writer_killed_in_an_outage_leaves_its_spool_to_the_next(cluster: &ch::Click
     drop(w);
 }
 
-/// Starts `intscope collect` named `name` with `spool`, returning it, its HTTP and UDP addresses.
-fn start_collector(urls: &str, name: &str, spool: &std::path::Path) -> (Proc, String, String) {
+/// Starts `intscope collect` named `name` with `spool`, its log `<name>.log` beside the spool,
+/// returning it, its HTTP and UDP addresses.
+fn start_collector(urls: &str, name: &str, spool: &Path) -> (Proc, String, String) {
+    let log = spool.with_file_name(format!("{name}.log"));
     let mut child = bin()
         .args([
             "collect",
@@ -459,12 +450,12 @@ fn start_collector(urls: &str, name: &str, spool: &std::path::Path) -> (Proc, St
         .arg("--spool")
         .arg(spool)
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(temp(&format!("{name}.log"))).unwrap())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     let line = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| startup_line(&mut child)))
         .unwrap_or_else(|_| {
-            let log = std::fs::read_to_string(temp(&format!("{name}.log"))).unwrap_or_default();
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
             panic!("collector {name} did not start: {log}")
         });
     (
@@ -489,10 +480,14 @@ fn stats_until(http: &str, done: impl Fn(&Value) -> bool) -> Value {
 /// A collector started while a shard is down (it starts: that shard's schema waits), killed
 /// with SIGKILL once its input was flushed: the next run with the same name and spool replays
 /// what the first spooled, and every report the first decoded is stored.
-fn a_collector_killed_in_an_outage_loses_nothing_it_flushed(cluster: &ch::ClickHouse, urls: &str) {
+fn a_collector_killed_in_an_outage_loses_nothing_it_flushed(
+    cluster: &ch::ClickHouse,
+    urls: &str,
+    dir: &Path,
+) {
     cluster.kill(2);
     cluster.kill(3);
-    let spool = temp("spool-c3");
+    let spool = dir.join("spool-c3");
     let (mut first, http, udp) = start_collector(urls, "c3", &spool);
     let out = bin()
         .args(["blast", "--to", &udp, "--rate", "3000", "--duration", "2"])
@@ -536,5 +531,4 @@ fn a_collector_killed_in_an_outage_loses_nothing_it_flushed(cluster: &ch::ClickH
         .args(["-TERM", &second.0.id().to_string()])
         .status();
     assert!(second.0.wait().unwrap().success());
-    let _ = std::fs::remove_dir_all(&spool);
 }

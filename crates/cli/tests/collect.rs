@@ -3,18 +3,18 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, interop_file, repo, startup_line, succeed, wait_until_accounted};
+use common::{bin, interop_file, repo, startup_line, succeed, tempdir, wait_until_accounted};
 
 struct Running {
     child: Child,
     http: String,
     listen: Vec<String>,
-    /// The history folder of its own, when `args` named no store.
-    data: Option<PathBuf>,
+    /// The history folder of its own, when `args` named no store: held for its removal when
+    /// the `Running` is dropped.
+    _data: Option<tempfile::TempDir>,
 }
 
 /// Collectors started by this test binary (each its own history folder).
@@ -38,8 +38,8 @@ impl Running {
             .all(|f| !has(&args, f))
             .then(|| {
                 let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let d = tempdir(&format!("running-{n}"));
-                args.extend(["--data".into(), d.display().to_string()]);
+                let d = tempdir(&format!("test-running-{n}"));
+                args.extend(["--data".into(), d.path().display().to_string()]);
                 d
             });
         let mut child = bin()
@@ -60,7 +60,7 @@ impl Running {
             child,
             http: v["http"].as_str().unwrap().to_string(),
             listen,
-            data,
+            _data: data,
         }
     }
 
@@ -101,9 +101,6 @@ impl Running {
             .status()
             .unwrap();
         let out = self.child.wait_with_output().unwrap();
-        if let Some(d) = &self.data {
-            let _ = std::fs::remove_dir_all(d);
-        }
         assert!(out.status.success(), "clean exit on SIGTERM");
         String::from_utf8_lossy(&out.stderr).into_owned()
     }
@@ -223,17 +220,12 @@ fn discard_mode_counts_without_decoding() {
     c.stop();
 }
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("intscope-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 /// Kill -9 during ingest, restart on the same `--data`: the store opens, nothing committed is
 /// lost, and event IDs continue after the stored ones.
 #[test]
 fn kill_9_during_ingest_loses_nothing_committed() {
-    let dir = tempdir("kill9");
+    let tmp = tempdir("test-kill9");
+    let dir = tmp.path();
     let data = dir.to_str().unwrap();
     let c = Running::start(&["--listen", "127.0.0.1:0", "--data", data]);
     let mut blast = bin()
@@ -328,7 +320,6 @@ fn kill_9_during_ingest_loses_nothing_committed() {
         );
     }
     c.stop();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The real Prometheus server (Debian's, installed by .ci/run) scrapes `/metrics` and can query
@@ -349,8 +340,8 @@ fn prometheus_scrapes_the_metrics() {
     }
     let sample = repo("examples/sample.pcap");
     let c = Running::start(&["--replay", &sample]);
-    let dir = tempdir("prometheus");
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempdir("test-prometheus");
+    let dir = tmp.path();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -422,17 +413,17 @@ fn prometheus_scrapes_the_metrics() {
     let _ = prom.kill();
     let _ = prom.wait();
     c.stop();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `intscope demo` runs the collector and the simulated fabric; the scripted incast at 3 s is
 /// detected as a microburst.
 #[test]
 fn demo_runs_and_detects_the_scripted_faults() {
-    let dir = tempdir("demo");
+    let tmp = tempdir("test-demo");
+    let dir = tmp.path();
     let out = bin()
         .args(["demo", "--duration", "4", "--http", "127.0.0.1:0", "--data"])
-        .arg(&dir)
+        .arg(dir)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -451,12 +442,12 @@ fn demo_runs_and_detects_the_scripted_faults() {
         "no report is lost on loopback: {events}"
     );
     assert!(dir.join("intscope.db").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The demo's "events detected" line (counts per kind) after a run of `secs` fabric seconds, and
 /// its stderr.
 fn demo_events(secs: &str) -> (String, String) {
+    let data = tempdir(&format!("test-demo-events-{secs}"));
     let out = bin()
         .args([
             "demo",
@@ -466,10 +457,7 @@ fn demo_events(secs: &str) -> (String, String) {
             "127.0.0.1:0",
             "--data",
         ])
-        .arg(tempdir(&format!(
-            "demo-events-{secs}-{:?}",
-            std::thread::current().id()
-        )))
+        .arg(data.path())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -519,8 +507,8 @@ fn demo_detection_does_not_depend_on_the_machines_load() {
 
 #[test]
 fn sim_with_random_faults_to_pcap_replays_into_the_collector() {
-    let dir = tempdir("sim-random");
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempdir("test-sim-random");
+    let dir = tmp.path();
     let pcap = dir.join("reports.pcap");
     succeed(
         bin()
@@ -647,7 +635,8 @@ fn listening_off_loopback_without_an_allowlist_warns() {
 /// (a restart adds, it never overwrites).
 #[test]
 fn graceful_restarts_add_to_the_stored_counters() {
-    let dir = tempdir("restarts");
+    let tmp = tempdir("test-restarts");
+    let dir = tmp.path();
     let data = dir.to_str().unwrap();
     let mut expected = 0u64;
     for _ in 0..2 {
@@ -678,7 +667,6 @@ fn graceful_restarts_add_to_the_stored_counters() {
         .sum();
     assert_eq!(stored, expected, "the flows' stored reports are the sums");
     c.stop();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// At more than 100 000 reports a second offered, with the store's writer busy (20 000 flows
@@ -687,8 +675,8 @@ fn graceful_restarts_add_to_the_stored_counters() {
 /// waits for the writer the kernel drops and counts.)
 #[test]
 fn kill_9_under_load_loses_at_most_one_flush_interval() {
-    let dir = tempdir("kill9-load");
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempdir("test-kill9-load");
+    let dir = tmp.path();
     let interval_ms = 500u64;
     let config = dir.join("collect.toml");
     std::fs::write(
@@ -779,7 +767,6 @@ fn kill_9_under_load_loses_at_most_one_flush_interval() {
         lost <= one_interval,
         "lost {lost} reports of {seen}: more than one interval's {one_interval} (load {rate:.0}/s)"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The demo's API follows the same access policy: off loopback it refuses to start open.
@@ -830,8 +817,8 @@ fn the_api_off_loopback_needs_a_token() {
     let stderr = c.stop();
     assert!(stderr.contains("NO authentication"), "{stderr}");
 
-    let dir = tempdir("token");
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempdir("test-token");
+    let dir = tmp.path();
     let token = dir.join("token");
     std::fs::write(&token, "an-api-token\n").unwrap();
     let c = Running::start(&[
@@ -869,15 +856,14 @@ fn the_api_off_loopback_needs_a_token() {
         token.to_str().unwrap(),
     ]);
     assert!(stderr.contains("empty"), "{stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--tls-cert`/`--tls-key`: the API over HTTPS, with a certificate made for the test; a
 /// certificate that does not load stops the start with the file named.
 #[test]
 fn the_api_over_tls() {
-    let dir = tempdir("tls");
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempdir("test-tls");
+    let dir = tmp.path();
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
     let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
     std::fs::write(&cert_file, cert.cert.pem()).unwrap();
@@ -920,7 +906,6 @@ fn the_api_over_tls() {
         dir.join("missing.pem").to_str().unwrap(),
     ]);
     assert!(stderr.contains("missing.pem"), "{stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Signals as a daemon takes them: SIGHUP, SIGUSR1 and SIGUSR2 (whose default action ends a
@@ -928,8 +913,8 @@ fn the_api_over_tls() {
 /// does, with its stop summary and the final flush of what it received into its store.
 #[test]
 fn hangup_and_user_signals_are_ignored_quit_stops_with_a_flush() {
-    let data = std::env::temp_dir().join(format!("intscope-signals-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
+    let tmp = tempdir("signals");
+    let data = tmp.path();
     let mut c = Running::start(&["--listen", "127.0.0.1:0", "--data", data.to_str().unwrap()]);
     let s = blast_and_account(&c, &["--rate", "20000", "--duration", "1", "--flows", "50"]);
     assert_eq!(s["flows"], 50);
@@ -961,7 +946,6 @@ fn hangup_and_user_signals_are_ignored_quit_stops_with_a_flush() {
         data.to_str().unwrap(),
     ]);
     let flows = served.get("/api/history/flows?limit=1000");
-    let _ = std::fs::remove_dir_all(&data);
     assert!(
         flows.to_string().matches("\"src_port\"").count() >= 50,
         "the 50 flows were flushed before the stop: {flows}"
@@ -974,9 +958,8 @@ fn hangup_and_user_signals_are_ignored_quit_stops_with_a_flush() {
 /// colliding); `serve` reads beside it; once the first stops, the directory is free again.
 #[test]
 fn a_second_writer_on_one_store_is_refused() {
-    let data = std::env::temp_dir().join(format!("intscope-onewriter-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
-    let dir = data.to_str().unwrap();
+    let data = tempdir("onewriter");
+    let dir = data.path().to_str().unwrap();
     let first = Running::start(&["--listen", "127.0.0.1:0", "--data", dir]);
     first.get("/api/stats");
     let pid = first.child.id().to_string();
@@ -1022,5 +1005,4 @@ fn a_second_writer_on_one_store_is_refused() {
     let again = Running::start(&["--listen", "127.0.0.1:0", "--data", dir]);
     again.get("/api/stats");
     again.stop();
-    let _ = std::fs::remove_dir_all(&data);
 }

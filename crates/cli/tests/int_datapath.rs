@@ -20,11 +20,10 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Rng, bin, exit_within};
+use common::{Rng, bin, exit_within, tempdir};
 
 /// Software hosts jitter by tens of microseconds; the agent reports queue occupancy in bytes.
 const COLLECTOR_TOML: &str = "[detect]\nlatency_min_excess_ns = 2000000\nlatency_confirm_ns = 20000000\n\
@@ -62,7 +61,7 @@ const NODES: [&str; 6] = ["h1", "r1", "r2", "r3", "h2", "mg"];
 struct Lab {
     prefix: String,
     children: Vec<Child>,
-    dir: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl Lab {
@@ -121,13 +120,10 @@ impl Lab {
             }
         }
         let prefix = format!("imd{}", std::process::id() % 10_000);
-        let dir = std::env::temp_dir().join(format!("intscope-{prefix}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
         let lab = Lab {
+            dir: tempdir(&prefix),
             prefix,
             children: Vec::new(),
-            dir,
         };
         for n in NODES {
             sh(&["ip", "netns", "add", &lab.ns(n)]);
@@ -227,7 +223,7 @@ impl Lab {
     }
 
     fn collector(&mut self) {
-        let path = self.dir.join("collector.toml");
+        let path = self.dir.path().join("collector.toml");
         std::fs::write(&path, COLLECTOR_TOML).unwrap();
         let args = [
             env!("CARGO_BIN_EXE_intscope"),
@@ -267,7 +263,7 @@ impl Lab {
         mode: &str,
         filtered: bool,
     ) -> Option<usize> {
-        let config = self.dir.join(format!("{node}.toml"));
+        let config = self.dir.path().join(format!("{node}.toml"));
         std::fs::write(&config, format!("mode = \"{mode}\"\nmtu = 1600\n")).unwrap();
         let id = id.to_string();
         let port = format!("{dev}={role}");
@@ -363,7 +359,6 @@ impl Drop for Lab {
                 .args(["netns", "del", &self.ns(n)])
                 .status();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -566,7 +561,7 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
     let mut lab = Lab::up();
     lab.collector();
     // Reports as the collector receives them, for the hop latencies.
-    let pcap = lab.dir.join("reports.pcap");
+    let pcap = lab.dir.path().join("reports.pcap");
     let dump = lab
         .exec(
             "mg",

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::bin;
+use common::{bin, tempdir};
 
 fn missing() -> Option<String> {
     let uid = Command::new("id").arg("-u").output().ok()?;
@@ -148,9 +148,8 @@ fn a_lab_raises_its_faults_where_and_when_they_happen() {
         skip(&what);
         return;
     }
-    let dir = std::env::temp_dir().join(format!("intscope-lab-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempdir("lab-test");
+    let dir = tmp.path();
 
     // A lab killed with SIGKILL once its agent runs: its namespaces and agent stay behind.
     let mut killed = bin()
@@ -201,7 +200,7 @@ fn a_lab_raises_its_faults_where_and_when_they_happen() {
     );
 
     // The baseline removes them, and the agent is gone.
-    let none = lab("none", &dir).expect("the lab without INT");
+    let none = lab("none", dir).expect("the lab without INT");
     assert!(
         namespaces_of(pid).is_empty(),
         "left by the killed lab: {:?}",
@@ -232,7 +231,7 @@ fn a_lab_raises_its_faults_where_and_when_they_happen() {
     assert!(base > 90e6, "the paced 100 Mb/s elephant: {base}");
 
     for mode in ["xd", "md"] {
-        let truth = lab(mode, &dir).unwrap_or_else(|e| panic!("lab {mode}: {e}"));
+        let truth = lab(mode, dir).unwrap_or_else(|e| panic!("lab {mode}: {e}"));
         check_score(mode, &truth);
         let g = elephant(&truth);
         assert!(
@@ -254,13 +253,12 @@ fn a_lab_raises_its_faults_where_and_when_they_happen() {
             "{mode}: agents left"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_lab_with_bad_input_says_why() {
-    let dir = std::env::temp_dir().join(format!("intscope-lab-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempdir("lab-bad");
+    let dir = tmp.path();
     let run = |toml: &str, extra: &[&str]| {
         let path = dir.join("lab.toml");
         std::fs::write(&path, toml).unwrap();
@@ -315,5 +313,4 @@ fn a_lab_with_bad_input_says_why() {
     let out = bin().args(["lab", "--score"]).arg(&bad).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a lab's ground truth"));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,7 +9,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, repo};
+use common::{Temp, bin, repo};
 use etherparse::PacketBuilder;
 use intscope_wire::locate::{DetectConfig, Packet, Start};
 
@@ -129,11 +129,10 @@ fn probes_leave_on_time_without_any_traffic() {
     let Some((_pairs, [_, a1, b0, b1])) = two_pairs("ip") else {
         return;
     };
-    let tag = std::process::id() % 10_000;
-    let config = std::env::temp_dir().join(format!("intscope-live-probes-{tag}.toml"));
+    let config = Temp::path("probes.toml");
     let source = std::fs::read_to_string(repo("examples/node-source.toml")).unwrap();
     std::fs::write(
-        &config,
+        &config.0,
         format!(
             "{source}\n[[probes]]\nsrc = \"10.0.1.9\"\ndst = \"10.0.3.9\"\ninterval_ns = 100000000\n"
         ),
@@ -147,7 +146,7 @@ fn probes_leave_on_time_without_any_traffic() {
         .unwrap();
     let node = bin()
         .args(["node", "--config"])
-        .arg(&config)
+        .arg(&config.0)
         .args(["--interface", &a1, "--out-interface", &b0])
         .stdout(Stdio::piped())
         .spawn()
@@ -182,7 +181,6 @@ fn probes_leave_on_time_without_any_traffic() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = node.wait_with_output().unwrap();
-    let _ = std::fs::remove_file(&config);
     assert!(out.status.success());
     // Three seconds at 10 a second, less the node's start-up.
     assert!(probes >= 15, "{probes} probes on the wire");
@@ -226,12 +224,11 @@ fn run_node(
     extra: &[&str],
     meanwhile: impl FnOnce(),
 ) -> serde_json::Value {
-    let tag = std::process::id() % 10_000;
-    let path = std::env::temp_dir().join(format!("intscope-live-{tag}-{input}.toml"));
-    std::fs::write(&path, config).unwrap();
+    let path = Temp::path(&format!("{input}.toml"));
+    std::fs::write(&path.0, config).unwrap();
     let node = bin()
         .args(["node", "--config"])
-        .arg(&path)
+        .arg(&path.0)
         .args(["--interface", input, "--out-interface", output])
         .args(["--count", &frames.len().to_string()])
         .args(extra)
@@ -248,7 +245,6 @@ fn run_node(
     let mut node = node;
     let status = common::exit_within(&mut node, Duration::from_secs(20)).expect("the node ended");
     let out = node.wait_with_output().unwrap();
-    let _ = std::fs::remove_file(&path);
     assert!(status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }

@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{bin, host_traffic, repo, startup_line, succeed, tshark_frames, write_pcap};
+use common::{bin, host_traffic, repo, startup_line, succeed, tempdir, tshark_frames, write_pcap};
 
 use etherparse::PacketBuilder;
 
@@ -54,9 +54,8 @@ fn node(
 
 #[test]
 fn host_to_host_through_three_nodes_then_the_collector() {
-    let dir = std::env::temp_dir().join(format!("intscope-chain-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = |n: &str| dir.join(n);
+    let dir = tempdir("chain");
+    let p = |n: &str| dir.path().join(n);
     let sent = host_capture(&p("host1.pcap"));
     let s1 = node(
         "examples/node-source.toml",
@@ -194,7 +193,6 @@ fn host_to_host_through_three_nodes_then_the_collector() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The flows `intscope collect --replay` finds in a pcap of reports.
@@ -229,9 +227,8 @@ fn collected_flows(reports: &PathBuf) -> serde_json::Value {
 /// netcfg's collector (in report frames, and over UDP when no pcap is given).
 #[test]
 fn an_onos_netcfg_runs_unchanged() {
-    let dir = std::env::temp_dir().join(format!("intscope-netcfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = |n: &str| dir.join(n);
+    let dir = tempdir("netcfg");
+    let p = |n: &str| dir.path().join(n);
     let sent = host_capture(&p("host1.pcap"));
     // The device: node 2, its queue 0 at 5 µs (over the 2 µs trigger).
     std::fs::write(
@@ -297,5 +294,4 @@ fn an_onos_netcfg_runs_unchanged() {
         let n = collector.recv(&mut buf).unwrap();
         assert!(n > 12 && buf[0] >> 4 == 0, "a v0.5 report");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{exit_within, host_traffic, repo, write_pcap};
+use common::{Temp, exit_within, host_traffic, repo, tempdir, write_pcap};
 
 /// The node chain's sample input: host traffic the example source node watches (10.0.1.1 to
 /// 10.0.3.1–4, UDP and TCP) and one frame to another network it leaves alone.
@@ -41,10 +41,10 @@ fn host1_frames() -> Vec<Vec<u8>> {
 #[test]
 fn examples_host1_pcap_is_generated() {
     let committed = PathBuf::from(repo("examples/host1.pcap"));
-    let fresh = std::env::temp_dir().join(format!("intscope-host1-{}.pcap", std::process::id()));
+    let fresh = Temp::path("host1.pcap");
     write_pcap(&fresh, &host1_frames());
-    let want = std::fs::read(&fresh).unwrap();
-    let _ = std::fs::remove_file(&fresh);
+    let want = std::fs::read(&fresh.0).unwrap();
+    drop(fresh);
     if std::env::var_os("INTSCOPE_REGENERATE").is_some() {
         std::fs::write(&committed, &want).unwrap();
     }
@@ -169,7 +169,8 @@ impl Background {
 }
 
 struct Scratch {
-    dir: PathBuf,
+    /// The clone's stand-in, removed with the `Scratch`.
+    dir: tempfile::TempDir,
     path: String,
     n: usize,
 }
@@ -179,9 +180,9 @@ impl Scratch {
         let mut c = Command::new("sh");
         c.arg("-c")
             .arg(cmd)
-            .current_dir(&self.dir)
+            .current_dir(self.dir.path())
             .env("PATH", &self.path)
-            .env("HOME", self.dir.join("home"))
+            .env("HOME", self.dir.path().join("home"))
             .env_remove("INTSCOPE_LOG")
             .stdin(Stdio::null());
         c
@@ -189,7 +190,7 @@ impl Scratch {
 
     fn files(&mut self) -> (PathBuf, PathBuf) {
         self.n += 1;
-        let logs = self.dir.join("logs");
+        let logs = self.dir.path().join("logs");
         (
             logs.join(format!("{}.out", self.n)),
             logs.join(format!("{}.err", self.n)),
@@ -254,13 +255,12 @@ fn readme_blocks_run_in_order() {
     let readme = std::fs::read_to_string(repo("README.md")).unwrap();
     let blocks = sh_blocks(&readme);
     assert!(blocks.len() >= 5, "README ```sh blocks: {blocks:?}");
-    let dir = std::env::temp_dir().join(format!("intscope-readme-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("home")).unwrap();
-    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    let dir = tempdir("readme");
+    std::fs::create_dir_all(dir.path().join("home")).unwrap();
+    std::fs::create_dir_all(dir.path().join("logs")).unwrap();
     // The sample inputs, as a clone has them.
     for sub in ["examples", "wireshark", "scripts"] {
-        std::os::unix::fs::symlink(repo(sub), dir.join(sub)).unwrap();
+        std::os::unix::fs::symlink(repo(sub), dir.path().join(sub)).unwrap();
     }
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_intscope")).parent().unwrap();
     let path = format!(
@@ -303,5 +303,4 @@ fn readme_blocks_run_in_order() {
         String::from_utf8_lossy(&which.stdout).trim(),
         env!("CARGO_BIN_EXE_intscope")
     );
-    let _ = std::fs::remove_dir_all(&s.dir);
 }

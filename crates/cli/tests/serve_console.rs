@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{bin, exit_within, repo, startup_line};
+use common::{bin, exit_within, repo, startup_line, tempdir};
 use serde_json::Value;
 
 /// `GET path` on `addr`: status, the Content-Type header, body.
@@ -40,9 +40,8 @@ fn get(addr: &str, path: &str) -> (u16, String, String) {
 
 #[test]
 fn serve_serves_the_console_over_the_store() {
-    let dir = std::env::temp_dir().join(format!("intscope-serve-ui-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let data = dir.to_str().unwrap();
+    let dir = tempdir("serve-ui");
+    let data = dir.path().to_str().unwrap();
     // A store a collector wrote: the sample capture replayed, then a graceful stop.
     let mut c = bin()
         .current_dir(repo(""))
@@ -111,5 +110,4 @@ fn serve_serves_the_console_over_the_store() {
     }
     let _ = s.kill();
     let _ = s.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Rng, bin, startup_line, wait_until_accounted};
+use common::{Rng, bin, startup_line, tempdir, wait_until_accounted};
 use intscope_collector::loadgen::{Generator, LoadConfig};
 
 struct Collector {
@@ -151,9 +151,8 @@ fn soak_with_hostile_traffic_while_the_api_is_read() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(45);
-    let dir = std::env::temp_dir().join(format!("intscope-soak-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempdir("soak");
+    let dir = tmp.path();
     let config = dir.join("collect.toml");
     std::fs::write(&config, SOAK_CONFIG).unwrap();
     let c = Collector::start(&config, &dir.join("data"));
@@ -283,7 +282,6 @@ fn soak_with_hostile_traffic_while_the_api_is_read() {
         "RSS still growing: {rss:?} KiB"
     );
     c.stop();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Caps far below the defaults, so the hostile traffic reaches them within the soak.

@@ -15,6 +15,8 @@
 //! built from the same ground truth, so the console's incident views are exercised against the
 //! API contract. The proxy lives in this file only, never in the product.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -62,6 +64,8 @@ const HURT_HOST: &str = "10.0.2.2";
 const THRESHOLD: u64 = 1000;
 
 fn chromium(args: &[&str], url: &str, profile: &str) -> String {
+    // A profile of its own for this run, removed once chromium has exited.
+    let user_data = common::tempdir(&format!("chromium-{profile}"));
     let out = Command::new("chromium")
         .env("TZ", "UTC")
         .args([
@@ -78,15 +82,7 @@ fn chromium(args: &[&str], url: &str, profile: &str) -> String {
             "--window-size=1280,900",
             "--timeout=8000",
         ])
-        .arg(format!(
-            "--user-data-dir={}",
-            std::env::temp_dir()
-                .join(format!(
-                    "intscope-chromium-{profile}-{}",
-                    std::process::id()
-                ))
-                .display()
-        ))
+        .arg(format!("--user-data-dir={}", user_data.path().display()))
         .args(args)
         .arg(url)
         .output()
@@ -414,9 +410,8 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
         eprintln!("chromium not installed: skipped outside CI");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("intscope-ui-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let scenario = dir.join("congestion.toml");
+    let dir = common::tempdir("ui");
+    let scenario = dir.path().join("congestion.toml");
     std::fs::write(&scenario, SCENARIO).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_intscope"))
         .args([
@@ -430,7 +425,7 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
         .arg("--topology")
         .arg(&scenario)
         .arg("--data")
-        .arg(dir.join("data"))
+        .arg(dir.path().join("data"))
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()

@@ -17,7 +17,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{Rng, bin, host_traffic, interop_dir, repo, succeed, write_pcap};
+use common::{Rng, Temp, bin, host_traffic, interop_dir, repo, succeed, tempdir, write_pcap};
 use serde_json::{Map, Value};
 
 /// CableLabs' IPv6 vectors keep IP next header = TCP in front of the inserted UDP header: dump
@@ -29,15 +29,10 @@ fn plugin() -> String {
     repo("wireshark/intscope.lua")
 }
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("intscope-ws-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// `frames` written to `<name>.pcap` in this test's own directory, for both tools to read.
-fn frames_pcap(name: &str, frames: &[Vec<u8>]) -> PathBuf {
-    let pcap = tempdir(name).join(format!("{name}.pcap"));
+/// `frames` written to `<name>.pcap` in a directory of its own (removed with the `Temp`), for
+/// both tools to read.
+fn frames_pcap(name: &str, frames: &[Vec<u8>]) -> Temp {
+    let pcap = Temp::path(&format!("{name}.pcap"));
     write_pcap(&pcap, frames);
     pcap
 }
@@ -889,8 +884,8 @@ fn interop_vectors_match_dump() {
 /// in its three modes.
 #[test]
 fn node_and_sim_captures_match_dump() {
-    let dir = tempdir("node");
-    let p = |n: &str| dir.join(n);
+    let dir = tempdir("ws-node");
+    let p = |n: &str| dir.path().join(n);
     write_pcap(&p("host.pcap"), &host_traffic(12));
     let node = |config: &str, input: &str, output: &str, reports: Option<&str>| {
         let mut c = bin();
@@ -1045,8 +1040,9 @@ fn spec_2016_example() {
 #[test]
 fn readme_tshark_commands_decode_what_dump_decodes() {
     require_tshark();
-    let home = tempdir("readme-home");
-    succeed(bin().env("HOME", &home).args(["wireshark", "install"]));
+    let home_dir = tempdir("ws-readme-home");
+    let home = home_dir.path();
+    succeed(bin().env("HOME", home).args(["wireshark", "install"]));
     let readme = std::fs::read_to_string(repo("README.md")).unwrap();
     let section = &readme[readme.find("## Wireshark and tshark").unwrap()..];
     let block = &section[section.find("```sh").unwrap() + 5..];
@@ -1072,7 +1068,7 @@ fn readme_tshark_commands_decode_what_dump_decodes() {
             .arg("-c")
             .arg(format!("{cmd} -T json --no-duplicate-keys"))
             .current_dir(repo(""))
-            .env("HOME", &home)
+            .env("HOME", home)
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1102,22 +1098,23 @@ fn readme_tshark_commands_decode_what_dump_decodes() {
 #[test]
 fn install_puts_the_plugin_where_wireshark_finds_it() {
     require_tshark();
-    let home = tempdir("home");
+    let home_dir = tempdir("ws-home");
+    let home = home_dir.path();
     let out = succeed(
         bin()
-            .env("HOME", &home)
+            .env("HOME", home)
             .args(["wireshark", "install", "--print-path"]),
     );
     let path = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
     assert!(!path.exists(), "--print-path only prints");
-    succeed(bin().env("HOME", &home).args(["wireshark", "install"]));
+    succeed(bin().env("HOME", home).args(["wireshark", "install"]));
     assert_eq!(
         std::fs::read_to_string(&path).unwrap(),
         std::fs::read_to_string(plugin()).unwrap()
     );
     let folders = succeed(
         Command::new("tshark")
-            .env("HOME", &home)
+            .env("HOME", home)
             .args(["-G", "folders"]),
     );
     let folders = String::from_utf8(folders.stdout).unwrap();
@@ -1129,7 +1126,7 @@ fn install_puts_the_plugin_where_wireshark_finds_it() {
     assert_eq!(Path::new(lua_dir), path.parent().unwrap());
     let protocols = succeed(
         Command::new("tshark")
-            .env("HOME", &home)
+            .env("HOME", home)
             .args(["-G", "protocols"]),
     );
     let protocols = String::from_utf8(protocols.stdout).unwrap();
@@ -1141,7 +1138,7 @@ fn install_puts_the_plugin_where_wireshark_finds_it() {
     // docs/wireshark.md lists every field the plugin registers.
     let fields = succeed(
         Command::new("tshark")
-            .env("HOME", &home)
+            .env("HOME", home)
             .args(["-G", "fields"]),
     );
     let docs = std::fs::read_to_string(repo("docs/wireshark.md")).unwrap();
@@ -1246,8 +1243,8 @@ fn host_frames() -> Vec<Vec<u8>> {
 /// every hop's capture and the sink's reports, tshark against dump.
 #[test]
 fn node_encapsulations_match_dump() {
-    let dir = tempdir("encaps");
-    let p = |n: &str| dir.join(n);
+    let dir = tempdir("ws-encaps");
+    let p = |n: &str| dir.path().join(n);
     write_pcap(&p("host.pcap"), &host_frames());
     let common = "int_udp_port = 17768\nint_dscp = 0x17\nint_gre_proto = 0x4569\n\
                   probe_marker = \"0x1122334455667788\"\n";

@@ -23,12 +23,6 @@ use intscope_collector::store::{HistoryQuery, StoreError};
 use serde_json::Value;
 use tower::ServiceExt;
 
-fn tempdir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("intscope-api-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 /// A collector fed `datagrams` of `flows` flows (with drops, so events), its state flushed to a
 /// store in `flushes` batches when `data` is given.
 fn collector(
@@ -81,8 +75,9 @@ fn rt() -> tokio::runtime::Runtime {
 
 #[test]
 fn limits_above_the_maximum_are_400s_with_a_json_error() {
-    let dir = tempdir("limits");
-    let c = collector(Some(&dir), 20, 200, 1);
+    let tmp = common::tempdir("api-limits");
+    let dir = tmp.path();
+    let c = collector(Some(dir), 20, 200, 1);
     let app = api::router(c);
     rt().block_on(async {
         for uri in [
@@ -124,7 +119,6 @@ fn limits_above_the_maximum_are_400s_with_a_json_error() {
             assert_eq!(get(&app, uri).await.0, StatusCode::OK, "{uri}");
         }
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Follows `next` from `first` until it is null; returns every row.
@@ -173,8 +167,9 @@ fn assert_once(rows: &[Value], id: impl Fn(&Value) -> String, expected: usize, w
 
 #[test]
 fn cursor_paging_returns_every_row_exactly_once() {
-    let dir = tempdir("paging");
-    let c = collector(Some(&dir), 300, 3000, 10);
+    let tmp = common::tempdir("api-paging");
+    let dir = tmp.path();
+    let c = collector(Some(dir), 300, 3000, 10);
     let store = c.store.clone().unwrap();
     let (flows, events, queues, nodes, links, live_events) = {
         let s = c.state.read();
@@ -250,7 +245,6 @@ fn cursor_paging_returns_every_row_exactly_once() {
             "newest first"
         );
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Rows enough that a query scanning them all takes well over a millisecond.
@@ -266,9 +260,10 @@ fn fill_events(dir: &std::path::Path, n: u64) {
 
 #[test]
 fn a_slow_history_query_is_stopped_at_its_deadline() {
-    let dir = tempdir("slow");
-    let c = collector(Some(&dir), 10, 50, 1);
-    fill_events(&dir, 1_000_000);
+    let tmp = common::tempdir("api-slow");
+    let dir = tmp.path();
+    let c = collector(Some(dir), 10, 50, 1);
+    fill_events(dir, 1_000_000);
     // Directly: a kind no row has (all are drops) makes SQLite scan every row.
     let store = c.store.clone().unwrap();
     let q = HistoryQuery {
@@ -348,7 +343,6 @@ fn a_slow_history_query_is_stopped_at_its_deadline() {
             t.elapsed()
         );
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Serves `api` on an ephemeral loopback port on `rt`; returns the address.
@@ -629,8 +623,8 @@ fn event_streams_are_limited_and_metrics_bounded() {
 
 #[test]
 fn tls_round_trip_with_a_self_signed_certificate() {
-    let dir = tempdir("tls");
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::tempdir("api-tls");
+    let dir = tmp.path();
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
     let (cert_pem, key_pem) = (cert.cert.pem(), cert.signing_key.serialize_pem());
     std::fs::write(dir.join("cert.pem"), &cert_pem).unwrap();
@@ -683,16 +677,16 @@ fn tls_round_trip_with_a_self_signed_certificate() {
     let _ = http_get(addr, "/api/stats", "");
     std::thread::sleep(Duration::from_millis(100));
     assert!(a.http.tls_failed.load(Ordering::Relaxed) >= 1);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `/api/stats` and history queries do not wait for a big flush: stats read the writer's last
 /// snapshot, history queries have their own connections (WAL readers never wait on a commit).
 #[test]
 fn readers_do_not_wait_for_a_big_flush() {
-    let dir = tempdir("flush");
+    let tmp = common::tempdir("api-flush");
+    let dir = tmp.path();
     // Not flushed yet: the collector's own flusher takes every flow in its first batch.
-    let c = collector(Some(&dir), 100_000, 30_000, 0);
+    let c = collector(Some(dir), 100_000, 30_000, 0);
     let store = c.start_store().unwrap();
     let app = api::router(Arc::clone(&c));
     let pending = || c.store_stats.pending.load(Ordering::Relaxed);
@@ -730,7 +724,6 @@ fn readers_do_not_wait_for_a_big_flush() {
     );
     c.stop();
     store.finish();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A client that reads an event stream too slowly for the in-memory log is dropped: a last

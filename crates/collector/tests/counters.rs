@@ -118,9 +118,8 @@ fn key(m: &counters::Metric, labels: &[String]) -> (String, BTreeMap<String, Str
 /// samples (with a store: all of them).
 #[test]
 fn every_counter_is_in_both_renderings_with_the_same_value() {
-    let dir = std::env::temp_dir().join(format!("intscope-counters-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    for data in [None, Some(dir.as_path())] {
+    let dir = common::tempdir("counters");
+    for data in [None, Some(dir.path())] {
         let c = collector(data);
         let a = Api::new(Arc::clone(&c), ApiConfig::default());
         let mut samples = Samples::default();
@@ -179,7 +178,6 @@ fn every_counter_is_in_both_renderings_with_the_same_value() {
         assert_eq!(json["flows"], 40);
         assert_eq!(json["held"]["flow"], 40);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The served endpoints: each `/api/stats` metric's family is in `/metrics` and its samples are

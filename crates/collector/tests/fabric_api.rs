@@ -57,11 +57,10 @@ async fn get(app: &axum::Router, uri: &str) -> (StatusCode, Value) {
 
 #[tokio::test]
 async fn history_and_fabric_incidents_page_and_filter() {
-    let dir = std::env::temp_dir().join(format!("intscope-fabric-api-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::tempdir("fabric-api");
     let c: Arc<Collector> = Collector::open(CollectorConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
-        data: Some(dir.clone()),
+        data: Some(dir.path().to_path_buf()),
         ..CollectorConfig::default()
     })
     .unwrap();
@@ -117,7 +116,6 @@ async fn history_and_fabric_incidents_page_and_filter() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     drop(app);
     drop(c);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The fabric's flow views answer what the store's typed reads hold, serialized as they are:
@@ -126,9 +124,8 @@ async fn history_and_fabric_incidents_page_and_filter() {
 async fn fabric_flow_views_serve_the_stored_rows() {
     use intscope_collector::store::HistoryQuery;
 
-    let dir = std::env::temp_dir().join(format!("intscope-fabric-flows-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let c = common::open_collector(Some(&dir));
+    let dir = common::tempdir("fabric-flows");
+    let c = common::open_collector(Some(dir.path()));
     let store = c.store.clone().unwrap();
     // Two store intervals, every flow reported in each.
     common::feed_load(&c, common::v2_load(12, 1000), 400, 200);
@@ -174,5 +171,4 @@ async fn fabric_flow_views_serve_the_stored_rows() {
     }
     drop(app);
     drop(c);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -38,9 +38,8 @@ fn names(expr: &str) -> Vec<String> {
 /// The sample names a collector with a store, a queue and a webhook renders in `/metrics`, and
 /// the declared per-entity series (per source, node: they appear with loss and drops).
 fn exported() -> BTreeSet<String> {
-    let dir = std::env::temp_dir().join(format!("intscope-grafana-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let c = open_collector(Some(&dir));
+    let dir = tempdir("grafana");
+    let c = open_collector(Some(dir.path()));
     let d = Rep::new(
         1,
         &[H(1, 3, 800, 10), H(101, 2, 900, 3000)],
@@ -61,7 +60,7 @@ fn exported() -> BTreeSet<String> {
     let text = render_metrics(&api);
     drop(api);
     drop(c);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     let mut names: BTreeSet<String> = text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())

@@ -7,6 +7,7 @@
 //! Cost: SQLite well under a second; ClickHouse one server start (~1 s) and a few queries.
 
 mod ch;
+mod common;
 
 use intscope_collector::incident::{
     Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
@@ -83,9 +84,8 @@ fn listed(store: &dyn Store) -> Vec<(u64, u64, IncidentState)> {
 
 #[test]
 fn a_previous_release_sqlite_store_is_migrated() {
-    let dir = std::env::temp_dir().join(format!("intscope-migrate-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::tempdir("migrate");
+    let dir = tmp.path();
     {
         let conn = rusqlite::Connection::open(dir.join(SqliteStore::FILE)).unwrap();
         conn.execute_batch(&fixture("schema-v1-sqlite.sql"))
@@ -103,7 +103,7 @@ fn a_previous_release_sqlite_store_is_migrated() {
         )
         .unwrap();
     }
-    let store = SqliteStore::open(&dir).unwrap();
+    let store = SqliteStore::open(dir).unwrap();
     assert_eq!(listed(&store), [(1, 2, IncidentState::Ongoing)]);
     store
         .write(&Batch {
@@ -120,7 +120,7 @@ fn a_previous_release_sqlite_store_is_migrated() {
     );
     drop(store);
     // Reopened: nothing to migrate, the version recorded once, the new column written.
-    let store = SqliteStore::open(&dir).unwrap();
+    let store = SqliteStore::open(dir).unwrap();
     drop(store);
     let conn = rusqlite::Connection::open(dir.join(SqliteStore::FILE)).unwrap();
     let versions: Vec<i64> = column(&conn, "SELECT version FROM schema_version");
@@ -142,11 +142,10 @@ fn a_previous_release_sqlite_store_is_migrated() {
     conn.execute("INSERT INTO schema_version VALUES(99, 0)", [])
         .unwrap();
     drop(conn);
-    match SqliteStore::open(&dir) {
+    match SqliteStore::open(dir) {
         Err(StoreError::BadRequest(m)) => assert!(m.contains("newer"), "{m}"),
         other => panic!("{:?}", other.map(|_| ())),
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -173,9 +172,9 @@ fn a_previous_release_clickhouse_store_is_migrated() {
     );
     assert!(r.is_empty(), "{r}");
 
+    let spool = common::tempdir("migrate-ch");
     let mut cfg = server.config(db, "test");
-    cfg.spool_dir =
-        Some(std::env::temp_dir().join(format!("intscope-migrate-ch-{}", std::process::id())));
+    cfg.spool_dir = Some(spool.path().to_path_buf());
     let store = ClickHouseStore::open(cfg.clone()).unwrap();
     assert_eq!(listed(&store), [(1, 2, IncidentState::Ongoing)]);
     store
@@ -238,5 +237,4 @@ fn a_previous_release_clickhouse_store_is_migrated() {
         Err(e) => assert!(e.to_string().contains("newer"), "{e}"),
         Ok(_) => panic!("a newer schema was opened"),
     }
-    let _ = std::fs::remove_dir_all(cfg.spool_dir.unwrap());
 }

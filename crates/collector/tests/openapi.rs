@@ -233,9 +233,8 @@ async fn get(app: &axum::Router, uri: &str) -> (StatusCode, String, Vec<u8>) {
 
 #[test]
 fn every_endpoint_answers_as_documented() {
-    let dir = std::env::temp_dir().join(format!("intscope-openapi-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let c = collector(&dir);
+    let dir = common::tempdir("openapi");
+    let c = collector(dir.path());
     let spec = spec();
     let app = api::router(Arc::clone(&c));
     let snap = c.snapshot();
@@ -435,7 +434,6 @@ fn every_endpoint_answers_as_documented() {
             "{path} documented, not tested"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The checker finds each kind of mismatch (a checker that passes everything proves nothing).

@@ -20,16 +20,13 @@ use intscope_collector::store::{
 
 /// A store to run the same test on: a SQLite directory, or a database on a ClickHouse server.
 enum Backend {
-    Sqlite(std::path::PathBuf),
+    Sqlite(tempfile::TempDir),
     ClickHouse(Arc<ch::ClickHouse>, String),
 }
 
 impl Backend {
     fn sqlite(name: &str) -> Backend {
-        let dir =
-            std::env::temp_dir().join(format!("intscope-store-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        Backend::Sqlite(dir)
+        Backend::Sqlite(tempdir(&format!("store-{name}")))
     }
 
     fn clickhouse(server: &Arc<ch::ClickHouse>, name: &str) -> Backend {
@@ -39,7 +36,7 @@ impl Backend {
     /// Opens the store (again: the same directory or database).
     fn open(&self) -> Arc<dyn Store> {
         match self {
-            Backend::Sqlite(dir) => Arc::new(SqliteStore::open(dir).unwrap()),
+            Backend::Sqlite(dir) => Arc::new(SqliteStore::open(dir.path()).unwrap()),
             Backend::ClickHouse(server, db) => {
                 Arc::new(ClickHouseStore::open(server.config(db, "test")).unwrap())
             }
@@ -51,14 +48,6 @@ impl Backend {
         match self {
             Backend::Sqlite(_) => t,
             Backend::ClickHouse(..) => t.div_ceil(86_400 * S) * 86_400 * S,
-        }
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        if let Backend::Sqlite(dir) = self {
-            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
@@ -473,9 +462,8 @@ fn counters_accumulate_across_restarts(backend: &Backend) {
 /// A store file from before the run columns opens, and its counts go on from where they were.
 #[test]
 fn an_older_store_file_is_upgraded_in_place() {
-    let dir = std::env::temp_dir().join(format!("intscope-store-old-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempdir("store-old");
+    let dir = tmp.path();
     let conn = rusqlite::Connection::open(dir.join("intscope.db")).unwrap();
     conn.execute_batch(
         "CREATE TABLE flows(
@@ -486,7 +474,7 @@ fn an_older_store_file_is_upgraded_in_place() {
     )
     .unwrap();
     drop(conn);
-    let store = SqliteStore::open(&dir).unwrap();
+    let store = SqliteStore::open(dir).unwrap();
     let mut s = state();
     let d = Rep::new(7, &[H(1, 2, 900, 10)], H(2, 3, 900, 10)).datagram();
     feed(&mut s, &d, 0);
@@ -501,7 +489,7 @@ fn an_older_store_file_is_upgraded_in_place() {
     )
     .unwrap();
     drop(conn);
-    let store = SqliteStore::open(&dir).unwrap();
+    let store = SqliteStore::open(dir).unwrap();
     let stats = StoreStats::default();
     store
         .write(&collect_batch(&s, &mut 1, Vec::new(), &stats))
@@ -509,7 +497,6 @@ fn an_older_store_file_is_upgraded_in_place() {
     let flows = json(store.flows(&HistoryQuery::default()).unwrap());
     assert_eq!(flows["flows"][0]["reports"], 1001);
     drop(store);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A store that takes 300 ms to commit and remembers the last batch it committed (its

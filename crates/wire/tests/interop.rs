@@ -757,8 +757,10 @@ fn cablelabs_report_v20_variant() {
 /// corpus test with `INTSCOPE_SHARED` pointing at an empty folder.
 #[test]
 fn missing_corpus_skips_unless_required() {
-    let empty = std::env::temp_dir().join(format!("intscope-no-interop-{}", std::process::id()));
-    std::fs::create_dir_all(&empty).unwrap();
+    let empty = tempfile::Builder::new()
+        .prefix("intscope-no-interop-")
+        .tempdir()
+        .unwrap();
     let run = |require: Option<&str>| {
         let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
         cmd.args([
@@ -766,7 +768,7 @@ fn missing_corpus_skips_unless_required() {
             "onos_fabric_p4_report_v05_capture",
             "--nocapture",
         ])
-        .env("INTSCOPE_SHARED", &empty)
+        .env("INTSCOPE_SHARED", empty.path())
         .env_remove("INTSCOPE_REQUIRE_INTEROP");
         if let Some(v) = require {
             cmd.env("INTSCOPE_REQUIRE_INTEROP", v);
@@ -789,5 +791,4 @@ fn missing_corpus_skips_unless_required() {
         stderr.contains("INTSCOPE_REQUIRE_INTEROP is set"),
         "{stderr}"
     );
-    let _ = std::fs::remove_dir(&empty);
 }

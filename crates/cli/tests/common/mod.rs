@@ -331,3 +331,36 @@ pub fn replay_served(file: &Path, extra: &[&str]) -> (serde_json::Value, String)
     assert!(stats.status.success(), "GET /api/stats: {stderr}");
     (serde_json::from_slice(&stats.stdout).unwrap(), stderr)
 }
+
+/// A folder of this test's own in the system's temporary directory, named `intscope-<what>-…`
+/// (unique per call, so tests running side by side never share one). Removed when the returned
+/// `TempDir` is dropped — when the test ends, passed or failed (a panic unwinds through it) — so
+/// keep it bound to a variable (not `_`) while anything, a child process included, uses the
+/// folder.
+pub fn tempdir(what: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("intscope-{what}-"))
+        .tempdir()
+        .unwrap()
+}
+
+/// A path, `name`, in a folder of its own (`intscope-<test binary>-…`, [`tempdir`]): the folder,
+/// with whatever the test put at the path (a file or a directory), is removed when the `Temp` is
+/// dropped.
+pub struct Temp(pub PathBuf, tempfile::TempDir);
+
+impl Temp {
+    pub fn path(name: &str) -> Temp {
+        let dir = tempdir(env!("CARGO_CRATE_NAME"));
+        Temp(dir.path().join(name), dir)
+    }
+}
+
+/// The path: a `&Temp` is taken where a `&Path` is.
+impl std::ops::Deref for Temp {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}

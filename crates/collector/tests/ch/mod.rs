@@ -12,7 +12,9 @@ use intscope_collector::store::ClickHouseConfig;
 
 /// Running servers (stopped on drop).
 pub struct ClickHouse {
-    dir: PathBuf,
+    /// The servers' files, removed after [`Drop`] has stopped the servers (`common::tempdir`:
+    /// the collector's and the binary's tests that include this module both have one).
+    dir: tempfile::TempDir,
     /// HTTP port of the first server (the others follow).
     pub port: u16,
     /// Shards.
@@ -64,13 +66,11 @@ impl ClickHouse {
             if !free(base, shards * replicas) {
                 continue;
             }
-            let dir =
-                std::env::temp_dir().join(format!("intscope-ch-{}-{base}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
+            let dir = crate::common::tempdir(&format!("ch-{base}"));
             let out = Command::new("bash")
                 .arg(script())
                 .arg("start")
-                .arg(&dir)
+                .arg(dir.path())
                 .args(["--shards", &shards.to_string(), "--port", &base.to_string()])
                 .args(["--replicas", &replicas.to_string()])
                 .output()
@@ -100,12 +100,12 @@ impl ClickHouse {
 
     /// Kills server `k` (shard `k / replicas`, replica `k % replicas`) with SIGKILL.
     pub fn kill(&self, k: usize) {
-        self.script(&["kill", &self.dir.to_string_lossy(), &k.to_string()]);
+        self.script(&["kill", &self.dir.path().to_string_lossy(), &k.to_string()]);
     }
 
     /// Starts server `k` again, returning once it answers.
     pub fn revive(&self, k: usize) {
-        self.script(&["revive", &self.dir.to_string_lossy(), &k.to_string()]);
+        self.script(&["revive", &self.dir.path().to_string_lossy(), &k.to_string()]);
     }
 
     fn script(&self, args: &[&str]) {
@@ -134,10 +134,12 @@ impl ClickHouse {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
-    /// A store configuration on database `db`, writing as collector `source`.
+    /// A store configuration on database `db`, writing as collector `source`, its spool in the
+    /// servers' folder (not the default `intscope-spool` in the system's temporary directory).
     pub fn config(&self, db: &str, source: &str) -> ClickHouseConfig {
         let mut c = ClickHouseConfig::parse(&self.urls(), None, source).unwrap();
         c.database = db.into();
+        c.spool_dir = Some(self.dir.path().join("spool"));
         c
     }
 }
@@ -149,9 +151,8 @@ impl Drop for ClickHouse {
         let _ = Command::new("bash")
             .arg(script())
             .arg("stop")
-            .arg(&self.dir)
+            .arg(self.dir.path())
             .arg("--now")
             .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

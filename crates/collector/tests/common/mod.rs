@@ -260,3 +260,15 @@ pub fn feed_load(
         store.write(&b).unwrap();
     }
 }
+
+/// A folder of this test's own in the system's temporary directory, named `intscope-<what>-…`
+/// (unique per call, so tests running side by side never share one). Removed when the returned
+/// `TempDir` is dropped — when the test ends, passed or failed (a panic unwinds through it) — so
+/// keep it bound to a variable (not `_`) while anything, a child process included, uses the
+/// folder.
+pub fn tempdir(what: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("intscope-{what}-"))
+        .tempdir()
+        .unwrap()
+}
