@@ -368,38 +368,54 @@ fn a_latency_anomaly_is_an_incident_once_it_lasts() {
         "each stall seen"
     );
     assert!(latency(&s).is_empty(), "{:#?}", latency(&s));
-    // Two lone anomalous samples 1 s apart, nothing between: not one anomaly.
+    // Two lone anomalous samples 10 s apart, nothing between: not one anomaly.
     sample(&mut s, t, 6_000_000);
-    t += S;
+    t += 10 * S;
     sample(&mut s, t, 6_000_000);
     assert!(latency(&s).is_empty(), "{:#?}", latency(&s));
     sample(&mut s, t + MS, 900);
     t += S;
+    // Filtered reports of a lasting anomaly: one every 400 ms, all high. Confirmed.
+    let sparse = t;
+    for _ in 0..3 {
+        sample(&mut s, t, 7_000_000);
+        t += 400 * MS;
+    }
+    let all = latency(&s);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!((all[0].start_ns, all[0].counts.samples), (sparse, 3));
+    sample(&mut s, t, 900);
+    s.tick(t + 10 * S);
+    t += 20 * S;
     // A queue: every sample high for 50 ms, one every 100 µs; its peak while unconfirmed.
     let start = t;
     for k in 0..500u32 {
         sample(&mut s, t, 6_000_000 + if k == 100 { 9_000_000 } else { k });
         t += 100 * US;
     }
-    let all = latency(&s);
-    assert_eq!(all.len(), 1, "{all:#?}");
-    assert_eq!(all[0].start_ns, start, "from its first sample");
-    assert_eq!(all[0].counts.samples, 500, "every anomalous sample");
+    let queue = |s: &State| {
+        let all = latency(s);
+        assert_eq!(all.len(), 2, "{all:#?}");
+        all.into_iter()
+            .find(|i| i.start_ns == start)
+            .expect("from its first sample")
+    };
+    let i = queue(&s);
+    assert_eq!(i.counts.samples, 500, "every anomalous sample");
     assert_eq!(
-        all[0].peak.map(|p| (p.value, p.at_ns)),
+        i.peak.map(|p| (p.value, p.at_ns)),
         Some((15_000_000, start + 100 * 100 * US))
     );
-    assert_eq!(all[0].state, IncidentState::Ongoing);
+    assert_eq!(i.state, IncidentState::Ongoing);
     // The port goes quiet while the anomaly lasts (its flows left): the incident resolves, and
     // one stall a minute later is no anomaly of its own.
     s.tick(t + 10 * S);
     t += 60 * S;
     sample(&mut s, t, 6_000_000);
     s.tick(t + S);
-    let all = latency(&s);
-    assert_eq!(all.len(), 1, "{all:#?}");
-    assert_eq!(all[0].state, IncidentState::Resolved);
-    assert_eq!(all[0].counts.samples, 500);
+    let i = queue(&s);
+    assert_eq!(i.state, IncidentState::Resolved);
+    assert_eq!(i.counts.samples, 500);
 }
 
 #[test]

@@ -17,9 +17,9 @@ pub struct DetectConfig {
     /// the scheduler, which now and then holds every packet in flight for milliseconds: the
     /// held packets leave together and the next is normal again, so a stall never spans this
     /// long, while a real queue keeps every sample high. Held samples that no anomalous sample
-    /// follows within `episode_quiet_ns` are forgotten, and an anomaly whose port went quiet
-    /// for `incident_quiet_ns` is confirmed anew. Every anomalous sample is an event either
-    /// way.
+    /// follows within `incident_quiet_ns` are forgotten (filtered reports come one per flow and
+    /// interval while a latency holds), and an anomaly whose port went quiet that long is
+    /// confirmed anew. Every anomalous sample is an event either way.
     pub latency_confirm_ns: u64,
     /// Queue occupancy that starts a congestion episode.
     pub congestion_start: u32,

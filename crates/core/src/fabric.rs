@@ -925,8 +925,10 @@ impl FabricShard {
                         ..Observation::sample(clock, now)
                     };
                     // An anomaly whose port went quiet is over (the log resolved it): the next
-                    // anomalous sample is confirmed again. Held samples with none after them
-                    // for `episode_quiet_ns` were a stall, not the start of this anomaly.
+                    // anomalous sample is confirmed again. So are held samples with none after
+                    // them for as long: filtered reports (SD-Fabric's, one per flow and
+                    // interval while the latency holds) come that sparsely in a lasting
+                    // anomaly, while the normal sample after a stall forgets it at once.
                     if ps
                         .latency_anomaly
                         .is_some_and(|last| clock.saturating_sub(last) > cfg.incident_quiet_ns)
@@ -934,7 +936,7 @@ impl FabricShard {
                         ps.latency_anomaly = None;
                     }
                     if ps.latency_unconfirmed.as_ref().is_some_and(|held| {
-                        clock.saturating_sub(held.last_at_ns) > cfg.episode_quiet_ns
+                        clock.saturating_sub(held.last_at_ns) > cfg.incident_quiet_ns
                     }) {
                         ps.latency_unconfirmed = None;
                     }
