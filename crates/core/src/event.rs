@@ -520,10 +520,23 @@ impl Raiser {
         evidence: impl FnOnce() -> Evidence,
     ) {
         if kind == EventKind::PathChange {
-            return self.path_change(now, place, evidence());
+            let at_ns = self.switch_time(now);
+            return self.path_change(now, at_ns, place, evidence());
         }
         let at = self.switch_time(now);
         self.raise_at(now, at, kind, place, 0, symptom, evidence);
+    }
+
+    /// A path change first seen at switch time `at_ns` (a joined path's packet: the join itself
+    /// happens up to a join window later, and its reports may have been delayed).
+    pub fn raise_path_change_at(
+        &mut self,
+        now: u64,
+        at_ns: u64,
+        place: Place,
+        evidence: impl FnOnce() -> Evidence,
+    ) {
+        self.path_change(now, at_ns, place, evidence());
     }
 
     /// The record about to be processed: its switch time ([`Record::switch_time`](crate::record::Record::switch_time))
@@ -682,8 +695,7 @@ impl Raiser {
     }
 
     #[cold]
-    fn path_change(&mut self, now: u64, place: Place, ev: Evidence) {
-        let at_ns = self.switch_time(now);
+    fn path_change(&mut self, now: u64, at_ns: u64, place: Place, ev: Evidence) {
         let key = rate_key(EventKind::PathChange, &place, 0);
         self.outbox.push(Outgoing::PathChange(
             key,

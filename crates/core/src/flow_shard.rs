@@ -286,6 +286,7 @@ impl FlowShard {
         let silent;
         let mut hidden = None;
         let mut change = None;
+        let mut changed_at = None;
         let delays = LinkDelays {
             assumed_ns: self.cfg.postcards.link_delay_max_ns,
             learn_max_ns: self.cfg.postcards.link_delay_learn_max_ns,
@@ -300,6 +301,17 @@ impl FlowShard {
                     flow.path_partial = true;
                 }
                 change = flow.observe_joined_path(now, &hops, &mut self.paths);
+                // When the flow took the new way: the time of the last hop both paths share,
+                // which left by another port.
+                changed_at = change.as_ref().and_then(|old| {
+                    let d = old
+                        .iter()
+                        .zip(hops.iter())
+                        .position(|(a, b)| *a != PathHop::from(b))
+                        .unwrap_or(old.len().min(hops.len()));
+                    let h = hops.get(d.saturating_sub(1))?;
+                    h.egress_ts().or(h.ingress_ts())
+                });
                 flow.observe_latency(now, &hops);
                 // A hop that has reported the flow for `silent_ns` (without a silence of its
                 // own) since its next hop last did: a hop whose reports just resumed after the
@@ -454,7 +466,7 @@ impl FlowShard {
             .map_or(since, |(_, seen)| seen.max(since))
             .saturating_add(1);
         if let Some(old) = change {
-            self.path_changed(now, key, id, old);
+            self.path_changed(now, changed_at, key, id, old);
         }
         if let Some((before, silent_node, (since, until), heard)) = outage {
             let incident = IncidentKey::new(
@@ -694,7 +706,8 @@ impl FlowShard {
             flow.observe_latency(now, r.hops());
         }
         if let Some(old) = change {
-            self.path_changed(now, key, id, old);
+            // An INT-MD report's path: the raiser's clock is this record's.
+            self.path_changed(now, None, key, id, old);
         }
         if let Some((hop, packet, ttl, join_before)) = postcard {
             self.add_postcard(now, key, (hop, packet, ttl), join_before, loss);
@@ -753,7 +766,9 @@ impl FlowShard {
     }
 
     #[inline(never)]
-    fn path_changed(&mut self, now: u64, key: FlowKey, id: u64, old: Path) {
+    /// Raises flow `key`'s change from path `old`, first seen at switch time `at_ns` when the
+    /// caller knows it (else the receive time on the switch's clock).
+    fn path_changed(&mut self, now: u64, at_ns: Option<u64>, key: FlowKey, id: u64, old: Path) {
         let Some(flow) = self.flows.get(&key) else {
             return;
         };
@@ -775,8 +790,12 @@ impl FlowShard {
             queue: None,
             flow: Some((key, id)),
         };
-        self.raiser
-            .raise(now, EventKind::PathChange, place, None, ev);
+        match at_ns {
+            Some(at_ns) => self.raiser.raise_path_change_at(now, at_ns, place, ev),
+            None => self
+                .raiser
+                .raise(now, EventKind::PathChange, place, None, ev),
+        }
     }
 }
 

@@ -267,6 +267,7 @@ fn a_failed_link_is_one_path_change_naming_it() {
     let flows = traffic(until * MS, false);
     let (leaf, spine) = (1, 1);
     let down = at(100, u64::MAX, Fault::LinkDown { leaf, spine });
+    let mut starts = Vec::new();
     for mode in MODES {
         let r = run(
             mode,
@@ -313,8 +314,13 @@ fn a_failed_link_is_one_path_change_naming_it() {
             "{mode:?}: start {} ns",
             i.start_ns
         );
+        starts.push(i.start_ns);
         assert_eq!(r.incidents.len(), 1, "{mode:?}: nothing else\n{}", r.dump());
     }
+    // Joined per-hop reports date the change by the packet that took the new way, as an
+    // INT-MD stack does, not by the join a window later.
+    let (first, last) = (starts.iter().min().unwrap(), starts.iter().max().unwrap());
+    assert!(last - first <= MS, "{MODES:?}: starts {starts:?}");
 }
 
 /// A failed link where a leaf has four spines: the leaves' ECMP spreads the flows to and from
