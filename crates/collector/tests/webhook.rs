@@ -72,6 +72,21 @@ impl Receiver {
     }
 }
 
+/// A receiver that accepts connections and never answers (each held open): its address.
+fn dead_receiver(rt: &tokio::runtime::Runtime) -> SocketAddr {
+    let dead = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = dead.local_addr().unwrap();
+    rt.spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = dead.accept().await {
+            held.push(s);
+        }
+    });
+    addr
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -328,16 +343,7 @@ fn a_dead_receiver_fills_its_bounded_queue_and_its_drops_are_counted() {
     let rt = runtime();
     let _rt = rt.enter();
     let live = Receiver::start(&rt, 0);
-    let dead = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let dead_addr = dead.local_addr().unwrap();
-    rt.spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = dead.accept().await {
-            held.push(s);
-        }
-    });
+    let dead_addr = dead_receiver(&rt);
     let c = collector();
     let hook = Webhook::start(
         Arc::clone(&c),
@@ -409,16 +415,7 @@ fn a_stop_sends_what_is_due_and_counts_what_it_cannot() {
     let rt = runtime();
     let _rt = rt.enter();
     let live = Receiver::start(&rt, 1);
-    let dead = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let dead_addr = dead.local_addr().unwrap();
-    rt.spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = dead.accept().await {
-            held.push(s);
-        }
-    });
+    let dead_addr = dead_receiver(&rt);
     let c = collector();
     let hook = Webhook::start(
         Arc::clone(&c),
