@@ -301,16 +301,16 @@ impl FlowShard {
                     flow.path_partial = true;
                 }
                 change = flow.observe_joined_path(now, &hops, &mut self.paths);
-                // When the flow took the new way: the time of the last hop both paths share,
-                // which left by another port.
+                // When the flow took the new way: the packet's time at the first hop that
+                // differs (a node that left by another port, or a new node), which reports at
+                // once; a hop before it may have reported the flow a filter interval earlier.
                 changed_at = change.as_ref().and_then(|old| {
                     let d = old
                         .iter()
                         .zip(hops.iter())
-                        .position(|(a, b)| *a != PathHop::from(b))
-                        .unwrap_or(old.len().min(hops.len()));
-                    let h = hops.get(d.saturating_sub(1))?;
-                    h.egress_ts().or(h.ingress_ts())
+                        .position(|(a, b)| *a != PathHop::from(b))?;
+                    let h = hops.get(d)?;
+                    h.ingress_ts().or(h.egress_ts())
                 });
                 flow.observe_latency(now, &hops);
                 // A hop that has reported the flow for `silent_ns` (without a silence of its
