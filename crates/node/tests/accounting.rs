@@ -179,3 +179,43 @@ fn every_frame_lands_in_one_per_frame_counter() {
     );
     assert_eq!((s[1].hop_limit, s[2].hop_limit), (8, 8), "{s:?}");
 }
+
+/// A frame the fuzz target `node_process` found: an INT-MX source (DSCP) forwards it, and the
+/// sink's new L4 length then wrapped below zero (a panic). The sink leaves it as it came,
+/// counted `malformed`.
+#[test]
+fn a_sink_leaves_a_frame_it_cannot_shorten_malformed() {
+    let frame = hex::decode(concat!(
+        "00000000cdede100ff7c000808004800002848480000001100000000002ff7000000003bf983cf8cff9f",
+        "f513cdede100ff7c00080a6823270000006c00000000000000fbffffff0007fe00690000000000000a9e",
+        "00137c3000132d00ee08004848485d000000020606060606eb06060606cdede100ff7c00080800480000",
+        "2848bc7979797979797979797979797979797979797979797979797979797979797979797800000000ff",
+        "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
+        "ffffffffffffffffffffffffffffffffff002ff7000000003bf983cf8cff9ff513cdede14848485d0000",
+        "00000606060606eb0606060600007c3b13480008084900100000006100510000000c000808854811ff",
+    ))
+    .unwrap();
+    let config = |role| NodeConfig {
+        role,
+        mode: Mode::Mx,
+        encap: intscope_node::SourceEncap::Dscp,
+        instructions: 1,
+        on_mtu_exceeded: MtuAction::IntermediateReport,
+        use_checksum_complement: true,
+        destination_headers: true,
+        probe_marker: Some(intscope_node::config::HexBytes(
+            0x1122_3344_5566_7788u64.to_be_bytes().to_vec(),
+        )),
+        watchlist: vec![intscope_node::WatchEntry {
+            clone: true,
+            ..intscope_node::WatchEntry::default()
+        }],
+        ..NodeConfig::default()
+    };
+    let s = run_chain(
+        "fuzzed",
+        vec![config(Role::Source), config(Role::Sink)],
+        vec![frame],
+    );
+    assert!(s[1].malformed >= 1, "{:?}", s[1]);
+}

@@ -99,9 +99,10 @@ impl Node {
                     }
                     _ => (off, len),
                 };
-                let block = frame[off..off + len].to_vec();
+                let block = frame.get(off..off + len)?.to_vec();
                 let old_len = frame::l4_len(frame, &l);
-                let new_len = old_len - len as u16;
+                // A length field shorter than the INT block it holds: malformed, left as it is.
+                let new_len = old_len.checked_sub(u16::try_from(len).ok()?)?;
                 let udp = l.is_udp();
                 let csum = frame::updated_l4_checksum(
                     frame::l4_checksum(frame, &l),
