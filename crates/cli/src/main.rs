@@ -54,6 +54,7 @@ enum Command {
 }
 
 fn main() {
+    keep_large_allocations_mapped();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -87,3 +88,18 @@ fn main() {
         std::process::exit(if usage::is_usage(&e) { 2 } else { 1 });
     }
 }
+
+/// Gives every large allocation (a flow shard's snapshot rows and its index by ID, a flush's
+/// part, an API answer) pages of its own, returned when it is freed. glibc raises its mmap
+/// threshold to the size of the first such block freed and then serves blocks up to 32 MiB from
+/// the heap, where the copies a collector makes while its flows grow left tens of MB resident as
+/// holes (33 MB at a million flows, BENCHMARKS.md).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn keep_large_allocations_mapped() {
+    // SAFETY: sets an allocator parameter (the default threshold, fixed), before any thread.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) };
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn keep_large_allocations_mapped() {}

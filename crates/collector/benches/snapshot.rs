@@ -126,11 +126,10 @@ fn main() {
         })
         .collect();
     eprintln!(
-        "{} flows, {} paths, fed in {:.1} s; a row takes {} bytes",
+        "{} flows, {} paths, fed in {:.1} s",
         keys.len(),
         paths.len(),
         started.elapsed().as_secs_f64(),
-        size_of::<Option<FlowRow>>()
     );
     let (mut rows, mut by_id, mut held) = (Vec::new(), Vec::new(), Vec::new());
     // The first copies (and the buffers they fill) are made before any is timed.

@@ -892,9 +892,9 @@ impl From<&FlowRow> for FlowSummary {
             drops: f.drops,
             last_drop_reason: f.last_drop_reason,
             path: f.path.iter().map(|h| h.node_id).collect(),
-            path_changes: f.path_changes,
-            e2e_latency_p50: f.e2e_p50,
-            e2e_latency_p99: f.e2e_p99,
+            path_changes: u64::from(f.path_changes),
+            e2e_latency_p50: f.e2e_p50(),
+            e2e_latency_p99: f.e2e_p99(),
         }
     }
 }
@@ -929,8 +929,8 @@ pub struct FlowDetail {
     pub path_detail: crate::flow::Path,
     /// Recent paths, oldest first, ending with the current one.
     pub path_history: Vec<PathSince>,
-    /// The last latency samples.
-    pub series: crate::flow::SampleRing,
+    /// The last latency sample (a list of at most one).
+    pub series: crate::flow::LastSample,
     /// The flow's events in the in-memory log.
     pub events: Vec<Event>,
     /// With a store: the flow's series per store interval.
@@ -955,8 +955,8 @@ async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<FlowPage
     let key: fn(&FlowRow) -> u64 = match sort {
         "reports" => |f| f.reports,
         "drops" => |f| f.drops,
-        "p99" => |f| f.e2e_p99.unwrap_or(0),
-        "path_changes" => |f| f.path_changes,
+        "p99" => |f| f.e2e_p99().unwrap_or(0),
+        "path_changes" => |f| u64::from(f.path_changes),
         "first_seen" => |f| u64::MAX - f.first_seen_ns,
         "last_seen" => |f| f.last_seen_ns,
         other => {
@@ -1000,13 +1000,13 @@ async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<FlowPage
         // Larger sort key first; ties by ID.
         let first = rank::smallest(matching, wanted, |f| (std::cmp::Reverse(key(f)), f.id));
         let more = first.len() == wanted;
-        let page: Vec<&FlowRow> = first.into_iter().skip(offset).take(limit).collect();
+        let page: Vec<FlowRow> = first.into_iter().skip(offset).take(limit).collect();
         let next = more
             .then(|| page.last().map(|f| format!("{sort}.{}.{}", key(f), f.id)))
             .flatten();
         Json(FlowPage {
             total,
-            flows: page.into_iter().map(FlowSummary::from).collect(),
+            flows: page.iter().map(FlowSummary::from).collect(),
             next,
         })
     })
@@ -1018,7 +1018,12 @@ async fn flow(
 ) -> Result<Json<FlowDetail>, ApiError> {
     let Path(id) = id.map_err(|e| ApiError::bad(&api, e.body_text()))?;
     let found = with_snapshot(&api.collector, |s| {
-        s.flow_by_id(id).map(|f| {
+        let f = s.flow_by_id(id)?;
+        // Its samples and earlier paths are read from the live flow (one flow under its
+        // shard's lock): published rows leave them out to stay small. A flow that left since the
+        // snapshot is gone.
+        let recent = api.collector.state.flow_recent(&f.key, id)?;
+        Some({
             // The event log has its own lock, which the shards take only to append.
             let log = api.collector.state.events();
             let events: Vec<Event> = log
@@ -1029,16 +1034,14 @@ async fn flow(
                 .collect();
             drop(log);
             FlowDetail {
-                summary: FlowSummary::from(f),
+                summary: FlowSummary::from(&f),
                 path_detail: Arc::clone(&f.path),
-                path_history: f
-                    .path_history()
-                    .map(|(since_ns, p)| PathSince {
-                        since_ns,
-                        path: Arc::clone(p),
-                    })
+                path_history: recent
+                    .paths
+                    .into_iter()
+                    .map(|(since_ns, path)| PathSince { since_ns, path })
                     .collect(),
-                series: f.recent.clone(),
+                series: recent.samples,
                 events,
                 intervals: None,
             }

@@ -544,9 +544,13 @@ impl Collector {
         // One shard of each kind per receive thread: threads correlate side by side.
         let threads = config.threads.max(1) * config.listen.len().max(1);
         let state = State::with_limits(config.detect.clone(), config.limits, threads);
-        if let Some(s) = &store {
-            state.continue_event_ids(s.next_event_id()?);
-            state.continue_incident_ids(s.next_incident_id()?);
+        match &store {
+            Some(s) => {
+                state.continue_event_ids(s.next_event_id()?);
+                state.continue_incident_ids(s.next_incident_id()?);
+            }
+            // Nothing would read a flow's per-interval latency.
+            None => state.keep_intervals(false),
         }
         let detect = DetectConfig {
             int_udp_ports: config.int_udp_ports.clone(),

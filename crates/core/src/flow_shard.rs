@@ -134,11 +134,11 @@ pub struct FlowShard {
     pub flows: FlowTable,
     /// The distinct paths of the flows.
     pub paths: PathTable,
-    /// (ID, key) in ID order: IDs only grow, so new flows append and lookups bisect (half the
-    /// memory of a hash map at a million flows).
-    flow_ids: Vec<(u64, FlowKey)>,
     /// Flows changed since the last store flush.
     pub dirty_flows: Vec<FlowKey>,
+    /// New flows keep their latency per store interval ([`FlowState::keep_intervals`]): on
+    /// by default, off for a collector without a store ([`crate::state::State::keep_intervals`]).
+    pub(crate) keep_intervals: bool,
     /// Flows with per-hop reports waiting to be joined: (deadline, flow). One entry per flow
     /// at most (a flow is queued again only once its entry left), so bounded by the flows.
     pending_joins: VecDeque<(u64, FlowKey)>,
@@ -195,17 +195,16 @@ impl FlowShard {
             raiser: Raiser::new(cfg.event_interval_ns),
             cfg,
             max_flows: limits.flows.max(1),
+            keep_intervals: true,
             ..FlowShard::default()
         }
     }
 
-    /// The flow with API ID `id`, if this shard holds it.
+    /// The flow with API ID `id`, if this shard holds it: a pass over the flows, for the locked
+    /// view (tests, tools). Readers find flows by ID in a snapshot, whose copy keeps an index;
+    /// the live state keeps none (48 bytes a flow).
     pub fn flow_by_id(&self, id: u64) -> Option<&FlowState> {
-        let i = self
-            .flow_ids
-            .binary_search_by_key(&id, |(id, _)| *id)
-            .ok()?;
-        self.flows.get(&self.flow_ids[i].1)
+        self.flows.values().find(|f| f.id == id)
     }
 
     /// Starts loading the state of the flow whose key hashes to `hash`; returns the slot it
@@ -601,13 +600,15 @@ impl FlowShard {
         loss: &LossHistory,
     ) -> FlowSeen {
         let now = r.time_ns;
-        let flow_ids = &mut self.flow_ids;
         let paths = &mut self.paths;
+        let keep_intervals = self.keep_intervals;
         let flow = self.flows.get_or_insert_hashed(hash, key, hint, || {
-            // IDs grow within a shard (taken under its lock), so `flow_ids` stays sorted.
             let id = ids.fetch_add(1, Ordering::Relaxed);
-            flow_ids.push((id, key));
-            FlowState::new(key, id, now, paths.intern(&[]))
+            let mut flow = FlowState::new(key, id, now, paths.intern(&[]));
+            if keep_intervals {
+                flow.keep_intervals();
+            }
+            flow
         });
         flow.reports += 1;
         flow.last_seen_ns = now;
@@ -712,8 +713,7 @@ impl FlowShard {
         if let Some((hop, packet, ttl, join_before)) = postcard {
             self.add_postcard(now, key, (hop, packet, ttl), join_before, loss);
         }
-        // `flow_ids` holds one entry per flow, and its length is at hand.
-        if self.flow_ids.len() > self.max_flows {
+        if self.flows.len() > self.max_flows {
             self.evict_flows();
         }
         FlowSeen {
@@ -733,7 +733,6 @@ impl FlowShard {
         self.flows
             .retain(|f| now.saturating_sub(f.last_seen_ns) < idle);
         let flows = &self.flows;
-        self.flow_ids.retain(|(_, k)| flows.get(k).is_some());
         // Without a store nothing else empties the list: it would keep the keys of flows gone.
         self.dirty_flows.retain(|k| flows.get(k).is_some());
         self.flows_expired += (before - self.flows.len()) as u64;
@@ -748,20 +747,15 @@ impl FlowShard {
         let k = excess(self.flows.len(), self.max_flows);
         let mut times: Vec<u64> = self.flows.values().map(|f| f.last_seen_ns).collect();
         let mut cut = Cutoff::oldest(&mut times, k);
-        let mut gone: Vec<u64> = Vec::with_capacity(k);
+        let mut gone = 0u64;
         self.flows.retain(|f| {
             let evict = cut.take(f.last_seen_ns);
-            if evict {
-                gone.push(f.id);
-            }
+            gone += u64::from(evict);
             !evict
         });
-        gone.sort_unstable();
-        self.flow_ids
-            .retain(|(id, _)| gone.binary_search(id).is_err());
         let flows = &self.flows;
         self.dirty_flows.retain(|k| flows.get(k).is_some());
-        self.flows_evicted += gone.len() as u64;
+        self.flows_evicted += gone;
         self.paths.forget_unused();
     }
 

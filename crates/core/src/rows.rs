@@ -145,7 +145,9 @@ pub fn discard_changes(state: &State) -> usize {
         for key in &keys {
             if let Some(f) = shard.flows.get_mut_for_flush(key) {
                 f.dirty = false;
-                f.interval = FlowInterval::default();
+                if let Some(interval) = f.interval.as_deref_mut() {
+                    *interval = FlowInterval::default();
+                }
                 n += 1;
             }
         }
@@ -381,6 +383,6 @@ fn flow_row(f: &mut crate::flow::FlowState) -> FlowRow {
         path_changes: f.path_changes,
         e2e_p50: f.e2e.quantile(0.5),
         e2e_p99: f.e2e.quantile(0.99),
-        interval: Some(std::mem::take(&mut f.interval)).filter(|v| v.samples > 0),
+        interval: (f.interval.as_deref_mut().map(std::mem::take)).filter(|v| v.samples > 0),
     }
 }

@@ -5,17 +5,19 @@
 //! long as they like. `State::snapshot` builds the next one
 //! shard by shard, each under its lock for the time of a copy, reusing the previous snapshot's
 //! part of any fabric shard that has not changed since. The flow table is copied as compact
-//! [`FlowRow`]s (what the flow list and a flow's page show, quantiles worked out once), not as
-//! whole flow states, and incrementally: each flow shard keeps its last two copies
+//! rows (what the flow list shows and sorts by, quantiles worked out once; a [`FlowRow`] when
+//! read), not as whole flow states, and incrementally: each flow shard keeps its last two copies
 //! ([`FlowCopies`]) and its table marks the flows written since (created, updated, removed), so
 //! that the next copy makes again only their rows, in the copy before the last.
 //!
-//! Memory: a flow shard's copy holds one row per slot of its table (`size_of::<FlowRow>()`
-//! each, the paths shared with the live state; a slot freed by an eviction stays empty until a
-//! new flow takes it) and an (ID, slot) pair per flow; a fabric shard's, a copy of its tables;
-//! all bounded by [`Limits`](crate::limits::Limits). Each flow shard keeps two copies (the
-//! published one and the one before it, to be brought up to date next), plus any that readers
-//! hold; an unchanged fabric shard's copy is shared by consecutive snapshots.
+//! Memory: a flow shard's copy holds, per slot of its table, 40 bytes of what changes with a
+//! flow's reports (the paths shared with the live state; a slot freed by an eviction stays empty
+//! until a new flow takes it) and an (ID, slot) pair per flow; the flows' identities (56 bytes a
+//! slot) are shared by the two copies in chunks, copied only where flows came or went. A fabric
+//! shard's copy is a copy of its tables. All are bounded by [`Limits`](crate::limits::Limits).
+//! Each flow shard keeps two copies (the published one and the one before it, to be brought up
+//! to date next), plus any that readers hold; an unchanged fabric shard's copy is shared by
+//! consecutive snapshots.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,18 +29,19 @@ use crate::fabric::{
     Evicted, FabricShard, LinkKey, LinkState, NodeState, QueueKey, QueueState, RecordCounters,
     node_shard,
 };
-use crate::flow::{FlowState, FlowTable, Path, SampleRing};
+use crate::flow::{FlowState, FlowTable, Histogram, Path};
 use crate::id_table::IdTable;
 use crate::seq::SeqState;
 use crate::totals;
 
-/// One flow as readers see it: its identity, counters, path and latency quantiles.
+/// One flow as readers see it: its identity, counters, path and latency quantiles — what the
+/// flow list shows and sorts by. Assembled when read from a copy's two parts (see
+/// [`FlowShardSnapshot`]); a flow's page reads its samples and earlier paths from the live flow
+/// ([`State::flow_recent`](crate::state::State::flow_recent)).
 #[derive(Debug, Clone)]
 pub struct FlowRow {
     /// Dense ID used by the API.
     pub id: u64,
-    /// The flow.
-    pub key: FlowKey,
     /// First report, ns.
     pub first_seen_ns: u64,
     /// Last report, ns.
@@ -47,50 +50,49 @@ pub struct FlowRow {
     pub reports: u64,
     /// Drop reports.
     pub drops: u64,
-    /// Path changes seen.
-    pub path_changes: u64,
-    /// Last drop reason.
-    pub last_drop_reason: Option<u8>,
     /// Current path, source first (shared with the live state).
     pub path: Path,
-    /// When the current path was first seen.
-    pub path_since_ns: u64,
-    /// Earlier paths with the time each was first seen, oldest first (empty for most flows:
-    /// no allocation then).
-    pub earlier_paths: Box<[(u64, Path)]>,
-    /// The last latency samples.
-    pub recent: SampleRing,
-    /// Median end-to-end latency, ns.
-    pub e2e_p50: Option<u64>,
-    /// 99th percentile end-to-end latency, ns.
-    pub e2e_p99: Option<u64>,
+    /// The flow.
+    pub key: FlowKey,
+    /// Path changes seen (saturating).
+    pub path_changes: u32,
+    /// Last drop reason.
+    pub last_drop_reason: Option<u8>,
+    /// The buckets of the end-to-end latency's median and 99th percentile
+    /// ([`Histogram::midpoint`] gives the value).
+    e2e_buckets: [Option<u8>; 2],
 }
 
 impl FlowRow {
     /// The row of a live flow.
     pub fn of(f: &FlowState) -> Self {
+        FlowRow::from_parts(&Identity::of(f), &Changing::of(f))
+    }
+
+    fn from_parts(i: &Identity, c: &Changing) -> Self {
+        let bucket = |b: u8| (b != NO_BUCKET).then_some(b);
         FlowRow {
-            id: f.id,
-            key: f.key,
-            first_seen_ns: f.first_seen_ns,
-            last_seen_ns: f.last_seen_ns,
-            reports: f.reports,
-            drops: f.drops,
-            path_changes: f.path_changes,
-            last_drop_reason: f.last_drop_reason,
-            path: Arc::clone(&f.path),
-            path_since_ns: f.path_since_ns,
-            earlier_paths: f.earlier_paths.iter().cloned().collect(),
-            recent: f.recent.clone(),
-            e2e_p50: f.e2e.quantile(0.5),
-            e2e_p99: f.e2e.quantile(0.99),
+            id: i.id,
+            key: i.key,
+            first_seen_ns: i.first_seen_ns,
+            last_seen_ns: c.last_seen_ns,
+            reports: c.reports,
+            drops: c.drops,
+            path_changes: c.path_changes,
+            last_drop_reason: c.last_drop_reason,
+            path: Arc::clone(&c.path),
+            e2e_buckets: c.e2e_buckets.map(bucket),
         }
     }
 
-    /// Recent paths with the time each was first seen, oldest first, ending with the current one
-    /// (as [`FlowState::path_history`]).
-    pub fn path_history(&self) -> impl Iterator<Item = (u64, &Path)> {
-        crate::flow::path_history(&self.earlier_paths, &self.path, self.path_since_ns)
+    /// Median end-to-end latency, ns.
+    pub fn e2e_p50(&self) -> Option<u64> {
+        self.e2e_buckets[0].map(Histogram::midpoint)
+    }
+
+    /// 99th percentile end-to-end latency, ns.
+    pub fn e2e_p99(&self) -> Option<u64> {
+        self.e2e_buckets[1].map(Histogram::midpoint)
     }
 }
 
@@ -135,18 +137,94 @@ impl totals::FlowPart for FlowShardSnapshot {
     }
 }
 
+/// What a flow's row keeps while the flow holds its slot: copied once, and shared by the
+/// shard's two copies (in chunks of [`IDENTITY_CHUNK`] slots) unless flows came or went in the
+/// chunk between them. ID 0 (never given) marks a free slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Identity {
+    id: u64,
+    first_seen_ns: u64,
+    key: FlowKey,
+}
+
+impl Identity {
+    const FREE: Identity = Identity {
+        id: 0,
+        first_seen_ns: 0,
+        key: FlowKey {
+            src: std::net::Ipv6Addr::UNSPECIFIED,
+            dst: std::net::Ipv6Addr::UNSPECIFIED,
+            proto: 0,
+            src_port: 0,
+            dst_port: 0,
+        },
+    };
+
+    fn of(f: &FlowState) -> Self {
+        Identity {
+            id: f.id,
+            first_seen_ns: f.first_seen_ns,
+            key: f.key,
+        }
+    }
+}
+
+/// Slots of one shared chunk of identities.
+const IDENTITY_CHUNK: usize = 64;
+
+type Identities = [Identity; IDENTITY_CHUNK];
+
+/// "No quantile" in [`Changing::e2e_buckets`] (a bucket is below 64).
+const NO_BUCKET: u8 = u8::MAX;
+
+/// What a flow's row changes with its reports: each copy has its own (40 bytes).
+#[derive(Debug, Clone)]
+struct Changing {
+    last_seen_ns: u64,
+    reports: u64,
+    drops: u64,
+    path: Path,
+    path_changes: u32,
+    last_drop_reason: Option<u8>,
+    /// The buckets of the end-to-end latency's median and 99th percentile.
+    e2e_buckets: [u8; 2],
+}
+
+impl Changing {
+    fn of(f: &FlowState) -> Self {
+        let bucket = |q| f.e2e.quantile_bucket(q).unwrap_or(NO_BUCKET);
+        Changing {
+            last_seen_ns: f.last_seen_ns,
+            reports: f.reports,
+            drops: f.drops,
+            path: Arc::clone(&f.path),
+            path_changes: u32::try_from(f.path_changes).unwrap_or(u32::MAX),
+            last_drop_reason: f.last_drop_reason,
+            e2e_buckets: [bucket(0.5), bucket(0.99)],
+        }
+    }
+}
+
 /// How many changed slots ahead a copy prefetches.
 const PREFETCH_AHEAD: usize = 8;
 
-/// One flow shard, copied: a row per flow, laid out by the live table's slots (a free slot's row
-/// is `None`), and an index by ID. Made by [`FlowCopies::refresh`] from an earlier copy, so that
-/// it costs in proportion to the flows written since, not to the flows held.
+/// One flow shard, copied: a row per flow, laid out by the live table's slots, and an index by
+/// ID. Made by [`FlowCopies::refresh`] from an earlier copy, so that it costs in proportion to
+/// the flows written since, not to the flows held.
+///
+/// A row is kept in two parts, as every flow has one in each of a shard's two copies: what
+/// changes with its reports, per copy (40 bytes), and its identity (ID, key, first report: 56
+/// bytes), in chunks of slots shared with the copy before — a copy has its own chunk only where
+/// a flow came into or left one of its slots since. The index by ID is shared alike while no
+/// flow came or went.
 #[derive(Debug, Default, Clone)]
 pub struct FlowShardSnapshot {
-    /// Rows by slot of the live table.
-    rows: Vec<Option<FlowRow>>,
+    /// What changes, by slot of the live table (a free slot's is `None`).
+    rows: Vec<Option<Changing>>,
+    /// Identities, by chunk of slots.
+    identities: Vec<Arc<Identities>>,
     /// (ID, slot) in ID order, for lookups by ID.
-    by_id: Vec<(u64, u32)>,
+    by_id: Arc<Vec<(u64, u32)>>,
     counts: FlowCounts,
 }
 
@@ -178,6 +256,9 @@ impl FlowShardSnapshot {
     fn update(&mut self, table: &FlowTable, counts: FlowCounts, changed: impl Fn(usize) -> u64) {
         // Slots the copy did not have are new, and marked.
         self.rows.resize_with(table.slot_count(), || None);
+        let chunks = table.slot_count().div_ceil(IDENTITY_CHUNK);
+        self.identities
+            .resize_with(chunks, || Arc::new([Identity::FREE; IDENTITY_CHUNK]));
         // The slots to copy again, in order.
         let mut slots: Vec<u32> = Vec::new();
         for w in 0..self.rows.len().div_ceil(64) {
@@ -204,17 +285,26 @@ impl FlowShardSnapshot {
             let Some(row) = self.rows.get_mut(slot as usize) else {
                 continue;
             };
-            let now = table.at_slot(slot as usize).map(FlowRow::of);
-            let (was, is) = (row.as_ref().map(|r| r.id), now.as_ref().map(|r| r.id));
-            if was != is {
-                gone.extend(was);
-                came.extend(is.map(|id| (id, slot)));
+            let flow = table.at_slot(slot as usize);
+            let (chunk, at) = (
+                slot as usize / IDENTITY_CHUNK,
+                slot as usize % IDENTITY_CHUNK,
+            );
+            let was = self.identities[chunk][at];
+            let is = flow.map_or(Identity::FREE, Identity::of);
+            if was.id != is.id {
+                gone.extend((was.id != 0).then_some(was.id));
+                came.extend((is.id != 0).then_some((is.id, slot)));
             }
-            *row = now;
+            if was != is {
+                // Copied first if the other copy shares the chunk.
+                Arc::make_mut(&mut self.identities[chunk])[at] = is;
+            }
+            *row = flow.map(Changing::of);
         }
         if !gone.is_empty() {
             gone.sort_unstable();
-            self.by_id.retain(|(id, _)| gone.binary_search(id).is_err());
+            Arc::make_mut(&mut self.by_id).retain(|(id, _)| gone.binary_search(id).is_err());
         }
         if !came.is_empty() {
             came.sort_unstable();
@@ -225,17 +315,47 @@ impl FlowShardSnapshot {
                 .last()
                 .zip(came.first())
                 .is_none_or(|(a, b)| a.0 < b.0);
-            self.by_id.extend(came);
+            let by_id = Arc::make_mut(&mut self.by_id);
+            by_id.extend(came);
             if !in_order {
-                self.by_id.sort_unstable();
+                by_id.sort_unstable();
             }
         }
         self.counts = counts;
     }
 
+    /// Shares with `latest` (the copy made after this one was) what is the same in both once this
+    /// one is up to date: the identity chunks of the slots no flow came into or left since
+    /// `latest` was made (`came_or_went`, as
+    /// [`FlowTable::came_or_went`](crate::flow::FlowTable::came_or_went): one word a chunk),
+    /// and the index by ID if none did. A copy then holds its own identities only where flows
+    /// came or went between the two.
+    fn share(&mut self, latest: &FlowShardSnapshot, came_or_went: &[u64]) {
+        const { assert!(IDENTITY_CHUNK == 64, "one word of marks a chunk") };
+        for (c, chunk) in self.identities.iter_mut().enumerate() {
+            if let Some(theirs) = latest.identities.get(c)
+                && came_or_went.get(c).is_some_and(|&w| w == 0)
+                && !Arc::ptr_eq(chunk, theirs)
+            {
+                *chunk = Arc::clone(theirs);
+            }
+        }
+        if came_or_went.iter().all(|&w| w == 0) && !Arc::ptr_eq(&self.by_id, &latest.by_id) {
+            self.by_id = Arc::clone(&latest.by_id);
+        }
+    }
+
     /// Every row, in slot order.
-    pub fn rows(&self) -> impl Iterator<Item = &FlowRow> {
-        self.rows.iter().flatten()
+    pub fn rows(&self) -> impl Iterator<Item = FlowRow> + '_ {
+        self.rows
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, c)| Some(self.row(slot, c.as_ref()?)))
+    }
+
+    fn row(&self, slot: usize, changing: &Changing) -> FlowRow {
+        let identity = &self.identities[slot / IDENTITY_CHUNK][slot % IDENTITY_CHUNK];
+        FlowRow::from_parts(identity, changing)
     }
 
     /// Rows held.
@@ -249,9 +369,10 @@ impl FlowShardSnapshot {
     }
 
     /// The row of the flow with API ID `id`.
-    pub fn flow_by_id(&self, id: u64) -> Option<&FlowRow> {
+    pub fn flow_by_id(&self, id: u64) -> Option<FlowRow> {
         let i = self.by_id.binary_search_by_key(&id, |&(id, _)| id).ok()?;
-        self.rows.get(self.by_id[i].1 as usize)?.as_ref()
+        let slot = self.by_id[i].1 as usize;
+        Some(self.row(slot, self.rows.get(slot)?.as_ref()?))
     }
 }
 
@@ -296,6 +417,7 @@ impl FlowCopies {
                     copy.update(table, counts, |w| {
                         marked(w) | between.get(w).copied().unwrap_or(0)
                     });
+                    copy.share(latest, table.came_or_went());
                     old
                 }
                 // A reader still holds it.
@@ -361,7 +483,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Every flow.
-    pub fn flows(&self) -> impl Iterator<Item = &FlowRow> {
+    pub fn flows(&self) -> impl Iterator<Item = FlowRow> + '_ {
         self.flows.iter().flat_map(|s| s.rows())
     }
 
@@ -371,7 +493,7 @@ impl Snapshot {
     }
 
     /// The flow with API ID `id`.
-    pub fn flow_by_id(&self, id: u64) -> Option<&FlowRow> {
+    pub fn flow_by_id(&self, id: u64) -> Option<FlowRow> {
         self.flows.iter().find_map(|s| s.flow_by_id(id))
     }
 
@@ -532,6 +654,17 @@ mod tests {
         (state, g)
     }
 
+    /// Every flow has a row in two copies: their size is the snapshot's memory.
+    #[test]
+    fn a_row_is_small() {
+        assert_eq!(
+            size_of::<Option<super::Changing>>(),
+            40,
+            "a million flows in memory"
+        );
+        assert_eq!(size_of::<super::Identity>(), 56);
+    }
+
     /// A snapshot answers as the locked view does, row for row.
     #[test]
     fn a_snapshot_answers_as_the_locked_view() {
@@ -541,6 +674,7 @@ mod tests {
             let v = state.read();
             assert_eq!(snap.flow_count(), v.flow_count());
             assert!(snap.flow_count() > 0);
+            let mut recent = Vec::new();
             for f in v.flows() {
                 let r = snap.flow_by_id(f.id).expect("every flow by its ID");
                 assert_eq!(
@@ -548,12 +682,13 @@ mod tests {
                     (f.key, f.reports, f.drops, f.last_seen_ns, f.first_seen_ns)
                 );
                 assert_eq!(r.path, f.path);
-                assert_eq!(r.e2e_p99, f.e2e.quantile(0.99));
-                assert_eq!(
-                    r.path_history().collect::<Vec<_>>(),
-                    f.path_history().collect::<Vec<_>>()
-                );
-                assert_eq!(r.recent.iter().count(), f.recent.iter().count());
+                assert_eq!(u64::from(r.path_changes), f.path_changes);
+                assert_eq!(r.e2e_p50(), f.e2e.quantile(0.5));
+                assert_eq!(r.e2e_p99(), f.e2e.quantile(0.99));
+                let paths: Vec<(u64, crate::flow::Path)> =
+                    f.path_history().map(|(t, p)| (t, Arc::clone(p))).collect();
+                let samples = format!("{:?}", f.recent);
+                recent.push((r.key, r.id, paths, samples));
             }
             assert!(snap.flow_by_id(u64::MAX).is_none());
             let nodes = |it: &mut dyn Iterator<Item = u32>| {
@@ -577,6 +712,14 @@ mod tests {
             assert_eq!(snap.counters().v2, v.counters().v2);
             assert_eq!(snap.event_counts(), v.event_counts());
             assert_eq!(snap.events_suppressed(), v.events_suppressed());
+            drop(v);
+            // What the rows leave out, the live flow gives (and only for its own ID).
+            for (key, id, paths, samples) in recent {
+                let live = state.flow_recent(&key, id).expect("a live flow's recent");
+                assert_eq!(live.paths, paths);
+                assert_eq!(format!("{:?}", live.samples), samples);
+                assert!(state.flow_recent(&key, id + 1_000_000).is_none());
+            }
         }
     }
 
@@ -671,6 +814,17 @@ mod tests {
         let third = state.snapshot(Some(&second));
         assert_eq!(Arc::as_ptr(&third.flows[0]), first_copy, "updated in place");
         assert_as_from_scratch(&third, &from_scratch(&state));
+        // No flow came or went since `second`: `third` shares its identities and its index
+        // with it, as it did not after its own first copy.
+        let (a, b) = (&third.flows[0], &second.flows[0]);
+        assert!(!a.identities.is_empty());
+        assert!(
+            a.identities
+                .iter()
+                .zip(&b.identities)
+                .all(|(x, y)| Arc::ptr_eq(x, y))
+        );
+        assert!(Arc::ptr_eq(&a.by_id, &b.by_id));
         for key in touched {
             let row = third.flows().find(|r| r.key == key).unwrap();
             assert_eq!(row.last_seen_ns, 4_000_000_000);

@@ -23,7 +23,7 @@ pub use crate::fabric::{
     Evicted, FabricShard, FlowSeen, IntervalAgg, LinkKey, LinkState, NodeState, Parts, PortState,
     QUEUE_BUCKET_NS, QUEUE_SERIES, QueueKey, QueueState, RecordCounters, node_shard,
 };
-use crate::flow::{FlowState, key_hash};
+use crate::flow::{FlowState, LastSample, Path, key_hash};
 pub use crate::flow_shard::{FlowShard, flow_shard};
 use crate::incident::Incident;
 use crate::incidents::IncidentLog;
@@ -101,6 +101,16 @@ thread_local! {
 
 /// Most shards of each kind (a batch tracks the shards it still has to visit in one word).
 pub const MAX_SHARDS: usize = 64;
+
+/// A live flow's latency samples and recent paths ([`State::flow_recent`]): published rows
+/// leave them out to stay small.
+#[derive(Debug, Clone)]
+pub struct FlowRecent {
+    /// The last latency sample.
+    pub samples: LastSample,
+    /// Recent paths with the time each was first seen, oldest first, ending with the current one.
+    pub paths: Vec<(u64, Path)>,
+}
 
 /// The live state: shards of flows, shards of the fabric, the event log.
 #[derive(Debug)]
@@ -205,6 +215,28 @@ impl State {
             loss_untracked: read(&self.loss).untracked,
             sequence: self.snapshots.fetch_add(1, Ordering::Relaxed),
         }
+    }
+
+    /// Whether new flows keep their latency per store interval (on by default): a collector
+    /// without a store turns it off, as nothing would read them.
+    pub fn keep_intervals(&self, on: bool) {
+        for shard in &self.flows {
+            lock(shard).keep_intervals = on;
+        }
+    }
+
+    /// What a flow's page shows beyond its published row, read from the live flow with this
+    /// `key` and API `id` under its shard's lock (one flow, copied): `None` once it has left.
+    pub fn flow_recent(&self, key: &intscope_wire::locate::FlowKey, id: u64) -> Option<FlowRecent> {
+        let shard = lock(&self.flows[flow_shard(key_hash(key), self.flows.len())]);
+        let f = shard.flows.get(key).filter(|f| f.id == id)?;
+        Some(FlowRecent {
+            samples: f.recent.clone(),
+            paths: f
+                .path_history()
+                .map(|(since, p)| (since, Arc::clone(p)))
+                .collect(),
+        })
     }
 
     /// Shards of each kind.
