@@ -137,7 +137,7 @@ pub struct FlowShard {
     /// Flows changed since the last store flush.
     pub dirty_flows: Vec<FlowKey>,
     /// New flows keep their latency per store interval ([`FlowState::keep_intervals`]): on
-    /// by default, off for a collector without a store ([`crate::state::State::keep_intervals`]).
+    /// by default, off for a collector without a store (`State::keep_intervals`).
     pub(crate) keep_intervals: bool,
     /// Flows with per-hop reports waiting to be joined: (deadline, flow). One entry per flow
     /// at most (a flow is queued again only once its entry left), so bounded by the flows.

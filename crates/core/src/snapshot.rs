@@ -37,7 +37,7 @@ use crate::totals;
 /// One flow as readers see it: its identity, counters, path and latency quantiles — what the
 /// flow list shows and sorts by. Assembled when read from a copy's two parts (see
 /// [`FlowShardSnapshot`]); a flow's page reads its samples and earlier paths from the live flow
-/// ([`State::flow_recent`](crate::state::State::flow_recent)).
+/// (`State::flow_recent`).
 #[derive(Debug, Clone)]
 pub struct FlowRow {
     /// Dense ID used by the API.
