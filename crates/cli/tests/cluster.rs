@@ -71,7 +71,9 @@ fn terminate(p: &mut Proc) {
     assert!(status.success(), "{status}");
 }
 
-fn collector(urls: &str, name: &str) -> (Proc, String, String) {
+/// A collector writing to the cluster at `urls`, its spool in `spool` (not the product's
+/// default under the system's temporary folder, which would outlive the test).
+fn collector(urls: &str, name: &str, spool: &std::path::Path) -> (Proc, String, String) {
     let mut child = bin()
         .args([
             "collect",
@@ -86,6 +88,8 @@ fn collector(urls: &str, name: &str) -> (Proc, String, String) {
             "--collector-name",
             name,
         ])
+        .arg("--spool")
+        .arg(spool.join(name))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -138,8 +142,9 @@ fn incident(id: u64, node: u32, updates: u64, end: Option<u64>) -> Incident {
 fn two_collectors_into_a_two_shard_cluster_answer_for_the_fabric_once() {
     let cluster = ch::ClickHouse::start(2);
     let urls = cluster.urls();
-    let (mut c1, http1, udp1) = collector(&urls, "c1");
-    let (mut c2, http2, udp2) = collector(&urls, "c2");
+    let spools = common::tempdir("cluster-spools");
+    let (mut c1, http1, udp1) = collector(&urls, "c1", spools.path());
+    let (mut c2, http2, udp2) = collector(&urls, "c2", spools.path());
 
     // The same 300 flows through both collectors (complete INT-MD paths: each collector sees
     // whole paths, the store sums each flow's reports over both).
