@@ -747,15 +747,11 @@ impl FlowShard {
         let k = excess(self.flows.len(), self.max_flows);
         let mut times: Vec<u64> = self.flows.values().map(|f| f.last_seen_ns).collect();
         let mut cut = Cutoff::oldest(&mut times, k);
-        let mut gone = 0u64;
-        self.flows.retain(|f| {
-            let evict = cut.take(f.last_seen_ns);
-            gone += u64::from(evict);
-            !evict
-        });
+        let before = self.flows.len();
+        self.flows.retain(|f| !cut.take(f.last_seen_ns));
         let flows = &self.flows;
         self.dirty_flows.retain(|k| flows.get(k).is_some());
-        self.flows_evicted += gone;
+        self.flows_evicted += (before - self.flows.len()) as u64;
         self.paths.forget_unused();
     }
 

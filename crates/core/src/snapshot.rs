@@ -58,9 +58,9 @@ pub struct FlowRow {
     pub path_changes: u32,
     /// Last drop reason.
     pub last_drop_reason: Option<u8>,
-    /// The buckets of the end-to-end latency's median and 99th percentile
-    /// ([`Histogram::midpoint`] gives the value).
-    e2e_buckets: [Option<u8>; 2],
+    /// The buckets of the end-to-end latency's median and 99th percentile, as [`Changing`]
+    /// keeps them.
+    e2e_buckets: [u8; 2],
 }
 
 impl FlowRow {
@@ -70,7 +70,6 @@ impl FlowRow {
     }
 
     fn from_parts(i: &Identity, c: &Changing) -> Self {
-        let bucket = |b: u8| (b != NO_BUCKET).then_some(b);
         FlowRow {
             id: i.id,
             key: i.key,
@@ -81,19 +80,24 @@ impl FlowRow {
             path_changes: c.path_changes,
             last_drop_reason: c.last_drop_reason,
             path: Arc::clone(&c.path),
-            e2e_buckets: c.e2e_buckets.map(bucket),
+            e2e_buckets: c.e2e_buckets,
         }
     }
 
     /// Median end-to-end latency, ns.
     pub fn e2e_p50(&self) -> Option<u64> {
-        self.e2e_buckets[0].map(Histogram::midpoint)
+        latency(self.e2e_buckets[0])
     }
 
     /// 99th percentile end-to-end latency, ns.
     pub fn e2e_p99(&self) -> Option<u64> {
-        self.e2e_buckets[1].map(Histogram::midpoint)
+        latency(self.e2e_buckets[1])
     }
+}
+
+/// The latency a quantile's bucket stands for.
+fn latency(bucket: u8) -> Option<u64> {
+    (bucket != NO_BUCKET).then(|| Histogram::midpoint(bucket))
 }
 
 impl totals::FabricPart for FabricShardSnapshot {
