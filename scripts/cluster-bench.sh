@@ -2,7 +2,7 @@
 # Reports/s into a ClickHouse cluster through two collectors, and whether anything was lost.
 #
 #   scripts/cluster-bench.sh [--shards N] [--replicas R] [--outage S] [--flows F] [--duration S]
-#                            [--no-store] RATE...
+#                            [--no-store | --compare] RATE...
 #
 # For each RATE (reports/s offered to EACH collector): starts N ClickHouse shards (default 2) and
 # two release `intscope collect --store clickhouse:...` processes on loopback, blasts RATE
@@ -17,7 +17,9 @@
 # last shard is killed 2 s into the blast and started again S s later (the blast must last
 # longer: --duration), and the collectors are stopped only once their spools are empty.
 # `stored_over_decoded` is the fabric's stored reports over the reports the collectors decoded,
-# in the same run.
+# in the same run. With --compare each rate runs twice, with the store and then with
+# --no-store, and a third line compares their kernel drops (the store must cost ingest nothing:
+# `kernel_drop_share` of the datagrams sent, with and without the store).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +29,7 @@ outage=0
 flows=10000
 duration=5
 nostore=0
+compare=0
 rates=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -36,6 +39,7 @@ while [ $# -gt 0 ]; do
     --flows) flows="$2"; shift 2 ;;
     --duration) duration="$2"; shift 2 ;;
     --no-store) nostore=1; shift ;;
+    --compare) compare=1; shift ;;
     *) rates+=("$1"); shift ;;
   esac
 done
@@ -57,7 +61,8 @@ cleanup() {
 trap cleanup EXIT
 
 port=$((21000 + RANDOM % 5000))
-for rate in "${rates[@]}"; do
+# One run at $rate per collector, with the store unless $nostore: prints its JSON line.
+run_one() {
   scripts/clickhouse.sh stop "$work/ch" >/dev/null 2>&1 || true
   rm -rf "$work/ch"
   scripts/clickhouse.sh start "$work/ch" --shards "$shards" --replicas "$replicas" --port "$port" >/dev/null
@@ -161,4 +166,25 @@ for rate in "${rates[@]}"; do
   accounted=$((stored + 8 * kernel + discards))
   ratio=$(awk -v s="$stored" -v d="$decoded" 'BEGIN { if (d > 0) printf "%.4f", s / d; else print "null" }')
   echo "{\"shards\":$shards,\"replicas\":$replicas,\"outage_s\":$outage,\"decoded_reports\":$decoded,\"stored_over_decoded\":$ratio,\"spooled_rows\":$spooled,\"spool_dropped_rows\":$spool_dropped,\"offered_per_collector\":$rate,\"offered_total\":$((2 * rate)),\"sent_reports\":$sent_reports,\"stored_reports\":$stored,\"kernel_dropped_datagrams\":$kernel,\"discarded\":$discards,\"ingest_pauses\":$pauses,\"flows_stored\":$flows_stored,\"lossless\":$([ "$stored" -eq "$sent_reports" ] && echo true || echo false),\"accounted\":$([ "$accounted" -eq "$sent_reports" ] && echo true || echo false),\"seconds\":$elapsed,\"load1\":$load}"
+}
+
+for rate in "${rates[@]}"; do
+  if [ "$compare" = 1 ]; then
+    # Not in a $(...) subshell: the collectors' pids must reach the exit trap.
+    nostore=0
+    run_one >"$work/with"
+    with=$(cat "$work/with")
+    echo "$with"
+    nostore=1
+    run_one >"$work/without"
+    without=$(cat "$work/without")
+    echo "$without"
+    share() {
+      echo "$1" | sed -n 's/.*"sent_reports":\([0-9]*\).*"kernel_dropped_datagrams":\([0-9]*\).*/\2 \1/p' |
+        awk '{ if ($2 > 0) printf "%.4f", 8 * $1 / $2; else print "null" }'
+    }
+    echo "{\"compare\":true,\"offered_per_collector\":$rate,\"kernel_drop_share_store\":$(share "$with"),\"kernel_drop_share_no_store\":$(share "$without"),\"load1\":$(cut -d' ' -f1 /proc/loadavg)}"
+  else
+    run_one
+  fi
 done

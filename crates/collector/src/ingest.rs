@@ -601,7 +601,7 @@ impl Collector {
             .spawn(move || {
                 let mut last_event = c.state.events().next_id();
                 let interval = Duration::from_millis(c.config.store.flush_interval_ms.max(10));
-                // Wall-clock time: ingest waits for this flush (store back-pressure).
+                // Wall-clock time: with back-pressure, ingest waits for this flush.
                 let mut last = std::time::Instant::now();
                 // After a stop the receive threads still read their sockets' backlogs: the final
                 // flush waits for them, so that what they read is stored too.

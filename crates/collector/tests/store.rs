@@ -537,6 +537,7 @@ fn ingest_waits_so_uncommitted_input_never_exceeds_one_interval() {
     let interval = Duration::from_millis(100);
     let cfg = StoreConfig {
         flush_interval_ms: 100,
+        backpressure: true,
         ..StoreConfig::default()
     };
     let (tx, writer) = spawn_writer(store.clone(), cfg, Arc::clone(&stats));
@@ -585,9 +586,10 @@ fn ingest_waits_so_uncommitted_input_never_exceeds_one_interval() {
     assert!(worst >= 50, "the input ran: {worst}");
 }
 
-/// `store.backpressure = false`: ingest never waits, whatever the writer does.
+/// By default (`store.backpressure = false`) ingest never waits, whatever the writer does, and
+/// `lag_ms` says what a kill -9 would lose meanwhile: input since the newest committed take.
 #[test]
-fn without_backpressure_ingest_never_waits() {
+fn by_default_ingest_never_waits_and_the_lag_says_what_is_at_risk() {
     use std::sync::Arc;
     use std::sync::atomic::Ordering::Relaxed;
     use std::time::{Duration, Instant};
@@ -597,11 +599,12 @@ fn without_backpressure_ingest_never_waits() {
     let stats = Arc::new(StoreStats::default());
     let cfg = StoreConfig {
         flush_interval_ms: 10,
-        backpressure: false,
         ..StoreConfig::default()
     };
+    assert!(!cfg.backpressure, "the default");
     let (tx, writer) = spawn_writer(store.clone(), cfg, Arc::clone(&stats));
     let flusher = Flusher::new(tx.clone(), Arc::clone(&stats));
+    let taken = Instant::now();
     assert!(flusher.offer(|| Some(Batch::default())));
     std::thread::sleep(Duration::from_millis(50));
     let t = Instant::now();
@@ -611,6 +614,21 @@ fn without_backpressure_ingest_never_waits() {
         stats.pending.load(Relaxed),
         1,
         "the commit was still under way"
+    );
+    // Nothing committed yet: everything since the writer started is at risk.
+    assert!(stats.lag_ms() >= 50, "lag {} ms", stats.lag_ms());
+    // The flush is deferred, not queued behind the slow commit.
+    assert!(!flusher.offer(|| Some(Batch::default())));
+    assert_eq!(stats.flushes_deferred.load(Relaxed), 1);
+    while stats.pending.load(Relaxed) > 0 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Committed: what is at risk is what came after its take.
+    let since_take = taken.elapsed().as_millis() as u64;
+    assert!(
+        stats.lag_ms() <= since_take + 1 && stats.lag_ms() + 20 >= since_take,
+        "lag {} ms, {since_take} ms since the take",
+        stats.lag_ms()
     );
     drop(flusher);
     drop(tx);
@@ -1358,4 +1376,52 @@ fn incidents_are_kept_by_receive_time_sqlite() {
 fn incidents_are_kept_by_receive_time_clickhouse() {
     let server = Arc::new(ch::ClickHouse::start(1));
     incidents_are_kept_by_receive_time(&Backend::clickhouse(&server, "recv"));
+}
+
+/// The nice value in a thread's `stat` (field 19, counted after the parenthesised name, which
+/// may hold spaces).
+#[cfg(target_os = "linux")]
+fn stat_nice(stat: &str) -> i64 {
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.split(' ').nth(16).unwrap().parse().unwrap()
+}
+
+/// The nice value of this process's thread named `name`.
+#[cfg(target_os = "linux")]
+fn nice_of(name: &str) -> Option<i64> {
+    std::fs::read_dir("/proc/self/task").ok()?.find_map(|t| {
+        let t = t.ok()?.path();
+        let comm = std::fs::read_to_string(t.join("comm")).ok()?;
+        (comm.trim_end() == name)
+            .then(|| stat_nice(&std::fs::read_to_string(t.join("stat")).unwrap()))
+    })
+}
+
+/// The writer yields the CPU to ingest (`store.nice` steps below the process), except with
+/// back-pressure, where ingest waits for it.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_writer_runs_below_ingest_unless_ingest_waits_for_it() {
+    let own = stat_nice(&std::fs::read_to_string("/proc/thread-self/stat").unwrap());
+    for (backpressure, expected) in [(false, (own + 10).min(19)), (true, own)] {
+        let stats = Arc::new(StoreStats::default());
+        let cfg = StoreConfig {
+            backpressure,
+            ..StoreConfig::default()
+        };
+        let store = Arc::new(SlowStore {
+            written: Default::default(),
+        });
+        let (tx, writer) = spawn_writer(store, cfg, Arc::clone(&stats));
+        // The writer sets its priority before it takes its first batch: once that batch is
+        // committed the value is final.
+        assert!(Flusher::new(tx.clone(), Arc::clone(&stats)).offer(|| Some(Batch::default())));
+        while stats.pending.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let seen = nice_of("store-writer");
+        assert_eq!(seen, Some(expected), "backpressure {backpressure}");
+        drop(tx);
+        writer.join().unwrap();
+    }
 }

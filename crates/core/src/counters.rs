@@ -366,7 +366,7 @@ metric!(
     None,
     [],
     Stats(&[("*", "store.backlog_dropped")]),
-    "Store batches dropped because the writer fell behind (ingest waits instead: stays 0)"
+    "Store batches dropped because the writer fell behind (the flush is put off instead: stays 0)"
 );
 metric!(
     STORE_FLUSHES_DEFERRED,
@@ -394,6 +394,15 @@ metric!(
     [],
     Stats(&[("*", "store.ingest_paused_ms")]),
     "Time receive threads spent waiting for the store writer, summed over threads"
+);
+metric!(
+    STORE_LAG,
+    "store_lag",
+    Gauge,
+    Some("milliseconds"),
+    [],
+    Stats(&[("*", "store.lag_ms")]),
+    "Input not yet in the store: time since the newest committed flush was taken (what a kill -9 would lose)"
 );
 metric!(
     STORE_EVENTS_MISSED,
@@ -784,6 +793,7 @@ pub const ALL: &[&Metric] = &[
     &STORE_FLUSHES_DEFERRED,
     &STORE_INGEST_PAUSES,
     &STORE_INGEST_PAUSED,
+    &STORE_LAG,
     &STORE_EVENTS_MISSED,
     &STORE_RAW_NOT_KEPT,
     &STORE_SPOOL_ROWS,

@@ -8,10 +8,15 @@
 //! Writes are batched off the ingest path: a flusher takes what changed from the live state
 //! once per interval as typed rows ([`intscope_core::rows`]) and hands them to a writer thread,
 //! in parts of a bounded number of flows ([`FlushTake`]) so a flush's memory does not grow with
-//! the flows; the writer commits the parts (one transaction in SQLite). The live state never
-//! waits for the disk. When the writer falls behind, ingest pauses instead
-//! ([`StoreStats::wait_for_writer`]): a batch never holds more than one interval of input, so a
-//! kill -9 loses at most one interval at any load. Counters are stored as sums over the
+//! the flows; the writer commits the parts (one transaction in SQLite). Ingest never waits for
+//! the store: when the writer falls behind, the next flush is put off until it is done, so that
+//! flush covers a longer interval in as many rows as one (history coarser for a while, no
+//! report dropped for it); and the writer runs at a lower CPU priority than the receive
+//! threads ([`priority`]), so a machine short of CPU serves ingest first. A kill -9
+//! loses what came after the newest committed flush was taken (`store.lag_ms`): one interval
+//! while the store keeps up. `backpressure = true` trades the other way
+//! ([`StoreStats::wait_for_writer`]): ingest pauses rather than let a flush hold more than one
+//! interval. Counters are stored as sums over the
 //! collector's lifetimes: each write adds what changed since the last one (a restart adds, never
 //! overwrites). Reads (the API) have a deadline and a bounded number run at once. With
 //! ClickHouse, a write a shard refuses is spooled to disk and retried ([`spool`]), so the writer
@@ -29,6 +34,7 @@ use crate::state::State;
 pub use intscope_core::rows::{AggRow, Batch, FlowRow, RowSink};
 
 pub mod clickhouse;
+pub mod priority;
 pub mod read;
 pub mod spool;
 mod sqlite;
@@ -295,11 +301,15 @@ pub(crate) fn incident_version(n: &intscope_core::incident::Incident) -> u64 {
 /// and the writer commits a part in a fraction of a second.
 pub const DEFAULT_FLUSH_CHUNK_FLOWS: usize = 65_536;
 
+/// Default of [`StoreConfig::nice`]: a nice-10 thread gets about a tenth of a core's time
+/// against a busy nice-0 one (the kernel's weights 110 and 1024), and all of an idle core.
+pub const DEFAULT_STORE_NICE: u8 = 10;
+
 /// Store settings (the `[store]` table of the collector config).
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
-    /// Milliseconds between flushes: the most input a kill -9 can lose, at any load.
+    /// Milliseconds between flushes: the most input a kill -9 loses while the store keeps up.
     pub flush_interval_ms: u64,
     /// Hours of history kept.
     pub retention_hours: u64,
@@ -307,11 +317,18 @@ pub struct StoreConfig {
     pub raw_reports: u64,
     /// Raw datagrams kept per flush interval at most (the rest are counted, not kept).
     pub raw_per_flush: usize,
-    /// Ingest waits for the store rather than let a batch hold more than one interval, so a
-    /// kill -9 loses at most `flush_interval_ms` (true); or the live state never waits and the
-    /// store's intervals stretch when it falls behind (false: more input taken under overload,
-    /// more lost by a kill -9).
+    /// Ingest never waits for the store: when the writer falls behind, flushes stretch over
+    /// longer intervals and a kill -9 loses what came after the newest committed flush's take
+    /// (false, the default: no report is dropped for the store, `store.lag_ms` says what is
+    /// at risk). Or ingest waits for the store rather than let a flush hold more than one
+    /// interval, so a kill -9 loses at most `flush_interval_ms` at any load (true: under
+    /// overload the socket buffers fill and the kernel drops datagrams, counted).
     pub backpressure: bool,
+    /// Nice steps the store's writer thread runs below the receive threads
+    /// (0–19; 0: the same priority): on a machine short of CPU the kernel serves ingest first
+    /// and the store's flushes stretch ([`priority`]). Not with `backpressure`, where ingest
+    /// waits for the writer.
+    pub nice: u8,
     /// Most changed flows a flush takes from the live state and hands to the writer at once
     /// (the flush's memory bound; a flush of more is streamed in parts of this many, committed
     /// in one transaction).
@@ -341,7 +358,8 @@ impl Default for StoreConfig {
             retention_hours: 24,
             raw_reports: 100_000,
             raw_per_flush: 1000,
-            backpressure: true,
+            backpressure: false,
+            nice: DEFAULT_STORE_NICE,
             flush_chunk_flows: DEFAULT_FLUSH_CHUNK_FLOWS,
             clickhouse: None,
         }
@@ -386,6 +404,9 @@ pub struct StoreStats {
     pub ingest_pauses: AtomicU64,
     /// Milliseconds receive threads spent waiting for the writer, summed over threads.
     pub ingest_paused_ms: AtomicU64,
+    /// When the newest committed (or failed) flush was taken ([`now_ms`]; 0: none yet): input
+    /// since then is not in the store (`lag_ms`).
+    committed_take_ms: AtomicU64,
     /// Rows per table and the stored totals, as the writer last read them (the API's
     /// `/api/stats` shows these rather than query the database while it is being written).
     pub snapshot: Mutex<Option<StoreSnapshot>>,
@@ -409,6 +430,7 @@ impl StoreStats {
         out.add(&c::STORE_INGEST_PAUSES, &[], g(&self.ingest_pauses));
         out.add(&c::STORE_INGEST_PAUSED, &[], g(&self.ingest_paused_ms));
         out.add(&c::STORE_EVENTS_MISSED, &[], g(&self.events_missed));
+        out.add(&c::STORE_LAG, &[], self.lag_ms());
         out.add(&c::STORE_RAW_NOT_KEPT, &[], raw_not_kept);
     }
 }
@@ -432,6 +454,15 @@ fn now_ms(at: Instant) -> u64 {
 }
 
 impl StoreStats {
+    /// Milliseconds of input not yet in the store: since the newest committed flush was taken
+    /// (since the writer started, before one), what a kill -9 would lose now.
+    pub fn lag_ms(&self) -> u64 {
+        match self.committed_take_ms.load(Ordering::Relaxed) {
+            0 => 0,
+            t => now_ms(Instant::now()).saturating_sub(t),
+        }
+    }
+
     /// Back-pressure, called by a receive thread before it adds a batch of records to the live
     /// state: once ingest has run one flush interval since the take of the newest committed
     /// batch (the writer still commits the next one, or the flusher is late), waits until a
@@ -466,6 +497,11 @@ impl StoreStats {
             .store(now_ms(deadline), Ordering::Release);
     }
 
+    fn writer_spawned(&self) {
+        self.committed_take_ms
+            .store(now_ms(Instant::now()), Ordering::Relaxed);
+    }
+
     fn writer_started(&self, interval: Duration) {
         let mut g = lock(&self.gate);
         g.interval = interval;
@@ -478,6 +514,10 @@ impl StoreStats {
     /// rest of an interval is what it may run before the next batch is committed.
     fn batch_done(&self, taken_at: Option<Instant>) {
         self.pending.fetch_sub(1, Ordering::AcqRel);
+        if let Some(t) = taken_at {
+            self.committed_take_ms
+                .fetch_max(now_ms(t), Ordering::Relaxed);
+        }
         let mut g = lock(&self.gate);
         if let (Some(t), Some(d)) = (taken_at, g.deadline) {
             let now = Instant::now();
@@ -560,6 +600,7 @@ pub fn spawn_writer(
     stats: Arc<StoreStats>,
 ) -> (SyncSender<Batch>, JoinHandle<()>) {
     let (tx, rx): (SyncSender<Batch>, Receiver<Batch>) = sync_channel(WRITER_QUEUE);
+    stats.writer_spawned();
     if cfg.backpressure {
         stats.writer_started(Duration::from_millis(cfg.flush_interval_ms.max(10)));
     }
@@ -574,6 +615,10 @@ pub fn spawn_writer(
                 }
             }
             let _ended = Ended(Arc::clone(&stats));
+            if !cfg.backpressure {
+                // With back-pressure ingest waits for this thread: it must not yield to ingest.
+                priority::lower_this_thread(cfg.nice);
+            }
             let mut n = 0u64;
             // What the store holds from earlier runs, shown before the first commit.
             let snapshot = |store: &dyn Store| StoreSnapshot {
