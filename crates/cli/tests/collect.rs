@@ -691,7 +691,11 @@ fn kill_9_under_load(backpressure: bool) {
     let config = dir.join("collect.toml");
     std::fs::write(
         &config,
-        format!("[store]\nflush_interval_ms = {interval_ms}\nbackpressure = {backpressure}\n"),
+        // Flushes put off for ingest stretch to at most 2 s here, so that the 4 s of load see
+        // some committed.
+        format!(
+            "[store]\nflush_interval_ms = {interval_ms}\nbackpressure = {backpressure}\nmax_stretch = 4\n"
+        ),
     )
     .unwrap();
     let data = dir.join("data");

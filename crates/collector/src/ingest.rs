@@ -23,6 +23,7 @@ pub use ipnet::IpNet;
 use socket2::{Domain, Protocol, Socket, Type};
 
 pub mod port_guard;
+pub mod pressure;
 mod recv;
 pub use port_guard::PortGuardStats;
 pub use recv::{IDLE, MAX_BATCH, SLOT_RANGE};
@@ -157,6 +158,11 @@ pub struct IngestStats {
     pub oversize: AtomicU64,
     /// Socket receive errors.
     pub socket_errors: AtomicU64,
+    /// `recvmmsg` calls that returned datagrams.
+    pub recv_calls: AtomicU64,
+    /// Of those, calls that filled the whole batch: more was queued than a batch holds (the
+    /// receive threads' sign of falling behind, [`pressure`]).
+    pub recv_full: AtomicU64,
     /// The last decode error, for the API ("malformed at offset X").
     pub last_error: Mutex<Option<String>>,
     /// Inodes of the open report sockets, to read their kernel drop counters.
@@ -329,6 +335,9 @@ pub struct Tally {
     received: u64,
     accepted: u64,
     reports: u64,
+    /// Receive calls (0 or 1 per batch), and whether the call filled the batch.
+    recv_calls: u64,
+    recv_full: u64,
 }
 
 /// A record sink that counts the records it was given, and drops switch timestamps too far
@@ -601,17 +610,37 @@ impl Collector {
             .spawn(move || {
                 let mut last_event = c.state.events().next_id();
                 let interval = Duration::from_millis(c.config.store.flush_interval_ms.max(10));
+                let longest = interval * c.config.store.max_stretch.max(1);
                 // Wall-clock time: with back-pressure, ingest waits for this flush.
                 let mut last = std::time::Instant::now();
+                // When the next flush is due: an interval after the last, or later while
+                // ingest is short of CPU (never with back-pressure: ingest waits for it).
+                let mut due = last + interval;
+                let mut pressure = pressure::Pressure::new(&c.stats);
                 // After a stop the receive threads still read their sockets' backlogs: the final
                 // flush waits for them, so that what they read is stored too.
                 while !c.stopped() || c.receivers.load(Ordering::SeqCst) > 0 {
                     std::thread::sleep(Duration::from_millis(10));
-                    // A deferred flush is retried at the next tick, not a whole interval later.
-                    if last.elapsed() >= interval
-                        && flusher.offer_parts(|| c.take_batch(&mut last_event))
+                    let now = std::time::Instant::now();
+                    if now < due {
+                        continue;
+                    }
+                    if !c.config.store.backpressure
+                        && now < last + longest
+                        && pressure.under_pressure(&c.stats)
                     {
+                        c.store_stats
+                            .flushes_stretched
+                            .fetch_add(1, Ordering::Relaxed);
+                        due = (now + interval).min(last + longest);
+                        continue;
+                    }
+                    // A deferred flush is retried at the next tick, not a whole interval later.
+                    if flusher.offer_parts(|| c.take_batch(&mut last_event)) {
                         last = std::time::Instant::now();
+                        due = last + interval;
+                        // Pressure is judged over each interval since a flush.
+                        pressure.under_pressure(&c.stats);
                     }
                 }
                 // Events still waiting for their incidents go now, as they are.
@@ -750,6 +779,8 @@ impl Collector {
             (&self.stats.received, tally.received),
             (&self.stats.accepted, tally.accepted),
             (&self.stats.reports, tally.reports),
+            (&self.stats.recv_calls, tally.recv_calls),
+            (&self.stats.recv_full, tally.recv_full),
         ] {
             if n > 0 {
                 counter.fetch_add(n, Ordering::Relaxed);

@@ -1425,3 +1425,51 @@ fn the_writer_runs_below_ingest_unless_ingest_waits_for_it() {
         writer.join().unwrap();
     }
 }
+
+/// While the receive threads are short of CPU (here: every receive call filled its batch), a
+/// due flush is put off up to `max_stretch` intervals; once they are not, flushes come every
+/// interval again. Nothing is lost either way: the last flush at the stop takes the rest.
+#[test]
+fn flushes_stretch_while_ingest_is_short_of_cpu() {
+    use intscope_collector::ingest::{Collector, CollectorConfig};
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::{Duration, Instant};
+    let tmp = tempdir("store-stretch");
+    let mut config = CollectorConfig {
+        data: Some(tmp.path().to_path_buf()),
+        int_udp_ports: vec![INT_PORT],
+        ..CollectorConfig::default()
+    };
+    config.store.flush_interval_ms = 50;
+    config.store.max_stretch = 4;
+    let c = Collector::open(config).unwrap();
+    let handle = c.start_store().unwrap();
+    let stats = &c.store_stats;
+    // Batches committed over `span`, with full receive batches all along or none.
+    let committed_over = |span: Duration, full: bool| {
+        let before = stats.batches.load(Relaxed);
+        let end = Instant::now() + span;
+        while Instant::now() < end {
+            c.stats.recv_calls.fetch_add(4, Relaxed);
+            c.stats
+                .recv_full
+                .fetch_add(if full { 4 } else { 0 }, Relaxed);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        stats.batches.load(Relaxed) - before
+    };
+    committed_over(Duration::from_millis(300), false);
+    let relaxed = committed_over(Duration::from_millis(1200), false);
+    let pressed = committed_over(Duration::from_millis(1200), true);
+    let stretched = stats.flushes_stretched.load(Relaxed);
+    // 1.2 s is 24 intervals; stretched to 4 intervals (200 ms) it is 6 flushes.
+    assert!(relaxed >= 10, "{relaxed} flushes in 24 intervals");
+    assert!(
+        (2..=8).contains(&pressed),
+        "{pressed} flushes in 24 intervals under pressure, {stretched} put off"
+    );
+    assert!(stretched >= 8, "{stretched} flushes put off");
+    assert!(committed_over(Duration::from_millis(1200), false) >= 10);
+    c.stop();
+    handle.finish();
+}

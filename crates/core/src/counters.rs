@@ -378,6 +378,15 @@ metric!(
     "Flushes put off because the writer was still committing the previous batch"
 );
 metric!(
+    STORE_FLUSHES_STRETCHED,
+    "store_flushes_stretched",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "store.flushes_stretched")]),
+    "Flushes put off because the receive threads were short of CPU (the next covers a longer interval)"
+);
+metric!(
     STORE_INGEST_PAUSES,
     "store_ingest_pauses",
     Counter,
@@ -791,6 +800,7 @@ pub const ALL: &[&Metric] = &[
     &STORE_FAILED,
     &STORE_BACKLOG_DROPPED,
     &STORE_FLUSHES_DEFERRED,
+    &STORE_FLUSHES_STRETCHED,
     &STORE_INGEST_PAUSES,
     &STORE_INGEST_PAUSED,
     &STORE_LAG,

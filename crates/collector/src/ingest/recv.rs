@@ -177,7 +177,11 @@ fn receive_batches(c: &Collector, sock: &UdpSocket) -> std::io::Result<()> {
             *n += meta.len();
         }
         let now = now_ns();
-        let mut tally = Tally::default();
+        let mut tally = Tally {
+            recv_calls: 1,
+            recv_full: u64::from(meta.len() == batch),
+            ..Tally::default()
+        };
         for (m, buf) in meta.iter().zip(storage.chunks(slot)) {
             if m.truncated {
                 // Larger than the slot: the kernel cut it, so it cannot be decoded whole.

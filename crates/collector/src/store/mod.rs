@@ -11,8 +11,10 @@
 //! the flows; the writer commits the parts (one transaction in SQLite). Ingest never waits for
 //! the store: when the writer falls behind, the next flush is put off until it is done, so that
 //! flush covers a longer interval in as many rows as one (history coarser for a while, no
-//! report dropped for it); and the writer runs at a lower CPU priority than the receive
-//! threads ([`priority`]), so a machine short of CPU serves ingest first. A kill -9
+//! report dropped for it); the writer runs at a lower CPU priority than the receive threads
+//! ([`priority`]), so a machine short of CPU serves ingest first; and while the receive threads
+//! fall behind, flushes are put off up to `max_stretch` intervals
+//! (`ingest::pressure`). A kill -9
 //! loses what came after the newest committed flush was taken (`store.lag_ms`): one interval
 //! while the store keeps up. `backpressure = true` trades the other way
 //! ([`StoreStats::wait_for_writer`]): ingest pauses rather than let a flush hold more than one
@@ -305,6 +307,10 @@ pub const DEFAULT_FLUSH_CHUNK_FLOWS: usize = 65_536;
 /// against a busy nice-0 one (the kernel's weights 110 and 1024), and all of an idle core.
 pub const DEFAULT_STORE_NICE: u8 = 10;
 
+/// Default of [`StoreConfig::max_stretch`]: a flush put off for ingest covers at most 8
+/// intervals (8 s at the default interval), what a kill -9 can lose then.
+pub const DEFAULT_MAX_STRETCH: u32 = 8;
+
 /// Store settings (the `[store]` table of the collector config).
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -329,6 +335,10 @@ pub struct StoreConfig {
     /// and the store's flushes stretch ([`priority`]). Not with `backpressure`, where ingest
     /// waits for the writer.
     pub nice: u8,
+    /// While the receive threads are short of CPU (`ingest::pressure`), a due flush
+    /// is put off, for at most this many flush intervals since the last one (1: never): the
+    /// store writes less while ingest needs the machine. Not with `backpressure`.
+    pub max_stretch: u32,
     /// Most changed flows a flush takes from the live state and hands to the writer at once
     /// (the flush's memory bound; a flush of more is streamed in parts of this many, committed
     /// in one transaction).
@@ -360,6 +370,7 @@ impl Default for StoreConfig {
             raw_per_flush: 1000,
             backpressure: false,
             nice: DEFAULT_STORE_NICE,
+            max_stretch: DEFAULT_MAX_STRETCH,
             flush_chunk_flows: DEFAULT_FLUSH_CHUNK_FLOWS,
             clickhouse: None,
         }
@@ -391,6 +402,8 @@ pub struct StoreStats {
     /// Flushes put off because the writer was still committing the previous batch (ingest
     /// pauses meanwhile, see `ingest_pauses`).
     pub flushes_deferred: AtomicU64,
+    /// Flushes put off because the receive threads were short of CPU (`max_stretch`).
+    pub flushes_stretched: AtomicU64,
     /// Batches handed to the writer and not yet committed.
     pub pending: AtomicU64,
     /// Parts of flushes handed to the writer (a flush is one part per `flush_chunk_flows`
@@ -427,6 +440,7 @@ impl StoreStats {
         out.add(&c::STORE_FAILED, &[], g(&self.failed));
         out.add(&c::STORE_BACKLOG_DROPPED, &[], g(&self.backlog_dropped));
         out.add(&c::STORE_FLUSHES_DEFERRED, &[], g(&self.flushes_deferred));
+        out.add(&c::STORE_FLUSHES_STRETCHED, &[], g(&self.flushes_stretched));
         out.add(&c::STORE_INGEST_PAUSES, &[], g(&self.ingest_pauses));
         out.add(&c::STORE_INGEST_PAUSED, &[], g(&self.ingest_paused_ms));
         out.add(&c::STORE_EVENTS_MISSED, &[], g(&self.events_missed));
