@@ -170,7 +170,8 @@ pub fn discard_changes(state: &State) -> usize {
 /// `docs/collector-store.md`, Memory). [`FlushTake::new`] takes, under each shard's lock, the
 /// keys of its changed flows (moving the shard's list, no copy) and everything but the flows:
 /// events, queue and port aggregates, counters, raw datagrams, which go in the first part. Each
-/// part then copies the rows of the next `chunk` keys, shard by shard under its lock. A flow
+/// part then copies the rows of the next `chunk` keys, shard by shard, at most
+/// `LOCK_SLICE` (1024) under one hold of a shard's lock. A flow
 /// that changes after its keys were taken and before its row is copied is written with its
 /// newer counts (nothing is lost); one that changes after its row was copied is in the next
 /// flush.
@@ -331,17 +332,23 @@ impl Iterator for FlushTake<'_> {
             ..Batch::default()
         });
         let cap = self.chunk.min(self.left);
-        if cap > 0 {
-            b.flows.reserve_exact(cap);
+        b.flows.reserve_exact(cap);
+        // Passes over the shards, each taking a slice of a shard's keys under its lock, until
+        // the part is full or every key is taken.
+        let mut taken = 0;
+        while taken < cap {
+            let before = taken;
             let (keys, left) = (&mut self.keys, &mut self.left);
             self.state.each_flow_shard(|shard| {
                 let id = shard_id(shard);
                 let Some((_, shard_keys)) = keys.iter_mut().find(|(s, _)| *s == id) else {
                     return;
                 };
-                while b.flows.len() < cap
+                let slice_end = (taken + LOCK_SLICE).min(cap);
+                while taken < slice_end
                     && let Some(key) = shard_keys.pop()
                 {
+                    taken += 1;
                     *left -= 1;
                     // Not dirty: the flow went away and its key came back as a new flow,
                     // listed again for the next flush (or this row was already copied).
@@ -357,12 +364,21 @@ impl Iterator for FlushTake<'_> {
                     *shard_keys = Vec::new();
                 }
             });
+            if taken == before {
+                // No shard had a key left (cannot happen while `left` counts them): stop.
+                self.left = 0;
+                break;
+            }
         }
         b.more = self.left > 0;
         self.done = !b.more;
         Some(b)
     }
 }
+
+/// Most keys a flush takes from one flow shard per hold of its lock: the receive threads wait
+/// for the lock meanwhile, so a hold is a slice (about 100 µs of row copies), not a part.
+const LOCK_SLICE: usize = 1024;
 
 /// A flow shard's identity within its state (see [`FlushTake`]'s `keys`).
 fn shard_id(shard: &crate::flow_shard::FlowShard) -> usize {
