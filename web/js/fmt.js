@@ -7,6 +7,23 @@ export const esc = (s) =>
     (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c],
   );
 
+/** Node names by ID (from the collector's topology, `/api/names`); empty when none is known. */
+let names = {};
+
+/** Sets the node names (`{"<id>": "<name>"}`). */
+export function setNames(byId) {
+  names = byId && typeof byId === 'object' ? byId : {};
+}
+
+/** A node's name, or undefined. */
+export const nodeName = (id) => (id == null ? undefined : names[id]);
+
+/** A node as the operator knows it: `spine1 (101)` when named, else `node 101`. */
+export const node = (id) => {
+  const n = nodeName(id);
+  return n ? `${n} (${id})` : `node ${id}`;
+};
+
 const NS_UNITS = [
   [1e9, 's'],
   [1e6, 'ms'],
@@ -61,7 +78,7 @@ export const flowText = (f) => (f ? `${f.src}:${f.src_port} → ${f.dst}:${f.dst
 /** An event's place. */
 export const eventPlace = (e) =>
   [
-    e.node_id != null ? `node ${e.node_id}` : null,
+    e.node_id != null ? node(e.node_id) : null,
     e.port != null ? `port ${e.port}` : null,
     e.queue_id != null ? `q${e.queue_id}` : null,
   ]
@@ -72,10 +89,10 @@ export const eventPlace = (e) =>
 export function incidentPlace(p) {
   if (!p) return '–';
   const parts = [];
-  if (p.node != null) parts.push(`node ${p.node}`);
+  if (p.node != null) parts.push(node(p.node));
   if (p.port != null) parts.push(`port ${p.port}`);
   if (p.queue != null) parts.push(`q${p.queue}`);
-  if (p.peer_node != null) parts.push(`→ node ${p.peer_node}${p.peer_port != null ? ` port ${p.peer_port}` : ''}`);
+  if (p.peer_node != null) parts.push(`→ ${node(p.peer_node)}${p.peer_port != null ? ` port ${p.peer_port}` : ''}`);
   if (p.hw_id != null) parts.push(`hw ${p.hw_id}`);
   return parts.join(' · ') || '–';
 }

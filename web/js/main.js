@@ -3,7 +3,7 @@
 // changes, so no page leaves anything running behind it.
 
 import { api, incidents, shift } from './api.js';
-import { esc, ns, num } from './fmt.js';
+import { esc, ns, num, setNames } from './fmt.js';
 import * as pages from './pages/index.js';
 import { parseHash, set, setParams, state, subscribe } from './store.js';
 import { RANGES, absolute, rangeOf } from './time.js';
@@ -68,9 +68,15 @@ function drawPicker() {
  * Whether this is a collector (live state) or `intscope serve` (the shared store's history only:
  * its /api/stats says `mode: "fabric"`), asked once before the first page is drawn.
  */
-const modeKnown = api('/api/stats')
-  .then((s) => set({ mode: s.mode === 'fabric' ? 'fabric' : 'live' }))
-  .catch(() => set({ mode: 'live' }));
+const modeKnown = Promise.all([
+  api('/api/stats')
+    .then((s) => set({ mode: s.mode === 'fabric' ? 'fabric' : 'live' }))
+    .catch(() => set({ mode: 'live' })),
+  // The nodes' names, where the collector knows its topology (an older one, or `serve`: none).
+  api('/api/names')
+    .then((d) => setNames(d.nodes))
+    .catch(() => setNames({})),
+]);
 
 /** Pages that read only what `intscope serve` answers (the stored incidents and events). */
 const FABRIC_PAGES = new Set(['incidents', 'events']);

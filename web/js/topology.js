@@ -2,7 +2,7 @@
 // behind a port, links coloured by utilization and drops over the chosen range, nodes by their
 // ongoing incidents.
 
-import { esc, pct } from './fmt.js';
+import { esc, node, nodeName, pct } from './fmt.js';
 
 /**
  * Tiers from paths (arrays of node IDs, source first). A path's first node is an edge (tier 0):
@@ -114,7 +114,7 @@ export function drawMap(w, m) {
     if (!a || !b) continue;
     linked.add(`${l.from_node}/${l.from_port}`);
     const mark = hl.node === l.from_node && (hl.port == null || hl.port === l.from_port);
-    const title = `node ${l.from_node} port ${l.from_port} → node ${l.to_node} port ${l.to_port}`;
+    const title = `${node(l.from_node)} port ${l.from_port} → ${node(l.to_node)} port ${l.to_port}`;
     s += portLine(
       a,
       b,
@@ -138,7 +138,7 @@ export function drawMap(w, m) {
       const addrs = m.hosts.get(`${id}/${p}`);
       const name = addrs.length > 1 ? `${addrs[0]} +${addrs.length - 1}` : addrs[0];
       const mark = hl.node === id && hl.port === p;
-      s += portLine([x, yy], [hx, hostY], port(id, p), `node ${id} port ${p} → ${addrs.join(', ')}`, 0, mark);
+      s += portLine([x, yy], [hx, hostY], port(id, p), `${node(id)} port ${p} → ${addrs.join(', ')}`, 0, mark);
       // Neighbouring labels alternate between two rows so addresses do not overlap.
       s += `<text x="${hx}" y="${hostY + 14 + (i % 2) * 13}" text-anchor="middle" class="host" data-test="fabric-host"
         font-size="10">${esc(name)}</text>`;
@@ -149,10 +149,14 @@ export function drawMap(w, m) {
     const stroke = sev ? SEV_COLOR[sev] : 'var(--accent)';
     const mark = hl.node === id || hl.peer_node === id;
     s += `<g data-test="fabric-node" data-node="${id}" data-tier="${tiers.get(id)}" data-state="${sev || 'ok'}">
-      <a href="#/flows?node=${id}"><title>node ${id}${sev ? `: ${sev} incident ongoing` : ''}</title>
+      <a href="#/flows?node=${id}"><title>${esc(node(id))}${sev ? `: ${sev} incident ongoing` : ''}</title>
       <circle cx="${x}" cy="${yy}" r="22" fill="${mark ? '#2d3f57' : '#1e2a38'}" stroke="${stroke}"
         stroke-width="${sev || mark ? 4 : 2}"/>
-      <text x="${x}" y="${yy + 4}" text-anchor="middle">${id}</text></a></g>`;
+      <text x="${x}" y="${yy + 4}" text-anchor="middle">${id}</text>${
+        nodeName(id) != null
+          ? `<text x="${x}" y="${yy - 28}" text-anchor="middle" font-size="11" data-test="fabric-node-name">${esc(nodeName(id))}</text>`
+          : ''
+      }</a></g>`;
   }
   return { svg: s, height: hostY + 36 };
 }

@@ -47,6 +47,12 @@ pub struct CollectArgs {
     /// `domains` in the config file): source-only metadata is then not read as hops.
     #[arg(long, value_name = "FILE.toml")]
     pub domains: Option<PathBuf>,
+    /// Names for the nodes, shown beside their IDs (`topology` in the config file): an ONOS
+    /// network configuration (JSON: devices' `segmentrouting.ipv4NodeSid`), a node list
+    /// (`{"nodes": [{"id": 101, "name": "spine1"}]}`), `[[node]]` tables (TOML), or a lab /
+    /// simulator file (`[topology]`: its leaves, spines and hosts, named as the lab names them).
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<PathBuf>,
     /// Also read INT without a marking in the reported packets (`unmarked_int` in the config
     /// file; off by default): only where the report's F bit allows it and the block is exact.
     #[arg(long)]
@@ -285,6 +291,13 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
         cfg.registry = crate::detect::load_registry(Some(d))
             .with_context(|| "the domain registry (--domains / `domains`)")?
             .map(Arc::new);
+    }
+    if let Some(t) = &args.topology {
+        cfg.topology = Some(t.clone());
+    }
+    if let Some(t) = &cfg.topology {
+        cfg.names =
+            Arc::new(load_names(t).with_context(|| "the topology (--topology / `topology`)")?);
     }
     if let Some(d) = &args.data {
         cfg.data = Some(d.clone());
@@ -832,6 +845,24 @@ fn replay(
         );
     }
     Ok(summary)
+}
+
+/// Node names from a topology file: a lab or simulator file (`[topology]`) names its fabric as
+/// the lab does; anything else is read by `NodeNames::load`.
+fn load_names(path: &std::path::Path) -> Result<intscope_collector::names::NodeNames> {
+    use intscope_collector::names::NodeNames;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if let Ok(t) = toml::from_str::<toml::Table>(&text)
+        && let Some(shape) = t.get("topology")
+    {
+        let shape: intscope_sim::topology::Topology = shape
+            .clone()
+            .try_into()
+            .with_context(|| format!("{}: [topology]", path.display()))?;
+        return Ok(NodeNames::from_pairs(shape.node_names())?);
+    }
+    Ok(NodeNames::load(path)?)
 }
 
 #[cfg(test)]

@@ -620,6 +620,10 @@ pub fn run(args: &LabArgs) -> Result<()> {
     };
     let mut cfg: intscope_collector::ingest::CollectorConfig =
         toml::from_str(&collector_toml).context("the collector's settings")?;
+    // The console names the nodes as the lab names its namespaces.
+    cfg.names = Arc::new(intscope_collector::names::NodeNames::from_pairs(
+        sc.topology.node_names(),
+    )?);
     if !is_root() {
         bail!("intscope lab needs root: it creates network namespaces and loads BPF programs");
     }

@@ -336,6 +336,9 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
         http: args.http,
         int_udp_ports: vec![17768],
         data: Some(data.clone()),
+        names: Arc::new(intscope_collector::names::NodeNames::from_pairs(
+            f.topology().node_names(),
+        )?),
         ..CollectorConfig::default()
     };
     let collector = Collector::open(cfg).context("opening the history store")?;

@@ -1031,3 +1031,66 @@ fn a_second_writer_on_one_store_is_refused() {
     again.get("/api/stats");
     again.stop();
 }
+
+/// `--topology FILE` names the nodes (`/api/names`, the console's labels): from an ONOS network
+/// configuration, from a lab file as the lab names its namespaces, and from the config file's
+/// `topology`; a file that names nothing is refused with the reason.
+#[test]
+fn a_topology_file_names_the_nodes() {
+    let tmp = tempdir("test-topology");
+    let netcfg = tmp.path().join("netcfg.json");
+    std::fs::write(
+        &netcfg,
+        r#"{"devices": {"device:leaf1": {"segmentrouting": {"ipv4NodeSid": 101},
+            "basic": {"name": "leaf-1"}}, "device:spine1": {"segmentrouting": {"ipv4NodeSid": 201}}}}"#,
+    )
+    .unwrap();
+    let c = Running::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--no-store",
+        "--topology",
+        netcfg.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        c.get("/api/names"),
+        serde_json::json!({"nodes": {"101": "leaf-1", "201": "spine1"}})
+    );
+    c.stop();
+
+    let lab = tmp.path().join("lab.toml");
+    std::fs::write(
+        &lab,
+        "[topology]\nleaves = 2\nspines = 1\nhosts_per_leaf = 1\n",
+    )
+    .unwrap();
+    let config = tmp.path().join("collect.toml");
+    std::fs::write(&config, format!("topology = {:?}\n", lab.to_str().unwrap())).unwrap();
+    let c = Running::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--no-store",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        c.get("/api/names")["nodes"],
+        serde_json::json!({"1": "leaf1", "2": "leaf2", "101": "spine1",
+            "1001": "host1-1", "2001": "host2-1"})
+    );
+    c.stop();
+
+    let bad = tmp.path().join("bad.json");
+    std::fs::write(&bad, r#"{"links": []}"#).unwrap();
+    let err = collect_refuses(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--no-store",
+        "--topology",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("--topology") && err.contains("neither"),
+        "{err}"
+    );
+}

@@ -373,7 +373,7 @@ fn assert_three_facts(dom: &str, start_ns: u64, base: &str) {
         .next()
         .unwrap();
     assert!(
-        row_html.contains(&format!("node {node} · port {port} · q{queue}")),
+        row_html.contains(&format!("leaf{node} ({node}) · port {port} · q{queue}")),
         "{row_html}"
     );
     let shown: u64 = attr(rows[at], "data-start-ns").unwrap().parse().unwrap();
@@ -584,7 +584,8 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
     assert!(
         element(&detail, "incident-place")
             .unwrap()
-            .contains("node 2 · port 2 · q0")
+            .contains("leaf2 (2) · port 2 · q0"),
+        "the place by the demo's node names"
     );
     assert_eq!(count(&detail, "incident-timeline"), 1, "its timeline");
     let map = element(&detail, "incident-map").expect("its place on the map");
@@ -610,6 +611,18 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
     let fabric = page(&console, "fabric", "fabric", true);
     let nodes = tags(&fabric, "fabric-node");
     assert_eq!(nodes.len(), 6, "4 leaves and 2 spines drawn");
+    // Named as the demo's topology names them (/api/names), beside their IDs.
+    let mut names: Vec<&str> = fabric
+        .split("data-test=\"fabric-node-name\"")
+        .skip(1)
+        .filter_map(|s| s.split('>').nth(1)?.split('<').next())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["leaf1", "leaf2", "leaf3", "leaf4", "spine1", "spine2"],
+        "every node named"
+    );
     for n in &nodes {
         let id: u32 = attr(n, "data-node").unwrap().parse().unwrap();
         let tier = attr(n, "data-tier").unwrap();
@@ -765,7 +778,7 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
             "only events of the range: {times:?} vs {from}..{to}"
         );
         assert!(
-            !past.contains("node 2 · port 2 · q0"),
+            !past.contains("leaf2 (2) · port 2 · q0"),
             "nothing of the later congestion"
         );
     } else {

@@ -142,6 +142,7 @@ pub fn app(api: Arc<Api>) -> Router {
     let app = Router::new()
         .route("/api/stats", get(stats))
         .route("/api/nodes", get(nodes))
+        .route("/api/names", get(names))
         .route("/api/links", get(links))
         .route("/api/queues", get(queues))
         .route("/api/flows", get(flows))
@@ -510,6 +511,12 @@ pub struct StoreDetail {
     pub totals: Option<Totals>,
     /// Every collector's, in a store several share (ClickHouse); `null` otherwise.
     pub fabric_totals: Option<Totals>,
+}
+
+/// The nodes' names from the topology (`crate::names`): `{"nodes": {"<id>": "<name>"}}`,
+/// empty where none was given. Bounded by the names' own bounds (at most 65 536 of 64 bytes).
+async fn names(AxState(api): Shared) -> Json<Value> {
+    Json(serde_json::json!({ "nodes": &*api.collector.config.names }))
 }
 
 async fn stats(AxState(api): Shared) -> Json<Value> {

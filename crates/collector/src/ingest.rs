@@ -414,6 +414,12 @@ pub struct CollectorConfig {
     /// The loaded domain registry (from `domains`, or set by an embedding program).
     #[serde(skip)]
     pub registry: Option<Arc<intscope_wire::domain::Registry>>,
+    /// A topology file naming the nodes (`crate::names` formats): the console shows the
+    /// names beside the IDs. `intscope collect` loads it into [`CollectorConfig::names`].
+    pub topology: Option<std::path::PathBuf>,
+    /// Node names (from `topology`, or set by an embedding program: the demo, the lab).
+    #[serde(skip)]
+    pub names: Arc<crate::names::NodeNames>,
     /// The egress Tx utilization value (instruction bit 7) a fully used port reports. INT v2.1
     /// leaves the unit to the device; 1000 (per mille) is what `intscope sim` reports.
     pub tx_util_full_scale: u32,
@@ -479,6 +485,8 @@ impl Default for CollectorConfig {
             unmarked_int: false,
             domains: None,
             registry: None,
+            topology: None,
+            names: Arc::default(),
             tx_util_full_scale: 1000,
             detect: Thresholds::default(),
             data: Some("intscope-data".into()),

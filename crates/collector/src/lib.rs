@@ -25,6 +25,7 @@ pub mod api_config;
 pub mod clock;
 pub mod http;
 pub mod ingest;
+pub mod names;
 pub mod openmetrics;
 pub mod store;
 pub mod ui;

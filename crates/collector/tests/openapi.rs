@@ -263,6 +263,7 @@ fn every_endpoint_answers_as_documented() {
     let cases: Vec<(&str, String, &str)> = vec![
         ("/api/stats", "/api/stats".into(), "200"),
         ("/api/nodes", "/api/nodes".into(), "200"),
+        ("/api/names", "/api/names".into(), "200"),
         ("/api/links", "/api/links".into(), "200"),
         ("/api/queues", "/api/queues".into(), "200"),
         ("/api/flows", "/api/flows?limit=5".into(), "200"),

@@ -47,6 +47,20 @@ impl Default for Topology {
     }
 }
 
+impl Topology {
+    /// Every node's INT ID and name, as the lab names its namespaces: leaf `l` is `leaf<l>`
+    /// (ID `l`), spine `s` is `spine<s>` ([`spine_id`]), host `h` of leaf `l` is `host<l>-<h>`
+    /// (ID `1000 × l + h`, where a host runs INT: the lab's host agents).
+    pub fn node_names(&self) -> Vec<(u32, String)> {
+        let leaves = (1..=self.leaves).map(|l| (l, format!("leaf{l}")));
+        let spines = (1..=self.spines).map(|s| (spine_id(s), format!("spine{s}")));
+        let hosts = (1..=self.leaves).flat_map(|l| {
+            (1..=self.hosts_per_leaf).map(move |h| (1000 * l + h, format!("host{l}-{h}")))
+        });
+        leaves.chain(spines).chain(hosts).collect()
+    }
+}
+
 /// Node ID of spine `s` (1-based).
 pub fn spine_id(s: u32) -> u32 {
     100 + s

@@ -3,7 +3,7 @@
 
 import { api, onCollectorClock } from '../api.js';
 import { chart } from '../chart.js';
-import { clock, esc, eventPlace, evidence, flowText, ns } from '../fmt.js';
+import { clock, esc, eventPlace, evidence, flowText, node, ns } from '../fmt.js';
 import { href, sawTime } from '../store.js';
 
 export async function render(ctx) {
@@ -23,7 +23,7 @@ export async function render(ctx) {
   sawTime(f.last_seen_ns);
   const r = ctx.range;
   const hop = (h, i, n) => `<div class="hop"><b>${i === 0 ? 'source' : i === n - 1 ? 'sink' : `hop ${i}`}</b><br>
-    <a href="#/flows?node=${h.node_id}">node ${h.node_id}</a><br>
+    <a href="#/flows?node=${h.node_id}">${esc(node(h.node_id))}</a><br>
     <span class="muted">in ${h.ingress_if ?? '–'} · out ${h.egress_if ?? '–'}</span></div>`;
   const inRange = (t) => t >= r.since && t <= r.until;
   const events = onCollectorClock(f.events)
@@ -77,7 +77,7 @@ export async function render(ctx) {
   const key = (k) => (stored ? `${k}_max` : k);
   const per = (k) =>
     Array.from({ length: hops }, (_, i) => ({
-      label: `node ${f.path_detail[i].node_id}`,
+      label: node(f.path_detail[i].node_id),
       values: rows.map((s) => s[key(k)]?.[i] ?? null),
     }));
   // Path changes: dashed lines at the times a new path was first seen (the first is no change).

@@ -5,7 +5,7 @@
 import { events, api, incidentOnCollectorClock, incidents } from '../api.js';
 import { chart } from '../chart.js';
 import { fabricModel, queueSeries } from '../data.js';
-import { clock, esc, eventPlace, evidence, flowText, incidentPlace, ns, num, peakText, stamp } from '../fmt.js';
+import { clock, esc, eventPlace, evidence, flowText, incidentPlace, node, ns, num, peakText, stamp } from '../fmt.js';
 import { state } from '../store.js';
 import { LEGEND, drawMap } from '../topology.js';
 
@@ -136,7 +136,7 @@ export async function render(ctx) {
     });
     ctx.own(
       chart($('occ'), {
-        title: `queue occupancy at node ${p.node} port ${p.port}`,
+        title: `queue occupancy at ${node(p.node)} port ${p.port}`,
         yLabel: 'occupancy',
         unit: 'cells',
         times: times.map((t) => t / 1e9),

@@ -3,7 +3,7 @@
 
 import { events, api, incidents, qs } from '../api.js';
 import { peak, queueSeries, storedFlows } from '../data.js';
-import { ago, byHurt, clock, esc, flowText, incidentPlace, ns, num, pct, peakText } from '../fmt.js';
+import { ago, byHurt, clock, esc, flowText, incidentPlace, node, ns, num, pct, peakText } from '../fmt.js';
 import { href, sawTime } from '../store.js';
 import { within } from '../time.js';
 
@@ -258,7 +258,7 @@ export async function render(ctx) {
         .map(([k, v]) => {
           const [n, p, q] = k.split('/');
           return `<tr class="clickable" data-href="#/queues?focus=${k}" data-test="hot-queue" data-queue="${k}">
-          <td><a href="#/queues?focus=${k}">node ${n} · port ${p} · q${q}</a></td>
+          <td><a href="#/queues?focus=${k}">${esc(node(n))} · port ${p} · q${q}</a></td>
             <td class="num">${num(v)} cells</td></tr>`;
         })
         .join('') || '<tr><td class="empty">all queues empty in the range</td></tr>';
@@ -268,7 +268,7 @@ export async function render(ctx) {
         .slice(0, TOP)
         .map(
           (l) => `<tr class="clickable" data-href="#/fabric" data-test="busy-link"><td>
-            <a href="#/fabric">node ${l.from_node}:${l.from_port} → node ${l.to_node}:${l.to_port}</a></td>
+            <a href="#/fabric">${esc(node(l.from_node))}:${l.from_port} → ${esc(node(l.to_node))}:${l.to_port}</a></td>
         <td class="num">${pct(l.utilization)}</td></tr>`,
         )
         .join('') || '<tr><td class="empty">no links seen</td></tr>';
