@@ -176,6 +176,10 @@ pub struct ApiArgs {
     /// History queries running or waiting at once (503 beyond).
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub max_queries: usize,
+    /// History series over ranges longer than this many seconds are read per minute from the
+    /// rollups (answers say `"resolution": "1m"`), shorter ones per store interval.
+    #[arg(long, value_name = "S", default_value_t = 3600.0)]
+    pub history_rollup_after: f64,
     /// Live event streams open at once (503 beyond).
     #[arg(long, value_name = "N", default_value_t = 32)]
     pub max_event_streams: usize,
@@ -253,6 +257,7 @@ pub(crate) fn api_config(a: &ApiArgs, http: SocketAddr) -> Result<ApiConfig> {
         max_streams: a.max_event_streams.max(1),
         max_list_requests: a.max_list_requests.max(1),
         max_series: a.metrics_max_series,
+        rollup_after: seconds("history-rollup-after", a.history_rollup_after)?,
     })
 }
 

@@ -403,6 +403,8 @@ async fn store_query<T: Send + 'static>(
         return Err(ApiError::store(api, StoreError::Busy));
     };
     q.timeout = Some(api.cfg.query_timeout);
+    q.rollup_after = Some(api.cfg.rollup_after);
+    q.resolution = Some(q.pick_resolution());
     let task = tokio::task::spawn_blocking(move || {
         let _slot = slot;
         f(&*store, &q)

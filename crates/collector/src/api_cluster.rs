@@ -30,8 +30,8 @@ use tokio::sync::Semaphore;
 use crate::api_config::ApiConfig;
 use crate::flow_ref::FlowRef;
 use crate::store::{
-    FlowInterval, HistoryQuery, Page, QueueInterval, RowCounts, Store, StoreError, StoredEvent,
-    StoredFlow, StoredIncident, Totals,
+    FlowInterval, HistoryQuery, Page, QueueInterval, Resolution, RowCounts, Store, StoreError,
+    StoredEvent, StoredFlow, StoredIncident, Totals,
 };
 
 /// The cluster API's shared state.
@@ -198,6 +198,8 @@ async fn query<T: Send + 'static>(
         return Err(StoreError::Busy.into());
     };
     q.timeout = Some(api.cfg.query_timeout);
+    q.rollup_after = Some(api.cfg.rollup_after);
+    q.resolution = Some(q.pick_resolution());
     let store = Arc::clone(&api.store);
     let task = tokio::task::spawn_blocking(move || {
         let _slot = slot;
@@ -271,8 +273,10 @@ pub struct FabricStats {
 pub struct FabricFlow {
     /// The stored summary.
     pub flow: StoredFlow,
-    /// Its series per store interval, oldest first.
+    /// Its series, oldest first, at `resolution`.
     pub intervals: Vec<FlowInterval>,
+    /// The series' resolution: per store interval (`raw`) or per minute (`1m`), by the range.
+    pub resolution: Resolution,
 }
 
 async fn stats(AxState(api): Shared) -> Result<Json<FabricStats>, Error> {
@@ -305,6 +309,7 @@ struct FlowQuery {
     since: Option<u64>,
     until: Option<u64>,
     limit: Option<u32>,
+    resolution: Option<Resolution>,
 }
 
 async fn flow(AxState(api): Shared, Q(f): Q<FlowQuery>) -> Result<Json<FabricFlow>, Error> {
@@ -315,17 +320,22 @@ async fn flow(AxState(api): Shared, Q(f): Q<FlowQuery>) -> Result<Json<FabricFlo
         src_port: f.src_port,
         dst_port: f.dst_port,
     };
-    let q = HistoryQuery {
+    let mut q = HistoryQuery {
         since: f.since,
         until: f.until,
         limit: f.limit,
+        resolution: f.resolution,
+        rollup_after: Some(api.cfg.rollup_after),
         ..HistoryQuery::default()
     };
+    let resolution = q.pick_resolution();
+    q.resolution = Some(resolution);
     let v = query(&api, q, move |s, q| {
         Ok(match s.flow(&key, q)? {
             Some(summary) => Some(FabricFlow {
                 flow: summary,
                 intervals: s.flow_series(&key, q)?,
+                resolution,
             }),
             None => None,
         })

@@ -35,6 +35,10 @@ pub struct ApiConfig {
     /// Most series `/metrics` renders; the rest are counted in
     /// `intscope_metrics_series_truncated`.
     pub max_series: usize,
+    /// History series (queues, a flow's latency) over a range longer than this are answered
+    /// per minute from the rollups, shorter ones per store interval (each answer says which:
+    /// `resolution`).
+    pub rollup_after: Duration,
 }
 
 impl Default for ApiConfig {
@@ -49,6 +53,7 @@ impl Default for ApiConfig {
             max_streams: 32,
             max_list_requests: 1,
             max_series: 10_000,
+            rollup_after: crate::store::DEFAULT_ROLLUP_AFTER,
         }
     }
 }

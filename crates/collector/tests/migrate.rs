@@ -13,7 +13,7 @@ use intscope_collector::incident::{
     Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
 };
 use intscope_collector::store::{
-    Batch, ClickHouseStore, HistoryQuery, RowSink, SqliteStore, Store, StoreError,
+    Batch, ClickHouseStore, HistoryQuery, Resolution, RowSink, SqliteStore, Store, StoreError,
 };
 
 fn incident(id: u64, updates: u64, end: Option<u64>) -> Incident {
@@ -102,9 +102,30 @@ fn a_previous_release_sqlite_store_is_migrated() {
             ],
         )
         .unwrap();
+        // Two intervals of a queue in one minute (v4 reads long ranges from their rollup).
+        conn.execute_batch(
+            "INSERT INTO queue_stats VALUES(61000000000, 4, 2, 0, 3, 10.0, 12);
+             INSERT INTO queue_stats VALUES(62000000000, 4, 2, 0, 1, 30.0, 40);",
+        )
+        .unwrap();
     }
     let store = SqliteStore::open(dir).unwrap();
     assert_eq!(listed(&store), [(1, 2, IncidentState::Ongoing)]);
+    // The rollup was filled from the stored intervals.
+    let minutes = store
+        .queue_series(&HistoryQuery {
+            since: Some(0),
+            until: Some(7_200_000_000_000),
+            ..HistoryQuery::default()
+        })
+        .unwrap();
+    assert_eq!(minutes.resolution, Some(Resolution::Minute));
+    let m: Vec<_> = minutes
+        .items
+        .iter()
+        .map(|q| (q.time_ns, q.samples, q.avg_occupancy, q.max_occupancy))
+        .collect();
+    assert_eq!(m, [(60_000_000_000, 4, 15.0, 40)]);
     store
         .write(&Batch {
             incidents: vec![incident(1, 3, Some(1_000_000_900)), incident(2, 1, None)],
@@ -124,7 +145,7 @@ fn a_previous_release_sqlite_store_is_migrated() {
     drop(store);
     let conn = rusqlite::Connection::open(dir.join(SqliteStore::FILE)).unwrap();
     let versions: Vec<i64> = column(&conn, "SELECT version FROM schema_version");
-    assert_eq!(versions, [3]);
+    assert_eq!(versions, [4]);
     let event_columns: Vec<String> = column(&conn, "SELECT name FROM pragma_table_info('events')");
     assert!(
         event_columns.iter().any(|c| c == "incident_id"),

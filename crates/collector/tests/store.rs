@@ -238,6 +238,7 @@ fn empty<T>() -> intscope_collector::store::Page<T> {
     intscope_collector::store::Page {
         items: Vec::new(),
         next: None,
+        resolution: None,
     }
 }
 
@@ -1254,6 +1255,32 @@ fn sqlite_and_clickhouse_answer_the_same_queries_alike() {
             "incidents".into(),
             all_rows(|c| st.incidents(&q(1, c)).unwrap()).into(),
         );
+        // A long range: per minute, from the rollups (the flushes' minute is one row a queue).
+        let long = |limit: u32, cursor: Option<String>| HistoryQuery {
+            since: Some(S),
+            until: Some(2 * 3600 * S),
+            ..q(limit, cursor)
+        };
+        let page = st.queue_series(&long(2, None)).unwrap();
+        assert_eq!(
+            page.resolution,
+            Some(intscope_collector::store::Resolution::Minute)
+        );
+        a.insert(
+            "queues_1m".into(),
+            all_rows(|c| st.queue_series(&long(2, c)).unwrap()).into(),
+        );
+        a.insert(
+            "queues_1m_node".into(),
+            all_rows(|c| {
+                st.queue_series(&HistoryQuery {
+                    node: Some(101),
+                    ..long(1, c)
+                })
+                .unwrap()
+            })
+            .into(),
+        );
         // The newest flow (the one with drops), as SQLite lists it.
         let flow = stores[0].flows(&HistoryQuery::default()).unwrap().items[0]
             .flow
@@ -1265,6 +1292,10 @@ fn sqlite_and_clickhouse_answer_the_same_queries_alike() {
         a.insert(
             "series".into(),
             json(st.flow_series(&flow, &HistoryQuery::default()).unwrap()),
+        );
+        a.insert(
+            "series_1m".into(),
+            json(st.flow_series(&flow, &long(600, None)).unwrap()),
         );
         a.insert("counts".into(), json(st.counts().unwrap()));
         a.insert("totals".into(), json(st.totals().unwrap()));
@@ -1292,7 +1323,7 @@ fn sqlite_and_clickhouse_answer_the_same_queries_alike() {
             });
         }
         // Queue intervals of one time likewise (SQLite: by row; ClickHouse: by a hash).
-        for k in ["queues", "queues_node"] {
+        for k in ["queues", "queues_node", "queues_1m", "queues_1m_node"] {
             let list = a[k].as_array_mut().unwrap();
             let t: Vec<u64> = list
                 .iter()

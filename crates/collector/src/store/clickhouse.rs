@@ -35,8 +35,9 @@ use std::time::Duration;
 use ::clickhouse::{Client, Row};
 
 use super::read::{
-    FlowInterval, Page, QueueInterval, RowCounts, StoredEvent, StoredFlow, StoredIncident, Totals,
-    corrupt, parse_evidence, parse_hops, parse_incident, parse_kind, parse_path,
+    FlowInterval, MINUTE_NS, Page, QueueInterval, Resolution, RowCounts, StoredEvent, StoredFlow,
+    StoredIncident, Totals, corrupt, flow_minutes, parse_evidence, parse_hops, parse_incident,
+    parse_kind, parse_path,
 };
 use super::spool::{Spool, SpoolStats};
 use super::{
@@ -77,6 +78,35 @@ pub struct ClickHouseConfig {
     /// (`store.spool.dropped_full_rows`).
     #[serde(default = "default_spool_mib")]
     pub spool_max_mib: u64,
+    /// Milliseconds to wait for a server to accept a connection (default 2000): a host that
+    /// does not answer at all (down, black-holed) fails this fast, so a write goes to the
+    /// spool and a read to the next replica, or answers 503, without waiting for the query's
+    /// or the insert's whole deadline.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+}
+
+/// Default of [`ClickHouseConfig::connect_timeout_ms`].
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2000;
+
+fn default_connect_timeout_ms() -> u64 {
+    DEFAULT_CONNECT_TIMEOUT_MS
+}
+
+/// A ClickHouse client whose connections give up after `connect_timeout` (the crate's own
+/// client waits as long as the system does, minutes for an address that drops the SYN); the
+/// rest as the crate's default client (TCP keepalive, idle connections closed after 2 s,
+/// before the server's 3 s).
+fn http_client(connect_timeout: Duration) -> Client {
+    use hyper_util::client::legacy::{Client as HyperClient, connect::HttpConnector};
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_keepalive(Some(Duration::from_secs(60)));
+    connector.set_nodelay(true);
+    let http = HyperClient::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(2))
+        .build(connector);
+    Client::with_http_client(http)
 }
 
 /// Default of [`ClickHouseConfig::spool_max_mib`].
@@ -142,6 +172,7 @@ impl ClickHouseConfig {
             source: source.into(),
             spool_dir: None,
             spool_max_mib: DEFAULT_SPOOL_MIB,
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
         })
     }
 
@@ -564,6 +595,25 @@ struct QueueOut {
     avg_occupancy: f64,
     max_occupancy: u64,
     tie: u64,
+}
+
+impl QueueOut {
+    /// The row as the API serves it, with its cursor.
+    fn interval(self) -> (QueueInterval, String) {
+        let cursor = format!("q.{}.{}", self.time_ns, self.tie);
+        (
+            QueueInterval {
+                time_ns: self.time_ns,
+                node_id: self.node_id,
+                port: self.port,
+                queue_id: self.queue_id,
+                samples: self.samples,
+                avg_occupancy: self.avg_occupancy,
+                max_occupancy: self.max_occupancy,
+            },
+            cursor,
+        )
+    }
 }
 
 #[derive(Row, Deserialize)]
@@ -999,6 +1049,15 @@ fn schema_ddl(config: &ClickHouseConfig) -> Vec<String> {
              {keys}, {aggs} FROM {db}.{src} GROUP BY minute, {keys}",
             engine("AggregatingMergeTree", db, &inner, replicated)
         ));
+        // Read across the shards like the raw tables (each shard's partial aggregates are
+        // merged by the reader's `-Merge`).
+        if let Some(c) = &config.cluster {
+            let key = keys.split(',').next().unwrap_or("rand()");
+            ddl.push(format!(
+                "CREATE TABLE IF NOT EXISTS {db}.{name} AS {db}.{local} \
+                 ENGINE = Distributed({c}, {db}, {local}, {key})"
+            ));
+        }
     }
     ddl
 }
@@ -1024,7 +1083,9 @@ async fn apply_schema(
             "setting up the schema on {url}: {e}"
         ))),
     };
-    let admin = Client::default().with_url(url).with_validation(false);
+    let admin = http_client(Duration::from_millis(config.connect_timeout_ms))
+        .with_url(url)
+        .with_validation(false);
     admin
         .query(&format!("CREATE DATABASE IF NOT EXISTS {db}"))
         .execute()
@@ -1166,8 +1227,9 @@ impl ClickHouseStore {
                 path: "tokio runtime".into(),
                 source,
             })?;
+        let connect = Duration::from_millis(config.connect_timeout_ms.max(1));
         let client = |u: &str| {
-            Client::default()
+            http_client(connect)
                 .with_url(u)
                 .with_validation(false)
                 .with_compression(::clickhouse::Compression::Lz4)
@@ -1977,11 +2039,35 @@ impl Store for ClickHouseStore {
         let limit = q.page_size(MAX_HISTORY_LIMIT)?;
         let (t, tie) = q.cursor('q')?.unwrap_or((i64::MIN, i64::MIN));
         let db = &self.io.config.database;
-        let tie_expr = "bitShiftRight(cityHash64(source, node_id, port, queue_id), 1)";
         let node = q
             .node
             .map(|n| format!(" AND node_id = {n}"))
             .unwrap_or_default();
+        let resolution = q.pick_resolution();
+        if resolution == Resolution::Minute {
+            // The minutes that overlap the range, from the rollup (each minute's partial
+            // aggregates merged); its time the minute's start, the mean weighted by samples.
+            let since = q.since.unwrap_or(0) / MINUTE_NS * 60;
+            let until = (q.until.unwrap_or(u64::MAX) / 1_000_000_000).min(u64::from(u32::MAX));
+            let sql = format!(
+                "SELECT toUInt64(minute) * 1000000000 AS time_ns, node_id, port, queue_id,
+                        sumMerge(samples_total) AS samples,
+                        if(samples > 0, sumMerge(occupancy_sum) / samples, 0.) AS avg_occupancy,
+                        maxMerge(occupancy_max) AS max_occupancy,
+                        bitShiftRight(cityHash64(node_id, port, queue_id), 1) AS tie
+                 FROM {db}.queue_stats_1m
+                 WHERE minute >= toDateTime({since}) AND minute <= toDateTime({until}){node}
+                 GROUP BY minute, node_id, port, queue_id
+                 HAVING time_ns > {t} OR (time_ns = {t} AND tie > {tie})
+                 ORDER BY time_ns, tie LIMIT {}",
+                limit + 1
+            );
+            let rows = self.fetch_all::<QueueOut>(&sql, q.timeout)?;
+            return Ok(
+                Page::of(rows.into_iter().map(QueueOut::interval).collect(), limit).at(resolution),
+            );
+        }
+        let tie_expr = "bitShiftRight(cityHash64(source, node_id, port, queue_id), 1)";
         let sql = format!(
             "SELECT time_ns, node_id, port, queue_id, samples, avg_occupancy, max_occupancy, {tie_expr} AS tie
              FROM {db}.queue_stats WHERE time_ns >= {} AND time_ns <= {}{node}
@@ -1992,24 +2078,7 @@ impl Store for ClickHouseStore {
             limit + 1
         );
         let rows = self.fetch_all::<QueueOut>(&sql, q.timeout)?;
-        let rows = rows
-            .into_iter()
-            .map(|r| {
-                (
-                    QueueInterval {
-                        time_ns: r.time_ns,
-                        node_id: r.node_id,
-                        port: r.port,
-                        queue_id: r.queue_id,
-                        samples: r.samples,
-                        avg_occupancy: r.avg_occupancy,
-                        max_occupancy: r.max_occupancy,
-                    },
-                    format!("q.{}.{}", r.time_ns, r.tie),
-                )
-            })
-            .collect();
-        Ok(Page::of(rows, limit))
+        Ok(Page::of(rows.into_iter().map(QueueOut::interval).collect(), limit).at(resolution))
     }
 
     fn flow_series(
@@ -2019,17 +2088,39 @@ impl Store for ClickHouseStore {
     ) -> Result<Vec<FlowInterval>, StoreError> {
         let limit = q.page_size(600)?;
         let db = &self.io.config.database;
-        let sql = format!(
-            "SELECT time_ns, samples, e2e_avg, e2e_max, hop_latency_max, queue_occupancy_max
-             FROM {db}.flow_stats WHERE flow_hash = {} AND {} AND time_ns >= {} AND time_ns <= {}
-             ORDER BY time_ns DESC LIMIT {limit}",
+        let minutes = q.pick_resolution() == Resolution::Minute;
+        let since = q.since.unwrap_or(0);
+        let this = format!(
+            "flow_hash = {} AND {} AND time_ns >= {} AND time_ns <= {}",
             flow_hash(flow),
             key_filter(flow),
-            q.since.unwrap_or(0),
+            if minutes {
+                since - since % MINUTE_NS
+            } else {
+                since
+            },
             q.until.unwrap_or(u64::MAX),
         );
+        // Per minute: the flow's raw rows (contiguous in the table's order) of its newest
+        // `limit` minutes, folded as SQLite folds them ([`flow_minutes`]): the rollup keeps
+        // no per-hop maxima.
+        let sql = if minutes {
+            format!(
+                "SELECT time_ns, samples, e2e_avg, e2e_max, hop_latency_max, queue_occupancy_max
+                 FROM {db}.flow_stats WHERE {this} AND time_ns >= (
+                   SELECT min(m) FROM (SELECT intDiv(time_ns, {MINUTE_NS}) * {MINUTE_NS} AS m
+                     FROM {db}.flow_stats WHERE {this} GROUP BY m ORDER BY m DESC LIMIT {limit}))
+                 ORDER BY time_ns DESC"
+            )
+        } else {
+            format!(
+                "SELECT time_ns, samples, e2e_avg, e2e_max, hop_latency_max, queue_occupancy_max
+                 FROM {db}.flow_stats WHERE {this} ORDER BY time_ns DESC LIMIT {limit}"
+            )
+        };
         let rows = self.fetch_all::<SeriesOut>(&sql, q.timeout)?;
-        rows.iter()
+        let raw = rows
+            .iter()
             .rev()
             .map(|r| {
                 Ok(FlowInterval {
@@ -2041,7 +2132,8 @@ impl Store for ClickHouseStore {
                     queue_occupancy_max: parse_hops(&r.queue_occupancy_max)?,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(if minutes { flow_minutes(raw) } else { raw })
     }
 
     fn incidents(&self, q: &HistoryQuery) -> Result<Page<StoredIncident>, StoreError> {

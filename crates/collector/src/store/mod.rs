@@ -43,8 +43,8 @@ mod sqlite;
 
 pub use self::clickhouse::{ClickHouseConfig, ClickHouseStore};
 pub use read::{
-    FlowInterval, Listed, Page, QueueInterval, RowCounts, StoredEvent, StoredFlow, StoredIncident,
-    Totals,
+    DEFAULT_ROLLUP_AFTER, FlowInterval, Listed, Page, QueueInterval, Resolution, RowCounts,
+    StoredEvent, StoredFlow, StoredIncident, Totals,
 };
 pub use sqlite::SqliteStore;
 
@@ -146,6 +146,12 @@ pub struct HistoryQuery {
     /// Deadline of the query (default [`DEFAULT_QUERY_TIMEOUT`]); set by the API, not the URL.
     #[serde(skip)]
     pub timeout: Option<Duration>,
+    /// A series' resolution (`raw`, `1m`); default: by the range ([`Resolution`]).
+    pub resolution: Option<Resolution>,
+    /// Series over longer ranges are read per minute (default [`DEFAULT_ROLLUP_AFTER`]); set
+    /// by the API, not the URL.
+    #[serde(skip)]
+    pub rollup_after: Option<Duration>,
 }
 
 impl HistoryQuery {

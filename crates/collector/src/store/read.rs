@@ -14,7 +14,8 @@ use crate::flow::PathHop;
 use crate::flow_ref::FlowRef;
 use intscope_core::incident::Incident;
 
-use super::StoreError;
+use super::{HistoryQuery, StoreError};
+use std::time::Duration;
 
 /// A row type a [`Page`] lists, with the key its rows go under in the page's JSON.
 pub trait Listed {
@@ -30,6 +31,8 @@ pub struct Page<T> {
     pub items: Vec<T>,
     /// Pass back as `cursor` for the next page; `None` on the last.
     pub next: Option<String>,
+    /// The series' resolution (series only: `{"resolution": "raw" | "1m"}` in the JSON).
+    pub resolution: Option<Resolution>,
 }
 
 impl<T> Page<T> {
@@ -42,17 +45,123 @@ impl<T> Page<T> {
         Page {
             items: rows.into_iter().map(|(v, _)| v).collect(),
             next,
+            resolution: None,
         }
+    }
+
+    /// The page, marked as a series of `resolution`.
+    pub(crate) fn at(mut self, resolution: Resolution) -> Self {
+        self.resolution = Some(resolution);
+        self
     }
 }
 
 impl<T: Listed + Serialize> Serialize for Page<T> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(2))?;
+        let mut m = s.serialize_map(Some(2 + usize::from(self.resolution.is_some())))?;
         m.serialize_entry(T::KEY, &self.items)?;
         m.serialize_entry("next", &self.next)?;
+        if let Some(r) = self.resolution {
+            m.serialize_entry("resolution", &r)?;
+        }
         m.end()
     }
+}
+
+/// The resolution of a stored series: each store interval as written (`raw`, one row per
+/// flush), or per minute from the rollups (`1m`). A query picks it by its range
+/// ([`HistoryQuery::pick_resolution`]) unless it names one (`resolution=raw|1m`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum Resolution {
+    /// One row per store interval (flush).
+    #[serde(rename = "raw")]
+    Raw,
+    /// One row per minute (UTC minutes of the rows' time), from the 1-minute rollups: sums of
+    /// samples, maxima of maxima, means weighted by samples; `time_ns` is the minute's start.
+    #[serde(rename = "1m")]
+    Minute,
+}
+
+/// Default of [`HistoryQuery::rollup_after`]: a range longer than an hour (3 600 raw rows per
+/// series at the default one-second flush) is answered per minute (at most 60 times fewer
+/// rows).
+pub const DEFAULT_ROLLUP_AFTER: Duration = Duration::from_secs(3600);
+
+/// A minute in ns.
+pub(crate) const MINUTE_NS: u64 = 60_000_000_000;
+
+impl HistoryQuery {
+    /// The resolution this query is answered at: the one it names, else per minute when its
+    /// range (`since` to `until`, or to now) is longer than `rollup_after` (default
+    /// [`DEFAULT_ROLLUP_AFTER`]), else raw. No `since` is a page from the oldest row on: raw.
+    pub fn pick_resolution(&self) -> Resolution {
+        if let Some(r) = self.resolution {
+            return r;
+        }
+        let Some(since) = self.since else {
+            return Resolution::Raw;
+        };
+        let until = self.until.unwrap_or_else(crate::clock::now_ns);
+        let after = self.rollup_after.unwrap_or(DEFAULT_ROLLUP_AFTER);
+        if until.saturating_sub(since) > after.as_nanos() as u64 {
+            Resolution::Minute
+        } else {
+            Resolution::Raw
+        }
+    }
+}
+
+/// Raw intervals of one flow (oldest first) folded into minutes, oldest first: samples summed,
+/// the mean weighted by samples (rounded down, as the store's means are), maxima of maxima
+/// hop by hop. Both stores fold a flow's series here, so they answer alike.
+pub(crate) fn flow_minutes(raw: impl IntoIterator<Item = FlowInterval>) -> Vec<FlowInterval> {
+    let mut out: Vec<(FlowInterval, u128, u64)> = Vec::new();
+    let hop_max = |a: &mut Vec<Option<u32>>, b: &[Option<u32>]| {
+        if a.len() < b.len() {
+            a.resize(b.len(), None);
+        }
+        for (x, y) in a.iter_mut().zip(b) {
+            *x = match (*x, *y) {
+                (Some(p), Some(q)) => Some(p.max(q)),
+                (p, q) => p.or(q),
+            };
+        }
+    };
+    for r in raw {
+        let minute = r.time_ns - r.time_ns % MINUTE_NS;
+        let weighted = r
+            .e2e_latency_avg
+            .map_or(0, |a| u128::from(a) * u128::from(r.samples));
+        let with_avg = if r.e2e_latency_avg.is_some() {
+            r.samples
+        } else {
+            0
+        };
+        match out.last_mut() {
+            Some((m, sum, n)) if m.time_ns == minute => {
+                m.samples += r.samples;
+                *sum += weighted;
+                *n += with_avg;
+                m.e2e_latency_max = m.e2e_latency_max.max(r.e2e_latency_max);
+                hop_max(&mut m.hop_latency_max, &r.hop_latency_max);
+                hop_max(&mut m.queue_occupancy_max, &r.queue_occupancy_max);
+            }
+            _ => out.push((
+                FlowInterval {
+                    time_ns: minute,
+                    ..r
+                },
+                weighted,
+                with_avg,
+            )),
+        }
+    }
+    out.into_iter()
+        .map(|(mut m, sum, n)| {
+            m.e2e_latency_avg = (n > 0).then(|| (sum / u128::from(n)) as u64);
+            m
+        })
+        .collect()
 }
 
 /// A flow as the store keeps it: counters summed over every run (and, in a cluster, every

@@ -8,8 +8,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::read::{
-    FlowInterval, Page, QueueInterval, RowCounts, StoredEvent, StoredFlow, StoredIncident, Totals,
-    parse_evidence, parse_hops, parse_incident, parse_kind, parse_path,
+    FlowInterval, MINUTE_NS, Page, QueueInterval, Resolution, RowCounts, StoredEvent, StoredFlow,
+    StoredIncident, Totals, flow_minutes, parse_evidence, parse_hops, parse_incident, parse_kind,
+    parse_path,
 };
 use super::{
     DEFAULT_QUERY_TIMEOUT, HistoryQuery, MAX_HISTORY_LIMIT, READER_CACHE_KIB, READERS, RowSink,
@@ -53,6 +54,11 @@ CREATE TABLE IF NOT EXISTS queue_stats(
   time_ns INTEGER NOT NULL, node_id INTEGER NOT NULL, port INTEGER NOT NULL, queue_id INTEGER NOT NULL,
   samples INTEGER NOT NULL, avg_occupancy REAL NOT NULL, max_occupancy INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS queue_stats_time ON queue_stats(time_ns);
+CREATE TABLE IF NOT EXISTS queue_stats_1m(
+  minute_ns INTEGER NOT NULL, node_id INTEGER NOT NULL, port INTEGER NOT NULL, queue_id INTEGER NOT NULL,
+  samples INTEGER NOT NULL, occupancy_sum REAL NOT NULL, max_occupancy INTEGER NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS queue_stats_1m_key ON queue_stats_1m(minute_ns, node_id, port, queue_id);
+CREATE INDEX IF NOT EXISTS queue_stats_1m_time ON queue_stats_1m(minute_ns);
 CREATE TABLE IF NOT EXISTS port_stats(
   time_ns INTEGER NOT NULL, node_id INTEGER NOT NULL, port INTEGER NOT NULL,
   samples INTEGER NOT NULL, avg_hop_latency REAL NOT NULL, max_hop_latency INTEGER NOT NULL, drops INTEGER NOT NULL);
@@ -71,7 +77,18 @@ CREATE TABLE IF NOT EXISTS totals(
 /// The schema version this build writes, recorded in the `schema_version` table. Version 1 is
 /// the first release's schema (no version table); each later version adds what
 /// [`MIGRATIONS`] lists for it, applied at open.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
+
+/// Version 4 added the queues' per-minute rollup (`queue_stats_1m`), filled from the stored
+/// intervals when an older file is opened.
+const ROLLUP_VERSION: i64 = 4;
+
+/// Fills `queue_stats_1m` from `queue_stats` (the minute of each interval's time).
+const QUEUE_ROLLUP_FILL: &str = "
+INSERT INTO queue_stats_1m(minute_ns, node_id, port, queue_id, samples, occupancy_sum, max_occupancy)
+  SELECT time_ns - time_ns % 60000000000, node_id, port, queue_id, sum(samples),
+         sum(avg_occupancy * samples), max(max_occupancy)
+  FROM queue_stats GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4";
 
 /// Columns each schema version added: (version, table, column and type).
 const MIGRATIONS: [(i64, &str, &str); 3] = [
@@ -107,6 +124,9 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     }
     // Tables and indexes missing (a new file gets the newest columns here).
     tx.execute_batch(SCHEMA)?;
+    if existed && version < ROLLUP_VERSION {
+        tx.execute_batch(QUEUE_ROLLUP_FILL)?;
+    }
     for (v, table, column) in MIGRATIONS {
         let name = column.split(' ').next().unwrap_or(column);
         let has: bool = tx.query_row(
@@ -398,6 +418,15 @@ impl SqliteStore {
             }
             let mut q =
                 tx.prepare_cached("INSERT INTO queue_stats VALUES(?1,?2,?3,?4,?5,?6,?7)")?;
+            // Each interval is added to its minute's rollup too (long ranges read that).
+            let mut m = tx.prepare_cached(
+                "INSERT INTO queue_stats_1m(minute_ns,node_id,port,queue_id,samples,occupancy_sum,max_occupancy)
+                 VALUES(?1,?2,?3,?4,?5,?6,?7)
+                 ON CONFLICT(minute_ns,node_id,port,queue_id) DO UPDATE SET
+                   samples=samples+excluded.samples, occupancy_sum=occupancy_sum+excluded.occupancy_sum,
+                   max_occupancy=max(max_occupancy, excluded.max_occupancy)",
+            )?;
+            let minute = b.time_ns - b.time_ns % MINUTE_NS;
             for a in &b.queues {
                 q.execute(params![
                     i(b.time_ns),
@@ -406,6 +435,15 @@ impl SqliteStore {
                     a.queue_id.unwrap_or(0),
                     i(a.samples),
                     a.avg,
+                    i(a.max)
+                ])?;
+                m.execute(params![
+                    i(minute),
+                    a.node_id,
+                    a.port,
+                    a.queue_id.unwrap_or(0),
+                    i(a.samples),
+                    a.avg * a.samples as f64,
                     i(a.max)
                 ])?;
             }
@@ -509,6 +547,7 @@ impl Store for SqliteStore {
         conn.execute("DELETE FROM flows WHERE last_seen_ns < ?1", [t])?;
         conn.execute("DELETE FROM flow_stats WHERE time_ns < ?1", [t])?;
         conn.execute("DELETE FROM queue_stats WHERE time_ns < ?1", [t])?;
+        conn.execute("DELETE FROM queue_stats_1m WHERE minute_ns < ?1", [t])?;
         conn.execute("DELETE FROM port_stats WHERE time_ns < ?1", [t])?;
         conn.execute(
             "DELETE FROM incidents WHERE received_ns < ?2
@@ -543,23 +582,15 @@ impl Store for SqliteStore {
     fn events(&self, q: &HistoryQuery) -> Result<Page<StoredEvent>, StoreError> {
         let limit = q.page_size(500)?;
         let kind = q.event_kind()?;
-        let after = q.cursor('e')?.map_or(i64::MAX, |(id, _)| id);
-        // Without a time range the page is the newest IDs: walked down the primary key, it reads
-        // `limit` rows (and those its filters skip), however many are stored; letting SQLite
-        // use the time index instead (`+` forbids it) would sort every event. With a range, the
-        // time index narrows the rows first.
-        let time = if q.since.is_none() && q.until.is_none() {
-            "+time_ns"
-        } else {
-            "time_ns"
-        };
-        let sql = format!(
-            "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence,incident_id FROM events
-             WHERE id < ?6 AND {time} >= ?1 AND {time} <= ?2 AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
-             ORDER BY id DESC LIMIT ?5"
-        );
+        let (t, after) = q.cursor('e')?.unwrap_or((i64::MAX, i64::MAX));
+        // Newest first by (time, ID): the order of the time index (its entries end with the
+        // row's ID), walked down from the cursor or `until`, so a page reads `limit` rows (and
+        // those its filters skip), never sorting the events in the range.
+        let sql = "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence,incident_id FROM events INDEXED BY events_time
+             WHERE (time_ns, id) < (?6, ?7) AND time_ns >= ?1 AND time_ns <= ?2 AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
+             ORDER BY time_ns DESC, id DESC LIMIT ?5";
         let rows = self.read(q.timeout, |conn| {
-            let mut st = conn.prepare_cached(&sql)?;
+            let mut st = conn.prepare_cached(sql)?;
             st.query_map(
                 params![
                     i(q.since.unwrap_or(0)),
@@ -567,6 +598,7 @@ impl Store for SqliteStore {
                     kind,
                     q.node,
                     limit + 1,
+                    t,
                     after
                 ],
                 |r| {
@@ -600,7 +632,7 @@ impl Store for SqliteStore {
         let rows = rows
             .into_iter()
             .map(|e| {
-                let cursor = format!("e.{}", e.id);
+                let cursor = format!("e.{}.{}", e.time_ns, e.id);
                 Ok((
                     StoredEvent {
                         id: e.id,
@@ -697,30 +729,56 @@ impl Store for SqliteStore {
     fn queue_series(&self, q: &HistoryQuery) -> Result<Page<QueueInterval>, StoreError> {
         let limit = q.page_size(MAX_HISTORY_LIMIT)?;
         let (t, id) = q.cursor('q')?.unwrap_or((i64::MIN, i64::MIN));
-        let rows = self.read(q.timeout, |conn| {
-            let mut st = conn.prepare_cached(
+        let resolution = q.pick_resolution();
+        let since = q.since.unwrap_or(0);
+        // Both read down a time index whose entries end with the row's ID: the page's order.
+        let (sql, since) = match resolution {
+            Resolution::Raw => (
                 "SELECT time_ns,node_id,port,queue_id,samples,avg_occupancy,max_occupancy,rowid FROM queue_stats
                  WHERE (time_ns, rowid) > (?5, ?6) AND time_ns >= ?1 AND time_ns <= ?2 AND (?3 IS NULL OR node_id = ?3)
                  ORDER BY time_ns, rowid LIMIT ?4",
-            )?;
-            st.query_map(params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), q.node, limit + 1, t, id], |r| {
-                let time: u64 = r.get(0)?;
-                Ok((
-                    QueueInterval {
-                        time_ns: time,
-                        node_id: r.get(1)?,
-                        port: r.get(2)?,
-                        queue_id: r.get(3)?,
-                        samples: r.get(4)?,
-                        avg_occupancy: r.get(5)?,
-                        max_occupancy: r.get(6)?,
-                    },
-                    format!("q.{time}.{}", r.get::<_, i64>(7)?),
-                ))
-            })?
+                since,
+            ),
+            // The minutes that overlap the range.
+            Resolution::Minute => (
+                "SELECT minute_ns,node_id,port,queue_id,samples,
+                   CASE WHEN samples > 0 THEN occupancy_sum / samples ELSE 0.0 END,max_occupancy,rowid
+                 FROM queue_stats_1m INDEXED BY queue_stats_1m_time
+                 WHERE (minute_ns, rowid) > (?5, ?6) AND minute_ns >= ?1 AND minute_ns <= ?2 AND (?3 IS NULL OR node_id = ?3)
+                 ORDER BY minute_ns, rowid LIMIT ?4",
+                since - since % MINUTE_NS,
+            ),
+        };
+        let rows = self.read(q.timeout, |conn| {
+            let mut st = conn.prepare_cached(sql)?;
+            st.query_map(
+                params![
+                    i(since),
+                    i(q.until.unwrap_or(u64::MAX)),
+                    q.node,
+                    limit + 1,
+                    t,
+                    id
+                ],
+                |r| {
+                    let time: u64 = r.get(0)?;
+                    Ok((
+                        QueueInterval {
+                            time_ns: time,
+                            node_id: r.get(1)?,
+                            port: r.get(2)?,
+                            queue_id: r.get(3)?,
+                            samples: r.get(4)?,
+                            avg_occupancy: r.get(5)?,
+                            max_occupancy: r.get(6)?,
+                        },
+                        format!("q.{time}.{}", r.get::<_, i64>(7)?),
+                    ))
+                },
+            )?
             .collect::<Result<Vec<_>, _>>()
         })?;
-        Ok(Page::of(rows, limit))
+        Ok(Page::of(rows, limit).at(resolution))
     }
 
     fn flow_series(
@@ -729,6 +787,15 @@ impl Store for SqliteStore {
         q: &HistoryQuery,
     ) -> Result<Vec<FlowInterval>, StoreError> {
         let limit = q.page_size(600)?;
+        let minutes = q.pick_resolution() == Resolution::Minute;
+        let since = q.since.unwrap_or(0);
+        // Per minute, the flow's raw rows of its newest `limit` minutes are read (down the
+        // flow's index, stopping at the minute past them) and folded ([`flow_minutes`]).
+        let since = if minutes {
+            since - since % MINUTE_NS
+        } else {
+            since
+        };
         let mut rows = self.read(q.timeout, |conn| {
             let mut st = conn.prepare_cached(
                 "SELECT s.time_ns,s.samples,s.e2e_avg,s.e2e_max,s.hop_latency_max,s.queue_occupancy_max
@@ -737,9 +804,9 @@ impl Store for SqliteStore {
                    AND s.time_ns >= ?6 AND s.time_ns <= ?7
                  ORDER BY s.time_ns DESC LIMIT ?8",
             )?;
-            st.query_map(
+            let rows = st.query_map(
                 params![flow.src, flow.dst, flow.proto, flow.src_port, flow.dst_port,
-                        i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), limit],
+                        i(since), i(q.until.unwrap_or(u64::MAX)), if minutes { -1 } else { i64::from(limit) }],
                 |r| {
                     Ok((
                         r.get::<_, u64>(0)?,
@@ -750,11 +817,29 @@ impl Store for SqliteStore {
                         r.get::<_, String>(5)?,
                     ))
                 },
-            )?
-            .collect::<Result<Vec<_>, _>>()
+            )?;
+            let mut out = Vec::new();
+            let mut seen = 0u32;
+            let mut last_minute = None;
+            for r in rows {
+                let r = r?;
+                if minutes {
+                    let m = r.0 - r.0 % MINUTE_NS;
+                    if last_minute != Some(m) {
+                        if seen == limit {
+                            break;
+                        }
+                        seen += 1;
+                        last_minute = Some(m);
+                    }
+                }
+                out.push(r);
+            }
+            Ok(out)
         })?;
         rows.reverse();
-        rows.into_iter()
+        let raw = rows
+            .into_iter()
             .map(|(time_ns, samples, avg, max, hops, queues)| {
                 Ok(FlowInterval {
                     time_ns,
@@ -765,7 +850,8 @@ impl Store for SqliteStore {
                     queue_occupancy_max: parse_hops(&queues)?,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(if minutes { flow_minutes(raw) } else { raw })
     }
 
     fn counts(&self) -> Result<RowCounts, StoreError> {
