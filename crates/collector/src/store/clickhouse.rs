@@ -1906,24 +1906,29 @@ impl Store for ClickHouseStore {
         let limit = q.page_size(500)?;
         let (t, tie) = q.cursor('e')?.unwrap_or((i64::MAX, i64::MAX));
         let db = &self.io.config.database;
-        let mut filter = format!(
-            "time_ns >= {} AND time_ns <= {}",
-            q.since.unwrap_or(0),
-            q.until.unwrap_or(u64::MAX)
-        );
+        let (since, until) = (q.since.unwrap_or(0), q.until.unwrap_or(u64::MAX));
+        let mut filter = format!("time_ns <= {until}");
         if let Some(k) = q.event_kind()? {
             filter += &format!(" AND kind = {}", lit(k));
         }
         if let Some(n) = q.node {
             filter += &format!(" AND node_id = {n}");
         }
-        let sql = format!(
-            "SELECT id, time_ns, kind, node_id, port, queue_id, flow_id, src, dst, proto, src_port, dst_port, evidence, incident_id, {EVENT_TIE} AS tie
-             FROM {db}.events WHERE {filter} AND (time_ns < {t} OR (time_ns = {t} AND {EVENT_TIE} < {tie}))
-             ORDER BY time_ns DESC, tie DESC LIMIT {}",
-            limit + 1
-        );
-        let rows = self.fetch_all::<EventOut>(&sql, q.timeout)?;
+        // The page is looked for in windows back from now (or `until`, or the cursor), as the
+        // table's order (time first) reads only a window's rows; 18.16 cannot read the table
+        // in order, so one query over the whole range would read and sort every event in it.
+        let anchor = until
+            .min(u64::try_from(t).unwrap_or(0))
+            .min(crate::clock::now_ns());
+        let rows = newest_in_windows(since, anchor, limit as usize + 1, |lower| {
+            let sql = format!(
+                "SELECT id, time_ns, kind, node_id, port, queue_id, flow_id, src, dst, proto, src_port, dst_port, evidence, incident_id, {EVENT_TIE} AS tie
+                 FROM {db}.events PREWHERE time_ns >= {lower} WHERE {filter} AND (time_ns < {t} OR (time_ns = {t} AND {EVENT_TIE} < {tie}))
+                 ORDER BY time_ns DESC, tie DESC LIMIT {}",
+                limit + 1
+            );
+            self.fetch_all::<EventOut>(&sql, q.timeout)
+        })?;
         let rows = rows
             .into_iter()
             .map(|e| {
@@ -2047,8 +2052,38 @@ impl Store for ClickHouseStore {
         if resolution == Resolution::Minute {
             // The minutes that overlap the range, from the rollup (each minute's partial
             // aggregates merged); its time the minute's start, the mean weighted by samples.
-            let since = q.since.unwrap_or(0) / MINUTE_NS * 60;
-            let until = (q.until.unwrap_or(u64::MAX) / 1_000_000_000).min(u64::from(u32::MAX));
+            let since_m = q.since.unwrap_or(0) / MINUTE_NS * MINUTE_NS;
+            let until = q.until.unwrap_or(u64::MAX);
+            if q.node.is_none() {
+                // Every queue's minutes: the rollup is ordered by queue, then minute, so a
+                // page across queues would read whole days of it; the raw rows are ordered by
+                // time, and a page's minutes are read from them in windows forward (whole
+                // minutes), grouped as the rollup groups them.
+                let last = until - until % MINUTE_NS;
+                let anchor = since_m.max(u64::try_from(t).unwrap_or(0));
+                let rows = oldest_in_windows(anchor, last, limit as usize + 1, |upper| {
+                    let upper = (upper - upper % MINUTE_NS).saturating_add(MINUTE_NS - 1);
+                    let sql = format!(
+                        "SELECT intDiv(time_ns, {MINUTE_NS}) * {MINUTE_NS} AS minute_ns,
+                                node_id, port, queue_id, sum(samples) AS samples_sum,
+                                if(samples_sum > 0, sum(avg_occupancy * samples) / samples_sum, 0.) AS occupancy_avg,
+                                max(max_occupancy) AS occupancy_max,
+                                bitShiftRight(cityHash64(node_id, port, queue_id), 1) AS tie
+                         FROM {db}.queue_stats PREWHERE time_ns >= {since_m} AND time_ns <= {upper}
+                         GROUP BY minute_ns, node_id, port, queue_id
+                         HAVING minute_ns > {t} OR (minute_ns = {t} AND tie > {tie})
+                         ORDER BY minute_ns, tie LIMIT {}",
+                        limit + 1
+                    );
+                    self.fetch_all::<QueueOut>(&sql, q.timeout)
+                })?;
+                return Ok(
+                    Page::of(rows.into_iter().map(QueueOut::interval).collect(), limit)
+                        .at(resolution),
+                );
+            }
+            let since = since_m / 1_000_000_000;
+            let until = (until / 1_000_000_000).min(u64::from(u32::MAX));
             let sql = format!(
                 "SELECT toUInt64(minute) * 1000000000 AS time_ns, node_id, port, queue_id,
                         sumMerge(samples_total) AS samples,
@@ -2068,16 +2103,25 @@ impl Store for ClickHouseStore {
             );
         }
         let tie_expr = "bitShiftRight(cityHash64(source, node_id, port, queue_id), 1)";
-        let sql = format!(
-            "SELECT time_ns, node_id, port, queue_id, samples, avg_occupancy, max_occupancy, {tie_expr} AS tie
-             FROM {db}.queue_stats WHERE time_ns >= {} AND time_ns <= {}{node}
-               AND (time_ns > {t} OR (time_ns = {t} AND {tie_expr} > {tie}))
-             ORDER BY time_ns, tie LIMIT {}",
-            q.since.unwrap_or(0),
-            q.until.unwrap_or(u64::MAX),
-            limit + 1
-        );
-        let rows = self.fetch_all::<QueueOut>(&sql, q.timeout)?;
+        let (since, until) = (q.since.unwrap_or(0), q.until.unwrap_or(u64::MAX));
+        // In windows forward from the oldest time the page can hold (as events backward): from
+        // `since` or the cursor, else from the start of the oldest day stored.
+        let from = since.max(u64::try_from(t).unwrap_or(0));
+        let anchor = if q.since.is_none() && from == 0 {
+            self.oldest_day_ns("queue_stats")?
+        } else {
+            from
+        };
+        let rows = oldest_in_windows(anchor, until, limit as usize + 1, |upper| {
+            let sql = format!(
+                "SELECT time_ns, node_id, port, queue_id, samples, avg_occupancy, max_occupancy, {tie_expr} AS tie
+                 FROM {db}.queue_stats PREWHERE time_ns <= {upper} WHERE time_ns >= {since}{node}
+                   AND (time_ns > {t} OR (time_ns = {t} AND {tie_expr} > {tie}))
+                 ORDER BY time_ns, tie LIMIT {}",
+                limit + 1
+            );
+            self.fetch_all::<QueueOut>(&sql, q.timeout)
+        })?;
         Ok(Page::of(rows.into_iter().map(QueueOut::interval).collect(), limit).at(resolution))
     }
 
@@ -2152,19 +2196,30 @@ impl Store for ClickHouseStore {
         // holds every version of its incidents), then only their bodies are read.
         let local = self.local("incidents");
         let (since, n) = (q.since.unwrap_or(0), limit + 1);
-        let sql = format!(
-            "SELECT s AS start_ns, tie, body FROM (
-               SELECT any(start_ns) AS s, {EVENT_TIE} AS tie, argMax(body, version) AS body
-               FROM {db}.incidents
-               WHERE (source, id) IN (
-                 SELECT source, id FROM {db}.{local} WHERE {filter} GROUP BY source, id
-                 HAVING argMax(ifNull(end_ns, last_update_ns), version) >= {since}
-                   AND (any(start_ns) < {t} OR (any(start_ns) = {t} AND {EVENT_TIE} < {tie}))
-                 ORDER BY any(start_ns) DESC, {EVENT_TIE} DESC LIMIT {n})
-               GROUP BY source, id)
-             ORDER BY s DESC, tie DESC LIMIT {n}"
-        );
-        let rows = self.fetch_all::<IncidentOut>(&sql, q.timeout)?;
+        // In windows of start time back from now (as events): the table is partitioned by the
+        // day of the start, so a window reads only its days. An incident that started long
+        // ago may still overlap `since`: the windows reach back to the oldest.
+        let anchor = q
+            .until
+            .unwrap_or(u64::MAX)
+            .min(u64::try_from(t).unwrap_or(0))
+            .min(crate::clock::now_ns());
+        let rows = newest_in_windows(0, anchor, n as usize, |lower| {
+            let sql = format!(
+                "SELECT s AS start_ns, tie, body FROM (
+                   SELECT any(start_ns) AS s, {EVENT_TIE} AS tie, argMax(body, version) AS body
+                   FROM {db}.incidents
+                   WHERE (source, id) IN (
+                     SELECT source, id FROM {db}.{local} WHERE {filter} AND start_ns >= {lower}
+                     GROUP BY source, id
+                     HAVING argMax(ifNull(end_ns, last_update_ns), version) >= {since}
+                       AND (any(start_ns) < {t} OR (any(start_ns) = {t} AND {EVENT_TIE} < {tie}))
+                     ORDER BY any(start_ns) DESC, {EVENT_TIE} DESC LIMIT {n})
+                   GROUP BY source, id)
+                 ORDER BY s DESC, tie DESC LIMIT {n}"
+            );
+            self.fetch_all::<IncidentOut>(&sql, q.timeout)
+        })?;
         let rows = rows
             .into_iter()
             .map(|r| {
@@ -2211,6 +2266,33 @@ impl Store for ClickHouseStore {
 
     fn totals(&self) -> Result<Totals, StoreError> {
         self.totals_where("1")
+    }
+}
+
+impl ClickHouseStore {
+    /// The start (ns) of the oldest day `table` holds on any shard (its oldest partition), 0
+    /// when it holds none.
+    fn oldest_day_ns(&self, table: &str) -> Result<u64, StoreError> {
+        let sql = format!(
+            "SELECT toUInt64(toDateTime(toDate(concat(substring(p, 1, 4), '-', substring(p, 5, 2), \
+             '-', substring(p, 7, 2))), 'UTC')) * 1000000000 AS value \
+             FROM (SELECT toString(min(toUInt32OrZero(replaceAll(partition, '\\'', '')))) AS p \
+                   FROM system.parts \
+                   WHERE active AND database = {} AND table = {}) WHERE length(p) = 8",
+            lit(&self.io.config.database),
+            lit(&self.local(table))
+        );
+        let mut oldest = None::<u64>;
+        for i in 0..self.io.shards.len() {
+            let rows = self.on_shard(i, |c| {
+                let sql = sql.clone();
+                async move { c.query(&sql).fetch_all::<One>().await }
+            })?;
+            for r in rows {
+                oldest = Some(oldest.map_or(r.value, |o| o.min(r.value)));
+            }
+        }
+        Ok(oldest.unwrap_or(0))
     }
 }
 
@@ -2291,6 +2373,47 @@ impl ClickHouseStore {
              HAVING {post}
              ORDER BY last_seen_ns DESC, flow_hash DESC LIMIT {limit}{no_merge}"
         )
+    }
+}
+
+/// The page of a list newest first, looked for in windows of time back from `anchor`: `query`
+/// answers with the rows from its argument (the window's start) up to the list's own upper
+/// bound, at most `want`; the window, from 10 s, widens 16-fold until the answer holds `want`
+/// rows (the newest `want`, as every row outside the window is older) or reaches `since`.
+fn newest_in_windows<T>(
+    since: u64,
+    anchor: u64,
+    want: usize,
+    mut query: impl FnMut(u64) -> Result<Vec<T>, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let mut window: u64 = 10_000_000_000;
+    loop {
+        let lower = anchor.saturating_sub(window).max(since);
+        let rows = query(lower)?;
+        if rows.len() >= want || lower == since {
+            return Ok(rows);
+        }
+        window = window.saturating_mul(16);
+    }
+}
+
+/// [`newest_in_windows`] for a list oldest first: windows forward from `anchor` (the oldest
+/// time the page can hold), `query` answering the rows from the list's lower bound up to its
+/// argument, until the answer holds `want` rows or the window reaches `until`.
+fn oldest_in_windows<T>(
+    anchor: u64,
+    until: u64,
+    want: usize,
+    mut query: impl FnMut(u64) -> Result<Vec<T>, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let mut window: u64 = 10_000_000_000;
+    loop {
+        let upper = anchor.saturating_add(window).min(until);
+        let rows = query(upper)?;
+        if rows.len() >= want || upper == until {
+            return Ok(rows);
+        }
+        window = window.saturating_mul(16);
     }
 }
 

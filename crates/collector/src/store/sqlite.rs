@@ -54,11 +54,13 @@ CREATE TABLE IF NOT EXISTS queue_stats(
   time_ns INTEGER NOT NULL, node_id INTEGER NOT NULL, port INTEGER NOT NULL, queue_id INTEGER NOT NULL,
   samples INTEGER NOT NULL, avg_occupancy REAL NOT NULL, max_occupancy INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS queue_stats_time ON queue_stats(time_ns);
+CREATE INDEX IF NOT EXISTS queue_stats_node ON queue_stats(node_id, time_ns);
 CREATE TABLE IF NOT EXISTS queue_stats_1m(
   minute_ns INTEGER NOT NULL, node_id INTEGER NOT NULL, port INTEGER NOT NULL, queue_id INTEGER NOT NULL,
   samples INTEGER NOT NULL, occupancy_sum REAL NOT NULL, max_occupancy INTEGER NOT NULL);
 CREATE UNIQUE INDEX IF NOT EXISTS queue_stats_1m_key ON queue_stats_1m(minute_ns, node_id, port, queue_id);
 CREATE INDEX IF NOT EXISTS queue_stats_1m_time ON queue_stats_1m(minute_ns);
+CREATE INDEX IF NOT EXISTS queue_stats_1m_node ON queue_stats_1m(node_id, minute_ns);
 CREATE TABLE IF NOT EXISTS port_stats(
   time_ns INTEGER NOT NULL, node_id INTEGER NOT NULL, port INTEGER NOT NULL,
   samples INTEGER NOT NULL, avg_hop_latency REAL NOT NULL, max_hop_latency INTEGER NOT NULL, drops INTEGER NOT NULL);
@@ -70,6 +72,7 @@ CREATE TABLE IF NOT EXISTS incidents(
   start_ns INTEGER NOT NULL, last_update_ns INTEGER NOT NULL, end_ns INTEGER, body TEXT NOT NULL,
   received_ns INTEGER);
 CREATE INDEX IF NOT EXISTS incidents_start ON incidents(start_ns);
+CREATE INDEX IF NOT EXISTS incidents_node ON incidents(node_id, start_ns);
 CREATE TABLE IF NOT EXISTS totals(
   name TEXT PRIMARY KEY, value INTEGER NOT NULL, run INTEGER NOT NULL, run_value INTEGER NOT NULL);
 ";
@@ -587,14 +590,15 @@ impl Store for SqliteStore {
         // row's ID), walked down from the cursor or `until`, so a page reads `limit` rows (and
         // those its filters skip), never sorting the events in the range.
         let sql = "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence,incident_id FROM events INDEXED BY events_time
-             WHERE (time_ns, id) < (?6, ?7) AND time_ns >= ?1 AND time_ns <= ?2 AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
+             WHERE time_ns >= ?1 AND time_ns <= ?2 AND NOT (time_ns = ?6 AND id >= ?7)
+               AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
              ORDER BY time_ns DESC, id DESC LIMIT ?5";
         let rows = self.read(q.timeout, |conn| {
             let mut st = conn.prepare_cached(sql)?;
             st.query_map(
                 params![
                     i(q.since.unwrap_or(0)),
-                    i(q.until.unwrap_or(u64::MAX)),
+                    i(q.until.unwrap_or(u64::MAX)).min(t),
                     kind,
                     q.node,
                     limit + 1,
@@ -661,7 +665,7 @@ impl Store for SqliteStore {
             // starts at its cursor without reading the pages before it.
             let mut st = conn.prepare_cached(
                 "SELECT src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,last_drop_reason,path,path_changes,e2e_p50,e2e_p99,rowid
-                 FROM flows WHERE (last_seen_ns, rowid) < (?4, ?5) AND last_seen_ns >= ?1 AND first_seen_ns <= ?2
+                 FROM flows WHERE last_seen_ns <= ?4 AND NOT (last_seen_ns = ?4 AND rowid >= ?5) AND last_seen_ns >= ?1 AND first_seen_ns <= ?2
                  ORDER BY last_seen_ns DESC, rowid DESC LIMIT ?3",
             )?;
             st.query_map(params![i(q.since.unwrap_or(0)), i(q.until.unwrap_or(u64::MAX)), limit + 1, t, id], flow_row)?
@@ -695,17 +699,23 @@ impl Store for SqliteStore {
         let (t, id) = q.cursor('i')?.unwrap_or((i64::MAX, i64::MAX));
         let rows = self.read(q.timeout, |conn| {
             // Overlapping [since, until]: started by `until`, not ended before `since`.
-            let mut st = conn.prepare_cached(
-                "SELECT start_ns, id, body FROM incidents
-                 WHERE (start_ns < ?5 OR (start_ns = ?5 AND id < ?6)) AND start_ns <= ?2
-                   AND coalesce(end_ns, last_update_ns) >= ?1
-                   AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
-                 ORDER BY start_ns DESC, id DESC LIMIT ?7",
-            )?;
+            // A node's incidents down its own index (node, start), the rest down the start's.
+            let mut st = conn.prepare_cached(if q.node.is_some() {
+                "SELECT start_ns, id, body FROM incidents INDEXED BY incidents_node
+                 WHERE node_id = ?4 AND start_ns <= ?2 AND NOT (start_ns = ?5 AND id >= ?6)
+                   AND coalesce(end_ns, last_update_ns) >= ?1 AND (?3 IS NULL OR kind = ?3)
+                 ORDER BY start_ns DESC, id DESC LIMIT ?7"
+            } else {
+                "SELECT start_ns, id, body FROM incidents INDEXED BY incidents_start
+                 WHERE start_ns <= ?2 AND NOT (start_ns = ?5 AND id >= ?6)
+                   AND coalesce(end_ns, last_update_ns) >= ?1 AND (?3 IS NULL OR kind = ?3)
+                   AND ?4 IS NULL
+                 ORDER BY start_ns DESC, id DESC LIMIT ?7"
+            })?;
             st.query_map(
                 params![
                     i(q.since.unwrap_or(0)),
-                    i(q.until.unwrap_or(u64::MAX)),
+                    i(q.until.unwrap_or(u64::MAX)).min(t),
                     kind,
                     q.node,
                     t,
@@ -731,24 +741,46 @@ impl Store for SqliteStore {
         let (t, id) = q.cursor('q')?.unwrap_or((i64::MIN, i64::MIN));
         let resolution = q.pick_resolution();
         let since = q.since.unwrap_or(0);
-        // Both read down a time index whose entries end with the row's ID: the page's order.
-        let (sql, since) = match resolution {
-            Resolution::Raw => (
-                "SELECT time_ns,node_id,port,queue_id,samples,avg_occupancy,max_occupancy,rowid FROM queue_stats
-                 WHERE (time_ns, rowid) > (?5, ?6) AND time_ns >= ?1 AND time_ns <= ?2 AND (?3 IS NULL OR node_id = ?3)
+        // Each reads down an index whose entries end with the row's ID, the page's order: by
+        // time, or by node then time (a node's rows of a long range are a small part of it).
+        // The page starts at the later of `since` and the cursor's time, so the index is
+        // entered there (a row-value bound would be entered at the cursor's, the oldest row).
+        let (sql, since) = match (resolution, q.node.is_some()) {
+            (Resolution::Raw, false) => (
+                "SELECT time_ns,node_id,port,queue_id,samples,avg_occupancy,max_occupancy,rowid
+                 FROM queue_stats INDEXED BY queue_stats_time
+                 WHERE time_ns >= ?1 AND time_ns <= ?2 AND NOT (time_ns = ?5 AND rowid <= ?6)
+                   AND ?3 IS NULL ORDER BY time_ns, rowid LIMIT ?4",
+                since,
+            ),
+            (Resolution::Raw, true) => (
+                "SELECT time_ns,node_id,port,queue_id,samples,avg_occupancy,max_occupancy,rowid
+                 FROM queue_stats INDEXED BY queue_stats_node
+                 WHERE node_id = ?3 AND time_ns >= ?1 AND time_ns <= ?2
+                   AND NOT (time_ns = ?5 AND rowid <= ?6)
                  ORDER BY time_ns, rowid LIMIT ?4",
                 since,
             ),
             // The minutes that overlap the range.
-            Resolution::Minute => (
+            (Resolution::Minute, false) => (
                 "SELECT minute_ns,node_id,port,queue_id,samples,
                    CASE WHEN samples > 0 THEN occupancy_sum / samples ELSE 0.0 END,max_occupancy,rowid
                  FROM queue_stats_1m INDEXED BY queue_stats_1m_time
-                 WHERE (minute_ns, rowid) > (?5, ?6) AND minute_ns >= ?1 AND minute_ns <= ?2 AND (?3 IS NULL OR node_id = ?3)
+                 WHERE minute_ns >= ?1 AND minute_ns <= ?2 AND NOT (minute_ns = ?5 AND rowid <= ?6)
+                   AND ?3 IS NULL ORDER BY minute_ns, rowid LIMIT ?4",
+                since - since % MINUTE_NS,
+            ),
+            (Resolution::Minute, true) => (
+                "SELECT minute_ns,node_id,port,queue_id,samples,
+                   CASE WHEN samples > 0 THEN occupancy_sum / samples ELSE 0.0 END,max_occupancy,rowid
+                 FROM queue_stats_1m INDEXED BY queue_stats_1m_node
+                 WHERE node_id = ?3 AND minute_ns >= ?1 AND minute_ns <= ?2
+                   AND NOT (minute_ns = ?5 AND rowid <= ?6)
                  ORDER BY minute_ns, rowid LIMIT ?4",
                 since - since % MINUTE_NS,
             ),
         };
+        let since = since.max(u64::try_from(t).unwrap_or(0));
         let rows = self.read(q.timeout, |conn| {
             let mut st = conn.prepare_cached(sql)?;
             st.query_map(
