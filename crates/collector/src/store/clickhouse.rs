@@ -1983,11 +1983,24 @@ impl Store for ClickHouseStore {
         let newest = if q.until.is_some() {
             None
         } else {
+            // In the newest day stored only (one day's column, not the table's).
+            let day = self.day_ns("flows", "max")?;
             let sql = format!(
-                "SELECT toUInt64(max(last_seen_ns)) AS value FROM {db}.flows WHERE last_seen_ns <= {}",
+                "SELECT toUInt64(max(last_seen_ns)) AS value FROM {db}.flows \
+                 WHERE last_seen_ns >= {day} AND last_seen_ns <= {}",
                 t.max(0)
             );
-            Some(self.fetch_one::<One>(&sql, q.timeout)?.value)
+            let newest = self.fetch_one::<One>(&sql, q.timeout)?.value;
+            // A cursor before that day: the newest sighting before it, from the whole table.
+            Some(if newest == 0 && t < i64::MAX {
+                let sql = format!(
+                    "SELECT toUInt64(max(last_seen_ns)) AS value FROM {db}.flows WHERE last_seen_ns <= {}",
+                    t.max(0)
+                );
+                self.fetch_one::<One>(&sql, q.timeout)?.value
+            } else {
+                newest
+            })
         };
         let mut window: u64 = 50_000_000;
         let mut rows = loop {
@@ -2108,7 +2121,16 @@ impl Store for ClickHouseStore {
         // `since` or the cursor, else from the start of the oldest day stored.
         let from = since.max(u64::try_from(t).unwrap_or(0));
         let anchor = if q.since.is_none() && from == 0 {
-            self.oldest_day_ns("queue_stats")?
+            // The oldest row, looked for in the oldest day stored only (one day's column, not
+            // the table's): windows from the day's start would widen past the whole table
+            // before they reach rows that start late in the day.
+            let day = self.day_ns("queue_stats", "min")?;
+            let sql = format!(
+                "SELECT toUInt64(min(time_ns)) AS value FROM {db}.queue_stats \
+                 WHERE time_ns >= {day} AND time_ns < {}",
+                day.saturating_add(86_400_000_000_000)
+            );
+            self.fetch_one::<One>(&sql, q.timeout)?.value.max(day)
         } else {
             from
         };
@@ -2270,29 +2292,33 @@ impl Store for ClickHouseStore {
 }
 
 impl ClickHouseStore {
-    /// The start (ns) of the oldest day `table` holds on any shard (its oldest partition), 0
-    /// when it holds none.
-    fn oldest_day_ns(&self, table: &str) -> Result<u64, StoreError> {
+    /// The start (ns) of the oldest (`which`: `min`) or newest (`max`) day `table` holds on
+    /// any shard (its day partitions), 0 when it holds none.
+    fn day_ns(&self, table: &str, which: &str) -> Result<u64, StoreError> {
         let sql = format!(
             "SELECT toUInt64(toDateTime(toDate(concat(substring(p, 1, 4), '-', substring(p, 5, 2), \
              '-', substring(p, 7, 2))), 'UTC')) * 1000000000 AS value \
-             FROM (SELECT toString(min(toUInt32OrZero(replaceAll(partition, '\\'', '')))) AS p \
+             FROM (SELECT toString({which}(toUInt32OrZero(replaceAll(partition, '\\'', '')))) AS p \
                    FROM system.parts \
                    WHERE active AND database = {} AND table = {}) WHERE length(p) = 8",
             lit(&self.io.config.database),
             lit(&self.local(table))
         );
-        let mut oldest = None::<u64>;
+        let mut day = None::<u64>;
         for i in 0..self.io.shards.len() {
             let rows = self.on_shard(i, |c| {
                 let sql = sql.clone();
                 async move { c.query(&sql).fetch_all::<One>().await }
             })?;
             for r in rows {
-                oldest = Some(oldest.map_or(r.value, |o| o.min(r.value)));
+                day = Some(match (day, which) {
+                    (None, _) => r.value,
+                    (Some(d), "max") => d.max(r.value),
+                    (Some(d), _) => d.min(r.value),
+                });
             }
         }
-        Ok(oldest.unwrap_or(0))
+        Ok(day.unwrap_or(0))
     }
 }
 
