@@ -137,6 +137,16 @@ fn long_ranges_are_read_per_minute_clickhouse() {
     ));
 }
 
+/// In a cluster the rollups are read through their `Distributed` tables (each shard's partial
+/// aggregates merged by the reader).
+#[test]
+fn long_ranges_are_read_per_minute_clickhouse_cluster() {
+    let server = ch::ClickHouse::start(2);
+    long_ranges_are_read_per_minute(Arc::new(
+        ClickHouseStore::open(server.config("rollup", "test")).unwrap(),
+    ));
+}
+
 fn long_ranges_are_read_per_minute(store: Arc<dyn Store>) {
     for b in batches() {
         store.write(&b).unwrap();
@@ -192,6 +202,22 @@ fn long_ranges_are_read_per_minute(store: Arc<dyn Store>) {
             / m.samples as f64;
         assert!((m.avg_occupancy - mean).abs() < 1e-9, "{m:?} vs {mean}");
     }
+    // One node's minutes (the rollup's own order) are the same rows.
+    let node = store
+        .queue_series(&HistoryQuery {
+            node: Some(101),
+            ..long.clone()
+        })
+        .unwrap();
+    assert_eq!(node.resolution, Some(Resolution::Minute));
+    let of_node: Vec<_> = minutes
+        .items
+        .iter()
+        .filter(|q| q.node_id == 101)
+        .cloned()
+        .collect();
+    assert!(!of_node.is_empty());
+    assert_eq!(node.items, of_node);
     // Asked for explicitly.
     let forced = store
         .queue_series(&HistoryQuery {
