@@ -854,7 +854,7 @@ fn replay(
 
 /// Node names from a topology file: a lab or simulator file (`[topology]`) names its fabric as
 /// the lab does; anything else is read by `NodeNames::load`.
-fn load_names(path: &std::path::Path) -> Result<intscope_collector::names::NodeNames> {
+pub fn load_names(path: &std::path::Path) -> Result<intscope_collector::names::NodeNames> {
     use intscope_collector::names::NodeNames;
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;

@@ -3,6 +3,7 @@
 //! No reports are received here, so the console's live pages say so instead of breaking.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
@@ -30,6 +31,9 @@ pub struct ServeArgs {
         value_parser = crate::usage::host_port
     )]
     pub http: SocketAddr,
+    /// Names for the nodes, shown by the console (as `collect --topology`).
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<PathBuf>,
     /// HTTP API access, TLS and limits (as for `collect`).
     #[command(flatten)]
     pub api: ApiArgs,
@@ -38,6 +42,10 @@ pub struct ServeArgs {
 /// Serves until Ctrl-C / SIGTERM.
 pub fn run(args: &ServeArgs) -> Result<()> {
     let cfg = api_config(&args.api, args.http)?;
+    let names = match &args.topology {
+        Some(t) => crate::collect::load_names(t).context("the topology (--topology)")?,
+        None => Default::default(),
+    };
     let store: Arc<dyn Store> = match parse_store(&args.store, args.cluster.clone(), "serve")? {
         StoreSpec::Sqlite(dir) => {
             // `serve` reads what collectors wrote: opening would create an empty store where a
@@ -80,7 +88,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             args.store
         );
         let (limits, tls) = (cfg.http.clone(), cfg.tls.clone());
-        let api = FabricApi::new(store, cfg);
+        let api = FabricApi::named(store, cfg, Arc::new(names));
         let router = app(Arc::clone(&api), "/api")
             .merge(metrics_app(api))
             .merge(console_app());

@@ -65,6 +65,9 @@ fn serve_serves_the_console_over_the_store() {
         .unwrap();
     assert!(exit_within(&mut c, Duration::from_secs(60)).is_some_and(|s| s.success()));
 
+    // Names for the console, as a collector takes them.
+    let topology = dir.path().join("nodes.json");
+    std::fs::write(&topology, r#"{"nodes": [{"id": 1, "name": "tor-1"}]}"#).unwrap();
     let mut s = bin()
         .args([
             "serve",
@@ -72,7 +75,9 @@ fn serve_serves_the_console_over_the_store() {
             &format!("sqlite:{data}"),
             "--http",
             "127.0.0.1:0",
+            "--topology",
         ])
+        .arg(&topology)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -93,6 +98,10 @@ fn serve_serves_the_console_over_the_store() {
     assert_eq!(status, 200, "{stats}");
     let stats: Value = serde_json::from_str(&stats).unwrap();
     assert_eq!(stats["mode"], "fabric");
+    let (status, _, names) = get(&addr, "/api/names");
+    assert_eq!(status, 200, "{names}");
+    let names: Value = serde_json::from_str(&names).unwrap();
+    assert_eq!(names, serde_json::json!({"nodes": {"1": "tor-1"}}));
     let (status, _, inc) = get(&addr, "/api/incidents?limit=5");
     assert_eq!(status, 200, "{inc}");
     let inc: Value = serde_json::from_str(&inc).unwrap();

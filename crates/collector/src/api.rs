@@ -167,7 +167,11 @@ pub fn app(api: Arc<Api>) -> Router {
     // answers them.
     let fabric = api.collector.store.clone().map(|store| {
         crate::api_cluster::app(
-            crate::api_cluster::FabricApi::new(store, api.cfg.clone()),
+            crate::api_cluster::FabricApi::named(
+                store,
+                api.cfg.clone(),
+                Arc::clone(&api.collector.config.names),
+            ),
             "/api/fabric",
         )
     });

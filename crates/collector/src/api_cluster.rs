@@ -41,6 +41,8 @@ pub struct FabricApi {
     queries: Arc<Semaphore>,
     /// Queries refused or failed, by reason ([`FAILURES`]).
     failed: [AtomicU64; 5],
+    /// The nodes' names (`serve --topology`), for the console.
+    names: Arc<crate::names::NodeNames>,
 }
 
 /// The reasons of `intscope_fabric_queries_failed_total`, in [`FabricApi::failed`]'s order.
@@ -65,11 +67,21 @@ impl std::fmt::Debug for FabricApi {
 impl FabricApi {
     /// The API over `store` with `cfg`'s token, query deadline and query bound.
     pub fn new(store: Arc<dyn Store>, cfg: ApiConfig) -> Arc<Self> {
+        Self::named(store, cfg, Arc::default())
+    }
+
+    /// [`FabricApi::new`], answering `names` at `/names` (`crate::names`).
+    pub fn named(
+        store: Arc<dyn Store>,
+        cfg: ApiConfig,
+        names: Arc<crate::names::NodeNames>,
+    ) -> Arc<Self> {
         Arc::new(FabricApi {
             store,
             queries: Arc::new(Semaphore::new(cfg.max_queries.max(1))),
             cfg,
             failed: Default::default(),
+            names,
         })
     }
 }
@@ -86,6 +98,7 @@ pub fn app(api: Arc<FabricApi>, prefix: &str) -> Router {
     let p = |s: &str| format!("{prefix}{s}");
     Router::new()
         .route(&p("/stats"), get(stats))
+        .route(&p("/names"), get(names))
         .route(&p("/flows"), get(flows))
         .route(&p("/history/flows"), get(flows))
         .route(&p("/flow"), get(flow))
@@ -100,6 +113,11 @@ pub fn app(api: Arc<FabricApi>, prefix: &str) -> Router {
         .with_state(api)
 }
 
+/// The nodes' names by ID, as a collector's `/api/names` answers them.
+async fn names(AxState(api): Shared) -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "nodes": &*api.names }))
+}
+
 /// The web console (`ui`) for `intscope serve`, and a JSON 404 for whatever else is asked: the
 /// console's live-state calls (nodes, links, the event stream) then read why they are missing
 /// here, and show it, rather than an empty 404.
@@ -112,7 +130,7 @@ async fn not_served(uri: axum::http::Uri) -> Response {
     let error = if path.starts_with("/api/") {
         format!(
             "{path} is not served by `intscope serve`, which reads the shared history store \
-             (/api/stats, /api/flows, /api/flow, /api/queues, /api/events, /api/incidents and \
+             (/api/stats, /api/names, /api/flows, /api/flow, /api/queues, /api/events, /api/incidents and \
              the same under /api/history/); live state (nodes, links, a flow or an incident by \
              ID, the event stream) is each collector's: open its console"
         )
