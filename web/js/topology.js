@@ -148,15 +148,17 @@ export function drawMap(w, m) {
     const sev = m.severity.get(id);
     const stroke = sev ? SEV_COLOR[sev] : 'var(--accent)';
     const mark = hl.node === id || hl.peer_node === id;
+    const name = nodeName(id);
+    const label =
+      name != null
+        ? `<text x="${x}" y="${yy - 28}" text-anchor="middle" font-size="11"
+          data-test="fabric-node-name">${esc(name)}</text>`
+        : '';
     s += `<g data-test="fabric-node" data-node="${id}" data-tier="${tiers.get(id)}" data-state="${sev || 'ok'}">
       <a href="#/flows?node=${id}"><title>${esc(node(id))}${sev ? `: ${sev} incident ongoing` : ''}</title>
       <circle cx="${x}" cy="${yy}" r="22" fill="${mark ? '#2d3f57' : '#1e2a38'}" stroke="${stroke}"
         stroke-width="${sev || mark ? 4 : 2}"/>
-      <text x="${x}" y="${yy + 4}" text-anchor="middle">${id}</text>${
-        nodeName(id) != null
-          ? `<text x="${x}" y="${yy - 28}" text-anchor="middle" font-size="11" data-test="fabric-node-name">${esc(nodeName(id))}</text>`
-          : ''
-      }</a></g>`;
+      <text x="${x}" y="${yy + 4}" text-anchor="middle">${id}</text>${label}</a></g>`;
   }
   return { svg: s, height: hostY + 36 };
 }

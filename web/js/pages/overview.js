@@ -268,7 +268,8 @@ export async function render(ctx) {
         .slice(0, TOP)
         .map(
           (l) => `<tr class="clickable" data-href="#/fabric" data-test="busy-link"><td>
-            <a href="#/fabric">${esc(node(l.from_node))}:${l.from_port} → ${esc(node(l.to_node))}:${l.to_port}</a></td>
+            <a href="#/fabric">${esc(node(l.from_node))}:${l.from_port} →
+              ${esc(node(l.to_node))}:${l.to_port}</a></td>
         <td class="num">${pct(l.utilization)}</td></tr>`,
         )
         .join('') || '<tr><td class="empty">no links seen</td></tr>';
