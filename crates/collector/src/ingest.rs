@@ -625,6 +625,9 @@ impl Collector {
                 // ingest is short of CPU (never with back-pressure: ingest waits for it).
                 let mut due = last + interval;
                 let mut pressure = pressure::Pressure::new(&c.stats);
+                // Whether the pressure was judged for this `due` (once per interval: a flush
+                // the busy writer defers is retried every tick without judging again).
+                let mut judged = false;
                 // After a stop the receive threads still read their sockets' backlogs: the final
                 // flush waits for them, so that what they read is stored too.
                 while !c.stopped() || c.receivers.load(Ordering::SeqCst) > 0 {
@@ -633,20 +636,22 @@ impl Collector {
                     if now < due {
                         continue;
                     }
-                    if !c.config.store.backpressure
-                        && now < last + longest
-                        && pressure.under_pressure(&c.stats)
-                    {
-                        c.store_stats
-                            .flushes_stretched
-                            .fetch_add(1, Ordering::Relaxed);
-                        due = (now + interval).min(last + longest);
-                        continue;
+                    if !c.config.store.backpressure && !judged && now < last + longest {
+                        judged = true;
+                        if pressure.under_pressure(&c.stats) {
+                            c.store_stats
+                                .flushes_stretched
+                                .fetch_add(1, Ordering::Relaxed);
+                            due = (now + interval).min(last + longest);
+                            judged = false;
+                            continue;
+                        }
                     }
                     // A deferred flush is retried at the next tick, not a whole interval later.
                     if flusher.offer_parts(|| c.take_batch(&mut last_event)) {
                         last = std::time::Instant::now();
                         due = last + interval;
+                        judged = false;
                         // Pressure is judged over each interval since a flush.
                         pressure.under_pressure(&c.stats);
                     }
