@@ -236,7 +236,10 @@ fn a_thousand_hostile_connections_do_not_starve_a_new_client() {
         n(&h.answers_refused_memory),
         n(&h.answer_bytes),
     );
-    assert!(worst < Duration::from_secs(1), "new client took {worst:?}");
+    // The policy's horizon is a second (a connection silent that long is the first to give
+    // way), so a new client may wait up to that much plus a busy machine's scheduling: starved
+    // would be the listen queue's or the per-connection timeouts' many seconds.
+    assert!(worst < Duration::from_secs(2), "new client took {worst:?}");
     // 100 slow readers of a 1.1 MB answer would hold 110 MB; the bounds hold 8 MiB of them
     // plus hyper's small queue per connection.
     assert!(
