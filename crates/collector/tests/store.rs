@@ -1180,19 +1180,7 @@ fn sqlite_and_clickhouse_answer_the_same_queries_alike() {
     ];
     let stores: Vec<Arc<dyn Store>> = backends.iter().map(Backend::open).collect();
     // Flushes of a state with drops (events, an incident), congestion and 40 flows.
-    let mut s = state_with_flows(40);
-    let stats = StoreStats::default();
-    let mut last_event = 1;
-    for (k, t) in [(0u32, 2 * S), (1, 3 * S), (2, 4 * S)] {
-        let mut r = Rep::new(
-            7,
-            &[H(1, 2, 900, 10), H(101, 2, 900, 5000)],
-            H(2, 3, 900, 10),
-        );
-        r.seq = k;
-        r.drop = (k == 2).then_some(29);
-        feed(&mut s, &r.datagram(), t);
-        let b = collect_batch(&s, &mut last_event, Vec::new(), &stats);
+    for b in three_flushes(&mut state_with_flows(40)) {
         for st in &stores {
             st.write(&b).unwrap();
         }

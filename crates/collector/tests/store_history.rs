@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use intscope_collector::store::{
-    ClickHouseStore, HistoryQuery, Resolution, RowSink, SqliteStore, Store, StoreError, StoreStats,
-    collect_batch,
+    ClickHouseStore, HistoryQuery, Resolution, RowSink, SqliteStore, Store, StoreError,
 };
 
 /// A loopback port that never completes a connection, as a black-holed host: a listener with
@@ -53,22 +52,7 @@ fn black_hole() -> BlackHole {
 /// Flushes with queue rows of nodes 1, 2 and 101 (so of both shards of a 2-shard cluster),
 /// a drop's events and a flow, at 2, 3 and 4 s.
 fn batches() -> Vec<intscope_collector::store::Batch> {
-    let mut s = state();
-    let stats = StoreStats::default();
-    let mut last_event = 1;
-    let mut out = Vec::new();
-    for (k, t) in [(0u32, 2 * S), (1, 3 * S), (2, 4 * S)] {
-        let mut r = Rep::new(
-            7,
-            &[H(1, 2, 900, 10), H(101, 2, 900, 5000)],
-            H(2, 3, 900, 10),
-        );
-        r.seq = k;
-        r.drop = (k == 2).then_some(29);
-        feed(&mut s, &r.datagram(), t);
-        out.push(collect_batch(&s, &mut last_event, Vec::new(), &stats));
-    }
-    out
+    three_flushes(&mut state())
 }
 
 /// A shard whose only server never answers a connection: the write that has rows for it is

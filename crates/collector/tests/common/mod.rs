@@ -272,3 +272,29 @@ pub fn tempdir(what: &str) -> tempfile::TempDir {
         .tempdir()
         .unwrap()
 }
+
+/// Three flushes of `s` after reports of one flow at 2, 3 and 4 s (the last with a drop, so
+/// an event and an incident), as the store tests write them.
+#[allow(dead_code)] // Not every test binary that includes this module writes flushes.
+pub fn three_flushes(s: &mut State) -> Vec<intscope_collector::store::Batch> {
+    let stats = intscope_collector::store::StoreStats::default();
+    let mut last_event = 1;
+    let mut out = Vec::new();
+    for (k, t) in [(0u32, 2 * S), (1, 3 * S), (2, 4 * S)] {
+        let mut r = Rep::new(
+            7,
+            &[H(1, 2, 900, 10), H(101, 2, 900, 5000)],
+            H(2, 3, 900, 10),
+        );
+        r.seq = k;
+        r.drop = (k == 2).then_some(29);
+        feed(s, &r.datagram(), t);
+        out.push(intscope_collector::store::collect_batch(
+            s,
+            &mut last_event,
+            Vec::new(),
+            &stats,
+        ));
+    }
+    out
+}
