@@ -1,8 +1,9 @@
 //! Schema migrations: a store created by the previous release (9d213bf, schema version 1: no
 //! version table, no `received_ns` columns; `tests/fixtures/schema-v1-*.sql`) with rows in it,
 //! opened by this build: its rows read back, new rows are written with the new columns (v2:
-//! `received_ns`; v3: the events' `incident_id`), the version is recorded once, and a store of a
-//! newer version is refused.
+//! `received_ns`; v3: the events' `incident_id`; v4, ClickHouse: the flows' newest versions,
+//! filled from the flows stored before), the version is recorded once, and a store of a newer
+//! version is refused.
 //!
 //! Cost: SQLite well under a second; ClickHouse one server start (~1 s) and a few queries.
 
@@ -193,11 +194,36 @@ fn a_previous_release_clickhouse_store_is_migrated() {
     );
     assert!(r.is_empty(), "{r}");
 
+    // A flow the previous release stored (two versions): the flow list reads the flows'
+    // newest versions (v4), filled from these at migration.
+    for reports in [3, 9] {
+        let r = server.query(
+            0,
+            &format!(
+                "INSERT INTO {db}.flows (source, run, live_id, flow_hash, src, dst, proto, src_port, \
+                 dst_port, first_seen_ns, last_seen_ns, reports, drops, last_drop_reason, path, \
+                 path_changes, e2e_p50, e2e_p99) VALUES ('test', 1, 1, 42, '10.0.0.1', '10.0.0.2', \
+                 17, 1000, 2000, 5000000000, {}, {reports}, 0, NULL, '[]', 0, NULL, NULL)",
+                5_000_000_000u64 + reports
+            ),
+        );
+        assert!(r.is_empty(), "{r}");
+    }
+
     let spool = common::tempdir("migrate-ch");
     let mut cfg = server.config(db, "test");
     cfg.spool_dir = Some(spool.path().to_path_buf());
     let store = ClickHouseStore::open(cfg.clone()).unwrap();
     assert_eq!(listed(&store), [(1, 2, IncidentState::Ongoing)]);
+    let flows = store.flows(&HistoryQuery::default()).unwrap().items;
+    assert_eq!(
+        flows
+            .iter()
+            .map(|f| (f.flow.src_port, f.reports, f.last_seen_ns))
+            .collect::<Vec<_>>(),
+        [(1000, 9, 5_000_000_009)],
+        "the stored flow is listed once, as its newest version"
+    );
     store
         .write(&Batch {
             incidents: vec![incident(1, 3, Some(1_000_000_900)), incident(2, 1, None)],
@@ -218,7 +244,7 @@ fn a_previous_release_clickhouse_store_is_migrated() {
     drop(store);
     assert_eq!(
         server.query(0, &format!("SELECT version FROM {db}.schema_version")),
-        "3"
+        "4"
     );
     assert_eq!(
         server.query(

@@ -231,6 +231,14 @@ fn batches_round_trip_and_prune(backend: &Backend) {
         ),
         (0, 0, 0, 0)
     );
+    assert!(
+        store
+            .flows(&HistoryQuery::default())
+            .unwrap()
+            .items
+            .is_empty(),
+        "the flow list is pruned with the flows"
+    );
 }
 
 /// An empty page (of the test stores below).

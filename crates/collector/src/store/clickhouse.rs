@@ -305,6 +305,27 @@ const TABLES: [(&str, &str, &str, &str); 8] = [
     ),
 ];
 
+/// The newest version of each flow life (`flows`' rows, one per life once parts merge), which the
+/// flow list and a flow's summary read: `flows` is partitioned by day and keeps a version per
+/// flush a flow changed in, so a page's flows (scattered over the hash order) would touch most of
+/// its granules. Not partitioned, so merges collapse a life's versions of every day; retention
+/// deletes lives last seen before the horizon ([`ClickHouseStore::prune`]). A column added to
+/// `flows` must be added here too (its view's `SELECT` names them).
+const FLOWS_LATEST: &str = "flows_latest";
+
+/// Rows of [`FLOWS_LATEST`] per index mark: a page's 500 flows touch at most 500 granules per
+/// part, so finer granules mean fewer rows read around them (the table has a row per flow life,
+/// so the index stays small).
+const FLOWS_LATEST_GRANULARITY: u32 = 128;
+
+/// The column names of a [`TABLES`] column list (`name Type, ...`; no type has a comma).
+fn column_names(cols: &str) -> String {
+    cols.split(',')
+        .filter_map(|c| c.split_whitespace().next())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Per-minute rollups: name, source table, key columns, aggregate columns (read them with the
 /// `-Merge` combinators, e.g. `sumMerge(samples_total)`; aliases differ from the source
 /// columns, which 18.16 requires).
@@ -655,8 +676,13 @@ struct One {
 
 /// The schema version this build writes. Version 1 is the first release's schema (tables as
 /// created by `CREATE ... IF NOT EXISTS` alone, with no version table); each later version
-/// adds columns (`MIGRATIONS`), applied by [`ClickHouseStore::open`].
-pub const SCHEMA_VERSION: u32 = 3;
+/// adds columns (`MIGRATIONS`) or, in version 4, the table `flows_latest`; applied by
+/// [`ClickHouseStore::open`].
+pub const SCHEMA_VERSION: u32 = 4;
+
+/// The version that added [`FLOWS_LATEST`]: a store migrated from before it has the view filled
+/// from the flows stored so far.
+const FLOWS_LATEST_SINCE: u32 = 4;
 
 /// Columns each schema version added: (version, table, column and type). Applied at open to
 /// every server's local table (and its Distributed table) that lacks them.
@@ -671,6 +697,9 @@ const MIGRATIONS: [(u32, &str, &str); 3] = [
 
 /// How long opening the store waits for a first server to take the schema.
 const START_WAIT: Duration = Duration::from_secs(20);
+
+/// How long retention waits for its delete from [`FLOWS_LATEST`] to finish.
+const MUTATION_WAIT: Duration = Duration::from_secs(30);
 
 /// How long one insert may take before it counts as failed (and is spooled).
 const INSERT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -1059,6 +1088,25 @@ fn schema_ddl(config: &ClickHouseConfig) -> Vec<String> {
             ));
         }
     }
+    // The flows' newest versions, filled from every insert into `flows` (on each replica, as
+    // the rollups).
+    let latest = local_of(config, FLOWS_LATEST);
+    let inner = format!(".inner.{latest}");
+    ddl.push(format!(
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.{latest} \
+         ENGINE = {} PARTITION BY tuple() ORDER BY (flow_hash, source, run, live_id) \
+         SETTINGS index_granularity = {FLOWS_LATEST_GRANULARITY} \
+         AS SELECT {} FROM {db}.{}",
+        engine("ReplacingMergeTree(last_seen_ns)", db, &inner, replicated),
+        column_names(TABLES[0].1),
+        local_of(config, "flows"),
+    ));
+    if let Some(c) = &config.cluster {
+        ddl.push(format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{FLOWS_LATEST} AS {db}.{latest} \
+             ENGINE = Distributed({c}, {db}, {latest}, flow_hash)"
+        ));
+    }
     ddl
 }
 
@@ -1143,7 +1191,8 @@ async fn schema_version(
     Ok(u32::from(tables > 0))
 }
 
-/// Applies [`MIGRATIONS`] newer than `from` on one server and records [`SCHEMA_VERSION`].
+/// Applies [`MIGRATIONS`] newer than `from` on one server, fills [`FLOWS_LATEST`] when `from`
+/// predates it, and records [`SCHEMA_VERSION`].
 /// Each step checks the column first, so a step a replicated ALTER already brought (from
 /// another replica) or a run killed halfway is not an error.
 async fn migrate(
@@ -1188,6 +1237,24 @@ async fn migrate(
                 }
             }
         }
+    }
+    if (1..FLOWS_LATEST_SINCE).contains(&from) {
+        // The view sees inserts from its creation on: the flows stored before are copied in.
+        // Rows it took meanwhile, or a copy a replica already brought, are versions it holds
+        // already, and a version twice is merged away (and read as one).
+        let latest = local_of(config, FLOWS_LATEST);
+        c.query(&format!(
+            "INSERT INTO {db}.`.inner.{latest}` SELECT {} FROM {db}.{}",
+            column_names(TABLES[0].1),
+            local_of(config, "flows")
+        ))
+        .execute()
+        .await?;
+        // The copy's parts hold many versions of each life, and large parts wait long for a
+        // background merge: merged now, once (the flow list reads every row of the parts).
+        c.query(&format!("OPTIMIZE TABLE {db}.`.inner.{latest}` FINAL"))
+            .execute()
+            .await?;
     }
     c.query(&format!(
         "INSERT INTO {db}.schema_version (version, applied_ns) VALUES ({SCHEMA_VERSION}, {})",
@@ -1862,6 +1929,47 @@ impl Store for ClickHouseStore {
                 let sql = format!("ALTER TABLE {db}.`{table}` DROP PARTITION {part}");
                 self.run(c.query(&sql).execute()).map_err(ch_err)?;
             }
+            // The flows' newest versions are not partitioned: lives last seen before the first
+            // day `flows` keeps are deleted (a mutation, only when there are some).
+            let latest = format!("`.inner.{}`", self.local(FLOWS_LATEST));
+            let cutoff = u64::try_from(day).unwrap_or(0) * 86_400 * 1_000_000_000;
+            let old = self
+                .run(
+                    c.query(&format!(
+                        "SELECT toUInt64(count()) AS value FROM {db}.{latest} \
+                         WHERE last_seen_ns < {cutoff}"
+                    ))
+                    .fetch_one::<One>(),
+                )
+                .map_err(ch_err)?;
+            if old.value > 0 {
+                let sql = format!("ALTER TABLE {db}.{latest} DELETE WHERE last_seen_ns < {cutoff}");
+                self.run(c.query(&sql).execute()).map_err(ch_err)?;
+                // 18.16 runs the mutation in the background: waited for (the table is small),
+                // so the flow list agrees with `flows` once retention has run.
+                let pending = format!(
+                    "SELECT toUInt64(count()) AS value FROM system.mutations \
+                     WHERE database = {} AND table = {} AND NOT is_done",
+                    lit(&db),
+                    lit(&latest.replace('`', ""))
+                );
+                let deadline = std::time::Instant::now() + MUTATION_WAIT;
+                while self
+                    .run(c.query(&pending).fetch_one::<One>())
+                    .map_err(ch_err)?
+                    .value
+                    > 0
+                {
+                    if std::time::Instant::now() > deadline {
+                        tracing::warn!(
+                            "deleting flows older than retention from {latest} takes over \
+                             {MUTATION_WAIT:?}: left to finish in the background"
+                        );
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
             // The raw ring: keep the newest `keep_raw` (a mutation, only when over).
             let raw = self.local("raw_reports");
             let over = self
@@ -1969,66 +2077,65 @@ impl Store for ClickHouseStore {
     fn flows(&self, q: &HistoryQuery) -> Result<Page<StoredFlow>, StoreError> {
         let limit = q.page_size(500)?;
         let (t, h) = q.cursor('f')?.unwrap_or((i64::MAX, i64::MAX));
-        // First the page's flows by their hash alone (one cheap aggregation of three numeric
-        // columns), then the full summaries of those only (a primary-key lookup). The
-        // subquery reads the local table: on a cluster it runs on each shard, which holds
-        // every row of its flows.
-        let (db, local) = (&self.io.config.database, self.local("flows"));
+        // First the page's flows by their hash alone (an aggregation of three numeric columns),
+        // then the summaries of those only (granules found by the primary key), both from the
+        // flows' newest versions.
+        let db = &self.io.config.database;
         let (since, until) = (q.since.unwrap_or(0), q.until.unwrap_or(u64::MAX));
         // The newest flows have rows in the newest seconds: the page is looked for in a window
-        // back from the newest row (a scan of one column, cheap), from 50 ms widened 16-fold until it
-        // holds a page or reaches `since`, rather than aggregating every flow ever stored.
-        // With `until` the whole range is aggregated (a flow's first sighting may be in rows
-        // before the window).
+        // back from the newest sighting (a scan of one column), from 50 ms widened 16-fold
+        // until it holds a page or reaches `since`, rather than aggregating every flow stored.
+        // With `until` the whole range is aggregated (a flow's first sighting may be in an
+        // older life than the window holds).
         let newest = if q.until.is_some() {
             None
         } else {
-            // In the newest day stored only (one day's column, not the table's).
-            let day = self.day_ns("flows", "max")?;
             let sql = format!(
-                "SELECT toUInt64(max(last_seen_ns)) AS value FROM {db}.flows \
-                 WHERE last_seen_ns >= {day} AND last_seen_ns <= {}",
+                "SELECT toUInt64(max(last_seen_ns)) AS value FROM {db}.{FLOWS_LATEST} \
+                 WHERE last_seen_ns <= {}",
                 t.max(0)
             );
-            let newest = self.fetch_one::<One>(&sql, q.timeout)?.value;
-            // A cursor before that day: the newest sighting before it, from the whole table.
-            Some(if newest == 0 && t < i64::MAX {
-                let sql = format!(
-                    "SELECT toUInt64(max(last_seen_ns)) AS value FROM {db}.flows WHERE last_seen_ns <= {}",
-                    t.max(0)
-                );
-                self.fetch_one::<One>(&sql, q.timeout)?.value
-            } else {
-                newest
-            })
+            Some(self.fetch_one::<One>(&sql, q.timeout)?.value)
         };
         let mut window: u64 = 50_000_000;
-        let mut rows = loop {
+        let hashes = loop {
             let lower = match newest {
                 Some(n) => n.saturating_sub(window).max(since),
                 None => since,
             };
-            let page_of = format!(
-                "flow_hash IN (SELECT flow_hash FROM {db}.{local} WHERE last_seen_ns >= {lower}
-                   GROUP BY flow_hash
-                   HAVING min(first_seen_ns) <= {until}
-                     AND (max(last_seen_ns) < {t} OR (max(last_seen_ns) = {t} AND flow_hash < {h}))
-                   ORDER BY max(last_seen_ns) DESC, flow_hash DESC LIMIT {})",
+            let sql = format!(
+                "SELECT flow_hash AS value FROM {db}.{FLOWS_LATEST} WHERE last_seen_ns >= {lower}
+                 GROUP BY flow_hash
+                 HAVING min(first_seen_ns) <= {until}
+                   AND (max(last_seen_ns) < {t} OR (max(last_seen_ns) = {t} AND flow_hash < {h}))
+                 ORDER BY max(last_seen_ns) DESC, flow_hash DESC LIMIT {}",
                 limit + 1
             );
-            let sql = self.flow_sql(
-                &page_of,
-                &format!(
-                    "last_seen_ns >= {since} AND first_seen_ns <= {until} AND (last_seen_ns < {t} OR (last_seen_ns = {t} AND flow_hash < {h}))"
-                ),
-                limit + 1,
-            );
-            let rows = self.fetch_all::<FlowOut>(&sql, q.timeout)?;
-            if rows.len() > limit as usize || lower == since {
-                break rows;
+            let hashes = self.fetch_all::<One>(&sql, q.timeout)?;
+            if hashes.len() > limit as usize || lower == since {
+                break hashes;
             }
             window = window.saturating_mul(16);
         };
+        if hashes.is_empty() {
+            return Ok(Page::of(Vec::new(), limit));
+        }
+        let list = hashes
+            .iter()
+            .map(|r| r.value.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut rows = self.fetch_all::<FlowOut>(
+            &self.flow_sql(
+                &format!("flow_hash IN ({list})"),
+                &format!(
+                    "last_seen_ns >= {since} AND first_seen_ns <= {until} \
+                     AND (last_seen_ns < {t} OR (last_seen_ns = {t} AND flow_hash < {h}))"
+                ),
+                limit + 1,
+            ),
+            q.timeout,
+        )?;
         // Each shard answered its own newest (see `flow_sql`): merged here.
         rows.sort_unstable_by(|a, b| {
             (b.last_seen_ns, b.flow_hash).cmp(&(a.last_seen_ns, a.flow_hash))
@@ -2371,8 +2478,10 @@ impl ClickHouseStore {
 impl ClickHouseStore {
     /// The flow summaries query: each flow's lives (a collector's run and the flow's ID in it),
     /// each life's newest version (by last sighting, then by reports: a life's counts only
-    /// grow, and two versions may share a sighting time), summed per flow. `pre` filters rows before the grouping,
-    /// `post` flows after it. In a cluster a flow's rows are all on one shard, so each shard
+    /// grow, and two versions may share a sighting time; versions not yet merged are read
+    /// too), summed per flow, from [`FLOWS_LATEST`]. `pre` picks rows before the grouping (a
+    /// `PREWHERE`: on the key columns, so the index finds their granules), `post` flows after
+    /// it. In a cluster a flow's rows are all on one shard, so each shard
     /// aggregates and sorts its own and the caller merges (no merge of partial aggregates).
     fn flow_sql(&self, pre: &str, post: &str, limit: u32) -> String {
         let db = &self.io.config.database;
@@ -2393,7 +2502,7 @@ impl ClickHouseStore {
                       argMax(path_changes, (last_seen_ns, reports)) AS pc,
                       argMax(e2e_p50, (last_seen_ns, reports)) AS p50,
                       argMax(e2e_p99, (last_seen_ns, reports)) AS p99
-               FROM {db}.flows WHERE {pre}
+               FROM {db}.{FLOWS_LATEST} PREWHERE {pre}
                GROUP BY flow_hash, src, dst, proto, src_port, dst_port, source, run, live_id)
              GROUP BY flow_hash, src, dst, proto, src_port, dst_port
              HAVING {post}
