@@ -229,6 +229,8 @@ routes=(
   "events /api/history/events"
   "events_kind /api/history/events?kind=drop&limit=100"
   "events_hour /api/history/events?since=$((now - hour))&limit=100"
+  "events_node /api/history/events?node=7&limit=100"
+  "events_node_quiet /api/history/events?node=999&limit=100"
   "flows /api/history/flows"
   "flows_day /api/history/flows?since=$((now - 24 * hour))&until=$((now - 23 * hour))&limit=100"
   "incidents /api/history/incidents"

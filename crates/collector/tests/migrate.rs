@@ -210,11 +210,37 @@ fn a_previous_release_clickhouse_store_is_migrated() {
         assert!(r.is_empty(), "{r}");
     }
 
+    // An event of node 4 the previous release stored: a page of node 4's events finds it (v4
+    // searches between the oldest and newest event of the node, copied at migration).
+    let r = server.query(
+        0,
+        &format!(
+            "INSERT INTO {db}.events (source, id, time_ns, kind, node_id, port, queue_id, flow_id, \
+             src, dst, proto, src_port, dst_port, evidence) VALUES ('test', 1, 6000000000, \
+             'drop', 4, 3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '{{}}')"
+        ),
+    );
+    assert!(r.is_empty(), "{r}");
+
     let spool = common::tempdir("migrate-ch");
     let mut cfg = server.config(db, "test");
     cfg.spool_dir = Some(spool.path().to_path_buf());
     let store = ClickHouseStore::open(cfg.clone()).unwrap();
     assert_eq!(listed(&store), [(1, 2, IncidentState::Ongoing)]);
+    let of_node = |node| {
+        store
+            .events(&HistoryQuery {
+                node: Some(node),
+                ..HistoryQuery::default()
+            })
+            .unwrap()
+            .items
+            .iter()
+            .map(|e| (e.id, e.time_ns))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of_node(4), [(1, 6_000_000_000)]);
+    assert_eq!(of_node(5), []);
     let flows = store.flows(&HistoryQuery::default()).unwrap().items;
     assert_eq!(
         flows

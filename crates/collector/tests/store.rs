@@ -1217,6 +1217,21 @@ fn sqlite_and_clickhouse_answer_the_same_queries_alike() {
             })
             .into(),
         );
+        // One node's events, a page of one at a time (SQLite walks its (node, time) index).
+        let node = st
+            .events(&q(100, None))
+            .unwrap()
+            .items
+            .iter()
+            .find_map(|e| e.node_id);
+        let of_node = all_rows(|c| st.events(&HistoryQuery { node, ..q(1, c) }).unwrap());
+        assert!(
+            of_node
+                .iter()
+                .all(|e| e["node_id"].as_u64() == node.map(u64::from)),
+            "events of node {node:?} only"
+        );
+        a.insert("events_node".into(), of_node.into());
         a.insert(
             "flows".into(),
             all_rows(|c| st.flows(&q(7, c)).unwrap()).into(),
@@ -1348,6 +1363,7 @@ fn sqlite_and_clickhouse_answer_the_same_queries_alike() {
     for k in [
         "events",
         "events_drop",
+        "events_node",
         "flows",
         "flows_until",
         "queues",

@@ -318,6 +318,19 @@ const FLOWS_LATEST: &str = "flows_latest";
 /// so the index stays small).
 const FLOWS_LATEST_GRANULARITY: u32 = 128;
 
+/// Per day, node (0 for none) and kind: the oldest and newest time of the events stored, which
+/// an event page filtered by node or kind starts its search from (and ends it at): without it a
+/// node with few events has its windows widened over every stored event. A bound, never a
+/// count: days whose events retention dropped go with them, so it may claim more than is left,
+/// never less.
+const EVENTS_DAYS: &str = "events_days";
+
+/// The `SELECT` that fills [`EVENTS_DAYS`] from `{src}`'s events (its view, and the copy made
+/// when an older store is migrated).
+const EVENTS_DAYS_SELECT: &str = "SELECT toUInt32(toYYYYMMDD(toDateTime(intDiv(time_ns, 1000000000), 'UTC'))) AS day, \
+     ifNull(node_id, toUInt32(0)) AS node, kind, minState(time_ns) AS oldest, maxState(time_ns) AS newest \
+     FROM {src} GROUP BY day, node, kind";
+
 /// The column names of a [`TABLES`] column list (`name Type, ...`; no type has a comma).
 fn column_names(cols: &str) -> String {
     cols.split(',')
@@ -637,6 +650,15 @@ impl QueueOut {
     }
 }
 
+/// Where some events lie in time ([`EVENTS_DAYS`]): `n` (day, node, kind) rows, the oldest and
+/// newest time among them.
+#[derive(Row, Deserialize)]
+struct Span {
+    n: u64,
+    oldest: u64,
+    newest: u64,
+}
+
 #[derive(Row, Deserialize)]
 struct EventOut {
     id: u64,
@@ -676,7 +698,8 @@ struct One {
 
 /// The schema version this build writes. Version 1 is the first release's schema (tables as
 /// created by `CREATE ... IF NOT EXISTS` alone, with no version table); each later version
-/// adds columns (`MIGRATIONS`) or, in version 4, the table `flows_latest`; applied by
+/// adds columns (`MIGRATIONS`) or, in version 4, the views `flows_latest` and `events_days`;
+/// applied by
 /// [`ClickHouseStore::open`].
 pub const SCHEMA_VERSION: u32 = 4;
 
@@ -1107,6 +1130,20 @@ fn schema_ddl(config: &ClickHouseConfig) -> Vec<String> {
              ENGINE = Distributed({c}, {db}, {latest}, flow_hash)"
         ));
     }
+    let days = local_of(config, EVENTS_DAYS);
+    let inner = format!(".inner.{days}");
+    ddl.push(format!(
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.{days} \
+         ENGINE = {} PARTITION BY day ORDER BY (node, kind, day) AS {}",
+        engine("AggregatingMergeTree", db, &inner, replicated),
+        EVENTS_DAYS_SELECT.replace("{src}", &format!("{db}.{}", local_of(config, "events")))
+    ));
+    if let Some(c) = &config.cluster {
+        ddl.push(format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{EVENTS_DAYS} AS {db}.{days} \
+             ENGINE = Distributed({c}, {db}, {days}, node)"
+        ));
+    }
     ddl
 }
 
@@ -1191,8 +1228,8 @@ async fn schema_version(
     Ok(u32::from(tables > 0))
 }
 
-/// Applies [`MIGRATIONS`] newer than `from` on one server, fills [`FLOWS_LATEST`] when `from`
-/// predates it, and records [`SCHEMA_VERSION`].
+/// Applies [`MIGRATIONS`] newer than `from` on one server, fills [`FLOWS_LATEST`] and
+/// [`EVENTS_DAYS`] when `from` predates them, and records [`SCHEMA_VERSION`].
 /// Each step checks the column first, so a step a replicated ALTER already brought (from
 /// another replica) or a run killed halfway is not an error.
 async fn migrate(
@@ -1255,6 +1292,13 @@ async fn migrate(
         c.query(&format!("OPTIMIZE TABLE {db}.`.inner.{latest}` FINAL"))
             .execute()
             .await?;
+        let days = local_of(config, EVENTS_DAYS);
+        c.query(&format!(
+            "INSERT INTO {db}.`.inner.{days}` {}",
+            EVENTS_DAYS_SELECT.replace("{src}", &format!("{db}.{}", local_of(config, "events")))
+        ))
+        .execute()
+        .await?;
     }
     c.query(&format!(
         "INSERT INTO {db}.schema_version (version, applied_ns) VALUES ({SCHEMA_VERSION}, {})",
@@ -1929,6 +1973,32 @@ impl Store for ClickHouseStore {
                 let sql = format!("ALTER TABLE {db}.`{table}` DROP PARTITION {part}");
                 self.run(c.query(&sql).execute()).map_err(ch_err)?;
             }
+            // The events' days go once the events of that day have gone (which may be later
+            // than the horizon: see above).
+            let days = format!(".inner.{}", self.local(EVENTS_DAYS));
+            let parts_of = |table: String| {
+                let sql = format!(
+                    "SELECT DISTINCT partition AS name, toUInt64(0) AS value FROM system.parts \
+                     WHERE database = {} AND active AND table = {}",
+                    lit(&db),
+                    lit(&table)
+                );
+                self.run(c.query(&sql).fetch_all::<NameCount>())
+                    .map_err(ch_err)
+                    .map(|p| {
+                        p.into_iter()
+                            .map(|p| p.name.trim_matches('\'').to_string())
+                            .collect::<Vec<_>>()
+                    })
+            };
+            let events_days = parts_of(self.local("events"))?;
+            for part in parts_of(days.clone())? {
+                let old = part.parse::<i64>().is_ok_and(|d| d < before_day);
+                if old && !events_days.contains(&part) {
+                    let sql = format!("ALTER TABLE {db}.`{days}` DROP PARTITION {part}");
+                    self.run(c.query(&sql).execute()).map_err(ch_err)?;
+                }
+            }
             // The flows' newest versions are not partitioned: lives last seen before the first
             // day `flows` keeps are deleted (a mutation, only when there are some).
             let latest = format!("`.inner.{}`", self.local(FLOWS_LATEST));
@@ -2028,10 +2098,40 @@ impl Store for ClickHouseStore {
         let anchor = until
             .min(u64::try_from(t).unwrap_or(0))
             .min(crate::clock::now_ns());
-        let rows = newest_in_windows(since, anchor, limit as usize + 1, |lower| {
+        // Filtered by node or kind: the search runs between the oldest and newest such events
+        // stored ([`EVENTS_DAYS`]), and there are none, at once.
+        let mut span = None;
+        if q.node.is_some() || q.event_kind()?.is_some() {
+            let mut by = vec![format!("day <= {}", yyyymmdd(anchor))];
+            if let Some(n) = q.node {
+                by.push(format!("node = {n}"));
+            }
+            if let Some(k) = q.event_kind()? {
+                by.push(format!("kind = {}", lit(k)));
+            }
+            let sql = format!(
+                "SELECT toUInt64(count()) AS n, toUInt64(minMerge(oldest)) AS oldest, \
+                 toUInt64(maxMerge(newest)) AS newest FROM {db}.{EVENTS_DAYS} WHERE {}",
+                by.join(" AND ")
+            );
+            let s = self.fetch_one::<Span>(&sql, q.timeout)?;
+            if s.n == 0 || s.oldest > anchor || s.newest < since {
+                return Ok(Page::of(Vec::new(), limit));
+            }
+            span = Some(s);
+        }
+        let anchor = span.as_ref().map_or(anchor, |s| anchor.min(s.newest));
+        // The filters are in the PREWHERE (narrow columns): a window's wide columns are read
+        // only where an event matches.
+        let oldest = || {
+            Ok(span
+                .as_ref()
+                .map_or_else(|| self.oldest_day("events"), |s| s.oldest))
+        };
+        let rows = newest_in_windows(since, anchor, limit as usize + 1, oldest, |lower| {
             let sql = format!(
                 "SELECT id, time_ns, kind, node_id, port, queue_id, flow_id, src, dst, proto, src_port, dst_port, evidence, incident_id, {EVENT_TIE} AS tie
-                 FROM {db}.events PREWHERE time_ns >= {lower} WHERE {filter} AND (time_ns < {t} OR (time_ns = {t} AND {EVENT_TIE} < {tie}))
+                 FROM {db}.events PREWHERE time_ns >= {lower} AND {filter} WHERE (time_ns < {t} OR (time_ns = {t} AND {EVENT_TIE} < {tie}))
                  ORDER BY time_ns DESC, tie DESC LIMIT {}",
                 limit + 1
             );
@@ -2333,7 +2433,8 @@ impl Store for ClickHouseStore {
             .unwrap_or(u64::MAX)
             .min(u64::try_from(t).unwrap_or(0))
             .min(crate::clock::now_ns());
-        let rows = newest_in_windows(0, anchor, n as usize, |lower| {
+        let oldest = || Ok(self.oldest_day("incidents"));
+        let rows = newest_in_windows(0, anchor, n as usize, oldest, |lower| {
             let sql = format!(
                 "SELECT s AS start_ns, tie, body FROM (
                    SELECT any(start_ns) AS s, {EVENT_TIE} AS tie, argMax(body, version) AS body
@@ -2399,6 +2500,13 @@ impl Store for ClickHouseStore {
 }
 
 impl ClickHouseStore {
+    /// The start of the oldest day `table` holds rows of, to stop a search back in time; 0 (no
+    /// floor: the search goes on to its own bound) if a shard cannot say, as the servers a
+    /// read goes through may reach a shard this store's own address for it does not.
+    fn oldest_day(&self, table: &str) -> u64 {
+        self.day_ns(table, "min").unwrap_or(0)
+    }
+
     /// The start (ns) of the oldest (`which`: `min`) or newest (`max`) day `table` holds on
     /// any shard (its day partitions), 0 when it holds none.
     fn day_ns(&self, table: &str, which: &str) -> Result<u64, StoreError> {
@@ -2514,18 +2622,30 @@ impl ClickHouseStore {
 /// The page of a list newest first, looked for in windows of time back from `anchor`: `query`
 /// answers with the rows from its argument (the window's start) up to the list's own upper
 /// bound, at most `want`; the window, from 10 s, widens 16-fold until the answer holds `want`
-/// rows (the newest `want`, as every row outside the window is older) or reaches `since`.
+/// rows (the newest `want`, as every row outside the window is older) or reaches `since` or
+/// `oldest()` (the oldest time stored, asked once a window falls short: no row is older, so a
+/// filter that matches little stops there, not after widening over years of nothing).
 fn newest_in_windows<T>(
     since: u64,
     anchor: u64,
     want: usize,
+    oldest: impl FnOnce() -> Result<u64, StoreError>,
     mut query: impl FnMut(u64) -> Result<Vec<T>, StoreError>,
 ) -> Result<Vec<T>, StoreError> {
     let mut window: u64 = 10_000_000_000;
+    let mut oldest = Some(oldest);
+    let mut floor = None;
     loop {
         let lower = anchor.saturating_sub(window).max(since);
         let rows = query(lower)?;
         if rows.len() >= want || lower == since {
+            return Ok(rows);
+        }
+        let floor = match floor {
+            Some(f) => f,
+            None => *floor.insert(oldest.take().map_or(Ok(0), |f| f())?),
+        };
+        if lower <= floor {
             return Ok(rows);
         }
         window = window.saturating_mul(16);
@@ -2566,6 +2686,11 @@ fn key_filter(f: &FlowRef) -> String {
 
 /// The `YYYYMMDD` of a day since 1970-01-01 (proleptic Gregorian; Howard Hinnant's
 /// days-to-civil), to compare with the tables' partition IDs.
+/// The UTC day of `ns` as `YYYYMMDD` (the partitions' and [`EVENTS_DAYS`]' day).
+fn yyyymmdd(ns: u64) -> i64 {
+    civil_yyyymmdd(i64::try_from(ns / 1_000_000_000 / 86_400).unwrap_or(i64::MAX / 2))
+}
+
 fn civil_yyyymmdd(days: i64) -> i64 {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -2583,6 +2708,50 @@ fn civil_yyyymmdd(days: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_back_stop_at_the_oldest_stored_day() {
+        const S: u64 = 1_000_000_000;
+        let now = 400 * 86_400 * S;
+        // Nothing matches: the windows widen until one reaches the oldest day stored (3 days
+        // back), asking for it once, not on over the years to `since` = 0.
+        let (mut lowers, mut asked) = (Vec::new(), 0);
+        let rows: Vec<u64> = newest_in_windows(
+            0,
+            now,
+            10,
+            || {
+                asked += 1;
+                Ok(now - 3 * 86_400 * S)
+            },
+            |lower| {
+                lowers.push(lower);
+                Ok(vec![])
+            },
+        )
+        .unwrap();
+        assert!(rows.is_empty());
+        assert_eq!(asked, 1);
+        let widths: Vec<u64> = lowers.iter().map(|l| (now - l) / S).collect();
+        assert_eq!(widths, [10, 160, 2_560, 40_960, 655_360]);
+        // A page found in the first window never asks.
+        let rows = newest_in_windows(0, now, 1, || panic!("asked"), |_| Ok(vec![1u8])).unwrap();
+        assert_eq!(rows, [1]);
+        // Without a floor (0: a shard could not say) the windows go on to `since`.
+        let mut n = 0;
+        newest_in_windows(
+            now - 86_400 * S,
+            now,
+            10,
+            || Ok(0),
+            |_| {
+                n += 1;
+                Ok(Vec::<u8>::new())
+            },
+        )
+        .unwrap();
+        assert_eq!(n, 5, "10 s, 160 s, 2 560 s, 40 960 s, then since");
+    }
 
     #[test]
     fn days_map_to_partition_ids() {

@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS events(
   src TEXT, dst TEXT, proto INTEGER, src_port INTEGER, dst_port INTEGER,
   evidence TEXT NOT NULL, received_ns INTEGER, incident_id INTEGER);
 CREATE INDEX IF NOT EXISTS events_time ON events(time_ns);
+CREATE INDEX IF NOT EXISTS events_node ON events(node_id, time_ns);
 CREATE TABLE IF NOT EXISTS flows(
   src TEXT NOT NULL, dst TEXT NOT NULL, proto INTEGER NOT NULL, src_port INTEGER NOT NULL, dst_port INTEGER NOT NULL,
   first_seen_ns INTEGER NOT NULL, last_seen_ns INTEGER NOT NULL, reports INTEGER NOT NULL, drops INTEGER NOT NULL,
@@ -587,12 +588,20 @@ impl Store for SqliteStore {
         let kind = q.event_kind()?;
         let (t, after) = q.cursor('e')?.unwrap_or((i64::MAX, i64::MAX));
         // Newest first by (time, ID): the order of the time index (its entries end with the
-        // row's ID), walked down from the cursor or `until`, so a page reads `limit` rows (and
-        // those its filters skip), never sorting the events in the range.
-        let sql = "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence,incident_id FROM events INDEXED BY events_time
+        // row's ID), or of the (node, time) index for one node's, walked down from the cursor
+        // or `until`, so a page reads `limit` rows (and those its filters skip), never sorting
+        // the events in the range, and a node with few events never walks everyone's.
+        let sql = if q.node.is_some() {
+            "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence,incident_id FROM events INDEXED BY events_node
+             WHERE node_id = ?4 AND time_ns >= ?1 AND time_ns <= ?2 AND NOT (time_ns = ?6 AND id >= ?7)
+               AND (?3 IS NULL OR kind = ?3)
+             ORDER BY time_ns DESC, id DESC LIMIT ?5"
+        } else {
+            "SELECT id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence,incident_id FROM events INDEXED BY events_time
              WHERE time_ns >= ?1 AND time_ns <= ?2 AND NOT (time_ns = ?6 AND id >= ?7)
-               AND (?3 IS NULL OR kind = ?3) AND (?4 IS NULL OR node_id = ?4)
-             ORDER BY time_ns DESC, id DESC LIMIT ?5";
+               AND (?3 IS NULL OR kind = ?3) AND ?4 IS NULL
+             ORDER BY time_ns DESC, id DESC LIMIT ?5"
+        };
         let rows = self.read(q.timeout, |conn| {
             let mut st = conn.prepare_cached(sql)?;
             st.query_map(
