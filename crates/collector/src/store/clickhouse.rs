@@ -699,13 +699,12 @@ struct One {
 /// The schema version this build writes. Version 1 is the first release's schema (tables as
 /// created by `CREATE ... IF NOT EXISTS` alone, with no version table); each later version
 /// adds columns (`MIGRATIONS`) or, in version 4, the views `flows_latest` and `events_days`;
-/// applied by
-/// [`ClickHouseStore::open`].
+/// applied by [`ClickHouseStore::open`].
 pub const SCHEMA_VERSION: u32 = 4;
 
-/// The version that added [`FLOWS_LATEST`]: a store migrated from before it has the view filled
-/// from the flows stored so far.
-const FLOWS_LATEST_SINCE: u32 = 4;
+/// The version that added [`FLOWS_LATEST`] and [`EVENTS_DAYS`]: a store migrated from before it
+/// has the views filled from the flows and events stored so far.
+const VIEWS_SINCE: u32 = 4;
 
 /// Columns each schema version added: (version, table, column and type). Applied at open to
 /// every server's local table (and its Distributed table) that lacks them.
@@ -1275,10 +1274,11 @@ async fn migrate(
             }
         }
     }
-    if (1..FLOWS_LATEST_SINCE).contains(&from) {
-        // The view sees inserts from its creation on: the flows stored before are copied in.
-        // Rows it took meanwhile, or a copy a replica already brought, are versions it holds
-        // already, and a version twice is merged away (and read as one).
+    if (1..VIEWS_SINCE).contains(&from) {
+        // The views see inserts from their creation on: the flows and events stored before
+        // are copied in. Rows they took meanwhile, or a copy a replica already brought, are
+        // there twice, which neither minds: a flow version twice is merged away (and read as
+        // one), an event's time twice changes no oldest or newest.
         let latest = local_of(config, FLOWS_LATEST);
         c.query(&format!(
             "INSERT INTO {db}.`.inner.{latest}` SELECT {} FROM {db}.{}",
