@@ -46,6 +46,12 @@ export function ns(v) {
 /** A number with a thousands separator. */
 export const num = (v) => (v == null ? '–' : Number(v).toLocaleString('en-US'));
 
+/**
+ * A count with its noun, in one number format and the right number: `1 drop`, `13,977 reports`,
+ * `0 path changes`; `many` for nouns whose plural is not `one` + s.
+ */
+export const count = (v, one, many = `${one}s`) => (v == null ? '–' : `${num(v)} ${Number(v) === 1 ? one : many}`);
+
 /** A fraction as a percentage. */
 export const pct = (u) => (u == null ? '–' : `${(u * 100).toFixed(1)}%`);
 
@@ -121,7 +127,7 @@ export function evidence(e) {
       return v.drop_reason_name || `reason ${v.drop_reason}`;
     case 'microburst':
     case 'congestion-end':
-      return `${ns(v.duration_ns)}, max ${v.max_occupancy} cells; culprits: ${culprits(v.culprit_flows)}`;
+      return `${ns(v.duration_ns)}, max ${count(v.max_occupancy, 'cell')}; culprits: ${culprits(v.culprit_flows)}`;
     case 'congestion-start':
       return `occupancy ${v.queue_occupancy} (threshold ${v.threshold})`;
     case 'latency-anomaly':

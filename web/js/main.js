@@ -3,7 +3,7 @@
 // changes, so no page leaves anything running behind it.
 
 import { api, incidents, shift } from './api.js';
-import { esc, ns, num, setNames } from './fmt.js';
+import { count, esc, ns, num, setNames } from './fmt.js';
 import * as pages from './pages/index.js';
 import { parseHash, set, setParams, state, subscribe } from './store.js';
 import { RANGES, absolute, rangeOf } from './time.js';
@@ -125,9 +125,10 @@ async function refreshStatus() {
     const s = await api('/api/stats');
     if (s.mode === 'fabric') {
       const rows = s.rows || {};
-      status.textContent = `intscope serve: the shared store · ${num(rows.flows || 0)} flows · ${num(
+      status.textContent = `intscope serve: the shared store · ${count(rows.flows || 0, 'flow')} · ${count(
         rows.incidents || 0,
-      )} incidents · ${num(rows.events || 0)} events stored by every collector`;
+        'incident',
+      )} · ${count(rows.events || 0, 'event')} stored by every collector`;
       return;
     }
     const inc = state.incidents === 'unavailable' ? ' · incidents unavailable' : '';
@@ -140,10 +141,12 @@ async function refreshStatus() {
     const kd = s.ingest.kernel_dropped || 0;
     const perDatagram = s.ingest.datagrams_accepted ? s.ingest.reports_decoded / s.ingest.datagrams_accepted : 0;
     const own = Math.min(s.reports_lost, Math.round(kd * perDatagram));
-    const here = kd ? ` (≈${num(own)} of them in ${num(kd)} datagrams this collector's kernel dropped)` : '';
-    status.textContent = `${num(s.ingest.reports_decoded)} reports · ${num(s.flows)} flows · ${num(
+    const here = kd ? ` (≈${num(own)} of them in ${count(kd, 'datagram')} this collector's kernel dropped)` : '';
+    status.textContent = `${count(s.ingest.reports_decoded, 'report')} · ${count(s.flows, 'flow')} · ${count(
       s.reports_lost,
-    )} reports lost${here}${inc}${clocks}`;
+      'report lost',
+      'reports lost',
+    )}${here}${inc}${clocks}`;
   } catch (e) {
     status.textContent = `collector unreachable: ${esc(e.message)}`;
   }

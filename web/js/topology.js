@@ -2,7 +2,7 @@
 // behind a port, links coloured by utilization and drops over the chosen range, nodes by their
 // ongoing incidents.
 
-import { esc, node, nodeName, pct } from './fmt.js';
+import { count, esc, node, nodeName, pct } from './fmt.js';
 
 /**
  * Tiers from paths (arrays of node IDs, source first). A path's first node is an edge (tier 0):
@@ -72,7 +72,8 @@ function portLine(a, b, port, title, offset, highlight) {
   const dropped = port.drops > 0;
   const stroke = dropped ? 'var(--bad)' : utilColor(util);
   const width = 2 + 4 * Math.min(util ?? 0, 1);
-  const text = `${title}: utilization ${pct(util)}, queue max ${port.occ ?? '–'} cells, drops ${port.drops || 0}`;
+  const occ = port.occ == null ? '–' : count(port.occ, 'cell');
+  const text = `${title}: utilization ${pct(util)}, queue max ${occ}, ${count(port.drops || 0, 'drop')}`;
   return `<g data-test="fabric-port"${highlight ? ' class="hl"' : ''}><title>${esc(text)}</title>
     <line x1="${x1}" y1="${y1}" x2="${x2}" y2="${y2}" stroke="${stroke}" stroke-width="${width}"${
       dropped ? ' stroke-dasharray="6 3"' : ''

@@ -3,7 +3,7 @@
 
 import { api, onCollectorClock } from '../api.js';
 import { chart } from '../chart.js';
-import { clock, esc, eventPlace, evidence, flowText, node, ns } from '../fmt.js';
+import { clock, count, esc, eventPlace, evidence, flowText, node, ns } from '../fmt.js';
 import { href, sawTime } from '../store.js';
 
 export async function render(ctx) {
@@ -30,8 +30,9 @@ export async function render(ctx) {
     .filter((e) => inRange(e.time_ns))
     .reverse();
   ctx.main.innerHTML = `<div class="panel" data-test="flow-detail"><h2>${esc(flowText(f.flow))}</h2>
-      <p class="muted">${f.reports} reports · ${f.drops} drops · e2e p50 ${ns(f.e2e_latency_p50)} · p99
-        <span data-test="flow-p99">${ns(f.e2e_latency_p99)}</span> · ${f.path_changes} path changes ·
+      <p class="muted">${count(f.reports, 'report')} · ${count(f.drops, 'drop')} ·
+        e2e p50 ${ns(f.e2e_latency_p50)} · p99
+        <span data-test="flow-p99">${ns(f.e2e_latency_p99)}</span> · ${count(f.path_changes, 'path change')} ·
         first seen ${clock(f.first_seen_ns)} · last seen ${clock(f.last_seen_ns)}</p>
       <div class="path" data-test="flow-path">${f.path_detail.map((h, i, all) => hop(h, i, all.length)).join('')}
       </div>

@@ -4,7 +4,7 @@
 
 import { api, qs } from '../api.js';
 import { FLOW_KEYS, byFlowKey, storedFlows } from '../data.js';
-import { clock, esc, flowText, ns, num, sortHeader } from '../fmt.js';
+import { clock, count, esc, flowText, ns, num, sortHeader } from '../fmt.js';
 import { sawTime, setParams } from '../store.js';
 
 /** The server's sorts, larger first; p99 is the default (it separates flows; last seen did not). */
@@ -34,7 +34,7 @@ export async function render(ctx) {
       rows = (FLOW_KEYS[sort] ? [...d.flows].sort(byFlowKey(FLOW_KEYS[sort])) : d.flows).filter(
         (f) => f.last_seen_ns >= ctx.range.since,
       );
-      note = `${num(d.total)} flows${d.total > rows.length ? `, ${rows.length} shown (seen in the range)` : ''}`;
+      note = `${count(d.total, 'flow')}${d.total > rows.length ? `, ${rows.length} shown (seen in the range)` : ''}`;
     } else {
       ({ rows, note } = await storedFlows(ctx.range, q, node, sort));
     }

@@ -3,7 +3,7 @@
 
 import { events, api, incidents, qs } from '../api.js';
 import { peak, queueSeries, storedFlows } from '../data.js';
-import { ago, byHurt, clock, esc, flowText, incidentPlace, node, ns, num, pct, peakText } from '../fmt.js';
+import { ago, byHurt, clock, count, esc, flowText, incidentPlace, node, ns, pct, peakText } from '../fmt.js';
 import { href, sawTime } from '../store.js';
 import { within } from '../time.js';
 
@@ -245,7 +245,7 @@ export async function render(ctx) {
       byP99.flows.map((f) => flowRow(f, ns(f.e2e_latency_p99))).join('') || '<tr><td class="empty">no flows</td></tr>';
     const losing = byDrops.flows.filter((f) => f.drops > 0);
     $('worst-loss').innerHTML =
-      losing.map((f) => flowRow(f, `${num(f.drops)} drops`)).join('') || '<tr><td class="empty">no drops</td></tr>';
+      losing.map((f) => flowRow(f, count(f.drops, 'drop'))).join('') || '<tr><td class="empty">no drops</td></tr>';
     // By the highest occupancy, then by how many samples were congested (equal peaks: the
     // buffer's size).
     const hot = [...queues.series]
@@ -259,7 +259,7 @@ export async function render(ctx) {
           const [n, p, q] = k.split('/');
           return `<tr class="clickable" data-href="#/queues?focus=${k}" data-test="hot-queue" data-queue="${k}">
           <td><a href="#/queues?focus=${k}">${esc(node(n))} · port ${p} · q${q}</a></td>
-            <td class="num">${num(v)} cells</td></tr>`;
+            <td class="num">${count(v, 'cell')}</td></tr>`;
         })
         .join('') || '<tr><td class="empty">all queues empty in the range</td></tr>';
     $('busy-links').innerHTML =

@@ -2,7 +2,7 @@
 // colour by the highest occupancy in the slice (scale shown), hover for values, drag to zoom.
 
 import { queueSeries } from '../data.js';
-import { clock, esc, num } from '../fmt.js';
+import { clock, count, esc, num } from '../fmt.js';
 import { sawTime } from '../store.js';
 
 const COLS = 150;
@@ -103,7 +103,7 @@ export async function render(ctx) {
     tip.hidden = false;
     tip.style.left = `${ev.pageX + 12}px`;
     tip.style.top = `${ev.pageY + 12}px`;
-    const what = v < 0 ? 'no sample' : `max ${num(v)} cells`;
+    const what = v < 0 ? 'no sample' : `max ${count(v, 'cell')}`;
     tip.textContent = `${qname(grid.keys[y])} · ${clock(t0)} – ${clock(t0 + grid.span / COLS)} · ${what}`;
   };
   canvas.onmouseleave = () => {
