@@ -73,8 +73,11 @@ export function stamp(t) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock(t)}`;
 }
 
-/** How long ago `t` was relative to `now` (both ns): `12.3 s ago`. */
-export const ago = (t, now) => (t == null ? '–' : `${ns(Math.max(0, now - t))} ago`);
+/** How long something lasted (ns), where under a microsecond reads as such, not as `0 ns`. */
+export const lasted = (d) => (d == null || Number.isNaN(d) ? '–' : d < 1e3 ? 'under 1 µs' : ns(d));
+
+/** How long ago `t` was relative to `now` (both ns): `12.3 s ago`, `just now` within 1 µs. */
+export const ago = (t, now) => (t == null ? '–' : now - t < 1e3 ? 'just now' : `${ns(now - t)} ago`);
 
 export const proto = (p) => (p === 6 ? 'tcp' : p === 17 ? 'udp' : `ip/${p}`);
 
@@ -106,8 +109,9 @@ export function incidentPlace(p) {
 /** A peak value in its unit. */
 export function peakText(peak) {
   if (!peak) return '–';
-  const units = { occupancy: 'cells', reports: 'reports', packets: 'packets', hops: 'hops', flows: 'flows' };
-  return peak.unit === 'nanoseconds' ? ns(peak.value) : `${num(peak.value)} ${units[peak.unit] || peak.unit}`;
+  const units = { occupancy: 'cell', reports: 'report', packets: 'packet', hops: 'hop', flows: 'flow' };
+  if (peak.unit === 'nanoseconds') return ns(peak.value);
+  return units[peak.unit] ? count(peak.value, units[peak.unit]) : `${num(peak.value)} ${peak.unit}`;
 }
 
 const culprits = (list) =>
@@ -129,13 +133,13 @@ export function evidence(e) {
     case 'congestion-end':
       return `${ns(v.duration_ns)}, max ${count(v.max_occupancy, 'cell')}; culprits: ${culprits(v.culprit_flows)}`;
     case 'congestion-start':
-      return `occupancy ${v.queue_occupancy} (threshold ${v.threshold})`;
+      return `occupancy ${num(v.queue_occupancy)} (threshold ${num(v.threshold)})`;
     case 'latency-anomaly':
       return `${ns(v.hop_latency)} vs baseline ${ns(v.baseline)} (×${v.factor})`;
     case 'lost-reports':
-      return `${v.lost} lost from hw ${v.hw_id}`;
+      return `${count(v.lost, 'report')} lost from hw ${v.hw_id}`;
     case 'non-int-hops':
-      return `${v.non_int_hops} hop(s) without INT (TTL ${v.ip_ttl})`;
+      return `${count(v.non_int_hops, 'hop')} without INT (TTL ${v.ip_ttl})`;
     case 'hop-limit':
     case 'mtu-exceeded':
       return `path ${hops(v.path)}; nothing added after node ${v.last_recorded_node ?? '–'} port ${

@@ -1,6 +1,7 @@
 //! The console's formatting (`web/js/fmt.js`), run under Node as the browser runs it (an ES
 //! module, no build step): counts read as words in one number format (`1 drop`, `13,977
-//! reports`), never `1 drops` or `13977` beside `13,142`.
+//! reports`), never `1 drops` or `13977` beside `13,142`; spans under a microsecond and moments
+//! just past read as words, never `lasted 0 ns` or `0 ns ago`.
 //!
 //! Node is required in CI (it runs the console's lint); elsewhere the test says it is skipped.
 
@@ -8,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// (expression over fmt.js's exports, the text it must give).
-const CASES: [(&str, &str); 14] = [
+const CASES: [(&str, &str); 25] = [
     ("count(1, 'drop')", "1 drop"),
     ("count(2, 'drop')", "2 drops"),
     ("count(0, 'drop')", "0 drops"),
@@ -26,6 +27,28 @@ const CASES: [(&str, &str); 14] = [
     ("num(13142)", "13,142"),
     ("num(null)", "–"),
     ("ns(1500)", "1.5 µs"),
+    // A span under a microsecond, and a moment ago, as words, not `0 ns`.
+    ("lasted(0)", "under 1 µs"),
+    ("lasted(999)", "under 1 µs"),
+    ("lasted(10300000)", "10.3 ms"),
+    ("lasted(null)", "–"),
+    ("ago(5, 5)", "just now"),
+    ("ago(0, 12300000000)", "12.3 s ago"),
+    // Peaks and evidence count their units.
+    ("peakText({ unit: 'occupancy', value: 1 })", "1 cell"),
+    (
+        "peakText({ unit: 'reports', value: 13977 })",
+        "13,977 reports",
+    ),
+    ("peakText({ unit: 'nanoseconds', value: 2000 })", "2 µs"),
+    (
+        "evidence({ kind: 'non-int-hops', evidence: { non_int_hops: 1, ip_ttl: 60 } })",
+        "1 hop without INT (TTL 60)",
+    ),
+    (
+        "evidence({ kind: 'lost-reports', evidence: { lost: 2, hw_id: 3 } })",
+        "2 reports lost from hw 3",
+    ),
 ];
 
 #[test]
@@ -48,7 +71,7 @@ fn counts_read_as_words_in_one_number_format() {
         .collect();
     // Prints the cases that differ, one JSON line each.
     let script = format!(
-        "import {{ count, ns, num }} from {url:?};\n\
+        "import {{ ago, count, evidence, lasted, ns, num, peakText }} from {url:?};\n\
          for (const [expr, got, want] of [{list}]) {{\n\
            if (got !== want) console.log(JSON.stringify({{ expr, got, want }}));\n\
          }}\n",

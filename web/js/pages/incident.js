@@ -5,7 +5,20 @@
 import { events, api, incidentOnCollectorClock, incidents } from '../api.js';
 import { chart } from '../chart.js';
 import { fabricModel, queueSeries } from '../data.js';
-import { clock, esc, eventPlace, evidence, flowText, incidentPlace, node, ns, num, peakText, stamp } from '../fmt.js';
+import {
+  clock,
+  esc,
+  eventPlace,
+  evidence,
+  flowText,
+  incidentPlace,
+  lasted,
+  node,
+  ns,
+  num,
+  peakText,
+  stamp,
+} from '../fmt.js';
 import { state } from '../store.js';
 import { LEGEND, drawMap } from '../topology.js';
 
@@ -58,7 +71,7 @@ export async function render(ctx) {
       <div class="grid"><table class="facts"><tbody>
         ${fact('start', `<span data-test="incident-start">${stamp(i.start_ns)}</span>${unc(i.start_uncertainty_ns)}`)}
         ${i.end_ns != null ? fact('end', `${stamp(end)}${unc(i.end_uncertainty_ns)}`) : fact('last update', stamp(end))}
-        ${fact('duration', ns(end - i.start_ns))}
+        ${fact('duration', lasted(end - i.start_ns))}
         ${fact('peak', i.peak ? `${esc(peakText(i.peak))} at ${clock(i.peak.at_ns)}` : '–')}
         ${fact('threshold', i.threshold != null ? esc(peakText({ ...i.peak, value: i.threshold })) : '–')}
         ${fact('baseline', i.baseline != null ? esc(peakText({ ...i.peak, value: i.baseline })) : '–')}

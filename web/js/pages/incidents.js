@@ -2,7 +2,7 @@
 // (all in the URL); a collector without the incident API says so and points to the events.
 
 import { incidents } from '../api.js';
-import { INCIDENT_KINDS, byHurt, clock, esc, incidentPlace, ns, num, peakText } from '../fmt.js';
+import { INCIDENT_KINDS, byHurt, clock, esc, incidentPlace, lasted, num, peakText } from '../fmt.js';
 import { setParams } from '../store.js';
 
 export async function render(ctx) {
@@ -46,7 +46,7 @@ export async function render(ctx) {
         <td><a href="#/incident/${i.id}">${esc(i.kind)}</a>
           ${i.cause ? `<span class="muted">${esc(i.cause)}</span>` : ''}</td>
         <td>${esc(incidentPlace(i.place))}</td><td class="nowrap">${clock(i.start_ns)}</td>
-        <td class="num">${ns((i.end_ns ?? i.last_update_ns) - i.start_ns)}</td><td>
+        <td class="num">${lasted((i.end_ns ?? i.last_update_ns) - i.start_ns)}</td><td>
           <span class="state ${i.state}">${i.state}</span></td>
         <td>${esc(peakText(i.peak))}</td><td class="num">${num(i.counts.flows)}</td>
           <td class="num">${num(i.counts.samples)}</td></tr>`,

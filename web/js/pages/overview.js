@@ -3,7 +3,7 @@
 
 import { events, api, incidents, qs } from '../api.js';
 import { peak, queueSeries, storedFlows } from '../data.js';
-import { ago, byHurt, clock, count, esc, flowText, incidentPlace, node, ns, pct, peakText } from '../fmt.js';
+import { ago, byHurt, clock, count, esc, flowText, incidentPlace, lasted, node, ns, pct, peakText } from '../fmt.js';
 import { href, sawTime } from '../store.js';
 import { within } from '../time.js';
 
@@ -44,8 +44,8 @@ function hurtRow(i, now, href) {
   const end = i.end_ns ?? i.last_update_ns;
   const how =
     i.state === 'ongoing'
-      ? `for ${ns(end - i.start_ns)}, last ${ago(i.last_update_ns, now)}`
-      : `lasted ${ns(end - i.start_ns)}, ended ${clock(end)}`;
+      ? `for ${lasted(end - i.start_ns)}, last ${ago(i.last_update_ns, now)}`
+      : `lasted ${lasted(end - i.start_ns)}, ended ${clock(end)}`;
   const since = `<span data-test="hurt-since" data-ns="${i.start_ns}">since ${clock(i.start_ns)}</span>
     <br><span class="muted">${how}</span>`;
   return `<tr data-test="hurt-row" class="clickable ${i.state}" data-kind="${esc(i.kind)}" data-node="${p.node ?? ''}"
