@@ -94,14 +94,21 @@ export const eventPlace = (e) =>
     .filter(Boolean)
     .join(' · ');
 
-/** An incident's place: node, port, queue, the link's far end, the reporter's hw_id. */
+/**
+ * An incident's place: node, port, queue, the link's far end, the reporter's hw_id:
+ * `leaf1 (1) · port 3 → spine1 (101) port 2 · hw 7`.
+ */
 export function incidentPlace(p) {
   if (!p) return '–';
   const parts = [];
   if (p.node != null) parts.push(node(p.node));
   if (p.port != null) parts.push(`port ${p.port}`);
   if (p.queue != null) parts.push(`q${p.queue}`);
-  if (p.peer_node != null) parts.push(`→ ${node(p.peer_node)}${p.peer_port != null ? ` port ${p.peer_port}` : ''}`);
+  // The far end continues the near one (a link), not another item of the list.
+  const peer =
+    p.peer_node != null ? `→ ${node(p.peer_node)}${p.peer_port != null ? ` port ${p.peer_port}` : ''}` : null;
+  if (peer && parts.length) parts[parts.length - 1] += ` ${peer}`;
+  else if (peer) parts.push(peer);
   if (p.hw_id != null) parts.push(`hw ${p.hw_id}`);
   return parts.join(' · ') || '–';
 }

@@ -844,6 +844,16 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
     let now = page(&console, "queues", "queues?range=5m&focus=2/2/0", true);
     assert!(count(&now, "heatmap") == 1);
     assert!(now.matches("/q0</div>").count() >= 10, "queues labelled");
+    // The demo is younger than the 5 minutes: the heatmap says where its samples start.
+    let coverage = now
+        .split("data-test=\"queue-coverage\">")
+        .nth(1)
+        .and_then(|s| s.split('<').next())
+        .expect("the heatmap says how much of the range has samples");
+    assert!(
+        coverage.starts_with("samples from ") && coverage.contains("% of the range"),
+        "{coverage}"
+    );
     assert!(
         now.contains("class=\"focus\">2/2/q0"),
         "the focused queue marked"

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// (expression over fmt.js's exports, the text it must give).
-const CASES: [(&str, &str); 25] = [
+const CASES: [(&str, &str); 28] = [
     ("count(1, 'drop')", "1 drop"),
     ("count(2, 'drop')", "2 drops"),
     ("count(0, 'drop')", "0 drops"),
@@ -34,6 +34,19 @@ const CASES: [(&str, &str); 25] = [
     ("lasted(null)", "–"),
     ("ago(5, 5)", "just now"),
     ("ago(0, 12300000000)", "12.3 s ago"),
+    // A link's far end continues its near end.
+    (
+        "incidentPlace({ node: 4, port: 1, peer_node: 1, peer_port: 2 })",
+        "node 4 · port 1 → node 1 port 2",
+    ),
+    (
+        "incidentPlace({ node: 4, peer_node: 1 })",
+        "node 4 → node 1",
+    ),
+    (
+        "incidentPlace({ node: 4, port: 1, queue: 0, hw_id: 7 })",
+        "node 4 · port 1 · q0 · hw 7",
+    ),
     // Peaks and evidence count their units.
     ("peakText({ unit: 'occupancy', value: 1 })", "1 cell"),
     (
@@ -71,7 +84,7 @@ fn counts_read_as_words_in_one_number_format() {
         .collect();
     // Prints the cases that differ, one JSON line each.
     let script = format!(
-        "import {{ ago, count, evidence, lasted, ns, num, peakText }} from {url:?};\n\
+        "import {{ ago, count, evidence, incidentPlace, lasted, ns, num, peakText }} from {url:?};\n\
          for (const [expr, got, want] of [{list}]) {{\n\
            if (got !== want) console.log(JSON.stringify({{ expr, got, want }}));\n\
          }}\n",

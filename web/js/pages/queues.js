@@ -2,7 +2,7 @@
 // colour by the highest occupancy in the slice (scale shown), hover for values, drag to zoom.
 
 import { queueSeries } from '../data.js';
-import { clock, count, esc, num } from '../fmt.js';
+import { clock, count, esc, num, pct } from '../fmt.js';
 import { sawTime } from '../store.js';
 
 const COLS = 150;
@@ -45,10 +45,12 @@ export async function render(ctx) {
       return x[0] - y[0] || x[1] - y[1] || x[2] - y[2];
     });
     const span = Math.max(1, r.until - r.since);
+    let first = Number.POSITIVE_INFINITY;
     const cells = keys.map((k) => {
       const c = new Array(COLS).fill(-1);
       for (const [t, o] of series.get(k)) {
         sawTime(t);
+        if (t >= r.since && t < first) first = t;
         const i = Math.min(COLS - 1, Math.floor(((t - r.since) / span) * COLS));
         if (i >= 0) c[i] = Math.max(c[i], o);
       }
@@ -82,9 +84,19 @@ export async function render(ctx) {
       .map((f) => `<span style="left:${f * 100}%">${clock(r.since + f * span, 3)}</span>`)
       .join('');
     const notes = [];
-    if (!stored) notes.push('no history store: the recent samples in memory only');
-    if (sampled) notes.push('long range: each column shows its first stored intervals');
-    $('qnote').textContent = notes.length ? `· ${notes.join(' · ')}` : '';
+    if (!stored) notes.push(esc('no history store: the recent samples in memory only'));
+    if (sampled) notes.push(esc('long range: each column shows its first stored intervals'));
+    // A collector (or store) younger than the range: say where its samples start, so the black
+    // before them reads as "not recorded", not as idle queues.
+    const any = Number.isFinite(first);
+    const covered = any ? (r.until - first) / span : 0;
+    if (covered < 1 - 1 / COLS) {
+      const what = any
+        ? `samples from ${clock(first, 0)} on: ${pct(covered)} of the range; none recorded before`
+        : 'no samples in the range';
+      notes.push(`<span data-test="queue-coverage">${esc(what)}</span>`);
+    }
+    $('qnote').innerHTML = notes.length ? `· ${notes.join(' · ')}` : '';
     grid = { keys, cells, r, span };
   });
   // Hover: the cell's queue, time slice and value.
