@@ -744,6 +744,23 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
         events.contains("<option selected=\"\">drop</option>")
             || events.contains("<option selected>drop</option>")
     );
+    // Every kind: an incident's events are one group under a header that links the incident.
+    let all = page(&console, "events-all", "events?live=0", true);
+    let groups: Vec<&str> = all
+        .split("data-test=\"event-group\"")
+        .skip(1)
+        .map(|g| g.split("</tbody>").next().unwrap())
+        .collect();
+    assert!(!groups.is_empty(), "the congestion's events grouped");
+    for g in &groups {
+        let id = g
+            .split("data-incident=\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .unwrap();
+        assert!(g.contains(&format!("href=\"#/incident/{id}\"")), "{g}");
+        assert!(g.matches("data-test=\"event-row\"").count() >= 2, "{g}");
+    }
 
     // A range change: an absolute range before the congestion (from the store) shows only
     // events within it, none of the congestion; the picker says "custom".

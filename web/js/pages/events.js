@@ -1,8 +1,9 @@
 // Events: the live log (and its stream) for a live range, the store's for a brushed one; kind,
-// node and flow filters in the URL; times to the microsecond.
+// node and flow filters in the URL; times to the microsecond. An incident's events are one group
+// (its kinds, its span, a link to it), its newest few shown until asked for all.
 
 import { events, onCollectorClock, onSwitchClock, qs, streamUrl } from '../api.js';
-import { EVENT_KINDS, clock, esc, eventPlace, evidence, flowText } from '../fmt.js';
+import { EVENT_KINDS, clock, esc, eventPlace, evidence, flowText, num } from '../fmt.js';
 import { setParams, state } from '../store.js';
 import { within } from '../time.js';
 
@@ -14,6 +15,55 @@ const row = (e) => `<tr data-test="event-row" data-kind="${e.kind}" data-ns="${e
   <td><span class="kind ${e.kind}">${e.kind}</span></td><td class="nowrap">${esc(eventPlace(e))}</td>
   <td>${flowLink(e)}</td>
   <td>${esc(evidence(e))}</td></tr>`;
+
+/** Rows of an incident's group shown before "show all" (the rest are hidden by CSS). */
+const SHOWN = 3;
+
+/** One incident's events (newest first) under a header: their kinds, span and incident. */
+function group(g) {
+  const id = g[0].incident_id;
+  const kinds = new Map();
+  for (const e of g) kinds.set(e.kind, (kinds.get(e.kind) || 0) + 1);
+  const what = [...kinds].map(([k, n]) => `${k} ×${num(n)}`).join(', ');
+  const span = `${clock(g[g.length - 1].time_ns)} – ${clock(g[0].time_ns)}`;
+  const more = g.length > SHOWN ? ` <button data-test="event-group-more">show all ${num(g.length)}</button>` : '';
+  return `<tbody class="group collapsed" data-test="event-group" data-incident="${esc(id)}">
+    <tr class="grouphead"><td colspan="5"><a href="#/incident/${encodeURIComponent(id)}">incident ${esc(id)}</a>
+      · ${esc(what)} · ${span}${more}</td></tr>${g.map(row).join('')}</tbody>`;
+}
+
+/**
+ * The events (newest first) as table bodies: each incident's as one group where its first (newest)
+ * event falls, the others in runs between them.
+ */
+function bodies(list) {
+  const groups = new Map();
+  const order = [];
+  for (const e of list) {
+    if (e.incident_id == null) {
+      order.push(e);
+      continue;
+    }
+    let g = groups.get(e.incident_id);
+    if (!g) {
+      g = [];
+      groups.set(e.incident_id, g);
+      order.push(g);
+    }
+    g.push(e);
+  }
+  let html = '';
+  let run = '';
+  for (const x of order) {
+    if (Array.isArray(x) && x.length > 1) {
+      html += `${run ? `<tbody>${run}</tbody>` : ''}${group(x)}`;
+      run = '';
+    } else {
+      run += row(Array.isArray(x) ? x[0] : x);
+    }
+  }
+  return html + (run ? `<tbody>${run}</tbody>` : '');
+}
 
 export async function render(ctx) {
   const p = ctx.params;
@@ -32,8 +82,8 @@ export async function render(ctx) {
     <input id="flow" placeholder="flow id" size="8" value="${esc(flow)}">
     <label><input type="checkbox" id="livebox" ${live ? 'checked' : ''}
       ${r.live && !fabric ? '' : 'disabled'}> live</label></p>
-    <table class="wrap"><thead><tr><th>time</th><th>kind</th><th>where</th><th>flow</th><th>evidence</th></tr></thead>
-    <tbody id="rows"></tbody></table></div>`;
+    <table class="wrap" id="events"><thead><tr><th>time</th><th>kind</th><th>where</th><th>flow</th><th>evidence</th>
+    </tr></thead><tbody id="rows"></tbody></table></div>`;
   const $ = (id) => document.getElementById(id);
   $('kind').onchange = () => setParams({ kind: $('kind').value });
   $('node').onchange = () => setParams({ node: $('node').value.trim() });
@@ -54,7 +104,16 @@ export async function render(ctx) {
     source = `the store${d.next ? ', the newest 1000' : ''}`;
   }
   if (!ctx.alive) return;
-  $('rows').innerHTML = list.map(row).join('') || '<tr><td class="empty" colspan="5">no events in the range</td></tr>';
+  // Streamed events go into the first body (#rows), above the groups.
+  if (list.length) $('rows').insertAdjacentHTML('afterend', bodies(list));
+  else $('rows').innerHTML = '<tr><td class="empty" colspan="5">no events in the range</td></tr>';
+  $('events').onclick = (ev) => {
+    const b = ev.target.closest('button[data-test="event-group-more"]');
+    if (!b) return;
+    const body = b.closest('tbody');
+    body.classList.toggle('collapsed');
+    b.textContent = body.classList.contains('collapsed') ? `show all ${num(body.rows.length - 1)}` : 'show fewer';
+  };
   $('live').textContent = `· ${list.length} from ${source}${live ? ' · live' : ' · paused'}`;
   if (!live) return;
   // After the newest shown (none shown: only new ones).
