@@ -731,7 +731,7 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
     );
 
     // Events: the kind filter from the URL; every row of that kind.
-    let events = page(&console, "events", "events?kind=drop&live=0", true);
+    let events = page(&console, "events", "events?kind=drop&live=0", false);
     let kinds: Vec<&str> = tags(&events, "event-row")
         .iter()
         .filter_map(|r| attr(r, "data-kind"))
