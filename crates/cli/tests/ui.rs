@@ -837,21 +837,17 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
     );
     // The heatmap over that range (the store's intervals) and over the last 5 minutes: the
     // congested queue's row is calm before and over the threshold now.
-    let row_max = |dom: &str| -> u64 {
-        let label = dom
-            .split("data-test=\"queue-label\"")
-            .skip(1)
-            .find(|rest| {
-                rest.split('>')
-                    .nth(1)
-                    .is_some_and(|t| t.starts_with("2/2/q0<"))
-            })
+    // The congested queue's label: the rest of its tag (from its key, `node/port/queue`) and
+    // its text.
+    let label = |dom: &str| -> (String, String) {
+        let rest = dom
+            .split("data-key=\"2/2/0\"")
+            .nth(1)
             .expect("the queue's row");
-        attr(label.split('>').next().unwrap(), "data-max")
-            .unwrap()
-            .parse()
-            .unwrap()
+        let (tag, text) = rest.split_once('>').unwrap();
+        (tag.to_string(), text.split('<').next().unwrap().to_string())
     };
+    let row_max = |dom: &str| -> u64 { attr(&label(dom).0, "data-max").unwrap().parse().unwrap() };
     let before = page(
         &console,
         "queues-range",
@@ -871,10 +867,12 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
         coverage.starts_with("samples from ") && coverage.contains("% of the range"),
         "{coverage}"
     );
+    let (tag, text) = label(&now);
     assert!(
-        now.contains("class=\"focus\">2/2/q0"),
-        "the focused queue marked"
+        tag.contains("class=\"focus\""),
+        "the focused queue marked: {tag}"
     );
+    assert_eq!(text, "leaf2/2/q0", "the queue's node by its topology name");
     assert!(
         row_max(&now) > THRESHOLD,
         "the congestion in the last 5 min"

@@ -2,7 +2,7 @@
 // colour by the highest occupancy in the slice (scale shown), hover for values, drag to zoom.
 
 import { queueSeries } from '../data.js';
-import { clock, count, esc, num, pct } from '../fmt.js';
+import { clock, count, esc, nodeName, node as nodeText, num, pct } from '../fmt.js';
 import { sawTime } from '../store.js';
 
 const COLS = 150;
@@ -14,8 +14,11 @@ export function heat(x) {
   return `hsl(${h}, 75%, ${22 + 30 * Math.min(1, x * 1.5)}%)`;
 }
 
-/** `node/port/queue` as `node/port/qN`. */
-const qname = (k) => k.replace(/\/(\d+)$/, '/q$1');
+/** `node/port/queue` as `node/port/qN`, the node by its name where the topology gives one. */
+const qname = (k) => {
+  const [n, p, q] = k.split('/');
+  return `${nodeName(n) ?? n}/${p}/q${q}`;
+};
 
 export async function render(ctx) {
   const focus = ctx.params.get('focus') || '';
@@ -75,7 +78,11 @@ export async function render(ctx) {
       .map((k, y) => {
         const cls = k === focus ? 'focus' : '';
         const top = Math.max(0, ...cells[y]);
-        return `<div data-test="queue-label" data-max="${top}" class="${cls}">${esc(qname(k))}</div>`;
+        const [n, p, q] = k.split('/');
+        const title = `${nodeText(n)} · port ${p} · q${q}`;
+        return `<div data-test="queue-label" data-key="${esc(k)}" data-max="${top}" class="${cls}" title="${esc(
+          title,
+        )}">${esc(qname(k))}</div>`;
       })
       .join('');
     canvas.dataset.max = max;
