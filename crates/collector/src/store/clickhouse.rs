@@ -2086,7 +2086,8 @@ impl Store for ClickHouseStore {
         let db = &self.io.config.database;
         let (since, until) = (q.since.unwrap_or(0), q.until.unwrap_or(u64::MAX));
         let mut filter = format!("time_ns <= {until}");
-        if let Some(k) = q.event_kind()? {
+        let kind = q.event_kind()?;
+        if let Some(k) = kind {
             filter += &format!(" AND kind = {}", lit(k));
         }
         if let Some(n) = q.node {
@@ -2101,12 +2102,12 @@ impl Store for ClickHouseStore {
         // Filtered by node or kind: the search runs between the oldest and newest such events
         // stored ([`EVENTS_DAYS`]), and there are none, at once.
         let mut span = None;
-        if q.node.is_some() || q.event_kind()?.is_some() {
+        if q.node.is_some() || kind.is_some() {
             let mut by = vec![format!("day <= {}", yyyymmdd(anchor))];
             if let Some(n) = q.node {
                 by.push(format!("node = {n}"));
             }
-            if let Some(k) = q.event_kind()? {
+            if let Some(k) = kind {
                 by.push(format!("kind = {}", lit(k)));
             }
             let sql = format!(
@@ -2124,9 +2125,8 @@ impl Store for ClickHouseStore {
         // The filters are in the PREWHERE (narrow columns): a window's wide columns are read
         // only where an event matches.
         let oldest = || {
-            Ok(span
-                .as_ref()
-                .map_or_else(|| self.oldest_day("events"), |s| s.oldest))
+            span.as_ref()
+                .map_or_else(|| self.oldest_day("events"), |s| s.oldest)
         };
         let rows = newest_in_windows(since, anchor, limit as usize + 1, oldest, |lower| {
             let sql = format!(
@@ -2433,7 +2433,7 @@ impl Store for ClickHouseStore {
             .unwrap_or(u64::MAX)
             .min(u64::try_from(t).unwrap_or(0))
             .min(crate::clock::now_ns());
-        let oldest = || Ok(self.oldest_day("incidents"));
+        let oldest = || self.oldest_day("incidents");
         let rows = newest_in_windows(0, anchor, n as usize, oldest, |lower| {
             let sql = format!(
                 "SELECT s AS start_ns, tie, body FROM (
@@ -2629,7 +2629,7 @@ fn newest_in_windows<T>(
     since: u64,
     anchor: u64,
     want: usize,
-    oldest: impl FnOnce() -> Result<u64, StoreError>,
+    oldest: impl FnOnce() -> u64,
     mut query: impl FnMut(u64) -> Result<Vec<T>, StoreError>,
 ) -> Result<Vec<T>, StoreError> {
     let mut window: u64 = 10_000_000_000;
@@ -2643,7 +2643,7 @@ fn newest_in_windows<T>(
         }
         let floor = match floor {
             Some(f) => f,
-            None => *floor.insert(oldest.take().map_or(Ok(0), |f| f())?),
+            None => *floor.insert(oldest.take().map_or(0, |f| f())),
         };
         if lower <= floor {
             return Ok(rows);
@@ -2722,7 +2722,7 @@ mod tests {
             10,
             || {
                 asked += 1;
-                Ok(now - 3 * 86_400 * S)
+                now - 3 * 86_400 * S
             },
             |lower| {
                 lowers.push(lower);
@@ -2743,7 +2743,7 @@ mod tests {
             now - 86_400 * S,
             now,
             10,
-            || Ok(0),
+            || 0,
             |_| {
                 n += 1;
                 Ok(Vec::<u8>::new())
