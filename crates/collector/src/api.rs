@@ -1194,10 +1194,9 @@ async fn incidents(
                 q.node
                     .is_none_or(|n| i.place.node == Some(n) || i.place.peer_node == Some(n))
             })
-            .filter(|i| {
-                q.since
-                    .is_none_or(|t| i.end_ns.unwrap_or(i.last_update_ns) >= t)
-            })
+            // An ongoing incident lasts until now: it overlaps every range after its start (an
+            // outage sends no evidence, so its last update can be long before the range).
+            .filter(|i| q.since.is_none_or(|t| i.end_ns.is_none_or(|end| end >= t)))
             .filter(|i| q.until.is_none_or(|t| i.start_ns <= t))
             .filter(|i| before.is_none_or(|b| i.id < b))
             .collect();

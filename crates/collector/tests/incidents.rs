@@ -713,7 +713,11 @@ mod api {
         assert_eq!(count("/api/incidents?kind=microburst"), 15);
         assert_eq!(count("/api/incidents?kind=drop&node=2"), 1);
         assert_eq!(count("/api/incidents?node=101&until=10000000"), 10);
-        assert_eq!(count("/api/incidents?since=35000000"), 1);
+        // After every resolved congestion ended: the drop, and the ongoing congestions, which
+        // last until now however long ago their last update was.
+        assert_eq!(count("/api/incidents?since=35000000"), 16);
+        assert_eq!(count("/api/incidents?since=35000000&state=resolved"), 0);
+        assert_eq!(count("/api/incidents?since=35000000&kind=congestion"), 15);
         for bad in [
             "/api/incidents?limit=1001",
             "/api/incidents?limit=0",
