@@ -92,7 +92,8 @@ fn scenario(path: Option<&PathBuf>) -> Result<Scenario> {
     }
 }
 
-fn fabric(args: &FabricArgs) -> Result<Fabric> {
+/// The fabric of `args`, and how far its switches' clocks read from the collector's (ns).
+fn fabric(args: &FabricArgs) -> Result<(Fabric, i64)> {
     if !args.duration.is_finite() || args.duration <= 0.0 {
         bail_usage!("--duration must be positive");
     }
@@ -105,7 +106,8 @@ fn fabric(args: &FabricArgs) -> Result<Fabric> {
     for s in sc.schedule(args.duration) {
         f.schedule(s);
     }
-    Ok(f)
+    let offset = sc.switch_clock_offset_ns().map_err(anyhow::Error::msg)?;
+    Ok((f, offset))
 }
 
 /// How far the fabric may fall behind the wall clock before that is said: a step is 20 ms, and a
@@ -187,10 +189,11 @@ fn drive(
 
 /// Runs `intscope sim`.
 pub fn run(args: &SimArgs) -> Result<String> {
-    let mut f = fabric(&args.fabric)?;
+    let (mut f, offset) = fabric(&args.fabric)?;
     if args.collector.is_some() {
-        // A live collector receives by Unix time: the switches' clocks read it too.
-        f.set_clock_origin(intscope_collector::clock::now_ns());
+        // A live collector receives by Unix time: the switches' clocks read it too (or as far
+        // from it as the scenario sets them).
+        f.set_clock_origin(intscope_collector::clock::now_ns().saturating_add_signed(offset));
     }
     // Ctrl-C or SIGTERM ends the run at the next step: the reports pcap is written whole and the
     // summary says how far the fabric ran (the signal's default death would cut the file short).
@@ -323,7 +326,7 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
     use intscope_collector::record::RecordBatch;
     // Every input is checked before anything is said, created or bound: a mistyped duration or
     // topology leaves no banner, temporary folder or open port behind.
-    let mut f = fabric(&args.fabric)?;
+    let (mut f, offset) = fabric(&args.fabric)?;
     let api_cfg = crate::collect::api_config(&args.api, args.http)?;
     let data = args.data.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("intscope-demo-{}", std::process::id()))
@@ -387,9 +390,9 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
     // wall clock and its reports arrive late and bunched, saw other latencies and bursts (401
     // hop-latency anomalies against ~140 on a quiet one).
     let epoch = intscope_collector::clock::now_ns();
-    // The switches' clocks read the same timeline (a collector bounds how far a switch's time
-    // may be from its receive time).
-    f.set_clock_origin(epoch);
+    // The switches' clocks read the same timeline, or as far from it as the scenario sets them
+    // (a collector bounds how far a switch's time may be from its receive time).
+    f.set_clock_origin(epoch.saturating_add_signed(offset));
     let mut batch = RecordBatch::default();
     let summary = drive(
         f,

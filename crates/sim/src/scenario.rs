@@ -2,7 +2,8 @@
 //! fabric (`[topology]`), the traffic mix (`[mix]`, with `burst_packets` for bursty traffic
 //! within the links' capacity), a fault timeline in seconds (`[[fault]]`, `kind = "link-down"`,
 //! `"silent-drop"`, ...) and the report network between fabric and collector (`[delivery]`:
-//! `loss`, `duplicate`, `reorder` shares, `reorder_depth`, `seed`). The built-in default shows
+//! `loss`, `duplicate`, `reorder` shares, `reorder_depth`, `seed`); `switch_clock_offset_s` sets
+//! the switches' clocks that far from the collector's (switches without PTP). The built-in default shows
 //! every fault kind within a minute; `examples/sim-xd-clean.toml` and `sim-xd-faults.toml` are
 //! the 8-leaf, 4-spine, 400-flow fabric of issue #16.
 
@@ -43,6 +44,27 @@ pub struct Scenario {
     pub random_faults: usize,
     /// The report network between the fabric and the collector.
     pub delivery: Delivery,
+    /// What the switches' clocks read minus the collector's, s, in runs sent to a live collector
+    /// (`demo`, `sim --collector`): 0 (the default) for PTP-synchronized switches; a switch set
+    /// to local time instead of UTC reads hours off.
+    pub switch_clock_offset_s: f64,
+}
+
+/// The farthest the switches' clocks may be set from the collector's: ten years, s.
+pub const MAX_SWITCH_CLOCK_OFFSET_S: f64 = 10.0 * 365.25 * 86_400.0;
+
+impl Scenario {
+    /// [`Scenario::switch_clock_offset_s`] in ns; an error when it is not finite or beyond
+    /// [`MAX_SWITCH_CLOCK_OFFSET_S`] either way.
+    pub fn switch_clock_offset_ns(&self) -> Result<i64, String> {
+        let s = self.switch_clock_offset_s;
+        if !s.is_finite() || s.abs() > MAX_SWITCH_CLOCK_OFFSET_S {
+            return Err(format!(
+                "switch_clock_offset_s = {s}: expected at most ten years ({MAX_SWITCH_CLOCK_OFFSET_S} s) either way"
+            ));
+        }
+        Ok((s * 1e9) as i64)
+    }
 }
 
 impl Default for Scenario {
@@ -60,6 +82,7 @@ impl Default for Scenario {
             period_s: 60.0,
             random_faults: 0,
             delivery: Delivery::default(),
+            switch_clock_offset_s: 0.0,
             fault: vec![
                 f(
                     3.0,
@@ -248,6 +271,28 @@ mod tests {
             crate::default_mix(&sc.topology, 12, 1, 1),
             "no [mix]: the default"
         );
+    }
+
+    #[test]
+    fn switch_clocks_are_set_off_within_ten_years() {
+        let off = |text: &str| {
+            toml::from_str::<Scenario>(text)
+                .unwrap()
+                .switch_clock_offset_ns()
+        };
+        assert_eq!(off(""), Ok(0), "synchronized by default");
+        assert_eq!(
+            off("switch_clock_offset_s = -10800.0"),
+            Ok(-10_800_000_000_000)
+        );
+        for bad in [
+            "switch_clock_offset_s = 4e8",
+            "switch_clock_offset_s = -4e8",
+            "switch_clock_offset_s = nan",
+        ] {
+            let e = off(bad).unwrap_err();
+            assert!(e.contains("at most ten years"), "{bad}: {e}");
+        }
     }
 
     #[test]
