@@ -44,7 +44,7 @@ function learnSkew(list) {
 }
 
 /** Measures the clocks' difference now and then, from the newest events (or incidents). */
-async function measureSkew() {
+export async function measureSkew() {
   if (Date.now() - skewAt < SKEW_EVERY_MS) return;
   skewAt = Date.now();
   const ev = await api('/api/events?limit=100').catch(() => []);
@@ -76,14 +76,22 @@ export async function events(path, key) {
 
 /**
  * An incident on the collector's clock: shifted by its own receive time's difference when it has
- * one (placed where the collector saw it begin), else by the median.
+ * one (placed where the collector saw it begin), else by the median. Its own difference alone
+ * tells the clocks apart before any median is known (a page opened the moment it began).
  */
 export function incidentOnCollectorClock(i) {
   const s = shift();
-  if (!s) return i;
-  const own = i.received_ns != null ? i.received_ns - i.start_ns : s;
-  const d = Math.abs(own - s) < 3600e9 ? own : s;
+  const own = i.received_ns != null ? i.received_ns - i.start_ns : null;
+  let d = s;
+  if (own != null && (s ? Math.abs(own - s) < 3600e9 : Math.abs(own) > SKEW_MIN_NS)) d = own;
+  if (!d) return i;
   const t = (v) => (v == null ? v : v + d);
+  const symptoms = (i.symptoms || []).map((m) => ({
+    ...m,
+    start_ns: t(m.start_ns),
+    last_update_ns: t(m.last_update_ns),
+    end_ns: t(m.end_ns),
+  }));
   return {
     ...i,
     switch_start_ns: i.start_ns,
@@ -91,6 +99,7 @@ export function incidentOnCollectorClock(i) {
     last_update_ns: t(i.last_update_ns),
     end_ns: t(i.end_ns),
     peak: i.peak ? { ...i.peak, at_ns: t(i.peak.at_ns) } : i.peak,
+    ...(i.symptoms ? { symptoms } : {}),
   };
 }
 

@@ -2,7 +2,8 @@
 // (ns → µs → ms → s), hover values to the microsecond in the legend, dashed markers, and a
 // brush (drag across the plot) that selects a time range.
 
-import { clock, nsUnit } from './fmt.js';
+import { clock, esc, nsUnit } from './fmt.js';
+import { emptyBlock } from './states.js';
 
 /* global uPlot */
 
@@ -33,6 +34,9 @@ const markers = (marks) => ({
   },
 });
 
+/** Fraction digits of the time axis's labels for a view `span` seconds long. */
+const clockDigits = (span) => (span < 2 ? 6 : span < 20 ? 3 : 0);
+
 /** Width of an axis that fits its longest tick label (a fixed width clips "100 ms"). */
 const fit = (u, values) => {
   const longest = Math.max(1, ...(values || []).map((v) => String(v).length));
@@ -43,15 +47,22 @@ const fit = (u, values) => {
  * Draws a chart into `el`; returns the uPlot instance (destroy it when the page goes).
  *   opts.times: seconds; opts.series: [{label, values}]; opts.unit: 'ns' or a unit name;
  *   opts.yLabel: what the values are; opts.range: {since, until} in ns (the x extent);
- *   opts.marks: seconds of dashed markers; opts.onBrush(sinceNs, untilNs): the brush.
+ *   opts.marks: seconds of dashed markers; opts.onBrush(sinceNs, untilNs): the brush;
+ *   opts.empty: what to say when no series has a value (an axis from 0 to 1 would say nothing).
  */
 export function chart(el, opts) {
   const { times, series, unit, yLabel, title, range, marks = [], onBrush } = opts;
+  if (!series.some((s) => s.values.some((v) => v != null))) {
+    const why = esc(opts.empty || 'no samples in the range');
+    el.innerHTML = `<h3 class="chart-title">${esc(title)}</h3>${emptyBlock(why)}`;
+    return { destroy() {} };
+  }
   let max = 0;
   for (const s of series) for (const v of s.values) if (v != null && v > max) max = v;
   const [div, suffix] = unit === 'ns' ? nsUnit(max || 1) : [1, unit];
   const fmtVal = (v) => (v == null ? '–' : `${+(v / div).toPrecision(4)} ${suffix}`);
   const data = [times, ...series.map((s) => s.values)];
+  el.innerHTML = '';
   const u = new uPlot(
     {
       title,
@@ -80,12 +91,10 @@ export function chart(el, opts) {
           ...AXIS,
           label: 'time (local)',
           labelSize: 18,
-          // 24-hour clock; fractions of a second when the view is that short.
-          values: (p, splits) => {
-            const span = p.scales.x.max - p.scales.x.min;
-            const digits = span < 2 ? 6 : span < 20 ? 3 : 0;
-            return splits.map((v) => clock(v * 1e9, digits));
-          },
+          // 24-hour clock; fractions of a second when the view is that short, with the ticks
+          // as far apart as their labels are long (they overlapped at a fixed spacing).
+          space: (_p, _i, min, max) => 7.5 * (9 + clockDigits(max - min)) + 16,
+          values: (p, splits) => splits.map((v) => clock(v * 1e9, clockDigits(p.scales.x.max - p.scales.x.min))),
         },
         {
           ...AXIS,

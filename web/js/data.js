@@ -141,6 +141,7 @@ export async function fabricModel(range, incidentList) {
     ports.set(`${n}/${p}`, e);
   }
   const severity = new Map();
+  const down = outages(incidentList || []);
   const order = ['info', 'warning', 'major', 'critical'];
   const worse = (n, sev) => {
     if (order.indexOf(sev) > order.indexOf(severity.get(n))) severity.set(n, sev);
@@ -173,7 +174,31 @@ export async function fabricModel(range, incidentList) {
     const now = new Map(live.map((l) => [`${l.node_id}/${l.port}/${l.queue_id}`, l.occupancy]));
     for (const [q, o] of open) if ((now.get(q) ?? 0) >= o.threshold) worse(o.node, 'warning');
   }
-  return { nodes, links, tiers, hosts: hostMap, ports, severity, flows: flows.flows, state };
+  return { nodes, links, tiers, hosts: hostMap, ports, severity, down, flows: flows.flows, state };
+}
+
+/**
+ * The links and nodes that flows left and have not come back to: ongoing path changes caused by
+ * a link or a node (an incident's root or one of its symptoms). A link is keyed by both of its
+ * ends ('node/port'), so both directions are drawn down. Values: {since, incident} (the outage's
+ * start and the incident that holds it).
+ */
+export function outages(incidentList) {
+  const links = new Map();
+  const nodes = new Map();
+  for (const i of incidentList) {
+    if (i.state !== 'ongoing') continue;
+    for (const o of [i, ...(i.symptoms || [])]) {
+      if (o.kind !== 'path-change' || o.end_ns != null || o.place?.node == null) continue;
+      const p = o.place;
+      const what = { since: o.start_ns, incident: i.id };
+      if (o.cause === 'node') nodes.set(p.node, what);
+      if (o.cause !== 'link' || p.port == null) continue;
+      links.set(`${p.node}/${p.port}`, what);
+      if (p.peer_node != null && p.peer_port != null) links.set(`${p.peer_node}/${p.peer_port}`, what);
+    }
+  }
+  return { links, nodes };
 }
 
 /** Sort keys of flow rows (the API's flow summaries). */

@@ -73,11 +73,18 @@ export function stamp(t) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock(t)}`;
 }
 
+/** A span of time (ns): as `ns` up to two minutes, then in minutes, then in hours (`3 h`). */
+export function span(d) {
+  if (d == null || Number.isNaN(d)) return '–';
+  if (Math.abs(d) < 120e9) return ns(d);
+  return Math.abs(d) < 7200e9 ? `${+(d / 60e9).toPrecision(3)} min` : `${+(d / 3600e9).toPrecision(3)} h`;
+}
+
 /** How long something lasted (ns), where under a microsecond reads as such, not as `0 ns`. */
-export const lasted = (d) => (d == null || Number.isNaN(d) ? '–' : d < 1e3 ? 'under 1 µs' : ns(d));
+export const lasted = (d) => (d == null || Number.isNaN(d) ? '–' : d < 1e3 ? 'under 1 µs' : span(d));
 
 /** How long ago `t` was relative to `now` (both ns): `12.3 s ago`, `just now` within 1 µs. */
-export const ago = (t, now) => (t == null ? '–' : now - t < 1e3 ? 'just now' : `${ns(now - t)} ago`);
+export const ago = (t, now) => (t == null ? '–' : now - t < 1e3 ? 'just now' : `${span(now - t)} ago`);
 
 export const proto = (p) => (p === 6 ? 'tcp' : p === 17 ? 'udp' : `ip/${p}`);
 

@@ -3,8 +3,9 @@
 // changes, so no page leaves anything running behind it.
 
 import { api, incidents, shift } from './api.js';
-import { count, esc, ns, num, setNames } from './fmt.js';
+import { clock, count, esc, num, setNames, span } from './fmt.js';
 import * as pages from './pages/index.js';
+import { failLoading, loadingBlock } from './states.js';
 import { parseHash, set, setParams, state, subscribe } from './store.js';
 import { RANGES, absolute, rangeOf } from './time.js';
 
@@ -24,7 +25,11 @@ function context(route) {
     alive: true,
     /** Runs `fn` now, then every `ms` while the page is shown: for live ranges, or `always`. */
     every(ms, fn, { always = false } = {}) {
-      const run = () => fn().catch((e) => ctx.alive && ctx.error(e));
+      const run = () =>
+        fn().then(
+          () => ctx.alive && ctx.recovered(),
+          (e) => ctx.alive && ctx.error(e),
+        );
       const first = run();
       if (always || ctx.range.live) {
         const t = setInterval(() => {
@@ -44,10 +49,28 @@ function context(route) {
     brush(since, until) {
       setParams(absolute(since, until));
     },
-    /** Shows an error of the page in the status line (the page keeps what it has drawn). */
+    /**
+     * Shows an error of the page in the status line; panels still loading say it in their place
+     * (those drawn keep what they show, as of the time the status line gives).
+     */
     error(e) {
-      status.textContent = e.message;
+      failLoading(main, e);
+      const kept = ctx.drawnAt ? ` (the page shows what was read at ${clock(ctx.drawnAt * 1e6, 0)})` : '';
+      status.textContent = `${e.message}${kept}`;
       status.classList.add('bad');
+      ctx.failing = true;
+    },
+    /**
+     * A refresh succeeded: an error it showed before is over. The first one marks on the page
+     * when it was drawn (ms since the navigation began: what a reader, or a benchmark, waited).
+     */
+    recovered() {
+      if (!ctx.drawnAt) main.dataset.drawnMs = Math.round(performance.now());
+      ctx.drawnAt = Date.now();
+      if (!ctx.failing) return;
+      ctx.failing = false;
+      status.classList.remove('bad');
+      refreshStatus();
     },
     dispose() {
       ctx.alive = false;
@@ -103,7 +126,9 @@ async function route() {
   status.classList.remove('bad');
   const ctx = context(r);
   current = ctx;
-  main.innerHTML = '';
+  // Until the page draws its panels (a flow's or an incident's page reads it first).
+  main.innerHTML = `<div class="panel">${loadingBlock}</div>`;
+  delete main.dataset.drawnMs;
   if (state.mode === 'fabric' && !FABRIC_PAGES.has(r.page)) {
     fabricOnly(r.page);
     return;
@@ -133,7 +158,7 @@ async function refreshStatus() {
     }
     const inc = state.incidents === 'unavailable' ? ' · incidents unavailable' : '';
     const d = shift();
-    const off = Math.abs(d) > 864e11 ? 'on another epoch' : `${ns(Math.abs(d))} ${d > 0 ? 'behind' : 'ahead'}`;
+    const off = Math.abs(d) > 864e11 ? 'on another epoch' : `${span(Math.abs(d))} ${d > 0 ? 'behind' : 'ahead'}`;
     const clocks = d ? ` · switch clock ${off}: its times shown on the collector's` : '';
     // Sequence gaps count every report that did not arrive, those the collector's own kernel
     // dropped too: those are said apart (an estimate, at the average reports per datagram) so

@@ -2,7 +2,7 @@
 // behind a port, links coloured by utilization and drops over the chosen range, nodes by their
 // ongoing incidents.
 
-import { count, esc, node, nodeName, pct } from './fmt.js';
+import { clock, count, esc, node, nodeName, pct } from './fmt.js';
 
 /**
  * Tiers from paths (arrays of node IDs, source first). A path's first node is an edge (tier 0):
@@ -58,11 +58,19 @@ const SEV_COLOR = { info: 'var(--accent)', warning: 'var(--warn)', major: 'var(-
 /** The legend of the map's colours. */
 export const LEGEND = `<div class="legend muted">link: Tx utilization
   <span style="background:var(--ok)"></span>&lt; 50%<span style="background:var(--warn)"></span>&lt; 80%
-  <span style="background:var(--bad)"></span>≥ 80%, dashed red: drops in the range · dot: highest queue occupancy in
-  the range<span style="background:var(--ok)"></span>&lt; 200 cells<span style="background:var(--warn)"></span>&lt; 1000
+  <span style="background:var(--bad)"></span>≥ 80%, dashed red: drops in the range, grey ✕: down (flows left it)
+  · dot: highest queue occupancy in the range<span style="background:var(--ok)"></span>&lt; 200 cells
+  <span style="background:var(--warn)"></span>&lt; 1000
   <span style="background:var(--bad)"></span>≥ 1000 · node ring: its worst ongoing incident</div>`;
 
-function portLine(a, b, port, title, offset, highlight) {
+/** The text of an outage ({since, incident}) for a title. */
+const downText = (o) => `down since ${clock(o.since, 0)} (incident ${o.incident})`;
+
+/**
+ * One direction of a link (or a port's stub to its hosts), offset sideways by `offset`: coloured by
+ * its port's state, or grey and crossed when `down` (an outage: {since, incident}).
+ */
+function portLine(a, b, port, title, offset, highlight, down, link) {
   const [dx, dy] = [b[0] - a[0], b[1] - a[1]];
   const len = Math.hypot(dx, dy) || 1;
   const [ox, oy] = [(-dy / len) * offset, (dx / len) * offset];
@@ -70,14 +78,22 @@ function portLine(a, b, port, title, offset, highlight) {
   const [qx, qy] = [x1 + dx * 0.3, y1 + dy * 0.3];
   const util = port.util;
   const dropped = port.drops > 0;
-  const stroke = dropped ? 'var(--bad)' : utilColor(util);
-  const width = 2 + 4 * Math.min(util ?? 0, 1);
+  const stroke = down ? 'var(--down)' : dropped ? 'var(--bad)' : utilColor(util);
+  const width = down ? 2 : 2 + 4 * Math.min(util ?? 0, 1);
+  const dash = down ? '3 5' : dropped ? '6 3' : null;
   const occ = port.occ == null ? '–' : count(port.occ, 'cell');
-  const text = `${title}: utilization ${pct(util)}, queue max ${occ}, ${count(port.drops || 0, 'drop')}`;
-  return `<g data-test="fabric-port"${highlight ? ' class="hl"' : ''}><title>${esc(text)}</title>
+  const state = down ? `${downText(down)}; ` : '';
+  const text = `${title}: ${state}utilization ${pct(util)}, queue max ${occ}, ${count(port.drops || 0, 'drop')}`;
+  // A cross halfway along a link that is down.
+  const [mx, my] = [x1 + dx * 0.5, y1 + dy * 0.5];
+  const cross = down
+    ? `<path d="M${mx - 5} ${my - 5}L${mx + 5} ${my + 5}M${mx - 5} ${my + 5}L${mx + 5} ${my - 5}" class="down-x"/>`
+    : '';
+  return `<g data-test="fabric-port"${highlight ? ' class="hl"' : ''}${link ? ` data-link="${link}"` : ''}
+    data-state="${down ? 'down' : 'up'}"><title>${esc(text)}</title>
     <line x1="${x1}" y1="${y1}" x2="${x2}" y2="${y2}" stroke="${stroke}" stroke-width="${width}"${
-      dropped ? ' stroke-dasharray="6 3"' : ''
-    }/>${highlight ? `<line x1="${x1}" y1="${y1}" x2="${x2}" y2="${y2}" class="hl-line"/>` : ''}
+      dash ? ` stroke-dasharray="${dash}"` : ''
+    }/>${highlight ? `<line x1="${x1}" y1="${y1}" x2="${x2}" y2="${y2}" class="hl-line"/>` : ''}${cross}
     <circle cx="${qx}" cy="${qy}" r="4" fill="${occColor(port.occ)}"/></g>`;
 }
 
@@ -85,7 +101,8 @@ function portLine(a, b, port, title, offset, highlight) {
  * The map as SVG content for a box `w` wide.
  *   m.nodes, m.links: the API's; m.tiers: learnTiers'; m.hosts: Map 'node/port' → addresses;
  *   m.ports: Map 'node/port' → {util, occ, drops}; m.severity: Map node → worst ongoing
- *   severity; m.highlight: {node, port, peer_node} to mark (an incident's place).
+ *   severity; m.down: outages() (links by either end's 'node/port', nodes by ID: drawn down);
+ *   m.highlight: {node, port, peer_node} to mark (an incident's place).
  * Returns {svg, height}.
  */
 export function drawMap(w, m) {
@@ -107,6 +124,7 @@ export function drawMap(w, m) {
   const hostY = y(0) + 100;
   const port = (n, p) => m.ports.get(`${n}/${p}`) || {};
   const hl = m.highlight || {};
+  const down = m.down || { links: new Map(), nodes: new Map() };
   let s = '';
   const linked = new Set();
   for (const l of m.links) {
@@ -116,6 +134,11 @@ export function drawMap(w, m) {
     linked.add(`${l.from_node}/${l.from_port}`);
     const mark = hl.node === l.from_node && (hl.port == null || hl.port === l.from_port);
     const title = `${node(l.from_node)} port ${l.from_port} → ${node(l.to_node)} port ${l.to_port}`;
+    const out =
+      down.links.get(`${l.from_node}/${l.from_port}`) ||
+      down.links.get(`${l.to_node}/${l.to_port}`) ||
+      down.nodes.get(l.from_node) ||
+      down.nodes.get(l.to_node);
     s += portLine(
       a,
       b,
@@ -123,6 +146,8 @@ export function drawMap(w, m) {
       title,
       4,
       mark && (hl.port != null || hl.peer_node === l.to_node),
+      out,
+      `${l.from_node}/${l.from_port}-${l.to_node}/${l.to_port}`,
     );
   }
   // Ports that lead to hosts (the addresses seen entering or leaving there): stubs below.
@@ -139,7 +164,8 @@ export function drawMap(w, m) {
       const addrs = m.hosts.get(`${id}/${p}`);
       const name = addrs.length > 1 ? `${addrs[0]} +${addrs.length - 1}` : addrs[0];
       const mark = hl.node === id && hl.port === p;
-      s += portLine([x, yy], [hx, hostY], port(id, p), `${node(id)} port ${p} → ${addrs.join(', ')}`, 0, mark);
+      const title = `${node(id)} port ${p} → ${addrs.join(', ')}`;
+      s += portLine([x, yy], [hx, hostY], port(id, p), title, 0, mark, down.links.get(`${id}/${p}`));
       // Neighbouring labels alternate between two rows so addresses do not overlap.
       s += `<text x="${hx}" y="${hostY + 14 + (i % 2) * 13}" text-anchor="middle" class="host" data-test="fabric-host"
         font-size="10">${esc(name)}</text>`;
@@ -147,7 +173,8 @@ export function drawMap(w, m) {
   }
   for (const [id, [x, yy]] of pos) {
     const sev = m.severity.get(id);
-    const stroke = sev ? SEV_COLOR[sev] : 'var(--accent)';
+    const out = down.nodes.get(id);
+    const stroke = out ? 'var(--down)' : sev ? SEV_COLOR[sev] : 'var(--accent)';
     const mark = hl.node === id || hl.peer_node === id;
     const name = nodeName(id);
     const label =
@@ -155,10 +182,13 @@ export function drawMap(w, m) {
         ? `<text x="${x}" y="${yy - 28}" text-anchor="middle" font-size="11"
           data-test="fabric-node-name">${esc(name)}</text>`
         : '';
-    s += `<g data-test="fabric-node" data-node="${id}" data-tier="${tiers.get(id)}" data-state="${sev || 'ok'}">
-      <a href="#/flows?node=${id}"><title>${esc(node(id))}${sev ? `: ${sev} incident ongoing` : ''}</title>
+    const says = [sev ? `${sev} incident ongoing` : null, out ? downText(out) : null].filter(Boolean).join('; ');
+    s += `<g data-test="fabric-node" data-node="${id}" data-tier="${tiers.get(id)}" data-state="${sev || 'ok'}"${
+      out ? ' data-down="true"' : ''
+    }>
+      <a href="#/flows?node=${id}"><title>${esc(node(id))}${says ? `: ${esc(says)}` : ''}</title>
       <circle cx="${x}" cy="${yy}" r="22" fill="${mark ? '#2d3f57' : '#1e2a38'}" stroke="${stroke}"
-        stroke-width="${sev || mark ? 4 : 2}"/>
+        stroke-width="${sev || mark ? 4 : 2}"${out ? ' stroke-dasharray="4 3"' : ''}/>
       <text x="${x}" y="${yy + 4}" text-anchor="middle">${id}</text>${label}</a></g>`;
   }
   return { svg: s, height: hostY + 36 };

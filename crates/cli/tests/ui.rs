@@ -90,6 +90,41 @@ fn chromium(args: &[&str], url: &str, profile: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Whether Chromium is missing (said, and allowed outside CI only).
+fn no_chromium() -> bool {
+    if Command::new("chromium").arg("--version").output().is_ok() {
+        return false;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "chromium is required in CI (.ci/run installs it)"
+    );
+    eprintln!("chromium not installed: skipped outside CI");
+    true
+}
+
+/// The DOM of the console's page `hash` once its requests have rendered (virtual time), with a
+/// screenshot of it in target/ui-screenshots/`name`.png.
+fn page_dom(base: &str, hash: &str, name: &str) -> String {
+    let url = format!("{base}/#/{hash}");
+    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let png = shots.join(format!("{name}.png"));
+    chromium(
+        &[
+            "--virtual-time-budget=6000",
+            &format!("--screenshot={}", png.display()),
+        ],
+        &url,
+        name,
+    );
+    chromium(
+        &["--virtual-time-budget=6000", "--dump-dom"],
+        &url,
+        &format!("{name}-dom"),
+    )
+}
+
 fn count(dom: &str, marker: &str) -> usize {
     dom.matches(&format!("data-test=\"{marker}\"")).count()
 }
@@ -164,6 +199,9 @@ enum Incidents {
     Fixture(Arc<Mutex<Vec<Value>>>),
     /// Forward to the collector.
     Forward,
+    /// Answer 503 to the routes that start with this (a collector that cannot answer them),
+    /// forward the rest, incident routes included.
+    Fail(&'static str),
 }
 
 fn respond(client: &mut TcpStream, code: u16, body: &Value) {
@@ -241,6 +279,13 @@ fn serve(mut client: TcpStream, upstream: SocketAddr, mode: &Incidents) {
     let incident_route =
         path.starts_with("/api/incidents") || path.starts_with("/api/history/incidents");
     match mode {
+        Incidents::Fail(prefix) if path.starts_with(prefix) => {
+            respond(
+                &mut client,
+                503,
+                &json!({"error": "overloaded", "status": 503}),
+            );
+        }
         Incidents::Hide if incident_route => {
             respond(
                 &mut client,
@@ -282,6 +327,42 @@ impl Drop for Demo {
             .status();
         let _ = self.0.wait();
     }
+}
+
+/// Starts `intscope demo` on `scenario` (TOML) for `seconds`, serving its API on a free port
+/// with its store in `dir`: the demo (stopped when dropped) and the API's base URL.
+fn start_demo(dir: &tempfile::TempDir, scenario: &str, seconds: u32) -> (Demo, String) {
+    let file = dir.path().join("scenario.toml");
+    std::fs::write(&file, scenario).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_intscope"))
+        .args(["demo", "--duration", &seconds.to_string(), "--serve"])
+        .args(["--http", "127.0.0.1:0", "--topology"])
+        .arg(&file)
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let demo = Demo(child);
+    let mut base = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.split("collector API on ").nth(1) {
+            base = rest
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .trim_end_matches('/')
+                .to_string();
+            break;
+        }
+    }
+    // Keep draining the demo's stderr (progress), or its writes would fail.
+    std::thread::spawn(move || lines.for_each(drop));
+    assert!(base.starts_with("http://127.0.0.1:"), "demo did not start");
+    (demo, base)
 }
 
 /// The ground truth of the congestion: when the queue first held more than the threshold (the
@@ -402,52 +483,11 @@ fn assert_three_facts(dom: &str, start_ns: u64, base: &str) {
 
 #[test]
 fn console_answers_where_since_when_and_whom_on_every_page() {
-    if Command::new("chromium").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "chromium is required in CI (.ci/run installs it)"
-        );
-        eprintln!("chromium not installed: skipped outside CI");
+    if no_chromium() {
         return;
     }
     let dir = common::tempdir("ui");
-    let scenario = dir.path().join("congestion.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_intscope"))
-        .args([
-            "demo",
-            "--duration",
-            "40",
-            "--serve",
-            "--http",
-            "127.0.0.1:0",
-        ])
-        .arg("--topology")
-        .arg(&scenario)
-        .arg("--data")
-        .arg(dir.path().join("data"))
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let demo = Demo(child);
-    let mut base = String::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(rest) = line.split("collector API on ").nth(1) {
-            base = rest
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .trim_end_matches('/')
-                .to_string();
-            break;
-        }
-    }
-    // Keep draining the demo's stderr (progress), or its writes would fail.
-    std::thread::spawn(move || lines.for_each(drop));
-    assert!(base.starts_with("http://127.0.0.1:"), "demo did not start");
+    let (demo, base) = start_demo(&dir, SCENARIO, 40);
     let upstream: SocketAddr = base.trim_start_matches("http://").parse().unwrap();
     let started = Instant::now();
 
@@ -914,4 +954,255 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
         }
     }
     drop(demo);
+}
+
+/// Faults on a fabric whose switches' clocks are three hours behind the collector's (set to
+/// local time, say): a spine that stops adding INT, a routing loop through it, then a link that
+/// goes down and stays down.
+const FAULTS: &str = r#"
+period_s = 120.0
+switch_clock_offset_s = -10800.0
+
+[[fault]]
+kind = "non-int-spine"
+from_s = 2.0
+until_s = 5.0
+spine = 2
+
+[[fault]]
+kind = "loop"
+from_s = 6.0
+until_s = 7.0
+spine = 2
+leaf = 3
+dst_leaf = 1
+
+[[fault]]
+kind = "link-down"
+from_s = 9.0
+until_s = 600.0
+leaf = 1
+spine = 1
+"#;
+
+/// The links the demo's fabric has: every leaf (1–4) to every spine (101, 102), both ways.
+fn topology_links() -> Vec<(u32, u32)> {
+    let mut all = Vec::new();
+    for leaf in 1..=4 {
+        for spine in [101, 102] {
+            all.extend([(leaf, spine), (spine, leaf)]);
+        }
+    }
+    all
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (UTC) of ns since the epoch: the start of what `fmt.stamp` shows.
+fn date_time(ns: u64) -> String {
+    let days = (ns / 1_000_000_000 / 86_400) as i64;
+    // Days since the epoch to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {}", hms(ns))
+}
+
+/// The text of the element marked `marker` (its first text node).
+fn text_of<'a>(dom: &'a str, marker: &str) -> Option<&'a str> {
+    let e = element(dom, marker)?;
+    Some(e[e.find('>')? + 1..].split('<').next()?.trim())
+}
+
+#[test]
+fn map_and_times_under_faults() {
+    if no_chromium() {
+        return;
+    }
+    let dir = common::tempdir("ui-faults");
+    let (demo, base) = start_demo(&dir, FAULTS, 600);
+
+    // The link down: open its incident the moment it is raised.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let outage = loop {
+        let list = get(&base, "/api/incidents?state=ongoing&kind=path-change");
+        let found = list["incidents"].as_array().and_then(|l| {
+            l.iter()
+                .find(|i| {
+                    i["cause"] == "link"
+                        && i["place"]["node"] == 101
+                        && i["place"]["peer_node"] == 1
+                })
+                .cloned()
+        });
+        if let Some(i) = found {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "the link-down was never raised");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let id = outage["id"].as_u64().unwrap();
+    let received = outage["received_ns"].as_u64().expect("its receive time");
+    let switch_start = outage["start_ns"].as_u64().unwrap();
+    assert!(
+        received.abs_diff(switch_start + 10_800_000_000_000) < 1_000_000_000,
+        "the switches' clocks are 3 h behind: {outage}"
+    );
+    let detail = page_dom(&base, &format!("incident/{id}"), "incident-fresh");
+    assert!(
+        !detail.contains("1970-"),
+        "no time before the switches' clock is mapped"
+    );
+    // Its start on the collector's clock (to the second, as received), the switch's beside it.
+    let start = text_of(&detail, "incident-start").expect("its start");
+    assert!(
+        start.starts_with(&date_time(received))
+            || start.starts_with(&date_time(received - 1_000_000_000)),
+        "start {start} on the collector's clock ({})",
+        date_time(received)
+    );
+    let own = text_of(&detail, "incident-switch-start").expect("the switch's clock beside it");
+    assert!(own.starts_with(&date_time(switch_start)), "{own}");
+
+    // The map while it lasts: that link drawn down both ways, every other link up; the nodes
+    // in their tiers after the spine without INT and the loop; no link the fabric lacks.
+    let fabric = page_dom(&base, "fabric", "fabric-link-down");
+    let still = get(&base, &format!("/api/incidents/{id}"));
+    assert_eq!(still["state"], "ongoing", "the link is still down: {still}");
+    let mut drawn = Vec::new();
+    for tag in tags(&fabric, "fabric-port") {
+        let Some(link) = attr(tag, "data-link") else {
+            continue; // a port to hosts
+        };
+        let (from, to) = link.split_once('-').unwrap();
+        let node = |end: &str| end.split('/').next().unwrap().parse::<u32>().unwrap();
+        let down = matches!(link, "101/1-1/5" | "1/5-101/1");
+        assert_eq!(
+            attr(tag, "data-state"),
+            Some(if down { "down" } else { "up" }),
+            "{link}"
+        );
+        drawn.push((node(from), node(to)));
+    }
+    drawn.sort_unstable();
+    let mut want = topology_links();
+    want.sort_unstable();
+    assert_eq!(drawn, want, "every link of the fabric, and no other");
+    for n in tags(&fabric, "fabric-node") {
+        let id: u32 = attr(n, "data-node").unwrap().parse().unwrap();
+        let tier = if id > 100 { "1" } else { "0" };
+        assert_eq!(attr(n, "data-tier"), Some(tier), "node {id}'s tier");
+    }
+    assert_eq!(
+        count(&fabric, "panel-loading") + count(&fabric, "panel-error"),
+        0
+    );
+    // The faults before it were seen (the map above is the map after them).
+    let kinds = get(&base, "/api/incidents?limit=100");
+    let kinds: Vec<&str> = kinds["incidents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["kind"].as_str())
+        .collect();
+    for k in ["non-int-hops", "hop-limit"] {
+        assert!(kinds.contains(&k), "{k} raised before: {kinds:?}");
+    }
+
+    // A panel whose request fails says so in its place; the others still draw.
+    let upstream: SocketAddr = base.trim_start_matches("http://").parse().unwrap();
+    let failing = proxy(upstream, Incidents::Fail("/api/links"));
+    let overview = page_dom(&failing, "overview", "overview-links-failing");
+    let error = element(&overview, "busy-links").expect("the busiest links' panel");
+    assert!(
+        error.contains("data-test=\"panel-error\"") && error.contains("HTTP 503"),
+        "{error}"
+    );
+    assert!(
+        count(&overview, "overview-flow") >= 1,
+        "the other panels drawn"
+    );
+    assert_eq!(count(&overview, "panel-loading"), 0, "nothing left loading");
+    drop(demo);
+}
+
+/// The fabric page of a collector holding 100 000 flows draws the fabric, its nodes and no
+/// error (how long it takes is measured by `scripts/console-bench.sh`).
+#[test]
+fn fabric_page_at_100k_flows() {
+    if no_chromium() {
+        return;
+    }
+    let mut child = common::bin()
+        .args([
+            "collect",
+            "--listen",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--no-store",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let v = common::startup_line(&mut child);
+    let collector = Demo(child);
+    let base = format!("http://{}", v["http"].as_str().unwrap());
+    let listen = v["listen"][0].as_str().unwrap().to_string();
+    // The generator picks its flows in the same order each run: a run long enough to reach all
+    // of them (600 000 reports), again while any went missing (the kernel may drop some on a
+    // busy machine).
+    for run in 1.. {
+        let out = common::bin()
+            .args([
+                "blast",
+                "--to",
+                &listen,
+                "--rate",
+                "200000",
+                "--duration",
+                "3",
+            ])
+            .args(["--flows", "100000"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let settle = Instant::now() + Duration::from_secs(20);
+        while get(&base, "/api/stats")["flows"].as_u64() < Some(100_000) && Instant::now() < settle
+        {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        if get(&base, "/api/stats")["flows"].as_u64() >= Some(100_000) {
+            break;
+        }
+        assert!(run < 5, "100 000 flows never held");
+    }
+    let fabric = page_dom(&base, "fabric", "fabric-100k-flows");
+    assert_eq!(count(&fabric, "panel-error"), 0, "no error");
+    assert_eq!(count(&fabric, "panel-loading"), 0, "nothing left loading");
+    assert!(count(&fabric, "fabric-node") >= 4, "the fabric drawn");
+    assert_eq!(
+        count(&fabric, "node-row"),
+        count(&fabric, "fabric-node"),
+        "every node in the table"
+    );
+    assert!(
+        fabric.contains("<main id=\"main\" data-drawn-ms=\""),
+        "the page's first draw done"
+    );
+    let flows = page_dom(&base, "flows", "flows-100k-flows");
+    assert_eq!(count(&flows, "panel-error"), 0, "no error");
+    assert!(count(&flows, "flow-row") >= 20, "flows listed");
+    assert!(flows.contains("100,000"), "the total said");
+    drop(collector);
 }

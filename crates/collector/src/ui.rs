@@ -31,6 +31,7 @@ pub const FILES: &[(&str, &str, &str)] = files!(
     "/js/chart.js" => JS,
     "/js/data.js" => JS,
     "/js/topology.js" => JS,
+    "/js/states.js" => JS,
     "/js/pages/index.js" => JS,
     "/js/pages/overview.js" => JS,
     "/js/pages/incidents.js" => JS,

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// (expression over fmt.js's exports, the text it must give).
-const CASES: [(&str, &str); 28] = [
+const CASES: [(&str, &str); 32] = [
     ("count(1, 'drop')", "1 drop"),
     ("count(2, 'drop')", "2 drops"),
     ("count(0, 'drop')", "0 drops"),
@@ -32,6 +32,11 @@ const CASES: [(&str, &str); 28] = [
     ("lasted(999)", "under 1 µs"),
     ("lasted(10300000)", "10.3 ms"),
     ("lasted(null)", "–"),
+    // Long spans in minutes and hours, not `10800 s`.
+    ("lasted(119000000000)", "119 s"),
+    ("lasted(150000000000)", "2.5 min"),
+    ("span(10800000000000)", "3 h"),
+    ("ago(0, 7200000000000)", "2 h ago"),
     ("ago(5, 5)", "just now"),
     ("ago(0, 12300000000)", "12.3 s ago"),
     // A link's far end continues its near end.
@@ -84,7 +89,7 @@ fn counts_read_as_words_in_one_number_format() {
         .collect();
     // Prints the cases that differ, one JSON line each.
     let script = format!(
-        "import {{ ago, count, evidence, incidentPlace, lasted, ns, num, peakText }} from {url:?};\n\
+        "import {{ ago, count, evidence, incidentPlace, lasted, ns, num, peakText, span }} from {url:?};\n\
          for (const [expr, got, want] of [{list}]) {{\n\
            if (got !== want) console.log(JSON.stringify({{ expr, got, want }}));\n\
          }}\n",

@@ -4,6 +4,7 @@
 
 import { events, onCollectorClock, onSwitchClock, qs, streamUrl } from '../api.js';
 import { EVENT_KINDS, clock, esc, eventPlace, evidence, flowText, num } from '../fmt.js';
+import { emptyRow, loadingRow } from '../states.js';
 import { setParams, state } from '../store.js';
 import { within } from '../time.js';
 
@@ -83,7 +84,7 @@ export async function render(ctx) {
     <label><input type="checkbox" id="livebox" ${live ? 'checked' : ''}
       ${r.live && !fabric ? '' : 'disabled'}> live</label></p>
     <table class="wrap" id="events"><thead><tr><th>time</th><th>kind</th><th>where</th><th>flow</th><th>evidence</th>
-    </tr></thead><tbody id="rows"></tbody></table></div>`;
+    </tr></thead><tbody id="rows">${loadingRow(5)}</tbody></table></div>`;
   const $ = (id) => document.getElementById(id);
   $('kind').onchange = () => setParams({ kind: $('kind').value });
   $('node').onchange = () => setParams({ node: $('node').value.trim() });
@@ -105,8 +106,8 @@ export async function render(ctx) {
   }
   if (!ctx.alive) return;
   // Streamed events go into the first body (#rows), above the groups.
+  $('rows').innerHTML = list.length ? '' : emptyRow('no events in the range', 5);
   if (list.length) $('rows').insertAdjacentHTML('afterend', bodies(list));
-  else $('rows').innerHTML = '<tr><td class="empty" colspan="5">no events in the range</td></tr>';
   $('events').onclick = (ev) => {
     const b = ev.target.closest('button[data-test="event-group-more"]');
     if (!b) return;

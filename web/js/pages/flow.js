@@ -4,6 +4,7 @@
 import { api, onCollectorClock } from '../api.js';
 import { chart } from '../chart.js';
 import { clock, count, esc, eventPlace, evidence, flowText, node, ns } from '../fmt.js';
+import { emptyRow, loadingBlock } from '../states.js';
 import { href, sawTime } from '../store.js';
 
 export async function render(ctx) {
@@ -37,8 +38,8 @@ export async function render(ctx) {
       <div class="path" data-test="flow-path">${f.path_detail.map((h, i, all) => hop(h, i, all.length)).join('')}
       </div>
       <p class="muted" id="range-note"></p></div>
-    <div class="grid"><div class="panel"><div id="lat" data-test="latency-chart"></div></div>
-      <div class="panel"><div id="occ"></div></div></div>
+    <div class="grid"><div class="panel"><div id="lat" data-test="latency-chart">${loadingBlock}</div></div>
+      <div class="panel"><div id="occ">${loadingBlock}</div></div></div>
     <div class="grid"><div class="panel"><h2>Path history</h2><table><tbody>${f.path_history
       .map(
         (p) =>
@@ -56,7 +57,7 @@ export async function render(ctx) {
               <span class="kind ${e.kind}">${e.kind}</span></td>
           <td class="nowrap">${esc(eventPlace(e))}</td><td>${esc(evidence(e))}</td></tr>`,
           )
-          .join('') || '<tr><td class="empty" colspan="4">none in the range</td></tr>'
+          .join('') || emptyRow('none in the range', 4)
       }</tbody></table></div></div>`;
   // The store's per-interval series reaches back further than the samples kept in memory.
   const intervals = f.intervals ?? [];

@@ -5,6 +5,7 @@
 import { api, qs } from '../api.js';
 import { FLOW_KEYS, byFlowKey, storedFlows } from '../data.js';
 import { clock, count, esc, flowText, ns, num, sortHeader } from '../fmt.js';
+import { emptyRow, loadingRow } from '../states.js';
 import { sawTime, setParams } from '../store.js';
 
 /** The server's sorts, larger first; p99 is the default (it separates flows; last seen did not). */
@@ -21,7 +22,7 @@ export async function render(ctx) {
       ${sortHeader('e2e p99', 'p99', sort)}${sortHeader('reports', 'reports', sort)}
       ${sortHeader('drops', 'drops', sort)}
       ${sortHeader('path changes', 'path_changes', sort)}${sortHeader('last seen', 'last_seen', sort)}</tr></thead>
-    <tbody id="rows"></tbody></table></div>`;
+    <tbody id="rows">${loadingRow(8)}</tbody></table></div>`;
   const $ = (id) => document.getElementById(id);
   for (const th of ctx.main.querySelectorAll('th[data-sort]')) th.onclick = () => setParams({ sort: th.dataset.sort });
   const load = async () => {
@@ -53,7 +54,7 @@ export async function render(ctx) {
       <td class="num">${num(f.drops)}</td><td class="num">${num(f.path_changes)}</td>
         <td class="muted">${clock(f.last_seen_ns, 3)}</td></tr>`,
         )
-        .join('') || '<tr><td class="empty" colspan="8">no flows match</td></tr>';
+        .join('') || emptyRow('no flows match', 8);
   };
   ctx.main.onclick = (e) => {
     const row = e.target.closest('tr[data-href]');

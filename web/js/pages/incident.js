@@ -2,7 +2,7 @@
 // uncertainty, the peak), its place on the map, the flows involved, the fault's other symptoms,
 // the queue's occupancy around it, the evidence and the events at the place meanwhile.
 
-import { events, api, incidentOnCollectorClock, incidents } from '../api.js';
+import { events, api, incidentOnCollectorClock, incidents, measureSkew } from '../api.js';
 import { chart } from '../chart.js';
 import { fabricModel, queueSeries } from '../data.js';
 import {
@@ -19,7 +19,9 @@ import {
   peakText,
   stamp,
 } from '../fmt.js';
+import { emptyRow, loadingBlock, loadingRow, loadingSvg } from '../states.js';
 import { state } from '../store.js';
+import { nowNs } from '../time.js';
 import { LEGEND, drawMap } from '../topology.js';
 
 /** The timeline as SVG: the incident's span, the uncertainty before its start and its end, the peak. */
@@ -45,7 +47,8 @@ function timeline(i, w) {
 export async function render(ctx) {
   let i;
   try {
-    i = incidentOnCollectorClock(await api(`/api/incidents/${encodeURIComponent(ctx.arg)}`));
+    const [found] = await Promise.all([api(`/api/incidents/${encodeURIComponent(ctx.arg)}`), measureSkew()]);
+    i = incidentOnCollectorClock(found);
   } catch (e) {
     if (e.status !== 404 && e.status !== 400) throw e;
     // A 404 is either no such incident or no incident API at all: the list tells which.
@@ -60,9 +63,17 @@ export async function render(ctx) {
   if (!ctx.alive) return;
   const p = i.place;
   const end = i.end_ns ?? i.last_update_ns;
-  const unc = (u) => (u ? ` (within ${ns(u)} before)` : '');
-  const cause = i.cause ? ` · ${esc(i.cause)}` : '';
   const fact = (k, v) => `<tr><th>${k}</th><td>${v}</td></tr>`;
+  const unc = (u) => (u ? ` (within ${ns(u)} before)` : '');
+  // The switch's own time beside the collector's, where the two clocks differ.
+  const own =
+    i.switch_start_ns != null
+      ? fact('start, switch clock', `<span data-test="incident-switch-start">${stamp(i.switch_start_ns)}</span>`)
+      : '';
+  // An ongoing incident lasts until now (an outage sends no updates while it lasts).
+  const lasting =
+    i.state === 'ongoing' ? `${lasted(Math.max(end, nowNs()) - i.start_ns)} so far` : lasted(end - i.start_ns);
+  const cause = i.cause ? ` · ${esc(i.cause)}` : '';
   ctx.main.innerHTML = `<div class="panel" data-test="incident-detail" data-kind="${esc(i.kind)}">
       <h2><span class="sev ${esc(i.severity)}">${esc(i.severity)}</span> ${esc(i.kind)}${cause}
         at <span data-test="incident-place">${esc(incidentPlace(p))}</span>
@@ -70,8 +81,9 @@ export async function render(ctx) {
       <div id="timeline"></div>
       <div class="grid"><table class="facts"><tbody>
         ${fact('start', `<span data-test="incident-start">${stamp(i.start_ns)}</span>${unc(i.start_uncertainty_ns)}`)}
+        ${own}
         ${i.end_ns != null ? fact('end', `${stamp(end)}${unc(i.end_uncertainty_ns)}`) : fact('last update', stamp(end))}
-        ${fact('duration', lasted(end - i.start_ns))}
+        ${fact('duration', lasting)}
         ${fact('peak', i.peak ? `${esc(peakText(i.peak))} at ${clock(i.peak.at_ns)}` : '–')}
         ${fact('threshold', i.threshold != null ? esc(peakText({ ...i.peak, value: i.threshold })) : '–')}
         ${fact('baseline', i.baseline != null ? esc(peakText({ ...i.peak, value: i.baseline })) : '–')}
@@ -82,7 +94,7 @@ export async function render(ctx) {
         ${fact('received by the collector', i.received_ns != null ? stamp(i.received_ns) : '–')}
       </tbody></table></div></div>
     <div class="grid"><div class="panel"><h2>Place on the map</h2><svg id="map" width="100%" height="300"
-      data-test="incident-map"></svg>${LEGEND}</div>
+      data-test="incident-map">${loadingSvg}</svg>${LEGEND}</div>
       <div class="panel scroll">
         <h2>Flows involved <span class="muted">(${num(i.counts.flows)}, the most involved first)</span></h2>
       <table data-test="incident-flows"><thead><tr><th>flow</th><th>share</th><th>samples</th></tr></thead><tbody>${
@@ -92,7 +104,7 @@ export async function render(ctx) {
           <td class="num">${f.share != null ? `${(f.share * 100).toFixed(1)}%` : '–'}</td>
             <td class="num">${num(f.samples)}</td></tr>`,
           )
-          .join('') || '<tr><td class="empty" colspan="3">none listed</td></tr>'
+          .join('') || emptyRow('none listed', 3)
       }</tbody></table></div></div>
     <div class="panel scroll"><h2>Symptoms <span class="muted">of the same fault, besides the root cause above</span>
       </h2><table data-test="incident-symptoms"><thead><tr><th>kind</th><th>place</th><th>cause</th><th>start</th>
@@ -106,12 +118,13 @@ export async function render(ctx) {
             <td class="num">${num(s.samples)}</td><td class="num">${num(s.flows)}</td>
             <td class="num">${esc(peakText(s.peak))}</td></tr>`,
           )
-          .join('') || '<tr><td class="empty" colspan="8">none: the root cause alone</td></tr>'
+          .join('') || emptyRow('none: the root cause alone', 8)
       }</tbody></table></div>
-    <div class="grid"><div class="panel"><div id="occ"></div></div>
+    <div class="grid"><div class="panel"><div id="occ">${loadingBlock}</div></div>
       <div class="panel scroll"><h2>Evidence <span class="muted">the first, in full</span></h2>
       <pre data-test="incident-evidence">${esc(JSON.stringify(i.evidence, null, 1) ?? '–')}</pre></div></div>
-    <div class="panel scroll"><h2>Events at the place meanwhile</h2><table class="wrap"><tbody id="evs"></tbody>
+    <div class="panel scroll"><h2>Events at the place meanwhile</h2><table class="wrap">
+      <tbody id="evs">${loadingRow(4)}</tbody>
       </table></div>`;
   const $ = (id) => document.getElementById(id);
   $('timeline').innerHTML = timeline(i, $('timeline').clientWidth || 1000);
@@ -137,7 +150,7 @@ export async function render(ctx) {
           </td>
         <td class="nowrap">${esc(eventPlace(e))}</td><td>${esc(evidence(e))}</td></tr>`,
       )
-      .join('') || '<tr><td class="empty">none in the live log</td></tr>';
+      .join('') || emptyRow('none in the live log');
   if (queues) {
     const rows = [...queues.series].filter(
       ([k]) => k.startsWith(`${p.node}/${p.port}/`) && (p.queue == null || k.endsWith(`/${p.queue}`)),
@@ -156,6 +169,7 @@ export async function render(ctx) {
         series,
         range: around,
         marks: [i.start_ns / 1e9, end / 1e9],
+        empty: `no samples of this queue from ${clock(around.since, 0)} to ${clock(around.until, 0)}`,
       }),
     );
   } else {

@@ -3,6 +3,7 @@
 
 import { incidents } from '../api.js';
 import { INCIDENT_KINDS, byHurt, clock, esc, incidentPlace, lasted, num, peakText } from '../fmt.js';
+import { emptyRow, loadingRow } from '../states.js';
 import { setParams } from '../store.js';
 
 export async function render(ctx) {
@@ -17,7 +18,7 @@ export async function render(ctx) {
     <input id="node" placeholder="node" size="6" value="${esc(node)}"></p>
     <table class="wrap"><thead><tr><th>severity</th><th>kind</th><th>where</th><th>start</th><th>duration</th>
       <th>state</th>
-    <th>peak</th><th>flows</th><th>samples</th></tr></thead><tbody id="rows"></tbody></table></div>`;
+    <th>peak</th><th>flows</th><th>samples</th></tr></thead><tbody id="rows">${loadingRow(9)}</tbody></table></div>`;
   const $ = (id) => document.getElementById(id);
   $('state').onchange = () => setParams({ state: $('state').value });
   $('kind').onchange = () => setParams({ kind: $('kind').value });
@@ -51,6 +52,6 @@ export async function render(ctx) {
         <td>${esc(peakText(i.peak))}</td><td class="num">${num(i.counts.flows)}</td>
           <td class="num">${num(i.counts.samples)}</td></tr>`,
         )
-        .join('') || '<tr><td class="empty" colspan="9">no incidents in the range</td></tr>';
+        .join('') || emptyRow('no incidents in the range', 9);
   });
 }

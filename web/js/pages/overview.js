@@ -4,6 +4,7 @@
 import { events, api, incidents, qs } from '../api.js';
 import { peak, queueSeries, storedFlows } from '../data.js';
 import { ago, byHurt, clock, count, esc, flowText, incidentPlace, lasted, node, ns, pct, peakText } from '../fmt.js';
+import { emptyRow, errorRow, loadingRow } from '../states.js';
 import { href, sawTime } from '../store.js';
 import { within } from '../time.js';
 
@@ -44,7 +45,7 @@ function hurtRow(i, now, href) {
   const end = i.end_ns ?? i.last_update_ns;
   const how =
     i.state === 'ongoing'
-      ? `for ${lasted(end - i.start_ns)}, last ${ago(i.last_update_ns, now)}`
+      ? `for ${lasted(Math.max(end, now) - i.start_ns)}, last update ${ago(i.last_update_ns, now)}`
       : `lasted ${lasted(end - i.start_ns)}, ended ${clock(end)}`;
   const since = `<span data-test="hurt-since" data-ns="${i.start_ns}">since ${clock(i.start_ns)}</span>
     <br><span class="muted">${how}</span>`;
@@ -160,20 +161,57 @@ export function episodesFromEvents(events, range) {
   return out;
 }
 
+/** The hottest queues' rows: by the highest occupancy, then by how many samples were congested
+ * (equal peaks: the buffer's size). */
+function hotQueues(queues) {
+  return (
+    [...queues.series]
+      .map(([k, s]) => [k, peak(s), s.filter(([, v]) => v >= CONGESTED).length])
+      .filter(([, v]) => v > 0)
+      .sort((a, b) => b[1] - a[1] || b[2] - a[2])
+      .slice(0, TOP)
+      .map(([k, v]) => {
+        const [n, p, q] = k.split('/');
+        return `<tr class="clickable" data-href="#/queues?focus=${k}" data-test="hot-queue" data-queue="${k}">
+          <td><a href="#/queues?focus=${k}">${esc(node(n))} · port ${p} · q${q}</a></td>
+            <td class="num">${count(v, 'cell')}</td></tr>`;
+      })
+      .join('') || emptyRow('all queues empty in the range')
+  );
+}
+
+/** The busiest links' rows, by Tx utilization. */
+function busyLinks(links) {
+  return (
+    [...links]
+      .sort((a, b) => (b.utilization ?? 0) - (a.utilization ?? 0))
+      .slice(0, TOP)
+      .map(
+        (l) => `<tr class="clickable" data-href="#/fabric" data-test="busy-link"><td>
+            <a href="#/fabric">${esc(node(l.from_node))}:${l.from_port} →
+              ${esc(node(l.to_node))}:${l.to_port}</a></td>
+        <td class="num">${pct(l.utilization)}</td></tr>`,
+      )
+      .join('') || emptyRow('no links seen')
+  );
+}
+
 export async function render(ctx) {
   ctx.main.innerHTML = `<div class="panel" data-test="hurts"><h2>What hurts now <span class="muted" id="hurt-note">
     </span></h2>
     <table class="wrap"><thead><tr><th>severity</th><th>what</th><th>where</th><th>since</th><th>state</th><th>peak</th>
-    <th>flows (share)</th></tr></thead><tbody id="hurts"></tbody></table></div>
+    <th>flows (share)</th></tr></thead><tbody id="hurts">${loadingRow(7)}</tbody></table></div>
     <div class="grid">
       <div class="panel"><h2>Hottest queues <span class="muted">highest occupancy in the range</span></h2>
-        <table><tbody id="hot-queues" data-test="hot-queues"></tbody></table></div>
-      <div class="panel"><h2>Worst flows by e2e p99</h2><table><tbody id="worst-p99" data-test="worst-p99"></tbody>
+        <table><tbody id="hot-queues" data-test="hot-queues">${loadingRow()}</tbody></table></div>
+      <div class="panel"><h2>Worst flows by e2e p99</h2><table>
+        <tbody id="worst-p99" data-test="worst-p99">${loadingRow()}</tbody>
         </table></div>
-      <div class="panel"><h2>Flows losing packets</h2><table><tbody id="worst-loss" data-test="worst-loss"></tbody>
+      <div class="panel"><h2>Flows losing packets</h2><table>
+        <tbody id="worst-loss" data-test="worst-loss">${loadingRow()}</tbody>
         </table></div>
       <div class="panel"><h2>Busiest links <span class="muted">Tx utilization</span></h2>
-        <table><tbody id="busy-links" data-test="busy-links"></tbody></table></div>
+        <table><tbody id="busy-links" data-test="busy-links">${loadingRow()}</tbody></table></div>
     </div>`;
   const $ = (id) => document.getElementById(id);
   ctx.main.onclick = (e) => {
@@ -219,59 +257,44 @@ export async function render(ctx) {
         );
     }
     if (!ctx.alive) return;
-    $('hurts').innerHTML = rows.join('') || '<tr><td class="empty" colspan="7">nothing hurts in this range</td></tr>';
+    $('hurts').innerHTML = rows.join('') || emptyRow('nothing hurts in this range', 7);
 
     // A live range: the live flows; a past one: the store's summaries of the flows seen in it.
     const worst = (sort) =>
       r.live
         ? api(`/api/flows${qs({ sort, limit: TOP })}`).then((d) => d.flows)
         : storedFlows(r, '', '', sort).then((d) => d.rows.slice(0, TOP));
-    const [p99Flows, dropFlows, links, queues] = await Promise.all([
-      worst('p99'),
-      worst('drops'),
-      api('/api/links'),
-      queueSeries(r),
-    ]);
-    if (!ctx.alive) return;
-    const byP99 = { flows: p99Flows };
-    const byDrops = { flows: dropFlows };
-    for (const f of byP99.flows) sawTime(f.last_seen_ns);
     // A stored flow has no live page: its link finds it among the range's stored flows.
     const flowHref = (f) =>
       f.id != null ? `#/flow/${f.id}` : href('flows', null, { q: f.flow.src, from: r.since, to: r.until });
     const flowRow = (f, v) => `<tr class="clickable" data-href="${flowHref(f)}" data-test="overview-flow">
       <td><a href="${flowHref(f)}">${esc(flowText(f.flow))}</a></td><td class="num">${v}</td></tr>`;
-    $('worst-p99').innerHTML =
-      byP99.flows.map((f) => flowRow(f, ns(f.e2e_latency_p99))).join('') || '<tr><td class="empty">no flows</td></tr>';
-    const losing = byDrops.flows.filter((f) => f.drops > 0);
-    $('worst-loss').innerHTML =
-      losing.map((f) => flowRow(f, count(f.drops, 'drop'))).join('') || '<tr><td class="empty">no drops</td></tr>';
-    // By the highest occupancy, then by how many samples were congested (equal peaks: the
-    // buffer's size).
-    const hot = [...queues.series]
-      .map(([k, s]) => [k, peak(s), s.filter(([, v]) => v >= CONGESTED).length])
-      .filter(([, v]) => v > 0)
-      .sort((a, b) => b[1] - a[1] || b[2] - a[2])
-      .slice(0, TOP);
-    $('hot-queues').innerHTML =
-      hot
-        .map(([k, v]) => {
-          const [n, p, q] = k.split('/');
-          return `<tr class="clickable" data-href="#/queues?focus=${k}" data-test="hot-queue" data-queue="${k}">
-          <td><a href="#/queues?focus=${k}">${esc(node(n))} · port ${p} · q${q}</a></td>
-            <td class="num">${count(v, 'cell')}</td></tr>`;
-        })
-        .join('') || '<tr><td class="empty">all queues empty in the range</td></tr>';
-    $('busy-links').innerHTML =
-      [...links]
-        .sort((a, b) => (b.utilization ?? 0) - (a.utilization ?? 0))
-        .slice(0, TOP)
-        .map(
-          (l) => `<tr class="clickable" data-href="#/fabric" data-test="busy-link"><td>
-            <a href="#/fabric">${esc(node(l.from_node))}:${l.from_port} →
-              ${esc(node(l.to_node))}:${l.to_port}</a></td>
-        <td class="num">${pct(l.utilization)}</td></tr>`,
-        )
-        .join('') || '<tr><td class="empty">no links seen</td></tr>';
+    // Each panel from its own answer: one that fails says so in its place, the others still draw.
+    const fill = async (id, answer, draw) => {
+      let html;
+      try {
+        html = draw(await answer);
+      } catch (e) {
+        html = errorRow(e);
+      }
+      if (ctx.alive) $(id).innerHTML = html;
+    };
+    await Promise.all([
+      fill('worst-p99', worst('p99'), (flows) => {
+        for (const f of flows) sawTime(f.last_seen_ns);
+        return flows.map((f) => flowRow(f, ns(f.e2e_latency_p99))).join('') || emptyRow('no flows');
+      }),
+      fill(
+        'worst-loss',
+        worst('drops'),
+        (flows) =>
+          flows
+            .filter((f) => f.drops > 0)
+            .map((f) => flowRow(f, count(f.drops, 'drop')))
+            .join('') || emptyRow('no drops'),
+      ),
+      fill('busy-links', api('/api/links'), busyLinks),
+      fill('hot-queues', queueSeries(r), hotQueues),
+    ]);
   });
 }
