@@ -1,7 +1,7 @@
 // The collector's JSON API. A collector served off loopback asks for its bearer token (401):
 // asked once, kept for the tab.
 
-import { set, state } from './store.js';
+import { href, set, state } from './store.js';
 
 let token = sessionStorage.getItem('intscope-token') || '';
 
@@ -49,7 +49,9 @@ export async function measureSkew() {
   skewAt = Date.now();
   const ev = await api('/api/events?limit=100').catch(() => []);
   learnSkew(ev);
-  if (!ev.some((e) => e.received_ns != null) && state.incidents !== 'unavailable') {
+  // `intscope serve` answers a page of stored events, which keep no receive time.
+  const rows = Array.isArray(ev) ? ev : ev?.events || [];
+  if (!rows.some((e) => e.received_ns != null) && state.incidents !== 'unavailable') {
     const d = await api('/api/incidents?limit=20').catch(() => ({ incidents: [] }));
     learnSkew((d.incidents || []).map((i) => ({ received_ns: i.received_ns, time_ns: i.start_ns })));
   }
@@ -101,6 +103,35 @@ export function incidentOnCollectorClock(i) {
     peak: i.peak ? { ...i.peak, at_ns: t(i.peak.at_ns) } : i.peak,
     ...(i.symptoms ? { symptoms } : {}),
   };
+}
+
+/**
+ * The route of an incident's page. `intscope serve` holds the incidents of every collector, whose
+ * IDs are each collector's own: there the link carries the incident's start (switch clock) too,
+ * which tells apart two collectors' incidents of one ID.
+ */
+export const incidentHref = (i, at = i.switch_start_ns ?? i.start_ns) =>
+  href('incident', i.id, state.mode === 'fabric' ? { at } : null);
+
+/** Most incidents around an instant read to find one by ID and start in the shared store. */
+const AROUND_AT = 1000;
+
+/**
+ * An incident by ID: the collector's `/api/incidents/ID`; under `intscope serve`, the stored
+ * incident of that ID that started at `at` (switch clock, ns; within a microsecond, as a URL's
+ * number may have lost the last digits), or else the one of that ID that lasted over `near` (an
+ * event of it). Throws an ApiError 404 when there is none.
+ */
+export async function incidentById(id, { at, near } = {}) {
+  if (state.mode !== 'fabric') return api(`/api/incidents/${encodeURIComponent(id)}`);
+  const path = `/api/incidents/${id}`;
+  const t = at > 0 ? at : near;
+  if (!(t > 0)) throw new ApiError(path, 404, 'the shared store finds an incident by its ID and its start (at=)');
+  const d = await api(`/api/incidents${qs({ since: Math.max(0, t - 1e6), until: t + 1e6, limit: AROUND_AT })}`);
+  const same = (d.incidents || []).filter((i) => String(i.id) === String(id));
+  const found = at > 0 ? same.find((i) => Math.abs(i.start_ns - at) < 1e3) : same[0];
+  if (!found) throw new ApiError(path, 404, 'no such incident in the shared store');
+  return found;
 }
 
 /** GETs `path` as JSON; throws ApiError on a non-2xx answer. */

@@ -96,7 +96,8 @@ export async function queueSeries(range, node) {
       }
     }
   }
-  const live = await api('/api/queues');
+  // `intscope serve` keeps no live samples: the store's alone.
+  const live = state.mode === 'fabric' ? [] : await api('/api/queues');
   for (const q of live) {
     if (node != null && q.node_id !== Number(node)) continue;
     sawTime(q.last_seen_ns);

@@ -102,7 +102,7 @@ const modeKnown = Promise.all([
 ]);
 
 /** Pages that read only what `intscope serve` answers (the stored incidents and events). */
-const FABRIC_PAGES = new Set(['incidents', 'events']);
+const FABRIC_PAGES = new Set(['incidents', 'incident', 'events']);
 
 /** What a live page says under `intscope serve` instead of failing on the calls it cannot make. */
 function fabricOnly(page) {

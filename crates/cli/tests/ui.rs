@@ -1128,6 +1128,46 @@ fn map_and_times_under_faults() {
     );
     assert_eq!(count(&overview, "panel-loading"), 0, "nothing left loading");
     drop(demo);
+
+    // `intscope serve` over the store the demo wrote: the incident's page from its list, on the
+    // collector's clock, without the live state the store lacks.
+    let mut serve = common::bin()
+        .args(["serve", "--http", "127.0.0.1:0", "--store"])
+        .arg(format!("sqlite:{}", dir.path().join("data").display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let v = common::startup_line(&mut serve);
+    let serve = Demo(serve);
+    let shared = format!("http://{}", v["http"].as_str().unwrap());
+    let list = page_dom(&shared, "incidents?range=1h", "serve-incidents");
+    let link = tags(&list, "incident-row")
+        .into_iter()
+        .filter_map(|r| attr(r, "data-href"))
+        .find(|h| h.starts_with(&format!("#/incident/{id}?at=")))
+        .expect("the outage listed, linked by its ID and start")
+        .to_string();
+    let stored = page_dom(&shared, &link[2..], "serve-incident");
+    let detail = element(&stored, "incident-detail").expect("the incident's page");
+    assert!(detail.contains("data-kind=\"path-change\""), "{detail}");
+    let start = text_of(&stored, "incident-start").expect("its start");
+    assert!(
+        start.starts_with(&date_time(received))
+            || start.starts_with(&date_time(received - 1_000_000_000)),
+        "start {start} on the collector's clock"
+    );
+    let map = element(&stored, "incident-map").expect("the map's panel");
+    assert!(
+        map.contains("panel-empty") && map.contains("each collector"),
+        "{map}"
+    );
+    assert_eq!(
+        count(&stored, "panel-error") + count(&stored, "panel-loading"),
+        0
+    );
+    drop(serve);
 }
 
 /// The fabric page of a collector holding 100 000 flows draws the fabric, its nodes and no

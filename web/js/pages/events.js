@@ -5,7 +5,7 @@
 import { events, onCollectorClock, onSwitchClock, qs, streamUrl } from '../api.js';
 import { EVENT_KINDS, clock, esc, eventPlace, evidence, flowText, num } from '../fmt.js';
 import { emptyRow, loadingRow } from '../states.js';
-import { setParams, state } from '../store.js';
+import { href, setParams, state } from '../store.js';
 import { within } from '../time.js';
 
 const flowLink = (e) =>
@@ -20,6 +20,13 @@ const row = (e) => `<tr data-test="event-row" data-kind="${e.kind}" data-ns="${e
 /** Rows of an incident's group shown before "show all" (the rest are hidden by CSS). */
 const SHOWN = 3;
 
+/** The link to a group's incident (under `intscope serve`, by the time of its oldest event). */
+const groupHref = (g) => {
+  const oldest = g[g.length - 1];
+  const near = oldest.switch_ns ?? oldest.time_ns;
+  return href('incident', g[0].incident_id, state.mode === 'fabric' ? { near } : null);
+};
+
 /** One incident's events (newest first) under a header: their kinds, span and incident. */
 function group(g) {
   const id = g[0].incident_id;
@@ -29,7 +36,7 @@ function group(g) {
   const span = `${clock(g[g.length - 1].time_ns)} – ${clock(g[0].time_ns)}`;
   const more = g.length > SHOWN ? ` <button data-test="event-group-more">show all ${num(g.length)}</button>` : '';
   return `<tbody class="group collapsed" data-test="event-group" data-incident="${esc(id)}">
-    <tr class="grouphead"><td colspan="5"><a href="#/incident/${encodeURIComponent(id)}">incident ${esc(id)}</a>
+    <tr class="grouphead"><td colspan="5"><a href="${groupHref(g)}">incident ${esc(id)}</a>
       · ${esc(what)} · ${span}${more}</td></tr>${g.map(row).join('')}</tbody>`;
 }
 

@@ -2,7 +2,7 @@
 // uncertainty, the peak), its place on the map, the flows involved, the fault's other symptoms,
 // the queue's occupancy around it, the evidence and the events at the place meanwhile.
 
-import { events, api, incidentOnCollectorClock, incidents, measureSkew } from '../api.js';
+import { events, incidentById, incidentOnCollectorClock, incidents, measureSkew, onSwitchClock, qs } from '../api.js';
 import { chart } from '../chart.js';
 import { fabricModel, queueSeries } from '../data.js';
 import {
@@ -19,7 +19,7 @@ import {
   peakText,
   stamp,
 } from '../fmt.js';
-import { emptyRow, loadingBlock, loadingRow, loadingSvg } from '../states.js';
+import { emptyRow, emptySvg, loadingBlock, loadingRow, loadingSvg } from '../states.js';
 import { state } from '../store.js';
 import { nowNs } from '../time.js';
 import { LEGEND, drawMap } from '../topology.js';
@@ -44,25 +44,41 @@ function timeline(i, w) {
   return `<svg width="100%" height="70" data-test="incident-timeline">${s}</svg>`;
 }
 
+/** The events at `node` around an incident: the live log's, or the store's under `serve`. */
+async function placeLog(node, around) {
+  if (state.mode !== 'fabric') return events(`/api/events?node=${node}&limit=1000`);
+  const [since, until] = [onSwitchClock(around.since), onSwitchClock(around.until)];
+  return (await events(`/api/history/events${qs({ node, since, until, limit: 1000 })}`, 'events')).events;
+}
+
+/** A flow of the incident: a link to its page where there is one (a collector's live flows). */
+const flowCell = (f) =>
+  state.mode === 'fabric' ? esc(flowText(f.flow)) : `<a href="#/flow/${f.flow_id}">${esc(flowText(f.flow))}</a>`;
+
 export async function render(ctx) {
   let i;
   try {
-    const [found] = await Promise.all([api(`/api/incidents/${encodeURIComponent(ctx.arg)}`), measureSkew()]);
+    const at = Number(ctx.params.get('at'));
+    const near = Number(ctx.params.get('near'));
+    const [found] = await Promise.all([incidentById(ctx.arg, { at, near }), measureSkew()]);
     i = incidentOnCollectorClock(found);
   } catch (e) {
     if (e.status !== 404 && e.status !== 400) throw e;
     // A 404 is either no such incident or no incident API at all: the list tells which.
     if (state.incidents === 'unknown') await incidents({ limit: 1 }).catch(() => null);
     const none = state.incidents === 'unavailable';
+    const why = state.mode === 'fabric' && e.apiMessage ? ` (${esc(e.apiMessage)})` : '';
     ctx.main.innerHTML = `<div class="panel" data-test="not-found">
       <h2>${none ? 'Incidents unavailable' : 'No such incident'}</h2>
-      <p>${none ? 'This collector serves no incident API.' : `No incident with ID <b>${esc(ctx.arg)}</b>.`}
+      <p>${none ? 'This collector serves no incident API.' : `No incident with ID <b>${esc(ctx.arg)}</b>${why}.`}
       See <a href="#/incidents">the incidents</a> or <a href="#/events">the events</a>.</p></div>`;
     return;
   }
   if (!ctx.alive) return;
   const p = i.place;
   const end = i.end_ns ?? i.last_update_ns;
+  // `intscope serve`: the shared store's incident, without a collector's live state.
+  const shared = state.mode === 'fabric';
   const fact = (k, v) => `<tr><th>${k}</th><td>${v}</td></tr>`;
   const unc = (u) => (u ? ` (within ${ns(u)} before)` : '');
   // The switch's own time beside the collector's, where the two clocks differ.
@@ -70,9 +86,14 @@ export async function render(ctx) {
     i.switch_start_ns != null
       ? fact('start, switch clock', `<span data-test="incident-switch-start">${stamp(i.switch_start_ns)}</span>`)
       : '';
-  // An ongoing incident lasts until now (an outage sends no updates while it lasts).
+  // An ongoing incident lasts until now (an outage sends no updates while it lasts); the shared
+  // store knows it as of its last stored update (its collector may have stopped since).
   const lasting =
-    i.state === 'ongoing' ? `${lasted(Math.max(end, nowNs()) - i.start_ns)} so far` : lasted(end - i.start_ns);
+    i.state !== 'ongoing'
+      ? lasted(end - i.start_ns)
+      : shared
+        ? `${lasted(end - i.start_ns)} by its last stored update`
+        : `${lasted(Math.max(end, nowNs()) - i.start_ns)} so far`;
   const cause = i.cause ? ` · ${esc(i.cause)}` : '';
   ctx.main.innerHTML = `<div class="panel" data-test="incident-detail" data-kind="${esc(i.kind)}">
       <h2><span class="sev ${esc(i.severity)}">${esc(i.severity)}</span> ${esc(i.kind)}${cause}
@@ -94,13 +115,13 @@ export async function render(ctx) {
         ${fact('received by the collector', i.received_ns != null ? stamp(i.received_ns) : '–')}
       </tbody></table></div></div>
     <div class="grid"><div class="panel"><h2>Place on the map</h2><svg id="map" width="100%" height="300"
-      data-test="incident-map">${loadingSvg}</svg>${LEGEND}</div>
+      data-test="incident-map">${loadingSvg}</svg>${shared ? '' : LEGEND}</div>
       <div class="panel scroll">
         <h2>Flows involved <span class="muted">(${num(i.counts.flows)}, the most involved first)</span></h2>
       <table data-test="incident-flows"><thead><tr><th>flow</th><th>share</th><th>samples</th></tr></thead><tbody>${
         i.flows
           .map(
-            (f) => `<tr data-test="incident-flow"><td><a href="#/flow/${f.flow_id}">${esc(flowText(f.flow))}</a></td>
+            (f) => `<tr data-test="incident-flow"><td>${flowCell(f)}</td>
           <td class="num">${f.share != null ? `${(f.share * 100).toFixed(1)}%` : '–'}</td>
             <td class="num">${num(f.samples)}</td></tr>`,
           )
@@ -114,7 +135,7 @@ export async function render(ctx) {
             (s) => `<tr data-test="incident-symptom"><td>${esc(s.kind)}</td><td class="nowrap">${esc(
               incidentPlace(s.place),
             )}</td><td>${esc(s.cause ?? '–')}</td><td class="nowrap">${clock(s.start_ns)}</td>
-            <td class="nowrap">${s.end_ns != null ? clock(s.end_ns) : 'ongoing'}</td>
+            <td class="nowrap">${s.end_ns != null ? clock(s.end_ns) : i.state === 'ongoing' ? 'ongoing' : '–'}</td>
             <td class="num">${num(s.samples)}</td><td class="num">${num(s.flows)}</td>
             <td class="num">${esc(peakText(s.peak))}</td></tr>`,
           )
@@ -132,15 +153,21 @@ export async function render(ctx) {
   const pad = Math.max((end - i.start_ns) / 10, 1e9);
   const around = { since: i.start_ns - pad, until: end + pad, live: false };
   const [model, queues, placeEvents] = await Promise.all([
-    fabricModel(ctx.range, await incidents({ since: ctx.range.since, until: ctx.range.until })),
+    shared ? null : fabricModel(ctx.range, await incidents({ since: ctx.range.since, until: ctx.range.until })),
     p.node != null && p.port != null ? queueSeries(around, p.node) : null,
-    p.node != null ? events(`/api/events?node=${p.node}&limit=1000`) : [],
+    p.node != null ? placeLog(p.node, around) : [],
   ]);
   if (!ctx.alive) return;
   const svg = $('map');
-  const { svg: content, height } = drawMap(svg.clientWidth || 600, { ...model, highlight: p });
-  svg.setAttribute('height', height);
-  svg.innerHTML = content;
+  if (model) {
+    const { svg: content, height } = drawMap(svg.clientWidth || 600, { ...model, highlight: p });
+    svg.setAttribute('height', height);
+    svg.innerHTML = content;
+  } else {
+    // The map is learned from a collector's live state (nodes, links), which the store lacks.
+    svg.innerHTML = emptySvg("the map is each collector's: open it in that collector's console");
+    svg.setAttribute('height', 60);
+  }
   $('evs').innerHTML =
     placeEvents
       .filter((e) => e.time_ns >= around.since && e.time_ns <= around.until && (p.port == null || e.port === p.port))
@@ -150,7 +177,7 @@ export async function render(ctx) {
           </td>
         <td class="nowrap">${esc(eventPlace(e))}</td><td>${esc(evidence(e))}</td></tr>`,
       )
-      .join('') || emptyRow('none in the live log');
+      .join('') || emptyRow(shared ? 'none stored' : 'none in the live log');
   if (queues) {
     const rows = [...queues.series].filter(
       ([k]) => k.startsWith(`${p.node}/${p.port}/`) && (p.queue == null || k.endsWith(`/${p.queue}`)),

@@ -1,7 +1,7 @@
 // Incidents: every incident of the range, most hurting first, filtered by state, kind and node
 // (all in the URL); a collector without the incident API says so and points to the events.
 
-import { incidents } from '../api.js';
+import { incidentHref, incidents } from '../api.js';
 import { INCIDENT_KINDS, byHurt, clock, esc, incidentPlace, lasted, num, peakText } from '../fmt.js';
 import { emptyRow, loadingRow } from '../states.js';
 import { setParams } from '../store.js';
@@ -42,9 +42,9 @@ export async function render(ctx) {
       [...list]
         .sort(byHurt)
         .map(
-          (i) => `<tr class="clickable ${i.state}" data-test="incident-row" data-href="#/incident/${i.id}">
+          (i) => `<tr class="clickable ${i.state}" data-test="incident-row" data-href="${incidentHref(i)}">
         <td><span class="sev ${esc(i.severity)}">${esc(i.severity)}</span></td>
-        <td><a href="#/incident/${i.id}">${esc(i.kind)}</a>
+        <td><a href="${incidentHref(i)}">${esc(i.kind)}</a>
           ${i.cause ? `<span class="muted">${esc(i.cause)}</span>` : ''}</td>
         <td>${esc(incidentPlace(i.place))}</td><td class="nowrap">${clock(i.start_ns)}</td>
         <td class="num">${lasted((i.end_ns ?? i.last_update_ns) - i.start_ns)}</td><td>

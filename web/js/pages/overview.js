@@ -1,7 +1,7 @@
 // Overview: what hurts now, ranked — incidents by severity (ongoing first), the hottest queues,
 // the worst flows by p99 and by loss, the busiest links — each one click from its evidence.
 
-import { events, api, incidents, qs } from '../api.js';
+import { events, api, incidentHref, incidents, qs } from '../api.js';
 import { peak, queueSeries, storedFlows } from '../data.js';
 import { ago, byHurt, clock, count, esc, flowText, incidentPlace, lasted, node, ns, pct, peakText } from '../fmt.js';
 import { emptyRow, errorRow, loadingRow } from '../states.js';
@@ -228,7 +228,7 @@ export async function render(ctx) {
         .filter((i) => i.start_ns <= r.until && (i.state === 'ongoing' || (i.end_ns ?? i.last_update_ns) >= r.since))
         .sort(byHurt)
         .slice(0, 12)
-        .map((i) => hurtRow(i, r.until, `#/incident/${i.id}`));
+        .map((i) => hurtRow(i, r.until, incidentHref(i)));
     } else {
       $('hurt-note').innerHTML =
         '· <span data-test="incidents-unavailable">incidents unavailable</span>: episodes pieced from the events';
