@@ -103,27 +103,34 @@ fn no_chromium() -> bool {
     true
 }
 
-/// The screenshots of [`page_dom`] that the README shows (refreshed with INTSCOPE_SCREENSHOTS=1).
-const README_SHOTS: &[&str] = &["fabric-link-down"];
-
-/// The DOM of the console's page `hash` once its requests have rendered (virtual time), with a
-/// screenshot of it in target/ui-screenshots/`name`.png.
-fn page_dom(base: &str, hash: &str, name: &str) -> String {
+/// The DOM of the console's page `hash` once its requests have rendered (virtual time; the live
+/// event stream is paused for it, since a never-ending request would hold virtual time), and
+/// with `shot` its screenshot: target/ui-screenshots/`name`.png, and the README's copy in
+/// docs/screenshots/ with INTSCOPE_SCREENSHOTS=1.
+fn page_dom(base: &str, hash: &str, name: &str, shot: bool) -> String {
     let url = format!("{base}/#/{hash}");
-    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let png = shots.join(format!("{name}.png"));
-    chromium(
-        &[
-            "--virtual-time-budget=6000",
-            &format!("--screenshot={}", png.display()),
-        ],
-        &url,
-        name,
-    );
-    if std::env::var_os("INTSCOPE_SCREENSHOTS").is_some() && README_SHOTS.contains(&name) {
-        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots");
-        std::fs::copy(&png, docs.join(format!("{name}.png"))).unwrap();
+    if shot {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let shots = root.join("target/ui-screenshots");
+        std::fs::create_dir_all(&shots).unwrap();
+        let png = shots.join(format!("{name}.png"));
+        chromium(
+            &[
+                "--virtual-time-budget=6000",
+                &format!("--screenshot={}", png.display()),
+            ],
+            &url,
+            name,
+        );
+        assert!(
+            std::fs::metadata(&png).is_ok_and(|m| m.len() > 10_000),
+            "screenshot of {name}"
+        );
+        if std::env::var_os("INTSCOPE_SCREENSHOTS").is_some() {
+            let docs = root.join("docs/screenshots");
+            std::fs::create_dir_all(&docs).unwrap();
+            std::fs::copy(&png, docs.join(format!("{name}.png"))).unwrap();
+        }
     }
     chromium(
         &["--virtual-time-budget=6000", "--dump-dom"],
@@ -523,40 +530,7 @@ fn console_answers_where_since_when_and_whom_on_every_page() {
     std::thread::sleep(Duration::from_millis(1500));
     let (start_ns, hurt_flows) = congestion_truth(&base);
 
-    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let docs = std::env::var_os("INTSCOPE_SCREENSHOTS")
-        .map(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots"));
-    // A page's DOM once its requests have rendered (virtual time; the live event stream is
-    // paused for it, since a never-ending request would hold virtual time), and with `shot` its
-    // screenshot.
-    let page = |base: &str, name: &str, hash: &str, shot: bool| -> String {
-        let url = format!("{base}/#/{hash}");
-        if shot {
-            let png = shots.join(format!("{name}.png"));
-            chromium(
-                &[
-                    "--virtual-time-budget=6000",
-                    &format!("--screenshot={}", png.display()),
-                ],
-                &url,
-                name,
-            );
-            assert!(
-                std::fs::metadata(&png).is_ok_and(|m| m.len() > 10_000),
-                "screenshot of {name}"
-            );
-            if let Some(d) = &docs {
-                std::fs::create_dir_all(d).unwrap();
-                std::fs::copy(&png, d.join(format!("{name}.png"))).unwrap();
-            }
-        }
-        chromium(
-            &["--virtual-time-budget=6000", "--dump-dom"],
-            &url,
-            &format!("{name}-dom"),
-        )
-    };
+    let page = |base: &str, name: &str, hash: &str, shot: bool| page_dom(base, hash, name, shot);
 
     // 1. Without the incident API (an older collector): said so, and episodes pieced from the
     // events still name the hurting queue (as the episodes the events tell: a queue that
@@ -1005,18 +979,8 @@ fn topology_links() -> Vec<(u32, u32)> {
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC) of ns since the epoch: the start of what `fmt.stamp` shows.
 fn date_time(ns: u64) -> String {
-    let days = (ns / 1_000_000_000 / 86_400) as i64;
-    // Days since the epoch to a civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {}", hms(ns))
+    let rfc = intscope_collector::webhook::rfc3339(ns);
+    format!("{} {}", &rfc[..10], &rfc[11..19])
 }
 
 /// The text of the element marked `marker` (its first text node).
@@ -1059,7 +1023,7 @@ fn map_and_times_under_faults() {
         received.abs_diff(switch_start + 10_800_000_000_000) < 1_000_000_000,
         "the switches' clocks are 3 h behind: {outage}"
     );
-    let detail = page_dom(&base, &format!("incident/{id}"), "incident-fresh");
+    let detail = page_dom(&base, &format!("incident/{id}"), "incident-fresh", false);
     assert!(
         !detail.contains("1970-"),
         "no time before the switches' clock is mapped"
@@ -1077,7 +1041,7 @@ fn map_and_times_under_faults() {
 
     // The map while it lasts: that link drawn down both ways, every other link up; the nodes
     // in their tiers after the spine without INT and the loop; no link the fabric lacks.
-    let fabric = page_dom(&base, "fabric", "fabric-link-down");
+    let fabric = page_dom(&base, "fabric", "fabric-link-down", true);
     let still = get(&base, &format!("/api/incidents/{id}"));
     assert_eq!(still["state"], "ongoing", "the link is still down: {still}");
     let mut drawn = Vec::new();
@@ -1123,7 +1087,7 @@ fn map_and_times_under_faults() {
     // A panel whose request fails says so in its place; the others still draw.
     let upstream: SocketAddr = base.trim_start_matches("http://").parse().unwrap();
     let failing = proxy(upstream, Incidents::Fail("/api/links"));
-    let overview = page_dom(&failing, "overview", "overview-links-failing");
+    let overview = page_dom(&failing, "overview", "overview-links-failing", false);
     let error = element(&overview, "busy-links").expect("the busiest links' panel");
     assert!(
         error.contains("data-test=\"panel-error\"") && error.contains("HTTP 503"),
@@ -1149,14 +1113,14 @@ fn map_and_times_under_faults() {
     let v = common::startup_line(&mut serve);
     let serve = Demo(serve);
     let shared = format!("http://{}", v["http"].as_str().unwrap());
-    let list = page_dom(&shared, "incidents?range=1h", "serve-incidents");
+    let list = page_dom(&shared, "incidents?range=1h", "serve-incidents", false);
     let link = tags(&list, "incident-row")
         .into_iter()
         .filter_map(|r| attr(r, "data-href"))
         .find(|h| h.starts_with(&format!("#/incident/{id}?at=")))
         .expect("the outage listed, linked by its ID and start")
         .to_string();
-    let stored = page_dom(&shared, &link[2..], "serve-incident");
+    let stored = page_dom(&shared, &link[2..], "serve-incident", false);
     let detail = element(&stored, "incident-detail").expect("the incident's page");
     assert!(detail.contains("data-kind=\"path-change\""), "{detail}");
     let start = text_of(&stored, "incident-start").expect("its start");
@@ -1234,7 +1198,7 @@ fn fabric_page_at_100k_flows() {
         }
         assert!(run < 5, "100 000 flows never held");
     }
-    let fabric = page_dom(&base, "fabric", "fabric-100k-flows");
+    let fabric = page_dom(&base, "fabric", "fabric-100k-flows", false);
     assert_eq!(count(&fabric, "panel-error"), 0, "no error");
     assert_eq!(count(&fabric, "panel-loading"), 0, "nothing left loading");
     assert!(count(&fabric, "fabric-node") >= 4, "the fabric drawn");
@@ -1247,7 +1211,7 @@ fn fabric_page_at_100k_flows() {
         fabric.contains("<main id=\"main\" data-drawn-ms=\""),
         "the page's first draw done"
     );
-    let flows = page_dom(&base, "flows", "flows-100k-flows");
+    let flows = page_dom(&base, "flows", "flows-100k-flows", false);
     assert_eq!(count(&flows, "panel-error"), 0, "no error");
     assert!(count(&flows, "flow-row") >= 20, "flows listed");
     assert!(flows.contains("100,000"), "the total said");
