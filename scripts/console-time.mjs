@@ -16,6 +16,8 @@ const [url, runsArg] = process.argv.slice(2);
 const runs = Number(runsArg || 10);
 /** The longest a page may take before its run counts as failed. */
 const PAGE_TIMEOUT_MS = 30000;
+/** The longest one DevTools call may take (a crashed tab answers none). */
+const CALL_TIMEOUT_MS = 5000;
 
 const profile = mkdtempSync(join(tmpdir(), 'console-time-'));
 const chromium = spawn('chromium', [
@@ -27,7 +29,7 @@ const chromium = spawn('chromium', [
   '--remote-debugging-port=0',
   `--user-data-dir=${profile}`,
   'about:blank',
-]);
+], { detached: true });
 const port = await new Promise((resolve, reject) => {
   let err = '';
   chromium.stderr.on('data', (d) => {
@@ -51,9 +53,14 @@ async function timeOnce(target) {
     if (pending.has(msg.id)) pending.get(msg.id)(msg.result);
   });
   const call = (method, params = {}) =>
-    new Promise((r) => {
-      pending.set(++id, r);
-      ws.send(JSON.stringify({ id, method, params }));
+    new Promise((resolve, reject) => {
+      const n = ++id;
+      const timer = setTimeout(() => reject(new Error(`${method}: no answer`)), CALL_TIMEOUT_MS);
+      pending.set(n, (result) => {
+        clearTimeout(timer);
+        resolve(result);
+      });
+      ws.send(JSON.stringify({ id: n, method, params }));
     });
   await call('Page.navigate', { url: target });
   const start = Date.now();
@@ -76,16 +83,31 @@ async function timeOnce(target) {
 
 const ms = [];
 let failed = 0;
-for (let i = 0; i < runs; i++) {
-  const t = await timeOnce(url);
-  if (t == null) failed++;
-  else ms.push(t);
+try {
+  for (let i = 0; i < runs; i++) {
+    const t = await timeOnce(url).catch((e) => {
+      console.error(`run ${i + 1}: ${e.message}`);
+      return null;
+    });
+    if (t == null) failed++;
+    else ms.push(t);
+  }
+} finally {
+  // Its profile goes once every process of it has exited (they write there until then): the
+  // whole process group is stopped.
+  const exited = new Promise((r) => chromium.on('exit', r));
+  process.kill(-chromium.pid, 'SIGTERM');
+  await exited;
+  for (let i = 0; ; i++) {
+    try {
+      rmSync(profile, { recursive: true, force: true });
+      break;
+    } catch (e) {
+      if (i === 20) throw e;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
 }
-// Its profile goes once it has exited (it writes there until then).
-const exited = new Promise((r) => chromium.on('exit', r));
-chromium.kill();
-await exited;
-rmSync(profile, { recursive: true, force: true, maxRetries: 5 });
 const sorted = [...ms].sort((a, b) => a - b);
 const at = (q) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] : null);
 console.log(JSON.stringify({ url, runs, ms, median_ms: at(0.5), p90_ms: at(0.9), failed }));

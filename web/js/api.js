@@ -40,7 +40,9 @@ function learnSkew(list) {
   // `intscope serve` answers /api/events with a page ({events, next}), a collector with a list.
   const rows = Array.isArray(list) ? list : list?.events || [];
   const xs = rows.filter((e) => e.received_ns != null && e.time_ns != null).map((e) => e.received_ns - e.time_ns);
-  if (xs.length) state.skewNs = median(xs);
+  if (!xs.length) return;
+  state.skewNs = median(xs);
+  state.skewKnown = true;
 }
 
 /** Measures the clocks' difference now and then, from the newest events (or incidents). */
@@ -85,7 +87,9 @@ export function incidentOnCollectorClock(i) {
   const s = shift();
   const own = i.received_ns != null ? i.received_ns - i.start_ns : null;
   let d = s;
-  if (own != null && (s ? Math.abs(own - s) < 3600e9 : Math.abs(own) > SKEW_MIN_NS)) d = own;
+  // With the median measured and the clocks agreeing, a late report is no clock difference.
+  const alone = !state.skewKnown && own != null && Math.abs(own) > SKEW_MIN_NS;
+  if (own != null && ((s && Math.abs(own - s) < 3600e9) || alone)) d = own;
   if (!d) return i;
   const t = (v) => (v == null ? v : v + d);
   const symptoms = (i.symptoms || []).map((m) => ({
@@ -206,15 +210,19 @@ export async function incidents({ since: from, until: to, state: st, kind, node,
     }
     throw e;
   }
+  // `intscope serve` answers the store on both routes, and its IDs are each collector's: keyed by
+  // ID and start there.
+  const shared = state.mode === 'fabric';
+  const key = (i) => (shared ? `${i.id}/${i.start_ns}` : i.id);
   const byId = new Map();
-  if (st !== 'ongoing') {
+  if (st !== 'ongoing' && !shared) {
     try {
       const stored = await pages('/api/history/incidents', { since, until, kind, node }, 'incidents', limit);
-      for (const i of stored) if (!st || i.state === st) byId.set(i.id, i);
+      for (const i of stored) if (!st || i.state === st) byId.set(key(i), i);
     } catch {
       // No store (404) or a busy one: the live list alone.
     }
   }
-  for (const i of live) byId.set(i.id, i);
+  for (const i of live) byId.set(key(i), i);
   return [...byId.values()].map(incidentOnCollectorClock).sort((a, b) => b.start_ns - a.start_ns || b.id - a.id);
 }

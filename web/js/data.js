@@ -1,7 +1,7 @@
 // Data shared by pages: the fabric model (nodes, links, tiers, hosts, per-port state over a
 // range) and queue occupancy over a range (live samples and the store's per-interval maxima).
 
-import { events, api, qs } from './api.js';
+import { events, api, incidents, qs } from './api.js';
 import { flowText, num } from './fmt.js';
 import { sawTime, state } from './store.js';
 import { nowNs } from './time.js';
@@ -20,6 +20,9 @@ const QUEUE_WINDOW_ROWS = 2000;
 const SETTLED_NS = 5e9;
 const WINDOW_CACHE = 240;
 const windowCache = new Map();
+
+/** Most ongoing incidents read for the map (every kind keeps at most 256 ongoing). */
+const ONGOING = 1000;
 
 /** Events this recent mark their node (when there is no incident API to say what is ongoing). */
 const RECENT_NS = 10e9;
@@ -142,7 +145,10 @@ export async function fabricModel(range, incidentList) {
     ports.set(`${n}/${p}`, e);
   }
   const severity = new Map();
-  const down = outages(incidentList || []);
+  // What is ongoing is read apart from the range's list: that list is the newest first and
+  // bounded, so an outage older than many newer incidents would fall off it.
+  const ongoing = incidentList ? await incidents({ state: 'ongoing', limit: ONGOING }) : [];
+  const down = outages(ongoing || []);
   const order = ['info', 'warning', 'major', 'critical'];
   const worse = (n, sev) => {
     if (order.indexOf(sev) > order.indexOf(severity.get(n))) severity.set(n, sev);
@@ -153,8 +159,8 @@ export async function fabricModel(range, incidentList) {
         const e = ports.get(`${i.place.node}/${i.place.port}`);
         if (e) e.drops += i.counts.packets_dropped ?? i.counts.reports;
       }
-      if (i.state === 'ongoing' && i.place.node != null) worse(i.place.node, i.severity);
     }
+    for (const i of ongoing || []) if (i.place.node != null) worse(i.place.node, i.severity);
   } else {
     // No incident API: drops and congestion of the range's events; a node is marked while its
     // drops are recent (within RECENT_NS of the range's end), or while a queue whose congestion

@@ -80,6 +80,12 @@ export function span(d) {
   return Math.abs(d) < 7200e9 ? `${+(d / 60e9).toPrecision(3)} min` : `${+(d / 3600e9).toPrecision(3)} h`;
 }
 
+/** A moment (ns) as `clock` when it falls on `now`'s day, else with its date (`stamp`). */
+export function moment(t, now) {
+  if (t == null) return '–';
+  return new Date(t / 1e6).toDateString() === new Date(now / 1e6).toDateString() ? clock(t) : stamp(t);
+}
+
 /** How long something lasted (ns), where under a microsecond reads as such, not as `0 ns`. */
 export const lasted = (d) => (d == null || Number.isNaN(d) ? '–' : d < 1e3 ? 'under 1 µs' : span(d));
 

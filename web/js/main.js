@@ -135,6 +135,8 @@ async function route() {
   }
   try {
     await page.render(ctx);
+    // Pages drawn once (a flow, an incident) mark their draw here; refreshing ones at their first.
+    if (ctx.alive && !ctx.drawnAt) ctx.recovered();
   } catch (e) {
     if (ctx.alive) ctx.error(e);
   }

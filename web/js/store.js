@@ -16,6 +16,8 @@ export const state = {
   latestNs: 0,
   /** The collector's clock minus the switches' (median over events' receive times), ns. */
   skewNs: 0,
+  /** Whether `skewNs` has been measured (0 then means the clocks agree, not "not known yet"). */
+  skewKnown: false,
 };
 
 /** Merges `patch` into the state and tells the subscribers. */

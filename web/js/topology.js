@@ -2,7 +2,8 @@
 // behind a port, links coloured by utilization and drops over the chosen range, nodes by their
 // ongoing incidents.
 
-import { clock, count, esc, node, nodeName, pct } from './fmt.js';
+import { count, esc, moment, node, nodeName, pct } from './fmt.js';
+import { nowNs } from './time.js';
 
 /**
  * Tiers from paths (arrays of node IDs, source first). A path's first node is an edge (tier 0):
@@ -63,8 +64,8 @@ export const LEGEND = `<div class="legend muted">link: Tx utilization
   <span style="background:var(--warn)"></span>&lt; 1000
   <span style="background:var(--bad)"></span>≥ 1000 · node ring: its worst ongoing incident</div>`;
 
-/** The text of an outage ({since, incident}) for a title. */
-const downText = (o) => `down since ${clock(o.since, 0)} (incident ${o.incident})`;
+/** The text of an outage ({since, incident}) for a title: what is known is that flows left it. */
+const downText = (o) => `down: no flow since ${moment(o.since, nowNs())} (incident ${o.incident})`;
 
 /**
  * One direction of a link (or a port's stub to its hosts), offset sideways by `offset`: coloured by

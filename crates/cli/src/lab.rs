@@ -581,6 +581,12 @@ pub fn run(args: &LabArgs) -> Result<()> {
         }
         None => parse_lab(DEFAULT_LAB, "the built-in lab")?,
     };
+    if sc.switch_clock_offset_s != 0.0 {
+        bail_usage!(
+            "switch_clock_offset_s: the lab's nodes stamp the kernel's clock, the collector's; \
+             it sets the simulated switches' clocks (demo, sim) only"
+        );
+    }
     let shape = Shape {
         leaves: sc.topology.leaves,
         spines: sc.topology.spines,

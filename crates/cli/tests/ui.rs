@@ -1073,15 +1073,12 @@ fn map_and_times_under_faults() {
         0
     );
     // The faults before it were seen (the map above is the map after them).
-    let kinds = get(&base, "/api/incidents?limit=100");
-    let kinds: Vec<&str> = kinds["incidents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|i| i["kind"].as_str())
-        .collect();
     for k in ["non-int-hops", "hop-limit"] {
-        assert!(kinds.contains(&k), "{k} raised before: {kinds:?}");
+        let seen = get(&base, &format!("/api/incidents?kind={k}&limit=1"));
+        assert!(
+            seen["incidents"].as_array().is_some_and(|l| !l.is_empty()),
+            "{k} raised before: {seen}"
+        );
     }
 
     // A panel whose request fails says so in its place; the others still draw.
@@ -1198,7 +1195,15 @@ fn fabric_page_at_100k_flows() {
         }
         assert!(run < 5, "100 000 flows never held");
     }
-    let fabric = page_dom(&base, "fabric", "fabric-100k-flows", false);
+    // A debug build on a loaded machine may take longer than Chromium's real-time cap for the
+    // first read of 1 000 flows' paths: a page still loading is read again.
+    let mut fabric = String::new();
+    for _ in 0..3 {
+        fabric = page_dom(&base, "fabric", "fabric-100k-flows", false);
+        if count(&fabric, "panel-loading") == 0 {
+            break;
+        }
+    }
     assert_eq!(count(&fabric, "panel-error"), 0, "no error");
     assert_eq!(count(&fabric, "panel-loading"), 0, "nothing left loading");
     assert!(count(&fabric, "fabric-node") >= 4, "the fabric drawn");

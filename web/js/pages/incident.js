@@ -68,6 +68,7 @@ export async function render(ctx) {
     if (state.incidents === 'unknown') await incidents({ limit: 1 }).catch(() => null);
     const none = state.incidents === 'unavailable';
     const why = state.mode === 'fabric' && e.apiMessage ? ` (${esc(e.apiMessage)})` : '';
+    if (!ctx.alive) return;
     ctx.main.innerHTML = `<div class="panel" data-test="not-found">
       <h2>${none ? 'Incidents unavailable' : 'No such incident'}</h2>
       <p>${none ? 'This collector serves no incident API.' : `No incident with ID <b>${esc(ctx.arg)}</b>${why}.`}

@@ -2,9 +2,20 @@
 // (all in the URL); a collector without the incident API says so and points to the events.
 
 import { incidentHref, incidents } from '../api.js';
-import { INCIDENT_KINDS, byHurt, clock, esc, incidentPlace, lasted, num, peakText } from '../fmt.js';
+import { INCIDENT_KINDS, byHurt, esc, incidentPlace, lasted, moment, num, peakText } from '../fmt.js';
 import { emptyRow, loadingRow } from '../states.js';
-import { setParams } from '../store.js';
+import { setParams, state } from '../store.js';
+import { nowNs } from '../time.js';
+
+/**
+ * How long an incident lasted: until now while ongoing (an outage sends no updates meanwhile);
+ * the shared store knows an ongoing one as of its last stored update.
+ */
+const duration = (i, now) => {
+  if (i.state !== 'ongoing') return lasted((i.end_ns ?? i.last_update_ns) - i.start_ns);
+  if (state.mode === 'fabric') return `${lasted(i.last_update_ns - i.start_ns)} by its last update`;
+  return `${lasted(Math.max(i.last_update_ns, now) - i.start_ns)} so far`;
+};
 
 export async function render(ctx) {
   const p = ctx.params;
@@ -29,6 +40,7 @@ export async function render(ctx) {
   };
   await ctx.every(3000, async () => {
     const r = ctx.range;
+    const now = nowNs();
     const list = await incidents({ since: r.since, until: r.until, state: st || undefined, kind, node, limit: 500 });
     if (!ctx.alive) return;
     if (!list) {
@@ -46,8 +58,8 @@ export async function render(ctx) {
         <td><span class="sev ${esc(i.severity)}">${esc(i.severity)}</span></td>
         <td><a href="${incidentHref(i)}">${esc(i.kind)}</a>
           ${i.cause ? `<span class="muted">${esc(i.cause)}</span>` : ''}</td>
-        <td>${esc(incidentPlace(i.place))}</td><td class="nowrap">${clock(i.start_ns)}</td>
-        <td class="num">${lasted((i.end_ns ?? i.last_update_ns) - i.start_ns)}</td><td>
+        <td>${esc(incidentPlace(i.place))}</td><td class="nowrap">${moment(i.start_ns, now)}</td>
+        <td class="num">${duration(i, now)}</td><td>
           <span class="state ${i.state}">${i.state}</span></td>
         <td>${esc(peakText(i.peak))}</td><td class="num">${num(i.counts.flows)}</td>
           <td class="num">${num(i.counts.samples)}</td></tr>`,

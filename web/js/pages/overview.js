@@ -3,7 +3,21 @@
 
 import { events, api, incidentHref, incidents, qs } from '../api.js';
 import { peak, queueSeries, storedFlows } from '../data.js';
-import { ago, byHurt, clock, count, esc, flowText, incidentPlace, lasted, node, ns, pct, peakText } from '../fmt.js';
+import {
+  ago,
+  byHurt,
+  clock,
+  count,
+  esc,
+  flowText,
+  incidentPlace,
+  lasted,
+  moment,
+  node,
+  ns,
+  pct,
+  peakText,
+} from '../fmt.js';
 import { emptyRow, errorRow, loadingRow } from '../states.js';
 import { href, sawTime } from '../store.js';
 import { within } from '../time.js';
@@ -47,7 +61,7 @@ function hurtRow(i, now, href) {
     i.state === 'ongoing'
       ? `for ${lasted(Math.max(end, now) - i.start_ns)}, last update ${ago(i.last_update_ns, now)}`
       : `lasted ${lasted(end - i.start_ns)}, ended ${clock(end)}`;
-  const since = `<span data-test="hurt-since" data-ns="${i.start_ns}">since ${clock(i.start_ns)}</span>
+  const since = `<span data-test="hurt-since" data-ns="${i.start_ns}">since ${moment(i.start_ns, now)}</span>
     <br><span class="muted">${how}</span>`;
   return `<tr data-test="hurt-row" class="clickable ${i.state}" data-kind="${esc(i.kind)}" data-node="${p.node ?? ''}"
       data-port="${p.port ?? ''}" data-queue="${p.queue ?? ''}" data-start-ns="${i.start_ns}" data-href="${href}">
@@ -218,8 +232,8 @@ export async function render(ctx) {
     const row = e.target.closest('tr[data-href]');
     if (row && !e.target.closest('a')) location.hash = row.dataset.href;
   };
-  await ctx.every(3000, async () => {
-    const r = ctx.range;
+  /** The rows of "what hurts now": the range's incidents, or episodes pieced from the events. */
+  const hurts = async (r) => {
     const list = await incidents({ since: r.since, until: r.until });
     let rows;
     if (list) {
@@ -256,9 +270,11 @@ export async function render(ctx) {
           ),
         );
     }
-    if (!ctx.alive) return;
-    $('hurts').innerHTML = rows.join('') || emptyRow('nothing hurts in this range', 7);
+    return rows.join('') || emptyRow('nothing hurts in this range', 7);
+  };
 
+  await ctx.every(3000, async () => {
+    const r = ctx.range;
     // A live range: the live flows; a past one: the store's summaries of the flows seen in it.
     const worst = (sort) =>
       r.live
@@ -269,17 +285,23 @@ export async function render(ctx) {
       f.id != null ? `#/flow/${f.id}` : href('flows', null, { q: f.flow.src, from: r.since, to: r.until });
     const flowRow = (f, v) => `<tr class="clickable" data-href="${flowHref(f)}" data-test="overview-flow">
       <td><a href="${flowHref(f)}">${esc(flowText(f.flow))}</a></td><td class="num">${v}</td></tr>`;
-    // Each panel from its own answer: one that fails says so in its place, the others still draw.
+    // Each panel from its own answer: one that fails before it ever drew says so in its place,
+    // the others still draw; one that drew before keeps what it shows, and the status line says
+    // what failed (the first failure is thrown for it).
+    const failed = [];
     const fill = async (id, answer, draw) => {
       let html;
       try {
         html = draw(await answer);
       } catch (e) {
-        html = errorRow(e);
+        const drawn = !$(id).querySelector('[data-test="panel-loading"], [data-test="panel-error"]');
+        if (drawn) failed.push(e);
+        else html = errorRow(e, id === 'hurts' ? 7 : 1);
       }
-      if (ctx.alive) $(id).innerHTML = html;
+      if (ctx.alive && html != null) $(id).innerHTML = html;
     };
     await Promise.all([
+      fill('hurts', hurts(r), (html) => html),
       fill('worst-p99', worst('p99'), (flows) => {
         for (const f of flows) sawTime(f.last_seen_ns);
         return flows.map((f) => flowRow(f, ns(f.e2e_latency_p99))).join('') || emptyRow('no flows');
@@ -296,5 +318,6 @@ export async function render(ctx) {
       fill('busy-links', api('/api/links'), busyLinks),
       fill('hot-queues', queueSeries(r), hotQueues),
     ]);
+    if (failed.length) throw failed[0];
   });
 }
