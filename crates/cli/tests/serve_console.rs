@@ -7,10 +7,9 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::{bin, exit_within, repo, startup_line, tempdir};
+use common::{bin, exit_within, repo, spawn_started, tempdir};
 use serde_json::Value;
 
 /// `GET path` on `addr`: status, the Content-Type header, body.
@@ -43,21 +42,17 @@ fn serve_serves_the_console_over_the_store() {
     let dir = tempdir("serve-ui");
     let data = dir.path().to_str().unwrap();
     // A store a collector wrote: the sample capture replayed, then a graceful stop.
-    let mut c = bin()
-        .current_dir(repo(""))
-        .args(["collect", "--http", "127.0.0.1:0", "--data", data])
-        .args([
-            "--replay",
-            "examples/sample.pcap",
-            "--int-udp-port",
-            "17768",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    startup_line(&mut c);
+    let (mut c, _) = spawn_started(
+        bin()
+            .current_dir(repo(""))
+            .args(["collect", "--http", "127.0.0.1:0", "--data", data])
+            .args([
+                "--replay",
+                "examples/sample.pcap",
+                "--int-udp-port",
+                "17768",
+            ]),
+    );
     let pid = c.id().to_string();
     std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -68,22 +63,19 @@ fn serve_serves_the_console_over_the_store() {
     // Names for the console, as a collector takes them.
     let topology = dir.path().join("nodes.json");
     std::fs::write(&topology, r#"{"nodes": [{"id": 1, "name": "tor-1"}]}"#).unwrap();
-    let mut s = bin()
-        .args([
-            "serve",
-            "--store",
-            &format!("sqlite:{data}"),
-            "--http",
-            "127.0.0.1:0",
-            "--topology",
-        ])
-        .arg(&topology)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let addr = startup_line(&mut s)["http"].as_str().unwrap().to_string();
+    let (mut s, line) = spawn_started(
+        bin()
+            .args([
+                "serve",
+                "--store",
+                &format!("sqlite:{data}"),
+                "--http",
+                "127.0.0.1:0",
+                "--topology",
+            ])
+            .arg(&topology),
+    );
+    let addr = line["http"].as_str().unwrap().to_string();
     let (status, ctype, index) = get(&addr, "/");
     assert_eq!(status, 200);
     assert!(ctype.starts_with("text/html"), "{ctype}");

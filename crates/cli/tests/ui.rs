@@ -1099,15 +1099,11 @@ fn map_and_times_under_faults() {
 
     // `intscope serve` over the store the demo wrote: the incident's page from its list, on the
     // collector's clock, without the live state the store lacks.
-    let mut serve = common::bin()
-        .args(["serve", "--http", "127.0.0.1:0", "--store"])
-        .arg(format!("sqlite:{}", dir.path().join("data").display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let v = common::startup_line(&mut serve);
+    let (serve, v) = common::spawn_started(
+        common::bin()
+            .args(["serve", "--http", "127.0.0.1:0", "--store"])
+            .arg(format!("sqlite:{}", dir.path().join("data").display())),
+    );
     let serve = Demo(serve);
     let shared = format!("http://{}", v["http"].as_str().unwrap());
     let list = page_dom(&shared, "incidents?range=1h", "serve-incidents", false);
@@ -1145,21 +1141,14 @@ fn fabric_page_at_100k_flows() {
     if no_chromium() {
         return;
     }
-    let mut child = common::bin()
-        .args([
-            "collect",
-            "--listen",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--no-store",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let v = common::startup_line(&mut child);
+    let (child, v) = common::spawn_started(common::bin().args([
+        "collect",
+        "--listen",
+        "127.0.0.1:0",
+        "--http",
+        "127.0.0.1:0",
+        "--no-store",
+    ]));
     let collector = Demo(child);
     let base = format!("http://{}", v["http"].as_str().unwrap());
     let listen = v["listen"][0].as_str().unwrap().to_string();

@@ -162,6 +162,19 @@ pub fn startup_line(child: &mut std::process::Child) -> serde_json::Value {
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
+/// Starts `cmd` (an intscope command that prints its startup line: `collect`, `serve`) with its
+/// stdout piped and its stderr discarded, and waits for that line: the child and the line.
+pub fn spawn_started(cmd: &mut Command) -> (Child, serde_json::Value) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let line = startup_line(&mut child);
+    (child, line)
+}
+
 /// Polls the collector's statistics (`stats`) until `sent` datagrams are accounted for —
 /// received, or dropped and counted by the kernel — or `within` has passed, and fails the test
 /// unless every one is; returns the statistics then.
