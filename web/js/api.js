@@ -110,12 +110,14 @@ export function incidentOnCollectorClock(i) {
 }
 
 /**
- * The route of an incident's page. `intscope serve` holds the incidents of every collector, whose
- * IDs are each collector's own: there the link carries the incident's start (switch clock) too,
- * which tells apart two collectors' incidents of one ID.
+ * The route of incident `id`'s page. `intscope serve` holds the incidents of every collector,
+ * whose IDs are each collector's own: there the link also carries `when` (switch clock, ns), the
+ * incident's start `{at}` or the time of one of its events `{near}` ([`incidentById`]).
  */
-export const incidentHref = (i, at = i.switch_start_ns ?? i.start_ns) =>
-  href('incident', i.id, state.mode === 'fabric' ? { at } : null);
+export const incidentRoute = (id, when) => href('incident', id, state.mode === 'fabric' ? when : null);
+
+/** The route of incident `i`'s page ([`incidentRoute`], by its start). */
+export const incidentHref = (i) => incidentRoute(i.id, { at: i.switch_start_ns ?? i.start_ns });
 
 /** Most incidents around an instant read to find one by ID and start in the shared store. */
 const AROUND_AT = 1000;

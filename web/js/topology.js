@@ -68,10 +68,11 @@ export const LEGEND = `<div class="legend muted">link: Tx utilization
 const downText = (o) => `down: no flow since ${moment(o.since, nowNs())} (incident ${o.incident})`;
 
 /**
- * One direction of a link (or a port's stub to its hosts), offset sideways by `offset`: coloured by
- * its port's state, or grey and crossed when `down` (an outage: {since, incident}).
+ * One direction of a link (or a port's stub to its hosts) from `a` to `b`, coloured by its port's
+ * state. `how`: its `title`, `offset` sideways (px), `highlight` (an incident's place), `down` (an
+ * outage: {since, incident}; drawn grey and crossed) and `link` (its key, for readers).
  */
-function portLine(a, b, port, title, offset, highlight, down, link) {
+function portLine(a, b, port, { title, offset = 0, highlight = false, down = null, link = null }) {
   const [dx, dy] = [b[0] - a[0], b[1] - a[1]];
   const len = Math.hypot(dx, dy) || 1;
   const [ox, oy] = [(-dy / len) * offset, (dx / len) * offset];
@@ -140,16 +141,13 @@ export function drawMap(w, m) {
       down.links.get(`${l.to_node}/${l.to_port}`) ||
       down.nodes.get(l.from_node) ||
       down.nodes.get(l.to_node);
-    s += portLine(
-      a,
-      b,
-      port(l.from_node, l.from_port),
+    s += portLine(a, b, port(l.from_node, l.from_port), {
       title,
-      4,
-      mark && (hl.port != null || hl.peer_node === l.to_node),
-      out,
-      `${l.from_node}/${l.from_port}-${l.to_node}/${l.to_port}`,
-    );
+      offset: 4,
+      highlight: mark && (hl.port != null || hl.peer_node === l.to_node),
+      down: out,
+      link: `${l.from_node}/${l.from_port}-${l.to_node}/${l.to_port}`,
+    });
   }
   // Ports that lead to hosts (the addresses seen entering or leaving there): stubs below.
   const edgeIds = byTier.get(0) || [];
@@ -166,7 +164,7 @@ export function drawMap(w, m) {
       const name = addrs.length > 1 ? `${addrs[0]} +${addrs.length - 1}` : addrs[0];
       const mark = hl.node === id && hl.port === p;
       const title = `${node(id)} port ${p} → ${addrs.join(', ')}`;
-      s += portLine([x, yy], [hx, hostY], port(id, p), title, 0, mark, down.links.get(`${id}/${p}`));
+      s += portLine([x, yy], [hx, hostY], port(id, p), { title, highlight: mark, down: down.links.get(`${id}/${p}`) });
       // Neighbouring labels alternate between two rows so addresses do not overlap.
       s += `<text x="${hx}" y="${hostY + 14 + (i % 2) * 13}" text-anchor="middle" class="host" data-test="fabric-host"
         font-size="10">${esc(name)}</text>`;

@@ -2,10 +2,10 @@
 // node and flow filters in the URL; times to the microsecond. An incident's events are one group
 // (its kinds, its span, a link to it), its newest few shown until asked for all.
 
-import { events, onCollectorClock, onSwitchClock, qs, streamUrl } from '../api.js';
+import { events, incidentRoute, onCollectorClock, onSwitchClock, qs, streamUrl } from '../api.js';
 import { EVENT_KINDS, clock, esc, eventPlace, evidence, flowText, num } from '../fmt.js';
 import { emptyRow, loadingRow } from '../states.js';
-import { href, setParams, state } from '../store.js';
+import { setParams, state } from '../store.js';
 import { within } from '../time.js';
 
 const flowLink = (e) =>
@@ -23,8 +23,7 @@ const SHOWN = 3;
 /** The link to a group's incident (under `intscope serve`, by the time of its oldest event). */
 const groupHref = (g) => {
   const oldest = g[g.length - 1];
-  const near = oldest.switch_ns ?? oldest.time_ns;
-  return href('incident', g[0].incident_id, state.mode === 'fabric' ? { near } : null);
+  return incidentRoute(g[0].incident_id, { near: oldest.switch_ns ?? oldest.time_ns });
 };
 
 /** One incident's events (newest first) under a header: their kinds, span and incident. */
