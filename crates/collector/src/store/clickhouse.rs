@@ -1933,31 +1933,21 @@ impl Store for ClickHouseStore {
                 // day still written to (a switch whose clock is stuck in the past) the rows
                 // stored before it are deleted (a mutation, rare).
                 if [self.local("events"), self.local("incidents")].contains(&table.to_string()) {
+                    let time = if table.starts_with("events") {
+                        "time_ns"
+                    } else {
+                        "start_ns"
+                    };
+                    let day_of = DAY.replace("{t}", time);
                     let sql = format!(
                         "SELECT toUInt64(max(received_ns)) AS value FROM {db}.`{table}` \
-                         WHERE {} = {d}",
-                        DAY.replace(
-                            "{t}",
-                            if table.starts_with("events") {
-                                "time_ns"
-                            } else {
-                                "start_ns"
-                            }
-                        )
+                         WHERE {day_of} = {d}"
                     );
                     let newest = self.run(c.query(&sql).fetch_one::<One>()).map_err(ch_err)?;
                     if newest.value >= received_before_ns {
                         let sql = format!(
                             "SELECT toUInt64(min(received_ns)) AS value FROM {db}.`{table}` \
-                             WHERE {} = {d} AND received_ns > 0",
-                            DAY.replace(
-                                "{t}",
-                                if table.starts_with("events") {
-                                    "time_ns"
-                                } else {
-                                    "start_ns"
-                                }
-                            )
+                             WHERE {day_of} = {d} AND received_ns > 0"
                         );
                         let oldest = self.run(c.query(&sql).fetch_one::<One>()).map_err(ch_err)?;
                         if oldest.value > 0 && oldest.value < received_before_ns {
