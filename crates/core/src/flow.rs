@@ -912,6 +912,10 @@ impl LinkTable {
                 };
                 p.over_hop = over_hop.unwrap_or(p.over_hop);
             }
+            // The copies' TTLs say this pairing spans a hop (its report lost or late): it says
+            // nothing against a direct link known, whatever its gap (a software node's links
+            // jitter by more than a hop's residence, so a gap alone can look shorter).
+            Some(p) if over_hop == Some(true) && !p.over_hop => {}
             Some(p) => {
                 // Serialization of the packet varies a link's gap; another hop and link add
                 // more than that.
@@ -2229,6 +2233,25 @@ mod tests {
         packet(&mut f, 100 * MS, 100 * MS, true);
         join(&mut f, &mut links);
         assert_eq!(links.node_spans(101), 0, "it reports again");
+    }
+
+    /// Software nodes: a direct link's gap jitters by more than a hop's residence, so a pairing
+    /// over a hop whose report was late can show the shorter gap. Its copies' TTLs, two apart,
+    /// say it spans a hop: it never displaces the direct link (a flow's path read [1, 2, 4]).
+    #[test]
+    fn a_pairing_over_a_hop_never_displaces_a_direct_link_whatever_its_gap() {
+        let mut links = LinkTable::default();
+        links.learn_packet(((2, 5), (3, 1)), 60_000, Some(1));
+        links.learn_packet(((2, 5), (4, 1)), 20_000, Some(2));
+        assert_eq!(links.peer((2, 5)), Some((3, 1)));
+        assert!(!links.over_hop((2, 5)));
+        for _ in 0..20 {
+            links.learn_packet(((2, 5), (4, 1)), 55_000, Some(2));
+        }
+        assert_eq!(links.peer((2, 5)), Some((3, 1)), "however many");
+        // Without TTLs a gap so much shorter is a recabling, as before.
+        links.learn(((2, 5), (4, 1)), 20_000);
+        assert_eq!(links.peer((2, 5)), Some((4, 1)));
     }
 
     #[test]
