@@ -497,10 +497,18 @@ fn demo_detection_does_not_depend_on_the_machines_load() {
         h.join().unwrap();
     }
     assert_eq!(quiet, busy, "events on a quiet machine vs under load");
-    // Behind the wall clock under the hog, and said so once, with the lag.
+    // Behind the wall clock under the hog, and said once, with the lag, when that passed the
+    // second the demo says it from (an otherwise idle machine may keep it under that).
+    let lag: f64 = stderr
+        .split("\"max_behind_real_time_seconds\":")
+        .nth(1)
+        .and_then(|s| s.split(['}', ',']).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no lag in the summary: {stderr}"));
+    assert!(lag > 0.0, "the hog slows the fabric: {stderr}");
     assert_eq!(
         stderr.matches("the fabric runs behind real time (").count(),
-        1,
+        usize::from(lag >= 1.0),
         "{stderr}"
     );
 }
