@@ -109,13 +109,17 @@ pub const SILENT_DROP: &str = "silent";
 pub const SILENT_NODE: &str = "silent";
 
 /// How long node `node` was heard from (any per-hop report of any flow, every shard's) within
-/// report times `window`; a node the history has no room for counts as heard throughout, as
-/// [`lost_in_transit`] weighs it lossless: spoofed node IDs must not hide a real drop.
-fn node_heard_ns(history: &LossHistory, node: u32, (since, until): (u64, u64)) -> u64 {
+/// report times `window`, and its longest silence in it; a node the history has no room for
+/// counts as heard throughout, as [`lost_in_transit`] weighs it lossless: spoofed node IDs
+/// must not hide a real drop.
+fn node_heard_ns(history: &LossHistory, node: u32, (since, until): (u64, u64)) -> (u64, u64) {
     if history.refuses(node) {
-        return u64::MAX;
+        return (u64::MAX, 0);
     }
-    history.heard_ns(node, since, until)
+    (
+        history.heard_ns(node, since, until),
+        history.longest_unheard_ns(node, since, until),
+    )
 }
 
 /// The shard of `n` that owns the flow whose key hashes to `hash` ([`crate::flow::key_hash`]).
@@ -418,13 +422,15 @@ impl FlowShard {
                 _ => true,
             }
         });
-        // A next node heard from (anything, any flow) for less than the silent-drop window
-        // since the flow went quiet there went silent as a whole: its reports stopped, not
-        // the flow's packets — a reporting outage at that node, not a drop on the link.
+        // A next node not heard from (anything, any flow) for longer than two of its report
+        // filter's intervals since the flow went quiet there went silent as a whole: its
+        // reports stopped, not the flow's packets — a reporting outage at that node, not a drop
+        // on the link. A node that kept reporting its other flows, however few, was heard.
         let mut outage = None;
+        let quiet_max = self.cfg.postcards.report_interval_ns.saturating_mul(2);
         let silent = silent.filter(|&(h, next, since, until)| {
-            let heard = node_heard_ns(loss, next, (since, until));
-            if heard >= silent_ns {
+            let (heard, unheard) = node_heard_ns(loss, next, (since, until));
+            if unheard <= quiet_max {
                 return true;
             }
             outage = Some((h, next, (since, until), heard));

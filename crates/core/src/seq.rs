@@ -928,6 +928,30 @@ impl LossHistory {
             .sum()
     }
 
+    /// The longest stretch of report times within `from_ns..=to_ns` with no report of `node`,
+    /// to the bucket (a window the history no longer reaches counts as unheard). A node whose
+    /// report filter sends each flow once an interval is heard every interval or so; one silent
+    /// for long stretches of a window stopped reporting.
+    pub fn longest_unheard_ns(&self, node: u32, from_ns: u64, to_ns: u64) -> u64 {
+        let Some(buckets) = self.nodes.get(&node) else {
+            return to_ns.saturating_sub(from_ns);
+        };
+        let w = self.bucket_ns;
+        let mut heard: Vec<(u64, u64)> = buckets
+            .iter()
+            .filter(|b| b.no != 0 && b.received > 0)
+            .map(|b| ((b.no - 1).saturating_mul(w), b.no.saturating_mul(w)))
+            .filter(|&(start, end)| end > from_ns && start <= to_ns)
+            .collect();
+        heard.sort_unstable();
+        let (mut at, mut longest) = (from_ns, 0);
+        for (start, end) in heard {
+            longest = longest.max(start.saturating_sub(at));
+            at = at.max(end);
+        }
+        longest.max(to_ns.saturating_sub(at))
+    }
+
     /// Nodes held.
     pub fn len(&self) -> usize {
         self.nodes.len()
@@ -966,6 +990,16 @@ mod tests {
         assert_eq!(h.heard_ns(7, 5 * ms, 15 * ms - 1), 5 * ms);
         assert_eq!(h.heard_ns(7, 0, 30 * ms), 20 * ms);
         assert_eq!(h.heard_ns(8, 0, 30 * ms), 0, "lost reports are not heard");
+        // Unheard: [10, 20) ms between the two buckets; all of a window with nothing heard.
+        assert_eq!(h.longest_unheard_ns(7, 0, 30 * ms), 10 * ms);
+        assert_eq!(h.longest_unheard_ns(7, 2 * ms, 12 * ms), 2 * ms);
+        assert_eq!(
+            h.longest_unheard_ns(7, 0, 45 * ms),
+            15 * ms,
+            "silent since 30 ms"
+        );
+        assert_eq!(h.longest_unheard_ns(8, 0, 30 * ms), 30 * ms);
+        assert_eq!(h.longest_unheard_ns(9, 0, 30 * ms), 30 * ms, "never heard");
         // A bucket LOSS_BUCKETS later takes the slot of the first: the first is gone, and a
         // late loss for it is older than the history reaches.
         let later = 5 * ms + LOSS_BUCKETS as u64 * 10 * ms;
