@@ -1,5 +1,5 @@
-//! Compiles `bpf/agent.bpf.c` (INT-XD postcards) and `bpf/int.bpf.c` (the INT-MD/MX data
-//! path) with clang into the objects the agent embeds (CO-RE, against a
+//! Compiles `bpf/agent.bpf.c` (INT-XD postcards), `bpf/int.bpf.c` (the INT-MD/MX data path) and
+//! `bpf/loss.bpf.c` (the lab's silent loss) with clang into the objects the agent embeds (CO-RE, against a
 //! `vmlinux.h` dumped by bpftool from this machine's kernel BTF; the object relocates to the
 //! running kernel's layout when it loads). Without clang, bpftool or kernel BTF the crate still
 //! builds: the agent then refuses to start and says what the build lacked.
@@ -10,6 +10,7 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=bpf/agent.bpf.c");
     println!("cargo:rerun-if-changed=bpf/int.bpf.c");
+    println!("cargo:rerun-if-changed=bpf/loss.bpf.c");
     println!("cargo:rerun-if-changed=bpf/flow_filter.h");
     println!("cargo:rerun-if-env-changed=INTSCOPE_AGENT_NO_BPF");
     println!("cargo:rerun-if-env-changed=INTSCOPE_AGENT_REQUIRE_BPF");
@@ -17,7 +18,10 @@ fn main() {
     println!("cargo:rustc-check-cfg=cfg(intscope_bpf)");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let object = out.join("agent.bpf.o");
-    match build(&out, &object, "agent").and_then(|()| build(&out, &out.join("int.bpf.o"), "int")) {
+    let built = build(&out, &object, "agent")
+        .and_then(|()| build(&out, &out.join("int.bpf.o"), "int"))
+        .and_then(|()| build(&out, &out.join("loss.bpf.o"), "loss"));
+    match built {
         Ok(()) => println!("cargo:rustc-cfg=intscope_bpf"),
         Err(why) if std::env::var_os("INTSCOPE_AGENT_REQUIRE_BPF").is_some() => {
             panic!("INTSCOPE_AGENT_REQUIRE_BPF is set and the BPF programs were not built: {why}")
@@ -26,7 +30,10 @@ fn main() {
             println!("cargo:warning=intscope-agent: BPF programs not built: {why}");
             println!("cargo:rustc-env=INTSCOPE_AGENT_NO_BPF_WHY={why}");
             std::fs::write(&object, []).expect("write the empty object");
-            std::fs::write(out.join("int.bpf.o"), []).expect("write the empty object");
+            for name in ["int", "loss"] {
+                std::fs::write(out.join(format!("{name}.bpf.o")), [])
+                    .expect("write the empty object");
+            }
         }
     }
 }

@@ -51,6 +51,7 @@
 
 #define TC_ACT_OK 0
 #define TC_ACT_SHOT 2
+#define TC_ACT_NEXT (-1) // TCX_NEXT; TC_ACT_UNSPEC to a classic filter
 #define ETH_HLEN 14
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
@@ -837,8 +838,7 @@ int int_egress(struct __sk_buff *skb)
 // before the routing decision, so that the packet is judged by the MTU past the INT domain at
 // its own size (at tc egress the kernel would already have refused it: IPv6 routers never
 // fragment, and an IPv4 packet with DF set would be dropped too).
-SEC("classifier")
-int int_ingress(struct __sk_buff *skb)
+static __always_inline int ingress(struct __sk_buff *skb)
 {
 	__u16 proto = bpf_ntohs(skb->protocol);
 	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
@@ -861,6 +861,16 @@ int int_ingress(struct __sk_buff *skb)
 	if (p <= 0)
 		return TC_ACT_OK;
 	return sink(skb, &ip, s);
+}
+
+// A packet it lets through goes on to the next program at this hook (TCX_NEXT, or a classic
+// filter's TC_ACT_UNSPEC), not straight up the stack: the ingress hook only stamps and strips,
+// so it leaves the verdict to whatever else is attached, such as the lab's silent loss.
+SEC("classifier")
+int int_ingress(struct __sk_buff *skb)
+{
+	int verdict = ingress(skb);
+	return verdict == TC_ACT_OK ? TC_ACT_NEXT : verdict;
 }
 
 SEC("tp_btf/net_dev_start_xmit")

@@ -21,7 +21,8 @@
 //! - [`datapath`]: the INT-MD / INT-MX data path (`bpf/int.bpf.c`: source, transit and sink at
 //!   tc), loaded instead of the postcard programs when interfaces have INT roles
 //!   (`--int-port`);
-//! - [`int_report`]: its events to Telemetry Reports, through the node's sink and INT-MX code.
+//! - [`int_report`]: its events to Telemetry Reports, through the node's sink and INT-MX code;
+//! - [`loss`]: a silent loss on an interface (`bpf/loss.bpf.c`), the lab's bad cable.
 
 pub mod agent;
 pub mod bpf;
@@ -29,6 +30,7 @@ pub mod datapath;
 pub mod event;
 pub mod int_report;
 pub mod kernel_drop;
+pub mod loss;
 pub mod metrics;
 
 pub use agent::{Agent, AgentConfig, AgentStats};

@@ -19,6 +19,9 @@ use intscope_wire::metadata::HopMetadata;
 
 const INGRESS_IF: u32 = 5;
 const TC_ACT_OK: u32 = 0;
+/// What `int_ingress` returns for a packet it lets through: TCX_NEXT (-1), the verdict left to
+/// the programs after it.
+const TCX_NEXT: u32 = u32::MAX;
 
 fn skip(what: &str) -> bool {
     if std::env::var_os("INTSCOPE_AGENT_REQUIRE_BPF").is_some() {
@@ -204,7 +207,7 @@ fn ebpf_roles_write_the_bytes_the_userspace_node_writes() {
             compared[1] += 1;
 
             let (verdict, b3) = sink.run_ingress(&b2, &ctx()).unwrap();
-            assert_eq!(verdict, TC_ACT_OK, "{what}");
+            assert_eq!(verdict, TCX_NEXT, "{what}");
             let mut u3 = b2.clone();
             n_sink.process(&mut u3, &telemetry(3, lo));
             assert_eq!(hex::encode(&b3), hex::encode(&u3), "sink: {what}");

@@ -90,14 +90,18 @@ pub enum Fault {
         /// The MTU.
         mtu: usize,
     },
-    /// A bad cable between a leaf and a spine: every packet crossing it, either way, is lost
-    /// without a drop report, while routing still uses the link (no switch noticed). Only the
-    /// per-hop reports of INT-XD / INT-MX show it: the flow is seen before the link, never after.
+    /// A bad cable between a leaf and a spine: packets crossing it, either way, are lost without
+    /// a drop report, while routing still uses the link (no switch noticed). Only the per-hop
+    /// reports of INT-XD / INT-MX show it: the flow is seen before the link, never after.
     SilentDrop {
         /// Leaf.
         leaf: u32,
         /// Spine (1-based).
         spine: u32,
+        /// The share of the packets lost, above 0 and at most 1 (default 1: every packet). A
+        /// flow that still gets some packets across keeps being reported past the link.
+        #[serde(default = "every_packet")]
+        share: f64,
     },
     /// A routing loop: the spine sends `dst_leaf` traffic to `leaf`, which sends it back.
     Loop {
@@ -115,6 +119,11 @@ pub enum Fault {
         /// The switch's node ID (a leaf's number, or [`crate::topology::spine_id`]).
         node: u32,
     },
+}
+
+/// A silent drop's default share: every packet.
+fn every_packet() -> f64 {
+    1.0
 }
 
 /// A fault and when it is active.
@@ -1028,8 +1037,16 @@ impl Fabric {
             Place::Leaf(l) => (l, topo.spine_of_port(in_port).unwrap_or(0)),
         };
         // The cable is judged when the packet leaves, as the walk of one packet always did.
-        let cut = |f: &Fault| matches!(f, Fault::SilentDrop { leaf: fl, spine: fs } if *fl == leaf && *fs == spine);
-        if self.active(cut).is_some() {
+        let cut = |f: &Fault| matches!(f, Fault::SilentDrop { leaf: fl, spine: fs, .. } if *fl == leaf && *fs == spine);
+        let lost = match self.active(cut) {
+            // A draw per hop from the hop's sequence number: the same run loses the same packets.
+            Some(Fault::SilentDrop { share, .. }) => {
+                let draw = (splitmix(self.in_flight_seq) >> 11) as f64 / (1u64 << 53) as f64;
+                *share >= 1.0 || draw < *share
+            }
+            _ => false,
+        };
+        if lost {
             self.stats.silent_drops += 1;
             return;
         }
@@ -1152,6 +1169,14 @@ pub fn mix(t: &Topology, n: usize, seed: u64, end_ns: u64, shape: &MixShape) -> 
         });
     }
     out
+}
+
+/// SplitMix64's output function: a well-spread 64-bit value from a counter.
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -1303,5 +1328,37 @@ mod tests {
         // 8 flows at 1000 packets/s for a second, within the jitter.
         assert!((7_000..9_000).contains(&f.stats.sent), "{}", f.stats.sent);
         assert!(f.stats.max_queue_cells < 100, "{}", f.stats.max_queue_cells);
+    }
+
+    #[test]
+    fn a_silent_drop_loses_its_share_of_the_packets_crossing_the_link() {
+        let lost = |share: f64| {
+            let mut f = Fabric::new(SimConfig::default()).unwrap();
+            let flows = mix(
+                &Topology::default(),
+                64,
+                9,
+                500_000_000,
+                &MixShape::default(),
+            );
+            for flow in flows {
+                f.add_flow(flow);
+            }
+            f.schedule(Scheduled {
+                from_ns: 0,
+                until_ns: u64::MAX,
+                fault: Fault::SilentDrop {
+                    leaf: 1,
+                    spine: 1,
+                    share,
+                },
+            });
+            f.run(500_000_000);
+            f.stats.silent_drops
+        };
+        let (all, half) = (lost(1.0), lost(0.5));
+        assert!(all > 200, "{all}");
+        let ratio = half as f64 / all as f64;
+        assert!((0.4..0.6).contains(&ratio), "{half} of {all}");
     }
 }

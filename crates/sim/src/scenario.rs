@@ -354,12 +354,12 @@ mod tests {
         let faults: Scenario =
             toml::from_str(include_str!("../../../examples/sim-xd-faults.toml")).unwrap();
         assert_eq!(faults.delivery.loss, 0.01);
-        assert!(
-            faults
-                .schedule(60.0)
-                .iter()
-                .any(|s| s.fault == Fault::SilentDrop { leaf: 5, spine: 4 })
-        );
+        assert!(faults.schedule(60.0).iter().any(|s| s.fault
+            == Fault::SilentDrop {
+                leaf: 5,
+                spine: 4,
+                share: 1.0,
+            }));
         let clean: Scenario =
             toml::from_str(include_str!("../../../examples/sim-xd-clean.toml")).unwrap();
         assert!(clean.schedule(600.0).is_empty(), "fault-free");

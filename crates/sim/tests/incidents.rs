@@ -570,7 +570,15 @@ fn an_incast_is_one_queue_incident_with_its_senders() {
 fn a_silent_drop(modes: &[Mode], delivery: &Delivery, detect: &DetectConfig, until: u64) {
     let flows = traffic(until * MS, false);
     let (leaf, spine) = (2, 1);
-    let cut = at(100, u64::MAX, Fault::SilentDrop { leaf, spine });
+    let cut = at(
+        100,
+        u64::MAX,
+        Fault::SilentDrop {
+            leaf,
+            spine,
+            share: 1.0,
+        },
+    );
     let topo = topology();
     for &mode in modes {
         let r = run_with(
@@ -658,7 +666,15 @@ fn a_cable_replaced_raises_no_drop_after_it_in_mx_and_xd() {
     let until = 2500;
     let flows = traffic(until * MS, false);
     let (leaf, spine) = (2, 1);
-    let cut = at(1000, 1600, Fault::SilentDrop { leaf, spine });
+    let cut = at(
+        1000,
+        1600,
+        Fault::SilentDrop {
+            leaf,
+            spine,
+            share: 1.0,
+        },
+    );
     let lossy = |seed| Delivery {
         loss: 0.02,
         seed,
@@ -1455,7 +1471,14 @@ fn every_fault_is_one_incident_in_every_mode() {
             },
             0,
         ),
-        (Fault::SilentDrop { leaf: 1, spine: 1 }, from),
+        (
+            Fault::SilentDrop {
+                leaf: 1,
+                spine: 1,
+                share: 1.0,
+            },
+            from,
+        ),
         (
             Fault::Loop {
                 spine: 1,
@@ -1523,7 +1546,7 @@ fn every_fault_is_one_incident_in_every_mode() {
                         && (node == Some(spine_id(*spine)) || port == Some(topo.uplink(*spine)))
                 }
                 Fault::SmallMtu { spine, .. } => i.kind == Mtu && node == Some(spine_id(*spine)),
-                Fault::SilentDrop { leaf, spine } => {
+                Fault::SilentDrop { leaf, spine, .. } => {
                     i.kind == Drop
                         && i.cause.as_deref() == Some("silent")
                         && BTreeSet::from([node, i.place.peer_node])

@@ -264,7 +264,11 @@ fn postcards_of_software_nodes_join_with_the_default_settings() {
     let cut = Scheduled {
         from_ns: 400 * MS,
         until_ns: u64::MAX,
-        fault: Fault::SilentDrop { leaf, spine },
+        fault: Fault::SilentDrop {
+            leaf,
+            spine,
+            share: 1.0,
+        },
     };
     let (_, md) = run(software(Mode::Md), &traffic, &[], 300);
     let md = seen(&md);
@@ -478,7 +482,11 @@ fn a_silent_drop_is_found_at_the_hop_before_the_cable() {
     let cut = Scheduled {
         from_ns: 200 * MS,
         until_ns: u64::MAX,
-        fault: Fault::SilentDrop { leaf, spine },
+        fault: Fault::SilentDrop {
+            leaf,
+            spine,
+            share: 1.0,
+        },
     };
     let topo = fabric_8x4();
     for mode in [Mode::Xd, Mode::Mx] {
