@@ -1,9 +1,9 @@
 //! `intscope lab`: the demo on real packets. A leaf-spine fabric of network namespaces joined by
 //! veth pairs with kernel routing (ECMP over the spines by the L4 hash), intscope's eBPF agent in
 //! the routers and hosts (INT-XD postcards, or the INT-MD / INT-MX data path), real TCP and UDP
-//! flows from a built-in generator, scripted faults the kernel offers (a slow port, a link down,
-//! a routing miss, a small MTU, a loop, a spine without INT), a collector and its console in this
-//! process, and at the end the ground truth (what the lab did) scored against the collector's
+//! flows from a built-in generator, scripted faults the kernel offers (a slow port, an incast, a
+//! link down, a routing miss, a small MTU, a silent loss, a loop, a spine without INT), a
+//! collector and its console in this process, and at the end the ground truth (what the lab did) scored against the collector's
 //! incidents. docs/lab.md.
 
 mod net;
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
+use intscope_collector::detect::PostcardConfig;
 use intscope_sim::scenario::TimedFault;
 use intscope_sim::{Fault, Scenario};
 
@@ -126,7 +127,16 @@ const REPORT_PORT: u16 = 32766;
 struct LabTable {
     /// Explicit flows (instead of the simulator's mix).
     flow: Vec<LabFlow>,
+    /// The line rate of the leaves' ports to their hosts, Mb/s (default 1000; 0: the veth's
+    /// own speed, no queue).
+    host_port_mbps: Option<f64>,
 }
+
+/// The leaves' ports to their hosts unless `[lab] host_port_mbps` says otherwise: 1 GbE.
+const HOST_PORT_MBPS: f64 = 1000.0;
+
+/// Most datagrams each sender of an incast sends.
+const MAX_INCAST_PACKETS: u32 = 100_000;
 
 /// One explicit flow.
 #[derive(Debug, serde::Deserialize)]
@@ -273,6 +283,21 @@ fn check_fault(f: &Fault, shape: Shape, int_roles: bool) -> Result<()> {
             leaf: l,
             dst_leaf,
         } => spine(s) && leaf(l) && leaf(dst_leaf) && l != dst_leaf,
+        Fault::Incast {
+            leaf: l,
+            host,
+            packets,
+        } => {
+            leaf(l)
+                && (1..=shape.hosts).contains(&host)
+                && shape.leaves >= 2
+                && (1..=MAX_INCAST_PACKETS).contains(&packets)
+        }
+        Fault::SilentDrop {
+            leaf: l,
+            spine: s,
+            share,
+        } => leaf(l) && spine(s) && share > 0.0 && share <= 1.0,
         Fault::NonIntSpine { spine: s } => {
             if !int_roles {
                 bail_usage!(
@@ -282,15 +307,18 @@ fn check_fault(f: &Fault, shape: Shape, int_roles: bool) -> Result<()> {
             }
             spine(s)
         }
-        _ => bail_usage!(
-            "fault {f:?}: the lab applies slow-port, link-down, routing-miss, small-mtu, loop \
-             and non-int-spine (docs/lab.md)"
+        Fault::ReportOutage { .. } => bail_usage!(
+            "fault {f:?}: the lab applies slow-port, incast, link-down, routing-miss, small-mtu, \
+             silent-drop, loop and non-int-spine (docs/lab.md); its reports travel a bridge \
+             that never fails"
         ),
     };
     if !ok {
         bail_usage!(
             "fault {f:?}: not a place of this fabric ({} leaves, {} spines, {} hosts per leaf; \
-             a link down needs two spines, a slow port a positive gbps, a small MTU 576-1500)",
+             a link down needs two spines, a slow port a positive gbps, a small MTU 576-1500, \
+             an incast two leaves and 1-{MAX_INCAST_PACKETS} packets, a silent drop a share \
+             above 0 and at most 1)",
             shape.leaves,
             shape.spines,
             shape.hosts
@@ -302,7 +330,8 @@ fn check_fault(f: &Fault, shape: Shape, int_roles: bool) -> Result<()> {
 /// Where a fault may be seen: node IDs (and the port where one is meant).
 fn places(f: &Fault, net: &Net, mode: LabMode) -> Result<Vec<Place>> {
     Ok(match *f {
-        Fault::SlowPort { leaf, host, .. } => {
+        // The queue of the leaf's port to the host (and, in MD/MX, its drops at port 0).
+        Fault::SlowPort { leaf, host, .. } | Fault::Incast { leaf, host, .. } => {
             let mut out = vec![Place {
                 node: Node::Leaf(leaf).id(),
                 port: Some(net.ifindex(Node::Leaf(leaf), &format!("h{host}"))?),
@@ -381,8 +410,36 @@ fn places(f: &Fault, net: &Net, mode: LabMode) -> Result<Vec<Place>> {
                 port: None,
             },
         ],
-        _ => Vec::new(),
+        // Either end of the cable: the one whose reports outlive the other's.
+        Fault::SilentDrop { leaf, spine, .. } => vec![
+            Place {
+                node: Node::Leaf(leaf).id(),
+                port: Some(net.ifindex(Node::Leaf(leaf), &format!("s{spine}"))?),
+            },
+            Place {
+                node: Node::Spine(spine).id(),
+                port: Some(net.ifindex(Node::Spine(spine), &format!("lf{leaf}"))?),
+            },
+        ],
+        Fault::ReportOutage { .. } => Vec::new(),
     })
+}
+
+/// Whether INT in `mode` can show fault `f` at all: a silent loss leaves no trace in INT-MD,
+/// whose only report comes from past the loss, nor in any mode while some of a flow's packets
+/// still cross (the collector judges a flow's silence, not its loss rate: docs/detection.md),
+/// nor before the collector's silent-drop window (`silent_drop_ns`, and a report interval for
+/// the last reports to come in) has passed.
+fn visible(f: &TimedFault, mode: LabMode, postcards: &PostcardConfig) -> bool {
+    match f.fault {
+        Fault::SilentDrop { share, .. } => {
+            let confirm_s = (postcards.silent_drop_ns + postcards.report_interval_ns) as f64 / 1e9;
+            matches!(mode, LabMode::Xd | LabMode::Mx)
+                && share >= 1.0
+                && f.until_s - f.from_s >= confirm_s
+        }
+        _ => mode != LabMode::None,
+    }
 }
 
 /// Whether fault `f` lies on flow `p`'s path, either way (a TCP flow's ACKs come back).
@@ -392,7 +449,11 @@ fn affects(f: &Fault, p: &FlowPlan, shape: Shape) -> bool {
     };
     match *f {
         Fault::SlowPort { leaf, host, .. } => (sl, sh) == (leaf, host) || (dl, dh) == (leaf, host),
-        Fault::LinkDown { leaf, .. } => sl != dl && (sl == leaf || dl == leaf),
+        // Its burst shares the port to the host with the host's other arrivals.
+        Fault::Incast { leaf, host, .. } => (dl, dh) == (leaf, host),
+        Fault::LinkDown { leaf, .. } | Fault::SilentDrop { leaf, .. } => {
+            sl != dl && (sl == leaf || dl == leaf)
+        }
         Fault::RoutingMiss { leaf, dst_leaf } => {
             (sl, dl) == (leaf, dst_leaf) || (p.proto == 6 && (dl, sl) == (leaf, dst_leaf))
         }
@@ -401,12 +462,94 @@ fn affects(f: &Fault, p: &FlowPlan, shape: Shape) -> bool {
         Fault::Loop { dst_leaf, .. } => {
             (dl == dst_leaf && sl != dl) || (p.proto == 6 && sl == dst_leaf && sl != dl)
         }
-        _ => false,
+        Fault::ReportOutage { .. } => false,
     }
 }
 
-/// Applies (`on`) or undoes fault `f`; says what it did.
-fn apply(f: &Fault, net: &mut Net, on: bool, agents: &mut Agents) -> Result<String> {
+/// What the faults in force hold, by their index in the script: an incast's receiver, a silent
+/// loss's programs.
+#[derive(Default)]
+struct Held {
+    incasts: std::collections::BTreeMap<usize, traffic::Incast>,
+    losses: std::collections::BTreeMap<usize, Vec<LossAt>>,
+    /// Packets each silent loss lost, once undone.
+    lost: std::collections::BTreeMap<usize, u64>,
+}
+
+/// A silent loss attached in a namespace. Detached there when dropped: its tc filter is named
+/// by an interface index, which means another device in any other namespace.
+struct LossAt {
+    ns: String,
+    iface: String,
+    loss: Option<intscope_agent::loss::SilentLoss>,
+}
+
+impl LossAt {
+    fn attach(ns: String, iface: String, share: f64) -> Result<LossAt> {
+        let loss = in_namespace(&ns, || {
+            intscope_agent::loss::SilentLoss::attach(&iface, share)
+                .with_context(|| format!("a silent loss at {iface} in {ns}"))
+        })?;
+        Ok(LossAt {
+            ns,
+            iface,
+            loss: Some(loss),
+        })
+    }
+
+    /// Detaches it; the packets it saw and lost.
+    fn detach(mut self) -> (u64, u64) {
+        self.take()
+    }
+
+    fn take(&mut self) -> (u64, u64) {
+        let Some(loss) = self.loss.take() else {
+            return (0, 0);
+        };
+        in_namespace(&self.ns, move || {
+            let counts = loss.counts().unwrap_or((0, 0));
+            drop(loss);
+            Ok(counts)
+        })
+        .unwrap_or_else(|e| {
+            tracing::warn!(
+                "detaching the silent loss at {} in {}: {e:#}",
+                self.iface,
+                self.ns
+            );
+            (0, 0)
+        })
+    }
+}
+
+impl Drop for LossAt {
+    fn drop(&mut self) {
+        self.take();
+    }
+}
+
+/// Runs `f` on a thread that entered namespace `ns` (a path under /run/netns).
+fn in_namespace<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let file = std::fs::File::open(ns).with_context(|| format!("namespace {ns}"))?;
+            nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
+                .with_context(|| format!("entering namespace {ns}"))?;
+            f()
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("a thread in namespace {ns} panicked"))?
+    })
+}
+
+/// Applies (`on`) or undoes fault `i` of the script, `f`; says what it did.
+fn apply(
+    (i, f): (usize, &Fault),
+    net: &mut Net,
+    on: bool,
+    agents: &mut Agents,
+    held: &mut Held,
+) -> Result<String> {
     Ok(match *f {
         Fault::SlowPort { leaf, host, gbps } => {
             net.slow_port(leaf, host, on.then_some(gbps * 1000.0))?;
@@ -441,6 +584,72 @@ fn apply(f: &Fault, net: &mut Net, on: bool, agents: &mut Agents) -> Result<Stri
                 "loop: spine{spine} sends 10.0.{dst_leaf}.0/24 to leaf{leaf}, which sends it back"
             )
         }
+        Fault::Incast {
+            leaf,
+            host,
+            packets,
+        } => {
+            let dst = net::host_ip(leaf, host);
+            let name = Node::Host(leaf, host).name();
+            if on {
+                let senders: Vec<String> = net
+                    .shape
+                    .nodes()
+                    .into_iter()
+                    .filter(|n| matches!(n, Node::Host(l, _) if *l != leaf))
+                    .map(|n| net.ns_path(n))
+                    .collect();
+                let receiver = net.ns_path(Node::Host(leaf, host));
+                let burst = traffic::incast(&senders, &receiver, dst, packets)?;
+                let what = format!(
+                    "incast: {} hosts of the other leaves sent {packets} datagrams of 1400 bytes \
+                     each at once to {name} ({dst}:{}): {} sent, {} refused by their kernels",
+                    senders.len(),
+                    traffic::INCAST_PORT,
+                    burst.sent,
+                    burst.errors
+                );
+                held.incasts.insert(i, burst);
+                what
+            } else {
+                let (sent, errors) = held.incasts.get(&i).map_or((0, 0), |b| (b.sent, b.errors));
+                let received = held.incasts.remove(&i).map_or(0, traffic::Incast::finish);
+                format!(
+                    "incast: {packets} datagrams of 1400 bytes from each host of the other leaves \
+                     at once to {name} ({dst}:{}): {sent} sent, {errors} refused by their \
+                     kernels, {received} received",
+                    traffic::INCAST_PORT
+                )
+            }
+        }
+        Fault::SilentDrop { leaf, spine, share } => {
+            let ends = [
+                (Node::Leaf(leaf), format!("s{spine}")),
+                (Node::Spine(spine), format!("lf{leaf}")),
+            ];
+            let how = format!(
+                "silent loss: {}% of the packets arriving at leaf{leaf} s{spine} and at \
+                 spine{spine} lf{leaf} stolen by a tc program (no drop the kernel reports)",
+                share * 100.0
+            );
+            if on {
+                let mut at = Vec::new();
+                for (node, iface) in ends {
+                    at.push(LossAt::attach(net.ns_path(node), iface, share)?);
+                }
+                held.losses.insert(i, at);
+                how
+            } else {
+                let (mut seen, mut lost) = (0, 0);
+                for l in held.losses.remove(&i).unwrap_or_default() {
+                    let (s, l) = l.detach();
+                    seen += s;
+                    lost += l;
+                }
+                held.lost.insert(i, lost);
+                format!("{how}: {lost} of {seen} lost")
+            }
+        }
         Fault::NonIntSpine { spine } => {
             let name = Node::Spine(spine).name();
             if on {
@@ -450,7 +659,7 @@ fn apply(f: &Fault, net: &mut Net, on: bool, agents: &mut Agents) -> Result<Stri
             }
             format!("spine without INT: spine{spine}'s agent stopped (its programs detached)")
         }
-        _ => String::new(),
+        Fault::ReportOutage { .. } => bail!("fault {f:?}: the lab does not apply it"),
     })
 }
 
@@ -562,7 +771,7 @@ pub fn run(args: &LabArgs) -> Result<()> {
         if !s.ok {
             bail!(
                 "the lab's score: {} of {} faults not raised in time, {} false incidents",
-                s.faults.iter().filter(|f| !f.in_time).count(),
+                s.faults.iter().filter(|f| !f.in_time && f.visible).count(),
                 s.faults.len(),
                 s.false_incidents.len()
             );
@@ -670,7 +879,12 @@ pub fn run(args: &LabArgs) -> Result<()> {
         );
     }
 
+    let host_port_mbps = lab.host_port_mbps.unwrap_or(HOST_PORT_MBPS);
+    if !(host_port_mbps.is_finite() && (0.0..=100_000.0).contains(&host_port_mbps)) {
+        bail_usage!("[lab] host_port_mbps {host_port_mbps}: 0 (no limit) to 100000");
+    }
     let mut net = Net::new(shape);
+    net.host_port_mbps = (host_port_mbps > 0.0).then_some(host_port_mbps);
     net.build().context("building the fabric")?;
     if stop.load(Ordering::Relaxed) {
         bail!("stopped while building the fabric (removed)");
@@ -714,6 +928,7 @@ pub fn run(args: &LabArgs) -> Result<()> {
             start_ns: None,
             end_ns: None,
             places: places(&f.fault, &net, args.mode)?,
+            visible: visible(f, args.mode, &cfg.detect.postcards),
         });
     }
 
@@ -821,12 +1036,17 @@ pub fn run(args: &LabArgs) -> Result<()> {
             f.what,
             match f.delay_s {
                 Some(d) => format!(
-                    "raised {d:+.3} s after its start as {} incident(s) ({}){}",
+                    "raised {d:+.3} s after its start{} as {} incident(s) ({}){}",
+                    match f.earliest_s {
+                        Some(e) if d - e > 0.5 => format!(" (dated back to {e:+.3} s)"),
+                        _ => String::new(),
+                    },
                     f.incidents.len(),
                     f.kinds.join(", "),
                     if f.in_time { "" } else { " — late" }
                 ),
-                None => "not raised".into(),
+                None if f.visible => "not raised".into(),
+                None => format!("not raised (INT {} cannot show it)", truth.mode),
             }
         );
     }
@@ -1171,6 +1391,7 @@ fn run_lab(
     let mut next = 0;
     let mut failure = None;
     let mut active: Vec<usize> = Vec::new();
+    let mut held = Held::default();
     loop {
         let t = traffic.start.elapsed().as_secs_f64();
         while next < steps.len() && steps[next].0 <= t {
@@ -1179,7 +1400,7 @@ fn run_lab(
             // A fault takes effect while its commands run (a busy machine's `tc` can take a
             // quarter of a second): it starts when they start, and ends when its undoing ends.
             let before = intscope_collector::clock::now_ns();
-            match apply(&script[i].fault, net, on, &mut agents) {
+            match apply((i, &script[i].fault), net, on, &mut agents, &mut held) {
                 Ok(what) => {
                     let now = intscope_collector::clock::now_ns();
                     if on {
@@ -1188,6 +1409,10 @@ fn run_lab(
                     } else {
                         faults[i].end_ns = Some(now);
                         active.retain(|&a| a != i);
+                        // A loss on a link no flow crossed had nothing to show.
+                        if held.lost.get(&i) == Some(&0) {
+                            faults[i].visible = false;
+                        }
                     }
                     faults[i].what = what.clone();
                     bar.suspend(|| {
@@ -1217,9 +1442,12 @@ fn run_lab(
     bar.finish_and_clear();
     // Faults still in force are undone before the traffic stops.
     for i in active {
-        if let Ok(what) = apply(&script[i].fault, net, false, &mut agents) {
+        if let Ok(what) = apply((i, &script[i].fault), net, false, &mut agents, &mut held) {
             faults[i].end_ns = Some(intscope_collector::clock::now_ns());
             faults[i].what = what;
+            if held.lost.get(&i) == Some(&0) {
+                faults[i].visible = false;
+            }
         }
     }
     let ended_ns = intscope_collector::clock::now_ns();
@@ -1325,9 +1553,15 @@ mod tests {
             spines: 2,
             hosts: 4,
         };
-        assert_eq!(sc.fault.len(), 6);
+        assert_eq!(sc.fault.len(), 8);
         for f in &sc.fault {
             check_fault(&f.fault, shape, true).unwrap();
+        }
+        let loss = include_str!("../../../examples/lab-loss.toml");
+        let (sc, lab) = parse_lab(loss, "loss").unwrap();
+        assert_eq!((sc.fault.len(), lab.flow.len()), (2, 8));
+        for f in &sc.fault {
+            check_fault(&f.fault, SHAPE, false).unwrap();
         }
     }
 
@@ -1384,6 +1618,72 @@ mod tests {
             &plan([10, 0, 1, 1], [10, 0, 1, 2], 17),
             SHAPE
         ));
+        // An incast shares the port to its host with what arrives there, not with what leaves.
+        let incast = Fault::Incast {
+            leaf: 2,
+            host: 2,
+            packets: 100,
+        };
+        assert!(affects(
+            &incast,
+            &plan([10, 0, 1, 1], [10, 0, 2, 2], 6),
+            SHAPE
+        ));
+        assert!(!affects(
+            &incast,
+            &plan([10, 0, 2, 2], [10, 0, 1, 1], 17),
+            SHAPE
+        ));
+        let cut = Fault::SilentDrop {
+            leaf: 1,
+            spine: 1,
+            share: 1.0,
+        };
+        assert!(affects(
+            &cut,
+            &plan([10, 0, 2, 1], [10, 0, 1, 2], 17),
+            SHAPE
+        ));
+        assert!(!affects(
+            &cut,
+            &plan([10, 0, 1, 1], [10, 0, 1, 2], 17),
+            SHAPE
+        ));
+    }
+
+    #[test]
+    fn a_silent_loss_is_visible_only_where_int_reports_past_it_in_time() {
+        let postcards = PostcardConfig::default();
+        let loss = |share: f64, from_s: f64, until_s: f64| TimedFault {
+            from_s,
+            until_s,
+            fault: Fault::SilentDrop {
+                leaf: 1,
+                spine: 1,
+                share,
+            },
+        };
+        assert!(visible(&loss(1.0, 2.0, 9.0), LabMode::Xd, &postcards));
+        assert!(visible(&loss(1.0, 2.0, 9.0), LabMode::Mx, &postcards));
+        assert!(!visible(&loss(1.0, 2.0, 9.0), LabMode::Md, &postcards));
+        assert!(
+            !visible(&loss(0.5, 2.0, 9.0), LabMode::Xd, &postcards),
+            "a share"
+        );
+        assert!(
+            !visible(&loss(1.0, 2.0, 5.0), LabMode::Xd, &postcards),
+            "too short"
+        );
+        let slow = TimedFault {
+            fault: Fault::SlowPort {
+                leaf: 1,
+                host: 1,
+                gbps: 0.1,
+            },
+            ..loss(1.0, 2.0, 3.0)
+        };
+        assert!(visible(&slow, LabMode::Md, &postcards));
+        assert!(!visible(&slow, LabMode::None, &postcards));
     }
 
     #[test]
@@ -1408,11 +1708,34 @@ mod tests {
                 mtu: 9000,
             },
             Fault::NonIntSpine { spine: 1 },
+            Fault::Incast {
+                leaf: 1,
+                host: 1,
+                packets: 0,
+            },
+            Fault::SilentDrop {
+                leaf: 1,
+                spine: 1,
+                share: 0.0,
+            },
+            Fault::SilentDrop {
+                leaf: 1,
+                spine: 3,
+                share: 1.0,
+            },
         ];
         for f in &bad {
             assert!(check_fault(f, SHAPE, false).is_err(), "{f:?}");
         }
         let one_spine = Shape { spines: 1, ..SHAPE };
         assert!(check_fault(&Fault::LinkDown { leaf: 1, spine: 1 }, one_spine, false).is_err());
+        let one_leaf = Shape { leaves: 1, ..SHAPE };
+        let incast = Fault::Incast {
+            leaf: 1,
+            host: 1,
+            packets: 10,
+        };
+        assert!(check_fault(&incast, one_leaf, false).is_err(), "no senders");
+        assert!(check_fault(&incast, SHAPE, false).is_ok());
     }
 }

@@ -144,6 +144,8 @@ pub struct Net {
     /// (spine, leaf, destination leaf): the spine sends the destination's traffic to the leaf,
     /// which sends it back.
     loops: BTreeSet<(u32, u32, u32)>,
+    /// The line rate of the leaves' ports to their hosts, Mb/s (None: the veth's own).
+    pub host_port_mbps: Option<f64>,
 }
 
 /// The prefix of every lab namespace: `il<pid>-`.
@@ -159,6 +161,7 @@ impl Net {
             down: BTreeSet::new(),
             missing: BTreeSet::new(),
             loops: BTreeSet::new(),
+            host_port_mbps: None,
         }
     }
 
@@ -311,6 +314,7 @@ impl Net {
                     ],
                     false,
                 )?;
+                self.slow_port(l, h, None)?;
             }
         }
         // Leaf-spine links.
@@ -339,6 +343,17 @@ impl Net {
                     ],
                     false,
                 )?;
+                // Where a silent loss's tc filter goes, made now: adding a qdisc to a device
+                // that is up resets its queues, and the kernel reports what they held as drops.
+                for (node, dev) in [
+                    (Node::Leaf(l), format!("s{s}")),
+                    (Node::Spine(s), format!("lf{l}")),
+                ] {
+                    run(
+                        "tc",
+                        &["-n", &self.ns(node), "qdisc", "add", "dev", &dev, "clsact"],
+                    )?;
+                }
             }
         }
         for n in sh.nodes() {
@@ -448,25 +463,58 @@ impl Net {
     }
 
     /// A slow port: leaf `l`'s port to host `h` sends at `mbps` (tbf: queueing up to 100 ms,
-    /// tail drops past it), or at its own speed again.
+    /// tail drops past it), or at its line rate again ([`Net::host_port_mbps`]: tbf with 4 ms
+    /// of queue, a switch port's buffer, and 256 KB passing at once: a few TCP segment offloads'
+    /// worth, whose bursts a switch port would queue as briefly as its line rate is high).
     pub fn slow_port(&self, l: u32, h: u32, mbps: Option<f64>) -> Result<()> {
         let ns = self.ns(Node::Leaf(l));
         let dev = format!("h{h}");
-        match mbps {
-            Some(rate) => {
-                let rate = format!("{}kbit", (rate * 1000.0).round().max(8.0) as u64);
-                run(
-                    "tc",
-                    &[
-                        "-n", &ns, "qdisc", "replace", "dev", &dev, "root", "tbf", "rate", &rate,
-                        "burst", "16kb", "latency", "100ms",
-                    ],
-                )?;
+        let kbit = |mbps: f64| format!("{}kbit", (mbps * 1000.0).round().max(8.0) as u64);
+        match (mbps, self.host_port_mbps) {
+            (Some(rate), _) => run(
+                "tc",
+                &[
+                    "-n",
+                    &ns,
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    &dev,
+                    "root",
+                    "tbf",
+                    "rate",
+                    &kbit(rate),
+                    "burst",
+                    "16kb",
+                    "latency",
+                    "100ms",
+                ],
+            )?,
+            (None, Some(line)) => run(
+                "tc",
+                &[
+                    "-n",
+                    &ns,
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    &dev,
+                    "root",
+                    "tbf",
+                    "rate",
+                    &kbit(line),
+                    "burst",
+                    "256kb",
+                    "latency",
+                    "4ms",
+                ],
+            )?,
+            // The veth's own: no qdisc (noqueue), which `del` of none already leaves.
+            (None, None) => {
+                let _ = run("tc", &["-n", &ns, "qdisc", "del", "dev", &dev, "root"]);
+                String::new()
             }
-            None => {
-                run("tc", &["-n", &ns, "qdisc", "del", "dev", &dev, "root"])?;
-            }
-        }
+        };
         Ok(())
     }
 

@@ -33,6 +33,14 @@ pub struct FaultTruth {
     pub end_ns: Option<u64>,
     /// Where an incident of it may be placed.
     pub places: Vec<Place>,
+    /// Whether the lab's INT can show it at all (a silent loss cannot in INT-MD): a fault that
+    /// is not need not be raised, and incidents at its places in its window are still its.
+    #[serde(default = "yes")]
+    pub visible: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One flow and what it delivered.
@@ -123,16 +131,21 @@ pub struct FaultScore {
     pub kinds: Vec<String>,
     /// The first one's start after the fault's, s (negative: before).
     pub delay_s: Option<f64>,
+    /// The earliest it may have begun (its start less its `start_uncertainty_ns`) after the
+    /// fault's start, s: a silent drop is confirmed a window after it began.
+    pub earliest_s: Option<f64>,
     /// Raised at one of its places within the tolerance of its start.
     pub in_time: bool,
+    /// Whether it had to be raised (the truth's `visible`).
+    pub visible: bool,
 }
 
 /// The score of a lab run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Score {
-    /// Every fault raised in time, and no false incident.
+    /// Every visible fault raised in time, and no false incident.
     pub ok: bool,
-    /// Every fault raised in time as exactly one incident, and no false incident.
+    /// As `ok`, each visible fault exactly one incident and each other at most one.
     pub exact: bool,
     /// Per fault.
     pub faults: Vec<FaultScore>,
@@ -155,26 +168,32 @@ fn place_matches(place: &serde_json::Value, p: &Place) -> bool {
 /// Scores `incidents` (the `incidents` array of `/api/incidents`) against `truth`.
 pub fn score(truth: &Truth, incidents: &[serde_json::Value], tol: Tolerance) -> Score {
     let start_of = |i: &serde_json::Value| i["start_ns"].as_u64().unwrap_or(0);
+    // An incident confirmed some time after it began says so (`start_uncertainty_ns`: a
+    // silent drop dates from the last report past the loss): it may have begun any time in
+    // `earliest..=start`.
+    let earliest = |i: &serde_json::Value| {
+        start_of(i).saturating_sub(i["start_uncertainty_ns"].as_u64().unwrap_or(0))
+    };
     let window = |f: &FaultTruth| -> Option<(u64, u64)> {
         let s = f.start_ns?;
         let e = f.end_ns.unwrap_or(truth.ended_ns).max(s);
         Some((s.saturating_sub(tol.early_ns), e + tol.tail_ns))
     };
     let explains = |f: &FaultTruth, i: &serde_json::Value| {
-        window(f).is_some_and(|(a, b)| (a..=b).contains(&start_of(i)))
+        window(f).is_some_and(|(a, b)| earliest(i) <= b && start_of(i) >= a)
             && f.places.iter().any(|p| place_matches(&i["place"], p))
     };
     let mut faults = Vec::new();
     for (n, f) in truth.faults.iter().enumerate() {
         let mine: Vec<&serde_json::Value> = incidents.iter().filter(|i| explains(f, i)).collect();
         let first = mine.iter().map(|i| start_of(i)).min();
-        let delay_s = first
-            .zip(f.start_ns)
-            .map(|(i, s)| (i as f64 - s as f64) / 1e9);
+        let since_fault = |t: u64| f.start_ns.map(|s| (t as f64 - s as f64) / 1e9);
+        let delay_s = first.and_then(since_fault);
+        let earliest_s = mine.iter().map(|i| earliest(i)).min().and_then(since_fault);
         let in_time = f.start_ns.is_some_and(|s| {
             mine.iter().any(|i| {
                 let t = start_of(i);
-                t + tol.early_ns >= s && t <= s + tol.in_time_ns
+                t + tol.early_ns >= s && earliest(i) <= s + tol.in_time_ns
             })
         });
         faults.push(FaultScore {
@@ -192,7 +211,9 @@ pub fn score(truth: &Truth, incidents: &[serde_json::Value], tol: Tolerance) -> 
                 })
                 .collect(),
             delay_s,
+            earliest_s,
             in_time,
+            visible: f.visible,
         });
     }
     let false_incidents: Vec<serde_json::Value> = incidents
@@ -200,8 +221,11 @@ pub fn score(truth: &Truth, incidents: &[serde_json::Value], tol: Tolerance) -> 
         .filter(|i| !truth.faults.iter().any(|f| explains(f, i)))
         .cloned()
         .collect();
-    let ok = faults.iter().all(|f| f.in_time) && false_incidents.is_empty();
-    let exact = ok && faults.iter().all(|f| f.incidents.len() == 1);
+    let ok = faults.iter().all(|f| f.in_time || !f.visible) && false_incidents.is_empty();
+    let exact = ok
+        && faults
+            .iter()
+            .all(|f| f.incidents.len() == 1 || (!f.visible && f.incidents.is_empty()));
     Score {
         ok,
         exact,
@@ -232,6 +256,7 @@ mod tests {
                     node: 2,
                     port: Some(7),
                 }],
+                visible: true,
             }],
             flows: Vec::new(),
         }
@@ -302,5 +327,38 @@ mod tests {
         let link = json!({"id": 3, "kind": "path-change", "cause": "link", "start_ns": 2_000_000_000u64,
             "place": {"node": 1, "port": 5, "peer_node": 101, "peer_port": 9}});
         assert!(score(&t, &[link], Tolerance::default()).ok);
+    }
+
+    #[test]
+    fn a_fault_the_mode_cannot_show_need_not_be_raised_but_explains_its_incidents() {
+        let mut t = truth();
+        t.faults[0].visible = false;
+        let none = score(&t, &[], Tolerance::default());
+        assert!(none.ok && none.exact, "{none:?}");
+        let one = score(
+            &t,
+            &[incident(1, 2, 7, 2_100_000_000)],
+            Tolerance::default(),
+        );
+        assert!(
+            one.ok && one.exact && one.false_incidents.is_empty(),
+            "{one:?}"
+        );
+        // A visible fault still must be raised.
+        t.faults[0].visible = true;
+        assert!(!score(&t, &[], Tolerance::default()).ok);
+    }
+
+    #[test]
+    fn an_incident_confirmed_late_is_in_time_when_its_uncertain_start_covers_the_fault() {
+        let mut late = incident(1, 2, 7, 7_000_000_000);
+        assert!(!score(&truth(), &[late.clone()], Tolerance::default()).ok);
+        // Began between 1.5 s and 7 s, the fault at 2 s: in time.
+        late["start_uncertainty_ns"] = json!(5_500_000_000u64);
+        let s = score(&truth(), &[late.clone()], Tolerance::default());
+        assert!(s.exact, "{s:?}");
+        // Began between 3.5 s and 7 s: more than a second after the fault's start.
+        late["start_uncertainty_ns"] = json!(3_500_000_000u64);
+        assert!(!score(&truth(), &[late], Tolerance::default()).ok);
     }
 }

@@ -9,8 +9,8 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,10 @@ pub const MAX_SECONDS: usize = 3600;
 /// Connections a TCP receiver holds at once (a reconnecting sender leaves its old one behind
 /// until it times out; the oldest goes first).
 const MAX_CONNECTIONS: usize = 8;
+
+/// A TCP sender's socket buffer, bytes (the kernel doubles it for its bookkeeping): several
+/// times what a 100 Mb/s flow has in flight on the lab's sub-millisecond paths.
+const TCP_SNDBUF: usize = 96 * 1024;
 
 /// One flow to run.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -273,6 +277,10 @@ fn send(p: &FlowPlan, c: &FlowCounters, stop: &AtomicBool) {
         };
         c.connects.fetch_add(1, Ordering::Relaxed);
         let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
+        // What a stall leaves in the socket leaves in one burst when the path returns: kept
+        // below the burst a leaf's port to a host passes at once (net.rs), so that a repair
+        // does not queue a port the fault never touched.
+        let _ = socket2::SockRef::from(&s).set_send_buffer_size(TCP_SNDBUF);
         if !p.elephant {
             let _ = s.set_nodelay(true);
         }
@@ -304,4 +312,165 @@ fn send(p: &FlowPlan, c: &FlowCounters, stop: &AtomicBool) {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// The port an incast's burst goes to (the simulator's).
+pub const INCAST_PORT: u16 = 9000;
+
+/// Bytes per datagram of an incast (the simulator's).
+const INCAST_SIZE: usize = 1400;
+
+/// Datagrams per segmentation-offload send: 63 000 bytes, within a GSO packet's 64 KB.
+const INCAST_GSO_SEGMENTS: usize = 45;
+
+/// An incast's receive buffer: large enough that the burst queues at the leaf's port, not in
+/// the receiving socket (whose overflow the host would report as its own drop).
+const INCAST_RCVBUF: usize = 16 << 20;
+
+/// An incast under way: its burst sent, its receiver still draining.
+pub struct Incast {
+    stop: Arc<AtomicBool>,
+    receiver: Option<JoinHandle<u64>>,
+    /// Datagrams the senders' kernels took.
+    pub sent: u64,
+    /// Sends that failed (a full socket buffer, an unreachable destination).
+    pub errors: u64,
+}
+
+/// Starts a receiver at `dst` (in namespace `dst_ns`), then has every namespace of `senders`
+/// send `packets` datagrams to it at once, each as fast as its kernel takes them (the
+/// simulator's incast: many hosts at line rate into one port). Returns once every burst is sent.
+pub fn incast(senders: &[String], dst_ns: &str, dst: Ipv4Addr, packets: u32) -> Result<Incast> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
+    let (ns, stop2) = (dst_ns.to_string(), Arc::clone(&stop));
+    let receiver = std::thread::Builder::new()
+        .name("lab-incast-rx".into())
+        .spawn(move || drain(&ns, dst, &stop2, &ready_tx))
+        .context("starting the incast's receiver")?;
+    ready_rx
+        .recv()
+        .context("the incast's receiver ended before it was bound")??;
+    let start = Arc::new(Barrier::new(senders.len()));
+    let bursts: Vec<JoinHandle<(u64, u64)>> = senders
+        .iter()
+        .map(|ns| {
+            let (ns, start) = (ns.clone(), Arc::clone(&start));
+            std::thread::Builder::new()
+                .name("lab-incast-tx".into())
+                .spawn(move || burst(&ns, dst, packets, &start))
+                .context("starting an incast sender")
+        })
+        .collect::<Result<_>>()?;
+    let (mut sent, mut errors) = (0, 0);
+    for b in bursts {
+        let (s, e) = b.join().unwrap_or((0, u64::from(packets)));
+        sent += s;
+        errors += e;
+    }
+    Ok(Incast {
+        stop,
+        receiver: Some(receiver),
+        sent,
+        errors,
+    })
+}
+
+impl Incast {
+    /// Stops the receiver; the datagrams it read.
+    pub fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.receiver
+            .take()
+            .and_then(|r| r.join().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Incast {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(r) = self.receiver.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+/// One sender's burst: `packets` datagrams back to back, once every sender is ready. Sent with
+/// UDP segmentation offload where the kernel has it (45 datagrams per send, cut apart on their
+/// way into the receiving socket): a host's NIC puts a burst on the wire at line rate, while a
+/// core making one datagram per system call through a fabric of namespaces reaches only about
+/// the 1 Gb/s of the port it is meant to overrun.
+fn burst(ns: &str, dst: Ipv4Addr, packets: u32, start: &Barrier) -> (u64, u64) {
+    let sock = enter(ns)
+        .ok()
+        .and_then(|()| UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok())
+        .and_then(|s| Some((quinn_udp::UdpSocketState::new((&s).into()).ok()?, s)));
+    start.wait();
+    let Some((state, sock)) = sock else {
+        return (0, u64::from(packets));
+    };
+    let per_send = state.max_gso_segments().clamp(1, INCAST_GSO_SEGMENTS);
+    let payload = vec![0x1cu8; INCAST_SIZE * per_send];
+    let to = SocketAddr::from((dst, INCAST_PORT));
+    let (mut sent, mut errors, mut left) = (0, 0, packets as usize);
+    while left > 0 {
+        let n = left.min(per_send);
+        let t = quinn_udp::Transmit {
+            destination: to,
+            ecn: None,
+            contents: &payload[..n * INCAST_SIZE],
+            segment_size: (n > 1).then_some(INCAST_SIZE),
+            src_ip: None,
+        };
+        let result = loop {
+            match state.try_send((&sock).into(), &t) {
+                // A full socket buffer: the burst waits for it, as a NIC's queue would.
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+                other => break other,
+            }
+        };
+        match result {
+            Ok(()) => sent += n as u64,
+            Err(_) => errors += n as u64,
+        }
+        left -= n;
+    }
+    (sent, errors)
+}
+
+/// The incast's receiver: reads datagrams until stopped; how many.
+fn drain(
+    ns: &str,
+    dst: Ipv4Addr,
+    stop: &AtomicBool,
+    ready: &std::sync::mpsc::Sender<Result<()>>,
+) -> u64 {
+    let bound = enter(ns).and_then(|()| {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+        // A smaller buffer than asked for (net.core.rmem_max) still holds most of a burst.
+        let _ = sock.set_recv_buffer_size(INCAST_RCVBUF);
+        sock.bind(&SocketAddr::from((dst, INCAST_PORT)).into())?;
+        let sock = UdpSocket::from(sock);
+        sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+        Ok(sock)
+    });
+    let sock = match bound {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ready.send(Err(e.context(format!("the incast's receiver at {dst}"))));
+            return 0;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    let mut buf = [0u8; 2048];
+    let mut received = 0;
+    while !stop.load(Ordering::Relaxed) {
+        if sock.recv(&mut buf).is_ok() {
+            received += 1;
+        }
+    }
+    received
 }
