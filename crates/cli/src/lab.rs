@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use intscope_collector::detect::PostcardConfig;
+use intscope_core::detect::PostcardConfig;
 use intscope_sim::scenario::TimedFault;
 use intscope_sim::{Fault, Scenario};
 
@@ -410,15 +410,16 @@ fn places(f: &Fault, net: &Net, mode: LabMode) -> Result<Vec<Place>> {
                 port: None,
             },
         ],
-        // Either end of the cable: the one whose reports outlive the other's.
+        // Either end of the cable (as a link down's): the one whose reports outlive the
+        // other's, or the node the packets vanish into.
         Fault::SilentDrop { leaf, spine, .. } => vec![
             Place {
                 node: Node::Leaf(leaf).id(),
-                port: Some(net.ifindex(Node::Leaf(leaf), &format!("s{spine}"))?),
+                port: None,
             },
             Place {
                 node: Node::Spine(spine).id(),
-                port: Some(net.ifindex(Node::Spine(spine), &format!("lf{leaf}"))?),
+                port: None,
             },
         ],
         Fault::ReportOutage { .. } => Vec::new(),
@@ -472,8 +473,11 @@ fn affects(f: &Fault, p: &FlowPlan, shape: Shape) -> bool {
 struct Held {
     incasts: std::collections::BTreeMap<usize, traffic::Incast>,
     losses: std::collections::BTreeMap<usize, Vec<LossAt>>,
-    /// Packets each silent loss lost, once undone.
+    /// Packets each silent loss lost, or each loop's routers let expire, once undone: a fault
+    /// that took none had nothing to show (no flow was hashed onto its link or spine).
     lost: std::collections::BTreeMap<usize, u64>,
+    /// Each loop's routers' expired packets when it began.
+    expired_before: std::collections::BTreeMap<usize, u64>,
 }
 
 /// A silent loss attached in a namespace. Detached there when dropped: its tc filter is named
@@ -579,10 +583,23 @@ fn apply(
             leaf,
             dst_leaf,
         } => {
-            net.looping(spine, leaf, dst_leaf, on)?;
-            format!(
+            let routers = [Node::Spine(spine), Node::Leaf(leaf)];
+            let expired =
+                |net: &Net| -> Result<u64> { routers.iter().map(|&n| net.ttl_expired(n)).sum() };
+            let how = format!(
                 "loop: spine{spine} sends 10.0.{dst_leaf}.0/24 to leaf{leaf}, which sends it back"
-            )
+            );
+            if on {
+                held.expired_before.insert(i, expired(net)?);
+                net.looping(spine, leaf, dst_leaf, on)?;
+                how
+            } else {
+                net.looping(spine, leaf, dst_leaf, on)?;
+                let before = held.expired_before.remove(&i).unwrap_or(0);
+                let n = expired(net)?.saturating_sub(before);
+                held.lost.insert(i, n);
+                format!("{how}: {n} packets' TTL ran out there")
+            }
         }
         Fault::Incast {
             leaf,
@@ -1409,7 +1426,8 @@ fn run_lab(
                     } else {
                         faults[i].end_ns = Some(now);
                         active.retain(|&a| a != i);
-                        // A loss on a link no flow crossed had nothing to show.
+                        // A loss on a link, or a loop at a spine, that no flow crossed had
+                        // nothing to show.
                         if held.lost.get(&i) == Some(&0) {
                             faults[i].visible = false;
                         }

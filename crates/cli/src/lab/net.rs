@@ -550,6 +550,23 @@ impl Net {
         self.sync_routes()
     }
 
+    /// Packets whose TTL ran out while `node` forwarded them, so far (the namespace's
+    /// `InHdrErrors`, which is where IPv4 forwarding counts them, with header errors).
+    pub fn ttl_expired(&self, node: Node) -> Result<u64> {
+        let snmp = run(
+            "ip",
+            &["netns", "exec", &self.ns(node), "cat", "/proc/net/snmp"],
+        )?;
+        let mut ip = snmp.lines().filter(|l| l.starts_with("Ip:"));
+        let (names, values) = (ip.next().unwrap_or(""), ip.next().unwrap_or(""));
+        names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .find(|(n, _)| *n == "InHdrErrors")
+            .and_then(|(_, v)| v.parse().ok())
+            .with_context(|| format!("InHdrErrors in {}'s /proc/net/snmp", node.name()))
+    }
+
     /// A forwarding loop: spine `s` sends leaf `d`'s traffic to leaf `l`, whose route to `d`
     /// points back at `s` (packets circle until their TTL runs out), or the routes restored.
     pub fn looping(&mut self, s: u32, l: u32, d: u32, on: bool) -> Result<()> {
