@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 
 use crate::usage::bail_usage;
 use indicatif::{ProgressBar, ProgressStyle};
-use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};
+use intscope_core::loadgen::{Generator, LoadConfig, LoadVersion};
 
 /// Arguments of `intscope blast`.
 #[derive(Debug, clap::Args)]

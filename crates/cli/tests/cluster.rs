@@ -13,10 +13,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use intscope_collector::incident::{
+use intscope_collector::store::{Batch, ClickHouseStore, RowSink};
+use intscope_core::incident::{
     Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
 };
-use intscope_collector::store::{Batch, ClickHouseStore, RowSink};
 use serde_json::Value;
 
 fn get(http: &str, path: &str) -> Value {
@@ -125,7 +125,7 @@ fn incident(id: u64, node: u32, updates: u64, end: Option<u64>) -> Incident {
         last_update_ns: id * s + updates,
         end_ns: end,
         end_uncertainty_ns: 0,
-        end_reason: end.map(|_| intscope_collector::incident::EndReason::Normal),
+        end_reason: end.map(|_| intscope_core::incident::EndReason::Normal),
         received_ns: None,
         updates,
         counts: IncidentCounts::default(),

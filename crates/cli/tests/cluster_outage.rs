@@ -22,10 +22,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use intscope_collector::incident::{
+use intscope_collector::store::{Batch, ClickHouseStore, HistoryQuery, RowSink, Store};
+use intscope_core::incident::{
     Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
 };
-use intscope_collector::store::{Batch, ClickHouseStore, HistoryQuery, RowSink, Store};
 use serde_json::Value;
 
 /// Says how far the test is, for its wall time (`--nocapture`).
@@ -105,7 +105,7 @@ fn incident(id: u64, end: Option<u64>) -> Incident {
         last_update_ns: id * s + 5,
         end_ns: end,
         end_uncertainty_ns: 0,
-        end_reason: end.map(|_| intscope_collector::incident::EndReason::Normal),
+        end_reason: end.map(|_| intscope_core::incident::EndReason::Normal),
         received_ns: None,
         updates: 2,
         counts: IncidentCounts::default(),

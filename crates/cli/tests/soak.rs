@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Rng, bin, startup_line, tempdir, wait_until_accounted};
-use intscope_collector::loadgen::{Generator, LoadConfig};
+use intscope_core::loadgen::{Generator, LoadConfig};
 
 struct Collector {
     child: Child,

@@ -11,8 +11,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::loadgen::{Generator, INT_PORT, LoadConfig};
-use intscope_collector::record::RecordBatch;
+use intscope_core::loadgen::{Generator, INT_PORT, LoadConfig};
+use intscope_core::record::RecordBatch;
 
 const REQUESTS: usize = 50;
 

@@ -7,10 +7,10 @@
 
 mod common;
 
-use intscope_collector::detect::DetectConfig as Thresholds;
-use intscope_collector::loadgen::{self, Generator, LoadConfig};
-use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
-use intscope_collector::state::State;
+use intscope_core::detect::DetectConfig as Thresholds;
+use intscope_core::loadgen::{self, Generator, LoadConfig};
+use intscope_core::record::{FlowKeyMode, Record, decode_datagram};
+use intscope_core::state::State;
 
 /// Reports per flow: enough to fill each flow's bounded recent history.
 const SAMPLES: u64 = 40;

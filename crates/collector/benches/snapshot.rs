@@ -13,12 +13,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use intscope_collector::detect::DetectConfig as Thresholds;
-use intscope_collector::flow::FlowState;
-use intscope_collector::loadgen::{self, Generator, LoadConfig};
-use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
-use intscope_collector::snapshot::{FlowRow, FlowShardSnapshot};
-use intscope_collector::state::State;
+use intscope_core::detect::DetectConfig as Thresholds;
+use intscope_core::flow::FlowState;
+use intscope_core::loadgen::{self, Generator, LoadConfig};
+use intscope_core::record::{FlowKeyMode, Record, decode_datagram};
+use intscope_core::snapshot::{FlowRow, FlowShardSnapshot};
+use intscope_core::state::State;
 use intscope_wire::locate::FlowKey;
 
 /// Records per correlation call, as a receive batch of 64 datagrams of 8 reports.

@@ -9,11 +9,11 @@ mod common;
 
 use std::time::Instant;
 
-use intscope_collector::detect::DetectConfig as Thresholds;
-use intscope_collector::loadgen::{self, Generator, LoadConfig};
-use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
-use intscope_collector::state::State;
 use intscope_collector::store::{RowSink, SqliteStore, StoreStats, collect_batch};
+use intscope_core::detect::DetectConfig as Thresholds;
+use intscope_core::loadgen::{self, Generator, LoadConfig};
+use intscope_core::record::{FlowKeyMode, Record, decode_datagram};
+use intscope_core::state::State;
 
 fn main() {
     let flows = common::flows_arg(100_000);

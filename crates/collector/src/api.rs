@@ -26,19 +26,19 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::api_config::ApiConfig;
-use crate::event::{Event, EventKind};
-use crate::flow_ref::FlowRef;
 use crate::http::{ErrorBody, HttpStats};
-use crate::incident::Incident;
 use crate::ingest::{Collector, Published};
 use crate::openmetrics;
-use crate::rank;
-use crate::search::FlowSearch;
-use crate::snapshot::{FlowRow, Snapshot};
 use crate::store::{
     FlowInterval, HistoryQuery, Page, QueueInterval, RowCounts, Store, StoreError, StoredEvent,
     StoredFlow, StoredIncident, Totals,
 };
+use intscope_core::event::{Event, EventKind};
+use intscope_core::flow_ref::FlowRef;
+use intscope_core::incident::Incident;
+use intscope_core::rank;
+use intscope_core::search::FlowSearch;
+use intscope_core::snapshot::{FlowRow, Snapshot};
 
 /// Most flows one `/api/flows` page holds.
 pub const MAX_FLOWS_LIMIT: usize = 10_000;
@@ -491,7 +491,7 @@ pub struct StatsBase<'a> {
     /// Ingest details that are not counters.
     pub ingest: IngestDetail,
     /// The state's limits.
-    pub limits: &'a crate::limits::Limits,
+    pub limits: &'a intscope_core::limits::Limits,
     /// Sources in (node, hw_id) order, at most [`MAX_STATS_SOURCES`].
     pub sources: Vec<SourceStats>,
     /// The store (`null` without one).
@@ -929,7 +929,7 @@ pub struct PathSince {
     /// When it was first seen, ns.
     pub since_ns: u64,
     /// The path, source first.
-    pub path: crate::flow::Path,
+    pub path: intscope_core::flow::Path,
 }
 
 /// One flow of `/api/flows/{id}`.
@@ -939,11 +939,11 @@ pub struct FlowDetail {
     #[serde(flatten)]
     pub summary: FlowSummary,
     /// The current path, hop by hop.
-    pub path_detail: crate::flow::Path,
+    pub path_detail: intscope_core::flow::Path,
     /// Recent paths, oldest first, ending with the current one.
     pub path_history: Vec<PathSince>,
     /// The last latency sample (a list of at most one).
-    pub series: crate::flow::LastSample,
+    pub series: intscope_core::flow::LastSample,
     /// The flow's events in the in-memory log.
     pub events: Vec<Event>,
     /// With a store: the flow's series per store interval.
@@ -1093,12 +1093,12 @@ pub struct EventQuery {
     /// Only events with a smaller ID: the next page back (from the `Link` header).
     pub cursor: Option<String>,
     /// At most this many, newest first (default 200, at most the log's size,
-    /// [`crate::state::EVENT_LOG`]).
+    /// [`intscope_core::state::EVENT_LOG`]).
     pub limit: Option<usize>,
 }
 
 async fn events(AxState(api): Shared, Q(q): Q<EventQuery>) -> Result<impl IntoResponse, ApiError> {
-    let limit = limit(&api, q.limit, 200, crate::state::EVENT_LOG)?;
+    let limit = limit(&api, q.limit, 200, intscope_core::state::EVENT_LOG)?;
     let before = parse_cursor::<1>(&api, q.cursor.as_deref())?;
     // Only the event log's own lock, held while the page is copied out: never the shard locks
     // ingest writes under, and no serializing under any lock.
@@ -1145,7 +1145,7 @@ pub const INCIDENTS_DEFAULT: usize = 100;
 #[derive(Debug, serde::Deserialize)]
 pub struct IncidentQuery {
     /// Only `ongoing` or `resolved` ones.
-    pub state: Option<crate::incident::IncidentState>,
+    pub state: Option<intscope_core::incident::IncidentState>,
     /// Only this kind (its label, e.g. `path-change`).
     pub kind: Option<String>,
     /// Only incidents at this node (as the place's node or its peer).
@@ -1175,7 +1175,7 @@ async fn incidents(
     AxState(api): Shared,
     Q(q): Q<IncidentQuery>,
 ) -> Result<Json<IncidentPage>, ApiError> {
-    use crate::incident::IncidentKind;
+    use intscope_core::incident::IncidentKind;
     let limit = limit(&api, q.limit, INCIDENTS_DEFAULT, INCIDENTS_MAX)?;
     let before = parse_cursor::<1>(&api, q.cursor.as_deref())?.map(|[b]| b);
     let kind = match q.kind.as_deref() {
@@ -1186,7 +1186,7 @@ async fn incidents(
         })?),
     };
     let mut page = api.collector.with_incidents(|log| {
-        let mut page: Vec<&crate::incident::Incident> = log
+        let mut page: Vec<&intscope_core::incident::Incident> = log
             .iter()
             .filter(|i| q.state.is_none_or(|s| i.state == s))
             .filter(|i| kind.is_none_or(|k| i.kind == k))

@@ -28,11 +28,11 @@ use axum::routing::get;
 use tokio::sync::Semaphore;
 
 use crate::api_config::ApiConfig;
-use crate::flow_ref::FlowRef;
 use crate::store::{
     FlowInterval, HistoryQuery, Page, QueueInterval, Resolution, RowCounts, Store, StoreError,
     StoredEvent, StoredFlow, StoredIncident, Totals,
 };
+use intscope_core::flow_ref::FlowRef;
 
 /// The cluster API's shared state.
 pub struct FabricApi {

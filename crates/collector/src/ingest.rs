@@ -28,12 +28,12 @@ mod recv;
 pub use port_guard::PortGuardStats;
 pub use recv::{IDLE, MAX_BATCH, SLOT_RANGE};
 
-use crate::detect::DetectConfig as Thresholds;
-use crate::limits::Limits;
-use crate::record::{FlowKeyMode, Record, RecordBatch, RecordSink, decode_into};
-use crate::snapshot::Snapshot;
-use crate::state::State;
 use crate::store::{FlushTake, Flusher, Store, StoreConfig, StoreError, StoreStats, spawn_writer};
+use intscope_core::detect::DetectConfig as Thresholds;
+use intscope_core::limits::Limits;
+use intscope_core::record::{FlowKeyMode, Record, RecordBatch, RecordSink, decode_into};
+use intscope_core::snapshot::Snapshot;
+use intscope_core::state::State;
 
 /// Why a datagram was discarded. Every received datagram is accepted or discarded for exactly
 /// one of these; the malformed ones ([`Discard::is_malformed`]) also add to
@@ -115,7 +115,7 @@ impl Discard {
                 ..
             } => Discard::BadLength,
             ErrorKind::BadValue {
-                field: crate::record::INNER_PACKET,
+                field: intscope_core::record::INNER_PACKET,
                 ..
             } => Discard::BadInner,
             ErrorKind::BadValue { .. } => Discard::BadValue,
@@ -357,7 +357,7 @@ impl<S: RecordSink> RecordSink for Counted<'_, S> {
     fn filled(&mut self) {
         self.n += 1;
         // The slot just filled (a sink hands out the same slot until it is filled).
-        if crate::record::drop_far_timestamps(self.sink.slot(), self.max_skew_ns) {
+        if intscope_core::record::drop_far_timestamps(self.sink.slot(), self.max_skew_ns) {
             self.skewed += 1;
         }
         self.sink.filled();
@@ -868,7 +868,10 @@ impl Collector {
     /// Runs `f` on the incident log for a reader. While receive threads run, the shards hand
     /// their observations over at every sweep and tick, so only the log's lock is taken; without
     /// them (a replay, a test) the shards are asked to hand over first.
-    pub fn with_incidents<T>(&self, f: impl FnOnce(&mut crate::incidents::IncidentLog) -> T) -> T {
+    pub fn with_incidents<T>(
+        &self,
+        f: impl FnOnce(&mut intscope_core::incidents::IncidentLog) -> T,
+    ) -> T {
         if self.receivers.load(Ordering::SeqCst) == 0 {
             self.state.with_incidents(f)
         } else {

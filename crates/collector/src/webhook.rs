@@ -28,10 +28,10 @@ use intscope_core::counters::{
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use crate::incident::{Incident, IncidentState};
-use crate::incidents::IncidentLog;
 use crate::ingest::Collector;
 use crate::webhook_config::WebhookConfig;
+use intscope_core::incident::{Incident, IncidentState};
+use intscope_core::incidents::IncidentLog;
 
 /// Longest wait between two attempts, however many came before.
 const BACKOFF_MAX: Duration = Duration::from_secs(60);

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use common::*;
 use intscope_collector::api::{Api, render_metrics};
 use intscope_collector::api_config::ApiConfig;
-use intscope_collector::record::RecordBatch;
 use intscope_collector::webhook::{ReceiverStats, WebhookStats};
 use intscope_core::counters;
+use intscope_core::record::RecordBatch;
 use serde_json::Value;
 
 fn dashboard() -> Value {

@@ -14,8 +14,8 @@ use common::*;
 use intscope_collector::api::{Api, render_metrics};
 use intscope_collector::api_config::ApiConfig;
 use intscope_collector::ingest::{Collector, CollectorConfig, Discard, spawn_receivers};
-use intscope_collector::limits::Limits;
-use intscope_collector::record::RecordBatch;
+use intscope_core::limits::Limits;
+use intscope_core::record::RecordBatch;
 
 /// Deterministic random numbers (xorshift64).
 struct Rng(u64);

@@ -4,14 +4,14 @@
 mod common;
 
 use common::*;
-use intscope_collector::detect::DetectConfig;
-use intscope_collector::event::{EVENT_KIND_SHARE, EVENT_LOG, Event, EventKind};
-use intscope_collector::incident::{
+use intscope_core::detect::DetectConfig;
+use intscope_core::event::{EVENT_KIND_SHARE, EVENT_LOG, Event, EventKind};
+use intscope_core::incident::{
     EndReason, Incident, IncidentKind, IncidentPlace, IncidentState, Severity, Unit,
 };
-use intscope_collector::incidents::{ONGOING_PER_KIND, RESOLVED_PER_KIND};
-use intscope_collector::record::Record;
-use intscope_collector::state::State;
+use intscope_core::incidents::{ONGOING_PER_KIND, RESOLVED_PER_KIND};
+use intscope_core::record::Record;
+use intscope_core::state::State;
 
 const LEAF1: H = H(1, 3, 800, 10);
 const SPINE_A: H = H(101, 2, 900, 10);

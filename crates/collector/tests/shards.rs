@@ -4,12 +4,12 @@
 mod common;
 
 use common::{H, MS, Rep};
-use intscope_collector::detect::DetectConfig as Thresholds;
-use intscope_collector::event::EventKind;
-use intscope_collector::fabric::node_shard;
-use intscope_collector::loadgen::{self, Generator, LoadConfig, LoadVersion};
-use intscope_collector::record::{FlowKeyMode, RecordBatch, decode_into};
-use intscope_collector::state::State;
+use intscope_core::detect::DetectConfig as Thresholds;
+use intscope_core::event::EventKind;
+use intscope_core::fabric::node_shard;
+use intscope_core::loadgen::{self, Generator, LoadConfig, LoadVersion};
+use intscope_core::record::{FlowKeyMode, RecordBatch, decode_into};
+use intscope_core::state::State;
 use serde_json::Value;
 
 /// Receive-sized batches of `datagrams` datagrams of `cfg`'s traffic, 10 µs apart.

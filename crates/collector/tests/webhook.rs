@@ -15,9 +15,9 @@ use common::*;
 use intscope_collector::api::{Api, render_metrics};
 use intscope_collector::api_config::ApiConfig;
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::record::RecordBatch;
 use intscope_collector::webhook::Webhook;
 use intscope_collector::webhook_config::WebhookConfig;
+use intscope_core::record::RecordBatch;
 use serde_json::Value;
 
 /// A local receiver: every POSTed body kept, the first `fail_first` answered 500.

@@ -11,9 +11,9 @@
 //! so an even seed repeats the odd one above it). A sixth argument `mix` varies the traffic
 //! mix's seed instead.
 
-use intscope_collector::incident::IncidentKind;
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::record::RecordBatch;
+use intscope_core::incident::IncidentKind;
+use intscope_core::record::RecordBatch;
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Scenario, mix};
 

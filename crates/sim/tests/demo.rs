@@ -5,9 +5,9 @@
 //! for a spine's metadata) leaves no trace there: seven incidents in those modes.
 //! `DEMO_DETAIL=1` prints the incidents' flows and evidence.
 
-use intscope_collector::incident::{Incident, IncidentKind};
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::record::RecordBatch;
+use intscope_core::incident::{Incident, IncidentKind};
+use intscope_core::record::RecordBatch;
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Fault, Scenario, Scheduled, mix};
 

@@ -1,10 +1,10 @@
 //! Storm figures for BENCHMARKS.md (issue 16): the default demo scenario through the collector,
 //! events and incidents by kind, with and without report loss; ignored by default:
 //! `SECS=60 cargo test -p intscope-sim --test measure_incidents -- --ignored --nocapture`.
-use intscope_collector::detect::DetectConfig;
-use intscope_collector::event::EventKind;
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::record::RecordBatch;
+use intscope_core::detect::DetectConfig;
+use intscope_core::event::EventKind;
+use intscope_core::record::RecordBatch;
 use intscope_sim::{Fabric, Scenario, SimConfig, mix};
 use std::collections::BTreeMap;
 

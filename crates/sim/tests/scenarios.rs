@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use intscope_collector::detect::DetectConfig;
-use intscope_collector::event::{Event, EventKind};
-use intscope_collector::flow_ref::FlowRef;
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::record::RecordBatch;
+use intscope_core::detect::DetectConfig;
+use intscope_core::event::{Event, EventKind};
+use intscope_core::flow_ref::FlowRef;
+use intscope_core::record::RecordBatch;
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Fault, Scheduled, SimConfig, default_mix};
 
@@ -214,8 +214,8 @@ fn incast_is_a_microburst_with_its_culprits() {
         .filter(|i| {
             matches!(
                 i.kind,
-                intscope_collector::incident::IncidentKind::Microburst
-                    | intscope_collector::incident::IncidentKind::Congestion
+                intscope_core::incident::IncidentKind::Microburst
+                    | intscope_core::incident::IncidentKind::Congestion
             ) && i.place.node == Some(3)
                 && i.place.port == Some(1)
         })
@@ -272,7 +272,7 @@ fn a_spine_without_int_is_found_from_ttl() {
         .state
         .incidents()
         .into_iter()
-        .filter(|i| i.kind == intscope_collector::incident::IncidentKind::NonIntHops)
+        .filter(|i| i.kind == intscope_core::incident::IncidentKind::NonIntHops)
         .collect();
     assert_eq!(incidents.len(), 1, "{incidents:#?}");
     let places: std::collections::HashSet<_> = incidents.iter().map(|i| i.place).collect();

@@ -44,7 +44,7 @@ use super::{
     DEFAULT_QUERY_TIMEOUT, HistoryQuery, MAX_HISTORY_LIMIT, RowSink, Store, StoreError,
     incident_version, lock, new_run_id, per_hop_json,
 };
-use crate::flow_ref::FlowRef;
+use intscope_core::flow_ref::FlowRef;
 use intscope_core::rows::Batch;
 use serde::{Deserialize, Serialize};
 

@@ -31,9 +31,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::flow_ref::FlowRef;
-use crate::state::State;
+use intscope_core::flow_ref::FlowRef;
 pub use intscope_core::rows::{AggRow, Batch, FlowRow, RowSink};
+use intscope_core::state::State;
 
 pub mod clickhouse;
 pub mod priority;

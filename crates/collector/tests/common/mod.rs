@@ -2,9 +2,9 @@
 #![allow(dead_code)]
 
 use etherparse::PacketBuilder;
-use intscope_collector::detect::DetectConfig as Thresholds;
-use intscope_collector::record::{FlowKeyMode, Record, decode_datagram};
-use intscope_collector::state::State;
+use intscope_core::detect::DetectConfig as Thresholds;
+use intscope_core::record::{FlowKeyMode, Record, decode_datagram};
+use intscope_core::state::State;
 use intscope_wire::locate::DetectConfig;
 use intscope_wire::md::MdHeaderRepr;
 use intscope_wire::metadata::{Format, HopMetadata, L1_INTERFACES, L2_INTERFACES};
@@ -208,14 +208,14 @@ pub fn open_collector(
 
 /// The load generator's v2.0 traffic of `flows` flows (4 hops, 8 reports a datagram), a drop
 /// report every `drop_every` reports (0: none).
-pub fn v2_load(flows: u32, drop_every: u64) -> intscope_collector::loadgen::LoadConfig {
-    intscope_collector::loadgen::LoadConfig {
+pub fn v2_load(flows: u32, drop_every: u64) -> intscope_core::loadgen::LoadConfig {
+    intscope_core::loadgen::LoadConfig {
         flows,
         hops: 4,
-        version: intscope_collector::loadgen::LoadVersion::V2,
+        version: intscope_core::loadgen::LoadVersion::V2,
         batch: 8,
         drop_every,
-        ..intscope_collector::loadgen::LoadConfig::default()
+        ..intscope_core::loadgen::LoadConfig::default()
     }
 }
 
@@ -223,16 +223,13 @@ pub fn v2_load(flows: u32, drop_every: u64) -> intscope_collector::loadgen::Load
 /// the state's changes to its store after every `flush_every` datagrams (0: never).
 pub fn feed_load(
     c: &intscope_collector::ingest::Collector,
-    load: intscope_collector::loadgen::LoadConfig,
+    load: intscope_core::loadgen::LoadConfig,
     datagrams: u64,
     flush_every: u64,
 ) {
     use intscope_collector::store::{StoreStats, collect_batch};
-    let mut g = intscope_collector::loadgen::Generator::new(load);
-    let (mut buf, mut rec) = (
-        Vec::new(),
-        intscope_collector::record::RecordBatch::default(),
-    );
+    let mut g = intscope_core::loadgen::Generator::new(load);
+    let (mut buf, mut rec) = (Vec::new(), intscope_core::record::RecordBatch::default());
     let (stats, mut last_event) = (StoreStats::default(), 1);
     for i in 0..datagrams {
         g.next_datagram(&mut buf);
