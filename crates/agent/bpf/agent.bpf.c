@@ -625,6 +625,13 @@ int BPF_PROG(on_transmit, struct sk_buff *skb, const struct net_device *dev)
 		flags |= F_INGRESS | F_INGRESS_TS;
 	} else {
 		count(C_NO_INGRESS);
+		// Forwarded, its record lost (its slot taken by another packet while it waited in a
+		// long queue): the port it came in by is still the skb's own, only its time is gone.
+		// Without it the postcard would name no ingress, and the path would seem to start here.
+		if (skb->skb_iif) {
+			in_if = skb->skb_iif;
+			flags |= F_INGRESS;
+		}
 		// Sent by this host: its stack's departure time where it set one (TCP's EDT,
 		// CLOCK_MONOTONIC), else the residence is unknown.
 		__u64 ts = skb->tstamp;
