@@ -469,52 +469,28 @@ impl Net {
     pub fn slow_port(&self, l: u32, h: u32, mbps: Option<f64>) -> Result<()> {
         let ns = self.ns(Node::Leaf(l));
         let dev = format!("h{h}");
-        let kbit = |mbps: f64| format!("{}kbit", (mbps * 1000.0).round().max(8.0) as u64);
-        match (mbps, self.host_port_mbps) {
-            (Some(rate), _) => run(
-                "tc",
-                &[
-                    "-n",
-                    &ns,
-                    "qdisc",
-                    "replace",
-                    "dev",
-                    &dev,
-                    "root",
-                    "tbf",
-                    "rate",
-                    &kbit(rate),
-                    "burst",
-                    "16kb",
-                    "latency",
-                    "100ms",
-                ],
-            )?,
-            (None, Some(line)) => run(
-                "tc",
-                &[
-                    "-n",
-                    &ns,
-                    "qdisc",
-                    "replace",
-                    "dev",
-                    &dev,
-                    "root",
-                    "tbf",
-                    "rate",
-                    &kbit(line),
-                    "burst",
-                    "256kb",
-                    "latency",
-                    "4ms",
-                ],
-            )?,
+        // (rate, burst, queue): the slow rate, or the line rate.
+        let tbf = match (mbps, self.host_port_mbps) {
+            (Some(rate), _) => Some((rate, "16kb", "100ms")),
+            (None, Some(line)) => Some((line, "256kb", "4ms")),
             // The veth's own: no qdisc (noqueue), which `del` of none already leaves.
-            (None, None) => {
-                let _ = run("tc", &["-n", &ns, "qdisc", "del", "dev", &dev, "root"]);
-                String::new()
-            }
+            (None, None) => None,
         };
+        match tbf {
+            Some((mbps, burst, latency)) => {
+                let rate = format!("{}kbit", (mbps * 1000.0).round().max(8.0) as u64);
+                run(
+                    "tc",
+                    &[
+                        "-n", &ns, "qdisc", "replace", "dev", &dev, "root", "tbf", "rate", &rate,
+                        "burst", burst, "latency", latency,
+                    ],
+                )?;
+            }
+            None => {
+                let _ = run("tc", &["-n", &ns, "qdisc", "del", "dev", &dev, "root"]);
+            }
+        }
         Ok(())
     }
 
