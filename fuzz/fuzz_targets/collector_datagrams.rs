@@ -13,8 +13,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use intscope_collector::api::{Api, render_metrics};
 use intscope_collector::api_config::ApiConfig;
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::loadgen::{Generator, LoadConfig, LoadVersion};
-use intscope_collector::record::RecordBatch;
+use intscope_core::loadgen::{Generator, LoadConfig, LoadVersion};
+use intscope_core::record::RecordBatch;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
