@@ -510,19 +510,43 @@ impl LossAt {
         let Some(loss) = self.loss.take() else {
             return (0, 0);
         };
-        in_namespace(&self.ns, move || {
-            let counts = loss.counts().unwrap_or((0, 0));
-            drop(loss);
-            Ok(counts)
-        })
-        .unwrap_or_else(|e| {
-            tracing::warn!(
-                "detaching the silent loss at {} in {}: {e:#}",
-                self.iface,
-                self.ns
-            );
-            (0, 0)
-        })
+        let ns = self.ns.clone();
+        let detached = std::thread::scope(|s| {
+            s.spawn(move || {
+                let entered = std::fs::File::open(&ns)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|f| {
+                        nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
+                            .map_err(anyhow::Error::from)
+                    });
+                match entered {
+                    Ok(()) => {
+                        let counts = loss.counts().unwrap_or((0, 0));
+                        drop(loss);
+                        Ok(counts)
+                    }
+                    // Outside its namespace a detach would name another device by the same
+                    // index: the filter is left to go with its namespace.
+                    Err(e) => {
+                        std::mem::forget(loss);
+                        Err(e)
+                    }
+                }
+            })
+            .join()
+        });
+        match detached {
+            Ok(Ok(counts)) => counts,
+            Ok(Err(e)) => {
+                tracing::warn!(
+                    "the silent loss at {} in {} left attached: {e:#}",
+                    self.iface,
+                    self.ns
+                );
+                (0, 0)
+            }
+            Err(_) => (0, 0),
+        }
     }
 }
 
