@@ -1629,13 +1629,15 @@ impl FlowState {
             return Joined::Complete(path);
         }
         // In path order as far as the reports tell: by the packet's TTL where every report
-        // holds one (each router lowers it, whatever the reports' timing), then by when each
-        // node first reported the flow through these ports.
+        // holds one (each router lowers it, whatever the reports' timing; the receiving host,
+        // which sends it nowhere, sees the last router's TTL and comes after it), then by when
+        // each node first reported the flow through these ports.
         let by_ttl = cards.iter().all(|c| c.ttl.is_some());
         let mut order: Vec<&Card> = cards.iter().collect();
         order.sort_by_key(|c| {
             (
                 std::cmp::Reverse(c.ttl.filter(|_| by_ttl)),
+                by_ttl && matches!(c.hop.egress_if(), None | Some(0)),
                 c.since_ns,
                 c.hop.ingress_ts().unwrap_or(0),
                 c.seen_ns,
@@ -2010,10 +2012,15 @@ mod tests {
     fn a_partial_path_is_in_the_order_of_its_packets_ttl() {
         let (mut f, mut links) = (flow_on(1, &mut PathTable::default()), LinkTable::default());
         // Four nodes whose links are not learned, the nearest to the source reporting last
-        // (a card reset by a change of ports): the TTLs still say the order; the last router
-        // and the receiving host saw the same TTL, and the router reported first.
-        for (now, node, ttl) in [(10, 3, 62), (20, 4, 63), (30, 2, 62), (40, 1, 64)] {
-            let hop = card(node, 1, 2, now * MS);
+        // (a card reset by a change of ports): the TTLs still say the order. The last router
+        // (3) and the receiving host (2, egress 0) saw the same TTL; the host reported first.
+        for (now, node, egress, ttl) in [
+            (10, 2, 0, 62),
+            (20, 4, 2, 63),
+            (30, 3, 2, 62),
+            (40, 1, 2, 64),
+        ] {
+            let hop = card(node, 1, egress, now * MS);
             f.add_card_with_ttl(now * MS, hop, 0, Some(ttl), 10 * MS, u64::MAX);
         }
         let j = join(&mut f, &mut links);
@@ -2021,7 +2028,7 @@ mod tests {
         assert_eq!(nodes(&j), [1, 4, 3, 2]);
         // A report without its TTL: the order of first reports.
         f.add_card(50 * MS, card(5, 1, 2, 50 * MS), 0, 10 * MS);
-        assert_eq!(nodes(&join(&mut f, &mut links)), [3, 4, 2, 1, 5]);
+        assert_eq!(nodes(&join(&mut f, &mut links)), [2, 4, 3, 1, 5]);
     }
 
     #[test]
