@@ -513,13 +513,7 @@ impl LossAt {
         let ns = self.ns.clone();
         let detached = std::thread::scope(|s| {
             s.spawn(move || {
-                let entered = std::fs::File::open(&ns)
-                    .map_err(anyhow::Error::from)
-                    .and_then(|f| {
-                        nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
-                            .map_err(anyhow::Error::from)
-                    });
-                match entered {
+                match traffic::enter(&ns) {
                     Ok(()) => {
                         let counts = loss.counts().unwrap_or((0, 0));
                         drop(loss);
@@ -560,9 +554,7 @@ impl Drop for LossAt {
 fn in_namespace<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
     std::thread::scope(|s| {
         s.spawn(|| {
-            let file = std::fs::File::open(ns).with_context(|| format!("namespace {ns}"))?;
-            nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
-                .with_context(|| format!("entering namespace {ns}"))?;
+            traffic::enter(ns)?;
             f()
         })
         .join()
@@ -1450,11 +1442,6 @@ fn run_lab(
                     } else {
                         faults[i].end_ns = Some(now);
                         active.retain(|&a| a != i);
-                        // A loss on a link, or a loop at a spine, that no flow crossed had
-                        // nothing to show.
-                        if held.lost.get(&i) == Some(&0) {
-                            faults[i].visible = false;
-                        }
                     }
                     faults[i].what = what.clone();
                     bar.suspend(|| {
@@ -1487,10 +1474,11 @@ fn run_lab(
         if let Ok(what) = apply((i, &script[i].fault), net, false, &mut agents, &mut held) {
             faults[i].end_ns = Some(intscope_collector::clock::now_ns());
             faults[i].what = what;
-            if held.lost.get(&i) == Some(&0) {
-                faults[i].visible = false;
-            }
         }
+    }
+    // A loss on a link, or a loop at a spine, that no flow crossed had nothing to show.
+    for (&i, _) in held.lost.iter().filter(|(_, lost)| **lost == 0) {
+        faults[i].visible = false;
     }
     let ended_ns = intscope_collector::clock::now_ns();
     let elapsed = traffic.start.elapsed().as_secs_f64();

@@ -93,7 +93,8 @@ pub struct Traffic {
     pub start: Instant,
 }
 
-fn enter(ns: &str) -> Result<()> {
+/// Moves this thread into network namespace `ns` (a path under /run/netns).
+pub(super) fn enter(ns: &str) -> Result<()> {
     let f = std::fs::File::open(ns).with_context(|| format!("namespace {ns}"))?;
     nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
         .with_context(|| format!("entering namespace {ns}"))?;
