@@ -586,12 +586,7 @@ fn undecodable_reason(frame: &crate::capture::Frame, e: &intscope_wire::Error) -
     if frame.data.len() < frame.orig_len as usize {
         return "cut short by the capture".into();
     }
-    let v = serde_json::to_value(e).unwrap_or_default();
-    format!(
-        "{} {}",
-        v["layer"].as_str().unwrap_or("frame"),
-        v["kind"].as_str().unwrap_or("malformed")
-    )
+    format!("{} {}", e.layer.id(), e.kind.id())
 }
 
 /// The UDP payload of a report datagram in `data` (UDP header at `l4`, inside the IP packet

@@ -16,7 +16,7 @@ use crate::clock::now_ns;
 
 use intscope_core::counters::{self, Samples};
 use intscope_wire::Error;
-use intscope_wire::error::{ErrorKind, Layer};
+use intscope_wire::error::{ErrorKind, Field, Layer};
 use intscope_wire::locate::DetectConfig;
 /// A source network of the allowlist (`allow`, `--allow`).
 pub use ipnet::IpNet;
@@ -101,21 +101,19 @@ impl Discard {
     /// Why a datagram whose decode ended in `e` after `decoded` reports is discarded.
     pub fn of(e: &Error, decoded: usize) -> Discard {
         match e.kind {
-            ErrorKind::BadValue { field: "Ver", .. }
-                if decoded == 0 && e.layer == Layer::ReportGroup =>
-            {
-                Discard::UnknownVersion
-            }
             ErrorKind::BadValue {
-                field: "RepType" | "InType" | "NProto" | "TLVType",
+                field: Field::Ver, ..
+            } if decoded == 0 && e.layer == Layer::ReportGroup => Discard::UnknownVersion,
+            ErrorKind::BadValue {
+                field: Field::RepType | Field::InType | Field::NProto | Field::TlvType,
                 ..
             } => Discard::UnknownType,
             ErrorKind::BadValue {
-                field: "Report Length" | "MD Length",
+                field: Field::ReportLength | Field::MdLength,
                 ..
             } => Discard::BadLength,
             ErrorKind::BadValue {
-                field: intscope_core::record::INNER_PACKET,
+                field: Field::InnerPacket,
                 ..
             } => Discard::BadInner,
             ErrorKind::BadValue { .. } => Discard::BadValue,

@@ -12,7 +12,7 @@ use intscope_wire::report::{
 };
 use intscope_wire::shim::Shim;
 use intscope_wire::warning::Warning;
-use intscope_wire::{Error, IntBlock, Layer};
+use intscope_wire::{Error, Field, IntBlock, Layer};
 
 /// Most hops a record keeps; longer paths are cut (and flagged), the newest hops kept.
 pub const MAX_HOPS: usize = 16;
@@ -511,9 +511,6 @@ impl<F: FnMut(&Record)> RecordSink for EachRecord<'_, F> {
     }
 }
 
-/// The field an error about a report's copy of the packet names (`no_packet`).
-pub const INNER_PACKET: &str = "inner packet";
-
 /// What the wire crate tolerates but a collector cannot use, checked per report so that bytes
 /// that merely happen to parse are not taken for reports (Report v2.0 §"Individual Report
 /// Header"):
@@ -550,7 +547,7 @@ fn validate_v2(
             return Err(Error::bad_value(
                 Layer::ReportIndividual,
                 at + 2,
-                "MD Length",
+                Field::MdLength,
                 "the words RepMdBits and DSMdBits describe",
                 (md / 4) as u64,
             ));
@@ -560,7 +557,7 @@ fn validate_v2(
         InType::None if !inner.is_empty() => Err(Error::bad_value(
             Layer::ReportIndividual,
             at + 1,
-            "Report Length",
+            Field::ReportLength,
             "no inner contents after the main contents (InType 0, None)",
             inner.len() as u64,
         )),
@@ -579,7 +576,7 @@ fn reserved_type(h: IndividualHeaderRepr, at: usize) -> Error {
         Error::bad_value(
             Layer::ReportIndividual,
             at,
-            "RepType",
+            Field::RepType,
             "0 (Inner Only) or 1 (INT); 2 (IOAM) has no defined contents, 3-15 are reserved",
             u64::from(h.rep_type),
         )
@@ -587,7 +584,7 @@ fn reserved_type(h: IndividualHeaderRepr, at: usize) -> Error {
         Error::bad_value(
             Layer::ReportIndividual,
             at,
-            "InType",
+            Field::InType,
             "0-5 (6-15 are reserved)",
             u64::from(h.in_type),
         )
@@ -605,7 +602,7 @@ fn validate_tlvs(inner: &[u8], at: usize) -> Result<(), Error> {
             return Err(Error::bad_length(
                 Layer::ReportTlv,
                 at,
-                "TLVLength",
+                Field::TlvLength,
                 end,
                 rest.len(),
             ));
@@ -614,7 +611,7 @@ fn validate_tlvs(inner: &[u8], at: usize) -> Result<(), Error> {
             return Err(Error::bad_value(
                 Layer::ReportTlv,
                 at,
-                "TLVType",
+                Field::TlvType,
                 "0-3 (4-15 are reserved)",
                 u64::from(h.tlv_type),
             ));
@@ -638,7 +635,7 @@ fn no_packet(t: InType, at: usize) -> Error {
     Error::bad_value(
         layer,
         at,
-        INNER_PACKET,
+        Field::InnerPacket,
         "a packet with a valid IPv4 or IPv6 header",
         u64::from(t.raw()),
     )
@@ -719,7 +716,7 @@ pub fn decode_into(
                     return Err(Error::bad_value(
                         Layer::ReportV1,
                         0,
-                        "NProto",
+                        Field::NProto,
                         "0 (Ethernet), 1 (IPv4) or 2 (IPv6)",
                         u64::from(n),
                     ));

@@ -13,7 +13,7 @@
 //! returns an error, writing nothing, when the view does not hold
 //! [`DestinationRepr::buffer_len`] bytes.
 
-use crate::error::{Error, Layer, Result, check_len};
+use crate::error::{Error, Field, Layer, Result, check_len};
 use crate::field::{be16, put16};
 use crate::shim::SHIM_LEN;
 
@@ -47,14 +47,20 @@ impl<T: AsRef<[u8]>> Destination<T> {
             return Err(Error::bad_value(
                 Layer::IntShim,
                 0,
-                "Type",
+                Field::Type,
                 "2 (Destination)",
                 u64::from(b[field::TYPE_NPT] >> 4),
             ));
         }
         let len = SHIM_LEN + usize::from(b[field::LENGTH]) * 4;
         if b.len() < len {
-            return Err(Error::bad_length(Layer::IntShim, 0, "Length", len, b.len()));
+            return Err(Error::bad_length(
+                Layer::IntShim,
+                0,
+                Field::Length,
+                len,
+                b.len(),
+            ));
         }
         Ok(Destination { buffer })
     }
@@ -114,7 +120,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Destination<T> {
             return Err(Error::bad_length(
                 Layer::IntShim,
                 0,
-                "Length",
+                Field::Length,
                 body.len(),
                 MAX_BODY_LEN,
             ));

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::domain::{Mode, Registry};
-use crate::error::Error;
+use crate::error::{Error, Field};
 use crate::int::{AnyShim, Encap, IntBlock, IntHeader};
 use crate::legacy::V05HeaderRepr;
 use crate::locate::{DetectConfig, FlowKey, Packet, Start};
@@ -163,7 +163,7 @@ fn packet_value(
             return Err(Error::bad_length(
                 crate::error::Layer::Udp,
                 l4.offset + 4,
-                "Length",
+                Field::Length,
                 udp_len,
                 room,
             ));

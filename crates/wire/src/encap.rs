@@ -7,7 +7,7 @@
 //! [`GeneveRepr::buffer_len`] bytes, or a field value too wide for its bits, is an error (the
 //! fixed-size VXLAN-GPE header is guaranteed by the view's `new_checked`).
 
-use crate::error::{Error, Layer, Result};
+use crate::error::{Error, Field, Layer, Result};
 use crate::tunnel::{GenevePacket, GrePacket, VxlanPacket};
 
 /// VXLAN-GPE next protocol for INT (INT v2.1 §"INT over VXLAN GPE"; not yet IANA-reserved).
@@ -47,7 +47,7 @@ impl VxlanGpeRepr {
             return Err(Error::bad_value(
                 Layer::VxlanGpe,
                 0,
-                "P bit",
+                Field::PBit,
                 "1 (next protocol present)",
                 0,
             ));
@@ -105,7 +105,7 @@ impl GeneveRepr {
             return Err(Error::bad_value(
                 Layer::Geneve,
                 0,
-                "Ver",
+                Field::Ver,
                 "0",
                 u64::from(v.version()),
             ));
@@ -136,14 +136,20 @@ impl GeneveRepr {
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut GenevePacket<T>) -> Result<()> {
         if self.version > 3 {
             let found = u64::from(self.version);
-            return Err(Error::bad_value(Layer::Geneve, 0, "Ver", "0..=3", found));
+            return Err(Error::bad_value(
+                Layer::Geneve,
+                0,
+                Field::Ver,
+                "0..=3",
+                found,
+            ));
         }
         if self.vni > 0x00ff_ffff {
             let found = u64::from(self.vni);
             return Err(Error::bad_value(
                 Layer::Geneve,
                 4,
-                "VNI",
+                Field::Vni,
                 "0..=0xffffff",
                 found,
             ));
@@ -186,14 +192,14 @@ impl GreRepr {
     pub fn parse<T: AsRef<[u8]>>(v: &GrePacket<T>) -> Result<Self> {
         let fv = v.flags_version();
         if fv & Self::R != 0 {
-            return Err(Error::bad_value(Layer::Gre, 0, "R (routing) bit", "0", 1));
+            return Err(Error::bad_value(Layer::Gre, 0, Field::RBit, "0", 1));
         }
         let version = fv & 7;
         if version != 0 {
             return Err(Error::bad_value(
                 Layer::Gre,
                 0,
-                "Ver",
+                Field::Ver,
                 "0",
                 u64::from(version),
             ));

@@ -6,8 +6,7 @@
 use core::fmt;
 
 /// The header or structure an error or warning is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Layer {
     /// Ethernet II header.
     Ethernet,
@@ -55,6 +54,42 @@ pub enum Layer {
     Domain,
 }
 
+impl Layer {
+    /// A short name in kebab case (`int-shim`), as JSON output and tallies name the layer.
+    pub const fn id(self) -> &'static str {
+        match self {
+            Layer::Ethernet => "ethernet",
+            Layer::Vlan => "vlan",
+            Layer::Ipv4 => "ipv4",
+            Layer::Ipv6 => "ipv6",
+            Layer::Udp => "udp",
+            Layer::Tcp => "tcp",
+            Layer::Gre => "gre",
+            Layer::VxlanGpe => "vxlan-gpe",
+            Layer::Geneve => "geneve",
+            Layer::GtpU => "gtp-u",
+            Layer::IntShim => "int-shim",
+            Layer::IntMd => "int-md",
+            Layer::IntMx => "int-mx",
+            Layer::IntStack => "int-stack",
+            Layer::IntLegacy => "int-legacy",
+            Layer::ProbeMarker => "probe-marker",
+            Layer::ReportGroup => "report-group",
+            Layer::ReportIndividual => "report-individual",
+            Layer::ReportTlv => "report-tlv",
+            Layer::ReportV1 => "report-v1",
+            Layer::ReportV05 => "report-v05",
+            Layer::Domain => "domain",
+        }
+    }
+}
+
+impl serde::Serialize for Layer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> core::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.id())
+    }
+}
+
 impl fmt::Display for Layer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = match self {
@@ -85,6 +120,125 @@ impl fmt::Display for Layer {
     }
 }
 
+/// The field an error names, with the spec's spelling as its [`Display`](fmt::Display).
+///
+/// Typed so that callers (a collector's discard reasons, a CLI's tallies) match fields, not
+/// strings that a later spelling fix would silently break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Field {
+    /// The version nibble of an INT, GRE, Geneve or report header.
+    Ver,
+    /// The IP or GTP-U version field.
+    Version,
+    /// The IPv4 Internet Header Length.
+    Ihl,
+    /// A header's own length field (shim, UDP, GTP-U).
+    Length,
+    /// Report v2.0: the main contents' length in words.
+    MdLength,
+    /// Report v2.0: the individual report's length in words.
+    ReportLength,
+    /// Report v2.0: a TLV's length in words.
+    TlvLength,
+    /// Report v2.0: a TLV's type.
+    TlvType,
+    /// Report v2.0: the individual report's type.
+    RepType,
+    /// Report v2.0: the type of the inner contents.
+    InType,
+    /// Report v1.0 / v0.5: the inner packet's protocol.
+    NProto,
+    /// The INT shim's (or GPE's) next protocol.
+    NextProtocol,
+    /// The INT shim's type.
+    Type,
+    /// INT 2016: the number of instructions.
+    InstructionCount,
+    /// INT v0.5: the hops counted so far.
+    TotalHopCount,
+    /// INT v1.0 / v0.5 / 2016: the header as a whole, against its instruction bitmap.
+    MetadataHeader,
+    /// INT v1.0 / v0.5 shim: its length.
+    LegacyLen,
+    /// INT v1.0 shim: its length in words, the shim included.
+    LegacyLenV1,
+    /// INT 2016 shim: its length in words, the shim included.
+    Length2016,
+    /// VXLAN-GPE: the next-protocol bit.
+    PBit,
+    /// GRE: the checksum-present bit.
+    CBit,
+    /// GRE: the key-present bit.
+    KBit,
+    /// GRE: the sequence-number-present bit.
+    SBit,
+    /// GRE: the routing-present bit (RFC 1701, deprecated by RFC 2784).
+    RBit,
+    /// VXLAN-GPE / Geneve: the virtual network identifier.
+    Vni,
+    /// Geneve: the options' length in words.
+    OptLen,
+    /// Geneve: one option's length in words.
+    OptionLength,
+    /// GTP-U: an extension header's length in words.
+    ExtensionHeaderLength,
+    /// An IP header as a whole (its version and header length).
+    IpHeader,
+    /// A report's copy of the packet, not a packet of its InType.
+    InnerPacket,
+}
+
+impl Field {
+    /// The name as the spec (or, for a whole structure, this crate) spells it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Field::Ver => "Ver",
+            Field::Version => "Version",
+            Field::Ihl => "IHL",
+            Field::Length => "Length",
+            Field::MdLength => "MD Length",
+            Field::ReportLength => "Report Length",
+            Field::TlvLength => "TLVLength",
+            Field::TlvType => "TLVType",
+            Field::RepType => "RepType",
+            Field::InType => "InType",
+            Field::NProto => "NProto",
+            Field::NextProtocol => "Next Protocol",
+            Field::Type => "Type",
+            Field::InstructionCount => "Instruction Count",
+            Field::TotalHopCount => "total_hop_count",
+            Field::MetadataHeader => "metadata header",
+            Field::LegacyLen => "len",
+            Field::LegacyLenV1 => "len (v1.0, words incl. shim)",
+            Field::Length2016 => "Length (2016, words incl. shim)",
+            Field::PBit => "P bit",
+            Field::CBit => "C bit",
+            Field::KBit => "K bit",
+            Field::SBit => "S bit",
+            Field::RBit => "R (routing) bit",
+            Field::Vni => "VNI",
+            Field::OptLen => "Opt Len",
+            Field::OptionLength => "option Length",
+            Field::ExtensionHeaderLength => "Extension Header Length",
+            Field::IpHeader => "header",
+            Field::InnerPacket => "inner packet",
+        }
+    }
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl serde::Serialize for Field {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> core::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 /// What went wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -98,8 +252,8 @@ pub enum ErrorKind {
     },
     /// A field holds a value this decoder does not accept.
     BadValue {
-        /// Field name, as the spec spells it.
-        field: &'static str,
+        /// The field.
+        field: Field,
         /// What the decoder accepts.
         expected: &'static str,
         /// The value found.
@@ -107,13 +261,24 @@ pub enum ErrorKind {
     },
     /// A length field describes more bytes than the packet holds, or an impossible layout.
     BadLength {
-        /// Field name.
-        field: &'static str,
+        /// The length field.
+        field: Field,
         /// Bytes the field describes.
         claimed: usize,
         /// Bytes available (or the layout's limit).
         available: usize,
     },
+}
+
+impl ErrorKind {
+    /// The kind's name in kebab case, as JSON output (its `kind` tag) and tallies name it.
+    pub const fn id(self) -> &'static str {
+        match self {
+            ErrorKind::Truncated { .. } => "truncated",
+            ErrorKind::BadValue { .. } => "bad-value",
+            ErrorKind::BadLength { .. } => "bad-length",
+        }
+    }
 }
 
 /// A decode error: `kind` at byte `offset` of `layer`.
@@ -142,7 +307,7 @@ impl Error {
     pub const fn bad_value(
         layer: Layer,
         offset: usize,
-        field: &'static str,
+        field: Field,
         expected: &'static str,
         found: u64,
     ) -> Self {
@@ -161,7 +326,7 @@ impl Error {
     pub const fn bad_length(
         layer: Layer,
         offset: usize,
-        field: &'static str,
+        field: Field,
         claimed: usize,
         available: usize,
     ) -> Self {
@@ -234,4 +399,33 @@ pub(crate) fn check_len(layer: Layer, buf: &[u8], needed: usize) -> Result<()> {
 pub(crate) fn array<const N: usize>(layer: Layer, buf: &[u8]) -> Result<&[u8; N]> {
     buf.first_chunk::<N>()
         .ok_or(Error::truncated(layer, 0, N, buf.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JSON an error serialises to names its layer, kind and field as `id()` and `name()`
+    /// do, so that a tally built from the typed error and one read from `dump`'s JSON agree.
+    #[test]
+    fn json_names_are_the_typed_names() {
+        let errors = [
+            Error::truncated(Layer::IntShim, 3, 8, 2),
+            Error::bad_value(Layer::ReportGroup, 0, Field::Ver, "2", 5),
+            Error::bad_length(Layer::GtpU, 8, Field::ExtensionHeaderLength, 12, 4),
+        ];
+        for e in errors {
+            let v = serde_json::to_value(e).unwrap();
+            assert_eq!(v["layer"], e.layer.id(), "{v}");
+            assert_eq!(v["kind"], e.kind.id(), "{v}");
+            assert_eq!(v["offset"], e.offset, "{v}");
+            if let ErrorKind::BadValue { field, .. } | ErrorKind::BadLength { field, .. } = e.kind {
+                assert_eq!(v["field"], field.name(), "{v}");
+                assert!(e.to_string().contains(field.name()), "{e}");
+            }
+        }
+        assert_eq!(Layer::GtpU.id(), "gtp-u");
+        assert_eq!(Layer::ReportV05.id(), "report-v05");
+        assert_eq!(Field::MdLength.to_string(), "MD Length");
+    }
 }

@@ -13,7 +13,7 @@
 
 pub use crate::block::{AnyShim, Encap, IntBlock, IntHeader, LengthSemantics};
 use crate::domain::{Mode, Registry};
-use crate::error::{Error, Layer, Result, array, check_len};
+use crate::error::{Error, Field, Layer, Result, array, check_len};
 use crate::md::{MD_HEADER_LEN, MdHeaderRepr};
 use crate::metadata::{Format, Stack};
 use crate::mx::{MX_HEADER_LEN, MxHeaderRepr};
@@ -88,7 +88,7 @@ impl<'a> IntBlock<'a> {
                 shim.length_words().checked_sub(1).ok_or(Error::bad_value(
                     Layer::IntShim,
                     1,
-                    "Length",
+                    Field::Length,
                     "at least 1 when it counts the shim",
                     0,
                 ))?
@@ -118,7 +118,7 @@ impl<'a> IntBlock<'a> {
                     return Err(Error::bad_value(
                         Layer::IntMd,
                         SHIM_LEN,
-                        "Ver",
+                        Field::Ver,
                         "2",
                         u64::from(r.version),
                     ));
@@ -133,7 +133,7 @@ impl<'a> IntBlock<'a> {
                     return Err(Error::bad_value(
                         Layer::IntMx,
                         SHIM_LEN,
-                        "Ver",
+                        Field::Ver,
                         "2",
                         u64::from(r.version),
                     ));

@@ -7,7 +7,7 @@
 //! panics; `Repr::emit` writes into a view, which holds `Repr::buffer_len()` bytes.
 
 use crate::checksum::internet_checksum;
-use crate::error::{Error, Layer, Result, check_len};
+use crate::error::{Error, Field, Layer, Result, check_len};
 use crate::field::{be16, be32, put16, put32};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -69,14 +69,14 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         check_len(Layer::Ipv4, b, IPV4_MIN_LEN)?;
         if b[field::VER_IHL] >> 4 != 4 {
             let v = u64::from(b[field::VER_IHL] >> 4);
-            return Err(Error::bad_value(Layer::Ipv4, 0, "Version", "4", v));
+            return Err(Error::bad_value(Layer::Ipv4, 0, Field::Version, "4", v));
         }
         let ihl = usize::from(b[field::VER_IHL] & 0x0f) * 4;
         if ihl < IPV4_MIN_LEN {
             return Err(Error::bad_value(
                 Layer::Ipv4,
                 0,
-                "IHL",
+                Field::Ihl,
                 "5..=15",
                 ihl as u64 / 4,
             ));
@@ -248,7 +248,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
             return Err(Error::bad_value(
                 Layer::Ipv6,
                 0,
-                "Version",
+                Field::Version,
                 "6",
                 u64::from(b[0] >> 4),
             ));

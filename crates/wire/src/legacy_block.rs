@@ -4,7 +4,7 @@
 //! it is one of these generations.
 
 use crate::block::{AnyShim, Encap, IntBlock, IntHeader};
-use crate::error::{Error, Layer, Result};
+use crate::error::{Error, Field, Layer, Result};
 use crate::legacy::{
     LEGACY_HEADER_LEN, LegacyShimRepr, V1HeaderRepr, V05_TAIL_LEN, V05HeaderRepr, V05TailRepr,
 };
@@ -47,7 +47,7 @@ pub(crate) fn parse_tcp_udp(bytes: &[u8], encap: Encap) -> Result<IntBlock<'_>> 
             return Err(Error::bad_value(
                 Layer::IntShim,
                 2,
-                "len (v1.0, words incl. shim)",
+                Field::LegacyLenV1,
                 "at least 3",
                 u64::from(shim.length),
             ));
@@ -56,7 +56,7 @@ pub(crate) fn parse_tcp_udp(bytes: &[u8], encap: Encap) -> Result<IntBlock<'_>> 
             return Err(Error::bad_length(
                 Layer::IntShim,
                 2,
-                "len",
+                Field::LegacyLen,
                 total,
                 bytes.len(),
             ));
@@ -76,7 +76,7 @@ pub(crate) fn parse_tcp_udp(bytes: &[u8], encap: Encap) -> Result<IntBlock<'_>> 
             return Err(Error::bad_value(
                 Layer::IntLegacy,
                 SHIM_LEN,
-                "Ver",
+                Field::Ver,
                 "1 (INT v1.0, 4 bits) or 0 (INT v0.5, 2 bits)",
                 u64::from(nibble),
             ));
@@ -84,7 +84,7 @@ pub(crate) fn parse_tcp_udp(bytes: &[u8], encap: Encap) -> Result<IntBlock<'_>> 
         return Err(Error::bad_value(
             Layer::IntLegacy,
             SHIM_LEN,
-            "metadata header",
+            Field::MetadataHeader,
             "a v1.0 or v0.5 header consistent with its instruction bitmap",
             u64::from(u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]])),
         ));
@@ -104,7 +104,7 @@ pub(crate) fn parse_tcp_udp(bytes: &[u8], encap: Encap) -> Result<IntBlock<'_>> 
             return Err(Error::bad_length(
                 Layer::IntLegacy,
                 SHIM_LEN + 3,
-                "total_hop_count",
+                Field::TotalHopCount,
                 start + counted + V05_TAIL_LEN,
                 bytes.len(),
             ));
@@ -161,7 +161,7 @@ pub(crate) fn parse_geneve(
         return Err(Error::bad_value(
             Layer::IntLegacy,
             SHIM_LEN,
-            "metadata header",
+            Field::MetadataHeader,
             "a v2.x, v1.0 or 2016 header consistent with its instruction bitmap",
             u64::from(u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]])),
         ));
@@ -188,7 +188,7 @@ pub(crate) fn parse_gpe_2016(bytes: &[u8]) -> Result<IntBlock<'_>> {
         return Err(Error::bad_value(
             Layer::IntShim,
             2,
-            "Length (2016, words incl. shim)",
+            Field::Length2016,
             "at least 1",
             u64::from(shim.length),
         ));
@@ -197,7 +197,7 @@ pub(crate) fn parse_gpe_2016(bytes: &[u8]) -> Result<IntBlock<'_>> {
         return Err(Error::bad_length(
             Layer::IntShim,
             2,
-            "Length",
+            Field::Length,
             total,
             bytes.len(),
         ));
@@ -224,7 +224,7 @@ pub(crate) fn parse_gpe_2016(bytes: &[u8]) -> Result<IntBlock<'_>> {
             return Err(Error::bad_value(
                 Layer::IntLegacy,
                 SHIM_LEN,
-                "Ver",
+                Field::Ver,
                 "0 (2016 specification)",
                 u64::from(h.version),
             ));
@@ -233,7 +233,7 @@ pub(crate) fn parse_gpe_2016(bytes: &[u8]) -> Result<IntBlock<'_>> {
             return Err(Error::bad_value(
                 Layer::IntLegacy,
                 SHIM_LEN + 1,
-                "Instruction Count",
+                Field::InstructionCount,
                 "the number of bits set in the instruction bitmap",
                 u64::from(h.ins_cnt),
             ));

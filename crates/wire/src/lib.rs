@@ -44,7 +44,7 @@ pub mod tunnel;
 pub mod udp;
 pub mod warning;
 
-pub use error::{Error, ErrorKind, Layer, Result};
+pub use error::{Error, ErrorKind, Field, Layer, Result};
 pub use int::{Encap, IntBlock, IntHeader};
 pub use locate::{DetectConfig, FlowKey, Packet, Start};
 pub use metadata::{HopMetadata, HopView};

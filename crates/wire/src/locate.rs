@@ -20,7 +20,7 @@ use crate::encap::{
     ETHERTYPE_TEB, GENEVE_PORT, GPE_NEXT_PROTO_INT, GeneveRepr, GreRepr, VXLAN_GPE_PORT,
     VXLAN_PORT, VxlanGpeRepr,
 };
-use crate::error::{Error, Layer, Result, check_len};
+use crate::error::{Error, Field, Layer, Result, check_len};
 use crate::int::{AnyShim, Encap, IntBlock, IntHeader, LengthSemantics};
 use crate::legacy::GPE_NEXT_PROTO_INT_2016;
 use crate::metadata::Format;
@@ -701,7 +701,7 @@ fn ip_error(layer: Layer, at: usize, e: impl core::fmt::Debug) -> Error {
     Error::bad_value(
         layer,
         at,
-        "header",
+        Field::IpHeader,
         "a valid header (version, header length)",
         found,
     )
@@ -958,7 +958,7 @@ fn vxlan_gpe<'a>(
             return Err(Error::bad_value(
                 Layer::IntShim,
                 offset + at,
-                "Next Protocol",
+                Field::NextProtocol,
                 "at most 8 stacked INT headers",
                 blocks,
             ));
@@ -995,7 +995,7 @@ fn geneve<'a>(
             return Err(Error::bad_length(
                 Layer::Geneve,
                 offset + at + 3,
-                "option Length",
+                Field::OptionLength,
                 olen,
                 end - at,
             ));
@@ -1039,7 +1039,7 @@ fn gtpu<'a>(
         return Err(Error::bad_value(
             Layer::GtpU,
             offset,
-            "Version",
+            Field::Version,
             "1 (GTPv1-U)",
             u64::from(version),
         ));
@@ -1052,7 +1052,7 @@ fn gtpu<'a>(
         return Err(Error::bad_length(
             Layer::GtpU,
             offset + 2,
-            "Length",
+            Field::Length,
             declared - 8,
             data.len() - 8,
         ));
@@ -1071,7 +1071,7 @@ fn gtpu<'a>(
                 .ok_or(Error::bad_length(
                     Layer::GtpU,
                     offset + at,
-                    "Extension Header Length",
+                    Field::ExtensionHeaderLength,
                     0,
                     end.saturating_sub(at),
                 ))?;
@@ -1080,7 +1080,7 @@ fn gtpu<'a>(
                 return Err(Error::bad_length(
                     Layer::GtpU,
                     offset + at,
-                    "Extension Header Length",
+                    Field::ExtensionHeaderLength,
                     len,
                     end - at,
                 ));

@@ -22,7 +22,7 @@
 //! drop_reason(8) pad(16)`, 2 → 16-byte local header `switch_id(32) ig_port(16) eg_port(16)
 //! queue_id(8) queue_occupancy(24) eg_tstamp(32)`, then Ethernet.
 
-use crate::error::{Error, Layer, Result, array, check_len};
+use crate::error::{Error, Field, Layer, Result, array, check_len};
 use crate::field::{be16, be24, be32, put16, put32};
 use crate::metadata::{Format, HopView};
 use crate::warning::{Warning, Warnings};
@@ -351,7 +351,7 @@ impl<'a> Iterator for Tlvs<'a> {
                 return Err(Error::bad_length(
                     Layer::ReportTlv,
                     1,
-                    "TLVLength",
+                    Field::TlvLength,
                     end,
                     rest.len(),
                 ));
@@ -484,7 +484,7 @@ impl<'a> IndividualReports<'a> {
             return Err(Error::bad_length(
                 Layer::ReportIndividual,
                 1,
-                "Report Length",
+                Field::ReportLength,
                 declared_end,
                 rest.len(),
             ));
@@ -537,7 +537,7 @@ impl<'a> IndividualReports<'a> {
                     return Err(Error::bad_length(
                         Layer::ReportIndividual,
                         2,
-                        "MD Length",
+                        Field::MdLength,
                         md_end,
                         body.len(),
                     ));
@@ -906,7 +906,7 @@ impl<'a> Report<'a> {
             v => Err(Error::bad_value(
                 Layer::ReportGroup,
                 0,
-                "Ver",
+                Field::Ver,
                 "2 (v2.0), 1 (v1.0) or 0 (v0.5)",
                 u64::from(v),
             )),
@@ -931,7 +931,7 @@ impl<'a> Report<'a> {
         let extra = V05FixedRepr::extra_len(fixed.nproto).ok_or(Error::bad_value(
             Layer::ReportV05,
             0,
-            "NProto",
+            Field::NProto,
             "0 (Ethernet), 1 (drop) or 2 (switch-local)",
             u64::from(fixed.nproto),
         ))?;

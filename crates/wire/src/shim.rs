@@ -10,7 +10,7 @@
 //! | VXLAN-GPE (§"INT over VXLAN GPE") | `Type(4) Rsvd(4) \| Length(8) \| G(1) Reserved(7) \| Next Protocol(8)` |
 //! | Geneve (§"INT over Geneve") | `Option Class(16) \| Type(8) \| R(3) Length(5)` |
 
-use crate::error::{Error, Layer, Result, check_len};
+use crate::error::{Error, Field, Layer, Result, check_len};
 use crate::field::{be16, put16};
 
 /// Size of every INT shim header.
@@ -393,7 +393,7 @@ pub(crate) fn check_shim_length(words: usize, after_shim: usize) -> Result<()> {
         return Err(Error::bad_length(
             Layer::IntShim,
             0,
-            "Length",
+            Field::Length,
             claimed,
             after_shim,
         ));

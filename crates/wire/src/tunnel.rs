@@ -8,7 +8,7 @@
 //! returns an error and writes nothing.
 
 use crate::checksum::internet_checksum;
-use crate::error::{Error, Layer, Result, check_len};
+use crate::error::{Error, Field, Layer, Result, check_len};
 use crate::field::{be16, be24, be32, put16, put32};
 
 /// GRE flag bits (first byte).
@@ -127,7 +127,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> GrePacket<T> {
     /// is not set.
     pub fn set_checksum(&mut self, v: u16) -> Result<()> {
         if !self.checksum_present() {
-            return Err(Error::bad_value(Layer::Gre, 0, "C bit", "1", 0));
+            return Err(Error::bad_value(Layer::Gre, 0, Field::CBit, "1", 0));
         }
         put32(self.buffer.as_mut(), GRE_BASE_LEN, u32::from(v) << 16);
         Ok(())
@@ -136,7 +136,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> GrePacket<T> {
     /// Sets Key; an error when K is not set.
     pub fn set_key(&mut self, v: u32) -> Result<()> {
         if self.b()[0] & gre_flags::K == 0 {
-            return Err(Error::bad_value(Layer::Gre, 0, "K bit", "1", 0));
+            return Err(Error::bad_value(Layer::Gre, 0, Field::KBit, "1", 0));
         }
         let at = self.key_at();
         put32(self.buffer.as_mut(), at, v);
@@ -146,7 +146,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> GrePacket<T> {
     /// Sets Sequence Number; an error when S is not set.
     pub fn set_sequence(&mut self, v: u32) -> Result<()> {
         if self.b()[0] & gre_flags::S == 0 {
-            return Err(Error::bad_value(Layer::Gre, 0, "S bit", "1", 0));
+            return Err(Error::bad_value(Layer::Gre, 0, Field::SBit, "1", 0));
         }
         let at = self.seq_at();
         put32(self.buffer.as_mut(), at, v);
@@ -243,7 +243,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> GenevePacket<T> {
             return Err(Error::bad_value(
                 Layer::Geneve,
                 0,
-                "Opt Len",
+                Field::OptLen,
                 "0..=63",
                 u64::from(words),
             ));
@@ -264,7 +264,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> GenevePacket<T> {
             return Err(Error::bad_value(
                 Layer::Geneve,
                 0,
-                "Ver",
+                Field::Ver,
                 "0..=3",
                 u64::from(v),
             ));
@@ -301,7 +301,7 @@ fn put_vni(layer: Layer, b: &mut [u8], v: u32) -> Result<()> {
         return Err(Error::bad_value(
             layer,
             4,
-            "VNI",
+            Field::Vni,
             "0..=0xffffff",
             u64::from(v),
         ));

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use intscope_wire::encap::{GreRepr, VxlanGpeRepr};
-use intscope_wire::error::{ErrorKind, Layer};
+use intscope_wire::error::{ErrorKind, Field, Layer};
 use intscope_wire::int::{Encap, IntHeader};
 use intscope_wire::locate::{DetectConfig, Packet, Start};
 use intscope_wire::report::{GroupHeaderRepr, IndividualHeaderRepr, IntMainRepr, Report};
@@ -389,7 +389,7 @@ fn gtpu_tunnels_yield_the_users_flow() {
     assert!(matches!(
         e.kind,
         ErrorKind::BadLength {
-            field: "Extension Header Length",
+            field: Field::ExtensionHeaderLength,
             ..
         }
     ));

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{eth_ipv4, udp};
-use intscope_wire::error::{ErrorKind, Layer};
+use intscope_wire::error::{ErrorKind, Field, Layer};
 use intscope_wire::int::{Encap, IntBlock, IntHeader};
 use intscope_wire::locate::{DetectConfig, Packet, Start};
 use intscope_wire::metadata::{Format, HopMetadata};
@@ -157,7 +157,7 @@ fn an_unknown_legacy_version_is_an_error_at_the_header() {
             "the metadata header, after the shim"
         );
         assert!(
-            matches!(e.kind, ErrorKind::BadValue { field: "Ver", found, .. } if found == u64::from(nibble)),
+            matches!(e.kind, ErrorKind::BadValue { field: Field::Ver, found, .. } if found == u64::from(nibble)),
             "{e:?}"
         );
     }
