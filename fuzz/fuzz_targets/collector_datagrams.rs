@@ -14,7 +14,7 @@ use intscope_collector::api::{Api, render_metrics};
 use intscope_collector::api_config::ApiConfig;
 use intscope_collector::ingest::{Collector, CollectorConfig};
 use intscope_core::loadgen::{Generator, LoadConfig, LoadVersion};
-use intscope_core::record::RecordBatch;
+use intscope_core::RecordBatch;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

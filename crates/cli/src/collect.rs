@@ -12,7 +12,7 @@ use intscope_collector::api_config::ApiConfig;
 use intscope_collector::http::HttpLimits;
 use intscope_collector::ingest::{Collector, CollectorConfig, Discard, IpNet, spawn_receivers};
 use intscope_collector::webhook::Webhook;
-use intscope_core::record::RecordBatch;
+use intscope_core::RecordBatch;
 use intscope_wire::Warning;
 use intscope_wire::locate::{DetectConfig, Packet};
 

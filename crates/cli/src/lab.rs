@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use intscope_core::detect::PostcardConfig;
+use intscope_core::PostcardConfig;
 use intscope_sim::scenario::TimedFault;
 use intscope_sim::{Fault, Scenario};
 

@@ -323,7 +323,7 @@ pub struct DemoArgs {
 /// time.
 pub fn demo(args: &DemoArgs) -> Result<()> {
     use intscope_collector::ingest::{Collector, CollectorConfig};
-    use intscope_core::record::RecordBatch;
+    use intscope_core::RecordBatch;
     // Every input is checked before anything is said, created or bound: a mistyped duration or
     // topology leaves no banner, temporary folder or open port behind.
     let (mut f, offset) = fabric(&args.fabric)?;

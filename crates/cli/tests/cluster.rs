@@ -13,9 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use intscope_collector::store::{Batch, ClickHouseStore, RowSink};
-use intscope_core::incident::{
-    Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
+use intscope_collector::store::ClickHouseStore;
+use intscope_core::{
+    Batch, Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, RowSink, Severity,
 };
 use serde_json::Value;
 
@@ -125,7 +125,7 @@ fn incident(id: u64, node: u32, updates: u64, end: Option<u64>) -> Incident {
         last_update_ns: id * s + updates,
         end_ns: end,
         end_uncertainty_ns: 0,
-        end_reason: end.map(|_| intscope_core::incident::EndReason::Normal),
+        end_reason: end.map(|_| intscope_core::EndReason::Normal),
         received_ns: None,
         updates,
         counts: IncidentCounts::default(),

@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use intscope_collector::store::{Batch, ClickHouseStore, HistoryQuery, RowSink, Store};
-use intscope_core::incident::{
-    Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
+use intscope_collector::store::{ClickHouseStore, HistoryQuery, Store};
+use intscope_core::{
+    Batch, Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, RowSink, Severity,
 };
 use serde_json::Value;
 
@@ -105,7 +105,7 @@ fn incident(id: u64, end: Option<u64>) -> Incident {
         last_update_ns: id * s + 5,
         end_ns: end,
         end_uncertainty_ns: 0,
-        end_reason: end.map(|_| intscope_core::incident::EndReason::Normal),
+        end_reason: end.map(|_| intscope_core::EndReason::Normal),
         received_ns: None,
         updates: 2,
         counts: IncidentCounts::default(),

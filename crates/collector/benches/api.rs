@@ -11,8 +11,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_core::RecordBatch;
 use intscope_core::loadgen::{Generator, INT_PORT, LoadConfig};
-use intscope_core::record::RecordBatch;
 
 const REQUESTS: usize = 50;
 

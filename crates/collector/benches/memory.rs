@@ -7,10 +7,8 @@
 
 mod common;
 
-use intscope_core::detect::DetectConfig as Thresholds;
 use intscope_core::loadgen::{self, Generator, LoadConfig};
-use intscope_core::record::{FlowKeyMode, Record, decode_datagram};
-use intscope_core::state::State;
+use intscope_core::{DetectConfig as Thresholds, FlowKeyMode, Record, State, decode_datagram};
 
 /// Reports per flow: enough to fill each flow's bounded recent history.
 const SAMPLES: u64 = 40;

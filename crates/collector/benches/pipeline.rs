@@ -10,11 +10,11 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use intscope_collector::ingest::{Collector, CollectorConfig, Tally};
-use intscope_core::detect::DetectConfig as Thresholds;
-use intscope_core::flow::key_hash;
 use intscope_core::loadgen::{self, Generator, INT_PORT, LoadConfig, LoadVersion};
-use intscope_core::record::{FlowKeyMode, Record, RecordBatch, RecordSink, decode_datagram};
-use intscope_core::state::{State, flow_shard};
+use intscope_core::{
+    DetectConfig as Thresholds, FlowKeyMode, Record, RecordBatch, RecordSink, State,
+    decode_datagram, flow_shard, key_hash,
+};
 
 /// Datagrams per receive call (the receive threads' default `recv_batch`).
 const RECEIVE_BATCH: usize = 64;

@@ -1,7 +1,7 @@
 //! What publishing the flow table costs with many flows, when a given share of them changed since
 //! the last snapshot: the flow shards' copies made incrementally (`FlowShard::copy`,
 //! what the receive threads publish) against every flow copied anew into a reused buffer (what
-//! they published before, `FlowRow::of` for each flow), in alternating rounds of the same run.
+//! they published before, `FlowView::of` for each flow), in alternating rounds of the same run.
 //!
 //! `cargo bench -p intscope-collector --bench snapshot -- [FLOWS] [ROUNDS]` (default 1 000 000
 //! flows, 5 rounds). One JSON line per share changed: both ways' times per round (ms, each
@@ -13,12 +13,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use intscope_core::detect::DetectConfig as Thresholds;
-use intscope_core::flow::FlowState;
 use intscope_core::loadgen::{self, Generator, LoadConfig};
-use intscope_core::record::{FlowKeyMode, Record, decode_datagram};
-use intscope_core::snapshot::{FlowRow, FlowShardSnapshot};
-use intscope_core::state::State;
+use intscope_core::{
+    DetectConfig as Thresholds, FlowKeyMode, FlowShardSnapshot, FlowState, FlowView, Record, State,
+    decode_datagram,
+};
 use intscope_wire::locate::FlowKey;
 
 /// Records per correlation call, as a receive batch of 64 datagrams of 8 reports.
@@ -79,10 +78,10 @@ fn touch(state: &State, keys: &[(FlowKey, usize)], templates: &[Record], t: &mut
 
 /// What publishing did before: every flow's row made anew into a buffer kept between copies,
 /// and the ID index sorted.
-fn copy_all(state: &State, rows: &mut Vec<FlowRow>, by_id: &mut Vec<(u64, u32)>) {
+fn copy_all(state: &State, rows: &mut Vec<FlowView>, by_id: &mut Vec<(u64, u32)>) {
     state.each_flow_shard(|shard| {
         rows.clear();
-        rows.extend(shard.flows.values().map(FlowRow::of));
+        rows.extend(shard.flows.values().map(FlowView::of));
         by_id.clear();
         by_id.extend(rows.iter().enumerate().map(|(i, r)| (r.id, i as u32)));
         by_id.sort_unstable();

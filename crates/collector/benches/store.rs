@@ -9,11 +9,10 @@ mod common;
 
 use std::time::Instant;
 
-use intscope_collector::store::{RowSink, SqliteStore, StoreStats, collect_batch};
-use intscope_core::detect::DetectConfig as Thresholds;
+use intscope_collector::store::{SqliteStore, StoreStats, collect_batch};
+use intscope_core::RowSink;
 use intscope_core::loadgen::{self, Generator, LoadConfig};
-use intscope_core::record::{FlowKeyMode, Record, decode_datagram};
-use intscope_core::state::State;
+use intscope_core::{DetectConfig as Thresholds, FlowKeyMode, Record, State, decode_datagram};
 
 fn main() {
     let flows = common::flows_arg(100_000);

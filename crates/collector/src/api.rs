@@ -33,12 +33,9 @@ use crate::store::{
     FlowInterval, HistoryQuery, Page, QueueInterval, RowCounts, Store, StoreError, StoredEvent,
     StoredFlow, StoredIncident, Totals,
 };
-use intscope_core::event::{Event, EventKind};
-use intscope_core::flow_ref::FlowRef;
-use intscope_core::incident::Incident;
-use intscope_core::rank;
-use intscope_core::search::FlowSearch;
-use intscope_core::snapshot::{FlowRow, Snapshot};
+use intscope_core::{Event, EventKind, FlowRef, Incident};
+
+use intscope_core::{FlowSearch, FlowView, Snapshot};
 
 /// Most flows one `/api/flows` page holds.
 pub const MAX_FLOWS_LIMIT: usize = 10_000;
@@ -491,7 +488,7 @@ pub struct StatsBase<'a> {
     /// Ingest details that are not counters.
     pub ingest: IngestDetail,
     /// The state's limits.
-    pub limits: &'a intscope_core::limits::Limits,
+    pub limits: &'a intscope_core::Limits,
     /// Sources in (node, hw_id) order, at most [`MAX_STATS_SOURCES`].
     pub sources: Vec<SourceStats>,
     /// The store (`null` without one).
@@ -894,8 +891,8 @@ pub struct FlowSummary {
     pub e2e_latency_p99: Option<u64>,
 }
 
-impl From<&FlowRow> for FlowSummary {
-    fn from(f: &FlowRow) -> Self {
+impl From<&FlowView> for FlowSummary {
+    fn from(f: &FlowView) -> Self {
         FlowSummary {
             id: f.id,
             flow: FlowRef::from(&f.key),
@@ -929,7 +926,7 @@ pub struct PathSince {
     /// When it was first seen, ns.
     pub since_ns: u64,
     /// The path, source first.
-    pub path: intscope_core::flow::Path,
+    pub path: intscope_core::Path,
 }
 
 /// One flow of `/api/flows/{id}`.
@@ -939,11 +936,11 @@ pub struct FlowDetail {
     #[serde(flatten)]
     pub summary: FlowSummary,
     /// The current path, hop by hop.
-    pub path_detail: intscope_core::flow::Path,
+    pub path_detail: intscope_core::Path,
     /// Recent paths, oldest first, ending with the current one.
     pub path_history: Vec<PathSince>,
     /// The last latency sample (a list of at most one).
-    pub series: intscope_core::flow::LastSample,
+    pub series: intscope_core::LastSample,
     /// The flow's events in the in-memory log.
     pub events: Vec<Event>,
     /// With a store: the flow's series per store interval.
@@ -965,7 +962,7 @@ async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<FlowPage
     let sort = q.sort.as_deref().unwrap_or("last_seen");
     // One key per flow, read once in the same pass as the filters (the flows are many),
     // larger first; ties by ID.
-    let key: fn(&FlowRow) -> u64 = match sort {
+    let key: fn(&FlowView) -> u64 = match sort {
         "reports" => |f| f.reports,
         "drops" => |f| f.drops,
         "p99" => |f| f.e2e_p99().unwrap_or(0),
@@ -1011,9 +1008,10 @@ async fn flows(AxState(api): Shared, Q(q): Q<FlowQuery>) -> Result<Json<FlowPage
             .inspect(|_| total += 1)
             .filter(|f| after.is_none_or(|a| (std::cmp::Reverse(key(f)), f.id) > a));
         // Larger sort key first; ties by ID.
-        let first = rank::smallest(matching, wanted, |f| (std::cmp::Reverse(key(f)), f.id));
+        let first =
+            intscope_core::smallest(matching, wanted, |f| (std::cmp::Reverse(key(f)), f.id));
         let more = first.len() == wanted;
-        let page: Vec<FlowRow> = first.into_iter().skip(offset).take(limit).collect();
+        let page: Vec<FlowView> = first.into_iter().skip(offset).take(limit).collect();
         let next = more
             .then(|| page.last().map(|f| format!("{sort}.{}.{}", key(f), f.id)))
             .flatten();
@@ -1093,12 +1091,12 @@ pub struct EventQuery {
     /// Only events with a smaller ID: the next page back (from the `Link` header).
     pub cursor: Option<String>,
     /// At most this many, newest first (default 200, at most the log's size,
-    /// [`intscope_core::state::EVENT_LOG`]).
+    /// [`intscope_core::EVENT_LOG`]).
     pub limit: Option<usize>,
 }
 
 async fn events(AxState(api): Shared, Q(q): Q<EventQuery>) -> Result<impl IntoResponse, ApiError> {
-    let limit = limit(&api, q.limit, 200, intscope_core::state::EVENT_LOG)?;
+    let limit = limit(&api, q.limit, 200, intscope_core::EVENT_LOG)?;
     let before = parse_cursor::<1>(&api, q.cursor.as_deref())?;
     // Only the event log's own lock, held while the page is copied out: never the shard locks
     // ingest writes under, and no serializing under any lock.
@@ -1145,7 +1143,7 @@ pub const INCIDENTS_DEFAULT: usize = 100;
 #[derive(Debug, serde::Deserialize)]
 pub struct IncidentQuery {
     /// Only `ongoing` or `resolved` ones.
-    pub state: Option<intscope_core::incident::IncidentState>,
+    pub state: Option<intscope_core::IncidentState>,
     /// Only this kind (its label, e.g. `path-change`).
     pub kind: Option<String>,
     /// Only incidents at this node (as the place's node or its peer).
@@ -1175,7 +1173,7 @@ async fn incidents(
     AxState(api): Shared,
     Q(q): Q<IncidentQuery>,
 ) -> Result<Json<IncidentPage>, ApiError> {
-    use intscope_core::incident::IncidentKind;
+    use intscope_core::IncidentKind;
     let limit = limit(&api, q.limit, INCIDENTS_DEFAULT, INCIDENTS_MAX)?;
     let before = parse_cursor::<1>(&api, q.cursor.as_deref())?.map(|[b]| b);
     let kind = match q.kind.as_deref() {
@@ -1186,7 +1184,7 @@ async fn incidents(
         })?),
     };
     let mut page = api.collector.with_incidents(|log| {
-        let mut page: Vec<&intscope_core::incident::Incident> = log
+        let mut page: Vec<&intscope_core::Incident> = log
             .iter()
             .filter(|i| q.state.is_none_or(|s| i.state == s))
             .filter(|i| kind.is_none_or(|k| i.kind == k))

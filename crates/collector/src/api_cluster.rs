@@ -32,7 +32,7 @@ use crate::store::{
     FlowInterval, HistoryQuery, Page, QueueInterval, Resolution, RowCounts, Store, StoreError,
     StoredEvent, StoredFlow, StoredIncident, Totals,
 };
-use intscope_core::flow_ref::FlowRef;
+use intscope_core::FlowRef;
 
 /// The cluster API's shared state.
 pub struct FabricApi {

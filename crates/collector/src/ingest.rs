@@ -29,11 +29,10 @@ pub use port_guard::PortGuardStats;
 pub use recv::{IDLE, MAX_BATCH, SLOT_RANGE};
 
 use crate::store::{FlushTake, Flusher, Store, StoreConfig, StoreError, StoreStats, spawn_writer};
-use intscope_core::detect::DetectConfig as Thresholds;
-use intscope_core::limits::Limits;
-use intscope_core::record::{FlowKeyMode, Record, RecordBatch, RecordSink, decode_into};
-use intscope_core::snapshot::Snapshot;
-use intscope_core::state::State;
+use intscope_core::{
+    DetectConfig as Thresholds, FlowKeyMode, Limits, Record, RecordBatch, RecordSink, Snapshot,
+    State, decode_into,
+};
 
 /// Why a datagram was discarded. Every received datagram is accepted or discarded for exactly
 /// one of these; the malformed ones ([`Discard::is_malformed`]) also add to
@@ -355,7 +354,7 @@ impl<S: RecordSink> RecordSink for Counted<'_, S> {
     fn filled(&mut self) {
         self.n += 1;
         // The slot just filled (a sink hands out the same slot until it is filled).
-        if intscope_core::record::drop_far_timestamps(self.sink.slot(), self.max_skew_ns) {
+        if intscope_core::drop_far_timestamps(self.sink.slot(), self.max_skew_ns) {
             self.skewed += 1;
         }
         self.sink.filled();
@@ -679,7 +678,7 @@ impl Collector {
                 while !c.stopped() {
                     std::thread::sleep(Duration::from_millis(10));
                     if last.elapsed() >= interval {
-                        intscope_core::rows::discard_changes(&c.state);
+                        intscope_core::discard_changes(&c.state);
                         last = std::time::Instant::now();
                     }
                 }
@@ -866,10 +865,7 @@ impl Collector {
     /// Runs `f` on the incident log for a reader. While receive threads run, the shards hand
     /// their observations over at every sweep and tick, so only the log's lock is taken; without
     /// them (a replay, a test) the shards are asked to hand over first.
-    pub fn with_incidents<T>(
-        &self,
-        f: impl FnOnce(&mut intscope_core::incidents::IncidentLog) -> T,
-    ) -> T {
+    pub fn with_incidents<T>(&self, f: impl FnOnce(&mut intscope_core::IncidentLog) -> T) -> T {
         if self.receivers.load(Ordering::SeqCst) == 0 {
             self.state.with_incidents(f)
         } else {
@@ -940,7 +936,7 @@ impl Collector {
 pub struct StoreHandle {
     flusher: JoinHandle<()>,
     writer: JoinHandle<()>,
-    tx: std::sync::mpsc::SyncSender<crate::store::Batch>,
+    tx: std::sync::mpsc::SyncSender<intscope_core::Batch>,
 }
 
 impl StoreHandle {

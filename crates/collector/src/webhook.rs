@@ -30,8 +30,7 @@ use tokio::sync::mpsc;
 
 use crate::ingest::Collector;
 use crate::webhook_config::WebhookConfig;
-use intscope_core::incident::{Incident, IncidentState};
-use intscope_core::incidents::IncidentLog;
+use intscope_core::{Incident, IncidentLog, IncidentState};
 
 /// Longest wait between two attempts, however many came before.
 const BACKOFF_MAX: Duration = Duration::from_secs(60);

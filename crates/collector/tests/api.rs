@@ -18,8 +18,8 @@ use intscope_collector::api_config::ApiConfig;
 use intscope_collector::http::HttpLimits;
 use intscope_collector::ingest::Collector;
 use intscope_collector::store::{HistoryQuery, StoreError};
+use intscope_core::RecordBatch;
 use intscope_core::loadgen::{Generator, LoadConfig, LoadVersion};
-use intscope_core::record::RecordBatch;
 use serde_json::Value;
 use tower::ServiceExt;
 

@@ -12,8 +12,8 @@ use axum::http::Request;
 use intscope_collector::api::{self, Api};
 use intscope_collector::api_config::ApiConfig;
 use intscope_collector::ingest::Collector;
+use intscope_core::RecordBatch;
 use intscope_core::counters::{self, Json, Kind, Samples};
-use intscope_core::record::RecordBatch;
 use serde_json::Value;
 use tower::ServiceExt;
 

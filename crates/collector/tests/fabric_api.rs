@@ -8,9 +8,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use intscope_collector::api::router;
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_collector::store::Batch;
-use intscope_core::incident::{
-    Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
+use intscope_core::{
+    Batch, Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
 };
 use serde_json::Value;
 use tower::ServiceExt;

@@ -10,8 +10,7 @@ use common::*;
 use intscope_collector::api::{Api, render_metrics};
 use intscope_collector::api_config::ApiConfig;
 use intscope_collector::webhook::{ReceiverStats, WebhookStats};
-use intscope_core::counters;
-use intscope_core::record::RecordBatch;
+use intscope_core::{RecordBatch, counters};
 use serde_json::Value;
 
 fn dashboard() -> Value {

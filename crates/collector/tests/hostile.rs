@@ -14,8 +14,7 @@ use common::*;
 use intscope_collector::api::{Api, render_metrics};
 use intscope_collector::api_config::ApiConfig;
 use intscope_collector::ingest::{Collector, CollectorConfig, Discard, spawn_receivers};
-use intscope_core::limits::Limits;
-use intscope_core::record::RecordBatch;
+use intscope_core::{Limits, RecordBatch};
 
 /// Deterministic random numbers (xorshift64).
 struct Rng(u64);

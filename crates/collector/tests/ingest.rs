@@ -14,8 +14,7 @@ use intscope_collector::ingest::{
     Collector, CollectorConfig, Discard, IngestStats, kernel_drops, spawn_receivers,
 };
 use intscope_core::loadgen::{Generator, LoadConfig, LoadVersion};
-use intscope_core::record::RecordBatch;
-use intscope_core::state::EVENT_LOG;
+use intscope_core::{EVENT_LOG, RecordBatch};
 
 fn accounted(c: &Collector) -> (u64, u64) {
     let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
@@ -386,7 +385,7 @@ fn documented_config_parses() {
     assert_eq!(cfg.listen[0].port(), 32766);
     assert_eq!(
         cfg.limits,
-        intscope_core::limits::Limits::default(),
+        intscope_core::Limits::default(),
         "the documented limits are the defaults"
     );
     assert!(!cfg.reuse_port);
@@ -817,7 +816,7 @@ fn a_datagram_cut_inside_a_later_report_is_counted_truncated() {
 /// time. (Before: events and incidents at 2262, first in history and never pruned.)
 #[test]
 fn a_switch_time_far_from_the_receive_time_is_counted_and_not_used() {
-    use intscope_core::event::EventKind;
+    use intscope_core::EventKind;
     let c = Collector::open(config()).unwrap();
     let mut batch = RecordBatch::default();
     let src = "192.0.2.1".parse().unwrap();

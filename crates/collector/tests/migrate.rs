@@ -11,10 +11,10 @@ mod ch;
 mod common;
 
 use intscope_collector::store::{
-    Batch, ClickHouseStore, HistoryQuery, Resolution, RowSink, SqliteStore, Store, StoreError,
+    ClickHouseStore, HistoryQuery, Resolution, SqliteStore, Store, StoreError,
 };
-use intscope_core::incident::{
-    Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
+use intscope_core::{
+    Batch, Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, RowSink, Severity,
 };
 
 fn incident(id: u64, updates: u64, end: Option<u64>) -> Incident {
@@ -38,7 +38,7 @@ fn incident(id: u64, updates: u64, end: Option<u64>) -> Incident {
         last_update_ns: 1_000_000_000 * id + updates,
         end_ns: end,
         end_uncertainty_ns: 0,
-        end_reason: end.map(|_| intscope_core::incident::EndReason::Normal),
+        end_reason: end.map(|_| intscope_core::EndReason::Normal),
         received_ns: Some(77),
         updates,
         counts: IncidentCounts::default(),

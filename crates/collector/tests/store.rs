@@ -6,17 +6,16 @@ mod common;
 
 use std::sync::Arc;
 
-use intscope_collector::store::AggRow;
-use intscope_core::incident::{
-    Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
+use intscope_core::{
+    AggRow, Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity, State,
 };
-use intscope_core::state::State;
 
 use common::*;
 use intscope_collector::store::{
-    Batch, ClickHouseStore, FlushTake, Flusher, HistoryQuery, RowSink, SqliteStore, Store,
-    StoreConfig, StoreError, StoreStats, collect_batch, spawn_writer,
+    ClickHouseStore, FlushTake, Flusher, HistoryQuery, SqliteStore, Store, StoreConfig, StoreError,
+    StoreStats, collect_batch, spawn_writer,
 };
+use intscope_core::{Batch, RowSink};
 
 /// A store to run the same test on: a SQLite directory, or a database on a ClickHouse server.
 enum Backend {
@@ -58,7 +57,7 @@ impl Backend {
 /// wait; at a stop every event is taken as it is.
 #[test]
 fn the_store_takes_an_event_once_it_names_its_incident() {
-    let s = State::new(intscope_core::detect::DetectConfig::default());
+    let s = State::new(intscope_core::DetectConfig::default());
     let stats = StoreStats::default();
     let mut last_event = 1;
     let drop_at = |s: &State, seq: u32, t: u64| {
@@ -297,7 +296,7 @@ macro_rules! no_history {
         }
         fn flow_series(
             &self,
-            _: &intscope_core::flow_ref::FlowRef,
+            _: &intscope_core::FlowRef,
             _: &HistoryQuery,
         ) -> Result<Vec<intscope_collector::store::FlowInterval>, StoreError> {
             Ok(Vec::new())
@@ -313,7 +312,7 @@ macro_rules! no_history {
         }
         fn flow(
             &self,
-            _: &intscope_core::flow_ref::FlowRef,
+            _: &intscope_core::FlowRef,
             _: &HistoryQuery,
         ) -> Result<Option<intscope_collector::store::StoredFlow>, StoreError> {
             Ok(None)
@@ -443,7 +442,7 @@ fn counters_accumulate_across_restarts(backend: &Backend) {
             let live_drops = s
                 .read()
                 .event_counts()
-                .get(&intscope_core::event::EventKind::Drop)
+                .get(&intscope_core::EventKind::Drop)
                 .copied()
                 .unwrap_or(0);
             assert!(live_drops > 0);
@@ -488,7 +487,7 @@ fn an_older_store_file_is_upgraded_in_place() {
     let d = Rep::new(7, &[H(1, 2, 900, 10)], H(2, 3, 900, 10)).datagram();
     feed(&mut s, &d, 0);
     let key = s.read().flows().next().unwrap().key;
-    let f = intscope_core::flow_ref::FlowRef::from(&key);
+    let f = intscope_core::FlowRef::from(&key);
     drop(store);
     let conn = rusqlite::Connection::open(dir.join("intscope.db")).unwrap();
     conn.execute(
@@ -683,7 +682,7 @@ impl Store for PartsStore {
 }
 
 /// A state holding `flows` changed flows (one report each, with latency samples).
-fn state_with_flows(flows: u16) -> intscope_core::state::State {
+fn state_with_flows(flows: u16) -> intscope_core::State {
     let mut s = state();
     for f in 0..flows {
         let r = Rep::new(f, &[H(1, 2, 900, 10)], H(2, 3, 900, 10));
@@ -798,7 +797,7 @@ fn a_flush_in_parts_stores_what_a_whole_flush_stores(a: &Backend, b: &Backend) {
 /// counts on: two parts of `flush_chunk_flows` rows of at most 256 bytes each.
 #[test]
 fn a_flow_row_stays_small() {
-    let row = std::mem::size_of::<intscope_collector::store::FlowRow>();
+    let row = std::mem::size_of::<intscope_core::FlowRow>();
     assert!(
         row <= 256,
         "FlowRow is {row} bytes: update the memory bound"
@@ -812,7 +811,7 @@ fn a_flow_row_stays_small() {
 fn discarding_changes_empties_what_a_flush_would_take() {
     let s = state_with_flows(300);
     assert_eq!(s.read().flows_to_store(), 300);
-    assert_eq!(intscope_core::rows::discard_changes(&s), 300);
+    assert_eq!(intscope_core::discard_changes(&s), 300);
     assert_eq!(s.read().flows_to_store(), 0);
     let stats = StoreStats::default();
     let b = collect_batch(&s, &mut 1, Vec::new(), &stats);
@@ -848,7 +847,7 @@ fn incident(
         last_update_ns: start + updates * MS,
         end_ns: end,
         end_uncertainty_ns: 0,
-        end_reason: end.map(|_| intscope_core::incident::EndReason::Normal),
+        end_reason: end.map(|_| intscope_core::EndReason::Normal),
         received_ns: None,
         updates,
         counts: IncidentCounts {
@@ -1090,7 +1089,7 @@ fn flow_pages_cover_every_flow_once(backend: &Backend) {
         src_port: i,
         dst_port: 80,
     };
-    let row = |i: u16, reports: u64| intscope_collector::store::FlowRow {
+    let row = |i: u16, reports: u64| intscope_core::FlowRow {
         key: key(i),
         first_seen_ns: u64::from(i) * 60 * S,
         last_seen_ns: u64::from(i) * 60 * S + u64::from(i) * u64::from(i) * S,

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use intscope_collector::store::{
-    ClickHouseStore, HistoryQuery, Resolution, RowSink, SqliteStore, Store, StoreError,
+    ClickHouseStore, HistoryQuery, Resolution, SqliteStore, Store, StoreError,
 };
+use intscope_core::RowSink;
 
 /// A loopback port that never completes a connection, as a black-holed host: a listener with
 /// a backlog of one, filled and never accepted, so the kernel drops every further SYN.
@@ -51,7 +52,7 @@ fn black_hole() -> BlackHole {
 
 /// Flushes with queue rows of nodes 1, 2 and 101 (so of both shards of a 2-shard cluster),
 /// a drop's events and a flow, at 2, 3 and 4 s.
-fn batches() -> Vec<intscope_collector::store::Batch> {
+fn batches() -> Vec<intscope_core::Batch> {
     three_flushes(&mut state())
 }
 

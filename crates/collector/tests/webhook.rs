@@ -17,7 +17,7 @@ use intscope_collector::api_config::ApiConfig;
 use intscope_collector::ingest::{Collector, CollectorConfig};
 use intscope_collector::webhook::Webhook;
 use intscope_collector::webhook_config::WebhookConfig;
-use intscope_core::record::RecordBatch;
+use intscope_core::RecordBatch;
 use serde_json::Value;
 
 /// A local receiver: every POSTed body kept, the first `fail_first` answered 500.

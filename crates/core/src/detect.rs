@@ -128,7 +128,7 @@ pub struct PostcardConfig {
     pub silent_drop_ns: u64,
     /// A silent drop also needs the next node's silence to be unlikely as report loss alone:
     /// with a share `p` of the next node's reports lost over the window (its confirmed
-    /// sequence gaps against its reports received, [`crate::seq::LossHistory`]) and `m`
+    /// sequence gaps against its reports received, `seq::LossHistory`) and `m`
     /// reports of the flow from this node since the next one's last, the drop is raised only
     /// once `p^m` is at most this chance (each of those reports is a packet the next node
     /// would have reported too, all of whose reports the network would have had to lose).

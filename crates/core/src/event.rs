@@ -105,7 +105,7 @@ pub struct Event {
     /// when the report's metadata carries timestamps, else this same receive time).
     pub received_ns: Option<u64>,
     /// The published incident it belongs to: filled in when the event is read out of the log
-    /// ([`EventLog::incident_of`]); `None` while that incident still gathers its symptoms
+    /// (`EventLog::incident_of`); `None` while that incident still gathers its symptoms
     /// (`incident_grouping_ns`), for events no incident follows (path changes a correlation
     /// placed nowhere), and once the incident left the history.
     pub incident_id: Option<u64>,

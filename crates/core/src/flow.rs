@@ -137,7 +137,7 @@ impl Histogram {
     }
 }
 
-/// A path, source first. Interned in a [`PathTable`]: the flows that take one path share it.
+/// A path, source first. Interned in a `PathTable`: the flows that take one path share it.
 /// A thin pointer (8 bytes, where `Arc<[PathHop]>` takes 16): every flow and both published
 /// copies of its row hold one, and the hops sit behind the shared header anyway.
 pub type Path = Arc<Vec<PathHop>>;
@@ -233,7 +233,7 @@ fn index_hash(tag: u32) -> u64 {
     u64::from(tag).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
-/// The hash a [`FlowTable`] files `key` under (its `*_hashed` methods take it precomputed, so a
+/// The hash a `FlowTable` files `key` under (its `*_hashed` methods take it precomputed, so a
 /// batch hashes each key once for sharding, prefetching and lookup).
 pub fn key_hash(key: &FlowKey) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(key)
@@ -1073,7 +1073,7 @@ pub enum Joined {
 }
 
 /// A flow's state, kept small (272 bytes, asserted in a test): its long history goes to the
-/// store as per-interval aggregates ([`FlowInterval`], kept only for a store), memory keeps its
+/// store as per-interval aggregates (`FlowInterval`, kept only for a store), memory keeps its
 /// last sample, and what most flows never have (earlier paths, per-hop reports to join) sits
 /// behind one pointer.
 ///
@@ -1548,10 +1548,10 @@ impl FlowState {
         !std::mem::replace(&mut joins.in_queue, true)
     }
 
-    /// The cards as a path, by the fabric's links ([`Joined`]); clears the scheduled join.
+    /// The cards as a path, by the fabric's links (`Joined`); clears the scheduled join.
     /// Reports of nodes off a complete chain that are older than its newest report by more than
     /// `window_ns` are of a path the flow left, and are forgotten; newer ones make the join
-    /// [`Joined::Partial`] (the new path is not whole yet).
+    /// `Joined::Partial` (the new path is not whole yet).
     pub fn join_cards(
         &mut self,
         links: &mut LinkTable,

@@ -243,7 +243,7 @@ fn flow_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<FlowKey, D::Error>
 /// One incident. Its JSON is its fields in declaration order under these names
 /// (`docs/collector-api.openapi.yaml`, schema `Incident`).
 ///
-/// `E` is the evidence's type: the typed [`Evidence`] while the incident is live, its JSON
+/// `E` is the evidence's type: the typed `Evidence` while the incident is live, its JSON
 /// (`serde_json::Value`) once read back from a store, so the stored shape cannot drift from the
 /// live one.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]

@@ -1064,7 +1064,7 @@ impl IncidentLog {
     /// left a link or node of an ongoing path-change incident it joins it, else it waits
     /// `path_correlation_ns` for the other flows of the same fault. A flow that goes back to
     /// the path it had before its previous move is a return (the fault repaired), named after
-    /// where it returned. Returns whether it was a move (see [`moved`]).
+    /// where it returned. Returns whether it was a move (see `moved`).
     pub fn observe_move(
         &mut self,
         at_ns: u64,

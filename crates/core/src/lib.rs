@@ -1,13 +1,17 @@
 //! # intscope-core
 //!
 //! The collector's brain: everything between a received datagram and the state the API serves,
-//! with no I/O and no clock. [`record`] decodes a report datagram (any of Report v2.0, v1.0, v0.5)
-//! into a reusable record; [`state`] correlates records in [`flow_shard`]s by flow key (paths,
-//! latency, joins of per-hop reports; [`flow`]) and in [`fabric`] shards by node (ports, queues,
-//! links, report sequence numbers with [`seq`]), runs the [`detect`]ors and keeps the [`event`]
-//! log with its typed [`evidence`]; [`incident`] is the typed shape of an episode with a
-//! lifecycle that the store keeps and the console shows. [`loadgen`] builds synthetic report
-//! traffic for tests and benchmarks.
+//! with no I/O and no clock. [`decode_datagram`] and [`decode_into`] turn a report datagram (any
+//! of Report v2.0, v1.0, v0.5) into reusable [`Record`]s; [`State`] correlates records in flow
+//! shards by flow key (paths, latency, joins of per-hop reports: [`FlowState`]) and in fabric
+//! shards by node (ports, queues, links, report sequence numbers), runs the detectors and keeps
+//! the [`Event`] log; an [`Incident`] is the typed shape of an episode with a lifecycle that the
+//! store keeps and the console shows. Readers take a [`Snapshot`]; the store takes [`Batch`]es of
+//! rows. [`counters`] declares every metric; [`loadgen`] builds synthetic report traffic for
+//! tests and benchmarks.
+//!
+//! The modules are private: what other crates use is re-exported here, one name per type, so the
+//! inside can be rearranged without touching them.
 //!
 //! The rule: this crate opens no socket or file, starts no thread, never reads a clock, and
 //! depends on no I/O crate (tokio, axum, rusqlite, socket2, quinn-udp, nix, prometheus-client,
@@ -19,23 +23,53 @@
 
 mod cause;
 pub mod counters;
-pub mod detect;
-pub mod event;
-pub mod evidence;
-pub mod fabric;
-pub mod flow;
-pub mod flow_ref;
-pub mod flow_shard;
-pub mod id_table;
-pub mod incident;
-pub mod incidents;
-pub mod limits;
+mod detect;
+mod event;
+mod evidence;
+mod fabric;
+mod flow;
+mod flow_ref;
+mod flow_shard;
+mod id_table;
+mod incident;
+mod incidents;
+mod limits;
 pub mod loadgen;
-pub mod rank;
-pub mod record;
-pub mod rows;
-pub mod search;
-pub mod seq;
-pub mod snapshot;
-pub mod state;
+mod rank;
+mod record;
+mod rows;
+mod search;
+mod seq;
+mod snapshot;
+mod state;
 mod totals;
+
+// Decoding: a datagram in, records out.
+pub use record::{
+    FlowKeyMode, MAX_HOPS, Record, RecordBatch, RecordSink, decode_datagram, decode_into,
+    drop_far_timestamps,
+};
+
+// Correlation and detection: the state, its configuration and how work is spread over shards.
+pub use detect::{DetectConfig, PostcardConfig};
+pub use fabric::node_shard;
+pub use flow::{FlowState, LastSample, Path, PathHop, key_hash};
+pub use flow_ref::FlowRef;
+pub use flow_shard::flow_shard;
+pub use limits::Limits;
+pub use seq::{SeqTotals, SeqTracker};
+pub use state::State;
+
+// What detection produces: events, and incidents with their lifecycle.
+pub use event::{EVENT_KIND_SHARE, EVENT_LOG, Event, EventKind};
+pub use incident::{
+    EndReason, Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState,
+    MAX_INCIDENT_FLOWS, Severity, Unit,
+};
+pub use incidents::{IncidentLog, ONGOING_PER_KIND, RESOLVED_PER_KIND};
+
+// What readers and the store take.
+pub use rank::smallest;
+pub use rows::{AggRow, Batch, FlowRow, FlushTake, RowSink, collect_batch, discard_changes};
+pub use search::FlowSearch;
+pub use snapshot::{FlowShardSnapshot, FlowView, Snapshot};

@@ -290,7 +290,7 @@ pub struct Record {
     /// rather than ports taken from the INT encapsulation's UDP header or from bytes past the end.
     pub flow_partial: bool,
     /// A fingerprint of the reported packet that every hop sees alike (0: none): the IPv4
-    /// identification and the first [`FINGERPRINT_BYTES`] bytes from the L4 header on (ports,
+    /// identification and the first `FINGERPRINT_BYTES` bytes from the L4 header on (ports,
     /// checksum, TCP sequence numbers, the start of the payload), hashed. Per-hop reports of one
     /// packet (INT-XD, INT-MX: no hop changes those bytes) carry the same one, so it tells two
     /// packets of a flow apart when their timestamps would pair them. Not computed for reports

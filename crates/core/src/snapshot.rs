@@ -5,7 +5,7 @@
 //! long as they like. `State::snapshot` builds the next one
 //! shard by shard, each under its lock for the time of a copy, reusing the previous snapshot's
 //! part of any fabric shard that has not changed since. The flow table is copied as compact
-//! rows (what the flow list shows and sorts by, quantiles worked out once; a [`FlowRow`] when
+//! rows (what the flow list shows and sorts by, quantiles worked out once; a [`FlowView`] when
 //! read), not as whole flow states, and incrementally: each flow shard keeps its last two copies
 //! ([`FlowCopies`]) and its table marks the flows written since (created, updated, removed), so
 //! that the next copy makes again only their rows, in the copy before the last.
@@ -39,7 +39,7 @@ use crate::totals;
 /// [`FlowShardSnapshot`]); a flow's page reads its samples and earlier paths from the live flow
 /// (`State::flow_recent`).
 #[derive(Debug, Clone)]
-pub struct FlowRow {
+pub struct FlowView {
     /// Dense ID used by the API.
     pub id: u64,
     /// First report, ns.
@@ -63,14 +63,14 @@ pub struct FlowRow {
     e2e_buckets: [u8; 2],
 }
 
-impl FlowRow {
+impl FlowView {
     /// The row of a live flow.
     pub fn of(f: &FlowState) -> Self {
-        FlowRow::from_parts(&Identity::of(f), &Changing::of(f))
+        FlowView::from_parts(&Identity::of(f), &Changing::of(f))
     }
 
     fn from_parts(i: &Identity, c: &Changing) -> Self {
-        FlowRow {
+        FlowView {
             id: i.id,
             key: i.key,
             first_seen_ns: i.first_seen_ns,
@@ -213,7 +213,7 @@ impl Changing {
 const PREFETCH_AHEAD: usize = 8;
 
 /// One flow shard, copied: a row per flow, laid out by the live table's slots, and an index by
-/// ID. Made by [`FlowCopies::refresh`] from an earlier copy, so that it costs in proportion to
+/// ID. Made by `FlowCopies::refresh` from an earlier copy, so that it costs in proportion to
 /// the flows written since, not to the flows held.
 ///
 /// A row is kept in two parts, as every flow has one in each of a shard's two copies: what
@@ -247,7 +247,7 @@ pub struct FlowCounts {
 
 impl FlowShardSnapshot {
     /// A copy of `shard` made from scratch, every flow's row anew (what
-    /// [`FlowCopies::refresh`] gives, at the cost of all the flows).
+    /// `FlowCopies::refresh` gives, at the cost of all the flows).
     pub fn of(table: &FlowTable, counts: FlowCounts) -> Self {
         let mut s = FlowShardSnapshot::default();
         s.update(table, counts, |_| u64::MAX);
@@ -350,16 +350,16 @@ impl FlowShardSnapshot {
     }
 
     /// Every row, in slot order.
-    pub fn rows(&self) -> impl Iterator<Item = FlowRow> + '_ {
+    pub fn rows(&self) -> impl Iterator<Item = FlowView> + '_ {
         self.rows
             .iter()
             .enumerate()
             .filter_map(|(slot, c)| Some(self.row(slot, c.as_ref()?)))
     }
 
-    fn row(&self, slot: usize, changing: &Changing) -> FlowRow {
+    fn row(&self, slot: usize, changing: &Changing) -> FlowView {
         let identity = &self.identities[slot / IDENTITY_CHUNK][slot % IDENTITY_CHUNK];
-        FlowRow::from_parts(identity, changing)
+        FlowView::from_parts(identity, changing)
     }
 
     /// Rows held.
@@ -373,7 +373,7 @@ impl FlowShardSnapshot {
     }
 
     /// The row of the flow with API ID `id`.
-    pub fn flow_by_id(&self, id: u64) -> Option<FlowRow> {
+    pub fn flow_by_id(&self, id: u64) -> Option<FlowView> {
         let i = self.by_id.binary_search_by_key(&id, |&(id, _)| id).ok()?;
         let slot = self.by_id[i].1 as usize;
         Some(self.row(slot, self.rows.get(slot)?.as_ref()?))
@@ -487,7 +487,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Every flow.
-    pub fn flows(&self) -> impl Iterator<Item = FlowRow> + '_ {
+    pub fn flows(&self) -> impl Iterator<Item = FlowView> + '_ {
         self.flows.iter().flat_map(|s| s.rows())
     }
 
@@ -497,7 +497,7 @@ impl Snapshot {
     }
 
     /// The flow with API ID `id`.
-    pub fn flow_by_id(&self, id: u64) -> Option<FlowRow> {
+    pub fn flow_by_id(&self, id: u64) -> Option<FlowView> {
         self.flows.iter().find_map(|s| s.flow_by_id(id))
     }
 
@@ -555,7 +555,7 @@ impl Snapshot {
         self.fabric.iter().map(|s| s.seq.restarts).sum()
     }
 
-    /// Sequence numbers later numbers contradicted (corrupt or spoofed), see [`crate::seq`].
+    /// Sequence numbers later numbers contradicted (corrupt or spoofed), see `seq`.
     pub fn sequence_implausible(&self) -> u64 {
         self.fabric.iter().map(|s| s.seq.implausible).sum()
     }

@@ -17,14 +17,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, TryLockError};
 
 use crate::detect::DetectConfig;
-pub use crate::event::EVENT_LOG;
 use crate::event::{Event, EventKind, EventLog, Raiser};
-pub use crate::fabric::{
-    Evicted, FabricShard, FlowSeen, IntervalAgg, LinkKey, LinkState, NodeState, Parts, PortState,
-    QUEUE_BUCKET_NS, QUEUE_SERIES, QueueKey, QueueState, RecordCounters, node_shard,
+use crate::fabric::{
+    Evicted, FabricShard, FlowSeen, LinkKey, LinkState, NodeState, Parts, QueueKey, QueueState,
+    RecordCounters, node_shard,
 };
 use crate::flow::{FlowState, LastSample, Path, key_hash};
-pub use crate::flow_shard::{FlowShard, flow_shard};
+use crate::flow_shard::{FlowShard, flow_shard};
 use crate::incident::Incident;
 use crate::incidents::IncidentLog;
 use crate::limits::Limits;
@@ -183,10 +182,10 @@ impl State {
     }
 
     /// A snapshot of everything, for readers that must not hold the shard locks (see
-    /// [`crate::snapshot`]). Each shard is copied under its lock, one at a time, taking the free
+    /// `snapshot`). Each shard is copied under its lock, one at a time, taking the free
     /// ones first; a fabric shard unchanged since `prev` was taken is shared with it, not copied,
     /// and a flow shard's copy is its last one with the rows of the flows written since made
-    /// again ([`FlowShard::copy`]). The event counts are read last, so they include
+    /// again (`FlowShard::copy`). The event counts are read last, so they include
     /// the events of every copied record.
     pub fn snapshot(&self, prev: Option<&Snapshot>) -> Snapshot {
         let n = self.flows.len();
@@ -475,7 +474,7 @@ impl State {
     }
 
     /// The input is over, or the collector stops: the store's last flush takes every event
-    /// raised so far, linked to its incident where it can be ([`EventLog::settle_all`]).
+    /// raised so far, linked to its incident where it can be (`EventLog::settle_all`).
     pub fn settle_events(&self) {
         self.flush_incidents();
         lock(&self.log).settle_all();

@@ -3,9 +3,9 @@
 //! (checked here for k up to 2 at any places, and for 1 % of a long stream's datagrams).
 //! Each corrupted datagram is one number missing from the stream, or one that fills a gap; it
 //! never confirms a jump on its own, and a jump that two agreeing ones confirm is taken back when
-//! the stream comes back (`intscope_core::seq`).
+//! the stream comes back (`intscope_core::SeqTracker`).
 
-use intscope_core::seq::{SeqTotals, SeqTracker};
+use intscope_core::{SeqTotals, SeqTracker};
 use proptest::prelude::*;
 
 /// How one datagram is corrupted.

@@ -9,7 +9,7 @@
 //! Arguments: the simulation file, the mode (`md`, `mx`, `xd`), simulated seconds.
 
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_core::record::RecordBatch;
+use intscope_core::RecordBatch;
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Scenario, mix};
 
@@ -124,7 +124,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             None => format!("{:?}", i.kind),
         };
         *by_kind.entry(name).or_default() += 1;
-        if i.kind != intscope_core::incident::IncidentKind::ReportLoss && drop_places.len() < 20 {
+        if i.kind != intscope_core::IncidentKind::ReportLoss && drop_places.len() < 20 {
             drop_places.push(format!(
                 "{:?} {:?}:{:?}->{:?} {:?} {}..{:?} ns, {} flows",
                 i.kind,

@@ -12,8 +12,7 @@
 //! mix's seed instead.
 
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_core::incident::IncidentKind;
-use intscope_core::record::RecordBatch;
+use intscope_core::{IncidentKind, RecordBatch};
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Scenario, mix};
 

@@ -6,8 +6,7 @@
 //! `DEMO_DETAIL=1` prints the incidents' flows and evidence.
 
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_core::incident::{Incident, IncidentKind};
-use intscope_core::record::RecordBatch;
+use intscope_core::{Incident, IncidentKind, RecordBatch};
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Fault, Scenario, Scheduled, mix};
 

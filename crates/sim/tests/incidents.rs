@@ -8,10 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_core::detect::DetectConfig;
-use intscope_core::flow_ref::FlowRef;
-use intscope_core::incident::{Incident, IncidentKind};
-use intscope_core::record::RecordBatch;
+use intscope_core::{DetectConfig, FlowRef, Incident, IncidentKind, RecordBatch};
 use intscope_node::Mode;
 use intscope_sim::topology::{Topology, locate, spine_id};
 use intscope_sim::{Delivery, Fabric, Fault, FlowSpec, MixShape, Scheduled, SimConfig, mix};
@@ -397,7 +394,7 @@ fn a_failed_link_among_four_spines_is_one_incident_with_the_rehashed_flows() {
         );
         assert_eq!(
             i.state,
-            intscope_core::incident::IncidentState::Resolved,
+            intscope_core::IncidentState::Resolved,
             "{mode:?}\n{}",
             r.dump()
         );
@@ -1211,7 +1208,7 @@ fn reordered_and_duplicated_reports_raise_nothing() {
 /// end), a resolved one with its end and reason, an ongoing one with neither, its listed flows
 /// within the bound and counted.
 fn inconsistencies(r: &Run) -> Vec<String> {
-    use intscope_core::incident::{IncidentState, MAX_INCIDENT_FLOWS};
+    use intscope_core::{IncidentState, MAX_INCIDENT_FLOWS};
     let mut out = Vec::new();
     for i in &r.incidents {
         let mut bad = |what: &str| {
@@ -1259,7 +1256,7 @@ fn inconsistencies(r: &Run) -> Vec<String> {
 /// span holds it.
 fn events_off_their_incidents(r: &Run) -> Vec<String> {
     use IncidentKind as I;
-    use intscope_core::event::EventKind as E;
+    use intscope_core::EventKind as E;
     let by_id: BTreeMap<u64, &Incident> = r.incidents.iter().map(|i| (i.id, i)).collect();
     let log = r.c.state.events();
     let mut out = Vec::new();

@@ -3,7 +3,7 @@
 //! report's truncation; the collector must still see the ports, not list the flow under ports 0.
 
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_core::record::RecordBatch;
+use intscope_core::RecordBatch;
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Fault, Scheduled, SimConfig, default_mix};
 

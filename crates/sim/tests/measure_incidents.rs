@@ -2,9 +2,7 @@
 //! events and incidents by kind, with and without report loss; ignored by default:
 //! `SECS=60 cargo test -p intscope-sim --test measure_incidents -- --ignored --nocapture`.
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_core::detect::DetectConfig;
-use intscope_core::event::EventKind;
-use intscope_core::record::RecordBatch;
+use intscope_core::{DetectConfig, EventKind, RecordBatch};
 use intscope_sim::{Fabric, Scenario, SimConfig, mix};
 use std::collections::BTreeMap;
 

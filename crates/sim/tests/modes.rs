@@ -8,9 +8,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_core::detect::DetectConfig;
-use intscope_core::event::{Event, EventKind};
-use intscope_core::record::RecordBatch;
+use intscope_core::{DetectConfig, Event, EventKind, RecordBatch};
 use intscope_node::Mode;
 use intscope_sim::topology::{Topology, locate, spine_id};
 use intscope_sim::{Delivery, Fabric, Fault, FlowSpec, MixShape, Scheduled, SimConfig, mix};
@@ -254,7 +252,7 @@ fn postcards_of_software_nodes_join_with_the_default_settings() {
     };
     assert_eq!(
         detect().postcards,
-        intscope_core::detect::PostcardConfig {
+        intscope_core::PostcardConfig {
             silent_drop_ns: 500 * MS,
             report_interval_ns: 50 * MS,
             ..Default::default()
@@ -504,7 +502,7 @@ fn a_silent_drop_is_found_at_the_hop_before_the_cable() {
             let evidence = e.evidence.to_json();
             assert_eq!(evidence["drop_reason_name"], "silent", "{e:?}");
             assert!(evidence["drop_reason"].is_null());
-            let flow = intscope_core::flow_ref::FlowRef::from(e.flow.as_ref().unwrap());
+            let flow = intscope_core::FlowRef::from(e.flow.as_ref().unwrap());
             let (src, dst): (IpAddr, IpAddr) =
                 (flow.src.parse().unwrap(), flow.dst.parse().unwrap());
             match (e.node_id, e.port) {

@@ -4,7 +4,7 @@
 //! under forwarding loops (a packet crosses the same queues dozens of times) and incasts (a
 //! burst beyond the port's rate, tail-dropped once the buffer is full), in every mode.
 
-use intscope_core::record::{FlowKeyMode, Record, decode_datagram};
+use intscope_core::{FlowKeyMode, Record, decode_datagram};
 use intscope_node::Mode;
 use intscope_sim::fabric::{CELL_BYTES, reason};
 use intscope_sim::topology::Topology;

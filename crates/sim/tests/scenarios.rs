@@ -4,10 +4,7 @@
 use std::sync::Arc;
 
 use intscope_collector::ingest::{Collector, CollectorConfig};
-use intscope_core::detect::DetectConfig;
-use intscope_core::event::{Event, EventKind};
-use intscope_core::flow_ref::FlowRef;
-use intscope_core::record::RecordBatch;
+use intscope_core::{DetectConfig, Event, EventKind, FlowRef, RecordBatch};
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Fault, Scheduled, SimConfig, default_mix};
 
@@ -214,8 +211,7 @@ fn incast_is_a_microburst_with_its_culprits() {
         .filter(|i| {
             matches!(
                 i.kind,
-                intscope_core::incident::IncidentKind::Microburst
-                    | intscope_core::incident::IncidentKind::Congestion
+                intscope_core::IncidentKind::Microburst | intscope_core::IncidentKind::Congestion
             ) && i.place.node == Some(3)
                 && i.place.port == Some(1)
         })
@@ -272,7 +268,7 @@ fn a_spine_without_int_is_found_from_ttl() {
         .state
         .incidents()
         .into_iter()
-        .filter(|i| i.kind == intscope_core::incident::IncidentKind::NonIntHops)
+        .filter(|i| i.kind == intscope_core::IncidentKind::NonIntHops)
         .collect();
     assert_eq!(incidents.len(), 1, "{incidents:#?}");
     let places: std::collections::HashSet<_> = incidents.iter().map(|i| i.place).collect();

@@ -26,17 +26,14 @@
 use std::time::{Duration, Instant};
 
 use intscope_collector::store::{
-    Batch, ClickHouseConfig, ClickHouseStore, FlushTake, HistoryQuery, SqliteStore, Store,
-    StoreStats,
+    ClickHouseConfig, ClickHouseStore, FlushTake, HistoryQuery, SqliteStore, Store, StoreStats,
 };
-use intscope_core::detect::DetectConfig as Thresholds;
-use intscope_core::flow_ref::FlowRef;
-use intscope_core::incident::{
-    Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
-};
+use intscope_core::Batch;
 use intscope_core::loadgen::{self, Generator, LoadConfig};
-use intscope_core::record::{FlowKeyMode, Record, decode_datagram};
-use intscope_core::state::State;
+use intscope_core::{
+    DetectConfig as Thresholds, FlowKeyMode, FlowRef, Incident, IncidentCounts, IncidentKind,
+    IncidentPlace, IncidentState, Record, Severity, State, decode_datagram,
+};
 
 struct Args {
     store: String,
@@ -198,7 +195,7 @@ fn incident(id: u64) -> Incident {
         last_update_ns: id * 1_000_000 + 500_000,
         end_ns: Some(id * 1_000_000 + 600_000),
         end_uncertainty_ns: 0,
-        end_reason: Some(intscope_core::incident::EndReason::Normal),
+        end_reason: Some(intscope_core::EndReason::Normal),
         received_ns: None,
         updates: 4,
         counts: IncidentCounts {

@@ -20,7 +20,7 @@ use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg};
 
 use super::{Collector, Discard, Tally};
 use crate::clock::now_ns;
-use intscope_core::record::RecordBatch;
+use intscope_core::RecordBatch;
 
 /// How long a receive call waits for a first datagram before the loop looks at the stop flag and
 /// does its idle work (detector ticks, publishing the API's snapshot): short enough for a prompt

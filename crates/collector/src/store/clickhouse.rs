@@ -44,8 +44,7 @@ use super::{
     DEFAULT_QUERY_TIMEOUT, HistoryQuery, MAX_HISTORY_LIMIT, RowSink, Store, StoreError,
     incident_version, lock, new_run_id, per_hop_json,
 };
-use intscope_core::flow_ref::FlowRef;
-use intscope_core::rows::Batch;
+use intscope_core::{Batch, FlowRef};
 use serde::{Deserialize, Serialize};
 
 /// Where the store is and how it is laid out (`[store.clickhouse]` of the collector config).

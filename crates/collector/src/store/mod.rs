@@ -6,7 +6,7 @@
 //! `docs/collector-store.md`; the cluster: `docs/scale-out.md`.
 //!
 //! Writes are batched off the ingest path: a flusher takes what changed from the live state
-//! once per interval as typed rows ([`intscope_core::rows`]) and hands them to a writer thread,
+//! once per interval as typed rows ([`intscope_core::Batch`]) and hands them to a writer thread,
 //! in parts of a bounded number of flows ([`FlushTake`]) so a flush's memory does not grow with
 //! the flows; the writer commits the parts (one transaction in SQLite). Ingest never waits for
 //! the store: when the writer falls behind, the next flush is put off until it is done, so that
@@ -31,9 +31,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use intscope_core::flow_ref::FlowRef;
-pub use intscope_core::rows::{AggRow, Batch, FlowRow, RowSink};
-use intscope_core::state::State;
+use intscope_core::{Batch, FlowRef, RowSink, State};
 
 pub mod clickhouse;
 pub mod priority;
@@ -158,13 +156,13 @@ impl HistoryQuery {
     /// `kind` as an event kind's label; a 400 naming the kinds when it is none (an unknown
     /// kind would otherwise select nothing and look like an empty history).
     pub fn event_kind(&self) -> Result<Option<&'static str>, StoreError> {
-        let labels = intscope_core::event::EventKind::ALL.map(|k| k.label());
+        let labels = intscope_core::EventKind::ALL.map(|k| k.label());
         known_kind(self.kind.as_deref(), &labels)
     }
 
     /// `kind` as an incident kind's label; a 400 naming the kinds when it is none.
     pub fn incident_kind(&self) -> Result<Option<&'static str>, StoreError> {
-        let labels = intscope_core::incident::IncidentKind::ALL.map(|k| k.label());
+        let labels = intscope_core::IncidentKind::ALL.map(|k| k.label());
         known_kind(self.kind.as_deref(), &labels)
     }
 
@@ -301,8 +299,8 @@ pub(crate) fn per_hop_json(values: &[Option<u32>]) -> String {
 
 /// The order of an incident's versions: later updates, then its end, win (every store keeps the
 /// newest version it was given of each incident).
-pub(crate) fn incident_version(n: &intscope_core::incident::Incident) -> u64 {
-    (n.updates << 1) | u64::from(n.state == intscope_core::incident::IncidentState::Resolved)
+pub(crate) fn incident_version(n: &intscope_core::Incident) -> u64 {
+    (n.updates << 1) | u64::from(n.state == intscope_core::IncidentState::Resolved)
 }
 
 /// Default of [`StoreConfig::flush_chunk_flows`]: a part's rows take a few tens of MiB at most,
@@ -557,9 +555,9 @@ impl StoreStats {
 }
 
 /// One flush of the live state in parts of at most `chunk` flow rows each
-/// ([`intscope_core::rows::FlushTake`]), counting the events it missed in the store's stats.
+/// ([`intscope_core::FlushTake`]), counting the events it missed in the store's stats.
 #[derive(Debug)]
-pub struct FlushTake<'a>(intscope_core::rows::FlushTake<'a>);
+pub struct FlushTake<'a>(intscope_core::FlushTake<'a>);
 
 impl<'a> FlushTake<'a> {
     /// Takes the flush's keys and non-flow content; `chunk` is the most flow rows a part holds.
@@ -570,7 +568,7 @@ impl<'a> FlushTake<'a> {
         stats: &StoreStats,
         chunk: usize,
     ) -> Self {
-        let take = intscope_core::rows::FlushTake::new(state, last_event, raw, chunk);
+        let take = intscope_core::FlushTake::new(state, last_event, raw, chunk);
         stats
             .events_missed
             .fetch_add(take.events_missed(), Ordering::Relaxed);
@@ -599,7 +597,7 @@ pub fn collect_batch(
     raw: Vec<(u64, IpAddr, Vec<u8>)>,
     stats: &StoreStats,
 ) -> Batch {
-    let (b, missed) = intscope_core::rows::collect_batch(state, last_event, raw);
+    let (b, missed) = intscope_core::collect_batch(state, last_event, raw);
     stats.events_missed.fetch_add(missed, Ordering::Relaxed);
     b
 }

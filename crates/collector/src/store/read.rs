@@ -9,10 +9,7 @@ use serde::Serialize;
 use serde::ser::SerializeMap;
 use serde_json::Value;
 
-use intscope_core::event::EventKind;
-use intscope_core::flow::PathHop;
-use intscope_core::flow_ref::FlowRef;
-use intscope_core::incident::Incident;
+use intscope_core::{EventKind, FlowRef, Incident, PathHop};
 
 use super::{HistoryQuery, StoreError};
 use std::time::Duration;
@@ -235,7 +232,7 @@ pub struct FlowInterval {
     pub queue_occupancy_max: Vec<Option<u32>>,
 }
 
-/// A stored event: the live [`Event`](intscope_core::event::Event) without its receive time, which the
+/// A stored event: the live [`Event`](intscope_core::Event) without its receive time, which the
 /// store does not keep.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StoredEvent {
@@ -258,7 +255,7 @@ pub struct StoredEvent {
     /// The kind-specific evidence as the live event serves it: kept as its JSON, since the
     /// evidence types only serialize (each kind's fields: the OpenAPI `Event` schema).
     pub evidence: Value,
-    /// The incident it belonged to when stored ([`intscope_core::event::Event::incident_id`]; the
+    /// The incident it belonged to when stored ([`intscope_core::Event::incident_id`]; the
     /// store takes an event once linked, or once its link wait is over): `None` for an event
     /// no incident followed, and for events stored by schema 2 and before.
     pub incident_id: Option<u64>,

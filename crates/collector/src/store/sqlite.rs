@@ -16,8 +16,7 @@ use super::{
     DEFAULT_QUERY_TIMEOUT, HistoryQuery, MAX_HISTORY_LIMIT, READER_CACHE_KIB, READERS, RowSink,
     Store, StoreError, WRITER_CACHE_KIB, i, incident_version, lock, new_run_id, per_hop_json,
 };
-use intscope_core::flow_ref::FlowRef;
-use intscope_core::rows::Batch;
+use intscope_core::{Batch, FlowRef};
 use rusqlite::{Connection, OptionalExtension, params};
 
 impl StoreError {

@@ -3,8 +3,7 @@
 mod common;
 
 use common::*;
-use intscope_core::event::{Event, EventKind};
-use intscope_core::state::State;
+use intscope_core::{Event, EventKind, State};
 
 fn events(s: &State, kind: EventKind) -> Vec<Event> {
     s.events()
@@ -472,9 +471,9 @@ fn filtered_switches_going_quiet_still_end_episodes() {
 /// Live state holds the active flows: one idle for `flow_idle_ns` leaves (counted), the rest stay.
 #[test]
 fn idle_flows_leave_the_live_state() {
-    let mut s = State::new(intscope_core::detect::DetectConfig {
+    let mut s = State::new(intscope_core::DetectConfig {
         flow_idle_ns: 5_000 * MS,
-        ..intscope_core::detect::DetectConfig::default()
+        ..intscope_core::DetectConfig::default()
     });
     let t = steady(&mut s, 1, &[LEAF1, SPINE_A], 0);
     let gone = s.read().flows().next().unwrap().id;
@@ -490,7 +489,7 @@ fn idle_flows_leave_the_live_state() {
 
 #[test]
 fn a_stack_longer_than_a_record_keeps_its_newest_hops_source_first() {
-    use intscope_core::record::MAX_HOPS;
+    use intscope_core::MAX_HOPS;
     let decode = |r: &Rep| last_record(&r.datagram());
     // Five hops: all kept, source first, then the sink's own.
     let path: Vec<H> = (1..=5).map(|n| H(n, 2, 100 * n, n)).collect();

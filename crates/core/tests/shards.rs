@@ -4,12 +4,10 @@
 mod common;
 
 use common::{H, MS, Rep};
-use intscope_core::detect::DetectConfig as Thresholds;
-use intscope_core::event::EventKind;
-use intscope_core::fabric::node_shard;
 use intscope_core::loadgen::{self, Generator, LoadConfig, LoadVersion};
-use intscope_core::record::{FlowKeyMode, RecordBatch, decode_into};
-use intscope_core::state::State;
+use intscope_core::{
+    DetectConfig as Thresholds, EventKind, FlowKeyMode, RecordBatch, State, decode_into, node_shard,
+};
 use serde_json::Value;
 
 /// Receive-sized batches of `datagrams` datagrams of `cfg`'s traffic, 10 µs apart.

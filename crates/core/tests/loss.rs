@@ -1,10 +1,8 @@
 //! Report loss from sequence gaps, with known ground truth: a generated stream with whole report
 //! groups (datagrams) left out reads exactly the groups and the reports that were lost.
 
-use intscope_core::detect::DetectConfig as Thresholds;
 use intscope_core::loadgen::{Generator, LoadConfig, LoadVersion, detect_config};
-use intscope_core::record::{FlowKeyMode, Record, decode_datagram};
-use intscope_core::state::State;
+use intscope_core::{DetectConfig as Thresholds, FlowKeyMode, Record, State, decode_datagram};
 
 /// Feeds `datagrams` generated datagrams to a fresh state, leaving out `gap` consecutive ones
 /// of the source of datagram 50 (from there on). Returns the state and the reports left out.
