@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use intscope_collector::api::{Api, render_metrics};
 use intscope_collector::api_config::ApiConfig;
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::hub::{Collector, CollectorConfig};
 use intscope_core::loadgen::{Generator, LoadConfig, LoadVersion};
 use intscope_core::RecordBatch;
 use libfuzzer_sys::fuzz_target;

@@ -10,7 +10,9 @@ use anyhow::{Context, Result, bail};
 use intscope_collector::api;
 use intscope_collector::api_config::ApiConfig;
 use intscope_collector::http::HttpLimits;
-use intscope_collector::ingest::{Collector, CollectorConfig, Discard, IpNet, spawn_receivers};
+use intscope_collector::hub::{Collector, CollectorConfig, IpNet};
+use intscope_collector::ingest::Discard;
+use intscope_collector::ingest::recv::spawn_receivers;
 use intscope_collector::webhook::Webhook;
 use intscope_core::RecordBatch;
 use intscope_wire::Warning;
@@ -337,19 +339,19 @@ fn load_config(args: &CollectArgs) -> Result<CollectorConfig> {
     if let Some(n) = args.recv_slot {
         cfg.recv_slot = n;
     }
-    if !(1..=intscope_collector::ingest::MAX_BATCH).contains(&cfg.recv_batch) {
+    if !(1..=intscope_collector::ingest::socket::MAX_BATCH).contains(&cfg.recv_batch) {
         bail!(
             "recv_batch {} is not within 1 to {}",
             cfg.recv_batch,
-            intscope_collector::ingest::MAX_BATCH
+            intscope_collector::ingest::socket::MAX_BATCH
         );
     }
-    if !intscope_collector::ingest::SLOT_RANGE.contains(&cfg.recv_slot) {
+    if !intscope_collector::ingest::socket::SLOT_RANGE.contains(&cfg.recv_slot) {
         bail!(
             "recv_slot {} is not within {} to {} bytes",
             cfg.recv_slot,
-            intscope_collector::ingest::SLOT_RANGE.start(),
-            intscope_collector::ingest::SLOT_RANGE.end()
+            intscope_collector::ingest::socket::SLOT_RANGE.start(),
+            intscope_collector::ingest::socket::SLOT_RANGE.end()
         );
     }
     if !args.allow.is_empty() {

@@ -866,7 +866,7 @@ pub fn run(args: &LabArgs) -> Result<()> {
         }
         None => COLLECTOR_TOML.to_string(),
     };
-    let mut cfg: intscope_collector::ingest::CollectorConfig =
+    let mut cfg: intscope_collector::hub::CollectorConfig =
         toml::from_str(&collector_toml).context("the collector's settings")?;
     // The console names the nodes as the lab names its namespaces.
     cfg.names = Arc::new(intscope_collector::names::NodeNames::from_pairs(
@@ -975,7 +975,7 @@ pub fn run(args: &LabArgs) -> Result<()> {
     }
     cfg.data = Some(data.clone());
     let collector =
-        intscope_collector::ingest::Collector::open(cfg).context("opening the history store")?;
+        intscope_collector::hub::Collector::open(cfg).context("opening the history store")?;
     let store = collector.start_store();
     let receivers = {
         let c = Arc::clone(&collector);
@@ -986,7 +986,7 @@ pub fn run(args: &LabArgs) -> Result<()> {
                 let f = std::fs::File::open(&mg).with_context(|| mg.clone())?;
                 nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
                     .context("entering the management namespace")?;
-                let (_, handles) = intscope_collector::ingest::spawn_receivers(&c)
+                let (_, handles) = intscope_collector::ingest::recv::spawn_receivers(&c)
                     .context("cannot open the report socket")?;
                 Ok(handles)
             })

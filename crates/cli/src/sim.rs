@@ -322,7 +322,7 @@ pub struct DemoArgs {
 /// Runs `intscope demo`: a collector serving its API and the fabric reporting into it, in fabric
 /// time.
 pub fn demo(args: &DemoArgs) -> Result<()> {
-    use intscope_collector::ingest::{Collector, CollectorConfig};
+    use intscope_collector::hub::{Collector, CollectorConfig};
     use intscope_core::RecordBatch;
     // Every input is checked before anything is said, created or bound: a mistyped duration or
     // topology leaves no banner, temporary folder or open port behind.

@@ -9,7 +9,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use intscope_collector::ingest::{Collector, CollectorConfig, Tally};
+use intscope_collector::hub::{Collector, CollectorConfig};
+use intscope_collector::ingest::Tally;
 use intscope_core::loadgen::{self, Generator, INT_PORT, LoadConfig, LoadVersion};
 use intscope_core::{
     DetectConfig as Thresholds, FlowKeyMode, Record, RecordBatch, RecordSink, State,

@@ -27,7 +27,7 @@ use tokio::sync::Semaphore;
 
 use crate::api_config::ApiConfig;
 use crate::http::{ErrorBody, HttpStats};
-use crate::ingest::{Collector, Published};
+use crate::hub::{Collector, Published};
 use crate::openmetrics;
 use crate::store::{
     FlowInterval, HistoryQuery, Page, QueueInterval, RowCounts, Store, StoreError, StoredEvent,

@@ -18,6 +18,7 @@ pub mod api_cluster;
 pub mod api_config;
 pub mod clock;
 pub mod http;
+pub mod hub;
 pub mod ingest;
 pub mod names;
 pub mod openmetrics;

@@ -28,7 +28,7 @@ use intscope_core::counters::{
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use crate::ingest::Collector;
+use crate::hub::Collector;
 use crate::webhook_config::WebhookConfig;
 use intscope_core::{Incident, IncidentLog, IncidentState};
 

@@ -16,7 +16,7 @@ use axum::http::{Request, StatusCode};
 use intscope_collector::api::{self, Api};
 use intscope_collector::api_config::ApiConfig;
 use intscope_collector::http::HttpLimits;
-use intscope_collector::ingest::Collector;
+use intscope_collector::hub::Collector;
 use intscope_collector::store::{HistoryQuery, StoreError};
 use intscope_core::RecordBatch;
 use intscope_core::loadgen::{Generator, LoadConfig, LoadVersion};

@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::http::Request;
 use intscope_collector::api::{self, Api};
 use intscope_collector::api_config::ApiConfig;
-use intscope_collector::ingest::Collector;
+use intscope_collector::hub::Collector;
 use intscope_core::RecordBatch;
 use intscope_core::counters::{self, Json, Kind, Samples};
 use serde_json::Value;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use intscope_collector::api::router;
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::hub::{Collector, CollectorConfig};
 use intscope_core::{
     Batch, Incident, IncidentCounts, IncidentKind, IncidentPlace, IncidentState, Severity,
 };

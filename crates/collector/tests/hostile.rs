@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use intscope_collector::api::{Api, render_metrics};
 use intscope_collector::api_config::ApiConfig;
-use intscope_collector::ingest::{Collector, CollectorConfig, Discard, spawn_receivers};
+use intscope_collector::hub::{Collector, CollectorConfig};
+use intscope_collector::ingest::Discard;
+use intscope_collector::ingest::recv::spawn_receivers;
 use intscope_core::{Limits, RecordBatch};
 
 /// Deterministic random numbers (xorshift64).

@@ -12,7 +12,7 @@ const US: u64 = 1_000;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::hub::{Collector, CollectorConfig};
 use serde_json::Value;
 use tower::ServiceExt;
 

@@ -10,9 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::*;
-use intscope_collector::ingest::{
-    Collector, CollectorConfig, Discard, IngestStats, kernel_drops, spawn_receivers,
-};
+use intscope_collector::hub::{Collector, CollectorConfig};
+use intscope_collector::ingest::recv::spawn_receivers;
+use intscope_collector::ingest::{Discard, IngestStats, kernel_drops};
 use intscope_core::loadgen::{Generator, LoadConfig, LoadVersion};
 use intscope_core::{EVENT_LOG, RecordBatch};
 
@@ -396,7 +396,9 @@ fn documented_config_parses() {
 /// `net.core.rmem_max`.
 #[test]
 fn the_receive_buffer_is_forced_when_permitted() {
-    use intscope_collector::ingest::{RecvBuffer, open_socket, recv_buffer_size, set_recv_buffer};
+    use intscope_collector::ingest::socket::{
+        RecvBuffer, open_socket, recv_buffer_size, set_recv_buffer,
+    };
     let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
         .ok()
         .and_then(|s| s.trim().parse().ok())

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use intscope_collector::api;
-use intscope_collector::ingest::Collector;
+use intscope_collector::hub::Collector;
 use intscope_collector::store::HistoryQuery;
 use serde_json::Value;
 use tower::ServiceExt;

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use intscope_collector::ingest::{Collector, CollectorConfig, spawn_receivers};
+use intscope_collector::hub::{Collector, CollectorConfig};
+use intscope_collector::ingest::recv::spawn_receivers;
 
 const BIND: &str = "INTSCOPE_FOREIGN_BIND";
 

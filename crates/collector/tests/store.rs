@@ -1473,7 +1473,7 @@ fn the_writer_runs_below_ingest_unless_ingest_waits_for_it() {
 /// interval again. Nothing is lost either way: the last flush at the stop takes the rest.
 #[test]
 fn flushes_stretch_while_ingest_is_short_of_cpu() {
-    use intscope_collector::ingest::{Collector, CollectorConfig};
+    use intscope_collector::hub::{Collector, CollectorConfig};
     use std::sync::atomic::Ordering::Relaxed;
     use std::time::{Duration, Instant};
     let tmp = tempdir("store-stretch");

@@ -14,7 +14,7 @@ use axum::http::StatusCode;
 use common::*;
 use intscope_collector::api::{Api, render_metrics};
 use intscope_collector::api_config::ApiConfig;
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::hub::{Collector, CollectorConfig};
 use intscope_collector::webhook::Webhook;
 use intscope_collector::webhook_config::WebhookConfig;
 use intscope_core::RecordBatch;

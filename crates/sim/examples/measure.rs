@@ -8,7 +8,7 @@
 //!
 //! Arguments: the simulation file, the mode (`md`, `mx`, `xd`), simulated seconds.
 
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::hub::{Collector, CollectorConfig};
 use intscope_core::RecordBatch;
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Scenario, mix};

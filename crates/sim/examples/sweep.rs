@@ -11,7 +11,7 @@
 //! so an even seed repeats the odd one above it). A sixth argument `mix` varies the traffic
 //! mix's seed instead.
 
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::hub::{Collector, CollectorConfig};
 use intscope_core::{IncidentKind, RecordBatch};
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Scenario, mix};

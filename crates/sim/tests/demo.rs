@@ -5,7 +5,7 @@
 //! for a spine's metadata) leaves no trace there: seven incidents in those modes.
 //! `DEMO_DETAIL=1` prints the incidents' flows and evidence.
 
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::hub::{Collector, CollectorConfig};
 use intscope_core::{Incident, IncidentKind, RecordBatch};
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Fault, Scenario, Scheduled, mix};

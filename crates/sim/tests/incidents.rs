@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::hub::{Collector, CollectorConfig};
 use intscope_core::{DetectConfig, FlowRef, Incident, IncidentKind, RecordBatch};
 use intscope_node::Mode;
 use intscope_sim::topology::{Topology, locate, spine_id};

@@ -2,7 +2,7 @@
 //! original TCP header behind the stack (NPT=2), and a looping packet's stack grows past the
 //! report's truncation; the collector must still see the ports, not list the flow under ports 0.
 
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::hub::{Collector, CollectorConfig};
 use intscope_core::RecordBatch;
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Fault, Scheduled, SimConfig, default_mix};

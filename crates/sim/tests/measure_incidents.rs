@@ -1,7 +1,7 @@
 //! Storm figures for BENCHMARKS.md (issue 16): the default demo scenario through the collector,
 //! events and incidents by kind, with and without report loss; ignored by default:
 //! `SECS=60 cargo test -p intscope-sim --test measure_incidents -- --ignored --nocapture`.
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::hub::{Collector, CollectorConfig};
 use intscope_core::{DetectConfig, EventKind, RecordBatch};
 use intscope_sim::{Fabric, Scenario, SimConfig, mix};
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use intscope_collector::ingest::{Collector, CollectorConfig};
+use intscope_collector::hub::{Collector, CollectorConfig};
 use intscope_core::{DetectConfig, Event, EventKind, FlowRef, RecordBatch};
 use intscope_node::Mode;
 use intscope_sim::{Fabric, Fault, Scheduled, SimConfig, default_mix};

@@ -17,9 +17,9 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
-use intscope_collector::ingest::{
-    CollectorConfig, kernel_drops, open_socket, recv_buffer_size, set_recv_buffer,
-};
+use intscope_collector::hub::CollectorConfig;
+use intscope_collector::ingest::kernel_drops;
+use intscope_collector::ingest::socket::{open_socket, recv_buffer_size, set_recv_buffer};
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg};
 

@@ -33,41 +33,13 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use intscope_core::counters::{self, Samples};
-
-use super::Collector;
+use crate::hub::Collector;
 
 /// How often the report ports' sockets are checked for foreign ones.
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
-
-/// What the port guard found (`/metrics` and `/api/stats`).
-#[derive(Debug, Default)]
-pub struct PortGuardStats {
-    /// Foreign sockets on a report port at the last check.
-    pub foreign_now: AtomicU64,
-    /// Foreign sockets seen since start (each socket once).
-    pub foreign_seen: AtomicU64,
-}
-
-impl PortGuardStats {
-    /// Adds the gauge and the counter to `out`.
-    pub fn sample(&self, out: &mut Samples) {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        out.add(
-            &counters::REPORT_PORT_FOREIGN_SOCKETS,
-            &[],
-            g(&self.foreign_now),
-        );
-        out.add(
-            &counters::REPORT_PORT_FOREIGN_SEEN,
-            &[],
-            g(&self.foreign_seen),
-        );
-    }
-}
 
 /// One UDP socket as `/proc/net/udp{,6}` lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,32 +6,28 @@
 //!
 //! Shutdown and idle work need no wake-up: the read timeout returns the call every [`IDLE`]
 //! without traffic, and the loop checks the stop flag after every call. On a stop the socket
-//! takes no new datagrams ([`stop_arrivals`]) and the loop reads what its buffer still holds
+//! takes no new datagrams (`stop_arrivals`) and the loop reads what its buffer still holds
 //! before it ends: closed, the socket would take those datagrams with it, counted nowhere.
 
 use std::io::IoSliceMut;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg};
 
-use super::{Collector, Discard, Tally};
+use super::port_guard;
+use super::socket::{
+    IDLE, MAX_BATCH, SLOT_RANGE, check_port_free, open_socket_with, recv_buffer_size,
+};
+use super::{Discard, Tally};
 use crate::clock::now_ns;
+use crate::hub::Collector;
 use intscope_core::RecordBatch;
-
-/// How long a receive call waits for a first datagram before the loop looks at the stop flag and
-/// does its idle work (detector ticks, publishing the API's snapshot): short enough for a prompt
-/// stop, long enough to cost nothing.
-pub const IDLE: Duration = Duration::from_millis(100);
-
-/// Most datagrams one receive call may take (`recv_batch`): the kernel's `UIO_MAXIOV`.
-pub const MAX_BATCH: usize = 1024;
-
-/// Smallest and largest receive slot (`recv_slot`): the largest UDP payload fits in the largest.
-pub const SLOT_RANGE: std::ops::RangeInclusive<usize> = 64..=65_535;
 
 /// One received datagram's metadata, copied out of the system call's headers so that the slots
 /// can be read once the call's borrows end.
@@ -116,7 +112,7 @@ fn receive_batches(c: &Collector, sock: &UdpSocket) -> std::io::Result<()> {
     // in case the socket could not refuse new ones: the smallest datagram takes a few hundred
     // bytes of buffer).
     let mut draining: Option<usize> = None;
-    let backlog_bound = super::recv_buffer_size(sock).unwrap_or(0) / 256 + batch;
+    let backlog_bound = recv_buffer_size(sock).unwrap_or(0) / 256 + batch;
     loop {
         if draining.is_none() && c.stopped() {
             if let Err(e) = stop_arrivals(sock) {
@@ -202,6 +198,79 @@ fn receive_batches(c: &Collector, sock: &UdpSocket) -> std::io::Result<()> {
         c.publish_due(now);
     }
     Ok(())
+}
+
+/// Starts `threads` receive threads per listen address and the thread that guards their ports
+/// ([`port_guard`]). Returns the bound addresses (port 0 resolves to the real port) and the
+/// thread handles.
+pub fn spawn_receivers(
+    collector: &Arc<Collector>,
+) -> std::io::Result<(Vec<SocketAddr>, Vec<JoinHandle<()>>)> {
+    let mut bound = Vec::new();
+    let mut handles = Vec::new();
+    for &addr in &collector.config.listen {
+        if !collector.config.reuse_port {
+            check_port_free(addr)?;
+        }
+        let threads = collector.config.threads.max(1);
+        // A port group only when it is needed (see `port_guard`): one socket alone keeps
+        // every other socket off the port.
+        let group = threads > 1 || collector.config.reuse_port;
+        let first = open_socket_with(addr, collector.config.recv_buffer, group).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "UDP {addr} is held by a process that does not share it (a collector \
+                         shares its port only with `reuse_port = true`, `--reuse-port`)"
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
+        let local = first.local_addr()?;
+        bound.push(local);
+        let mut sockets = vec![first];
+        for _ in 1..threads {
+            sockets.push(open_socket_with(local, collector.config.recv_buffer, true)?);
+        }
+        if threads > 1
+            && !collector.config.reuse_port
+            && let Err(e) = port_guard::steer_to_own(&sockets[0], threads)
+        {
+            // Still serviceable: the scan below reports foreign sockets.
+            tracing::warn!(
+                "report port {local}: cannot attach the program that keeps its datagrams to \
+                 this collector's sockets: {e}"
+            );
+        }
+        for sock in &sockets {
+            collector.stats.watch_socket(sock);
+        }
+        for (i, sock) in sockets.into_iter().enumerate() {
+            let c = Arc::clone(collector);
+            // Counted before the thread runs, so that a stop right after sees it (the final
+            // flush waits for it to read its socket's backlog).
+            collector.receivers.fetch_add(1, Ordering::SeqCst);
+            let h = std::thread::Builder::new()
+                .name(format!("ingest-{local}-{i}"))
+                .spawn(move || receive_loop(&c, sock));
+            match h {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    collector.receivers.fetch_sub(1, Ordering::SeqCst);
+                    return Err(e);
+                }
+            }
+        }
+    }
+    handles.push(port_guard::spawn(
+        collector,
+        bound.clone(),
+        collector.config.reuse_port,
+    )?);
+    Ok((bound, handles))
 }
 
 #[cfg(test)]

@@ -12,12 +12,12 @@ use intscope_core::State;
 /// A collector on `127.0.0.1:0` for the INT port, its history in `data` when given.
 pub fn open_collector(
     data: Option<&std::path::Path>,
-) -> std::sync::Arc<intscope_collector::ingest::Collector> {
-    intscope_collector::ingest::Collector::open(intscope_collector::ingest::CollectorConfig {
+) -> std::sync::Arc<intscope_collector::hub::Collector> {
+    intscope_collector::hub::Collector::open(intscope_collector::hub::CollectorConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         int_udp_ports: vec![INT_PORT],
         data: data.map(std::path::Path::to_path_buf),
-        ..intscope_collector::ingest::CollectorConfig::default()
+        ..intscope_collector::hub::CollectorConfig::default()
     })
     .unwrap()
 }
@@ -25,7 +25,7 @@ pub fn open_collector(
 /// Feeds the collector `c` `datagrams` datagrams of `load`, 10 µs of switch time apart from 1 ms, and writes
 /// the state's changes to its store after every `flush_every` datagrams (0: never).
 pub fn feed_load(
-    c: &intscope_collector::ingest::Collector,
+    c: &intscope_collector::hub::Collector,
     load: intscope_core::loadgen::LoadConfig,
     datagrams: u64,
     flush_every: u64,
