@@ -11,12 +11,9 @@ use intscope_collector::api;
 use intscope_collector::api_config::ApiConfig;
 use intscope_collector::http::HttpLimits;
 use intscope_collector::hub::{Collector, CollectorConfig, IpNet};
-use intscope_collector::ingest::Discard;
 use intscope_collector::ingest::recv::spawn_receivers;
+use intscope_collector::ingest::replay::Replay;
 use intscope_collector::webhook::Webhook;
-use intscope_core::RecordBatch;
-use intscope_wire::Warning;
-use intscope_wire::locate::{DetectConfig, Packet};
 
 use crate::capture::{self, Capture, Link};
 use crate::usage::{bail_usage, usage};
@@ -552,71 +549,10 @@ pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     }
 }
 
-/// What a replay did with each frame of a capture: every frame read lands in exactly one of
-/// `datagrams`, `other`, `undecodable`, `unsupported` and `loopback_outgoing`.
-#[derive(Debug, Default)]
-struct ReplayCounts {
-    frames: u64,
-    /// UDP datagrams to a report port, handed to the collector (which accepts or discards each,
-    /// by reason, in its ingest counters).
-    datagrams: u64,
-    /// Of `datagrams`: cut short by the capture's snap length (decoded as far as they go).
-    cut_by_capture: u64,
-    /// Frames that are not report traffic (another protocol or port).
-    other: u64,
-    /// Frames whose link, IP or UDP headers could not be read, so that nobody can tell
-    /// whether they held a report, by reason.
-    undecodable: std::collections::BTreeMap<String, u64>,
-    /// Frames of a link type not read, by its name.
-    unsupported: std::collections::BTreeMap<String, u64>,
-    /// Of `datagrams`: larger than `recv_slot`, counted `oversize` as the live path does.
-    oversize: u64,
-    /// Outgoing copies of loopback frames in a cooked capture, not replayed: the host received
-    /// each of them once more, recorded as its own frame, which is the one replayed.
-    loopback_outgoing: u64,
-}
-
-impl ReplayCounts {
-    fn undecodable(&mut self, reason: String) {
-        *self.undecodable.entry(reason).or_default() += 1;
-    }
-}
-
-/// Why a frame's headers up to UDP could not be read: the capture cut it (snap length), or the
-/// layer and kind of the decode error as `intscope dump`'s JSON names them (`ipv4 bad-value`).
-fn undecodable_reason(frame: &crate::capture::Frame, e: &intscope_wire::Error) -> String {
-    if frame.data.len() < frame.orig_len as usize {
-        return "cut short by the capture".into();
-    }
-    format!("{} {}", e.layer.id(), e.kind.id())
-}
-
-/// The UDP payload of a report datagram in `data` (UDP header at `l4`, inside the IP packet
-/// ending at `ip_end`): what the UDP length declares, cut to what was captured, so that Ethernet
-/// padding or a trailer (FCS) after the IP packet is not read as reports. `Err` when the UDP
-/// length is impossible (under its own header, or past the IP packet), as the kernel would
-/// drop it; `Ok((payload, cut))`, `cut` when the capture holds less than the datagram.
-fn udp_payload(data: &[u8], l4: usize, ip_end: usize) -> Result<(&[u8], bool), ()> {
-    let udp_len = data
-        .get(l4 + 4..l4 + 6)
-        .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
-        .ok_or(())?;
-    if udp_len < 8 || l4 + udp_len > ip_end {
-        return Err(());
-    }
-    let end = l4 + udp_len;
-    let start = (l4 + 8).min(data.len());
-    Ok((
-        &data[start..end.min(data.len()).max(start)],
-        end > data.len(),
-    ))
-}
-
-/// Feeds every report datagram of a capture to the collector, at capture time. A damaged
-/// capture is served as far as it could be read: the damage is a warning (file, frame, byte
-/// offset) and is counted in the summary, not an abort that would lose the frames before it.
-/// Frames that could not be decoded far enough to tell whether they held a report are counted
-/// by reason, apart from the frames that are other traffic.
+/// Feeds every report datagram of a capture to the collector (`ingest::replay`), at capture
+/// time or as fast as it goes. A damaged capture is served as far as it could be read: the
+/// damage is a warning (file, frame, byte offset) and is counted in the summary, not an abort
+/// that would lose the frames before it.
 ///
 /// `stop` set (a signal) ends the replay at the next frame or within a tenth of a second of a
 /// realtime wait, said in the summary: a capture whose next frame lies far ahead (a long pause,
@@ -629,13 +565,7 @@ fn replay(
     stop: &AtomicBool,
 ) -> Result<String> {
     let mut capture = Capture::open(file)?;
-    let cfg = DetectConfig {
-        report_ports: ports.to_vec(),
-        dscp: None,
-        ..DetectConfig::default()
-    };
-    let mut batch = RecordBatch::default();
-    let mut n = ReplayCounts::default();
+    let mut replay = Replay::new(c, ports);
     let mut damage = None;
     let started = Instant::now();
     let mut first_ts: Option<u128> = None;
@@ -653,29 +583,30 @@ fn replay(
                 break;
             }
         };
-        n.frames += 1;
+        replay.read();
         if capture::loopback_outgoing(frame.link_type, &frame.data) {
-            n.loopback_outgoing += 1;
+            replay.loopback_outgoing();
             continue;
         }
+        let whole = frame.data.len() >= frame.orig_len as usize;
         // The layers after the link header: Ethernet, or IP after a Linux cooked header
-        // (`tcpdump -i any`) or none (raw IP); offsets below count from there.
-        let (data, start) = match capture::link(frame.link_type, &frame.data) {
+        // (`tcpdump -i any`) or none (raw IP).
+        let (layers, start) = match capture::link(frame.link_type, &frame.data) {
             Link::Layers { at, start } => (&frame.data[at..], start),
             Link::Other { .. } => {
-                n.other += 1;
+                replay.other();
                 continue;
             }
-            Link::Broken(_) if frame.data.len() < frame.orig_len as usize => {
-                n.undecodable("cut short by the capture".into());
+            Link::Broken(_) if !whole => {
+                replay.undecodable("cut short by the capture");
                 continue;
             }
             Link::Broken(_) => {
-                n.undecodable("link header".into());
+                replay.undecodable("link header");
                 continue;
             }
             Link::Unsupported => {
-                if n.unsupported.is_empty() {
+                if replay.unsupported(capture::link_type_name(frame.link_type)) {
                     eprintln!(
                         "intscope collect: warning: frame {}: {} is not supported (Ethernet, \
                          LINUX_SLL, LINUX_SLL2, RAW, IPV4 and IPV6 are); such frames are skipped \
@@ -684,53 +615,12 @@ fn replay(
                         capture::link_type_name(frame.link_type)
                     );
                 }
-                *n.unsupported
-                    .entry(capture::link_type_name(frame.link_type))
-                    .or_default() += 1;
                 continue;
             }
         };
-        // Located in place: the layers read before an error stay known.
-        let mut p = Packet::new(data);
-        let located = p.locate(start, &cfg);
-        // A fragment: a replay does not reassemble (the kernel does, live). A later fragment
-        // has no UDP header at all (the wire crate reads none from it), so nobody can tell
-        // whether it held a report; a first fragment holds only part of the datagram.
-        let version = p.ip.map_or(4, |ip| ip.version);
-        if p.warnings.has(Warning::IpLaterFragment) {
-            n.undecodable(format!("ipv{version} fragment"));
-            continue;
-        }
-        let (ip, l4) = match (p.ip, p.l4, located) {
-            (Some(_), Some(l4), _)
-                if l4.proto == 17
-                    && ports.contains(&l4.dst_port)
-                    && p.warnings.has(Warning::IpFirstFragment) =>
-            {
-                n.undecodable(format!("ipv{version} fragment"));
-                continue;
-            }
-            (Some(ip), Some(l4), _) if l4.proto == 17 && ports.contains(&l4.dst_port) => (ip, l4),
-            // An L4 header of another port or protocol (an error behind it is in that traffic),
-            // or a frame that is whole and has no IP or no L4 (ARP, ICMP).
-            (_, Some(_), _) | (_, _, Ok(())) => {
-                n.other += 1;
-                continue;
-            }
-            (_, None, Err(e)) => {
-                n.undecodable(undecodable_reason(&frame, &e));
-                continue;
-            }
-        };
-        let Ok((payload, cut)) = udp_payload(data, l4.offset, ip.offset + ip.declared_len) else {
-            n.undecodable("UDP length disagrees with IP".into());
+        let Some(datagram) = replay.datagram(layers, start, whole) else {
             continue;
         };
-        // The datagram's length on the wire (its UDP length), not what the capture kept.
-        let datagram = data
-            .get(l4.offset + 4..l4.offset + 6)
-            .map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])))
-            .saturating_sub(8);
         if speed == Speed::Realtime {
             let t0 = *first_ts.get_or_insert(frame.time_ns);
             let due = Duration::from_nanos(
@@ -755,44 +645,14 @@ fn replay(
             }
             if stop.load(Ordering::Relaxed) {
                 // This frame was read, not replayed: it is one of "the rest".
-                n.frames -= 1;
+                replay.unread();
                 interrupted = true;
                 break;
             }
         }
-        n.datagrams += 1;
-        if datagram > c.config.recv_slot {
-            // What the live path does with it: the kernel cuts a datagram larger than the
-            // receive slot, and the receive thread counts it received and `oversize` unread.
-            // A replay that decoded it would count the same traffic otherwise than a live run.
-            n.oversize += 1;
-            c.stats.received.fetch_add(1, Ordering::Relaxed);
-            let before = c.stats.discard(Discard::Oversize);
-            if before < 10 || before.is_power_of_two() {
-                let msg = format!(
-                    "from {}: datagram larger than recv_slot ({} bytes)",
-                    ip.src.to_canonical(),
-                    c.config.recv_slot
-                );
-                if let Ok(mut last) = c.stats.last_error.lock() {
-                    *last = Some(msg);
-                }
-            }
-            continue;
-        }
-        c.ingest(
-            payload,
-            ip.src.to_canonical(),
-            u64::try_from(frame.time_ns).unwrap_or(u64::MAX),
-            &mut batch,
-        );
-        n.cut_by_capture += u64::from(cut);
+        replay.deliver(datagram, u64::try_from(frame.time_ns).unwrap_or(u64::MAX));
     }
-    // The capture is over: close joins and episodes still waiting for reports.
-    let end = c.state.last_time_ns();
-    let d = &c.config.detect;
-    c.tick(end.saturating_add(d.join_window_ns.max(d.episode_quiet_ns) + 1));
-    c.state.finish_incidents();
+    let n = replay.finish();
     let mut summary = format!(
         "replayed {}: {} frames, {} report datagrams, {} other frames, {:.2} s",
         file.display(),
@@ -801,39 +661,7 @@ fn replay(
         n.other,
         started.elapsed().as_secs_f64()
     );
-    if n.loopback_outgoing > 0 {
-        summary += &format!(
-            "; loopback outgoing copies, not replayed: {}",
-            n.loopback_outgoing
-        );
-    }
-    if n.cut_by_capture > 0 {
-        summary += &format!(
-            "; {} report datagrams cut short by the capture (decoded as far as they go)",
-            n.cut_by_capture
-        );
-    }
-    if !n.undecodable.is_empty() {
-        let total: u64 = n.undecodable.values().sum();
-        let reasons: Vec<String> = n
-            .undecodable
-            .iter()
-            .map(|(reason, k)| format!("{reason} {k}"))
-            .collect();
-        summary += &format!(
-            "; {total} frames undecodable, not replayed ({})",
-            reasons.join(", ")
-        );
-    }
-    if n.oversize > 0 {
-        summary += &format!(
-            "; {} report datagrams larger than recv_slot ({} bytes) counted oversize, not decoded",
-            n.oversize, c.config.recv_slot
-        );
-    }
-    for (name, k) in &n.unsupported {
-        summary += &format!("; {k} frames of {name} (not supported) skipped");
-    }
+    summary += &n.clauses(c.config.recv_slot);
     if let Some(d) = damage {
         summary += &format!(
             "; 1 damaged record (frame {} at byte offset {}), {} bytes not read",

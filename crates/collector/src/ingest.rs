@@ -16,6 +16,7 @@ use intscope_wire::error::{ErrorKind, Field, Layer};
 pub mod port_guard;
 pub mod pressure;
 pub mod recv;
+pub mod replay;
 
 pub mod socket;
 
