@@ -7,54 +7,23 @@
 //! what a congestion episode and its culprit ranking need; the flows' half of correlation is
 //! sharded by flow instead (`flow_shard`).
 
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
 
-use rustc_hash::FxHashMap as HashMap;
-
-use intscope_wire::locate::FlowKey;
 use intscope_wire::report::drop_reason_name;
 
 use crate::detect::DetectConfig;
+use crate::detect::congestion::{Congestion, Sample, Step};
+use crate::detect::latency::{Latency, Sample as LatencySample};
 use crate::event::{EventKind, Place, Raiser};
-use crate::evidence::{Culprit, Evidence};
+use crate::evidence::Evidence;
 use crate::flow::PathGap;
 use crate::id_table::{Cutoff, IdTable};
-use crate::incident::{EndReason, IncidentKind, IncidentPlace, Unit};
-use crate::incidents::{End, EpisodeTotals, FlowWeight, IncidentKey, Observation, RANKED_FLOWS};
+use crate::incident::{IncidentKind, IncidentPlace, Unit};
+use crate::incidents::{FlowWeight, IncidentKey, Observation};
+use crate::keys::{LinkKey, QueueKey};
 use crate::limits::Limits;
-use crate::rank;
 use crate::record::{Hop, Record, Version};
 use crate::seq::{SeqOutcome, SeqTracker};
-
-/// Flows a congestion episode remembers for culprit ranking.
-const EPISODE_FLOWS: usize = 4096;
-
-/// A queue: node, egress port and queue ID, packed in one integer (what the open-episode list,
-/// events and readers name a queue by). Orders like the tuple. (As a hash key, a `(u32, u32, u8)`
-/// tuple was read back from a stack copy in wider words than the three stores that made it, a
-/// store-forwarding stall; queues are now found through their node and port.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct QueueKey(u128);
-
-impl QueueKey {
-    /// The key of queue `queue` on `node`'s egress `port`.
-    pub fn new(node: u32, port: u32, queue: u8) -> Self {
-        QueueKey((u128::from(node) << 64) | (u128::from(port) << 32) | u128::from(queue))
-    }
-    /// Node ID.
-    pub fn node(self) -> u32 {
-        (self.0 >> 64) as u32
-    }
-    /// Egress port.
-    pub fn port(self) -> u32 {
-        (self.0 >> 32) as u32
-    }
-    /// Queue ID.
-    pub fn queue(self) -> u8 {
-        self.0 as u8
-    }
-}
 
 /// State of one queue.
 #[derive(Debug, Clone, Default)]
@@ -76,38 +45,8 @@ pub struct QueueState {
     bucket: Option<(u64, u32)>,
     /// The buckets before it, oldest first (bounded: with the current one, [`QUEUE_SERIES`]).
     closed_buckets: VecDeque<(u64, u32)>,
-    episode: Option<Episode>,
-    /// Switch clock of the last sample (the start of an episode lies after it).
-    last_clock_ns: Option<u64>,
-    /// The congestion episodes of its current incident, until their end event is raised.
-    run: Option<Box<QueueRun>>,
-}
-
-/// The congestion episodes at one queue that make one incident — each starting within
-/// `incident_merge_ns` (switch time) of the last one's end — and so one start and one end
-/// event: the end waits until no episode followed within the merge window, so the events
-/// never call a queue that stays congested for seconds a microburst (issue 29: events are
-/// the incidents' timeline).
-#[derive(Clone)]
-struct QueueRun {
-    /// Switch clock of its first episode's first congested sample.
-    start_ns: u64,
-    /// Switch clock of its last congested sample so far.
-    last_high_ns: u64,
-    /// Its last episode's end, once that episode closed (`None` while one is open).
-    end: Option<End>,
-    /// Receive time that episode closed (the end event is due a merge window later).
-    closed_rx: u64,
-    /// In the shard's list of runs whose end may be due.
-    listed: bool,
-    max_occupancy: u32,
-    total: u64,
-    /// Its longest episode's span: a microburst or congestion by the same rule as its
-    /// incident's (`incidents::Entry::max_span_ns`).
-    max_span_ns: u64,
-    /// Per flow over its episodes: API ID, occupancy sum, samples (at most
-    /// [`EPISODE_FLOWS`]); ordered, so the state reads the same whatever the shards.
-    flows: std::collections::BTreeMap<FlowKey, (u64, u64, u64)>,
+    /// Its congestion detector.
+    congestion: Congestion,
 }
 
 impl QueueState {
@@ -133,30 +72,6 @@ impl QueueState {
         }
     }
 }
-
-#[derive(Debug, Clone, Default)]
-struct Episode {
-    start_ns: u64,
-    /// Switch clock of the last congested sample: where the episode ends.
-    last_high_ns: u64,
-    /// Report time of the last congested sample (for the quiet timeout).
-    last_seen_ns: u64,
-    max_occupancy: u32,
-    /// Switch clock of the highest occupancy.
-    max_at_ns: u64,
-    total: u64,
-    /// Congested samples.
-    samples: u64,
-    /// Of those, handed to the incident already.
-    samples_reported: u64,
-    /// Receive time of the last hand-over to the incident.
-    reported_ns: u64,
-    /// Per flow: its API ID, its occupancy sum and its samples over the episode.
-    flows: HashMap<FlowKey, (u64, u64, u64)>,
-}
-
-/// How often (receive time) an open congestion episode updates its ongoing incident.
-const EPISODE_UPDATE_NS: u64 = 100_000_000;
 
 /// Occupancy buckets kept per queue (256 × 250 ms: the last 64 s).
 pub const QUEUE_SERIES: usize = 256;
@@ -184,46 +99,6 @@ impl IntervalAgg {
     }
 }
 
-/// Samples of a latency anomaly a port holds until it is confirmed (`latency_confirm_ns`): a
-/// few kilobytes per port while it waits, nothing otherwise.
-pub const UNCONFIRMED_SAMPLES: usize = 16;
-
-/// A port's anomalous latency samples held until the anomaly is confirmed: at most
-/// [`UNCONFIRMED_SAMPLES`], later ones added to the last one's counts and peak (their flows are
-/// not kept).
-#[derive(Debug, Clone, Default)]
-struct HeldLatency {
-    samples: Vec<(Observation, Evidence)>,
-    /// Switch time of the newest sample held or folded.
-    last_at_ns: u64,
-}
-
-impl HeldLatency {
-    fn first_at_ns(&self) -> u64 {
-        self.samples
-            .first()
-            .map_or(self.last_at_ns, |(o, _)| o.at_ns)
-    }
-
-    fn hold(&mut self, o: Observation, ev: Evidence, at_ns: u64) {
-        self.last_at_ns = at_ns;
-        if self.samples.len() < UNCONFIRMED_SAMPLES {
-            self.samples.push((o, ev));
-        } else if let Some((last, _)) = self.samples.last_mut() {
-            last.samples += 1;
-            last.reports += 1;
-            if last
-                .value
-                .zip(o.value)
-                .is_some_and(|((v, _), (w, _))| v < w)
-            {
-                last.value = o.value;
-                last.value_at_ns = Some(at_ns);
-            }
-        }
-    }
-}
-
 /// State of one port of a node, with the queues and links behind it: a hop finds all three
 /// through its node and port (a hashed table per kind made four hash lookups a hop). Every table
 /// here is an [`IdTable`], so no report can make a lookup a long scan.
@@ -235,21 +110,13 @@ pub struct PortState {
     pub interval: IntervalAgg,
     /// Last egress Tx utilization.
     pub tx_util: Option<u32>,
-    /// Hop latency baseline (EWMA) of packets leaving through this port.
-    pub latency_baseline: f64,
-    /// Samples in the baseline.
-    pub latency_samples: u32,
     /// Last hop latency.
     pub last_latency: Option<u32>,
     /// Drop reports received for this port (switches filter drop reports, so this is not a
     /// count of packets).
     pub drops: u64,
-    /// Switch clock of the last anomalous hop latency while an anomaly lasts (the baseline is
-    /// frozen until a normal sample ends it).
-    latency_anomaly: Option<u64>,
-    /// The samples of an anomaly not yet confirmed (`latency_confirm_ns`): they join the
-    /// incident once the anomaly lasts, and are forgotten at the next normal sample.
-    latency_unconfirmed: Option<Box<HeldLatency>>,
+    /// Its hop latency detector.
+    latency: Latency,
     /// Its egress queues, by queue ID.
     queues: IdTable<QueueState>,
     /// Links leaving through it, by the next node, then that node's ingress port (one, unless
@@ -258,6 +125,11 @@ pub struct PortState {
 }
 
 impl PortState {
+    /// The hop latency baseline (EWMA) of packets leaving through it.
+    pub fn latency_baseline(&self) -> f64 {
+        self.latency.baseline()
+    }
+
     /// Its egress queues: (queue ID, state).
     pub fn queues(&self) -> impl Iterator<Item = (u8, &QueueState)> {
         // Keys come from 8-bit queue IDs.
@@ -302,9 +174,6 @@ pub struct LinkState {
     /// Last time.
     pub last_seen_ns: u64,
 }
-
-/// `(from node, from egress port, to node, to ingress port)`.
-pub type LinkKey = (u32, u32, u32, u32);
 
 /// Counters of processed records.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -663,30 +532,27 @@ impl FabricShard {
         let mut i = 0;
         while i < self.open_episodes.len() {
             let key = self.open_episodes[i];
-            let last_seen = self
-                .queue_mut(key)
-                .and_then(|q| q.episode.as_ref())
-                .map(|ep| ep.last_seen_ns);
-            let Some(last_seen) = last_seen else {
+            let raiser = &mut self.raiser;
+            let Some(qs) = queue_mut(&mut self.nodes, key) else {
+                self.open_episodes.swap_remove(i);
+                continue;
+            };
+            let Some(last_seen) = qs.congestion.open_since() else {
                 // Closed by a low sample.
                 self.open_episodes.swap_remove(i);
                 continue;
             };
             if now.saturating_sub(last_seen) <= quiet {
-                self.update_episode(now, key);
+                qs.congestion.update(now, key, raiser);
                 i += 1;
                 continue;
             }
             self.open_episodes.swap_remove(i);
-            let Some(ep) = self.queue_mut(key).and_then(|q| q.episode.take()) else {
-                continue;
-            };
-            let end = End {
-                at_ns: ep.last_high_ns,
-                uncertainty_ns: 0,
-                reason: EndReason::Quiet,
-            };
-            self.close_episode(now, key, ep, end);
+            if let Some((ep, end)) = qs.congestion.end_quiet()
+                && qs.congestion.close(now, key, ep, end, raiser)
+            {
+                self.closing_runs.push(key);
+            }
         }
         self.end_runs(now);
         let reorder = self.cfg.report_reorder_ns;
@@ -699,66 +565,19 @@ impl FabricShard {
     /// Raises the end events of congestion runs that no episode continued within the merge
     /// window (receive time `now`; `u64::MAX`: every closed run, the input is over).
     pub fn end_runs(&mut self, now: u64) {
-        let merge = self.cfg.incident_merge_ns;
         let mut i = 0;
         while i < self.closing_runs.len() {
             let key = self.closing_runs[i];
-            let Some(qs) = self.queue_mut(key) else {
+            let waiting = queue_mut(&mut self.nodes, key).is_some_and(|qs| {
+                qs.congestion
+                    .end_run_if_due(&self.cfg, &mut self.raiser, now, key)
+            });
+            if waiting {
+                i += 1;
+            } else {
                 self.closing_runs.swap_remove(i);
-                continue;
-            };
-            let due = match qs.run.as_deref_mut() {
-                // Reopened by an episode: listed again when that one closes.
-                Some(run) if run.end.is_none() => {
-                    run.listed = false;
-                    None
-                }
-                Some(run) if now.saturating_sub(run.closed_rx) >= merge || now == u64::MAX => {
-                    qs.run.take()
-                }
-                Some(_) => {
-                    i += 1;
-                    continue;
-                }
-                None => None,
-            };
-            self.closing_runs.swap_remove(i);
-            if let Some(run) = due {
-                raise_run_end(&self.cfg, &mut self.raiser, now, key, *run);
             }
         }
-    }
-
-    /// Hands what an open episode counted since the last time to its ongoing incident, every
-    /// [`EPISODE_UPDATE_NS`] (so a long episode shows its samples and stays alive).
-    fn update_episode(&mut self, now: u64, key: QueueKey) {
-        let Some(ep) = self.queue_mut(key).and_then(|q| q.episode.as_mut()) else {
-            return;
-        };
-        if now.saturating_sub(ep.reported_ns) < EPISODE_UPDATE_NS
-            || ep.samples == ep.samples_reported
-        {
-            return;
-        }
-        let new = ep.samples - ep.samples_reported;
-        ep.samples_reported = ep.samples;
-        ep.reported_ns = now;
-        let o = Observation {
-            samples: new,
-            reports: new,
-            value: Some((u64::from(ep.max_occupancy), Unit::Occupancy)),
-            value_at_ns: Some(ep.max_at_ns),
-            ..Observation::sample(ep.last_high_ns, ep.last_seen_ns)
-        };
-        let (start, max) = (ep.start_ns, ep.max_occupancy);
-        self.raiser
-            .observe(congestion_key(key), &o, move || Evidence::Episode {
-                start_ns: start,
-                duration_ns: 0,
-                end_uncertainty_ns: 0,
-                max_occupancy: max,
-                culprit_flows: Vec::new(),
-            });
     }
 
     /// Loss a sequence gap confirmed: a (rate-limited) event and the source's incident.
@@ -820,16 +639,6 @@ impl FabricShard {
         debug_assert!(!matches!(outcome, SeqOutcome::Gap { lost: 0, .. }));
     }
 
-    /// Queue `key`, if seen.
-    fn queue_mut(&mut self, key: QueueKey) -> Option<&mut QueueState> {
-        let port = self
-            .nodes
-            .get_mut(&key.node())?
-            .ports
-            .get_mut(&key.port())?;
-        port.queues.get_mut(&u32::from(key.queue()))
-    }
-
     /// Every queue.
     pub fn queues(&self) -> impl Iterator<Item = (QueueKey, &QueueState)> {
         self.nodes.iter().flat_map(|(&node, n)| {
@@ -879,116 +688,17 @@ impl FabricShard {
             if let Some(lat) = hop.hop_latency() {
                 ps.last_latency = Some(lat);
                 ps.interval.add(u64::from(lat));
-                let cfg = &self.cfg;
-                let anomalous = ps.latency_samples >= cfg.latency_warmup
-                    && f64::from(lat) > cfg.latency_factor * ps.latency_baseline
-                    && f64::from(lat) - ps.latency_baseline > cfg.latency_min_excess_ns as f64;
-                let baseline = ps.latency_baseline;
-                let clock = hop_clock(hop, now);
-                // An anomaly does not move the baseline: it stays frozen while the anomaly
-                // lasts, so a lasting fault stays visible instead of becoming the new normal.
-                if !anomalous {
-                    ps.latency_baseline = if ps.latency_samples == 0 {
-                        f64::from(lat)
-                    } else {
-                        baseline + (f64::from(lat) - baseline) / 16.0
-                    };
-                }
-                ps.latency_samples = ps.latency_samples.saturating_add(1);
-                let key = || {
-                    IncidentKey::new(
-                        IncidentKind::Latency,
-                        IncidentPlace {
-                            node: Some(hop.node_id),
-                            port: Some(port),
-                            ..IncidentPlace::default()
-                        },
-                        None,
-                    )
+                let sample = LatencySample {
+                    latency: lat,
+                    clock: hop_clock(hop, now),
+                    now,
+                    node: hop.node_id,
+                    port,
+                    queue: hop.queue_id(),
+                    occupancy: hop.queue_occupancy(),
+                    flow: r.flow.zip(id),
                 };
-                if anomalous {
-                    let ev = move || Evidence::LatencyAnomaly {
-                        hop_latency: lat,
-                        baseline: baseline.round(),
-                        factor: (f64::from(lat) / baseline.max(1.0) * 10.0).round() / 10.0,
-                        queue_occupancy: hop.queue_occupancy(),
-                    };
-                    let flow = r.flow.zip(id);
-                    let threshold = (cfg.latency_factor * baseline)
-                        .max(baseline + cfg.latency_min_excess_ns as f64)
-                        .round() as u64;
-                    let o = Observation {
-                        value: Some((u64::from(lat), Unit::Nanoseconds)),
-                        threshold: Some(threshold),
-                        baseline: Some(baseline.round() as u64),
-                        flow: flow.map(FlowWeight::one),
-                        ..Observation::sample(clock, now)
-                    };
-                    // An anomaly whose port went quiet is over (the log resolved it): the next
-                    // anomalous sample is confirmed again. So are held samples with none after
-                    // them for as long: filtered reports (SD-Fabric's, one per flow and
-                    // interval while the latency holds) come that sparsely in a lasting
-                    // anomaly, while the normal sample after a stall forgets it at once.
-                    if ps
-                        .latency_anomaly
-                        .is_some_and(|last| clock.saturating_sub(last) > cfg.incident_quiet_ns)
-                    {
-                        ps.latency_anomaly = None;
-                    }
-                    if ps.latency_unconfirmed.as_ref().is_some_and(|held| {
-                        clock.saturating_sub(held.last_at_ns) > cfg.incident_quiet_ns
-                    }) {
-                        ps.latency_unconfirmed = None;
-                    }
-                    let lasted = match &ps.latency_unconfirmed {
-                        Some(held) => {
-                            clock.saturating_sub(held.first_at_ns()) >= cfg.latency_confirm_ns
-                        }
-                        None => cfg.latency_confirm_ns == 0,
-                    };
-                    if ps.latency_anomaly.is_some() || lasted {
-                        for (o, ev) in ps
-                            .latency_unconfirmed
-                            .take()
-                            .map_or_else(Vec::new, |h| h.samples)
-                        {
-                            self.raiser.observe(key(), &o, move || ev);
-                        }
-                        self.raiser.observe(key(), &o, ev);
-                        ps.latency_anomaly = Some(clock);
-                    } else {
-                        ps.latency_unconfirmed
-                            .get_or_insert_with(Box::default)
-                            .hold(o, ev(), clock);
-                    }
-                    let place = Place {
-                        node: Some(hop.node_id),
-                        port: Some(port),
-                        queue: hop.queue_id(),
-                        flow,
-                    };
-                    let symptom = key();
-                    self.raiser.raise_at(
-                        now,
-                        clock,
-                        EventKind::LatencyAnomaly,
-                        place,
-                        0,
-                        Some(&symptom),
-                        ev,
-                    );
-                } else {
-                    ps.latency_unconfirmed = None;
-                    if let Some(last) = ps.latency_anomaly.take() {
-                        let end = End {
-                            at_ns: clock,
-                            uncertainty_ns: clock.saturating_sub(last),
-                            reason: EndReason::Normal,
-                        };
-                        self.raiser
-                            .end_episode(key(), end, EpisodeTotals::default());
-                    }
-                }
+                ps.latency.sample(&self.cfg, &mut self.raiser, sample);
             }
             if let Some((to, to_port)) = next.and_then(|b| Some((b.node_id, b.ingress_if()?))) {
                 let link = ps.links.get_or_default(to).get_or_insert_with(to_port, || {
@@ -1006,12 +716,34 @@ impl FabricShard {
                     held.queues += 1;
                     QueueState::default()
                 });
-                let cfg = &self.cfg;
-                let (open_episodes, raiser) = (&mut self.open_episodes, &mut self.raiser);
-                if let Some((ep, end)) =
-                    observe_queue(cfg, open_episodes, raiser, qs, key, occ, hop, r, id)
-                {
-                    self.close_episode(now, key, ep, end);
+                qs.occupancy = occ;
+                qs.max_occupancy = qs.max_occupancy.max(occ);
+                qs.interval.add(u64::from(occ));
+                qs.hop_latency = hop.hop_latency().or(qs.hop_latency);
+                qs.reports += 1;
+                qs.last_seen_ns = now;
+                qs.add_to_series(now, occ);
+                let sample = Sample {
+                    key,
+                    occupancy: occ,
+                    clock: hop_clock(hop, now),
+                    now,
+                    hop_latency: hop.hop_latency(),
+                    q_flag: r.congested,
+                    flow: r.flow.zip(id),
+                };
+                match qs.congestion.sample(&self.cfg, &mut self.raiser, sample) {
+                    Step::Held => {}
+                    Step::Opened => {
+                        if !self.open_episodes.contains(&key) {
+                            self.open_episodes.push(key);
+                        }
+                    }
+                    Step::Closed(ep, end) => {
+                        if qs.congestion.close(now, key, ep, end, &mut self.raiser) {
+                            self.closing_runs.push(key);
+                        }
+                    }
                 }
             }
         }
@@ -1019,54 +751,6 @@ impl FabricShard {
 }
 
 impl FabricShard {
-    /// Ends a congestion episode: its incident learns the end, the samples, the peak and the
-    /// flows that filled the queue (with their shares), and its run (the episodes of one
-    /// incident) the same, for the end event due once no episode followed within the merge
-    /// window ([`FabricShard::end_runs`]).
-    #[inline(never)]
-    fn close_episode(&mut self, now: u64, key: QueueKey, ep: Episode, end: End) {
-        let span = ep.last_high_ns.saturating_sub(ep.start_ns);
-        let ranked = rank::smallest(ep.flows.iter(), RANKED_FLOWS, |&(k, (_, sum, _))| {
-            (Reverse(*sum), *k)
-        });
-        let flows: Vec<FlowWeight> = ranked
-            .iter()
-            .map(|(k, (id, sum, samples))| FlowWeight {
-                key: **k,
-                id: *id,
-                weight: *sum,
-                samples: *samples,
-            })
-            .collect();
-        // The run's end event waits for the merge window (`sweep`): another episode within it
-        // is the same incident.
-        if let Some(run) = self.queue_mut(key).and_then(|q| q.run.as_deref_mut()) {
-            run.last_high_ns = run.last_high_ns.max(ep.last_high_ns);
-            run.end = Some(end);
-            run.closed_rx = now;
-            run.max_occupancy = run.max_occupancy.max(ep.max_occupancy);
-            run.total = run.total.saturating_add(ep.total);
-            run.max_span_ns = run.max_span_ns.max(span);
-            for (k, &(id, sum, samples)) in &ep.flows {
-                if run.flows.len() < EPISODE_FLOWS || run.flows.contains_key(k) {
-                    let f = run.flows.entry(*k).or_insert((id, 0, 0));
-                    f.1 += sum;
-                    f.2 += samples;
-                }
-            }
-            if !std::mem::replace(&mut run.listed, true) {
-                self.closing_runs.push(key);
-            }
-        }
-        let totals = EpisodeTotals {
-            samples: ep.samples - ep.samples_reported,
-            peak: Some((u64::from(ep.max_occupancy), Unit::Occupancy, ep.max_at_ns)),
-            span_ns: span,
-            flows,
-        };
-        self.raiser.end_episode(congestion_key(key), end, totals);
-    }
-
     /// The node at the other end of `node`'s egress `port`, if a link from it has been seen
     /// (links live in the shard of the node they leave): the one seen last, if it was recabled.
     fn next_node(&self, node: u32, port: u32) -> Option<u32> {
@@ -1297,238 +981,16 @@ impl FabricShard {
     }
 }
 
-/// A sample of queue `key` (state `qs`) from hop `hop` of record `r`: its series and congestion
-/// episode. Returns the episode it ended (and the end time) for the shard to close.
-#[allow(clippy::too_many_arguments)]
-fn observe_queue(
-    cfg: &DetectConfig,
-    open_episodes: &mut Vec<QueueKey>,
-    raiser: &mut Raiser,
-    qs: &mut QueueState,
-    key: QueueKey,
-    occ: u32,
-    hop: &Hop,
-    r: &Record,
-    id: Option<u64>,
-) -> Option<(Episode, End)> {
-    {
-        let now = r.time_ns;
-        // Episodes are timed on the switch's clock when its metadata carries timestamps (one
-        // queue, one clock): transport delay and report batching do not stretch a microburst.
-        let clock = hop.egress_ts().or(hop.ingress_ts()).unwrap_or(now);
-        qs.occupancy = occ;
-        qs.max_occupancy = qs.max_occupancy.max(occ);
-        qs.interval.add(u64::from(occ));
-        qs.hop_latency = hop.hop_latency().or(qs.hop_latency);
-        qs.reports += 1;
-        qs.last_seen_ns = now;
-        qs.add_to_series(now, occ);
-        let mut started = None;
-        let mut ended = None;
-        let last_clock = qs.last_clock_ns.replace(clock);
-        if let Some(ep) = qs.episode.as_mut() {
-            if occ <= cfg.congestion_end {
-                // The end lies between the last congested sample and this one.
-                let end = End {
-                    at_ns: clock,
-                    uncertainty_ns: clock.saturating_sub(ep.last_high_ns),
-                    reason: EndReason::Normal,
-                };
-                ended = qs.episode.take().map(|ep| (ep, end));
-            } else {
-                ep.last_high_ns = clock;
-                ep.last_seen_ns = now;
-                if occ > ep.max_occupancy {
-                    ep.max_occupancy = occ;
-                    ep.max_at_ns = clock;
-                }
-                ep.total += u64::from(occ);
-                ep.samples += 1;
-                if let Some((k, id)) = r.flow.zip(id)
-                    && (ep.flows.len() < EPISODE_FLOWS || ep.flows.contains_key(&k))
-                {
-                    let f = ep.flows.entry(k).or_insert((id, 0, 0));
-                    f.1 += u64::from(occ);
-                    f.2 += 1;
-                }
-            }
-        } else if occ >= cfg.congestion_start || (r.congested && occ > cfg.congestion_end) {
-            // The switch's Q flag starts an episode below `congestion_start`, but never at or
-            // below `congestion_end`, where it would end at once.
-            // Within the merge window of the last episode's end: the same incident, no new
-            // start event. Past it, the last run's end is due now, before the new start.
-            let merged = match qs.run.as_deref_mut() {
-                Some(run)
-                    if run.end.is_some_and(|e| {
-                        clock.saturating_sub(e.at_ns) <= cfg.incident_merge_ns
-                    }) =>
-                {
-                    run.end = None;
-                    true
-                }
-                Some(_) => {
-                    if let Some(run) = qs.run.take() {
-                        raise_run_end(cfg, raiser, now, key, *run);
-                    }
-                    false
-                }
-                None => false,
-            };
-            if !merged {
-                qs.run = Some(Box::new(QueueRun {
-                    start_ns: clock,
-                    last_high_ns: clock,
-                    end: None,
-                    closed_rx: now,
-                    listed: false,
-                    max_occupancy: occ,
-                    total: 0,
-                    max_span_ns: 0,
-                    flows: std::collections::BTreeMap::new(),
-                }));
-            }
-            let mut ep = Episode {
-                start_ns: clock,
-                last_high_ns: clock,
-                last_seen_ns: now,
-                max_occupancy: occ,
-                max_at_ns: clock,
-                total: u64::from(occ),
-                samples: 1,
-                samples_reported: 1,
-                reported_ns: now,
-                flows: HashMap::default(),
-            };
-            if let Some((k, id)) = r.flow.zip(id) {
-                ep.flows.insert(k, (id, u64::from(occ), 1));
-            }
-            qs.episode = Some(ep);
-            started = Some((merged, last_clock.map_or(0, |l| clock.saturating_sub(l))));
-        }
-        if let Some((merged, uncertainty)) = started {
-            if !open_episodes.contains(&key) {
-                open_episodes.push(key);
-            }
-            let threshold = cfg.congestion_start;
-            let ev = move || Evidence::CongestionStart {
-                queue_occupancy: occ,
-                threshold,
-                hop_latency: hop.hop_latency(),
-                q_flag: r.congested,
-            };
-            let o = Observation {
-                value: Some((u64::from(occ), Unit::Occupancy)),
-                threshold: Some(u64::from(threshold)),
-                start_uncertainty_ns: uncertainty,
-                ..Observation::sample(clock, now)
-            };
-            raiser.observe(congestion_key(key), &o, ev);
-            if !merged {
-                raiser.raise_at(
-                    now,
-                    clock,
-                    EventKind::CongestionStart,
-                    queue_place(key, r.flow.zip(id)),
-                    0,
-                    Some(&congestion_key(key)),
-                    ev,
-                );
-            }
-        }
-        ended
-    }
-}
-
-/// The end event of a queue's congestion run: a microburst if none of its episodes' congested
-/// samples spanned more than `microburst_max_ns` (as its incident is told), else the
-/// congestion's end, from its first congested sample to its last, with the flows that filled
-/// the queue over its episodes (the top ten, largest share first, ties by flow key).
-fn raise_run_end(cfg: &DetectConfig, raiser: &mut Raiser, now: u64, key: QueueKey, run: QueueRun) {
-    let Some(end) = run.end else {
-        return;
-    };
-    let span = run.last_high_ns.saturating_sub(run.start_ns);
-    let total = run.total.max(1) as f64;
-    let culprits: Vec<Culprit> = rank::smallest(run.flows.iter(), 10, |&(k, (_, sum, _))| {
-        (Reverse(*sum), *k)
-    })
-    .into_iter()
-    .map(|(k, (id, sum, _))| Culprit {
-        flow: *k,
-        flow_id: *id,
-        share: ((*sum as f64) / total * 1000.0).round() / 1000.0,
-    })
-    .collect();
-    let kind = if run.max_span_ns <= cfg.microburst_max_ns {
-        EventKind::Microburst
-    } else {
-        EventKind::CongestionEnd
-    };
-    let (start, max) = (run.start_ns, run.max_occupancy);
-    let ev = move || Evidence::Episode {
-        start_ns: start,
-        duration_ns: span,
-        end_uncertainty_ns: end.uncertainty_ns,
-        max_occupancy: max,
-        culprit_flows: culprits,
-    };
-    let now = if now == u64::MAX { run.closed_rx } else { now };
-    let symptom = congestion_key(key);
-    raiser.raise_at(
-        now,
-        end.at_ns,
-        kind,
-        queue_place(key, None),
-        0,
-        Some(&symptom),
-        ev,
-    );
-}
-
-/// Without the flows' API IDs, which depend on the shard that saw each flow first: the state
-/// reads the same whatever the shards (`collector/tests/shards.rs`).
-impl std::fmt::Debug for QueueRun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QueueRun")
-            .field("start_ns", &self.start_ns)
-            .field("last_high_ns", &self.last_high_ns)
-            .field("end", &self.end)
-            .field("closed_rx", &self.closed_rx)
-            .field("max_occupancy", &self.max_occupancy)
-            .field("total", &self.total)
-            .field("max_span_ns", &self.max_span_ns)
-            .field("flows", &self.flows.len())
-            .finish_non_exhaustive()
-    }
-}
-
-/// The congestion incident key of queue `key`.
-fn congestion_key(key: QueueKey) -> IncidentKey {
-    IncidentKey::new(
-        IncidentKind::Congestion,
-        IncidentPlace {
-            node: Some(key.node()),
-            port: Some(key.port()),
-            queue: Some(key.queue()),
-            ..IncidentPlace::default()
-        },
-        None,
-    )
+/// Queue `key` among `nodes`, if seen.
+fn queue_mut(nodes: &mut IdTable<NodeState>, key: QueueKey) -> Option<&mut QueueState> {
+    let port = nodes.get_mut(&key.node())?.ports.get_mut(&key.port())?;
+    port.queues.get_mut(&u32::from(key.queue()))
 }
 
 /// Switch time of a hop: its egress timestamp, else its ingress one, else `now` (the report's
 /// time) when its metadata carries none.
 fn hop_clock(hop: &Hop, now: u64) -> u64 {
     hop.egress_ts().or(hop.ingress_ts()).unwrap_or(now)
-}
-
-fn queue_place(key: QueueKey, flow: Option<(FlowKey, u64)>) -> Place {
-    Place {
-        node: Some(key.node()),
-        port: Some(key.port()),
-        queue: Some(key.queue()),
-        flow,
-    }
 }
 
 /// What every part of a record needs, worked out once per record: what the flow stage learned

@@ -33,6 +33,7 @@ mod flow_shard;
 mod id_table;
 mod incident;
 mod incidents;
+mod keys;
 mod limits;
 pub mod loadgen;
 mod rank;

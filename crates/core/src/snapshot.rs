@@ -26,11 +26,11 @@ use intscope_wire::locate::FlowKey;
 
 use crate::event::EventKind;
 use crate::fabric::{
-    Evicted, FabricShard, LinkKey, LinkState, NodeState, QueueKey, QueueState, RecordCounters,
-    node_shard,
+    Evicted, FabricShard, LinkState, NodeState, QueueState, RecordCounters, node_shard,
 };
 use crate::flow::{FlowState, FlowTable, Histogram, Path};
 use crate::id_table::IdTable;
+use crate::keys::{LinkKey, QueueKey};
 use crate::seq::SeqState;
 use crate::totals;
 

@@ -19,13 +19,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, TryLockError};
 use crate::detect::DetectConfig;
 use crate::event::{Event, EventKind, EventLog, Raiser};
 use crate::fabric::{
-    Evicted, FabricShard, FlowSeen, LinkKey, LinkState, NodeState, Parts, QueueKey, QueueState,
-    RecordCounters, node_shard,
+    Evicted, FabricShard, FlowSeen, LinkState, NodeState, Parts, QueueState, RecordCounters,
+    node_shard,
 };
 use crate::flow::{FlowState, LastSample, Path, key_hash};
 use crate::flow_shard::{FlowShard, flow_shard};
 use crate::incident::Incident;
 use crate::incidents::IncidentLog;
+use crate::keys::{LinkKey, QueueKey};
 use crate::limits::Limits;
 use crate::record::Record;
 use crate::seq::{LOSS_BUCKETS, LossHistory, SeqState};

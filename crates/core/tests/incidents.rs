@@ -283,7 +283,7 @@ fn the_latency_baseline_is_frozen_while_a_fault_lasts() {
             .ports
             .get(&2)
             .unwrap()
-            .latency_baseline
+            .latency_baseline()
     };
     let before = base(&s);
     assert!((before - 900.0).abs() < 1.0, "{before}");

@@ -97,7 +97,7 @@ pub(super) async fn nodes(
                         tx_util: ps.tx_util,
                         utilization: utilization(ps.tx_util, full_scale),
                         hop_latency: ps.last_latency,
-                        hop_latency_baseline: ps.latency_baseline.round(),
+                        hop_latency_baseline: ps.latency_baseline().round(),
                         drops: ps.drops,
                     })
                     .collect();

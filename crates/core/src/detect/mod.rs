@@ -1,4 +1,8 @@
-//! Detector thresholds (the `[detect]` table of the collector config).
+//! The detectors: their thresholds (the `[detect]` table of the collector config) here, and a
+//! module per detector that is a state machine owning its state (`congestion`, `latency`).
+
+pub(crate) mod congestion;
+pub(crate) mod latency;
 
 /// Thresholds of the detectors. Occupancy is in the device's unit (cells or bytes, as the switch
 /// reports it); latency in nanoseconds.

@@ -1,0 +1,204 @@
+//! The hop latency detector of one egress port: a state machine over its latency samples.
+//!
+//! The port keeps a baseline (an EWMA, 1/16 per sample) once `latency_warmup` samples have
+//! come. A sample above `latency_factor` × the baseline and at least `latency_min_excess_ns`
+//! over it is anomalous; an anomaly does not move the baseline, so a lasting fault stays
+//! visible instead of becoming the new normal. Anomalous samples are held until the anomaly
+//! has lasted `latency_confirm_ns` of switch time (a host's scheduler stall never lasts that
+//! long, a real queue does), then they all join the port's latency incident; a normal sample
+//! ends the anomaly (and forgets what was held). Every anomalous sample is an event either way.
+
+use intscope_wire::locate::FlowKey;
+
+use crate::detect::DetectConfig;
+use crate::event::{EventKind, Place, Raiser};
+use crate::evidence::Evidence;
+use crate::incident::{EndReason, IncidentKind, IncidentPlace, Unit};
+use crate::incidents::{End, EpisodeTotals, FlowWeight, IncidentKey, Observation};
+
+/// Samples of a latency anomaly a port holds until it is confirmed (`latency_confirm_ns`): a
+/// few kilobytes per port while it waits, nothing otherwise.
+pub const UNCONFIRMED_SAMPLES: usize = 16;
+
+/// The latency state of one port: its baseline and the anomaly it is in, if any.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Latency {
+    /// Hop latency baseline (EWMA) of packets leaving through the port.
+    baseline: f64,
+    /// Samples in the baseline.
+    samples: u32,
+    /// Switch clock of the last anomalous hop latency while an anomaly lasts (the baseline is
+    /// frozen until a normal sample ends it).
+    anomaly: Option<u64>,
+    /// The samples of an anomaly not yet confirmed (`latency_confirm_ns`): they join the
+    /// incident once the anomaly lasts, and are forgotten at the next normal sample.
+    unconfirmed: Option<Box<HeldLatency>>,
+}
+
+/// One hop latency sample of a port, as the detector needs it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sample {
+    /// The hop latency.
+    pub latency: u32,
+    /// Switch clock of the sample (report time without timestamps).
+    pub clock: u64,
+    /// Receive (report) time.
+    pub now: u64,
+    /// The node and its egress port.
+    pub node: u32,
+    pub port: u32,
+    /// The queue the packet left through and its occupancy, when reported.
+    pub queue: Option<u8>,
+    pub occupancy: Option<u32>,
+    /// The packet's flow and its API ID, when known.
+    pub flow: Option<(FlowKey, u64)>,
+}
+
+/// A port's anomalous latency samples held until the anomaly is confirmed: at most
+/// [`UNCONFIRMED_SAMPLES`], later ones added to the last one's counts and peak (their flows are
+/// not kept).
+#[derive(Debug, Clone, Default)]
+struct HeldLatency {
+    samples: Vec<(Observation, Evidence)>,
+    /// Switch time of the newest sample held or folded.
+    last_at_ns: u64,
+}
+
+impl HeldLatency {
+    fn first_at_ns(&self) -> u64 {
+        self.samples
+            .first()
+            .map_or(self.last_at_ns, |(o, _)| o.at_ns)
+    }
+
+    fn hold(&mut self, o: Observation, ev: Evidence, at_ns: u64) {
+        self.last_at_ns = at_ns;
+        if self.samples.len() < UNCONFIRMED_SAMPLES {
+            self.samples.push((o, ev));
+        } else if let Some((last, _)) = self.samples.last_mut() {
+            last.samples += 1;
+            last.reports += 1;
+            if last
+                .value
+                .zip(o.value)
+                .is_some_and(|((v, _), (w, _))| v < w)
+            {
+                last.value = o.value;
+                last.value_at_ns = Some(at_ns);
+            }
+        }
+    }
+}
+
+impl Latency {
+    /// The baseline (0 before the first sample).
+    pub(crate) fn baseline(&self) -> f64 {
+        self.baseline
+    }
+
+    /// Takes sample `s`: moves the baseline or, when anomalous, raises the event and holds or
+    /// hands over the sample; a normal sample ends an anomaly.
+    pub(crate) fn sample(&mut self, cfg: &DetectConfig, raiser: &mut Raiser, s: Sample) {
+        let (lat, clock, now) = (s.latency, s.clock, s.now);
+        let baseline = self.baseline;
+        let anomalous = self.samples >= cfg.latency_warmup
+            && f64::from(lat) > cfg.latency_factor * baseline
+            && f64::from(lat) - baseline > cfg.latency_min_excess_ns as f64;
+        if !anomalous {
+            self.baseline = if self.samples == 0 {
+                f64::from(lat)
+            } else {
+                baseline + (f64::from(lat) - baseline) / 16.0
+            };
+        }
+        self.samples = self.samples.saturating_add(1);
+        let key = || {
+            IncidentKey::new(
+                IncidentKind::Latency,
+                IncidentPlace {
+                    node: Some(s.node),
+                    port: Some(s.port),
+                    ..IncidentPlace::default()
+                },
+                None,
+            )
+        };
+        if !anomalous {
+            self.unconfirmed = None;
+            if let Some(last) = self.anomaly.take() {
+                let end = End {
+                    at_ns: clock,
+                    uncertainty_ns: clock.saturating_sub(last),
+                    reason: EndReason::Normal,
+                };
+                raiser.end_episode(key(), end, EpisodeTotals::default());
+            }
+            return;
+        }
+        let ev = move || Evidence::LatencyAnomaly {
+            hop_latency: lat,
+            baseline: baseline.round(),
+            factor: (f64::from(lat) / baseline.max(1.0) * 10.0).round() / 10.0,
+            queue_occupancy: s.occupancy,
+        };
+        let threshold = (cfg.latency_factor * baseline)
+            .max(baseline + cfg.latency_min_excess_ns as f64)
+            .round() as u64;
+        let o = Observation {
+            value: Some((u64::from(lat), Unit::Nanoseconds)),
+            threshold: Some(threshold),
+            baseline: Some(baseline.round() as u64),
+            flow: s.flow.map(FlowWeight::one),
+            ..Observation::sample(clock, now)
+        };
+        // An anomaly whose port went quiet is over (the log resolved it): the next anomalous
+        // sample is confirmed again. So are held samples with none after them for as long:
+        // filtered reports (SD-Fabric's, one per flow and interval while the latency holds)
+        // come that sparsely in a lasting anomaly, while the normal sample after a stall
+        // forgets it at once.
+        if self
+            .anomaly
+            .is_some_and(|last| clock.saturating_sub(last) > cfg.incident_quiet_ns)
+        {
+            self.anomaly = None;
+        }
+        if self
+            .unconfirmed
+            .as_ref()
+            .is_some_and(|held| clock.saturating_sub(held.last_at_ns) > cfg.incident_quiet_ns)
+        {
+            self.unconfirmed = None;
+        }
+        let lasted = match &self.unconfirmed {
+            Some(held) => clock.saturating_sub(held.first_at_ns()) >= cfg.latency_confirm_ns,
+            None => cfg.latency_confirm_ns == 0,
+        };
+        if self.anomaly.is_some() || lasted {
+            for (o, ev) in self.unconfirmed.take().map_or_else(Vec::new, |h| h.samples) {
+                raiser.observe(key(), &o, move || ev);
+            }
+            raiser.observe(key(), &o, ev);
+            self.anomaly = Some(clock);
+        } else {
+            self.unconfirmed
+                .get_or_insert_with(Box::default)
+                .hold(o, ev(), clock);
+        }
+        let place = Place {
+            node: Some(s.node),
+            port: Some(s.port),
+            queue: s.queue,
+            flow: s.flow,
+        };
+        let symptom = key();
+        raiser.raise_at(
+            now,
+            clock,
+            EventKind::LatencyAnomaly,
+            place,
+            0,
+            Some(&symptom),
+            ev,
+        );
+    }
+}
