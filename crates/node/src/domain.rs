@@ -112,6 +112,14 @@ pub(crate) struct DsReport {
     pub(crate) md: Vec<u8>,
 }
 
+/// The domain `id` names among `domains` (the default domain 0 is no domain).
+pub(crate) fn find(domains: &[Domain], id: u16) -> Option<&Domain> {
+    if id == 0 {
+        return None;
+    }
+    domains.iter().find(|d| d.id == id)
+}
+
 fn bit(m: &MetadataDef) -> u16 {
     0x8000 >> m.bit
 }

@@ -1,7 +1,9 @@
 //! A node over one frame: [`Node::process`] parses it once, applies the report filters and the
 //! watchlist, and hands it to its role, one module each:
-//! - `watch`: the watchlist and `watch_subnets` (Report v2.0 §"Telemetry Report Associations");
-//! - `source`: INT v2.1 §"INT Source Node", one function per encapsulation; clones and probes;
+//! - `watch`: the watchlist and `watch_subnets` (Report v2.0 §"Telemetry Report Associations"),
+//!   each entry resolved once with the node's defaults;
+//! - `source`: INT v2.1 §"INT Source Node" as plan, build, insert (one function per
+//!   encapsulation); clones and probes;
 //! - `transit`: §"INT Transit Hop Node", §"MTU Settings" (M bit or intermediate report);
 //! - `sink`: §"INT Sink Node", the original packet restored, the Destination header consumed;
 //! - `postcard`: INT-XD postcards and INT-MX reports;
@@ -19,6 +21,7 @@ use crate::config::{
     ConfigError, MarkedWithoutInt, Mode, MtuAction, NodeConfig, Role, SinkMetadata, SourceEncap,
     WatchEntry,
 };
+use crate::domain::Domain;
 use crate::filter::ReportFilter;
 use crate::frame::{self, Layout};
 use crate::telemetry::Telemetry;
@@ -30,9 +33,10 @@ mod source;
 mod transit;
 mod watch;
 
-use report::DsFields;
+use report::mx_body;
+use report::{About, ReportRequest};
 use source::Insertion;
-use watch::watchlist;
+use watch::{Resolved, Watch, Watchlist};
 
 /// What happened to a frame.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -114,13 +118,13 @@ pub struct Node {
     cfg: NodeConfig,
     detect: DetectConfig,
     filter: ReportFilter,
-    /// The watchlist entries, then one per `watch_subnets` prefix.
-    watch: Vec<WatchEntry>,
+    /// The watchlist entries, then one per `watch_subnets` prefix, resolved.
+    watch: Watchlist,
+    /// Each probe stream's settings: the node's, resolved as for a watchlist entry.
+    probe_settings: Vec<Resolved>,
     /// The domains this node knows.
-    domains: Vec<crate::domain::Domain>,
+    domains: Vec<Domain>,
     seq: u32,
-    /// Some watchlist entry matches on the ingress interface.
-    watch_by_ingress: bool,
     /// A source marking INT with the DSCP (so it keeps unmarked what enters without INT).
     marks_dscp: bool,
     /// When each probe stream's next probe is due (ns; `None` before the first).
@@ -146,17 +150,26 @@ impl Node {
             unmarked_int: false,
             ..DetectConfig::default()
         };
-        let watch = watchlist(&cfg);
-        let cfg_watch_by_ingress = watch.iter().any(|w| w.ingress_port.is_some());
+        let domains: Vec<Domain> = cfg.domains.iter().map(Domain::of).collect();
+        // Resolved once: a packet only picks its entry.
+        let watch = Watchlist::new(&cfg, &domains);
+        let probe_settings = cfg
+            .probes
+            .iter()
+            .map(|p| Resolved {
+                discard: p.discard,
+                ..Resolved::new(&WatchEntry::default(), &cfg, &domains)
+            })
+            .collect();
         let marks_dscp = cfg.marks_dscp();
         Ok(Node {
             filter: ReportFilter::new(cfg.filters.clone()),
             watch,
-            domains: cfg.domains.iter().map(crate::domain::Domain::of).collect(),
+            probe_settings,
+            domains,
             cfg,
             detect,
             seq: 0,
-            watch_by_ingress: cfg_watch_by_ingress,
             marks_dscp,
             next_probe: Vec::new(),
             stats: NodeStats::default(),
@@ -164,11 +177,8 @@ impl Node {
     }
 
     /// A domain this node knows (the default domain 0 is no domain).
-    fn domain(&self, id: u16) -> Option<&crate::domain::Domain> {
-        if id == 0 {
-            return None;
-        }
-        self.domains.iter().find(|d| d.id == id)
+    fn domain(&self, id: u16) -> Option<&Domain> {
+        crate::domain::find(&self.domains, id)
     }
 
     /// The configuration.
@@ -285,7 +295,7 @@ impl Node {
             }
             other => other,
         };
-        // The watchlist entry of an INT-free packet, with the node's defaults filled in.
+        // The watchlist entry of an INT-free packet.
         let watch = match &located {
             Err(Some((_, flow))) if !report_traffic => self.watched(tel, flow, inner_flow.as_ref()),
             _ => None,
@@ -294,65 +304,29 @@ impl Node {
         // of the watchlist, up to the quota" — unless the packet's own entry opts out.
         let congested = self.filter.has_queues()
             && !report_traffic
-            && watch.as_ref().is_none_or(|w| w.wants.queue)
+            && watch.is_none_or(|w| self.watch.get(w).wants.queue)
             && self.congested(tel);
         match (self.cfg.role, located, watch) {
-            (_, Err(Some(_)), Some(w)) if w.mode == Mode::Xd => {
+            (_, Err(Some(_)), Some(w)) if self.watch.get(w).mode == Mode::Xd => {
                 self.stats.report_only += 1;
-                out.reports.extend(self.postcard(frame, &w, tel, congested));
+                out.reports.extend(self.postcard(frame, w, tel, congested));
             }
-            // INT after TCP/UDP needs TCP/UDP; GRE carries any IP packet.
             (Role::Source, Err(Some((layout, flow))), Some(w))
-                if (layout.is_tcp_udp() || w.encap == SourceEncap::Gre)
-                    && (w.encap != SourceEncap::VxlanGpe
-                        || self.vxlan(frame, &layout).is_some())
-                    && (w.encap != SourceEncap::Geneve || self.geneve(frame, &layout)) =>
+                if self.can_source(frame, &layout, self.watch.get(w).encap) =>
             {
-                let instructions = w.instructions;
-                let mx = w.mode == Mode::Mx;
-                let (key, wants) = (w.key, w.wants);
-                let (ds_id, ds_instruction, ds_flags) = (w.ds_id, w.ds_instruction, w.ds_flags);
-                let inserted = w.ds_metadata.clone();
-                let insertion = if w.clone {
-                    // INT v2.1 §"INT Applied to Synthetic Traffic": the packet goes on as it is;
-                    // a copy carries INT, marked D for the sink to discard after reporting.
-                    let mut copy = frame.clone();
-                    let insertion = self.source(&mut copy, layout, flow, tel, w);
-                    if insertion != Insertion::TooBig {
-                        out.synthetic.push(copy);
-                        self.stats.clones += 1;
-                    }
-                    insertion
-                } else {
-                    self.source(frame, layout, flow, tel, w)
-                };
-                self.count(insertion);
-                if mx {
+                out.synthetic
+                    .extend(self.source_watched(frame, tel, layout, flow, w));
+                // The packet that went on with INT: the clone if one was sent.
+                let reported = out.synthetic.last().map_or(frame.as_slice(), Vec::as_slice);
+                let r = if self.watch.get(w).mode == Mode::Mx {
                     // INT-MX: the source reports its own metadata too.
-                    let reported = out.synthetic.last().map_or(frame.as_slice(), Vec::as_slice);
-                    let n = out.reports.len();
-                    out.reports.extend(self.report(
-                        reported,
-                        instructions,
-                        tel,
-                        true,
-                        Some(key),
-                        wants.flow,
-                        congested,
-                        DsFields {
-                            id: ds_id,
-                            instruction: ds_instruction,
-                            flags: ds_flags,
-                            mx_body: Some(&inserted),
-                        },
-                    ));
-                    self.stats.mx_reports += (out.reports.len() - n) as u64;
+                    let about = About::MxSource(w);
+                    self.mx_report(reported, tel, ReportRequest { about, congested })
                 } else {
                     // INT-MD: the packet's metadata goes to the sink; a queue report goes now.
-                    let reported = out.synthetic.last().map_or(frame.as_slice(), Vec::as_slice);
-                    let r = self.queue_report(reported, tel, congested, true);
-                    out.reports.extend(r);
-                }
+                    self.queue_report(reported, tel, congested, true)
+                };
+                out.reports.extend(r);
             }
             (_, located, watch) => {
                 self.stats.untouched += 1;
@@ -364,6 +338,40 @@ impl Node {
         }
         self.stats.reports += out.reports.len() as u64;
         out
+    }
+
+    /// Whether the source can put INT into this packet with `encap`: after TCP/UDP it needs
+    /// TCP/UDP (GRE carries any IP packet), and the tunnel encapsulations their tunnel.
+    fn can_source(&self, frame: &[u8], layout: &Layout, encap: SourceEncap) -> bool {
+        (layout.is_tcp_udp() || encap == SourceEncap::Gre)
+            && (encap != SourceEncap::VxlanGpe || self.vxlan(frame, layout).is_some())
+            && (encap != SourceEncap::Geneve || self.geneve(frame, layout))
+    }
+
+    /// The source on a watched packet (INT v2.1 §"INT Source Node"), counted: INT into the
+    /// packet, or into a clone it returns while the packet goes on as it came (§"INT Applied to
+    /// Synthetic Traffic": "INT Source nodes may generate INT-marked synthetic traffic either
+    /// by cloning original data packets or by generating special probe packets"; the clone's
+    /// D bit has the sink discard it after reporting).
+    fn source_watched(
+        &mut self,
+        frame: &mut Vec<u8>,
+        tel: &dyn Telemetry,
+        layout: Layout,
+        flow: FlowKey,
+        w: Watch,
+    ) -> Option<Vec<u8>> {
+        let s = self.watch.get(w);
+        let (insertion, clone) = if s.clone {
+            let mut copy = frame.clone();
+            let insertion = self.source(&mut copy, layout, flow, tel, s);
+            (insertion, (insertion != Insertion::TooBig).then_some(copy))
+        } else {
+            (self.source(frame, layout, flow, tel, s), None)
+        };
+        self.stats.clones += u64::from(clone.is_some());
+        self.count(insertion);
+        clone
     }
 
     /// A packet carrying INT, handed to this node's role (INT v2.1 §"INT Transit Hop Node",
@@ -398,8 +406,13 @@ impl Node {
             }
             (Role::Transit, (off, shim, IntHeader::Mx(h), l)) => {
                 self.stats.report_only += 1;
+                let about = About::MxHeader {
+                    header: &h,
+                    inserted: mx_body(frame, off, shim),
+                    flow,
+                };
                 out.reports
-                    .extend(self.mx_report(frame, off, shim, &h, flow, tel, congested));
+                    .extend(self.mx_report(frame, tel, ReportRequest { about, congested }));
                 if let Some(l) = l {
                     self.set_mx_ds_flags(frame, &l, off, &h);
                 }
@@ -415,22 +428,9 @@ impl Node {
                     self.stats.mtu = before.mtu;
                     self.stats.skipped = before.skipped;
                 }
-                let own = self.cfg.sink_metadata == SinkMetadata::Report;
-                let ds = if own {
-                    DsFields::of_md(&h)
-                } else {
-                    DsFields::default()
-                };
-                out.reports.extend(self.report(
-                    frame,
-                    h.instructions,
-                    tel,
-                    own,
-                    flow,
-                    true,
-                    congested,
-                    ds,
-                ));
+                let about = About::MdSink { header: &h, flow };
+                out.reports
+                    .extend(self.report(frame, tel, ReportRequest { about, congested }));
                 out.destination = self.consume_destination(frame, off, shim);
                 self.strip_counted(frame);
                 if h.d {
@@ -439,8 +439,13 @@ impl Node {
                 }
             }
             (Role::Sink, (off, shim, IntHeader::Mx(h), _)) => {
+                let about = About::MxHeader {
+                    header: &h,
+                    inserted: mx_body(frame, off, shim),
+                    flow,
+                };
                 out.reports
-                    .extend(self.mx_report(frame, off, shim, &h, flow, tel, congested));
+                    .extend(self.mx_report(frame, tel, ReportRequest { about, congested }));
                 out.destination = self.consume_destination(frame, off, shim);
                 self.strip_counted(frame);
                 if h.d {

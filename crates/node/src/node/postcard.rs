@@ -4,13 +4,11 @@
 //! system by following the instructions embedded in the packets").
 
 use super::Node;
-use super::report::{DsFields, mx_body};
+use super::report::{About, ReportRequest};
 use super::watch::Watch;
 use crate::frame::Layout;
 use crate::telemetry::Telemetry;
-use intscope_wire::int::AnyShim;
-use intscope_wire::locate::{FlowKey, Packet, Start};
-use intscope_wire::mx::MxHeaderRepr;
+use intscope_wire::locate::{Packet, Start};
 
 impl Node {
     /// INT-XD: this node's postcard about a watched packet, when the flow filter lets one through
@@ -18,48 +16,25 @@ impl Node {
     pub(super) fn postcard(
         &mut self,
         frame: &[u8],
-        w: &Watch,
+        w: Watch,
         tel: &dyn Telemetry,
         congested: bool,
     ) -> Option<Vec<u8>> {
-        let r = self.report(
-            frame,
-            w.instructions,
-            tel,
-            true,
-            Some(w.key),
-            w.wants.flow,
-            congested,
-            DsFields::of_watch(w, None),
-        );
+        let about = About::Postcard(w);
+        let r = self.report(frame, tel, ReportRequest { about, congested });
         self.stats.postcards += u64::from(r.is_some());
         r
     }
 
-    /// INT-MX at a transit hop or the sink: this node's metadata as the INT-MX header at `off`
-    /// instructs, with its source-inserted metadata as the domain wants it reported.
-    #[allow(clippy::too_many_arguments)]
+    /// INT-MX: this node's report of its metadata, as the source's watchlist entry or the INT-MX
+    /// header in the packet instructs (`r.about`).
     pub(super) fn mx_report(
         &mut self,
         frame: &[u8],
-        off: usize,
-        shim: AnyShim,
-        h: &MxHeaderRepr,
-        flow: Option<FlowKey>,
         tel: &dyn Telemetry,
-        congested: bool,
+        r: ReportRequest<'_>,
     ) -> Option<Vec<u8>> {
-        let body = mx_body(frame, off, shim);
-        let r = self.report(
-            frame,
-            h.instructions,
-            tel,
-            true,
-            flow,
-            true,
-            congested,
-            DsFields::of_mx(h, Some(body)),
-        );
+        let r = self.report(frame, tel, r);
         self.stats.mx_reports += u64::from(r.is_some());
         r
     }
@@ -90,12 +65,12 @@ impl Node {
         };
         let congested = self.filter.has_queues()
             && !report_traffic
-            && watch.as_ref().is_none_or(|w| w.wants.queue)
+            && watch.is_none_or(|w| self.watch.get(w).wants.queue)
             && self.congested(tel);
         let report = match watch {
             Some(w) if flow_report => {
                 self.stats.report_only += 1;
-                self.postcard(frame, &w, tel, congested)
+                self.postcard(frame, w, tel, congested)
             }
             Some(_) => {
                 self.stats.report_only += 1;

@@ -2,9 +2,9 @@
 //! INT-MX reports, sink reports, intermediate, queue and drop reports, with the report filters
 //! and the domain-specific fields.
 
-use super::watch::Watch;
+use super::watch::{Resolved, Watch};
 use super::{Node, shim_of};
-use crate::config::{DropReports, ReportFormat, Role};
+use crate::config::{DropReports, ReportFormat, Role, SinkMetadata};
 use crate::domain::DsReport;
 use crate::frame::Layout;
 use crate::telemetry::Telemetry;
@@ -45,11 +45,11 @@ pub(super) struct DsFields<'a> {
 }
 
 impl<'a> DsFields<'a> {
-    pub(super) fn of_watch(w: &Watch, mx_body: Option<&'a [u8]>) -> Self {
+    pub(super) fn of_watch(s: &Resolved, mx_body: Option<&'a [u8]>) -> Self {
         DsFields {
-            id: w.ds_id,
-            instruction: w.ds_instruction,
-            flags: w.ds_flags,
+            id: s.ds_id,
+            instruction: s.ds_instruction,
+            flags: s.ds_flags,
             mx_body,
         }
     }
@@ -71,6 +71,41 @@ impl<'a> DsFields<'a> {
             mx_body,
         }
     }
+}
+
+/// What a node's report about a packet it forwards follows, which decides the instructions, the
+/// flow the filters count and the domain fields (drop, queue and intermediate reports have
+/// their own functions).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum About<'a> {
+    /// INT-XD: a postcard of a packet this node's watchlist matched (INT v2.1 §"INT Application
+    /// Modes": "all nodes generate postcards" for watched flows), as its entry says.
+    Postcard(Watch),
+    /// INT-MX at the source: its own metadata as its watchlist entry instructs, with the
+    /// source-inserted metadata it put after the header.
+    MxSource(Watch),
+    /// INT-MX at a transit hop or the sink: as the INT-MX header in the packet instructs, with
+    /// the source-inserted metadata behind it (`inserted`).
+    MxHeader {
+        header: &'a MxHeaderRepr,
+        inserted: &'a [u8],
+        flow: Option<FlowKey>,
+    },
+    /// INT-MD at the sink: the stack the packet brought, with this node's metadata in the report
+    /// header as `sink_metadata = "report"` asks (INT v2.1 §"INT-MD Metadata Header Format",
+    /// option 2; option 1 pushed it on the stack already).
+    MdSink {
+        header: &'a MdHeaderRepr,
+        flow: Option<FlowKey>,
+    },
+}
+
+/// A report a node may send about a packet it forwards: what it is about, and whether its
+/// queue is congested (Q; sent then even when the flow filter holds the report back).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ReportRequest<'a> {
+    pub(super) about: About<'a>,
+    pub(super) congested: bool,
 }
 
 /// The source-inserted metadata of an INT-MX block at `off` (after its shim and header).
@@ -157,7 +192,7 @@ impl Node {
                     let report_traffic = Layout::of(&p).is_some_and(|l| self.is_report(&l, frame));
                     match self.watched(tel, &flow, p.inner_flow.as_ref()) {
                         _ if report_traffic => (false, false, None),
-                        Some(w) => (true, w.wants.drop, Some(w.key)),
+                        Some(w) => (true, self.watch.get(w).wants.drop, Some(w.key)),
                         None => (false, true, Some(flow)),
                     }
                 }
@@ -188,21 +223,28 @@ impl Node {
     }
 
     /// A report datagram about `frame` (as received, truncated) of a watched packet, with this
-    /// node's metadata in the report header unless it went on the stack (`own` false): sent when
-    /// a flow report is wanted (`want_flow`) and due for `flow` by the filters, or when the
-    /// packet's queue is `congested` (Q).
-    #[allow(clippy::too_many_arguments)]
+    /// node's metadata in the report header unless it went on the stack: sent when a flow report
+    /// is wanted and due for the flow by the filters, or when the packet's queue is congested
+    /// (Q).
     pub(super) fn report(
         &mut self,
         frame: &[u8],
-        instructions: u16,
         tel: &dyn Telemetry,
-        own: bool,
-        flow: Option<FlowKey>,
-        want_flow: bool,
-        congested: bool,
-        ds: DsFields<'_>,
+        r: ReportRequest<'_>,
     ) -> Option<Vec<u8>> {
+        let (instructions, flow, want_flow, own) = match r.about {
+            About::Postcard(w) | About::MxSource(w) => {
+                let s = self.watch.get(w);
+                (s.instructions, Some(w.key), s.wants.flow, true)
+            }
+            About::MxHeader { header, flow, .. } => (header.instructions, flow, true, true),
+            About::MdSink { header, flow } => (
+                header.instructions,
+                flow,
+                true,
+                self.cfg.sink_metadata == SinkMetadata::Report,
+            ),
+        };
         let hop = tel.hop(self.cfg.node_id);
         // SD-Fabric's smart filters (off unless configured): once per interval per 5-tuple,
         // sooner on a change.
@@ -217,7 +259,7 @@ impl Node {
                     hop.hop_latency.unwrap_or(0),
                 )
             });
-        if !due && !congested {
+        if !due && !r.congested {
             self.stats.filtered += 1;
             return None;
         }
@@ -230,13 +272,30 @@ impl Node {
             0
         };
         let flags = ReportFlags {
-            congested,
+            congested: r.congested,
             tracked: true,
             flow: due,
             ..ReportFlags::default()
         };
-        let ds = self.ds_report(ds);
+        let ds = self.ds_report(self.ds_fields(r.about, own));
         Some(self.build_report(frame, &hop, bits, flags, &ds))
+    }
+
+    /// The domain fields of what a report is about; none for a sink that reports only the
+    /// stack (`own` false).
+    fn ds_fields<'s>(&'s self, about: About<'s>, own: bool) -> DsFields<'s> {
+        match about {
+            About::Postcard(w) => DsFields::of_watch(self.watch.get(w), None),
+            About::MxSource(w) => {
+                let s = self.watch.get(w);
+                DsFields::of_watch(s, Some(&s.ds_metadata))
+            }
+            About::MxHeader {
+                header, inserted, ..
+            } => DsFields::of_mx(header, Some(inserted)),
+            About::MdSink { header, .. } if own => DsFields::of_md(header),
+            About::MdSink { .. } => DsFields::default(),
+        }
     }
 
     pub(super) fn build_report(

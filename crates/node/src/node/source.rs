@@ -1,15 +1,15 @@
 //! The INT source (INT v2.1 §"INT Source Node"): shim, INT-MD or INT-MX header, its own metadata
-//! and what else it inserts, one function per encapsulation; clones and probe packets (§"INT
-//! Applied to Synthetic Traffic").
+//! and what else it inserts, in three steps — plan (what fits under the MTU), build (the block
+//! through the wire crate's Reprs and views), insert (one function per encapsulation, lengths
+//! and checksums kept right); clones and probe packets (§"INT Applied to Synthetic Traffic").
 
 use super::Node;
-use super::watch::Watch;
-use crate::config::{Mode, ProbeConfig, SourceEncap, WatchEntry};
+use super::watch::Resolved;
+use crate::config::{Mode, SourceEncap};
 use crate::frame::{self, Layout};
 use crate::telemetry::Telemetry;
 use etherparse::PacketBuilder;
-use intscope_wire::destination::{Destination, DestinationRepr};
-use intscope_wire::domain::Mode as DsMode;
+use intscope_wire::destination::Destination;
 use intscope_wire::encap::{GPE_NEXT_PROTO_INT, GreRepr};
 use intscope_wire::ip::{
     IPV4_MIN_LEN, IPV6_LEN, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, ethertype, protocol,
@@ -41,6 +41,12 @@ pub(super) enum Insertion {
 /// §3.2).
 const GPE_NEXT_PROTO_ETHERNET: u8 = 0x03;
 
+/// The probe marker in front of the shim (INT v2.1 §"INT over TCP/UDP": a 64-bit value).
+const PROBE_MARKER_LEN: usize = 8;
+
+/// A GRE header without its optional fields, as the source adds one (RFC 2784).
+const GRE_BASE_LEN: usize = 4;
+
 /// The longest Geneve option: a 5-bit Length of 4-byte words.
 pub(super) const GENEVE_OPTION_MAX: usize = 31 * 4;
 
@@ -63,26 +69,127 @@ pub(super) fn insert_geneve(frame: &mut Vec<u8>, l: &Layout, block: &[u8]) -> bo
     true
 }
 
+/// What the source inserts into one packet, decided from its watchlist entry, the packet's
+/// layout and the MTU before a byte is written.
+struct Plan<'w> {
+    s: &'w Resolved,
+    /// The encapsulation for this packet: a TCP packet turns `udp-port` into `udp-new`.
+    encap: SourceEncap,
+    /// A GRE packet already: INT goes behind its GRE header (scenario 1, G = 0).
+    existing_gre: bool,
+    /// [`Insertion::Full`] or [`Insertion::NoMetadata`].
+    insertion: Insertion,
+    /// INT-MD: the Remaining Hop Count the header carries, the source's hop counted.
+    remaining_hop_count: u8,
+    /// INT-MD: M bit, no room for the source's hop.
+    m: bool,
+}
+
+impl<'w> Plan<'w> {
+    fn mx(&self) -> bool {
+        self.s.mode == Mode::Mx
+    }
+
+    /// Bytes after the MD or MX header: INT-MD the source's hop (none without room for it),
+    /// INT-MX the source-inserted metadata.
+    fn own_len(&self) -> usize {
+        match self.insertion {
+            _ if self.mx() => self.s.ds_metadata.len(),
+            Insertion::Full => usize::from(self.s.hop_ml) * 4,
+            _ => 0,
+        }
+    }
+
+    /// The INT-MX header (INT v2.1 §"INT-MX Header Format") or the INT-MD metadata header
+    /// (§"INT-MD Metadata Header Format") into `out`, its 12 bytes.
+    fn emit_header(&self, out: &mut [u8]) {
+        let s = self.s;
+        if self.mx() {
+            MxHeaderRepr {
+                version: 2,
+                instructions: s.instructions,
+                ds_id: s.ds_id,
+                ds_instruction: s.ds_instruction,
+                ds_flags: s.header_ds_flags,
+                d: s.discard,
+                ..MxHeaderRepr::default()
+            }
+            .emit(out);
+        } else {
+            MdHeaderRepr {
+                version: 2,
+                hop_ml: s.hop_ml,
+                remaining_hop_count: self.remaining_hop_count,
+                instructions: s.instructions,
+                ds_id: s.ds_id,
+                ds_instruction: s.ds_instruction,
+                ds_flags: s.header_ds_flags,
+                d: s.discard,
+                m: self.m,
+                ..MdHeaderRepr::default()
+            }
+            .emit(out);
+        }
+    }
+
+    /// INT-MD 'source-only' metadata: with the source's hop, never without it.
+    fn source_only(&self) -> &'w [u8] {
+        if self.mx() || self.own_len() == 0 {
+            &[]
+        } else {
+            &self.s.source_only
+        }
+    }
+}
+
+/// The INT block as it goes into the packet: the probe marker if any, shim, MD or MX header,
+/// the source's metadata, 'source-only' metadata and Destination header.
+struct Block {
+    bytes: Vec<u8>,
+    /// Where the source's metadata ends in `bytes` (none without it): the Checksum Complement
+    /// is its last word (INT v2.1 §"Checksum Update").
+    hop_end: Option<usize>,
+}
+
+/// A Destination header (INT v2.1 §"INT Header Types": "the MD-type header or MX-type header
+/// must precede the Destination-type header") after the block, repeating the shim's NPT and
+/// field so that either restores the packet.
+fn push_destination(bytes: &mut Vec<u8>, body: &[u8], npt: u8, content: u16) {
+    let at = bytes.len();
+    bytes.resize(at + SHIM_LEN + body.len(), 0);
+    let emitted = Destination::new_for_emit(&mut bytes[at..]).and_then(|mut v| {
+        v.set_body(body)?;
+        v.set_npt(npt);
+        v.set_content(content);
+        Ok(())
+    });
+    if emitted.is_err() {
+        // Validation keeps bodies to whole words within the shim's Length.
+        bytes.truncate(at);
+    }
+}
+
 impl Node {
     /// The probe packets due by `now_ns` (at most 1024 per stream per call), INT-marked with the
     /// node's settings and `tel`'s metadata; the first of each stream is due at once.
     pub fn probes(&mut self, now_ns: u64, tel: &dyn Telemetry) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         for i in 0..self.cfg.probes.len() {
-            let p = self.cfg.probes[i].clone();
+            let interval_ns = self.cfg.probes[i].interval_ns;
             let next = self.next_probe.get(i).copied().flatten().unwrap_or(now_ns);
             let mut due = next;
             let mut sent = 0;
             while due <= now_ns && sent < 1024 {
-                if let Some(frame) = self.probe(&p, tel) {
+                if let Some(frame) = self.probe(i, tel) {
+                    self.stats.probes += 1;
                     out.push(frame);
                 }
-                due += p.interval_ns;
+                due += interval_ns;
                 sent += 1;
             }
             if due <= now_ns {
                 // Far behind (a gap in capture time): skip ahead rather than burst.
-                due = now_ns + p.interval_ns;
+                due = now_ns + interval_ns;
             }
             self.next_probe.resize(self.cfg.probes.len(), None);
             self.next_probe[i] = Some(due);
@@ -90,7 +197,9 @@ impl Node {
         out
     }
 
-    pub(super) fn probe(&mut self, p: &ProbeConfig, tel: &dyn Telemetry) -> Option<Vec<u8>> {
+    /// Probe stream `i`'s next packet, numbered by the probes sent so far.
+    fn probe(&self, i: usize, tel: &dyn Telemetry) -> Option<Vec<u8>> {
+        let p = &self.cfg.probes[i];
         let seq = self.stats.probes;
         let eth = PacketBuilder::ethernet2([0x02, 0, 0, 0, 0, 1], [0x02, 0, 0, 0, 0, 2]);
         let ip = match (p.src, p.dst) {
@@ -107,141 +216,163 @@ impl Node {
             let parsed = Packet::parse(&frame, Start::Ethernet, &self.detect).ok()?;
             (Layout::of(&parsed)?, parsed.flow?)
         };
-        let mut w = Watch::of(&WatchEntry::default(), flow, &self.cfg);
-        w.discard = p.discard;
-        match self.source(&mut frame, layout, flow, tel, w) {
+        match self.source(&mut frame, layout, flow, tel, &self.probe_settings[i]) {
             Insertion::TooBig => None,
-            _ => {
-                self.stats.probes += 1;
-                Some(frame)
-            }
+            _ => Some(frame),
         }
     }
 
-    /// INT v2.1 §"INT Source Node" and §"MTU Settings": no INT when the fixed headers do not fit;
-    /// M bit when this node's own metadata does not.
+    /// INT v2.1 §"INT Source Node": "the INT Source node in the packet forwarding path creates
+    /// the INT-MD or INT-MX Header", and in INT-MD adds its own metadata after it — planned,
+    /// built, then inserted as the encapsulation wants.
     pub(super) fn source(
-        &mut self,
+        &self,
         frame: &mut Vec<u8>,
         l: Layout,
         flow: FlowKey,
         tel: &dyn Telemetry,
-        w: Watch,
+        s: &Resolved,
     ) -> Insertion {
-        let instructions = w.instructions;
-        let mx = w.mode == Mode::Mx;
-        let domain = self.domain(w.ds_id);
-        // INT-MD: this hop's baseline metadata, its domain-specific export metadata (the entry's,
-        // else the known domain's values), and the Checksum Complement last; then the
-        // 'source-only' metadata outside Hop ML. INT-MX: the domain's source-inserted metadata
-        // after the header.
-        let ds_hop = match domain {
-            _ if mx || !w.ds_metadata.is_empty() => w.ds_metadata.clone(),
-            Some(d) => {
-                let mut v = vec![0u8; d.len_of(w.ds_instruction, DsMode::Export).unwrap_or(0)];
-                if !d.fill_export(w.ds_instruction, &mut v) {
-                    v.clear();
-                }
-                v
-            }
-            None => Vec::new(),
+        let Some(plan) = self.plan(&l, s) else {
+            return Insertion::TooBig;
         };
-        let source_only: &[u8] = if mx { &[] } else { &w.source_only };
-        let ds_flags = w.ds_flags | domain.map_or(0, |d| d.set_ds_flags);
-        let hop_ml = ((Format::IntV2.baseline_len(instructions) + ds_hop.len()) / 4) as u8;
-        let encap = match (w.encap, l.proto) {
-            (SourceEncap::UdpPort, 6) => SourceEncap::UdpNew,
-            (e, _) => e,
-        };
-        // What goes in front of the shim: a new UDP header, a probe marker, or an outer IP
-        // header and GRE.
-        // A GRE packet already: INT goes behind its GRE header (scenario 1, G = 0).
-        let existing_gre = encap == SourceEncap::Gre && l.proto == protocol::GRE;
-        let new_udp = match (encap, l.v6) {
-            (SourceEncap::UdpNew | SourceEncap::ProbeMarker, _) => 8,
-            (SourceEncap::Gre, _) if existing_gre => 0,
-            (SourceEncap::Gre, false) => 20 + 4,
-            (SourceEncap::Gre, true) => 40 + 4,
-            _ => 0,
-        };
-        let source_inserted = if mx { w.ds_metadata.len() } else { 0 };
-        // INT v2.1 §"INT Header Types": a Destination header follows the MD or MX header (after
-        // TCP/UDP only: the other shims have no type-2 form defined).
-        let destination = match encap {
-            SourceEncap::Dscp
-            | SourceEncap::UdpPort
-            | SourceEncap::UdpNew
-            | SourceEncap::ProbeMarker
-                if !w.destination.is_empty() =>
-            {
-                Some(&w.destination[..])
-            }
-            _ => None,
-        };
-        let dest_len = destination.map_or(0, |d| SHIM_LEN + d.len());
-        let fixed = new_udp + SHIM_LEN + MD_HEADER_LEN + source_inserted + dest_len;
-        let ip_len = l.ip_len;
-        if ip_len + fixed > self.cfg.mtu {
+        let mut block = self.build(frame, &l, &plan, tel);
+        if !self.insert(frame, &l, &flow, &plan, &mut block) {
             return Insertion::TooBig;
         }
-        let mut own = Vec::new();
-        if mx {
-            own.extend_from_slice(&w.ds_metadata);
-        } else {
-            own.resize(usize::from(hop_ml) * 4, 0);
-            let mut hop = tel.hop(self.cfg.node_id);
-            hop.domain = &ds_hop;
-            hop.encode(instructions, Format::IntV2, &mut own);
+        plan.insertion
+    }
+
+    /// What goes in, or `None` for nothing (INT v2.1 §"MTU Settings"): "If inserting the fixed
+    /// headers causes egress link MTU to be exceeded, INT cannot not be initiated for such
+    /// packets. If an INT source is programmed to insert its own INT metadata, and there is
+    /// enough room in a packet to insert fixed INT headers, but no additional room for its INT
+    /// metadata, the source must initiate INT and set the M bit in the INT header."
+    fn plan<'w>(&self, l: &Layout, s: &'w Resolved) -> Option<Plan<'w>> {
+        let mx = s.mode == Mode::Mx;
+        let encap = match (s.encap, l.proto) {
+            (SourceEncap::UdpPort, protocol::TCP) => SourceEncap::UdpNew,
+            (e, _) => e,
+        };
+        let existing_gre = encap == SourceEncap::Gre && l.proto == protocol::GRE;
+        // What goes in front of the shim: a new UDP header, a probe marker, or an outer IP
+        // header and GRE.
+        let in_front = match (encap, l.v6) {
+            (SourceEncap::UdpNew, _) => UDP_HEADER_LEN,
+            (SourceEncap::ProbeMarker, _) => PROBE_MARKER_LEN,
+            (SourceEncap::Gre, _) if existing_gre => 0,
+            (SourceEncap::Gre, false) => IPV4_MIN_LEN + GRE_BASE_LEN,
+            (SourceEncap::Gre, true) => IPV6_LEN + GRE_BASE_LEN,
+            _ => 0,
+        };
+        let source_inserted = if mx { s.ds_metadata.len() } else { 0 };
+        let destination = s.destination.as_ref().map_or(0, |d| SHIM_LEN + d.len());
+        let fixed = in_front + SHIM_LEN + MD_HEADER_LEN + source_inserted + destination;
+        if l.ip_len + fixed > self.cfg.mtu {
+            return None;
         }
+        let mut plan = Plan {
+            s,
+            encap,
+            existing_gre,
+            insertion: Insertion::Full,
+            remaining_hop_count: 0,
+            m: false,
+        };
+        if mx {
+            return Some(plan);
+        }
+        let hop_len = usize::from(s.hop_ml) * 4;
         // A Geneve option holds at most 124 bytes (5-bit Length): the header, the source's hop
         // and as many more hops as fit (INT v2.1 §"INT over Geneve").
-        let geneve_hops = if encap == SourceEncap::Geneve && hop_ml > 0 {
-            (GENEVE_OPTION_MAX - MD_HEADER_LEN).saturating_sub(source_only.len())
-                / (usize::from(hop_ml) * 4)
+        let geneve_hops = if encap == SourceEncap::Geneve && hop_len > 0 {
+            (GENEVE_OPTION_MAX - MD_HEADER_LEN).saturating_sub(s.source_only.len()) / hop_len
         } else {
             usize::MAX
         };
-        let fits = ip_len + fixed - source_inserted + own.len() + source_only.len() <= self.cfg.mtu
-            && geneve_hops > 0;
-        let mut header = MdHeaderRepr {
-            version: 2,
-            hop_ml,
-            remaining_hop_count: w.max_hops.min(geneve_hops.min(255) as u8),
-            instructions,
-            ds_id: w.ds_id,
-            ds_instruction: w.ds_instruction,
-            ds_flags,
-            d: w.discard,
-            ..Default::default()
-        };
-        let insertion = if mx || (fits && header.remaining_hop_count > 0) {
-            header.remaining_hop_count = header.remaining_hop_count.saturating_sub(1);
-            Insertion::Full
+        let fits =
+            l.ip_len + fixed + hop_len + s.source_only.len() <= self.cfg.mtu && geneve_hops > 0;
+        let hops = s.max_hops.min(geneve_hops.min(255) as u8);
+        if fits && hops > 0 {
+            plan.remaining_hop_count = hops - 1;
         } else {
-            if !fits {
-                header.m = true;
-            }
-            own.clear();
-            Insertion::NoMetadata
-        };
-        // The source-only metadata goes with the source's hop (none without it).
-        let source_only = if own.is_empty() || mx {
-            &[][..]
-        } else {
-            source_only
-        };
-        let words = ((MD_HEADER_LEN + own.len() + source_only.len()) / 4) as u8;
-        let int_type = if mx { 3 } else { 1 };
-        let (npt, content) = match encap {
+            // A Remaining Hop Count of 0 leaves no hop for the source's metadata either.
+            plan.insertion = Insertion::NoMetadata;
+            plan.remaining_hop_count = hops;
+            plan.m = !fits;
+        }
+        Some(plan)
+    }
+
+    /// The block the plan asks for, through the wire crate's Reprs and views: the shim of the
+    /// encapsulation (INT v2.1 §"Header Location"), §"INT-MD Metadata Header Format" or
+    /// §"INT-MX Header Format", this node's metadata, and a Destination header (§"INT Header
+    /// Types").
+    fn build(&self, frame: &[u8], l: &Layout, p: &Plan<'_>, tel: &dyn Telemetry) -> Block {
+        let s = p.s;
+        let (own_len, source_only) = (p.own_len(), p.source_only());
+        let words = ((MD_HEADER_LEN + own_len + source_only.len()) / 4) as u8;
+        let (npt, content) = match p.encap {
             SourceEncap::Dscp | SourceEncap::ProbeMarker => {
-                (0, u16::from(frame::dscp(frame, &l)) << 2)
+                (0, u16::from(frame::dscp(frame, l)) << 2)
             }
-            SourceEncap::UdpPort => (1, frame::udp_dst_port(frame, &l).unwrap_or(0)),
+            SourceEncap::UdpPort => (1, frame::udp_dst_port(frame, l).unwrap_or(0)),
             SourceEncap::UdpNew => (2, u16::from(l.proto)),
             SourceEncap::Gre | SourceEncap::VxlanGpe | SourceEncap::Geneve => (0, 0),
         };
-        let vxlan = self.vxlan(frame, &l);
-        let shim = if let (SourceEncap::VxlanGpe, Some((was_vxlan, next))) = (encap, vxlan) {
+        let mut bytes = Vec::with_capacity(
+            PROBE_MARKER_LEN
+                + SHIM_LEN
+                + MD_HEADER_LEN
+                + own_len
+                + source_only.len()
+                + s.destination.as_ref().map_or(0, |d| SHIM_LEN + d.len()),
+        );
+        if p.encap == SourceEncap::ProbeMarker {
+            let marker = self.cfg.probe_marker().unwrap_or(0);
+            bytes.extend_from_slice(&marker.to_be_bytes());
+        }
+        let at = bytes.len();
+        bytes.resize(at + SHIM_LEN + MD_HEADER_LEN, 0);
+        self.shim(frame, l, p, words, npt, content)
+            .emit(&mut bytes[at..at + SHIM_LEN]);
+        p.emit_header(&mut bytes[at + SHIM_LEN..]);
+        let hop_at = bytes.len();
+        bytes.resize(hop_at + own_len, 0);
+        if p.mx() {
+            bytes[hop_at..].copy_from_slice(&s.ds_metadata);
+        } else if own_len > 0 {
+            // The baseline, the domain's export metadata, the Checksum Complement last.
+            let mut hop = tel.hop(self.cfg.node_id);
+            hop.domain = &s.hop_ds;
+            hop.encode(s.instructions, Format::IntV2, &mut bytes[hop_at..]);
+        }
+        let hop_end = (own_len > 0).then_some(bytes.len());
+        bytes.extend_from_slice(source_only);
+        if let Some(body) = &s.destination {
+            push_destination(&mut bytes, body, npt, content);
+        }
+        Block { bytes, hop_end }
+    }
+
+    /// The shim of the plan's encapsulation, `words` long after it: INT v2.1 §"INT over
+    /// TCP/UDP" (`npt`, `content`), §"INT over VXLAN GPE", §"INT over Geneve", §"INT over
+    /// IPv4/GRE".
+    fn shim(
+        &self,
+        frame: &[u8],
+        l: &Layout,
+        p: &Plan<'_>,
+        words: u8,
+        npt: u8,
+        content: u16,
+    ) -> Shim {
+        let int_type = if p.mx() { 3 } else { 1 };
+        let vxlan = match p.encap {
+            SourceEncap::VxlanGpe => self.vxlan(frame, l),
+            _ => None,
+        };
+        if let Some((was_vxlan, next)) = vxlan {
             Shim::Gpe(GpeShimRepr {
                 int_type,
                 reserved: 0,
@@ -250,22 +381,22 @@ impl Node {
                 reserved2: 0,
                 next_protocol: next,
             })
-        } else if encap == SourceEncap::Geneve {
+        } else if p.encap == SourceEncap::Geneve {
             Shim::Geneve(GeneveOptionRepr {
                 option_class: GENEVE_INT_OPTION_CLASS,
                 option_type: int_type,
                 reserved: 0,
                 length: words,
             })
-        } else if encap == SourceEncap::Gre {
+        } else if p.encap == SourceEncap::Gre {
             // G = 1: this source added the GRE header; the sink removes it again.
             Shim::Gre(GreShimRepr {
                 int_type,
-                g: !existing_gre,
+                g: !p.existing_gre,
                 reserved: 0,
                 length: words,
-                next_protocol: if existing_gre {
-                    frame::gre_protocol(frame, &l).unwrap_or(0)
+                next_protocol: if p.existing_gre {
+                    frame::gre_protocol(frame, l).unwrap_or(0)
                 } else if l.v6 {
                     ethertype::IPV6
                 } else {
@@ -280,61 +411,31 @@ impl Node {
                 length: words,
                 content,
             })
-        };
-        let mut block = vec![0u8; SHIM_LEN + MD_HEADER_LEN];
-        shim.emit(&mut block[..4]);
-        if mx {
-            MxHeaderRepr {
-                version: 2,
-                instructions,
-                ds_id: w.ds_id,
-                ds_instruction: w.ds_instruction,
-                ds_flags,
-                d: w.discard,
-                ..MxHeaderRepr::default()
-            }
-            .emit(&mut block[4..16]);
-        } else {
-            header.emit(&mut block[4..16]);
         }
-        block.extend_from_slice(&own);
-        block.extend_from_slice(source_only);
-        if let Some(body) = destination {
-            let d = DestinationRepr {
-                npt,
-                content,
-                body: body.to_vec(),
-            };
-            let at = block.len();
-            block.resize(at + d.buffer_len(), 0);
-            let emitted =
-                Destination::new_for_emit(&mut block[at..]).and_then(|mut v| d.emit(&mut v));
-            if emitted.is_err() {
-                // Validation keeps bodies to whole words within the shim's Length.
-                block.truncate(at);
-            }
-        }
-        if encap == SourceEncap::ProbeMarker {
-            let marker = self.cfg.probe_marker().unwrap_or(0).to_be_bytes();
-            block.splice(0..0, marker);
-        }
-        match encap {
+    }
+
+    /// The block into the frame as the plan's encapsulation has it, lengths and checksums kept
+    /// right; `false` when it cannot go in (a Geneve header's Opt Len is full).
+    fn insert(
+        &self,
+        frame: &mut Vec<u8>,
+        l: &Layout,
+        flow: &FlowKey,
+        p: &Plan<'_>,
+        block: &mut Block,
+    ) -> bool {
+        let bytes = &mut block.bytes;
+        match p.encap {
             SourceEncap::Dscp | SourceEncap::UdpPort | SourceEncap::ProbeMarker => {
-                let hop_end = block.len() - source_only.len() - dest_len;
-                let hop_end = (!own.is_empty()).then_some(hop_end);
-                self.insert_after_l4(frame, &l, encap, &mut block, hop_end, instructions);
+                self.insert_after_l4(frame, l, p.encap, bytes, block.hop_end, p.s.instructions)
             }
-            SourceEncap::Geneve => {
-                if !insert_geneve(frame, &l, &block) {
-                    return Insertion::TooBig;
-                }
-            }
-            SourceEncap::VxlanGpe => self.insert_vxlan_gpe(frame, &l, &block),
-            SourceEncap::Gre if existing_gre => self.insert_behind_gre(frame, &l, &block),
-            SourceEncap::Gre => self.insert_gre(frame, &l, &block),
-            SourceEncap::UdpNew => self.insert_udp(frame, &l, &flow, &block),
+            SourceEncap::Geneve => return insert_geneve(frame, l, bytes),
+            SourceEncap::VxlanGpe => self.insert_vxlan_gpe(frame, l, bytes),
+            SourceEncap::Gre if p.existing_gre => self.insert_behind_gre(frame, l, bytes),
+            SourceEncap::Gre => self.insert_gre(frame, l, bytes),
+            SourceEncap::UdpNew => self.insert_udp(frame, l, flow, bytes),
         }
-        insertion
+        true
     }
 
     /// INT v2.1 §"INT over TCP/UDP": the block right after the TCP/UDP header, announced by the
