@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, VecDeque};
 use intscope_wire::locate::FlowKey;
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::detect::DetectConfig;
 use crate::evidence::Evidence;
 use crate::flow_ref::FlowRef;
 use crate::incidents::{
@@ -14,6 +13,7 @@ use crate::incidents::{
     UNLINKED_EVENTS,
 };
 use crate::seq::LossHistory;
+use crate::thresholds::DetectConfig;
 
 /// Kinds of event.
 #[derive(

@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, VecDeque};
 
 use intscope_wire::report::drop_reason_name;
 
-use crate::detect::DetectConfig;
 use crate::detect::congestion::{Congestion, Sample, Step};
 use crate::detect::latency::{Latency, Sample as LatencySample};
 use crate::event::{EventKind, Place, Raiser};
@@ -24,6 +23,7 @@ use crate::keys::{LinkKey, QueueKey};
 use crate::limits::Limits;
 use crate::record::{Hop, Record, Version};
 use crate::seq::{SeqOutcome, SeqTracker};
+use crate::thresholds::DetectConfig;
 
 /// State of one queue.
 #[derive(Debug, Clone, Default)]

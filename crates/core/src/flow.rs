@@ -577,7 +577,7 @@ struct Spans {
 
 /// When a node's per-hop reports were last seen, and the longest gap between two of them in
 /// the current and the previous report interval of switch time
-/// ([`crate::detect::PostcardConfig::report_interval_ns`]): the silence a healthy node whose
+/// ([`crate::thresholds::PostcardConfig::report_interval_ns`]): the silence a healthy node whose
 /// filter reports each flow about once an interval can keep.
 #[derive(Debug, Clone, Copy)]
 struct Heard {
@@ -651,7 +651,7 @@ const DELAY_RISE_SHIFT: u32 = 4;
 const DELAY_SLACK_NS: u64 = 1_000;
 
 /// What pairs two per-hop reports of one packet as the two ends of a link
-/// ([`crate::detect::PostcardConfig`]): the next hop's ingress timestamp at most this long
+/// ([`crate::thresholds::PostcardConfig`]): the next hop's ingress timestamp at most this long
 /// after this hop's egress timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkDelays {

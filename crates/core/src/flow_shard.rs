@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use intscope_wire::locate::FlowKey;
 
-use crate::detect::DetectConfig;
 use crate::event::{EventKind, Place, Raiser};
 use crate::evidence::Evidence;
 use crate::fabric::{FlowSeen, excess, spread};
@@ -22,6 +21,7 @@ use crate::limits::Limits;
 use crate::record::Record;
 use crate::seq::LossHistory;
 use crate::snapshot::{FlowCopies, FlowCounts, FlowShardSnapshot};
+use crate::thresholds::DetectConfig;
 
 /// How often (report time) a flow shard hands its count of per-hop reports received to the
 /// log's [`crate::seq::LossHistory`].

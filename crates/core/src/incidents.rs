@@ -39,13 +39,13 @@ use intscope_wire::locate::FlowKey;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::cause::Causes;
-use crate::detect::DetectConfig;
 use crate::evidence::Evidence;
 use crate::flow::{Path, PathHop};
 use crate::incident::{
     EndReason, Incident, IncidentCounts, IncidentFlow, IncidentKind, IncidentPlace, IncidentState,
     MAX_INCIDENT_FLOWS, Peak, Severity, Unit,
 };
+use crate::thresholds::DetectConfig;
 
 /// Most ongoing incidents of one kind.
 pub const ONGOING_PER_KIND: usize = 256;

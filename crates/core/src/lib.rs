@@ -43,6 +43,7 @@ mod search;
 mod seq;
 mod snapshot;
 mod state;
+mod thresholds;
 mod totals;
 
 // Decoding: a datagram in, records out.
@@ -52,7 +53,6 @@ pub use record::{
 };
 
 // Correlation and detection: the state, its configuration and how work is spread over shards.
-pub use detect::{DetectConfig, PostcardConfig};
 pub use fabric::node_shard;
 pub use flow::{FlowState, LastSample, Path, PathHop, key_hash};
 pub use flow_ref::FlowRef;
@@ -60,6 +60,7 @@ pub use flow_shard::flow_shard;
 pub use limits::Limits;
 pub use seq::{SeqTotals, SeqTracker};
 pub use state::State;
+pub use thresholds::{DetectConfig, PostcardConfig};
 
 // What detection produces: events, and incidents with their lifecycle.
 pub use event::{EVENT_KIND_SHARE, EVENT_LOG, Event, EventKind};

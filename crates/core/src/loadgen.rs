@@ -427,7 +427,7 @@ mod tests {
             drop_every: 13,
             ..LoadConfig::default()
         });
-        let state = crate::state::State::new(crate::detect::DetectConfig::default());
+        let state = crate::state::State::new(crate::thresholds::DetectConfig::default());
         let (mut buf, mut rec) = (Vec::new(), Record::default());
         for t in 0..20_000u64 {
             g.next_datagram(&mut buf);

@@ -162,7 +162,7 @@ impl Hop {
         self
     }
     /// Drops its timestamps if one is further than `max_ns` from receive time `now` (see
-    /// `detect::DetectConfig::clock_skew_max_ns`); whether it did.
+    /// `thresholds::DetectConfig::clock_skew_max_ns`); whether it did.
     pub fn drop_far_timestamps(&mut self, now: u64, max_ns: u64) -> bool {
         let far = [self.ingress_ts(), self.egress_ts()]
             .into_iter()

@@ -807,7 +807,7 @@ struct LossBucket {
 
 /// Each node's recent reports received and lost, in time buckets (report time): what a flow
 /// stage needs to tell a missing per-hop report that the report network lost from one the
-/// node never sent (INT-XD/MX silent drops, `detect::PostcardConfig::silent_drop_chance`).
+/// node never sent (INT-XD/MX silent drops, `thresholds::PostcardConfig::silent_drop_chance`).
 /// Loss is what the sequence numbers confirmed ([`SeqTracker::confirm`]: gaps that no late
 /// report filled), summed over a node's hw_ids: a postcard's hop names its node, not the
 /// subsystem that sent it. Bounded: [`LOSS_BUCKETS`] buckets per node, [`MAX_LOSS_NODES`] nodes.

@@ -641,7 +641,7 @@ mod tests {
             drop_every: 7,
             ..LoadConfig::default()
         });
-        let state = State::with_shards(crate::detect::DetectConfig::default(), shards);
+        let state = State::with_shards(crate::thresholds::DetectConfig::default(), shards);
         let (mut buf, mut rec) = (Vec::new(), Record::default());
         for t in 0..datagrams {
             g.next_datagram(&mut buf);
@@ -860,7 +860,7 @@ mod tests {
                 ..DetectConfig::default()
             };
             let limits = Limits { flows: 128, ..Limits::default() };
-            let state = State::with_limits(crate::detect::DetectConfig::default(), limits, shards);
+            let state = State::with_limits(crate::thresholds::DetectConfig::default(), limits, shards);
             let mut g = Generator::new(LoadConfig {
                 flows,
                 hops: 4,

@@ -16,7 +16,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, TryLockError};
 
-use crate::detect::DetectConfig;
 use crate::event::{Event, EventKind, EventLog, Raiser};
 use crate::fabric::{
     Evicted, FabricShard, FlowSeen, LinkState, NodeState, Parts, QueueState, RecordCounters,
@@ -31,6 +30,7 @@ use crate::limits::Limits;
 use crate::record::Record;
 use crate::seq::{LOSS_BUCKETS, LossHistory, SeqState};
 use crate::snapshot::{FabricShardSnapshot, FlowShardSnapshot, Snapshot};
+use crate::thresholds::DetectConfig;
 use crate::totals;
 
 /// A batch's work space, kept per thread between batches instead of allocated for each.

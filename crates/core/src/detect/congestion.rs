@@ -19,13 +19,13 @@ use rustc_hash::FxHashMap as HashMap;
 
 use intscope_wire::locate::FlowKey;
 
-use crate::detect::DetectConfig;
 use crate::event::{EventKind, Place, Raiser};
 use crate::evidence::{Culprit, Evidence};
 use crate::incident::{EndReason, IncidentKind, IncidentPlace, Unit};
 use crate::incidents::{End, EpisodeTotals, FlowWeight, IncidentKey, Observation, RANKED_FLOWS};
 use crate::keys::QueueKey;
 use crate::rank;
+use crate::thresholds::DetectConfig;
 
 /// Flows a congestion episode remembers for culprit ranking.
 const EPISODE_FLOWS: usize = 4096;

@@ -10,11 +10,11 @@
 
 use intscope_wire::locate::FlowKey;
 
-use crate::detect::DetectConfig;
 use crate::event::{EventKind, Place, Raiser};
 use crate::evidence::Evidence;
 use crate::incident::{EndReason, IncidentKind, IncidentPlace, Unit};
 use crate::incidents::{End, EpisodeTotals, FlowWeight, IncidentKey, Observation};
+use crate::thresholds::DetectConfig;
 
 /// Samples of a latency anomaly a port holds until it is confirmed (`latency_confirm_ns`): a
 /// few kilobytes per port while it waits, nothing otherwise.
