@@ -1,6 +1,7 @@
 //! One shard of the fabric's state: nodes, their ports and queues, the links between them, and
-//! report loss per source, with the detectors that watch them (hop latency, congestion and
-//! microbursts with their culprit flows, drops, hop limit, MTU, hops without INT, lost reports).
+//! report loss per source. The shard keeps the state and feeds the detectors (`detect`: hop
+//! latency, congestion and microbursts with their culprit flows, drops, hop limit, MTU, hops
+//! without INT, lost reports), which write what they find into its outbox.
 //!
 //! A node belongs to one shard ([`node_shard`]): its reports, its hops in every path, its queues
 //! and the links leaving it. Every sample of a queue therefore reaches the same shard, which is
@@ -9,16 +10,13 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use intscope_wire::report::drop_reason_name;
-
 use crate::detect::congestion::{Congestion, Sample, Step};
 use crate::detect::latency::{Latency, Sample as LatencySample};
-use crate::event::{EventKind, Place, Raiser};
-use crate::evidence::Evidence;
-use crate::flow::PathGap;
+use crate::detect::non_int::{TtlGap, non_int_hops};
+use crate::detect::{drop, limits, non_int, report_loss};
+use crate::event::Raiser;
+use crate::flow_ref::FlowSeen;
 use crate::id_table::{Cutoff, IdTable};
-use crate::incident::{IncidentKind, IncidentPlace, Unit};
-use crate::incidents::{FlowWeight, IncidentKey, Observation};
 use crate::keys::{LinkKey, QueueKey};
 use crate::limits::Limits;
 use crate::record::{Hop, Record, Version};
@@ -196,18 +194,6 @@ impl RecordCounters {
         self.v05 += other.v05;
         self.without_flow += other.without_flow;
     }
-}
-
-/// What the flow stage learned about a record, for the fabric stage.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct FlowSeen {
-    /// The flow's API ID (`None` without a flow key).
-    pub id: Option<u64>,
-    /// Hops an intermediate report recorded before this report's stack began.
-    pub head_hops: u8,
-    /// Where an INT-MD stack with an M bit or hops without INT left hops out, when the links
-    /// learned tell ([`crate::flow::LinkTable::gap_in`]).
-    pub gap: Option<PathGap>,
 }
 
 /// The shard of `n` that owns `node`.
@@ -557,7 +543,7 @@ impl FabricShard {
         self.end_runs(now);
         let reorder = self.cfg.report_reorder_ns;
         for c in self.seq.confirm(now, reorder) {
-            self.report_loss(c);
+            report_loss::raise(&mut self.raiser, c);
         }
         self.raiser.settle(now);
     }
@@ -578,55 +564,6 @@ impl FabricShard {
                 self.closing_runs.swap_remove(i);
             }
         }
-    }
-
-    /// Loss a sequence gap confirmed: a (rate-limited) event and the source's incident.
-    fn report_loss(&mut self, c: crate::seq::Confirmed) {
-        self.raiser.reports_lost(c.node, c.reports, c.received_ns);
-        let place = Place {
-            node: Some(c.node),
-            ..Place::default()
-        };
-        let key = IncidentKey::new(
-            IncidentKind::ReportLoss,
-            IncidentPlace {
-                node: Some(c.node),
-                hw_id: Some(c.hw_id),
-                ..IncidentPlace::default()
-            },
-            None,
-        );
-        self.raiser.raise_at(
-            c.received_ns,
-            c.received_ns,
-            EventKind::LostReports,
-            place,
-            u64::from(c.hw_id),
-            Some(&key),
-            || Evidence::LostReports {
-                hw_id: c.hw_id,
-                lost: c.groups,
-                reports_lost: c.reports,
-                expected_seq: c.expected_seq,
-                received_seq: c.received_seq,
-            },
-        );
-        let o = Observation {
-            samples: 1,
-            reports: 0,
-            reports_lost: c.reports,
-            value: Some((c.reports, Unit::Reports)),
-            // The reports went missing after the source's last one in order.
-            start_uncertainty_ns: c.received_ns.saturating_sub(c.since_ns),
-            ..Observation::sample(c.received_ns, c.received_ns)
-        };
-        self.raiser.observe(key, &o, || Evidence::LostReports {
-            hw_id: c.hw_id,
-            lost: c.groups,
-            reports_lost: c.reports,
-            expected_seq: c.expected_seq,
-            received_seq: c.received_seq,
-        });
     }
 
     /// Accounts the report's sequence number. Gaps count as loss at once; their event and
@@ -690,7 +627,7 @@ impl FabricShard {
                 ps.interval.add(u64::from(lat));
                 let sample = LatencySample {
                     latency: lat,
-                    clock: hop_clock(hop, now),
+                    clock: hop.clock_or(now),
                     now,
                     node: hop.node_id,
                     port,
@@ -726,7 +663,7 @@ impl FabricShard {
                 let sample = Sample {
                     key,
                     occupancy: occ,
-                    clock: hop_clock(hop, now),
+                    clock: hop.clock_or(now),
                     now,
                     hop_latency: hop.hop_latency(),
                     q_flag: r.congested,
@@ -751,15 +688,6 @@ impl FabricShard {
 }
 
 impl FabricShard {
-    /// The node at the other end of `node`'s egress `port`, if a link from it has been seen
-    /// (links live in the shard of the node they leave): the one seen last, if it was recabled.
-    fn next_node(&self, node: u32, port: u32) -> Option<u32> {
-        let ps = self.nodes.get(&node)?.ports.get(&port)?;
-        ps.links()
-            .max_by_key(|(_, _, l)| l.last_seen_ns)
-            .map(|(to, _, _)| to)
-    }
-
     /// The reporter's drop detector, and the hidden-hop detector when no hop before the
     /// reporter recorded (else it runs in that hop's shard, [`FabricShard::observe_hidden`]).
     fn observe_reporter_flags(&mut self, r: &Record, parts: &Parts) {
@@ -772,10 +700,9 @@ impl FabricShard {
         }
     }
 
-    /// A drop report: one incident per (reporting node, port, reason).
+    /// A drop report: counted at its node and port, then judged (`detect::drop`).
     fn observe_drop(&mut self, r: &Record, seen: FlowSeen) {
         let now = r.time_ns;
-        let clock = r.switch_time();
         let flow = r.flow.zip(seen.id);
         let last = r.hops().last().copied().unwrap_or_default();
         let (grew, held) = (&mut self.grew, &mut self.held);
@@ -798,199 +725,50 @@ impl FabricShard {
             ps.drops += 1;
             ps.interval.drops += 1;
         }
-        let ev = move || Evidence::Drop {
-            drop_reason: r.drop_reason,
-            drop_reason_name: r.drop_reason.and_then(drop_reason_name),
-        };
-        let cause: std::borrow::Cow<'static, str> = match r.drop_reason {
-            Some(code) => match drop_reason_name(code) {
-                Some(name) => name.into(),
-                None => format!("reason-{code}").into(),
-            },
-            None => "unknown".into(),
-        };
-        let key = IncidentKey::new(
-            IncidentKind::Drop,
-            IncidentPlace {
-                node: Some(r.node_id),
-                port: last.egress_if(),
-                ..IncidentPlace::default()
-            },
-            Some(cause),
-        );
-        let o = Observation {
-            flow: flow.map(FlowWeight::one),
-            ..Observation::sample(clock, now)
-        };
-        let place = Place {
-            node: Some(r.node_id),
-            port: last.egress_if(),
-            queue: last.queue_id(),
-            flow,
-        };
-        self.raiser
-            .raise_at(now, clock, EventKind::Drop, place, 0, Some(&key), ev);
-        self.raiser.observe(key, &o, ev);
+        drop::raise(&mut self.raiser, r, flow, last);
     }
 
-    /// Hops without INT, from the TTL: placed where the flow stage found the stack's gap
-    /// (`parts.seen.gap`: a hop whose learned link leads elsewhere than the next hop of the
-    /// stack), else between `last`, the last hop that recorded (its egress port), and the next
-    /// INT hop (the peer: the next hop of the stack or the reporter), naming the node behind
-    /// `last`'s port when the links seen tell it. Without a recorded hop before the reporter,
-    /// at the reporter.
+    /// Hops without INT (`detect::non_int`), judged in the shard of `last`, whose links tell
+    /// which node hides behind its port.
     fn observe_hidden(&mut self, r: &Record, last: Option<(usize, &Hop)>, parts: &Parts) {
-        let Some(gap) = parts.gap.filter(|g| self.cfg.non_int_hops && g.non_int > 0) else {
-            return;
-        };
-        let now = r.time_ns;
-        // The hop before the gap, when the flow stage found it inside the stack.
-        let located = parts.seen.gap.and_then(|g| {
-            let at = r
-                .hops()
-                .iter()
-                .enumerate()
-                .find(|(_, h)| h.node_id == g.node && h.egress_if() == g.port)?;
-            Some((at, g.suspect))
-        });
-        let last = located.map(|(at, _)| at).or(last);
-        let next = last.and_then(|(i, _)| r.hops().get(i + 1));
-        let peer = next.map_or(r.node_id, |h| h.node_id);
-        let (node, port, suspect) = match (located, last) {
-            (Some(((_, h), suspect)), _) => (h.node_id, h.egress_if(), Some(suspect)),
-            (None, Some((_, h))) => (
-                h.node_id,
-                h.egress_if(),
-                h.egress_if()
-                    .and_then(|p| self.next_node(h.node_id, p))
-                    .filter(|&n| n != peer),
-            ),
-            (None, None) => (r.node_id, None, None),
-        };
-        let clock = last.map_or_else(|| r.switch_time(), |(_, h)| hop_clock(h, now));
-        let head_hops = parts.seen.head_hops;
-        let ev = move || Evidence::NonIntHops {
-            ip_ttl: r.ip_ttl,
-            assumed_initial_ttl: gap.initial_ttl,
-            ttl_decrement: gap.ttl_decrement,
-            int_hops: r.int_hops + head_hops,
-            non_int_hops: gap.non_int,
-            last_int_node: last.map(|(_, h)| h.node_id),
-            next_int_node: peer,
-            suspect_node: suspect,
-        };
-        let flow = r.flow.zip(parts.seen.id);
-        // One incident per hidden node when the links name it, else per port it hides
-        // behind (the next INT hop differs from flow to flow: it is in the evidence).
-        let iplace = match suspect {
-            Some(n) => IncidentPlace {
-                node: Some(n),
-                ..IncidentPlace::default()
-            },
-            None => IncidentPlace {
-                node: Some(node),
-                port,
-                ..IncidentPlace::default()
-            },
-        };
-        let key = IncidentKey::new(IncidentKind::NonIntHops, iplace, None);
-        let o = Observation {
-            value: Some((u64::from(gap.non_int), Unit::Hops)),
-            flow: flow.map(FlowWeight::one),
-            ..Observation::sample(clock, now)
-        };
-        let place = Place {
-            node: Some(node),
-            port,
-            flow,
-            ..Place::default()
-        };
-        self.raiser
-            .raise_at(now, clock, EventKind::NonIntHops, place, 0, Some(&key), ev);
-        self.raiser.observe(key, &o, ev);
+        let nodes = &self.nodes;
+        non_int::raise(
+            &self.cfg,
+            &mut self.raiser,
+            r,
+            last,
+            parts.gap,
+            parts.seen,
+            |node, port| next_node(nodes, node, port),
+        );
     }
 
-    /// The hop-limit (E) and MTU (M) detectors. The E bit was set by the first hop that added
-    /// nothing: the one after `last`, the last hop that recorded, found through the links seen
-    /// so far (they live in `last`'s shard, which is why this runs there). Later hops may add
-    /// metadata again after an M bit, so its hop is where the flow stage found the stack's gap
-    /// (`seen.gap`), else the one after `last` unless that is the reporter (a sink strips INT:
-    /// no egress MTU stops it). The event and the incident go to that hop when known, else to
-    /// `last`'s egress port, else to the reporting node: one incident per place.
+    /// The hop-limit (E) and MTU (M) detectors (`detect::limits`), judged in the shard of
+    /// `last`, whose links tell the hop after it.
     #[cold]
     #[inline(never)]
     fn observe_limits(&mut self, r: &Record, last: Option<&Hop>, seen: FlowSeen) {
-        let id = seen.id;
-        for (flagged, kind, ikind) in [
-            (
-                r.hop_limit_exceeded,
-                EventKind::HopLimit,
-                IncidentKind::HopLimit,
-            ),
-            (r.mtu_exceeded, EventKind::MtuExceeded, IncidentKind::Mtu),
-        ] {
-            if !flagged {
-                continue;
-            }
-            let after_last = last
-                .and_then(|h| self.next_node(h.node_id, h.egress_if()?))
-                .filter(|&n| ikind == IncidentKind::HopLimit || n != r.node_id);
-            let suspect = match seen.gap {
-                Some(g) if ikind == IncidentKind::Mtu => Some(g.suspect),
-                _ => after_last,
-            };
-            let ev = move || Evidence::Limit {
-                int_hops: r.int_hops,
-                path: r.hops().iter().map(|h| h.node_id).collect(),
-                last_recorded_node: last.map(|h| h.node_id),
-                last_recorded_egress_port: last.and_then(|h| h.egress_if()),
-                suspect_node: suspect,
-                reported_by: r.node_id,
-            };
-            let iplace = match (suspect, last) {
-                (Some(n), _) => IncidentPlace {
-                    node: Some(n),
-                    ..IncidentPlace::default()
-                },
-                (None, Some(h)) => IncidentPlace {
-                    node: Some(h.node_id),
-                    port: h.egress_if(),
-                    ..IncidentPlace::default()
-                },
-                (None, None) => IncidentPlace {
-                    node: Some(r.node_id),
-                    ..IncidentPlace::default()
-                },
-            };
-            let flow = r.flow.zip(id);
-            let clock = last.map_or_else(|| r.switch_time(), |h| hop_clock(h, r.time_ns));
-            let o = Observation {
-                flow: flow.map(FlowWeight::one),
-                ..Observation::sample(clock, r.time_ns)
-            };
-            let key = IncidentKey::new(ikind, iplace, None);
-            let place = Place {
-                node: Some(suspect.unwrap_or(r.node_id)),
-                flow,
-                ..Place::default()
-            };
-            self.raiser
-                .raise_at(r.time_ns, clock, kind, place, 0, Some(&key), ev);
-            self.raiser.observe(key, &o, ev);
-        }
+        let nodes = &self.nodes;
+        limits::raise(&mut self.raiser, r, last, seen, |node, port| {
+            next_node(nodes, node, port)
+        });
     }
+}
+
+/// The node at the other end of `node`'s egress `port` among `nodes`, if a link from it has
+/// been seen (links live in the shard of the node they leave): the one seen last, if it was
+/// recabled.
+fn next_node(nodes: &IdTable<NodeState>, node: u32, port: u32) -> Option<u32> {
+    let ps = nodes.get(&node)?.ports.get(&port)?;
+    ps.links()
+        .max_by_key(|(_, _, l)| l.last_seen_ns)
+        .map(|(to, _, _)| to)
 }
 
 /// Queue `key` among `nodes`, if seen.
 fn queue_mut(nodes: &mut IdTable<NodeState>, key: QueueKey) -> Option<&mut QueueState> {
     let port = nodes.get_mut(&key.node())?.ports.get_mut(&key.port())?;
     port.queues.get_mut(&u32::from(key.queue()))
-}
-
-/// Switch time of a hop: its egress timestamp, else its ingress one, else `now` (the report's
-/// time) when its metadata carries none.
-fn hop_clock(hop: &Hop, now: u64) -> u64 {
-    hop.egress_ts().or(hop.ingress_ts()).unwrap_or(now)
 }
 
 /// What every part of a record needs, worked out once per record: what the flow stage learned
@@ -1022,38 +800,6 @@ impl Parts {
             last_recorded,
         }
     }
-}
-
-/// How a packet's TTL compares with the INT hops it recorded.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct TtlGap {
-    /// The sender's initial TTL as assumed.
-    initial_ttl: u8,
-    /// Hops that decremented the TTL.
-    ttl_decrement: u8,
-    /// Of those, hops that added no INT metadata.
-    pub(crate) non_int: u8,
-}
-
-/// Hops that forwarded the packet without INT, from the TTL: `None` when the record cannot tell
-/// (no TTL, no INT hops, or an M or E bit or a truncated stack, which hide INT hops that TTL
-/// would count as non-INT). `head_hops` recorded the start of the path in an intermediate report.
-pub(crate) fn non_int_hops(r: &Record, head_hops: u8) -> Option<TtlGap> {
-    if r.int_hops == 0 || r.mtu_exceeded || r.hop_limit_exceeded || r.path_truncated {
-        return None;
-    }
-    let ttl = r.ip_ttl?;
-    // The sender's initial TTL is not on the wire: take the usual default at or above it.
-    let initial_ttl = [32u8, 64, 128, 255]
-        .into_iter()
-        .find(|&i| i >= ttl)
-        .unwrap_or(255);
-    let ttl_decrement = initial_ttl - ttl;
-    Some(TtlGap {
-        initial_ttl,
-        ttl_decrement,
-        non_int: ttl_decrement.saturating_sub(r.int_hops.saturating_add(head_hops)),
-    })
 }
 
 /// Index of the last hop of the packet's INT stack: the hop before the reporter's own metadata when the

@@ -4,6 +4,7 @@
 use core::net::IpAddr;
 use std::io::Write as _;
 
+use crate::flow::PathGap;
 use intscope_wire::locate::FlowKey;
 
 /// A flow as JSON-friendly strings.
@@ -86,4 +87,16 @@ mod tests {
             assert_eq!(ip_string(ip), ip.to_string(), "{a}");
         }
     }
+}
+
+/// What the flow stage learned about a record, for the fabric stage.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FlowSeen {
+    /// The flow's API ID (`None` without a flow key).
+    pub id: Option<u64>,
+    /// Hops an intermediate report recorded before this report's stack began.
+    pub head_hops: u8,
+    /// Where an INT-MD stack with an M bit or hops without INT left hops out, when the links
+    /// learned tell ([`crate::flow::LinkTable::gap_in`]).
+    pub gap: Option<PathGap>,
 }

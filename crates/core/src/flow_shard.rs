@@ -12,8 +12,9 @@ use intscope_wire::locate::FlowKey;
 
 use crate::event::{EventKind, Place, Raiser};
 use crate::evidence::Evidence;
-use crate::fabric::{FlowSeen, excess, spread};
+use crate::fabric::{excess, spread};
 use crate::flow::{FlowState, FlowTable, Joined, LinkDelays, LinkTable, Path, PathHop, PathTable};
+use crate::flow_ref::FlowSeen;
 use crate::id_table::Cutoff;
 use crate::incident::{IncidentKind, IncidentPlace};
 use crate::incidents::{FlowWeight, IncidentKey, Observation};
@@ -671,7 +672,8 @@ impl FlowShard {
             // the INT domain) the stack is the whole INT path, but its hops are not known to be
             // neighbours, so it teaches no links.
             let ttl_gap = self.cfg.non_int_hops
-                && crate::fabric::non_int_hops(r, head_hops as u8).is_some_and(|g| g.non_int > 0);
+                && crate::detect::non_int::non_int_hops(r, head_hops as u8)
+                    .is_some_and(|g| g.non_int > 0);
             if ttl_gap || r.mtu_exceeded {
                 let known: &[PathHop] = if flow.path_partial { &[] } else { &flow.path };
                 gap = self.links.gap_in(hops, r.node_id, known);

@@ -88,6 +88,12 @@ impl Default for Hop {
 }
 
 impl Hop {
+    /// Switch time of the hop: its egress timestamp, else its ingress one, else `now` (the
+    /// report's time) when its metadata carries none.
+    pub(crate) fn clock_or(&self, now: u64) -> u64 {
+        self.egress_ts().or(self.ingress_ts()).unwrap_or(now)
+    }
+
     /// A hop at `node_id` that reported nothing else yet.
     pub const fn at(node_id: u32) -> Self {
         Hop {

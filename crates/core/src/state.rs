@@ -18,10 +18,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, TryLockError};
 
 use crate::event::{Event, EventKind, EventLog, Raiser};
 use crate::fabric::{
-    Evicted, FabricShard, FlowSeen, LinkState, NodeState, Parts, QueueState, RecordCounters,
-    node_shard,
+    Evicted, FabricShard, LinkState, NodeState, Parts, QueueState, RecordCounters, node_shard,
 };
 use crate::flow::{FlowState, LastSample, Path, key_hash};
+use crate::flow_ref::FlowSeen;
 use crate::flow_shard::{FlowShard, flow_shard};
 use crate::incident::Incident;
 use crate::incidents::IncidentLog;

@@ -1,7 +1,13 @@
-//! The detectors that are state machines of their own, one module each, each owning its state
-//! where the fabric keeps it: `congestion` (a queue's episodes and runs) and `latency` (a port's
-//! baseline and anomalies). Their thresholds are in `thresholds`; what they find goes to the
-//! shard's outbox (`event::Raiser`).
+//! The fabric's detectors, one module each. Two are state machines that own their state where
+//! the fabric keeps it: `congestion` (a queue's episodes and runs) and `latency` (a port's
+//! baseline and anomalies). The others judge one report at a time: `drop`, `limits` (hop limit
+//! and MTU), `non_int` (hops without INT, from the TTL) and `report_loss` (confirmed sequence
+//! gaps). Their thresholds are in `thresholds`; what they find goes to the shard's outbox
+//! (`event::Raiser`).
 
 pub(crate) mod congestion;
+pub(crate) mod drop;
 pub(crate) mod latency;
+pub(crate) mod limits;
+pub(crate) mod non_int;
+pub(crate) mod report_loss;
