@@ -304,6 +304,7 @@ impl Error {
     }
 
     /// `field` held `found`, the decoder accepts `expected`.
+    #[cold]
     pub const fn bad_value(
         layer: Layer,
         offset: usize,
@@ -323,6 +324,7 @@ impl Error {
     }
 
     /// `field` claimed `claimed` bytes, only `available` fit.
+    #[cold]
     pub const fn bad_length(
         layer: Layer,
         offset: usize,
@@ -398,7 +400,7 @@ pub(crate) fn check_len(layer: Layer, buf: &[u8], needed: usize) -> Result<()> {
 #[inline]
 pub(crate) fn array<const N: usize>(layer: Layer, buf: &[u8]) -> Result<&[u8; N]> {
     buf.first_chunk::<N>()
-        .ok_or(Error::truncated(layer, 0, N, buf.len()))
+        .ok_or_else(|| Error::truncated(layer, 0, N, buf.len()))
 }
 
 #[cfg(test)]

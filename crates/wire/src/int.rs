@@ -85,13 +85,15 @@ impl<'a> IntBlock<'a> {
             LengthSemantics::Spec | LengthSemantics::Truncated => shim.length_words(),
             LengthSemantics::CountsShim => {
                 warnings.add(Warning::ShimLengthCountsShim);
-                shim.length_words().checked_sub(1).ok_or(Error::bad_value(
-                    Layer::IntShim,
-                    1,
-                    Field::Length,
-                    "at least 1 when it counts the shim",
-                    0,
-                ))?
+                shim.length_words().checked_sub(1).ok_or_else(|| {
+                    Error::bad_value(
+                        Layer::IntShim,
+                        1,
+                        Field::Length,
+                        "at least 1 when it counts the shim",
+                        0,
+                    )
+                })?
             }
         };
         let after = &bytes[SHIM_LEN..];

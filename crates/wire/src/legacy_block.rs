@@ -24,12 +24,14 @@ pub(crate) fn parse_tcp_udp(bytes: &[u8], encap: Encap) -> Result<IntBlock<'_>> 
     let shim = LegacyShimRepr::parse(bytes)?;
     let hdr = bytes
         .get(SHIM_LEN..SHIM_LEN + LEGACY_HEADER_LEN)
-        .ok_or(Error::truncated(
-            Layer::IntLegacy,
-            SHIM_LEN,
-            LEGACY_HEADER_LEN,
-            bytes.len().saturating_sub(SHIM_LEN),
-        ))?;
+        .ok_or_else(|| {
+            Error::truncated(
+                Layer::IntLegacy,
+                SHIM_LEN,
+                LEGACY_HEADER_LEN,
+                bytes.len().saturating_sub(SHIM_LEN),
+            )
+        })?;
     let bitmap = u16::from_be_bytes([hdr[4], hdr[5]]);
     let count = bitmap.count_ones() as u8;
     let nibble = hdr[0] >> 4;
@@ -134,12 +136,9 @@ pub(crate) fn parse_geneve(
     data: &[u8],
     mut warnings: Warnings,
 ) -> Result<IntBlock<'_>> {
-    let hdr = data.get(..LEGACY_HEADER_LEN).ok_or(Error::truncated(
-        Layer::IntLegacy,
-        SHIM_LEN,
-        LEGACY_HEADER_LEN,
-        data.len(),
-    ))?;
+    let hdr = data.get(..LEGACY_HEADER_LEN).ok_or_else(|| {
+        Error::truncated(Layer::IntLegacy, SHIM_LEN, LEGACY_HEADER_LEN, data.len())
+    })?;
     let count = u16::from_be_bytes([hdr[4], hdr[5]]).count_ones() as u8;
     let nibble = hdr[0] >> 4;
     let v05_consistent = hdr[0] >> 6 == 0 && hdr[1] & 0x1f == count && count > 0;

@@ -351,12 +351,9 @@ fn parse_into<'a>(
             at = 14;
             let mut et = eth.ether_type().0;
             while matches!(et, 0x8100 | 0x88a8 | 0x9100) {
-                let tag = bytes.get(at..at + 4).ok_or(Error::truncated(
-                    Layer::Vlan,
-                    at,
-                    4,
-                    bytes.len().saturating_sub(at),
-                ))?;
+                let tag = bytes.get(at..at + 4).ok_or_else(|| {
+                    Error::truncated(Layer::Vlan, at, 4, bytes.len().saturating_sub(at))
+                })?;
                 if usize::from(p.vlan_count) < p.vlans.len() {
                     p.vlans[usize::from(p.vlan_count)] =
                         u16::from_be_bytes([tag[0], tag[1]]) & 0x0fff;
@@ -373,12 +370,9 @@ fn parse_into<'a>(
     // MPLS (SD-Fabric spines forward MPLS): skip the label stack, guess the payload from the nibble.
     if matches!(ethertype, 0x8847 | 0x8848) {
         loop {
-            let l = bytes.get(at..at + 4).ok_or(Error::truncated(
-                Layer::Ethernet,
-                at,
-                4,
-                bytes.len().saturating_sub(at),
-            ))?;
+            let l = bytes.get(at..at + 4).ok_or_else(|| {
+                Error::truncated(Layer::Ethernet, at, 4, bytes.len().saturating_sub(at))
+            })?;
             at += 4;
             if l[2] & 1 == 1 {
                 break;
@@ -1064,17 +1058,15 @@ fn gtpu<'a>(
         let mut next = data[11];
         at = 12;
         while next != 0 {
-            let words = data
-                .get(at)
-                .copied()
-                .filter(|&n| n > 0)
-                .ok_or(Error::bad_length(
+            let words = data.get(at).copied().filter(|&n| n > 0).ok_or_else(|| {
+                Error::bad_length(
                     Layer::GtpU,
                     offset + at,
                     Field::ExtensionHeaderLength,
                     0,
                     end.saturating_sub(at),
-                ))?;
+                )
+            })?;
             let len = usize::from(words) * 4;
             if at + len > end {
                 return Err(Error::bad_length(

@@ -612,9 +612,9 @@ impl<'a> HopView<'a> {
     #[inline]
     pub fn new(bitmap: u16, format: Format, buf: &'a [u8], domain_len: usize) -> Result<Self> {
         let total = format.baseline_len(bitmap) + domain_len;
-        let bytes =
-            buf.get(..total)
-                .ok_or(Error::truncated(Layer::IntStack, 0, total, buf.len()))?;
+        let bytes = buf
+            .get(..total)
+            .ok_or_else(|| Error::truncated(Layer::IntStack, 0, total, buf.len()))?;
         Ok(HopView {
             bytes,
             bitmap,

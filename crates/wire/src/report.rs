@@ -928,13 +928,15 @@ impl<'a> Report<'a> {
 
     fn parse_v05(b: &'a [u8], warnings: Warnings) -> Result<Self> {
         let fixed = V05FixedRepr::parse(b)?;
-        let extra = V05FixedRepr::extra_len(fixed.nproto).ok_or(Error::bad_value(
-            Layer::ReportV05,
-            0,
-            Field::NProto,
-            "0 (Ethernet), 1 (drop) or 2 (switch-local)",
-            u64::from(fixed.nproto),
-        ))?;
+        let extra = V05FixedRepr::extra_len(fixed.nproto).ok_or_else(|| {
+            Error::bad_value(
+                Layer::ReportV05,
+                0,
+                Field::NProto,
+                "0 (Ethernet), 1 (drop) or 2 (switch-local)",
+                u64::from(fixed.nproto),
+            )
+        })?;
         let switch = match fixed.nproto {
             0 => None,
             n => Some(
