@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use intscope_wire::locate::FlowKey;
 
+use crate::detect::path_change;
 use crate::event::{EventKind, Place, Raiser};
 use crate::evidence::Evidence;
 use crate::fabric::{excess, spread};
@@ -763,37 +764,15 @@ impl FlowShard {
         self.paths.forget_unused();
     }
 
-    #[inline(never)]
     /// Raises flow `key`'s change from path `old`, first seen at switch time `at_ns` when the
-    /// caller knows it (else the receive time on the switch's clock).
+    /// caller knows it (else the receive time on the switch's clock): `detect::path_change`.
+    #[inline(never)]
     fn path_changed(&mut self, now: u64, at_ns: Option<u64>, key: FlowKey, id: u64, old: Path) {
         let Some(flow) = self.flows.get(&key) else {
             return;
         };
         let new = Arc::clone(&flow.path);
-        let diverge = old
-            .iter()
-            .zip(new.iter())
-            .position(|(a, b)| a != b)
-            .unwrap_or(old.len().min(new.len()));
-        let at = new.get(diverge.saturating_sub(1)).copied();
-        let ev = move || Evidence::PathChange {
-            old_path: old,
-            new_path: new,
-            diverges_after_hop: diverge,
-        };
-        let place = Place {
-            node: at.map(|h| h.node_id),
-            port: at.and_then(|h| h.egress_if),
-            queue: None,
-            flow: Some((key, id)),
-        };
-        match at_ns {
-            Some(at_ns) => self.raiser.raise_path_change_at(now, at_ns, place, ev),
-            None => self
-                .raiser
-                .raise(now, EventKind::PathChange, place, None, ev),
-        }
+        path_change::raise(&mut self.raiser, now, at_ns, (key, id), old, new);
     }
 }
 
