@@ -633,7 +633,7 @@ impl FabricShard {
                     port,
                     queue: hop.queue_id(),
                     occupancy: hop.queue_occupancy(),
-                    flow: r.flow.zip(id),
+                    flow: r.flow.as_ref().zip(id),
                 };
                 ps.latency.sample(&self.cfg, &mut self.raiser, sample);
             }
@@ -667,7 +667,7 @@ impl FabricShard {
                     now,
                     hop_latency: hop.hop_latency(),
                     q_flag: r.congested,
-                    flow: r.flow.zip(id),
+                    flow: r.flow.as_ref().zip(id),
                 };
                 match qs.congestion.sample(&self.cfg, &mut self.raiser, sample) {
                     Step::Held => {}

@@ -45,7 +45,7 @@ pub(crate) struct Congestion {
 
 /// One occupancy sample of a queue, as the detector needs it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Sample {
+pub(crate) struct Sample<'a> {
     /// The queue.
     pub key: QueueKey,
     /// Its occupancy.
@@ -59,8 +59,9 @@ pub(crate) struct Sample {
     pub hop_latency: Option<u32>,
     /// The report's Q (congested) flag.
     pub q_flag: bool,
-    /// The packet's flow and its API ID, when known.
-    pub flow: Option<(FlowKey, u64)>,
+    /// The packet's flow and its API ID, when known: borrowed, so a sample that raises
+    /// nothing (most of them) copies no flow key.
+    pub flow: Option<(&'a FlowKey, u64)>,
 }
 
 /// What a sample did to the queue's episode.
@@ -143,7 +144,12 @@ pub(crate) struct Episode {
 impl Congestion {
     /// Takes sample `s`: opens, extends or closes the episode, raising the start (once per run)
     /// into `raiser`.
-    pub(crate) fn sample(&mut self, cfg: &DetectConfig, raiser: &mut Raiser, s: Sample) -> Step {
+    pub(crate) fn sample(
+        &mut self,
+        cfg: &DetectConfig,
+        raiser: &mut Raiser,
+        s: Sample<'_>,
+    ) -> Step {
         let (occ, clock, now, key) = (s.occupancy, s.clock, s.now, s.key);
         let last_clock = self.last_clock_ns.replace(clock);
         if let Some(ep) = self.episode.as_mut() {
@@ -167,7 +173,7 @@ impl Congestion {
             }
             ep.total += u64::from(occ);
             ep.samples += 1;
-            if let Some((k, id)) = s.flow
+            if let Some((&k, id)) = s.flow
                 && (ep.flows.len() < EPISODE_FLOWS || ep.flows.contains_key(&k))
             {
                 let f = ep.flows.entry(k).or_insert((id, 0, 0));
@@ -225,7 +231,7 @@ impl Congestion {
             reported_ns: now,
             flows: HashMap::default(),
         };
-        if let Some((k, id)) = s.flow {
+        if let Some((&k, id)) = s.flow {
             ep.flows.insert(k, (id, u64::from(occ), 1));
         }
         self.episode = Some(ep);
@@ -249,7 +255,7 @@ impl Congestion {
                 now,
                 clock,
                 EventKind::CongestionStart,
-                queue_place(key, s.flow),
+                queue_place(key, s.flow.map(|(&k, id)| (k, id))),
                 0,
                 Some(&congestion_key(key)),
                 ev,

@@ -37,7 +37,7 @@ pub(crate) struct Latency {
 
 /// One hop latency sample of a port, as the detector needs it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Sample {
+pub(crate) struct Sample<'a> {
     /// The hop latency.
     pub latency: u32,
     /// Switch clock of the sample (report time without timestamps).
@@ -50,8 +50,9 @@ pub(crate) struct Sample {
     /// The queue the packet left through and its occupancy, when reported.
     pub queue: Option<u8>,
     pub occupancy: Option<u32>,
-    /// The packet's flow and its API ID, when known.
-    pub flow: Option<(FlowKey, u64)>,
+    /// The packet's flow and its API ID, when known: borrowed, so a sample that raises
+    /// nothing (most of them) copies no flow key.
+    pub flow: Option<(&'a FlowKey, u64)>,
 }
 
 /// A port's anomalous latency samples held until the anomaly is confirmed: at most
@@ -98,7 +99,7 @@ impl Latency {
 
     /// Takes sample `s`: moves the baseline or, when anomalous, raises the event and holds or
     /// hands over the sample; a normal sample ends an anomaly.
-    pub(crate) fn sample(&mut self, cfg: &DetectConfig, raiser: &mut Raiser, s: Sample) {
+    pub(crate) fn sample(&mut self, cfg: &DetectConfig, raiser: &mut Raiser, s: Sample<'_>) {
         let (lat, clock, now) = (s.latency, s.clock, s.now);
         let baseline = self.baseline;
         let anomalous = self.samples >= cfg.latency_warmup
@@ -135,6 +136,7 @@ impl Latency {
             }
             return;
         }
+        let flow = s.flow.map(|(&k, id)| (k, id));
         let ev = move || Evidence::LatencyAnomaly {
             hop_latency: lat,
             baseline: baseline.round(),
@@ -148,7 +150,7 @@ impl Latency {
             value: Some((u64::from(lat), Unit::Nanoseconds)),
             threshold: Some(threshold),
             baseline: Some(baseline.round() as u64),
-            flow: s.flow.map(FlowWeight::one),
+            flow: flow.map(FlowWeight::one),
             ..Observation::sample(clock, now)
         };
         // An anomaly whose port went quiet is over (the log resolved it): the next anomalous
@@ -188,7 +190,7 @@ impl Latency {
             node: Some(s.node),
             port: Some(s.port),
             queue: s.queue,
-            flow: s.flow,
+            flow,
         };
         let symptom = key();
         raiser.raise_at(
