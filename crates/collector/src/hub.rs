@@ -519,6 +519,16 @@ impl Collector {
         }
     }
 
+    /// Counts a datagram larger than a receive slot (`recv_slot`): received, and discarded
+    /// `oversize` without decoding, as the kernel cut it (a replay counts it the same way).
+    pub(crate) fn note_oversize(&self, src: IpAddr, tally: &mut Tally) {
+        tally.received += 1;
+        let slot = self.config.recv_slot;
+        self.note_discard(Discard::Oversize, src, || {
+            format!("datagram larger than recv_slot ({slot} bytes)")
+        });
+    }
+
     /// A receive thread's idle work: detector ticks, and the snapshot catching up. A snapshot
     /// that lacks datagrams already counted is published now, however long the last one took
     /// (the thread has nothing else to do); otherwise when due.

@@ -24,7 +24,7 @@ use super::port_guard;
 use super::socket::{
     IDLE, MAX_BATCH, SLOT_RANGE, check_port_free, open_socket_with, recv_buffer_size,
 };
-use super::{Discard, Tally};
+use super::Tally;
 use crate::clock::now_ns;
 use crate::hub::Collector;
 use intscope_core::RecordBatch;
@@ -181,10 +181,7 @@ fn receive_batches(c: &Collector, sock: &UdpSocket) -> std::io::Result<()> {
         for (m, buf) in meta.iter().zip(storage.chunks(slot)) {
             if m.truncated {
                 // Larger than the slot: the kernel cut it, so it cannot be decoded whole.
-                tally.received += 1;
-                c.note_discard(Discard::Oversize, m.src, || {
-                    format!("datagram larger than recv_slot ({slot} bytes)")
-                });
+                c.note_oversize(m.src, &mut tally);
             } else if c.config.discard {
                 tally.received += 1;
             } else {

@@ -15,7 +15,7 @@ use intscope_core::RecordBatch;
 use intscope_wire::locate::{DetectConfig, Packet, Start};
 use intscope_wire::warning::Warning;
 
-use super::{Discard, Tally};
+use super::Tally;
 use crate::hub::Collector;
 
 /// What a replay did with each frame of a capture: every frame read lands in exactly one of
@@ -102,7 +102,7 @@ pub struct Datagram<'a> {
 /// A replay in progress: the collector it feeds, the report ports it looks for, and its counts.
 pub struct Replay<'c> {
     collector: &'c Collector,
-    ports: Vec<u16>,
+    /// How INT is found: only the report ports, no DSCP (its `report_ports` are the ports).
     locate: DetectConfig,
     batch: RecordBatch,
     counts: ReplayCounts,
@@ -113,7 +113,6 @@ impl<'c> Replay<'c> {
     pub fn new(collector: &'c Collector, ports: &[u16]) -> Self {
         Replay {
             collector,
-            ports: ports.to_vec(),
             locate: DetectConfig {
                 report_ports: ports.to_vec(),
                 dscp: None,
@@ -179,9 +178,9 @@ impl<'c> Replay<'c> {
             self.undecodable(format!("ipv{version} fragment"));
             return None;
         }
-        let to_report_port = |l4: &intscope_wire::locate::L4Info| {
-            l4.proto == 17 && self.ports.contains(&l4.dst_port)
-        };
+        let ports = &self.locate.report_ports;
+        let to_report_port =
+            |l4: &intscope_wire::locate::L4Info| l4.proto == 17 && ports.contains(&l4.dst_port);
         let (ip, l4) = match (p.ip, p.l4, located) {
             (Some(_), Some(l4), _)
                 if to_report_port(&l4) && p.warnings.has(Warning::IpFirstFragment) =>
@@ -226,14 +225,9 @@ impl<'c> Replay<'c> {
         self.counts.datagrams += 1;
         if d.len > c.config.recv_slot {
             self.counts.oversize += 1;
-            let slot = c.config.recv_slot;
-            c.count(&Tally {
-                received: 1,
-                ..Tally::default()
-            });
-            c.note_discard(Discard::Oversize, d.src, || {
-                format!("datagram larger than recv_slot ({slot} bytes)")
-            });
+            let mut tally = Tally::default();
+            c.note_oversize(d.src, &mut tally);
+            c.count(&tally);
             return;
         }
         c.ingest(d.payload, d.src, time_ns, &mut self.batch);
