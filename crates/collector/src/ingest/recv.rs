@@ -20,11 +20,11 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg};
 
+use super::Tally;
 use super::port_guard;
 use super::socket::{
     IDLE, MAX_BATCH, SLOT_RANGE, check_port_free, open_socket_with, recv_buffer_size,
 };
-use super::Tally;
 use crate::clock::now_ns;
 use crate::hub::Collector;
 use intscope_core::RecordBatch;
