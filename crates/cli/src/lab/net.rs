@@ -362,19 +362,18 @@ impl Net {
                 "net.ipv4.conf.all.rp_filter=0",
                 "net.ipv4.conf.default.rp_filter=0",
             ];
-            if matches!(n, Node::Host(..)) {
-                // A switch hashes the packet's headers; across veth pairs the sending socket's
-                // own hash travels with the packet and the leaf's ECMP uses it, and TCP draws a
-                // new one after a retransmission timeout: a flow that merely waited out a fault
-                // elsewhere would move to another spine. Kept fixed, a flow's path is its
-                // 5-tuple's, as on a real fabric.
-                sysctls.push("net.core.txrehash=0");
-            } else {
-                // Routers: forwarding, ECMP by the L4 hash (each flow keeps its path), and a
-                // nexthop over a link without carrier is not used.
+            if !matches!(n, Node::Host(..)) {
+                // Routers: forwarding, ECMP by the 5-tuple read from the packet's headers
+                // (policy 3, fields src/dst address, protocol, src/dst port), and a nexthop
+                // over a link without carrier is not used. Policy 1 would take the hash the
+                // sending socket gave the packet, which travels across a veth pair: TCP draws
+                // a new one after a retransmission timeout, and the kernel's resets and
+                // time-wait ACKs carry another, so a flow would change spines where a switch,
+                // which hashes headers, keeps it on one.
                 sysctls.extend([
                     "net.ipv4.ip_forward=1",
-                    "net.ipv4.fib_multipath_hash_policy=1",
+                    "net.ipv4.fib_multipath_hash_policy=3",
+                    "net.ipv4.fib_multipath_hash_fields=0x0037",
                     "net.ipv4.conf.all.ignore_routes_with_linkdown=1",
                 ]);
             }
