@@ -428,11 +428,24 @@ impl FlowShard {
         // filter's intervals since the flow went quiet there went silent as a whole: its
         // reports stopped, not the flow's packets — a reporting outage at that node, not a drop
         // on the link. A node that kept reporting its other flows, however few, was heard.
+        // A node silent as a whole still forwards: an INT hop past it on the flow's path, heard
+        // from throughout, that stopped seeing the flow too says the packets did not get
+        // through (a node whose only flows stalled on the loss is heard seldom, not never).
         let mut outage = None;
         let quiet_max = self.cfg.postcards.report_interval_ns.saturating_mul(2);
+        let stopped_past = |next: u32, window: (u64, u64)| {
+            let Some(i) = flow.path.iter().position(|h| h.node_id == next) else {
+                return false;
+            };
+            flow.path[i + 1..].iter().any(|p| {
+                let seen = flow.card_times(p.node_id).map_or(0, |(_, seen)| seen);
+                seen.saturating_add(quiet_max) < window.1
+                    && node_heard_ns(loss, p.node_id, window).1 <= quiet_max
+            })
+        };
         let silent = silent.filter(|&(h, next, since, until)| {
             let (heard, unheard) = node_heard_ns(loss, next, (since, until));
-            if unheard <= quiet_max {
+            if unheard <= quiet_max || stopped_past(next, (since, until)) {
                 return true;
             }
             outage = Some((h, next, (since, until), heard));

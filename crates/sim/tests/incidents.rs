@@ -10,7 +10,7 @@ use std::sync::Arc;
 use intscope_collector::hub::{Collector, CollectorConfig};
 use intscope_core::{DetectConfig, FlowRef, Incident, IncidentKind, RecordBatch};
 use intscope_node::Mode;
-use intscope_sim::topology::{Topology, locate, spine_id};
+use intscope_sim::topology::{Topology, host_ip, locate, spine_id};
 use intscope_sim::{Delivery, Fabric, Fault, FlowSpec, MixShape, Scheduled, SimConfig, mix};
 
 const MS: u64 = 1_000_000;
@@ -650,6 +650,78 @@ fn a_silent_drop_is_found_before_the_cable_in_mx_and_xd() {
         &detect(0.0),
         500,
     );
+}
+
+/// A cable whose loss stalls every flow its spine carries: the spine then reports only what
+/// little still reaches it (here one sparse flow from the far leaf), with gaps of several
+/// report intervals, as a TCP flow's retransmission backoff leaves it in a real fabric. The
+/// leaf past the spine, heard throughout, stopped seeing the flows too: the packets vanished, a
+/// silent drop on the cable, not the spine's reporting outage.
+#[test]
+fn a_silent_drop_that_starves_its_spine_is_no_reporting_outage_in_mx_and_xd() {
+    let until = 600;
+    let topo = Topology {
+        leaves: 2,
+        spines: 1,
+        ..Topology::default()
+    };
+    let flow = |src: (u32, u32), dst: (u32, u32), sport: u16, pps: f64| FlowSpec {
+        src: host_ip(src.0, src.1),
+        dst: host_ip(dst.0, dst.1),
+        proto: 17,
+        sport,
+        dport: 5000,
+        pps,
+        size: 600,
+        start_ns: 0,
+        end_ns: until * MS,
+        burst: 1,
+    };
+    let flows = [
+        // Over the cable towards the spine: vanishes before the spine sees it.
+        flow((1, 1), (2, 1), 40001, 2_000.0),
+        // Over the spine towards the cable: the spine's only reports, one each 120 ms.
+        flow((2, 2), (1, 2), 40002, 1_000.0 / 120.0),
+        // Within leaf 2: leaf 2 is heard throughout.
+        flow((2, 3), (2, 4), 40003, 2_000.0),
+    ];
+    let cut = at(
+        100,
+        u64::MAX,
+        Fault::SilentDrop {
+            leaf: 1,
+            spine: 1,
+            share: 1.0,
+        },
+    );
+    for mode in [Mode::Mx, Mode::Xd] {
+        let r = run_on(
+            topo.clone(),
+            mode,
+            Delivery::default(),
+            &flows,
+            std::slice::from_ref(&cut),
+            until,
+            detect(0.0),
+        );
+        assert!(r.fabric.stats.silent_drops > 100, "{:?}", r.fabric.stats);
+        assert!(
+            r.of(IncidentKind::ReportLoss).is_empty(),
+            "{mode:?}: the spine reported all along\n{}",
+            r.dump()
+        );
+        let drops = r.of(IncidentKind::Drop);
+        assert_eq!(drops.len(), 1, "{mode:?}: one cable\n{}", r.dump());
+        let i = drops[0];
+        assert_eq!(i.cause.as_deref(), Some("silent"), "{mode:?}");
+        assert_eq!(
+            BTreeSet::from([i.place.node, i.place.peer_node]),
+            BTreeSet::from([Some(1), Some(spine_id(1))]),
+            "{mode:?}\n{}",
+            r.dump()
+        );
+        assert_eq!(r.incidents.len(), 1, "{mode:?}\n{}", r.dump());
+    }
 }
 
 /// A bad cable replaced after 600 ms (long enough to be found through a lossy report network
