@@ -385,6 +385,15 @@ impl FlowShard {
                 if crossed < MIN_SPANS || !links.silent_since_spans(next, interval_ns) {
                     return None;
                 }
+                // Each hop's report filter reports this flow at least once an interval: a node
+                // that reported it within the last one still adds INT, and its filter held back
+                // the packet (the link table hears a node only through this shard's flows).
+                if flow
+                    .card_times(next)
+                    .is_some_and(|(_, seen)| seen.saturating_add(interval_ns) > now)
+                {
+                    return None;
+                }
                 let a = flow.card_ttl(h.node_id)?;
                 let (b, at_b) = flow.card_past_ttl(a)?;
                 (!spans_lost_in_transit(&self.cfg, loss, now, [h, b], crossed)).then_some((
@@ -797,6 +806,76 @@ mod tests {
         let mut h = crate::record::Hop::default();
         h.node_id = node_id;
         h
+    }
+
+    /// A node's report filter holds back most packets of a flow, each hop deciding for itself:
+    /// a packet the hops on either side reported and this one did not (two TTLs apart) is no
+    /// hop without INT while the node reported the flow within the last report interval.
+    #[test]
+    fn a_packet_the_middle_hops_filter_held_back_is_no_hop_without_int() {
+        const MS: u64 = 1_000_000;
+        let cfg = DetectConfig::default();
+        let mut shard = FlowShard::new(cfg.clone());
+        let mut loss = LossHistory::new(cfg.postcards.silent_drop_ns / 8);
+        let key = FlowKey {
+            src: std::net::Ipv4Addr::new(10, 0, 1, 1).to_ipv6_mapped(),
+            dst: std::net::Ipv4Addr::new(10, 0, 2, 1).to_ipv6_mapped(),
+            proto: 17,
+            src_port: 40000,
+            dst_port: 5000,
+        };
+        let ids = AtomicU64::new(1);
+        // Leaf 1 (in by edge port 10), spine 101, leaf 2 (out by edge port 10); each hop's
+        // timestamps a few µs after the one before, the TTL one lower at each.
+        let hops = [(1u32, 10u32, 11u32, 64u8), (101, 1, 2, 63), (2, 11, 10, 62)];
+        let report = |shard: &mut FlowShard, loss: &mut LossHistory, n: u64, at: &[usize]| {
+            let t = 1_000 * MS + n * 10 * MS;
+            for &i in at {
+                let (node, ingress, egress, ttl) = hops[i];
+                let ts = t + 3_000 * i as u64;
+                let mut r = Record::default();
+                r.time_ns = t + 50_000;
+                r.node_id = node;
+                r.flow = Some(key);
+                r.packet_fp = n as u32 + 1;
+                r.ip_ttl = Some(ttl);
+                r.push_hop(
+                    crate::record::Hop::at(node)
+                        .with_interfaces(Some(ingress), Some(egress))
+                        .with_timestamps(Some(ts), Some(ts + 1_000)),
+                );
+                loss.received(node, 1, r.time_ns);
+                shard.process(&r, key, crate::flow::key_hash(&key), None, &ids, loss);
+            }
+            shard.sweep(t + 50_000, loss);
+        };
+        for n in 0..40 {
+            report(&mut shard, &mut loss, n, &[0, 1, 2]);
+        }
+        // The spine's filter holds back the next packets the leaves report, for 100 ms.
+        for n in 40..50 {
+            report(&mut shard, &mut loss, n, &[0, 2]);
+        }
+        let mut log = crate::event::EventLog::new(&cfg);
+        shard.raiser.drain(&mut log, &mut loss);
+        let hidden: Vec<_> = log
+            .events()
+            .iter()
+            .filter(|e| e.kind == EventKind::NonIntHops)
+            .collect();
+        assert!(hidden.is_empty(), "{hidden:?}");
+        // Quiet for longer than a report interval while the leaves report the flow: it
+        // stopped adding INT.
+        for n in 50..160 {
+            report(&mut shard, &mut loss, n, &[0, 2]);
+        }
+        shard.raiser.drain(&mut log, &mut loss);
+        let hidden: Vec<_> = log
+            .events()
+            .iter()
+            .filter(|e| e.kind == EventKind::NonIntHops)
+            .collect();
+        assert_eq!(hidden.len(), 1, "{:?}", log.events());
     }
 
     /// Packets past a silent hop between two nodes the loss history has no room for are weighed

@@ -367,6 +367,12 @@ impl Record {
         *self.next_hop() = hop;
     }
 
+    /// Appends `hop` to the path (unit tests build records without a datagram).
+    #[cfg(test)]
+    pub(crate) fn push_hop(&mut self, hop: Hop) {
+        self.push(hop);
+    }
+
     /// The slot of a new last hop (its old contents are to be overwritten).
     fn next_hop(&mut self) -> &mut Hop {
         if usize::from(self.hop_count) == MAX_HOPS {
