@@ -14,6 +14,7 @@
 //! once (503 beyond), each within `query_timeout` (504 after); a bearer token guards `/api/`
 //! when configured.
 
+use crate::view::FlowSummary;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -30,7 +31,7 @@ use tokio::sync::Semaphore;
 use crate::api_config::ApiConfig;
 use crate::store::{
     FlowInterval, HistoryQuery, Page, QueueInterval, Resolution, RowCounts, Store, StoreError,
-    StoredEvent, StoredFlow, StoredIncident, Totals,
+    StoredEvent, StoredIncident, Totals,
 };
 use intscope_core::FlowRef;
 
@@ -290,7 +291,7 @@ pub struct FabricStats {
 #[derive(Debug, serde::Serialize)]
 pub struct FabricFlow {
     /// The stored summary.
-    pub flow: StoredFlow,
+    pub flow: FlowSummary,
     /// Its series, oldest first, at `resolution`.
     pub intervals: Vec<FlowInterval>,
     /// The series' resolution: per store interval (`raw`) or per minute (`1m`), by the range.
@@ -312,7 +313,7 @@ async fn stats(AxState(api): Shared) -> Result<Json<FabricStats>, Error> {
 async fn flows(
     AxState(api): Shared,
     Q(q): Q<HistoryQuery>,
-) -> Result<Json<Page<StoredFlow>>, Error> {
+) -> Result<Json<Page<FlowSummary>>, Error> {
     query(&api, q, |s, q| s.flows(q)).await.map(Json)
 }
 

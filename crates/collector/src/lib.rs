@@ -24,5 +24,6 @@ pub mod names;
 pub mod openmetrics;
 pub mod store;
 pub mod ui;
+pub mod view;
 pub mod webhook;
 pub mod webhook_config;

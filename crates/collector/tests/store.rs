@@ -184,7 +184,13 @@ fn batches_round_trip_and_prune(backend: &Backend) {
     }
     let flows = json(store.flows(&HistoryQuery::default()).unwrap());
     assert_eq!(flows["flows"][0]["reports"], 3);
-    assert_eq!(flows["flows"][0]["path"][1]["node_id"], 101);
+    // The live list's shape: node IDs, and the hops with their ports.
+    assert_eq!(flows["flows"][0]["path"][1], 101);
+    assert_eq!(flows["flows"][0]["path_detail"][1]["node_id"], 101);
+    assert!(
+        flows["flows"][0].get("id").is_none(),
+        "a stored flow has no live ID"
+    );
     assert_eq!(
         store.next_event_id().unwrap(),
         b.events.last().unwrap().id + 1
@@ -280,7 +286,7 @@ macro_rules! no_history {
             &self,
             _: &HistoryQuery,
         ) -> Result<
-            intscope_collector::store::Page<intscope_collector::store::StoredFlow>,
+            intscope_collector::store::Page<intscope_collector::view::FlowSummary>,
             StoreError,
         > {
             Ok(empty())
@@ -314,7 +320,7 @@ macro_rules! no_history {
             &self,
             _: &intscope_core::FlowRef,
             _: &HistoryQuery,
-        ) -> Result<Option<intscope_collector::store::StoredFlow>, StoreError> {
+        ) -> Result<Option<intscope_collector::view::FlowSummary>, StoreError> {
             Ok(None)
         }
         fn counts(&self) -> Result<intscope_collector::store::RowCounts, StoreError> {

@@ -1,14 +1,13 @@
 //! `/api/flows` and `/api/flows/{id}`: the live flows, a page at a time, and one flow's detail.
 
-use std::sync::Arc;
-
 use axum::extract::{Path, State as AxState};
 use axum::http::StatusCode;
 use axum::response::Json;
 use serde::Serialize;
 
 use crate::store::{FlowInterval, HistoryQuery};
-use intscope_core::{Event, FlowRef};
+use crate::view::FlowSummary;
+use intscope_core::Event;
 
 use intscope_core::{FlowSearch, FlowView};
 
@@ -32,51 +31,6 @@ pub struct FlowQuery {
     pub q: Option<String>,
     /// Only flows whose path crosses this node.
     pub node: Option<u32>,
-}
-
-/// A flow of `/api/flows` (and the head of a flow's page).
-#[derive(Debug, Serialize)]
-pub struct FlowSummary {
-    /// Dense ID.
-    pub id: u64,
-    /// The flow's addresses and ports.
-    pub flow: FlowRef,
-    /// First report, ns.
-    pub first_seen_ns: u64,
-    /// Last report, ns.
-    pub last_seen_ns: u64,
-    /// Reports.
-    pub reports: u64,
-    /// Drop reports.
-    pub drops: u64,
-    /// Last drop reason.
-    pub last_drop_reason: Option<u8>,
-    /// Node IDs of the current path, source first.
-    pub path: Vec<u32>,
-    /// Path changes.
-    pub path_changes: u64,
-    /// Median end-to-end latency, ns.
-    pub e2e_latency_p50: Option<u64>,
-    /// 99th percentile end-to-end latency, ns.
-    pub e2e_latency_p99: Option<u64>,
-}
-
-impl From<&FlowView> for FlowSummary {
-    fn from(f: &FlowView) -> Self {
-        FlowSummary {
-            id: f.id,
-            flow: FlowRef::from(&f.key),
-            first_seen_ns: f.first_seen_ns,
-            last_seen_ns: f.last_seen_ns,
-            reports: f.reports,
-            drops: f.drops,
-            last_drop_reason: f.last_drop_reason,
-            path: f.path.iter().map(|h| h.node_id).collect(),
-            path_changes: u64::from(f.path_changes),
-            e2e_latency_p50: f.e2e_p50(),
-            e2e_latency_p99: f.e2e_p99(),
-        }
-    }
 }
 
 /// A page of `/api/flows`.
@@ -105,8 +59,6 @@ pub struct FlowDetail {
     /// What the flow list shows.
     #[serde(flatten)]
     pub summary: FlowSummary,
-    /// The current path, hop by hop.
-    pub path_detail: intscope_core::Path,
     /// Recent paths, oldest first, ending with the current one.
     pub path_history: Vec<PathSince>,
     /// The last latency sample (a list of at most one).
@@ -219,7 +171,6 @@ pub(super) async fn flow(
             drop(log);
             FlowDetail {
                 summary: FlowSummary::from(&f),
-                path_detail: Arc::clone(&f.path),
                 path_history: recent
                     .paths
                     .into_iter()

@@ -3,7 +3,8 @@
 use axum::extract::State as AxState;
 use axum::response::Json;
 
-use crate::store::{HistoryQuery, Page, QueueInterval, StoredEvent, StoredFlow, StoredIncident};
+use crate::store::{HistoryQuery, Page, QueueInterval, StoredEvent, StoredIncident};
+use crate::view::FlowSummary;
 
 use super::context::{ApiError, Q, Shared, store_query};
 
@@ -17,7 +18,7 @@ pub(super) async fn history_events(
 pub(super) async fn history_flows(
     AxState(api): Shared,
     Q(q): Q<HistoryQuery>,
-) -> Result<Json<Page<StoredFlow>>, ApiError> {
+) -> Result<Json<Page<FlowSummary>>, ApiError> {
     store_query(&api, q, |s, q| s.flows(q)).await.map(Json)
 }
 

@@ -27,6 +27,7 @@
 //! The store's API is synchronous (the writer thread, the API's blocking pool); each call runs
 //! the client's future on the store's own small runtime.
 
+use crate::view::FlowSummary;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,7 +36,7 @@ use std::time::Duration;
 use ::clickhouse::{Client, Row};
 
 use super::read::{
-    FlowInterval, MINUTE_NS, Page, QueueInterval, Resolution, RowCounts, StoredEvent, StoredFlow,
+    FlowInterval, MINUTE_NS, Page, QueueInterval, Resolution, RowCounts, StoredEvent,
     StoredIncident, Totals, corrupt, flow_minutes, parse_evidence, parse_hops, parse_incident,
     parse_kind, parse_path,
 };
@@ -586,9 +587,10 @@ struct FlowOut {
 }
 
 impl FlowOut {
-    fn stored(self) -> Result<StoredFlow, StoreError> {
-        Ok(StoredFlow {
-            path: parse_path(&self.path)?,
+    fn stored(self) -> Result<FlowSummary, StoreError> {
+        let path = parse_path(&self.path)?;
+        Ok(FlowSummary {
+            id: None,
             flow: FlowRef {
                 src: self.src,
                 dst: self.dst,
@@ -601,10 +603,13 @@ impl FlowOut {
             reports: self.reports,
             drops: self.drops,
             last_drop_reason: self.last_drop_reason,
+            path: Vec::new(),
+            path_detail: Vec::new(),
             path_changes: self.path_changes,
             e2e_latency_p50: self.e2e_p50,
             e2e_latency_p99: self.e2e_p99,
-        })
+        }
+        .with_path(path))
     }
 }
 
@@ -2163,7 +2168,7 @@ impl Store for ClickHouseStore {
         Ok(Page::of(rows, limit))
     }
 
-    fn flows(&self, q: &HistoryQuery) -> Result<Page<StoredFlow>, StoreError> {
+    fn flows(&self, q: &HistoryQuery) -> Result<Page<FlowSummary>, StoreError> {
         let limit = q.page_size(500)?;
         let (t, h) = q.cursor('f')?.unwrap_or((i64::MAX, i64::MAX));
         // First the page's flows by their hash alone (an aggregation of three numeric columns),
@@ -2239,7 +2244,7 @@ impl Store for ClickHouseStore {
         Ok(Page::of(rows, limit))
     }
 
-    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<StoredFlow>, StoreError> {
+    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<FlowSummary>, StoreError> {
         let sql = self.flow_sql(
             &format!("flow_hash = {} AND {}", flow_hash(flow), key_filter(flow)),
             "1",

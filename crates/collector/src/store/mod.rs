@@ -24,6 +24,7 @@
 //! ClickHouse, a write a shard refuses is spooled to disk and retried ([`spool`]), so the writer
 //! acknowledges it and ingest goes on through an outage.
 
+use crate::view::FlowSummary;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -42,7 +43,7 @@ mod sqlite;
 pub use self::clickhouse::{ClickHouseConfig, ClickHouseStore};
 pub use read::{
     DEFAULT_ROLLUP_AFTER, FlowInterval, Listed, Page, QueueInterval, Resolution, RowCounts,
-    StoredEvent, StoredFlow, StoredIncident, Totals,
+    StoredEvent, StoredIncident, Totals,
 };
 pub use sqlite::SqliteStore;
 
@@ -227,7 +228,7 @@ pub trait Store: RowSink<Error = StoreError> + Send + Sync {
     /// Stored events, newest first (`{"events": [...], "next": cursor}` as JSON).
     fn events(&self, q: &HistoryQuery) -> Result<Page<StoredEvent>, StoreError>;
     /// Stored flow summaries, most recently seen first (`{"flows": [...], "next": cursor}`).
-    fn flows(&self, q: &HistoryQuery) -> Result<Page<StoredFlow>, StoreError>;
+    fn flows(&self, q: &HistoryQuery) -> Result<Page<FlowSummary>, StoreError>;
     /// Stored queue aggregates, oldest first (`{"queues": [...], "next": cursor}`).
     fn queue_series(&self, q: &HistoryQuery) -> Result<Page<QueueInterval>, StoreError>;
     /// One flow's latency series (per-interval aggregates), oldest first; the newest `limit`
@@ -242,7 +243,7 @@ pub trait Store: RowSink<Error = StoreError> + Send + Sync {
     /// overlaps them), `kind`, `node`.
     fn incidents(&self, q: &HistoryQuery) -> Result<Page<StoredIncident>, StoreError>;
     /// One flow's stored summary (as in [`Store::flows`]), if it is stored.
-    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<StoredFlow>, StoreError>;
+    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<FlowSummary>, StoreError>;
     /// Row counts per table ([`COUNTED_TABLES`]).
     fn counts(&self) -> Result<RowCounts, StoreError>;
     /// Rows per table as cheaply as the backend can tell, for the writer's periodic snapshot

@@ -12,6 +12,7 @@ use serde_json::Value;
 use intscope_core::{EventKind, FlowRef, Incident, PathHop};
 
 use super::{HistoryQuery, StoreError};
+use crate::view::FlowSummary;
 use std::time::Duration;
 
 /// A row type a [`Page`] lists, with the key its rows go under in the page's JSON.
@@ -161,33 +162,7 @@ pub(crate) fn flow_minutes(raw: impl IntoIterator<Item = FlowInterval>) -> Vec<F
         .collect()
 }
 
-/// A flow as the store keeps it: counters summed over every run (and, in a cluster, every
-/// collector) that wrote it; the path and percentiles of its newest write.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StoredFlow {
-    /// Its 5-tuple.
-    pub flow: FlowRef,
-    /// First report, ns.
-    pub first_seen_ns: u64,
-    /// Newest report, ns.
-    pub last_seen_ns: u64,
-    /// Reports.
-    pub reports: u64,
-    /// Drop reports.
-    pub drops: u64,
-    /// The newest drop reason code, if any drop was reported.
-    pub last_drop_reason: Option<u8>,
-    /// The newest path, source first.
-    pub path: Vec<PathHop>,
-    /// Path changes.
-    pub path_changes: u64,
-    /// End-to-end latency median, ns.
-    pub e2e_latency_p50: Option<u64>,
-    /// End-to-end latency 99th percentile, ns.
-    pub e2e_latency_p99: Option<u64>,
-}
-
-impl Listed for StoredFlow {
+impl Listed for FlowSummary {
     const KEY: &'static str = "flows";
 }
 

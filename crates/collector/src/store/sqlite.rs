@@ -3,12 +3,13 @@
 //! pool of them, and a deadline enforced inside SQLite (a progress handler), so a query really
 //! stops.
 
+use crate::view::FlowSummary;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::read::{
-    FlowInterval, MINUTE_NS, Page, QueueInterval, Resolution, RowCounts, StoredEvent, StoredFlow,
+    FlowInterval, MINUTE_NS, Page, QueueInterval, Resolution, RowCounts, StoredEvent,
     StoredIncident, Totals, flow_minutes, parse_evidence, parse_hops, parse_incident, parse_kind,
     parse_path,
 };
@@ -665,7 +666,7 @@ impl Store for SqliteStore {
         Ok(Page::of(rows, limit))
     }
 
-    fn flows(&self, q: &HistoryQuery) -> Result<Page<StoredFlow>, StoreError> {
+    fn flows(&self, q: &HistoryQuery) -> Result<Page<FlowSummary>, StoreError> {
         let limit = q.page_size(500)?;
         let (t, id) = q.cursor('f')?.unwrap_or((i64::MAX, i64::MAX));
         let rows = self.read(q.timeout, |conn| {
@@ -686,7 +687,7 @@ impl Store for SqliteStore {
         Ok(Page::of(rows, limit))
     }
 
-    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<StoredFlow>, StoreError> {
+    fn flow(&self, flow: &FlowRef, q: &HistoryQuery) -> Result<Option<FlowSummary>, StoreError> {
         let row = self.read(q.timeout, |conn| {
             conn.prepare_cached(
                 "SELECT src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,last_drop_reason,path,path_changes,e2e_p50,e2e_p99,rowid
@@ -931,14 +932,13 @@ struct EventRow {
 
 /// A `flows` row, its path still the stored JSON text.
 struct FlowText {
-    flow: StoredFlow,
+    flow: FlowSummary,
     path: String,
 }
 
 impl FlowText {
-    fn parse(mut self) -> Result<StoredFlow, StoreError> {
-        self.flow.path = parse_path(&self.path)?;
-        Ok(self.flow)
+    fn parse(self) -> Result<FlowSummary, StoreError> {
+        Ok(self.flow.with_path(parse_path(&self.path)?))
     }
 }
 
@@ -947,7 +947,8 @@ fn flow_row(r: &rusqlite::Row<'_>) -> Result<(FlowText, String), rusqlite::Error
     let last: u64 = r.get(6)?;
     Ok((
         FlowText {
-            flow: StoredFlow {
+            flow: FlowSummary {
+                id: None,
                 flow: FlowRef {
                     src: r.get(0)?,
                     dst: r.get(1)?,
@@ -961,6 +962,7 @@ fn flow_row(r: &rusqlite::Row<'_>) -> Result<(FlowText, String), rusqlite::Error
                 drops: r.get(8)?,
                 last_drop_reason: r.get(9)?,
                 path: Vec::new(),
+                path_detail: Vec::new(),
                 path_changes: r.get(11)?,
                 e2e_latency_p50: r.get(12)?,
                 e2e_latency_p99: r.get(13)?,
