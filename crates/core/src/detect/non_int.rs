@@ -2,6 +2,9 @@
 //! recorded INT passed hops that forward without INT. One event per report and one incident
 //! per hidden node when the links seen name it, else per port it hides behind.
 
+use intscope_wire::locate::FlowKey;
+
+use crate::detect::silent_drop::Hidden;
 use crate::event::{EventKind, Place, Raiser};
 use crate::evidence::Evidence;
 use crate::flow_ref::FlowSeen;
@@ -124,4 +127,56 @@ pub(crate) fn raise(
     };
     raiser.raise_at(now, clock, EventKind::NonIntHops, place, 0, Some(&key), ev);
     raiser.observe(key, &o, ev);
+}
+
+/// INT-XD/MX: raises the hops without INT `h` between two INT hops of flow `flow` (key, API
+/// ID) whose reports' copies of the packet are more than one TTL apart, at report time `now`:
+/// one non-int-hops incident per port they hide behind, as INT-MD's TTL check places them, or
+/// per hidden node when the links name it (`suspect`: a hop that stopped adding INT, known
+/// from its reports before). The evidence's `assumed_initial_ttl` is `last`'s TTL here.
+#[cold]
+pub(crate) fn raise_hidden(raiser: &mut Raiser, now: u64, flow: (FlowKey, u64), h: &Hidden) {
+    let Hidden {
+        last,
+        next,
+        ttls: (at_last, at_next),
+        suspect,
+        ..
+    } = *h;
+    let non_int = at_last - at_next - 1;
+    let iplace = match suspect {
+        Some(n) => IncidentPlace {
+            node: Some(n),
+            ..IncidentPlace::default()
+        },
+        None => IncidentPlace {
+            node: Some(last.node_id),
+            port: last.egress_if(),
+            ..IncidentPlace::default()
+        },
+    };
+    let incident = IncidentKey::new(IncidentKind::NonIntHops, iplace, None);
+    let o = Observation {
+        value: Some((u64::from(non_int), Unit::Hops)),
+        flow: Some(FlowWeight::one(flow)),
+        ..Observation::sample(raiser.switch_time(now), now)
+    };
+    let evidence = move || Evidence::NonIntHops {
+        ip_ttl: Some(at_next),
+        assumed_initial_ttl: at_last,
+        ttl_decrement: at_last - at_next,
+        int_hops: 2,
+        non_int_hops: non_int,
+        last_int_node: Some(last.node_id),
+        next_int_node: next.node_id,
+        suspect_node: suspect,
+    };
+    let place = Place {
+        node: Some(last.node_id),
+        port: last.egress_if(),
+        queue: None,
+        flow: Some(flow),
+    };
+    raiser.raise(now, EventKind::NonIntHops, place, Some(&incident), evidence);
+    raiser.observe(incident, &o, evidence);
 }
