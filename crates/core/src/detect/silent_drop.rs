@@ -307,12 +307,16 @@ impl Judge<'_> {
         if unheard <= quiet_max {
             return None;
         }
+        // A hop past it missed the flow since its last report of it (since the silence began,
+        // if it holds none), for longer than report loss at that hop would explain.
         let i = flow.path.iter().position(|p| p.node_id == next);
         let stopped_past = i.is_some_and(|i| {
             flow.path[i + 1..].iter().any(|p| {
-                let seen = flow.card_times(p.node_id).map_or(0, |(_, seen)| seen);
+                let seen = flow.card_times(p.node_id).map_or(since, |(_, seen)| seen);
+                let m = flow.card_reports_after(h.node_id, seen);
                 seen.saturating_add(quiet_max) < until
                     && node_heard_ns(self.loss, p.node_id, window).1 <= quiet_max
+                    && !lost_in_transit(self.cfg, self.loss, p.node_id, (seen, until), m)
             })
         });
         (!stopped_past).then_some(Outage {
