@@ -9,10 +9,6 @@ import { learnTiers } from './topology.js';
 
 /** Most flows read for the paths that place nodes in tiers. */
 export const PATH_FLOWS = 1000;
-/** Most flow details read per refresh to learn which host is behind which port. */
-const HOST_PROBES = 48;
-/** Most flow details read per tab for hosts (the map is learned once, then kept). */
-const HOST_PROBES_TOTAL = 256;
 /** Store queries of a range run in this many windows, at most this many rows each. */
 const QUEUE_WINDOWS = 30;
 const QUEUE_WINDOW_ROWS = 2000;
@@ -27,30 +23,19 @@ const ONGOING = 1000;
 /** Events this recent mark their node (when there is no incident API to say what is ongoing). */
 const RECENT_NS = 10e9;
 
-const hosts = { map: new Map(), probed: new Set() };
+/** Host addresses by the 'node/port' they entered the fabric at (learned, then kept per tab). */
+const hosts = new Map();
 
-/** Learns hosts from flows' first hops: the source address entered the fabric at that port. */
-async function learnHosts(flows) {
-  // One flow per address not placed yet: its first hop tells the address's port.
-  const known = new Set([...hosts.map.values()].flat());
-  const todo = flows
-    .filter((f) => !hosts.probed.has(f.id) && !known.has(f.flow.src))
-    .filter((f, i, all) => all.findIndex((g) => g.flow.src === f.flow.src) === i)
-    .slice(0, HOST_PROBES);
-  for (let i = 0; i < todo.length && hosts.probed.size < HOST_PROBES_TOTAL; i += 8) {
-    const batch = todo.slice(i, i + 8);
-    for (const f of batch) hosts.probed.add(f.id);
-    const details = await Promise.all(batch.map((f) => api(`/api/flows/${f.id}`).catch(() => null)));
-    for (const d of details) {
-      const first = d?.path_detail?.[0];
-      if (!first || first.ingress_if == null) continue;
-      const key = `${first.node_id}/${first.ingress_if}`;
-      const list = hosts.map.get(key) || [];
-      if (!list.includes(d.flow.src)) list.push(d.flow.src);
-      hosts.map.set(key, list.sort());
-    }
+/** Learns hosts from flows' first hops (`path_detail`): the source address entered the fabric at that port. */
+function learnHosts(flows) {
+  for (const f of flows) {
+    const first = f.path_detail?.[0];
+    if (!first || first.ingress_if == null) continue;
+    const key = `${first.node_id}/${first.ingress_if}`;
+    const list = hosts.get(key) || [];
+    if (!list.includes(f.flow.src)) hosts.set(key, [...list, f.flow.src].sort());
   }
-  return hosts.map;
+  return hosts;
 }
 
 /**
@@ -132,7 +117,7 @@ export async function fabricModel(range, incidentList) {
     flows.flows.map((f) => f.path),
     links,
   );
-  const hostMap = await learnHosts(flows.flows);
+  const hostMap = learnHosts(flows.flows);
   const { series, live } = await queueSeries(range);
   const ports = new Map();
   for (const n of nodes) {
