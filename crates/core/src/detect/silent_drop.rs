@@ -119,7 +119,7 @@ impl Judge<'_> {
             Joined::Partial(_, broken) => (self.on_partial(flow, *broken), None),
         };
         let mut hidden = hidden.or_else(|| self.stopped_adding_int(flow, joined));
-        let silent = silent.filter(|&silence| match self.past_the_silence(flow, silence) {
+        let silent = silent.filter(|&(h, next, ..)| match self.reached_past(flow, h, next) {
             Some(h) => {
                 hidden = hidden.or(Some(h));
                 false
@@ -236,8 +236,7 @@ impl Judge<'_> {
         let links = self.links;
         let interval_ns = self.cfg.postcards.report_interval_ns;
         let stopped = |(h, next): (Hop, u32)| {
-            let crossed = links.node_spans(next);
-            if crossed < MIN_SPANS || !links.silent_since_spans(next, interval_ns) {
+            if !links.silent_since_spans(next, interval_ns) {
                 return None;
             }
             // Each hop's report filter reports this flow at least once an interval: a node
@@ -249,17 +248,7 @@ impl Judge<'_> {
             {
                 return None;
             }
-            let a = flow.card_ttl(h.node_id)?;
-            let (b, at_b) = flow.card_past_ttl(a)?;
-            (!spans_lost_in_transit(self.cfg, self.loss, self.now, [h, b], crossed)).then_some(
-                Hidden {
-                    last: h,
-                    next: b,
-                    ttls: (a, at_b),
-                    spans: crossed,
-                    suspect: Some(next),
-                },
-            )
+            self.reached_past(flow, h, next)
         };
         match joined {
             Joined::Complete(chain) => chain
@@ -275,9 +264,10 @@ impl Judge<'_> {
         }
     }
 
-    /// Packets that went quiet at the next node but reached an INT hop further on, more than
-    /// one TTL lower, too many to be that node's lost reports: hops without INT, not a drop.
-    fn past_the_silence(&self, flow: &FlowState, (h, next, ..): Silence) -> Option<Hidden> {
+    /// Packets that crossed node `next` after hop `h` without its report and reached an INT hop
+    /// further on, more than one TTL lower, too many to be `next`'s lost reports: hops without
+    /// INT at `next` (for a flow gone quiet there, not a drop).
+    fn reached_past(&self, flow: &FlowState, h: Hop, next: u32) -> Option<Hidden> {
         let crossed = self.links.node_spans(next);
         if crossed < MIN_SPANS {
             return None;
@@ -362,28 +352,26 @@ impl Judge<'_> {
 /// `now`: one report-loss incident at the silent node, its flows those the hop before it kept
 /// reporting.
 pub(crate) fn raise_outage(raiser: &mut Raiser, now: u64, flow: (FlowKey, u64), o: &Outage) {
-    {
-        let incident = IncidentKey::new(
-            IncidentKind::ReportLoss,
-            IncidentPlace {
-                node: Some(o.node),
-                ..IncidentPlace::default()
-            },
-            Some(SILENT_NODE.into()),
-        );
-        let obs = Observation {
-            flow: Some(FlowWeight::one(flow)),
-            start_uncertainty_ns: o.window.1.saturating_sub(o.window.0),
-            ..Observation::sample(raiser.switch_time(now), now)
-        };
-        let evidence = || Evidence::SilentNode {
-            reported_by: o.before.node_id,
-            reported_at_ns: o.window.1,
-            silent_since_ns: o.window.0,
-            heard_ns: o.heard_ns,
-        };
-        raiser.observe(incident, &obs, evidence);
-    }
+    let incident = IncidentKey::new(
+        IncidentKind::ReportLoss,
+        IncidentPlace {
+            node: Some(o.node),
+            ..IncidentPlace::default()
+        },
+        Some(SILENT_NODE.into()),
+    );
+    let obs = Observation {
+        flow: Some(FlowWeight::one(flow)),
+        start_uncertainty_ns: o.window.1.saturating_sub(o.window.0),
+        ..Observation::sample(raiser.switch_time(now), now)
+    };
+    let evidence = || Evidence::SilentNode {
+        reported_by: o.before.node_id,
+        reported_at_ns: o.window.1,
+        silent_since_ns: o.window.0,
+        heard_ns: o.heard_ns,
+    };
+    raiser.observe(incident, &obs, evidence);
 }
 
 /// Raises the silent drop `d` of flow `flow` at report time `now`: one drop incident per link
