@@ -780,7 +780,8 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
             // A latency incident, or the latency of the congestion incident at the port.
             !latency_peaks(&all, 3, r2_to_h2).is_empty()
         }),
-        "no latency at r2's port {r2_to_h2}: {all}"
+        "no latency at r2's port {r2_to_h2}: {all}\nnodes (their ports' baselines): {}",
+        lab.api("/api/nodes")
     );
     let slow = latency_peaks(&all, 3, r2_to_h2);
     assert!(

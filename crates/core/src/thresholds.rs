@@ -10,7 +10,7 @@ pub struct DetectConfig {
     pub latency_factor: f64,
     /// ...and at least this much above it.
     pub latency_min_excess_ns: u64,
-    /// Samples a (node, port) needs before its baseline is trusted.
+    /// Samples a (node, port) needs before its baseline is trusted; their median starts it.
     pub latency_warmup: u32,
     /// A latency anomaly is an incident once its consecutive anomalous samples (no normal one
     /// between) span this much switch time; 0: at its first sample. A switch's hardware

@@ -87,6 +87,27 @@ fn latency_anomaly_against_the_hop_baseline() {
     }
 }
 
+/// A stray first sample (a packet held for its neighbour's address, a stalled host) does not
+/// become the baseline: the warm-up's median is, so a later 50x is still an anomaly.
+#[test]
+fn a_stray_warm_up_sample_does_not_raise_the_baseline() {
+    let mut s = state();
+    let mut t = 0;
+    for (i, lat) in [400_000_000].into_iter().chain([900; 19]).enumerate() {
+        let mut r = Rep::new(1, &[LEAF1, H(101, 2, lat, 10)], LEAF2);
+        r.seq = i as u32;
+        feed(&mut s, &r.datagram(), t);
+        t += 10 * MS;
+    }
+    assert!(events(&s, EventKind::LatencyAnomaly).is_empty());
+    let mut r = Rep::new(1, &[LEAF1, H(101, 2, 45_000, 10)], LEAF2);
+    r.seq = 20;
+    feed(&mut s, &r.datagram(), t);
+    let ev = events(&s, EventKind::LatencyAnomaly);
+    assert_eq!(ev.len(), 1, "45 µs over a 900 ns baseline");
+    assert_eq!(ev[0].evidence.to_json()["baseline"], 900.0);
+}
+
 #[test]
 fn drop_with_reason_by_name() {
     let mut s = state();

@@ -1,7 +1,10 @@
 //! The hop latency detector of one egress port: a state machine over its latency samples.
 //!
-//! The port keeps a baseline (an EWMA, 1/16 per sample) once `latency_warmup` samples have
-//! come. A sample above `latency_factor` × the baseline and at least `latency_min_excess_ns`
+//! The port's baseline is the median of its first `latency_warmup` samples (at most
+//! [`WARMUP_HELD`] of them kept), so one stray sample among them (the first packet of a flow held
+//! for its neighbour's address, a host's scheduler stall) does not make a baseline under which
+//! nothing is ever anomalous; after them it follows the normal samples (an EWMA, 1/16 per
+//! sample). A sample above `latency_factor` × the baseline and at least `latency_min_excess_ns`
 //! over it is anomalous; an anomaly does not move the baseline, so a lasting fault stays
 //! visible instead of becoming the new normal. Anomalous samples are held until the anomaly
 //! has lasted `latency_confirm_ns` of switch time (a host's scheduler stall never lasts that
@@ -20,6 +23,10 @@ use crate::thresholds::DetectConfig;
 /// few kilobytes per port while it waits, nothing otherwise.
 pub const UNCONFIRMED_SAMPLES: usize = 16;
 
+/// Warm-up samples a port keeps for the median its baseline starts from: a warm-up longer
+/// than this goes on from their median as an EWMA.
+pub const WARMUP_HELD: usize = 64;
+
 /// The latency state of one port: its baseline and the anomaly it is in, if any.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Latency {
@@ -27,6 +34,9 @@ pub(crate) struct Latency {
     baseline: f64,
     /// Samples in the baseline.
     samples: u32,
+    /// The warm-up's samples (at most [`WARMUP_HELD`]) while it lasts, then none (freed): the
+    /// baseline is their median.
+    warmup: Vec<u32>,
     /// Switch clock of the last anomalous hop latency while an anomaly lasts (the baseline is
     /// frozen until a normal sample ends it).
     anomaly: Option<u64>,
@@ -97,15 +107,37 @@ impl Latency {
         self.baseline
     }
 
+    /// Takes warm-up sample `lat`: the baseline is the median of those held, then moves from
+    /// it as an EWMA once [`WARMUP_HELD`] are.
+    fn warm(&mut self, lat: u32) {
+        let held = &mut self.warmup;
+        if held.len() < WARMUP_HELD {
+            held.push(lat);
+            let mut sorted = held.to_vec();
+            sorted.sort_unstable();
+            let mid = sorted.len() / 2;
+            self.baseline = if sorted.len() % 2 == 1 {
+                f64::from(sorted[mid])
+            } else {
+                (f64::from(sorted[mid - 1]) + f64::from(sorted[mid])) / 2.0
+            };
+        } else {
+            self.baseline += (f64::from(lat) - self.baseline) / 16.0;
+        }
+    }
+
     /// Takes sample `s`: moves the baseline or, when anomalous, raises the event and holds or
     /// hands over the sample; a normal sample ends an anomaly.
     pub(crate) fn sample(&mut self, cfg: &DetectConfig, raiser: &mut Raiser, s: Sample<'_>) {
         let (lat, clock, now) = (s.latency, s.clock, s.now);
         let baseline = self.baseline;
-        let anomalous = self.samples >= cfg.latency_warmup
+        let warming = self.samples < cfg.latency_warmup;
+        let anomalous = !warming
             && f64::from(lat) > cfg.latency_factor * baseline
             && f64::from(lat) - baseline > cfg.latency_min_excess_ns as f64;
-        if !anomalous {
+        if warming {
+            self.warm(lat);
+        } else if !anomalous {
             self.baseline = if self.samples == 0 {
                 f64::from(lat)
             } else {
@@ -113,6 +145,9 @@ impl Latency {
             };
         }
         self.samples = self.samples.saturating_add(1);
+        if self.samples >= cfg.latency_warmup {
+            self.warmup = Vec::new();
+        }
         let key = || {
             IncidentKey::new(
                 IncidentKind::Latency,
