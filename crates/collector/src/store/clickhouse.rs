@@ -40,6 +40,7 @@ use super::read::{
     StoredIncident, Totals, corrupt, flow_minutes, parse_evidence, parse_hops, parse_incident,
     parse_kind, parse_path,
 };
+use super::schema::{self, Backend};
 use super::spool::{Spool, SpoolStats};
 use super::{
     DEFAULT_QUERY_TIMEOUT, HistoryQuery, MAX_HISTORY_LIMIT, RowSink, Store, StoreError,
@@ -240,71 +241,6 @@ pub fn flow_hash(f: &FlowRef) -> u64 {
 /// A day partition of report time in nanoseconds (UTC day, `YYYYMMDD`).
 const DAY: &str = "toYYYYMMDD(toDateTime(intDiv({t}, 1000000000), 'UTC'))";
 
-/// The tables: name, columns, engine clause (with `{t}` the partition's time column).
-const TABLES: [(&str, &str, &str, &str); 8] = [
-    (
-        "flows",
-        "source String, run UInt64, live_id UInt64, flow_hash UInt64, src String, dst String, \
-         proto UInt8, src_port UInt16, dst_port UInt16, first_seen_ns UInt64, last_seen_ns UInt64, \
-         reports UInt64, drops UInt64, last_drop_reason Nullable(UInt8), path String, \
-         path_changes UInt64, e2e_p50 Nullable(UInt64), e2e_p99 Nullable(UInt64)",
-        "ReplacingMergeTree(last_seen_ns)",
-        "last_seen_ns|flow_hash, source, run, live_id",
-    ),
-    (
-        "flow_stats",
-        "time_ns UInt64, flow_hash UInt64, src String, dst String, proto UInt8, src_port UInt16, \
-         dst_port UInt16, samples UInt64, e2e_avg Nullable(UInt64), e2e_max Nullable(UInt64), \
-         hop_latency_max String, queue_occupancy_max String",
-        "MergeTree",
-        "time_ns|flow_hash, time_ns",
-    ),
-    (
-        "queue_stats",
-        "time_ns UInt64, source String, node_id UInt32, port UInt32, queue_id UInt8, \
-         samples UInt64, avg_occupancy Float64, max_occupancy UInt64",
-        "MergeTree",
-        "time_ns|time_ns, node_id, port, queue_id",
-    ),
-    (
-        "port_stats",
-        "time_ns UInt64, source String, node_id UInt32, port UInt32, samples UInt64, \
-         avg_hop_latency Float64, max_hop_latency UInt64, drops UInt64",
-        "MergeTree",
-        "time_ns|time_ns, node_id, port",
-    ),
-    (
-        "events",
-        "source String, id UInt64, time_ns UInt64, kind String, node_id Nullable(UInt32), \
-         port Nullable(UInt32), queue_id Nullable(UInt8), flow_id Nullable(UInt64), \
-         src Nullable(String), dst Nullable(String), proto Nullable(UInt8), \
-         src_port Nullable(UInt16), dst_port Nullable(UInt16), evidence String, \
-         received_ns UInt64, incident_id Nullable(UInt64)",
-        "MergeTree",
-        "time_ns|time_ns, source, id",
-    ),
-    (
-        "incidents",
-        "source String, id UInt64, version UInt64, kind String, node_id Nullable(UInt32), \
-         start_ns UInt64, last_update_ns UInt64, end_ns Nullable(UInt64), body String, \
-         received_ns UInt64",
-        "ReplacingMergeTree(version)",
-        "start_ns|source, id",
-    ),
-    (
-        "raw_reports",
-        "source String, time_ns UInt64, from_addr String, datagram String",
-        "MergeTree",
-        "time_ns|time_ns",
-    ),
-    (
-        "totals",
-        "source String, run UInt64, name String, value UInt64, version UInt64",
-        "ReplacingMergeTree(version)",
-        "version|name, source, run",
-    ),
-];
-
 /// The newest version of each flow life (`flows`' rows, one per life once parts merge), which the
 /// flow list and a flow's summary read: `flows` is partitioned by day and keeps a version per
 /// flush a flow changed in, so a page's flows (scattered over the hash order) would touch most of
@@ -330,14 +266,6 @@ const EVENTS_DAYS: &str = "events_days";
 const EVENTS_DAYS_SELECT: &str = "SELECT toUInt32(toYYYYMMDD(toDateTime(intDiv(time_ns, 1000000000), 'UTC'))) AS day, \
      ifNull(node_id, toUInt32(0)) AS node, kind, minState(time_ns) AS oldest, maxState(time_ns) AS newest \
      FROM {src} GROUP BY day, node, kind";
-
-/// The column names of a [`TABLES`] column list (`name Type, ...`; no type has a comma).
-fn column_names(cols: &str) -> String {
-    cols.split(',')
-        .filter_map(|c| c.split_whitespace().next())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// Per-minute rollups: name, source table, key columns, aggregate columns (read them with the
 /// `-Merge` combinators, e.g. `sumMerge(samples_total)`; aliases differ from the source
@@ -523,18 +451,23 @@ impl TableRows {
         }
     }
 
+    /// The table's declaration ([`schema`]); the local table is `<name>_local` in a cluster.
+    fn declared(&self) -> &'static schema::Table {
+        match self {
+            TableRows::Flows(_) => &schema::FLOWS,
+            TableRows::FlowStats(_) => &schema::FLOW_STATS,
+            TableRows::Queues(_) => &schema::QUEUE_STATS,
+            TableRows::Ports(_) => &schema::PORT_STATS,
+            TableRows::Events(_) => &schema::EVENTS,
+            TableRows::Incidents(_) => &schema::INCIDENTS,
+            TableRows::Raw(_) => &schema::RAW_REPORTS,
+            TableRows::Totals(_) => &schema::TOTALS,
+        }
+    }
+
     /// The table's name (the local one is `<name>_local` in a cluster).
     fn table(&self) -> &'static str {
-        match self {
-            TableRows::Flows(_) => "flows",
-            TableRows::FlowStats(_) => "flow_stats",
-            TableRows::Queues(_) => "queue_stats",
-            TableRows::Ports(_) => "port_stats",
-            TableRows::Events(_) => "events",
-            TableRows::Incidents(_) => "incidents",
-            TableRows::Raw(_) => "raw_reports",
-            TableRows::Totals(_) => "totals",
-        }
+        self.declared().name
     }
 
     /// Inserts the rows into `table` through `client` (the crate names the columns, so the
@@ -702,24 +635,13 @@ struct One {
 
 /// The schema version this build writes. Version 1 is the first release's schema (tables as
 /// created by `CREATE ... IF NOT EXISTS` alone, with no version table); each later version
-/// adds columns (`MIGRATIONS`) or, in version 4, the views `flows_latest` and `events_days`;
+/// adds the columns `schema` declares with it or, in version 4, the views `flows_latest` and `events_days`;
 /// applied by [`ClickHouseStore::open`].
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// The version that added [`FLOWS_LATEST`] and [`EVENTS_DAYS`]: a store migrated from before it
 /// has the views filled from the flows and events stored so far.
 const VIEWS_SINCE: u32 = 4;
-
-/// Columns each schema version added: (version, table, column and type). Applied at open to
-/// every server's local table (and its Distributed table) that lacks them.
-const MIGRATIONS: [(u32, &str, &str); 3] = [
-    // The time the collector stored the row (its clock, not the switch's): retention and
-    // "what arrived lately" go by it.
-    (2, "events", "received_ns UInt64"),
-    (2, "incidents", "received_ns UInt64"),
-    // The incident the event belongs to (`Event::incident_id`), as it was when stored.
-    (3, "events", "incident_id Nullable(UInt64)"),
-];
 
 /// How long opening the store waits for a first server to take the schema.
 const START_WAIT: Duration = Duration::from_secs(20);
@@ -1061,32 +983,25 @@ fn schema_ddl(config: &ClickHouseConfig) -> Vec<String> {
     let db = &config.database;
     let replicated = config.replicated();
     let mut ddl = Vec::new();
-    for (name, cols, eng, keys) in TABLES {
-        let (time, order) = keys.split_once('|').unwrap_or(("time_ns", keys));
-        let part = DAY.replace("{t}", time);
+    for t in schema::TABLES {
+        let Some(ch) = &t.clickhouse else { continue };
+        let name = t.name;
+        let part = DAY.replace("{t}", ch.partition_time);
         let local = local_of(config, name);
-        // Flow summaries and incidents are read a page of keys at a time: a finer index reads
-        // fewer rows around each key than the default 8192.
-        let granularity = match name {
-            "flows" | "incidents" => 1024,
-            _ => 8192,
-        };
         ddl.push(format!(
-            "CREATE TABLE IF NOT EXISTS {db}.{local} ({cols}) ENGINE = {} \
-             PARTITION BY {part} ORDER BY ({order}) \
-             SETTINGS index_granularity = {granularity}",
-            engine(eng, db, &local, replicated)
+            "CREATE TABLE IF NOT EXISTS {db}.{local} ({}) ENGINE = {} \
+             PARTITION BY {part} ORDER BY ({}) \
+             SETTINGS index_granularity = {}",
+            t.clickhouse_columns(),
+            engine(ch.engine, db, &local, replicated),
+            ch.order_by,
+            ch.granularity
         ));
         if let Some(c) = &config.cluster {
-            let key = match name {
-                "flows" | "flow_stats" => "flow_hash",
-                "queue_stats" | "port_stats" => "node_id",
-                "incidents" | "events" => "id",
-                _ => "rand()",
-            };
             ddl.push(format!(
                 "CREATE TABLE IF NOT EXISTS {db}.{name} AS {db}.{local} \
-                 ENGINE = Distributed({c}, {db}, {local}, {key})"
+                 ENGINE = Distributed({c}, {db}, {local}, {})",
+                ch.shard_key
             ));
         }
     }
@@ -1124,7 +1039,7 @@ fn schema_ddl(config: &ClickHouseConfig) -> Vec<String> {
          SETTINGS index_granularity = {FLOWS_LATEST_GRANULARITY} \
          AS SELECT {} FROM {db}.{}",
         engine("ReplacingMergeTree(last_seen_ns)", db, &inner, replicated),
-        column_names(TABLES[0].1),
+        schema::FLOWS.names(Backend::ClickHouse),
         local_of(config, "flows"),
     ));
     if let Some(c) = &config.cluster {
@@ -1151,7 +1066,7 @@ fn schema_ddl(config: &ClickHouseConfig) -> Vec<String> {
 }
 
 /// Creates the database, tables and rollups where missing on one server and migrates an older
-/// schema there ([`MIGRATIONS`]).
+/// schema there (the columns `schema` declares newer than its version).
 async fn apply_schema(
     config: &ClickHouseConfig,
     url: &str,
@@ -1231,7 +1146,7 @@ async fn schema_version(
     Ok(u32::from(tables > 0))
 }
 
-/// Applies [`MIGRATIONS`] newer than `from` on one server, fills [`FLOWS_LATEST`] and
+/// Adds the declared columns newer than `from` on one server, fills [`FLOWS_LATEST`] and
 /// [`EVENTS_DAYS`] when `from` predates them, and records [`SCHEMA_VERSION`].
 /// Each step checks the column first, so a step a replicated ALTER already brought (from
 /// another replica) or a run killed halfway is not an error.
@@ -1245,17 +1160,16 @@ async fn migrate(
     }
     let db = &config.database;
     let mut tables = vec![];
-    for (v, table, column) in MIGRATIONS {
-        if v <= from {
+    for m in schema::migrations(Backend::ClickHouse) {
+        if m.since <= from {
             continue;
         }
-        tables.push((local_of(config, table), column));
+        tables.push((local_of(config, m.table), m.column, m.declared.clone()));
         if config.cluster.is_some() {
-            tables.push((table.to_string(), column));
+            tables.push((m.table.to_string(), m.column, m.declared));
         }
     }
-    for (table, column) in &tables {
-        let name = column.split(' ').next().unwrap_or(column);
+    for (table, name, column) in &tables {
         let has = c
             .query(&format!(
                 "SELECT count() AS value FROM system.columns \
@@ -1286,7 +1200,7 @@ async fn migrate(
         let latest = local_of(config, FLOWS_LATEST);
         c.query(&format!(
             "INSERT INTO {db}.`.inner.{latest}` SELECT {} FROM {db}.{}",
-            column_names(TABLES[0].1),
+            schema::FLOWS.names(Backend::ClickHouse),
             local_of(config, "flows")
         ))
         .execute()
@@ -1896,10 +1810,10 @@ impl Store for ClickHouseStore {
         let db = self.io.config.database.clone();
         let day = (before_ns / 1_000_000_000 / 86_400) as i64;
         let before_day = civil_yyyymmdd(day);
-        let tables: Vec<String> = TABLES
+        let tables: Vec<String> = schema::TABLES
             .iter()
-            .map(|t| t.0)
-            .map(|t| self.local(t))
+            .filter(|t| t.clickhouse.is_some())
+            .map(|t| self.local(t.name))
             // A rollup's rows are in its view's inner table.
             .chain(
                 ROLLUPS
@@ -2702,6 +2616,32 @@ fn civil_yyyymmdd(days: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each row type inserts the columns its table declares, in their order: a field added
+    /// to one and not the other fails here, not at a server.
+    #[test]
+    fn row_types_are_their_tables_declared_columns() {
+        fn names(t: &schema::Table) -> Vec<&'static str> {
+            t.columns(Backend::ClickHouse).map(|c| c.name).collect()
+        }
+        let rows: [(&[&str], TableRows); 8] = [
+            (FlowIns::COLUMN_NAMES, TableRows::Flows(vec![])),
+            (FlowStatIns::COLUMN_NAMES, TableRows::FlowStats(vec![])),
+            (QueueIns::COLUMN_NAMES, TableRows::Queues(vec![])),
+            (PortIns::COLUMN_NAMES, TableRows::Ports(vec![])),
+            (EventIns::COLUMN_NAMES, TableRows::Events(vec![])),
+            (IncidentIns::COLUMN_NAMES, TableRows::Incidents(vec![])),
+            (RawIns::COLUMN_NAMES, TableRows::Raw(vec![])),
+            (TotalIns::COLUMN_NAMES, TableRows::Totals(vec![])),
+        ];
+        for (fields, rows) in &rows {
+            assert_eq!(*fields, names(rows.declared()), "{}", rows.table());
+        }
+        let written: Vec<_> = rows.iter().map(|(_, r)| r.table()).collect();
+        for t in schema::TABLES.iter().filter(|t| t.clickhouse.is_some()) {
+            assert!(written.contains(&t.name), "no row type writes {}", t.name);
+        }
+    }
 
     #[test]
     fn windows_back_stop_at_the_oldest_stored_day() {

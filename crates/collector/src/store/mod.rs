@@ -37,6 +37,7 @@ use intscope_core::{Batch, FlowRef, RowSink, State};
 pub mod clickhouse;
 pub mod priority;
 pub mod read;
+mod schema;
 pub mod spool;
 mod sqlite;
 

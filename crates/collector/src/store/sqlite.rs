@@ -5,7 +5,7 @@
 
 use crate::view::FlowSummary;
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::read::{
@@ -13,12 +13,13 @@ use super::read::{
     StoredIncident, Totals, flow_minutes, parse_evidence, parse_hops, parse_incident, parse_kind,
     parse_path,
 };
+use super::schema::{self, Backend};
 use super::{
     DEFAULT_QUERY_TIMEOUT, HistoryQuery, MAX_HISTORY_LIMIT, READER_CACHE_KIB, READERS, RowSink,
     Store, StoreError, WRITER_CACHE_KIB, i, incident_version, lock, new_run_id, per_hop_json,
 };
 use intscope_core::{Batch, FlowRef};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, named_params, params};
 
 impl StoreError {
     fn from_sqlite(e: rusqlite::Error) -> Self {
@@ -33,54 +34,9 @@ impl StoreError {
     }
 }
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS events(
-  id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, kind TEXT NOT NULL,
-  node_id INTEGER, port INTEGER, queue_id INTEGER, flow_id INTEGER,
-  src TEXT, dst TEXT, proto INTEGER, src_port INTEGER, dst_port INTEGER,
-  evidence TEXT NOT NULL, received_ns INTEGER, incident_id INTEGER);
-CREATE INDEX IF NOT EXISTS events_time ON events(time_ns);
-CREATE INDEX IF NOT EXISTS events_node ON events(node_id, time_ns);
-CREATE TABLE IF NOT EXISTS flows(
-  src TEXT NOT NULL, dst TEXT NOT NULL, proto INTEGER NOT NULL, src_port INTEGER NOT NULL, dst_port INTEGER NOT NULL,
-  first_seen_ns INTEGER NOT NULL, last_seen_ns INTEGER NOT NULL, reports INTEGER NOT NULL, drops INTEGER NOT NULL,
-  last_drop_reason INTEGER, path TEXT NOT NULL, path_changes INTEGER NOT NULL, e2e_p50 INTEGER, e2e_p99 INTEGER,
-  PRIMARY KEY(src, dst, proto, src_port, dst_port));
-CREATE INDEX IF NOT EXISTS flows_last_seen ON flows(last_seen_ns);
-CREATE TABLE IF NOT EXISTS flow_stats(
-  time_ns INTEGER NOT NULL, flow INTEGER NOT NULL, samples INTEGER NOT NULL,
-  e2e_avg INTEGER, e2e_max INTEGER, hop_latency_max TEXT NOT NULL, queue_occupancy_max TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS flow_stats_flow ON flow_stats(flow, time_ns);
-CREATE TABLE IF NOT EXISTS queue_stats(
-  time_ns INTEGER NOT NULL, node_id INTEGER NOT NULL, port INTEGER NOT NULL, queue_id INTEGER NOT NULL,
-  samples INTEGER NOT NULL, avg_occupancy REAL NOT NULL, max_occupancy INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS queue_stats_time ON queue_stats(time_ns);
-CREATE INDEX IF NOT EXISTS queue_stats_node ON queue_stats(node_id, time_ns);
-CREATE TABLE IF NOT EXISTS queue_stats_1m(
-  minute_ns INTEGER NOT NULL, node_id INTEGER NOT NULL, port INTEGER NOT NULL, queue_id INTEGER NOT NULL,
-  samples INTEGER NOT NULL, occupancy_sum REAL NOT NULL, max_occupancy INTEGER NOT NULL);
-CREATE UNIQUE INDEX IF NOT EXISTS queue_stats_1m_key ON queue_stats_1m(minute_ns, node_id, port, queue_id);
-CREATE INDEX IF NOT EXISTS queue_stats_1m_time ON queue_stats_1m(minute_ns);
-CREATE INDEX IF NOT EXISTS queue_stats_1m_node ON queue_stats_1m(node_id, minute_ns);
-CREATE TABLE IF NOT EXISTS port_stats(
-  time_ns INTEGER NOT NULL, node_id INTEGER NOT NULL, port INTEGER NOT NULL,
-  samples INTEGER NOT NULL, avg_hop_latency REAL NOT NULL, max_hop_latency INTEGER NOT NULL, drops INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS port_stats_time ON port_stats(time_ns);
-CREATE TABLE IF NOT EXISTS raw_reports(
-  id INTEGER PRIMARY KEY AUTOINCREMENT, time_ns INTEGER NOT NULL, source TEXT NOT NULL, datagram BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS incidents(
-  id INTEGER PRIMARY KEY, version INTEGER NOT NULL, kind TEXT NOT NULL, node_id INTEGER,
-  start_ns INTEGER NOT NULL, last_update_ns INTEGER NOT NULL, end_ns INTEGER, body TEXT NOT NULL,
-  received_ns INTEGER);
-CREATE INDEX IF NOT EXISTS incidents_start ON incidents(start_ns);
-CREATE INDEX IF NOT EXISTS incidents_node ON incidents(node_id, start_ns);
-CREATE TABLE IF NOT EXISTS totals(
-  name TEXT PRIMARY KEY, value INTEGER NOT NULL, run INTEGER NOT NULL, run_value INTEGER NOT NULL);
-";
-
 /// The schema version this build writes, recorded in the `schema_version` table. Version 1 is
-/// the first release's schema (no version table); each later version adds what
-/// [`MIGRATIONS`] lists for it, applied at open.
+/// the first release's schema (no version table); each later version adds the columns
+/// `schema` declares with it, applied at open.
 pub const SCHEMA_VERSION: i64 = 4;
 
 /// Version 4 added the queues' per-minute rollup (`queue_stats_1m`), filled from the stored
@@ -94,18 +50,8 @@ INSERT INTO queue_stats_1m(minute_ns, node_id, port, queue_id, samples, occupanc
          sum(avg_occupancy * samples), max(max_occupancy)
   FROM queue_stats GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4";
 
-/// Columns each schema version added: (version, table, column and type).
-const MIGRATIONS: [(i64, &str, &str); 3] = [
-    // The collector's receive time of the report that raised the event or last updated the
-    // incident (its own clock, where `time_ns` may be the switch's).
-    (2, "events", "received_ns INTEGER"),
-    (2, "incidents", "received_ns INTEGER"),
-    // The incident the event belongs to (`Event::incident_id`), as it was when stored.
-    (3, "events", "incident_id INTEGER"),
-];
-
 /// Brings the schema of `conn`'s file to [`SCHEMA_VERSION`]: creates what is missing, adds the
-/// columns of [`MIGRATIONS`] newer than the file's version, records the version; one
+/// declared columns newer than the file's version (and those with a default it lacks), records the version; one
 /// transaction, so a kill halfway leaves the file as it was. A file of a newer version is
 /// refused (this build would misread it).
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
@@ -127,29 +73,23 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         )));
     }
     // Tables and indexes missing (a new file gets the newest columns here).
-    tx.execute_batch(SCHEMA)?;
+    tx.execute_batch(&schema::sqlite_schema())?;
     if existed && version < ROLLUP_VERSION {
         tx.execute_batch(QUEUE_ROLLUP_FILL)?;
     }
-    for (v, table, column) in MIGRATIONS {
-        let name = column.split(' ').next().unwrap_or(column);
+    for m in schema::migrations(Backend::Sqlite) {
         let has: bool = tx.query_row(
-            &format!("SELECT count(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"),
-            [name],
+            &format!(
+                "SELECT count(*) > 0 FROM pragma_table_info('{}') WHERE name = ?1",
+                m.table
+            ),
+            [m.column],
             |r| r.get(0),
         )?;
-        if v > version && !has {
-            tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column}"))?;
-        }
-    }
-    let have: Vec<String> = tx
-        .prepare("SELECT name FROM pragma_table_info('flows')")?
-        .query_map([], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    for col in FLOW_RUN_COLUMNS {
-        if !have.iter().any(|h| h == col) {
+        if !has && (m.always || i64::from(m.since) > version) {
             tx.execute_batch(&format!(
-                "ALTER TABLE flows ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0"
+                "ALTER TABLE {} ADD COLUMN {}",
+                m.table, m.declared
             ))?;
         }
     }
@@ -163,16 +103,75 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Columns the `flows` table gained after its first release (added to older files at open):
-/// which in-memory life of the flow (`run`, `live_id`) last wrote it, and that life's counts as
-/// written, so the next write adds only what is new.
-const FLOW_RUN_COLUMNS: [&str; 5] = [
-    "run",
-    "live_id",
-    "run_reports",
-    "run_drops",
-    "run_path_changes",
-];
+/// The `INSERT` statements of a flush, from the tables' declarations ([`schema`]), with each
+/// upsert's conflict rule.
+struct Inserts {
+    events: String,
+    flows: String,
+    flow_stats: String,
+    queue_stats: String,
+    queue_stats_1m: String,
+    port_stats: String,
+    raw_reports: String,
+    incidents: String,
+    totals: String,
+}
+
+static INSERT: LazyLock<Inserts> = LazyLock::new(|| {
+    Inserts {
+    // An event replayed (a restart's flush of what was already stored) replaces itself.
+    events: format!("INSERT OR REPLACE INTO {}", schema::EVENTS.sqlite_into()),
+    // A flow's counters in memory count from the start of its in-memory life (this run, since
+    // it was last idle): the stored sums get what is new since this life's last write, and a
+    // new life (restart, or the flow came back) adds all of its own.
+    flows: format!(
+        "INSERT INTO {}
+         ON CONFLICT(src,dst,proto,src_port,dst_port) DO UPDATE SET
+           first_seen_ns=min(first_seen_ns, excluded.first_seen_ns),
+           last_seen_ns=max(last_seen_ns, excluded.last_seen_ns),
+           reports=reports + excluded.reports - CASE WHEN run=excluded.run AND live_id=excluded.live_id THEN run_reports ELSE 0 END,
+           drops=drops + excluded.drops - CASE WHEN run=excluded.run AND live_id=excluded.live_id THEN run_drops ELSE 0 END,
+           path_changes=path_changes + excluded.path_changes - CASE WHEN run=excluded.run AND live_id=excluded.live_id THEN run_path_changes ELSE 0 END,
+           last_drop_reason=coalesce(excluded.last_drop_reason, last_drop_reason), path=excluded.path,
+           e2e_p50=excluded.e2e_p50, e2e_p99=excluded.e2e_p99,
+           run=excluded.run, live_id=excluded.live_id, run_reports=excluded.run_reports,
+           run_drops=excluded.run_drops, run_path_changes=excluded.run_path_changes
+         RETURNING rowid",
+        schema::FLOWS.sqlite_into()
+    ),
+    flow_stats: format!("INSERT INTO {}", schema::FLOW_STATS.sqlite_into()),
+    queue_stats: format!("INSERT INTO {}", schema::QUEUE_STATS.sqlite_into()),
+    // Each queue interval is added to its minute's rollup too (long ranges read that).
+    queue_stats_1m: format!(
+        "INSERT INTO {}
+         ON CONFLICT(minute_ns,node_id,port,queue_id) DO UPDATE SET
+           samples=samples+excluded.samples, occupancy_sum=occupancy_sum+excluded.occupancy_sum,
+           max_occupancy=max(max_occupancy, excluded.max_occupancy)",
+        schema::QUEUE_STATS_1M.sqlite_into()
+    ),
+    port_stats: format!("INSERT INTO {}", schema::PORT_STATS.sqlite_into()),
+    raw_reports: format!("INSERT INTO {}", schema::RAW_REPORTS.sqlite_into()),
+    // Every version of an incident replaces the stored one unless that one is newer (parts of
+    // a flush, or a replay, may carry an older version after a newer one).
+    incidents: format!(
+        "INSERT INTO {}
+         ON CONFLICT(id) DO UPDATE SET version=excluded.version, kind=excluded.kind,
+           node_id=excluded.node_id, start_ns=excluded.start_ns,
+           last_update_ns=excluded.last_update_ns, end_ns=excluded.end_ns, body=excluded.body,
+           received_ns=excluded.received_ns
+         WHERE excluded.version >= incidents.version",
+        schema::INCIDENTS.sqlite_into()
+    ),
+    // The collector's counters the same way as the flows', one life per run.
+    totals: format!(
+        "INSERT INTO {}
+         ON CONFLICT(name) DO UPDATE SET
+           value=value + excluded.run_value - CASE WHEN run=excluded.run THEN run_value ELSE 0 END,
+           run=excluded.run, run_value=excluded.run_value",
+        schema::TOTALS.sqlite_into()
+    ),
+}
+});
 
 /// Reader connections: taken one per query, waited for within the query's deadline.
 #[derive(Debug, Default)]
@@ -189,7 +188,7 @@ pub struct SqliteStore {
     _lock: Option<std::fs::File>,
     conn: Mutex<Connection>,
     readers: Readers,
-    /// This run's ID (see [`FLOW_RUN_COLUMNS`]).
+    /// This run's ID: which run's life of a flow last wrote its row (`flows.run`).
     run: i64,
     /// Where the database file is.
     pub path: PathBuf,
@@ -339,171 +338,133 @@ impl SqliteStore {
         // Rows raised before receive times were kept get the time they were stored.
         let received_ns = crate::clock::now_ns();
         {
-            let mut ev = tx.prepare_cached(
-                "INSERT OR REPLACE INTO events(id,time_ns,kind,node_id,port,queue_id,flow_id,src,dst,proto,src_port,dst_port,evidence,received_ns,incident_id)
-                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
-            )?;
+            let mut ev = tx.prepare_cached(&INSERT.events)?;
             for e in &b.events {
                 let f = e.flow.as_ref().map(FlowRef::from);
                 let f = f.as_ref();
-                ev.execute(params![
-                    i(e.id),
-                    i(e.time_ns),
-                    e.kind.label(),
-                    e.node_id,
-                    e.port,
-                    e.queue_id,
-                    e.flow_id.map(i),
-                    f.map(|f| &f.src),
-                    f.map(|f| &f.dst),
-                    f.map(|f| f.proto),
-                    f.map(|f| f.src_port),
-                    f.map(|f| f.dst_port),
-                    e.evidence.to_json().to_string(),
-                    i(e.received_ns.unwrap_or(received_ns)),
-                    e.incident_id.map(i)
-                ])?;
+                ev.execute(named_params! {
+                    ":id": i(e.id),
+                    ":time_ns": i(e.time_ns),
+                    ":kind": e.kind.label(),
+                    ":node_id": e.node_id,
+                    ":port": e.port,
+                    ":queue_id": e.queue_id,
+                    ":flow_id": e.flow_id.map(i),
+                    ":src": f.map(|f| &f.src),
+                    ":dst": f.map(|f| &f.dst),
+                    ":proto": f.map(|f| f.proto),
+                    ":src_port": f.map(|f| f.src_port),
+                    ":dst_port": f.map(|f| f.dst_port),
+                    ":evidence": e.evidence.to_json().to_string(),
+                    ":received_ns": i(e.received_ns.unwrap_or(received_ns)),
+                    ":incident_id": e.incident_id.map(i),
+                })?;
             }
-            // A flow's counters in memory count from the start of its in-memory life (this
-            // run, since it was last idle): the stored sums get what is new since this life's
-            // last write, and a new life (restart, or the flow came back) adds all of its own.
-            let mut fl = tx.prepare_cached(
-                "INSERT INTO flows(src,dst,proto,src_port,dst_port,first_seen_ns,last_seen_ns,reports,drops,last_drop_reason,path,path_changes,e2e_p50,e2e_p99,
-                                   run,live_id,run_reports,run_drops,run_path_changes)
-                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?8,?9,?12)
-                 ON CONFLICT(src,dst,proto,src_port,dst_port) DO UPDATE SET
-                   first_seen_ns=min(first_seen_ns, excluded.first_seen_ns),
-                   last_seen_ns=max(last_seen_ns, excluded.last_seen_ns),
-                   reports=reports + excluded.reports - CASE WHEN run=excluded.run AND live_id=excluded.live_id THEN run_reports ELSE 0 END,
-                   drops=drops + excluded.drops - CASE WHEN run=excluded.run AND live_id=excluded.live_id THEN run_drops ELSE 0 END,
-                   path_changes=path_changes + excluded.path_changes - CASE WHEN run=excluded.run AND live_id=excluded.live_id THEN run_path_changes ELSE 0 END,
-                   last_drop_reason=coalesce(excluded.last_drop_reason, last_drop_reason), path=excluded.path,
-                   e2e_p50=excluded.e2e_p50, e2e_p99=excluded.e2e_p99,
-                   run=excluded.run, live_id=excluded.live_id, run_reports=excluded.run_reports,
-                   run_drops=excluded.run_drops, run_path_changes=excluded.run_path_changes
-                 RETURNING rowid",
-            )?;
-            let mut fs =
-                tx.prepare_cached("INSERT INTO flow_stats VALUES(?1,?2,?3,?4,?5,?6,?7)")?;
+            let mut fl = tx.prepare_cached(&INSERT.flows)?;
+            let mut fs = tx.prepare_cached(&INSERT.flow_stats)?;
             for f in &b.flows {
                 let flow = FlowRef::from(&f.key);
                 let rowid: i64 = fl.query_row(
-                    params![
-                        flow.src,
-                        flow.dst,
-                        flow.proto,
-                        flow.src_port,
-                        flow.dst_port,
-                        i(f.first_seen_ns),
-                        i(f.last_seen_ns),
-                        i(f.reports),
-                        i(f.drops),
-                        f.last_drop_reason,
-                        serde_json::to_string(&*f.path).unwrap_or_default(),
-                        i(f.path_changes),
-                        f.e2e_p50.map(i),
-                        f.e2e_p99.map(i),
-                        self.run,
-                        i(f.live_id)
-                    ],
+                    named_params! {
+                        ":run": self.run,
+                        ":live_id": i(f.live_id),
+                        ":src": flow.src,
+                        ":dst": flow.dst,
+                        ":proto": flow.proto,
+                        ":src_port": flow.src_port,
+                        ":dst_port": flow.dst_port,
+                        ":first_seen_ns": i(f.first_seen_ns),
+                        ":last_seen_ns": i(f.last_seen_ns),
+                        ":reports": i(f.reports),
+                        ":drops": i(f.drops),
+                        ":last_drop_reason": f.last_drop_reason,
+                        ":path": serde_json::to_string(&*f.path).unwrap_or_default(),
+                        ":path_changes": i(f.path_changes),
+                        ":e2e_p50": f.e2e_p50.map(i),
+                        ":e2e_p99": f.e2e_p99.map(i),
+                        ":run_reports": i(f.reports),
+                        ":run_drops": i(f.drops),
+                        ":run_path_changes": i(f.path_changes),
+                    },
                     |r| r.get(0),
                 )?;
                 if let Some(v) = &f.interval {
-                    fs.execute(params![
-                        i(b.time_ns),
-                        rowid,
-                        v.samples,
-                        v.e2e_avg().map(i),
-                        v.e2e_max(),
-                        per_hop_json(&v.hop_latency_max()),
-                        per_hop_json(&v.queue_occupancy_max())
-                    ])?;
+                    fs.execute(named_params! {
+                        ":time_ns": i(b.time_ns),
+                        ":flow": rowid,
+                        ":samples": v.samples,
+                        ":e2e_avg": v.e2e_avg().map(i),
+                        ":e2e_max": v.e2e_max(),
+                        ":hop_latency_max": per_hop_json(&v.hop_latency_max()),
+                        ":queue_occupancy_max": per_hop_json(&v.queue_occupancy_max()),
+                    })?;
                 }
             }
-            let mut q =
-                tx.prepare_cached("INSERT INTO queue_stats VALUES(?1,?2,?3,?4,?5,?6,?7)")?;
-            // Each interval is added to its minute's rollup too (long ranges read that).
-            let mut m = tx.prepare_cached(
-                "INSERT INTO queue_stats_1m(minute_ns,node_id,port,queue_id,samples,occupancy_sum,max_occupancy)
-                 VALUES(?1,?2,?3,?4,?5,?6,?7)
-                 ON CONFLICT(minute_ns,node_id,port,queue_id) DO UPDATE SET
-                   samples=samples+excluded.samples, occupancy_sum=occupancy_sum+excluded.occupancy_sum,
-                   max_occupancy=max(max_occupancy, excluded.max_occupancy)",
-            )?;
+            let mut q = tx.prepare_cached(&INSERT.queue_stats)?;
+            let mut m = tx.prepare_cached(&INSERT.queue_stats_1m)?;
             let minute = b.time_ns - b.time_ns % MINUTE_NS;
             for a in &b.queues {
-                q.execute(params![
-                    i(b.time_ns),
-                    a.node_id,
-                    a.port,
-                    a.queue_id.unwrap_or(0),
-                    i(a.samples),
-                    a.avg,
-                    i(a.max)
-                ])?;
-                m.execute(params![
-                    i(minute),
-                    a.node_id,
-                    a.port,
-                    a.queue_id.unwrap_or(0),
-                    i(a.samples),
-                    a.avg * a.samples as f64,
-                    i(a.max)
-                ])?;
+                q.execute(named_params! {
+                    ":time_ns": i(b.time_ns),
+                    ":node_id": a.node_id,
+                    ":port": a.port,
+                    ":queue_id": a.queue_id.unwrap_or(0),
+                    ":samples": i(a.samples),
+                    ":avg_occupancy": a.avg,
+                    ":max_occupancy": i(a.max),
+                })?;
+                m.execute(named_params! {
+                    ":minute_ns": i(minute),
+                    ":node_id": a.node_id,
+                    ":port": a.port,
+                    ":queue_id": a.queue_id.unwrap_or(0),
+                    ":samples": i(a.samples),
+                    ":occupancy_sum": a.avg * a.samples as f64,
+                    ":max_occupancy": i(a.max),
+                })?;
             }
-            let mut p = tx.prepare_cached("INSERT INTO port_stats VALUES(?1,?2,?3,?4,?5,?6,?7)")?;
+            let mut p = tx.prepare_cached(&INSERT.port_stats)?;
             for a in &b.ports {
-                p.execute(params![
-                    i(b.time_ns),
-                    a.node_id,
-                    a.port,
-                    i(a.samples),
-                    a.avg,
-                    i(a.max),
-                    i(a.drops)
-                ])?;
+                p.execute(named_params! {
+                    ":time_ns": i(b.time_ns),
+                    ":node_id": a.node_id,
+                    ":port": a.port,
+                    ":samples": i(a.samples),
+                    ":avg_hop_latency": a.avg,
+                    ":max_hop_latency": i(a.max),
+                    ":drops": i(a.drops),
+                })?;
             }
-            let mut r = tx.prepare_cached(
-                "INSERT INTO raw_reports(time_ns,source,datagram) VALUES(?1,?2,?3)",
-            )?;
+            let mut r = tx.prepare_cached(&INSERT.raw_reports)?;
             for (t, src, d) in &b.raw {
-                r.execute(params![i(*t), src.to_string(), d])?;
+                r.execute(named_params! {
+                    ":time_ns": i(*t),
+                    ":source": src.to_string(),
+                    ":datagram": d,
+                })?;
             }
-            // Every version of an incident replaces the stored one unless that one is newer
-            // (parts of a flush, or a replay, may carry an older version after a newer one).
-            let mut inc = tx.prepare_cached(
-                "INSERT INTO incidents(id,version,kind,node_id,start_ns,last_update_ns,end_ns,body,received_ns)
-                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)
-                 ON CONFLICT(id) DO UPDATE SET version=excluded.version, kind=excluded.kind,
-                   node_id=excluded.node_id, start_ns=excluded.start_ns,
-                   last_update_ns=excluded.last_update_ns, end_ns=excluded.end_ns, body=excluded.body,
-                   received_ns=excluded.received_ns
-                 WHERE excluded.version >= incidents.version",
-            )?;
+            let mut inc = tx.prepare_cached(&INSERT.incidents)?;
             for n in &b.incidents {
-                inc.execute(params![
-                    i(n.id),
-                    i(incident_version(n)),
-                    n.kind.label(),
-                    n.place.node,
-                    i(n.start_ns),
-                    i(n.last_update_ns),
-                    n.end_ns.map(i),
-                    n.to_json().to_string(),
-                    // When this version was stored (the collector's clock): retention keeps
-                    // an incident while it is updated, whatever the switches' clocks say.
-                    i(received_ns)
-                ])?;
+                inc.execute(named_params! {
+                    ":id": i(n.id),
+                    ":version": i(incident_version(n)),
+                    ":kind": n.kind.label(),
+                    ":node_id": n.place.node,
+                    ":start_ns": i(n.start_ns),
+                    ":last_update_ns": i(n.last_update_ns),
+                    ":end_ns": n.end_ns.map(i),
+                    ":body": n.to_json().to_string(),
+                    ":received_ns": i(received_ns),
+                })?;
             }
-            // The same for the collector's counters, one life per run.
-            let mut t = tx.prepare_cached(
-                "INSERT INTO totals(name,value,run,run_value) VALUES(?1,?2,?3,?2)
-                 ON CONFLICT(name) DO UPDATE SET
-                   value=value + excluded.run_value - CASE WHEN run=excluded.run THEN run_value ELSE 0 END,
-                   run=excluded.run, run_value=excluded.run_value",
-            )?;
+            let mut t = tx.prepare_cached(&INSERT.totals)?;
             for (name, v) in &b.totals {
-                t.execute(params![name, i(*v), self.run])?;
+                t.execute(named_params! {
+                    ":run": self.run,
+                    ":name": name,
+                    ":value": i(*v),
+                    ":run_value": i(*v),
+                })?;
             }
         }
         Ok(())
@@ -971,4 +932,61 @@ fn flow_row(r: &rusqlite::Row<'_>) -> Result<(FlowText, String), rusqlite::Error
         },
         format!("f.{last}.{}", r.get::<_, i64>(14)?),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each table's columns as the file has them: (name, type, not null), by name.
+    fn columns(conn: &Connection, table: &str) -> Vec<(String, String, bool)> {
+        let mut cols: Vec<(String, String, bool)> = conn
+            .prepare(&format!(
+                "SELECT name, type, \"notnull\" FROM pragma_table_info('{table}')"
+            ))
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        cols.sort();
+        cols
+    }
+
+    /// The file as the declaration says, new or migrated from the first release's schema: a
+    /// column declared and not created (or migrated) fails here.
+    #[test]
+    fn new_and_migrated_files_have_the_declared_columns() {
+        let v1 = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/schema-v1-sqlite.sql"
+        ))
+        .unwrap();
+        let mut fresh = Connection::open_in_memory().unwrap();
+        migrate(&mut fresh).unwrap();
+        let mut old = Connection::open_in_memory().unwrap();
+        old.execute_batch(&v1).unwrap();
+        migrate(&mut old).unwrap();
+        for t in schema::TABLES
+            .iter()
+            .filter(|t| t.in_backend(Backend::Sqlite))
+        {
+            let mut declared: Vec<(String, String, bool)> = t
+                .columns(Backend::Sqlite)
+                .map(|c| {
+                    let d = t.sqlite_column(c);
+                    let ty = d.split_whitespace().nth(1).unwrap_or_default().to_string();
+                    (c.name.to_string(), ty, d.contains("NOT NULL"))
+                })
+                .collect();
+            declared.sort();
+            assert_eq!(columns(&fresh, t.name), declared, "a new file's {}", t.name);
+            assert_eq!(
+                columns(&old, t.name),
+                declared,
+                "a migrated file's {}",
+                t.name
+            );
+        }
+    }
 }
