@@ -689,6 +689,12 @@ int BPF_PROG(on_drop, struct sk_buff *skb, void *location, enum skb_drop_reason 
 	__u64 in_ns = 0;
 	if (take_ingress(skb_id(skb), node, p.ip_id, now, &in_if, &in_ns))
 		flags |= F_INGRESS | F_INGRESS_TS;
+	else if (skb->skb_iif) {
+		// No record (the flow is not watched, or its slot was taken): the port it came in by
+		// is still the skb's own, so a queue's tail drop is still placed at its egress port.
+		in_if = skb->skb_iif;
+		flags |= F_INGRESS;
+	}
 	// Dropped on the way out (qdisc, tc egress, neighbour): the device is the egress.
 	// Otherwise it is where the packet came in.
 	if (in_if && in_if != ifindex) {

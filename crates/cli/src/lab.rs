@@ -328,25 +328,13 @@ fn check_fault(f: &Fault, shape: Shape, int_roles: bool) -> Result<()> {
 }
 
 /// Where a fault may be seen: node IDs (and the port where one is meant).
-fn places(f: &Fault, net: &Net, mode: LabMode) -> Result<Vec<Place>> {
+fn places(f: &Fault, net: &Net) -> Result<Vec<Place>> {
     Ok(match *f {
-        // The queue of the leaf's port to the host (and, in MD/MX, its drops at port 0).
-        Fault::SlowPort { leaf, host, .. } | Fault::Incast { leaf, host, .. } => {
-            let mut out = vec![Place {
-                node: Node::Leaf(leaf).id(),
-                port: Some(net.ifindex(Node::Leaf(leaf), &format!("h{host}"))?),
-            }];
-            if matches!(mode, LabMode::Md | LabMode::Mx) {
-                // The routers' drop reports come from an agent that watches no flow, so it
-                // holds no packet's ingress record that would place a queue's drop at its
-                // egress port: the port is 0 (docs/lab.md).
-                out.push(Place {
-                    node: Node::Leaf(leaf).id(),
-                    port: Some(0),
-                });
-            }
-            out
-        }
+        // The queue of the leaf's port to the host.
+        Fault::SlowPort { leaf, host, .. } | Fault::Incast { leaf, host, .. } => vec![Place {
+            node: Node::Leaf(leaf).id(),
+            port: Some(net.ifindex(Node::Leaf(leaf), &format!("h{host}"))?),
+        }],
         // The link's two ends, and the other leaves' ports towards the spine (their flows to
         // this leaf move off it).
         Fault::LinkDown { leaf, spine } => {
@@ -960,7 +948,7 @@ pub fn run(args: &LabArgs) -> Result<()> {
             until_s: f.until_s,
             start_ns: None,
             end_ns: None,
-            places: places(&f.fault, &net, args.mode)?,
+            places: places(&f.fault, &net)?,
             visible: visible(f, args.mode, &cfg.detect.postcards),
         });
     }

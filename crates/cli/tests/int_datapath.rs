@@ -288,8 +288,38 @@ impl Lab {
         if !filtered {
             args.push("--every-packet");
         }
+        self.spawn_agent(node, &args)
+    }
+
+    /// A drop-reporting agent in `node` as `intscope lab` runs beside the INT data path: it
+    /// watches no flow (a documentation prefix) and reports every drop of `interfaces`.
+    fn drop_agent(&mut self, node: &str, id: u32, interfaces: &[&str]) -> Option<usize> {
+        let config = self.dir.path().join(format!("{node}-drops.toml"));
+        std::fs::write(&config, "drop_reports = \"all\"\n").unwrap();
+        let id = id.to_string();
+        let mut args = vec![
+            env!("CARGO_BIN_EXE_intscope"),
+            "agent",
+            "--config",
+            config.to_str().unwrap(),
+            "--node-id",
+            &id,
+            "--collector",
+            "10.9.0.100:32766",
+            "--watch-subnet",
+            "192.0.2.255/32",
+        ];
+        for i in interfaces {
+            args.extend(["--interface", i]);
+        }
+        self.spawn_agent(node, &args)
+    }
+
+    /// Starts `args` in `node` and waits until it says its programs are attached; `None` when
+    /// this intscope has no BPF programs.
+    fn spawn_agent(&mut self, node: &str, args: &[&str]) -> Option<usize> {
         let mut child = self
-            .exec(node, &args)
+            .exec(node, args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -466,6 +496,30 @@ fn latency_peaks(all: &serde_json::Value, node: u64, port: u64) -> Vec<u64> {
         }
     }
     peaks
+}
+
+/// The IDs of the incidents with queue drops (`traffic-manager`) at `node`'s `port`.
+fn tail_drop_incidents(all: &serde_json::Value, node: u64, port: u64) -> Vec<u64> {
+    let tail_drop = |x: &serde_json::Value| {
+        x["kind"] == "drop"
+            && x["cause"] == "traffic-manager"
+            && x["place"]["node"] == node
+            && x["place"]["port"] == port
+    };
+    all["incidents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| {
+            tail_drop(i)
+                || i["symptoms"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(tail_drop)
+        })
+        .filter_map(|i| i["id"].as_u64())
+        .collect()
 }
 
 fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
@@ -737,6 +791,7 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
         .agent("r2", 2, "r1", "r3", "transit", "md", false)
         .unwrap();
     let a3 = lab.agent("r3", 3, "r2", "r2", "sink", "md", false).unwrap();
+    let drops = lab.drop_agent("r2", 2, &["r1", "r3"]).unwrap();
     lab.sh(
         "r2",
         "tc qdisc add dev r3 root tbf rate 10mbit burst 16kb latency 200ms",
@@ -772,6 +827,30 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
         "10 Mbit/s under 30 Mbit/s queues for up to 200 ms at r2: {peaks:?}\n{all}"
     );
     eprintln!("latency peaks at r2's port: {peaks:?} ns");
+    // The tail drops, reported by an agent that keeps no ingress record of the (unwatched)
+    // packets, are placed at the queue's port all the same, so they are the symptoms of the
+    // same incident as its latency: one fault, one incident.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            all = lab.api("/api/incidents?limit=1000");
+            !tail_drop_incidents(&all, 2, r2_port).is_empty()
+        }),
+        "no tail drop at r2's port {r2_port}: {all}"
+    );
+    let with_drops = tail_drop_incidents(&all, 2, r2_port);
+    let with_latency: Vec<u64> = all["incidents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| !latency_peaks(&serde_json::json!({ "incidents": [i] }), 2, r2_port).is_empty())
+        .filter_map(|i| i["id"].as_u64())
+        .collect();
+    assert_eq!(with_drops, with_latency, "one incident at r2's port: {all}");
+    assert!(
+        tail_drop_incidents(&all, 2, 0).is_empty(),
+        "a tail drop placed at no port: {all}"
+    );
+    lab.stop(drops);
     for a in [a1, a2, a3] {
         let c = lab.stop(a);
         assert_eq!(counter(&c, "int_drop_helper"), 0, "{c}");
