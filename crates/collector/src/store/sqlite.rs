@@ -19,7 +19,7 @@ use super::{
     Store, StoreError, WRITER_CACHE_KIB, i, incident_version, lock, new_run_id, per_hop_json,
 };
 use intscope_core::{Batch, FlowRef};
-use rusqlite::{Connection, OptionalExtension, named_params, params};
+use rusqlite::{Connection, OptionalExtension, ToSql, named_params, params};
 
 impl StoreError {
     fn from_sqlite(e: rusqlite::Error) -> Self {
@@ -172,6 +172,32 @@ static INSERT: LazyLock<Inserts> = LazyLock::new(|| {
     ),
 }
 });
+
+/// Binds `values` to `stmt`'s parameters by position: a lookup by name per value would cost a
+/// flush more than encoding its rows. Each value's name must be its parameter's, checked in
+/// debug builds, where the tests run: a declaration reordered fails there, never misbinds.
+fn bind(stmt: &mut rusqlite::Statement<'_>, values: &[(&str, &dyn ToSql)]) -> rusqlite::Result<()> {
+    debug_assert_eq!(
+        stmt.parameter_count(),
+        values.len(),
+        "{:?}",
+        stmt.expanded_sql()
+    );
+    for (i, (name, value)) in values.iter().enumerate() {
+        debug_assert_eq!(stmt.parameter_name(i + 1), Some(*name));
+        stmt.raw_bind_parameter(i + 1, value)?;
+    }
+    Ok(())
+}
+
+/// Runs insert `stmt` with `values` ([`bind`]).
+fn insert(
+    stmt: &mut rusqlite::Statement<'_>,
+    values: &[(&str, &dyn ToSql)],
+) -> rusqlite::Result<()> {
+    bind(stmt, values)?;
+    stmt.raw_execute().map(drop)
+}
 
 /// Reader connections: taken one per query, waited for within the query's deadline.
 #[derive(Debug, Default)]
@@ -342,29 +368,33 @@ impl SqliteStore {
             for e in &b.events {
                 let f = e.flow.as_ref().map(FlowRef::from);
                 let f = f.as_ref();
-                ev.execute(named_params! {
-                    ":id": i(e.id),
-                    ":time_ns": i(e.time_ns),
-                    ":kind": e.kind.label(),
-                    ":node_id": e.node_id,
-                    ":port": e.port,
-                    ":queue_id": e.queue_id,
-                    ":flow_id": e.flow_id.map(i),
-                    ":src": f.map(|f| &f.src),
-                    ":dst": f.map(|f| &f.dst),
-                    ":proto": f.map(|f| f.proto),
-                    ":src_port": f.map(|f| f.src_port),
-                    ":dst_port": f.map(|f| f.dst_port),
-                    ":evidence": e.evidence.to_json().to_string(),
-                    ":received_ns": i(e.received_ns.unwrap_or(received_ns)),
-                    ":incident_id": e.incident_id.map(i),
-                })?;
+                insert(
+                    &mut ev,
+                    named_params! {
+                        ":id": i(e.id),
+                        ":time_ns": i(e.time_ns),
+                        ":kind": e.kind.label(),
+                        ":node_id": e.node_id,
+                        ":port": e.port,
+                        ":queue_id": e.queue_id,
+                        ":flow_id": e.flow_id.map(i),
+                        ":src": f.map(|f| &f.src),
+                        ":dst": f.map(|f| &f.dst),
+                        ":proto": f.map(|f| f.proto),
+                        ":src_port": f.map(|f| f.src_port),
+                        ":dst_port": f.map(|f| f.dst_port),
+                        ":evidence": e.evidence.to_json().to_string(),
+                        ":received_ns": i(e.received_ns.unwrap_or(received_ns)),
+                        ":incident_id": e.incident_id.map(i),
+                    },
+                )?;
             }
             let mut fl = tx.prepare_cached(&INSERT.flows)?;
             let mut fs = tx.prepare_cached(&INSERT.flow_stats)?;
             for f in &b.flows {
                 let flow = FlowRef::from(&f.key);
-                let rowid: i64 = fl.query_row(
+                bind(
+                    &mut fl,
                     named_params! {
                         ":run": self.run,
                         ":live_id": i(f.live_id),
@@ -386,85 +416,113 @@ impl SqliteStore {
                         ":run_drops": i(f.drops),
                         ":run_path_changes": i(f.path_changes),
                     },
-                    |r| r.get(0),
                 )?;
+                let rowid: i64 = match fl.raw_query().next()? {
+                    Some(row) => row.get(0)?,
+                    None => {
+                        return Err(StoreError::from_sqlite(
+                            rusqlite::Error::QueryReturnedNoRows,
+                        ));
+                    }
+                };
                 if let Some(v) = &f.interval {
-                    fs.execute(named_params! {
-                        ":time_ns": i(b.time_ns),
-                        ":flow": rowid,
-                        ":samples": v.samples,
-                        ":e2e_avg": v.e2e_avg().map(i),
-                        ":e2e_max": v.e2e_max(),
-                        ":hop_latency_max": per_hop_json(&v.hop_latency_max()),
-                        ":queue_occupancy_max": per_hop_json(&v.queue_occupancy_max()),
-                    })?;
+                    insert(
+                        &mut fs,
+                        named_params! {
+                            ":time_ns": i(b.time_ns),
+                            ":flow": rowid,
+                            ":samples": v.samples,
+                            ":e2e_avg": v.e2e_avg().map(i),
+                            ":e2e_max": v.e2e_max(),
+                            ":hop_latency_max": per_hop_json(&v.hop_latency_max()),
+                            ":queue_occupancy_max": per_hop_json(&v.queue_occupancy_max()),
+                        },
+                    )?;
                 }
             }
             let mut q = tx.prepare_cached(&INSERT.queue_stats)?;
             let mut m = tx.prepare_cached(&INSERT.queue_stats_1m)?;
             let minute = b.time_ns - b.time_ns % MINUTE_NS;
             for a in &b.queues {
-                q.execute(named_params! {
-                    ":time_ns": i(b.time_ns),
-                    ":node_id": a.node_id,
-                    ":port": a.port,
-                    ":queue_id": a.queue_id.unwrap_or(0),
-                    ":samples": i(a.samples),
-                    ":avg_occupancy": a.avg,
-                    ":max_occupancy": i(a.max),
-                })?;
-                m.execute(named_params! {
-                    ":minute_ns": i(minute),
-                    ":node_id": a.node_id,
-                    ":port": a.port,
-                    ":queue_id": a.queue_id.unwrap_or(0),
-                    ":samples": i(a.samples),
-                    ":occupancy_sum": a.avg * a.samples as f64,
-                    ":max_occupancy": i(a.max),
-                })?;
+                insert(
+                    &mut q,
+                    named_params! {
+                        ":time_ns": i(b.time_ns),
+                        ":node_id": a.node_id,
+                        ":port": a.port,
+                        ":queue_id": a.queue_id.unwrap_or(0),
+                        ":samples": i(a.samples),
+                        ":avg_occupancy": a.avg,
+                        ":max_occupancy": i(a.max),
+                    },
+                )?;
+                insert(
+                    &mut m,
+                    named_params! {
+                        ":minute_ns": i(minute),
+                        ":node_id": a.node_id,
+                        ":port": a.port,
+                        ":queue_id": a.queue_id.unwrap_or(0),
+                        ":samples": i(a.samples),
+                        ":occupancy_sum": a.avg * a.samples as f64,
+                        ":max_occupancy": i(a.max),
+                    },
+                )?;
             }
             let mut p = tx.prepare_cached(&INSERT.port_stats)?;
             for a in &b.ports {
-                p.execute(named_params! {
-                    ":time_ns": i(b.time_ns),
-                    ":node_id": a.node_id,
-                    ":port": a.port,
-                    ":samples": i(a.samples),
-                    ":avg_hop_latency": a.avg,
-                    ":max_hop_latency": i(a.max),
-                    ":drops": i(a.drops),
-                })?;
+                insert(
+                    &mut p,
+                    named_params! {
+                        ":time_ns": i(b.time_ns),
+                        ":node_id": a.node_id,
+                        ":port": a.port,
+                        ":samples": i(a.samples),
+                        ":avg_hop_latency": a.avg,
+                        ":max_hop_latency": i(a.max),
+                        ":drops": i(a.drops),
+                    },
+                )?;
             }
             let mut r = tx.prepare_cached(&INSERT.raw_reports)?;
             for (t, src, d) in &b.raw {
-                r.execute(named_params! {
-                    ":time_ns": i(*t),
-                    ":source": src.to_string(),
-                    ":datagram": d,
-                })?;
+                insert(
+                    &mut r,
+                    named_params! {
+                        ":time_ns": i(*t),
+                        ":source": src.to_string(),
+                        ":datagram": d,
+                    },
+                )?;
             }
             let mut inc = tx.prepare_cached(&INSERT.incidents)?;
             for n in &b.incidents {
-                inc.execute(named_params! {
-                    ":id": i(n.id),
-                    ":version": i(incident_version(n)),
-                    ":kind": n.kind.label(),
-                    ":node_id": n.place.node,
-                    ":start_ns": i(n.start_ns),
-                    ":last_update_ns": i(n.last_update_ns),
-                    ":end_ns": n.end_ns.map(i),
-                    ":body": n.to_json().to_string(),
-                    ":received_ns": i(received_ns),
-                })?;
+                insert(
+                    &mut inc,
+                    named_params! {
+                        ":id": i(n.id),
+                        ":version": i(incident_version(n)),
+                        ":kind": n.kind.label(),
+                        ":node_id": n.place.node,
+                        ":start_ns": i(n.start_ns),
+                        ":last_update_ns": i(n.last_update_ns),
+                        ":end_ns": n.end_ns.map(i),
+                        ":body": n.to_json().to_string(),
+                        ":received_ns": i(received_ns),
+                    },
+                )?;
             }
             let mut t = tx.prepare_cached(&INSERT.totals)?;
             for (name, v) in &b.totals {
-                t.execute(named_params! {
-                    ":run": self.run,
-                    ":name": name,
-                    ":value": i(*v),
-                    ":run_value": i(*v),
-                })?;
+                insert(
+                    &mut t,
+                    named_params! {
+                        ":run": self.run,
+                        ":name": name,
+                        ":value": i(*v),
+                        ":run_value": i(*v),
+                    },
+                )?;
             }
         }
         Ok(())
@@ -951,6 +1009,20 @@ mod tests {
             .unwrap();
         cols.sort();
         cols
+    }
+
+    /// A value listed out of its parameter's place is caught (the tests run debug builds), not
+    /// bound to another column.
+    #[test]
+    #[should_panic(expected = ":name")]
+    fn a_value_out_of_its_parameters_place_is_caught() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let mut t = conn.prepare(&INSERT.totals).unwrap();
+        let _ = insert(
+            &mut t,
+            named_params! { ":name": "reports", ":run": 1, ":value": 2, ":run_value": 2 },
+        );
     }
 
     /// The file as the declaration says, new or migrated from the first release's schema: a
