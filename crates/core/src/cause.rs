@@ -21,7 +21,9 @@
 //!    a node whose reports stopped (report-loss `silent`), hops without INT named at it, and
 //!    the sequence gap its reports come back with are its reporting outage; drops at a
 //!    failed link's ends (or at a failed node) that start within `incident_merge_ns` of the
-//!    failure are its routes converging;
+//!    failure are its routes converging; drops of frames too big (`mtu-check-fail`, or the
+//!    `kernel-unspecified` of a veth that takes no larger frame) at a node with a small MTU or
+//!    on a port that leads to it are that MTU, its links' ends changing one after the other;
 //! 3. **a loop**: the incident's root is a hop limit or a TTL expiry, or the symptom is, and the
 //!    symptom's flows mostly go where the incident's go (at least half of the smaller set of
 //!    destination addresses is shared);
@@ -548,6 +550,25 @@ fn converging(a: &Incident, b: &Incident, merge_ns: u64) -> bool {
         && drop.start_ns.abs_diff(outage.start_ns) <= merge_ns
 }
 
+/// Drop reasons of a frame too big for its link: the spec's, and a Linux veth's (it frees a
+/// larger frame than its peer takes without a reason).
+const TOO_BIG_DROPS: [&str; 2] = ["mtu-check-fail", "kernel-unspecified"];
+
+/// Whether `a` and `b` are a small MTU and drops of frames too big at its node or on a port
+/// that leads to it (rule 2).
+fn too_big(a: &Incident, b: &Incident) -> bool {
+    let (drop, mtu) = match (a.kind, b.kind) {
+        (IncidentKind::Drop, IncidentKind::Mtu) => (a, b),
+        (IncidentKind::Mtu, IncidentKind::Drop) => (b, a),
+        _ => return false,
+    };
+    drop.cause
+        .as_deref()
+        .is_some_and(|c| TOO_BIG_DROPS.contains(&c))
+        && mtu.place.node.is_some()
+        && (drop.place.node == mtu.place.node || drop.place.peer_node == mtu.place.node)
+}
+
 /// The first rule (1–4) by which `s` (of rank `r`, its flows going to `dsts`) joins `g`.
 fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group, merge_ns: u64) -> Option<u8> {
     // A queue at a port where the incident queues, or where packets loop out (TTL expiries
@@ -600,6 +621,10 @@ fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group, merge_ns: u64
     }
     if g.members.iter().any(|m| converging(s, m, merge_ns)) {
         // Rule 2: a failed link or node, and the drops at its ends as routes converge.
+        return Some(2);
+    }
+    if g.members.iter().any(|m| too_big(s, m)) {
+        // Rule 2: a small MTU, and the frames too big dropped at its links' ends.
         return Some(2);
     }
     if s.kind == IncidentKind::NonIntHops {
@@ -1006,6 +1031,47 @@ mod tests {
         c.update(&late);
         c.publish_due(u64::MAX);
         assert_eq!(all(&c).len(), 2, "past the merge window: a new fault");
+    }
+
+    /// A spine's small MTU: the frames too big dropped as its links' ends change one after the
+    /// other (a leaf's port to the spine, reported before the MTU incident; the spine's own
+    /// port) are its symptoms, the MTU its root; a too-big drop on a port to another node and
+    /// a routing miss at the spine are faults of their own.
+    #[test]
+    fn frames_too_big_at_a_small_mtus_links_are_the_mtu() {
+        use IncidentKind::*;
+        let mut c = causes();
+        let dsts = ["10.0.2.2"];
+        let mut at_leaf = symptom(1, Drop, Some("kernel-unspecified"), (1, 8), 0, &dsts);
+        at_leaf.place.peer_node = Some(102);
+        c.update(&at_leaf);
+        let mut mtu = symptom(2, Mtu, None, (102, 0), 7, &dsts);
+        mtu.place.port = None;
+        c.update(&mtu);
+        c.update(&symptom(
+            3,
+            Drop,
+            Some("mtu-check-fail"),
+            (102, 4),
+            4_000,
+            &dsts,
+        ));
+        let mut elsewhere = symptom(4, Drop, Some("kernel-unspecified"), (2, 7), 10, &dsts);
+        elsewhere.place.peer_node = Some(101);
+        c.update(&elsewhere);
+        c.update(&symptom(5, Drop, Some("routing-miss"), (102, 0), 20, &dsts));
+        c.publish_due(u64::MAX);
+        let v = all(&c);
+        assert_eq!(
+            summary(&v),
+            [
+                (Mtu, Some(102), None, 2),
+                (Drop, Some(2), Some("kernel-unspecified".into()), 0),
+                (Drop, Some(102), Some("routing-miss".into()), 0),
+            ],
+            "{v:#?}"
+        );
+        assert_eq!(v[0].start_ns, 0, "from the first drop");
     }
 
     /// A link that fails: the drops at its two ends as routes converge (reported before the

@@ -725,7 +725,12 @@ impl FabricShard {
             ps.drops += 1;
             ps.interval.drops += 1;
         }
-        drop::raise(&mut self.raiser, r, flow, last);
+        // The node the port leads to, for a drop on its way out: a link's two ends are one
+        // cable to the grouping (a small MTU at the other end).
+        let peer = last
+            .egress_if()
+            .and_then(|p| next_node(&self.nodes, r.node_id, p));
+        drop::raise(&mut self.raiser, r, flow, last, peer);
     }
 
     /// Hops without INT (`detect::non_int`), judged in the shard of `last`, whose links tell

@@ -1,5 +1,6 @@
 //! The drop detector: a drop report is an event and one incident per (reporting node, egress
-//! port, reason), the reason by its name where the spec or SD-Fabric names it.
+//! port and the node it leads to, reason), the reason by its name where the spec or SD-Fabric
+//! names it.
 
 use intscope_wire::locate::FlowKey;
 use intscope_wire::report::drop_reason_name;
@@ -11,8 +12,15 @@ use crate::incidents::{FlowWeight, IncidentKey, Observation};
 use crate::record::{Hop, Record};
 
 /// Raises drop report `r` (at the egress port and queue of `last`, its last hop): the event
-/// and the drop incident of its (reporting node, port, reason). `flow`: its flow and API ID.
-pub(crate) fn raise(raiser: &mut Raiser, r: &Record, flow: Option<(FlowKey, u64)>, last: Hop) {
+/// and the drop incident of its (reporting node, port, reason). `flow`: its flow and API ID;
+/// `peer`: the node the port leads to, when known.
+pub(crate) fn raise(
+    raiser: &mut Raiser,
+    r: &Record,
+    flow: Option<(FlowKey, u64)>,
+    last: Hop,
+    peer: Option<u32>,
+) {
     let now = r.time_ns;
     let clock = r.switch_time();
     let ev = move || Evidence::Drop {
@@ -31,6 +39,7 @@ pub(crate) fn raise(raiser: &mut Raiser, r: &Record, flow: Option<(FlowKey, u64)
         IncidentPlace {
             node: Some(r.node_id),
             port: last.egress_if(),
+            peer_node: peer,
             ..IncidentPlace::default()
         },
         Some(cause),
