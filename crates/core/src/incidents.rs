@@ -643,8 +643,9 @@ pub struct IncidentLog {
     last_up: (Busy, Busy),
     /// Receive time of the window `last_up` was gathered in.
     last_up_rx: u64,
-    /// Each flow's last move (old path, new path), the oldest forgotten first.
-    last_moves: HashMap<u64, (Path, Path)>,
+    /// Each flow's last move (old path, new path, whether it was a return), the oldest
+    /// forgotten first.
+    last_moves: HashMap<u64, (Path, Path, bool)>,
     last_move_order: VecDeque<u64>,
     /// Receive time, the newest a flush or move brought.
     now_rx: u64,
@@ -1079,17 +1080,19 @@ impl IncidentLog {
             self.moves_ignored += 1;
             return false;
         };
+        // Back where its last move left: a return, unless that move was itself one (then the
+        // flow leaves its path again: a link that failed twice is two failures, not a repair).
         let restored = self
             .last_moves
             .get(&flow.1)
-            .is_some_and(|(before, _)| before == new);
+            .is_some_and(|(before, _, returned)| !returned && before == new);
         let onto = moved(new, old).unwrap_or_default();
         let ((links, nodes), other) = if restored {
             (onto, (left_links, left_nodes))
         } else {
             ((left_links, left_nodes), onto)
         };
-        self.remember_move(flow.1, old, new);
+        self.remember_move(flow.1, old, new, restored);
         let mut path_nodes: Vec<u32> = old.iter().chain(new.iter()).map(|h| h.node_id).collect();
         path_nodes.sort_unstable();
         path_nodes.dedup();
@@ -1123,10 +1126,10 @@ impl IncidentLog {
         true
     }
 
-    fn remember_move(&mut self, flow: u64, old: &Path, new: &Path) {
+    fn remember_move(&mut self, flow: u64, old: &Path, new: &Path, returned: bool) {
         if self
             .last_moves
-            .insert(flow, (old.clone(), new.clone()))
+            .insert(flow, (old.clone(), new.clone(), returned))
             .is_none()
         {
             self.last_move_order.push_back(flow);
@@ -1536,6 +1539,25 @@ mod tests {
         assert_eq!(repair[0].cause.as_deref(), Some("link-restored"));
         assert_eq!(repair[0].place, all[0].place);
         assert_eq!(repair[0].flows, 6);
+        // It fails again: the flows leave their path again (their last move was a return, so
+        // this one is no return to where it had left from), a second failure, then its repair.
+        for (round, leave) in [(10, true), (13, false)] {
+            for (f, old, new) in &moves {
+                t += 1_000;
+                let at = round * 1_000_000_000 + t;
+                let (a, b) = if leave { (old, new) } else { (new, old) };
+                log.observe_move(at, at, *f, (a, b), None, ev);
+            }
+            log.settle((round + 2) * 1_000_000_000);
+        }
+        let all: Vec<&Incident> = log.iter().collect();
+        assert_eq!(all.len(), 2, "{all:#?}");
+        let again = all.iter().max_by_key(|i| i.start_ns).unwrap();
+        assert_eq!(again.cause.as_deref(), Some("link"), "{all:#?}");
+        assert!(again.start_ns >= 10_000_000_000, "{all:#?}");
+        assert_eq!(again.state, IncidentState::Resolved, "repaired again");
+        assert_eq!(again.symptoms.len(), 1, "{all:#?}");
+        assert_eq!(again.symptoms[0].cause.as_deref(), Some("link-restored"));
     }
 
     /// Three spines; link 1 ↔ 101 fails and leaf 1's flows spread over the two left, some of
