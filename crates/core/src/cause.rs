@@ -24,6 +24,8 @@
 //!    failure are its routes converging; drops of frames too big (`mtu-check-fail`, or the
 //!    `kernel-unspecified` of a veth that takes no larger frame) at a node with a small MTU or
 //!    on a port that leads to it are that MTU, its links' ends changing one after the other;
+//!    a neighbour not resolved (`next-id-miss`) at either end of a silently dropping link is
+//!    that cable, which eats the address resolution too;
 //! 3. **a loop**: the incident's root is a hop limit or a TTL expiry, or the symptom is, and the
 //!    symptom's flows mostly go where the incident's go (at least half of the smaller set of
 //!    destination addresses is shared);
@@ -569,6 +571,22 @@ fn too_big(a: &Incident, b: &Incident) -> bool {
         && (drop.place.node == mtu.place.node || drop.place.peer_node == mtu.place.node)
 }
 
+/// Whether `a` and `b` are a silently dropping link and a neighbour unresolved at one of its
+/// ends (rule 2): the bad cable eats the address resolution as well as the packets.
+fn unresolved_on_cable(a: &Incident, b: &Incident) -> bool {
+    let (drop, cable) = match (is_silent(a), is_silent(b)) {
+        (false, true) => (a, b),
+        (true, false) => (b, a),
+        _ => return false,
+    };
+    let end = |node, port| node == drop.place.node && port == drop.place.port;
+    drop.kind == IncidentKind::Drop
+        && drop.cause.as_deref() == Some("next-id-miss")
+        && drop.place.node.is_some()
+        && (end(cable.place.node, cable.place.port)
+            || end(cable.place.peer_node, cable.place.peer_port))
+}
+
 /// The first rule (1–4) by which `s` (of rank `r`, its flows going to `dsts`) joins `g`.
 fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group, merge_ns: u64) -> Option<u8> {
     // A queue at a port where the incident queues, or where packets loop out (TTL expiries
@@ -602,6 +620,10 @@ fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group, merge_ns: u64
                     && same_place(&m.place)
             })
             .then_some(2);
+    }
+    if g.members.iter().any(|m| unresolved_on_cable(s, m)) {
+        // Rule 2: a bad cable, and the neighbours its ends could not resolve.
+        return Some(2);
     }
     if is_silent(s) {
         // Rule 2: the other direction of the same cable.
@@ -1031,6 +1053,50 @@ mod tests {
         c.update(&late);
         c.publish_due(u64::MAX);
         assert_eq!(all(&c).len(), 2, "past the merge window: a new fault");
+    }
+
+    /// A cable that eats every packet eats the address resolution too: the neighbour its end
+    /// could not resolve (reported before the silent drop is found, which dates back to the
+    /// loss's start) is the cable's; one on another port is a fault of its own.
+    #[test]
+    fn a_neighbour_a_bad_cable_left_unresolved_is_the_cable() {
+        use IncidentKind::*;
+        let mut c = causes();
+        let dsts = ["10.0.4.1"];
+        c.update(&symptom(
+            1,
+            Drop,
+            Some("next-id-miss"),
+            (102, 6),
+            1_000,
+            &dsts,
+        ));
+        c.update(&symptom(
+            2,
+            Drop,
+            Some("next-id-miss"),
+            (102, 5),
+            1_010,
+            &dsts,
+        ));
+        let mut cable = symptom(3, Drop, Some("silent"), (102, 6), 0, &dsts);
+        cable.place.peer_node = Some(4);
+        cable.place.peer_port = Some(8);
+        cable.received_ns = Some(1_050 * MS);
+        c.update(&cable);
+        let mut other_end = symptom(4, Drop, Some("next-id-miss"), (4, 8), 1_100, &dsts);
+        other_end.received_ns = Some(1_100 * MS);
+        c.update(&other_end);
+        c.publish_due(u64::MAX);
+        let v = all(&c);
+        assert_eq!(
+            summary(&v),
+            [
+                (Drop, Some(102), Some("silent".into()), 2),
+                (Drop, Some(102), Some("next-id-miss".into()), 0),
+            ],
+            "{v:#?}"
+        );
     }
 
     /// A spine's small MTU: the frames too big dropped as its links' ends change one after the
