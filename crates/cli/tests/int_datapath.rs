@@ -263,19 +263,8 @@ impl Lab {
         mode: &str,
         filtered: bool,
     ) -> Option<usize> {
-        let config = self.dir.path().join(format!("{node}.toml"));
-        std::fs::write(&config, format!("mode = \"{mode}\"\nmtu = 1600\n")).unwrap();
-        let id = id.to_string();
         let port = format!("{dev}={role}");
         let mut args = vec![
-            env!("CARGO_BIN_EXE_intscope"),
-            "agent",
-            "--config",
-            config.to_str().unwrap(),
-            "--node-id",
-            &id,
-            "--collector",
-            "10.9.0.100:32766",
             "--watch-subnet",
             "10.2.0.0/16",
             "--watch-subnet",
@@ -288,38 +277,48 @@ impl Lab {
         if !filtered {
             args.push("--every-packet");
         }
-        self.spawn_agent(node, &args)
+        let config = format!("mode = \"{mode}\"\nmtu = 1600\n");
+        self.spawn_agent(node, &format!("{node}.toml"), &config, id, &args)
     }
 
     /// A drop-reporting agent in `node` as `intscope lab` runs beside the INT data path: it
     /// watches no flow (a documentation prefix) and reports every drop of `interfaces`.
     fn drop_agent(&mut self, node: &str, id: u32, interfaces: &[&str]) -> Option<usize> {
-        let config = self.dir.path().join(format!("{node}-drops.toml"));
-        std::fs::write(&config, "drop_reports = \"all\"\n").unwrap();
+        let mut args = vec!["--watch-subnet", "192.0.2.255/32"];
+        for i in interfaces {
+            args.extend(["--interface", i]);
+        }
+        let config = "drop_reports = \"all\"\n";
+        self.spawn_agent(node, &format!("{node}-drops.toml"), config, id, &args)
+    }
+
+    /// `intscope agent` as node `id` in `node`, configured by `config` (written to file `name`),
+    /// reporting to the collector, with `extra` arguments; its index among the children once it
+    /// said "attached". `None` when this intscope has no BPF programs.
+    fn spawn_agent(
+        &mut self,
+        node: &str,
+        name: &str,
+        config: &str,
+        id: u32,
+        extra: &[&str],
+    ) -> Option<usize> {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, config).unwrap();
         let id = id.to_string();
         let mut args = vec![
             env!("CARGO_BIN_EXE_intscope"),
             "agent",
             "--config",
-            config.to_str().unwrap(),
+            path.to_str().unwrap(),
             "--node-id",
             &id,
             "--collector",
             "10.9.0.100:32766",
-            "--watch-subnet",
-            "192.0.2.255/32",
         ];
-        for i in interfaces {
-            args.extend(["--interface", i]);
-        }
-        self.spawn_agent(node, &args)
-    }
-
-    /// Starts `args` in `node` and waits until it says its programs are attached; `None` when
-    /// this intscope has no BPF programs.
-    fn spawn_agent(&mut self, node: &str, args: &[&str]) -> Option<usize> {
+        args.extend(extra);
         let mut child = self
-            .exec(node, args)
+            .exec(node, &args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -729,7 +729,8 @@ impl FabricShard {
         // cable to the grouping (a small MTU at the other end).
         let peer = last
             .egress_if()
-            .and_then(|p| next_node(&self.nodes, r.node_id, p));
+            .and_then(|p| next_node(&self.nodes, r.node_id, p))
+            .or(seen.drop_peer);
         drop::raise(&mut self.raiser, r, flow, last, peer);
     }
 

@@ -99,4 +99,7 @@ pub struct FlowSeen {
     /// Where an INT-MD stack with an M bit or hops without INT left hops out, when the links
     /// learned tell ([`crate::flow::LinkTable::gap_in`]).
     pub gap: Option<PathGap>,
+    /// Of a drop report: the node the dropping hop's egress port leads to, when this flow
+    /// stage learned that link (INT-XD's postcards teach links here, one hop per record).
+    pub drop_peer: Option<u32>,
 }

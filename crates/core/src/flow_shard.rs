@@ -369,10 +369,17 @@ impl FlowShard {
         if self.flows.len() > self.max_flows {
             self.evict_flows();
         }
+        let dropped = r.dropped || r.drop_reason.is_some();
+        let drop_peer = dropped
+            .then(|| r.hops().last())
+            .flatten()
+            .and_then(|h| self.links.peer((h.node_id, h.egress_if()?)))
+            .map(|(node, _)| node);
         FlowSeen {
             id: Some(id),
             head_hops: head_hops as u8,
             gap,
+            drop_peer,
         }
     }
 
@@ -425,27 +432,38 @@ mod tests {
     use super::*;
     use crate::event::EventKind;
 
-    /// A node's report filter holds back most packets of a flow, each hop deciding for itself:
-    /// a packet the hops on either side reported and this one did not (two TTLs apart) is no
-    /// hop without INT while the node reported the flow within the last report interval.
-    #[test]
-    fn a_packet_the_middle_hops_filter_held_back_is_no_hop_without_int() {
-        const MS: u64 = 1_000_000;
-        let cfg = DetectConfig::default();
-        let mut shard = FlowShard::new(cfg.clone());
-        let mut loss = LossHistory::new(cfg.postcards.silent_drop_ns / 8);
-        let key = FlowKey {
-            src: std::net::Ipv4Addr::new(10, 0, 1, 1).to_ipv6_mapped(),
-            dst: std::net::Ipv4Addr::new(10, 0, 2, 1).to_ipv6_mapped(),
-            proto: 17,
-            src_port: 40000,
-            dst_port: 5000,
-        };
-        let ids = AtomicU64::new(1);
-        // Leaf 1 (in by edge port 10), spine 101, leaf 2 (out by edge port 10); each hop's
-        // timestamps a few µs after the one before, the TTL one lower at each.
-        let hops = [(1u32, 10u32, 11u32, 64u8), (101, 1, 2, 63), (2, 11, 10, 62)];
-        let report = |shard: &mut FlowShard, loss: &mut LossHistory, n: u64, at: &[usize]| {
+    const MS: u64 = 1_000_000;
+
+    /// Leaf 1 (in by edge port 10, out by 11), spine 101, leaf 2 (out by edge port 10): one
+    /// flow's postcards, each hop's timestamps a few µs after the one before, the TTL one
+    /// lower at each.
+    struct Chain {
+        shard: FlowShard,
+        loss: LossHistory,
+        key: FlowKey,
+        ids: AtomicU64,
+    }
+
+    impl Chain {
+        fn new() -> Chain {
+            let cfg = DetectConfig::default();
+            Chain {
+                shard: FlowShard::new(cfg.clone()),
+                loss: LossHistory::new(cfg.postcards.silent_drop_ns / 8),
+                key: FlowKey {
+                    src: std::net::Ipv4Addr::new(10, 0, 1, 1).to_ipv6_mapped(),
+                    dst: std::net::Ipv4Addr::new(10, 0, 2, 1).to_ipv6_mapped(),
+                    proto: 17,
+                    src_port: 40000,
+                    dst_port: 5000,
+                },
+                ids: AtomicU64::new(1),
+            }
+        }
+
+        /// Packet `n`'s postcards from the hops `at` (indices along the chain).
+        fn report(&mut self, n: u64, at: &[usize]) {
+            let hops = [(1u32, 10u32, 11u32, 64u8), (101, 1, 2, 63), (2, 11, 10, 62)];
             let t = 1_000 * MS + n * 10 * MS;
             for &i in at {
                 let (node, ingress, egress, ttl) = hops[i];
@@ -453,7 +471,7 @@ mod tests {
                 let mut r = Record::default();
                 r.time_ns = t + 50_000;
                 r.node_id = node;
-                r.flow = Some(key);
+                r.flow = Some(self.key);
                 r.packet_fp = n as u32 + 1;
                 r.ip_ttl = Some(ttl);
                 r.push_hop(
@@ -461,33 +479,70 @@ mod tests {
                         .with_interfaces(Some(ingress), Some(egress))
                         .with_timestamps(Some(ts), Some(ts + 1_000)),
                 );
-                loss.received(node, 1, r.time_ns);
-                shard.process(&r, key, crate::flow::key_hash(&key), None, &ids, loss);
+                self.loss.received(node, 1, r.time_ns);
+                self.process(&r);
             }
-            shard.sweep(t + 50_000, loss);
-        };
+            self.shard.sweep(t + 50_000, &self.loss);
+        }
+
+        fn process(&mut self, r: &Record) -> FlowSeen {
+            let hash = crate::flow::key_hash(&self.key);
+            self.shard
+                .process(r, self.key, hash, None, &self.ids, &self.loss)
+        }
+    }
+
+    /// A node's report filter holds back most packets of a flow, each hop deciding for itself:
+    /// a packet the hops on either side reported and this one did not (two TTLs apart) is no
+    /// hop without INT while the node reported the flow within the last report interval.
+    #[test]
+    fn a_packet_the_middle_hops_filter_held_back_is_no_hop_without_int() {
+        let mut c = Chain::new();
         for n in 0..40 {
-            report(&mut shard, &mut loss, n, &[0, 1, 2]);
+            c.report(n, &[0, 1, 2]);
         }
         // The spine's filter holds back the next packets the leaves report, for 100 ms.
         for n in 40..50 {
-            report(&mut shard, &mut loss, n, &[0, 2]);
+            c.report(n, &[0, 2]);
         }
-        let mut log = crate::event::EventLog::new(&cfg);
+        let mut log = crate::event::EventLog::new(&DetectConfig::default());
         let hidden = |log: &crate::event::EventLog| {
             log.events()
                 .iter()
                 .filter(|e| e.kind == EventKind::NonIntHops)
                 .count()
         };
-        shard.raiser.drain(&mut log, &mut loss);
+        c.shard.raiser.drain(&mut log, &mut c.loss);
         assert_eq!(hidden(&log), 0, "{:?}", log.events());
         // Quiet for longer than a report interval while the leaves report the flow: it
         // stopped adding INT.
         for n in 50..160 {
-            report(&mut shard, &mut loss, n, &[0, 2]);
+            c.report(n, &[0, 2]);
         }
-        shard.raiser.drain(&mut log, &mut loss);
+        c.shard.raiser.drain(&mut log, &mut c.loss);
         assert_eq!(hidden(&log), 1, "{:?}", log.events());
+    }
+
+    /// A drop report names the node its port leads to from the links the flow stage learned
+    /// (INT-XD's postcards, one hop each, teach the fabric stage none): a drop at leaf 1's
+    /// port to the spine names the spine; one at a port no postcard left by names nothing.
+    #[test]
+    fn a_drop_names_the_node_its_port_leads_to_from_the_postcards() {
+        let mut c = Chain::new();
+        for n in 0..40 {
+            c.report(n, &[0, 1, 2]);
+        }
+        let mut drop = |egress: u32| {
+            let mut r = Record::default();
+            r.time_ns = 3_000 * MS;
+            r.node_id = 1;
+            r.flow = Some(c.key);
+            r.dropped = true;
+            r.drop_reason = Some(199);
+            r.push_hop(crate::record::Hop::at(1).with_interfaces(Some(10), Some(egress)));
+            c.process(&r).drop_peer
+        };
+        assert_eq!(drop(11), Some(101));
+        assert_eq!(drop(12), None);
     }
 }
