@@ -700,9 +700,11 @@ fn kill_9_under_load(backpressure: bool) {
     std::fs::write(
         &config,
         // Flushes put off for ingest stretch to at most 2 s here, so that the 4 s of load see
-        // some committed.
+        // some committed. The writer at ingest's priority (`nice = 0`): what is tested is the
+        // loss at a kill, not the writer's share of a machine that other tests (run in
+        // parallel) keep busy, where at nice 10 it may commit nothing for many seconds.
         format!(
-            "[store]\nflush_interval_ms = {interval_ms}\nbackpressure = {backpressure}\nmax_stretch = 4\n"
+            "[store]\nflush_interval_ms = {interval_ms}\nbackpressure = {backpressure}\nmax_stretch = 4\nnice = 0\n"
         ),
     )
     .unwrap();
@@ -723,18 +725,25 @@ fn kill_9_under_load(backpressure: bool) {
             "--rate",
             "150000",
             "--duration",
-            "5",
+            "12",
             "--flows",
             "20000",
         ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    // (time, reports correlated, batches committed) while the load runs.
+    // (time, reports correlated, batches committed) while the load runs: 4 s, longer (up to
+    // 11 s) until the store committed what the checks below compare with. The writer yields
+    // the CPU to ingest by design, so on a machine busy with other work it may commit nothing
+    // for seconds.
+    let needed = if backpressure { 3 } else { 1 };
     let mut samples: Vec<(Instant, u64, u64)> = Vec::new();
     let (mut lag_ms, mut pauses) = (0, 0);
     let start = Instant::now();
-    while start.elapsed() < Duration::from_millis(4000) {
+    while start.elapsed() < Duration::from_millis(4000)
+        || (samples.last().is_none_or(|s| s.2 < needed)
+            && start.elapsed() < Duration::from_millis(11_000))
+    {
         let s = c.get("/api/stats");
         samples.push((
             Instant::now(),
@@ -757,7 +766,7 @@ fn kill_9_under_load(backpressure: bool) {
     // Back-pressure keeps the writer on pace; without it the store may fall behind (its
     // threads yield the CPU to ingest) but must have committed something to compare.
     assert!(
-        batches >= if backpressure { 3 } else { 1 },
+        batches >= needed,
         "intervals committed before the kill: {batches}"
     );
     // What the collector correlated per second, for the messages.
