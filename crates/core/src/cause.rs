@@ -24,8 +24,11 @@
 //!    failure are its routes converging; drops of frames too big (`mtu-check-fail`, or the
 //!    `kernel-unspecified` of a veth that takes no larger frame) at a node with a small MTU or
 //!    on a port that leads to it are that MTU, its links' ends changing one after the other;
-//!    a neighbour not resolved (`next-id-miss`) at either end of a silently dropping link is
-//!    that cable, which eats the address resolution too;
+//!    without an MTU incident (INT-XD adds no INT to be too big), such drops on ports that lead
+//!    to one node, or at it, starting within `incident_merge_ns` of each other, are that node's;
+//!    a neighbour not resolved (`next-id-miss`) at either end of a silently dropping link, and
+//!    hops without INT named at one of its ends, are that cable, which eats the address
+//!    resolution and the packets a hop would have reported;
 //! 3. **a loop**: the incident's root is a hop limit or a TTL expiry, or the symptom is, and the
 //!    symptom's flows mostly go where the incident's go (at least half of the smaller set of
 //!    destination addresses is shared);
@@ -508,11 +511,13 @@ fn one_silent_device(s: &Incident, m: &Incident) -> bool {
         && (is_node_silence(m) || (is_hidden_node(m) && largest_gap >= m.counts.flows.max(1)))
 }
 
-/// Among the rank-0 symptoms of one silent device, what explains the others best: the
-/// sequence gap (the reports were sent and lost), then hops without INT (packets crossed it
-/// one TTL lower), then a silence alone.
+/// Among the rank-0 symptoms of one device or cable, what explains the others best: a cable
+/// that silently drops (what its ends saw is its loss), then the sequence gap (the reports were
+/// sent and lost), then hops without INT (packets crossed it one TTL lower), then a silence
+/// alone.
 fn device_weight(m: &Incident) -> u8 {
     match m.kind {
+        IncidentKind::Drop if is_silent(m) => 3,
         IncidentKind::ReportLoss if !is_node_silence(m) => 2,
         IncidentKind::NonIntHops => 1,
         _ => 0,
@@ -571,20 +576,51 @@ fn too_big(a: &Incident, b: &Incident) -> bool {
         && (drop.place.node == mtu.place.node || drop.place.peer_node == mtu.place.node)
 }
 
-/// Whether `a` and `b` are a silently dropping link and a neighbour unresolved at one of its
-/// ends (rule 2): the bad cable eats the address resolution as well as the packets.
-fn unresolved_on_cable(a: &Incident, b: &Incident) -> bool {
-    let (drop, cable) = match (is_silent(a), is_silent(b)) {
+/// Whether `a` and `b` are drops of frames too big at one node's links (rule 2, for INT-XD,
+/// where no MTU incident names the node): at ports leading to the same node, or one at the
+/// node the other's port leads to, starting within `merge_ns` of each other.
+fn too_big_at_one_node(a: &Incident, b: &Incident, merge_ns: u64) -> bool {
+    let too_big = |x: &Incident| {
+        x.kind == IncidentKind::Drop
+            && x.cause
+                .as_deref()
+                .is_some_and(|c| TOO_BIG_DROPS.contains(&c))
+    };
+    let towards = |x: &Incident, y: &Incident| {
+        x.place.peer_node.is_some()
+            && (x.place.peer_node == y.place.peer_node || x.place.peer_node == y.place.node)
+    };
+    too_big(a)
+        && too_big(b)
+        && (towards(a, b) || towards(b, a))
+        && a.start_ns.abs_diff(b.start_ns) <= merge_ns
+}
+
+/// Whether `a` and `b` are a silently dropping link and what else its loss looks like at one of
+/// its ends (rule 2): a neighbour the end could not resolve (the cable eats the address
+/// resolution too) or hops without INT named at the end's node (the packets it would have
+/// reported vanish into the cable).
+fn seen_on_cable(a: &Incident, b: &Incident) -> bool {
+    let (other, cable) = match (is_silent(a), is_silent(b)) {
         (false, true) => (a, b),
         (true, false) => (b, a),
         _ => return false,
     };
-    let end = |node, port| node == drop.place.node && port == drop.place.port;
-    drop.kind == IncidentKind::Drop
-        && drop.cause.as_deref() == Some("next-id-miss")
-        && drop.place.node.is_some()
-        && (end(cable.place.node, cable.place.port)
-            || end(cable.place.peer_node, cable.place.peer_port))
+    let ends = [
+        (cable.place.node, cable.place.port),
+        (cable.place.peer_node, cable.place.peer_port),
+    ];
+    let at_end = |port_too: bool| {
+        other.place.node.is_some()
+            && ends.iter().any(|&(node, port)| {
+                node == other.place.node && (!port_too || port == other.place.port)
+            })
+    };
+    match other.kind {
+        IncidentKind::Drop => other.cause.as_deref() == Some("next-id-miss") && at_end(true),
+        IncidentKind::NonIntHops => is_hidden_node(other) && at_end(false),
+        _ => false,
+    }
 }
 
 /// The first rule (1–4) by which `s` (of rank `r`, its flows going to `dsts`) joins `g`.
@@ -621,8 +657,8 @@ fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group, merge_ns: u64
             })
             .then_some(2);
     }
-    if g.members.iter().any(|m| unresolved_on_cable(s, m)) {
-        // Rule 2: a bad cable, and the neighbours its ends could not resolve.
+    if g.members.iter().any(|m| seen_on_cable(s, m)) {
+        // Rule 2: a bad cable, and the neighbours and hops its loss hid at its ends.
         return Some(2);
     }
     if is_silent(s) {
@@ -645,7 +681,10 @@ fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group, merge_ns: u64
         // Rule 2: a failed link or node, and the drops at its ends as routes converge.
         return Some(2);
     }
-    if g.members.iter().any(|m| too_big(s, m)) {
+    if g.members
+        .iter()
+        .any(|m| too_big(s, m) || too_big_at_one_node(s, m, merge_ns))
+    {
         // Rule 2: a small MTU, and the frames too big dropped at its links' ends.
         return Some(2);
     }
@@ -1094,6 +1133,59 @@ mod tests {
             [
                 (Drop, Some(102), Some("silent".into()), 2),
                 (Drop, Some(102), Some("next-id-miss".into()), 0),
+            ],
+            "{v:#?}"
+        );
+    }
+
+    /// Hops without INT named at a silently dropping cable's end are the packets the cable ate:
+    /// the cable's incident, the cable its root; ones at another node found before are not.
+    #[test]
+    fn hops_without_int_at_a_bad_cables_end_are_the_cable() {
+        use IncidentKind::*;
+        let mut c = causes();
+        let dsts = ["10.0.4.1"];
+        let mut cable = symptom(1, Drop, Some("silent"), (102, 6), 0, &dsts);
+        cable.place.peer_node = Some(4);
+        cable.place.peer_port = Some(8);
+        c.update(&cable);
+        let mut elsewhere = symptom(3, NonIntHops, None, (101, 0), 40, &["10.0.9.9"]);
+        elsewhere.place.port = None;
+        c.update(&elsewhere);
+        let mut hidden = symptom(2, NonIntHops, None, (102, 0), 50, &dsts);
+        hidden.place.port = None;
+        c.update(&hidden);
+        c.publish_due(u64::MAX);
+        let v = all(&c);
+        assert_eq!(
+            summary(&v),
+            [
+                (Drop, Some(102), Some("silent".into()), 1),
+                (NonIntHops, Some(101), None, 0),
+            ],
+            "{v:#?}"
+        );
+    }
+
+    /// In INT-XD no MTU incident names the spine: the frames too big its MTU dropped at two
+    /// leaves' ports to it at once are one incident; one a minute later is another.
+    #[test]
+    fn frames_too_big_at_ports_to_one_node_are_one_incident() {
+        use IncidentKind::*;
+        let mut c = causes();
+        let dsts = ["10.0.2.2"];
+        for (id, leaf, at) in [(1, 3, 0), (2, 4, 2), (3, 1, 60_000)] {
+            let mut d = symptom(id, Drop, Some("kernel-unspecified"), (leaf, 8), at, &dsts);
+            d.place.peer_node = Some(102);
+            c.update(&d);
+        }
+        c.publish_due(u64::MAX);
+        let v = all(&c);
+        assert_eq!(
+            summary(&v),
+            [
+                (Drop, Some(3), Some("kernel-unspecified".into()), 1),
+                (Drop, Some(1), Some("kernel-unspecified".into()), 0),
             ],
             "{v:#?}"
         );
