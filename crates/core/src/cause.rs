@@ -577,8 +577,9 @@ fn too_big(a: &Incident, b: &Incident) -> bool {
 }
 
 /// Whether `a` and `b` are drops of frames too big at one node's links (rule 2, for INT-XD,
-/// where no MTU incident names the node): at ports leading to the same node, or one at the
-/// node the other's port leads to, starting within `merge_ns` of each other.
+/// where no MTU incident names the node): at one node's ports, at ports leading to the same
+/// node, or one at the node the other's port leads to, starting within `merge_ns` of each
+/// other.
 fn too_big_at_one_node(a: &Incident, b: &Incident, merge_ns: u64) -> bool {
     let too_big = |x: &Incident| {
         x.kind == IncidentKind::Drop
@@ -592,7 +593,7 @@ fn too_big_at_one_node(a: &Incident, b: &Incident, merge_ns: u64) -> bool {
     };
     too_big(a)
         && too_big(b)
-        && (towards(a, b) || towards(b, a))
+        && (a.place.node == b.place.node || towards(a, b) || towards(b, a))
         && a.start_ns.abs_diff(b.start_ns) <= merge_ns
 }
 
@@ -1168,7 +1169,8 @@ mod tests {
     }
 
     /// In INT-XD no MTU incident names the spine: the frames too big its MTU dropped at two
-    /// leaves' ports to it at once are one incident; one a minute later is another.
+    /// leaves' ports to it at once are one incident, those at its own ports as it was raised
+    /// back (seconds later) another; one a minute later is a third.
     #[test]
     fn frames_too_big_at_ports_to_one_node_are_one_incident() {
         use IncidentKind::*;
@@ -1179,12 +1181,26 @@ mod tests {
             d.place.peer_node = Some(102);
             c.update(&d);
         }
+        // Raised back, the spine's ports drop what its leaves' ends do not yet take.
+        for (id, leaf, at) in [(4, 2, 4_000), (5, 3, 4_003)] {
+            let mut d = symptom(
+                id,
+                Drop,
+                Some("kernel-unspecified"),
+                (102, leaf + 2),
+                at,
+                &dsts,
+            );
+            d.place.peer_node = Some(leaf);
+            c.update(&d);
+        }
         c.publish_due(u64::MAX);
         let v = all(&c);
         assert_eq!(
             summary(&v),
             [
                 (Drop, Some(3), Some("kernel-unspecified".into()), 1),
+                (Drop, Some(102), Some("kernel-unspecified".into()), 1),
                 (Drop, Some(1), Some("kernel-unspecified".into()), 0),
             ],
             "{v:#?}"
