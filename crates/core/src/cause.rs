@@ -639,14 +639,13 @@ fn joins(s: &Incident, r: u8, dsts: &HashSet<Ipv6Addr>, g: &Group, merge_ns: u64
     }
     if is_repair(s) {
         let left = s.cause.as_deref().and_then(|c| c.strip_suffix("-restored"));
+        // The same link either way round: flows of both directions return to it, and the
+        // first to be correlated names it from its side.
         let same_place = |p: &IncidentPlace| {
-            (p.node, p.port, p.peer_node, p.peer_port)
-                == (
-                    s.place.node,
-                    s.place.port,
-                    s.place.peer_node,
-                    s.place.peer_port,
-                )
+            let ends = (p.node, p.port, p.peer_node, p.peer_port);
+            let q = &s.place;
+            ends == (q.node, q.port, q.peer_node, q.peer_port)
+                || ends == (q.peer_node, q.peer_port, q.node, q.port)
         };
         return g
             .members
@@ -1246,6 +1245,37 @@ mod tests {
             "{v:#?}"
         );
         assert_eq!(v[0].start_ns, 0, "from the first drop");
+    }
+
+    /// A link's repair named from its other end (the direction whose flows the correlation
+    /// saw first) is still its repair: one incident.
+    #[test]
+    fn a_repair_named_from_the_links_other_end_is_its_repair() {
+        use IncidentKind::*;
+        let mut c = causes();
+        let dsts = ["10.0.1.2"];
+        let mut down = symptom(1, PathChange, Some("link"), (1, 7), 0, &dsts);
+        down.place.peer_node = Some(101);
+        down.place.peer_port = Some(3);
+        c.update(&down);
+        let mut back = symptom(2, PathChange, Some("link-restored"), (101, 3), 4_000, &dsts);
+        back.place.peer_node = Some(1);
+        back.place.peer_port = Some(7);
+        c.update(&back);
+        let mut other = symptom(3, PathChange, Some("link-restored"), (101, 4), 4_000, &dsts);
+        other.place.peer_node = Some(2);
+        other.place.peer_port = Some(7);
+        c.update(&other);
+        c.publish_due(u64::MAX);
+        let v = all(&c);
+        assert_eq!(
+            summary(&v),
+            [
+                (PathChange, Some(1), Some("link".into()), 1),
+                (PathChange, Some(101), Some("link-restored".into()), 0),
+            ],
+            "{v:#?}"
+        );
     }
 
     /// A link that fails: the drops at its two ends as routes converge (reported before the

@@ -592,19 +592,36 @@ fn is_outage(key: &IncidentKey) -> bool {
     key.kind == IncidentKind::PathChange && matches!(key.cause.as_deref(), Some("link" | "node"))
 }
 
-/// The outage a return to `key`'s link or node repairs.
-fn repaired(key: &IncidentKey) -> Option<IncidentKey> {
-    let cause = key.cause.as_deref()?.strip_suffix("-restored")?;
-    let cause = match cause {
-        "link" => "link",
-        "node" => "node",
-        _ => return None,
+/// The outages a return to `key`'s link or node repairs: the outage at its place, and, of a
+/// link, the one named from the link's other end (flows of both directions return to it).
+fn repaired(key: &IncidentKey) -> [Option<IncidentKey>; 2] {
+    let cause = match key
+        .cause
+        .as_deref()
+        .and_then(|c| c.strip_suffix("-restored"))
+    {
+        Some("link") => "link",
+        Some("node") => "node",
+        _ => return [None, None],
     };
-    (key.kind == IncidentKind::PathChange).then_some(IncidentKey {
+    if key.kind != IncidentKind::PathChange {
+        return [None, None];
+    }
+    let at = |place| IncidentKey {
         kind: IncidentKind::PathChange,
-        place: key.place,
+        place,
         cause: Some(Cow::Borrowed(cause)),
-    })
+    };
+    let p = key.place;
+    let reversed = IncidentPlace {
+        node: p.peer_node,
+        port: p.peer_port,
+        peer_node: p.node,
+        peer_port: p.port,
+        ..p
+    };
+    let other_end = (cause == "link" && p.peer_node.is_some()).then(|| at(reversed));
+    [Some(at(p)), other_end]
 }
 
 /// The incidents: ongoing by key, resolved by kind (each kind its own quota).
@@ -812,7 +829,7 @@ impl IncidentLog {
 
     fn apply(&mut self, key: IncidentKey, d: Delta) {
         self.now_rx = self.now_rx.max(d.last_rx);
-        if let Some(outage) = repaired(&key) {
+        for outage in repaired(&key).into_iter().flatten() {
             // Flows came back: the link or node they left is repaired.
             self.resolve(
                 &outage,
@@ -1481,6 +1498,41 @@ mod tests {
             drop_reason: None,
             drop_reason_name: None,
         }
+    }
+
+    /// A link's repair seen first from its other end (the return named at spine 101's port
+    /// towards leaf 1) still ends the outage named at leaf 1's port towards the spine.
+    #[test]
+    fn a_return_named_from_the_links_other_end_repairs_it() {
+        let place = |node, port, peer_node, peer_port| IncidentPlace {
+            node: Some(node),
+            port: Some(port),
+            peer_node: Some(peer_node),
+            peer_port: Some(peer_port),
+            ..IncidentPlace::default()
+        };
+        let back = IncidentKey::new(
+            IncidentKind::PathChange,
+            place(101, 3, 1, 7),
+            Some(Cow::Borrowed("link-restored")),
+        );
+        let outage = |p| IncidentKey::new(IncidentKind::PathChange, p, Some(Cow::Borrowed("link")));
+        assert_eq!(
+            repaired(&back),
+            [
+                Some(outage(place(101, 3, 1, 7))),
+                Some(outage(place(1, 7, 101, 3)))
+            ]
+        );
+        let node_back = IncidentKey::new(
+            IncidentKind::PathChange,
+            IncidentPlace {
+                node: Some(101),
+                ..IncidentPlace::default()
+            },
+            Some(Cow::Borrowed("node-restored")),
+        );
+        assert_eq!(repaired(&node_back)[1], None, "a node has no other end");
     }
 
     /// Leaf L's port 4 + s faces spine 100 + s, whose port L faces leaf L: the link 1 ↔ 101
