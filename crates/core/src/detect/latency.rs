@@ -34,8 +34,8 @@ pub(crate) struct Latency {
     baseline: f64,
     /// Samples in the baseline.
     samples: u32,
-    /// The warm-up's samples (at most [`WARMUP_HELD`]) while it lasts, then none (freed): the
-    /// baseline is their median.
+    /// The warm-up's first samples (at most [`WARMUP_HELD`]) until they are complete, then
+    /// none (freed): the baseline starts at their median.
     warmup: Vec<u32>,
     /// Switch clock of the last anomalous hop latency while an anomaly lasts (the baseline is
     /// frozen until a normal sample ends it).
@@ -102,25 +102,32 @@ impl HeldLatency {
 }
 
 impl Latency {
-    /// The baseline (0 before the first sample).
+    /// The baseline (0 before the first sample; the median of the samples so far while the
+    /// warm-up holds them).
     pub(crate) fn baseline(&self) -> f64 {
-        self.baseline
+        if self.warmup.is_empty() {
+            self.baseline
+        } else {
+            median(&mut self.warmup.clone())
+        }
     }
 
-    /// Takes warm-up sample `lat`: the baseline is the median of those held, then moves from
-    /// it as an EWMA once [`WARMUP_HELD`] are.
-    fn warm(&mut self, lat: u32) {
-        let held = &mut self.warmup;
-        if held.len() < WARMUP_HELD {
-            held.push(lat);
-            let mut sorted = held.to_vec();
-            sorted.sort_unstable();
-            let mid = sorted.len() / 2;
-            self.baseline = if sorted.len() % 2 == 1 {
-                f64::from(sorted[mid])
-            } else {
-                (f64::from(sorted[mid - 1]) + f64::from(sorted[mid])) / 2.0
-            };
+    /// Takes warm-up sample `lat` (`self.samples` before it): held (the first [`WARMUP_HELD`]),
+    /// or, past them, moving the baseline from their median as an EWMA. The median is taken
+    /// once, when the held samples are complete, not per sample: ports are many and warm up
+    /// together.
+    fn warm(&mut self, lat: u32, warmup: u32) {
+        let cap = (warmup as usize).min(WARMUP_HELD);
+        let n = self.samples as usize;
+        if n < cap {
+            if self.warmup.capacity() == 0 {
+                self.warmup.reserve_exact(cap);
+            }
+            self.warmup.push(lat);
+            if n + 1 == cap {
+                self.baseline = median(&mut self.warmup);
+                self.warmup = Vec::new();
+            }
         } else {
             self.baseline += (f64::from(lat) - self.baseline) / 16.0;
         }
@@ -136,7 +143,7 @@ impl Latency {
             && f64::from(lat) > cfg.latency_factor * baseline
             && f64::from(lat) - baseline > cfg.latency_min_excess_ns as f64;
         if warming {
-            self.warm(lat);
+            self.warm(lat, cfg.latency_warmup);
         } else if !anomalous {
             self.baseline = if self.samples == 0 {
                 f64::from(lat)
@@ -145,9 +152,6 @@ impl Latency {
             };
         }
         self.samples = self.samples.saturating_add(1);
-        if self.samples >= cfg.latency_warmup {
-            self.warmup = Vec::new();
-        }
         let key = || {
             IncidentKey::new(
                 IncidentKind::Latency,
@@ -237,5 +241,16 @@ impl Latency {
             Some(&symptom),
             ev,
         );
+    }
+}
+
+/// The median of `samples` (reordered), 0 of none.
+fn median(samples: &mut [u32]) -> f64 {
+    samples.sort_unstable();
+    let mid = samples.len() / 2;
+    match samples.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => f64::from(samples[mid]),
+        _ => (f64::from(samples[mid - 1]) + f64::from(samples[mid])) / 2.0,
     }
 }
