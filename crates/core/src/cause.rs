@@ -561,6 +561,14 @@ fn converging(a: &Incident, b: &Incident, merge_ns: u64) -> bool {
 /// larger frame than its peer takes without a reason).
 const TOO_BIG_DROPS: [&str; 2] = ["mtu-check-fail", "kernel-unspecified"];
 
+/// A drop of frames too big for their link ([`TOO_BIG_DROPS`]).
+fn is_too_big_drop(x: &Incident) -> bool {
+    x.kind == IncidentKind::Drop
+        && x.cause
+            .as_deref()
+            .is_some_and(|c| TOO_BIG_DROPS.contains(&c))
+}
+
 /// Whether `a` and `b` are a small MTU and drops of frames too big at its node or on a port
 /// that leads to it (rule 2).
 fn too_big(a: &Incident, b: &Incident) -> bool {
@@ -569,9 +577,7 @@ fn too_big(a: &Incident, b: &Incident) -> bool {
         (IncidentKind::Mtu, IncidentKind::Drop) => (b, a),
         _ => return false,
     };
-    drop.cause
-        .as_deref()
-        .is_some_and(|c| TOO_BIG_DROPS.contains(&c))
+    is_too_big_drop(drop)
         && mtu.place.node.is_some()
         && (drop.place.node == mtu.place.node || drop.place.peer_node == mtu.place.node)
 }
@@ -581,18 +587,12 @@ fn too_big(a: &Incident, b: &Incident) -> bool {
 /// node, or one at the node the other's port leads to, starting within `merge_ns` of each
 /// other.
 fn too_big_at_one_node(a: &Incident, b: &Incident, merge_ns: u64) -> bool {
-    let too_big = |x: &Incident| {
-        x.kind == IncidentKind::Drop
-            && x.cause
-                .as_deref()
-                .is_some_and(|c| TOO_BIG_DROPS.contains(&c))
-    };
     let towards = |x: &Incident, y: &Incident| {
         x.place.peer_node.is_some()
             && (x.place.peer_node == y.place.peer_node || x.place.peer_node == y.place.node)
     };
-    too_big(a)
-        && too_big(b)
+    is_too_big_drop(a)
+        && is_too_big_drop(b)
         && (a.place.node == b.place.node || towards(a, b) || towards(b, a))
         && a.start_ns.abs_diff(b.start_ns) <= merge_ns
 }

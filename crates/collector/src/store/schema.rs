@@ -150,6 +150,21 @@ pub(crate) struct Index {
     unique: bool,
 }
 
+const fn index(name: &'static str, columns: &'static str) -> Index {
+    Index {
+        name,
+        columns,
+        unique: false,
+    }
+}
+
+const fn unique_index(name: &'static str, columns: &'static str) -> Index {
+    Index {
+        unique: true,
+        ..index(name, columns)
+    }
+}
+
 /// How SQLite keeps a table.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SqliteTable {
@@ -226,16 +241,8 @@ pub(crate) const EVENTS: Table = Table {
         primary_key: &["id"],
         autoincrement: false,
         indexes: &[
-            Index {
-                name: "events_time",
-                columns: "time_ns",
-                unique: false,
-            },
-            Index {
-                name: "events_node",
-                columns: "node_id, time_ns",
-                unique: false,
-            },
+            index("events_time", "time_ns"),
+            index("events_node", "node_id, time_ns"),
         ],
     }),
     clickhouse: Some(ClickHouseTable {
@@ -279,11 +286,7 @@ pub(crate) const FLOWS: Table = Table {
     sqlite: Some(SqliteTable {
         primary_key: &["src", "dst", "proto", "src_port", "dst_port"],
         autoincrement: false,
-        indexes: &[Index {
-            name: "flows_last_seen",
-            columns: "last_seen_ns",
-            unique: false,
-        }],
+        indexes: &[index("flows_last_seen", "last_seen_ns")],
     }),
     clickhouse: Some(ClickHouseTable {
         engine: "ReplacingMergeTree(last_seen_ns)",
@@ -317,11 +320,7 @@ pub(crate) const FLOW_STATS: Table = Table {
     sqlite: Some(SqliteTable {
         primary_key: &[],
         autoincrement: false,
-        indexes: &[Index {
-            name: "flow_stats_flow",
-            columns: "flow, time_ns",
-            unique: false,
-        }],
+        indexes: &[index("flow_stats_flow", "flow, time_ns")],
     }),
     clickhouse: Some(ClickHouseTable {
         engine: "MergeTree",
@@ -349,16 +348,8 @@ pub(crate) const QUEUE_STATS: Table = Table {
         primary_key: &[],
         autoincrement: false,
         indexes: &[
-            Index {
-                name: "queue_stats_time",
-                columns: "time_ns",
-                unique: false,
-            },
-            Index {
-                name: "queue_stats_node",
-                columns: "node_id, time_ns",
-                unique: false,
-            },
+            index("queue_stats_time", "time_ns"),
+            index("queue_stats_node", "node_id, time_ns"),
         ],
     }),
     clickhouse: Some(ClickHouseTable {
@@ -387,21 +378,9 @@ pub(crate) const QUEUE_STATS_1M: Table = Table {
         primary_key: &[],
         autoincrement: false,
         indexes: &[
-            Index {
-                name: "queue_stats_1m_key",
-                columns: "minute_ns, node_id, port, queue_id",
-                unique: true,
-            },
-            Index {
-                name: "queue_stats_1m_time",
-                columns: "minute_ns",
-                unique: false,
-            },
-            Index {
-                name: "queue_stats_1m_node",
-                columns: "node_id, minute_ns",
-                unique: false,
-            },
+            unique_index("queue_stats_1m_key", "minute_ns, node_id, port, queue_id"),
+            index("queue_stats_1m_time", "minute_ns"),
+            index("queue_stats_1m_node", "node_id, minute_ns"),
         ],
     }),
     clickhouse: None,
@@ -423,11 +402,7 @@ pub(crate) const PORT_STATS: Table = Table {
     sqlite: Some(SqliteTable {
         primary_key: &[],
         autoincrement: false,
-        indexes: &[Index {
-            name: "port_stats_time",
-            columns: "time_ns",
-            unique: false,
-        }],
+        indexes: &[index("port_stats_time", "time_ns")],
     }),
     clickhouse: Some(ClickHouseTable {
         engine: "MergeTree",
@@ -486,16 +461,8 @@ pub(crate) const INCIDENTS: Table = Table {
         primary_key: &["id"],
         autoincrement: false,
         indexes: &[
-            Index {
-                name: "incidents_start",
-                columns: "start_ns",
-                unique: false,
-            },
-            Index {
-                name: "incidents_node",
-                columns: "node_id, start_ns",
-                unique: false,
-            },
+            index("incidents_start", "start_ns"),
+            index("incidents_node", "node_id, start_ns"),
         ],
     }),
     clickhouse: Some(ClickHouseTable {
