@@ -645,6 +645,15 @@ metric!(
     "Flows that left memory idle"
 );
 metric!(
+    REPORTS_UNCHANGED,
+    "reports_unchanged",
+    Counter,
+    None,
+    [],
+    Stats(&[("*", "reports_unchanged")]),
+    "Reports that said nothing new to the detectors ([detect.fast_path]): their flows and counters updated, their hops' detectors skipped"
+);
+metric!(
     SNAPSHOT_AGE,
     "snapshot_age",
     Gauge,
@@ -828,6 +837,7 @@ pub const ALL: &[&Metric] = &[
     &EVENTS_SUPPRESSED,
     &FLOWS_ACTIVE,
     &FLOWS_EXPIRED,
+    &REPORTS_UNCHANGED,
     &SNAPSHOT_AGE,
     &SNAPSHOT_COST,
     &WEBHOOK_SENT,
@@ -1008,6 +1018,7 @@ impl Snapshot {
         out.add(&EVENTS_SUPPRESSED, &[], self.events_suppressed());
         out.add(&FLOWS_ACTIVE, &[], self.flow_count() as u64);
         out.add(&FLOWS_EXPIRED, &[], self.flows_expired());
+        out.add(&REPORTS_UNCHANGED, &[], self.reports_unchanged());
         out.add(&LOSS_HISTORY_UNTRACKED, &[], self.loss_untracked());
     }
 }

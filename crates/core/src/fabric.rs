@@ -9,12 +9,15 @@
 //! sharded by flow instead (`flow_shard`).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::detect::congestion::{Congestion, Sample, Step};
 use crate::detect::latency::{Latency, Sample as LatencySample};
 use crate::detect::non_int::{TtlGap, non_int_hops};
 use crate::detect::{drop, limits, non_int, report_loss};
 use crate::event::Raiser;
+use crate::fast_path::Fold;
 use crate::flow_ref::FlowSeen;
 use crate::id_table::{Cutoff, IdTable};
 use crate::keys::{LinkKey, QueueKey};
@@ -54,11 +57,23 @@ impl QueueState {
         self.closed_buckets.iter().copied().chain(self.bucket)
     }
 
-    /// Occupancy `occ` at report time `now` into the heatmap's series.
+    /// Occupancy `occ` at report time `now` into the heatmap's series: a bucket before the
+    /// current one (a fold of deferred reports) joins its place in the list, if it is kept.
     fn add_to_series(&mut self, now: u64, occ: u32) {
         let bucket = now - now % QUEUE_BUCKET_NS;
         match &mut self.bucket {
             Some((t, max)) if *t == bucket => *max = (*max).max(occ),
+            Some((t, _)) if *t > bucket => {
+                let closed = &mut self.closed_buckets;
+                match closed.iter().rposition(|&(b, _)| b <= bucket) {
+                    Some(i) if closed[i].0 == bucket => closed[i].1 = closed[i].1.max(occ),
+                    Some(i) => closed.insert(i + 1, (bucket, occ)),
+                    None => closed.push_front((bucket, occ)),
+                }
+                if closed.len() > QUEUE_SERIES - 1 {
+                    closed.pop_front();
+                }
+            }
             current => {
                 if let Some(closed) = current.replace((bucket, occ)) {
                     if self.closed_buckets.len() == QUEUE_SERIES - 1 {
@@ -90,6 +105,13 @@ pub struct IntervalAgg {
 }
 
 impl IntervalAgg {
+    /// Adds `n` samples of sum `sum` and largest `max`.
+    fn add_many(&mut self, n: u32, sum: u64, max: u32) {
+        self.samples += u64::from(n);
+        self.sum += sum;
+        self.max = self.max.max(u64::from(max));
+    }
+
     fn add(&mut self, v: u64) {
         self.samples += 1;
         self.sum += v;
@@ -115,6 +137,8 @@ pub struct PortState {
     pub drops: u64,
     /// Its hop latency detector.
     latency: Latency,
+    /// Listed in its shard's ports whose latency detector needs every sample.
+    hot_listed: bool,
     /// Its egress queues, by queue ID.
     queues: IdTable<QueueState>,
     /// Links leaving through it, by the next node, then that node's ingress port (one, unless
@@ -239,6 +263,57 @@ pub struct FabricShard {
     grew: bool,
     /// Entries evicted to stay within the limits.
     pub evicted: Evicted,
+    /// Ports whose detectors need every sample, for the flow stage's fast path.
+    hot: Arc<HotPorts>,
+    /// Ports whose latency detector needs every sample, warming up or in an anomaly (until
+    /// the next [`FabricShard::publish_hot`] finds it done), each once.
+    latency_hot: Vec<(u32, u32)>,
+    /// A port's detector may have stopped needing every sample since the last publication.
+    hot_ended: bool,
+}
+
+/// Words of a [`HotPorts`] set.
+const HOT_WORDS: usize = 64;
+
+/// The ports of one fabric shard whose latency or congestion detector needs every sample (a
+/// latency baseline warming up, a latency anomaly held or raised, a congestion episode open),
+/// as a bit set of (node, port)
+/// hashes that the flow stage reads without the shard's lock: a report crossing such a port
+/// goes through the detectors (`crate::fast_path`). A port is marked the moment its episode
+/// starts and unmarked at the end of the shard's batch in which it ended; a hash shared with
+/// another port only sends more reports through the detectors.
+#[derive(Debug)]
+pub struct HotPorts {
+    words: [AtomicU64; HOT_WORDS],
+}
+
+impl Default for HotPorts {
+    fn default() -> Self {
+        HotPorts {
+            words: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// The word and bit of `(node, port)` in a [`HotPorts`].
+#[inline]
+fn hot_bit(node: u32, port: u32) -> (usize, u64) {
+    let h = (u64::from(node) << 32 | u64::from(port)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
+    ((h >> 6) as usize % HOT_WORDS, 1 << (h & 63))
+}
+
+impl HotPorts {
+    /// Whether `(node, port)` (or a port sharing its hash) is marked.
+    #[inline]
+    pub fn contains(&self, node: u32, port: u32) -> bool {
+        let (w, bit) = hot_bit(node, port);
+        self.words[w].load(Ordering::Relaxed) & bit != 0
+    }
+
+    fn insert(&self, node: u32, port: u32) {
+        let (w, bit) = hot_bit(node, port);
+        self.words[w].fetch_or(bit, Ordering::Relaxed);
+    }
 }
 
 /// Ports, queues and links a shard holds, kept as they are added and evicted (counting them
@@ -333,6 +408,116 @@ impl FabricShard {
         }
     }
 
+    /// The set of this shard's ports whose detectors need every sample, to share with the
+    /// flow stage.
+    pub fn hot_ports(&self) -> Arc<HotPorts> {
+        Arc::clone(&self.hot)
+    }
+
+    /// Unmarks the ports whose episodes ended: the set is rebuilt from the open congestion
+    /// episodes and the ports whose latency detector still warms up or holds an anomaly. The state calls
+    /// it after each batch.
+    pub fn publish_hot(&mut self) {
+        if !std::mem::take(&mut self.hot_ended) {
+            return;
+        }
+        let mut words = [0u64; HOT_WORDS];
+        let (nodes, cfg) = (&mut self.nodes, &self.cfg);
+        self.latency_hot.retain(|&(node, port)| {
+            let Some(p) = nodes.get_mut(&node).and_then(|n| n.ports.get_mut(&port)) else {
+                return false;
+            };
+            p.hot_listed = p.latency.needs_every_sample(cfg);
+            p.hot_listed
+        });
+        // A queue stays listed as open until the sweep after a low sample closed it.
+        let open = self
+            .open_episodes
+            .iter()
+            .filter(|&&k| queue_mut(nodes, k).is_some_and(|q| q.congestion.open_since().is_some()));
+        let ports: Vec<(u32, u32)> = open.map(|k| (k.node(), k.port())).collect();
+        for &(node, port) in self.latency_hot.iter().chain(&ports) {
+            let (w, bit) = hot_bit(node, port);
+            words[w] |= bit;
+        }
+        for (word, w) in self.hot.words.iter().zip(words) {
+            word.store(w, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds what deferred reports left for one hop (`crate::fast_path`): its node, port,
+    /// link and queue count them as if each had come through [`FabricShard::process_hop`],
+    /// but for the detectors, which those reports had nothing new for. A report seen since,
+    /// or at the same instant, keeps its last values.
+    pub fn fold(&mut self, f: &Fold) {
+        let now = f.last_ns;
+        self.last_time_ns = self.last_time_ns.max(now);
+        let (grew, held) = (&mut self.grew, &mut self.held);
+        let node = self.nodes.get_or_insert_with(f.node, || {
+            *grew = true;
+            NodeState {
+                first_seen_ns: now,
+                ..NodeState::default()
+            }
+        });
+        node.hops_seen += u64::from(f.reports);
+        node.last_seen_ns = node.last_seen_ns.max(now);
+        if let Some(port) = f.port {
+            let ps = node.ports.get_or_insert_with(port, || {
+                *grew = true;
+                held.ports += 1;
+                PortState::default()
+            });
+            let newest = now > ps.last_seen_ns;
+            ps.last_seen_ns = ps.last_seen_ns.max(now);
+            if let Some(util) = f.tx_util().filter(|_| newest) {
+                ps.tx_util = Some(util);
+            }
+            let lat = f.latency;
+            if lat.n > 0 {
+                if newest {
+                    ps.last_latency = Some(lat.last);
+                }
+                ps.interval.add_many(lat.n, lat.sum, lat.max);
+                let mean = lat.sum as f64 / f64::from(lat.n);
+                ps.latency.absorb(&self.cfg, lat.n, mean);
+            }
+            if let Some((to, to_port)) = f.link {
+                let link = ps.links.get_or_default(to).get_or_insert_with(to_port, || {
+                    *grew = true;
+                    held.links += 1;
+                    LinkState::default()
+                });
+                link.reports += u64::from(f.reports);
+                link.last_seen_ns = link.last_seen_ns.max(now);
+            }
+            let occ = f.occupancy;
+            if let (Some(q), true) = (f.queue, occ.n > 0) {
+                let qs = ps.queues.get_or_insert_with(u32::from(q), || {
+                    *grew = true;
+                    held.queues += 1;
+                    QueueState::default()
+                });
+                let newest = now > qs.last_seen_ns;
+                if newest {
+                    qs.occupancy = occ.last;
+                    if lat.n > 0 {
+                        qs.hop_latency = Some(lat.last);
+                    }
+                }
+                qs.max_occupancy = qs.max_occupancy.max(occ.max);
+                qs.interval.add_many(occ.n, occ.sum, occ.max);
+                qs.reports += u64::from(occ.n);
+                qs.last_seen_ns = qs.last_seen_ns.max(now);
+                qs.add_to_series(f.bucket_ns, occ.max);
+                qs.congestion.saw(f.last_clock);
+            }
+        }
+        if self.grew {
+            self.enforce_limits();
+        }
+    }
+
     /// Evictions, of this shard's sequence trackers too.
     pub fn evicted(&self) -> Evicted {
         Evicted {
@@ -353,6 +538,8 @@ impl FabricShard {
     #[inline(never)]
     fn enforce_limits(&mut self) {
         self.grew = false;
+        // Evicted ports leave the set of those in an episode.
+        self.hot_ended = true;
         let l = self.limits;
         if self.nodes.len() > l.nodes {
             let k = excess(self.nodes.len(), l.nodes);
@@ -431,6 +618,9 @@ impl FabricShard {
     /// then each hop's. With several shards the state gives each shard only its parts
     /// ([`FabricShard::process_reporter`], [`FabricShard::process_hop`]).
     pub fn process(&mut self, r: &Record, seen: FlowSeen) {
+        if seen.unchanged {
+            return self.unchanged_reporter_part(r);
+        }
         let parts = Parts::of(r, seen);
         self.reporter_part(r, &parts);
         for (index, hop) in r.hops().iter().enumerate() {
@@ -442,13 +632,21 @@ impl FabricShard {
     /// loss, the reporter's node, drops, hops without INT, and an E or M bit no recorded hop
     /// can be blamed for. `parts`: [`Parts::of`] the record.
     pub fn process_reporter(&mut self, r: &Record, parts: &Parts) {
-        self.reporter_part(r, parts);
+        if parts.seen.unchanged {
+            self.unchanged_reporter_part(r);
+        } else {
+            self.reporter_part(r, parts);
+        }
     }
 
     /// Hop `index` of record `r` (in the shard of the hop's node): the node, its egress port's
     /// latency and utilization, the queue, the link to the next hop, and an E or M bit set just
     /// after this hop. `parts`: [`Parts::of`] the record, worked out once for all its hops.
     pub fn process_hop(&mut self, r: &Record, index: usize, parts: &Parts) {
+        if parts.seen.unchanged {
+            // Deferred: its fold comes at the sweep.
+            return;
+        }
         if let Some(hop) = r.hops().get(index) {
             self.hop_part(r, index, hop, parts);
         }
@@ -461,6 +659,16 @@ impl FabricShard {
         if parts.last_recorded.is_none() && (r.hop_limit_exceeded || r.mtu_exceeded) {
             self.observe_limits(r, None, parts.seen);
         }
+        if self.grew {
+            self.enforce_limits();
+        }
+    }
+
+    /// The reporter's part of a record whose hops were deferred (`crate::fast_path`): no flag
+    /// and no hop without INT, so only its counters.
+    fn unchanged_reporter_part(&mut self, r: &Record) {
+        self.last_time_ns = self.last_time_ns.max(r.time_ns);
+        self.observe_reporter(r);
         if self.grew {
             self.enforce_limits();
         }
@@ -534,6 +742,7 @@ impl FabricShard {
                 continue;
             }
             self.open_episodes.swap_remove(i);
+            self.hot_ended = true;
             if let Some((ep, end)) = qs.congestion.end_quiet()
                 && qs.congestion.close(now, key, ep, end, raiser)
             {
@@ -636,6 +845,16 @@ impl FabricShard {
                     flow: r.flow.as_ref().zip(id),
                 };
                 ps.latency.sample(&self.cfg, &mut self.raiser, sample);
+                let needs = ps.latency.needs_every_sample(&self.cfg);
+                if needs != ps.hot_listed {
+                    if needs {
+                        ps.hot_listed = true;
+                        self.latency_hot.push((hop.node_id, port));
+                        self.hot.insert(hop.node_id, port);
+                    } else {
+                        self.hot_ended = true;
+                    }
+                }
             }
             if let Some((to, to_port)) = next.and_then(|b| Some((b.node_id, b.ingress_if()?))) {
                 let link = ps.links.get_or_default(to).get_or_insert_with(to_port, || {
@@ -672,11 +891,13 @@ impl FabricShard {
                 match qs.congestion.sample(&self.cfg, &mut self.raiser, sample) {
                     Step::Held => {}
                     Step::Opened => {
+                        self.hot.insert(hop.node_id, port);
                         if !self.open_episodes.contains(&key) {
                             self.open_episodes.push(key);
                         }
                     }
                     Step::Closed(ep, end) => {
+                        self.hot_ended = true;
                         if qs.congestion.close(now, key, ep, end, &mut self.raiser) {
                             self.closing_runs.push(key);
                         }

@@ -8,6 +8,7 @@ use rustc_hash::FxHashSet as HashSet;
 
 use intscope_wire::locate::FlowKey;
 
+use crate::fast_path::Anchor;
 use crate::record::Hop;
 
 /// One hop of a path: which node, in and out of which ports.
@@ -1115,6 +1116,9 @@ pub struct FlowState {
     /// ([`FlowState::keep_intervals`]).
     pub interval: Option<Box<FlowInterval>>,
     extras: Option<Box<Extras>>,
+    /// What the detectors last saw of the flow's path: reports near it skip them
+    /// (`crate::fast_path`).
+    pub(crate) anchor: Anchor,
 }
 
 /// Whether every hop of `part` lies on `path`, in order.
@@ -1298,6 +1302,7 @@ impl FlowState {
             dirty: false,
             path_partial: false,
             extras: None,
+            anchor: Anchor::default(),
         }
     }
 
@@ -1827,7 +1832,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Sample>(), 80);
         assert_eq!(
             std::mem::size_of::<FlowState>(),
-            272,
+            368,
             "a million flows in memory"
         );
         f.observe_latency(6, &[hop(None, None)]);

@@ -102,4 +102,7 @@ pub struct FlowSeen {
     /// Of a drop report: the node the dropping hop's egress port leads to, when this flow
     /// stage learned that link (INT-XD's postcards teach links here, one hop per record).
     pub drop_peer: Option<u32>,
+    /// The record said nothing new to the fabric's detectors: its hops were deferred
+    /// (`crate::fast_path`), only its reporter's part is left.
+    pub unchanged: bool,
 }

@@ -10,10 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use intscope_wire::locate::FlowKey;
 
+use crate::deferred::Deferred;
 use crate::detect::silent_drop::{self, RECEIVED_FLUSH_NS};
 use crate::detect::{non_int, path_change};
 use crate::event::Raiser;
-use crate::fabric::{excess, spread};
+use crate::fabric::{HotPorts, excess, node_shard, spread};
+use crate::fast_path::packed_queues;
 use crate::flow::{FlowState, FlowTable, Joined, LinkDelays, LinkTable, Path, PathHop, PathTable};
 use crate::flow_ref::FlowSeen;
 use crate::id_table::Cutoff;
@@ -29,6 +31,17 @@ pub fn flow_shard(hash: u64, n: usize) -> usize {
     // The middle bits: the flow table's index uses the low bits for the bucket and the top
     // seven as tags, so neither is skewed within a shard.
     spread((hash >> 32) as u32, n)
+}
+
+/// What the flow shards share, read for a batch.
+#[derive(Clone, Copy)]
+pub struct Shared<'a> {
+    /// The next flow ID.
+    pub ids: &'a AtomicU64,
+    /// Each node's recent report loss (silent drops are weighed by it).
+    pub loss: &'a LossHistory,
+    /// Each fabric shard's ports whose detectors need every sample (`crate::fast_path`).
+    pub busy: &'a [Arc<HotPorts>],
 }
 
 /// One shard of the flows' state.
@@ -55,6 +68,8 @@ pub struct FlowShard {
     pub flows_expired: u64,
     /// Flows evicted, least recently seen first, to stay within the limit.
     pub flows_evicted: u64,
+    /// Reports that said nothing new to the detectors (`crate::fast_path`).
+    pub reports_unchanged: u64,
     /// Most flows this shard holds.
     max_flows: usize,
     /// Per-hop reports received per reporting node since they were last handed to the log's
@@ -70,6 +85,8 @@ pub struct FlowShard {
     /// This shard's last copies for snapshots: the next one is made from them, the rows of
     /// the slots written since ([`FlowTable::changed`]) made again.
     pub copies: FlowCopies,
+    /// What unchanged reports left for the fabric since the last sweep.
+    pub(crate) deferred: Deferred,
 }
 
 impl FlowShard {
@@ -78,6 +95,7 @@ impl FlowShard {
         FlowCounts {
             flows_expired: self.flows_expired,
             flows_evicted: self.flows_evicted,
+            reports_unchanged: self.reports_unchanged,
             link_ports_refused: self.links.unlearned,
             suppressed: self.raiser.suppressed,
         }
@@ -240,17 +258,16 @@ impl FlowShard {
     }
 
     /// Correlates record `r` with its flow (keyed `key`, hashed `hash`, perhaps in slot `hint`
-    /// from [`FlowShard::prefetch`]); new flows take their ID from `ids`. Returns what the
+    /// from [`FlowShard::prefetch`]) and what the shards share (`shared`). Returns what the
     /// fabric stage needs.
     pub fn process(
         &mut self,
         r: &Record,
         key: FlowKey,
-        hash: u64,
-        hint: Option<u32>,
-        ids: &AtomicU64,
-        loss: &LossHistory,
+        (hash, hint): (u64, Option<u32>),
+        shared: &Shared<'_>,
     ) -> FlowSeen {
+        let Shared { ids, loss, busy } = *shared;
         let now = r.time_ns;
         let paths = &mut self.paths;
         let keep_intervals = self.keep_intervals;
@@ -279,6 +296,7 @@ impl FlowShard {
         let mut postcard = None;
         let mut head_hops = 0;
         let mut gap = None;
+        let mut unchanged = false;
         let head = if r.intermediate || flow.waiting_heads() == 0 {
             None
         } else {
@@ -336,9 +354,33 @@ impl FlowShard {
                 let before = Arc::as_ptr(&flow.path);
                 change = flow.observe_path(now, hops, paths);
                 flow.observe_latency(now, hops);
-                if !ttl_gap && !std::ptr::eq(before, Arc::as_ptr(&flow.path)) {
+                let same = std::ptr::eq(before, Arc::as_ptr(&flow.path));
+                if !ttl_gap && !same {
                     // A new path (rare): its links join per-hop reports.
                     self.links.learn_path(&flow.path);
+                }
+                // A whole stack that says nothing new leaves its hops' counters for the
+                // fabric's next sweep (`crate::fast_path`).
+                let at = Arc::as_ptr(&flow.path) as usize;
+                let queues = packed_queues(hops);
+                let busy = |node, port| {
+                    busy.get(node_shard(node, busy.len()))
+                        .is_some_and(|b: &Arc<HotPorts>| b.contains(node, port))
+                };
+                if head_hops > 0 || ttl_gap || r.congested {
+                    flow.anchor.clear();
+                } else if same
+                    && flow
+                        .anchor
+                        .unchanged(&self.cfg, (at, queues), now, hops, busy)
+                    && self
+                        .deferred
+                        .add(&flow.path, queues, now, hops, &mut flow.anchor.slot)
+                {
+                    unchanged = true;
+                    self.reports_unchanged += 1;
+                } else {
+                    flow.anchor.set(at, now, queues, hops);
                 }
             }
         } else if let [hop] = r.hops() {
@@ -380,6 +422,7 @@ impl FlowShard {
             head_hops: head_hops as u8,
             gap,
             drop_peer,
+            unchanged,
         }
     }
 
@@ -487,8 +530,16 @@ mod tests {
 
         fn process(&mut self, r: &Record) -> FlowSeen {
             let hash = crate::flow::key_hash(&self.key);
-            self.shard
-                .process(r, self.key, hash, None, &self.ids, &self.loss)
+            self.shard.process(
+                r,
+                self.key,
+                (hash, None),
+                &Shared {
+                    ids: &self.ids,
+                    loss: &self.loss,
+                    busy: &[],
+                },
+            )
         }
     }
 

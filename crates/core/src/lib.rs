@@ -23,10 +23,12 @@
 
 mod cause;
 pub mod counters;
+mod deferred;
 mod detect;
 mod event;
 mod evidence;
 mod fabric;
+mod fast_path;
 mod flow;
 mod flow_ref;
 mod flow_shard;
@@ -60,7 +62,7 @@ pub use flow_shard::flow_shard;
 pub use limits::Limits;
 pub use seq::{SeqTotals, SeqTracker};
 pub use state::State;
-pub use thresholds::{DetectConfig, PostcardConfig};
+pub use thresholds::{DetectConfig, FastPathConfig, PostcardConfig};
 
 // What detection produces: events, and incidents with their lifecycle.
 pub use event::{EVENT_KIND_SHARE, EVENT_LOG, Event, EventKind};

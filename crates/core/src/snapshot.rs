@@ -239,6 +239,8 @@ pub struct FlowCounts {
     pub flows_expired: u64,
     /// Flows evicted at the limit.
     pub flows_evicted: u64,
+    /// Reports that said nothing new to the detectors.
+    pub reports_unchanged: u64,
     /// Link-table entries refused at their bound.
     pub link_ports_refused: u64,
     /// Events suppressed by the rate limit.
@@ -504,6 +506,11 @@ impl Snapshot {
     /// Flows that left memory idle.
     pub fn flows_expired(&self) -> u64 {
         self.flows.iter().map(|s| s.counts.flows_expired).sum()
+    }
+
+    /// Reports that said nothing new to the detectors (`[detect.fast_path]`).
+    pub fn reports_unchanged(&self) -> u64 {
+        self.flows.iter().map(|s| s.counts.reports_unchanged).sum()
     }
 
     /// Every node.
@@ -904,6 +911,7 @@ mod tests {
                 proptest::prop_assert_eq!(snap.held(), v.held());
                 proptest::prop_assert_eq!(snap.evicted(), v.evicted());
                 proptest::prop_assert_eq!(snap.flows_expired(), v.flows_expired());
+                proptest::prop_assert_eq!(snap.reports_unchanged(), v.reports_unchanged());
                 drop(v);
                 held.push(snap);
             }

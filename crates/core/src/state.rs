@@ -18,11 +18,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, TryLockError};
 
 use crate::event::{Event, EventKind, EventLog, Raiser};
 use crate::fabric::{
-    Evicted, FabricShard, LinkState, NodeState, Parts, QueueState, RecordCounters, node_shard,
+    Evicted, FabricShard, HotPorts, LinkState, NodeState, Parts, QueueState, RecordCounters,
+    node_shard,
 };
+use crate::fast_path::Fold;
 use crate::flow::{FlowState, LastSample, Path, key_hash};
 use crate::flow_ref::FlowSeen;
-use crate::flow_shard::{FlowShard, flow_shard};
+use crate::flow_shard::{FlowShard, Shared, flow_shard};
 use crate::incident::Incident;
 use crate::incidents::IncidentLog;
 use crate::keys::{LinkKey, QueueKey};
@@ -50,6 +52,11 @@ struct Scratch {
     /// Per fabric shard: its work in batch order, [`FabricPart`]s packed with [`fabric_item`],
     /// or sweeps.
     fabric_work: Vec<Vec<u32>>,
+    /// What the flow shards' sweeps handed over of their deferred reports, by the record
+    /// index of the sweep (`crate::fast_path`).
+    folds: Vec<(u32, Fold)>,
+    /// One flow shard's folds as it hands them over.
+    taken: Vec<Fold>,
 }
 
 /// A work entry's mark: sweep at the record's time (after the record itself, if it is the
@@ -117,6 +124,9 @@ pub struct FlowRecent {
 pub struct State {
     flows: Box<[Mutex<FlowShard>]>,
     fabric: Box<[Mutex<FabricShard>]>,
+    /// Each fabric shard's ports whose detectors need every sample, read by the flow stage
+    /// without its lock.
+    hot: Box<[Arc<HotPorts>]>,
     log: Mutex<EventLog>,
     /// Each node's recent per-hop reports received (from the flow shards) and lost (from the
     /// fabric shards' confirmed sequence gaps): the loss share that tells a silent drop from
@@ -148,13 +158,15 @@ impl State {
     pub fn with_limits(cfg: DetectConfig, limits: Limits, shards: usize) -> Self {
         let n = shards.clamp(1, MAX_SHARDS);
         let share = limits.per_shard(n);
+        let fabric: Box<[FabricShard]> = (0..n)
+            .map(|_| FabricShard::with_limits(cfg.clone(), share))
+            .collect();
         State {
             flows: (0..n)
                 .map(|_| Mutex::new(FlowShard::with_limits(cfg.clone(), share)))
                 .collect(),
-            fabric: (0..n)
-                .map(|_| Mutex::new(FabricShard::with_limits(cfg.clone(), share)))
-                .collect(),
+            hot: fabric.iter().map(FabricShard::hot_ports).collect(),
+            fabric: fabric.into_iter().map(Mutex::new).collect(),
             log: Mutex::new(EventLog::new(&cfg)),
             loss: RwLock::new(LossHistory::new(
                 cfg.postcards.silent_drop_ns / (LOSS_BUCKETS as u64 / 4),
@@ -189,6 +201,7 @@ impl State {
     /// again (`FlowShard::copy`). The event counts are read last, so they include
     /// the events of every copied record.
     pub fn snapshot(&self, prev: Option<&Snapshot>) -> Snapshot {
+        self.fold_deferred();
         let n = self.flows.len();
         let prev = prev.filter(|p| p.flows.len() == n && p.fabric.len() == n);
         let mut generations = vec![0u64; 2 * n];
@@ -278,7 +291,10 @@ impl State {
             parts,
             flow_work,
             fabric_work,
+            folds,
+            taken,
         } = scratch;
+        folds.clear();
         hashes.clear();
         hints.clear();
         hints.resize(records.len(), None);
@@ -327,9 +343,16 @@ impl State {
                 let r = &records[i];
                 if w & SWEEP != 0 {
                     shard.sweep(r.time_ns, &loss);
+                    shard.deferred.take(taken);
+                    folds.extend(taken.drain(..).map(|f| (i as u32, f)));
                 } else if let Some(key) = r.flow {
                     shard.raiser.set_clock(r);
-                    seen[i] = shard.process(r, key, hashes[i], hints[i], &self.next_flow_id, &loss);
+                    let shared = Shared {
+                        ids: &self.next_flow_id,
+                        loss: &loss,
+                        busy: &self.hot,
+                    };
+                    seen[i] = shard.process(r, key, (hashes[i], hints[i]), &shared);
                 }
             }
             drop(loss);
@@ -348,6 +371,13 @@ impl State {
                 let (i, part) = fabric_part(w & !SWEEP);
                 let (r, parts) = (&records[i], &parts[i]);
                 if w & SWEEP != 0 {
+                    let at = i as u32;
+                    for (_, f) in folds
+                        .iter()
+                        .filter(|(j, f)| *j == at && node_shard(f.node, n) == s)
+                    {
+                        shard.fold(f);
+                    }
                     shard.sweep(r.time_ns);
                     continue;
                 }
@@ -356,6 +386,7 @@ impl State {
                     FabricPart::Hop(h) => shard.process_hop(r, h, parts),
                 }
             }
+            shard.publish_hot();
             self.drain(&mut shard.raiser);
         });
     }
@@ -370,7 +401,12 @@ impl State {
         fabric: &Mutex<FabricShard>,
         scratch: &mut Scratch,
     ) {
-        let Scratch { hashes, hints, .. } = scratch;
+        let Scratch {
+            hashes,
+            hints,
+            taken,
+            ..
+        } = scratch;
         hashes.clear();
         hashes.extend(records.iter().map(|r| r.flow.as_ref().map_or(0, key_hash)));
         let (mut flows, mut fabric) = (lock(flows), lock(fabric));
@@ -387,11 +423,16 @@ impl State {
         );
         let mut next_sweep = self.next_sweep_ns.load(Ordering::Relaxed);
         let loss = read(&self.loss);
+        let shared = Shared {
+            ids: &self.next_flow_id,
+            loss: &loss,
+            busy: &self.hot,
+        };
         for (i, r) in records.iter().enumerate() {
             let seen = match r.flow {
                 Some(key) => {
                     flows.raiser.set_clock(r);
-                    flows.process(r, key, hashes[i], hints[i], &self.next_flow_id, &loss)
+                    flows.process(r, key, (hashes[i], hints[i]), &shared)
                 }
                 None => FlowSeen::default(),
             };
@@ -399,9 +440,14 @@ impl State {
             if r.time_ns >= next_sweep {
                 next_sweep = r.time_ns + SWEEP_NS;
                 flows.sweep(r.time_ns, &loss);
+                flows.deferred.take(taken);
+                for f in taken.drain(..) {
+                    fabric.fold(&f);
+                }
                 fabric.sweep(r.time_ns);
             }
         }
+        fabric.publish_hot();
         drop(loss);
         self.drain(&mut flows.raiser);
         self.drain(&mut fabric.raiser);
@@ -413,6 +459,7 @@ impl State {
     /// whose window passed without the flow's next packet, idle flows. Processing does this as
     /// reports arrive; call it when they stop (idle receivers, end of a replay).
     pub fn tick(&self, now: u64) {
+        self.fold_deferred();
         self.next_sweep_ns
             .fetch_max(now + SWEEP_NS, Ordering::Relaxed);
         each_shard(&self.flows, |i, s| {
@@ -423,7 +470,29 @@ impl State {
         each_shard(&self.fabric, |i, s| {
             self.touch(true, i);
             s.sweep(now);
+            s.publish_hot();
             self.drain(&mut s.raiser);
+        });
+    }
+
+    /// Hands what the flow shards deferred (`crate::fast_path`) to the fabric shards now,
+    /// rather than at their next sweep: before the state is read or stored.
+    fn fold_deferred(&self) {
+        let mut folds = Vec::new();
+        each_shard(&self.flows, |_, s| {
+            if !s.deferred.is_empty() {
+                s.deferred.take(&mut folds);
+            }
+        });
+        if folds.is_empty() {
+            return;
+        }
+        let n = self.fabric.len();
+        each_shard(&self.fabric, |i, s| {
+            self.touch(true, i);
+            for f in folds.iter().filter(|f| node_shard(f.node, n) == i) {
+                s.fold(f);
+            }
         });
     }
 
@@ -466,6 +535,7 @@ impl State {
     /// still waiting for their merge window, and correlates the path changes still waiting
     /// for `path_correlation_ns`. Call after the last [`State::tick`].
     pub fn finish_incidents(&self) {
+        self.fold_deferred();
         each_shard(&self.fabric, |_, s| {
             s.end_runs(u64::MAX);
             self.drain(&mut s.raiser);
@@ -521,6 +591,7 @@ impl State {
 
     /// Visits each fabric shard under its lock, one at a time (the store's flush).
     pub fn each_fabric_shard(&self, mut f: impl FnMut(&mut FabricShard)) {
+        self.fold_deferred();
         each_shard(&self.fabric, |i, s| {
             self.touch(true, i);
             f(s);
@@ -531,6 +602,7 @@ impl State {
     /// locked until the view is dropped, so keep it short, and call no other method of the state
     /// while holding it (the locks are not reentrant).
     pub fn read(&self) -> View<'_> {
+        self.fold_deferred();
         View {
             flows: self.flows.iter().map(lock).collect(),
             fabric: self.fabric.iter().map(lock).collect(),
@@ -623,6 +695,11 @@ impl View<'_> {
     /// Flows that left memory idle.
     pub fn flows_expired(&self) -> u64 {
         self.flows.iter().map(|s| s.flows_expired).sum()
+    }
+
+    /// Reports that said nothing new to the detectors (`[detect.fast_path]`).
+    pub fn reports_unchanged(&self) -> u64 {
+        self.flows.iter().map(|s| s.reports_unchanged).sum()
     }
 
     /// Every node.

@@ -65,6 +65,8 @@ pub struct DetectConfig {
     pub flow_idle_ns: u64,
     /// INT-XD / INT-MX: joining per-hop reports into paths, and silent drops.
     pub postcards: PostcardConfig,
+    /// Reports that say nothing new skip the fabric's detectors (`[detect.fast_path]`).
+    pub fast_path: FastPathConfig,
 }
 
 impl Default for DetectConfig {
@@ -89,6 +91,55 @@ impl Default for DetectConfig {
             path_correlation_ns: 1_000_000_000,
             report_reorder_ns: 20_000_000,
             clock_skew_max_ns: 86_400_000_000_000,
+            fast_path: FastPathConfig::default(),
+        }
+    }
+}
+
+/// The fast path for reports that say nothing new (`[detect.fast_path]`).
+///
+/// A complete-path report (an INT-MD stack, a v0.5 / v1.0 stack) of a flow whose path did not
+/// change, with no drop, Q, E or M flag and no hop without INT, is *unchanged* when each hop's
+/// queue is the one the flow last showed the detectors and its hop latency and queue occupancy
+/// are within `latency_change_ns` and `occupancy_change` of the values the detectors last saw
+/// for this flow, below every detector's threshold (a hop latency at most
+/// `latency_min_excess_ns`, which no baseline makes anomalous; an occupancy below
+/// `congestion_start`), at ports whose detectors are quiet (no latency anomaly held, no
+/// congestion episode open). Such a report updates its flow (counters, path, latency
+/// histogram, last sample) and its reporter's counters at once; its hops' counters, latency
+/// and occupancy aggregates and heatmap maxima are added per path and handed to the fabric at
+/// the next sweep (every millisecond of report time) or read. The detectors see every other
+/// report, and one report per flow every `sample_every` reports or `sample_ns` of report time,
+/// whichever comes first, which keeps the ports' latency baselines moving with the traffic.
+/// SD-Fabric's switches filter their reports by the same rule before sending them
+/// (`sd-fabric-int.txt`, `minFlowHopLatencyChangeNs`).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FastPathConfig {
+    /// Off: every report goes through every detector.
+    pub enabled: bool,
+    /// A hop latency this far (ns) from the last one the detectors saw for the flow's hop is a
+    /// change (SD-Fabric's `minFlowHopLatencyChangeNs`, whose default it takes).
+    pub latency_change_ns: u32,
+    /// A queue occupancy this far from the last one the detectors saw is a change (the
+    /// device's unit).
+    pub occupancy_change: u32,
+    /// One report of a flow in this many goes through the detectors however unchanged.
+    pub sample_every: u32,
+    /// ...and one at least this often, ns of report time.
+    pub sample_ns: u64,
+}
+
+impl Default for FastPathConfig {
+    /// On; 256 ns (SD-Fabric's default), 64 cells or bytes, one report in 32 and at least one
+    /// per 100 ms per flow to the detectors.
+    fn default() -> Self {
+        FastPathConfig {
+            enabled: true,
+            latency_change_ns: 256,
+            occupancy_change: 64,
+            sample_every: 32,
+            sample_ns: 100_000_000,
         }
     }
 }

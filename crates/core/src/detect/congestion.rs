@@ -264,6 +264,12 @@ impl Congestion {
         Step::Opened
     }
 
+    /// A sample at switch time `clock` that the detector did not need (`crate::fast_path`):
+    /// the next episode's start is known to lie after it.
+    pub(crate) fn saw(&mut self, clock: u64) {
+        self.last_clock_ns = Some(self.last_clock_ns.map_or(clock, |c| c.max(clock)));
+    }
+
     /// Report time of the open episode's last congested sample, if one is open.
     pub(crate) fn open_since(&self) -> Option<u64> {
         self.episode.as_ref().map(|ep| ep.last_seen_ns)

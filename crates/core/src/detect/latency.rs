@@ -112,6 +112,25 @@ impl Latency {
         }
     }
 
+    /// Whether the detector needs every sample: its baseline warms up, or an anomaly is held
+    /// or raised (until a normal sample ends it).
+    pub(crate) fn needs_every_sample(&self, cfg: &DetectConfig) -> bool {
+        self.samples < cfg.latency_warmup || self.anomaly.is_some() || self.unconfirmed.is_some()
+    }
+
+    /// Takes `n` samples of mean `mean` that the detector did not need to see one by one
+    /// (`crate::fast_path`: none of them could be anomalous): the baseline moves as `n` EWMA
+    /// steps towards their mean would move it. Not while warming up or in an anomaly, when
+    /// every sample comes through [`Latency::sample`] and the baseline does not move.
+    pub(crate) fn absorb(&mut self, cfg: &DetectConfig, n: u32, mean: f64) {
+        if n == 0 || self.needs_every_sample(cfg) {
+            return;
+        }
+        let kept = (15.0f64 / 16.0).powi(n.min(1 << 16) as i32);
+        self.baseline += (1.0 - kept) * (mean - self.baseline);
+        self.samples = self.samples.saturating_add(n);
+    }
+
     /// Takes warm-up sample `lat` (`self.samples` before it): held (the first [`WARMUP_HELD`]),
     /// or, past them, moving the baseline from their median as an EWMA. The median is taken
     /// once, when the held samples are complete, not per sample: ports are many and warm up
