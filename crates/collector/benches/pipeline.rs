@@ -1,8 +1,8 @@
 //! The collector pipeline without sockets: decode → correlate → detect, on the load generator's
-//! traffic (v2.0, 8 reports per datagram, 4-node paths, 10 000 flows): one thread on one shard,
-//! and two threads on two shards, either each correlating its own batches in every shard or
-//! (`_owner`, a prototype of owner-computes) each correlating only its own flow shard's records,
-//! handing the others to the other thread through a bounded ring.
+//! traffic (v2.0, 8 reports per datagram, 4-node paths, 10 000 flows): one thread on one shard
+//! (also with the fast path off), and two threads on two shards, either each correlating its
+//! own batches in every shard or (`_owner`, a prototype of owner-computes) each correlating only
+//! its own flow shard's records, handing the others to the other thread through a bounded ring.
 //!
 //! `cargo bench -p intscope-collector --bench pipeline`
 
@@ -26,10 +26,16 @@ const HANDOFF_RING: usize = 4;
 /// A collector as `intscope collect --threads <threads>` opens it: one shard of each kind per
 /// receive thread.
 fn open_collector(threads: usize) -> std::sync::Arc<Collector> {
+    open_collector_with(threads, Thresholds::default())
+}
+
+/// [`open_collector`] with the detectors' thresholds `detect`.
+fn open_collector_with(threads: usize, detect: Thresholds) -> std::sync::Arc<Collector> {
     Collector::open(CollectorConfig {
         data: None,
         int_udp_ports: vec![INT_PORT],
         threads,
+        detect,
         ..CollectorConfig::default()
     })
     .unwrap()
@@ -233,6 +239,13 @@ fn bench(c: &mut Criterion) {
     let mut batch = RecordBatch::default();
     let payloads: Vec<&[u8]> = datagrams.iter().map(|(d, _)| d.as_slice()).collect();
     group.bench_function("collector_batches", |b| {
+        b.iter(|| ingest_in_batches(&collector, &payloads, &mut batch, &mut t))
+    });
+    // The same with every report through the detectors (`[detect.fast_path] enabled = false`).
+    let mut full = Thresholds::default();
+    full.fast_path.enabled = false;
+    let collector = open_collector_with(1, full);
+    group.bench_function("collector_batches_fast_path_off", |b| {
         b.iter(|| ingest_in_batches(&collector, &payloads, &mut batch, &mut t))
     });
     // Two receive threads on two shards of each kind, each with half of the receive batches:

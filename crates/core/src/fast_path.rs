@@ -13,12 +13,25 @@ use crate::thresholds::DetectConfig;
 /// Hops an anchor keeps: a longer path always goes through the detectors.
 pub const ANCHOR_HOPS: usize = 8;
 
-/// "No value" in an anchor, as on the wire.
+/// "No value" in a fold, as on the wire.
 const NONE: u32 = u32::MAX;
 
+/// "No value" in an anchor.
+const ABSENT: u16 = u16::MAX;
+
+/// An anchor's value for anything above what it holds exactly: never near another.
+const ABOVE: u16 = u16::MAX - 1;
+
+/// A hop's value as an anchor keeps it: 16 bits (a flow state is read for every report, and
+/// the fast path's values are below the detectors' thresholds, a few µs and a few hundred
+/// cells), all ones for none, [`ABOVE`] for a larger one.
+fn anchored(v: Option<u32>) -> u16 {
+    v.map_or(ABSENT, |v| v.min(u32::from(ABOVE)) as u16)
+}
+
 /// The values the detectors last saw of one flow's complete path: per hop its queue, hop
-/// latency and occupancy (all ones where the report had none), the path they came with, when,
-/// and how many unchanged reports followed.
+/// latency and occupancy ([`anchored`]), the path they came with, when, and how many
+/// unchanged reports followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Anchor {
     /// The flow's interned path they came with (its address; 0: none yet).
@@ -31,8 +44,8 @@ pub struct Anchor {
     pub(crate) slot: u32,
     /// Each hop's queue ID, a byte each (0xFF: none), first hop lowest.
     queues: u64,
-    latency: [u32; ANCHOR_HOPS],
-    occupancy: [u32; ANCHOR_HOPS],
+    latency: [u16; ANCHOR_HOPS],
+    occupancy: [u16; ANCHOR_HOPS],
 }
 
 impl Default for Anchor {
@@ -43,8 +56,8 @@ impl Default for Anchor {
             since: 0,
             slot: u32::MAX,
             queues: u64::MAX,
-            latency: [NONE; ANCHOR_HOPS],
-            occupancy: [NONE; ANCHOR_HOPS],
+            latency: [ABSENT; ANCHOR_HOPS],
+            occupancy: [ABSENT; ANCHOR_HOPS],
         }
     }
 }
@@ -72,8 +85,8 @@ impl Anchor {
             ..Anchor::default()
         };
         for (i, h) in hops.iter().take(ANCHOR_HOPS).enumerate() {
-            self.latency[i] = h.hop_latency().unwrap_or(NONE);
-            self.occupancy[i] = h.queue_occupancy().unwrap_or(NONE);
+            self.latency[i] = anchored(h.hop_latency());
+            self.occupancy[i] = anchored(h.queue_occupancy());
         }
     }
 
@@ -106,19 +119,18 @@ impl Anchor {
             return false;
         }
         let max_latency = u32::try_from(cfg.latency_min_excess_ns).unwrap_or(u32::MAX);
+        let max_occupancy = cfg.congestion_start.saturating_sub(1);
         for (i, h) in hops.iter().enumerate() {
-            let latency = h.hop_latency().unwrap_or(NONE);
-            let occupancy = h.queue_occupancy().unwrap_or(NONE);
             if !near(
-                latency,
+                h.hop_latency(),
                 self.latency[i],
                 fast.latency_change_ns,
                 max_latency,
             ) || !near(
-                occupancy,
+                h.queue_occupancy(),
                 self.occupancy[i],
                 fast.occupancy_change,
-                cfg.congestion_start.saturating_sub(1),
+                max_occupancy,
             ) {
                 return false;
             }
@@ -133,14 +145,14 @@ impl Anchor {
     }
 }
 
-/// Whether `v` and the anchor's `was` are both absent, or both present, `v` at most `max` and
-/// within `change` of `was`.
+/// Whether `v` and the anchor's `was` are both absent, or both present, `v` at most `max`
+/// and within `change` of `was` (an anchor [`ABOVE`] 16 bits is near nothing).
 #[inline]
-fn near(v: u32, was: u32, change: u32, max: u32) -> bool {
-    if v == NONE || was == NONE {
-        return v == was;
+fn near(v: Option<u32>, was: u16, change: u32, max: u32) -> bool {
+    match v {
+        None => was == ABSENT,
+        Some(v) => was < ABOVE && v <= max && v.abs_diff(u32::from(was)) <= change,
     }
-    v <= max && v.abs_diff(was) <= change
 }
 
 /// Samples of one value (a hop latency, an occupancy) gathered for a fold.
@@ -302,6 +314,19 @@ mod tests {
             1,
             &[hop(1, 10_000, 12), hop(2, 600, 999)]
         ));
+        // An anchor above 16 bits is near nothing, whatever the thresholds.
+        let mut lax = cfg.clone();
+        lax.latency_min_excess_ns = 1 << 20;
+        lax.fast_path.latency_change_ns = 1 << 20;
+        let mut far = Anchor::default();
+        let h = [hop(1, 200_000, 12)];
+        far.set(1, 0, packed_queues(&h), &h);
+        let near_it = [hop(1, 65_000, 12)];
+        assert!(
+            !far.unchanged(&lax, (1, packed_queues(&near_it)), 1, &near_it, |_, _| {
+                false
+            })
+        );
         // Another path, another queue, a value that went missing.
         let q = packed_queues(&base);
         assert!(!a.unchanged(&cfg, (2, q), 30, &base, |_, _| false));

@@ -1832,7 +1832,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Sample>(), 80);
         assert_eq!(
             std::mem::size_of::<FlowState>(),
-            368,
+            336,
             "a million flows in memory"
         );
         f.observe_latency(6, &[hop(None, None)]);
