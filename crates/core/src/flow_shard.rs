@@ -211,6 +211,9 @@ impl FlowShard {
             learn_max_ns: self.cfg.postcards.link_delay_learn_max_ns,
         };
         let joined = flow.join_cards(&mut self.links, delays, self.cfg.join_window_ns);
+        // Joined paths are not the fast path's (`crate::fast_path`): the anchor is only ever
+        // of a whole stack on the path it came with.
+        flow.anchor.clear();
         match &joined {
             Joined::Complete(chain) => {
                 let hops: Vec<_> = chain.iter().map(|(h, _)| *h).collect();
@@ -350,6 +353,8 @@ impl FlowShard {
                 || transit_queue_report
             {
                 change = flow.observe_partial_path(now, hops, paths);
+                // The path it may have replaced is no longer what the anchor was seen on.
+                flow.anchor.clear();
             } else {
                 let before = Arc::as_ptr(&flow.path);
                 change = flow.observe_path(now, hops, paths);
