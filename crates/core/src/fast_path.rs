@@ -1,7 +1,7 @@
 //! Which reports say nothing new to the detectors, and what such a report leaves for its hops.
 //!
-//! A flow keeps the values its last report through the detectors showed them (its
-//! [`Anchor`]); a report within the thresholds of `[detect.fast_path]` of them
+//! A flow keeps when its last report went through the detectors (its [`Anchor`]); a report
+//! within the thresholds of `[detect.fast_path]` of the flow's last sample
 //! ([`crate::thresholds::FastPathConfig`], where the rule is spelled out) skips the fabric's
 //! per-hop work, whose counters and aggregates it adds instead to a [`Fold`] per hop that the
 //! fabric takes at its next sweep. Why: most reports of a healthy fabric repeat what the
@@ -13,51 +13,40 @@ use crate::thresholds::DetectConfig;
 /// Hops an anchor keeps: a longer path always goes through the detectors.
 pub const ANCHOR_HOPS: usize = 8;
 
-/// "No value" in a fold, as on the wire.
+/// "No value" in a fold and in a flow's last sample, as on the wire.
 const NONE: u32 = u32::MAX;
 
-/// "No value" in an anchor.
-const ABSENT: u16 = u16::MAX;
+/// An anchor's `since` before any report set it.
+const UNSET: u16 = u16::MAX;
 
-/// An anchor's value for anything above what it holds exactly: never near another.
-const ABOVE: u16 = u16::MAX - 1;
-
-/// A hop's value as an anchor keeps it: 16 bits (a flow state is read for every report, and
-/// the fast path's values are below the detectors' thresholds, a few µs and a few hundred
-/// cells), all ones for none, [`ABOVE`] for a larger one.
-fn anchored(v: Option<u32>) -> u16 {
-    v.map_or(ABSENT, |v| v.min(u32::from(ABOVE)) as u16)
-}
-
-/// The values the detectors last saw of one flow's complete path: per hop its queue, hop
-/// latency and occupancy ([`anchored`]), the path they came with, when, and how many
-/// unchanged reports followed.
+/// What a flow keeps for the fast path: when its last report went through the detectors, how
+/// many unchanged reports followed, the queues its hops used, and where the flow shard's
+/// deferred table kept its path last. Sixteen bytes: a flow state is read for every report,
+/// and a million of them are held. The values a report is compared with are the flow's last
+/// sample (`FlowState::recent`), which every report updates: a slow drift is bounded by the
+/// periodic report through the detectors, and the deferred samples move the ports' baselines
+/// by their mean at each fold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Anchor {
-    /// The flow's interned path they came with (its address; 0: none yet).
-    path: usize,
-    /// Report time of the report the detectors saw.
-    at_ns: u64,
-    /// Unchanged reports since.
-    since: u32,
-    /// Where the flow shard's deferred table kept this path's folds last (a hint).
+    /// Report time of the report the detectors saw, in 1024 ns units (wrapping every 73
+    /// minutes, longer than a flow stays idle in memory by default).
+    at: u32,
+    /// A hash of the hops' queue IDs ([`packed_queues`]).
+    queues: u32,
+    /// Where the flow shard's deferred table kept this path last (a hint).
     pub(crate) slot: u32,
-    /// Each hop's queue ID, a byte each (0xFF: none), first hop lowest.
-    queues: u64,
-    latency: [u16; ANCHOR_HOPS],
-    occupancy: [u16; ANCHOR_HOPS],
+    /// Unchanged reports since; [`UNSET`]: none went through the detectors on the current
+    /// path yet.
+    since: u16,
 }
 
 impl Default for Anchor {
     fn default() -> Self {
         Anchor {
-            path: 0,
-            at_ns: 0,
-            since: 0,
+            at: 0,
+            queues: 0,
             slot: u32::MAX,
-            queues: u64::MAX,
-            latency: [ABSENT; ANCHOR_HOPS],
-            occupancy: [ABSENT; ANCHOR_HOPS],
+            since: UNSET,
         }
     }
 }
@@ -73,48 +62,59 @@ pub fn packed_queues(hops: &[Hop]) -> u64 {
     packed
 }
 
+/// The anchor's hash of packed queue IDs (a collision only compares a report with the last
+/// sample of other queues: every value must still be below the detectors' thresholds).
+fn queue_hash(packed: u64) -> u32 {
+    (packed ^ (packed >> 32)) as u32
+}
+
+/// The anchor's clock of report time `now`.
+fn ticks(now: u64) -> u32 {
+    (now >> 10) as u32
+}
+
+/// A flow's last sample's per-hop hop latencies and queue occupancies (all ones: none).
+pub type LastValues<'a> = (&'a [u32; ANCHOR_HOPS], &'a [u32; ANCHOR_HOPS]);
+
 impl Anchor {
-    /// Takes the values of `hops` (through `queues`, [`packed_queues`]), which the detectors
-    /// are about to see, on `path` at `now`.
-    pub fn set(&mut self, path: usize, now: u64, queues: u64, hops: &[Hop]) {
-        *self = Anchor {
-            path,
-            at_ns: now,
-            queues,
-            slot: self.slot,
-            ..Anchor::default()
-        };
-        for (i, h) in hops.iter().take(ANCHOR_HOPS).enumerate() {
-            self.latency[i] = anchored(h.hop_latency());
-            self.occupancy[i] = anchored(h.queue_occupancy());
-        }
+    /// The detectors are about to see a report through `queues` ([`packed_queues`]) at `now`
+    /// on the flow's current path.
+    pub fn set(&mut self, now: u64, queues: u64) {
+        self.at = ticks(now);
+        self.queues = queue_hash(queues);
+        self.since = 0;
     }
 
-    /// Forgets the values: the next report goes through the detectors.
+    /// The flow's path changed (or became partial): the next whole stack goes through the
+    /// detectors.
     pub fn clear(&mut self) {
-        self.path = 0;
+        self.since = UNSET;
     }
 
     /// Whether `hops` (through `queues`, [`packed_queues`]), a complete stack on the flow's
-    /// unchanged `path` at `now`, says nothing new to the detectors (the rule of
-    /// [`crate::thresholds::FastPathConfig`]); `busy(node, port)`: whether that port's latency
-    /// or congestion detector needs every sample. Counts the report as unchanged if so.
+    /// unchanged path at `now`, says nothing new to the detectors (the rule of
+    /// [`crate::thresholds::FastPathConfig`]) against the flow's `last` sample, taken before
+    /// this report; `busy(node, port)`: whether that port's latency or congestion detector
+    /// needs every sample. Counts the report as unchanged if so.
     pub fn unchanged(
         &mut self,
         cfg: &DetectConfig,
-        (path, queues): (usize, u64),
+        (queues, last): (u64, Option<LastValues<'_>>),
         now: u64,
         hops: &[Hop],
         busy: impl Fn(u32, u32) -> bool,
     ) -> bool {
         let fast = &cfg.fast_path;
+        let Some((latencies, occupancies)) = last else {
+            return false;
+        };
+        let elapsed = u64::from(ticks(now).wrapping_sub(self.at));
         if !fast.enabled
-            || self.path != path
-            || queues != self.queues
+            || self.since == UNSET
+            || queue_hash(queues) != self.queues
             || hops.len() > ANCHOR_HOPS
-            || self.since.saturating_add(1) >= fast.sample_every
-            || now < self.at_ns
-            || now - self.at_ns >= fast.sample_ns
+            || u32::from(self.since) + 1 >= fast.sample_every
+            || elapsed >= fast.sample_ns >> 10
         {
             return false;
         }
@@ -123,12 +123,12 @@ impl Anchor {
         for (i, h) in hops.iter().enumerate() {
             if !near(
                 h.hop_latency(),
-                self.latency[i],
+                latencies[i],
                 fast.latency_change_ns,
                 max_latency,
             ) || !near(
                 h.queue_occupancy(),
-                self.occupancy[i],
+                occupancies[i],
                 fast.occupancy_change,
                 max_occupancy,
             ) {
@@ -145,13 +145,13 @@ impl Anchor {
     }
 }
 
-/// Whether `v` and the anchor's `was` are both absent, or both present, `v` at most `max`
-/// and within `change` of `was` (an anchor [`ABOVE`] 16 bits is near nothing).
+/// Whether `v` and the last sample's `was` are both absent, or both present, `v` at most
+/// `max` and within `change` of `was`.
 #[inline]
-fn near(v: Option<u32>, was: u16, change: u32, max: u32) -> bool {
+fn near(v: Option<u32>, was: u32, change: u32, max: u32) -> bool {
     match v {
-        None => was == ABSENT,
-        Some(v) => was < ABOVE && v <= max && v.abs_diff(u32::from(was)) <= change,
+        None => was == NONE,
+        Some(v) => was != NONE && v <= max && v.abs_diff(was) <= change,
     }
 }
 
@@ -263,21 +263,40 @@ mod tests {
             .with_queue(Some(0), Some(occupancy))
     }
 
-    fn unchanged(a: &mut Anchor, cfg: &DetectConfig, now: u64, hops: &[Hop]) -> bool {
-        a.unchanged(cfg, (1, packed_queues(hops)), now, hops, |_, _| false)
+    /// A flow's last sample of `hops`.
+    fn last(hops: &[Hop]) -> ([u32; ANCHOR_HOPS], [u32; ANCHOR_HOPS]) {
+        let mut v = ([NONE; ANCHOR_HOPS], [NONE; ANCHOR_HOPS]);
+        for (i, h) in hops.iter().enumerate() {
+            v.0[i] = h.hop_latency().unwrap_or(NONE);
+            v.1[i] = h.queue_occupancy().unwrap_or(NONE);
+        }
+        v
+    }
+
+    /// Whether `hops` at `now` is unchanged against the last sample `was`.
+    fn unchanged(a: &mut Anchor, cfg: &DetectConfig, now: u64, was: &[Hop], hops: &[Hop]) -> bool {
+        let l = last(was);
+        a.unchanged(
+            cfg,
+            (packed_queues(hops), Some((&l.0, &l.1))),
+            now,
+            hops,
+            |_, _| false,
+        )
     }
 
     #[test]
-    fn a_report_near_the_anchor_is_unchanged_and_a_change_past_a_threshold_is_not() {
+    fn a_report_near_the_last_sample_is_unchanged_and_a_change_past_a_threshold_is_not() {
         let cfg = DetectConfig::default();
         let mut a = Anchor::default();
         let base = [hop(1, 900, 12), hop(2, 600, 40)];
-        assert!(!unchanged(&mut a, &cfg, 0, &base), "no anchor yet");
-        a.set(1, 0, packed_queues(&base), &base);
+        assert!(!unchanged(&mut a, &cfg, 0, &base, &base), "not set yet");
+        a.set(0, packed_queues(&base));
         assert!(unchanged(
             &mut a,
             &cfg,
             10,
+            &base,
             &[hop(1, 1100, 12), hop(2, 600, 100)]
         ));
         // Past the latency change, the occupancy change, a detector's threshold.
@@ -285,63 +304,63 @@ mod tests {
             &mut a,
             &cfg,
             20,
+            &base,
             &[hop(1, 1157, 12), hop(2, 600, 40)]
         ));
         assert!(!unchanged(
             &mut a,
             &cfg,
             20,
+            &base,
             &[hop(1, 900, 12), hop(2, 600, 105)]
         ));
-        let mut high = Anchor::default();
-        let h = [hop(1, 9_900, 12), hop(2, 600, 980)];
-        high.set(1, 0, packed_queues(&h), &h);
+        let high = [hop(1, 9_900, 12), hop(2, 600, 980)];
         assert!(!unchanged(
-            &mut high,
+            &mut a,
             &cfg,
-            1,
+            20,
+            &high,
             &[hop(1, 10_001, 12), hop(2, 600, 980)]
         ));
         assert!(!unchanged(
-            &mut high,
+            &mut a,
             &cfg,
-            1,
+            20,
+            &high,
             &[hop(1, 9_900, 12), hop(2, 600, 1000)]
         ));
         assert!(unchanged(
-            &mut high,
+            &mut a,
             &cfg,
-            1,
+            20,
+            &high,
             &[hop(1, 10_000, 12), hop(2, 600, 999)]
         ));
-        // An anchor above 16 bits is near nothing, whatever the thresholds.
-        let mut lax = cfg.clone();
-        lax.latency_min_excess_ns = 1 << 20;
-        lax.fast_path.latency_change_ns = 1 << 20;
-        let mut far = Anchor::default();
-        let h = [hop(1, 200_000, 12)];
-        far.set(1, 0, packed_queues(&h), &h);
-        let near_it = [hop(1, 65_000, 12)];
-        assert!(
-            !far.unchanged(&lax, (1, packed_queues(&near_it)), 1, &near_it, |_, _| {
-                false
-            })
-        );
-        // Another path, another queue, a value that went missing.
-        let q = packed_queues(&base);
-        assert!(!a.unchanged(&cfg, (2, q), 30, &base, |_, _| false));
+        // Other queues, a value that went missing, no sample yet.
         let other_queue = [
             hop(1, 900, 12),
             hop(2, 600, 40).with_queue(Some(3), Some(40)),
         ];
-        assert!(!unchanged(&mut a, &cfg, 30, &other_queue));
-        assert!(!unchanged(&mut a, &cfg, 30, &[hop(1, 900, 12), Hop::at(2)]));
+        assert!(!unchanged(&mut a, &cfg, 30, &base, &other_queue));
+        assert!(!unchanged(
+            &mut a,
+            &cfg,
+            30,
+            &base,
+            &[hop(1, 900, 12), Hop::at(2)]
+        ));
+        assert!(!a.unchanged(&cfg, (packed_queues(&base), None), 30, &base, |_, _| false));
         // A busy port.
-        assert!(!a.unchanged(&cfg, (1, q), 30, &base, |node, port| (node, port) == (2, 2)));
-        // Off.
+        let l = last(&base);
+        let q = (packed_queues(&base), Some((&l.0, &l.1)));
+        assert!(!a.unchanged(&cfg, q, 30, &base, |node, port| (node, port) == (2, 2)));
+        // Cleared (the path changed); off.
+        let mut cleared = a;
+        cleared.clear();
+        assert!(!unchanged(&mut cleared, &cfg, 30, &base, &base));
         let mut off = cfg.clone();
         off.fast_path.enabled = false;
-        assert!(!unchanged(&mut a, &off, 30, &base));
+        assert!(!unchanged(&mut a, &off, 30, &base, &base));
     }
 
     #[test]
@@ -349,14 +368,30 @@ mod tests {
         let cfg = DetectConfig::default();
         let hops = [hop(1, 900, 12)];
         let mut a = Anchor::default();
-        a.set(1, 0, packed_queues(&hops), &hops);
+        a.set(0, packed_queues(&hops));
         let fast = (1..100)
-            .take_while(|&t| unchanged(&mut a, &cfg, t, &hops))
+            .take_while(|&t| unchanged(&mut a, &cfg, t, &hops, &hops))
             .count();
         assert_eq!(fast as u32, cfg.fast_path.sample_every - 1);
-        a.set(1, 0, packed_queues(&hops), &hops);
-        assert!(unchanged(&mut a, &cfg, cfg.fast_path.sample_ns - 1, &hops));
-        assert!(!unchanged(&mut a, &cfg, cfg.fast_path.sample_ns, &hops));
+        a.set(0, packed_queues(&hops));
+        // The anchor's clock counts 1024 ns.
+        assert!(unchanged(
+            &mut a,
+            &cfg,
+            cfg.fast_path.sample_ns - 1024,
+            &hops,
+            &hops
+        ));
+        assert!(!unchanged(
+            &mut a,
+            &cfg,
+            cfg.fast_path.sample_ns,
+            &hops,
+            &hops
+        ));
+        // A report from before the anchor (reordered) goes through.
+        a.set(1 << 20, packed_queues(&hops));
+        assert!(!unchanged(&mut a, &cfg, 1 << 19, &hops, &hops));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use rustc_hash::FxHashSet as HashSet;
 
 use intscope_wire::locate::FlowKey;
 
-use crate::fast_path::Anchor;
+use crate::fast_path::{ANCHOR_HOPS, Anchor, LastValues};
 use crate::record::Hop;
 
 /// One hop of a path: which node, in and out of which ports.
@@ -1116,8 +1116,8 @@ pub struct FlowState {
     /// ([`FlowState::keep_intervals`]).
     pub interval: Option<Box<FlowInterval>>,
     extras: Option<Box<Extras>>,
-    /// What the detectors last saw of the flow's path: reports near it skip them
-    /// (`crate::fast_path`).
+    /// When the detectors last saw a report of the flow's path: reports near its last sample
+    /// skip them (`crate::fast_path`).
     pub(crate) anchor: Anchor,
 }
 
@@ -1131,8 +1131,8 @@ fn on_path(mut part: impl Iterator<Item = PathHop>, path: &[PathHop]) -> bool {
 /// sink's, or whose sink report a filter held back).
 pub const MAX_HEADS: usize = 16;
 
-/// Hops a latency sample keeps (the first ones of the path).
-pub const SAMPLE_HOPS: usize = 8;
+/// Hops a latency sample keeps (the first ones of the path): as many as the fast path compares.
+pub const SAMPLE_HOPS: usize = ANCHOR_HOPS;
 
 /// One latency sample of a flow: fixed size (no allocation per report) and compact — a missing
 /// value is all ones, as on the wire, rather than an `Option`, so a sample takes 80 bytes, not
@@ -1218,6 +1218,12 @@ impl LastSample {
     /// The newest sample.
     pub fn last(&self) -> Option<&Sample> {
         (self.0.time_ns != NO_SAMPLE).then_some(&self.0)
+    }
+
+    /// The newest sample's hop latencies and queue occupancies, all ones for none (what the
+    /// fast path compares a report with).
+    pub(crate) fn values(&self) -> Option<LastValues<'_>> {
+        self.last().map(|s| (&s.hop_latency, &s.queue_occupancy))
     }
 }
 
@@ -1832,7 +1838,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Sample>(), 80);
         assert_eq!(
             std::mem::size_of::<FlowState>(),
-            336,
+            288,
             "a million flows in memory"
         );
         f.observe_latency(6, &[hop(None, None)]);

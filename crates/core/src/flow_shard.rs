@@ -358,34 +358,37 @@ impl FlowShard {
             } else {
                 let before = Arc::as_ptr(&flow.path);
                 change = flow.observe_path(now, hops, paths);
-                flow.observe_latency(now, hops);
                 let same = std::ptr::eq(before, Arc::as_ptr(&flow.path));
-                if !ttl_gap && !same {
-                    // A new path (rare): its links join per-hop reports.
-                    self.links.learn_path(&flow.path);
-                }
                 // A whole stack that says nothing new leaves its hops' counters for the
-                // fabric's next sweep (`crate::fast_path`).
-                let at = Arc::as_ptr(&flow.path) as usize;
+                // fabric's next sweep (`crate::fast_path`); it is compared with the flow's last
+                // sample before this report replaces it.
                 let queues = packed_queues(hops);
                 let busy = |node, port| {
                     busy.get(node_shard(node, busy.len()))
                         .is_some_and(|b: &Arc<HotPorts>| b.contains(node, port))
                 };
-                if head_hops > 0 || ttl_gap || r.congested {
+                if head_hops > 0 || ttl_gap || r.congested || !same {
                     flow.anchor.clear();
-                } else if same
-                    && flow
+                }
+                if head_hops == 0 && !ttl_gap && !r.congested {
+                    let last = flow.recent.values();
+                    if flow
                         .anchor
-                        .unchanged(&self.cfg, (at, queues), now, hops, busy)
-                    && self
-                        .deferred
-                        .add(&flow.path, queues, now, hops, &mut flow.anchor.slot)
-                {
-                    unchanged = true;
-                    self.reports_unchanged += 1;
-                } else {
-                    flow.anchor.set(at, now, queues, hops);
+                        .unchanged(&self.cfg, (queues, last), now, hops, busy)
+                        && self
+                            .deferred
+                            .add(&flow.path, queues, now, hops, &mut flow.anchor.slot)
+                    {
+                        unchanged = true;
+                        self.reports_unchanged += 1;
+                    } else {
+                        flow.anchor.set(now, queues);
+                    }
+                }
+                flow.observe_latency(now, hops);
+                if !ttl_gap && !same {
+                    // A new path (rare): its links join per-hop reports.
+                    self.links.learn_path(&flow.path);
                 }
             }
         } else if let [hop] = r.hops() {

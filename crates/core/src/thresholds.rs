@@ -101,8 +101,8 @@ impl Default for DetectConfig {
 /// A complete-path report (an INT-MD stack, a v0.5 / v1.0 stack) of a flow whose path did not
 /// change, with no drop, Q, E or M flag and no hop without INT, is *unchanged* when each hop's
 /// queue is the one the flow last showed the detectors and its hop latency and queue occupancy
-/// are within `latency_change_ns` and `occupancy_change` of the values the detectors last saw
-/// for this flow, below every detector's threshold (a hop latency at most
+/// are within `latency_change_ns` and `occupancy_change` of the flow's previous report's (its
+/// last sample), below every detector's threshold (a hop latency at most
 /// `latency_min_excess_ns`, which no baseline makes anomalous; an occupancy below
 /// `congestion_start`), at ports whose detectors are quiet (no latency anomaly held, no
 /// congestion episode open). Such a report updates its flow (counters, path, latency
@@ -110,7 +110,8 @@ impl Default for DetectConfig {
 /// and occupancy aggregates and heatmap maxima are added per path and handed to the fabric at
 /// the next sweep (every millisecond of report time) or read. The detectors see every other
 /// report, and one report per flow every `sample_every` reports or `sample_ns` of report time,
-/// whichever comes first, which keeps the ports' latency baselines moving with the traffic.
+/// whichever comes first, which bounds a slow drift and keeps the ports' latency baselines
+/// moving with the traffic.
 /// SD-Fabric's switches filter their reports by the same rule before sending them
 /// (`sd-fabric-int.txt`, `minFlowHopLatencyChangeNs`).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
@@ -118,11 +119,10 @@ impl Default for DetectConfig {
 pub struct FastPathConfig {
     /// Off: every report goes through every detector.
     pub enabled: bool,
-    /// A hop latency this far (ns) from the last one the detectors saw for the flow's hop is a
-    /// change (SD-Fabric's `minFlowHopLatencyChangeNs`, whose default it takes).
+    /// A hop latency this far (ns) from the flow's previous report's at that hop is a change
+    /// (SD-Fabric's `minFlowHopLatencyChangeNs`, whose default it takes).
     pub latency_change_ns: u32,
-    /// A queue occupancy this far from the last one the detectors saw is a change (the
-    /// device's unit).
+    /// A queue occupancy this far from the previous report's is a change (the device's unit).
     pub occupancy_change: u32,
     /// One report of a flow in this many goes through the detectors however unchanged.
     pub sample_every: u32,
