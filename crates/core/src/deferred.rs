@@ -80,7 +80,7 @@ impl Deferred {
                 self.ready.extend(e.hops.iter().copied());
             }
             for f in &mut e.hops {
-                *f = Fold::at(f.node, f.port, f.queue, f.link, e.bucket.0);
+                *f = f.emptied(e.bucket.0);
             }
         }
         e.reports += 1;
@@ -104,7 +104,7 @@ impl Deferred {
         for e in &mut self.entries {
             for f in &mut e.hops {
                 out.push(*f);
-                *f = Fold::at(f.node, f.port, f.queue, f.link, e.bucket.0);
+                *f = f.emptied(e.bucket.0);
             }
             e.reports = 0;
         }

@@ -430,13 +430,13 @@ impl FabricShard {
             p.hot_listed = p.latency.needs_every_sample(cfg);
             p.hot_listed
         });
-        // A queue stays listed as open until the sweep after a low sample closed it.
+        let nodes = &self.nodes;
         let open = self
             .open_episodes
             .iter()
-            .filter(|&&k| queue_mut(nodes, k).is_some_and(|q| q.congestion.open_since().is_some()));
-        let ports: Vec<(u32, u32)> = open.map(|k| (k.node(), k.port())).collect();
-        for &(node, port) in self.latency_hot.iter().chain(&ports) {
+            .filter(|&&k| queue_open(nodes, k))
+            .map(|k| (k.node(), k.port()));
+        for (node, port) in self.latency_hot.iter().copied().chain(open) {
             let (w, bit) = hot_bit(node, port);
             words[w] |= bit;
         }
@@ -453,21 +453,11 @@ impl FabricShard {
         let now = f.last_ns;
         self.last_time_ns = self.last_time_ns.max(now);
         let (grew, held) = (&mut self.grew, &mut self.held);
-        let node = self.nodes.get_or_insert_with(f.node, || {
-            *grew = true;
-            NodeState {
-                first_seen_ns: now,
-                ..NodeState::default()
-            }
-        });
+        let node = node_entry(&mut self.nodes, grew, f.node, now);
         node.hops_seen += u64::from(f.reports);
         node.last_seen_ns = node.last_seen_ns.max(now);
         if let Some(port) = f.port {
-            let ps = node.ports.get_or_insert_with(port, || {
-                *grew = true;
-                held.ports += 1;
-                PortState::default()
-            });
+            let ps = port_entry(node, (grew, held), port);
             let newest = now > ps.last_seen_ns;
             ps.last_seen_ns = ps.last_seen_ns.max(now);
             if let Some(util) = f.tx_util().filter(|_| newest) {
@@ -482,22 +472,14 @@ impl FabricShard {
                 let mean = lat.sum as f64 / f64::from(lat.n);
                 ps.latency.absorb(&self.cfg, lat.n, mean);
             }
-            if let Some((to, to_port)) = f.link {
-                let link = ps.links.get_or_default(to).get_or_insert_with(to_port, || {
-                    *grew = true;
-                    held.links += 1;
-                    LinkState::default()
-                });
+            if let Some(to) = f.link {
+                let link = link_entry(ps, (grew, held), to);
                 link.reports += u64::from(f.reports);
                 link.last_seen_ns = link.last_seen_ns.max(now);
             }
             let occ = f.occupancy;
             if let (Some(q), true) = (f.queue, occ.n > 0) {
-                let qs = ps.queues.get_or_insert_with(u32::from(q), || {
-                    *grew = true;
-                    held.queues += 1;
-                    QueueState::default()
-                });
+                let qs = queue_entry(ps, (grew, held), q);
                 let newest = now > qs.last_seen_ns;
                 if newest {
                     qs.occupancy = occ.last;
@@ -812,21 +794,11 @@ impl FabricShard {
         let now = r.time_ns;
         {
             let (grew, held) = (&mut self.grew, &mut self.held);
-            let node = self.nodes.get_or_insert_with(hop.node_id, || {
-                *grew = true;
-                NodeState {
-                    first_seen_ns: now,
-                    ..NodeState::default()
-                }
-            });
+            let node = node_entry(&mut self.nodes, grew, hop.node_id, now);
             node.hops_seen += 1;
             node.last_seen_ns = now;
             let Some(port) = hop.egress_if() else { return };
-            let ps = node.ports.get_or_insert_with(port, || {
-                *grew = true;
-                held.ports += 1;
-                PortState::default()
-            });
+            let ps = port_entry(node, (grew, held), port);
             ps.last_seen_ns = now;
             if let Some(util) = hop.egress_tx_util() {
                 ps.tx_util = Some(util);
@@ -856,22 +828,14 @@ impl FabricShard {
                     }
                 }
             }
-            if let Some((to, to_port)) = next.and_then(|b| Some((b.node_id, b.ingress_if()?))) {
-                let link = ps.links.get_or_default(to).get_or_insert_with(to_port, || {
-                    *grew = true;
-                    held.links += 1;
-                    LinkState::default()
-                });
+            if let Some(to) = next.and_then(|b| Some((b.node_id, b.ingress_if()?))) {
+                let link = link_entry(ps, (grew, held), to);
                 link.reports += 1;
                 link.last_seen_ns = now;
             }
             if let (Some(q), Some(occ)) = (hop.queue_id(), hop.queue_occupancy()) {
                 let key = QueueKey::new(hop.node_id, port, q);
-                let qs = ps.queues.get_or_insert_with(u32::from(q), || {
-                    *grew = true;
-                    held.queues += 1;
-                    QueueState::default()
-                });
+                let qs = queue_entry(ps, (grew, held), q);
                 qs.occupancy = occ;
                 qs.max_occupancy = qs.max_occupancy.max(occ);
                 qs.interval.add(u64::from(occ));
@@ -937,11 +901,7 @@ impl FabricShard {
         });
         *node.drops.entry(r.drop_reason.unwrap_or(0)).or_default() += 1;
         if let Some(p) = last.egress_if() {
-            let ps = node.ports.get_or_insert_with(p, || {
-                *grew = true;
-                held.ports += 1;
-                PortState::default()
-            });
+            let ps = port_entry(node, (grew, held), p);
             ps.last_seen_ns = now;
             ps.drops += 1;
             ps.interval.drops += 1;
@@ -996,6 +956,75 @@ fn next_node(nodes: &IdTable<NodeState>, node: u32, port: u32) -> Option<u32> {
 fn queue_mut(nodes: &mut IdTable<NodeState>, key: QueueKey) -> Option<&mut QueueState> {
     let port = nodes.get_mut(&key.node())?.ports.get_mut(&key.port())?;
     port.queues.get_mut(&u32::from(key.queue()))
+}
+
+/// Whether queue `key` among `nodes` has a congestion episode open (a queue stays listed as
+/// open until the sweep after a low sample closed it).
+fn queue_open(nodes: &IdTable<NodeState>, key: QueueKey) -> bool {
+    nodes
+        .get(&key.node())
+        .and_then(|n| n.ports.get(&key.port()))
+        .and_then(|p| p.queues.get(&u32::from(key.queue())))
+        .is_some_and(|q| q.congestion.open_since().is_some())
+}
+
+/// Node `id` among `nodes`, first seen at `now` if new (`grew` then set).
+#[inline]
+fn node_entry<'a>(
+    nodes: &'a mut IdTable<NodeState>,
+    grew: &mut bool,
+    id: u32,
+    now: u64,
+) -> &'a mut NodeState {
+    nodes.get_or_insert_with(id, || {
+        *grew = true;
+        NodeState {
+            first_seen_ns: now,
+            ..NodeState::default()
+        }
+    })
+}
+
+/// Egress `port` of `node`, counted in `held` if new.
+#[inline]
+fn port_entry<'a>(
+    node: &'a mut NodeState,
+    (grew, held): (&mut bool, &mut Held),
+    port: u32,
+) -> &'a mut PortState {
+    node.ports.get_or_insert_with(port, || {
+        *grew = true;
+        held.ports += 1;
+        PortState::default()
+    })
+}
+
+/// The link from `ps` to node `to`'s ingress `to_port`, counted in `held` if new.
+#[inline]
+fn link_entry<'a>(
+    ps: &'a mut PortState,
+    (grew, held): (&mut bool, &mut Held),
+    (to, to_port): (u32, u32),
+) -> &'a mut LinkState {
+    ps.links.get_or_default(to).get_or_insert_with(to_port, || {
+        *grew = true;
+        held.links += 1;
+        LinkState::default()
+    })
+}
+
+/// Queue `q` of `ps`, counted in `held` if new.
+#[inline]
+fn queue_entry<'a>(
+    ps: &'a mut PortState,
+    (grew, held): (&mut bool, &mut Held),
+    q: u8,
+) -> &'a mut QueueState {
+    ps.queues.get_or_insert_with(u32::from(q), || {
+        *grew = true;
+        held.queues += 1;
+        QueueState::default()
+    })
 }
 
 /// What every part of a record needs, worked out once per record: what the flow stage learned

@@ -233,6 +233,11 @@ impl Fold {
         }
     }
 
+    /// The same hop with nothing yet, in the heatmap bucket starting at `bucket_ns`.
+    pub fn emptied(&self, bucket_ns: u64) -> Self {
+        Fold::at(self.node, self.port, self.queue, self.link, bucket_ns)
+    }
+
     /// The newest egress port utilization, if any report had one.
     pub fn tx_util(&self) -> Option<u32> {
         (self.tx_util != NONE).then_some(self.tx_util)

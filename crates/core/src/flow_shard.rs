@@ -367,10 +367,11 @@ impl FlowShard {
                     busy.get(node_shard(node, busy.len()))
                         .is_some_and(|b: &Arc<HotPorts>| b.contains(node, port))
                 };
-                if head_hops > 0 || ttl_gap || r.congested || !same {
+                let whole = head_hops == 0 && !ttl_gap && !r.congested;
+                if !whole || !same {
                     flow.anchor.clear();
                 }
-                if head_hops == 0 && !ttl_gap && !r.congested {
+                if whole {
                     let last = flow.recent.values();
                     if flow
                         .anchor
