@@ -15,6 +15,9 @@
 # mx-every) runs with --every-packet, a report for every INT packet (the kernel's flow report
 # filter off), for a same-run comparison with the filter.
 #
+# ENCAP (default udp-new): the data path's encapsulation, `udp-new` (NPT 2), `udp-port` (NPT 1
+# for UDP flows) or `dscp` (NPT 0; both move the bytes behind the INT point).
+#
 # H1_GSO=off limits h1 to one segment per GSO packet (gso_max_segs 1), in every run: h1 then sends MSS-sized packets,
 # and every TCP packet carries INT (with the defaults most of the TCP stream is GSO and passes the
 # source without INT; the source's counters at the end say how much).
@@ -108,8 +111,8 @@ ip netns exec "${p}h2" python3 "$work/udp.py" echo &
 pids+=($!)
 sleep 0.5
 
-printf 'mode = "md"\nmtu = 1600\n' >"$work/md.toml"
-printf 'mode = "mx"\nmtu = 1600\n' >"$work/mx.toml"
+printf 'mode = "md"\nmtu = 1600\nencap = "%s"\n' "${ENCAP:-udp-new}" >"$work/md.toml"
+printf 'mode = "mx"\nmtu = 1600\nencap = "%s"\n' "${ENCAP:-udp-new}" >"$work/mx.toml"
 common=(--collector 10.9.0.100:32766 --watch-subnet 10.2.0.0/16)
 read -r -a modes <<<"${MODES:-md mx}"
 start_agents() {

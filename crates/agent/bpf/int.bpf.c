@@ -19,19 +19,32 @@
 //                written before its own queueing is known: its hop latency adds the sojourn of
 //                the packet before it, its queue occupancy is the backlog that packet left.
 //
-// Encapsulation: INT v2.1 §"INT over TCP/UDP", NPT = 2 ("a new UDP header is inserted
-// between the IP header and the original L4 header"): [IP][UDP (INT port)][shim][MD or MX
-// header][metadata][original TCP/UDP header][payload], for TCP and UDP, IPv4 and IPv6. The
-// original L4 header and payload never move in memory (bpf_skb_adjust_room at
-// BPF_ADJ_ROOM_NET moves the bytes *before* the room), so a CHECKSUM_PARTIAL packet's csum_start
-// still points at its L4 header and its pseudo-header seed stays right (same addresses, same
-// L4 length); the new UDP header's checksum is zero (§"INT over TCP/UDP": "It is recommended
-// that the checksum in the new UDP header be set to zero", RFC 6936; the node does the same),
-// and its source port a hash of the flow ("It is recommended that the source port number of the
-// new UDP header be calculated using a hash of fields from the original packet"). NPT 1
-// and NPT 0 put INT *after* the L4 header: the L4 header would have to move, and tc has no way
-// to move csum_start, so with the kernel's default offloads (every locally sent packet is
-// CHECKSUM_PARTIAL) the device would write the checksum into the INT stack.
+// Encapsulation (INT v2.1 §"INT over TCP/UDP"), setting `encap`:
+//   NPT 2 (udp-new, the default): "a new UDP header is inserted between the IP header and the
+//     original L4 header": [IP][UDP (INT port)][shim][MD or MX header][metadata][original
+//     TCP/UDP header][payload], for TCP and UDP, IPv4 and IPv6. The original L4 header and
+//     payload never move in memory (bpf_skb_adjust_room at BPF_ADJ_ROOM_NET moves the bytes
+//     *before* the room), so a CHECKSUM_PARTIAL packet's csum_start still points at its L4
+//     header and its pseudo-header seed stays right (same addresses, same L4 length); the new
+//     UDP header's checksum is zero ("It is recommended that the checksum in the new UDP header
+//     be set to zero", RFC 6936; the node does the same), and its source port a hash of the flow
+//     ("It is recommended that the source port number of the new UDP header be calculated using
+//     a hash of fields from the original packet").
+//   NPT 1 (udp-port): a UDP flow's INT goes right after its own UDP header, whose destination
+//     port becomes the INT port (the original in the shim); TCP flows get NPT 2, as the
+//     userspace node does.
+//   NPT 0 (dscp): INT right after the TCP or UDP header, the IP DSCP (or a bit of it) marking
+//     it; the shim keeps the original DSCP, which the sink restores (`restore_dscp`).
+//   NPT 0 and 1 put INT inside the L4 checksum's coverage, behind the L4 header. The L4 header
+//   must stay where it is in memory: a CHECKSUM_PARTIAL packet (every locally sent packet under
+//   the kernel's default offloads, kept across veth) has its checksum written by the device
+//   from csum_start, which tc cannot move. So the bytes *after* the INT point move towards the
+//   tail (bpf_skb_change_tail, then a copy in MOVE_CHUNK pieces; the sink's removal is the
+//   reverse), at a copy of the payload per packet. The L4 checksum is updated with
+//   bpf_l4_csum_replace, which for CHECKSUM_PARTIAL adjusts only the pseudo-header seed (the
+//   device sums the moved bytes itself) and otherwise the whole checksum, as the node does; a
+//   zero UDP checksum stays zero. The Checksum Complement (instruction bit 15) is written all
+//   ones ("not used"): the checksum itself is kept right instead.
 //
 // GSO packets (gso_size set) get no INT and are counted (C_GSO_SKIPPED): with an outer
 // UDP header announcing protocol 17, the kernel's segmentation would take a TCP super-packet
@@ -82,6 +95,15 @@ const volatile __u32 mtu_cap = 1500;     // the node's egress MTU (the device's 
 const volatile __u32 report_port = 32766;
 const volatile __u64 unix_offset_ns = 0; // CLOCK_REALTIME - CLOCK_MONOTONIC at load
 const volatile __u32 watch_all = 0;
+#define ENC_DSCP 0     // NPT 0
+#define ENC_UDP_PORT 1 // NPT 1 for UDP, NPT 2 for TCP
+#define ENC_UDP_NEW 2  // NPT 2
+const volatile __u32 encap = ENC_UDP_NEW;
+const volatile __u32 int_dscp = 0x17;    // the DSCP bits (under int_dscp_mask) marking INT
+const volatile __u32 int_dscp_mask = 0x3f;
+const volatile __u32 remark_dscp = 0;    // written under the mask on marked packets without INT
+const volatile __u32 remark_on = 1;      // 0: such packets pass unchanged (C_MARKED_NO_INT)
+const volatile __u32 restore_dscp = 1;   // sink: the original DSCP from the shim
 #define WATCH_FAST 16
 const volatile __u32 watch_count = 0;
 const volatile __u8 watch_prefixes[WATCH_FAST * 32] = {};
@@ -114,6 +136,9 @@ enum counter {
 	C_FILTERED,       // events the flow report filter held back (flow_filter.h)
 	C_NO_INGRESS_TS,  // packets with no ingress time (originated here): latency unknown
 	C_STAMPED,        // ingress: packets stamped
+	C_REMARKED,       // source (dscp): marked with INT's DSCP without INT, DSCP rewritten
+	C_MARKED_NO_INT,  // source (dscp): marked with INT's DSCP without INT, passed (skip)
+	C_TOO_LONG,       // NPT 0/1: more bytes to move than MOVE_MAX chunks; passed unchanged
 	C_MAX,
 };
 
@@ -183,10 +208,15 @@ struct {
 // Per-CPU scratch: this hop's metadata (at most 31 words), the headers being rewritten and,
 // at an INT-MD sink, the newest STACK_BYTES of the stack (for the flow filter).
 #define STACK_BYTES 256
+// NPT 0/1 move the bytes behind the INT point through `move`, MOVE_CHUNK at a time, at most
+// MOVE_MAX chunks (10 KiB: a 9 000-byte jumbo frame's payload; the loader caps the MTU there).
+#define MOVE_CHUNK 512
+#define MOVE_MAX 20
 struct scratch {
 	__u8 meta[128];
 	__u8 hdr[64];
 	__u32 stack[STACK_BYTES / 4];
+	__u8 move[MOVE_CHUNK];
 };
 
 struct {
@@ -209,6 +239,7 @@ struct ip {
 	__u32 len;       // IP packet length
 	__u8 v6;
 	__u8 proto;
+	__u8 dscp;
 };
 
 // The IP header at ETH_HLEN. 0: no IP; -1: IP this path does not handle (counted by caller).
@@ -232,6 +263,7 @@ static __always_inline int parse_ip(struct __sk_buff *skb, struct ip *ip)
 		ip->l4 = ETH_HLEN + 20;
 		ip->len = ((__u32)h[2] << 8) | h[3];
 		ip->proto = h[9];
+		ip->dscp = h[1] >> 2;
 		ip->addr[10] = 0xff; ip->addr[11] = 0xff;
 		ip->addr[26] = 0xff; ip->addr[27] = 0xff;
 		__builtin_memcpy(&ip->addr[12], &h[12], 4);
@@ -245,6 +277,7 @@ static __always_inline int parse_ip(struct __sk_buff *skb, struct ip *ip)
 		ip->l4 = ETH_HLEN + 40;
 		ip->len = 40 + (((__u32)h[4] << 8) | h[5]);
 		ip->proto = h[6];
+		ip->dscp = ((h[0] & 0x0f) << 2) | (h[1] >> 6);
 		if (ip->proto == 44) {
 			count(C_FRAGMENT);
 			return -1;
@@ -488,13 +521,314 @@ static __always_inline __u32 mtu_of(struct __sk_buff *skb)
 	return mtu;
 }
 
-// INT v2.1 §"INT Source Node": a new UDP header, the shim (NPT 2, the original protocol) and
-// the MD header with this hop's metadata (or the MX header alone), between the IP header and
-// the original L4 header. §"MTU Settings": no INT when even the headers do not fit; without
-// room for its metadata the source sets the M bit and adds none. The remedy the spec
-// recommends is the operator's: "the MTU of links between INT sources and sinks be configured
-// to a value higher than the MTU of preceding links ... by an appropriate amount".
-static __always_inline int source(struct __sk_buff *skb, const struct ip *ip, struct scratch *s)
+// Whether DSCP `dscp` carries INT's marking (`int_dscp` under `int_dscp_mask`).
+static __always_inline int dscp_marks_int(__u8 dscp)
+{
+	return (dscp & int_dscp_mask) == (int_dscp & int_dscp_mask);
+}
+
+// The IP header's DSCP set to `dscp`, ECN kept; IPv4's header checksum follows. 0 on success.
+static __always_inline int set_dscp(struct __sk_buff *skb, const struct ip *ip, __u8 dscp)
+{
+	__u8 w[2];
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, w, 2))
+		return -1;
+	if (ip->v6) {
+		// Version (4 bits), Traffic Class (DSCP 6, ECN 2), the Flow Label's first 4 bits.
+		w[0] = (w[0] & 0xf0) | ((dscp >> 2) & 0x0f);
+		w[1] = ((dscp & 3) << 6) | (w[1] & 0x3f);
+		return bpf_skb_store_bytes(skb, ETH_HLEN, w, 2, BPF_F_RECOMPUTE_CSUM) ? -1 : 0;
+	}
+	__u16 old_w, new_w;
+	__builtin_memcpy(&old_w, w, 2);
+	w[1] = (dscp << 2) | (w[1] & 3);
+	__builtin_memcpy(&new_w, w, 2);
+	if (bpf_skb_store_bytes(skb, ETH_HLEN + 1, &w[1], 1, 0) ||
+	    bpf_l3_csum_replace(skb, ETH_HLEN + 10, old_w, new_w, 2))
+		return -1;
+	return 0;
+}
+
+// The L4 header's length (UDP 8, TCP its Data Offset); 0 when unreadable or below 20.
+static __always_inline __u32 l4_header_len(struct __sk_buff *skb, const struct ip *ip)
+{
+	if (ip->proto == IPPROTO_UDP)
+		return 8;
+	__u8 doff;
+	if (bpf_skb_load_bytes(skb, ip->l4 + 12, &doff, 1))
+		return 0;
+	__u32 n = (doff >> 4) * 4;
+	return n >= 20 ? n : 0;
+}
+
+// Bytes from the L4 header to the end of the IP packet.
+static __always_inline __u32 l4_bytes(const struct ip *ip)
+{
+	return ip->len - (ip->l4 - ETH_HLEN);
+}
+
+static __always_inline __u32 csum_at(const struct ip *ip)
+{
+	return ip->l4 + (ip->proto == IPPROTO_TCP ? 16 : 6);
+}
+
+// A zero UDP checksum (none, RFC 768) stays zero; a result of zero is written all ones.
+static __always_inline __u64 csum_flags(const struct ip *ip)
+{
+	return ip->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+}
+
+// Bytes whose sum is `diff` (bpf_csum_diff's) came into (or, negated, left) the L4 checksum's
+// coverage. For CHECKSUM_PARTIAL the kernel leaves the seed alone: the device sums them.
+static __always_inline int csum_bytes(struct __sk_buff *skb, const struct ip *ip, __s64 diff)
+{
+	return bpf_l4_csum_replace(skb, csum_at(ip), 0, diff, csum_flags(ip)) ? -1 : 0;
+}
+
+// The 16-bit field at `off`, covered by the L4 checksum, from `from` to `to` (network order).
+static __always_inline int csum_field(struct __sk_buff *skb, const struct ip *ip, __u32 off,
+				      __u16 from, __u16 to)
+{
+	if (bpf_l4_csum_replace(skb, csum_at(ip), from, to, csum_flags(ip) | 2) ||
+	    bpf_skb_store_bytes(skb, off, &to, 2, 0))
+		return -1;
+	return 0;
+}
+
+// The L4 length from `old` to `new` bytes: in the pseudo-header (for CHECKSUM_PARTIAL, its
+// seed) and in UDP's length field.
+static __always_inline int l4_resize(struct __sk_buff *skb, const struct ip *ip, __u32 old,
+				     __u32 new)
+{
+	__u16 o = bpf_htons(old), n = bpf_htons(new);
+	if (bpf_l4_csum_replace(skb, csum_at(ip), o, n, csum_flags(ip) | BPF_F_PSEUDO_HDR | 2))
+		return -1;
+	if (ip->proto == IPPROTO_UDP)
+		return csum_field(skb, ip, ip->l4 + 4, o, n);
+	return 0;
+}
+
+// What moving bytes inside a packet came to.
+#define MOVED 0
+#define MOVE_TOO_LONG 1 // more than MOVE_MAX chunks: nothing changed
+#define MOVE_REFUSED 2  // the kernel would not resize the packet: nothing changed
+#define MOVE_BROKEN 3   // a helper failed half-way: the frame is corrupt
+
+// `n` bytes opened at `at` (NPT 0/1): the packet grows by `n` at its tail and the bytes from
+// `at` on move there, the last chunk first; what was at `at` is left for the caller to write.
+static __always_inline int open_gap(struct __sk_buff *skb, __u32 at, __u32 n, struct scratch *s)
+{
+	__u32 len = skb->len;
+	if (at > len || len - at > MOVE_MAX * MOVE_CHUNK)
+		return MOVE_TOO_LONG;
+	if (bpf_skb_change_tail(skb, len + n, 0))
+		return MOVE_REFUSED;
+	__u32 end = len;
+	for (int i = 0; i < MOVE_MAX; i++) {
+		if (end <= at)
+			break;
+		__u32 c = end - at;
+		if (c > MOVE_CHUNK)
+			c = MOVE_CHUNK;
+		c = ((c - 1) & (MOVE_CHUNK - 1)) + 1;
+		end -= c;
+		if (bpf_skb_load_bytes(skb, end, s->move, c) ||
+		    bpf_skb_store_bytes(skb, end + n, s->move, c, 0))
+			return MOVE_BROKEN;
+	}
+	return MOVED;
+}
+
+// `n` bytes at `at` removed (NPT 0/1): the bytes behind them move up, the first chunk first, and
+// the packet shrinks by `n` at its tail.
+static __always_inline int close_gap(struct __sk_buff *skb, __u32 at, __u32 n, struct scratch *s)
+{
+	__u32 len = skb->len;
+	if (at + n > len || len - at - n > MOVE_MAX * MOVE_CHUNK)
+		return MOVE_TOO_LONG;
+	__u32 from = at + n;
+	for (int i = 0; i < MOVE_MAX; i++) {
+		if (from >= len)
+			break;
+		__u32 c = len - from;
+		if (c > MOVE_CHUNK)
+			c = MOVE_CHUNK;
+		c = ((c - 1) & (MOVE_CHUNK - 1)) + 1;
+		if (bpf_skb_load_bytes(skb, from, s->move, c) ||
+		    bpf_skb_store_bytes(skb, from - n, s->move, c, 0))
+			return MOVE_BROKEN;
+		from += c;
+	}
+	return bpf_skb_change_tail(skb, len - n, 0) ? MOVE_BROKEN : MOVED;
+}
+
+// A move that did not happen is counted and the packet passes unchanged (TC_ACT_OK); a broken
+// one drops it (TC_ACT_SHOT); -1: moved.
+static __always_inline int move_verdict(int r)
+{
+	switch (r) {
+	case MOVED:
+		return -1;
+	case MOVE_TOO_LONG:
+		count(C_TOO_LONG);
+		return TC_ACT_OK;
+	case MOVE_REFUSED:
+		count(C_ADJUST_FAILED);
+		return TC_ACT_OK;
+	default:
+		count(C_DROP_HELPER);
+		return TC_ACT_SHOT;
+	}
+}
+
+// INT v2.1 §"INT over TCP/UDP", NPT 0 (DSCP) and NPT 1 (UDP destination port): the shim
+// (the original DSCP, or the original port), the MD or MX header `w0` and this hop's `meta`
+// bytes of metadata right after the L4 header of `l4h` bytes; the L4 checksum, lengths and the
+// marking updated. -1: inserted; else the verdict.
+static __always_inline int insert_after_l4(struct __sk_buff *skb, const struct ip *ip,
+					   struct scratch *s, const struct hop *m, __u32 npt,
+					   __u32 l4h, __u32 w0, __u32 meta, __u16 dport)
+{
+	__u8 *h = s->hdr;
+	h[0] = (int_type << 4) | (npt << 2);
+	h[1] = (12 + meta) / 4;
+	h[2] = npt == 1 ? dport >> 8 : 0;
+	h[3] = npt == 1 ? dport & 0xff : ip->dscp << 2;
+	put32(h, 4, w0);
+	put32(h, 8, (instructions & 0xffff) << 16);
+	put32(h, 12, 0);
+	meta &= 127;
+	__s64 sum = bpf_csum_diff(0, 0, (__be32 *)h, 16, 0);
+	if (meta) {
+		encode(s->meta, instructions, hop_ml, m);
+		sum = bpf_csum_diff(0, 0, (__be32 *)s->meta, meta, sum);
+	}
+	__u32 at = ip->l4 + l4h, room = 16 + meta, old = l4_bytes(ip);
+	int v = move_verdict(open_gap(skb, at, room, s));
+	if (v >= 0)
+		return v;
+	__u8 marked = (ip->dscp & ~int_dscp_mask) | (int_dscp & int_dscp_mask);
+	if (sum < 0 || bpf_skb_store_bytes(skb, at, h, 16, 0) ||
+	    (meta && bpf_skb_store_bytes(skb, at + 16, s->meta, SIZE(meta), 0)) ||
+	    csum_bytes(skb, ip, sum) || l4_resize(skb, ip, old, old + room) ||
+	    (npt == 1 && csum_field(skb, ip, ip->l4 + 2, bpf_htons(dport), bpf_htons(int_port))) ||
+	    fix_ip(skb, ip, room, 0, 0) || (npt == 0 && set_dscp(skb, ip, marked))) {
+		count(C_DROP_HELPER);
+		return TC_ACT_SHOT;
+	}
+	return -1;
+}
+
+// INT v2.1 §"INT over TCP/UDP", NPT 2: a new UDP header, the shim (the original protocol), the
+// MD or MX header `w0` and this hop's `meta` bytes of metadata between the IP header and the
+// original L4 header. -1: inserted; else the verdict.
+static __always_inline int insert_udp(struct __sk_buff *skb, const struct ip *ip,
+				      struct scratch *s, const struct hop *m, __u32 w0, __u32 meta,
+				      __u16 sport, __u16 dport)
+{
+	meta &= 127;
+	__u32 room = 24 + meta;
+	__u8 *h = s->hdr;
+	// New UDP header: source port from the flow (ECMP spreads INT flows as it did the
+	// originals), the INT port, the length, checksum 0.
+	// The flow's hash from the addresses, ports and protocol at hand (bpf_get_hash_recalc
+	// would run the flow dissector on every packet a veth or a NIC without RSS hands over).
+	__u64 w[4];
+	__builtin_memcpy(w, ip->addr, 32);
+	__u32 hash = (__u32)mix((w[0] ^ w[1] ^ w[2] ^ w[3]) +
+				 (((__u64)sport << 32) | ((__u64)dport << 8) | ip->proto));
+	__u16 nsport = bpf_htons(udp_sport_base | (hash & 0x3fff));
+	__u16 ndport = bpf_htons(int_port);
+	__u16 ulen = bpf_htons(l4_bytes(ip) + room);
+	__builtin_memcpy(&h[0], &nsport, 2);
+	__builtin_memcpy(&h[2], &ndport, 2);
+	__builtin_memcpy(&h[4], &ulen, 2);
+	h[6] = 0;
+	h[7] = 0;
+	// Shim: Type, NPT 2, Length (words after the shim), the original IP protocol in the
+	// second content byte.
+	h[8] = (int_type << 4) | (2 << 2);
+	h[9] = (12 + meta) / 4;
+	h[10] = 0;
+	h[11] = ip->proto;
+	put32(h, 12, w0);
+	put32(h, 16, (instructions & 0xffff) << 16);
+	put32(h, 20, 0);
+	if (meta)
+		encode(s->meta, instructions, hop_ml, m);
+	if (bpf_skb_adjust_room(skb, room, BPF_ADJ_ROOM_NET, 0)) {
+		count(C_ADJUST_FAILED);
+		return TC_ACT_OK;
+	}
+	if (bpf_skb_store_bytes(skb, ip->l4, h, 24, 0) ||
+	    (meta && bpf_skb_store_bytes(skb, ip->l4 + 24, s->meta, SIZE(meta), 0)) ||
+	    fix_ip(skb, ip, room, ip->proto, IPPROTO_UDP)) {
+		count(C_DROP_HELPER);
+		return TC_ACT_SHOT;
+	}
+	return -1;
+}
+
+// The INT block of a packet: NPT 2 or 1 behind our UDP port, NPT 0 behind a TCP/UDP header
+// under INT's DSCP (with encap dscp). 1: found; 0: not INT; -1: INT this path does not edit,
+// or malformed (counted).
+struct block {
+	// Bytes 0-7: NPT 2's UDP header, or the L4 header's first 8 (NPT 0/1); 8-23: the shim and
+	// the MD/MX header.
+	__u8 hdr[24];
+	__u32 len;     // shim + shim Length words
+	__u32 shim_at; // offset of the shim
+	__u8 npt;
+	__u8 proto;    // the flow's L4 protocol (NPT 2: the shim's)
+};
+
+static __always_inline int find_int(struct __sk_buff *skb, const struct ip *ip, struct block *b)
+{
+	if (bpf_skb_load_bytes(skb, ip->l4, b->hdr, 8))
+		return 0;
+	__u16 dport = ((__u16)b->hdr[2] << 8) | b->hdr[3];
+	int port = ip->proto == IPPROTO_UDP && dport == int_port;
+	__u32 l4h = 8;
+	if (!port) {
+		if (encap != ENC_DSCP || !dscp_marks_int(ip->dscp))
+			return 0;
+		l4h = l4_header_len(skb, ip);
+	}
+	b->shim_at = ip->l4 + l4h;
+	if (!l4h || bpf_skb_load_bytes(skb, b->shim_at, &b->hdr[8], 16)) {
+		count(C_MALFORMED);
+		return -1;
+	}
+	__u8 type = b->hdr[8] >> 4, npt = (b->hdr[8] >> 2) & 3;
+	if ((type != 1 && type != 3) || (b->hdr[12] >> 4) != 2 || (port ? npt == 0 : npt != 0) ||
+	    npt == 3 || (npt == 2 && (b->hdr[6] || b->hdr[7]))) {
+		// Another version or type; NPT 2 with a non-zero outer checksum would need updating.
+		count(C_UNSUPPORTED_INT);
+		return -1;
+	}
+	b->npt = npt;
+	b->proto = npt == 2 ? b->hdr[11] : ip->proto;
+	b->len = 4 + (__u32)b->hdr[9] * 4;
+	__u16 ulen = ((__u16)b->hdr[4] << 8) | b->hdr[5];
+	if (b->len < 16 || b->shim_at + b->len > ETH_HLEN + ip->len ||
+	    (ip->proto == IPPROTO_UDP && ulen != l4_bytes(ip))) {
+		count(C_MALFORMED);
+		return -1;
+	}
+	return 1;
+}
+
+// INT v2.1 §"INT Source Node": the shim, the MD header with this hop's metadata (or the MX
+// header alone) — behind a new UDP header between the IP header and the original L4 header
+// (NPT 2), or right after the L4 header (NPT 1 for UDP with encap udp-port, NPT 0 with encap
+// dscp). §"MTU Settings": no INT when even the headers do not fit; without room for its
+// metadata the source sets the M bit and adds none. The remedy the spec recommends is the
+// operator's: "the MTU of links between INT sources and sinks be configured to a value higher
+// than the MTU of preceding links ... by an appropriate amount". §"INT over TCP/UDP": "Any
+// time a node forwards a packet into the INT domain and there is no INT header present, it must
+// ensure that the DSCP/Traffic class value is not the same as any of the values used to
+// indicate INT": a marked packet without INT is remarked (`remark_dscp`), or passed unchanged.
+static __always_inline int source(struct __sk_buff *skb, struct ip *ip, struct scratch *s)
 {
 	__u8 l4h[8];
 	if (bpf_skb_load_bytes(skb, ip->l4, l4h, 8)) {
@@ -512,19 +846,47 @@ static __always_inline int source(struct __sk_buff *skb, const struct ip *ip, st
 			return TC_ACT_OK;
 		}
 	}
+	if (encap == ENC_DSCP && dscp_marks_int(ip->dscp)) {
+		struct block b;
+		if (find_int(skb, ip, &b) == 1) {
+			count(C_HAS_INT);
+			return TC_ACT_OK;
+		}
+		if (!remark_on) {
+			count(C_MARKED_NO_INT);
+			return TC_ACT_OK;
+		}
+		__u8 remarked = (ip->dscp & ~int_dscp_mask) | (remark_dscp & int_dscp_mask);
+		if (set_dscp(skb, ip, remarked)) {
+			count(C_DROP_HELPER);
+			return TC_ACT_SHOT;
+		}
+		ip->dscp = remarked;
+		count(C_REMARKED);
+	}
 	if (!watched(ip->addr)) {
 		count(C_UNWATCHED);
 		return TC_ACT_OK;
 	}
 	// Any GSO packet, one segment or many: the kernel (or a NIC's TSO) would segment it by
-	// its gso_type, which says TCP or UDP of the original L4, behind our UDP header.
+	// its gso_type, which says TCP or UDP of the original L4, behind our UDP header (NPT 2);
+	// behind the L4 header (NPT 0/1) the INT block would be cut up as payload.
 	if (skb->gso_size || skb->gso_segs > 1) {
 		count(C_GSO_SKIPPED);
 		return TC_ACT_OK;
 	}
+	__u32 npt = encap == ENC_DSCP ? 0 : (encap == ENC_UDP_PORT && ip->proto == IPPROTO_UDP) ? 1 : 2;
+	__u32 l4_len = 0;
+	if (npt != 2) {
+		l4_len = l4_header_len(skb, ip);
+		if (!l4_len || l4_len > l4_bytes(ip)) {
+			count(C_UNSUPPORTED_IP);
+			return TC_ACT_OK;
+		}
+	}
 	int md = int_type == 1;
 	__u32 meta = md ? hop_ml * 4 : 0;
-	__u32 fixed = 8 + 4 + 12;
+	__u32 fixed = (npt == 2 ? 8 : 0) + 4 + 12;
 	__u32 mtu = mtu_of(skb);
 	if (ip->len + fixed > mtu) {
 		count(C_TOO_BIG);
@@ -543,50 +905,20 @@ static __always_inline int source(struct __sk_buff *skb, const struct ip *ip, st
 		}
 	}
 	meta &= 127;
-	__u32 room = fixed + meta;
-	struct hop m;
-	measure(skb, &m);
-	__u8 *h = s->hdr;
-	// New UDP header: source port from the flow (ECMP spreads INT flows as it did the
-	// originals), the INT port, the length, checksum 0.
-	// The flow's hash from the addresses, ports and protocol at hand (bpf_get_hash_recalc
-	// would run the flow dissector on every packet a veth or a NIC without RSS hands over).
-	__u64 w[4];
-	__builtin_memcpy(w, ip->addr, 32);
-	__u32 hash = (__u32)mix((w[0] ^ w[1] ^ w[2] ^ w[3]) +
-				 (((__u64)sport << 32) | ((__u64)dport << 8) | ip->proto));
-	__u16 nsport = bpf_htons(udp_sport_base | (hash & 0x3fff));
-	__u16 ndport = bpf_htons(int_port);
-	__u16 ulen = bpf_htons(ip->len - (ip->l4 - ETH_HLEN) + room);
-	__builtin_memcpy(&h[0], &nsport, 2);
-	__builtin_memcpy(&h[2], &ndport, 2);
-	__builtin_memcpy(&h[4], &ulen, 2);
-	h[6] = 0;
-	h[7] = 0;
-	// Shim (INT v2.1 §"INT over TCP/UDP"): Type, NPT 2, Length (words after the shim),
-	// the original IP protocol in the second content byte.
-	h[8] = (int_type << 4) | (2 << 2);
-	h[9] = (12 + meta) / 4;
-	h[10] = 0;
-	h[11] = ip->proto;
-	// MD header (§"INT-MD Metadata Header Format"): Ver 2, M, Hop ML, RHC, instructions; or
+	// The MD header (§"INT-MD Metadata Header Format"): Ver 2, M, Hop ML, RHC, instructions; or
 	// the MX header (§"INT-MX Header Format"): Ver 2, instructions.
 	__u32 w0 = md ? ((2u << 28) | ((__u32)mbit << 25) | ((hop_ml & 0x1f) << 8) | rhc)
 		      : (2u << 28);
-	put32(h, 12, w0);
-	put32(h, 16, (instructions & 0xffff) << 16);
-	put32(h, 20, 0);
-	if (meta)
-		encode(s->meta, instructions, hop_ml, &m);
-	if (bpf_skb_adjust_room(skb, room, BPF_ADJ_ROOM_NET, 0)) {
-		count(C_ADJUST_FAILED);
-		return TC_ACT_OK;
-	}
-	if (bpf_skb_store_bytes(skb, ip->l4, h, 24, 0) ||
-	    (meta && bpf_skb_store_bytes(skb, ip->l4 + 24, s->meta, SIZE(meta), 0)) ||
-	    fix_ip(skb, ip, room, ip->proto, IPPROTO_UDP)) {
-		count(C_DROP_HELPER);
-		return TC_ACT_SHOT;
+	struct hop m;
+	measure(skb, &m);
+	if (npt != 2) {
+		int v = insert_after_l4(skb, ip, s, &m, npt, l4_len, w0, meta, dport);
+		if (v >= 0)
+			return v;
+	} else {
+		int v = insert_udp(skb, ip, s, &m, w0, meta, sport, dport);
+		if (v >= 0)
+			return v;
 	}
 	// INT-MX carries no metadata by design: inserted all the same.
 	count(meta || !md ? C_INSERTED : C_INSERTED_M);
@@ -596,44 +928,17 @@ static __always_inline int source(struct __sk_buff *skb, const struct ip *ip, st
 	return TC_ACT_OK;
 }
 
-// The INT block of a packet (NPT 2 on our port): its shim and header words. 1: found;
-// 0: not INT; -1: INT this path does not edit (counted).
-struct block {
-	__u8 hdr[24];    // UDP header, shim, MD/MX header
-	__u32 len;       // bytes after the UDP header: shim + shim Length words
-};
-
-static __always_inline int find_int(struct __sk_buff *skb, const struct ip *ip, struct block *b)
-{
-	if (ip->proto != IPPROTO_UDP)
-		return 0;
-	if (bpf_skb_load_bytes(skb, ip->l4, b->hdr, 24))
-		return 0;
-	__u16 dport = ((__u16)b->hdr[2] << 8) | b->hdr[3];
-	if (dport != int_port)
-		return 0;
-	__u8 type = b->hdr[8] >> 4, npt = (b->hdr[8] >> 2) & 3;
-	if (npt != 2 || (type != 1 && type != 3) || (b->hdr[12] >> 4) != 2 ||
-	    b->hdr[6] || b->hdr[7]) {
-		// NPT 0/1 move the L4 header; a non-zero outer checksum would need updating.
-		count(C_UNSUPPORTED_INT);
-		return -1;
-	}
-	b->len = 4 + (__u32)b->hdr[9] * 4;
-	__u16 ulen = ((__u16)b->hdr[4] << 8) | b->hdr[5];
-	if (b->len < 16 || ip->l4 - ETH_HLEN + 8 + b->len > ip->len ||
-	    ulen != ip->len - (ip->l4 - ETH_HLEN)) {
-		count(C_MALFORMED);
-		return -1;
-	}
-	return 1;
-}
-
-// The ports of the original L4 header behind INT block `b` (the flow's): zeros where the
-// packet ends before them.
+// The ports of the original L4 header of the flow with INT block `b`: zeros where the packet
+// ends before them (NPT 2: behind the block; NPT 1: the destination port from the shim).
 static __always_inline void flow_ports(struct __sk_buff *skb, const struct ip *ip,
 				       const struct block *b, __u8 *ports)
 {
+	if (b->npt != 2) {
+		__builtin_memcpy(ports, b->hdr, 4);
+		if (b->npt == 1)
+			__builtin_memcpy(&ports[2], &b->hdr[10], 2);
+		return;
+	}
 	if (bpf_skb_load_bytes(skb, ip->l4 + 8 + b->len, ports, 4))
 		__builtin_memset(ports, 0, 4);
 }
@@ -656,7 +961,7 @@ static __always_inline int transit(struct __sk_buff *skb, const struct ip *ip, s
 		count(C_MX_SEEN);
 		__u8 ports[4];
 		flow_ports(skb, ip, &b, ports);
-		if (report_due(ip, b.hdr[11], ports, m.out_ns, m.in_if, m.out_if,
+		if (report_due(ip, b.proto, ports, m.out_ns, m.in_if, m.out_if,
 			       m.latency >> latency_shift))
 			emit(skb, K_MX, &m);
 		return TC_ACT_OK;
@@ -682,13 +987,36 @@ static __always_inline int transit(struct __sk_buff *skb, const struct ip *ip, s
 	} else {
 		h[15] = rhc - 1;
 		h[9] = b.hdr[9] + ml;
-		__u16 ulen = bpf_htons((((__u16)b.hdr[4] << 8) | b.hdr[5]) + meta);
-		__builtin_memcpy(&h[4], &ulen, 2);
 		outcome = C_ADDED;
 	}
 	meta &= 127;
-	if (meta) {
+	if (meta)
 		encode(s->meta, instr, ml, &m);
+	if (b.npt != 2) {
+		// Behind the L4 header: the stack and all after it move towards the tail; the L4
+		// checksum follows the header words that changed and the metadata that came in.
+		__s64 sum = bpf_csum_diff((__be32 *)&b.hdr[8], 16, (__be32 *)&h[8], 16, 0);
+		if (meta)
+			sum = bpf_csum_diff(0, 0, (__be32 *)s->meta, meta, sum);
+		__u32 at = b.shim_at + 16, old = l4_bytes(ip);
+		if (meta) {
+			int v = move_verdict(open_gap(skb, at, meta, s));
+			if (v >= 0)
+				return v;
+		}
+		if (sum < 0 || bpf_skb_store_bytes(skb, b.shim_at, &h[8], 16, 0) ||
+		    (meta && bpf_skb_store_bytes(skb, at, s->meta, SIZE(meta), 0)) ||
+		    csum_bytes(skb, ip, sum) ||
+		    (meta && (l4_resize(skb, ip, old, old + meta) || fix_ip(skb, ip, meta, 0, 0)))) {
+			count(C_DROP_HELPER);
+			return TC_ACT_SHOT;
+		}
+		count(outcome);
+		return TC_ACT_OK;
+	}
+	if (meta) {
+		__u16 ulen = bpf_htons((((__u16)b.hdr[4] << 8) | b.hdr[5]) + meta);
+		__builtin_memcpy(&h[4], &ulen, 2);
 		if (bpf_skb_adjust_room(skb, meta, BPF_ADJ_ROOM_NET, 0)) {
 			count(C_ADJUST_FAILED);
 			return TC_ACT_OK;
@@ -707,16 +1035,17 @@ static __always_inline int transit(struct __sk_buff *skb, const struct ip *ip, s
 }
 
 // INT v2.1 §"INT Sink Node": report the stack (userspace, from the event) and remove the INT
-// block and its UDP header, giving the IP header back the original protocol: the packet is
-// the one the source received, byte for byte, but for what routers change (TTL).
+// block, restoring the original packet byte for byte but for what routers change (TTL): NPT 2
+// removes the block's UDP header too and gives the IP header back the original protocol; NPT
+// 1 gives the UDP header back its destination port, NPT 0 the IP header its DSCP
+// (`restore_dscp`: "Restoring the original value is optional").
 // A sink's INT-MD report is about the stack's hops: a summary of their node IDs and
 // interfaces (`path`) and of their hop latencies, each in steps of minFlowHopLatencyChangeNs
 // (`latency`), of the newest STACK_BYTES of the stack (16 hops of 4 words), so that the flow
 // filter lets a report through when any hop's ports or latency changed. 0 for what the
 // instructions do not carry.
-static __always_inline void stack_summary(struct __sk_buff *skb, const struct ip *ip,
-					  const struct block *b, struct scratch *s, __u32 *path,
-					  __u32 *latency)
+static __always_inline void stack_summary(struct __sk_buff *skb, const struct block *b,
+					  struct scratch *s, __u32 *path, __u32 *latency)
 {
 	*path = 0;
 	*latency = 0;
@@ -727,7 +1056,8 @@ static __always_inline void stack_summary(struct __sk_buff *skb, const struct ip
 		return;
 	if (len > STACK_BYTES)
 		len = STACK_BYTES;
-	if (bpf_skb_load_bytes(skb, ip->l4 + 24, s->stack, (((len - 1) & (STACK_BYTES - 1)) + 1)))
+	if (bpf_skb_load_bytes(skb, b->shim_at + 16, s->stack,
+			       (((len - 1) & (STACK_BYTES - 1)) + 1)))
 		return;
 	__u32 words = len / 4;
 	__u32 has_id = (instr >> 15) & 1, has_ports = (instr >> 14) & 1, has_lat = (instr >> 13) & 1;
@@ -747,6 +1077,48 @@ static __always_inline void stack_summary(struct __sk_buff *skb, const struct ip
 	}
 	*path = (__u32)(p ^ (p >> 32));
 	*latency = (__u32)(l ^ (l >> 32));
+}
+
+// The sink's removal behind the L4 header (NPT 0/1): the block's bytes leave the L4 checksum
+// (summed MOVE_CHUNK at a time), the bytes behind it move up. -1: removed; else the verdict.
+static __always_inline int remove_after_l4(struct __sk_buff *skb, const struct ip *ip,
+					   const struct block *b, struct scratch *s)
+{
+	if (skb->gso_size) {
+		// A GRO super-packet: its segments' INT blocks are inside it, not at the front.
+		count(C_UNSUPPORTED_INT);
+		return TC_ACT_OK;
+	}
+	__u32 n = b->len & 0x7fc; // at most 4 + 255 * 4
+	__s64 sum = 0;
+	for (int i = 0; i < 3; i++) {
+		__u32 done = i * MOVE_CHUNK;
+		if (done >= n)
+			break;
+		__u32 c = n - done;
+		if (c > MOVE_CHUNK)
+			c = MOVE_CHUNK;
+		c = (((c - 1) & (MOVE_CHUNK - 1)) + 1) & ~3U;
+		if (!c || bpf_skb_load_bytes(skb, b->shim_at + done, s->move, c)) {
+			count(C_MALFORMED);
+			return TC_ACT_OK;
+		}
+		sum = bpf_csum_diff((__be32 *)s->move, c, 0, 0, sum);
+	}
+	__u32 old = l4_bytes(ip);
+	__u16 port;
+	__builtin_memcpy(&port, &b->hdr[10], 2);
+	int v = move_verdict(close_gap(skb, b->shim_at, n, s));
+	if (v >= 0)
+		return v;
+	if (sum < 0 || csum_bytes(skb, ip, sum) || l4_resize(skb, ip, old, old - n) ||
+	    (b->npt == 1 && csum_field(skb, ip, ip->l4 + 2, bpf_htons(int_port), port)) ||
+	    fix_ip(skb, ip, -(int)n, 0, 0) ||
+	    (b->npt == 0 && restore_dscp && set_dscp(skb, ip, b->hdr[11] >> 2))) {
+		count(C_DROP_HELPER);
+		return TC_ACT_SHOT;
+	}
+	return -1;
 }
 
 static __always_inline int sink(struct __sk_buff *skb, const struct ip *ip, struct scratch *s)
@@ -769,24 +1141,30 @@ static __always_inline int sink(struct __sk_buff *skb, const struct ip *ip, stru
 	// INT-MX: the sink reports itself (at ingress: its interface, no latency); INT-MD: the stack.
 	__u32 path = 0, latency = m.latency >> latency_shift;
 	if (!mx)
-		stack_summary(skb, ip, &b, s, &path, &latency);
+		stack_summary(skb, &b, s, &path, &latency);
 	__u8 ports[4];
 	flow_ports(skb, ip, &b, ports);
-	if (report_due(ip, b.hdr[11], ports, m.in_ns, m.in_if, path, latency))
+	if (report_due(ip, b.proto, ports, m.in_ns, m.in_if, path, latency))
 		emit(skb, mx ? K_MX_SINK : K_SINK, &m);
-	__u32 room = (8 + b.len) & 0x3ff;
-	__u8 proto = b.hdr[11];
-	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) {
-		count(C_MALFORMED);
-		return TC_ACT_OK;
-	}
-	if (bpf_skb_adjust_room(skb, -(__s32)room, BPF_ADJ_ROOM_NET, 0)) {
-		count(C_ADJUST_FAILED);
-		return TC_ACT_OK;
-	}
-	if (fix_ip(skb, ip, -(int)room, IPPROTO_UDP, proto)) {
-		count(C_DROP_HELPER);
-		return TC_ACT_SHOT;
+	if (b.npt != 2) {
+		int v = remove_after_l4(skb, ip, &b, s);
+		if (v >= 0)
+			return v;
+	} else {
+		__u32 room = (8 + b.len) & 0x3ff;
+		__u8 proto = b.proto;
+		if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) {
+			count(C_MALFORMED);
+			return TC_ACT_OK;
+		}
+		if (bpf_skb_adjust_room(skb, -(__s32)room, BPF_ADJ_ROOM_NET, 0)) {
+			count(C_ADJUST_FAILED);
+			return TC_ACT_OK;
+		}
+		if (fix_ip(skb, ip, -(int)room, IPPROTO_UDP, proto)) {
+			count(C_DROP_HELPER);
+			return TC_ACT_SHOT;
+		}
 	}
 	// D bit (INT v2.1 §"INT Applied to Synthetic Traffic"): reported, then discarded.
 	if (b.hdr[12] & 0x08) {

@@ -21,7 +21,7 @@ use nix::time::{ClockId, clock_gettime};
 
 use crate::AgentError;
 use crate::bpf::{COUNTERS, Programs, Settings};
-use crate::datapath::{DataPath, DataPathSettings, INT_COUNTERS, PortRole};
+use crate::datapath::{DataPath, DataPathSettings, Encap, INT_COUNTERS, PortRole};
 use crate::event::{Event, F_EGRESS_DROP, F_FLOW_DUE, F_INGRESS, F_INGRESS_TS, F_QUEUE, Kind};
 use crate::int_report::{IntEvent, IntReporter};
 use crate::kernel_drop::KernelReasons;
@@ -603,19 +603,17 @@ impl Agent {
                 ));
             }
         };
-        match node_cfg.encap {
-            intscope_node::SourceEncap::UdpNew => {}
-            intscope_node::SourceEncap::UdpPort => tracing::info!(
-                "the eBPF source puts INT behind a new UDP header (NPT 2) for UDP flows too: \
-                 NPT 1 would move the UDP header, which a CHECKSUM_PARTIAL packet cannot"
-            ),
+        let encap = match node_cfg.encap {
+            intscope_node::SourceEncap::UdpNew => Encap::UdpNew,
+            intscope_node::SourceEncap::UdpPort => Encap::UdpPort,
+            intscope_node::SourceEncap::Dscp => Encap::Dscp,
             other => {
                 return Err(AgentError::Config(format!(
-                    "encap {other:?}: the eBPF data path inserts INT with a new UDP header \
-                     (udp-new, NPT 2; udp-port is read as udp-new)"
+                    "encap {other:?}: the eBPF data path inserts INT over TCP/UDP: udp-new \
+                     (NPT 2), udp-port (NPT 1) or dscp (NPT 0)"
                 )));
             }
-        }
+        };
         if node_cfg.watchlist.iter().any(|w| {
             w.mode.is_some_and(|m| m != node_cfg.mode)
                 || w.instructions.is_some_and(|i| i != node_cfg.instructions)
@@ -659,6 +657,12 @@ impl Agent {
             filters: cfg.filters,
             interval_ns: filters.interval_ns,
             latency_shift: 31 - step.leading_zeros(),
+            encap,
+            int_dscp: node_cfg.int_dscp,
+            int_dscp_mask: node_cfg.int_dscp_mask,
+            remark: node_cfg.dscp_marked_without_int == intscope_node::MarkedWithoutInt::Remark,
+            remark_dscp: node_cfg.remark_dscp,
+            restore_dscp: node_cfg.restore_dscp,
         };
         let mut datapath = DataPath::load(&settings)?;
         let all = nix::net::if_::if_nameindex()

@@ -4,8 +4,9 @@
 //! `on_xmit` tracepoint; reads its counters and events.
 //!
 //! What each role does to a packet (INT v2.1 §"INT Source Node", §"INT Transit Hop Node",
-//! §"INT Sink Node"), why NPT 2 and why GSO packets pass without INT, is in the C source's
-//! header comment and in docs/ARCHITECTURE.md ("The eBPF INT data path").
+//! §"INT Sink Node"), how each encapsulation (NPT 0, 1, 2) keeps the checksums right under the
+//! kernel's offloads and why GSO packets pass without INT, is in the C source's header comment
+//! and in docs/ARCHITECTURE.md ("The eBPF INT data path").
 //!
 //! On kernels from 6.6 the tc programs attach through TCX links (no qdisc needed), held by file
 //! descriptors: the kernel detaches them when the process ends in any way, a SIGKILL too.
@@ -65,7 +66,7 @@ impl std::str::FromStr for PortRole {
 /// `int_drop_discard`; `int_events` to `int_stamped` count along. Every packet a hop would
 /// report (an INT-MX packet at a source or transit, any at a sink) ends in one of
 /// `int_events`, `int_ring_full` and `int_filtered`.
-pub const INT_COUNTERS: [(&str, &str); 27] = [
+pub const INT_COUNTERS: [(&str, &str); 30] = [
     (
         "int_seen",
         "packets sent on a source or transit interface, or received on a sink interface",
@@ -107,7 +108,8 @@ pub const INT_COUNTERS: [(&str, &str); 27] = [
     ),
     (
         "int_unsupported_int",
-        "transit/sink: INT this data path does not edit (NPT 0/1, non-zero UDP checksum)",
+        "transit/sink: INT this data path does not edit (another version or type, NPT 2 with a \
+         non-zero UDP checksum, a GRO packet at a sink)",
     ),
     (
         "int_adjust_failed",
@@ -136,6 +138,20 @@ pub const INT_COUNTERS: [(&str, &str); 27] = [
         "packets with no ingress time (sent by this host): hop latency all ones",
     ),
     ("int_stamped", "packets stamped at tc ingress"),
+    (
+        "int_remarked",
+        "source (encap dscp): packets marked with INT's DSCP but without INT, remarked with \
+         remark_dscp",
+    ),
+    (
+        "int_marked_without_int",
+        "source (encap dscp): packets marked with INT's DSCP but without INT, sent on unchanged \
+         (dscp_marked_without_int = \"skip\")",
+    ),
+    (
+        "int_too_long",
+        "NPT 0/1: more than 10 KiB behind the INT block to move; sent on unchanged",
+    ),
 ];
 
 /// Settings of the kernel half (its read-only globals).
@@ -168,6 +184,43 @@ pub struct DataPathSettings {
     pub interval_ns: u64,
     /// `minFlowHopLatencyChangeNs` as a power of two: its log2.
     pub latency_shift: u32,
+    /// Where INT goes (INT v2.1 §"INT over TCP/UDP"): NPT 2 (`UdpNew`), NPT 1 for UDP flows and
+    /// NPT 2 for TCP (`UdpPort`), or NPT 0 under a DSCP marking (`Dscp`).
+    pub encap: Encap,
+    /// The DSCP bits marking INT (encap `Dscp`), within `int_dscp_mask`.
+    pub int_dscp: u8,
+    /// Which DSCP bits mark INT.
+    pub int_dscp_mask: u8,
+    /// A source's packets marked like INT but carrying none: remarked with `remark_dscp` (true)
+    /// or sent on unchanged.
+    pub remark: bool,
+    /// The DSCP bits written under the mask when remarking.
+    pub remark_dscp: u8,
+    /// Sink: the original DSCP restored from the shim.
+    pub restore_dscp: bool,
+}
+
+/// Where the data path puts INT in a packet (INT v2.1 §"INT over TCP/UDP").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encap {
+    /// NPT 2: a new UDP header between the IP header and the original L4 header.
+    #[default]
+    UdpNew,
+    /// NPT 1 for UDP flows: behind their UDP header, the destination port becomes the INT port;
+    /// TCP flows get NPT 2.
+    UdpPort,
+    /// NPT 0: behind the TCP/UDP header, marked by the DSCP.
+    Dscp,
+}
+
+impl Encap {
+    fn code(self) -> u32 {
+        match self {
+            Encap::Dscp => 0,
+            Encap::UdpPort => 1,
+            Encap::UdpNew => 2,
+        }
+    }
 }
 
 /// The loaded data path, attached.
@@ -239,6 +292,13 @@ impl DataPath {
         let watch_count = s.watch.len() as u32;
         let prefixes = fast_prefixes(&s.watch);
         let offset = unix_offset_ns();
+        let encap = s.encap.code();
+        let (int_dscp, int_dscp_mask, remark_dscp) = (
+            u32::from(s.int_dscp),
+            u32::from(s.int_dscp_mask),
+            u32::from(s.remark_dscp),
+        );
+        let (remark, restore_dscp) = (u32::from(s.remark), u32::from(s.restore_dscp));
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("netns_inum", &s.netns, true)
@@ -257,6 +317,12 @@ impl DataPath {
             .override_global("filters_on", &filters, true)
             .override_global("interval_ns", &s.interval_ns, true)
             .override_global("latency_shift", &s.latency_shift, true)
+            .override_global("encap", &encap, true)
+            .override_global("int_dscp", &int_dscp, true)
+            .override_global("int_dscp_mask", &int_dscp_mask, true)
+            .override_global("remark_dscp", &remark_dscp, true)
+            .override_global("remark_on", &remark, true)
+            .override_global("restore_dscp", &restore_dscp, true)
             .load(OBJECT)
             .map_err(|e| load_error("loading the INT data path's object", e))?;
         for name in ["int_ingress", "int_egress"] {

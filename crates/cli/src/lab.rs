@@ -1241,7 +1241,8 @@ fn start_agents(exe: &std::path::Path, mode: LabMode, net: &Net) -> Result<Vec<A
             std::fs::write(
                 &int,
                 format!(
-                    "mode = \"{}\"\nmtu = {}\ninstructions = 0xf000\n",
+                    // NPT 2: INT behind a new UDP header, nothing behind the IP header moved.
+                    "mode = \"{}\"\nmtu = {}\ninstructions = 0xf000\nencap = \"udp-new\"\n",
                     mode.label(),
                     net::FABRIC_MTU
                 ),

@@ -34,7 +34,7 @@ fn missing() -> Option<String> {
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return Some("root (network namespaces, BPF)".into());
     }
-    common::missing_tool(&["ip", "tc", "tcpdump", "curl"])
+    common::missing_tool(&["ip", "tc", "tcpdump", "curl", "ethtool"])
 }
 
 fn skip(what: &str) -> bool {
@@ -250,8 +250,9 @@ impl Lab {
     }
 
     /// `intscope agent` in router `node` with `role` on its egress `dev`, ingress times on
-    /// `from`, a report for every INT packet (`--every-packet`) unless `filtered`; its index
-    /// among the children once it said "attached". `None`: no BPF build.
+    /// `from`, INT `mode` in encapsulation `encap`, a report for every INT packet
+    /// (`--every-packet`) unless `filtered`; its index among the children once it said
+    /// "attached". `None`: no BPF build.
     #[allow(clippy::too_many_arguments)]
     fn agent(
         &mut self,
@@ -260,7 +261,7 @@ impl Lab {
         from: &str,
         dev: &str,
         role: &str,
-        mode: &str,
+        (mode, encap): (&str, &str),
         filtered: bool,
     ) -> Option<usize> {
         let port = format!("{dev}={role}");
@@ -277,7 +278,7 @@ impl Lab {
         if !filtered {
             args.push("--every-packet");
         }
-        let config = format!("mode = \"{mode}\"\nmtu = 1600\n");
+        let config = format!("mode = \"{mode}\"\nencap = \"{encap}\"\nmtu = 1600\n");
         self.spawn_agent(node, &format!("{node}.toml"), &config, id, &args)
     }
 
@@ -547,6 +548,7 @@ fn clean(node: &str, c: &serde_json::Value) {
         "int_adjust_failed",
         "int_ring_full",
         "int_unsupported_int",
+        "int_too_long",
         "bad_events",
         "send_errors",
     ] {
@@ -574,6 +576,8 @@ fn clean(node: &str, c: &serde_json::Value) {
         "int_adjust_failed",
         "int_drop_helper",
         "int_drop_discard",
+        "int_marked_without_int",
+        "int_too_long",
     ]
     .iter()
     .map(|n| counter(c, n))
@@ -637,15 +641,35 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
     lab.children.push(dump);
     let v4: std::net::IpAddr = "10.2.4.1".parse().unwrap();
     let v6: std::net::IpAddr = "fd02:4::1".parse().unwrap();
-    for (round, mode) in ["md", "mx"].iter().enumerate() {
-        let Some(a1) = lab.agent("r1", 1, "h1", "r2", "source", mode, false) else {
+    // NPT 2 (udp-new) under the kernel's default offloads: every TCP/UDP packet in the chain
+    // is CHECKSUM_PARTIAL, its checksum never computed. Then INT behind the L4 header (NPT 0
+    // under a DSCP, NPT 1 behind UDP's own header), with r1's egress computing checksums in
+    // software (tx checksumming off): the seed the source left is summed there, transit and sink
+    // update a whole checksum, and h2's kernel checks it (a wrong one drops the packet, and the
+    // byte counts below fail).
+    let rounds = [
+        ("md", "udp-new"),
+        ("mx", "udp-new"),
+        ("md", "dscp"),
+        ("md", "udp-port"),
+        ("mx", "dscp"),
+    ];
+    for (round, (mode, encap)) in rounds.iter().enumerate() {
+        let what = format!("{mode} {encap}");
+        let mode = &what;
+        if *encap != "udp-new" {
+            lab.sh("r1", "ethtool -K r2 tx off");
+        }
+        let Some(a1) = lab.agent("r1", 1, "h1", "r2", "source", rounds[round], false) else {
             skip("this intscope was built without its BPF programs");
             return;
         };
         let a2 = lab
-            .agent("r2", 2, "r1", "r3", "transit", mode, false)
+            .agent("r2", 2, "r1", "r3", "transit", rounds[round], false)
             .unwrap();
-        let a3 = lab.agent("r3", 3, "r2", "r2", "sink", mode, false).unwrap();
+        let a3 = lab
+            .agent("r3", 3, "r2", "r2", "sink", rounds[round], false)
+            .unwrap();
         let port = 6000 + 10 * round as u16;
         tcp_exact(&lab, SocketAddr::new(v4, port), 8 << 20);
         tcp_exact(&lab, SocketAddr::new(v6, port + 1), 8 << 20);
@@ -659,7 +683,8 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
         // UDP datagrams are never GSO: each of the 4000 (and TCP's small segments) got INT.
         assert!(inserted >= 4000, "{mode}: r1 inserted {inserted}: {c1}");
         assert_eq!(counter(&c1, "int_too_big"), 0, "{mode}: {c1}");
-        if *mode == "md" {
+        assert_eq!(counter(&c1, "int_remarked"), 0, "{mode}: {c1}");
+        if rounds[round].0 == "md" {
             assert_eq!(counter(&c2, "int_added"), inserted, "{mode}: r2 {c2}");
             assert_eq!(counter(&c1, "int_events"), 0);
         } else {
@@ -670,19 +695,26 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
         assert_eq!(counter(&c3, "int_sunk"), inserted, "{mode}: r3 {c3}");
         assert_eq!(counter(&c3, "int_reports"), inserted, "{mode}: r3 {c3}");
         assert_eq!(counter(&c3, "sent"), inserted, "{mode}: r3 {c3}");
-        // The collector joins r1, r2, r3 for the flows of this round.
+        // The collector joins r1, r2, r3 for each flow of this round, by its original ports
+        // (NPT 1: the destination port from the shim): every UDP datagram was reported, TCP's
+        // segments small enough to be sent without GSO.
         let mut flows = serde_json::Value::Null;
-        assert!(
-            eventually(Duration::from_secs(10), || {
-                flows = lab.api("/api/flows?limit=1000");
-                flows["flows"].as_array().unwrap().iter().any(|f| {
-                    f["path"] == serde_json::json!([1, 2, 3])
-                        && f["reports"].as_u64().unwrap_or(0) >= 1000
-                })
-            }),
-            "{mode}: no flow with the path [1, 2, 3]: {flows}"
-        );
+        for (to, least) in [(port, 1), (port + 1, 1), (port + 2, 1000), (port + 3, 1000)] {
+            assert!(
+                eventually(Duration::from_secs(10), || {
+                    flows = lab.api("/api/flows?limit=1000");
+                    flows["flows"].as_array().unwrap().iter().any(|f| {
+                        f["flow"]["dst_port"] == to
+                            && f["path"] == serde_json::json!([1, 2, 3])
+                            && f["reports"].as_u64().unwrap_or(0) >= least
+                    })
+                }),
+                "{mode}: no flow to port {to} with the path [1, 2, 3] and {least} reports: \
+                 {flows}"
+            );
+        }
     }
+    lab.sh("r1", "ethtool -K r2 tx on");
     // The hop latencies r1 and r2 wrote (INT-MD stacks, INT-MX reports), measured by the
     // kernel. The sink works at tc ingress: its own latency is unknown and left out.
     let lat = hop_latencies(&pcap);
@@ -722,12 +754,14 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
     // change, a flow is reported about once a second.
     for (round, mode) in ["md", "mx"].iter().enumerate() {
         let a1 = lab
-            .agent("r1", 1, "h1", "r2", "source", mode, true)
+            .agent("r1", 1, "h1", "r2", "source", (mode, "udp-new"), true)
             .unwrap();
         let a2 = lab
-            .agent("r2", 2, "r1", "r3", "transit", mode, true)
+            .agent("r2", 2, "r1", "r3", "transit", (mode, "udp-new"), true)
             .unwrap();
-        let a3 = lab.agent("r3", 3, "r2", "r2", "sink", mode, true).unwrap();
+        let a3 = lab
+            .agent("r3", 3, "r2", "r2", "sink", (mode, "udp-new"), true)
+            .unwrap();
         let began = Instant::now();
         let port = 6100 + 10 * round as u16;
         tcp_exact(&lab, SocketAddr::new(v4, port), 2 << 20);
@@ -784,12 +818,14 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
 
     // A 10 Mbit/s limit at r2's egress towards r3 under 30 Mbit/s of UDP: r2's queue fills.
     let a1 = lab
-        .agent("r1", 1, "h1", "r2", "source", "md", false)
+        .agent("r1", 1, "h1", "r2", "source", ("md", "udp-new"), false)
         .unwrap();
     let a2 = lab
-        .agent("r2", 2, "r1", "r3", "transit", "md", false)
+        .agent("r2", 2, "r1", "r3", "transit", ("md", "udp-new"), false)
         .unwrap();
-    let a3 = lab.agent("r3", 3, "r2", "r2", "sink", "md", false).unwrap();
+    let a3 = lab
+        .agent("r3", 3, "r2", "r2", "sink", ("md", "udp-new"), false)
+        .unwrap();
     let drops = lab.drop_agent("r2", 2, &["r1", "r3"]).unwrap();
     lab.sh(
         "r2",

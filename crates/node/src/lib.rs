@@ -15,7 +15,8 @@ pub mod node;
 pub mod telemetry;
 
 pub use config::{
-    ConfigError, DropReports, Mode, NodeConfig, Role, SinkMetadata, SourceEncap, WatchEntry,
+    ConfigError, DropReports, MarkedWithoutInt, Mode, NodeConfig, Role, SinkMetadata, SourceEncap,
+    WatchEntry,
 };
 pub use node::{Node, NodeStats, Outcome};
 pub use telemetry::{MeasuredTelemetry, StaticTelemetry, Telemetry};
