@@ -12,12 +12,14 @@
 //   int_egress   (tc egress, source and transit interfaces): the INT role of the interface
 //                (map `roles`): source inserts INT, transit pushes its metadata. The sink role
 //                runs at tc ingress: strips INT and hands the stack to userspace, which sends the
-//                Telemetry Report.
+//                Telemetry Report (for a forwarded packet once on_xmit saw it leave).
 //   on_xmit      (tp_btf/net_dev_start_xmit, after the qdisc): per role interface, the root
 //                qdisc's backlog and the time the last packet spent in it (now - the tstamp
 //                int_egress wrote). tc egress runs before the qdisc, so a packet's metadata is
 //                written before its own queueing is known: its hop latency adds the sojourn of
 //                the packet before it, its queue occupancy is the backlog that packet left.
+//                On any device of the namespace: a sink's report held for the packet leaving
+//                (`pending`), sent with its egress, latency and queue.
 //
 // Encapsulation (INT v2.1 §"INT over TCP/UDP"), setting `encap`:
 //   NPT 2 (udp-new, the default): "a new UDP header is inserted between the IP header and the
@@ -139,6 +141,10 @@ enum counter {
 	C_REMARKED,       // source (dscp): marked with INT's DSCP without INT, DSCP rewritten
 	C_MARKED_NO_INT,  // source (dscp): marked with INT's DSCP without INT, passed (skip)
 	C_TOO_LONG,       // NPT 0/1: more bytes to move than MOVE_MAX chunks; passed unchanged
+	C_DEFERRED,       // sink: reports waiting for their packet's egress (`pending`)
+	C_DEFER_SENT,     // of those: sent at the egress, with its interface, latency and queue
+	C_DEFER_LOST,     // of those: lost at the egress to a full ring buffer
+	C_PENDING_FULL,   // sink: `pending` full, the report sent at once without its egress
 	C_MAX,
 };
 
@@ -205,6 +211,34 @@ struct {
 // Bytes of events waiting that wake userspace (~800 events; a sixteenth of the ring).
 #define WAKE_BYTES (256 << 10)
 
+// A forwarding sink's report waits in `pending` for its packet to leave (on_xmit), which gives
+// the sink's egress interface, hop latency and queue (INT v2.1 §"INT Sink Node": the sink's own
+// metadata). The packet is known by its arrival time (the delivery time int_ingress wrote, which
+// forwarding keeps), its length after INT left it, and its ingress interface. Userspace sends
+// what waited past PENDING_TIMEOUT without its egress (delivered or dropped here after all, or
+// re-stamped by a role at its egress) and deletes it; whoever deletes an entry sends it.
+#define PENDING_MAX 4096
+struct pending_key {
+	__u64 tstamp;
+	__u32 len;
+	__u32 in_if;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PENDING_MAX);
+	__type(key, struct pending_key);
+	__type(value, struct event);
+} pending SEC(".maps");
+
+// Entries in `pending` (not exact under races: on_xmit looks only while it is non-zero).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} pending_count SEC(".maps");
+
 // Per-CPU scratch: this hop's metadata (at most 31 words), the headers being rewritten and,
 // at an INT-MD sink, the newest STACK_BYTES of the stack (for the flow filter).
 #define STACK_BYTES 256
@@ -217,6 +251,7 @@ struct scratch {
 	__u8 hdr[64];
 	__u32 stack[STACK_BYTES / 4];
 	__u8 move[MOVE_CHUNK];
+	struct event ev; // a sink's report on its way to `pending`
 };
 
 struct {
@@ -415,13 +450,10 @@ static __always_inline void encode(__u8 *buf, __u32 instr, __u32 words, const st
 	(void)words;
 }
 
-static __always_inline void emit(struct __sk_buff *skb, __u8 kind, const struct hop *m)
+// Event `e` of `kind` about `skb` as it is now, with this hop's measurements `m`.
+static __always_inline void fill(struct event *e, struct __sk_buff *skb, __u8 kind,
+				 const struct hop *m)
 {
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count(C_RING_FULL);
-		return;
-	}
 	e->kind = kind;
 	e->flags = (m->in_ns ? F_INGRESS_TS : 0) | (m->has_queue ? F_QUEUE : 0) |
 		   (m->out_if ? F_EGRESS : 0);
@@ -446,10 +478,25 @@ static __always_inline void emit(struct __sk_buff *skb, __u8 kind, const struct 
 			bpf_skb_load_bytes(skb, 0, e->pkt, n);
 	}
 	e->caplen = n;
-	// Userspace is woken once a batch waits (and polls every 100 ms anyway): a wake-up per
-	// event would cost a context switch per INT packet on the cores that forward them.
+}
+
+// Userspace is woken once a batch waits (and polls every 100 ms anyway): a wake-up per event
+// would cost a context switch per INT packet on the cores that forward them.
+static __always_inline void submit(struct event *e)
+{
 	__u64 waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	bpf_ringbuf_submit(e, waiting >= WAKE_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline void emit(struct __sk_buff *skb, __u8 kind, const struct hop *m)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(C_RING_FULL);
+		return;
+	}
+	fill(e, skb, kind, m);
+	submit(e);
 	count(C_EVENTS);
 }
 
@@ -1121,6 +1168,49 @@ static __always_inline int remove_after_l4(struct __sk_buff *skb, const struct i
 	return -1;
 }
 
+// Whether the kernel will forward the packet, `len` bytes of IP once INT is out (a route out of
+// this host, not one of its addresses), as the FIB says now.
+static __always_inline int forwarded(struct __sk_buff *skb, const struct ip *ip, __u32 len)
+{
+	struct bpf_fib_lookup f = {};
+	f.ifindex = skb->ifindex;
+	f.l4_protocol = ip->proto;
+	f.tot_len = len;
+	if (ip->v6) {
+		f.family = 10; // AF_INET6
+		__builtin_memcpy(f.ipv6_src, ip->addr, 16);
+		__builtin_memcpy(f.ipv6_dst, &ip->addr[16], 16);
+	} else {
+		f.family = 2; // AF_INET
+		__builtin_memcpy(&f.ipv4_src, &ip->addr[12], 4);
+		__builtin_memcpy(&f.ipv4_dst, &ip->addr[28], 4);
+	}
+	long r = bpf_fib_lookup(skb, &f, sizeof(f), 0);
+	return r == BPF_FIB_LKUP_RET_SUCCESS || r == BPF_FIB_LKUP_RET_NO_NEIGH ||
+	       r == BPF_FIB_LKUP_RET_FRAG_NEEDED;
+}
+
+// A sink's report of `kind` put in `pending` until its packet, `len_after` bytes once INT is
+// out, leaves (on_xmit). 0: not deferred (no arrival time, or `pending` full: counted).
+static __always_inline int defer(struct __sk_buff *skb, struct scratch *s, __u8 kind,
+				 const struct hop *m, __u32 len_after)
+{
+	struct pending_key k = {.tstamp = skb->tstamp, .len = len_after, .in_if = skb->ifindex};
+	if (!k.tstamp || skb->tstamp_type != BPF_SKB_CLOCK_MONOTONIC)
+		return 0;
+	fill(&s->ev, skb, kind, m);
+	if (bpf_map_update_elem(&pending, &k, &s->ev, BPF_NOEXIST)) {
+		count(C_PENDING_FULL);
+		return 0;
+	}
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&pending_count, &zero);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	count(C_DEFERRED);
+	return 1;
+}
+
 static __always_inline int sink(struct __sk_buff *skb, const struct ip *ip, struct scratch *s)
 {
 	struct block b;
@@ -1129,9 +1219,10 @@ static __always_inline int sink(struct __sk_buff *skb, const struct ip *ip, stru
 		count(C_NOT_INT);
 	if (f <= 0)
 		return TC_ACT_OK;
-	// At ingress: the hop's egress (and so its latency and queue) is not known yet.
+	// At ingress: the hop's egress (and so its latency and queue) is not known yet; a packet
+	// the host forwards gets them where it leaves (`pending`).
 	struct hop m = {
-		.in_ns = bpf_ktime_get_ns(),
+		.in_ns = skb->tstamp ? skb->tstamp : bpf_ktime_get_ns(),
 		.in_if = skb->ifindex,
 		.latency = ~0U,
 		.queue = ~0U,
@@ -1144,8 +1235,13 @@ static __always_inline int sink(struct __sk_buff *skb, const struct ip *ip, stru
 		stack_summary(skb, &b, s, &path, &latency);
 	__u8 ports[4];
 	flow_ports(skb, ip, &b, ports);
-	if (report_due(ip, b.proto, ports, m.in_ns, m.in_if, path, latency))
-		emit(skb, mx ? K_MX_SINK : K_SINK, &m);
+	if (report_due(ip, b.proto, ports, m.in_ns, m.in_if, path, latency)) {
+		__u8 kind = mx ? K_MX_SINK : K_SINK;
+		__u32 removed = b.npt == 2 ? 8 + b.len : b.len;
+		if (!forwarded(skb, ip, ip->len - removed) ||
+		    !defer(skb, s, kind, &m, skb->len - removed))
+			emit(skb, kind, &m);
+	}
 	if (b.npt != 2) {
 		int v = remove_after_l4(skb, ip, &b, s);
 		if (v >= 0)
@@ -1251,6 +1347,46 @@ int int_ingress(struct __sk_buff *skb)
 	return verdict == TC_ACT_OK ? TC_ACT_NEXT : verdict;
 }
 
+// A sink's report waiting for this packet (`pending`): sent with the interface it leaves by, the
+// time from its arrival to now (its hop latency, the qdisc included) and the root qdisc's
+// backlog. An entry userspace took meanwhile is not sent twice.
+static __always_inline void egress_of_pending(struct sk_buff *skb, const struct net_device *dev)
+{
+	struct pending_key k = {.tstamp = skb->tstamp, .len = skb->len, .in_if = skb->skb_iif};
+	struct event *v = bpf_map_lookup_elem(&pending, &k);
+	if (!v)
+		return;
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&pending_count, &zero);
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		if (!bpf_map_delete_elem(&pending, &k)) {
+			count(C_DEFER_LOST);
+			if (n)
+				__sync_fetch_and_add(n, -1);
+		}
+		return;
+	}
+	__builtin_memcpy(e, v, sizeof(*e));
+	__u64 now = bpf_ktime_get_ns();
+	e->flags |= F_EGRESS | F_QUEUE;
+	e->egress_if = dev->ifindex;
+	e->egress_ns = now;
+	__u64 l = now > e->ingress_ns ? now - e->ingress_ns : 0;
+	e->latency_ns = l >= 0xffffffffULL ? 0xfffffffe : (__u32)l;
+	struct Qdisc *qd = dev->qdisc;
+	e->backlog = qd ? qd->qstats.backlog : 0;
+	e->queue_id = skb->queue_mapping;
+	if (bpf_map_delete_elem(&pending, &k)) {
+		bpf_ringbuf_discard(e, BPF_RB_NO_WAKEUP);
+		return;
+	}
+	if (n)
+		__sync_fetch_and_add(n, -1);
+	submit(e);
+	count(C_DEFER_SENT);
+}
+
 SEC("tp_btf/net_dev_start_xmit")
 int on_xmit(u64 *ctx)
 {
@@ -1259,6 +1395,10 @@ int on_xmit(u64 *ctx)
 	if (!dev || dev->nd_net.net->ns.inum != netns_inum)
 		return 0;
 	__u32 ifindex = dev->ifindex;
+	__u32 zero = 0;
+	__u64 *waiting = bpf_map_lookup_elem(&pending_count, &zero);
+	if (waiting && *waiting)
+		egress_of_pending(skb, dev);
 	if (!bpf_map_lookup_elem(&roles, &ifindex))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();

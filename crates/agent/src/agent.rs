@@ -111,6 +111,10 @@ pub struct AgentStats {
     pub interfaces: u64,
     /// INT data path: reports made of its events (sink stacks, INT-MX hops).
     pub int_reports: u64,
+    /// INT data path: a sink's held reports sent without their egress, their packet not seen
+    /// leaving within [`crate::datapath::PENDING_TIMEOUT_NS`] (they are counted in `events`
+    /// too).
+    pub int_sink_unseen_egress: u64,
 }
 
 /// The hop's metadata, measured by the kernel half.
@@ -377,6 +381,8 @@ pub struct Agent {
     /// The agent's own namespace, to come back to after reading another's interfaces.
     home: std::fs::File,
     exposition: Option<Exposition>,
+    /// When the INT data path's held sink reports are next looked through.
+    next_expiry: Instant,
 }
 
 /// The kernel half the agent runs.
@@ -575,6 +581,7 @@ impl Agent {
             netns,
             home,
             exposition: None,
+            next_expiry: Instant::now(),
         };
         agent.refresh()?;
         Ok(agent)
@@ -720,6 +727,7 @@ impl Agent {
             }],
             home,
             exposition: None,
+            next_expiry: Instant::now(),
         })
     }
 
@@ -813,6 +821,11 @@ impl Agent {
                 "reports made of INT data path events (sink stacks, INT-MX hops)",
                 s.int_reports,
             ),
+            (
+                "int_sink_unseen_egress",
+                "sink reports held for their packet's egress, sent without it after 1 s",
+                s.int_sink_unseen_egress,
+            ),
             ("sent", "report datagrams sent", s.sent),
             (
                 "send_errors",
@@ -843,7 +856,7 @@ impl Agent {
                     }
                 }
             }
-            self.drain();
+            self.drain(false);
             if Instant::now() >= next_refresh {
                 if let Err(e) = self.refresh() {
                     tracing::warn!("refreshing interfaces and addresses: {e}");
@@ -852,16 +865,22 @@ impl Agent {
                 next_refresh = Instant::now() + Duration::from_secs(1);
             }
         }
-        self.drain();
+        // The sink's held reports go too, without the egress their packets have not reached.
+        self.drain(true);
         self.reporter.exporter.flush(&mut self.reporter.ready);
         self.reporter.send(&self.socket);
         self.render();
         Ok(())
     }
 
-    fn drain(&mut self) {
+    /// Reads the ring, sends the reports due; every 100 ms (`all`: now, every one) the sink's
+    /// reports held past their time.
+    fn drain(&mut self, all: bool) {
         let Agent {
-            kernel, reporter, ..
+            kernel,
+            reporter,
+            next_expiry,
+            ..
         } = self;
         let int = matches!(kernel, Kernel::Int(_));
         let ring = kernel.events();
@@ -872,6 +891,17 @@ impl Agent {
                 reporter.handle_int(&item);
             } else {
                 reporter.handle(&item);
+            }
+        }
+        if let Kernel::Int(d) = kernel
+            && (all || Instant::now() >= *next_expiry)
+        {
+            *next_expiry = Instant::now() + Duration::from_millis(100);
+            let now = if all { u64::MAX } else { monotonic_ns() };
+            let taken = d.take_expired(now, |event| reporter.handle_int(event));
+            match taken {
+                Ok(n) => reporter.stats.int_sink_unseen_egress += n,
+                Err(e) => tracing::warn!("the sink's held reports: {e}"),
             }
         }
         reporter.exporter.poll(monotonic_ns(), &mut reporter.ready);

@@ -11,7 +11,7 @@
 //! On kernels from 6.6 the tc programs attach through TCX links (no qdisc needed), held by file
 //! descriptors: the kernel detaches them when the process ends in any way, a SIGKILL too.
 
-use aya::maps::{HashMap, MapData, RingBuf};
+use aya::maps::{Array, HashMap, MapData, RingBuf};
 use aya::programs::tc::{self, SchedClassifier, TcAttachType};
 use aya::programs::{BtfTracePoint, TestRun, TestRunOptions};
 use aya::{Btf, Ebpf, EbpfLoader};
@@ -19,6 +19,7 @@ use ipnet::IpNet;
 
 use crate::AgentError;
 use crate::bpf::{WATCH_FAST, fast_prefixes, load_error};
+use crate::int_report::INT_EVENT_LEN;
 
 /// The compiled object (empty when the build had no BPF toolchain).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/int.bpf.o"));
@@ -63,10 +64,13 @@ impl std::str::FromStr for PortRole {
 
 /// The data path's counters, in the order of `enum counter` in `bpf/int.bpf.c`. Every packet
 /// sent on a role interface (`int_seen`) ends in exactly one of the others from `int_not_ip` to
-/// `int_drop_discard`; `int_events` to `int_stamped` count along. Every packet a hop would
+/// `int_drop_discard`, or in `int_marked_without_int` or `int_too_long`; `int_events` to
+/// `int_stamped`, `int_remarked` and the sink's held reports count along. Every packet a hop would
 /// report (an INT-MX packet at a source or transit, any at a sink) ends in one of
-/// `int_events`, `int_ring_full` and `int_filtered`.
-pub const INT_COUNTERS: [(&str, &str); 30] = [
+/// `int_events`, `int_ring_full`, `int_filtered` and `int_sink_deferred` (a sink's report held
+/// for its packet's egress); a held one in `int_sink_egress`, `int_sink_egress_lost` or the
+/// agent's `int_sink_unseen_egress`.
+pub const INT_COUNTERS: [(&str, &str); 34] = [
     (
         "int_seen",
         "packets sent on a source or transit interface, or received on a sink interface",
@@ -152,6 +156,22 @@ pub const INT_COUNTERS: [(&str, &str); 30] = [
         "int_too_long",
         "NPT 0/1: more than 10 KiB behind the INT block to move; sent on unchanged",
     ),
+    (
+        "int_sink_deferred",
+        "sink: reports of forwarded packets held until the packet leaves (its egress metadata)",
+    ),
+    (
+        "int_sink_egress",
+        "sink: held reports sent as their packet left, with its egress, latency and queue",
+    ),
+    (
+        "int_sink_egress_lost",
+        "sink: held reports lost as their packet left: the ring buffer was full",
+    ),
+    (
+        "int_sink_pending_full",
+        "sink: reports sent at once without egress metadata: the table of held reports was full",
+    ),
 ];
 
 /// Settings of the kernel half (its read-only globals).
@@ -228,6 +248,12 @@ pub struct DataPath {
     ebpf: Ebpf,
     events: RingBuf<MapData>,
 }
+
+/// A sink's report waits this long for its packet to leave the host (`pending` in
+/// `bpf/int.bpf.c`); then userspace sends it without the egress (the packet was delivered or
+/// dropped here after all, or a role at its egress re-stamped it). Longer than any queue the
+/// packet could wait in and still be useful to report (a 1 Mbit/s `tbf` holds ~300 ms).
+pub const PENDING_TIMEOUT_NS: u64 = 1_000_000_000;
 
 impl std::fmt::Debug for DataPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -450,6 +476,54 @@ impl DataPath {
     /// The ring buffer of events.
     pub fn events(&mut self) -> &mut RingBuf<MapData> {
         &mut self.events
+    }
+
+    /// The sink's reports that waited in `pending` since before `now_ns - PENDING_TIMEOUT_NS`
+    /// (CLOCK_MONOTONIC), taken out of it (each by the one who deletes it: the kernel may send
+    /// one meanwhile) and handed to `f` as events without their egress; how many.
+    pub fn take_expired(
+        &mut self,
+        now_ns: u64,
+        mut f: impl FnMut(&[u8]),
+    ) -> Result<u64, AgentError> {
+        let mut pending: HashMap<&mut MapData, [u8; 16], [u8; INT_EVENT_LEN]> = HashMap::try_from(
+            self.ebpf
+                .map_mut("pending")
+                .ok_or_else(|| AgentError::Bpf("map pending missing".into()))?,
+        )
+        .map_err(|e| load_error("pending", e))?;
+        let (mut taken, mut left) = (0, 0u64);
+        // Keys first: the map changes under the walk.
+        let keys: Vec<[u8; 16]> = pending.keys().filter_map(Result::ok).collect();
+        for key in keys {
+            let arrived = u64::from_ne_bytes(key[..8].try_into().expect("8 bytes"));
+            if arrived.saturating_add(PENDING_TIMEOUT_NS) > now_ns {
+                left += 1;
+                continue;
+            }
+            let Ok(event) = pending.get(&key, 0) else {
+                continue;
+            };
+            if pending.remove(&key).is_ok() {
+                f(&event);
+                taken += 1;
+            }
+        }
+        // The kernel looks for held reports only while this count is non-zero; what it does not
+        // count down (the ones taken here) is set right now. A report held between the walk and
+        // this write waits for the next walk and goes without its egress.
+        let mut count: Array<&mut MapData, u64> = Array::try_from(
+            self.ebpf
+                .map_mut("pending_count")
+                .ok_or_else(|| AgentError::Bpf("map pending_count missing".into()))?,
+        )
+        .map_err(|e| load_error("pending_count", e))?;
+        if taken > 0 {
+            count
+                .set(0, left, 0)
+                .map_err(|e| load_error("pending_count", e))?;
+        }
+        Ok(taken)
     }
 
     /// The counters (summed over CPUs), in [`INT_COUNTERS`]' order.

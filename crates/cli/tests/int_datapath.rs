@@ -111,15 +111,20 @@ impl Lab {
     }
 
     fn up() -> Lab {
-        // Leftovers of a killed run (their processes died with them or hold nothing).
+        // Leftovers of a killed run (their processes died with them or hold nothing); another
+        // run's, whose process lives, are left alone.
         let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
         for line in String::from_utf8_lossy(&listed.stdout).lines() {
             let name = line.split_whitespace().next().unwrap_or("");
-            if name.starts_with("imd") {
+            let Some(rest) = name.strip_prefix("imd") else {
+                continue;
+            };
+            let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            if pid.is_empty() || !std::path::Path::new("/proc").join(&pid).exists() {
                 let _ = Command::new("ip").args(["netns", "del", name]).status();
             }
         }
-        let prefix = format!("imd{}", std::process::id() % 10_000);
+        let prefix = format!("imd{}", std::process::id());
         let lab = Lab {
             dir: tempdir(&prefix),
             prefix,
@@ -549,6 +554,8 @@ fn clean(node: &str, c: &serde_json::Value) {
         "int_ring_full",
         "int_unsupported_int",
         "int_too_long",
+        "int_sink_egress_lost",
+        "int_sink_pending_full",
         "bad_events",
         "send_errors",
     ] {
@@ -693,6 +700,15 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
             assert_eq!(counter(&c2, "int_reports"), inserted, "{mode}: r2 {c2}");
         }
         assert_eq!(counter(&c3, "int_sunk"), inserted, "{mode}: r3 {c3}");
+        // r3 forwards every packet to h2: each report waited for its packet's egress, and each
+        // packet was seen leaving.
+        assert_eq!(
+            counter(&c3, "int_sink_deferred"),
+            inserted,
+            "{mode}: r3 {c3}"
+        );
+        assert_eq!(counter(&c3, "int_sink_egress"), inserted, "{mode}: r3 {c3}");
+        assert_eq!(counter(&c3, "int_sink_unseen_egress"), 0, "{mode}: r3 {c3}");
         assert_eq!(counter(&c3, "int_reports"), inserted, "{mode}: r3 {c3}");
         assert_eq!(counter(&c3, "sent"), inserted, "{mode}: r3 {c3}");
         // The collector joins r1, r2, r3 for each flow of this round, by its original ports
@@ -715,15 +731,10 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
         }
     }
     lab.sh("r1", "ethtool -K r2 tx on");
-    // The hop latencies r1 and r2 wrote (INT-MD stacks, INT-MX reports), measured by the
-    // kernel. The sink works at tc ingress: its own latency is unknown and left out.
+    // The hop latencies r1 and r2 wrote (INT-MD stacks, INT-MX reports) and the sink r3 reported
+    // as its own (its reports wait for the packet to leave towards h2), measured by the kernel.
     let lat = hop_latencies(&pcap);
-    assert!(
-        !lat.contains_key(&3),
-        "the sink measured no latency: {:?}",
-        lat.get(&3)
-    );
-    for node in 1..=2u64 {
+    for node in 1..=3u64 {
         let l = lat
             .get(&node)
             .unwrap_or_else(|| panic!("no hop latency of node {node}: {lat:?}"));
@@ -738,6 +749,10 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
         let mut sorted = l.clone();
         sorted.sort_unstable();
         let median = sorted[sorted.len() / 2];
+        eprintln!(
+            "node {node}: median hop latency {median} ns of {} reported",
+            l.len()
+        );
         assert!(
             median < 1_000_000,
             "node {node}: median hop latency {median} ns"
@@ -777,19 +792,33 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
             inserted >= 4000,
             "{mode} filtered: r1 inserted {inserted}: {c1}"
         );
+        // A report due is handed over, filtered, lost to a full ring, or held for its packet's
+        // egress (a sink's); a held one is handed over at the egress, lost there, or handed over
+        // without it later.
         let told = |c: &serde_json::Value| {
-            counter(c, "int_events") + counter(c, "int_filtered") + counter(c, "int_ring_full")
+            counter(c, "int_events")
+                + counter(c, "int_filtered")
+                + counter(c, "int_ring_full")
+                + counter(c, "int_sink_deferred")
         };
+        let handed = |c: &serde_json::Value| {
+            counter(c, "int_events")
+                + counter(c, "int_sink_egress")
+                + counter(c, "int_sink_unseen_egress")
+        };
+        assert_eq!(
+            counter(&c3, "int_sink_deferred"),
+            counter(&c3, "int_sink_egress")
+                + counter(&c3, "int_sink_egress_lost")
+                + counter(&c3, "int_sink_unseen_egress"),
+            "{mode} filtered: r3 {c3}"
+        );
         assert_eq!(
             told(&c3),
             counter(&c3, "int_sunk"),
             "{mode} filtered: r3 {c3}"
         );
-        assert_eq!(
-            counter(&c3, "int_reports"),
-            counter(&c3, "int_events"),
-            "{c3}"
-        );
+        assert_eq!(counter(&c3, "int_reports"), handed(&c3), "{c3}");
         assert!(
             counter(&c3, "int_filtered") > 0,
             "{mode}: nothing filtered at r3: {c3}"
@@ -806,9 +835,9 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
             // Three flows (and a collision's early report at most per flow and second).
             let bound = 3 * 2 * (seconds + 2);
             assert!(
-                counter(&c3, "int_events") <= bound,
+                handed(&c3) <= bound,
                 "{mode} filtered: r3 reported {} times in {seconds} s (at most {bound}): {c3}",
-                counter(&c3, "int_events")
+                handed(&c3)
             );
         } else {
             assert_eq!(counter(&c1, "int_events"), 0, "{c1}");
@@ -831,19 +860,7 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
         "r2",
         "tc qdisc add dev r3 root tbf rate 10mbit burst 16kb latency 200ms",
     );
-    let to = SocketAddr::new(v4, 7000);
-    let flood = lab.inside("h1", move || {
-        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
-        let d = vec![0x5au8; 1000];
-        let end = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < end {
-            for _ in 0..40 {
-                let _ = s.send_to(&d, to);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    });
-    flood.join().unwrap();
+    udp_flood(&lab, SocketAddr::new(v4, 7000), Duration::from_secs(3));
     lab.sh("r2", "tc qdisc del dev r3 root");
     let r2_port = lab.ifindex("r2", "r3");
     // r2's hop latency carries its qdisc's queueing (the sojourn measured after the qdisc):
@@ -885,12 +902,55 @@ fn int_md_and_mx_chain_keeps_every_byte_and_reports_the_path() {
         tail_drop_incidents(&all, 2, 0).is_empty(),
         "a tail drop placed at no port: {all}"
     );
+    // Packets the sink forwards but its egress queue drops never leave: their reports, held for
+    // the egress, go without it (after 1 s, or as the agent stops), each one counted.
+    lab.sh(
+        "r3",
+        "tc qdisc add dev h2 root tbf rate 1mbit burst 1600 limit 3200",
+    );
+    udp_flood(&lab, SocketAddr::new(v4, 7001), Duration::from_secs(1));
+    lab.sh("r3", "tc qdisc del dev h2 root");
     lab.stop(drops);
-    for a in [a1, a2, a3] {
-        let c = lab.stop(a);
-        assert_eq!(counter(&c, "int_drop_helper"), 0, "{c}");
+    let stopped = [a1, a2, a3].map(|a| lab.stop(a));
+    for c in &stopped {
+        assert_eq!(counter(c, "int_drop_helper"), 0, "{c}");
     }
+    let c3 = &stopped[2];
+    assert_eq!(
+        counter(c3, "int_sink_deferred"),
+        counter(c3, "int_sink_egress")
+            + counter(c3, "int_sink_egress_lost")
+            + counter(c3, "int_sink_unseen_egress"),
+        "r3: {c3}"
+    );
+    assert!(
+        counter(c3, "int_sink_unseen_egress") > 0,
+        "r3's queue to h2 dropped packets whose reports waited for their egress: {c3}"
+    );
+    assert_eq!(
+        counter(c3, "int_reports"),
+        counter(c3, "int_events")
+            + counter(c3, "int_sink_egress")
+            + counter(c3, "int_sink_unseen_egress"),
+        "r3: {c3}"
+    );
     eprintln!("the chain test took {:?}", started.elapsed());
+}
+
+/// 1000-byte UDP datagrams from h1 to `to`, 4 000 a second, for `how_long`.
+fn udp_flood(lab: &Lab, to: SocketAddr, how_long: Duration) {
+    let flood = lab.inside("h1", move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        let d = vec![0x5au8; 1000];
+        let end = Instant::now() + how_long;
+        while Instant::now() < end {
+            for _ in 0..40 {
+                let _ = s.send_to(&d, to);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    flood.join().unwrap();
 }
 
 /// Settings the data path cannot run with are refused with the reason, before anything loads.
