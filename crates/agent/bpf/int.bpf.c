@@ -818,7 +818,7 @@ static __always_inline int insert_udp(struct __sk_buff *skb, const struct ip *ip
 
 // The INT block of a packet: NPT 2 or 1 behind our UDP port, NPT 0 behind a TCP/UDP header
 // under INT's DSCP (with encap dscp). 1: found; 0: not INT; -1: INT this path does not edit,
-// or malformed (counted).
+// or malformed (counted when `counted`: the packet's outcome).
 struct block {
 	// Bytes 0-7: NPT 2's UDP header, or the L4 header's first 8 (NPT 0/1); 8-23: the shim and
 	// the MD/MX header.
@@ -829,7 +829,8 @@ struct block {
 	__u8 proto;    // the flow's L4 protocol (NPT 2: the shim's)
 };
 
-static __always_inline int find_int(struct __sk_buff *skb, const struct ip *ip, struct block *b)
+static __always_inline int find_int(struct __sk_buff *skb, const struct ip *ip, struct block *b,
+				    int counted)
 {
 	if (bpf_skb_load_bytes(skb, ip->l4, b->hdr, 8))
 		return 0;
@@ -843,14 +844,16 @@ static __always_inline int find_int(struct __sk_buff *skb, const struct ip *ip, 
 	}
 	b->shim_at = ip->l4 + l4h;
 	if (!l4h || bpf_skb_load_bytes(skb, b->shim_at, &b->hdr[8], 16)) {
-		count(C_MALFORMED);
+		if (counted)
+			count(C_MALFORMED);
 		return -1;
 	}
 	__u8 type = b->hdr[8] >> 4, npt = (b->hdr[8] >> 2) & 3;
 	if ((type != 1 && type != 3) || (b->hdr[12] >> 4) != 2 || (port ? npt == 0 : npt != 0) ||
 	    npt == 3 || (npt == 2 && (b->hdr[6] || b->hdr[7]))) {
 		// Another version or type; NPT 2 with a non-zero outer checksum would need updating.
-		count(C_UNSUPPORTED_INT);
+		if (counted)
+			count(C_UNSUPPORTED_INT);
 		return -1;
 	}
 	b->npt = npt;
@@ -859,7 +862,8 @@ static __always_inline int find_int(struct __sk_buff *skb, const struct ip *ip, 
 	__u16 ulen = ((__u16)b->hdr[4] << 8) | b->hdr[5];
 	if (b->len < 16 || b->shim_at + b->len > ETH_HLEN + ip->len ||
 	    (ip->proto == IPPROTO_UDP && ulen != l4_bytes(ip))) {
-		count(C_MALFORMED);
+		if (counted)
+			count(C_MALFORMED);
 		return -1;
 	}
 	return 1;
@@ -895,7 +899,8 @@ static __always_inline int source(struct __sk_buff *skb, struct ip *ip, struct s
 	}
 	if (encap == ENC_DSCP && dscp_marks_int(ip->dscp)) {
 		struct block b;
-		if (find_int(skb, ip, &b) == 1) {
+		// Not an outcome yet: a marked packet without INT is remarked and goes on.
+		if (find_int(skb, ip, &b, 0) == 1) {
 			count(C_HAS_INT);
 			return TC_ACT_OK;
 		}
@@ -997,7 +1002,7 @@ static __always_inline void flow_ports(struct __sk_buff *skb, const struct ip *i
 static __always_inline int transit(struct __sk_buff *skb, const struct ip *ip, struct scratch *s)
 {
 	struct block b;
-	int f = find_int(skb, ip, &b);
+	int f = find_int(skb, ip, &b, 1);
 	if (f == 0)
 		count(C_NOT_INT);
 	if (f <= 0)
@@ -1214,7 +1219,7 @@ static __always_inline int defer(struct __sk_buff *skb, struct scratch *s, __u8 
 static __always_inline int sink(struct __sk_buff *skb, const struct ip *ip, struct scratch *s)
 {
 	struct block b;
-	int f = find_int(skb, ip, &b);
+	int f = find_int(skb, ip, &b, 1);
 	if (f == 0)
 		count(C_NOT_INT);
 	if (f <= 0)

@@ -15,7 +15,7 @@
 //! `INTSCOPE_AGENT_REQUIRE_BPF` is set (CI), when it fails.
 
 use etherparse::PacketBuilder;
-use intscope_agent::datapath::{DataPath, DataPathSettings, Encap, PortRole};
+use intscope_agent::datapath::{DataPath, DataPathSettings, Encap, INT_COUNTERS, PortRole};
 use intscope_node::{Mode, Node, NodeConfig, Role, SourceEncap, Telemetry};
 use intscope_wire::metadata::HopMetadata;
 
@@ -208,6 +208,30 @@ fn npt_of(frame: &[u8]) -> (u8, u8) {
     ((frame[l4 + l4h] >> 2) & 3, dscp)
 }
 
+/// Every packet a program saw ended in exactly one outcome (`datapath::INT_COUNTERS`), and none
+/// was dropped or left half-edited.
+fn outcomes_add_up(d: &DataPath, what: &str) {
+    let c = d.counters().unwrap();
+    let at = |name: &str| {
+        let i = INT_COUNTERS.iter().position(|(n, _)| *n == name).unwrap();
+        c[i]
+    };
+    let first = INT_COUNTERS
+        .iter()
+        .position(|(n, _)| *n == "int_not_ip")
+        .unwrap();
+    let last = INT_COUNTERS
+        .iter()
+        .position(|(n, _)| *n == "int_drop_discard")
+        .unwrap();
+    let outcomes: u64 =
+        c[first..=last].iter().sum::<u64>() + at("int_marked_without_int") + at("int_too_long");
+    assert_eq!(outcomes, at("int_seen"), "{what}: {c:?}");
+    for bad in ["int_drop_helper", "int_adjust_failed", "int_malformed"] {
+        assert_eq!(at(bad), 0, "{what}: {bad}: {c:?}");
+    }
+}
+
 #[test]
 fn ebpf_roles_write_the_bytes_the_userspace_node_writes() {
     let uid = std::process::Command::new("id").arg("-u").output().unwrap();
@@ -321,6 +345,12 @@ fn ebpf_roles_write_the_bytes_the_userspace_node_writes() {
                 "sink restores: {what}"
             );
             compared[2] += 1;
+        }
+        for (d, role) in [(&src, "source"), (&transit, "transit"), (&sink, "sink")] {
+            outcomes_add_up(
+                d,
+                &format!("{role}: {encap:?} {mode:?} 0x{instructions:04x}"),
+            );
         }
     }
     eprintln!("compared {compared:?} frames (source, transit, sink); with INT by NPT {with_int:?}");
