@@ -16,7 +16,10 @@
 # filter off), for a same-run comparison with the filter.
 #
 # ENCAP (default udp-new): the data path's encapsulation, `udp-new` (NPT 2), `udp-port` (NPT 1
-# for UDP flows) or `dscp` (NPT 0; both move the bytes behind the INT point).
+# for UDP flows) or `dscp` (NPT 0; both move the bytes behind the INT point); a mode may name its
+# own after an @ (MODES="md md@dscp md@udp-port").
+#
+# STAT_MODES (default "md"): the modes of the statistics runs, one each.
 #
 # H1_GSO=off limits h1 to one segment per GSO packet (gso_max_segs 1), in every run: h1 then sends MSS-sized packets,
 # and every TCP packet carries INT (with the defaults most of the TCP stream is GSO and passes the
@@ -111,14 +114,18 @@ ip netns exec "${p}h2" python3 "$work/udp.py" echo &
 pids+=($!)
 sleep 0.5
 
-printf 'mode = "md"\nmtu = 1600\nencap = "%s"\n' "${ENCAP:-udp-new}" >"$work/md.toml"
-printf 'mode = "mx"\nmtu = 1600\nencap = "%s"\n' "${ENCAP:-udp-new}" >"$work/mx.toml"
 common=(--collector 10.9.0.100:32766 --watch-subnet 10.2.0.0/16)
 read -r -a modes <<<"${MODES:-md mx}"
+read -r -a stat_modes <<<"${STAT_MODES:-md}"
+# Agents of mode $1: md or mx, "-every" for --every-packet, "@ENCAP" for an encapsulation.
 start_agents() {
-  local cfg="$work/${1%-every}.toml"
+  local mode="${1%@*}" encap="${ENCAP:-udp-new}"
+  [[ "$1" == *@* ]] && encap="${1#*@}"
   common=(--collector 10.9.0.100:32766 --watch-subnet 10.2.0.0/16)
-  [ "${1%-every}" != "$1" ] && common+=(--every-packet)
+  [ "${mode%-every}" != "$mode" ] && common+=(--every-packet)
+  mode="${mode%-every}"
+  local cfg="$work/$mode-$encap.toml"
+  printf 'mode = "%s"\nmtu = 1600\nencap = "%s"\n' "$mode" "$encap" >"$cfg"
   ip netns exec "${p}r1" "$bin" agent --node-id 1 "${common[@]}" --config "$cfg" --interface h1 \
     --int-port r2=source >"$work/a-r1.json" 2>"$work/a-r1.err" &
   agent_pids+=($!)
@@ -173,15 +180,19 @@ for r in $(seq "$rounds"); do
   done
 done
 
-# The programs' own cost: one more INT-MD run with the kernel's BPF statistics on.
+# The programs' own cost: one more run per STAT_MODES mode with the kernel's BPF statistics on.
 sysctl -qw kernel.bpf_stats_enabled=1
-start_agents md
-cp "$work/ids-role" "$work/ids-stats"
-tcp >/dev/null
-urtt >/dev/null
-bpftool prog show -j | jq -r '.[] | select(.name | test("^(int_ingress|int_egress|on_xmit)$"))
-  | [.id, .name, (.run_cnt // 0), (.run_time_ns // 0)] | @tsv' | sort -n >"$work/stats"
-stop_agents
+for m in "${stat_modes[@]}"; do
+  start_agents "$m"
+  cp "$work/ids-role" "$work/ids-stats-$m"
+  tcp >/dev/null
+  urtt >/dev/null
+  bpftool prog show -j | jq -r '.[] | select(.name | test("^(int_ingress|int_egress|on_xmit)$"))
+    | [.id, .name, (.run_cnt // 0), (.run_time_ns // 0)] | @tsv' | sort -n >"$work/stats-$m"
+  stop_agents
+  cp "$work/a-r1.json" "$work/stats-$m-r1.json"
+  cp "$work/a-r3.json" "$work/stats-$m-r3.json"
+done
 sysctl -qw kernel.bpf_stats_enabled="$stats_before"
 
 bt=$(median <"$work/base-tcp"); br=$(median <"$work/base-rtt"); bu=$(median <"$work/base-urtt")
@@ -191,12 +202,14 @@ echo "kernel forwarding   TCP $(printf %.2f "$bt") Gbit/s   ICMP RTT p50 $br us 
 for m in "${modes[@]}"; do
   at=$(median <"$work/$m-tcp"); ar=$(median <"$work/$m-rtt"); au=$(median <"$work/$m-urtt")
   awk -v m="$m" -v b="$bt" -v a="$at" -v br="$br" -v ar="$ar" -v bu="$bu" -v au="$au" 'BEGIN {
-    printf "INT-%-9s       TCP %.2f Gbit/s = %.3f x   ICMP RTT p50 %.1f us (%+.1f)   UDP RTT p50 %.1f us (%+.1f)\n",
+    printf "INT-%-16s TCP %.2f Gbit/s = %.3f x   ICMP RTT p50 %.1f us (%+.1f)   UDP RTT p50 %.1f us (%+.1f)\n",
       toupper(m), a, a / b, ar, ar - br, au, au - bu }'
 done
-echo "== BPF run time per call, INT-MD (kernel.bpf_stats_enabled adds its own clock reads)"
-join <(sort -k1,1 "$work/ids-stats") <(sort -k1,1 "$work/stats") |
-  awk '{ printf "%-3s %-12s %10d calls  %7.1f ns/call\n", $2, $3, $4, $4 ? $5 / $4 : 0 }' | sort
-echo "== r1 (source) counters of the statistics run"
-jq -c '.agent | {int_seen, int_inserted, int_gso_skipped, int_too_big, int_unsupported_ip}' "$work/a-r1.json"
-jq -c '.agent | {int_sunk, int_events, int_ring_full, int_filtered, int_reports, sent}' "$work/a-r3.json"
+for m in "${stat_modes[@]}"; do
+  echo "== BPF run time per call, INT-${m^^} (kernel.bpf_stats_enabled adds its own clock reads)"
+  join <(sort -k1,1 "$work/ids-stats-$m") <(sort -k1,1 "$work/stats-$m") |
+    awk '{ printf "%-3s %-12s %10d calls  %7.1f ns/call\n", $2, $3, $4, $4 ? $5 / $4 : 0 }' | sort
+  echo "== r1 (source) and r3 (sink) counters of that run"
+  jq -c '.agent | {int_seen, int_inserted, int_gso_skipped, int_too_big, int_unsupported_ip}' "$work/stats-$m-r1.json"
+  jq -c '.agent | {int_sunk, int_events, int_ring_full, int_filtered, int_sink_deferred, int_sink_egress, int_reports, sent}' "$work/stats-$m-r3.json"
+done
