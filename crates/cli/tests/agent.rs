@@ -652,34 +652,50 @@ fn host_int_on_a_routed_chain_paths_latencies_and_faults() {
         lab.stop(c);
     }
 
-    // The paths, joined from each node's postcards.
-    let flows = lab.api("/api/flows?limit=100");
-    let path_of = |proto: u64, dst_port: u64| {
+    // The paths, joined from each node's postcards. A node's last postcards may reach the
+    // collector some hundreds of ms after the traffic (its agent wakes for a batch or every
+    // 100 ms, the collector joins a window after a flow's first card): until then the path of a
+    // flow can be the partial one of the cards there are, so the paths are awaited.
+    let path_of = |flows: &serde_json::Value, proto: u64, port: (&str, u64)| {
         flows["flows"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|f| f["flow"]["proto"] == proto && f["flow"]["dst_port"] == dst_port)
-            .map(|f| f["path"].clone())
-            .unwrap_or_else(|| panic!("no flow {proto} to port {dst_port}: {flows}"))
+            .find(|f| f["flow"]["proto"] == proto && f["flow"][port.0] == port.1)
+            .cloned()
+            .unwrap_or(serde_json::Value::Null)
     };
-    assert_eq!(
-        path_of(6, 5201),
-        serde_json::json!([1, 2, 3, 4]),
-        "TCP h1 -> h2"
-    );
-    assert_eq!(
-        path_of(17, 5202),
-        serde_json::json!([1, 2, 3, 4]),
-        "UDP h1 -> h2"
-    );
-    let back = flows["flows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["flow"]["proto"] == 6 && f["flow"]["src_port"] == 5201)
-        .expect("the TCP flow's return direction");
-    assert_eq!(back["path"], serde_json::json!([4, 3, 2, 1]));
+    let expected = [
+        (
+            6,
+            ("dst_port", 5201),
+            serde_json::json!([1, 2, 3, 4]),
+            "TCP h1 -> h2",
+        ),
+        (
+            17,
+            ("dst_port", 5202),
+            serde_json::json!([1, 2, 3, 4]),
+            "UDP h1 -> h2",
+        ),
+        (
+            6,
+            ("src_port", 5201),
+            serde_json::json!([4, 3, 2, 1]),
+            "TCP h2 -> h1",
+        ),
+    ];
+    let mut flows = serde_json::Value::Null;
+    eventually(Duration::from_secs(10), || {
+        flows = lab.api("/api/flows?limit=100");
+        expected
+            .iter()
+            .all(|(proto, port, path, _)| path_of(&flows, *proto, *port)["path"] == *path)
+    });
+    for (proto, port, path, what) in &expected {
+        let f = path_of(&flows, *proto, *port);
+        assert_eq!(f["path"], *path, "{what}: {f}");
+    }
 
     // Hop latencies at r1 against the packet socket's timestamps of the same echo requests:
     // received on r1's `h1`, sent on its `r2` (the tap points next to the agent's hooks).

@@ -917,6 +917,11 @@ impl LinkTable {
             // nothing against a direct link known, whatever its gap (a software node's links
             // jitter by more than a hop's residence, so a gap alone can look shorter).
             Some(p) if over_hop == Some(true) && !p.over_hop => {}
+            // And a pairing known to span a hop yields to a direct one at once, whatever the
+            // gaps: on a loaded host a direct link's gap can read longer than the one over a
+            // hop did, and the votes would keep the wrong peer (and the flows' paths through it
+            // missing that hop) for many reports.
+            Some(p) if over_hop == Some(false) && p.over_hop => *p = new,
             Some(p) => {
                 // Serialization of the packet varies a link's gap; another hop and link add
                 // more than that.
@@ -2299,6 +2304,21 @@ mod tests {
         // Without TTLs a gap so much shorter is a recabling, as before.
         links.learn(((2, 5), (4, 1)), 20_000);
         assert_eq!(links.peer((2, 5)), Some((4, 1)));
+    }
+
+    /// The other way round: the first packet a port's link was learned from crossed a hop whose
+    /// report was filtered (a flow's path read [1, 3, 4] for good in the host agent's chain). A
+    /// direct pairing replaces it at once, though on a loaded host its gap reads longer.
+    #[test]
+    fn a_direct_pairing_displaces_a_link_over_a_hop_whatever_its_gap() {
+        let mut links = LinkTable::default();
+        links.learn_packet(((1, 2), (3, 2)), 20_000, Some(2));
+        assert_eq!(links.peer((1, 2)), Some((3, 2)));
+        assert!(links.over_hop((1, 2)));
+        links.learn_packet(((1, 2), (2, 1)), 60_000, Some(1));
+        assert_eq!(links.peer((1, 2)), Some((2, 1)));
+        assert!(!links.over_hop((1, 2)));
+        assert_eq!(links.peer((2, 1)), Some((1, 2)), "both ways");
     }
 
     #[test]
