@@ -214,14 +214,15 @@ struct {
 // A forwarding sink's report waits in `pending` for its packet to leave (on_xmit), which gives
 // the sink's egress interface, hop latency and queue (INT v2.1 §"INT Sink Node": the sink's own
 // metadata). The packet is known by its arrival time (the delivery time int_ingress wrote, which
-// forwarding keeps), its length after INT left it, and its ingress interface. Userspace sends
-// what waited past PENDING_TIMEOUT without its egress (delivered or dropped here after all, or
+// forwarding keeps), its IP length once INT is out and its IPv4 Identification (IPv6 Flow
+// Label): what the IP header says at any egress device, L2 or L3. Userspace sends what waited
+// past PENDING_TIMEOUT without its egress (delivered or dropped here after all, fragmented, or
 // re-stamped by a role at its egress) and deletes it; whoever deletes an entry sends it.
 #define PENDING_MAX 4096
 struct pending_key {
 	__u64 tstamp;
-	__u32 len;
-	__u32 in_if;
+	__u32 ip_len;
+	__u32 ident;
 };
 
 struct {
@@ -231,13 +232,29 @@ struct {
 	__type(value, struct event);
 } pending SEC(".maps");
 
-// Entries in `pending` (not exact under races: on_xmit looks only while it is non-zero).
+// [0]: entries the kernel put in `pending` less those it took out (atomic); [1]: those
+// userspace took out, its running total (written by userspace alone). on_xmit looks only while
+// [0] > [1]: no write races the other side's.
+#define HELD_BY_KERNEL 0
+#define TAKEN_BY_USER 1
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u64);
 } pending_count SEC(".maps");
+
+static __always_inline __u64 *pending_slot(__u32 i)
+{
+	return bpf_map_lookup_elem(&pending_count, &i);
+}
+
+// Whether any sink report may wait in `pending`.
+static __always_inline int any_pending(void)
+{
+	__u64 *held = pending_slot(HELD_BY_KERNEL), *taken = pending_slot(TAKEN_BY_USER);
+	return held && taken && *held > *taken;
+}
 
 // Per-CPU scratch: this hop's metadata (at most 31 words), the headers being rewritten and,
 // at an INT-MD sink, the newest STACK_BYTES of the stack (for the flow filter).
@@ -275,9 +292,11 @@ struct ip {
 	__u8 v6;
 	__u8 proto;
 	__u8 dscp;
+	__u32 ident;     // IPv4 Identification, IPv6 Flow Label: what names the packet (`pending`)
 };
 
-// The IP header at ETH_HLEN. 0: no IP; -1: IP this path does not handle (counted by caller).
+// The IP header at ETH_HLEN. 0: no IP; -1: IP this path does not handle, its version and DSCP
+// read (counted here); -2: a fragment or a truncated packet (counted here).
 static __always_inline int parse_ip(struct __sk_buff *skb, struct ip *ip)
 {
 	__u8 h[40];
@@ -286,19 +305,24 @@ static __always_inline int parse_ip(struct __sk_buff *skb, struct ip *ip)
 	if (proto == ETH_P_IP) {
 		if (bpf_skb_load_bytes(skb, ETH_HLEN, h, 20))
 			return 0;
-		if (h[0] != 0x45) {
-			count((h[0] >> 4) == 4 ? C_UNSUPPORTED_IP : C_NOT_IP);
-			return -1;
+		ip->v6 = 0;
+		ip->dscp = h[1] >> 2;
+		if ((h[0] >> 4) != 4) {
+			count(C_NOT_IP);
+			return -2;
 		}
 		if (((h[6] & 0x3f) | h[7]) != 0) {
 			count(C_FRAGMENT);
+			return -2;
+		}
+		if (h[0] != 0x45) {
+			count(C_UNSUPPORTED_IP);
 			return -1;
 		}
-		ip->v6 = 0;
 		ip->l4 = ETH_HLEN + 20;
 		ip->len = ((__u32)h[2] << 8) | h[3];
 		ip->proto = h[9];
-		ip->dscp = h[1] >> 2;
+		ip->ident = ((__u32)h[4] << 8) | h[5];
 		ip->addr[10] = 0xff; ip->addr[11] = 0xff;
 		ip->addr[26] = 0xff; ip->addr[27] = 0xff;
 		__builtin_memcpy(&ip->addr[12], &h[12], 4);
@@ -313,9 +337,10 @@ static __always_inline int parse_ip(struct __sk_buff *skb, struct ip *ip)
 		ip->len = 40 + (((__u32)h[4] << 8) | h[5]);
 		ip->proto = h[6];
 		ip->dscp = ((h[0] & 0x0f) << 2) | (h[1] >> 6);
+		ip->ident = ((__u32)(h[1] & 0x0f) << 16) | ((__u32)h[2] << 8) | h[3];
 		if (ip->proto == 44) {
 			count(C_FRAGMENT);
-			return -1;
+			return -2;
 		}
 		__builtin_memcpy(ip->addr, &h[8], 32);
 	} else {
@@ -327,7 +352,7 @@ static __always_inline int parse_ip(struct __sk_buff *skb, struct ip *ip)
 	}
 	if (ETH_HLEN + ip->len > skb->len) {
 		count(C_NOT_IP);
-		return -1;
+		return -2;
 	}
 	return 1;
 }
@@ -751,11 +776,15 @@ static __always_inline int insert_after_l4(struct __sk_buff *skb, const struct i
 		sum = bpf_csum_diff(0, 0, (__be32 *)s->meta, meta, sum);
 	}
 	__u32 at = ip->l4 + l4h, room = 16 + meta, old = l4_bytes(ip);
+	if (sum < 0) {
+		count(C_DROP_HELPER);
+		return TC_ACT_SHOT;
+	}
 	int v = move_verdict(open_gap(skb, at, room, s));
 	if (v >= 0)
 		return v;
 	__u8 marked = (ip->dscp & ~int_dscp_mask) | (int_dscp & int_dscp_mask);
-	if (sum < 0 || bpf_skb_store_bytes(skb, at, h, 16, 0) ||
+	if (bpf_skb_store_bytes(skb, at, h, 16, 0) ||
 	    (meta && bpf_skb_store_bytes(skb, at + 16, s->meta, SIZE(meta), 0)) ||
 	    csum_bytes(skb, ip, sum) || l4_resize(skb, ip, old, old + room) ||
 	    (npt == 1 && csum_field(skb, ip, ip->l4 + 2, bpf_htons(dport), bpf_htons(int_port))) ||
@@ -930,8 +959,11 @@ static __always_inline int source(struct __sk_buff *skb, struct ip *ip, struct s
 	__u32 npt = encap == ENC_DSCP ? 0 : (encap == ENC_UDP_PORT && ip->proto == IPPROTO_UDP) ? 1 : 2;
 	__u32 l4_len = 0;
 	if (npt != 2) {
+		// Behind the L4 header the L4 length changes: UDP's own must agree with IP's.
+		__u16 ulen = ((__u16)l4h[4] << 8) | l4h[5];
 		l4_len = l4_header_len(skb, ip);
-		if (!l4_len || l4_len > l4_bytes(ip)) {
+		if (!l4_len || l4_len > l4_bytes(ip) ||
+		    (ip->proto == IPPROTO_UDP && ulen != l4_bytes(ip))) {
 			count(C_UNSUPPORTED_IP);
 			return TC_ACT_OK;
 		}
@@ -1047,16 +1079,25 @@ static __always_inline int transit(struct __sk_buff *skb, const struct ip *ip, s
 	if (b.npt != 2) {
 		// Behind the L4 header: the stack and all after it move towards the tail; the L4
 		// checksum follows the header words that changed and the metadata that came in.
+		if (skb->gso_size) {
+			// A GSO packet (UDP forwarded as one by GRO): its segments' blocks are inside.
+			count(C_UNSUPPORTED_INT);
+			return TC_ACT_OK;
+		}
 		__s64 sum = bpf_csum_diff((__be32 *)&b.hdr[8], 16, (__be32 *)&h[8], 16, 0);
 		if (meta)
 			sum = bpf_csum_diff(0, 0, (__be32 *)s->meta, meta, sum);
+		if (sum < 0) {
+			count(C_DROP_HELPER);
+			return TC_ACT_SHOT;
+		}
 		__u32 at = b.shim_at + 16, old = l4_bytes(ip);
 		if (meta) {
 			int v = move_verdict(open_gap(skb, at, meta, s));
 			if (v >= 0)
 				return v;
 		}
-		if (sum < 0 || bpf_skb_store_bytes(skb, b.shim_at, &h[8], 16, 0) ||
+		if (bpf_skb_store_bytes(skb, b.shim_at, &h[8], 16, 0) ||
 		    (meta && bpf_skb_store_bytes(skb, at, s->meta, SIZE(meta), 0)) ||
 		    csum_bytes(skb, ip, sum) ||
 		    (meta && (l4_resize(skb, ip, old, old + meta) || fix_ip(skb, ip, meta, 0, 0)))) {
@@ -1157,13 +1198,17 @@ static __always_inline int remove_after_l4(struct __sk_buff *skb, const struct i
 		}
 		sum = bpf_csum_diff((__be32 *)s->move, c, 0, 0, sum);
 	}
+	if (sum < 0) {
+		count(C_MALFORMED);
+		return TC_ACT_OK;
+	}
 	__u32 old = l4_bytes(ip);
 	__u16 port;
 	__builtin_memcpy(&port, &b->hdr[10], 2);
 	int v = move_verdict(close_gap(skb, b->shim_at, n, s));
 	if (v >= 0)
 		return v;
-	if (sum < 0 || csum_bytes(skb, ip, sum) || l4_resize(skb, ip, old, old - n) ||
+	if (csum_bytes(skb, ip, sum) || l4_resize(skb, ip, old, old - n) ||
 	    (b->npt == 1 && csum_field(skb, ip, ip->l4 + 2, bpf_htons(int_port), port)) ||
 	    fix_ip(skb, ip, -(int)n, 0, 0) ||
 	    (b->npt == 0 && restore_dscp && set_dscp(skb, ip, b->hdr[11] >> 2))) {
@@ -1195,25 +1240,37 @@ static __always_inline int forwarded(struct __sk_buff *skb, const struct ip *ip,
 	       r == BPF_FIB_LKUP_RET_FRAG_NEEDED;
 }
 
-// A sink's report of `kind` put in `pending` until its packet, `len_after` bytes once INT is
-// out, leaves (on_xmit). 0: not deferred (no arrival time, or `pending` full: counted).
-static __always_inline int defer(struct __sk_buff *skb, struct scratch *s, __u8 kind,
-				 const struct hop *m, __u32 len_after)
+// The sink's report in `s->ev` put in `pending` until its packet, `ip_len` bytes of IP once INT
+// is out, leaves (on_xmit). 0: not deferred (no arrival time; `pending` full, or the same key
+// waiting: counted).
+static __always_inline int defer(struct __sk_buff *skb, const struct ip *ip, struct scratch *s,
+				 __u32 ip_len)
 {
-	struct pending_key k = {.tstamp = skb->tstamp, .len = len_after, .in_if = skb->ifindex};
+	struct pending_key k = {.tstamp = skb->tstamp, .ip_len = ip_len, .ident = ip->ident};
 	if (!k.tstamp || skb->tstamp_type != BPF_SKB_CLOCK_MONOTONIC)
 		return 0;
-	fill(&s->ev, skb, kind, m);
 	if (bpf_map_update_elem(&pending, &k, &s->ev, BPF_NOEXIST)) {
 		count(C_PENDING_FULL);
 		return 0;
 	}
-	__u32 zero = 0;
-	__u64 *n = bpf_map_lookup_elem(&pending_count, &zero);
-	if (n)
-		__sync_fetch_and_add(n, 1);
+	__u64 *held = pending_slot(HELD_BY_KERNEL);
+	if (held)
+		__sync_fetch_and_add(held, 1);
 	count(C_DEFERRED);
 	return 1;
+}
+
+// Event `v` (a copy) handed to userspace now.
+static __always_inline void send_copy(const struct event *v)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(C_RING_FULL);
+		return;
+	}
+	__builtin_memcpy(e, v, sizeof(*e));
+	submit(e);
+	count(C_EVENTS);
 }
 
 static __always_inline int sink(struct __sk_buff *skb, const struct ip *ip, struct scratch *s)
@@ -1240,35 +1297,33 @@ static __always_inline int sink(struct __sk_buff *skb, const struct ip *ip, stru
 		stack_summary(skb, &b, s, &path, &latency);
 	__u8 ports[4];
 	flow_ports(skb, ip, &b, ports);
-	if (report_due(ip, b.proto, ports, m.in_ns, m.in_if, path, latency)) {
-		__u8 kind = mx ? K_MX_SINK : K_SINK;
-		__u32 removed = b.npt == 2 ? 8 + b.len : b.len;
-		if (!forwarded(skb, ip, ip->len - removed) ||
-		    !defer(skb, s, kind, &m, skb->len - removed))
-			emit(skb, kind, &m);
-	}
+	// The report is of the packet as it came, INT in it; it waits for the packet's egress only
+	// once INT is out, the packet not discarded, and the host forwards it.
+	int due = report_due(ip, b.proto, ports, m.in_ns, m.in_if, path, latency);
+	if (due)
+		fill(&s->ev, skb, mx ? K_MX_SINK : K_SINK, &m);
+	__u32 removed = b.npt == 2 ? 8 + b.len : b.len;
+	int v = -1;
 	if (b.npt != 2) {
-		int v = remove_after_l4(skb, ip, &b, s);
-		if (v >= 0)
-			return v;
-	} else {
-		__u32 room = (8 + b.len) & 0x3ff;
-		__u8 proto = b.proto;
-		if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) {
-			count(C_MALFORMED);
-			return TC_ACT_OK;
-		}
-		if (bpf_skb_adjust_room(skb, -(__s32)room, BPF_ADJ_ROOM_NET, 0)) {
-			count(C_ADJUST_FAILED);
-			return TC_ACT_OK;
-		}
-		if (fix_ip(skb, ip, -(int)room, IPPROTO_UDP, proto)) {
-			count(C_DROP_HELPER);
-			return TC_ACT_SHOT;
-		}
+		v = remove_after_l4(skb, ip, &b, s);
+	} else if (b.proto != IPPROTO_TCP && b.proto != IPPROTO_UDP) {
+		count(C_MALFORMED);
+		v = TC_ACT_OK;
+	} else if (bpf_skb_adjust_room(skb, -(__s32)(removed & 0x7ff), BPF_ADJ_ROOM_NET, 0)) {
+		count(C_ADJUST_FAILED);
+		v = TC_ACT_OK;
+	} else if (fix_ip(skb, ip, -(int)(removed & 0x7ff), IPPROTO_UDP, b.proto)) {
+		count(C_DROP_HELPER);
+		v = TC_ACT_SHOT;
 	}
 	// D bit (INT v2.1 §"INT Applied to Synthetic Traffic"): reported, then discarded.
-	if (b.hdr[12] & 0x08) {
+	int discard = v < 0 && (b.hdr[12] & 0x08);
+	if (due && (v >= 0 || discard || !forwarded(skb, ip, ip->len - removed) ||
+		    !defer(skb, ip, s, ip->len - removed)))
+		send_copy(&s->ev);
+	if (v >= 0)
+		return v;
+	if (discard) {
 		count(C_DROP_DISCARD);
 		return TC_ACT_SHOT;
 	}
@@ -1292,6 +1347,16 @@ int int_egress(struct __sk_buff *skb)
 	int p = parse_ip(skb, &ip);
 	if (p == 0)
 		count(C_NOT_IP);
+	if (p == -1 && *role == ROLE_SOURCE && encap == ENC_DSCP && dscp_marks_int(ip.dscp) &&
+	    remark_on) {
+		// ICMP, IPv4 with options …: no INT goes in, but INT's marking must not go on either
+		// (INT v2.1 §"INT over TCP/UDP"). Fragments pass as they came, as the node's do.
+		if (set_dscp(skb, &ip, (ip.dscp & ~int_dscp_mask) | (remark_dscp & int_dscp_mask))) {
+			count(C_DROP_HELPER);
+			return TC_ACT_SHOT;
+		}
+		count(C_REMARKED);
+	}
 	if (p <= 0)
 		return TC_ACT_OK;
 	int verdict;
@@ -1357,12 +1422,28 @@ int int_ingress(struct __sk_buff *skb)
 // backlog. An entry userspace took meanwhile is not sent twice.
 static __always_inline void egress_of_pending(struct sk_buff *skb, const struct net_device *dev)
 {
-	struct pending_key k = {.tstamp = skb->tstamp, .len = skb->len, .in_if = skb->skb_iif};
+	__u64 ts = skb->tstamp;
+	__u16 nh = skb->network_header;
+	if (!ts || nh == 0xffff)
+		return;
+	__u8 h[8];
+	if (bpf_probe_read_kernel(h, sizeof(h), skb->head + nh))
+		return;
+	struct pending_key k = {.tstamp = ts};
+	__u16 proto = bpf_ntohs(skb->protocol);
+	if (proto == ETH_P_IP && (h[0] >> 4) == 4) {
+		k.ip_len = ((__u32)h[2] << 8) | h[3];
+		k.ident = ((__u32)h[4] << 8) | h[5];
+	} else if (proto == ETH_P_IPV6 && (h[0] >> 4) == 6) {
+		k.ip_len = 40 + (((__u32)h[4] << 8) | h[5]);
+		k.ident = ((__u32)(h[1] & 0x0f) << 16) | ((__u32)h[2] << 8) | h[3];
+	} else {
+		return;
+	}
 	struct event *v = bpf_map_lookup_elem(&pending, &k);
 	if (!v)
 		return;
-	__u32 zero = 0;
-	__u64 *n = bpf_map_lookup_elem(&pending_count, &zero);
+	__u64 *n = pending_slot(HELD_BY_KERNEL);
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		if (!bpf_map_delete_elem(&pending, &k)) {
@@ -1400,9 +1481,7 @@ int on_xmit(u64 *ctx)
 	if (!dev || dev->nd_net.net->ns.inum != netns_inum)
 		return 0;
 	__u32 ifindex = dev->ifindex;
-	__u32 zero = 0;
-	__u64 *waiting = bpf_map_lookup_elem(&pending_count, &zero);
-	if (waiting && *waiting)
+	if (any_pending())
 		egress_of_pending(skb, dev);
 	if (!bpf_map_lookup_elem(&roles, &ifindex))
 		return 0;

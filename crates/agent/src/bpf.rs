@@ -180,6 +180,17 @@ pub struct Programs {
     iface_bits: Vec<[u8; IFACE_BITS / 8]>,
 }
 
+/// Map `name` of `ebpf` as the typed map `M` (a `HashMap`, an `Array` …).
+pub(crate) fn typed_map<'a, M>(ebpf: &'a mut aya::Ebpf, name: &str) -> Result<M, AgentError>
+where
+    M: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf
+        .map_mut(name)
+        .ok_or_else(|| AgentError::Bpf(format!("map {name} missing")))?;
+    M::try_from(map).map_err(|e| load_error(name, e))
+}
+
 pub(crate) fn load_error(what: &str, e: impl std::fmt::Display) -> AgentError {
     let text = e.to_string();
     let hint = if text.contains("Operation not permitted") || text.contains("EPERM") {
@@ -290,11 +301,7 @@ impl Programs {
         &mut self,
         name: &str,
     ) -> Result<HashMap<&mut MapData, K, V>, AgentError> {
-        let map = self
-            .ebpf
-            .map_mut(name)
-            .ok_or_else(|| AgentError::Bpf(format!("map {name} missing")))?;
-        HashMap::try_from(map).map_err(|e| load_error(name, e))
+        typed_map(&mut self.ebpf, name)
     }
 
     /// Makes `interfaces` the watched interfaces: per node (the index in
@@ -314,12 +321,8 @@ impl Programs {
             if self.iface_bits.get(node) == Some(&bits) {
                 continue;
             }
-            let map = self
-                .ebpf
-                .map_mut("iface_bits")
-                .ok_or_else(|| AgentError::Bpf("map iface_bits missing".into()))?;
             let mut array: aya::maps::Array<&mut MapData, [u8; IFACE_BITS / 8]> =
-                aya::maps::Array::try_from(map).map_err(|e| load_error("iface_bits", e))?;
+                typed_map(&mut self.ebpf, "iface_bits")?;
             array
                 .set(node as u32, bits, 0)
                 .map_err(|e| load_error("iface_bits", e))?;
@@ -344,12 +347,8 @@ impl Programs {
     /// unreported).
     pub fn set_local_addrs(&mut self, node: u32, addrs: &[IpAddr]) -> Result<(), AgentError> {
         let value = local_addrs_value(addrs);
-        let map = self
-            .ebpf
-            .map_mut("local_addrs")
-            .ok_or_else(|| AgentError::Bpf("map local_addrs missing".into()))?;
         let mut array: aya::maps::Array<&mut MapData, [u8; LOCAL_ADDRS_LEN]> =
-            aya::maps::Array::try_from(map).map_err(|e| load_error("local_addrs", e))?;
+            typed_map(&mut self.ebpf, "local_addrs")?;
         array
             .set(node, value, 0)
             .map_err(|e| load_error("local_addrs", e))
@@ -357,12 +356,7 @@ impl Programs {
 
     /// Watches packets from or to `net` (the trie, for more than [`WATCH_FAST`] prefixes).
     fn watch(&mut self, net: IpNet) -> Result<(), AgentError> {
-        let map = self
-            .ebpf
-            .map_mut("watch")
-            .ok_or_else(|| AgentError::Bpf("map watch missing".into()))?;
-        let mut trie: LpmTrie<&mut MapData, [u8; 16], u32> =
-            LpmTrie::try_from(map).map_err(|e| load_error("watch", e))?;
+        let mut trie: LpmTrie<&mut MapData, [u8; 16], u32> = typed_map(&mut self.ebpf, "watch")?;
         let len = match net {
             IpNet::V4(n) => 96 + u32::from(n.prefix_len()),
             IpNet::V6(n) => u32::from(n.prefix_len()),

@@ -18,7 +18,7 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use ipnet::IpNet;
 
 use crate::AgentError;
-use crate::bpf::{WATCH_FAST, fast_prefixes, load_error};
+use crate::bpf::{WATCH_FAST, fast_prefixes, load_error, typed_map};
 use crate::int_report::INT_EVENT_LEN;
 
 /// The compiled object (empty when the build had no BPF toolchain).
@@ -247,6 +247,8 @@ impl Encap {
 pub struct DataPath {
     ebpf: Ebpf,
     events: RingBuf<MapData>,
+    /// The sink's held reports userspace took out of `pending`, so far (`pending_count[1]`).
+    taken: u64,
 }
 
 /// A sink's report waits this long for its packet to leave the host (`pending` in
@@ -371,7 +373,11 @@ impl DataPath {
             .take_map("events")
             .ok_or_else(|| AgentError::Bpf("map events missing".into()))?;
         let events = RingBuf::try_from(events).map_err(|e| load_error("events", e))?;
-        Ok(DataPath { ebpf, events })
+        Ok(DataPath {
+            ebpf,
+            events,
+            taken: 0,
+        })
     }
 
     /// Attaches: `int_ingress` on `ingress` (timestamps; the sink role), `int_egress` on each
@@ -381,12 +387,7 @@ impl DataPath {
         ingress: &[String],
         egress: &[(String, PortRole)],
     ) -> Result<(), AgentError> {
-        let mut roles: HashMap<&mut MapData, u32, u32> = HashMap::try_from(
-            self.ebpf
-                .map_mut("roles")
-                .ok_or_else(|| AgentError::Bpf("map roles missing".into()))?,
-        )
-        .map_err(|e| load_error("roles", e))?;
+        let mut roles: HashMap<&mut MapData, u32, u32> = typed_map(&mut self.ebpf, "roles")?;
         for (name, role) in egress {
             let index = nix::net::if_::if_nametoindex(name.as_str())
                 .map_err(|e| AgentError::Config(format!("interface {name} (an INT role): {e}")))?;
@@ -431,12 +432,7 @@ impl DataPath {
     /// Gives interface index `ifindex` the role `role` without attaching anything (tests run
     /// `int_egress` through `BPF_PROG_TEST_RUN`, where the device is the namespace's `lo`).
     pub fn set_role(&mut self, ifindex: u32, role: PortRole) -> Result<(), AgentError> {
-        let mut roles: HashMap<&mut MapData, u32, u32> = HashMap::try_from(
-            self.ebpf
-                .map_mut("roles")
-                .ok_or_else(|| AgentError::Bpf("map roles missing".into()))?,
-        )
-        .map_err(|e| load_error("roles", e))?;
+        let mut roles: HashMap<&mut MapData, u32, u32> = typed_map(&mut self.ebpf, "roles")?;
         roles
             .insert(ifindex, role.code(), 0)
             .map_err(|e| load_error("roles", e))
@@ -486,19 +482,25 @@ impl DataPath {
         now_ns: u64,
         mut f: impl FnMut(&[u8]),
     ) -> Result<u64, AgentError> {
-        let mut pending: HashMap<&mut MapData, [u8; 16], [u8; INT_EVENT_LEN]> = HashMap::try_from(
-            self.ebpf
-                .map_mut("pending")
-                .ok_or_else(|| AgentError::Bpf("map pending missing".into()))?,
-        )
-        .map_err(|e| load_error("pending", e))?;
-        let (mut taken, mut left) = (0, 0u64);
+        // `pending_count`: [0] the entries the kernel put in less those it took out, [1] those
+        // taken here (written here alone). Nothing waits while [0] is not above [1].
+        let held = {
+            let count: Array<&mut MapData, u64> = typed_map(&mut self.ebpf, "pending_count")?;
+            count
+                .get(&0, 0)
+                .map_err(|e| load_error("pending_count", e))?
+        };
+        if held <= self.taken {
+            return Ok(0);
+        }
+        let mut pending: HashMap<&mut MapData, [u8; 16], [u8; INT_EVENT_LEN]> =
+            typed_map(&mut self.ebpf, "pending")?;
+        let mut taken = 0;
         // Keys first: the map changes under the walk.
         let keys: Vec<[u8; 16]> = pending.keys().filter_map(Result::ok).collect();
         for key in keys {
             let arrived = u64::from_ne_bytes(key[..8].try_into().expect("8 bytes"));
             if arrived.saturating_add(PENDING_TIMEOUT_NS) > now_ns {
-                left += 1;
                 continue;
             }
             let Ok(event) = pending.get(&key, 0) else {
@@ -509,18 +511,11 @@ impl DataPath {
                 taken += 1;
             }
         }
-        // The kernel looks for held reports only while this count is non-zero; what it does not
-        // count down (the ones taken here) is set right now. A report held between the walk and
-        // this write waits for the next walk and goes without its egress.
-        let mut count: Array<&mut MapData, u64> = Array::try_from(
-            self.ebpf
-                .map_mut("pending_count")
-                .ok_or_else(|| AgentError::Bpf("map pending_count missing".into()))?,
-        )
-        .map_err(|e| load_error("pending_count", e))?;
         if taken > 0 {
+            self.taken += taken;
+            let mut count: Array<&mut MapData, u64> = typed_map(&mut self.ebpf, "pending_count")?;
             count
-                .set(0, left, 0)
+                .set(1, self.taken, 0)
                 .map_err(|e| load_error("pending_count", e))?;
         }
         Ok(taken)

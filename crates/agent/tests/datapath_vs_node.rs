@@ -346,6 +346,41 @@ fn ebpf_roles_write_the_bytes_the_userspace_node_writes() {
             );
             compared[2] += 1;
         }
+        if encap == SourceEncap::Dscp {
+            // Echo requests marked like INT: no INT goes in, the marking is remarked all the same.
+            for v6 in [false, true] {
+                let eth = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+                let mut icmp = Vec::new();
+                if v6 {
+                    eth.ipv6(
+                        [0xfd, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+                        [0xfd; 16],
+                        63,
+                    )
+                    .icmpv6_echo_request(7, 1)
+                    .write(&mut icmp, &[1, 2, 3])
+                    .unwrap();
+                } else {
+                    eth.ipv4([10, 2, 1, 1], [10, 2, 4, 1], 63)
+                        .icmpv4_echo_request(7, 1)
+                        .write(&mut icmp, &[1, 2, 3])
+                        .unwrap();
+                }
+                set_tos(&mut icmp, 0x17 << 2 | 1);
+                let (verdict, b1) = src.run_egress(&icmp, &ctx()).unwrap();
+                assert_eq!(verdict, TC_ACT_OK);
+                let mut u1 = icmp.clone();
+                n_src.process(&mut u1, &telemetry(1, lo));
+                let mut remarked = icmp.clone();
+                set_tos(&mut remarked, 1);
+                assert_eq!(hex::encode(&b1), hex::encode(&remarked), "ICMP, v6 {v6}");
+                assert_eq!(
+                    hex::encode(&b1),
+                    hex::encode(&u1),
+                    "ICMP, v6 {v6}: the node"
+                );
+            }
+        }
         for (d, role) in [(&src, "source"), (&transit, "transit"), (&sink, "sink")] {
             outcomes_add_up(
                 d,
