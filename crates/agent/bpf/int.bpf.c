@@ -163,6 +163,34 @@ struct {
 	__type(value, __u32);
 } roles SEC(".maps");
 
+// The INT domains this node knows (INT v2.1 §"INT-MD Metadata Header Format", Domain Specific
+// ID: "If the Domain Specific ID matches any Domain ID known to this node, then additional
+// processing of the Domain Specific Flags (DS Flags) and Domain Specific Instruction (DS
+// Instruction) is required"), written by the loader from the node's `[[domains]]`: per DS ID
+// and DS Instruction made of the domain's defined bits, the export metadata a transit hop
+// pushes; per DS ID, the DS Flags it sets. A DS Instruction with an undefined bit finds no
+// entry: the domain is unknown to the packet and its words are all ones, as the node pads.
+#define DOMAIN_ENTRIES 4096
+struct ds_export {
+	__u32 len;        // bytes of export metadata
+	__u32 pad;
+	__u8 md[124];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DOMAIN_ENTRIES);
+	__type(key, __u32); // DS ID << 16 | DS Instruction
+	__type(value, struct ds_export);
+} ds_exports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32); // DS ID
+	__type(value, __u32); // DS Flags set
+} ds_flags_set SEC(".maps");
+
 // Per egress interface (ifindex % 1024): what the last packet met in its qdisc.
 #define QUEUE_SLOTS 1024
 struct queue_state {
@@ -511,6 +539,25 @@ static __always_inline void submit(struct event *e)
 {
 	__u64 waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	bpf_ringbuf_submit(e, waiting >= WAKE_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
+// Bytes of the INT v2.1 baseline metadata `instr` asks for (§"INT-MD Metadata Header Format":
+// bits 4, 5 and 6, the timestamps and the 32-bit interfaces, are two words; the rest one).
+static __always_inline __u32 baseline_bytes(__u32 instr)
+{
+	return 4 * (__builtin_popcount(instr & 0xffff) + __builtin_popcount(instr & 0x0e00));
+}
+
+// A domain's export metadata `ds` into a hop's metadata `buf` at `at`.
+static __always_inline void put_domain(__u8 *buf, __u32 at, const struct ds_export *ds)
+{
+	for (int i = 0; i < 31; i++) {
+		if (i * 4 >= ds->len || at + i * 4 > 124)
+			break;
+		__u32 w;
+		__builtin_memcpy(&w, &ds->md[(i * 4) & 127], 4);
+		__builtin_memcpy(&buf[(at + i * 4) & 124], &w, 4);
+	}
 }
 
 static __always_inline void emit(struct __sk_buff *skb, __u8 kind, const struct hop *m)
@@ -1041,7 +1088,21 @@ static __always_inline int transit(struct __sk_buff *skb, const struct ip *ip, s
 		return TC_ACT_OK;
 	struct hop m;
 	measure(skb, &m);
+	__u32 ds_id = ((__u32)b.hdr[18] << 8) | b.hdr[19];
+	__u32 *flags_set = ds_id ? bpf_map_lookup_elem(&ds_flags_set, &ds_id) : 0;
 	if ((b.hdr[8] >> 4) == 3) {
+		// INT-MX: the DS Flags of a known domain (the MX header's last word), nothing else.
+		if (flags_set && (*flags_set & ~(((__u32)b.hdr[22] << 8) | b.hdr[23])) & 0xffff) {
+			__u16 old, new;
+			__builtin_memcpy(&old, &b.hdr[22], 2);
+			new = bpf_htons((((__u16)b.hdr[22] << 8) | b.hdr[23]) | (__u16)*flags_set);
+			__u32 at = b.shim_at + 4 + 10;
+			if (b.npt == 2 ? bpf_skb_store_bytes(skb, at, &new, 2, 0)
+				       : csum_field(skb, ip, at, old, new)) {
+				count(C_DROP_HELPER);
+				return TC_ACT_SHOT;
+			}
+		}
 		count(C_MX_SEEN);
 		__u8 ports[4];
 		flow_ports(skb, ip, &b, ports);
@@ -1056,6 +1117,21 @@ static __always_inline int transit(struct __sk_buff *skb, const struct ip *ip, s
 	__u32 meta = ml * 4;
 	__u8 *h = s->hdr;
 	__builtin_memcpy(h, b.hdr, 24);
+	// A known domain (its DS Instruction's metadata as long as the words past the baseline):
+	// its DS Flags set, its export metadata pushed before the Checksum Complement.
+	__u32 base = baseline_bytes(instr);
+	__u32 ds_len = meta > base ? meta - base : 0;
+	const struct ds_export *ds = 0;
+	if (flags_set) {
+		__u32 key = (ds_id << 16) | ((__u32)b.hdr[20] << 8) | b.hdr[21];
+		ds = bpf_map_lookup_elem(&ds_exports, &key);
+		if (ds && ds->len != ds_len)
+			ds = 0;
+		if (ds) {
+			h[22] |= *flags_set >> 8;
+			h[23] |= *flags_set & 0xff;
+		}
+	}
 	__u32 outcome;
 	if (rhc == 0) {
 		h[12] |= 0x04; // E
@@ -1074,8 +1150,11 @@ static __always_inline int transit(struct __sk_buff *skb, const struct ip *ip, s
 		outcome = C_ADDED;
 	}
 	meta &= 127;
-	if (meta)
+	if (meta) {
 		encode(s->meta, instr, ml, &m);
+		if (ds)
+			put_domain(s->meta, base - ((instr & 1) ? 4 : 0), ds);
+	}
 	if (b.npt != 2) {
 		// Behind the L4 header: the stack and all after it move towards the tail; the L4
 		// checksum follows the header words that changed and the metadata that came in.

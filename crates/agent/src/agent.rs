@@ -621,6 +621,15 @@ impl Agent {
                 )));
             }
         };
+        if node_cfg.unknown_domain == intscope_node::config::Unsupported::Skip
+            || node_cfg.reserved_bits == intscope_node::config::Unsupported::Skip
+        {
+            return Err(AgentError::Config(
+                "unknown_domain and reserved_bits: the eBPF transit pads what it cannot fill \
+                 with all ones (\"pad\"); \"skip\" is the userspace node's alone"
+                    .into(),
+            ));
+        }
         if node_cfg.watchlist.iter().any(|w| {
             w.mode.is_some_and(|m| m != node_cfg.mode)
                 || w.instructions.is_some_and(|i| i != node_cfg.instructions)
@@ -670,6 +679,7 @@ impl Agent {
             remark: node_cfg.dscp_marked_without_int == intscope_node::MarkedWithoutInt::Remark,
             remark_dscp: node_cfg.remark_dscp,
             restore_dscp: node_cfg.restore_dscp,
+            domains: node_cfg.domains.clone(),
         };
         let mut datapath = DataPath::load(&settings)?;
         let all = nix::net::if_::if_nameindex()

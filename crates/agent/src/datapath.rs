@@ -20,6 +20,7 @@ use ipnet::IpNet;
 use crate::AgentError;
 use crate::bpf::{WATCH_FAST, fast_prefixes, load_error, typed_map};
 use crate::int_report::INT_EVENT_LEN;
+use intscope_node::domain::{Domain, KnownDomain};
 
 /// The compiled object (empty when the build had no BPF toolchain).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/int.bpf.o"));
@@ -218,7 +219,15 @@ pub struct DataPathSettings {
     pub remark_dscp: u8,
     /// Sink: the original DSCP restored from the shim.
     pub restore_dscp: bool,
+    /// The INT domains this node knows: a transit hop pushes their export metadata and sets
+    /// their DS Flags (INT v2.1 §"INT-MD Metadata Header Format").
+    pub domains: Vec<KnownDomain>,
 }
+
+/// DS ID and DS Instruction combinations the kernel half holds for the domains (all of them:
+/// `DOMAIN_ENTRIES` in `bpf/int.bpf.c`), and domains.
+const DOMAIN_ENTRIES: usize = 4096;
+const DOMAINS: usize = 256;
 
 /// Where the data path puts INT in a packet (INT v2.1 §"INT over TCP/UDP").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -278,6 +287,58 @@ fn unix_offset_ns() -> u64 {
     let mono = ns(ClockId::CLOCK_MONOTONIC);
     let real = ns(ClockId::CLOCK_REALTIME);
     (real - mono).max(0) as u64
+}
+
+/// `ds_exports` and `ds_flags_set` of the kernel half from `domains`: every DS Instruction of a
+/// domain's defined bits with its export metadata (value: length, pad, 124 bytes), and the DS
+/// Flags it sets. Refused, naming the domain, past the tables' sizes.
+fn load_domains(ebpf: &mut Ebpf, domains: &[KnownDomain]) -> Result<(), AgentError> {
+    if domains.len() > DOMAINS {
+        return Err(AgentError::Config(format!(
+            "{} domains: the INT data path knows at most {DOMAINS}",
+            domains.len()
+        )));
+    }
+    let mut left = DOMAIN_ENTRIES;
+    let mut tables = Vec::new();
+    for k in domains {
+        let d = Domain::of(k);
+        let table = d.export_table(left).ok_or_else(|| {
+            AgentError::Config(format!(
+                "domain 0x{:04x}: its defined DS Instruction bits make more combinations than \
+                 the INT data path holds ({DOMAIN_ENTRIES} for all domains)",
+                d.id
+            ))
+        })?;
+        if let Some((bits, md)) = table.iter().find(|(_, md)| md.len() > 124) {
+            return Err(AgentError::Config(format!(
+                "domain 0x{:04x}: DS Instruction 0x{bits:04x} asks for {} bytes of export \
+                 metadata, a hop holds at most 124",
+                d.id,
+                md.len()
+            )));
+        }
+        left -= table.len();
+        tables.push((d, table));
+    }
+    let mut exports: HashMap<&mut MapData, u32, [u8; 132]> = typed_map(ebpf, "ds_exports")?;
+    for (d, table) in &tables {
+        for (bits, md) in table {
+            let mut value = [0u8; 132];
+            value[..4].copy_from_slice(&(md.len() as u32).to_ne_bytes());
+            value[8..8 + md.len()].copy_from_slice(md);
+            exports
+                .insert(u32::from(d.id) << 16 | u32::from(*bits), value, 0)
+                .map_err(|e| load_error("ds_exports", e))?;
+        }
+    }
+    let mut flags: HashMap<&mut MapData, u32, u32> = typed_map(ebpf, "ds_flags_set")?;
+    for (d, _) in &tables {
+        flags
+            .insert(u32::from(d.id), u32::from(d.set_ds_flags), 0)
+            .map_err(|e| load_error("ds_flags_set", e))?;
+    }
+    Ok(())
 }
 
 impl DataPath {
@@ -369,6 +430,7 @@ impl DataPath {
             .map_err(|e| load_error("on_xmit", e))?;
         p.load("net_dev_start_xmit", &btf)
             .map_err(|e| load_error("loading on_xmit", e))?;
+        load_domains(&mut ebpf, &s.domains)?;
         let events = ebpf
             .take_map("events")
             .ok_or_else(|| AgentError::Bpf("map events missing".into()))?;

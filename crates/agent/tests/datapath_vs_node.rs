@@ -16,7 +16,8 @@
 
 use etherparse::PacketBuilder;
 use intscope_agent::datapath::{DataPath, DataPathSettings, Encap, INT_COUNTERS, PortRole};
-use intscope_node::{Mode, Node, NodeConfig, Role, SourceEncap, Telemetry};
+use intscope_node::domain::KnownDomain;
+use intscope_node::{Mode, Node, NodeConfig, Role, SourceEncap, Telemetry, WatchEntry};
 use intscope_wire::metadata::HopMetadata;
 
 const INGRESS_IF: u32 = 5;
@@ -146,6 +147,7 @@ fn node(
     .unwrap()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn datapath(
     id: u32,
     mode: Mode,
@@ -154,6 +156,7 @@ fn datapath(
     max_hops: u8,
     role: PortRole,
     lo: u32,
+    domains: &[KnownDomain],
 ) -> DataPath {
     let mut d = DataPath::load(&DataPathSettings {
         netns: 0,
@@ -180,6 +183,7 @@ fn datapath(
         remark: true,
         remark_dscp: 0,
         restore_dscp: true,
+        domains: domains.to_vec(),
     })
     .unwrap();
     d.set_role(lo, role).unwrap();
@@ -256,7 +260,7 @@ fn ebpf_roles_write_the_bytes_the_userspace_node_writes() {
         .into_iter()
         .flat_map(|e| configs.into_iter().map(move |c| (e, c)))
     {
-        let dp = |id, role| datapath(id, mode, encap, instructions, hops, role, lo);
+        let dp = |id, role| datapath(id, mode, encap, instructions, hops, role, lo, &[]);
         let (src, transit, sink) = (
             dp(1, PortRole::Source),
             dp(2, PortRole::Transit),
@@ -393,4 +397,132 @@ fn ebpf_roles_write_the_bytes_the_userspace_node_writes() {
         with_int.iter().all(|&n| n > 200),
         "too few frames with INT in some encapsulation: {with_int:?}"
     );
+}
+
+/// Domain 0xABCD: DS Instruction bit 2 is 4 bytes of export metadata, bit 3 is source-inserted,
+/// and with `bit4` bit 4 is 8 bytes of export metadata too; this hop's value `value` of bit 2
+/// (none: all ones), the DS Flags it sets `flags`.
+fn domain(value: Option<&str>, flags: u16, bit4: bool) -> KnownDomain {
+    let mut metadata = vec![
+        serde_json::json!({ "bit": 2, "name": "queue_delay", "size": 4, "mode": "export" }),
+        serde_json::json!({ "bit": 3, "name": "tag", "size": 4, "mode": "source-inserted" }),
+    ];
+    if bit4 {
+        metadata.push(serde_json::json!({ "bit": 4, "name": "path", "size": 8, "mode": "export" }));
+    }
+    let mut d = serde_json::json!({ "id": 0xABCD, "metadata": metadata, "set_ds_flags": flags });
+    if let Some(v) = value {
+        d["values"] = serde_json::json!({ "queue_delay": v });
+    }
+    serde_json::from_value(d).unwrap()
+}
+
+/// INT v2.1 §"INT-MD Metadata Header Format" (Domain Specific ID): a transit hop that knows the
+/// packet's domain pushes its export metadata and sets its DS Flags (INT-MX: the flags); one
+/// that does not, or whose DS Instruction names a bit the domain leaves undefined, pads the words
+/// with all ones. The eBPF transit against the node's, byte for byte, and the sink restoring.
+#[test]
+fn a_transit_hop_pushes_a_known_domains_metadata() {
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        skip("root (loading BPF)");
+        return;
+    }
+    let lo = nix::net::if_::if_nametoindex("lo").unwrap();
+    let mut rng = Rng(0x5eed);
+    let mut compared = 0;
+    // The source's DS ID and DS Instruction: the domain with its export bit, with a bit it does
+    // not define (0x0800), a domain the transit does not know.
+    let packets = [(0xABCD, 0x2000), (0xABCD, 0x2800), (0xBEEF, 0x2000)];
+    let transits = [(Some("0000002a"), 0x0100), (None, 0x0001)];
+    for (encap, mode, (ds_id, ds_instruction), (value, flags)) in
+        [SourceEncap::UdpNew, SourceEncap::Dscp]
+            .into_iter()
+            .flat_map(|e| {
+                [Mode::Md, Mode::Mx].into_iter().flat_map(move |m| {
+                    packets
+                        .into_iter()
+                        .flat_map(move |p| transits.into_iter().map(move |t| (e, m, p, t)))
+                })
+            })
+    {
+        let what = format!(
+            "{encap:?} {mode:?} DS 0x{ds_id:04x}/0x{ds_instruction:04x}, transit {value:?} \
+             flags 0x{flags:04x}"
+        );
+        let instructions = 0xc000;
+        let watch: WatchEntry = serde_json::from_value(serde_json::json!({
+            "ds_id": ds_id, "ds_instruction": ds_instruction, "ds_flags": 0x1000,
+        }))
+        .unwrap();
+        let config = |role, id, domains: Vec<KnownDomain>, watchlist: Vec<WatchEntry>| {
+            Node::new(NodeConfig {
+                node_id: id,
+                role,
+                mode,
+                encap,
+                use_checksum_complement: false,
+                instructions,
+                max_hops: 8,
+                mtu: 1500,
+                domains,
+                watchlist,
+                ..NodeConfig::default()
+            })
+            .unwrap()
+        };
+        let mut n_src = config(
+            Role::Source,
+            1,
+            vec![domain(Some("00000007"), 0, true)],
+            vec![watch],
+        );
+        let known = vec![domain(value, flags, false)];
+        let mut n_transit = config(Role::Transit, 2, known.clone(), Vec::new());
+        let mut n_sink = config(Role::Sink, 3, Vec::new(), Vec::new());
+        let transit = datapath(
+            2,
+            mode,
+            encap,
+            instructions,
+            8,
+            PortRole::Transit,
+            lo,
+            &known,
+        );
+        let sink = datapath(3, mode, encap, instructions, 8, PortRole::Sink, lo, &[]);
+        for case in 0..8 {
+            let (v6, tcp) = (case & 1 == 1, case & 2 == 2);
+            let original = frame(&mut rng, v6, tcp, 100 + case * 50, 0);
+            let mut u1 = original.clone();
+            n_src.process(&mut u1, &telemetry(1, lo));
+            assert_ne!(u1, original, "the node's source: {what}");
+            let (verdict, b2) = transit.run_egress(&u1, &ctx()).unwrap();
+            assert_eq!(verdict, TC_ACT_OK, "{what}");
+            let mut u2 = u1.clone();
+            n_transit.process(&mut u2, &telemetry(2, lo));
+            assert_eq!(
+                hex::encode(&b2),
+                hex::encode(&u2),
+                "transit: {what}, case {case}"
+            );
+            let (verdict, b3) = sink.run_ingress(&b2, &ctx()).unwrap();
+            assert_eq!(verdict, TCX_NEXT, "{what}");
+            let mut u3 = b2.clone();
+            n_sink.process(&mut u3, &telemetry(3, lo));
+            assert_eq!(
+                hex::encode(&b3),
+                hex::encode(&u3),
+                "sink: {what}, case {case}"
+            );
+            assert_eq!(
+                hex::encode(&b3),
+                hex::encode(&original),
+                "sink restores: {what}"
+            );
+            compared += 1;
+        }
+        outcomes_add_up(&transit, &format!("transit: {what}"));
+    }
+    eprintln!("compared {compared} frames through a transit hop with domains");
 }

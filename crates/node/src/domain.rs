@@ -93,10 +93,12 @@ impl KnownDomain {
 
 /// A known domain ready for the packet path: definitions sorted by bit with their values.
 #[derive(Debug, Clone)]
-pub(crate) struct Domain {
-    pub(crate) id: u16,
+pub struct Domain {
+    /// Domain Specific ID.
+    pub id: u16,
     defs: Vec<(MetadataDef, Option<Vec<u8>>)>,
-    pub(crate) set_ds_flags: u16,
+    /// DS Flags this node sets in the domain's headers.
+    pub set_ds_flags: u16,
 }
 
 /// The domain-specific part of a report (Report v2.0 §"Individual Report Main Contents").
@@ -125,7 +127,8 @@ fn bit(m: &MetadataDef) -> u16 {
 }
 
 impl Domain {
-    pub(crate) fn of(k: &KnownDomain) -> Self {
+    /// The domain as `k` configures it.
+    pub fn of(k: &KnownDomain) -> Self {
         let mut defs: Vec<(MetadataDef, Option<Vec<u8>>)> = k
             .metadata
             .iter()
@@ -179,6 +182,30 @@ impl Domain {
         true
     }
 
+    /// Every DS Instruction made of the bits this domain defines, with the export metadata a
+    /// transit hop pushes for it ([`KnownDomain::values`], all ones where none); `None` when
+    /// there would be more than `max` (2 to the number of defined bits). A DS Instruction with
+    /// an undefined bit set is not among them: its domain is unknown to the packet.
+    pub fn export_table(&self, max: usize) -> Option<Vec<(u16, Vec<u8>)>> {
+        let defined = self.defined();
+        if 1usize.checked_shl(defined.count_ones())? > max {
+            return None;
+        }
+        // Every subset of the defined bits, the empty one first.
+        let mut out = Vec::new();
+        let mut bits: u16 = 0;
+        loop {
+            let len = self.len_of(bits, Mode::Export)?;
+            let mut md = vec![0u8; len];
+            self.fill_export(bits, &mut md);
+            out.push((bits, md));
+            bits = bits.wrapping_sub(defined) & defined;
+            if bits == 0 {
+                return Some(out);
+            }
+        }
+    }
+
     /// What this node reports of the domain for a packet with `ds_instruction` and (after this
     /// node) `ds_flags`: its export metadata with a value, and the source-inserted metadata of
     /// an INT-MX header (`mx_body`) whose reporting requirement is all nodes, or the sink at a
@@ -224,5 +251,47 @@ impl Domain {
             }
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_export_table_has_every_combination_of_the_defined_bits() {
+        let k: KnownDomain = toml::from_str(
+            r#"
+            id = 0xABCD
+            values = { delay = "0000002a" }
+            [[metadata]]
+            bit = 2
+            name = "delay"
+            size = 4
+            [[metadata]]
+            bit = 3
+            name = "tag"
+            size = 4
+            mode = "source-inserted"
+            [[metadata]]
+            bit = 5
+            name = "path"
+            size = 8
+            "#,
+        )
+        .unwrap();
+        let table = Domain::of(&k).export_table(8).unwrap();
+        assert_eq!(table.len(), 8);
+        let of = |bits: u16| table.iter().find(|(b, _)| *b == bits).unwrap().1.clone();
+        assert_eq!(of(0), Vec::<u8>::new());
+        assert_eq!(of(0x2000), vec![0, 0, 0, 0x2a]);
+        assert_eq!(
+            of(0x1000),
+            Vec::<u8>::new(),
+            "source-inserted: no export bytes"
+        );
+        assert_eq!(of(0x2400), [vec![0, 0, 0, 0x2a], vec![0xff; 8]].concat());
+        assert!(table.iter().all(|(b, _)| b & !0x3400 == 0));
+        assert_eq!(Domain::of(&k).export_table(7), None, "past the bound");
     }
 }
