@@ -122,15 +122,15 @@ fn telemetry(id: u32, lo: u32) -> Fixed {
     Fixed(hop)
 }
 
-fn node(
+fn node_config(
     role: Role,
     id: u32,
     mode: Mode,
     encap: SourceEncap,
     instructions: u16,
     max_hops: u8,
-) -> Node {
-    Node::new(NodeConfig {
+) -> NodeConfig {
+    NodeConfig {
         node_id: id,
         role,
         mode,
@@ -143,8 +143,7 @@ fn node(
         mtu: 1500,
         watch_subnets: vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()],
         ..NodeConfig::default()
-    })
-    .unwrap()
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -236,11 +235,37 @@ fn outcomes_add_up(d: &DataPath, what: &str) {
     }
 }
 
+/// Whether this test run may load BPF (root); otherwise it says it skipped, or fails in CI.
+fn loads_bpf() -> bool {
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    String::from_utf8_lossy(&uid.stdout).trim() == "0" || !skip("root (loading BPF)")
+}
+
+/// `frame` (INT in it) through the eBPF transit and sink and through the node's: the bytes
+/// equal at each; the sink's.
+fn transit_then_sink(
+    (transit, n_transit): (&DataPath, &mut Node),
+    (sink, n_sink): (&DataPath, &mut Node),
+    frame: &[u8],
+    lo: u32,
+    what: &str,
+) -> Vec<u8> {
+    let (verdict, b2) = transit.run_egress(frame, &ctx()).unwrap();
+    assert_eq!(verdict, TC_ACT_OK, "{what}");
+    let mut u2 = frame.to_vec();
+    n_transit.process(&mut u2, &telemetry(2, lo));
+    assert_eq!(hex::encode(&b2), hex::encode(&u2), "transit: {what}");
+    let (verdict, b3) = sink.run_ingress(&b2, &ctx()).unwrap();
+    assert_eq!(verdict, TCX_NEXT, "{what}");
+    let mut u3 = b2.clone();
+    n_sink.process(&mut u3, &telemetry(3, lo));
+    assert_eq!(hex::encode(&b3), hex::encode(&u3), "sink: {what}");
+    b3
+}
+
 #[test]
 fn ebpf_roles_write_the_bytes_the_userspace_node_writes() {
-    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        skip("root (loading BPF)");
+    if !loads_bpf() {
         return;
     }
     let lo = nix::net::if_::if_nametoindex("lo").unwrap();
@@ -266,7 +291,8 @@ fn ebpf_roles_write_the_bytes_the_userspace_node_writes() {
             dp(2, PortRole::Transit),
             dp(3, PortRole::Sink),
         );
-        let n = |role, id| node(role, id, mode, encap, instructions, hops);
+        let n =
+            |role, id| Node::new(node_config(role, id, mode, encap, instructions, hops)).unwrap();
         let mut n_src = n(Role::Source, 1);
         let mut n_transit = n(Role::Transit, 2);
         let mut n_sink = n(Role::Sink, 3);
@@ -325,18 +351,14 @@ fn ebpf_roles_write_the_bytes_the_userspace_node_writes() {
             }
             compared[0] += 1;
 
-            let (verdict, b2) = transit.run_egress(&b1, &ctx()).unwrap();
-            assert_eq!(verdict, TC_ACT_OK, "{what}");
-            let mut u2 = b1.clone();
-            n_transit.process(&mut u2, &telemetry(2, lo));
-            assert_eq!(hex::encode(&b2), hex::encode(&u2), "transit: {what}");
+            let b3 = transit_then_sink(
+                (&transit, &mut n_transit),
+                (&sink, &mut n_sink),
+                &b1,
+                lo,
+                &what,
+            );
             compared[1] += 1;
-
-            let (verdict, b3) = sink.run_ingress(&b2, &ctx()).unwrap();
-            assert_eq!(verdict, TCX_NEXT, "{what}");
-            let mut u3 = b2.clone();
-            n_sink.process(&mut u3, &telemetry(3, lo));
-            assert_eq!(hex::encode(&b3), hex::encode(&u3), "sink: {what}");
             // A source marking INT with the DSCP remarks a packet marked so without INT
             // (remark_dscp 0): that is what the sink restores.
             let mut restored = original.clone();
@@ -423,9 +445,7 @@ fn domain(value: Option<&str>, flags: u16, bit4: bool) -> KnownDomain {
 /// with all ones. The eBPF transit against the node's, byte for byte, and the sink restoring.
 #[test]
 fn a_transit_hop_pushes_a_known_domains_metadata() {
-    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        skip("root (loading BPF)");
+    if !loads_bpf() {
         return;
     }
     let lo = nix::net::if_::if_nametoindex("lo").unwrap();
@@ -457,17 +477,9 @@ fn a_transit_hop_pushes_a_known_domains_metadata() {
         .unwrap();
         let config = |role, id, domains: Vec<KnownDomain>, watchlist: Vec<WatchEntry>| {
             Node::new(NodeConfig {
-                node_id: id,
-                role,
-                mode,
-                encap,
-                use_checksum_complement: false,
-                instructions,
-                max_hops: 8,
-                mtu: 1500,
                 domains,
                 watchlist,
-                ..NodeConfig::default()
+                ..node_config(role, id, mode, encap, instructions, 8)
             })
             .unwrap()
         };
@@ -497,23 +509,12 @@ fn a_transit_hop_pushes_a_known_domains_metadata() {
             let mut u1 = original.clone();
             n_src.process(&mut u1, &telemetry(1, lo));
             assert_ne!(u1, original, "the node's source: {what}");
-            let (verdict, b2) = transit.run_egress(&u1, &ctx()).unwrap();
-            assert_eq!(verdict, TC_ACT_OK, "{what}");
-            let mut u2 = u1.clone();
-            n_transit.process(&mut u2, &telemetry(2, lo));
-            assert_eq!(
-                hex::encode(&b2),
-                hex::encode(&u2),
-                "transit: {what}, case {case}"
-            );
-            let (verdict, b3) = sink.run_ingress(&b2, &ctx()).unwrap();
-            assert_eq!(verdict, TCX_NEXT, "{what}");
-            let mut u3 = b2.clone();
-            n_sink.process(&mut u3, &telemetry(3, lo));
-            assert_eq!(
-                hex::encode(&b3),
-                hex::encode(&u3),
-                "sink: {what}, case {case}"
+            let b3 = transit_then_sink(
+                (&transit, &mut n_transit),
+                (&sink, &mut n_sink),
+                &u1,
+                lo,
+                &format!("{what}, case {case}"),
             );
             assert_eq!(
                 hex::encode(&b3),
