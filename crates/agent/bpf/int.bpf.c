@@ -323,6 +323,15 @@ struct ip {
 	__u32 ident;     // IPv4 Identification, IPv6 Flow Label: what names the packet (`pending`)
 };
 
+// What names a packet in its IP header `h` (`pending`): the IPv4 Identification, the IPv6 Flow
+// Label.
+static __always_inline __u32 ip_ident(const __u8 *h, int v6)
+{
+	if (v6)
+		return ((__u32)(h[1] & 0x0f) << 16) | ((__u32)h[2] << 8) | h[3];
+	return ((__u32)h[4] << 8) | h[5];
+}
+
 // The IP header at ETH_HLEN. 0: no IP; -1: IP this path does not handle, its version and DSCP
 // read (counted here); -2: a fragment or a truncated packet (counted here).
 static __always_inline int parse_ip(struct __sk_buff *skb, struct ip *ip)
@@ -350,7 +359,7 @@ static __always_inline int parse_ip(struct __sk_buff *skb, struct ip *ip)
 		ip->l4 = ETH_HLEN + 20;
 		ip->len = ((__u32)h[2] << 8) | h[3];
 		ip->proto = h[9];
-		ip->ident = ((__u32)h[4] << 8) | h[5];
+		ip->ident = ip_ident(h, 0);
 		ip->addr[10] = 0xff; ip->addr[11] = 0xff;
 		ip->addr[26] = 0xff; ip->addr[27] = 0xff;
 		__builtin_memcpy(&ip->addr[12], &h[12], 4);
@@ -365,7 +374,7 @@ static __always_inline int parse_ip(struct __sk_buff *skb, struct ip *ip)
 		ip->len = 40 + (((__u32)h[4] << 8) | h[5]);
 		ip->proto = h[6];
 		ip->dscp = ((h[0] & 0x0f) << 2) | (h[1] >> 6);
-		ip->ident = ((__u32)(h[1] & 0x0f) << 16) | ((__u32)h[2] << 8) | h[3];
+		ip->ident = ip_ident(h, 1);
 		if (ip->proto == 44) {
 			count(C_FRAGMENT);
 			return -2;
@@ -665,6 +674,19 @@ static __always_inline int set_dscp(struct __sk_buff *skb, const struct ip *ip, 
 	if (bpf_skb_store_bytes(skb, ETH_HLEN + 1, &w[1], 1, 0) ||
 	    bpf_l3_csum_replace(skb, ETH_HLEN + 10, old_w, new_w, 2))
 		return -1;
+	return 0;
+}
+
+// INT's marking replaced by `remark_dscp` (counted); -1: a helper failed (counted: drop it).
+static __always_inline int remark(struct __sk_buff *skb, struct ip *ip)
+{
+	__u8 remarked = (ip->dscp & ~int_dscp_mask) | (remark_dscp & int_dscp_mask);
+	if (set_dscp(skb, ip, remarked)) {
+		count(C_DROP_HELPER);
+		return -1;
+	}
+	ip->dscp = remarked;
+	count(C_REMARKED);
 	return 0;
 }
 
@@ -984,13 +1006,8 @@ static __always_inline int source(struct __sk_buff *skb, struct ip *ip, struct s
 			count(C_MARKED_NO_INT);
 			return TC_ACT_OK;
 		}
-		__u8 remarked = (ip->dscp & ~int_dscp_mask) | (remark_dscp & int_dscp_mask);
-		if (set_dscp(skb, ip, remarked)) {
-			count(C_DROP_HELPER);
+		if (remark(skb, ip))
 			return TC_ACT_SHOT;
-		}
-		ip->dscp = remarked;
-		count(C_REMARKED);
 	}
 	if (!watched(ip->addr)) {
 		count(C_UNWATCHED);
@@ -1430,11 +1447,8 @@ int int_egress(struct __sk_buff *skb)
 	    remark_on) {
 		// ICMP, IPv4 with options …: no INT goes in, but INT's marking must not go on either
 		// (INT v2.1 §"INT over TCP/UDP"). Fragments pass as they came, as the node's do.
-		if (set_dscp(skb, &ip, (ip.dscp & ~int_dscp_mask) | (remark_dscp & int_dscp_mask))) {
-			count(C_DROP_HELPER);
+		if (remark(skb, &ip))
 			return TC_ACT_SHOT;
-		}
-		count(C_REMARKED);
 	}
 	if (p <= 0)
 		return TC_ACT_OK;
@@ -1512,10 +1526,10 @@ static __always_inline void egress_of_pending(struct sk_buff *skb, const struct 
 	__u16 proto = bpf_ntohs(skb->protocol);
 	if (proto == ETH_P_IP && (h[0] >> 4) == 4) {
 		k.ip_len = ((__u32)h[2] << 8) | h[3];
-		k.ident = ((__u32)h[4] << 8) | h[5];
+		k.ident = ip_ident(h, 0);
 	} else if (proto == ETH_P_IPV6 && (h[0] >> 4) == 6) {
 		k.ip_len = 40 + (((__u32)h[4] << 8) | h[5]);
-		k.ident = ((__u32)(h[1] & 0x0f) << 16) | ((__u32)h[2] << 8) | h[3];
+		k.ident = ip_ident(h, 1);
 	} else {
 		return;
 	}
