@@ -117,6 +117,8 @@ pub struct NodeStats {
 pub struct Node {
     cfg: NodeConfig,
     detect: DetectConfig,
+    /// The same without the DSCP marking: where a DSCP value is not this node's INT marking.
+    unmarked_dscp: DetectConfig,
     filter: ReportFilter,
     /// The watchlist entries, then one per `watch_subnets` prefix, resolved.
     watch: Watchlist,
@@ -162,6 +164,10 @@ impl Node {
             })
             .collect();
         let marks_dscp = cfg.marks_dscp();
+        let unmarked_dscp = DetectConfig {
+            dscp: None,
+            ..detect.clone()
+        };
         Ok(Node {
             filter: ReportFilter::new(cfg.filters.clone()),
             watch,
@@ -169,6 +175,7 @@ impl Node {
             domains,
             cfg,
             detect,
+            unmarked_dscp,
             seq: 0,
             marks_dscp,
             next_probe: Vec::new(),
@@ -200,11 +207,7 @@ impl Node {
         if self.cfg.role != Role::Source || !self.marks_dscp {
             return false;
         }
-        let plain = DetectConfig {
-            dscp: None,
-            ..self.detect.clone()
-        };
-        let Some(ip) = Packet::parse(frame, Start::Ethernet, &plain)
+        let Some(ip) = Packet::parse(frame, Start::Ethernet, &self.unmarked_dscp)
             .ok()
             .filter(|p| {
                 // A fragment is forwarded as it came, remarked or not (see `process`).
@@ -229,6 +232,20 @@ impl Node {
         }
     }
 
+    /// Whether `p`'s DSCP is INT's marking value at a source whose encapsulations never mark
+    /// by DSCP. INT v2.1 §"INT over TCP/UDP" makes the marking a domain's choice ("A value or a
+    /// bit can be used to indicate the existence of INT after TCP/UDP"; "Within an INT domain,
+    /// DSCP values used for INT must exclusively be used for INT"): a domain that announces INT
+    /// by UDP port reserves no DSCP value, and its hosts may send any.
+    fn dscp_not_ours(&self, p: &Packet<'_>) -> bool {
+        self.cfg.role == Role::Source
+            && !self.marks_dscp
+            && p.ip
+                .as_ref()
+                .zip(self.detect.dscp)
+                .is_some_and(|(ip, m)| m.matches(ip.dscp))
+    }
+
     /// Processes one Ethernet frame in place.
     pub fn process(&mut self, frame: &mut Vec<u8>, tel: &dyn Telemetry) -> Outcome {
         self.stats.frames += 1;
@@ -243,7 +260,13 @@ impl Node {
             return out;
         }
         let mut p = Packet::new(frame);
-        let parsed = p.locate(Start::Ethernet, &self.detect);
+        let mut parsed = p.locate(Start::Ethernet, &self.detect);
+        if parsed.is_err() && self.dscp_not_ours(&p) {
+            // A source that does not mark by DSCP: the value is the traffic's own QoS, and
+            // the packet, without INT behind its L4 header, is an ordinary one to watch.
+            p = Packet::new(frame);
+            parsed = p.locate(Start::Ethernet, &self.unmarked_dscp);
+        }
         // INT v2.1 §"MTU Settings": "an INT node must not fragment packets in order to append
         // INT information to the packet", as "fragmenting packets at INT transit hops, with or
         // without copying preceding INT metadata into fragments imposes extra complexity of

@@ -152,6 +152,47 @@ fn packets_arriving_marked_without_int_are_remarked_or_skipped() {
     assert_eq!(n.stats.marked_without_int, 0);
 }
 
+/// Under a UDP encapsulation the DSCP is the traffic's own: a watched packet whose DSCP happens
+/// to be the INT value gets INT like any other, DSCP untouched, and the sink gives it back whole.
+#[test]
+fn udp_encapsulations_ignore_the_int_dscp_value() {
+    for encap in [SourceEncap::UdpNew, SourceEncap::UdpPort] {
+        let mut source = Node::new(NodeConfig {
+            role: Role::Source,
+            encap,
+            watchlist: vec![WatchEntry::default()],
+            ..NodeConfig::default()
+        })
+        .unwrap();
+        let host = udp_frame(0x17, [10, 0, 3, 3]);
+        let mut f = host.clone();
+        source.process(&mut f, &tel(&source));
+        assert_eq!(
+            (source.stats.inserted, source.stats.malformed),
+            (1, 0),
+            "{encap:?}"
+        );
+        assert_eq!(f[15] >> 2, 0x17, "{encap:?}: the DSCP is left as it came");
+        let no_dscp = DetectConfig {
+            int_udp_ports: vec![17768],
+            verify_checksums: true,
+            ..DetectConfig::default()
+        };
+        let p = Packet::parse(&f, Start::Ethernet, &no_dscp).unwrap();
+        assert!(
+            p.int.is_some(),
+            "{encap:?}: INT found by the UDP port alone"
+        );
+        let mut sink = Node::new(NodeConfig {
+            role: Role::Sink,
+            ..NodeConfig::default()
+        })
+        .unwrap();
+        let out = sink.process(&mut f, &tel(&sink));
+        assert_eq!((f.as_slice(), out.reports.len()), (host.as_slice(), 1));
+    }
+}
+
 #[test]
 fn dscp_settings_are_validated() {
     let bad = |value, mask, remark| {
@@ -348,6 +389,50 @@ fn known_domains_get_their_metadata_at_transit() {
     .unwrap();
     sink.process(&mut f, &tel(&sink));
     assert_eq!(f, host1);
+}
+
+/// A transit hop that knows the domain and updates the L4 checksum instead of using the
+/// Checksum Complement leaves the complement all ones (INT v2.1 §"Checksum Update"), after its
+/// domain's metadata; one that uses it writes the value that keeps the checksum.
+#[test]
+fn known_domain_metadata_keeps_the_complement_last() {
+    let domain = format!(
+        "[[domains]]\nid = 0xABCD\nvalues = {{ queue_delay = \"0x00000010\" }}\n{EXPORT_DOMAIN}"
+    );
+    let node = |id: u32, role: &str, complement: bool| {
+        Node::new(config(&format!(
+            "node_id = {id}\nrole = \"{role}\"\ninstructions = 0x8001\n\
+             use_checksum_complement = {complement}\n\
+             [[watchlist]]\nds_id = 0xABCD\nds_instruction = 0x2000\n{domain}"
+        )))
+        .unwrap()
+    };
+    for complement in [false, true] {
+        let mut f = udp_frame(0, [10, 0, 3, 3]);
+        let udp_checksum = |f: &[u8]| [f[INT_AT - 2], f[INT_AT - 1]];
+        let mut checksums = Vec::new();
+        for mut n in [node(1, "source", false), node(2, "transit", complement)] {
+            n.process(&mut f, &tel(&n));
+            checked(&f, 0x17, 0x3f);
+            checksums.push(udp_checksum(&f));
+        }
+        let transit_hop = &f[INT_AT + 16..INT_AT + 28];
+        assert_eq!(&transit_hop[..8], &[0, 0, 0, 2, 0, 0, 0, 0x10]);
+        if complement {
+            assert_ne!(&transit_hop[8..], &[0xff; 4], "the complement is computed");
+            assert_eq!(checksums[0], checksums[1], "and the checksum field kept");
+        } else {
+            assert_eq!(
+                &transit_hop[8..],
+                &[0xff; 4],
+                "no complement: the reserved value"
+            );
+            assert_ne!(
+                checksums[0], checksums[1],
+                "the checksum field is updated instead"
+            );
+        }
+    }
 }
 
 /// INT-MX reports carry the domain's fields: DS ID, DSMdBits of what is included (export

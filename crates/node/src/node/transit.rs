@@ -101,10 +101,15 @@ impl Node {
                     .encode(h.instructions, Format::IntV2, hop);
                 match known {
                     Some(i) => {
-                        // Before the Checksum Complement, which stays last.
-                        let at = base - if h.instructions & BIT15 != 0 { 4 } else { 0 };
+                        // Before the Checksum Complement, which stays last: all ones until
+                        // the checksum below computes it, and all ones if this node updates
+                        // the L4 checksum instead (§"Checksum Update": "must be assigned the
+                        // reserved value 0xFFFFFFFF").
+                        let complement = if h.instructions & BIT15 != 0 { 4 } else { 0 };
+                        let at = base - complement;
                         let ds = &mut hop[at..at + ds_len];
                         self.domains[i].fill_export(h.ds_instruction, ds);
+                        hop[hop_len - complement..].fill(0xff);
                     }
                     // A domain this node does not know: all ones (pad).
                     None => hop[base..].fill(0xff),
