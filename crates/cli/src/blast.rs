@@ -31,6 +31,10 @@ pub struct BlastArgs {
     /// Report version: 2 (coalesced v2.0) or 0.5 (one SD-Fabric report per datagram).
     #[arg(long, default_value = "2")]
     pub version: String,
+    /// v2.0: INT-XD postcards, one per hop and datagram from each node of the path, instead
+    /// of the sinks' coalesced INT-MD reports (v0.5 traffic is always postcards).
+    #[arg(long)]
+    pub postcards: bool,
     /// v2.0: reports coalesced per datagram.
     #[arg(long, default_value_t = 8)]
     pub batch: usize,
@@ -158,6 +162,7 @@ fn account(total: &mut Sent, errors: &mut u64, r: std::io::Result<Sent>) -> Resu
 /// Sends; returns the summary line.
 pub fn run(args: &BlastArgs) -> Result<String> {
     let version = match args.version.as_str() {
+        "2" | "2.0" if args.postcards => LoadVersion::V2Postcards,
         "2" | "2.0" => LoadVersion::V2,
         "0.5" => LoadVersion::V05,
         v => bail_usage!("--version: {v} (expected 2 or 0.5)"),
@@ -226,6 +231,7 @@ pub fn run(args: &BlastArgs) -> Result<String> {
     Ok(serde_json::json!({
         "to": args.to.to_string(),
         "version": args.version,
+        "postcards": args.postcards && version == LoadVersion::V2Postcards,
         "datagrams": datagrams,
         "reports": reports,
         "bytes": bytes,

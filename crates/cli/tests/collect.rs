@@ -200,6 +200,48 @@ fn blast_to_collect_every_datagram_accounted() {
     assert!(stderr.contains("stopped"), "{stderr}");
 }
 
+/// Report v2.0 INT-XD postcards from every node of the paths: each datagram accounted for, each
+/// flow's path joined from its nodes' postcards.
+#[test]
+fn blast_postcards_join_into_paths() {
+    let c = Running::start(&["--listen", "127.0.0.1:0"]);
+    let s = blast_and_account(
+        &c,
+        &[
+            "--rate",
+            "50000",
+            "--duration",
+            "1",
+            "--flows",
+            "100",
+            "--hops",
+            "4",
+            "--postcards",
+        ],
+    );
+    assert_eq!(
+        s["ingest"]["datagrams_accepted"],
+        s["ingest"]["datagrams_received"]
+    );
+    assert_eq!(s["flows"], 100);
+    assert_eq!(
+        s["ingest"]["reports_decoded"], s["ingest"]["datagrams_accepted"],
+        "one postcard a datagram"
+    );
+    let flows = c.get("/api/flows?limit=100");
+    let paths: Vec<usize> = flows["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_array().map_or(0, Vec::len))
+        .collect();
+    assert!(
+        paths.iter().all(|&n| n == 4),
+        "joined 4-node paths: {paths:?}"
+    );
+    c.stop();
+}
+
 /// Overload (the sender batches with GSO, faster than the pipeline): what the collector did not
 /// take, the kernel counted — datagram by datagram, since GRO stays off on its sockets.
 #[test]

@@ -314,31 +314,36 @@ fn bench(c: &mut Criterion) {
     );
     group.finish();
 
-    // v0.5 postcards, one per datagram, hop by hop per packet (SD-Fabric's reports), through
-    // the collector's own entry point as a receive thread calls it (lock, accounting, decode,
-    // correlate, detect).
-    let mut g = Generator::new(LoadConfig {
-        flows: 10_000,
-        hops: 4,
-        version: LoadVersion::V05,
-        ..LoadConfig::default()
-    });
-    let postcards: Vec<Vec<u8>> = (0..8192)
-        .map(|_| {
-            let mut b = Vec::new();
-            g.next_datagram(&mut b);
-            b
-        })
-        .collect();
-    let collector = open_collector(1);
-    let mut batch = RecordBatch::default();
-    let mut group = c.benchmark_group("pipeline_v05");
-    group.throughput(Throughput::Elements(postcards.len() as u64));
-    let payloads: Vec<&[u8]> = postcards.iter().map(Vec::as_slice).collect();
-    group.bench_function("ingest", |b| {
-        b.iter(|| ingest_in_batches(&collector, &payloads, &mut batch, &mut t))
-    });
-    group.finish();
+    // Postcards, one per datagram, hop by hop per packet: SD-Fabric's v0.5 reports and Report
+    // v2.0 INT-XD, through the collector's own entry point as a receive thread calls it (lock,
+    // accounting, decode, correlate, detect).
+    for (version, name) in [
+        (LoadVersion::V05, "pipeline_v05"),
+        (LoadVersion::V2Postcards, "pipeline_v2_postcards"),
+    ] {
+        let mut g = Generator::new(LoadConfig {
+            flows: 10_000,
+            hops: 4,
+            version,
+            ..LoadConfig::default()
+        });
+        let postcards: Vec<Vec<u8>> = (0..8192)
+            .map(|_| {
+                let mut b = Vec::new();
+                g.next_datagram(&mut b);
+                b
+            })
+            .collect();
+        let collector = open_collector(1);
+        let mut batch = RecordBatch::default();
+        let mut group = c.benchmark_group(name);
+        group.throughput(Throughput::Elements(postcards.len() as u64));
+        let payloads: Vec<&[u8]> = postcards.iter().map(Vec::as_slice).collect();
+        group.bench_function("ingest", |b| {
+            b.iter(|| ingest_in_batches(&collector, &payloads, &mut batch, &mut t))
+        });
+        group.finish();
+    }
 }
 
 criterion_group! {

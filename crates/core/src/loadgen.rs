@@ -1,8 +1,9 @@
 //! Synthetic report traffic for load tests and benchmarks (`intscope blast`): flows across a
-//! leaf-spine fabric (leaves 1..=4 and spines 101, 102, then 201.. for longer paths), each report
-//! carrying the flow's truncated packet with an INT-MD stack, plus occasional drops and queue
-//! build-ups. Per-flow packet templates are built once; each report patches latency and
-//! occupancy, so the generator can feed millions of reports per second.
+//! leaf-spine fabric (leaves 1..=4 and spines 101, 102, then 201.. for longer paths), each INT-MD
+//! report carrying the flow's truncated packet with its INT-MD stack, each INT-XD postcard one
+//! hop's metadata and the packet without INT, plus occasional drops and queue build-ups.
+//! Per-flow packet templates are built once; each report patches latency and occupancy, so the
+//! generator can feed millions of reports per second.
 
 use etherparse::PacketBuilder;
 use intscope_wire::md::MdHeaderRepr;
@@ -22,8 +23,11 @@ pub const DROP_REASON: u8 = 71;
 /// Report format to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoadVersion {
-    /// Report v2.0, several individual reports coalesced per datagram.
+    /// Report v2.0, several individual INT-MD reports (the sink's) coalesced per datagram.
     V2,
+    /// Report v2.0 INT-XD postcards: one individual report per hop and datagram, each node's own
+    /// (its ID in the group header, its metadata in the report, the packet without INT).
+    V2Postcards,
     /// Report v0.5 (SD-Fabric), one switch-local report per datagram.
     V05,
 }
@@ -98,7 +102,7 @@ pub struct Generator {
     seq: std::collections::HashMap<u32, u32>,
     reports: u64,
     burst_left: u32,
-    /// v0.5: the packet whose postcards are being sent (flow, next hop, drop, occupancy).
+    /// Postcards: the packet whose postcards are being sent (flow, next hop, drop, occupancy).
     postcards: Option<(usize, usize, bool, u32)>,
     /// Reports generated so far.
     pub generated: u64,
@@ -209,6 +213,7 @@ impl Generator {
         out.clear();
         match self.cfg.version {
             LoadVersion::V2 => self.v2(out),
+            LoadVersion::V2Postcards => self.v2_postcard(out),
             LoadVersion::V05 => self.v05(out),
         }
     }
@@ -301,10 +306,10 @@ impl Generator {
         n
     }
 
-    fn v05(&mut self, out: &mut Vec<u8>) -> usize {
-        // A packet's postcards, one per hop in path order as the switches send them (the
-        // collector joins them into its path); a dropped packet's last one is the drop report,
-        // from a hop along the way.
+    /// The next postcard: a packet's, one per hop in path order as the switches send them (the
+    /// collector joins them into its path); a dropped packet's last one is the drop report,
+    /// from a hop along the way. (flow, hop, whether it is the drop report, occupancy.)
+    fn next_postcard(&mut self) -> (usize, usize, bool, u32) {
         let (flow, hop, dropped, occ) = match self.postcards.take() {
             Some(p) => p,
             None => {
@@ -321,10 +326,77 @@ impl Generator {
         if hop + 1 < path_len && !drop {
             self.postcards = Some((flow, hop + 1, dropped, occ));
         }
-        let path = &self.flows[flow].path;
-        let node = path[hop];
-        let seq = self.next_seq(node);
+        (flow, hop, drop, occ)
+    }
+
+    /// The flow's packet as a switch reports it in a postcard: Ethernet/IPv4/UDP without INT,
+    /// with the original destination port (the one the INT shim saved), as fabric-tna does.
+    fn postcard_packet(&self, flow: usize, out: &mut Vec<u8>) {
         let t = &self.flows[flow];
+        let at = out.len();
+        out.extend_from_slice(&t.inner[..14 + 20 + 8]);
+        let orig = [t.inner[14 + 20 + 8 + 2], t.inner[14 + 20 + 8 + 3]];
+        out[at + 36..at + 38].copy_from_slice(&orig);
+    }
+
+    /// Telemetry Report v2.0 §"Individual Report Header" for INT-XD: one hop's postcard, the
+    /// node in the group header, its L1 ports, hop latency and queue in the report's metadata
+    /// (RepMdBits 1-3), a drop's reason in bit 15's word.
+    fn v2_postcard(&mut self, out: &mut Vec<u8>) -> usize {
+        let (flow, hop, drop, occ) = self.next_postcard();
+        let node = self.flows[flow].path[hop];
+        let seq = self.next_seq(node);
+        out.resize(8, 0);
+        GroupHeaderRepr {
+            version: 2,
+            hw_id: 0,
+            sequence: seq,
+            node_id: node,
+        }
+        .emit(&mut out[..8]);
+        let md_words = if drop { 4 } else { 3 };
+        let start = out.len();
+        out.resize(start + 12 + md_words * 4, 0);
+        let md = start + 12;
+        out[md..md + 4].copy_from_slice(&[0, 1, 0, 2]);
+        // The values the INT-MD reports carry for the same hop: the sink's own, then the
+        // newest stack hop's (the burst), then the others'.
+        let last = self.flows[flow].path.len() - 1;
+        let (latency, occupancy) = match last - hop {
+            0 => (800 + occ * 3, occ),
+            1 => (500 + occ * 4, occ),
+            _ => (900, 12),
+        };
+        out[md + 4..md + 8].copy_from_slice(&latency.to_be_bytes());
+        out[md + 8..md + 12].copy_from_slice(&occupancy.to_be_bytes());
+        if drop {
+            out[md + 12..md + 16].copy_from_slice(&[0, DROP_REASON, 0, 0]);
+        }
+        self.postcard_packet(flow, out);
+        let report_len = (out.len() - start - 4).div_ceil(4);
+        out.resize(start + 4 + report_len * 4, 0);
+        IndividualHeaderRepr {
+            rep_type: 1,
+            in_type: 3,
+            report_length: report_len as u8,
+            md_length: md_words as u8,
+            d: drop,
+            f: !drop,
+            ..Default::default()
+        }
+        .emit(&mut out[start..start + 4]);
+        IntMainRepr {
+            rep_md_bits: if drop { 0x7001 } else { 0x7000 },
+            ..Default::default()
+        }
+        .emit(&mut out[start + 4..start + 12]);
+        1
+    }
+
+    fn v05(&mut self, out: &mut Vec<u8>) -> usize {
+        let (flow, hop, drop, occ) = self.next_postcard();
+        let node = self.flows[flow].path[hop];
+        let seq = self.next_seq(node);
         let nproto = if drop { 1 } else { 2 };
         out.resize(12 + if drop { 12 } else { 16 }, 0);
         V05FixedRepr {
@@ -359,12 +431,7 @@ impl Generator {
             }
         };
         sw.emit(&mut out[12..]);
-        // fabric-tna reports the inner headers without INT: Ethernet/IPv4/UDP of the flow, with
-        // the original destination port (the one the INT shim saved).
-        let at = out.len();
-        out.extend_from_slice(&t.inner[..14 + 20 + 8]);
-        let orig = [t.inner[14 + 20 + 8 + 2], t.inner[14 + 20 + 8 + 3]];
-        out[at + 36..at + 38].copy_from_slice(&orig);
+        self.postcard_packet(flow, out);
         1
     }
 }
@@ -381,7 +448,7 @@ mod tests {
             int_udp_ports: vec![INT_PORT],
             ..DetectConfig::default()
         };
-        for version in [LoadVersion::V2, LoadVersion::V05] {
+        for version in [LoadVersion::V2, LoadVersion::V2Postcards, LoadVersion::V05] {
             let mut g = Generator::new(LoadConfig {
                 flows: 50,
                 hops: 4,
@@ -399,9 +466,16 @@ mod tests {
                 let got = decode_datagram(&buf, 1, &cfg, FlowKeyMode::Innermost, &mut rec, |r| {
                     seen += 1;
                     assert!(r.flow.is_some());
-                    if version == LoadVersion::V2 {
-                        assert_eq!(r.hops().len(), 4, "source, two transit, sink");
-                        assert_eq!(r.int_hops, 3);
+                    match version {
+                        LoadVersion::V2 => {
+                            assert_eq!(r.hops().len(), 4, "source, two transit, sink");
+                            assert_eq!(r.int_hops, 3);
+                        }
+                        LoadVersion::V2Postcards => {
+                            assert_eq!((r.hops().len(), r.int_hops), (1, 0), "one hop, no stack");
+                            assert_ne!(r.hops()[0].node_id, 0, "the group header's node");
+                        }
+                        LoadVersion::V05 => {}
                     }
                 })
                 .unwrap();
@@ -412,10 +486,16 @@ mod tests {
         }
     }
 
-    /// v0.5 postcards come hop by hop, per packet, as switches send them: the collector joins
-    /// them into the flows' full paths and sees no path change.
+    /// Postcards (v0.5 and v2.0) come hop by hop, per packet, as switches send them: the
+    /// collector joins them into the flows' full paths and sees no path change.
     #[test]
     fn postcards_join_into_stable_paths() {
+        for version in [LoadVersion::V05, LoadVersion::V2Postcards] {
+            postcards_join(version);
+        }
+    }
+
+    fn postcards_join(version: LoadVersion) {
         let cfg = DetectConfig {
             int_udp_ports: vec![INT_PORT],
             ..DetectConfig::default()
@@ -423,7 +503,7 @@ mod tests {
         let mut g = Generator::new(LoadConfig {
             flows: 50,
             hops: 4,
-            version: LoadVersion::V05,
+            version,
             drop_every: 13,
             ..LoadConfig::default()
         });
@@ -442,13 +522,20 @@ mod tests {
             .unwrap();
         }
         let s = state.read();
-        assert_eq!(s.flow_count(), 50);
-        assert!(s.flows().all(|f| f.path.len() == 4), "joined paths");
+        assert_eq!(s.flow_count(), 50, "{version:?}");
+        assert!(
+            s.flows().all(|f| f.path.len() == 4),
+            "{version:?}: joined paths"
+        );
         let changes: Vec<_> = s
             .events()
             .iter()
             .filter(|e| e.kind == crate::event::EventKind::PathChange)
             .collect();
-        assert!(changes.is_empty(), "no path changes: {:?}", changes.first());
+        assert!(
+            changes.is_empty(),
+            "{version:?}: no path changes: {:?}",
+            changes.first()
+        );
     }
 }
