@@ -298,11 +298,10 @@ fn ebpf_roles_write_the_bytes_the_userspace_node_writes() {
         let mut n_sink = n(Role::Sink, 3);
         for case in 0..120 {
             let (v6, tcp) = (rng.below(2) == 1, rng.below(2) == 1);
-            // Any DSCP, any ECN; under encap dscp, INT's marking (0x17) one time in eight. (The
-            // node reads 0x17 as INT's marking in every encapsulation; the eBPF roles only
-            // where it marks INT.)
-            let dscp = match (rng.below(8), encap) {
-                (0, SourceEncap::Dscp) => 0x17,
+            // Any DSCP, any ECN; INT's marking value (0x17) one time in eight: a marking under
+            // encap dscp, the traffic's own QoS value under the UDP encapsulations.
+            let dscp = match rng.below(8) {
+                0 => 0x17,
                 _ => match rng.below(64) as u8 {
                     0x17 => 0,
                     d => d,
