@@ -177,6 +177,63 @@ fn build_template(i: u32, hops: u8) -> FlowTemplate {
     FlowTemplate { inner, path, patch }
 }
 
+/// Bytes of a postcard's packet: Ethernet, IPv4 and UDP headers.
+const POSTCARD_PACKET: usize = 14 + 20 + 8;
+
+/// Report v2.0's group header from `node` into the empty `out` (§"Telemetry Group Header").
+fn group_header(out: &mut Vec<u8>, node: u32, sequence: u32) {
+    out.resize(8, 0);
+    GroupHeaderRepr {
+        version: 2,
+        hw_id: 0,
+        sequence,
+        node_id: node,
+    }
+    .emit(&mut out[..8]);
+}
+
+/// An individual report's headers and metadata appended to `out` (§"Individual Report Header",
+/// §"Individual Report Main Contents"): RepMdBits 1-3 (L1 ports 1 and 2, `latency`, queue 0 at
+/// `occupancy`), bit 15's drop reason when `drop`, F as `tracked`. The caller appends the
+/// `packet`-byte inner packet and pads the report to the length returned (words after the
+/// first).
+fn individual_report(
+    out: &mut Vec<u8>,
+    packet: usize,
+    drop: bool,
+    tracked: bool,
+    latency: u32,
+    occupancy: u32,
+) -> usize {
+    let md_words = if drop { 4 } else { 3 };
+    let report_len = (8 + md_words * 4 + packet).div_ceil(4);
+    let start = out.len();
+    out.resize(start + 12 + md_words * 4, 0);
+    IndividualHeaderRepr {
+        rep_type: 1,
+        in_type: 3,
+        report_length: report_len as u8,
+        md_length: md_words as u8,
+        d: drop,
+        f: tracked,
+        ..Default::default()
+    }
+    .emit(&mut out[start..start + 4]);
+    IntMainRepr {
+        rep_md_bits: if drop { 0x7001 } else { 0x7000 },
+        ..Default::default()
+    }
+    .emit(&mut out[start + 4..start + 12]);
+    let md = start + 12;
+    out[md..md + 4].copy_from_slice(&[0, 1, 0, 2]);
+    out[md + 4..md + 8].copy_from_slice(&latency.to_be_bytes());
+    out[md + 8..md + 12].copy_from_slice(&occupancy.to_be_bytes());
+    if drop {
+        out[md + 12..md + 16].copy_from_slice(&[0, DROP_REASON, 0, 0]);
+    }
+    report_len
+}
+
 impl Generator {
     /// A generator for `cfg`.
     pub fn new(cfg: LoadConfig) -> Self {
@@ -245,45 +302,13 @@ impl Generator {
         let group = (self.generated as usize / self.cfg.batch.max(1)) % self.by_sink.len();
         let sink = *self.flows[self.by_sink[group][0]].path.last().unwrap_or(&0);
         let seq = self.next_seq(sink);
-        out.resize(8, 0);
-        GroupHeaderRepr {
-            version: 2,
-            hw_id: 0,
-            sequence: seq,
-            node_id: sink,
-        }
-        .emit(&mut out[..8]);
+        group_header(out, sink, seq);
         let mut n = 0;
         while n < self.cfg.batch.max(1) {
             let (flow, drop, occ) = self.pick(Some(group));
             let t = &self.flows[flow];
-            let md_words = if drop { 4 } else { 3 };
-            let report_len = (8 + md_words * 4 + t.inner.len()).div_ceil(4);
             let start = out.len();
-            out.resize(start + 12 + md_words * 4, 0);
-            IndividualHeaderRepr {
-                rep_type: 1,
-                in_type: 3,
-                report_length: report_len as u8,
-                md_length: md_words as u8,
-                d: drop,
-                f: true,
-                ..Default::default()
-            }
-            .emit(&mut out[start..start + 4]);
-            let bits = if drop { 0x7001 } else { 0x7000 };
-            IntMainRepr {
-                rep_md_bits: bits,
-                ..Default::default()
-            }
-            .emit(&mut out[start + 4..start + 12]);
-            let md = start + 12;
-            out[md..md + 4].copy_from_slice(&[0, 1, 0, 2]);
-            out[md + 4..md + 8].copy_from_slice(&(800 + occ * 3).to_be_bytes());
-            out[md + 8..md + 12].copy_from_slice(&occ.to_be_bytes());
-            if drop {
-                out[md + 12..md + 16].copy_from_slice(&[0, DROP_REASON, 0, 0]);
-            }
+            let report_len = individual_report(out, t.inner.len(), drop, true, 800 + occ * 3, occ);
             let inner_at = out.len();
             out.extend_from_slice(&t.inner);
             // Spines (stack index 0 is the newest: the last transit hop) carry the burst.
@@ -334,7 +359,7 @@ impl Generator {
     fn postcard_packet(&self, flow: usize, out: &mut Vec<u8>) {
         let t = &self.flows[flow];
         let at = out.len();
-        out.extend_from_slice(&t.inner[..14 + 20 + 8]);
+        out.extend_from_slice(&t.inner[..POSTCARD_PACKET]);
         let orig = [t.inner[14 + 20 + 8 + 2], t.inner[14 + 20 + 8 + 3]];
         out[at + 36..at + 38].copy_from_slice(&orig);
     }
@@ -346,19 +371,7 @@ impl Generator {
         let (flow, hop, drop, occ) = self.next_postcard();
         let node = self.flows[flow].path[hop];
         let seq = self.next_seq(node);
-        out.resize(8, 0);
-        GroupHeaderRepr {
-            version: 2,
-            hw_id: 0,
-            sequence: seq,
-            node_id: node,
-        }
-        .emit(&mut out[..8]);
-        let md_words = if drop { 4 } else { 3 };
-        let start = out.len();
-        out.resize(start + 12 + md_words * 4, 0);
-        let md = start + 12;
-        out[md..md + 4].copy_from_slice(&[0, 1, 0, 2]);
+        group_header(out, node, seq);
         // The values the INT-MD reports carry for the same hop: the sink's own, then the
         // newest stack hop's (the burst), then the others'.
         let last = self.flows[flow].path.len() - 1;
@@ -367,29 +380,10 @@ impl Generator {
             1 => (500 + occ * 4, occ),
             _ => (900, 12),
         };
-        out[md + 4..md + 8].copy_from_slice(&latency.to_be_bytes());
-        out[md + 8..md + 12].copy_from_slice(&occupancy.to_be_bytes());
-        if drop {
-            out[md + 12..md + 16].copy_from_slice(&[0, DROP_REASON, 0, 0]);
-        }
+        let start = out.len();
+        let report_len = individual_report(out, POSTCARD_PACKET, drop, !drop, latency, occupancy);
         self.postcard_packet(flow, out);
-        let report_len = (out.len() - start - 4).div_ceil(4);
         out.resize(start + 4 + report_len * 4, 0);
-        IndividualHeaderRepr {
-            rep_type: 1,
-            in_type: 3,
-            report_length: report_len as u8,
-            md_length: md_words as u8,
-            d: drop,
-            f: !drop,
-            ..Default::default()
-        }
-        .emit(&mut out[start..start + 4]);
-        IntMainRepr {
-            rep_md_bits: if drop { 0x7001 } else { 0x7000 },
-            ..Default::default()
-        }
-        .emit(&mut out[start + 4..start + 12]);
         1
     }
 
