@@ -231,7 +231,7 @@ pub fn run(args: &BlastArgs) -> Result<String> {
     Ok(serde_json::json!({
         "to": args.to.to_string(),
         "version": args.version,
-        "postcards": args.postcards && version == LoadVersion::V2Postcards,
+        "postcards": version == LoadVersion::V2Postcards,
         "datagrams": datagrams,
         "reports": reports,
         "bytes": bytes,
